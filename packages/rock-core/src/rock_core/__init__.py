@@ -1,0 +1,9 @@
+"""rock-core: the domain of rock sandboxes, independent of any backend.
+
+Models, size units, errors, the lifecycle state machine, the hook specifications and the plugin
+manager. rock-core never imports docker, nomad, boto3 or gem: backends are plugins that import it.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]
