@@ -1,0 +1,15 @@
+"""Settings for the whole test run (every package's tests and tests/)."""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+# Shared 2-core CI machines are slow and noisy: no per-example deadline there, and a fixed
+# number of examples so a run's length does not depend on the machine's load.
+settings.register_profile(
+    "ci", deadline=None, max_examples=100, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.register_profile("dev", deadline=None, max_examples=50)
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
