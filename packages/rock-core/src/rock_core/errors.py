@@ -32,6 +32,7 @@ __all__ = [
     "SessionNotFound",
     "SessionAlreadyExists",
     "PayloadTooLarge",
+    "NotSupported",
     "InternalServerRockError",
     "RuntimeFailure",
     "ImagePullFailed",
@@ -164,6 +165,16 @@ class PayloadTooLarge(BadRequestRockError):
     """A request body or file is larger than the configured limit."""
 
     code = 4013
+
+
+class NotSupported(BadRequestRockError, NotImplementedError):
+    """The configured backend cannot do this at all (e.g. a runtime without snapshots asked to archive).
+
+    A :class:`NotImplementedError` too, so code that probes optional operations can catch either.
+    """
+
+    # 4005 like HTTP 405: the operation exists, this backend does not allow it.
+    code = 4005
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,11 +1,91 @@
-"""The ``rock`` command."""
+"""The ``rock`` command.
+
+Built-in commands live here; installed plugins add theirs through the ``rock_cli_commands`` hook.
+Plugins are loaded only when a command that is not built in is asked for (or ``--help`` lists
+them), so ``rock --version`` and the built-in commands work even when a plugin is broken.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
 
 import click
+import rock_core
+from rock_core.errors import PluginError
 
 from rock import __version__
+from rock._cli_plugins import get_plugins, plugins_command
+
+__all__ = ["RockGroup", "main"]
+
+_META_KEY = "rock.plugin_commands"
 
 
-@click.group()
-@click.version_option(__version__, prog_name="rock")
+class RockGroup(click.Group):
+    """A click group whose commands are its own plus those installed plugins add, loaded lazily."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """Built-in command names and the plugins' command names, sorted."""
+        return sorted({*super().list_commands(ctx), *self._plugin_commands(ctx)})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """A built-in command, else a plugin's command of that name (loading plugins on first need)."""
+        command = super().get_command(ctx, cmd_name)
+        if command is None:
+            command = self._plugin_commands(ctx).get(cmd_name)
+        return command
+
+    def _plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
+        meta = ctx.find_root().meta
+        if _META_KEY not in meta:
+            meta[_META_KEY] = self._load_plugin_commands(ctx)
+        commands: dict[str, click.Command] = meta[_META_KEY]
+        return commands
+
+    def _load_plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
+        # A broken plugin costs its own commands, with a warning, never the whole CLI.
+        collected = click.Group("rock")
+        try:
+            get_plugins(ctx).add_cli_commands(collected)
+        except PluginError as exc:
+            click.echo(f"rock: warning: plugin commands unavailable: {exc}", err=True)
+            return {}
+        commands: dict[str, click.Command] = {}
+        for name, command in collected.commands.items():
+            if name in self.commands:
+                click.echo(f"rock: warning: a plugin's command {name!r} is ignored: it is built in", err=True)
+            else:
+                commands[name] = command
+        return commands
+
+
+def _distribution_version(distribution: str, fallback: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return fallback
+
+
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    sdk = _distribution_version("rock-sdk", __version__)
+    core = _distribution_version("rock-core", rock_core.__version__)
+    click.echo(f"rock-sdk {sdk}, rock-core {core}")
+    ctx.exit()
+
+
+@click.group(cls=RockGroup)
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Print the versions of rock-sdk and rock-core and exit.",
+)
 def main() -> None:
     """rock: sandboxes for agentic reinforcement learning."""
+
+
+main.add_command(plugins_command)

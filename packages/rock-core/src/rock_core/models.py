@@ -1,0 +1,376 @@
+"""The domain of rock: what a user asked for, what the engine knows, what a runtime reports.
+
+These are plain ``attrs`` frozen values with type annotations. They have no ``to_json`` or
+``from_dict``: turning them into JSON and back is the job of the converters in
+:mod:`rock_core.converters`, one per boundary.
+
+- :class:`SandboxSpec` — what the user asked for, with sizes already in bytes.
+- :class:`SandboxRecord` — the engine's view of one sandbox: its spec, lifecycle state and
+  history, startup phases, ports, times and the reason it stopped.
+- :class:`RuntimeStatus` — what a runtime plugin reports about the unit (container, Nomad job)
+  that holds a sandbox.
+
+A few constrained scalar types (:data:`NonBlankStr`, :data:`SizeStr`, :data:`Port`, ...) are
+``NewType``\\ s: at run time they are plain ``str``/``int``/``float``, but their annotation tells
+the converters which check to run on input, and :func:`constrained` makes attrs run the same check
+when a model is built in Python. A failed check raises
+:class:`~rock_core.errors.InvalidParameter` naming the field and the value::
+
+    >>> SandboxSpec(image="  ")
+    Traceback (most recent call last):
+    ...
+    rock_core.errors.InvalidParameter: image: must not be blank
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any, NewType
+
+import attrs
+
+from rock_core.errors import InvalidParameter
+from rock_core.states import Lifecycle, State, StateChange
+from rock_core.units import GiB, describe_value, size_to_bytes
+
+__all__ = [
+    "NonBlankStr",
+    "SizeStr",
+    "NonNegativeInt",
+    "PositiveInt",
+    "PositiveFloat",
+    "Port",
+    "PortMapping",
+    "CHECKS",
+    "constrained",
+    "ROCKLET_PORT",
+    "PHASE_IMAGE_PULL",
+    "PHASE_DOCKER_RUN",
+    "PHASE_IMAGE_ARCHIVE",
+    "PHASE_LOG_ARCHIVE",
+    "PhaseStatus",
+    "Phase",
+    "PullPolicy",
+    "SandboxSpec",
+    "SandboxRecord",
+    "UnitState",
+    "RuntimeStatus",
+]
+
+# ---------------------------------------------------------------------------------------------
+# Constrained scalars
+
+#: A string that is not empty once surrounding blanks are stripped (and is stored stripped), like
+#: ROCK's ``NonBlankStr`` for sandbox ids and image names.
+NonBlankStr = NewType("NonBlankStr", str)
+#: A size as the user wrote it (``"8g"``, ``"512m"``); kept as text, checked with
+#: :func:`rock_core.units.size_to_bytes`.
+SizeStr = NewType("SizeStr", str)
+#: An ``int`` ``>= 0`` (seconds, minutes, GPU counts).
+NonNegativeInt = NewType("NonNegativeInt", int)
+#: An ``int`` ``> 0`` (sizes in bytes).
+PositiveInt = NewType("PositiveInt", int)
+#: A finite ``float`` ``> 0`` (CPU counts, timeouts).
+PositiveFloat = NewType("PositiveFloat", float)
+#: A TCP port, 1..65535.
+Port = NewType("Port", int)
+#: Container port -> host port (published on 127.0.0.1 by the local runtimes). In JSON the keys
+#: are strings (``{"22555": 32768}``), as JSON requires and ROCK sends.
+PortMapping = dict[Port, Port]
+
+
+def _is_int(value: Any) -> bool:
+    # bool is an int subclass, but True is never meant as a count.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_non_blank(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {describe_value(value)}")
+    stripped = value.strip()
+    if not stripped:
+        raise ValueError("must not be blank")
+    return stripped
+
+
+def _check_size(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a size like '8g', got {describe_value(value)}")
+    size_to_bytes(value)
+    return value
+
+
+def _check_non_negative_int(value: Any) -> int:
+    if not _is_int(value) or value < 0:
+        raise ValueError(f"expected an integer >= 0, got {describe_value(value)}")
+    return value
+
+
+def _check_positive_int(value: Any) -> int:
+    if not _is_int(value) or value <= 0:
+        raise ValueError(f"expected an integer > 0, got {describe_value(value)}")
+    return value
+
+
+def _check_positive_float(value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"expected a number > 0, got {describe_value(value)}")
+    return float(value)
+
+
+def _check_port(value: Any) -> int:
+    if not _is_int(value) or not 1 <= value <= 65535:
+        raise ValueError(f"expected a port number 1..65535, got {describe_value(value)}")
+    return value
+
+
+#: The check for each constrained type. It takes a value already of the base type (or anything,
+#: when a model is built in Python), returns the value to keep (stripped, for
+#: :data:`NonBlankStr`) and raises :class:`ValueError` with the reason, without a field name.
+CHECKS: Mapping[Any, Callable[[Any], Any]] = MappingProxyType(
+    {
+        NonBlankStr: _check_non_blank,
+        SizeStr: _check_size,
+        NonNegativeInt: _check_non_negative_int,
+        PositiveInt: _check_positive_int,
+        PositiveFloat: _check_positive_float,
+        Port: _check_port,
+    }
+)
+
+
+def _strip(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+def _size_text(value: Any) -> Any:
+    # A size given as a count of bytes is kept as text, so it serialises like any other size.
+    return str(value) if _is_int(value) else value
+
+
+_CONVERTERS: Mapping[Any, Callable[[Any], Any]] = {NonBlankStr: _strip, SizeStr: _size_text}
+
+
+def constrained(kind: Any, *, optional: bool = False, **kwargs: Any) -> Any:
+    """An ``attrs.field`` that runs the :data:`CHECKS` entry of ``kind`` on construction.
+
+    :param kind: one of the constrained ``NewType``\\ s above (the field's annotation).
+    :param optional: ``None`` is accepted too (for ``kind | None`` fields).
+    :param kwargs: passed to :func:`attrs.field` (``default``, ``repr``, ...).
+
+    A bad value raises :class:`~rock_core.errors.InvalidParameter` with ``field`` and ``value``.
+    """
+    check = CHECKS[kind]
+
+    def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        try:
+            check(value)
+        except ValueError as exc:
+            raise InvalidParameter(f"{attribute.name}: {exc}", field=attribute.name, value=value) from None
+
+    converter = _CONVERTERS.get(kind)
+    if converter is not None:
+        kwargs["converter"] = converter
+    return attrs.field(validator=validate, **kwargs)
+
+
+def _both_set_error(first: str, second: str, a: Any, b: Any) -> InvalidParameter:
+    return InvalidParameter(
+        f"{first} and {second} cannot both be set (got {a!r} and {b!r}); choose one",
+        field=f"{first}, {second}",
+        value=(a, b),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Startup phases
+
+#: Container port of the in-sandbox agent (ROCK's ``Port.PROXY``).
+ROCKLET_PORT = 22555
+
+#: Phase names, as ROCK reports them in ``get_status``'s ``status`` map.
+PHASE_IMAGE_PULL = "image_pull"
+PHASE_DOCKER_RUN = "docker_run"
+PHASE_IMAGE_ARCHIVE = "image_archive"
+PHASE_LOG_ARCHIVE = "log_archive"
+
+
+class PhaseStatus(str, enum.Enum):
+    """How far one phase of starting (or archiving) a sandbox got."""
+
+    WAITING = "waiting"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+
+
+@attrs.frozen
+class Phase:
+    """One step of starting or archiving a sandbox (``image_pull``, ``docker_run``, ...).
+
+    ``message`` is for people: ``"Failed to pull image foo:bar: not found"``.
+    """
+
+    status: PhaseStatus = attrs.field(converter=PhaseStatus)
+    message: str = ""
+    started_at: datetime | None = None
+    completed_at: datetime | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether this phase ended badly (``failed`` or ``timeout``): the start has failed."""
+        return self.status in (PhaseStatus.FAILED, PhaseStatus.TIMEOUT)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the user asked for
+
+
+class PullPolicy(str, enum.Enum):
+    """When to pull the image: only if it is not present, every time, or never."""
+
+    MISSING = "missing"
+    ALWAYS = "always"
+    NEVER = "never"
+
+
+@attrs.frozen(kw_only=True)
+class SandboxSpec:
+    """What the user asked for, validated, with sizes in bytes (ROCK's defaults otherwise).
+
+    Build one from a ``SandboxStartRequest`` with
+    :func:`rock_core.converters.spec_from_start_request`.
+
+    ``auto_clear_seconds`` is the idle timeout; ``None`` means the engine's configured default.
+    ``auto_delete_seconds`` / ``auto_archive_seconds`` say what happens after a stop (``None``:
+    the engine's policy, ``0``: at once); at most one of them may be set (as in ROCK's SDK).
+    ``disk`` ``None`` means no disk limit. ``sandbox_id`` is the id the user asked for, ``None``
+    to let the engine choose.
+    ``runtime_options`` carries backend-specific settings (e.g. ``use_kata_runtime``) as
+    JSON-compatible values; a runtime rejects options it cannot honour rather than ignore them.
+    """
+
+    image: NonBlankStr = constrained(NonBlankStr)
+    image_os: str = "linux"
+    memory: PositiveInt = constrained(PositiveInt, default=8 * GiB)
+    cpus: PositiveFloat = constrained(PositiveFloat, default=2.0)
+    limit_cpus: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
+    disk: PositiveInt | None = constrained(PositiveInt, optional=True, default=50 * GiB)
+    num_gpus: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    accelerator_type: str | None = None
+    pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=PullPolicy)
+    startup_timeout: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
+    auto_clear_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    auto_delete_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    auto_archive_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    registry_username: str | None = None
+    registry_password: str | None = attrs.field(default=None, repr=False)
+    env: dict[str, str] = attrs.field(factory=dict)
+    metadata: dict[str, str] = attrs.field(factory=dict)
+    user_id: str | None = None
+    experiment_id: str | None = None
+    namespace: str | None = None
+    cluster: str | None = None
+    sandbox_id: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)
+    runtime_options: dict[str, Any] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:
+            raise _both_set_error(
+                "auto_archive_seconds", "auto_delete_seconds", self.auto_archive_seconds, self.auto_delete_seconds
+            )
+
+
+# ---------------------------------------------------------------------------------------------
+# What the engine knows
+
+
+@attrs.frozen(kw_only=True)
+class SandboxRecord:
+    """The engine's view of one sandbox; what its store keeps.
+
+    ``state`` and ``state_history`` are the lifecycle (see :attr:`lifecycle`);
+    ``auto_transition_state``/``auto_transition_time`` are the next automatic step after a stop
+    (``deleted`` or ``archived`` at that time). ``reason`` says why the sandbox stopped
+    (``"expired"``, ``"container exited with code 137 (OOM killed)"``); ``notes`` are things the
+    user should see, such as a resource limit the runtime could not enforce.
+    ``runtime`` names the runtime plugin that holds the sandbox; ``owner`` the API key owner.
+    """
+
+    sandbox_id: NonBlankStr = constrained(NonBlankStr)
+    spec: SandboxSpec
+    create_time: datetime
+    state: State = attrs.field(default=State.PENDING, converter=State)
+    phases: dict[str, Phase] = attrs.field(factory=dict)
+    port_mapping: PortMapping = attrs.field(factory=dict)
+    host_name: str | None = None
+    host_ip: str | None = None
+    owner: str | None = None
+    runtime: str | None = None
+    start_time: datetime | None = None
+    stop_time: datetime | None = None
+    archive_time: datetime | None = None
+    delete_time: datetime | None = None
+    expire_time: datetime | None = None
+    auto_transition_state: State | None = None
+    auto_transition_time: datetime | None = None
+    state_history: tuple[StateChange, ...] = attrs.field(default=(), converter=tuple)
+    reason: str | None = None
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        """The record's state and history as a :class:`~rock_core.states.Lifecycle` value."""
+        return Lifecycle(state=self.state, history=self.state_history)
+
+    @property
+    def rocklet_host_port(self) -> int | None:
+        """The host port published for the in-sandbox agent, if the runtime published one."""
+        return self.port_mapping.get(Port(ROCKLET_PORT))
+
+
+# ---------------------------------------------------------------------------------------------
+# What a runtime reports
+
+
+class UnitState(str, enum.Enum):
+    """The condition of the unit (container, Nomad allocation) that holds a sandbox."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    EXITED = "exited"
+    MISSING = "missing"
+
+
+@attrs.frozen(kw_only=True)
+class RuntimeStatus:
+    """What a runtime's ``inspect`` reports about a sandbox's unit.
+
+    ``rocklet_host``/``rocklet_port`` is where the in-sandbox agent listens, once known.
+    ``exit_code`` and ``oom_killed`` explain an ``exited`` unit; ``error`` is the runtime's own
+    words when something is wrong (``"no such container"``).
+    """
+
+    state: UnitState = attrs.field(converter=UnitState)
+    exit_code: int | None = None
+    oom_killed: bool = False
+    rocklet_host: str | None = None
+    rocklet_port: Port | None = constrained(Port, optional=True, default=None)
+    error: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def rocklet_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the in-sandbox agent, or ``None`` while it is not known."""
+        if self.rocklet_host is None or self.rocklet_port is None:
+            return None
+        return (self.rocklet_host, self.rocklet_port)

@@ -1,0 +1,147 @@
+"""The contract a runtime plugin implements: :class:`Runtime`.
+
+A runtime holds each sandbox in one *unit* (a Docker container, a Nomad job) with the rocklet
+listening inside it. It creates, starts, stops, removes, inspects, lists and optionally snapshots
+units; it never runs commands or moves files (the engine talks to the rocklet for that). Plugins
+register runtime classes with the ``rock_register_runtimes`` hook; the engine instantiates the one
+its configuration names and drives it from async code.
+
+Blocking client libraries must be called through :func:`anyio.to_thread.run_sync`, never on the
+event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, ClassVar
+
+import attrs
+
+from rock_core.errors import NotSupported
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from rock_core.models import RuntimeStatus, SandboxSpec
+
+__all__ = ["NotSupported", "Runtime", "UnitHandle"]
+
+
+@attrs.frozen
+class UnitHandle:
+    """An opaque reference to the unit that holds one sandbox.
+
+    Only the runtime named by :attr:`runtime` interprets :attr:`unit_id`; everyone else stores
+    the handle and passes it back.
+
+    :param runtime: the registered name of the runtime that made the unit.
+    :param unit_id: the runtime's id for the unit (a container id, a Nomad job id, ...).
+    :param sandbox_id: the sandbox the unit holds.
+    """
+
+    runtime: str
+    unit_id: str
+    sandbox_id: str
+
+
+class Runtime(abc.ABC):
+    """Abstract base of every runtime; subclasses implement the async methods below.
+
+    The engine builds a runtime with keyword arguments taken from the runtime's configuration
+    section (``cls(**settings)``), uses it as an async context manager (or calls :meth:`aclose`),
+    and may call its methods concurrently for different sandboxes.
+
+    A unit that no longer exists is not an error for :meth:`inspect` (it reports
+    ``UnitState.MISSING``), :meth:`stop` or :meth:`remove` (nothing to do); the other methods
+    raise :class:`~rock_core.errors.SandboxNotFound`. A backend failure raises
+    :class:`~rock_core.errors.RuntimeFailure` (or :class:`~rock_core.errors.ImagePullFailed`),
+    ``from`` the backend's exception.
+    """
+
+    #: The name the runtime is registered and configured under (``"docker"``, ``"nomad"``).
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    async def create(self, spec: SandboxSpec, *, labels: Mapping[str, str]) -> UnitHandle:
+        """Create the unit for ``spec`` without starting it and return its handle.
+
+        ``spec.sandbox_id`` is set (the engine chooses an id before calling). ``labels`` go on
+        the unit as given (the engine passes ``rock.sandbox_id``, ``rock.engine`` and
+        ``rock.owner``), so that :meth:`list` finds the unit again after a restart.
+        """
+
+    @abc.abstractmethod
+    async def start(self, handle: UnitHandle) -> None:
+        """Start the unit; return once the runtime has started it (not when the rocklet answers)."""
+
+    @abc.abstractmethod
+    async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
+        """Stop the unit: ask it to end, and kill it after ``timeout`` seconds.
+
+        Stopping a unit that is already stopped does nothing.
+        """
+
+    @abc.abstractmethod
+    async def remove(self, handle: UnitHandle) -> None:
+        """Remove the unit and the resources it holds; a unit that is already gone is not an error."""
+
+    @abc.abstractmethod
+    async def inspect(self, handle: UnitHandle) -> RuntimeStatus:
+        """Report what the runtime knows of the unit: its state, exit code, OOM kill, rocklet address.
+
+        A unit that is gone is reported with state ``UnitState.MISSING``, so that the engine's
+        reconciler can mark its sandbox stopped with a reason.
+        """
+
+    @abc.abstractmethod
+    async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
+        """Return the handles of all units (running or not) whose labels include every item of ``labels``.
+
+        The engine calls this after a restart to find the units its store knows about.
+        """
+
+    @abc.abstractmethod
+    async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
+        """Return the unit's output (the rocklet's stdout and stderr): the last ``tail`` lines, or all."""
+
+    async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
+        """Snapshot the stopped unit's filesystem and return it as a stream of bytes.
+
+        The bytes are opaque to everyone but :meth:`restore` of the same runtime. Optional: the
+        default raises :class:`NotSupported`, and archiving is then unavailable.
+        """
+        raise NotSupported(
+            f"runtime {self.name!r} cannot snapshot sandboxes, so it cannot archive them",
+            sandbox_id=handle.sandbox_id,
+            attempted="snapshot",
+        )
+
+    async def restore(
+        self, spec: SandboxSpec, snapshot: AsyncIterable[bytes], *, labels: Mapping[str, str]
+    ) -> UnitHandle:
+        """Create a new unit for ``spec`` from a stream :meth:`snapshot` produced; return its handle.
+
+        Like :meth:`create`: labelled with ``labels``, not started. Optional: the default raises
+        :class:`NotSupported`.
+        """
+        raise NotSupported(
+            f"runtime {self.name!r} cannot restore sandboxes from snapshots",
+            sandbox_id=spec.sandbox_id,
+            attempted="restore",
+        )
+
+    async def aclose(self) -> None:
+        """Release the runtime's clients and connections. Idempotent; the default holds nothing."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,575 @@
+"""The wire and store converters: round trips of every model, and one clear error for bad input."""
+
+from __future__ import annotations
+
+import enum
+import json
+import types
+import typing
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, Union, get_args, get_origin
+
+import attrs
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from rock_core import actions, models
+from rock_core.actions import (
+    BashAction,
+    Command,
+    CommandResponse,
+    IsAliveResponse,
+    RockResponse,
+    SandboxCommand,
+    SandboxStartRequest,
+    SandboxStatusResponse,
+)
+from rock_core.converters import (
+    spec_from_start_request,
+    structure_store,
+    structure_wire,
+    unstructure_store,
+    unstructure_wire,
+)
+from rock_core.errors import InternalServerRockError, InvalidParameter
+from rock_core.models import Phase, PhaseStatus, PullPolicy, SandboxRecord, SandboxSpec
+from rock_core.states import Event, State, StateChange
+from rock_core.units import GiB, MiB
+
+# ---------------------------------------------------------------------------------------------
+# A hypothesis strategy for any annotated attrs class, built from its fields' types. An unknown
+# type is an error rather than a skipped field, so a new field type cannot go untested.
+
+_ZONES = st.sampled_from([timezone.utc, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))])
+
+_NEWTYPES: dict[Any, st.SearchStrategy[Any]] = {
+    models.NonBlankStr: st.text(min_size=1, max_size=12).map(str.strip).filter(bool),
+    models.SizeStr: st.builds(
+        lambda n, unit: f"{n}{unit}",
+        st.integers(min_value=1, max_value=4096),
+        st.sampled_from(["", "b", "k", "K", "kb", "Ki", "KiB", "m", "M", "mb", "g", "G", "Gi", "GB", "t"]),
+    ),
+    models.NonNegativeInt: st.integers(min_value=0, max_value=10**7),
+    models.PositiveInt: st.integers(min_value=1, max_value=2**42),
+    models.PositiveFloat: st.floats(min_value=0.001, max_value=1e5, allow_nan=False),
+    models.Port: st.integers(min_value=1, max_value=65535),
+}
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
+    """A strategy producing valid values of the annotated type ``tp``."""
+    if tp is Any:
+        return _JSON
+    if tp in _NEWTYPES:
+        return _NEWTYPES[tp]
+    simple = {
+        str: st.text(max_size=12),
+        int: st.integers(min_value=-(2**53), max_value=2**53),
+        float: st.floats(allow_nan=False, allow_infinity=False),
+        bool: st.booleans(),
+        type(None): st.none(),
+        # Real timestamps: far-off years overflow when shifted to UTC, which no sandbox meets.
+        datetime: st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=_ZONES),
+    }
+    if tp in simple:
+        return simple[tp]
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, types.UnionType):
+        return st.one_of([strategy_for(a) for a in args])
+    if origin is Literal:
+        return st.sampled_from(args)
+    if origin is list:
+        return st.lists(strategy_for(args[0]), max_size=3)
+    if origin is tuple and len(args) == 2 and args[1] is ...:
+        return st.lists(strategy_for(args[0]), max_size=3).map(tuple)
+    if origin is dict:
+        return st.dictionaries(strategy_for(args[0]), strategy_for(args[1]), max_size=3)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return st.sampled_from(list(tp))
+    if attrs.has(tp):
+        return instances_of(tp)
+    raise TypeError(f"no strategy for {tp!r}: teach strategy_for about it")
+
+
+def instances_of(cls: type) -> st.SearchStrategy[Any]:
+    """Instances of the attrs class ``cls``; fields with defaults are sometimes left out."""
+    hints = typing.get_type_hints(cls)
+    required, optional = {}, {}
+    for field in attrs.fields(cls):
+        if not field.init:
+            continue
+        target = required if field.default is attrs.NOTHING else optional
+        target[field.alias] = strategy_for(hints[field.name])
+
+    @st.composite
+    def build(draw: st.DrawFn) -> Any:
+        kwargs = draw(st.fixed_dictionaries(required, optional=optional))
+        try:
+            return cls(**kwargs)
+        except InvalidParameter:
+            # Cross-field rules (e.g. not both post-stop policies) that types cannot express.
+            assume(False)
+
+    return build()
+
+
+# Every attrs class exported by rock_core.actions; test_every_wire_model_is_round_tripped keeps
+# this list complete.
+WIRE_MODELS = [
+    actions.Command,
+    actions.SandboxCommand,
+    actions.CreateBashSessionRequest,
+    actions.SandboxCreateBashSessionRequest,
+    actions.BashAction,
+    actions.SandboxBashAction,
+    actions.CloseBashSessionRequest,
+    actions.SandboxCloseBashSessionRequest,
+    actions.ReadFileRequest,
+    actions.SandboxReadFileRequest,
+    actions.WriteFileRequest,
+    actions.SandboxWriteFileRequest,
+    actions.UploadRequest,
+    actions.ChownRequest,
+    actions.ChmodRequest,
+    actions.SandboxStartRequest,
+    actions.SandboxIdRequest,
+    actions.BatchSandboxStatusRequest,
+    actions.EnvMakeRequest,
+    actions.EnvResetRequest,
+    actions.EnvStepRequest,
+    actions.EnvCloseRequest,
+    actions.EnvListRequest,
+    actions.RockResponse,
+    actions.SandboxResponse,
+    actions.CommandResponse,
+    actions.BashObservation,
+    actions.CreateBashSessionResponse,
+    actions.CloseBashSessionResponse,
+    actions.ReadFileResponse,
+    actions.WriteFileResponse,
+    actions.UploadResponse,
+    actions.IsAliveResponse,
+    actions.ExecuteBashSessionResponse,
+    actions.ChownResponse,
+    actions.ChmodResponse,
+    actions.DownloadFileResponse,
+    actions.CloseResponse,
+    actions.SandboxStartResponse,
+    actions.StateHistoryEntry,
+    actions.SandboxStatusResponse,
+    actions.BatchSandboxStatusResponse,
+    actions.SandboxListResponse,
+    actions.EnvMakeResponse,
+    actions.EnvResetResponse,
+    actions.EnvStepResponse,
+    actions.EnvCloseResponse,
+    actions.EnvListResponse,
+]
+
+
+def test_every_wire_model_is_round_tripped() -> None:
+    exported = {getattr(actions, name) for name in actions.__all__}
+    attrs_classes = {obj for obj in exported if isinstance(obj, type) and attrs.has(obj)}
+    assert attrs_classes == set(WIRE_MODELS)
+
+
+def assert_plain_json(value: Any, path: str = "$") -> None:
+    """``value`` is made only of JSON's own types (no enum members, tuples or datetimes)."""
+    assert type(value) in (dict, list, str, int, float, bool, type(None)), f"{path}: {type(value).__name__}"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            assert type(key) is str, f"{path}: key {key!r}"
+            assert_plain_json(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            assert_plain_json(item, f"{path}[{index}]")
+
+
+_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("cls", WIRE_MODELS, ids=lambda c: c.__name__)
+@_SETTINGS
+@given(data=st.data())
+def test_wire_round_trip(cls: type, data: st.DataObject) -> None:
+    obj = data.draw(instances_of(cls))
+    raw = unstructure_wire(obj)
+    assert_plain_json(raw)
+    assert structure_wire(raw, cls) == obj
+
+
+@_SETTINGS
+@given(record=instances_of(SandboxRecord))
+def test_store_round_trip_of_records(record: SandboxRecord) -> None:
+    raw = unstructure_store(record)
+    assert_plain_json(raw)
+    assert structure_store(json.loads(json.dumps(raw)), SandboxRecord) == record
+
+
+@_SETTINGS
+@given(status=instances_of(models.RuntimeStatus))
+def test_store_round_trip_of_runtime_status(status: models.RuntimeStatus) -> None:
+    assert structure_store(unstructure_store(status), models.RuntimeStatus) == status
+
+
+# ---------------------------------------------------------------------------------------------
+# The store: a record with history, exactly; unknown keys skipped; a bad blob is rock's fault
+
+T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=timezone.utc)
+
+
+def _record_with_history() -> SandboxRecord:
+    spec = SandboxSpec(
+        image="python:3.11",
+        memory=2 * GiB,
+        cpus=0.5,
+        disk=None,
+        auto_delete_seconds=300,
+        env={"A": "1"},
+        metadata={"team": "rl"},
+        user_id="u1",
+        runtime_options={"use_kata_runtime": True, "docker_args": ["--init"]},
+    )
+    history = (
+        StateChange(from_state=State.PENDING, to_state=State.RUNNING, event=Event.ALIVE, timestamp=T0),
+        StateChange(
+            from_state=State.RUNNING, to_state=State.STOPPED, event=Event.STOP, timestamp=T0 + timedelta(minutes=5)
+        ),
+    )
+    return SandboxRecord(
+        sandbox_id="0123abcd",
+        spec=spec,
+        create_time=T0 - timedelta(seconds=3),
+        state=State.STOPPED,
+        phases={
+            "image_pull": Phase(PhaseStatus.SUCCESS, "use cached image, skip image pull", T0, T0),
+            "docker_run": Phase(PhaseStatus.SUCCESS, "docker run success"),
+        },
+        port_mapping={22555: 32768, 8080: 32769, 22: 32770},
+        host_name="worker-1",
+        host_ip="127.0.0.1",
+        runtime="docker",
+        start_time=T0,
+        stop_time=T0 + timedelta(minutes=5),
+        auto_transition_state=State.DELETED,
+        auto_transition_time=T0 + timedelta(minutes=10),
+        state_history=history,
+        reason="container exited with code 137 (OOM killed)",
+        notes=("disk limit not enforced: storage driver overlay2 lacks project quota",),
+    )
+
+
+def test_store_round_trip_of_a_record_with_history() -> None:
+    record = _record_with_history()
+    raw = unstructure_store(record)
+    assert_plain_json(raw)
+    assert raw["state"] == "stopped"
+    assert raw["port_mapping"] == {"22555": 32768, "8080": 32769, "22": 32770}
+    assert raw["state_history"][1] == {
+        "from_state": "running",
+        "to_state": "stopped",
+        "event": "stop",
+        "timestamp": "2025-03-04T05:11:07.891011+00:00",
+    }
+    assert raw["phases"]["docker_run"] == {
+        "status": "success",
+        "message": "docker run success",
+        "started_at": None,
+        "completed_at": None,
+    }
+    back = structure_store(json.loads(json.dumps(raw)), SandboxRecord)
+    assert back == record
+    assert back.state_history[1].event is Event.STOP
+    assert isinstance(back.state_history, tuple) and isinstance(back.notes, tuple)
+
+
+def test_store_skips_keys_it_does_not_know() -> None:
+    raw = unstructure_store(_record_with_history())
+    raw["added_by_a_newer_rock"] = {"x": 1}
+    raw["spec"]["gpu_profile"] = "a100"
+    raw["phases"]["image_pull"]["progress"] = 0.5
+    del raw["notes"]  # written by an older rock: the default applies
+    back = structure_store(raw, SandboxRecord)
+    assert back.spec.image == "python:3.11"
+    assert back.notes == ()
+
+
+def test_an_unreadable_stored_blob_is_an_internal_error_naming_the_path() -> None:
+    raw = unstructure_store(_record_with_history())
+    raw["state"] = "exploded"
+    raw["spec"]["memory"] = "lots"
+    with pytest.raises(InternalServerRockError) as info:
+        structure_store(raw, SandboxRecord)
+    message = str(info.value)
+    assert message.startswith("stored SandboxRecord is unreadable: ")
+    assert "spec.memory: expected an integer, got 'lots'" in message
+    assert "state: expected one of 'pending', 'running', 'stopped', 'archiving', 'archived', 'deleted'" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The wire: JSON shapes
+
+
+def test_wire_writes_json_shapes() -> None:
+    status = SandboxStatusResponse(
+        sandbox_id="s1",
+        state=State.RUNNING,
+        status={"image_pull": Phase(PhaseStatus.SUCCESS, "ok")},
+        port_mapping={22555: 40001},
+        start_time=T0,
+    )
+    raw = unstructure_wire(status)
+    assert_plain_json(raw)
+    assert raw["state"] == "running"
+    assert raw["status"] == {
+        "image_pull": {"status": "success", "message": "ok", "started_at": None, "completed_at": None}
+    }
+    assert raw["port_mapping"] == {"22555": 40001}
+    assert raw["start_time"] == "2025-03-04T05:06:07.891011+00:00"
+
+
+def test_wire_reads_port_maps_with_string_keys() -> None:
+    status = structure_wire({"port_mapping": {"22555": 40001, "8080": "40002"}}, SandboxStatusResponse)
+    assert status.port_mapping == {22555: 40001, 8080: 40002}
+
+
+def test_envelope_carries_a_model_as_json() -> None:
+    raw = unstructure_wire(RockResponse(result=CommandResponse(stdout="/root\n", exit_code=0)))
+    assert raw == {
+        "status": "Success",
+        "message": None,
+        "error": None,
+        "result": {"stdout": "/root\n", "stderr": "", "exit_code": 0},
+    }
+    envelope = structure_wire(raw, RockResponse)
+    assert structure_wire(envelope.result, CommandResponse) == CommandResponse(stdout="/root\n", exit_code=0)
+
+
+def test_wire_accepts_numbers_and_booleans_written_as_text() -> None:
+    # pydantic (ROCK's server) accepts these; ROCK's SDK sends booleans as "True"/"False" in queries.
+    req = structure_wire({"image": "x", "cpus": "1.5", "auto_delete_seconds": "60"}, SandboxStartRequest)
+    assert (req.cpus, req.auto_delete_seconds) == (1.5, 60)
+    assert structure_wire({"is_alive": "True"}, IsAliveResponse).is_alive is True
+    assert structure_wire({"is_alive": "false"}, IsAliveResponse).is_alive is False
+
+
+@pytest.mark.parametrize(
+    ("cls", "body", "expected"),
+    [
+        (Command, {"command": 5}, "command: expected a string or a list of strings, got 5"),
+        (Command, {"command": ["ls", 3]}, "command: expected a string or a list of strings, got ['ls', 3]"),
+        (BashAction, {"command": "ls", "session": 5}, "session: expected a string, got 5"),
+        (
+            BashAction,
+            {"command": "ls", "check": "maybe"},
+            "check: expected one of 'silent', 'raise', 'ignore', got 'maybe'",
+        ),
+        (BashAction, {"command": "ls", "timeout": "soon"}, "timeout: expected a number, got 'soon'"),
+        (IsAliveResponse, {"is_alive": "no"}, "is_alive: expected true or false, got 'no'"),
+        (IsAliveResponse, {"is_alive": 2}, "is_alive: expected true or false, got 2"),
+        (
+            SandboxStartRequest,
+            {"image": "x", "pull": "sometimes"},
+            "pull: expected one of 'missing', 'always', 'never', got 'sometimes'",
+        ),
+        (SandboxStartRequest, {"image": "x", "num_gpus": True}, "num_gpus: expected an integer, got True"),
+        (SandboxStartRequest, {"image": "x", "cpus": 0}, "cpus: expected a number > 0, got 0"),
+        (
+            SandboxStartRequest,
+            {"image": "x", "startup_timeout": "inf"},
+            "startup_timeout: expected a number, got 'inf'",
+        ),
+        (SandboxStartRequest, {"image": "x", "limit_cpus": "-1"}, "limit_cpus: expected a number > 0, got '-1'"),
+        (actions.BatchSandboxStatusRequest, {"sandbox_ids": "s1"}, "sandbox_ids: expected a list, got 's1'"),
+        (actions.CreateBashSessionRequest, {"env": ["A=1"]}, "env: expected an object, got ['A=1']"),
+        (Command, "ls", "expected an object, got 'ls'"),
+    ],
+)
+def test_wire_is_strict_about_types(cls: type, body: Any, expected: str) -> None:
+    with pytest.raises(InvalidParameter) as info:
+        structure_wire(body, cls)
+    assert str(info.value) == f"invalid parameter: {expected}"
+
+
+def test_one_bad_field_sets_field_and_value() -> None:
+    with pytest.raises(InvalidParameter) as info:
+        structure_wire({"image": "x", "memory": "8x"}, SandboxStartRequest)
+    err = info.value
+    assert str(err) == (
+        "invalid parameter: memory: invalid size '8x' "
+        "(expected a number with an optional unit b, k, m, g, t, like '8g')"
+    )
+    assert (err.field, err.value) == ("memory", "8x")
+
+
+def test_every_bad_field_is_named_in_one_error() -> None:
+    body = {
+        "image": "python:3.11",
+        "memory": "8x",
+        "cpus": "abc",
+        "sandbox_id": "   ",
+        "auto_delete_seconds": -1,
+        "env": {"A": 1},
+        "foo": 1,
+        "bar": None,
+    }
+    with pytest.raises(InvalidParameter) as info:
+        structure_wire(body, SandboxStartRequest)
+    err = info.value
+    assert str(err) == (
+        "invalid parameter: "
+        "memory: invalid size '8x' (expected a number with an optional unit b, k, m, g, t, like '8g'); "
+        "cpus: expected a number, got 'abc'; "
+        "sandbox_id: must not be blank; "
+        "auto_delete_seconds: expected an integer >= 0, got -1; "
+        "env['A']: expected a string, got 1; "
+        "extra field 'bar' not allowed; "
+        "extra field 'foo' not allowed"
+    )
+    assert err.field == "memory, cpus, sandbox_id, auto_delete_seconds, env['A']"
+    assert err.code == InvalidParameter.code
+
+
+def test_missing_fields_and_blank_ids_on_a_server_variant() -> None:
+    with pytest.raises(InvalidParameter) as info:
+        structure_wire({"sandbox_id": "", "shell": "yes"}, SandboxCommand)
+    assert str(info.value) == (
+        "invalid parameter: command: required field missing; "
+        "shell: expected true or false, got 'yes'; sandbox_id: must not be blank"
+    )
+
+
+def test_nested_errors_carry_their_path() -> None:
+    body = {
+        "status": {"docker_run": {"status": "bogus", "message": "x", "extra": 1}},
+        "port_mapping": {"ssh": 22, "22555": 70000},
+        "state_history": [
+            {"from_state": "pending", "to_state": "running", "event": "alive", "timestamp": "2025-01-01T00:00:00Z"},
+            {"from_state": "running", "to_state": "gone", "event": "stop", "timestamp": "yesterday"},
+        ],
+    }
+    with pytest.raises(InvalidParameter) as info:
+        structure_wire(body, SandboxStatusResponse)
+    assert str(info.value) == (
+        "invalid parameter: "
+        "status['docker_run'].status: expected one of 'waiting', 'running', 'success', 'failed', 'timeout', "
+        "got 'bogus'; "
+        "status['docker_run']: extra field 'extra' not allowed; "
+        "port_mapping['ssh']: invalid key: expected an integer, got 'ssh'; "
+        "port_mapping['22555']: expected a port number 1..65535, got 70000; "
+        "state_history[1].to_state: expected one of 'pending', 'running', 'stopped', 'archiving', 'archived', "
+        "'deleted', got 'gone'; "
+        "state_history[1].timestamp: expected an ISO 8601 timestamp, got 'yesterday'"
+    )
+
+
+def test_a_client_can_read_a_newer_servers_responses() -> None:
+    body = {"is_alive": True, "message": "", "code": 2000, "added_later": [1]}
+    with pytest.raises(InvalidParameter, match="extra field 'added_later' not allowed"):
+        structure_wire(body, IsAliveResponse)
+    assert structure_wire(body, IsAliveResponse, forbid_extra_keys=False) == IsAliveResponse(is_alive=True)
+
+
+def test_start_request_with_both_policies_passes_the_wire_but_not_the_spec() -> None:
+    req = structure_wire({"image": "x", "auto_archive_seconds": 60, "auto_delete_seconds": 0}, SandboxStartRequest)
+    with pytest.raises(InvalidParameter) as info:
+        spec_from_start_request(req)
+    assert str(info.value) == (
+        "invalid parameter: auto_archive_seconds, auto_delete_seconds: cannot both be set (got 60 and 0); choose one"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# From a start request to a spec
+
+
+def test_spec_from_a_rock_sdk_start_request() -> None:
+    req = structure_wire(
+        {
+            "image": " python:3.11 ",
+            "auto_clear_time": 5,
+            "auto_clear_time_minutes": 5,
+            "startup_timeout": 180,
+            "memory": "512m",
+            "cpus": 0.5,
+            "limit_cpus": 1,
+            "disk": "20G",
+            "pull": "never",
+            "sandbox_id": "my-box",
+            "registry_username": "me",
+            "registry_password": "pw",
+            "auto_delete_seconds": 300,
+            "num_gpus": 1,
+            "accelerator_type": "T4",
+        },
+        SandboxStartRequest,
+    )
+    spec = spec_from_start_request(req, user_id="u1", experiment_id="e1", namespace="ns", cluster="c1")
+    assert spec == SandboxSpec(
+        image="python:3.11",
+        memory=512 * MiB,
+        cpus=0.5,
+        limit_cpus=1.0,
+        disk=20 * GiB,
+        num_gpus=1,
+        accelerator_type="T4",
+        pull=PullPolicy.NEVER,
+        startup_timeout=180.0,
+        auto_clear_seconds=300,
+        auto_delete_seconds=300,
+        registry_username="me",
+        registry_password="pw",
+        user_id="u1",
+        experiment_id="e1",
+        namespace="ns",
+        cluster="c1",
+        sandbox_id="my-box",
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({}, None),
+        ({"auto_clear_time": 7}, 420),
+        ({"auto_clear_time_minutes": 3, "auto_clear_time": 7}, 180),
+        ({"auto_clear_seconds": 90, "auto_clear_time_minutes": 3}, 90),
+        ({"auto_clear_time_minutes": 0}, 0),
+    ],
+)
+def test_idle_timeout_precedence(fields: dict[str, int], expected: int | None) -> None:
+    spec = spec_from_start_request(SandboxStartRequest(image="x", **fields))
+    assert spec.auto_clear_seconds == expected
+
+
+def test_spec_defaults_from_an_empty_request() -> None:
+    spec = spec_from_start_request(structure_wire({"image": "python:3.11"}, SandboxStartRequest))
+    assert (spec.memory, spec.cpus, spec.disk) == (8 * GiB, 2.0, 50 * GiB)
+    assert spec.env == {} and spec.runtime_options == {}
+
+
+def test_spec_keeps_env_metadata_and_kata() -> None:
+    req = SandboxStartRequest(image="x", env={"A": "1"}, metadata={"k": "v"}, use_kata_runtime=True, disk=None)
+    spec = spec_from_start_request(req)
+    assert spec.env == {"A": "1"} and spec.metadata == {"k": "v"}
+    assert spec.runtime_options == {"use_kata_runtime": True}
+    assert spec.disk is None
+
+
+def test_spec_lists_every_problem() -> None:
+    req = SandboxStartRequest(image="x", memory="0", disk="0k", auto_archive_seconds=1, auto_delete_seconds=2)
+    with pytest.raises(InvalidParameter) as info:
+        spec_from_start_request(req)
+    assert str(info.value) == (
+        "invalid parameter: memory: invalid size '0' (must be greater than zero); "
+        "disk: invalid size '0k' (must be greater than zero); "
+        "auto_archive_seconds, auto_delete_seconds: cannot both be set (got 1 and 2); choose one"
+    )
+    assert info.value.field == "memory, disk, auto_archive_seconds, auto_delete_seconds"
