@@ -367,6 +367,8 @@ class RuntimeStatus:
     error: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    #: Every published container port → its host port on 127.0.0.1 (22555, 8080, ...).
+    port_mapping: PortMapping = attrs.field(factory=dict)
 
     @property
     def rocklet_address(self) -> tuple[str, int] | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 import attrs
 
@@ -24,9 +24,12 @@ from rock_core.errors import NotSupported
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from rock_core.models import RuntimeStatus, SandboxSpec
+    from rock_core.models import Phase, RuntimeStatus, SandboxSpec
 
-__all__ = ["NotSupported", "Runtime", "UnitHandle"]
+#: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
+PhaseCallback = Callable[[str, "Phase"], None]
+
+__all__ = ["NotSupported", "PhaseCallback", "Runtime", "UnitHandle"]
 
 
 @attrs.frozen
@@ -44,6 +47,9 @@ class UnitHandle:
     runtime: str
     unit_id: str
     sandbox_id: str
+    #: What the runtime could not honour of the spec, in words for the user
+    #: (``"disk limit 50.00g not enforced: ..."``); the engine shows them in the status.
+    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
 
 class Runtime(abc.ABC):
@@ -64,12 +70,20 @@ class Runtime(abc.ABC):
     name: ClassVar[str]
 
     @abc.abstractmethod
-    async def create(self, spec: SandboxSpec, *, labels: Mapping[str, str]) -> UnitHandle:
+    async def create(
+        self, spec: SandboxSpec, *, labels: Mapping[str, str], on_phase: PhaseCallback | None = None
+    ) -> UnitHandle:
         """Create the unit for ``spec`` without starting it and return its handle.
 
         ``spec.sandbox_id`` is set (the engine chooses an id before calling). ``labels`` go on
         the unit as given (the engine passes ``rock.sandbox_id``, ``rock.engine`` and
         ``rock.owner``), so that :meth:`list` finds the unit again after a restart.
+        The runtime puts the rocklet into the unit and makes it the unit's command.
+
+        ``on_phase`` is told of the ``image_pull`` phase as it advances (``running``, then
+        ``success`` with e.g. "use cached image" or ``failed`` with "Failed to pull image ...").
+        Whatever the runtime cannot honour of ``spec`` (a disk limit the storage driver cannot
+        enforce) goes into the handle's ``notes``, never silently dropped.
         """
 
     @abc.abstractmethod
@@ -105,6 +119,15 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
         """Return the unit's output (the rocklet's stdout and stderr): the last ``tail`` lines, or all."""
+
+    def watch(self, labels: Mapping[str, str]) -> AsyncIterator[tuple[UnitHandle, RuntimeStatus]]:
+        """Yield ``(handle, status)`` each time a unit carrying ``labels`` stops or disappears.
+
+        Lets the engine see a container that exits, is OOM-killed or is removed behind its back
+        within moments instead of at its next reconcile. Optional: the default raises
+        :class:`NotSupported`, and the engine then polls :meth:`inspect`.
+        """
+        raise NotSupported(f"runtime {self.name!r} cannot watch its units", attempted="watch")
 
     async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
         """Snapshot the stopped unit's filesystem and return it as a stream of bytes.
