@@ -123,6 +123,10 @@ def instances_of(cls: type) -> st.SearchStrategy[Any]:
 # Every attrs class exported by rock_core.actions; test_every_wire_model_is_round_tripped keeps
 # this list complete.
 WIRE_MODELS = [
+    actions.InterruptSessionResponse,
+    actions.ProcessInfo,
+    actions.DirEntry,
+    actions.ListDirResponse,
     actions.Command,
     actions.SandboxCommand,
     actions.CreateBashSessionRequest,
@@ -346,7 +350,14 @@ def test_envelope_carries_a_model_as_json() -> None:
         "status": "Success",
         "message": None,
         "error": None,
-        "result": {"stdout": "/root\n", "stderr": "", "exit_code": 0},
+        "result": {
+            "stdout": "/root\n",
+            "stderr": "",
+            "exit_code": 0,
+            "wall_time": None,
+            "cpu_time": None,
+            "max_rss_bytes": None,
+        },
     }
     envelope = structure_wire(raw, RockResponse)
     assert structure_wire(envelope.result, CommandResponse) == CommandResponse(stdout="/root\n", exit_code=0)

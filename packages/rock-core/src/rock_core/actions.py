@@ -110,6 +110,10 @@ __all__ = [
     "SandboxStatusResponse",
     "BatchSandboxStatusResponse",
     "SandboxListResponse",
+    "InterruptSessionResponse",
+    "ProcessInfo",
+    "DirEntry",
+    "ListDirResponse",
     "EnvMakeResponse",
     "EnvResetResponse",
     "EnvStepResponse",
@@ -441,6 +445,11 @@ class CommandResponse:
     stdout: str = ""
     stderr: str = ""
     exit_code: int | None = None
+    # rock additions, measured by the rocklet: seconds of wall-clock and CPU (user + system)
+    # time, and the peak resident memory of the command, in bytes.
+    wall_time: float | None = None
+    cpu_time: float | None = None
+    max_rss_bytes: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -555,6 +564,62 @@ class DownloadFileResponse:
 
 #: ROCK's older name of :class:`DownloadFileResponse`.
 DownloadResponse = DownloadFileResponse
+
+
+@attrs.frozen(kw_only=True)
+class InterruptSessionResponse:
+    """Result of the rocklet's ``/interrupt_session`` (rock addition): whether a command was
+    running and was interrupted, what it printed, and its exit code (130 after Ctrl-C)."""
+
+    session_type: Literal["bash"] = "bash"
+    interrupted: bool = False
+    output: str = ""
+    exit_code: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ProcessInfo:
+    """A background process in a sandbox (rock addition; the rocklet's ``/processes``).
+
+    ``exit_code`` is the command's real exit code once it ended (``-N`` with ``signal=N`` when a
+    signal killed it); ``wall_time``/``cpu_time`` are seconds, ``max_rss_bytes`` its peak memory;
+    ``output_tail`` the end of its combined stdout and stderr, ``output_size`` their full size.
+    """
+
+    process_id: str
+    pid: int | None = None
+    command: CommandLine = ""
+    running: bool = False
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    started_at: float | None = None
+    wall_time: float | None = None
+    cpu_time: float | None = None
+    max_rss_bytes: int | None = None
+    output_size: int = 0
+    output_tail: str = ""
+
+
+@attrs.frozen(kw_only=True)
+class DirEntry:
+    """One entry of a directory listing: ``type`` is ``file``, ``dir``, ``symlink`` or ``other``;
+    ``mode`` the permission bits, ``mtime`` seconds since the epoch, ``target`` a link's target."""
+
+    name: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: float = 0.0
+    target: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ListDirResponse:
+    """Result of the rocklet's ``/list_dir`` (rock addition)."""
+
+    path: str
+    entries: list[DirEntry] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

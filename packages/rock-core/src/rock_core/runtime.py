@@ -50,6 +50,8 @@ class UnitHandle:
     #: What the runtime could not honour of the spec, in words for the user
     #: (``"disk limit 50.00g not enforced: ..."``); the engine shows them in the status.
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: The unit's labels, as :meth:`Runtime.list` found them (empty on a handle from ``create``).
+    labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
 
 
 class Runtime(abc.ABC):
@@ -113,7 +115,8 @@ class Runtime(abc.ABC):
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
         """Return the handles of all units (running or not) whose labels include every item of ``labels``.
 
-        The engine calls this after a restart to find the units its store knows about.
+        The engine calls this after a restart to find the units its store knows about, and to
+        find units whose owning process died. Each handle carries the unit's ``labels``.
         """
 
     @abc.abstractmethod

@@ -1,0 +1,68 @@
+"""Settings of an engine (:class:`~rock_core.engine.manager.SandboxManager`), with documented defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from rock_core.units import GiB
+
+__all__ = ["EngineConfig", "default_start_concurrency"]
+
+
+def default_start_concurrency() -> int:
+    """Starts allowed at once by default: 4 per host core, at least 4.
+
+    A start is mostly waiting (dockerd, the rocklet's first answer), so more starts than cores
+    overlap well; beyond a few per core they only slow each other down.
+    """
+    return max(4, 4 * (os.cpu_count() or 1))
+
+
+@attrs.frozen(kw_only=True)
+class EngineConfig:
+    """How an engine runs its sandboxes.
+
+    :param runtime: the registered runtime to use (``"docker"``).
+    :param runtime_options: keyword arguments for the runtime's constructor.
+    :param store_path: SQLite file for the records (``None``: in memory, for embedded mode).
+    :param max_concurrent_starts: starts running at once; the rest wait in the fair start queue.
+    :param default_auto_clear_seconds: idle time after which a live sandbox is stopped, when the
+        request does not say (ROCK's server default: 360 minutes).
+    :param default_auto_delete_seconds: how long a stopped sandbox is kept (for ``restart``)
+        when the request sets neither ``auto_delete_seconds`` nor ``auto_archive_seconds``.
+        ``0``, as ROCK's default ``--rm`` behaviour: a stop removes the container at once.
+    :param max_auto_delete_seconds: cap on any keep-stopped delay, so no stopped container is kept
+        forever (ROCK's cluster ``auto_delete_seconds`` cap). ``None``: no cap.
+    :param default_startup_timeout: seconds a start may take when the request does not say.
+    :param max_cpus: / ``max_memory`` / ``max_disk``: the largest sandbox accepted (ROCK's
+        ``max_allowed_spec``: 16 CPUs, 64 GiB, 256 GiB).
+    :param stop_timeout: seconds a stopping sandbox gets before it is killed.
+    :param reconcile_interval: seconds between comparisons of the records with the runtime.
+    :param timer_interval: seconds between checks of idle and auto-delete deadlines.
+    :param engine_label: value of the ``rock.engine`` label on every unit this engine makes.
+    :param remove_on_close: remove this engine's sandboxes when it closes (embedded mode: the
+        trainer's process owns them, nothing must outlive it).
+    :param reap_orphans: at start, remove units whose owning process has died.
+    """
+
+    runtime: str = "docker"
+    runtime_options: Mapping[str, Any] = attrs.field(factory=dict)
+    store_path: str | None = None
+    max_concurrent_starts: int = attrs.field(factory=default_start_concurrency)
+    default_auto_clear_seconds: int = 360 * 60
+    default_auto_delete_seconds: int = 0
+    max_auto_delete_seconds: int | None = 24 * 3600
+    default_startup_timeout: float = 180.0
+    max_cpus: float = 16.0
+    max_memory: int = 64 * GiB
+    max_disk: int = 256 * GiB
+    stop_timeout: float = 3.0
+    reconcile_interval: float = 30.0
+    timer_interval: float = 1.0
+    engine_label: str = "rock"
+    remove_on_close: bool = True
+    reap_orphans: bool = True

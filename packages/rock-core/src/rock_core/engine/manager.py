@@ -1,0 +1,907 @@
+"""The engine: :class:`SandboxManager`, the only code that changes a sandbox's state.
+
+It owns the records (a :class:`~rock_core.engine.store.SandboxStore`), the fair
+:class:`~rock_core.engine.start_queue.StartQueue`, the idle and auto-delete timers and the
+reconciler that compares records with what the runtime reports. Every change goes through the
+state machine of :mod:`rock_core.states`; every transition is written to the store at once and
+announced to plugins (``rock_sandbox_transition``).
+
+Use it as an async context manager; its background work runs in its own task group::
+
+    async with SandboxManager(EngineConfig(), runtime=DockerRuntime()) as engine:
+        started = await engine.start_async(SandboxStartRequest(image="python:3.11"))
+        status = await engine.wait_until_running(started.sandbox_id)
+        client = engine.rocklet(started.sandbox_id, "execute")
+        ...
+        await engine.stop(started.sandbox_id)
+
+Commands, files and sessions do not pass through here: :meth:`SandboxManager.rocklet` hands out
+a :class:`~rock_core.engine.rocklet_client.RockletClient` for the sandbox (and counts the call as
+activity for the idle timer).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import anyio
+import attrs
+import httpx
+
+from rock_core import __version__
+from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, StateHistoryEntry
+from rock_core.converters import spec_from_start_request
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.rocklet_client import RockletClient, new_http_client
+from rock_core.engine.start_queue import StartQueue
+from rock_core.engine.store import SandboxStore
+from rock_core.errors import (
+    BadRequestRockError,
+    ImagePullFailed,
+    InternalServerRockError,
+    InvalidParameter,
+    NotSupported,
+    RockError,
+    SandboxAlreadyExists,
+    SandboxNotFound,
+    StartupTimeout,
+)
+from rock_core.models import (
+    PHASE_DOCKER_RUN,
+    PHASE_IMAGE_PULL,
+    ROCKLET_PORT,
+    Phase,
+    PhaseStatus,
+    RuntimeStatus,
+    SandboxRecord,
+    SandboxSpec,
+    UnitState,
+)
+from rock_core.runtime import Runtime, UnitHandle
+from rock_core.states import LIVE_STATES, Event, State
+from rock_core.units import format_size
+
+__all__ = ["SandboxManager", "LABEL_SANDBOX_ID", "LABEL_ENGINE", "LABEL_OWNER", "process_owner"]
+
+log = logging.getLogger("rock.engine")
+
+LABEL_SANDBOX_ID = "rock.sandbox_id"
+LABEL_ENGINE = "rock.engine"
+LABEL_OWNER = "rock.owner"
+
+#: Name of the phase shown while a start waits for a slot.
+PHASE_QUEUED = "queued"
+
+# Docker's rule for container names, which rock uses as sandbox ids.
+_SANDBOX_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
+
+# A sandbox whose container died unexpectedly stays visible as stopped at least this long, so
+# its reason can be read, even when its policy deletes stopped sandboxes at once.
+_DEATH_GRACE_SECONDS = 60
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _proc_start_time(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot ("" where /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    # Field 22; the command name (field 2) may hold spaces, so count from its closing paren.
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def process_owner(pid: int | None = None) -> str:
+    """The ``rock.owner`` label of units made by process ``pid``: ``proc:<host>:<pid>:<start>``.
+
+    The start time tells a live owner from a new process that reused its pid.
+    """
+    pid = os.getpid() if pid is None else pid
+    return f"proc:{socket.gethostname()}:{pid}:{_proc_start_time(pid)}"
+
+
+def _owner_is_dead(owner: str) -> bool:
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[0] != "proc" or parts[1] != socket.gethostname():
+        return False  # another host's or another kind of owner: not ours to judge
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    start = _proc_start_time(pid)
+    return start == "" or start != parts[3]
+
+
+def _describe_exit(status: RuntimeStatus) -> str:
+    if status.state is UnitState.MISSING:
+        return "container was removed outside rock"
+    text = f"container exited with code {status.exit_code}"
+    if status.oom_killed:
+        text += " (OOM killed: the sandbox used more than its memory limit)"
+    if status.error:
+        text += f": {status.error}"
+    return text
+
+
+@attrs.define
+class _Live:
+    """What the engine holds in memory for a sandbox that is not deleted."""
+
+    record: SandboxRecord
+    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    handle: UnitHandle | None = None
+    client: RockletClient | None = None
+    activity: float = attrs.field(factory=time.time)  # last call, for the idle timer
+    settled: anyio.Event = attrs.field(factory=anyio.Event)  # the current start finished
+    start_done: anyio.Event = attrs.field(factory=anyio.Event)  # its task has returned
+    start_error: RockError | None = None
+    start_scope: anyio.CancelScope | None = None
+
+
+class SandboxManager:
+    """The engine. See the module docstring.
+
+    :param config: the engine's settings.
+    :param runtime: the runtime instance to place sandboxes with (else built from the plugin
+        registered under ``config.runtime``).
+    :param plugins: the :class:`~rock_core.plugins.Plugins` to announce transitions to and to
+        find the runtime in (default: the installed ones).
+    :param owner: the ``rock.owner`` label of the units this engine makes (default: this process).
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        runtime: Runtime | None = None,
+        plugins: Any = None,
+        owner: str | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        if plugins is None:
+            from rock_core.plugins import Plugins
+
+            plugins = Plugins.load()
+        self.plugins = plugins
+        if runtime is None:
+            runtimes = plugins.runtimes()
+            if self.config.runtime not in runtimes:
+                known = ", ".join(sorted(runtimes)) or "none installed"
+                raise InvalidParameter(
+                    f"runtime: no runtime named {self.config.runtime!r} (installed: {known}); "
+                    f"for Docker, pip install rock-docker",
+                    field="runtime",
+                    value=self.config.runtime,
+                )
+            runtime = runtimes[self.config.runtime](**dict(self.config.runtime_options))
+        self.runtime = runtime
+        self.owner = owner or process_owner()
+        self.store = SandboxStore(self.config.store_path)
+        self.queue = StartQueue(self.config.max_concurrent_starts)
+        self._live: dict[str, _Live] = {}
+        self._http: httpx.AsyncClient | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._closed = False
+        self.start_latencies: list[float] = []  # seconds from request to running, for metrics
+
+    # -- lifecycle of the engine itself -----------------------------------------------------
+
+    async def __aenter__(self) -> SandboxManager:
+        self._http = new_http_client()
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        if self.config.reap_orphans:
+            await self.reap_orphans()
+        self._tg.start_soon(self._timer_loop)
+        self._tg.start_soon(self._reconcile_loop)
+        self._tg.start_soon(self._watch_loop)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop background work; with ``remove_on_close``, remove this engine's sandboxes. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                await self._tg.__aexit__(None, None, None)
+        with anyio.CancelScope(shield=True):
+            if self.config.remove_on_close:
+                await self._remove_all_owned()
+            if self._http is not None:
+                await self._http.aclose()
+            await self.runtime.aclose()
+        self.store.close()
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The pooled HTTP client for rocklets (only while the engine is open)."""
+        if self._http is None:
+            raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
+        return self._http
+
+    def _labels(self, sandbox_id: str) -> dict[str, str]:
+        return {LABEL_SANDBOX_ID: sandbox_id, LABEL_ENGINE: self.config.engine_label, LABEL_OWNER: self.owner}
+
+    async def reap_orphans(self) -> int:
+        """Remove units of this engine's kind whose owning process has died; return how many."""
+        try:
+            handles = await self.runtime.list({LABEL_ENGINE: self.config.engine_label})
+        except RockError as exc:
+            log.warning("could not list units to reap orphans: %s", exc)
+            return 0
+        reaped = 0
+        for handle in handles:
+            owner = handle.labels.get(LABEL_OWNER, "")
+            if owner != self.owner and _owner_is_dead(owner):
+                log.info("removing sandbox %s: its owner %s has died", handle.sandbox_id, owner)
+                await self.runtime.remove(handle)
+                reaped += 1
+        return reaped
+
+    async def _remove_all_owned(self) -> None:
+        for live in list(self._live.values()):
+            if live.start_scope is not None:
+                live.start_scope.cancel()
+        handles = [live.handle for live in self._live.values() if live.handle is not None]
+        try:
+            handles += [
+                h for h in await self.runtime.list({LABEL_OWNER: self.owner})
+                if all(h.unit_id != known.unit_id for known in handles)
+            ]
+        except RockError as exc:
+            log.warning("could not list this engine's units at close: %s", exc)
+        async with anyio.create_task_group() as tg:
+            for handle in handles:
+                tg.start_soon(self._remove_quietly, handle)
+        now = _now()
+        for live in list(self._live.values()):
+            if live.record.state is not State.DELETED:
+                record = live.record
+                if record.state in LIVE_STATES:
+                    record = self._apply(record, Event.STOP, reason="engine closed", stop_time=now)
+                if record.state in (State.STOPPED, State.ARCHIVED):
+                    record = self._apply(record, Event.DELETE, delete_time=now)
+        self._live.clear()
+
+    async def _remove_quietly(self, handle: UnitHandle) -> None:
+        try:
+            await self.runtime.remove(handle)
+        except RockError as exc:
+            log.warning("could not remove unit of sandbox %s: %s", handle.sandbox_id, exc)
+
+    # -- records and transitions -------------------------------------------------------------
+
+    def _apply(self, record: SandboxRecord, event: Event, **changes: Any) -> SandboxRecord:
+        """Fire ``event`` on ``record``, save the result, announce it; a no-op changes nothing."""
+        old = record.state
+        lifecycle = record.lifecycle.apply(event, at=_now(), sandbox_id=record.sandbox_id)
+        if lifecycle is record.lifecycle:
+            return record
+        new = attrs.evolve(record, state=lifecycle.state, state_history=lifecycle.history, **changes)
+        self._save(new)
+        self.plugins.notify_transition(new, event, old, new.state)
+        return new
+
+    def _save(self, record: SandboxRecord) -> None:
+        self.store.put(record)
+        live = self._live.get(record.sandbox_id)
+        if record.state is State.DELETED:
+            self._live.pop(record.sandbox_id, None)
+        elif live is not None:
+            live.record = record
+
+    def _set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
+        live = self._live.get(sandbox_id)
+        if live is None:
+            return
+        phases = dict(live.record.phases)
+        old = phases.get(name)
+        now = _now()
+        started = old.started_at if old is not None and old.started_at is not None else None
+        if status is PhaseStatus.RUNNING or (started is None and status is not PhaseStatus.WAITING):
+            started = started or now
+        completed = now if status in (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT) else None
+        phases[name] = Phase(status=status, message=message, started_at=started, completed_at=completed)
+        self._save(attrs.evolve(live.record, phases=phases))
+
+    def get_record(self, sandbox_id: str) -> SandboxRecord:
+        """The current record of ``sandbox_id`` (any state).
+
+        :raises SandboxNotFound: no sandbox has ever had this id here.
+        """
+        live = self._live.get(sandbox_id)
+        if live is not None:
+            return live.record
+        record = self.store.get(sandbox_id)
+        if record is None:
+            raise SandboxNotFound(f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted="get_status")
+        return record
+
+    # -- start ------------------------------------------------------------------------------
+
+    def _validate(self, spec: SandboxSpec) -> None:
+        c = self.config
+        problems = []
+        if spec.cpus > c.max_cpus:
+            problems.append(("cpus", f"cpus: {spec.cpus:g} is above the maximum of {c.max_cpus:g}", spec.cpus))
+        if spec.limit_cpus is not None and spec.limit_cpus > c.max_cpus:
+            problems.append(("limit_cpus", f"limit_cpus: {spec.limit_cpus:g} is above the maximum of {c.max_cpus:g}", spec.limit_cpus))
+        if spec.memory > c.max_memory:
+            problems.append(("memory", f"memory: {format_size(spec.memory)} is above the maximum of {format_size(c.max_memory)}", spec.memory))
+        if spec.disk is not None and spec.disk > c.max_disk:
+            problems.append(("disk", f"disk: {format_size(spec.disk)} is above the maximum of {format_size(c.max_disk)}", spec.disk))
+        if spec.auto_archive_seconds is not None:
+            problems.append((
+                "auto_archive_seconds",
+                "auto_archive_seconds: no archive store is configured, so sandboxes cannot be archived; "
+                "unset it or configure an archive store (rock-archive-s3)",
+                spec.auto_archive_seconds,
+            ))
+        if problems:
+            field = ", ".join(p[0] for p in problems)
+            raise InvalidParameter("; ".join(p[1] for p in problems), field=field, value=problems[0][2], attempted="start")
+
+    async def start_async(
+        self,
+        request: SandboxStartRequest,
+        *,
+        user_id: str | None = None,
+        experiment_id: str | None = None,
+        namespace: str | None = None,
+        cluster: str | None = None,
+    ) -> SandboxStartResponse:
+        """Accept a start: record it as ``pending``, queue it, and return at once.
+
+        The keyword arguments are ROCK's identity headers. Poll :meth:`get_status` or await
+        :meth:`wait_until_running` to see it become ``running``.
+
+        :raises InvalidParameter: a bad size, CPU count, id, or a spec above the configured maximum.
+        :raises SandboxAlreadyExists: a sandbox that is not deleted already has the requested id.
+        """
+        if self._tg is None or self._closed:
+            raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
+        spec = spec_from_start_request(
+            request, user_id=user_id, experiment_id=experiment_id, namespace=namespace, cluster=cluster
+        )
+        self._validate(spec)
+        sandbox_id = spec.sandbox_id or uuid.uuid4().hex
+        if not _SANDBOX_ID.match(sandbox_id):
+            raise InvalidParameter(
+                f"sandbox_id: {sandbox_id!r} is not a valid id (letters, digits, '_', '.', '-'; "
+                "starting with a letter or digit; at most 128 characters)",
+                field="sandbox_id", value=sandbox_id, attempted="start",
+            )
+        if sandbox_id in self._live or (
+            (old := self.store.get(sandbox_id)) is not None and old.state is not State.DELETED
+        ):
+            raise SandboxAlreadyExists(f"Sandbox {sandbox_id} already exists", sandbox_id=sandbox_id, attempted="start")
+        if spec.auto_clear_seconds is None:
+            spec = attrs.evolve(spec, auto_clear_seconds=self.config.default_auto_clear_seconds)
+        spec = attrs.evolve(spec, sandbox_id=sandbox_id)
+        now = _now()
+        record = SandboxRecord(
+            sandbox_id=sandbox_id,
+            spec=spec,
+            create_time=now,
+            state=State.PENDING,
+            phases={
+                PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING),
+                PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING),
+            },
+            host_name=socket.gethostname(),
+            host_ip="127.0.0.1",
+            owner=self.owner,
+            runtime=self.runtime.name,
+            expire_time=now + timedelta(seconds=spec.auto_clear_seconds or 0),
+        )
+        live = _Live(record=record)
+        self._live[sandbox_id] = live
+        self._save(record)
+        self._tg.start_soon(self._run_start, sandbox_id, time.monotonic(), False)
+        return self._start_response(record)
+
+    def _start_response(self, record: SandboxRecord) -> SandboxStartResponse:
+        spec = record.spec
+        disk = format_size(spec.disk) if spec.disk is not None else None
+        return SandboxStartResponse(
+            sandbox_id=record.sandbox_id,
+            host_name=record.host_name,
+            host_ip=record.host_ip,
+            disk=disk,
+            disk_limit_rootfs=disk,
+            cpus=spec.cpus,
+            memory=format_size(spec.memory),
+        )
+
+    async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatusResponse:
+        """:meth:`start_async`, then wait until the sandbox runs (or its start fails)."""
+        started = await self.start_async(request, **identity)
+        assert started.sandbox_id is not None
+        return await self.wait_until_running(started.sandbox_id)
+
+    def _startup_timeout(self, spec: SandboxSpec) -> float:
+        return float(spec.startup_timeout or self.config.default_startup_timeout)
+
+    async def _run_start(self, sandbox_id: str, t0: float, reuse: bool) -> None:
+        live = self._live.get(sandbox_id)
+        if live is None:
+            return
+        spec = live.record.spec
+        budget = self._startup_timeout(spec)
+        key = spec.experiment_id or spec.user_id or "default"
+        error: RockError | None = None
+        with anyio.CancelScope() as scope:
+            live.start_scope = scope
+            try:
+                with anyio.fail_after(budget):
+                    async with self.queue.slot(key, sandbox_id):
+                        await self._bring_up(live, reuse)
+            except TimeoutError:
+                error = StartupTimeout(
+                    f"Failed to start sandbox within {budget:g}s", sandbox_id=sandbox_id, attempted="start"
+                )
+                phase = self._first_unfinished_phase(live)
+                self._set_phase(sandbox_id, phase, PhaseStatus.TIMEOUT, f"did not finish within {budget:g}s")
+            except RockError as exc:
+                error = exc
+            except Exception as exc:  # a runtime bug must not leave the sandbox pending forever
+                log.exception("start of sandbox %s failed", sandbox_id)
+                error = InternalServerRockError(f"start failed: {exc!r}", sandbox_id=sandbox_id, attempted="start")
+        live.start_scope = None
+        live.start_done.set()
+        if scope.cancelled_caught:
+            live.settled.set()
+            return
+        if error is None:
+            self.start_latencies.append(time.monotonic() - t0)
+            del self.start_latencies[:-10000]
+            live.settled.set()
+            return
+        live.start_error = error
+        with anyio.CancelScope(shield=True):
+            async with live.lock:
+                if live.record.state in LIVE_STATES:
+                    await self._stop_locked(live, f"start failed: {error.message}", unexpected=True)
+        live.settled.set()
+
+    @staticmethod
+    def _first_unfinished_phase(live: _Live) -> str:
+        for name in (PHASE_IMAGE_PULL, PHASE_DOCKER_RUN):
+            phase = live.record.phases.get(name)
+            if phase is None or phase.status in (PhaseStatus.WAITING, PhaseStatus.RUNNING):
+                return name
+        return PHASE_DOCKER_RUN
+
+    async def _bring_up(self, live: _Live, reuse: bool) -> None:
+        sandbox_id = live.record.sandbox_id
+        spec = live.record.spec
+
+        def on_phase(name: str, phase: Phase) -> None:
+            self._set_phase(sandbox_id, name, phase.status, phase.message)
+
+        if reuse and live.handle is not None:
+            self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "restart: reuse the existing container")
+            handle = live.handle
+        else:
+            self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "")
+            try:
+                handle = await self.runtime.create(spec, labels=self._labels(sandbox_id), on_phase=on_phase)
+            except ImagePullFailed as exc:
+                self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, exc.message)
+                raise
+            except RockError as exc:
+                self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
+                raise
+            if live.record.phases[PHASE_IMAGE_PULL].status is not PhaseStatus.SUCCESS:
+                self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
+            live.handle = handle
+            if handle.notes:
+                self._save(attrs.evolve(live.record, notes=tuple(dict.fromkeys((*live.record.notes, *handle.notes)))))
+        self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.RUNNING, "starting the container")
+        try:
+            await self.runtime.start(handle)
+            status = await self.runtime.inspect(handle)
+        except RockError as exc:
+            self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
+            raise
+        if status.rocklet_address is None:
+            message = _describe_exit(status) if status.state is not UnitState.RUNNING else "the runtime reported no rocklet address"
+            self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
+            raise InternalServerRockError(f"Failed to start sandbox because docker_run: {message}", sandbox_id=sandbox_id, attempted="start")
+        host, port = status.rocklet_address
+        client = RockletClient(self.http, host, port, sandbox_id)
+        self._save(attrs.evolve(live.record, port_mapping=dict(status.port_mapping) or {ROCKLET_PORT: port}))
+        await self._wait_for_rocklet(live, handle, client)
+        live.client = client
+        live.activity = time.time()
+        async with live.lock:
+            if live.record.state is not State.PENDING:
+                return  # stopped meanwhile
+            self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success")
+            now = _now()
+            self._apply(
+                live.record, Event.ALIVE,
+                start_time=now,
+                expire_time=now + timedelta(seconds=live.record.spec.auto_clear_seconds or 0),
+                auto_transition_state=None, auto_transition_time=None, reason=None,
+            )
+
+    async def _wait_for_rocklet(self, live: _Live, handle: UnitHandle, client: RockletClient) -> None:
+        """Poll the rocklet with a tight backoff (the caller's deadline bounds it); between polls,
+        notice a container that died."""
+        delay = 0.002
+        checks = 0
+        while True:
+            if await client.is_alive(timeout=1.0):
+                return
+            checks += 1
+            if checks % 10 == 0:  # every ~0.3 s at first, then every ~0.5 s: did it die?
+                status = await self.runtime.inspect(handle)
+                if status.state is not UnitState.RUNNING:
+                    message = _describe_exit(status)
+                    try:
+                        tail = (await self.runtime.logs(handle, tail=5)).strip()
+                    except RockError:
+                        tail = ""
+                    if tail and tail not in message:
+                        message += f"; output: {tail}"
+                    self._set_phase(live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
+                    raise InternalServerRockError(
+                        f"Failed to start sandbox because docker_run: {message}",
+                        sandbox_id=live.record.sandbox_id, attempted="start",
+                    )
+            await anyio.sleep(delay)
+            delay = min(delay * 1.5, 0.05)
+
+    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+        """Wait for the current start of ``sandbox_id`` to finish; return its running status.
+
+        :raises InternalServerRockError: the start failed: ``"Failed to start sandbox because
+            image_pull: Failed to pull image ..."`` (the phase and its message), or the
+            sandbox was stopped before it ran.
+        :raises StartupTimeout: ``timeout`` seconds passed first (the start goes on).
+        """
+        live = self._live.get(sandbox_id)
+        if live is None:
+            record = self.get_record(sandbox_id)
+            raise self._not_running_error(record, "wait_until_running")
+        with anyio.move_on_after(timeout) as scope:
+            await live.settled.wait()
+        if scope.cancelled_caught:
+            raise StartupTimeout(f"Failed to start sandbox within {timeout:g}s", sandbox_id=sandbox_id, attempted="start")
+        record = self.get_record(sandbox_id)
+        if record.state is State.RUNNING:
+            return self.status_of(record)
+        error = live.start_error
+        if error is not None:
+            failed = [(n, p) for n, p in record.phases.items() if p.status in (PhaseStatus.FAILED, PhaseStatus.TIMEOUT)]
+            if failed:
+                name, phase = failed[0]
+                message = f"Failed to start sandbox because {name}: {phase.message}"
+            else:
+                message = error.message
+            raise type(error)(message, sandbox_id=sandbox_id, attempted="start") if isinstance(error, InternalServerRockError) else error
+        raise self._not_running_error(record, "wait_until_running")
+
+    # -- status ------------------------------------------------------------------------------
+
+    def status_of(self, record: SandboxRecord) -> SandboxStatusResponse:
+        """The ``get_status`` view of ``record`` (ROCK's fields, plus reason, notes and queue position)."""
+        spec = record.spec
+        live = self._live.get(record.sandbox_id)
+        phases = dict(record.phases)
+        position = None
+        if record.state is State.PENDING:
+            position = self.queue.position(record.sandbox_id)
+            if position is not None:
+                phases[PHASE_QUEUED] = Phase(
+                    status=PhaseStatus.WAITING,
+                    message=f"waiting for a start slot: position {position} in the start queue",
+                )
+        auto_stop = auto_archive = auto_delete = None
+        if record.state in LIVE_STATES and spec.auto_clear_seconds:
+            activity = live.activity if live is not None else time.time()
+            auto_stop = datetime.fromtimestamp(activity + spec.auto_clear_seconds, timezone.utc)
+        elif record.auto_transition_state is State.ARCHIVED:
+            auto_archive = record.auto_transition_time
+        elif record.auto_transition_state is State.DELETED:
+            auto_delete = record.auto_transition_time
+        disk = format_size(spec.disk) if spec.disk is not None else None
+        return SandboxStatusResponse(
+            sandbox_id=record.sandbox_id,
+            status=phases,
+            state=record.state,
+            port_mapping=dict(record.port_mapping),
+            host_name=record.host_name,
+            host_ip=record.host_ip,
+            is_alive=record.state is State.RUNNING,
+            image=spec.image,
+            metadata=dict(spec.metadata),
+            gateway_version=__version__,
+            swe_rex_version=None,
+            user_id=spec.user_id,
+            experiment_id=spec.experiment_id,
+            namespace=spec.namespace,
+            cpus=spec.cpus,
+            memory=format_size(spec.memory),
+            num_gpus=spec.num_gpus,
+            accelerator_type=spec.accelerator_type,
+            disk=disk,
+            disk_limit_rootfs=disk,
+            start_time=record.start_time,
+            stop_time=record.stop_time,
+            create_time=record.create_time,
+            archive_time=record.archive_time,
+            delete_time=record.delete_time,
+            auto_stop_time=auto_stop,
+            auto_archive_time=auto_archive,
+            auto_delete_time=auto_delete,
+            state_history=[StateHistoryEntry.from_change(c) for c in record.state_history],
+            reason=record.reason,
+            notes=list(record.notes),
+            queue_position=position,
+        )
+
+    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
+        """ROCK's ``get_status``: a pending or running sandbox's status and phases.
+
+        Without ``include_all_states``, a sandbox that is stopped, archived or deleted is
+        reported as not found (ROCK's backward-compatible behaviour); with it, every state is.
+
+        :raises SandboxNotFound: unknown id (or not live, without ``include_all_states``).
+        """
+        record = self.get_record(sandbox_id)
+        if not include_all_states and record.state not in LIVE_STATES:
+            raise SandboxNotFound(
+                f"Sandbox {sandbox_id} not found (it is {record.state.value}"
+                + (f": {record.reason}" if record.reason else "")
+                + "; pass include_all_states=True to see it)",
+                sandbox_id=sandbox_id,
+                attempted="get_status",
+            )
+        live = self._live.get(sandbox_id)
+        if live is not None and record.state in LIVE_STATES:
+            live.activity = time.time()
+        return self.status_of(record)
+
+    def list_records(
+        self,
+        *,
+        states: list[State] | None = None,
+        filters: Mapping[str, str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[SandboxRecord]:
+        """Records from the store, restricted to ``states`` and exact-match ``filters``."""
+        return self.store.list(states=states, filters=filters, limit=limit, offset=offset)
+
+    # -- runtime calls -----------------------------------------------------------------------
+
+    def _not_running_error(self, record: SandboxRecord, attempted: str) -> RockError:
+        if record.state is State.PENDING:
+            return BadRequestRockError(
+                f"sandbox {record.sandbox_id} is not running yet (pending); wait for it to start",
+                sandbox_id=record.sandbox_id, attempted=attempted,
+            )
+        why = f": {record.reason}" if record.reason else ""
+        return SandboxNotFound(
+            f"sandbox {record.sandbox_id} is not running (it is {record.state.value}{why})",
+            sandbox_id=record.sandbox_id, attempted=attempted,
+        )
+
+    def rocklet(self, sandbox_id: str, attempted: str = "call") -> RockletClient:
+        """The rocklet client of a running sandbox; counts as activity for its idle timer.
+
+        :raises SandboxNotFound: unknown id, or the sandbox is not running (with its state and reason).
+        :raises BadRequestRockError: the sandbox is still starting.
+        """
+        live = self._live.get(sandbox_id)
+        if live is None or live.client is None or live.record.state is not State.RUNNING:
+            record = live.record if live is not None else self.get_record(sandbox_id)
+            raise self._not_running_error(record, attempted)
+        live.activity = time.time()
+        return live.client
+
+    def touch(self, sandbox_id: str) -> None:
+        """Count activity on ``sandbox_id`` (resets its idle timer); unknown ids are ignored."""
+        live = self._live.get(sandbox_id)
+        if live is not None:
+            live.activity = time.time()
+
+    # -- stop, delete, restart ---------------------------------------------------------------
+
+    def _post_stop_plan(self, spec: SandboxSpec) -> tuple[State, int]:
+        """What happens after a stop: (``deleted`` or ``archived``, after how many seconds)."""
+        delay = spec.auto_delete_seconds if spec.auto_delete_seconds is not None else self.config.default_auto_delete_seconds
+        cap = self.config.max_auto_delete_seconds
+        if cap is not None:
+            delay = min(delay, cap)
+        return State.DELETED, delay
+
+    async def stop(self, sandbox_id: str, reason: str = "manual") -> None:
+        """Stop a sandbox (ROCK: unknown id and already stopped are not errors).
+
+        Then, as its post-stop policy says: deleted at once (the default, ROCK's ``--rm``),
+        or kept for ``restart`` until its ``auto_delete_time``.
+        """
+        live = self._live.get(sandbox_id)
+        if live is None:
+            return
+        if live.start_scope is not None:
+            live.start_scope.cancel()
+            # A unit created in a worker thread while we cancelled is only known once the
+            # start task has returned; wait for it so the unit is found and not leaked.
+            with anyio.CancelScope(shield=True):
+                await live.start_done.wait()
+        async with live.lock:
+            if live.record.state in LIVE_STATES:
+                await self._stop_locked(live, reason)
+
+    async def _stop_locked(self, live: _Live, reason: str, *, unexpected: bool = False) -> None:
+        record = live.record
+        target, delay = self._post_stop_plan(record.spec)
+        if unexpected and delay == 0:
+            delay = _DEATH_GRACE_SECONDS
+        now = _now()
+        record = self._apply(
+            record, Event.STOP,
+            stop_time=now, reason=reason,
+            auto_transition_state=target, auto_transition_time=now + timedelta(seconds=delay),
+        )
+        live.client = None
+        live.settled.set()
+        if live.handle is None:
+            # Stopped while starting: find a unit the start may have made (by its labels).
+            try:
+                found = await self.runtime.list({LABEL_SANDBOX_ID: record.sandbox_id, LABEL_OWNER: self.owner})
+            except RockError:
+                found = []
+            for handle in found:
+                await self._remove_quietly(handle)
+        if delay == 0:
+            if live.handle is not None:
+                await self._remove_quietly(live.handle)
+            self._apply(record, Event.DELETE, delete_time=_now(), auto_transition_state=None, auto_transition_time=None)
+        elif live.handle is not None:
+            try:
+                await self.runtime.stop(live.handle, timeout=self.config.stop_timeout)
+            except RockError as exc:
+                log.warning("could not stop the unit of sandbox %s: %s", record.sandbox_id, exc)
+
+    async def delete(self, sandbox_id: str) -> None:
+        """Delete a stopped or archived sandbox and its unit (unknown or deleted: no-op).
+
+        :raises InvalidTransition: the sandbox is pending or running: stop it first.
+        """
+        live = self._live.get(sandbox_id)
+        if live is None:
+            return
+        async with live.lock:
+            record = live.record
+            record.lifecycle.apply(Event.DELETE, at=_now(), sandbox_id=sandbox_id)  # raises if not allowed
+            if live.handle is not None:
+                await self._remove_quietly(live.handle)
+            self._apply(record, Event.DELETE, delete_time=_now(), auto_transition_state=None, auto_transition_time=None)
+
+    async def restart(self, sandbox_id: str) -> SandboxStartResponse:
+        """Start a stopped sandbox again in its own unit: files kept, sessions gone.
+
+        :raises SandboxNotFound: unknown id.
+        :raises BadRequestRockError: ``"cannot be restarted: current state is ..."``.
+        """
+        live = self._live.get(sandbox_id)
+        record = live.record if live is not None else self.get_record(sandbox_id)
+        if live is None or record.state is not State.STOPPED or live.handle is None:
+            raise BadRequestRockError(
+                f"Sandbox {sandbox_id} cannot be restarted: current state is {record.state.value}"
+                + ("" if record.state is not State.STOPPED else " and its container is gone"),
+                sandbox_id=sandbox_id, attempted="restart",
+            )
+        async with live.lock:
+            now = _now()
+            spec = live.record.spec
+            self._apply(
+                live.record, Event.RESTART,
+                start_time=None, stop_time=None, reason=None,
+                auto_transition_state=None, auto_transition_time=None,
+                phases={
+                    PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING),
+                    PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING),
+                },
+                expire_time=now + timedelta(seconds=spec.auto_clear_seconds or 0),
+            )
+            live.settled = anyio.Event()
+            live.start_done = anyio.Event()
+            live.start_error = None
+            live.activity = time.time()
+        assert self._tg is not None
+        self._tg.start_soon(self._run_start, sandbox_id, time.monotonic(), True)
+        return self._start_response(live.record)
+
+    # -- timers and reconciliation -------------------------------------------------------------
+
+    async def unit_gone(self, sandbox_id: str, status: RuntimeStatus) -> None:
+        """Record that a live sandbox's unit stopped or vanished behind rock's back."""
+        live = self._live.get(sandbox_id)
+        if live is None or live.record.state not in LIVE_STATES:
+            return
+        if live.record.state is State.PENDING and live.client is None:
+            return  # the start in progress sees it and reports it itself
+        async with live.lock:
+            if live.record.state in LIVE_STATES:
+                reason = _describe_exit(status)
+                log.info("sandbox %s stopped: %s", sandbox_id, reason)
+                await self._stop_locked(live, reason, unexpected=True)
+
+    async def _timer_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.timer_interval)
+            await self.run_timers()
+
+    async def run_timers(self) -> None:
+        """Stop idle sandboxes and delete stopped ones whose deadline passed."""
+        now_ts = time.time()
+        now = _now()
+        for sandbox_id, live in list(self._live.items()):
+            record = live.record
+            clear = record.spec.auto_clear_seconds
+            if record.state in LIVE_STATES and clear and now_ts > live.activity + clear:
+                await self.stop(sandbox_id, reason="expired")
+            elif (
+                record.state is State.STOPPED
+                and record.auto_transition_state is State.DELETED
+                and record.auto_transition_time is not None
+                and record.auto_transition_time <= now
+            ):
+                try:
+                    await self.delete(sandbox_id)
+                except RockError as exc:
+                    log.warning("auto-delete of %s failed: %s", sandbox_id, exc)
+
+    async def _reconcile_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.reconcile_interval)
+            await self.reconcile()
+
+    async def reconcile(self) -> None:
+        """Compare every running sandbox with its unit; one that died is recorded as stopped."""
+        for sandbox_id, live in list(self._live.items()):
+            if live.record.state is State.RUNNING and live.handle is not None:
+                try:
+                    status = await self.runtime.inspect(live.handle)
+                except RockError as exc:
+                    log.warning("could not inspect sandbox %s: %s", sandbox_id, exc)
+                    continue
+                if status.state is not UnitState.RUNNING:
+                    await self.unit_gone(sandbox_id, status)
+
+    async def _watch_loop(self) -> None:
+        """Follow the runtime's unit events (when it has them); reconnect after a failure."""
+        while True:
+            try:
+                async for handle, status in self.runtime.watch({LABEL_OWNER: self.owner}):
+                    if status.state is not UnitState.RUNNING:
+                        await self.unit_gone(handle.sandbox_id, status)
+            except NotSupported:
+                return  # the reconcile loop polls instead
+            except RockError as exc:
+                log.warning("lost the runtime's event stream (%s); reconnecting", exc)
+            await anyio.sleep(1.0)

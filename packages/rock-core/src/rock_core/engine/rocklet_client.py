@@ -1,0 +1,357 @@
+"""An async client of one sandbox's rocklet, with its errors translated into rock errors.
+
+The engine, the admin server and the embedded SDK all talk to a rocklet through this class. It
+shares one :class:`httpx.AsyncClient` (one keep-alive pool per engine); a ``RockletClient`` is
+just the sandbox's base URL and id on top of it, so making one is free.
+
+Rocklet errors (HTTP 511 ``rockletexception``) become the most specific rock error, once, here:
+an unknown session is :class:`~rock_core.errors.SessionNotFound`, a failed ``check="raise"``
+command :class:`~rock_core.errors.NonZeroExitCode`, and so on; a rocklet that does not answer is
+:class:`~rock_core.errors.RockletUnreachable`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+
+from rock_core.actions import (
+    BashAction,
+    BashObservation,
+    CloseBashSessionRequest,
+    CloseBashSessionResponse,
+    Command,
+    CommandResponse,
+    CreateBashSessionRequest,
+    CreateBashSessionResponse,
+    InterruptSessionResponse,
+    ListDirResponse,
+    ProcessInfo,
+    ReadFileRequest,
+    ReadFileResponse,
+    UploadResponse,
+    WriteFileRequest,
+    WriteFileResponse,
+)
+from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.errors import (
+    CommandRockError,
+    CommandTimeout,
+    InternalServerRockError,
+    InvalidParameter,
+    NonZeroExitCode,
+    RockError,
+    RockletUnreachable,
+    SessionAlreadyExists,
+    SessionNotFound,
+)
+
+__all__ = ["RockletClient", "new_http_client"]
+
+T = TypeVar("T")
+
+# Headroom over a command's own timeout before the HTTP call itself gives up: the rocklet
+# answers a timed-out command with an error, and that answer should win.
+_TIMEOUT_MARGIN = 30.0
+
+
+def new_http_client(max_connections: int = 1000) -> httpx.AsyncClient:
+    """The pooled client an engine shares across all its sandboxes' rocklets.
+
+    Rocklets listen on 127.0.0.1 only, so proxies from the environment never apply.
+    """
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(30.0, connect=5.0),
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        trust_env=False,
+    )
+
+
+def _rock_error(name: str, message: str, extra: Mapping[str, Any], sandbox_id: str | None, attempted: str) -> RockError:
+    kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
+    if name == "SessionDoesNotExistError":
+        return SessionNotFound(message, **kw)
+    if name == "SessionExistsError":
+        return SessionAlreadyExists(message, **kw)
+    if name == "NonZeroExitCodeError":
+        return NonZeroExitCode(message, exit_code=extra.get("exit_code"), output=extra.get("output", ""), **kw)
+    if name == "CommandTimeoutError":
+        return CommandTimeout(message, **kw)
+    if name in ("BashIncorrectSyntaxError", "NoExitCodeError", "SessionExitedError", "SessionNotInitializedError"):
+        return CommandRockError(message, **kw)
+    if name in ("FileDecodeError", "FileNotFoundError", "IsADirectoryError", "NotADirectoryError", "PermissionError"):
+        return InvalidParameter(message, **kw)
+    if name == "ProcessDoesNotExistError":
+        return InvalidParameter(message, **kw)
+    return InternalServerRockError(f"rocklet error ({name}): {message}", **kw)
+
+
+class RockletClient:
+    """Calls to the rocklet of one sandbox.
+
+    :param http: the engine's shared client (:func:`new_http_client`).
+    :param host: where the rocklet's port is published (``127.0.0.1``).
+    :param port: the host port mapped to the rocklet's 22555.
+    :param sandbox_id: the sandbox, for error messages and ROCK's ``sandbox_id`` body field.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, host: str, port: int, sandbox_id: str | None = None) -> None:
+        self.http = http
+        self.base_url = f"http://{host}:{port}"
+        self.sandbox_id = sandbox_id
+
+    def __repr__(self) -> str:
+        return f"RockletClient({self.base_url!r}, sandbox_id={self.sandbox_id!r})"
+
+    # -- transport -------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        attempted: str,
+        *,
+        json_body: Any = None,
+        timeout: float | None | str = "default",
+        **kw: Any,
+    ) -> httpx.Response:
+        if timeout != "default":
+            kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)  # type: ignore[arg-type]
+        try:
+            response = await self.http.request(method, self.base_url + path, json=json_body, **kw)
+        except httpx.TimeoutException as exc:
+            raise CommandTimeout(
+                f"the rocklet of sandbox {self.sandbox_id} did not answer {attempted} in time",
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
+            ) from exc
+        except httpx.TransportError as exc:
+            raise RockletUnreachable(
+                f"the rocklet of sandbox {self.sandbox_id} at {self.base_url} is unreachable: {exc!r}",
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
+            ) from exc
+        self._raise_for_status(response, attempted)
+        return response
+
+    def _raise_for_status(self, response: httpx.Response, attempted: str) -> None:
+        if response.status_code < 400:
+            return
+        try:
+            body = response.json()
+        except ValueError:
+            body = {"detail": response.text}
+        if response.status_code == 511 and isinstance(body, dict) and "rockletexception" in body:
+            info = body["rockletexception"] or {}
+            name = str(info.get("class_path", "")).rsplit(".", 1)[-1]
+            raise _rock_error(name, str(info.get("message", "")), info.get("extra_info") or {}, self.sandbox_id, attempted)
+        detail = body.get("detail") if isinstance(body, dict) else body
+        if 400 <= response.status_code < 500:
+            raise InvalidParameter(f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted)
+        raise InternalServerRockError(
+            f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with HTTP {response.status_code}: {detail}",
+            sandbox_id=self.sandbox_id,
+            attempted=attempted,
+        )
+
+    async def _call(self, path: str, body: Any, cls: type[T], attempted: str, timeout: float | None | str = "default") -> T:
+        payload = unstructure_wire(body) if not isinstance(body, dict) else body
+        response = await self._request("POST", path, attempted, json_body=payload, timeout=timeout)
+        return structure_wire(response.json(), cls, forbid_extra_keys=False)
+
+    @staticmethod
+    def _deadline_timeout(timeout: float | None) -> float | None:
+        return None if timeout is None else float(timeout) + _TIMEOUT_MARGIN
+
+    # -- liveness --------------------------------------------------------------------------
+
+    async def is_alive(self, timeout: float = 2.0) -> bool:
+        """Whether the rocklet answers ``/is_alive`` within ``timeout`` seconds."""
+        try:
+            response = await self.http.get(self.base_url + "/is_alive", timeout=timeout)
+            return response.status_code == 200 and bool(response.json().get("is_alive"))
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    async def wait_until_alive(self, timeout: float, *, first_delay: float = 0.002, max_delay: float = 0.05) -> float:
+        """Poll ``/is_alive`` with a tight, growing backoff until it answers; return the seconds waited.
+
+        :raises TimeoutError: it did not answer within ``timeout`` seconds.
+        """
+        start = time.monotonic()
+        delay = first_delay
+        while True:
+            remaining = timeout - (time.monotonic() - start)
+            if remaining <= 0:
+                raise TimeoutError(f"rocklet at {self.base_url} did not answer within {timeout:g}s")
+            if await self.is_alive(timeout=min(max(remaining, 0.05), 2.0)):
+                return time.monotonic() - start
+            await anyio.sleep(min(delay, max(remaining, 0)))
+            delay = min(delay * 1.5, max_delay)
+
+    # -- ROCK's endpoints ------------------------------------------------------------------
+
+    async def create_session(self, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+        """Open a persistent bash session (``/create_session``)."""
+        return await self._call("/create_session", request, CreateBashSessionResponse, "create_session")
+
+    async def run_in_session(self, action: BashAction) -> BashObservation:
+        """Run a command in a session (``/run_in_session``); waits as long as ``action.timeout``."""
+        return await self._call(
+            "/run_in_session", action, BashObservation, "run_in_session", self._deadline_timeout(action.timeout)
+        )
+
+    async def close_session(self, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
+        """Close a session (``/close_session``)."""
+        return await self._call("/close_session", request, CloseBashSessionResponse, "close_session")
+
+    async def interrupt_session(self, session: str) -> InterruptSessionResponse:
+        """Ctrl-C whatever runs in ``session``; the session stays usable (rock addition)."""
+        return await self._call("/interrupt_session", {"session": session}, InterruptSessionResponse, "interrupt_session")
+
+    async def execute(self, command: Command) -> CommandResponse:
+        """Run a one-shot command (``/execute``) and return its output, exit code and usage."""
+        return await self._call("/execute", command, CommandResponse, "execute", self._deadline_timeout(command.timeout))
+
+    async def execute_stream(self, command: Command) -> AsyncIterator[dict[str, Any]]:
+        """Run a one-shot command and yield its events as it runs (rock addition).
+
+        Events: ``{"type": "start", "pid"}``, ``{"type": "output", "stream", "data"}`` ...,
+        ``{"type": "exit", "exit_code", "wall_time", "cpu_time", "max_rss_bytes", ...}``.
+        """
+        body = unstructure_wire(command)
+        timeout = httpx.Timeout(self._deadline_timeout(command.timeout), connect=5.0)
+        try:
+            async with self.http.stream("POST", self.base_url + "/execute_stream", json=body, timeout=timeout) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    self._raise_for_status(response, "execute_stream")
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        yield json.loads(line)
+        except httpx.TransportError as exc:
+            raise RockletUnreachable(
+                f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}",
+                sandbox_id=self.sandbox_id,
+                attempted="execute_stream",
+            ) from exc
+
+    async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
+        """Read a text file (``/read_file``)."""
+        return await self._call("/read_file", request, ReadFileResponse, "read_file")
+
+    async def write_file(self, request: WriteFileRequest) -> WriteFileResponse:
+        """Write a text file, creating parent directories (``/write_file``)."""
+        return await self._call("/write_file", request, WriteFileResponse, "write_file")
+
+    async def upload(self, target_path: str, data: bytes | os.PathLike[str] | str, *, unzip: bool = False) -> UploadResponse:
+        """Upload bytes, or the local file at a path, to ``target_path`` (``/upload``)."""
+        if isinstance(data, (bytes, bytearray)):
+            content: Any = bytes(data)
+            name = os.path.basename(target_path) or "upload"
+            response = await self._request(
+                "POST", "/upload", "upload",
+                files={"file": (name, content)},
+                data={"target_path": target_path, "unzip": "true" if unzip else "false"},
+                timeout=None,
+            )
+        else:
+            path = os.fspath(data)
+            try:
+                handle = open(path, "rb")  # noqa: SIM115 - closed below, after the upload streams it
+            except OSError as exc:
+                raise InvalidParameter(
+                    f"source_path: cannot read local file {path!r}: {exc.strerror}",
+                    field="source_path", value=path, sandbox_id=self.sandbox_id, attempted="upload",
+                ) from exc
+            with handle:
+                response = await self._request(
+                    "POST", "/upload", "upload",
+                    files={"file": (os.path.basename(path), handle)},
+                    data={"target_path": target_path, "unzip": "true" if unzip else "false"},
+                    timeout=None,
+                )
+        return structure_wire(response.json(), UploadResponse, forbid_extra_keys=False)
+
+    async def download(self, path: str) -> AsyncIterator[bytes]:
+        """Yield the raw bytes of the file at ``path`` in the sandbox (rock addition)."""
+        try:
+            async with self.http.stream("POST", self.base_url + "/download", json={"path": path}, timeout=None) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    self._raise_for_status(response, "download")
+                async for chunk in response.aiter_bytes():
+                    yield chunk
+        except httpx.TransportError as exc:
+            raise RockletUnreachable(
+                f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}",
+                sandbox_id=self.sandbox_id,
+                attempted="download",
+            ) from exc
+
+    async def list_dir(self, path: str) -> ListDirResponse:
+        """List a directory in the sandbox (rock addition)."""
+        return await self._call("/list_dir", {"path": path}, ListDirResponse, "list_dir")
+
+    async def get_statistics(self) -> dict[str, Any]:
+        """CPU, memory, disk and network figures of the sandbox (``/get_statistics``)."""
+        response = await self._request("GET", "/get_statistics", "get_statistics")
+        return dict(response.json())
+
+    async def close(self) -> None:
+        """Close every session of the sandbox (``/close``)."""
+        await self._request("POST", "/close", "close", json_body={})
+
+    # -- background processes (rock addition) ----------------------------------------------
+
+    async def start_process(
+        self,
+        command: str | list[str],
+        *,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ProcessInfo:
+        """Start a background command; its exit code, usage and output stay readable later."""
+        body: dict[str, Any] = {"command": command}
+        if cwd is not None:
+            body["cwd"] = cwd
+        if env is not None:
+            body["env"] = dict(env)
+        if timeout is not None:
+            body["timeout"] = timeout
+        response = await self._request("POST", "/processes", "start_process", json_body=body)
+        data = response.json()
+        return structure_wire({"command": command, "running": True, **data}, ProcessInfo, forbid_extra_keys=False)
+
+    async def process_status(self, process_id: str, *, wait: float = 0.0, tail: int = 4096) -> ProcessInfo:
+        """The state of a background process, waiting up to ``wait`` seconds for it to end."""
+        http_timeout = wait + _TIMEOUT_MARGIN if wait and math.isfinite(wait) else "default"
+        response = await self._request(
+            "GET", f"/processes/{process_id}", "process_status",
+            params={"wait": wait, "tail": tail}, timeout=http_timeout,
+        )
+        return structure_wire(response.json(), ProcessInfo, forbid_extra_keys=False)
+
+    async def process_output(self, process_id: str, *, offset: int = 0, limit: int | None = None) -> bytes:
+        """Raw output bytes of a background process from ``offset`` (negative: from the end)."""
+        params: dict[str, Any] = {"offset": offset}
+        if limit is not None:
+            params["limit"] = limit
+        response = await self._request("GET", f"/processes/{process_id}/output", "process_output", params=params)
+        return response.content
+
+    async def kill_process(self, process_id: str, *, signal: int | str = 15, wait: float = 5.0) -> ProcessInfo:
+        """Signal a background process (and its group); wait up to ``wait`` s for it to end."""
+        response = await self._request(
+            "POST", f"/processes/{process_id}/kill", "kill_process",
+            json_body={"signal": signal, "wait": wait}, timeout=wait + _TIMEOUT_MARGIN,
+        )
+        return structure_wire(response.json(), ProcessInfo, forbid_extra_keys=False)

@@ -1,0 +1,155 @@
+"""Where the engine keeps its sandbox records: SQLite, in memory or in a file (WAL).
+
+Every change to a record is written through at once, so a process killed with SIGKILL loses
+nothing it had acknowledged. Rows are never deleted by the lifecycle: a deleted sandbox keeps its
+row (state ``deleted``) for its history, as ROCK does; :meth:`SandboxStore.purge_deleted` drops
+old ones.
+
+Queries used on the hot path (by id, by state) are indexed columns; the full record is a JSON
+blob written by rock-core's ``store`` converter, which skips unknown keys so an older rock reads
+a newer rock's file.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from rock_core.converters import structure_store, unstructure_store
+from rock_core.models import SandboxRecord
+from rock_core.states import State
+
+__all__ = ["SandboxStore", "FILTER_FIELDS"]
+
+#: Fields a listing can filter on (exact match), as ROCK's ``GET /sandboxes``.
+FILTER_FIELDS = ("user_id", "experiment_id", "namespace", "cluster", "image", "state", "owner")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS sandbox (
+    sandbox_id    TEXT PRIMARY KEY,
+    state         TEXT NOT NULL,
+    owner         TEXT,
+    user_id       TEXT,
+    experiment_id TEXT,
+    namespace     TEXT,
+    cluster       TEXT,
+    image         TEXT NOT NULL,
+    create_time   TEXT NOT NULL,
+    record        TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sandbox_state ON sandbox (state);
+CREATE INDEX IF NOT EXISTS sandbox_owner_state ON sandbox (owner, state);
+"""
+
+
+class SandboxStore:
+    """Sandbox records in SQLite.
+
+    :param path: a database file (created with its folder; WAL journal), or ``None`` for a
+        private in-memory database (embedded mode, where nothing must outlive the process).
+
+    Calls are short and synchronous; a lock makes the store safe to share between threads.
+    """
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = None if path is None else Path(path)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(":memory:" if self.path is None else str(self.path), check_same_thread=False)
+        if self.path is not None:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode survives a process crash (not a power cut) without an fsync per commit.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        """Close the database. Idempotent."""
+        with self._lock:
+            self._db.close()
+
+    def put(self, record: SandboxRecord) -> None:
+        """Insert or replace ``record``."""
+        spec = record.spec
+        row = (
+            record.sandbox_id,
+            record.state.value,
+            record.owner,
+            spec.user_id,
+            spec.experiment_id,
+            spec.namespace,
+            spec.cluster,
+            spec.image,
+            record.create_time.isoformat(),
+            json.dumps(unstructure_store(record), separators=(",", ":")),
+        )
+        with self._lock, self._db:
+            self._db.execute("INSERT OR REPLACE INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+
+    def get(self, sandbox_id: str) -> SandboxRecord | None:
+        """The record of ``sandbox_id``, or ``None``."""
+        with self._lock:
+            row = self._db.execute("SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)).fetchone()
+        return None if row is None else structure_store(json.loads(row[0]), SandboxRecord)
+
+    def list(
+        self,
+        *,
+        states: Iterable[State] | None = None,
+        filters: Mapping[str, str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[SandboxRecord]:
+        """Records in creation order, restricted to ``states`` and exact-match ``filters``.
+
+        :raises ValueError: a filter names a field not in :data:`FILTER_FIELDS`.
+        """
+        where, args = self._where(states, filters)
+        sql = f"SELECT record FROM sandbox{where} ORDER BY create_time, sandbox_id"
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            args += [limit, offset]
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [structure_store(json.loads(r[0]), SandboxRecord) for r in rows]
+
+    def count(self, *, states: Iterable[State] | None = None, filters: Mapping[str, str] | None = None) -> int:
+        """How many records :meth:`list` would return without a limit."""
+        where, args = self._where(states, filters)
+        with self._lock:
+            return int(self._db.execute(f"SELECT COUNT(*) FROM sandbox{where}", args).fetchone()[0])
+
+    def count_by_state(self) -> dict[State, int]:
+        """Number of records in each state (states with none are left out)."""
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM sandbox GROUP BY state").fetchall()
+        return {State(s): n for s, n in rows}
+
+    def purge_deleted(self, before: datetime) -> int:
+        """Drop rows of sandboxes deleted before ``before``; return how many."""
+        dropped = 0
+        for record in self.list(states=[State.DELETED]):
+            if record.delete_time is not None and record.delete_time < before:
+                with self._lock, self._db:
+                    self._db.execute("DELETE FROM sandbox WHERE sandbox_id = ?", (record.sandbox_id,))
+                dropped += 1
+        return dropped
+
+    @staticmethod
+    def _where(states: Iterable[State] | None, filters: Mapping[str, str] | None) -> tuple[str, list[object]]:
+        clauses: list[str] = []
+        args: list[object] = []
+        if states is not None:
+            values: Sequence[str] = [State(s).value for s in states]
+            clauses.append(f"state IN ({','.join('?' * len(values)) or 'NULL'})")
+            args.extend(values)
+        for field, value in (filters or {}).items():
+            if field not in FILTER_FIELDS:
+                raise ValueError(f"cannot filter sandboxes on {field!r}; filters: {', '.join(FILTER_FIELDS)}")
+            clauses.append(f"{field} = ?")
+            args.append(value)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
