@@ -1,0 +1,139 @@
+"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555] [--state-dir DIR]``.
+
+Also ``python3 -m rock_core.rocklet`` from a source tree. ``--version`` prints the version.
+Arguments are parsed by hand: :mod:`argparse` would cost milliseconds of start-up.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
+    from typing import List, Optional
+
+from . import __version__
+
+USAGE = """usage: rocklet [--host HOST] [--port PORT] [--state-dir DIR] [--version]
+
+rock's in-sandbox agent: ROCK's rocklet HTTP API on HOST:PORT (default 0.0.0.0:22555).
+  --state-dir DIR  session scratch files and background process output
+                   (default: a new directory under $TMPDIR or /tmp, removed on exit)
+"""
+
+
+def _parse(argv: List[str]) -> dict:
+    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None}  # type: dict
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key, eq, value = arg.partition("=")
+        if key in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            raise SystemExit(0)
+        if key in ("-v", "--version"):
+            sys.stdout.write(__version__ + "\n")
+            raise SystemExit(0)
+        if key not in ("--host", "--port", "--state-dir"):
+            sys.stderr.write("rocklet: unknown argument %r\n%s" % (arg, USAGE))
+            raise SystemExit(2)
+        if not eq:
+            i += 1
+            if i >= len(argv):
+                sys.stderr.write("rocklet: %s needs a value\n" % key)
+                raise SystemExit(2)
+            value = argv[i]
+        if key == "--port":
+            try:
+                opts["port"] = int(value)
+            except ValueError:
+                sys.stderr.write("rocklet: --port must be a number, got %r\n" % value)
+                raise SystemExit(2) from None
+        else:
+            opts[key[2:].replace("-", "_")] = value
+        i += 1
+    return opts
+
+
+def _serve_as_init() -> None:
+    """When started as PID 1 (a container's entry point), stay PID 1 as a tiny init.
+
+    Orphans in a container are re-parented to PID 1; without someone reaping them every
+    finished background job stays a zombie. So PID 1 forks the rocklet proper, forwards
+    termination signals to it, reaps every child, and exits with the rocklet's status. Returns
+    only in the child. Runs before any thread exists, so the fork is safe.
+    """
+    if os.getpid() != 1:
+        return
+    child = os.fork()
+    if child == 0:
+        return
+
+    def forward(signum: int, frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except OSError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, forward)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            os._exit(0)
+        if pid == child:
+            if os.WIFEXITED(status):
+                os._exit(os.WEXITSTATUS(status))
+            os._exit(128 + (os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Run the rocklet until SIGTERM/SIGINT; the exit status."""
+    opts = _parse(sys.argv[1:] if argv is None else argv)
+    _serve_as_init()
+    from .api import Rocklet, build_router
+    from .server import RockletServer
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    # Installed first: a SIGTERM during start-up must still clean up what was created.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    own_state = opts["state_dir"] is None
+    if own_state:
+        base = os.environ.get("TMPDIR") or "/tmp"
+        state_dir = os.path.join(base, "rocklet-%d-%s" % (os.getpid(), os.urandom(3).hex()))
+    else:
+        state_dir = opts["state_dir"]
+    rocklet = Rocklet(state_dir)
+    server = None
+    try:
+        os.makedirs(state_dir, mode=0o711, exist_ok=True)
+        try:
+            server = RockletServer(build_router(rocklet), opts["host"], opts["port"])
+        except OSError as exc:
+            sys.stderr.write("rocklet: cannot listen on %s:%s: %s\n" % (opts["host"], opts["port"], exc))
+            return 1
+        host, port = server.address
+        sys.stderr.write("rocklet %s listening on http://%s:%d (state in %s)\n" % (__version__, host, port, state_dir))
+        sys.stderr.flush()
+        threading.Thread(target=rocklet.warm_up, daemon=True).start()
+        server.serve_forever()
+    except SystemExit:
+        pass
+    finally:
+        if server is not None:
+            server.shutdown()
+        rocklet.shutdown()
+        if own_state:
+            rocklet.remove_state()
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,485 @@
+"""A small HTTP/1.1 server for the rocklet: keep-alive, JSON in and out, streaming, ROCK's errors.
+
+Why not :mod:`http.server`: it imports the e-mail package (slow to start), parses headers with it
+on every request, and answers with unbuffered small writes; the rocklet must be listening within
+tens of milliseconds and answer a session ``echo`` in about a millisecond. This module keeps to
+what the rocklet needs:
+
+* a thread per connection, persistent connections (HTTP/1.1 keep-alive), ``TCP_NODELAY``;
+* request bodies by ``Content-Length`` or chunked, ``Expect: 100-continue``;
+* responses as one JSON document, as raw bytes of known length, or streamed with chunked
+  transfer encoding;
+* a route table (:class:`Router`) of exact paths and ``{name}`` templates;
+* ROCK's error contract: any uncaught exception is HTTP 511
+  ``{"rockletexception": {message, class_path, traceback, extra_info}}``; a malformed request is
+  HTTP 400 ``{"detail": ...}``; unknown paths 404 and wrong methods 405, as FastAPI answers them.
+
+No request is cut off by a server-wide timeout: a request lasts as long as its handler.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
+    from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+
+    Handler = Callable[["Request"], Any]
+
+from .errors import BadRequest, class_path_of
+
+__all__ = ["Request", "Response", "Router", "RockletServer", "json_response"]
+
+_MAX_LINE = 65536
+_MAX_HEADERS = 200
+_REASONS = {
+    100: "Continue",
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    411: "Length Required",
+    413: "Payload Too Large",
+    500: "Internal Server Error",
+    505: "HTTP Version Not Supported",
+    511: "Network Authentication Required",
+}
+# Bodies up to this size go out in the same write as the headers (one packet for small answers).
+_COALESCE = 1 << 16
+
+
+def _unquote(text: str, plus: bool = True) -> str:
+    """Percent-decode ``text`` (UTF-8), turning ``+`` into a space when ``plus``."""
+    if plus:
+        text = text.replace("+", " ")
+    if "%" not in text:
+        return text
+    out = bytearray()
+    parts = text.split("%")
+    out += parts[0].encode("utf-8")
+    for part in parts[1:]:
+        try:
+            out.append(int(part[:2], 16))
+            out += part[2:].encode("utf-8")
+        except ValueError:
+            out += ("%" + part).encode("utf-8")
+    return out.decode("utf-8", "replace")
+
+
+def _parse_query(query: str) -> Dict[str, str]:
+    """``a=1&b=x`` → ``{"a": "1", "b": "x"}`` (the last value of a repeated key wins)."""
+    result = {}  # type: Dict[str, str]
+    for pair in query.split("&"):
+        if not pair:
+            continue
+        key, _, value = pair.partition("=")
+        result[_unquote(key)] = _unquote(value)
+    return result
+
+
+class BodyReader:
+    """Reads one request body from the connection, by length or chunked, never past its end."""
+
+    def __init__(self, rfile: Any, length: Optional[int], chunked: bool) -> None:
+        self._rfile = rfile
+        self._remaining = length if length is not None else 0
+        self._chunked = chunked
+        self._chunk_left = 0
+        self.done = not chunked and not self._remaining
+
+    def read(self, size: int = 65536) -> bytes:
+        """Up to ``size`` bytes of the body; ``b""`` at its end."""
+        if self.done:
+            return b""
+        if not self._chunked:
+            data = self._rfile.read(min(size, self._remaining))
+            if not data:
+                raise BadRequest("request body ended early")
+            self._remaining -= len(data)
+            self.done = self._remaining == 0
+            return data
+        if self._chunk_left == 0:
+            line = self._rfile.readline(_MAX_LINE)
+            try:
+                self._chunk_left = int(line.split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise BadRequest("malformed chunked request body") from None
+            if self._chunk_left == 0:
+                # Trailer section: skip header lines up to the blank one.
+                while True:
+                    line = self._rfile.readline(_MAX_LINE)
+                    if line in (b"\r\n", b"\n", b""):
+                        break
+                self.done = True
+                return b""
+        data = self._rfile.read(min(size, self._chunk_left))
+        if not data:
+            raise BadRequest("request body ended early")
+        self._chunk_left -= len(data)
+        if self._chunk_left == 0:
+            self._rfile.readline(_MAX_LINE)  # the CRLF after each chunk
+        return data
+
+    def read_all(self) -> bytes:
+        """The rest of the body."""
+        parts = []
+        while not self.done:
+            data = self.read(1 << 20)
+            if data:
+                parts.append(data)
+        return b"".join(parts)
+
+    def drain(self) -> None:
+        """Read and drop whatever the handler left, so the connection can serve the next request."""
+        while not self.done:
+            self.read(1 << 20)
+
+
+class Request:
+    """One parsed request: ``method``, ``path``, ``query``, lower-cased ``headers``, the body.
+
+    ``body`` holds the whole body for ordinary routes; routes registered with ``raw_body=True``
+    read it themselves from ``reader`` (uploads stream to disk this way).
+    """
+
+    __slots__ = ("method", "path", "query", "headers", "body", "reader", "params")
+
+    def __init__(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], reader: BodyReader) -> None:
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.reader = reader
+        self.body = b""
+        self.params = {}  # type: Dict[str, str]
+
+    def json(self) -> Dict[str, Any]:
+        """The body as a JSON object (an empty body is ``{}``); anything else is a 400."""
+        if not self.body.strip():
+            return {}
+        try:
+            data = json.loads(self.body)
+        except ValueError as exc:
+            raise BadRequest("request body is not valid JSON: %s" % exc) from None
+        if not isinstance(data, dict):
+            raise BadRequest("request body must be a JSON object, got %s" % type(data).__name__)
+        return data
+
+
+class Response:
+    """What a handler answers.
+
+    :param body: the whole body, or ``None`` when ``stream`` yields it.
+    :param stream: an iterator of byte chunks; sent with ``Content-Length: length`` when
+        ``length`` is known, else with chunked transfer encoding (flushed chunk by chunk).
+    """
+
+    __slots__ = ("status", "body", "content_type", "headers", "stream", "length")
+
+    def __init__(
+        self,
+        body: Optional[bytes] = b"",
+        *,
+        status: int = 200,
+        content_type: str = "application/json",
+        headers: Optional[Dict[str, str]] = None,
+        stream: Optional[Iterable[bytes]] = None,
+        length: Optional[int] = None,
+    ) -> None:
+        self.status = status
+        self.body = body
+        self.content_type = content_type
+        self.headers = headers or {}
+        self.stream = stream
+        self.length = length
+
+
+def _dumps(obj: Any) -> bytes:
+    try:
+        return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate from a client's JSON: escape everything instead of failing.
+        return json.dumps(obj, separators=(",", ":")).encode("ascii")
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    """A JSON response of ``obj``."""
+    return Response(_dumps(obj), status=status)
+
+
+def error_response(exc: BaseException, tb: str) -> Response:
+    """ROCK's 511 answer for an uncaught exception."""
+    message = getattr(exc, "message", None)
+    if not isinstance(message, str):
+        message = str(exc)
+    payload = {
+        "rockletexception": {
+            "message": message,
+            "class_path": class_path_of(exc),
+            "traceback": tb,
+            "extra_info": getattr(exc, "extra_info", None) or {},
+        }
+    }
+    return json_response(payload, status=511)
+
+
+class Route:
+    """One entry of the route table."""
+
+    __slots__ = ("method", "pattern", "handler", "raw_body", "parts")
+
+    def __init__(self, method: str, pattern: str, handler: Handler, raw_body: bool) -> None:
+        self.method = method
+        self.pattern = pattern
+        self.handler = handler
+        self.raw_body = raw_body
+        self.parts = pattern.strip("/").split("/")
+
+    def match(self, segments: List[str]) -> Optional[Dict[str, str]]:
+        """The ``{name}`` parameters if ``segments`` fit this template, else ``None``."""
+        if len(segments) != len(self.parts):
+            return None
+        params = {}
+        for part, seg in zip(self.parts, segments):
+            if part.startswith("{") and part.endswith("}"):
+                if not seg:
+                    return None
+                params[part[1:-1]] = seg
+            elif part != seg:
+                return None
+        return params
+
+
+class Router:
+    """The route table: exact paths in a dict, ``{name}`` templates tried in order."""
+
+    def __init__(self) -> None:
+        self._exact = {}  # type: Dict[Tuple[str, str], Route]
+        self._paths = set()  # type: set
+        self._templates = []  # type: List[Route]
+
+    def add(self, method: str, pattern: str, handler: Handler, *, raw_body: bool = False) -> None:
+        """Serve ``method pattern`` with ``handler(request)``.
+
+        ``handler`` returns a :class:`Response`, or any JSON-able value sent as HTTP 200.
+        """
+        route = Route(method.upper(), pattern, handler, raw_body)
+        if "{" in pattern:
+            self._templates.append(route)
+        else:
+            self._exact[(route.method, pattern)] = route
+            self._paths.add(pattern)
+
+    def routes(self) -> List[Tuple[str, str]]:
+        """Every ``(method, pattern)`` served, for documentation and tests."""
+        return sorted([(r.method, r.pattern) for r in self._exact.values()] + [(r.method, r.pattern) for r in self._templates])
+
+    def resolve(self, method: str, path: str) -> Tuple[Route, Dict[str, str]]:
+        """The route for ``method path`` and its parameters; 404/405 as :class:`BadRequest`."""
+        route = self._exact.get((method, path))
+        if route is not None:
+            return route, {}
+        path_known = path in self._paths
+        segments = path.strip("/").split("/")
+        for route in self._templates:
+            params = route.match(segments)
+            if params is not None:
+                if route.method == method:
+                    return route, params
+                path_known = True
+        if path_known:
+            raise BadRequest("Method Not Allowed", status=405)
+        raise BadRequest("Not Found", status=404)
+
+
+class RockletServer:
+    """Accepts connections on ``host:port`` and serves each in its own thread through ``router``."""
+
+    def __init__(self, router: Router, host: str = "0.0.0.0", port: int = 22555) -> None:
+        self.router = router
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        self._sock = sock
+        self._closing = False
+
+    @property
+    def address(self) -> Tuple[str, int]:
+        """The bound ``(host, port)`` (the real port when 0 was asked for)."""
+        addr = self._sock.getsockname()
+        return addr[0], addr[1]
+
+    def serve_forever(self) -> None:
+        """Accept until :meth:`shutdown`; each connection runs in a daemon thread."""
+        while not self._closing:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                if self._closing:
+                    return
+                continue
+            thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
+            thread.start()
+
+    def shutdown(self) -> None:
+        """Stop accepting connections (connections in progress finish on their own)."""
+        self._closing = True
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+
+    # -- one connection -------------------------------------------------------------------
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        rfile = conn.makefile("rb", buffering=65536)
+        try:
+            while self._serve_one(conn, rfile):
+                pass
+        except (OSError, ValueError):
+            pass  # the client went away mid-request or mid-response
+        finally:
+            try:
+                rfile.close()
+                conn.close()
+            except OSError:
+                pass
+
+    def _serve_one(self, conn: socket.socket, rfile: Any) -> bool:
+        """Serve one request; ``False`` when the connection must close."""
+        line = rfile.readline(_MAX_LINE + 1)
+        while line in (b"\r\n", b"\n"):
+            line = rfile.readline(_MAX_LINE + 1)
+        if not line:
+            return False
+        try:
+            method, target, version = line.decode("latin-1").rstrip("\r\n").split(" ")
+        except ValueError:
+            self._send(conn, json_response({"detail": "malformed request line"}, 400), False)
+            return False
+        if not version.startswith("HTTP/1."):
+            self._send(conn, json_response({"detail": "HTTP version not supported"}, 505), False)
+            return False
+        headers = {}  # type: Dict[str, str]
+        for _ in range(_MAX_HEADERS + 1):
+            hline = rfile.readline(_MAX_LINE + 1)
+            if hline in (b"\r\n", b"\n", b""):
+                break
+            name, sep, value = hline.decode("latin-1").partition(":")
+            if not sep:
+                self._send(conn, json_response({"detail": "malformed header line"}, 400), False)
+                return False
+            key = name.strip().lower()
+            value = value.strip()
+            headers[key] = headers[key] + ", " + value if key in headers else value
+        else:
+            self._send(conn, json_response({"detail": "too many headers"}, 400), False)
+            return False
+
+        connection = headers.get("connection", "").lower()
+        if version == "HTTP/1.0":
+            keep_alive = "keep-alive" in connection
+        else:
+            keep_alive = "close" not in connection
+
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        length = None  # type: Optional[int]
+        if not chunked and "content-length" in headers:
+            try:
+                length = int(headers["content-length"])
+                if length < 0:
+                    raise ValueError
+            except ValueError:
+                self._send(conn, json_response({"detail": "bad Content-Length"}, 400), False)
+                return False
+        reader = BodyReader(rfile, length, chunked)
+        if headers.get("expect", "").lower() == "100-continue" and not reader.done:
+            conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+        path, _, query = target.partition("?")
+        request = Request(method.upper(), _unquote(path, plus=False), _parse_query(query), headers, reader)
+        response = self._dispatch(request)
+        if not reader.done:
+            try:
+                reader.drain()
+            except BadRequest:
+                keep_alive = False
+        self._send(conn, response, keep_alive)
+        return keep_alive
+
+    def _dispatch(self, request: Request) -> Response:
+        try:
+            route, params = self.router.resolve(request.method, request.path)
+            request.params = params
+            if not route.raw_body:
+                request.body = request.reader.read_all()
+            result = route.handler(request)
+            if isinstance(result, Response):
+                return result
+            return json_response(result)
+        except BadRequest as exc:
+            return json_response({"detail": exc.detail}, exc.status)
+        except Exception as exc:  # noqa: BLE001 - ROCK's contract: every failure becomes a 511
+            import traceback
+
+            return error_response(exc, traceback.format_exc())
+
+    def _send(self, conn: socket.socket, response: Response, keep_alive: bool) -> None:
+        head = ["HTTP/1.1 %d %s" % (response.status, _REASONS.get(response.status, "Unknown"))]
+        head.append("content-type: " + response.content_type)
+        for key, value in response.headers.items():
+            head.append("%s: %s" % (key, value))
+        chunked = False
+        if response.stream is None:
+            body = response.body or b""
+            head.append("content-length: %d" % len(body))
+        elif response.length is not None:
+            head.append("content-length: %d" % response.length)
+        else:
+            head.append("transfer-encoding: chunked")
+            chunked = True
+        if not keep_alive:
+            head.append("connection: close")
+        header_bytes = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+
+        if response.stream is None:
+            if len(body) <= _COALESCE:
+                conn.sendall(header_bytes + body)
+            else:
+                conn.sendall(header_bytes)
+                conn.sendall(body)
+            return
+        conn.sendall(header_bytes)
+        stream = iter(response.stream)  # type: Iterator[bytes]
+        try:
+            for chunk in stream:
+                if not chunk:
+                    continue
+                if chunked:
+                    conn.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                else:
+                    conn.sendall(chunk)
+        except Exception:
+            # Headers are gone: the only honest signal left is to drop the connection.
+            import traceback
+
+            sys.stderr.write("rocklet: a streamed response failed; closing the connection\n")
+            traceback.print_exc()
+            raise OSError("stream aborted") from None
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        if chunked:
+            conn.sendall(b"0\r\n\r\n")

@@ -1,0 +1,786 @@
+"""Persistent bash sessions over a pseudo-terminal, one write and one read per command.
+
+A session is an interactive ``bash --noediting`` (or ``su <user> -c ...`` for ``remote_user``)
+on its own pty, with echo off and ``\\n`` left as ``\\n``. ROCK drives its shell with pexpect,
+sleeps 0.3 s at start, forks ``bash -n`` for every command and sends a second command to learn
+the exit code. Here a command costs one write and one read:
+
+* The command text goes into a per-session file; the line typed into the shell is always the
+  same short *trigger*: read the file into a variable, check its syntax, ``eval`` it, remember
+  ``$?``, restore the prompt. So any text works (heredocs, many lines, megabytes, quotes, text
+  that looks like a prompt) and the tty's 4 KiB line limit never applies.
+* The prompt ``PS1`` carries a random per-session nonce and the exit status:
+  ``__ROCK_PS1_<nonce>_<status>__``. The trigger first prints a begin mark with the command's
+  sequence number; the first prompt after it ends the read and gives the exit code in the same
+  round trip. Prompts before the begin mark (a stray prompt after a late Ctrl-C) are dropped.
+  Both marks are taken out of the output.
+* Syntax is checked inside the shell without running anything: the text is parsed as the body
+  of a throwaway function definition (``bash -n`` would cost a fork and an exec per command).
+  A text that could close that body early (a ``}`` standing as a word) is checked with a real
+  ``bash -n`` instead, so nothing of an invalid command ever runs.
+* ``timeout`` (``None`` = none) and :meth:`BashSession.interrupt` send Ctrl-C, then again, then
+  SIGKILL to the terminal's foreground process group, until the prompt is back; the session
+  stays usable. A shell that cannot be brought back is killed and the session removed.
+* ``expect`` strings end a read early (literal text, or a regular expression as pexpect treats
+  them in ROCK); the program keeps running and the next command's text is typed to it as input.
+
+Output between commands (from background jobs) is not read until the next command, as in ROCK,
+and is returned with it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import re
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import termios
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
+    from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .errors import (
+    BashIncorrectSyntaxError,
+    CommandTimeoutError,
+    NonZeroExitCodeError,
+    SessionDoesNotExistError,
+    SessionExistsError,
+    SessionExitedError,
+    SessionNotInitializedError,
+)
+
+__all__ = ["BashSession", "SessionManager", "DEFAULT_PATH"]
+
+# The PATH of a session created without env_enable (ROCK leaves it to bash's compiled default,
+# which on Debian ends in "."; this is the same list without the current directory).
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+# A "}" that stands as a word could close the function body used for the in-shell syntax check.
+_BRACE_WORD = re.compile(r"(?:^|[\s;&|()])\}(?=$|[\s;&|()<>])")
+_READ_SIZE = 1 << 18
+# Escalation after an interrupt: (seconds after the first Ctrl-C, action).
+_ESCALATION = ((1.0, "intr"), (2.0, "kill"), (5.0, "abandon"))
+
+
+def _quote(text: str) -> str:
+    """Single-quote ``text`` for bash."""
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _text(data: bytes) -> str:
+    """Session output as ROCK returns it: decoded, ANSI escapes removed, stripped."""
+    text = data.decode("utf-8", "backslashreplace")
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return text.strip()
+
+
+def _find_bash() -> str:
+    if os.path.exists("/bin/bash"):
+        return "/bin/bash"
+    found = shutil.which("bash")
+    if not found:
+        raise SessionNotInitializedError("bash is not installed in this sandbox: sessions need /bin/bash")
+    return found
+
+
+class _Expect:
+    """One ``expect`` entry: found as literal text, or else as a regular expression."""
+
+    __slots__ = ("text", "literal", "regex")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.literal = text.encode("utf-8")
+        try:
+            self.regex = re.compile(self.literal)  # type: Optional[Any]
+        except re.error:
+            self.regex = None
+
+    def search(self, buf: bytearray, start: int) -> Optional[Tuple[int, int]]:
+        """The earliest ``(start, end)`` match at or after ``start``."""
+        best = None
+        if self.literal:
+            i = buf.find(self.literal, max(0, start - len(self.literal) + 1))
+            if i != -1:
+                best = (i, i + len(self.literal))
+        if self.regex is not None:
+            m = self.regex.search(buf, max(0, start - 4096))
+            if m is not None and m.end() > m.start() and (best is None or m.start() < best[0]):
+                best = (m.start(), m.end())
+        return best
+
+
+class BashSession:
+    """One persistent shell. Thread-safe: commands on one session run one at a time.
+
+    :param name: the session's name (for messages).
+    :param scratch_dir: a private directory for the command file; removed by :meth:`close`.
+    :param env: the shell's environment.
+    :param remote_user: run the shell as this user (through ``su``) unless ``None``/``root``.
+    """
+
+    def __init__(self, name: str, scratch_dir: str, env: Dict[str, str], remote_user: Optional[str] = None) -> None:
+        self.name = name
+        self._dir = scratch_dir
+        self._env = env
+        self._user = remote_user if remote_user and remote_user != "root" else None
+        nonce = os.urandom(8).hex()
+        self._prompt = ("__ROCK_PS1_%s_" % nonce).encode("ascii")
+        self._syntax_start = ("__ROCK_SYNTAX_%s_" % nonce).encode("ascii")
+        self._syntax_end = ("__ROCK_SYNTAX_END_%s__" % nonce).encode("ascii")
+        self._pid_mark = ("__ROCK_PID_%s_" % nonce).encode("ascii")
+        self._begin_mark = "__ROCK_BEGIN_%s_" % nonce
+        self._seq = 0
+        self._lock = threading.Lock()  # one command at a time
+        self._state = threading.Lock()  # guards _inflight/_interrupt_at against interrupt()
+        self._inflight = False
+        self._interrupt_at = None  # type: Optional[float]
+        self._stage = 0
+        self._foreground = False  # a program matched an expect string and may still read input
+        self._pending = bytearray()  # output read past the last prompt
+        self._fd = -1
+        self._cmd_fd = -1
+        self._proc = None  # type: Optional[subprocess.Popen]
+        self._shell_pid = 0
+        self._closing = False
+        self.dead = False
+        self.last_exit_code = None  # type: Optional[int]
+
+    # -- start --------------------------------------------------------------------------
+
+    def start(self, startup_source: Sequence[str] = (), timeout: float = 30.0) -> str:
+        """Spawn the shell, source ``startup_source``, and wait for the first prompt.
+
+        :returns: what the shell printed while starting (ANSI escapes removed).
+        """
+        bash = _find_bash()
+        os.makedirs(self._dir, mode=0o700, exist_ok=True)
+        if self._user is not None:
+            try:
+                pw = pwd.getpwnam(self._user)
+            except KeyError:
+                raise SessionNotInitializedError("remote_user %r does not exist in this sandbox" % self._user) from None
+            os.chown(self._dir, pw.pw_uid, pw.pw_gid)
+            su = shutil.which("su") or "/bin/su"
+            argv = [su, self._user, "-c", bash + " --noediting"]
+        else:
+            argv = [bash, "--noediting"]
+        cmd_path = os.path.join(self._dir, "command")
+        self._cmd_fd = os.open(cmd_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        err_path = os.path.join(self._dir, "syntax")
+
+        master, slave = os.openpty()
+        try:
+            attrs = termios.tcgetattr(slave)
+            attrs[1] &= ~termios.ONLCR  # keep "\n" as "\n" in output
+            attrs[3] &= ~(termios.ECHO | termios.ECHONL)  # do not echo what we type
+            termios.tcsetattr(slave, termios.TCSANOW, attrs)
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=slave,
+                stdout=slave,
+                stderr=slave,
+                env=self._env,
+                start_new_session=True,
+                preexec_fn=_take_controlling_tty,
+                close_fds=True,
+            )
+        except BaseException:
+            os.close(master)
+            raise
+        finally:
+            os.close(slave)
+        self._fd = master
+        os.set_blocking(master, False)
+
+        lines = [
+            "unset PROMPT_COMMAND",
+            "PS2=''; PS0=''",
+            "set +H +o history; unset HISTFILE",
+            "__rock_x=",
+            "__rock_e=" + _quote(err_path),
+            "__rock_ps1=" + _quote(self._prompt.decode() + "${__rock_x:-$?}__"),
+            "__rock_chk() {",
+            "  local __rock_a=0 __rock_m=",
+            "  if shopt -q expand_aliases; then __rock_a=1; shopt -u expand_aliases; fi",
+            '  if eval "__rock_f() { : ; $__rock_c',
+            "",
+            '}" 2>|"$__rock_e"; then',
+            "    unset -f __rock_f",
+            '    if [ "$__rock_a" = 1 ]; then shopt -s expand_aliases; fi',
+            "    return 0",
+            "  fi",
+            '  if [ "$__rock_a" = 1 ]; then shopt -s expand_aliases; fi',
+            "  IFS= read -r -d '' __rock_m <\"$__rock_e\" || :",
+            "  printf '%%s%%s%%s' %s \"$__rock_m\" %s" % (_quote(self._syntax_start.decode()), _quote(self._syntax_end.decode())),
+            "  return 1",
+            "}",
+        ]
+        # ROCK sources each file as written (no quoting), so "~/.bashrc" and "$VAR" work.
+        lines += ["source " + path for path in startup_source]
+        lines += [
+            "printf '%%s%%d__' %s \"$$\"" % _quote(self._pid_mark.decode()),
+            "__rock_x=; PS1=$__rock_ps1",
+        ]
+        self._write_command(("\n".join(lines) + "\n").encode("utf-8"))
+        init = "__rock_cf=%s; IFS= read -r -d '' __rock_c <\"$__rock_cf\" || :; eval \"$__rock_c\"\n" % _quote(cmd_path)
+
+        deadline = time.monotonic() + timeout
+        try:
+            self._type(init.encode("utf-8"))
+            with self._lock:
+                data, code, _, timed_out = self._collect(deadline, (), None, interrupt_on_timeout=False)
+        except SessionExitedError as exc:
+            self.close()
+            raise SessionNotInitializedError(
+                "the shell of session %r exited while starting: %s" % (self.name, exc.extra_info.get("output", "")),
+                extra_info=exc.extra_info,
+            ) from None
+        if timed_out:
+            self.close()
+            raise SessionNotInitializedError(
+                "session %r did not reach its prompt within %s s (startup_source or .bashrc still running?)" % (self.name, timeout),
+                extra_info={"output": _text(bytes(data))},
+            )
+        i = data.rfind(self._pid_mark)
+        if i != -1:
+            j = data.find(b"__", i + len(self._pid_mark))
+            try:
+                self._shell_pid = int(data[i + len(self._pid_mark) : j])
+            except ValueError:
+                pass
+            del data[i : j + 2]
+        return _text(bytes(data))
+
+    # -- commands -----------------------------------------------------------------------
+
+    def run(
+        self,
+        command: str,
+        *,
+        timeout: Optional[float] = None,
+        check: str = "raise",
+        expect: Sequence[str] = (),
+        error_msg: str = "",
+        interactive: bool = False,
+    ) -> Dict[str, Any]:
+        """Run ``command`` and return ROCK's ``BashObservation`` as a dict.
+
+        :param timeout: seconds, ``None`` for no limit; past it the command is interrupted and
+            :class:`CommandTimeoutError` raised with the session back at its prompt.
+        :param check: ``"raise"`` (non-zero exit → :class:`NonZeroExitCodeError`), ``"silent"``
+            (report the exit code) or ``"ignore"`` (``exit_code`` is ``None``).
+        :param expect: strings that end the read when they appear in the output; the program
+            that printed them keeps running and receives the next command as input.
+        :param interactive: ROCK's ``is_interactive_command``/``is_interactive_quit``: an expect
+            match reports exit code 0.
+        """
+        if "\x00" in command:
+            raise BashIncorrectSyntaxError("the command contains a NUL character, which bash cannot represent")
+        patterns = [_Expect(e) for e in expect if e]
+        with self._lock:
+            self._check_usable()
+            raw = self._foreground
+            begin = None  # type: Optional[bytes]
+            if raw:
+                # A program is reading the terminal: the text is its input.
+                payload = command.encode("utf-8")
+                if not payload.endswith(b"\n"):
+                    payload += b"\n"
+            else:
+                payload, begin = self._prepare(command)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            with self._state:
+                self._inflight = True
+                self._interrupt_at = None
+            try:
+                self._type(payload)
+                data, code, matched, timed_out = self._collect(deadline, patterns, begin)
+            finally:
+                with self._state:
+                    self._inflight = False
+                    self._interrupt_at = None
+            self._foreground = matched is not None
+            if code is not None:
+                self.last_exit_code = code
+        if not raw:
+            self._raise_syntax_error(data, command)
+        output = _text(bytes(data))
+        if raw and output.startswith(command.strip()):
+            output = output[len(command.strip()) :].strip()  # the program echoed our input
+        if timed_out:
+            raise CommandTimeoutError(
+                "timeout after %s seconds while running command %r" % (timeout, command),
+                extra_info={"output": output, "exit_code": code},
+            )
+        if matched is not None:
+            return _observation(output, 0 if interactive else None, matched)
+        if check == "ignore":
+            return _observation(output, None, "")
+        if check == "raise" and code != 0:
+            msg = "Command %r failed with exit code %s. Here is the output:\n%r" % (command, code, output)
+            if error_msg:
+                msg = "%s: %s" % (error_msg, msg)
+            raise NonZeroExitCodeError(msg, extra_info={"output": output, "exit_code": code})
+        return _observation(output, code, "")
+
+    def interrupt(self) -> Dict[str, Any]:
+        """Ctrl-C the running command (escalating to SIGKILL) and wait for the prompt.
+
+        Works both while another request is running a command in this session (that request
+        then returns with the interrupted command's result) and when a program left running by
+        an ``expect`` match is in the foreground. The session stays usable.
+        """
+        with self._state:
+            if self._inflight:
+                self._begin_interrupt()
+                waited = True
+            else:
+                waited = False
+        if waited:
+            with self._lock:  # the running request sees the prompt and releases the session
+                return {"session_type": "bash", "interrupted": True, "output": "", "exit_code": self.last_exit_code}
+        with self._lock:
+            self._check_usable()
+            if not self._foreground:
+                return {"session_type": "bash", "interrupted": False, "output": "", "exit_code": None}
+            with self._state:
+                self._inflight = True
+                self._begin_interrupt()
+            try:
+                data, code, _, _ = self._collect(None, (), None)
+            finally:
+                with self._state:
+                    self._inflight = False
+                    self._interrupt_at = None
+            self._foreground = False
+            self.last_exit_code = code
+        return {"session_type": "bash", "interrupted": True, "output": _text(bytes(data)), "exit_code": code}
+
+    def close(self) -> None:
+        """Hang up the shell (as closing a terminal does) and free the session's resources.
+
+        Jobs started with ``nohup`` (or disowned) survive, as they would in ROCK.
+        """
+        self._closing = True
+        self._hang_up()
+        acquired = self._lock.acquire(timeout=10)
+        try:
+            if self._fd != -1:
+                os.close(self._fd)
+                self._fd = -1
+            if self._cmd_fd != -1:
+                os.close(self._cmd_fd)
+                self._cmd_fd = -1
+        finally:
+            if acquired:
+                self._lock.release()
+        self.dead = True
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _check_usable(self) -> None:
+        if self.dead or self._closing or self._fd == -1:
+            raise SessionDoesNotExistError("session %r does not exist" % self.name)
+
+    def _write_command(self, payload: bytes) -> None:
+        os.ftruncate(self._cmd_fd, 0)
+        view = memoryview(payload)
+        offset = 0
+        while offset < len(payload):
+            offset += os.pwrite(self._cmd_fd, view[offset:], offset)
+
+    def _prepare(self, command: str) -> Tuple[bytes, bytes]:
+        """Store ``command`` for the shell; the trigger line to type and its begin mark."""
+        self._seq += 1
+        check = "if __rock_chk; then eval \"$__rock_c\"; fi"
+        if not command.strip():
+            check = "eval \"$__rock_c\""
+        elif _BRACE_WORD.search(command):
+            self._syntax_check_with_bash_n(command)
+            check = "eval \"$__rock_c\""
+        self._write_command(command.encode("utf-8"))
+        begin = "%s%d__" % (self._begin_mark, self._seq)
+        line = (
+            "__rock_x=; printf %%s %s; IFS= read -r -d '' __rock_c <\"$__rock_cf\" || :; %s; "
+            "__rock_x=$?; PS1=$__rock_ps1; PS2=; PS0=\n" % (begin, check)
+        )
+        return line.encode("ascii"), begin.encode("ascii")
+
+    def _syntax_check_with_bash_n(self, command: str) -> None:
+        proc = subprocess.run(
+            [_find_bash(), "-n"],
+            input=command.encode("utf-8") + b"\n",
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": DEFAULT_PATH},
+        )
+        if proc.returncode != 0:
+            raise _syntax_error(command, proc.returncode, proc.stdout.decode("utf-8", "backslashreplace"), proc.stderr.decode("utf-8", "backslashreplace"))
+
+    def _raise_syntax_error(self, data: bytearray, command: str) -> None:
+        i = data.find(self._syntax_start)
+        if i == -1:
+            return
+        j = data.find(self._syntax_end, i)
+        stderr = bytes(data[i + len(self._syntax_start) : j if j != -1 else len(data)]).decode("utf-8", "backslashreplace")
+        raise _syntax_error(command, 2, "", stderr.replace("__rock_f", "command"))
+
+    def _type(self, payload: bytes) -> None:
+        """Write ``payload`` to the terminal."""
+        view = memoryview(payload)
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except BlockingIOError:
+                poller = select.poll()
+                poller.register(self._fd, select.POLLOUT)
+                poller.poll(1000)
+                continue
+            except OSError:
+                return  # the shell is gone; the read that follows reports it
+            view = view[n:]
+
+    def _begin_interrupt(self) -> None:
+        """Send the first Ctrl-C (caller holds ``_state``)."""
+        if self._interrupt_at is None:
+            self._interrupt_at = time.monotonic()
+            self._stage = 0
+            self._type(b"\x03")
+
+    def _escalate(self, now: float) -> Optional[float]:
+        """Run the interrupt escalation due at ``now``; the time of the next step."""
+        with self._state:
+            start = self._interrupt_at
+            if start is None:
+                return None
+            while self._stage < len(_ESCALATION) and now - start >= _ESCALATION[self._stage][0]:
+                action = _ESCALATION[self._stage][1]
+                self._stage += 1
+                if action == "intr":
+                    self._type(b"\x03")
+                elif action == "kill":
+                    self._kill_foreground()
+                else:
+                    # The shell itself ignores SIGINT and keeps the terminal: give up on it.
+                    self._hang_up(force=True)
+            if self._stage < len(_ESCALATION):
+                return start + _ESCALATION[self._stage][0]
+            return None
+
+    def _kill_foreground(self) -> None:
+        try:
+            pgrp = os.tcgetpgrp(self._fd)
+        except OSError:
+            return
+        shell_pgrp = self._shell_pid or (self._proc.pid if self._proc else 0)
+        if pgrp > 0 and pgrp != shell_pgrp:
+            try:
+                os.killpg(pgrp, signal.SIGKILL)
+            except OSError:
+                pass
+        else:
+            self._type(b"\x03")
+
+    def _collect(
+        self,
+        deadline: Optional[float],
+        patterns: Sequence[_Expect],
+        begin: Optional[bytes],
+        interrupt_on_timeout: bool = True,
+    ) -> Tuple[bytearray, Optional[int], Optional[str], bool]:
+        """Read until this command's prompt (the first after ``begin``) or an expect match.
+
+        :returns: ``(output bytes, exit code or None, matched expect text or None, timed out)``.
+        """
+        buf = self._pending
+        self._pending = bytearray()
+        scan = 0
+        escan = 0
+        bscan = 0
+        timed_out = False
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        while True:
+            if begin is not None:
+                i = buf.find(begin, bscan)
+                if i == -1:
+                    bscan = max(0, len(buf) - len(begin) + 1)
+                else:
+                    # Whatever came before the begin mark is output of earlier jobs; a prompt
+                    # there is a stray one (a Ctrl-C that arrived after its command ended).
+                    head = self._drop_prompts(buf[:i])
+                    del buf[: i + len(begin)]
+                    buf[:0] = head
+                    scan = escan = len(head)
+                    begin = None
+            if begin is not None:
+                prompt = None
+            else:
+                prompt = self._find_prompt(buf, scan)
+            if isinstance(prompt, int):
+                scan = prompt
+                prompt = None
+            best = None  # type: Optional[Tuple[int, int, str]]
+            for pat in patterns if begin is None else ():
+                hit = pat.search(buf, escan)
+                if hit is not None and (best is None or hit[0] < best[0]):
+                    best = (hit[0], hit[1], bytes(buf[hit[0] : hit[1]]).decode("utf-8", "replace"))
+            escan = len(buf)
+            if best is not None and (prompt is None or best[0] < prompt[0]):
+                self._pending = buf[best[1] :]
+                del buf[best[0] :]
+                return buf, None, best[2], timed_out
+            if prompt is not None:
+                start, end, code = prompt
+                self._pending = buf[end:]
+                del buf[start:]
+                return buf, code, None, timed_out
+
+            now = time.monotonic()
+            wait = 0.25
+            if deadline is not None and not timed_out:
+                if now >= deadline:
+                    timed_out = True
+                    if not interrupt_on_timeout:
+                        return buf, None, None, True
+                    with self._state:
+                        self._begin_interrupt()
+                else:
+                    wait = min(wait, deadline - now)
+            if self._interrupt_at is not None:
+                nxt = self._escalate(now)
+                if nxt is not None:
+                    wait = min(wait, max(0.0, nxt - now))
+            if not poller.poll(int(wait * 1000) + 1):
+                continue
+            try:
+                chunk = os.read(self._fd, _READ_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""  # EIO: the terminal's other side is closed
+            if not chunk:
+                self._on_shell_exit(buf)
+            buf += chunk
+
+    def _find_prompt(self, buf: bytearray, scan: int) -> Any:
+        """The first complete prompt in ``buf`` from ``scan`` as ``(start, end, code)``, or
+        where to scan next when there is none yet."""
+        mark = self._prompt
+        i = buf.find(mark, scan)
+        while i != -1:
+            j = i + len(mark)
+            k = j
+            n = len(buf)
+            while k < n and 48 <= buf[k] <= 57:
+                k += 1
+            if k + 2 > n:
+                return i  # incomplete, wait for more
+            if k > j and buf[k : k + 2] == b"__":
+                return (i, k + 2, int(buf[j:k]))
+            i = buf.find(mark, i + 1)
+        return max(scan, len(buf) - len(mark) - 24)
+
+    def _drop_prompts(self, data: bytearray) -> bytearray:
+        """``data`` without its complete prompts."""
+        scan = 0
+        while True:
+            found = self._find_prompt(data, scan)
+            if isinstance(found, int):
+                return data
+            del data[found[0] : found[1]]
+            scan = found[0]
+
+    def _on_shell_exit(self, buf: bytearray) -> None:
+        status = None
+        if self._proc is not None:
+            try:
+                status = self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        self.dead = True
+        output = _text(bytes(buf))
+        if self._closing:
+            raise SessionDoesNotExistError("session %r was closed while running a command" % self.name, extra_info={"output": output})
+        raise SessionExitedError(
+            "the shell of session %r exited (status %s); create a new session" % (self.name, status),
+            extra_info={"output": output, "exit_code": status},
+        )
+
+    def _hang_up(self, force: bool = False) -> None:
+        """End the shell: SIGHUP first (jobs get it as on a real hangup), SIGKILL if it stays."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return
+        targets = [p for p in (self._shell_pid, proc.pid) if p]
+        if not force:
+            for pid in targets:
+                try:
+                    os.kill(pid, signal.SIGHUP)
+                except OSError:
+                    pass
+            try:
+                proc.wait(timeout=1.0)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        for pid in targets:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        try:
+            proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _take_controlling_tty() -> None:
+    """In the child, before exec: make the pty (already on fd 0) the controlling terminal."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def _observation(output: str, exit_code: Optional[int], expect_string: str) -> Dict[str, Any]:
+    return {
+        "session_type": "bash",
+        "output": output,
+        "exit_code": exit_code,
+        "failure_reason": "",
+        "expect_string": expect_string,
+    }
+
+
+def _syntax_error(command: str, code: int, stdout: str, stderr: str) -> BashIncorrectSyntaxError:
+    msg = "Error (exit code %d) while checking bash command \n%r\n---- Stderr ----\n%s\n---- Stdout ----\n%s" % (
+        code,
+        command,
+        stderr,
+        stdout,
+    )
+    return BashIncorrectSyntaxError(msg, extra_info={"bash_stdout": stdout, "bash_stderr": stderr})
+
+
+class SessionManager:
+    """The named sessions of one rocklet."""
+
+    def __init__(self, scratch_root: str) -> None:
+        self._root = scratch_root
+        self._sessions = {}  # type: Dict[str, Optional[BashSession]]
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    def create(
+        self,
+        name: str,
+        *,
+        startup_source: Sequence[str] = (),
+        env_enable: bool = False,
+        env: Optional[Dict[str, str]] = None,
+        remote_user: Optional[str] = None,
+        startup_timeout: float = 30.0,
+    ) -> str:
+        """Start session ``name``; its startup output. A taken name is :class:`SessionExistsError`."""
+        with self._lock:
+            if name in self._sessions:
+                raise SessionExistsError("session %s already exists" % name)
+            self._sessions[name] = None  # reserved while the shell starts
+            self._counter += 1
+            scratch = os.path.join(self._root, "s%d" % self._counter)
+        try:
+            session = BashSession(name, scratch, _session_env(env_enable, env), remote_user)
+            output = session.start(startup_source, startup_timeout)
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(name, None)
+            raise
+        with self._lock:
+            self._sessions[name] = session
+        return output
+
+    def get(self, name: str) -> BashSession:
+        """The session ``name`` or :class:`SessionDoesNotExistError`."""
+        with self._lock:
+            session = self._sessions.get(name)
+        if session is None or session.dead:
+            raise SessionDoesNotExistError("session %r does not exist" % name)
+        return session
+
+    def run(self, name: str, command: str, **kwargs: Any) -> Dict[str, Any]:
+        """Run ``command`` in session ``name`` (see :meth:`BashSession.run`)."""
+        session = self.get(name)
+        try:
+            return session.run(command, **kwargs)
+        finally:
+            if session.dead:
+                self._forget(name, session)
+
+    def interrupt(self, name: str) -> Dict[str, Any]:
+        """Interrupt the command running in session ``name``."""
+        session = self.get(name)
+        try:
+            return session.interrupt()
+        finally:
+            if session.dead:
+                self._forget(name, session)
+
+    def close(self, name: str) -> None:
+        """Close session ``name``; an unknown name is :class:`SessionDoesNotExistError`."""
+        with self._lock:
+            session = self._sessions.get(name)
+            if session is None:
+                raise SessionDoesNotExistError("session %r does not exist" % name)
+            del self._sessions[name]
+        session.close()
+
+    def close_all(self) -> None:
+        """Close every session."""
+        with self._lock:
+            sessions = [s for s in self._sessions.values() if s is not None]
+            self._sessions.clear()
+        threads = [threading.Thread(target=s.close, daemon=True) for s in sessions]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def names(self) -> List[str]:
+        """Names of the live sessions."""
+        with self._lock:
+            return sorted(n for n, s in self._sessions.items() if s is not None and not s.dead)
+
+    def _forget(self, name: str, session: BashSession) -> None:
+        with self._lock:
+            if self._sessions.get(name) is session:
+                del self._sessions[name]
+        session.close()
+
+
+def _session_env(env_enable: bool, env: Optional[Dict[str, str]]) -> Dict[str, str]:
+    """The environment of a new shell: the rocklet's own when ``env_enable``, else a minimal one."""
+    if env_enable:
+        result = dict(os.environ)
+    else:
+        result = {"PATH": DEFAULT_PATH}
+        try:
+            pw = pwd.getpwuid(os.getuid())
+            result.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
+        except KeyError:
+            pass
+    result.update(PS1="", PS2="", PS0="")
+    if env:
+        result.update(env)
+    return result

@@ -1,0 +1,116 @@
+"""The HTTP surface: ROCK's simple endpoints, the error contracts, keep-alive, validation."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import httpx
+
+
+def test_root_and_is_alive_answer_like_rock(rocklet):
+    assert rocklet.client.get("/").json() == {"message": "hello world"}
+    assert rocklet.client.get("/is_alive").json() == {"is_alive": True, "message": ""}
+
+
+def test_statistics_have_rocks_fields(rocklet):
+    stats = rocklet.client.get("/get_statistics").json()
+    for key in ("cpu", "mem", "disk", "net"):
+        assert key in stats
+    assert 0 <= stats["mem"] <= 100
+    assert 0 <= stats["disk"] <= 100
+    assert stats["net"] >= 0
+    assert stats["cpu"] >= 0
+
+
+def test_unknown_path_is_404_and_wrong_method_405(rocklet):
+    response = rocklet.client.get("/no_such_endpoint")
+    assert response.status_code == 404
+    assert response.json() == {"detail": "Not Found"}
+    response = rocklet.client.get("/execute")
+    assert response.status_code == 405
+    response = rocklet.client.delete("/processes/abc")
+    assert response.status_code == 405
+
+
+def test_malformed_json_is_400_with_detail(rocklet):
+    response = rocklet.client.post("/execute", content=b"{not json")
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["detail"]
+    response = rocklet.client.post("/execute", content=b"[1, 2]")
+    assert response.status_code == 400
+    assert "JSON object" in response.json()["detail"]
+
+
+def test_wrong_field_type_is_400_naming_the_field(rocklet):
+    response = rocklet.post("/run_in_session", command=["echo"], session="default")
+    assert response.status_code == 400
+    assert "'command'" in response.json()["detail"]
+    response = rocklet.post("/run_in_session", command="true", check="loud")
+    assert response.status_code == 400
+    assert "'check'" in response.json()["detail"]
+    response = rocklet.post("/create_session", session="x", env={"A": 1})
+    assert response.status_code == 400
+    assert "'env'" in response.json()["detail"]
+    response = rocklet.post("/execute")
+    assert response.status_code == 400
+    assert "'command' is required" in response.json()["detail"]
+
+
+def test_sandbox_id_and_unknown_keys_are_ignored(rocklet):
+    body = rocklet.ok("/execute", command=["echo", "ok"], sandbox_id="sb-1", something_new=True)
+    assert body["stdout"] == "ok\n"
+
+
+def test_errors_follow_rocks_511_contract(rocklet):
+    err = rocklet.error("/run_in_session", session="never-created", command="true")
+    assert set(err) == {"message", "class_path", "traceback", "extra_info"}
+    assert err["class_path"] == "rock.rocklet.exceptions.SessionDoesNotExistError"
+    assert "never-created" in err["message"]
+    assert "Traceback" in err["traceback"]
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(rocklet):
+    with socket.create_connection(("127.0.0.1", rocklet.port)) as sock:
+        stream = sock.makefile("rb")
+        for _ in range(3):
+            sock.sendall(b"GET /is_alive HTTP/1.1\r\nHost: x\r\n\r\n")
+            status = stream.readline()
+            assert status.startswith(b"HTTP/1.1 200")
+            length = 0
+            while True:
+                line = stream.readline()
+                if line == b"\r\n":
+                    break
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            assert json.loads(stream.read(length))["is_alive"] is True
+
+
+def test_chunked_request_body_is_accepted(rocklet):
+    def body():
+        yield b'{"command": ["echo",'
+        yield b' "chunked"]}'
+
+    response = rocklet.client.post("/execute", content=body(), headers={"content-type": "application/json"})
+    assert response.status_code == 200
+    assert response.json()["stdout"] == "chunked\n"
+
+
+def test_concurrent_requests_are_served_in_parallel(rocklet):
+    # A slow command on one connection must not hold up another connection.
+    import threading
+
+    results = {}
+
+    def slow():
+        with httpx.Client(base_url=rocklet.url, timeout=60) as client:
+            results["slow"] = client.post("/execute", json={"command": "sleep 1; echo slow", "shell": True}).json()
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    assert rocklet.client.get("/is_alive").json()["is_alive"] is True
+    results["fast_done_while_slow_running"] = thread.is_alive()
+    thread.join()
+    assert results["slow"]["stdout"] == "slow\n"
+    assert results["fast_done_while_slow_running"] is True
