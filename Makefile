@@ -9,9 +9,10 @@ PYTEST_ARGS ?=
 test: prepare
 	.venv/bin/python -m pytest $(PYTEST_ARGS)
 
-## make rollout: rock's main job on the local Docker engine
+## make rollout: rock's main job, 10 RL episodes in parallel on the local Docker engine
+ROLLOUT_ARGS ?= --count 10 --parallelism 10
 rollout: prepare
-	.venv/bin/rock plugins
+	.venv/bin/rock bench rollout $(ROLLOUT_ARGS) --output runs/rollout-$$(date +%Y%m%d-%H%M%S)
 
 prepare:
 	scripts/prepare.sh

@@ -1,9 +1,12 @@
-"""Runtime for rock sandboxes on a local Docker engine.
+"""rock's runtime on a local Docker engine: one container per sandbox.
 
-Not implemented yet: this distribution reserves its name and import path in the rock workspace.
-It registers no plugin (no ``rock`` entry point) until its code lands.
+``DockerRuntime`` implements :class:`rock_core.runtime.Runtime`; the ``rock`` entry point
+``docker = "rock_docker.plugin"`` registers it, so an engine configured with the ``docker``
+runtime uses it.
 """
+
+from rock_docker.runtime import DockerRuntime, default_rocklet_dir
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["DockerRuntime", "__version__", "default_rocklet_dir"]

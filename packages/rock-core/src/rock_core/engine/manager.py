@@ -70,13 +70,14 @@ from rock_core.runtime import Runtime, UnitHandle
 from rock_core.states import LIVE_STATES, Event, State
 from rock_core.units import format_size
 
-__all__ = ["SandboxManager", "LABEL_SANDBOX_ID", "LABEL_ENGINE", "LABEL_OWNER", "process_owner"]
+__all__ = ["SandboxManager", "LABEL_SANDBOX_ID", "LABEL_ENGINE", "LABEL_ENGINE_ID", "LABEL_OWNER", "process_owner"]
 
 log = logging.getLogger("rock.engine")
 
 LABEL_SANDBOX_ID = "rock.sandbox_id"
 LABEL_ENGINE = "rock.engine"
 LABEL_OWNER = "rock.owner"
+LABEL_ENGINE_ID = "rock.engine_id"
 
 #: Name of the phase shown while a start waits for a slot.
 PHASE_QUEUED = "queued"
@@ -189,6 +190,8 @@ class SandboxManager:
             runtime = runtimes[self.config.runtime](**dict(self.config.runtime_options))
         self.runtime = runtime
         self.owner = owner or process_owner()
+        # Tells this engine's units from those of another engine in the same process.
+        self.engine_id = uuid.uuid4().hex
         self.store = SandboxStore(self.config.store_path)
         self.queue = StartQueue(self.config.max_concurrent_starts)
         self._live: dict[str, _Live] = {}
@@ -220,8 +223,7 @@ class SandboxManager:
         self._closed = True
         if self._tg is not None:
             self._tg.cancel_scope.cancel()
-            with anyio.CancelScope(shield=True):
-                await self._tg.__aexit__(None, None, None)
+            await self._tg.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):
             if self.config.remove_on_close:
                 await self._remove_all_owned()
@@ -238,7 +240,12 @@ class SandboxManager:
         return self._http
 
     def _labels(self, sandbox_id: str) -> dict[str, str]:
-        return {LABEL_SANDBOX_ID: sandbox_id, LABEL_ENGINE: self.config.engine_label, LABEL_OWNER: self.owner}
+        return {
+            LABEL_SANDBOX_ID: sandbox_id,
+            LABEL_ENGINE: self.config.engine_label,
+            LABEL_OWNER: self.owner,
+            LABEL_ENGINE_ID: self.engine_id,
+        }
 
     async def reap_orphans(self) -> int:
         """Remove units of this engine's kind whose owning process has died; return how many."""
@@ -263,7 +270,7 @@ class SandboxManager:
         handles = [live.handle for live in self._live.values() if live.handle is not None]
         try:
             handles += [
-                h for h in await self.runtime.list({LABEL_OWNER: self.owner})
+                h for h in await self.runtime.list({LABEL_ENGINE_ID: self.engine_id})
                 if all(h.unit_id != known.unit_id for known in handles)
             ]
         except RockError as exc:
@@ -771,7 +778,7 @@ class SandboxManager:
         if live.handle is None:
             # Stopped while starting: find a unit the start may have made (by its labels).
             try:
-                found = await self.runtime.list({LABEL_SANDBOX_ID: record.sandbox_id, LABEL_OWNER: self.owner})
+                found = await self.runtime.list({LABEL_SANDBOX_ID: record.sandbox_id, LABEL_ENGINE_ID: self.engine_id})
             except RockError:
                 found = []
             for handle in found:
@@ -897,7 +904,7 @@ class SandboxManager:
         """Follow the runtime's unit events (when it has them); reconnect after a failure."""
         while True:
             try:
-                async for handle, status in self.runtime.watch({LABEL_OWNER: self.owner}):
+                async for handle, status in self.runtime.watch({LABEL_ENGINE_ID: self.engine_id}):
                     if status.state is not UnitState.RUNNING:
                         await self.unit_gone(handle.sandbox_id, status)
             except NotSupported:

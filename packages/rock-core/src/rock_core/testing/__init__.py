@@ -1,0 +1,42 @@
+"""Testing tools for rock and its plugins: the runtime conformance suite and its helpers.
+
+- :class:`RuntimeConformance` (:mod:`rock_core.testing.runtime_conformance`): subclass it in a
+  test module, give it a ``runtime`` and an ``image`` fixture, and pytest checks your runtime
+  against what rock expects of every runtime, with real units and real rocklets.
+- :mod:`rock_core.testing.fixtures`: the helpers the suite is built from (:class:`Units`,
+  :func:`wait_for_rocklet`, :func:`wait_for_unit`, :class:`PhaseLog`), and a pytest plugin
+  with a few fixtures.
+
+Needs pytest (and anyio's pytest plugin, which comes with anyio); rock itself never imports
+this package.
+"""
+
+import pytest
+
+# pytest rewrites asserts only in modules it is told about before they are imported: this way
+# a failing check in the suite shows the values it compared, not just "AssertionError".
+pytest.register_assert_rewrite("rock_core.testing.fixtures", "rock_core.testing.runtime_conformance")
+
+from rock_core.testing.fixtures import (  # noqa: E402
+    PhaseLog,
+    StartedUnit,
+    Units,
+    rocklet_call,
+    rocklet_url,
+    unique_sandbox_id,
+    wait_for_rocklet,
+    wait_for_unit,
+)
+from rock_core.testing.runtime_conformance import RuntimeConformance  # noqa: E402
+
+__all__ = [
+    "PhaseLog",
+    "RuntimeConformance",
+    "StartedUnit",
+    "Units",
+    "rocklet_call",
+    "rocklet_url",
+    "unique_sandbox_id",
+    "wait_for_rocklet",
+    "wait_for_unit",
+]

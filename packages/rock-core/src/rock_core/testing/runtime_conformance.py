@@ -1,0 +1,331 @@
+"""The runtime conformance suite: what every rock runtime must do, checked against the real thing.
+
+Subclass :class:`RuntimeConformance` in a test module and provide two class-scoped fixtures,
+``runtime`` (an instance of your runtime) and ``image`` (an image with ``python3``)::
+
+    import pytest
+    from rock_core.testing import RuntimeConformance
+
+    class TestMyRuntime(RuntimeConformance):
+        @pytest.fixture(scope="class")
+        @classmethod
+        async def runtime(cls):
+            async with MyRuntime() as runtime:
+                yield runtime
+
+        @pytest.fixture(scope="class")
+        @classmethod
+        def image(cls):
+            return "python:3.11"
+
+Optional hooks make more of the suite run; without them, the checks that need them are skipped
+with a message saying what to provide:
+
+``image_without_python`` (fixture)
+    an image without ``python3``, for the "clear error naming the fix" check;
+``unknown_image`` (fixture)
+    an image name no registry has (default: one on a closed port of 127.0.0.1);
+``kill_behind_back(handle)`` / ``remove_behind_back(handle)`` (async methods)
+    end the unit without the runtime (``docker kill`` / ``docker rm -f``), for the checks that
+    the runtime then reports it ``exited`` / ``missing``, and that :meth:`Runtime.watch`, if
+    supported, reports both.
+
+Every test runs real units through the runtime and talks to their rocklet over HTTP. Units
+carry a label unique to the test class, and are all removed when the class finishes, failed
+tests' included. The tests are async (anyio, asyncio backend); class attributes tune the
+sizes and time limits (:attr:`RuntimeConformance.spec_defaults`, ...).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import anyio
+import httpx
+import pytest
+
+from rock_core.errors import ImagePullFailed, NotSupported, RockError, SandboxNotFound
+from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, Port, UnitState
+from rock_core.runtime import Runtime, UnitHandle
+from rock_core.testing.fixtures import (
+    LABEL_RUN,
+    PhaseLog,
+    StartedUnit,
+    Units,
+    rocklet_call,
+    wait_for_unit,
+)
+from rock_core.units import MiB
+
+__all__ = ["RuntimeConformance"]
+
+
+class RuntimeConformance:
+    """The conformance tests for a :class:`~rock_core.runtime.Runtime`; subclass it as ``Test...``.
+
+    Required fixtures (class-scoped): ``runtime``, ``image``. Optional: ``image_without_python``,
+    ``unknown_image``, and the methods :meth:`kill_behind_back` and :meth:`remove_behind_back`.
+    """
+
+    pytestmark: ClassVar[Any] = pytest.mark.anyio
+
+    #: SandboxSpec fields of every unit the suite creates (``image`` comes from the fixture).
+    spec_defaults: ClassVar[dict[str, Any]] = {"memory": 256 * MiB, "cpus": 1.0, "disk": None}
+    #: The memory limit of the OOM check, and how much its command tries to use.
+    oom_limit: ClassVar[int] = 64 * MiB
+    oom_attempt: ClassVar[int] = 256 * MiB
+    #: The container ports every unit must publish, and the host they must be published on
+    #: (``None``: any host).
+    published_ports: ClassVar[tuple[int, ...]] = (ROCKLET_PORT, 8080)
+    rocklet_host: ClassVar[str | None] = "127.0.0.1"
+    #: Upper bounds that turn a hang into a failure (never timing goals).
+    startup_timeout: ClassVar[float] = 60.0
+    stop_timeout: ClassVar[float] = 10.0
+    pull_failure_timeout: ClassVar[float] = 60.0
+
+    # -- fixtures a subclass provides ----------------------------------------------------------
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def anyio_backend(cls) -> str:
+        """The suite runs on asyncio, one event loop per class (its fixtures are class-scoped)."""
+        return "asyncio"
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def runtime(cls) -> Runtime:
+        """The runtime under test (class-scoped). Subclasses must override this fixture."""
+        pytest.fail(f"{cls.__name__} must define a class-scoped `runtime` fixture returning the runtime to test")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def image(cls) -> str:
+        """An image with ``python3`` (>= 3.8) and ``/bin/sh``. Subclasses must override this fixture."""
+        pytest.fail(f"{cls.__name__} must define a class-scoped `image` fixture naming an image with python3")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def image_without_python(cls) -> str:
+        """An image with ``/bin/sh`` but no ``python3``; override to run the check that needs it."""
+        pytest.skip("provide an `image_without_python` fixture to check the error for images without python3")
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def unknown_image(cls) -> str:
+        """An image no registry can provide; the default names a registry on a closed local port."""
+        return "127.0.0.1:9/rock-conformance/no-such-image:latest"
+
+    async def kill_behind_back(self, handle: UnitHandle) -> None:
+        """End the unit's process without the runtime (``docker kill``); the unit itself stays."""
+        pytest.skip("override kill_behind_back() to check units killed behind the runtime's back")
+
+    async def remove_behind_back(self, handle: UnitHandle) -> None:
+        """Remove the unit without the runtime (``docker rm -f``)."""
+        pytest.skip("override remove_behind_back() to check units removed behind the runtime's back")
+
+    # -- the suite's own fixtures ----------------------------------------------------------------
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    async def units(cls, runtime: Runtime, image: str) -> AsyncIterator[Units]:
+        """Makes units labelled for this class, and removes all of them when the class is done."""
+        labels = {LABEL_RUN: uuid.uuid4().hex, "rock.engine": "conformance"}
+        async with httpx.AsyncClient() as http:
+            made = Units(
+                runtime,
+                http,
+                labels,
+                {**cls.spec_defaults, "image": image},
+                startup_timeout=cls.startup_timeout,
+            )
+            try:
+                yield made
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await made.remove_all()
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    async def shared(cls, units: Units) -> StartedUnit:
+        """One started unit, shared by the checks that only look at it."""
+        return await units.launch()
+
+    # -- create, start, inspect ------------------------------------------------------------------
+
+    async def test_create_reports_image_pull_phases(self, shared: StartedUnit) -> None:
+        """``create`` reports ``image_pull`` as running, then success."""
+        statuses = shared.phases.statuses(PHASE_IMAGE_PULL)
+        assert statuses, f"no image_pull phase reported: {shared.phases.events!r}"
+        assert statuses[0] is PhaseStatus.RUNNING
+        assert statuses[-1] is PhaseStatus.SUCCESS
+        last = shared.phases.last(PHASE_IMAGE_PULL)
+        assert last is not None and last.message, "the final image_pull phase has no message"
+
+    async def test_started_unit_runs_with_published_ports(self, runtime: Runtime, shared: StartedUnit) -> None:
+        """A started unit is ``running``, with its ports published and the rocklet's among them."""
+        status = await runtime.inspect(shared.handle)
+        assert status.state is UnitState.RUNNING
+        assert status.exit_code is None
+        for port in self.published_ports:
+            assert port in status.port_mapping, f"port {port} not published: {status.port_mapping}"
+        assert status.rocklet_port == status.port_mapping[Port(ROCKLET_PORT)]
+        if self.rocklet_host is not None:
+            assert status.rocklet_host == self.rocklet_host
+
+    async def test_rocklet_answers_at_the_reported_address(self, units: Units, shared: StartedUnit) -> None:
+        """The rocklet answers ``GET /is_alive`` at the address ``inspect`` reports."""
+        response = await units.http.get(f"{shared.url}/is_alive")
+        assert response.status_code == 200
+        assert response.json()["is_alive"] is True
+
+    async def test_list_finds_units_by_their_labels(self, runtime: Runtime, units: Units, shared: StartedUnit) -> None:
+        """``list`` finds a unit by any subset of its labels, and nothing for labels it lacks."""
+        found = await runtime.list(units.labels_for(shared.handle.sandbox_id))
+        assert [(h.unit_id, h.sandbox_id, h.runtime) for h in found] == [
+            (shared.handle.unit_id, shared.handle.sandbox_id, shared.handle.runtime)
+        ]
+        assert shared.handle.unit_id in {h.unit_id for h in await runtime.list(units.labels)}
+        assert await runtime.list({**units.labels, LABEL_RUN: "no-such-run"}) == []
+
+    async def test_logs_hold_the_rocklets_output(self, runtime: Runtime, shared: StartedUnit) -> None:
+        """``logs`` returns the unit's output (the rocklet writes a line when it listens); ``tail`` cuts it."""
+        text = await runtime.logs(shared.handle)
+        assert text.strip(), "the logs of a unit whose rocklet started are empty"
+        assert len((await runtime.logs(shared.handle, tail=1)).splitlines()) <= 1
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def test_stop_start_remove(self, runtime: Runtime, units: Units) -> None:
+        """Stop keeps the unit and its files; start brings it back; remove makes it ``missing``."""
+        unit = await units.launch()
+        handle = unit.handle
+        content = f"written before the stop {uuid.uuid4().hex}"
+        await rocklet_call(units.http, unit.url, "/write_file", {"path": "/tmp/rock-conformance.txt", "content": content})
+
+        await runtime.stop(handle, timeout=self.stop_timeout)
+        stopped = await runtime.inspect(handle)
+        assert stopped.state is UnitState.EXITED
+        assert stopped.exit_code is not None
+        assert stopped.rocklet_address is None, "a stopped unit reports a rocklet address"
+        await runtime.stop(handle, timeout=self.stop_timeout)  # stopping a stopped unit does nothing
+        assert (await runtime.inspect(handle)).state is UnitState.EXITED
+
+        status, url = await units.start_ready(handle)
+        assert status.state is UnitState.RUNNING
+        answer = await rocklet_call(units.http, url, "/read_file", {"path": "/tmp/rock-conformance.txt"})
+        assert answer["content"] == content
+
+        await runtime.remove(handle)
+        assert (await runtime.inspect(handle)).state is UnitState.MISSING
+        assert await runtime.list(units.labels_for(handle.sandbox_id)) == []
+        # Gone: stop and remove do nothing, the others say so.
+        await runtime.stop(handle, timeout=self.stop_timeout)
+        await runtime.remove(handle)
+        with pytest.raises(SandboxNotFound):
+            await runtime.start(handle)
+        with pytest.raises(SandboxNotFound):
+            await runtime.logs(handle)
+
+    async def test_created_unit_is_not_running(self, runtime: Runtime, units: Units) -> None:
+        """``create`` does not start the unit: it is ``created``, with no rocklet address."""
+        handle = await units.create()
+        try:
+            status = await runtime.inspect(handle)
+            assert status.state is UnitState.CREATED
+            assert status.rocklet_address is None
+        finally:
+            await runtime.remove(handle)
+
+    # -- failures --------------------------------------------------------------------------------
+
+    async def test_unknown_image_fails_fast_with_the_reason(self, runtime: Runtime, units: Units, unknown_image: str) -> None:
+        """An image nobody has fails ``create`` with ImagePullFailed, phase ``failed``, no unit left."""
+        phases = PhaseLog()
+        spec = units.spec(image=unknown_image)
+        assert spec.sandbox_id is not None
+        # A runtime that retries until some timeout instead of failing on the first answer fails here.
+        with anyio.fail_after(self.pull_failure_timeout):
+            with pytest.raises(ImagePullFailed) as caught:
+                await units.create(spec, on_phase=phases)
+        assert "Failed to pull image" in str(caught.value)
+        assert unknown_image in str(caught.value)
+        last = phases.last(PHASE_IMAGE_PULL)
+        assert last is not None and last.status is PhaseStatus.FAILED
+        assert "Failed to pull image" in last.message
+        assert await runtime.list(units.labels_for(spec.sandbox_id)) == []
+
+    async def test_image_without_python_names_the_fix(
+        self, runtime: Runtime, units: Units, image_without_python: str
+    ) -> None:
+        """An image without python3 fails with an error that says python3 is needed."""
+        handle = await units.create(units.spec(image=image_without_python))
+        try:
+            await runtime.start(handle)
+        except RockError as exc:
+            message = str(exc)
+        else:
+            status = await wait_for_unit(
+                runtime,
+                handle,
+                lambda s: s.state is not UnitState.RUNNING and s.state is not UnitState.CREATED,
+                what="exited",
+                timeout=self.startup_timeout,
+            )
+            assert status.state is UnitState.EXITED
+            message = status.error or ""
+        assert "python3" in message, f"the error does not say python3 is needed: {message!r}"
+
+    async def test_memory_limit_is_enforced(self, runtime: Runtime, units: Units) -> None:
+        """A command using more memory than the limit is OOM-killed, and ``inspect`` says so."""
+        unit = await units.launch(units.spec(memory=self.oom_limit))
+        script = f"data = b'x' * {self.oom_attempt}; print(len(data))"
+        answer = await rocklet_call(
+            units.http, unit.url, "/execute", {"command": ["python3", "-c", script], "shell": False, "timeout": 120}
+        )
+        assert answer["exit_code"] in (-9, 137), f"the allocation was not killed: {answer!r}"
+        await runtime.stop(unit.handle, timeout=self.stop_timeout)
+        status = await runtime.inspect(unit.handle)
+        assert status.state is UnitState.EXITED
+        assert status.oom_killed is True
+
+    async def test_unit_killed_behind_the_back_is_exited_then_missing(self, runtime: Runtime, units: Units) -> None:
+        """A unit killed outside the runtime is ``exited``; removed outside it, ``missing``."""
+        unit = await units.launch()
+        await self.kill_behind_back(unit.handle)
+        status = await wait_for_unit(runtime, unit.handle, lambda s: s.state is UnitState.EXITED, what="exited")
+        assert status.exit_code is not None
+        await self.remove_behind_back(unit.handle)
+        await wait_for_unit(runtime, unit.handle, lambda s: s.state is UnitState.MISSING, what="missing")
+
+    async def test_watch_reports_exit_and_removal(self, runtime: Runtime, units: Units) -> None:
+        """``watch`` (when supported) reports a unit killed, then removed, behind the runtime's back."""
+        handle = await units.create()
+        try:
+            watch = runtime.watch(units.labels_for(handle.sandbox_id))
+        except NotSupported:
+            await runtime.remove(handle)
+            pytest.skip(f"runtime {runtime.name!r} does not support watch()")
+        try:
+            await units.start_ready(handle)
+            await self.kill_behind_back(handle)
+            exited = await _next_state(watch, handle, UnitState.EXITED, self.startup_timeout)
+            assert exited.exit_code is not None
+            await self.remove_behind_back(handle)
+            await _next_state(watch, handle, UnitState.MISSING, self.startup_timeout)
+        finally:
+            aclose = getattr(watch, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+async def _next_state(watch: Any, handle: UnitHandle, state: UnitState, timeout: float) -> Any:
+    """Read ``watch`` until it reports ``state`` for ``handle``'s sandbox; that status."""
+    seen = []
+    with anyio.move_on_after(timeout):
+        async for got, status in watch:
+            seen.append((got.sandbox_id, status.state.value))
+            if got.sandbox_id == handle.sandbox_id and status.state is state:
+                return status
+    pytest.fail(f"watch() did not report sandbox {handle.sandbox_id} {state.value} within {timeout:.0f}s (saw {seen})")

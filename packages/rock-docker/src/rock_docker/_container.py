@@ -1,0 +1,288 @@
+"""What a sandbox's container looks like, as plain data: no Docker calls here.
+
+:func:`container_config` turns a :class:`~rock_core.models.SandboxSpec` into the arguments of
+Docker's create call; :func:`status_from_inspect` turns Docker's inspect document back into a
+:class:`~rock_core.models.RuntimeStatus`. Keeping both free of I/O keeps the runtime's Docker
+calls few and readable, and lets them be checked without an engine.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import attrs
+from rock_core.errors import InvalidParameter
+from rock_core.models import ROCKLET_PORT, Port, RuntimeStatus, SandboxSpec, UnitState
+from rock_core.units import format_size
+
+__all__ = [
+    "APP_PORT",
+    "INIT_EXEC_FAILED",
+    "NETWORKS",
+    "NO_PYTHON_EXIT_CODE",
+    "NO_PYTHON_LOG_LINE",
+    "ROCKLET_MOUNT",
+    "ROCKLET_PORT_LABEL",
+    "ROCKLET_PYZ",
+    "ContainerConfig",
+    "container_config",
+    "launch_command",
+    "network_for",
+    "explain_start_failure",
+    "no_python_error",
+    "status_from_inspect",
+]
+
+#: The second port every sandbox publishes (ROCK's default target of the HTTP proxy).
+APP_PORT = 8080
+#: Where the directory holding ``rocklet.pyz`` is mounted, read-only, in every container.
+ROCKLET_MOUNT = "/rock"
+ROCKLET_PYZ = "rocklet.pyz"
+#: The exit code and log line of the launch command when the image has no ``python3``
+#: (127 is the shell's "command not found").
+NO_PYTHON_EXIT_CODE = 127
+NO_PYTHON_LOG_LINE = "rock: this image has no python3; rock needs python3 >= 3.8 in the image to run its agent"
+#: What Docker's init (tini) writes when it cannot run the command (no ``/bin/sh`` in the image).
+INIT_EXEC_FAILED = "exec /bin/sh failed"
+#: With ``network: host`` there is nothing to publish: the rocklet listens on a free host port,
+#: remembered in this label so that ``inspect`` can report it.
+ROCKLET_PORT_LABEL = "rock.docker.rocklet_port"
+#: The values the ``network`` runtime option may take in a spec.
+NETWORKS = ("bridge", "host", "none")
+# Runtime options a spec may carry and this runtime honours; anything else is refused.
+_OPTIONS = ("network", "use_kata_runtime")
+# Docker's "never set" time.
+_ZERO_TIME = "0001-01-01T00:00:00Z"
+
+
+def launch_command(*, host: str, port: int) -> list[str]:
+    """The container's command: start the rocklet with the image's ``python3``, or explain why not.
+
+    ``exec`` makes the rocklet the shell's replacement, so signals reach it directly (through
+    Docker's init process, which reaps the orphans the sandbox's commands leave behind).
+    """
+    pyz = f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}"
+    script = (
+        f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
+        f"exit {NO_PYTHON_EXIT_CODE}; }}; "
+        f"exec python3 {pyz} --host {host} --port {port}"
+    )
+    return ["/bin/sh", "-c", script]
+
+
+def no_python_error(image: str) -> str:
+    """What ``inspect`` says about a container that exited because its image has no python3."""
+    return (
+        f"image {image} has no python3; rock needs python3 >= 3.8 in the image to run its agent "
+        "(install python3 in the image, or choose an image that has it)"
+    )
+
+
+def explain_start_failure(image: str, detail: str) -> str | None:
+    """The fix for a start Docker refused because the image has no ``/bin/sh``; ``None`` for other failures."""
+    text = detail.lower()
+    mentions_shell = '"/bin/sh"' in text or INIT_EXEC_FAILED in text
+    if not mentions_shell or not ("no such file" in text or "not found" in text):
+        return None
+    return (
+        f"image {image} has no /bin/sh and python3; rock needs python3 >= 3.8 in the image to run "
+        f"its agent (docker: {detail})"
+    )
+
+
+def network_for(spec: SandboxSpec, default: str) -> str:
+    """The Docker network mode of ``spec``'s container: its ``network`` option, else ``default``.
+
+    Refuses runtime options this runtime cannot honour (:class:`InvalidParameter`), rather
+    than ignore them.
+    """
+    options = spec.runtime_options
+    for key, value in options.items():
+        if key not in _OPTIONS:
+            raise InvalidParameter(
+                f"runtime_options.{key}: the docker runtime has no option {key!r} "
+                f"(it knows {', '.join(_OPTIONS)})",
+                field=f"runtime_options.{key}",
+                value=value,
+                sandbox_id=spec.sandbox_id,
+                attempted="create",
+            )
+    if options.get("use_kata_runtime"):
+        raise InvalidParameter(
+            "runtime_options.use_kata_runtime: the docker runtime cannot run Kata containers",
+            field="runtime_options.use_kata_runtime",
+            value=options["use_kata_runtime"],
+            sandbox_id=spec.sandbox_id,
+            attempted="create",
+        )
+    network = options.get("network", default)
+    if "network" in options and network not in NETWORKS:
+        raise InvalidParameter(
+            f"runtime_options.network: expected one of {', '.join(NETWORKS)}, got {network!r}",
+            field="runtime_options.network",
+            value=network,
+            sandbox_id=spec.sandbox_id,
+            attempted="create",
+        )
+    return str(network)
+
+
+@attrs.frozen
+class ContainerConfig:
+    """The arguments of ``APIClient.create_container`` (``create``) and of its host config (``host``).
+
+    ``notes`` are the parts of the spec the container will not enforce, in words for the user.
+    """
+
+    create: dict[str, Any]
+    host: dict[str, Any]
+    notes: tuple[str, ...] = ()
+
+
+def container_config(
+    spec: SandboxSpec,
+    *,
+    labels: Mapping[str, str],
+    rocklet_dir: str,
+    publish_host: str,
+    network: str,
+    disk_unsupported: str | None,
+    host_cpus: int | None = None,
+    host_rocklet_port: int | None = None,
+    stop_timeout: float = 10.0,
+    init: bool = True,
+) -> ContainerConfig:
+    """Docker's create arguments for ``spec``: name, labels, command, ports, limits, mounts.
+
+    :param rocklet_dir: host directory holding ``rocklet.pyz``, mounted read-only at ``/rock``.
+    :param publish_host: the host address ports are published on (``127.0.0.1``).
+    :param network: the network mode (see :func:`network_for`).
+    :param disk_unsupported: why the storage driver cannot limit disk, or ``None`` when it can.
+    :param host_cpus: the engine's CPU count; a larger CPU limit is lowered to it, with a note.
+    :param host_rocklet_port: with ``network == "host"``, the host port the rocklet listens on.
+    """
+    assert spec.sandbox_id is not None, "the engine sets sandbox_id before create"
+    notes: list[str] = []
+    labels = dict(labels)
+    if network == "host":
+        assert host_rocklet_port is not None, "host networking needs a rocklet port"
+        command = launch_command(host=publish_host, port=host_rocklet_port)
+        labels[ROCKLET_PORT_LABEL] = str(host_rocklet_port)
+        ports: list[int] = []
+        bindings: dict[int, tuple[str]] = {}
+        notes.append(
+            f"network host: the rocklet listens on {publish_host}:{host_rocklet_port}; port {APP_PORT} is "
+            "the host's own, not published"
+        )
+    else:
+        command = launch_command(host="0.0.0.0", port=ROCKLET_PORT)
+        ports = [ROCKLET_PORT, APP_PORT]
+        # A one-item tuple binds the address and lets Docker choose a free host port.
+        bindings = {port: (publish_host,) for port in ports} if network != "none" else {}
+        if network == "none":
+            notes.append(
+                "network none: the sandbox has only a loopback interface, so its rocklet cannot be "
+                "reached from the host"
+            )
+    host: dict[str, Any] = {
+        "port_bindings": bindings,
+        "mounts": [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}],
+        # Memory and swap equal: a hard limit, the sandbox never swaps (ROCK's --memory-swap).
+        "mem_limit": spec.memory,
+        "memswap_limit": spec.memory,
+        "network_mode": network,
+        "init": init,
+        "privileged": False,
+    }
+    ceiling = float(spec.limit_cpus if spec.limit_cpus is not None else spec.cpus)
+    if host_cpus is not None and ceiling > host_cpus:
+        # Docker refuses a quota above the host's CPU count; the whole host is the most it can get.
+        which = "limit_cpus" if spec.limit_cpus is not None else "cpus"
+        notes.append(f"{which} {ceiling:g} lowered to {host_cpus}: the Docker host has only {host_cpus} CPUs")
+        ceiling = float(host_cpus)
+    if spec.limit_cpus is not None:
+        # ROCK's overcommit: a share proportional to what was asked, a ceiling at limit_cpus.
+        host["cpu_shares"] = max(2, round(spec.cpus * 1024))
+    host["nano_cpus"] = round(ceiling * 1e9)
+    if spec.disk is not None:
+        if disk_unsupported is None:
+            host["storage_opt"] = {"size": str(spec.disk)}
+        else:
+            notes.append(f"disk limit {format_size(spec.disk)} not enforced: {disk_unsupported}")
+    if spec.num_gpus:
+        notes.append(f"{spec.num_gpus} GPU(s) requested but the docker runtime does not attach GPUs")
+    create: dict[str, Any] = {
+        "image": spec.image,
+        "name": spec.sandbox_id,
+        "command": command,
+        "entrypoint": "",
+        "labels": labels,
+        "environment": dict(spec.env),
+        "ports": ports,
+        "stop_timeout": max(1, round(stop_timeout)),
+    }
+    return ContainerConfig(create=create, host=host, notes=tuple(notes))
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    """Docker's RFC 3339 time with nanoseconds, as an aware ``datetime``; ``None`` when never set."""
+    if not text or text == _ZERO_TIME or text.startswith("0001-"):
+        return None
+    text = text.replace("Z", "+00:00")
+    main, _, rest = text.partition(".")
+    if rest:
+        # Python reads at most microseconds: keep six digits of the fraction, then the offset.
+        digits = "".join(ch for ch in rest if ch.isdigit())
+        offset = rest[len(digits) :]
+        text = f"{main}.{digits[:6].ljust(6, '0')}{offset}"
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+_STATES = {
+    "created": UnitState.CREATED,
+    "running": UnitState.RUNNING,
+    "paused": UnitState.RUNNING,
+    "restarting": UnitState.RUNNING,
+    "removing": UnitState.EXITED,
+    "exited": UnitState.EXITED,
+    "dead": UnitState.EXITED,
+}
+
+
+def status_from_inspect(doc: Mapping[str, Any], *, publish_host: str) -> RuntimeStatus:
+    """The :class:`RuntimeStatus` of a container from ``docker inspect``'s document."""
+    state = doc.get("State") or {}
+    unit_state = _STATES.get(state.get("Status", ""), UnitState.EXITED)
+    mapping: dict[Port, Port] = {}
+    # Ports published on every address are reached on loopback.
+    host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(publish_host, publish_host)
+    for key, bindings in ((doc.get("NetworkSettings") or {}).get("Ports") or {}).items():
+        port, _, proto = key.partition("/")
+        if proto != "tcp" or not bindings:
+            continue
+        binding = next((b for b in bindings if b.get("HostIp") == publish_host), bindings[0])
+        if binding.get("HostPort"):
+            mapping[Port(int(port))] = Port(int(binding["HostPort"]))
+    labels = (doc.get("Config") or {}).get("Labels") or {}
+    if unit_state is UnitState.RUNNING and labels.get(ROCKLET_PORT_LABEL):
+        mapping[Port(ROCKLET_PORT)] = Port(int(labels[ROCKLET_PORT_LABEL]))
+    rocklet_port = mapping.get(Port(ROCKLET_PORT)) if unit_state is UnitState.RUNNING else None
+    error = state.get("Error") or None
+    return RuntimeStatus(
+        state=unit_state,
+        exit_code=state.get("ExitCode") if unit_state is UnitState.EXITED else None,
+        oom_killed=bool(state.get("OOMKilled")),
+        rocklet_host=host if rocklet_port is not None else None,
+        rocklet_port=rocklet_port,
+        error=error,
+        started_at=_parse_time(state.get("StartedAt")),
+        finished_at=_parse_time(state.get("FinishedAt")),
+        port_mapping=mapping if unit_state is UnitState.RUNNING else {},
+    )

@@ -1,0 +1,20 @@
+"""rock-docker's rock plugin: registers :class:`~rock_docker.runtime.DockerRuntime` as ``docker``.
+
+Announced in the ``rock`` entry-point group (``docker = "rock_docker.plugin"``), so rock finds
+it once the distribution is installed.
+"""
+
+from __future__ import annotations
+
+from rock_core import hookimpl
+from rock_core.hookspecs import Register
+
+from rock_docker.runtime import DockerRuntime
+
+__all__ = ["rock_register_runtimes"]
+
+
+@hookimpl
+def rock_register_runtimes(register: Register) -> None:
+    """Register the Docker runtime under the name ``docker``."""
+    register(DockerRuntime.name, DockerRuntime)

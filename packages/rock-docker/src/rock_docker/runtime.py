@@ -1,0 +1,609 @@
+"""rock's runtime on a local Docker engine: one container per sandbox.
+
+Each sandbox is a container named after its sandbox id, labelled as the engine asks, whose
+command starts the rocklet (``rocklet.pyz``, bind-mounted read-only at ``/rock``) with the image's
+own ``python3``. Its ports 22555 (rocklet) and 8080 are published on 127.0.0.1 at host ports
+Docker chooses; memory is a hard limit without swap; CPUs are a quota (or shares plus a quota
+with ``limit_cpus``); disk is limited with ``--storage-opt size=`` where the storage driver can,
+and otherwise the handle says so in a note.
+
+The docker SDK blocks, so every call runs in a worker thread (:func:`anyio.to_thread.run_sync`)
+under the runtime's own :class:`anyio.CapacityLimiter`, and one :class:`docker.DockerClient`
+with a connection pool as large as that limiter serves them all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+import anyio
+import anyio.to_thread
+import attrs
+import docker
+import docker.errors
+import requests.exceptions
+from docker.utils import parse_repository_tag
+from rock_core.errors import (
+    ImagePullFailed,
+    InvalidParameter,
+    RockError,
+    RuntimeFailure,
+)
+from rock_core.models import (
+    PHASE_IMAGE_PULL,
+    Phase,
+    PhaseStatus,
+    PullPolicy,
+    RuntimeStatus,
+    SandboxSpec,
+    UnitState,
+)
+from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
+
+from rock_docker._container import (
+    INIT_EXEC_FAILED,
+    NO_PYTHON_EXIT_CODE,
+    NO_PYTHON_LOG_LINE,
+    ROCKLET_PYZ,
+    container_config,
+    explain_start_failure,
+    network_for,
+    no_python_error,
+    status_from_inspect,
+)
+from rock_docker._errors import explain, translate
+
+__all__ = ["DockerRuntime", "default_rocklet_dir"]
+
+T = TypeVar("T")
+
+_DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+# Storage drivers that can enforce ``--storage-opt size=`` (overlay2 only on XFS with pquota).
+_QUOTA_DRIVERS = ("devicemapper", "btrfs", "zfs", "windowsfilter")
+# ``docker info`` flags of the limits rock sets, and what goes unenforced without them.
+_ENGINE_LIMITS = (
+    ("MemoryLimit", "memory limit"),
+    ("SwapLimit", "no-swap limit (the sandbox may swap beyond its memory limit)"),
+    ("CpuCfsQuota", "CPU limit"),
+    ("CPUShares", "CPU shares"),
+)
+
+
+def default_rocklet_dir() -> Path:
+    """Where the runtime keeps ``rocklet.pyz`` by default: ``$ROCK_CACHE_DIR`` or ``~/.cache/rock``, ``/rocklet``."""
+    base = os.environ.get("ROCK_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rock"
+    )
+    return Path(base) / "rocklet"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class DockerRuntime(Runtime):
+    """Sandboxes as containers on a Docker engine (the one at ``base_url``, or ``DOCKER_HOST``).
+
+    :param base_url: the engine's address (``unix:///var/run/docker.sock``, ``tcp://...``);
+        ``None`` reads ``DOCKER_HOST`` and friends like the docker CLI does. The engine must see
+        this machine's files: the rocklet is bind-mounted from ``rocklet_dir``.
+    :param rocklet_dir: where ``rocklet.pyz`` is built and kept, one sub-directory per content
+        hash (default :func:`default_rocklet_dir`).
+    :param publish_host: the host address container ports are published on.
+    :param network: the network mode of containers whose spec names none (``bridge``, ``host``,
+        ``none`` or the name of a Docker network); a spec may choose with the runtime option
+        ``network`` (``bridge``, ``host`` or ``none``).
+    :param stop_timeout: seconds Docker itself waits before killing a container it stops on its
+        own (engine shutdown); :meth:`stop` takes its own timeout.
+    :param max_concurrency: Docker calls in flight at once (worker threads and pooled
+        connections); more wait their turn.
+    :param api_timeout: seconds to wait for the engine's answer to one call.
+    :param init: run Docker's init as the container's first process, so that the orphans a
+        sandbox's commands leave behind are reaped.
+    """
+
+    name: ClassVar[str] = "docker"
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None = None,
+        rocklet_dir: str | os.PathLike[str] | None = None,
+        publish_host: str = "127.0.0.1",
+        network: str = "bridge",
+        stop_timeout: float = 10.0,
+        max_concurrency: int = 32,
+        api_timeout: float = 120.0,
+        init: bool = True,
+    ) -> None:
+        if max_concurrency < 1:
+            raise InvalidParameter(
+                f"max_concurrency: expected an integer >= 1, got {max_concurrency!r}",
+                field="max_concurrency",
+                value=max_concurrency,
+            )
+        self.base_url = base_url
+        self.rocklet_dir = Path(rocklet_dir) if rocklet_dir is not None else default_rocklet_dir()
+        self.publish_host = publish_host
+        self.network = network
+        self.stop_timeout = stop_timeout
+        self.max_concurrency = max_concurrency
+        self.api_timeout = api_timeout
+        self.init = init
+        self._limiter = anyio.CapacityLimiter(max_concurrency)
+        self._lock = threading.Lock()  # guards the lazily made client and the disk probe
+        self._rocklet_lock = threading.Lock()  # held while the rocklet is built (the client stays usable)
+        self._client: docker.DockerClient | None = None
+        self._closed = False
+        self._rocklet_source: Path | None = None
+        self._engine_probed = False
+        self._host_cpus: int | None = None
+        self._disk_unsupported: str | None = None
+        self._engine_notes: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"DockerRuntime(base_url={self.base_url!r}, network={self.network!r})"
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _docker(self) -> docker.DockerClient:
+        """The shared client, made on first use (in a worker thread: it asks the engine its version)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeFailure("the docker runtime is closed", attempted="docker call")
+            if self._client is None:
+                kwargs: dict[str, Any] = {"timeout": self.api_timeout, "max_pool_size": self.max_concurrency}
+                if self.base_url:
+                    self._client = docker.DockerClient(base_url=self.base_url, **kwargs)
+                else:
+                    self._client = docker.from_env(**kwargs)
+            return self._client
+
+    async def _run(
+        self,
+        func: Callable[[], T],
+        *,
+        attempted: str,
+        sandbox_id: str | None = None,
+        abandon_on_cancel: bool = False,
+    ) -> T:
+        """Run blocking ``func`` in a worker thread; docker's exceptions become rock's."""
+        if self._closed:
+            raise RuntimeFailure("the docker runtime is closed", sandbox_id=sandbox_id, attempted=attempted)
+        try:
+            return await anyio.to_thread.run_sync(func, limiter=self._limiter, abandon_on_cancel=abandon_on_cancel)
+        except _DOCKER_ERRORS as exc:
+            raise translate(exc, sandbox_id=sandbox_id, attempted=attempted) from exc
+
+    # -- create ---------------------------------------------------------------------------------
+
+    async def create(
+        self, spec: SandboxSpec, *, labels: Mapping[str, str], on_phase: PhaseCallback | None = None
+    ) -> UnitHandle:
+        """Pull the image as ``spec.pull`` says, then create the sandbox's container (not started)."""
+        sandbox_id = spec.sandbox_id
+        if sandbox_id is None:
+            raise InvalidParameter("sandbox_id: the engine must choose one before create", field="sandbox_id", attempted="create")
+        network = network_for(spec, self.network)
+        await self._ensure_image(spec, on_phase)
+
+        def create_container() -> tuple[str, tuple[str, ...]]:
+            host_cpus, disk_unsupported = self._probe_engine()
+            config = container_config(
+                spec,
+                labels=labels,
+                rocklet_dir=str(self._prepare_rocklet()),
+                publish_host=self.publish_host,
+                network=network,
+                disk_unsupported=disk_unsupported,
+                host_cpus=host_cpus,
+                host_rocklet_port=_free_port(self.publish_host) if network == "host" else None,
+                stop_timeout=self.stop_timeout,
+                init=self.init,
+            )
+            api = self._docker().api
+            try:
+                container = api.create_container(host_config=api.create_host_config(**config.host), **config.create)
+            except docker.errors.APIError as exc:
+                if "storage_opt" not in config.host or not _is_storage_opt_refusal(exc):
+                    raise
+                # The driver looked able to limit disk but is not (overlay2 on XFS without pquota):
+                # remember that, and create without the limit, with a note saying so.
+                with self._lock:
+                    self._disk_unsupported = f"the storage driver refused it ({explain(exc)})"
+                return create_container()
+            return container["Id"], (*self._engine_notes, *config.notes)
+
+        unit_id, notes = await self._run(create_container, attempted="create", sandbox_id=sandbox_id)
+        return UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=sandbox_id, notes=notes)
+
+    async def _ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> None:
+        """The ``image_pull`` phase: make sure the image is on the engine, per the pull policy."""
+        image = spec.image
+        started = _now()
+
+        def report(status: PhaseStatus, message: str) -> None:
+            if on_phase is not None:
+                done = None if status is PhaseStatus.RUNNING else _now()
+                on_phase(PHASE_IMAGE_PULL, Phase(status, message, started_at=started, completed_at=done))
+
+        kw: dict[str, Any] = {"attempted": "image_pull", "sandbox_id": spec.sandbox_id}
+        report(PhaseStatus.RUNNING, f"looking for image {image}")
+        try:
+            present = await self._run(lambda: self._image_present(image, spec.sandbox_id), **kw)
+            if spec.pull is PullPolicy.NEVER:
+                if not present:
+                    raise ImagePullFailed(
+                        f"Failed to pull image {image}: it is not on the Docker engine and the pull policy is 'never'",
+                        **kw,
+                    )
+                report(PhaseStatus.SUCCESS, "skip image pull")
+                return
+            if present and spec.pull is PullPolicy.MISSING:
+                report(PhaseStatus.SUCCESS, "use cached image, skip image pull")
+                return
+            report(PhaseStatus.RUNNING, f"pulling image {image}")
+            auth = None
+            if spec.registry_username:
+                auth = {"username": spec.registry_username, "password": spec.registry_password or ""}
+            # A pull may outlast a cancelled start; the engine finishes it on its own.
+            await self._run(lambda: self._pull(image, auth, spec.sandbox_id), abandon_on_cancel=True, **kw)
+        except RockError as exc:
+            report(PhaseStatus.FAILED, exc.message)
+            raise
+        report(PhaseStatus.SUCCESS, "image pulled")
+
+    def _image_present(self, image: str, sandbox_id: str | None) -> bool:
+        """Whether the engine has ``image``; a name Docker cannot parse fails like a pull would."""
+        try:
+            self._docker().api.inspect_image(image)
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if exc.status_code != 400:
+                raise
+            reason = explain(exc).removeprefix(f"no such image: {image}: ")
+            raise ImagePullFailed(
+                f"Failed to pull image {image}: {reason}", sandbox_id=sandbox_id, attempted="image_pull"
+            ) from exc
+        return True
+
+    def _pull(self, image: str, auth: dict[str, str] | None, sandbox_id: str | None) -> None:
+        """Pull ``image`` (blocking); any failure is :class:`ImagePullFailed` with Docker's reason."""
+        repository, tag = parse_repository_tag(image)
+        try:
+            # Without a tag the engine would pull every tag of the repository.
+            for chunk in self._docker().api.pull(
+                repository, tag=tag or "latest", stream=True, decode=True, auth_config=auth
+            ):
+                if isinstance(chunk, dict) and chunk.get("error"):
+                    detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
+                    raise ImagePullFailed(
+                        f"Failed to pull image {image}: {detail}", sandbox_id=sandbox_id, attempted="image_pull"
+                    )
+        except _DOCKER_ERRORS as exc:
+            raise ImagePullFailed(
+                f"Failed to pull image {image}: {explain(exc)}", sandbox_id=sandbox_id, attempted="image_pull"
+            ) from exc
+
+    def _prepare_rocklet(self) -> Path:
+        """The directory holding this rock's ``rocklet.pyz``, built on first use (blocking)."""
+        with self._rocklet_lock:
+            if self._rocklet_source is None:
+                self._rocklet_source = _prepare_rocklet_dir(self.rocklet_dir)
+            return self._rocklet_source
+
+    def _probe_engine(self) -> tuple[int | None, str | None]:
+        """What the engine allows, asked once: ``(its CPU count, why it cannot limit disk or None)``."""
+        with self._lock:
+            if self._engine_probed:
+                return self._host_cpus, self._disk_unsupported
+        info = self._docker().info()
+        # Limits the kernel cannot enforce are said once per sandbox, not silently dropped.
+        missing = [(key, what) for key, what in _ENGINE_LIMITS if info.get(key) is False]
+        driver = info.get("Driver") or "unknown"
+        backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem") or "an unknown filesystem"
+        if driver == "overlay2":
+            reason = None if backing == "xfs" else f"storage driver overlay2 on {backing} has no project quota"
+        elif driver in _QUOTA_DRIVERS:
+            reason = None
+        else:
+            reason = f"storage driver {driver} cannot limit a container's disk"
+        with self._lock:
+            if not self._engine_probed:
+                self._engine_probed = True
+                self._host_cpus = info.get("NCPU") or None
+                self._disk_unsupported = reason
+                self._engine_notes = tuple(
+                    f"{what} not enforced: the Docker host does not support it (docker info: {key} false)"
+                    for key, what in missing
+                )
+            return self._host_cpus, self._disk_unsupported
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, handle: UnitHandle) -> None:
+        """Start the container.
+
+        An image without ``/bin/sh`` fails here with the fix when Docker runs the command itself
+        (``init=False``); under Docker's init the container starts and exits at once with 127, and
+        :meth:`inspect` gives the same fix as its ``error``.
+        """
+
+        def start() -> None:
+            api = self._docker().api
+            try:
+                api.start(handle.unit_id)
+            except docker.errors.NotFound:
+                raise
+            except docker.errors.APIError as exc:
+                message = explain_start_failure(_image_of(api, handle.unit_id), explain(exc))
+                if message is None:
+                    raise
+                raise RuntimeFailure(message, sandbox_id=handle.sandbox_id, attempted="start") from exc
+
+        await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
+
+    async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
+        """``docker stop``: SIGTERM, then SIGKILL after ``timeout`` seconds; a missing container is fine."""
+        seconds = max(0, math.ceil(timeout))
+
+        def stop() -> None:
+            try:
+                self._docker().api.stop(handle.unit_id, timeout=seconds)
+            except docker.errors.NotFound:
+                pass
+
+        await self._run(stop, attempted="stop", sandbox_id=handle.sandbox_id)
+
+    async def remove(self, handle: UnitHandle) -> None:
+        """``docker rm -f -v``: the container and its anonymous volumes; a missing container is fine."""
+
+        def remove() -> None:
+            try:
+                self._docker().api.remove_container(handle.unit_id, v=True, force=True)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409 or "already in progress" not in explain(exc):
+                    raise
+
+        await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id)
+
+    # -- observation ----------------------------------------------------------------------------
+
+    async def inspect(self, handle: UnitHandle) -> RuntimeStatus:
+        """The container's state, exit code, OOM kill, times and published ports (``missing`` if gone)."""
+
+        def inspect() -> RuntimeStatus:
+            api = self._docker().api
+            try:
+                doc = api.inspect_container(handle.unit_id)
+            except docker.errors.NotFound:
+                return RuntimeStatus(state=UnitState.MISSING, error=f"container {handle.unit_id[:12]} does not exist")
+            status = status_from_inspect(doc, publish_host=self.publish_host)
+            image = (doc.get("Config") or {}).get("Image") or "?"
+            if status.error:
+                better = explain_start_failure(image, status.error)
+                if better is not None:
+                    status = attrs.evolve(status, error=better)
+            if status.state is UnitState.EXITED and status.exit_code == NO_PYTHON_EXIT_CODE:
+                # 127: the launch command found no python3, or (under Docker's init, which
+                # execs the command itself) there was no /bin/sh to run it with.
+                tail = api.logs(handle.unit_id, stdout=True, stderr=True, tail=20).decode("utf-8", "replace")
+                if NO_PYTHON_LOG_LINE in tail:
+                    status = attrs.evolve(status, error=no_python_error(image))
+                else:
+                    lines = [line for line in tail.splitlines() if INIT_EXEC_FAILED in line]
+                    better = explain_start_failure(image, lines[-1]) if lines else None
+                    if better is not None:
+                        status = attrs.evolve(status, error=better)
+            return status
+
+        return await self._run(inspect, attempted="inspect", sandbox_id=handle.sandbox_id)
+
+    async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
+        """Every container, running or not, carrying all of ``labels``."""
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()]}
+
+        def list_units() -> list[UnitHandle]:
+            rows = self._docker().api.containers(all=True, filters=filters)
+            return [_handle_of(self.name, row) for row in rows]
+
+        return await self._run(list_units, attempted="list")
+
+    async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
+        """The container's stdout and stderr: the last ``tail`` lines, or everything."""
+
+        def logs() -> bytes:
+            return self._docker().api.logs(
+                handle.unit_id, stdout=True, stderr=True, tail="all" if tail is None else max(0, tail)
+            )
+
+        data = await self._run(logs, attempted="logs", sandbox_id=handle.sandbox_id)
+        return data.decode("utf-8", "replace")
+
+    def watch(self, labels: Mapping[str, str]) -> AsyncIterator[tuple[UnitHandle, RuntimeStatus]]:
+        """Docker's ``die``, ``oom`` and ``destroy`` events of containers carrying ``labels``.
+
+        Yields ``(handle, status)``: the container's status after a ``die`` (``exited``, with
+        its exit code), after an ``oom`` (``oom_killed`` set, even while it still runs: the
+        kernel killed a process inside it) and ``missing`` after a ``destroy``. Events from
+        the moment of this call on are delivered, even if iteration starts later. Close the
+        iterator with ``aclose()`` (or cancel the task reading it) to end the subscription.
+        """
+        return _EventWatch(self, labels)
+
+    async def _event_status(self, event: Mapping[str, Any]) -> tuple[UnitHandle, RuntimeStatus] | None:
+        """The ``(handle, status)`` a Docker event stands for, or ``None`` for an event to skip."""
+        action = event.get("status") or event.get("Action") or ""
+        actor = event.get("Actor") or {}
+        attributes = actor.get("Attributes") or {}
+        unit_id = event.get("id") or actor.get("ID")
+        if not unit_id or action not in ("die", "oom", "destroy"):
+            return None
+        handle = UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=attributes.get("name") or unit_id)
+        if action == "destroy":
+            return handle, RuntimeStatus(state=UnitState.MISSING, error="container removed")
+        status = await self.inspect(handle)
+        if action == "die" and status.state is not UnitState.EXITED:
+            # Removed (or not yet marked exited) by the time we looked: the event has the code.
+            code = attributes.get("exitCode")
+            status = RuntimeStatus(
+                state=UnitState.EXITED,
+                exit_code=int(code) if code and code.lstrip("-").isdigit() else None,
+                oom_killed=status.oom_killed,
+            )
+        if action == "oom":
+            status = attrs.evolve(status, oom_killed=True)
+        return handle, status
+
+    # -- closing --------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the Docker client; the runtime refuses calls afterwards. Idempotent."""
+        with self._lock:
+            client, self._client, self._closed = self._client, None, True
+        if client is not None:
+            await anyio.to_thread.run_sync(client.close)
+
+
+class _EventWatch:
+    """The async iterator :meth:`DockerRuntime.watch` returns, over Docker's event stream.
+
+    The stream is opened on the first ``__anext__`` with ``since`` = the time of the
+    ``watch`` call, so no event in between is lost. Each blocking read runs in a worker thread of
+    its own limiter, so an idle watch never holds a slot the runtime's calls need; closing the
+    stream's socket ends a read in progress.
+    """
+
+    def __init__(self, runtime: DockerRuntime, labels: Mapping[str, str]) -> None:
+        self._runtime = runtime
+        self._filters = {
+            "type": ["container"],
+            "event": ["die", "oom", "destroy"],
+            "label": [f"{key}={value}" for key, value in labels.items()],
+        }
+        # Docker reads "seconds.nanoseconds"; the fraction is an integer count of nanoseconds.
+        now = time.time_ns()
+        self._since = f"{now // 1_000_000_000}.{now % 1_000_000_000:09d}"
+        self._stream: Any = None
+        self._closed = False
+        self._limiter = anyio.CapacityLimiter(1)
+
+    def __aiter__(self) -> _EventWatch:
+        return self
+
+    async def __anext__(self) -> tuple[UnitHandle, RuntimeStatus]:
+        runtime = self._runtime
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            if self._stream is None:
+                self._stream = await runtime._run(
+                    lambda: runtime._docker().events(decode=True, filters=self._filters, since=self._since),
+                    attempted="watch",
+                )
+            try:
+                event = await anyio.to_thread.run_sync(
+                    next, self._stream, None, limiter=self._limiter, abandon_on_cancel=True
+                )
+            except BaseException as exc:
+                # Cancelled (the read goes on in its thread until the socket closes) or broken.
+                self._close()
+                if isinstance(exc, _DOCKER_ERRORS):
+                    raise translate(exc, sandbox_id=None, attempted="watch") from exc
+                raise
+            if event is None:  # the stream ended: closed by us, or the engine went away
+                was_closed = self._closed
+                self._close()
+                if was_closed:
+                    raise StopAsyncIteration
+                raise RuntimeFailure("the Docker engine ended the event stream", attempted="watch")
+            item = await runtime._event_status(event)
+            if item is not None:
+                return item
+
+    async def aclose(self) -> None:
+        """End the subscription; a read in progress returns and iteration stops. Idempotent."""
+        self._close()
+
+    def _close(self) -> None:
+        self._closed = True
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except (OSError, AttributeError):
+                pass  # already closed by the engine
+
+
+def _handle_of(runtime: str, row: Mapping[str, Any]) -> UnitHandle:
+    """The handle of a container as ``docker ps`` lists it, with its labels."""
+    names = row.get("Names") or []
+    # The container is named after its sandbox (Docker lists names with a leading slash).
+    sandbox_id = names[0].lstrip("/") if names else row["Id"]
+    return UnitHandle(runtime=runtime, unit_id=row["Id"], sandbox_id=sandbox_id, labels=dict(row.get("Labels") or {}))
+
+
+def _image_of(api: docker.APIClient, unit_id: str) -> str:
+    try:
+        return str(api.inspect_container(unit_id)["Config"]["Image"])
+    except (docker.errors.DockerException, KeyError, TypeError):
+        return "?"
+
+
+def _is_storage_opt_refusal(exc: docker.errors.APIError) -> bool:
+    text = explain(exc).lower()
+    return "storage-opt" in text or "storage opt" in text or "quota" in text
+
+
+def _free_port(host: str) -> int:
+    """A TCP port free on ``host`` right now (for the rocklet of a container on the host network)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _prepare_rocklet_dir(root: Path) -> Path:
+    """Build ``rocklet.pyz`` into ``root/<content hash>/`` (once per content) and return that directory.
+
+    Each version gets its own directory, so that a newer rock never changes the agent under
+    containers an older one made, and the mount shows nothing but the archive.
+    """
+    from rock_core.rocklet.zipapp import build_zipapp
+
+    root.mkdir(parents=True, exist_ok=True)
+    staging: Path | None = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+    try:
+        assert staging is not None
+        pyz = build_zipapp(staging / ROCKLET_PYZ, cache_dir=root / "build-cache")
+        digest = hashlib.sha256(pyz.read_bytes()).hexdigest()[:16]
+        final = root / digest
+        if (final / ROCKLET_PYZ).is_file():
+            return final
+        # Readable by any user the image runs as.
+        os.chmod(pyz, 0o644)
+        os.chmod(staging, 0o755)
+        try:
+            os.rename(staging, final)  # atomic; a concurrent builder's identical copy may win
+        except OSError:
+            if not (final / ROCKLET_PYZ).is_file():
+                raise
+        else:
+            staging = None
+        return final
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)

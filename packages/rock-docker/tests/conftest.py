@@ -1,0 +1,72 @@
+"""Fixtures for rock-docker's tests: the local Docker engine and a few tiny test images.
+
+Every container a test makes carries the label ``rock.test.run=<this session>``; whatever is
+left of them is removed when the session ends. The images built here are kept (tagged
+``rock-test/...``), so the next session finds them in Docker's cache.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import uuid
+
+import docker
+import docker.errors
+import pytest
+
+#: The image with python3 the tests run (ROCK's default), built offline by `make test`.
+IMAGE = "python:3.11"
+NO_PYTHON_IMAGE = "rock-test/no-python:1"
+NO_SHELL_IMAGE = "rock-test/no-shell:1"
+RUN_LABEL = "rock.test.run"
+
+
+@pytest.fixture(scope="session")
+def docker_client():
+    """A docker SDK client for the local engine; fails with the fix when no engine answers."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no Docker engine answers ({exc}); `make test` starts one (scripts/ensure-docker.sh)")
+    try:
+        client.images.get(IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"image {IMAGE} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def run_labels(docker_client):
+    """Labels unique to this session; every container carrying them is removed at its end."""
+    labels = {RUN_LABEL: uuid.uuid4().hex}
+    yield labels
+    for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={labels[RUN_LABEL]}"}):
+        container.remove(force=True, v=True)
+
+
+@pytest.fixture(scope="session")
+def no_python_image(docker_client):
+    """``python:3.11`` with every python binary deleted: /bin/sh works, python3 does not exist."""
+    dockerfile = (
+        f"FROM {IMAGE}\n"
+        "RUN rm -f /usr/bin/python3* /usr/local/bin/python3* /usr/bin/python /usr/local/bin/python\n"
+    )
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True, pull=False)
+    return NO_PYTHON_IMAGE
+
+
+@pytest.fixture(scope="session")
+def no_shell_image(docker_client):
+    """An image holding one text file and nothing else: no /bin/sh, no python3."""
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, data in (("Dockerfile", b"FROM scratch\nCOPY hello.txt /hello.txt\n"), ("hello.txt", b"hello\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    docker_client.images.build(fileobj=context, custom_context=True, tag=NO_SHELL_IMAGE, rm=True, pull=False)
+    return NO_SHELL_IMAGE

@@ -1,0 +1,396 @@
+"""What DockerRuntime does on a real Docker engine beyond the conformance suite.
+
+The settings Docker ends up with (ports on 127.0.0.1 only, memory == swap, CPU quota and
+shares, the read-only rocklet mount, no privileges), the pull policies and registry
+credentials, network modes, and the errors a user sees.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server as http_server
+import threading
+
+import anyio
+import docker.errors
+import httpx
+import pytest
+from rock_core.errors import (
+    ImagePullFailed,
+    InvalidParameter,
+    RuntimeFailure,
+    SandboxAlreadyExists,
+)
+from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, PullPolicy, SandboxSpec, UnitState
+from rock_core.testing import PhaseLog, unique_sandbox_id, wait_for_rocklet, wait_for_unit
+from rock_core.units import GiB, MiB
+
+from rock_docker import DockerRuntime
+
+from .conftest import IMAGE
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+
+@pytest.fixture(scope="module")
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def runtime(tmp_path_factory):
+    async with DockerRuntime(rocklet_dir=tmp_path_factory.mktemp("rocklet")) as runtime:
+        yield runtime
+
+
+@pytest.fixture
+async def http():
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def spec(**fields) -> SandboxSpec:
+    values = {"image": IMAGE, "memory": 256 * MiB, "cpus": 1.0, "disk": None, "sandbox_id": unique_sandbox_id("rockd")}
+    values.update(fields)
+    return SandboxSpec(**values)
+
+
+async def create(runtime, run_labels, the_spec=None, **kw):
+    the_spec = the_spec or spec()
+    return await runtime.create(the_spec, labels={**run_labels, "rock.sandbox_id": the_spec.sandbox_id}, **kw)
+
+
+async def container_doc(docker_client, handle):
+    return await anyio.to_thread.run_sync(docker_client.api.inspect_container, handle.unit_id)
+
+
+async def started(runtime, handle, http):
+    await runtime.start(handle)
+    status = await runtime.inspect(handle)
+    await wait_for_rocklet(http, f"http://{status.rocklet_host}:{status.rocklet_port}")
+    return status
+
+
+async def exec_in(docker_client, handle, argv):
+    result = await anyio.to_thread.run_sync(lambda: docker_client.containers.get(handle.unit_id).exec_run(argv))
+    return result.exit_code, result.output.decode()
+
+
+# -- what Docker is told ----------------------------------------------------------------------
+
+
+async def test_container_settings(runtime, run_labels, docker_client):
+    """Name, labels, env, command, limits, read-only rocklet mount, ports on 127.0.0.1, no privileges."""
+    the_spec = spec(memory=512 * MiB, cpus=1.5, env={"GREETING": "hello rock"})
+    handle = await create(runtime, run_labels, the_spec)
+    doc = await container_doc(docker_client, handle)
+    host, config = doc["HostConfig"], doc["Config"]
+    assert doc["Name"] == f"/{the_spec.sandbox_id}"
+    assert handle.sandbox_id == the_spec.sandbox_id
+    assert config["Labels"] == {**run_labels, "rock.sandbox_id": the_spec.sandbox_id}
+    assert "GREETING=hello rock" in config["Env"]
+    assert config["Cmd"][:2] == ["/bin/sh", "-c"]
+    assert "python3 /rock/rocklet.pyz --host 0.0.0.0 --port 22555" in config["Cmd"][2]
+    assert not config["Entrypoint"]
+    assert host["Memory"] == host["MemorySwap"] == 512 * MiB
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["CpuShares"] == 0
+    assert host["Privileged"] is False
+    assert host["Init"] is True
+    assert host["PortBindings"] == {
+        "22555/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
+        "8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
+    }
+    [mount] = doc["Mounts"]
+    assert (mount["Type"], mount["Destination"], mount["RW"]) == ("bind", "/rock", False)
+
+
+async def test_limit_cpus_gives_shares_and_a_ceiling(runtime, run_labels, docker_client):
+    """With ``limit_cpus``, ``cpus`` becomes CPU shares (x1024) and ``limit_cpus`` the quota (ROCK's way)."""
+    handle = await create(runtime, run_labels, spec(cpus=0.5, limit_cpus=2.0))
+    host = (await container_doc(docker_client, handle))["HostConfig"]
+    assert host["CpuShares"] == 512
+    assert host["NanoCpus"] == 2_000_000_000
+
+
+async def test_more_cpus_than_the_host_has_is_lowered_with_a_note(runtime, run_labels, docker_client):
+    """ROCK's default of 2 CPUs must still start on a smaller host: the quota becomes the whole host."""
+    host_cpus = (await anyio.to_thread.run_sync(docker_client.info))["NCPU"]
+    handle = await create(runtime, run_labels, spec(cpus=float(host_cpus + 6)))
+    assert handle.notes == (f"cpus {host_cpus + 6} lowered to {host_cpus}: the Docker host has only {host_cpus} CPUs",)
+    host = (await container_doc(docker_client, handle))["HostConfig"]
+    assert host["NanoCpus"] == host_cpus * 1_000_000_000
+
+
+async def test_limits_the_host_cannot_enforce_are_noted(run_labels, docker_client, tmp_path):
+    """An engine without swap accounting cannot keep a sandbox from swapping: the handle says so."""
+
+    class NoSwapAccounting:
+        def __getattr__(self, name):
+            return getattr(docker_client, name)
+
+        def info(self):
+            return {**docker_client.info(), "SwapLimit": False}
+
+    async with DockerRuntime(rocklet_dir=tmp_path) as runtime:
+        runtime._client = NoSwapAccounting()  # the one seam: what the engine says it supports
+        handle = await create(runtime, run_labels)
+        runtime._client = None  # not ours to close
+    assert handle.notes == (
+        "no-swap limit (the sandbox may swap beyond its memory limit) not enforced: "
+        "the Docker host does not support it (docker info: SwapLimit false)",
+    )
+
+
+async def test_started_ports_are_bound_on_loopback_only(runtime, run_labels, docker_client, http):
+    """Both published ports listen on 127.0.0.1 only; inspect reports them and the rocklet answers."""
+    handle = await create(runtime, run_labels)
+    status = await started(runtime, handle, http)
+    ports = (await container_doc(docker_client, handle))["NetworkSettings"]["Ports"]
+    for port in ("22555/tcp", "8080/tcp"):
+        assert {b["HostIp"] for b in ports[port]} == {"127.0.0.1"}
+        assert int(ports[port][0]["HostPort"]) == status.port_mapping[int(port.split("/")[0])]
+    assert status.rocklet_address == ("127.0.0.1", status.port_mapping[ROCKLET_PORT])
+    code, out = await exec_in(docker_client, handle, ["ls", "/sys/class/net"])
+    assert code == 0 and "eth0" in out.split()
+
+
+async def test_disk_limit_is_applied_or_noted(runtime, run_labels, docker_client):
+    """A disk limit the storage driver cannot enforce is a note on the handle, never a silent drop."""
+    info = await anyio.to_thread.run_sync(docker_client.info)
+    backing = dict(info["DriverStatus"]).get("Backing Filesystem")
+    handle = await create(runtime, run_labels, spec(disk=50 * GiB))
+    host = (await container_doc(docker_client, handle))["HostConfig"]
+    if info["Driver"] == "overlay2" and backing != "xfs":
+        assert handle.notes == (f"disk limit 50.00g not enforced: storage driver overlay2 on {backing} has no project quota",)
+        assert not host.get("StorageOpt")
+    else:
+        enforced = (host.get("StorageOpt") or {}).get("size") == str(50 * GiB)
+        assert enforced or any(note.startswith("disk limit 50.00g not enforced: ") for note in handle.notes)
+    no_disk = await create(runtime, run_labels, spec(disk=None))
+    assert no_disk.notes == ()
+
+
+# -- networks ---------------------------------------------------------------------------------
+
+
+async def test_network_none_has_only_loopback(runtime, run_labels, docker_client):
+    """``network: none`` leaves the container with ``lo`` alone, publishes nothing, and says so."""
+    handle = await create(runtime, run_labels, spec(runtime_options={"network": "none"}))
+    assert any(note.startswith("network none:") for note in handle.notes)
+    await runtime.start(handle)
+    status = await runtime.inspect(handle)
+    assert status.state is UnitState.RUNNING
+    assert status.port_mapping == {} and status.rocklet_address is None
+    code, out = await exec_in(docker_client, handle, ["ls", "/sys/class/net"])
+    assert code == 0 and out.split() == ["lo"]
+
+
+async def test_network_host_rocklet_listens_on_loopback(runtime, run_labels, docker_client, http):
+    """``network: host``: the rocklet listens on a free port of the host's 127.0.0.1."""
+    handle = await create(runtime, run_labels, spec(runtime_options={"network": "host"}))
+    status = await started(runtime, handle, http)
+    assert status.rocklet_host == "127.0.0.1"
+    doc = await container_doc(docker_client, handle)
+    assert doc["HostConfig"]["NetworkMode"] == "host"
+    assert f"--host 127.0.0.1 --port {status.rocklet_port}" in doc["Config"]["Cmd"][2]
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [({"network": "overlay-of-doom"}, "runtime_options.network"), ({"gpu_model": "h100"}, "runtime_options.gpu_model"),
+     ({"use_kata_runtime": True}, "runtime_options.use_kata_runtime")],
+)
+async def test_runtime_options_it_cannot_honour_are_refused(runtime, run_labels, docker_client, options, field):
+    the_spec = spec(runtime_options=options)
+    with pytest.raises(InvalidParameter) as caught:
+        await create(runtime, run_labels, the_spec)
+    assert caught.value.field == field
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(the_spec.sandbox_id)
+
+
+# -- images -----------------------------------------------------------------------------------
+
+
+async def test_pull_policy_never(runtime, run_labels):
+    """``never`` uses a present image without pulling, and fails at once for a missing one."""
+    phases = PhaseLog()
+    await create(runtime, run_labels, spec(pull=PullPolicy.NEVER), on_phase=phases)
+    assert phases.last(PHASE_IMAGE_PULL).message == "skip image pull"
+    assert phases.statuses(PHASE_IMAGE_PULL)[-1] is PhaseStatus.SUCCESS
+
+    phases = PhaseLog()
+    with pytest.raises(ImagePullFailed, match="Failed to pull image rock-test/absent:1: .*pull policy is 'never'"):
+        await create(runtime, run_labels, spec(image="rock-test/absent:1", pull=PullPolicy.NEVER), on_phase=phases)
+    assert phases.statuses(PHASE_IMAGE_PULL) == [PhaseStatus.RUNNING, PhaseStatus.FAILED]
+
+
+async def test_pull_policy_missing_uses_the_cached_image(runtime, run_labels):
+    phases = PhaseLog()
+    await create(runtime, run_labels, spec(pull=PullPolicy.MISSING), on_phase=phases)
+    assert phases.last(PHASE_IMAGE_PULL).message == "use cached image, skip image pull"
+
+
+async def test_pull_policy_always_pulls_even_a_present_image(runtime, run_labels, docker_client):
+    """``always`` asks the registry even for an image the engine has (none has this one: it fails)."""
+    docker_client.images.get("rock-test/python:3.11")
+    phases = PhaseLog()
+    with pytest.raises(ImagePullFailed, match="Failed to pull image rock-test/python:3.11: "):
+        await create(runtime, run_labels, spec(image="rock-test/python:3.11", pull=PullPolicy.ALWAYS), on_phase=phases)
+    assert [p.message.split(" ")[0] for n, p in phases.events] == ["looking", "pulling", "Failed"]
+
+
+async def test_an_image_name_docker_cannot_parse_fails_the_pull_phase(runtime, run_labels):
+    phases = PhaseLog()
+    with pytest.raises(ImagePullFailed, match="^Failed to pull image Not/Lower:1: invalid reference format"):
+        await create(runtime, run_labels, spec(image="Not/Lower:1"), on_phase=phases)
+    assert phases.statuses(PHASE_IMAGE_PULL) == [PhaseStatus.RUNNING, PhaseStatus.FAILED]
+
+
+class _Registry(http_server.BaseHTTPRequestHandler):
+    """A registry that asks for basic auth, records what it gets, and has no images."""
+
+    seen: list[str | None]
+
+    def do_GET(self):
+        self.seen.append(self.headers.get("Authorization"))
+        if self.headers.get("Authorization") is None:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="rock-test"')
+            body = b""
+        else:
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            body = b'{"errors": [{"code": "MANIFEST_UNKNOWN", "message": "manifest unknown"}]}'
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+async def test_registry_credentials_are_sent_to_the_registry(runtime, run_labels):
+    """``registry_username``/``password`` reach the registry; its refusal is the pull's reason."""
+    handler = type("Registry", (_Registry,), {"seen": []})
+    server = http_server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        image = f"127.0.0.1:{server.server_port}/private/app:1"
+        the_spec = spec(image=image, registry_username="trainer", registry_password="s3cret")
+        with pytest.raises(ImagePullFailed, match=f"Failed to pull image {image}: .*manifest unknown"):
+            await create(runtime, run_labels, the_spec)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert f"Basic {base64.b64encode(b'trainer:s3cret').decode()}" in handler.seen
+
+
+async def test_image_without_a_shell_exits_with_the_fix(runtime, run_labels, no_shell_image):
+    """Under Docker's init (the default) the container exits at once; inspect's error is the fix."""
+    handle = await create(runtime, run_labels, spec(image=no_shell_image))
+    await runtime.start(handle)
+    status = await wait_for_unit(runtime, handle, lambda s: s.state is UnitState.EXITED, what="exited")
+    assert status.exit_code == 127
+    assert status.error.startswith(
+        f"image {no_shell_image} has no /bin/sh and python3; rock needs python3 >= 3.8 in the image to run its agent"
+    )
+
+
+async def test_image_without_a_shell_fails_to_start_without_init(run_labels, no_shell_image, tmp_path):
+    """Without Docker's init, Docker itself cannot start the command: start fails with the fix."""
+    async with DockerRuntime(rocklet_dir=tmp_path, init=False) as runtime:
+        handle = await create(runtime, run_labels, spec(image=no_shell_image))
+        with pytest.raises(RuntimeFailure) as caught:
+            await runtime.start(handle)
+        assert str(caught.value).startswith(
+            f"image {no_shell_image} has no /bin/sh and python3; rock needs python3 >= 3.8 in the image to run its agent"
+        )
+        status = await runtime.inspect(handle)
+        assert status.state is UnitState.CREATED
+        assert status.error.startswith(f"image {no_shell_image} has no /bin/sh and python3")
+
+
+async def test_image_without_python_reports_the_fix(runtime, run_labels, no_python_image):
+    handle = await create(runtime, run_labels, spec(image=no_python_image))
+    await runtime.start(handle)
+    status = await wait_for_unit(runtime, handle, lambda s: s.state is UnitState.EXITED, what="exited")
+    assert status.exit_code == 127
+    assert status.error == (
+        f"image {no_python_image} has no python3; rock needs python3 >= 3.8 in the image to run its agent "
+        "(install python3 in the image, or choose an image that has it)"
+    )
+    assert "rock: this image has no python3" in await runtime.logs(handle)
+
+
+# -- errors -----------------------------------------------------------------------------------
+
+
+async def test_a_taken_name_is_sandbox_already_exists(runtime, run_labels):
+    the_spec = spec()
+    await create(runtime, run_labels, the_spec)
+    with pytest.raises(SandboxAlreadyExists, match=f"Sandbox {the_spec.sandbox_id} already exists"):
+        await create(runtime, run_labels, the_spec)
+
+
+async def test_a_name_docker_refuses_is_an_invalid_sandbox_id(runtime, run_labels):
+    with pytest.raises(InvalidParameter, match="Invalid container name") as caught:
+        await create(runtime, run_labels, spec(sandbox_id="not a name!"))
+    assert caught.value.field == "sandbox_id"
+
+
+async def test_an_engine_that_does_not_answer_is_a_runtime_failure(tmp_path):
+    async with DockerRuntime(base_url=f"unix://{tmp_path}/no-docker.sock", rocklet_dir=tmp_path) as runtime:
+        with pytest.raises(RuntimeFailure, match="cannot reach the Docker engine"):
+            await runtime.list({"rock.test.run": "x"})
+
+
+async def test_a_closed_runtime_refuses_calls(tmp_path):
+    runtime = DockerRuntime(rocklet_dir=tmp_path)
+    assert await runtime.list({"rock.test.run": unique_sandbox_id()}) == []
+    await runtime.aclose()
+    await runtime.aclose()
+    with pytest.raises(RuntimeFailure, match="closed"):
+        await runtime.list({"rock.test.run": "x"})
+
+
+# -- watching ---------------------------------------------------------------------------------
+
+
+async def test_watch_reports_an_oom_kill_while_the_container_runs(runtime, run_labels, http):
+    """An OOM kill inside a sandbox is reported at once, though the rocklet (and container) live on."""
+    the_spec = spec(memory=64 * MiB)
+    handle = await create(runtime, run_labels, the_spec)
+    watch = runtime.watch({"rock.sandbox_id": the_spec.sandbox_id})
+    try:
+        status = await started(runtime, handle, http)
+        url = f"http://127.0.0.1:{status.rocklet_port}/execute"
+        answer = await http.post(url, json={"command": ["python3", "-c", "b = b'x' * (256 << 20)"], "timeout": 60})
+        assert answer.json()["exit_code"] == -9
+        with anyio.fail_after(30):
+            got, reported = await watch.__anext__()
+        assert got.sandbox_id == the_spec.sandbox_id
+        assert reported.oom_killed is True
+        assert reported.state is UnitState.RUNNING
+    finally:
+        await watch.aclose()
+
+
+async def test_watch_ends_when_closed(runtime):
+    """Closing a watch ends a read that is waiting for an event."""
+    watch = runtime.watch({"rock.test.run": unique_sandbox_id()})
+    results = []
+
+    async def read():
+        async for item in watch:
+            results.append(item)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(read)
+            await anyio.sleep(0.2)  # let the read reach Docker's stream
+            await watch.aclose()
+    assert results == []

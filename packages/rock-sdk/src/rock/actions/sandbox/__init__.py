@@ -1,0 +1,1 @@
+"""ROCK's ``rock.actions.sandbox`` package: the sandbox request and response models."""

@@ -1,0 +1,1 @@
+"""Benchmarks and batch jobs run by ``rock bench``: each prints its figures."""

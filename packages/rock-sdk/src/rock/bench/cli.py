@@ -1,0 +1,66 @@
+"""``rock bench ...``: measured runs that print their figures (never part of the test suite)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import click
+
+__all__ = ["bench"]
+
+
+@click.group()
+def bench() -> None:
+    """Run rock's benchmarks and batch jobs; each prints its figures."""
+
+
+@bench.command()
+@click.option("--count", "-n", type=click.IntRange(min=1), default=10, show_default=True, help="Episodes to run.")
+@click.option("--parallelism", "-p", type=click.IntRange(min=1), default=10, show_default=True, help="Episodes at once.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), required=True, help="New folder for results.json.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+@click.option("--memory", default="512m", show_default=True, help="Memory limit per sandbox.")
+@click.option("--cpus", type=float, default=0.5, show_default=True, help="CPUs per sandbox.")
+def rollout(count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float) -> None:
+    """The batch RL rollout: each episode gets a sandbox, fails a test, patches the code, passes it.
+
+    Writes OUTPUT/results.json with the batch metrics and a row per episode, and exits non-zero
+    if any episode's check failed. OUTPUT must not exist.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from rock.bench.rollout import RolloutSettings, claim_output, run_rollout, summarize, write_results
+
+    try:
+        claim_output(output)
+    except FileExistsError:
+        raise click.UsageError(f"--output {str(output)!r} already exists; rock never overwrites results") from None
+    settings = RolloutSettings(count=count, parallelism=parallelism, image=image, memory=memory, cpus=cpus)
+    console = Console(stderr=True)
+    failed = 0
+    with Progress(
+        TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    ) as progress:
+        task = progress.add_task("episodes", total=count, status="")
+
+        def on_progress(result) -> None:  # type: ignore[no-untyped-def]
+            nonlocal failed
+            failed += not result.ok
+            progress.update(task, advance=1, status=f"[red]{failed} failed" if failed else "[green]all ok")
+            if not result.ok:
+                progress.console.print(f"[red]episode {result.episode} failed:[/red] {result.error}")
+
+        results, client_seconds = asyncio.run(run_rollout(settings, on_progress))
+    document = summarize(settings, results, client_seconds)
+    path = write_results(output, document)
+    figures = {k: v for k, v in document.items() if k not in ("rows", "settings", "machine")}
+    click.echo(json.dumps(figures, indent=2))
+    click.echo(f"results: {path}", err=True)
+    if document["successful_episodes"] != document["episodes"]:
+        click.echo(f"rock bench rollout: {document['episodes'] - document['successful_episodes']} episode(s) failed", err=True)
+        sys.exit(1)

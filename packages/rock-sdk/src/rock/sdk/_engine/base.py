@@ -1,0 +1,175 @@
+"""The :class:`Engine` protocol: everything a :class:`~rock.sdk.sandbox.client.Sandbox` asks of
+whatever runs its sandboxes.
+
+Two implementations: :class:`~rock.sdk._engine.embedded.EmbeddedEngine` (rock-core's
+``SandboxManager`` in this process, on the local Docker engine) and, with the admin server,
+a ``RemoteEngine`` speaking rock's HTTP API. Every call names its sandbox by id and returns the
+wire models of :mod:`rock_core.actions`; failures are :class:`~rock_core.errors.RockError`\\ s.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from rock_core.actions import (
+    BashAction,
+    BashObservation,
+    CloseBashSessionRequest,
+    CloseBashSessionResponse,
+    Command,
+    CommandLine,
+    CommandResponse,
+    CreateBashSessionRequest,
+    CreateBashSessionResponse,
+    InterruptSessionResponse,
+    ListDirResponse,
+    ProcessInfo,
+    ReadFileRequest,
+    ReadFileResponse,
+    SandboxStartRequest,
+    SandboxStartResponse,
+    SandboxStatusResponse,
+    UploadResponse,
+    WriteFileRequest,
+    WriteFileResponse,
+)
+from rock_core.errors import NotSupported
+
+__all__ = ["Engine", "remote_mode_unavailable"]
+
+
+class Engine(Protocol):
+    """Lifecycle and runtime calls on sandboxes, by sandbox id (async, any asyncio loop)."""
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start_async(
+        self,
+        request: SandboxStartRequest,
+        *,
+        user_id: str | None = None,
+        experiment_id: str | None = None,
+        namespace: str | None = None,
+        cluster: str | None = None,
+    ) -> SandboxStartResponse:
+        """Accept a start and return at once with the new sandbox's id (state ``pending``)."""
+        ...
+
+    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+        """Wait for the sandbox's current start to finish; raise the start's error if it failed."""
+        ...
+
+    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
+        """ROCK's ``get_status`` (without ``include_all_states`` only pending/running are found)."""
+        ...
+
+    async def stop(self, sandbox_id: str) -> None:
+        """Stop the sandbox (unknown or already stopped: no error)."""
+        ...
+
+    async def delete(self, sandbox_id: str) -> None:
+        """Delete a stopped sandbox (unknown or deleted: no error)."""
+        ...
+
+    async def restart(self, sandbox_id: str) -> SandboxStartResponse:
+        """Start a stopped sandbox again; wait with :meth:`wait_until_running`."""
+        ...
+
+    # -- sessions and commands ------------------------------------------------------------------
+
+    async def create_session(self, sandbox_id: str, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+        """Open a bash session."""
+        ...
+
+    async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
+        """Run a command in a bash session."""
+        ...
+
+    async def close_session(self, sandbox_id: str, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
+        """Close a bash session."""
+        ...
+
+    async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
+        """Ctrl-C the command running in a session."""
+        ...
+
+    async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
+        """Run a one-shot command."""
+        ...
+
+    def execute_stream(self, sandbox_id: str, command: Command) -> AsyncIterator[dict[str, Any]]:
+        """Run a one-shot command, yielding its start, output and exit events as they happen."""
+        ...
+
+    # -- files -------------------------------------------------------------------------------
+
+    async def read_file(self, sandbox_id: str, request: ReadFileRequest) -> ReadFileResponse:
+        """Read a text file."""
+        ...
+
+    async def write_file(self, sandbox_id: str, request: WriteFileRequest) -> WriteFileResponse:
+        """Write a text file (parents created, replaced)."""
+        ...
+
+    async def upload(
+        self, sandbox_id: str, target_path: str, data: bytes | str | os.PathLike[str], *, unzip: bool = False
+    ) -> UploadResponse:
+        """Upload bytes, or the local file at a path, to ``target_path``."""
+        ...
+
+    def download(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        """The raw bytes of a file in the sandbox, in chunks."""
+        ...
+
+    async def list_dir(self, sandbox_id: str, path: str) -> ListDirResponse:
+        """List a directory."""
+        ...
+
+    async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:
+        """CPU, memory, disk and network figures."""
+        ...
+
+    # -- background processes ------------------------------------------------------------------
+
+    async def start_process(
+        self,
+        sandbox_id: str,
+        command: CommandLine,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ProcessInfo:
+        """Start a background command (its real exit code stays readable)."""
+        ...
+
+    async def process_status(
+        self, sandbox_id: str, process_id: str, *, wait: float = 0.0, tail: int = 4096
+    ) -> ProcessInfo:
+        """A background process's state, waiting up to ``wait`` seconds for it to end."""
+        ...
+
+    async def process_output(
+        self, sandbox_id: str, process_id: str, *, offset: int = 0, limit: int | None = None
+    ) -> bytes:
+        """A background process's output bytes from ``offset``."""
+        ...
+
+    async def kill_process(
+        self, sandbox_id: str, process_id: str, *, signal: int | str = 15, wait: float = 5.0
+    ) -> ProcessInfo:
+        """Signal a background process."""
+        ...
+
+
+def remote_mode_unavailable(base_url: str) -> NotSupported:
+    """The error for a config that names a server: the remote engine is not part of rock yet."""
+    return NotSupported(
+        f"base_url is set ({base_url!r}, from the config or ROCK_BASE_URL), which asks for remote mode; "
+        "remote mode needs rock's admin server (`rock admin start`) and the SDK's RemoteEngine, which "
+        "come with the admin server and are not in this version of rock. Leave base_url unset (and "
+        "unset ROCK_BASE_URL) to run sandboxes in this process on the local Docker engine (embedded mode).",
+        attempted="connect",
+    )

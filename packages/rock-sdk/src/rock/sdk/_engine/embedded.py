@@ -1,0 +1,700 @@
+"""Embedded mode: rock-core's :class:`~rock_core.engine.manager.SandboxManager` in this process.
+
+:class:`EmbeddedEngine` runs one ``SandboxManager`` in a daemon thread with its own event loop
+(``anyio.run`` with a :class:`~anyio.from_thread.BlockingPortal`). It starts on first use, is
+shared by every :class:`~rock.sdk.sandbox.client.Sandbox` of the process, and can be called from
+any asyncio event loop, from other threads, and from synchronous code
+(:meth:`EmbeddedEngine.call_blocking`).
+
+Why a thread of its own: the engine owns timers (idle stop, auto-delete), the reconciler and the
+records, which must outlive any one ``asyncio.run()`` of the user and must not depend on the
+user's loop being responsive.
+
+Two paths, so that commands pay no thread hop:
+
+* **Lifecycle** (start, stop, status, ...) is handed to the engine's loop with
+  ``portal.start_task_soon`` and awaited with :func:`asyncio.wrap_future`, never blocking the
+  caller's loop (about 0.1 ms per call).
+* **Runtime calls** (commands, sessions, files) go straight from the caller's loop to the
+  sandbox's rocklet, over one pooled HTTP client per caller loop (closed when that loop shuts
+  down). The rocklet's address is asked of the engine once per sandbox and forgotten at the
+  sandbox's next lifecycle transition (the engine announces each one, in its thread, as it
+  happens), so a stopped sandbox is never reached at a stale address. Each call still counts as
+  activity for the idle timer. Callers that are not in an asyncio loop take the first path.
+
+At interpreter exit an :mod:`atexit` handler closes the engine, which removes the sandboxes this
+process made (``EngineConfig.remove_on_close``); containers of a process that died without
+that chance are removed by the next engine that starts (``reap_orphans``).
+
+While a runtime call is in flight (a long command, a big upload) the sandbox counts as active, so
+its idle timer (``auto_clear_seconds``) never stops it under a running command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import urllib.parse
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+import httpx
+from anyio.from_thread import BlockingPortal
+from rock_core import hookimpl
+from rock_core.actions import (
+    BashAction,
+    BashObservation,
+    CloseBashSessionRequest,
+    CloseBashSessionResponse,
+    Command,
+    CommandLine,
+    CommandResponse,
+    CreateBashSessionRequest,
+    CreateBashSessionResponse,
+    InterruptSessionResponse,
+    ListDirResponse,
+    ProcessInfo,
+    ReadFileRequest,
+    ReadFileResponse,
+    SandboxStartRequest,
+    SandboxStartResponse,
+    SandboxStatusResponse,
+    UploadResponse,
+    WriteFileRequest,
+    WriteFileResponse,
+)
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import SandboxManager
+from rock_core.engine.rocklet_client import RockletClient, new_http_client
+from rock_core.errors import InternalServerRockError, RockletUnreachable
+from rock_core.states import LIVE_STATES
+
+__all__ = [
+    "EmbeddedEngine",
+    "close_embedded_engine",
+    "configure_embedded_engine",
+    "get_embedded_engine",
+]
+
+log = logging.getLogger("rock.sdk.engine")
+
+T = TypeVar("T")
+
+# How often sandboxes with a call in flight are marked active (well under any idle timeout).
+_KEEPALIVE_INTERVAL = 1.0
+# Items a streamed call (download, execute_stream) may run ahead of its reader.
+_STREAM_BUFFER = 16
+
+
+def _closed_error() -> InternalServerRockError:
+    return InternalServerRockError(
+        "rock's embedded engine is closed (the interpreter is exiting, or close_embedded_engine() was called); "
+        "its sandboxes were removed",
+        attempted="call",
+    )
+
+
+async def _close_manager(manager: SandboxManager) -> None:
+    """Close ``manager`` from the task that entered it (its task group must exit there).
+
+    ``aclose`` shields its own clean-up, so a cancelled caller still removes the sandboxes.
+    """
+    await manager.aclose()
+
+
+class _AddressBook:
+    """Rocklet addresses of running sandboxes, for calls straight from callers' loops.
+
+    Registered as a plugin of the engine's manager: every lifecycle transition of a sandbox
+    (stop, restart, ...) drops its entry at once, in the engine's thread, before the engine acts
+    on the unit; the next call asks the engine again.
+    """
+
+    def __init__(self) -> None:
+        self._addresses: dict[str, tuple[str, int]] = {}
+
+    def get(self, sandbox_id: str) -> tuple[str, int] | None:
+        """The address of ``sandbox_id``'s rocklet, when known and still valid."""
+        return self._addresses.get(sandbox_id)
+
+    def put(self, sandbox_id: str, address: tuple[str, int]) -> None:
+        """Remember an address the engine just handed out (engine thread only)."""
+        self._addresses[sandbox_id] = address
+
+    @hookimpl
+    def rock_sandbox_transition(self, record: Any, event: Any, old: Any, new: Any) -> None:
+        """Forget the sandbox's address: whatever state it is in now, ask the engine again."""
+        self._addresses.pop(record.sandbox_id, None)
+
+
+async def _close_with_loop(http: httpx.AsyncClient) -> AsyncIterator[None]:
+    # Suspended for the loop's lifetime; asyncio.run() closes every async generator at shutdown,
+    # which closes the loop's pooled client with its own loop still running.
+    try:
+        yield
+    finally:
+        await http.aclose()
+
+
+class EmbeddedEngine:
+    """A ``SandboxManager`` in a daemon thread, callable from any event loop or thread.
+
+    Implements :class:`~rock.sdk._engine.base.Engine`. Most code uses the process-wide one
+    (:func:`get_embedded_engine`); tests and tools may make their own.
+
+    :param config: the manager's settings (default :class:`EngineConfig()`: Docker runtime,
+        records in memory, sandboxes removed when the engine closes).
+    :param manager_factory: builds the manager from ``config`` in the engine's thread (default
+        :class:`SandboxManager`), e.g. to pass a runtime instance.
+    :param close_timeout: seconds :meth:`close` waits for the engine to remove its sandboxes.
+
+    Closing an engine removes the units it made (found by its ``rock.engine_id`` label), so
+    several engines in one process do not touch each other's sandboxes.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        manager_factory: Callable[[EngineConfig], SandboxManager] | None = None,
+        close_timeout: float = 120.0,
+    ) -> None:
+        self.config = config if config is not None else EngineConfig()
+        self._factory = manager_factory or (lambda c: SandboxManager(c))
+        self._close_timeout = close_timeout
+        self._lock = threading.Lock()
+        self._portal: BlockingPortal | None = None
+        self._manager: SandboxManager | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_id: int | None = None
+        self._stop: anyio.Event | None = None
+        self._tg: anyio.abc.TaskGroup | None = None  # the engine loop's own tasks (streams' pumps)
+        self._closed = False
+        self._inflight: dict[str, int] = {}  # sandbox id -> runtime calls in flight
+        self._inflight_lock = threading.Lock()
+        self._addresses = _AddressBook()
+        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._loop_clients_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running" if self._portal is not None else "not started"
+        return f"<EmbeddedEngine {state} runtime={self.config.runtime!r}>"
+
+    # -- the engine's own lifecycle ------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """Whether the engine's thread is up and taking calls."""
+        return self._portal is not None
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed engine cannot be started again)."""
+        return self._closed
+
+    @property
+    def manager(self) -> SandboxManager:
+        """The manager, for code that runs on the engine's loop (``call_blocking`` functions)."""
+        if self._manager is None:
+            raise RuntimeError("the embedded engine is not running")
+        return self._manager
+
+    def start(self) -> None:
+        """Start the engine's thread and manager if they are not running; block until ready.
+
+        :raises InvalidParameter: no runtime named ``config.runtime`` is installed (e.g.
+            rock-docker is missing), or another error building the manager.
+        :raises InternalServerRockError: the engine was closed.
+        """
+        if self._portal is not None:
+            return
+        with self._lock:
+            if self._closed:
+                raise _closed_error()
+            if self._portal is not None:
+                return
+            ready = threading.Event()
+            failure: list[BaseException] = []
+            thread = threading.Thread(
+                target=self._thread_main, args=(ready, failure), name="rock-embedded-engine", daemon=True
+            )
+            thread.start()
+            ready.wait()
+            if failure:
+                thread.join()
+                raise failure[0]
+            self._thread = thread
+
+    def _thread_main(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        try:
+            anyio.run(self._serve, ready, backend="asyncio")
+        except BaseException as exc:  # noqa: BLE001 - reported to the thread that waits for us
+            if not ready.is_set():
+                failure.append(exc)
+            else:
+                log.exception("rock's embedded engine stopped with an error")
+        finally:
+            self._portal = None
+            self._manager = None
+            ready.set()
+
+    async def _serve(self, ready: threading.Event) -> None:
+        self._thread_id = threading.get_ident()
+        manager = self._factory(self.config)
+        manager.plugins.pm.register(self._addresses, name=f"rock.sdk.embedded-addresses-{id(self)}")
+        await manager.__aenter__()
+        try:
+            async with BlockingPortal() as portal, anyio.create_task_group() as tg:
+                self._stop = anyio.Event()
+                self._manager = manager
+                self._tg = tg
+                tg.start_soon(self._keepalive_loop)
+                self._portal = portal
+                ready.set()
+                await self._stop.wait()
+                self._portal = None
+                await portal.stop(cancel_remaining=True)  # calls in flight end with a cancellation
+                tg.cancel_scope.cancel()
+        finally:
+            await _close_manager(manager)
+
+    def close(self) -> None:
+        """Stop the engine: cancel calls in flight, remove this process's sandboxes. Idempotent.
+
+        Blocks until done (at most ``close_timeout`` seconds). Must not be called from a
+        function running on the engine's own loop.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            portal, thread, stop = self._portal, self._thread, self._stop
+        if portal is None or thread is None or stop is None:
+            return
+        if threading.get_ident() == self._thread_id:
+            raise RuntimeError("the embedded engine cannot be closed from its own thread")
+        with contextlib.suppress(RuntimeError):  # its loop may already be gone
+            portal.call(stop.set)
+        thread.join(self._close_timeout)
+        if thread.is_alive():
+            log.warning("rock's embedded engine did not finish closing within %gs", self._close_timeout)
+
+    async def aclose(self) -> None:
+        """:meth:`close`, waited for in a worker thread so the caller's loop keeps running."""
+        await anyio.to_thread.run_sync(self.close)
+
+    # -- calling into the engine's loop --------------------------------------------------------
+
+    async def _call(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``func(*args)`` on the engine's loop and await its result from the caller's loop."""
+        portal = self._portal
+        if portal is None:
+            await anyio.to_thread.run_sync(self.start)  # slow path: plugins load, Docker connects
+            portal = self._portal
+            if portal is None:
+                raise _closed_error()
+        if threading.get_ident() == self._thread_id:
+            return await func(*args)
+        try:
+            future = portal.start_task_soon(func, *args)
+        except RuntimeError as exc:
+            raise _closed_error() from exc
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another async library (trio): wait in a worker thread
+            return await anyio.to_thread.run_sync(future.result)
+        return await asyncio.wrap_future(future, loop=loop)
+
+    def call_blocking(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``func(*args)`` on the engine's loop and block the calling thread until it returns.
+
+        For synchronous callers (``rock.make``); ``func`` may use :attr:`manager`.
+        """
+        self.start()
+        if threading.get_ident() == self._thread_id:
+            raise RuntimeError("call_blocking cannot be used on the engine's own thread")
+        portal = self._portal
+        if portal is None:
+            raise _closed_error()
+        try:
+            return portal.call(func, *args)
+        except RuntimeError as exc:
+            if self._portal is None:
+                raise _closed_error() from exc
+            raise
+
+    async def _iterate(self, factory: Callable[..., AsyncIterator[T]], *args: Any) -> AsyncIterator[T]:
+        """Yield, in the caller's loop, what ``factory(*args)`` yields on the engine's loop."""
+        send, receive = anyio.create_memory_object_stream[tuple[bool, Any]](_STREAM_BUFFER)
+        await self._call(self._start_pump, send, factory, args)
+        try:
+            while True:
+                try:
+                    ok, value = await self._call(receive.receive)
+                except anyio.EndOfStream:
+                    return
+                if not ok:
+                    raise value
+                yield value
+        finally:
+            portal = self._portal
+            if portal is not None:
+                with contextlib.suppress(RuntimeError):
+                    portal.start_task_soon(receive.aclose)
+
+    async def _start_pump(self, send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]) -> None:
+        if self._tg is None:
+            raise _closed_error()
+        self._tg.start_soon(self._pump, send, factory, args)
+
+    @staticmethod
+    async def _pump(send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]) -> None:
+        async with send:
+            try:
+                async with contextlib.aclosing(factory(*args)) as items:  # type: ignore[type-var]
+                    async for item in items:
+                        await send.send((True, item))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                return  # the reader went away
+            except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await send.send((False, exc))
+
+    # -- activity ------------------------------------------------------------------------------
+
+    async def _keepalive_loop(self) -> None:
+        while True:
+            await anyio.sleep(_KEEPALIVE_INTERVAL)
+            with self._inflight_lock:
+                busy = list(self._inflight)
+            for sandbox_id in busy:
+                self.manager.touch(sandbox_id)
+
+    def _begin(self, sandbox_id: str) -> None:
+        with self._inflight_lock:
+            self._inflight[sandbox_id] = self._inflight.get(sandbox_id, 0) + 1
+
+    def _end(self, sandbox_id: str) -> None:
+        with self._inflight_lock:
+            left = self._inflight.get(sandbox_id, 1) - 1
+            if left > 0:
+                self._inflight[sandbox_id] = left
+            else:
+                self._inflight.pop(sandbox_id, None)
+        manager = self._manager
+        if manager is not None:
+            manager.touch(sandbox_id)  # sets a timestamp: safe from any thread
+
+    # -- runtime calls through the engine's loop -----------------------------------------------
+
+    async def _rocklet_call(
+        self,
+        sandbox_id: str,
+        attempted: str,
+        method: Callable[..., Awaitable[T]],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> T:
+        client = self.manager.rocklet(sandbox_id, attempted)
+        self._begin(sandbox_id)
+        try:
+            return await method(client, *args, **kwargs)
+        finally:
+            self._end(sandbox_id)
+
+    async def _rocklet_stream(
+        self, sandbox_id: str, attempted: str, method: Callable[..., AsyncIterator[T]], args: tuple[Any, ...]
+    ) -> AsyncIterator[T]:
+        client = self.manager.rocklet(sandbox_id, attempted)
+        self._begin(sandbox_id)
+        try:
+            async with contextlib.aclosing(method(client, *args)) as items:  # type: ignore[type-var]
+                async for item in items:
+                    yield item
+        finally:
+            self._end(sandbox_id)
+
+    async def _manager_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return await getattr(self.manager, name)(*args, **kwargs)
+
+    # -- runtime calls straight from the caller's loop -----------------------------------------
+
+    async def _address_of(self, sandbox_id: str, attempted: str) -> tuple[str, int]:
+        """(engine loop) The rocklet address of a running sandbox; raises the manager's error if not running."""
+        url = urllib.parse.urlsplit(self.manager.rocklet(sandbox_id, attempted).base_url)
+        assert url.hostname is not None and url.port is not None
+        address = (url.hostname, url.port)
+        self._addresses.put(sandbox_id, address)
+        return address
+
+    async def _loop_http(self, loop: asyncio.AbstractEventLoop) -> httpx.AsyncClient:
+        with self._loop_clients_lock:
+            entry = self._loop_clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        http = new_http_client()
+        closer = _close_with_loop(http)
+        await closer.__anext__()  # now the loop finalizes it at shutdown
+        with self._loop_clients_lock:
+            entry = self._loop_clients.setdefault(loop, (http, closer))
+        if entry[0] is not http:  # another task of this loop made one first
+            await closer.aclose()
+        return entry[0]
+
+    async def _direct_client(self, sandbox_id: str, attempted: str) -> RockletClient | None:
+        """A client bound to the caller's loop, or ``None`` when the call must go through the engine."""
+        if self._manager is None or threading.get_ident() == self._thread_id:
+            return None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # another async library
+            return None
+        address = self._addresses.get(sandbox_id)
+        if address is None:
+            address = await self._call(self._address_of, sandbox_id, attempted)
+        return RockletClient(await self._loop_http(loop), address[0], address[1], sandbox_id)
+
+    async def _explain_unreachable(self, sandbox_id: str, attempted: str) -> None:
+        """After a rocklet did not answer: raise the engine's error if the sandbox is no longer running."""
+        with contextlib.suppress(RockletUnreachable):
+            status = await self.get_status(sandbox_id, True)
+            if status.state not in LIVE_STATES:
+                await self._call(self._address_of, sandbox_id, attempted)  # raises "not running (stopped: why)"
+
+    async def _rocklet(
+        self, sandbox_id: str, attempted: str, method: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+    ) -> T:
+        client = await self._direct_client(sandbox_id, attempted)
+        if client is None:
+            return await self._call(self._rocklet_call, sandbox_id, attempted, method, args, kwargs)
+        self._begin(sandbox_id)
+        try:
+            return await method(client, *args, **kwargs)
+        except RockletUnreachable:
+            await self._explain_unreachable(sandbox_id, attempted)
+            raise
+        finally:
+            self._end(sandbox_id)
+
+    async def _stream(
+        self, sandbox_id: str, attempted: str, method: Callable[..., AsyncIterator[T]], *args: Any
+    ) -> AsyncIterator[T]:
+        client = await self._direct_client(sandbox_id, attempted)
+        if client is None:
+            items = self._iterate(self._rocklet_stream, sandbox_id, attempted, method, args)
+        else:
+            items = method(client, *args)
+            self._begin(sandbox_id)
+        try:
+            async with contextlib.aclosing(items):  # type: ignore[type-var]
+                async for item in items:
+                    yield item
+        except RockletUnreachable:
+            if client is not None:
+                await self._explain_unreachable(sandbox_id, attempted)
+            raise
+        finally:
+            if client is not None:
+                self._end(sandbox_id)
+
+    # -- Engine: lifecycle ---------------------------------------------------------------------
+
+    async def start_async(
+        self,
+        request: SandboxStartRequest,
+        *,
+        user_id: str | None = None,
+        experiment_id: str | None = None,
+        namespace: str | None = None,
+        cluster: str | None = None,
+    ) -> SandboxStartResponse:
+        """Accept a start (``pending``) and return the new sandbox's id and placement."""
+        identity = {"user_id": user_id, "experiment_id": experiment_id, "namespace": namespace, "cluster": cluster}
+        return await self._call(self._manager_call, "start_async", (request,), identity)
+
+    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+        """Wait on the engine's own event (no polling) for the start to finish."""
+        return await self._call(self._manager_call, "wait_until_running", (sandbox_id, timeout), {})
+
+    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
+        """ROCK's ``get_status``."""
+        return await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {})
+
+    async def stop(self, sandbox_id: str) -> None:
+        """Stop the sandbox."""
+        await self._call(self._manager_call, "stop", (sandbox_id,), {})
+
+    async def delete(self, sandbox_id: str) -> None:
+        """Delete a stopped sandbox."""
+        await self._call(self._manager_call, "delete", (sandbox_id,), {})
+
+    async def restart(self, sandbox_id: str) -> SandboxStartResponse:
+        """Start a stopped sandbox again."""
+        return await self._call(self._manager_call, "restart", (sandbox_id,), {})
+
+    # -- Engine: sessions and commands -----------------------------------------------------------
+
+    async def create_session(self, sandbox_id: str, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+        """Open a bash session."""
+        return await self._rocklet(sandbox_id, "create_session", RockletClient.create_session, request)
+
+    async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
+        """Run a command in a bash session."""
+        return await self._rocklet(sandbox_id, "run_in_session", RockletClient.run_in_session, action)
+
+    async def close_session(self, sandbox_id: str, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
+        """Close a bash session."""
+        return await self._rocklet(sandbox_id, "close_session", RockletClient.close_session, request)
+
+    async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
+        """Ctrl-C the command running in a session."""
+        return await self._rocklet(sandbox_id, "interrupt_session", RockletClient.interrupt_session, session)
+
+    async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
+        """Run a one-shot command."""
+        return await self._rocklet(sandbox_id, "execute", RockletClient.execute, command)
+
+    def execute_stream(self, sandbox_id: str, command: Command) -> AsyncIterator[dict[str, Any]]:
+        """Run a one-shot command, yielding its events as they happen."""
+        return self._stream(sandbox_id, "execute_stream", RockletClient.execute_stream, command)
+
+    # -- Engine: files -------------------------------------------------------------------------
+
+    async def read_file(self, sandbox_id: str, request: ReadFileRequest) -> ReadFileResponse:
+        """Read a text file."""
+        return await self._rocklet(sandbox_id, "read_file", RockletClient.read_file, request)
+
+    async def write_file(self, sandbox_id: str, request: WriteFileRequest) -> WriteFileResponse:
+        """Write a text file."""
+        return await self._rocklet(sandbox_id, "write_file", RockletClient.write_file, request)
+
+    async def upload(
+        self, sandbox_id: str, target_path: str, data: bytes | str | os.PathLike[str], *, unzip: bool = False
+    ) -> UploadResponse:
+        """Upload bytes, or the local file at a path (streamed), to ``target_path``."""
+        return await self._rocklet(sandbox_id, "upload", RockletClient.upload, target_path, data, unzip=unzip)
+
+    def download(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
+        """The raw bytes of a file in the sandbox, in chunks."""
+        return self._stream(sandbox_id, "download", RockletClient.download, path)
+
+    async def list_dir(self, sandbox_id: str, path: str) -> ListDirResponse:
+        """List a directory."""
+        return await self._rocklet(sandbox_id, "list_dir", RockletClient.list_dir, path)
+
+    async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:
+        """CPU, memory, disk and network figures."""
+        return await self._rocklet(sandbox_id, "get_statistics", RockletClient.get_statistics)
+
+    # -- Engine: background processes ------------------------------------------------------------
+
+    async def start_process(
+        self,
+        sandbox_id: str,
+        command: CommandLine,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ProcessInfo:
+        """Start a background command."""
+        return await self._rocklet(
+            sandbox_id, "start_process", RockletClient.start_process, command, cwd=cwd, env=env, timeout=timeout
+        )
+
+    async def process_status(
+        self, sandbox_id: str, process_id: str, *, wait: float = 0.0, tail: int = 4096
+    ) -> ProcessInfo:
+        """A background process's state."""
+        return await self._rocklet(
+            sandbox_id, "process_status", RockletClient.process_status, process_id, wait=wait, tail=tail
+        )
+
+    async def process_output(
+        self, sandbox_id: str, process_id: str, *, offset: int = 0, limit: int | None = None
+    ) -> bytes:
+        """A background process's output bytes."""
+        return await self._rocklet(
+            sandbox_id, "process_output", RockletClient.process_output, process_id, offset=offset, limit=limit
+        )
+
+    async def kill_process(
+        self, sandbox_id: str, process_id: str, *, signal: int | str = 15, wait: float = 5.0
+    ) -> ProcessInfo:
+        """Signal a background process."""
+        return await self._rocklet(
+            sandbox_id, "kill_process", RockletClient.kill_process, process_id, signal=signal, wait=wait
+        )
+
+
+# -- the process-wide engine ----------------------------------------------------------------------
+
+_default: EmbeddedEngine | None = None
+_default_config: EngineConfig | None = None
+_default_lock = threading.Lock()
+_atexit_registered = False
+
+
+def configure_embedded_engine(config: EngineConfig) -> None:
+    """Set the :class:`EngineConfig` of the process-wide embedded engine.
+
+    Call it before the first sandbox starts (e.g. to cap concurrent starts, or to keep
+    stopped sandboxes longer). Once the engine runs with another config it cannot change.
+
+    :raises RuntimeError: the engine already runs with a different config.
+    """
+    global _default, _default_config
+    with _default_lock:
+        if _default is not None and not _default.closed:
+            if _default.running and _default.config != config:
+                raise RuntimeError(
+                    "rock's embedded engine is already running with another EngineConfig; call "
+                    "configure_embedded_engine() before the first sandbox starts (or close_embedded_engine() first)"
+                )
+            if not _default.running:
+                _default = None
+        _default_config = config
+
+
+def get_embedded_engine() -> EmbeddedEngine:
+    """The process-wide :class:`EmbeddedEngine` (made on first use; started on first call)."""
+    global _default, _atexit_registered
+    engine = _default
+    if engine is not None and not engine.closed:
+        return engine
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = EmbeddedEngine(_default_config)
+        if not _atexit_registered:
+            atexit.register(close_embedded_engine)
+            _atexit_registered = True
+        return _default
+
+
+def close_embedded_engine() -> None:
+    """Close the process-wide engine, removing its sandboxes (also run at interpreter exit)."""
+    global _default
+    with _default_lock:
+        engine, _default = _default, None
+    if engine is not None:
+        engine.close()
+
+
+def _forget_after_fork() -> None:
+    # A forked child has no engine thread; it must start its own and leave the parent's alone.
+    global _default, _default_lock
+    _default = None
+    _default_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,0 +1,1 @@
+"""Pieces shared by the SDK: ROCK's exception names (:mod:`.exceptions`) and constants (:mod:`.constants`)."""

@@ -1,0 +1,169 @@
+"""ROCK's configs, exception names, constants and import paths, as a ROCK user reaches them."""
+
+from __future__ import annotations
+
+import pytest
+from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
+from rock.sdk.common.exceptions import (
+    BadRequestRockError,
+    CommandRockError,
+    InternalServerRockError,
+    InvalidParameterRockException,
+    RockException,
+    SandboxNotFoundRockError,
+    from_rock_exception,
+    raise_for_code,
+)
+from rock.sdk.sandbox.client import RunMode, Sandbox, SandboxGroup
+from rock.sdk.sandbox.config import BaseConfig, SandboxConfig, SandboxGroupConfig
+from rock_core import errors as core_errors
+from rock_core.errors import NotSupported
+
+
+def test_sandbox_config_has_rocks_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("ROCK_BASE_URL", "ROCK_DEFAULT_CLUSTER", "ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = SandboxConfig()
+    assert (cfg.image, cfg.image_os, cfg.auto_clear_seconds, cfg.startup_timeout) == ("python:3.11", "linux", 300, 180)
+    assert (cfg.memory, cfg.cpus, cfg.limit_cpus, cfg.disk) == ("8g", 2, None, "50G")
+    assert (cfg.cluster, cfg.sandbox_id, cfg.auto_archive_seconds, cfg.auto_delete_seconds) == (
+        "vpc-nt-a",
+        None,
+        None,
+        None,
+    )
+    assert (cfg.num_gpus, cfg.accelerator_type, cfg.use_kata_runtime) == (None, None, False)
+    assert (cfg.user_id, cfg.experiment_id, cfg.namespace) == (None, None, None)
+    assert (cfg.registry_username, cfg.registry_password) == (None, None)
+    assert cfg.base_url is None  # embedded mode
+    assert (cfg.xrl_authorization, cfg.extra_headers) == (None, {})
+
+
+def test_environment_variables_set_the_config_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCK_BASE_URL", "http://admin:8080")
+    monkeypatch.setenv("ROCK_DEFAULT_CLUSTER", "local")
+    monkeypatch.setenv("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", "42")
+    cfg = SandboxConfig()
+    assert (cfg.base_url, cfg.cluster, cfg.startup_timeout) == ("http://admin:8080", "local", 42.0)
+    assert BaseConfig().base_url == "http://admin:8080"
+
+
+@pytest.mark.parametrize("field", ["auto_archive_seconds", "auto_delete_seconds", "auto_clear_seconds"])
+def test_a_negative_lifetime_is_refused_naming_the_field_and_value(field: str) -> None:
+    with pytest.raises(ValueError, match=f"{field}.*-5") as info:
+        SandboxConfig(**{field: -5})
+    assert isinstance(info.value, BadRequestRockError)
+    assert (info.value.field, info.value.value) == (field, -5)
+
+
+def test_archive_and_delete_together_are_refused() -> None:
+    with pytest.raises(ValueError, match="auto_archive_seconds and auto_delete_seconds cannot both be set"):
+        SandboxConfig(auto_archive_seconds=10, auto_delete_seconds=20)
+
+
+def test_the_config_is_mutable_and_checks_what_is_assigned() -> None:
+    cfg = SandboxConfig()
+    cfg.image = "ubuntu:22.04"
+    cfg.auto_delete_seconds = 300
+    assert (cfg.image, cfg.auto_delete_seconds) == ("ubuntu:22.04", 300)
+    with pytest.raises(ValueError, match="startup_timeout: must be a number > 0, got 0"):
+        cfg.startup_timeout = 0
+    with pytest.raises(ValueError, match="extra_headers"):
+        cfg.extra_headers = {"X-Key": 1}  # type: ignore[dict-item]
+    with pytest.raises(TypeError):
+        SandboxConfig(no_such_field=1)  # type: ignore[call-arg]
+
+
+def test_group_config_defaults_and_checks() -> None:
+    cfg = SandboxGroupConfig(image="python:3.11")
+    assert (cfg.size, cfg.start_concurrency, cfg.start_retry_times) == (2, 2, 3)
+    assert isinstance(cfg, SandboxConfig)
+    with pytest.raises(ValueError, match="start_concurrency: must be an integer >= 1, got 0"):
+        SandboxGroupConfig(start_concurrency=0)
+    group = SandboxGroup(SandboxGroupConfig(size=3))
+    assert len(group.sandbox_list) == 3 and all(isinstance(s, Sandbox) for s in group.sandbox_list)
+
+
+def test_exception_names_are_rocks_error_tree() -> None:
+    assert RockException is core_errors.RockError
+    assert BadRequestRockError is core_errors.BadRequestRockError
+    assert SandboxNotFoundRockError is core_errors.SandboxNotFound
+    assert InternalServerRockError is core_errors.InternalServerRockError
+    assert CommandRockError is core_errors.CommandRockError
+    assert issubclass(InvalidParameterRockException, BadRequestRockError)
+    assert issubclass(SandboxNotFoundRockError, BadRequestRockError)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (4000, BadRequestRockError),
+        (4004, SandboxNotFoundRockError),
+        (5000, InternalServerRockError),
+        (6000, CommandRockError),
+    ],
+)
+def test_raise_for_code_raises_the_class_of_the_code(code: int, expected: type[Exception]) -> None:
+    with pytest.raises(expected, match="boom") as info:
+        raise_for_code(code, "boom")
+    assert info.value.code == code
+
+
+def test_raise_for_code_returns_for_success_and_none() -> None:
+    assert raise_for_code(2000, "fine") is None
+    assert raise_for_code(None, "fine") is None
+
+
+def test_from_rock_exception_builds_rocks_error_payload() -> None:
+    payload = from_rock_exception(BadRequestRockError("bad"))
+    assert (payload.code, payload.failure_reason) == (4000, "bad")
+
+
+def test_run_modes() -> None:
+    assert RunMode.NORMAL == "normal" and RunMode.NOHUP == "nohup"
+    assert RunModeType.__args__ == ("normal", "nohup")  # type: ignore[attr-defined]
+    assert (PID_PREFIX, PID_SUFFIX) == ("PIDSTART", "PIDEND")
+
+
+def test_rocks_import_paths_work() -> None:
+    from rock.actions import (  # noqa: F401
+        Action,
+        BashAction,
+        CloseBashSessionRequest,
+        Command,
+        CommandResponse,
+        CreateBashSessionRequest,
+        IsAliveResponse,
+        Observation,
+        ReadFileRequest,
+        SandboxStatusResponse,
+        UploadRequest,
+        WriteFileRequest,
+    )
+    from rock.actions.sandbox.request import ChmodRequest, ChownRequest  # noqa: F401
+    from rock.actions.sandbox.response import State  # noqa: F401
+
+    assert Action is BashAction
+    assert Command(command="pwd").timeout == 1200
+    assert CreateBashSessionRequest().session == "default"
+    assert Observation().exit_code is None
+
+
+@pytest.mark.anyio
+async def test_remote_mode_says_what_is_missing() -> None:
+    sandbox = Sandbox(SandboxConfig(base_url="http://localhost:8080"))
+    with pytest.raises(NotSupported, match=r"rock admin start"):
+        await sandbox.start()
+    await sandbox.stop()  # never raises, as ROCK
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("call", ["arun", "get_status", "read_file_by_line_range"])
+async def test_a_sandbox_that_was_never_started_says_so(call: str) -> None:
+    sandbox = Sandbox(SandboxConfig())
+    with pytest.raises(BadRequestRockError, match=r"call `await sandbox.start\(\)`"):
+        await getattr(sandbox, call)("x") if call != "get_status" else await sandbox.get_status()
+    assert sandbox.sandbox_id is None and sandbox.url is None
+
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -1,0 +1,263 @@
+"""The engine (rock-core's SandboxManager) driving real containers through rock-docker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import anyio
+import pytest
+from rock_core.actions import Command, CreateBashSessionRequest, SandboxStartRequest, WriteFileRequest, ReadFileRequest, BashAction
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import LABEL_OWNER, LABEL_SANDBOX_ID, SandboxManager
+from rock_core.errors import (
+    BadRequestRockError,
+    ImagePullFailed,
+    InternalServerRockError,
+    InvalidParameter,
+    InvalidTransition,
+    RockError,
+    SandboxAlreadyExists,
+    SandboxNotFound,
+    SessionNotFound,
+)
+from rock_core.states import State
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+IMAGE = "python:3.11"
+SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+def containers_of(docker_client, sandbox_id):
+    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX_ID}={sandbox_id}"})
+
+
+async def eventually(predicate, timeout=30.0, interval=0.05):
+    """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if hasattr(value, "__await__"):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await anyio.sleep(interval)
+
+
+async def _queued(engine, sandbox_id):
+    status = await engine.get_status(sandbox_id)
+    return status if status.queue_position is not None else None
+
+
+@pytest.fixture
+async def engine(docker_client):
+    async with SandboxManager(EngineConfig(timer_interval=0.2, reconcile_interval=1.0)) as manager:
+        yield manager
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"})
+    assert leftovers == [], "closing the engine must remove its containers"
+
+
+async def test_start_run_and_stop_removes_the_container(engine, docker_client):
+    started = await engine.start_async(SandboxStartRequest(**SMALL))
+    sandbox_id = started.sandbox_id
+    assert started.memory == "0.25g" and started.cpus == 0.5
+    status = await engine.wait_until_running(sandbox_id, timeout=120)
+    assert status.state is State.RUNNING and status.is_alive
+    assert {p: ph.status.value for p, ph in status.status.items()} == {"image_pull": "success", "docker_run": "success"}
+    assert set(status.port_mapping) >= {22555, 8080}
+    (container,) = containers_of(docker_client, sandbox_id)
+    assert container.name == sandbox_id
+
+    client = engine.rocklet(sandbox_id, "execute")
+    result = await client.execute(Command(command=["python3", "-c", "print(6 * 7)"]))
+    assert result.stdout.strip() == "42" and result.exit_code == 0
+
+    await engine.stop(sandbox_id)
+    assert containers_of(docker_client, sandbox_id) == []
+    record = engine.get_record(sandbox_id)
+    assert record.state is State.DELETED
+    assert [(h.from_state, h.to_state) for h in record.state_history] == [
+        (State.PENDING, State.RUNNING), (State.RUNNING, State.STOPPED), (State.STOPPED, State.DELETED)
+    ]
+    with pytest.raises(SandboxNotFound, match="not found"):
+        await engine.get_status(sandbox_id)
+    assert (await engine.get_status(sandbox_id, include_all_states=True)).state is State.DELETED
+    await engine.stop(sandbox_id)  # stop again: a no-op, as ROCK
+    await engine.delete(sandbox_id)  # delete of a deleted sandbox: a no-op
+
+
+async def test_restart_keeps_files_and_drops_sessions(engine, docker_client):
+    started = await engine.start_async(SandboxStartRequest(**SMALL, auto_delete_seconds=300))
+    sandbox_id = started.sandbox_id
+    await engine.wait_until_running(sandbox_id, timeout=120)
+    client = engine.rocklet(sandbox_id)
+    await client.write_file(WriteFileRequest(content="kept", path="/root/keep.txt"))
+    await client.create_session(CreateBashSessionRequest(session="s1"))
+
+    await engine.stop(sandbox_id)
+    status = await engine.get_status(sandbox_id, include_all_states=True)
+    assert status.state is State.STOPPED and status.reason == "manual"
+    assert status.auto_delete_time is not None
+    (container,) = containers_of(docker_client, sandbox_id)
+    assert container.status == "exited"
+    with pytest.raises(SandboxNotFound, match="is not running"):
+        engine.rocklet(sandbox_id)
+
+    await engine.restart(sandbox_id)
+    status = await engine.wait_until_running(sandbox_id, timeout=120)
+    assert status.start_time is not None and status.stop_time is None
+    client = engine.rocklet(sandbox_id)
+    assert (await client.read_file(ReadFileRequest(path="/root/keep.txt"))).content == "kept"
+    with pytest.raises(SessionNotFound):
+        await client.run_in_session(BashAction(command="echo hi", session="s1"))
+    with pytest.raises(InvalidTransition):
+        await engine.delete(sandbox_id)  # running: stop first, as ROCK
+    with pytest.raises(BadRequestRockError, match="cannot be restarted: current state is running"):
+        await engine.restart(sandbox_id)
+    await engine.stop(sandbox_id)
+    await engine.delete(sandbox_id)
+    assert containers_of(docker_client, sandbox_id) == []
+
+
+async def test_a_burst_waits_in_the_fair_queue(docker_client):
+    config = EngineConfig(max_concurrent_starts=1)
+    async with SandboxManager(config) as engine:
+        ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)]
+        status = await eventually(lambda: _queued(engine, ids[2]))
+        assert status.queue_position in (1, 2)
+        assert status.status["queued"].status.value == "waiting"
+        assert "position" in status.status["queued"].message
+        for sandbox_id in ids:
+            assert (await engine.wait_until_running(sandbox_id, timeout=120)).state is State.RUNNING
+        assert (await engine.get_status(ids[2])).queue_position is None
+
+
+async def test_idle_sandbox_is_stopped_as_expired(engine):
+    started = await engine.start_async(SandboxStartRequest(**SMALL, auto_clear_seconds=1, auto_delete_seconds=60))
+    sandbox_id = started.sandbox_id
+    status = await engine.wait_until_running(sandbox_id, timeout=120)
+    assert status.auto_stop_time is not None
+    await eventually(lambda: engine.get_record(sandbox_id).state is State.STOPPED, timeout=30)
+    assert engine.get_record(sandbox_id).reason == "expired"
+
+
+async def test_a_killed_container_is_seen_as_stopped_with_its_reason(engine, docker_client):
+    first = (await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id
+    second = (await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id
+    await engine.wait_until_running(first, timeout=120)
+    await engine.wait_until_running(second, timeout=120)
+
+    docker_client.containers.get(first).kill()
+    await eventually(lambda: engine.get_record(first).state is State.STOPPED, timeout=30)
+    assert "container exited with code 137" in engine.get_record(first).reason
+
+    docker_client.containers.get(second).remove(force=True)
+    await eventually(lambda: engine.get_record(second).state is State.STOPPED, timeout=30)
+    assert engine.get_record(second).reason in (
+        "container was removed outside rock",
+        "container exited with code 137",
+    )
+
+
+async def test_unknown_image_fails_fast_and_leaves_nothing(engine, docker_client):
+    started = await engine.start_async(SandboxStartRequest(image="rock-test/no-such-image:1", memory="256m", cpus=0.5))
+    t0 = time.monotonic()
+    with pytest.raises(ImagePullFailed, match="Failed to start sandbox because image_pull: Failed to pull image"):
+        await engine.wait_until_running(started.sandbox_id, timeout=120)
+    assert time.monotonic() - t0 < 30
+    status = await engine.get_status(started.sandbox_id, include_all_states=True)
+    assert status.state is State.STOPPED and status.status["image_pull"].status.value == "failed"
+    assert containers_of(docker_client, started.sandbox_id) == []
+
+
+async def test_bad_requests_are_refused_with_the_field(engine):
+    with pytest.raises(InvalidParameter, match="memory"):
+        await engine.start_async(SandboxStartRequest(image=IMAGE, memory="8x"))
+    with pytest.raises(InvalidParameter, match="cpus: 20 is above the maximum of 16"):
+        await engine.start_async(SandboxStartRequest(image=IMAGE, cpus=20))
+    with pytest.raises(InvalidParameter, match="sandbox_id"):
+        await engine.start_async(SandboxStartRequest(image=IMAGE, sandbox_id="bad id!"))
+    with pytest.raises(InvalidParameter, match="no archive store"):
+        await engine.start_async(SandboxStartRequest(image=IMAGE, auto_archive_seconds=10))
+    assert engine.list_records() == []
+
+
+async def test_duplicate_sandbox_id_is_refused(engine):
+    sandbox_id = f"dup-{os.getpid()}-{time.monotonic_ns()}"
+    await engine.start_async(SandboxStartRequest(**SMALL, sandbox_id=sandbox_id))
+    with pytest.raises(SandboxAlreadyExists, match=f"Sandbox {sandbox_id} already exists"):
+        await engine.start_async(SandboxStartRequest(**SMALL, sandbox_id=sandbox_id))
+    await engine.wait_until_running(sandbox_id, timeout=120)
+
+
+async def test_stop_while_starting_leaves_nothing(engine, docker_client):
+    started = await engine.start_async(SandboxStartRequest(**SMALL))
+    await anyio.sleep(0.05)
+    await engine.stop(started.sandbox_id)
+    with pytest.raises(RockError):
+        await engine.wait_until_running(started.sandbox_id, timeout=30)
+    await anyio.sleep(0.5)
+    assert containers_of(docker_client, started.sandbox_id) == []
+
+
+async def test_thirty_sandboxes_started_at_once_all_run(engine, docker_client):
+    ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(30)]
+    states = []
+
+    async def wait(sandbox_id):
+        states.append((await engine.wait_until_running(sandbox_id, timeout=300)).state)
+
+    async with anyio.create_task_group() as tg:
+        for sandbox_id in ids:
+            tg.start_soon(wait, sandbox_id)
+    assert states == [State.RUNNING] * 30
+    async with anyio.create_task_group() as tg:
+        for sandbox_id in ids:
+            tg.start_soon(engine.stop, sandbox_id)
+    assert all(containers_of(docker_client, s) == [] for s in ids)
+
+
+def test_containers_of_a_killed_process_are_reaped_by_the_next_engine(docker_client, tmp_path):
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import anyio, sys
+        from rock_core.actions import SandboxStartRequest
+        from rock_core.engine.manager import SandboxManager
+
+        async def main():
+            async with SandboxManager() as engine:
+                started = await engine.start_async(SandboxStartRequest(image={IMAGE!r}, memory="256m", cpus=0.5))
+                await engine.wait_until_running(started.sandbox_id, timeout=120)
+                print(started.sandbox_id, flush=True)
+                await anyio.sleep(3600)
+
+        anyio.run(main)
+    """))
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        sandbox_id = trainer.stdout.readline().strip()
+        assert sandbox_id, "the trainer did not start its sandbox"
+        assert len(containers_of(docker_client, sandbox_id)) == 1
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait()
+    assert len(containers_of(docker_client, sandbox_id)) == 1  # SIGKILL: nothing cleaned up
+
+    async def next_run():
+        async with SandboxManager() as engine:
+            return engine
+
+    anyio.run(next_run)
+    assert containers_of(docker_client, sandbox_id) == []
