@@ -85,9 +85,10 @@ async def test_start_run_and_stop_removes_the_container(engine, docker_client):
     assert result.stdout.strip() == "42" and result.exit_code == 0
 
     await engine.stop(sandbox_id)
+    # The container is removed in the background; the record turns deleted when it is gone.
+    await eventually(lambda: engine.get_record(sandbox_id).state is State.DELETED)
     assert containers_of(docker_client, sandbox_id) == []
     record = engine.get_record(sandbox_id)
-    assert record.state is State.DELETED
     assert [(h.from_state, h.to_state) for h in record.state_history] == [
         (State.PENDING, State.RUNNING), (State.RUNNING, State.STOPPED), (State.STOPPED, State.DELETED)
     ]
@@ -208,7 +209,7 @@ async def test_stop_while_starting_leaves_nothing(engine, docker_client):
     await engine.stop(started.sandbox_id)
     with pytest.raises(RockError):
         await engine.wait_until_running(started.sandbox_id, timeout=30)
-    await anyio.sleep(0.5)
+    await eventually(lambda: engine.get_record(started.sandbox_id).state is State.DELETED)
     assert containers_of(docker_client, started.sandbox_id) == []
 
 
@@ -226,6 +227,7 @@ async def test_thirty_sandboxes_started_at_once_all_run(engine, docker_client):
     async with anyio.create_task_group() as tg:
         for sandbox_id in ids:
             tg.start_soon(engine.stop, sandbox_id)
+    await eventually(lambda: all(engine.get_record(s).state is State.DELETED for s in ids))
     assert all(containers_of(docker_client, s) == [] for s in ids)
 
 

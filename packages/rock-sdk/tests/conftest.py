@@ -55,10 +55,30 @@ def new_id() -> Any:
     return unique_id
 
 
+class _Containers:
+    """``containers(sandbox_id)``: the containers of a sandbox, as Docker reports them;
+    ``containers.gone(sandbox_id)``: wait until there are none (a stop removes the container
+    in the background, so it may linger a moment); ``False`` after 30 s."""
+
+    def __init__(self, docker_client: Any) -> None:
+        self.docker_client = docker_client
+
+    def __call__(self, sandbox_id: str) -> list[Any]:
+        return containers_of(self.docker_client, sandbox_id)
+
+    def gone(self, sandbox_id: str, timeout: float = 30.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while self(sandbox_id):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+
 @pytest.fixture(scope="session")
 def containers(docker_client: Any) -> Any:
-    """``containers(sandbox_id)``: the containers of a sandbox, as Docker reports them."""
-    return lambda sandbox_id: containers_of(docker_client, sandbox_id)
+    """The sandbox's containers as Docker reports them (see :class:`_Containers`)."""
+    return _Containers(docker_client)
 
 
 @pytest.fixture(scope="session")

@@ -150,6 +150,7 @@ class _Live:
     start_done: anyio.Event = attrs.field(factory=anyio.Event)  # its task has returned
     start_error: RockError | None = None
     start_scope: anyio.CancelScope | None = None
+    removing: bool = False  # the unit is being removed in the background; then deleted
 
 
 class SandboxManager:
@@ -784,14 +785,33 @@ class SandboxManager:
             for handle in found:
                 await self._remove_quietly(handle)
         if delay == 0:
-            if live.handle is not None:
-                await self._remove_quietly(live.handle)
-            self._apply(record, Event.DELETE, delete_time=_now(), auto_transition_state=None, auto_transition_time=None)
+            # Removing a container takes dockerd a few hundred milliseconds; the caller need not
+            # wait for it. The record turns ``deleted`` once the unit is gone.
+            handle, live.handle = live.handle, None
+            live.removing = True
+            if self._tg is not None and not self._closed:
+                self._tg.start_soon(self._remove_then_delete, live, handle)
+            else:
+                await self._remove_then_delete(live, handle, locked=True)
         elif live.handle is not None:
             try:
                 await self.runtime.stop(live.handle, timeout=self.config.stop_timeout)
             except RockError as exc:
                 log.warning("could not stop the unit of sandbox %s: %s", record.sandbox_id, exc)
+
+    async def _remove_then_delete(self, live: _Live, handle: UnitHandle | None, locked: bool = False) -> None:
+        with anyio.CancelScope(shield=True):
+            if handle is not None:
+                await self._remove_quietly(handle)
+            if locked:
+                self._delete_record(live)
+            else:
+                async with live.lock:
+                    self._delete_record(live)
+
+    def _delete_record(self, live: _Live) -> None:
+        if live.record.state is State.STOPPED:
+            self._apply(live.record, Event.DELETE, delete_time=_now(), auto_transition_state=None, auto_transition_time=None)
 
     async def delete(self, sandbox_id: str) -> None:
         """Delete a stopped or archived sandbox and its unit (unknown or deleted: no-op).
@@ -801,6 +821,8 @@ class SandboxManager:
         live = self._live.get(sandbox_id)
         if live is None:
             return
+        if live.removing:
+            return  # already on its way to deleted
         async with live.lock:
             record = live.record
             record.lifecycle.apply(Event.DELETE, at=_now(), sandbox_id=sandbox_id)  # raises if not allowed
@@ -817,10 +839,14 @@ class SandboxManager:
         live = self._live.get(sandbox_id)
         record = live.record if live is not None else self.get_record(sandbox_id)
         if live is None or record.state is not State.STOPPED or live.handle is None:
+            why = f"current state is {record.state.value}"
+            if record.state in (State.STOPPED, State.DELETED) and record.spec.auto_delete_seconds in (None, 0):
+                why += (
+                    " and its container is removed at stop (auto_delete_seconds=0, the default); "
+                    "start it with auto_delete_seconds > 0 to keep it restartable"
+                )
             raise BadRequestRockError(
-                f"Sandbox {sandbox_id} cannot be restarted: current state is {record.state.value}"
-                + ("" if record.state is not State.STOPPED else " and its container is gone"),
-                sandbox_id=sandbox_id, attempted="restart",
+                f"Sandbox {sandbox_id} cannot be restarted: {why}", sandbox_id=sandbox_id, attempted="restart"
             )
         async with live.lock:
             now = _now()
@@ -874,6 +900,7 @@ class SandboxManager:
                 await self.stop(sandbox_id, reason="expired")
             elif (
                 record.state is State.STOPPED
+                and not live.removing
                 and record.auto_transition_state is State.DELETED
                 and record.auto_transition_time is not None
                 and record.auto_transition_time <= now
