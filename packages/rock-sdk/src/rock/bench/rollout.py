@@ -71,7 +71,7 @@ class RolloutSettings:
     parallelism: int
     image: str = "python:3.11"
     memory: str = "512m"
-    cpus: float = 0.5
+    cpus: float = 1.0
     startup_timeout: float = 300.0
 
 
