@@ -90,7 +90,7 @@ async def test_container_settings(runtime, run_labels, docker_client):
     assert config["Labels"] == {**run_labels, "rock.sandbox_id": the_spec.sandbox_id}
     assert "GREETING=hello rock" in config["Env"]
     assert config["Cmd"][:2] == ["/bin/sh", "-c"]
-    assert "python3 /rock/rocklet.pyz --host 0.0.0.0 --port 22555" in config["Cmd"][2]
+    assert "exec python3 -I -S /rock/rocklet.pyz --host 0.0.0.0 --port 22555" in config["Cmd"][2]
     assert not config["Entrypoint"]
     assert host["Memory"] == host["MemorySwap"] == 512 * MiB
     assert host["NanoCpus"] == 1_500_000_000

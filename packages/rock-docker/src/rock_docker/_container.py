@@ -63,12 +63,14 @@ def launch_command(*, host: str, port: int) -> list[str]:
 
     ``exec`` makes the rocklet the shell's replacement, so signals reach it directly (through
     Docker's init process, which reaps the orphans the sandbox's commands leave behind).
+    ``-I -S``: the rocklet is standard library only, so it skips ``site`` (faster start) and is
+    immune to ``PYTHON*`` variables of the image (its commands still inherit them).
     """
     pyz = f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}"
     script = (
         f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
         f"exit {NO_PYTHON_EXIT_CODE}; }}; "
-        f"exec python3 {pyz} --host {host} --port {port}"
+        f"exec python3 -I -S {pyz} --host {host} --port {port}"
     )
     return ["/bin/sh", "-c", script]
 
