@@ -110,7 +110,7 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-async def _episode(n: int, settings: RolloutSettings, t0: float, result: EpisodeResult) -> None:
+async def _episode(n: int, settings: RolloutSettings, t0: float, result: EpisodeResult) -> Any:
     from rock.actions import Command
     from rock.sdk.sandbox.client import Sandbox
     from rock.sdk.sandbox.config import SandboxConfig
@@ -159,8 +159,24 @@ async def _episode(n: int, settings: RolloutSettings, t0: float, result: Episode
         if os.environ.get("ROCK_BENCH_TRACEBACK"):
             traceback.print_exc()
     finally:
-        await sandbox.stop()  # removes it: the default keeps no stopped sandbox
-        result.removed_at = at()
+        await sandbox.stop()  # the default policy then removes it (in the background)
+    return sandbox
+
+
+async def _wait_removed(sandbox: Any, t0: float, result: EpisodeResult, timeout: float = 120.0) -> None:
+    """Wait until the sandbox is gone (state ``deleted``) and record when."""
+    from rock.sdk.common.exceptions import RockException
+
+    deadline = time.perf_counter() + timeout
+    while sandbox.sandbox_id is not None and time.perf_counter() < deadline:
+        try:
+            status = await sandbox.get_status(include_all_states=True)
+        except RockException:
+            break
+        if status.state is not None and status.state.value == "deleted":
+            break
+        await asyncio.sleep(0.1)
+    result.removed_at = time.perf_counter() - t0
 
 
 async def run_rollout(
@@ -174,7 +190,10 @@ async def run_rollout(
     async def one(result: EpisodeResult) -> None:
         result.submitted_at = time.perf_counter() - t0
         async with limit:
-            await _episode(result.episode, settings, t0, result)
+            sandbox = await _episode(result.episode, settings, t0, result)
+        # The next episode may start while this sandbox's container is being removed; the batch
+        # is complete only once every sandbox is gone.
+        await _wait_removed(sandbox, t0, result)
         if on_progress is not None:
             on_progress(result)
 
