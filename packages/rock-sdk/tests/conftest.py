@@ -3,18 +3,34 @@
 Sandboxes are small (``memory="512m", cpus=0.5``) and shared per module where a test does not
 change the sandbox's lifecycle. At the end of the session the process-wide engine is closed and
 no container made by this process may remain.
+
+Remote mode: with ``ROCK_TEST_REMOTE=1`` the ``small`` and ``sandbox`` fixtures (and so every
+test built on them, and every config made by a test that uses ``engine``) use a real admin
+server (``rock admin serve`` on a free port, state in a temporary directory) through
+``SandboxConfig(base_url=...)``, and ``engine`` is its ``RemoteEngine``. The ``admin`` fixture
+starts that server for any test that asks for it (``ROCK_TEST_ADMIN_URL``: use a running one).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from rock.actions import CloseBashSessionRequest, CreateBashSessionRequest
 from rock.sdk import close_embedded_engine, get_embedded_engine
+from rock.sdk._engine import get_remote_engine
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.manager import LABEL_OWNER, process_owner
@@ -22,6 +38,7 @@ from rock_core.errors import SessionNotFound
 
 IMAGE = "python:3.11"
 SMALL: dict[str, Any] = {"image": IMAGE, "memory": "512m", "cpus": 0.5}
+REMOTE = os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0")
 
 
 def unique_id(prefix: str = "rock-sdk") -> str:
@@ -43,9 +60,103 @@ def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> No
         time.sleep(interval)
 
 
+@attrs.frozen
+class AdminServer:
+    """A ``rock admin serve`` process started by the tests: its URL, state directory and log."""
+
+    url: str
+    state_dir: Path
+    log_file: Path
+    process: subprocess.Popen[bytes] | None
+
+    def log_tail(self, lines: int = 40) -> str:
+        """The end of the server's log, for failure messages."""
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _rock_command() -> list[str]:
+    exe = shutil.which("rock", path=os.path.dirname(sys.executable)) or shutil.which("rock")
+    return [exe] if exe else [sys.executable, "-m", "rock.cli"]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/healthz", timeout=1) as response:  # noqa: S310 - our own server
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
 @pytest.fixture(scope="session")
-def small() -> dict[str, Any]:
-    """The config fields of a small test sandbox (a fresh dict)."""
+def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[AdminServer]:
+    """A real admin server (``rock admin serve``) on a free port, stopped at the end of the session.
+
+    Its sandboxes' containers that are still there at the end are removed (the admin leaves
+    sandboxes running when it stops, by design). With ``ROCK_TEST_ADMIN_URL`` set, the tests use
+    that running server instead and leave it alone.
+    """
+    given = os.environ.get("ROCK_TEST_ADMIN_URL")
+    if given:
+        if not _healthy(given.rstrip("/")):
+            pytest.fail(f"ROCK_TEST_ADMIN_URL={given} does not answer /healthz")
+        yield AdminServer(url=given.rstrip("/"), state_dir=Path(), log_file=Path(), process=None)
+        return
+    rock = _rock_command()
+    probe = subprocess.run([*rock, "admin", "serve", "--help"], capture_output=True, text=True, timeout=120)
+    if probe.returncode != 0:
+        pytest.fail(
+            "the `rock admin serve` command is missing, so the remote-mode tests cannot start an admin "
+            f"server ({' '.join(rock)} admin serve --help exited {probe.returncode}: "
+            f"{(probe.stderr or probe.stdout).strip()[-500:]})"
+        )
+    state_dir = tmp_path_factory.mktemp("rock-admin")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "ROCK_ADMIN_STATE_DIR": str(state_dir),
+        "ROCK_ADMIN_HOST": "127.0.0.1",
+        "ROCK_ADMIN_PORT": str(port),
+    }
+    env.pop("ROCK_BASE_URL", None)
+    log_file = state_dir / "test-admin.log"
+    with open(log_file, "wb") as log:
+        process = subprocess.Popen(
+            [*rock, "admin", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    server = AdminServer(url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process)
+    deadline = time.monotonic() + 60
+    while not _healthy(server.url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"`rock admin serve` did not come up on port {port}:\n{server.log_tail()}")
+        time.sleep(0.1)
+    yield server
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    for container in docker_client.containers.list(all=True, filters={"label": LABEL_OWNER}):
+        if str(state_dir) in container.labels.get(LABEL_OWNER, ""):
+            container.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def small(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The config fields of a small test sandbox (a fresh dict; with the admin's URL in remote mode)."""
+    if REMOTE:
+        return {**SMALL, "base_url": request.getfixturevalue("admin").url}
     return dict(SMALL)
 
 
@@ -101,18 +212,26 @@ def docker_client() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def engine(docker_client: Any) -> Iterator[Any]:
-    """The process-wide embedded engine; closed at the end, which must leave no container behind."""
-    yield get_embedded_engine()
+def engine(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The process-wide embedded engine (remote mode: the admin's ``RemoteEngine``); the embedded
+    engine is closed at the end, which must leave no container behind."""
+    yield get_remote_engine(request.getfixturevalue("admin").url) if REMOTE else get_embedded_engine()
     close_embedded_engine()
     left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"})
     assert left == [], f"containers left behind by the SDK tests: {[c.name for c in left]}"
 
 
+@pytest.fixture(autouse=True)
+def _remote_by_default(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Remote mode: a test on the ``engine`` makes its own configs on the admin too (ROCK_BASE_URL)."""
+    if REMOTE and "engine" in request.fixturenames:
+        monkeypatch.setenv("ROCK_BASE_URL", request.getfixturevalue("admin").url)
+
+
 @pytest.fixture(scope="module")
-async def sandbox(engine: Any) -> AsyncIterator[Any]:
+async def sandbox(engine: Any, small: dict[str, Any]) -> AsyncIterator[Any]:
     """A started small sandbox shared by the tests of one module."""
-    sb = Sandbox(SandboxConfig(**SMALL))
+    sb = Sandbox(SandboxConfig(**small))
     await sb.start()
     yield sb
     await sb.stop()

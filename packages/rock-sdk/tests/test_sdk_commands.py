@@ -225,7 +225,13 @@ async def test_execute_timeout_and_missing_program(sandbox: Any) -> None:
 
 
 async def test_interrupt_a_running_command(sandbox: Any, session: str) -> None:
-    running = asyncio.create_task(sandbox.arun("echo started; sleep 60", session=session))
+    marker = f"/tmp/interrupt-{session}"
+    running = asyncio.create_task(sandbox.arun(f"echo started; touch {marker}; sleep 60", session=session))
+    # Interrupt only once the command is surely running (past its echo), whatever the load.
+    for _ in range(600):
+        if (await sandbox.execute(Command(command=["test", "-f", marker]))).exit_code == 0:
+            break
+        await asyncio.sleep(0.05)
     for _ in range(100):
         result = await sandbox.interrupt(session)
         if result.interrupted:

@@ -17,7 +17,6 @@ from rock.sdk.common.exceptions import (
 from rock.sdk.sandbox.client import RunMode, Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import BaseConfig, SandboxConfig, SandboxGroupConfig
 from rock_core import errors as core_errors
-from rock_core.errors import NotSupported
 
 
 def test_sandbox_config_has_rocks_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,8 +150,8 @@ def test_rocks_import_paths_work() -> None:
 
 @pytest.mark.anyio
 async def test_remote_mode_says_what_is_missing() -> None:
-    sandbox = Sandbox(SandboxConfig(base_url="http://localhost:8080"))
-    with pytest.raises(NotSupported, match=r"rock admin start"):
+    sandbox = Sandbox(SandboxConfig(base_url="http://127.0.0.1:9"))  # nothing listens on port 9
+    with pytest.raises(InternalServerRockError, match=r"127.0.0.1:9 is unreachable: is `rock admin start` running"):
         await sandbox.start()
     await sandbox.stop()  # never raises, as ROCK
 

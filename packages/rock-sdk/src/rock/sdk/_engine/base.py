@@ -2,9 +2,10 @@
 whatever runs its sandboxes.
 
 Two implementations: :class:`~rock.sdk._engine.embedded.EmbeddedEngine` (rock-core's
-``SandboxManager`` in this process, on the local Docker engine) and, with the admin server,
-a ``RemoteEngine`` speaking rock's HTTP API. Every call names its sandbox by id and returns the
-wire models of :mod:`rock_core.actions`; failures are :class:`~rock_core.errors.RockError`\\ s.
+``SandboxManager`` in this process, on the local Docker engine) and
+:class:`~rock.sdk._engine.remote.RemoteEngine` (rock's admin server, over its HTTP API). Every
+call names its sandbox by id and returns the wire models of :mod:`rock_core.actions`; failures
+are :class:`~rock_core.errors.RockError`\\ s.
 """
 
 from __future__ import annotations
@@ -35,9 +36,8 @@ from rock_core.actions import (
     WriteFileRequest,
     WriteFileResponse,
 )
-from rock_core.errors import NotSupported
 
-__all__ = ["Engine", "remote_mode_unavailable"]
+__all__ = ["Engine"]
 
 
 class Engine(Protocol):
@@ -163,13 +163,3 @@ class Engine(Protocol):
         """Signal a background process."""
         ...
 
-
-def remote_mode_unavailable(base_url: str) -> NotSupported:
-    """The error for a config that names a server: the remote engine is not part of rock yet."""
-    return NotSupported(
-        f"base_url is set ({base_url!r}, from the config or ROCK_BASE_URL), which asks for remote mode; "
-        "remote mode needs rock's admin server (`rock admin start`) and the SDK's RemoteEngine, which "
-        "come with the admin server and are not in this version of rock. Leave base_url unset (and "
-        "unset ROCK_BASE_URL) to run sandboxes in this process on the local Docker engine (embedded mode).",
-        attempted="connect",
-    )

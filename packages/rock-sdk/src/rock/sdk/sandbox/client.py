@@ -84,7 +84,7 @@ from rock_core.errors import (
 )
 from rock_core.states import LIVE_STATES
 
-from rock.sdk._engine import Engine, get_embedded_engine, remote_mode_unavailable
+from rock.sdk._engine import Engine, get_embedded_engine, get_remote_engine
 from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
@@ -221,10 +221,13 @@ class Sandbox:
         return headers
 
     def _get_engine(self) -> Engine:
+        # With a base_url the sandbox lives on an admin server (remote mode); the engine is
+        # shared by handles with the same server and headers, so they share connection pools.
         if self._engine is None:
             if self.config.base_url:
-                raise remote_mode_unavailable(self.config.base_url)
-            self._engine = get_embedded_engine()
+                self._engine = get_remote_engine(self.config.base_url, self._build_headers())
+            else:
+                self._engine = get_embedded_engine()
         return self._engine
 
     def _require_id(self, attempted: str) -> str:

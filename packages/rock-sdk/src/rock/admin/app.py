@@ -1,0 +1,835 @@
+"""The admin server's ASGI app: ROCK's sandbox API over a :class:`~rock_core.engine.manager.SandboxManager`.
+
+Routes live under ``/apis/envs/sandbox/v1`` (:data:`PREFIX`) and answer with ROCK's envelope at
+HTTP 200::
+
+    {"status": "Success", "message": null, "error": null, "result": <the route's model>}
+    {"status": "Failed", "message": "stop sandbox failed", "error": "<what went wrong>",
+     "result": {"code": 4004, "exit_code": null, "failure_reason": "<what went wrong>"}}
+
+A request that does not fit its model (malformed JSON, an unknown or missing field, a blank id,
+a wrong type, a bad query parameter) is answered ``Failed`` with ``message: "invalid parameter"``,
+``error`` naming every bad field and ``result.code`` 4001. An unexpected exception is answered
+``Failed`` with ``result: null`` (never an HTTP 500). A body above the configured limit (10 MiB of
+JSON, 100 MiB for ``/upload``) is answered with HTTP 413.
+
+Besides ROCK's routes (:func:`build_routes` has the table, ``GET /openapi.json`` documents it),
+the app serves ``GET /`` (``{"message": "hello, ROCK!"}``), ``GET /healthz`` and ``GET /metrics``
+(Prometheus text).
+
+Streaming routes (rock additions): ``POST /execute_stream`` answers NDJSON events (those of
+:meth:`RockletClient.execute_stream`; a failure after the stream began is one last
+``{"type": "error", "code", "message"}`` event); ``POST /download`` and
+``GET /processes/{process_id}/output`` answer raw bytes (``application/octet-stream``). All three
+answer a failure that happens before any byte is sent with the JSON envelope instead, so a client
+tells the two apart by the ``Content-Type``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+from rock_core.actions import (
+    BatchSandboxStatusRequest,
+    BatchSandboxStatusResponse,
+    CloseBashSessionResponse,
+    CommandResponse,
+    CreateBashSessionResponse,
+    BashObservation,
+    InterruptSessionResponse,
+    IsAliveResponse,
+    ListDirResponse,
+    ProcessInfo,
+    ReadFileResponse,
+    SandboxBashAction,
+    SandboxCloseBashSessionRequest,
+    SandboxCommand,
+    SandboxCreateBashSessionRequest,
+    SandboxIdRequest,
+    SandboxListResponse,
+    SandboxReadFileRequest,
+    SandboxStartRequest,
+    SandboxStartResponse,
+    SandboxStatusResponse,
+    SandboxWriteFileRequest,
+    UploadResponse,
+    WriteFileResponse,
+)
+from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.engine.manager import SandboxManager
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.errors import InvalidParameter, PayloadTooLarge, RockError, RockletUnreachable, SandboxNotFound
+from rock_core.states import LIVE_STATES, State
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route as StarletteRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from rock import __version__
+from rock.admin._openapi import openapi_document
+from rock.admin.config import AdminSettings
+from rock.admin.models import (
+    GetStatusQuery,
+    InterruptSessionRequest,
+    KillProcessRequest,
+    ListSandboxesQuery,
+    ProcessOutputQuery,
+    ProcessStatusQuery,
+    SandboxIdQuery,
+    SandboxPathRequest,
+    StartProcessRequest,
+)
+
+__all__ = ["PREFIX", "Route", "AdminApp", "create_app", "Metrics"]
+
+log = logging.getLogger("rock.admin")
+
+#: Where ROCK's sandbox routes live.
+PREFIX = "/apis/envs/sandbox/v1"
+
+_JSON = "application/json"
+_NDJSON = "application/x-ndjson"
+_BYTES = "application/octet-stream"
+_PATH_PARAM = re.compile(r"{(\w+)}")
+
+# Routes outside ROCK's prefix, for the OpenAPI document: (path, summary, media type).
+_PLAIN_ROUTES = (
+    ("/", 'Greeting: {"message": "hello, ROCK!"}.', _JSON),
+    ("/healthz", 'Liveness: {"status": "ok", "version"} (503 while starting).', _JSON),
+    ("/metrics", "Prometheus text: sandboxes by state, start latency, queue, requests.", "text/plain"),
+    ("/openapi.json", "This document.", _JSON),
+)
+
+Handler = Callable[[Request, Any], Awaitable[Any]]
+
+
+@attrs.frozen(kw_only=True)
+class Route:
+    """One route of the admin: how its input is read, what it answers, and its documentation.
+
+    :param body: the attrs model of the JSON body (``None``: no body).
+    :param query: the attrs model of the query string (``None``: no query parameters).
+    :param form: the JSON schema of a multipart body (``/upload``).
+    :param result: the model in the envelope's ``result`` (or of the raw answer).
+    :param kind: ``envelope`` (ROCK's JSON envelope), ``ndjson`` or ``bytes`` (streams).
+    :param failure: the envelope's ``message`` when the engine fails (ROCK's wording).
+    """
+
+    method: str
+    path: str
+    name: str
+    handler: Handler
+    summary: str
+    description: str = ""
+    body: Any = None
+    query: Any = None
+    form: dict[str, Any] | None = None
+    result: Any = None
+    kind: str = "envelope"
+    failure: str = ""
+
+    @property
+    def path_params(self) -> list[str]:
+        """Names of the ``{...}`` parts of the path."""
+        return _PATH_PARAM.findall(self.path)
+
+    @property
+    def limited(self) -> bool:
+        """Whether the route reads a body (and so can answer 413)."""
+        return self.body is not None or self.form is not None
+
+    @property
+    def media_type(self) -> str:
+        """The ``Content-Type`` of a successful answer."""
+        return {"envelope": _JSON, "ndjson": _NDJSON, "bytes": _BYTES}[self.kind]
+
+    @property
+    def kind_description(self) -> str:
+        """What a successful answer is, in words (for the OpenAPI document)."""
+        return {
+            "envelope": "ROCK's envelope",
+            "ndjson": "NDJSON events; a failure before the first event is ROCK's JSON envelope",
+            "bytes": "the raw bytes; a failure is ROCK's JSON envelope",
+        }[self.kind]
+
+
+# ---------------------------------------------------------------------------------------------
+# Envelopes
+
+
+def _json_response(data: Any, status_code: int = 200) -> Response:
+    return Response(json.dumps(data, separators=(",", ":")).encode(), status_code=status_code, media_type=_JSON)
+
+
+def success(result: Any) -> Response:
+    """ROCK's envelope of a successful call."""
+    return _json_response({"status": "Success", "message": None, "error": None, "result": unstructure_wire(result)})
+
+
+def failure(message: str, exc: BaseException) -> Response:
+    """ROCK's envelope of a failed call: typed errors carry their code in ``result``."""
+    text = str(exc) or type(exc).__name__
+    result = None
+    if isinstance(exc, RockError):
+        result = {"code": exc.code, "exit_code": getattr(exc, "exit_code", None), "failure_reason": text}
+    return _json_response({"status": "Failed", "message": message, "error": text, "result": result})
+
+
+def _too_large_response(limit: int) -> Response:
+    exc = PayloadTooLarge(f"request body is larger than the limit of {limit} bytes")
+    response = failure("payload too large", exc)
+    response.status_code = 413
+    return response
+
+
+class _BadInput(Exception):
+    """Wraps an :class:`InvalidParameter` raised while reading the request (not by the engine)."""
+
+    def __init__(self, error: InvalidParameter) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _BodyTooLarge(Exception):
+    """The request body passed its limit (``limit`` bytes) while it was being read."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body is larger than the limit of {limit} bytes")
+        self.limit = limit
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+_LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class Metrics:
+    """Request counters by route and outcome, rendered with the engine's figures as Prometheus text."""
+
+    def __init__(self) -> None:
+        self.requests: Counter[tuple[str, str]] = Counter()
+
+    def count(self, route: str, outcome: str) -> None:
+        """Count one request of ``route`` that ended with ``outcome``
+        (``success``, ``failed``, ``invalid``, ``error`` or ``too_large``)."""
+        self.requests[(route, outcome)] += 1
+
+    def render(self, manager: SandboxManager) -> str:
+        """The Prometheus text exposition of the admin's figures."""
+        lines = [
+            "# HELP rock_sandboxes Sandboxes known to the admin, by state.",
+            "# TYPE rock_sandboxes gauge",
+        ]
+        by_state = manager.store.count_by_state()
+        for state in State:
+            lines.append(f'rock_sandboxes{{state="{state.value}"}} {by_state.get(state, 0)}')
+        lines += [
+            "# HELP rock_start_queue_depth Starts waiting for a slot in the start queue.",
+            "# TYPE rock_start_queue_depth gauge",
+            f"rock_start_queue_depth {manager.queue.depth}",
+            "# HELP rock_start_queue_active Starts holding a slot now.",
+            "# TYPE rock_start_queue_active gauge",
+            f"rock_start_queue_active {manager.queue.active}",
+            "# HELP rock_sandbox_start_seconds Seconds from a start request to running "
+            "(the engine keeps the last 10000 starts).",
+            "# TYPE rock_sandbox_start_seconds histogram",
+        ]
+        latencies = list(manager.start_latencies)
+        for bound in _LATENCY_BUCKETS:
+            count = sum(1 for x in latencies if x <= bound)
+            lines.append(f'rock_sandbox_start_seconds_bucket{{le="{bound:g}"}} {count}')
+        lines.append(f'rock_sandbox_start_seconds_bucket{{le="+Inf"}} {len(latencies)}')
+        lines.append(f"rock_sandbox_start_seconds_sum {sum(latencies):.6f}")
+        lines.append(f"rock_sandbox_start_seconds_count {len(latencies)}")
+        lines += [
+            "# HELP rock_http_requests_total Requests answered, by route and outcome.",
+            "# TYPE rock_http_requests_total counter",
+        ]
+        for (route, outcome), n in sorted(self.requests.items()):
+            lines.append(f'rock_http_requests_total{{route="{_label(route)}",outcome="{outcome}"}} {n}')
+        return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Body size limits (a pure ASGI layer: it sees the bytes before any parsing)
+
+
+class BodyLimit:
+    """Answers HTTP 413 when a request body passes its limit (checked on ``Content-Length`` and
+    again while reading, for chunked bodies); ``upload_paths`` get ``upload_limit``."""
+
+    def __init__(self, app: ASGIApp, *, json_limit: int, upload_limit: int, upload_paths: set[str], metrics: Metrics) -> None:
+        self.app = app
+        self.json_limit = json_limit
+        self.upload_limit = upload_limit
+        self.upload_paths = upload_paths
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        limit = self.upload_limit if path in self.upload_paths else self.json_limit
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = 0
+                if declared > limit:
+                    self.metrics.count(path, "too_large")
+                    await _too_large_response(limit)(scope, receive, send)
+                    return
+        received = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise _BodyTooLarge(limit)
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _BodyTooLarge:
+            # Routes answer it themselves; this catches reads outside them.
+            if started:
+                raise
+            self.metrics.count(path, "too_large")
+            await _too_large_response(limit)(scope, receive, send)
+
+
+# ---------------------------------------------------------------------------------------------
+# The app
+
+
+_PROCESS_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+def _process_id(request: Request) -> str:
+    value = str(request.path_params["process_id"])
+    if not _PROCESS_ID.match(value) or value in (".", ".."):
+        raise _BadInput(InvalidParameter(
+            f"invalid parameter: process_id: {value!r} is not a process id", field="process_id", value=value
+        ))
+    return value
+
+
+def _identity(request: Request) -> dict[str, str | None]:
+    headers = request.headers
+    return {
+        "user_id": headers.get("x-user-id") or None,
+        "experiment_id": headers.get("x-experiment-id") or None,
+        "namespace": headers.get("x-namespace") or None,
+        "cluster": headers.get("x-cluster") or None,
+    }
+
+
+class AdminApp:
+    """The admin's routes over one engine. :attr:`asgi` is the ASGI app to serve.
+
+    :param settings: the admin's settings.
+    :param manager: an engine that is already open (tests); else the app opens one from
+        ``settings.engine`` at startup and closes it at shutdown (sandboxes keep running).
+    """
+
+    def __init__(self, settings: AdminSettings, manager: SandboxManager | None = None) -> None:
+        self.settings = settings
+        self._given_manager = manager
+        self._manager = manager
+        self.metrics = Metrics()
+        self.routes = build_routes(self)
+        self._openapi: dict[str, Any] | None = None
+        starlette_routes = [
+            StarletteRoute(r.path, self._endpoint(r), methods=[r.method], name=r.name) for r in self.routes
+        ]
+        starlette_routes += [
+            StarletteRoute("/", self._hello, methods=["GET"]),
+            StarletteRoute("/healthz", self._healthz, methods=["GET"]),
+            StarletteRoute("/metrics", self._metrics, methods=["GET"]),
+            StarletteRoute("/openapi.json", self._openapi_json, methods=["GET"]),
+        ]
+        self.starlette = Starlette(routes=starlette_routes, lifespan=self._lifespan)
+        self.asgi: ASGIApp = BodyLimit(
+            self.starlette,
+            json_limit=settings.max_json_body,
+            upload_limit=settings.max_upload_body,
+            upload_paths={f"{PREFIX}/upload"},
+            metrics=self.metrics,
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point (so the instance itself can be served)."""
+        await self.asgi(scope, receive, send)
+
+    @property
+    def manager(self) -> SandboxManager:
+        """The engine (only while the app runs)."""
+        if self._manager is None:
+            raise RuntimeError("the admin's engine is not running")
+        return self._manager
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        if self._given_manager is not None:
+            yield
+            return
+        store = self.settings.engine.store_path
+        if store:
+            Path(store).parent.mkdir(parents=True, exist_ok=True)
+        async with SandboxManager(self.settings.engine, owner=self.settings.owner) as manager:
+            self._manager = manager
+            log.info("rock admin %s: engine ready (store %s), serving %s", __version__, store, self.settings.url)
+            try:
+                yield
+            finally:
+                log.info("rock admin shutting down; running sandboxes keep running")
+                self._manager = None
+
+    # -- request handling ----------------------------------------------------------------
+
+    def _endpoint(self, route: Route) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            outcome = "success"
+            try:
+                data = await self._read(request, route)
+                answer = await route.handler(request, data)
+                return answer if isinstance(answer, Response) else success(answer)
+            except _BodyTooLarge as exc:
+                outcome = "too_large"
+                return _too_large_response(exc.limit)
+            except _BadInput as exc:
+                outcome = "invalid"
+                return failure("invalid parameter", exc.error)
+            except RockError as exc:
+                outcome = "failed"
+                return failure(route.failure, exc)
+            except Exception as exc:  # never an HTTP 500: ROCK's envelope without a code
+                outcome = "error"
+                log.exception("%s %s failed", route.method, route.path)
+                return failure(route.failure, exc)
+            finally:
+                self.metrics.count(route.path, outcome)
+
+        endpoint.__name__ = route.name
+        return endpoint
+
+    async def _read(self, request: Request, route: Route) -> Any:
+        """The route's input as its model; bad input raises :class:`_BadInput`."""
+        try:
+            if route.query is not None:
+                query = {k: v for k, v in request.query_params.items()}
+                return structure_wire(query, route.query)
+            if route.body is not None:
+                raw = await request.body()
+                try:
+                    data = json.loads(raw) if raw.strip() else {}
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise InvalidParameter(f"invalid parameter: body: malformed JSON: {exc}", field="body") from None
+                return structure_wire(data, route.body)
+        except InvalidParameter as exc:
+            raise _BadInput(exc) from None
+        return None
+
+    async def _hello(self, _request: Request) -> Response:
+        return _json_response({"message": "hello, ROCK!"})
+
+    async def _healthz(self, _request: Request) -> Response:
+        if self._manager is None:
+            return _json_response({"status": "starting", "version": __version__}, status_code=503)
+        return _json_response({"status": "ok", "version": __version__})
+
+    async def _metrics(self, _request: Request) -> Response:
+        return Response(self.metrics.render(self.manager), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    async def _openapi_json(self, _request: Request) -> Response:
+        if self._openapi is None:
+            document = openapi_document(self.routes, title="rock admin", version=__version__)
+            for path, summary, media in _PLAIN_ROUTES:
+                document["paths"][path] = {"get": {
+                    "operationId": path.strip("/").replace(".", "_") or "hello",
+                    "summary": summary,
+                    "responses": {"200": {"description": summary, "content": {media: {"schema": {}}}}},
+                }}
+            self._openapi = document
+        return _json_response(self._openapi)
+
+    # -- handlers: lifecycle -------------------------------------------------------------
+
+    async def start(self, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
+        """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
+        started = await self.manager.start_async(body, **_identity(request))
+        assert started.sandbox_id is not None
+        await self.manager.wait_until_running(started.sandbox_id, timeout=self.settings.start_wait_seconds)
+        return started
+
+    async def start_async(self, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
+        """``POST /start_async``: accept the start and return at once."""
+        return await self.manager.start_async(body, **_identity(request))
+
+    async def get_status(self, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
+        """``GET /get_status``."""
+        return await self.manager.get_status(query.sandbox_id, query.include_all_states)
+
+    async def is_alive(self, _request: Request, query: SandboxIdQuery) -> IsAliveResponse:
+        """``GET /is_alive``: any failure is ``is_alive: false`` (ROCK)."""
+        try:
+            client = self.manager.rocklet(query.sandbox_id, "is_alive")
+        except RockError as exc:
+            return IsAliveResponse(is_alive=False, message=str(exc))
+        alive = await client.is_alive()
+        return IsAliveResponse(is_alive=alive, message="" if alive else "the sandbox's rocklet does not answer")
+
+    async def stop(self, _request: Request, body: SandboxIdRequest) -> str:
+        """``POST /stop``."""
+        await self.manager.stop(body.sandbox_id)
+        return f"{body.sandbox_id} stopped"
+
+    async def delete(self, _request: Request, body: SandboxIdRequest) -> str:
+        """``POST /delete``."""
+        await self.manager.delete(body.sandbox_id)
+        return f"{body.sandbox_id} deleted"
+
+    async def restart(self, _request: Request, body: SandboxIdRequest) -> SandboxStartResponse:
+        """``POST /restart``."""
+        return await self.manager.restart(body.sandbox_id)
+
+    async def list_sandboxes(self, _request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
+        """``GET /sandboxes``: a page of pending and running sandboxes."""
+        limit = self.settings.batch_max_count
+        if query.page_size > limit:
+            raise _BadInput(InvalidParameter(
+                f"invalid parameter: page_size: at most {limit}, got {query.page_size}",
+                field="page_size", value=query.page_size,
+            ))
+        filters = {
+            name: value
+            for name in ("user_id", "experiment_id", "namespace", "cluster", "image", "state")
+            if (value := getattr(query, name)) is not None
+        }
+        states = sorted(LIVE_STATES, key=lambda s: s.value)
+        store = self.manager.store
+        offset = (query.page - 1) * query.page_size
+        records = store.list(states=states, filters=filters, limit=query.page_size, offset=offset)
+        total = store.count(states=states, filters=filters)
+        items = [self.manager.status_of(self._fresh(r.sandbox_id, r)) for r in records]
+        return SandboxListResponse(items=items, total=total, has_more=offset + len(items) < total)
+
+    def _fresh(self, sandbox_id: str, fallback: Any) -> Any:
+        try:
+            return self.manager.get_record(sandbox_id)
+        except SandboxNotFound:
+            return fallback
+
+    async def batch_status(self, _request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
+        """``POST /sandboxes/batch``: statuses of the pending and running sandboxes among those asked."""
+        limit = self.settings.batch_max_count
+        if len(body.sandbox_ids) > limit:
+            raise _BadInput(InvalidParameter(
+                f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(body.sandbox_ids)}",
+                field="sandbox_ids", value=len(body.sandbox_ids),
+            ))
+        statuses = []
+        for sandbox_id in dict.fromkeys(body.sandbox_ids):
+            try:
+                record = self.manager.get_record(sandbox_id)
+            except SandboxNotFound:
+                continue
+            if record.state in LIVE_STATES:
+                statuses.append(self.manager.status_of(record))
+        return BatchSandboxStatusResponse(statuses=statuses)
+
+    # -- handlers: runtime calls -----------------------------------------------------------
+
+    def _rocklet(self, sandbox_id: str, attempted: str) -> RockletClient:
+        return self.manager.rocklet(sandbox_id, attempted)
+
+    async def execute(self, _request: Request, body: SandboxCommand) -> CommandResponse:
+        """``POST /execute``."""
+        try:
+            return await self._rocklet(body.sandbox_id, "execute").execute(body)
+        finally:
+            self.manager.touch(body.sandbox_id)  # a long command is activity until it ends
+
+    async def create_session(self, _request: Request, body: SandboxCreateBashSessionRequest) -> CreateBashSessionResponse:
+        """``POST /create_session``."""
+        return await self._rocklet(body.sandbox_id, "create_session").create_session(body)
+
+    async def run_in_session(self, _request: Request, body: SandboxBashAction) -> BashObservation:
+        """``POST /run_in_session``."""
+        try:
+            return await self._rocklet(body.sandbox_id, "run_in_session").run_in_session(body)
+        finally:
+            self.manager.touch(body.sandbox_id)
+
+    async def close_session(self, _request: Request, body: SandboxCloseBashSessionRequest) -> CloseBashSessionResponse:
+        """``POST /close_session``."""
+        return await self._rocklet(body.sandbox_id, "close_session").close_session(body)
+
+    async def interrupt_session(self, _request: Request, body: InterruptSessionRequest) -> InterruptSessionResponse:
+        """``POST /interrupt_session`` (rock addition)."""
+        return await self._rocklet(body.sandbox_id, "interrupt_session").interrupt_session(body.session)
+
+    async def read_file(self, _request: Request, body: SandboxReadFileRequest) -> ReadFileResponse:
+        """``POST /read_file``."""
+        return await self._rocklet(body.sandbox_id, "read_file").read_file(body)
+
+    async def write_file(self, _request: Request, body: SandboxWriteFileRequest) -> WriteFileResponse:
+        """``POST /write_file``."""
+        return await self._rocklet(body.sandbox_id, "write_file").write_file(body)
+
+    async def upload(self, request: Request, _data: None) -> UploadResponse:
+        """``POST /upload``: multipart ``file``, ``target_path``, ``sandbox_id`` (and rock's
+        optional ``unzip``: ``true`` extracts a zip archive at ``target_path``)."""
+        try:
+            form = await request.form(max_files=1, max_fields=4)
+        except _BodyTooLarge:
+            raise
+        except Exception as exc:  # the multipart parser's own errors: the caller's fault
+            raise _BadInput(InvalidParameter(f"invalid parameter: body: not a valid multipart form: {exc}", field="body")) from None
+        try:
+            problems = []
+            unknown = sorted(set(form.keys()) - {"file", "target_path", "sandbox_id", "unzip"})
+            problems += [f"extra field {name!r} not allowed" for name in unknown]
+            sandbox_id = form.get("sandbox_id")
+            target_path = form.get("target_path")
+            upload = form.get("file")
+            if not isinstance(sandbox_id, str) or not sandbox_id.strip():
+                problems.append("sandbox_id: " + ("required field missing" if sandbox_id is None else "must be a non-blank string"))
+            if not isinstance(target_path, str) or not target_path.strip():
+                problems.append("target_path: " + ("required field missing" if target_path is None else "must be a non-blank string"))
+            if upload is None or isinstance(upload, str):
+                problems.append("file: " + ("required field missing" if upload is None else "must be a file part"))
+            unzip_text = form.get("unzip", "false")
+            unzip = str(unzip_text).strip().lower() if isinstance(unzip_text, str) else ""
+            if unzip not in ("true", "false"):
+                problems.append(f"unzip: expected true or false, got {unzip_text!r}")
+            if problems:
+                fields = [p.split(":")[0] for p in problems if not p.startswith("extra")]
+                raise _BadInput(InvalidParameter("invalid parameter: " + "; ".join(problems), field=", ".join(fields) or None))
+            assert isinstance(sandbox_id, str) and isinstance(target_path, str) and not isinstance(upload, str)
+            client = self._rocklet(sandbox_id.strip(), "upload")
+            content = await upload.read()
+        finally:
+            await form.close()
+        try:
+            return await client.upload(target_path, content, unzip=unzip == "true")
+        finally:
+            self.manager.touch(sandbox_id.strip())
+
+    async def list_dir(self, _request: Request, body: SandboxPathRequest) -> ListDirResponse:
+        """``POST /list_dir`` (rock addition)."""
+        return await self._rocklet(body.sandbox_id, "list_dir").list_dir(body.path)
+
+    async def get_statistics(self, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
+        """``GET /get_sandbox_statistics``: the rocklet's CPU, memory, disk and network figures."""
+        return await self._rocklet(query.sandbox_id, "get_statistics").get_statistics()
+
+    async def start_process(self, _request: Request, body: StartProcessRequest) -> ProcessInfo:
+        """``POST /processes`` (rock addition)."""
+        return await self._rocklet(body.sandbox_id, "start_process").start_process(
+            body.command, cwd=body.cwd, env=body.env, timeout=body.timeout
+        )
+
+    async def process_status(self, request: Request, query: ProcessStatusQuery) -> ProcessInfo:
+        """``GET /processes/{process_id}`` (rock addition)."""
+        process_id = _process_id(request)
+        client = self._rocklet(query.sandbox_id, "process_status")
+        try:
+            return await client.process_status(process_id, wait=query.wait, tail=query.tail)
+        finally:
+            self.manager.touch(query.sandbox_id)
+
+    async def kill_process(self, request: Request, body: KillProcessRequest) -> ProcessInfo:
+        """``POST /processes/{process_id}/kill`` (rock addition)."""
+        process_id = _process_id(request)
+        client = self._rocklet(body.sandbox_id, "kill_process")
+        return await client.kill_process(process_id, signal=body.signal, wait=body.wait)
+
+    async def process_output(self, request: Request, query: ProcessOutputQuery) -> Response:
+        """``GET /processes/{process_id}/output`` (rock addition): raw bytes."""
+        process_id = _process_id(request)
+        client = self._rocklet(query.sandbox_id, "process_output")
+        data = await client.process_output(process_id, offset=query.offset, limit=query.limit)
+        return Response(data, media_type=_BYTES)
+
+    async def _open_stream(self, client: RockletClient, path: str, body: Any, attempted: str) -> httpx.Response:
+        # Opened here and read by the response: httpx's send(stream=True) holds no context
+        # across tasks, and a failure before the first byte still becomes an envelope.
+        request = client.http.build_request("POST", client.base_url + path, json=body, timeout=httpx.Timeout(None, connect=5.0))
+        try:
+            response = await client.http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise RockletUnreachable(
+                f"the rocklet of sandbox {client.sandbox_id} is unreachable: {exc!r}",
+                sandbox_id=client.sandbox_id, attempted=attempted,
+            ) from exc
+        if response.status_code >= 400:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            client._raise_for_status(response, attempted)  # rock-core's translation of rocklet errors
+        return response
+
+    async def execute_stream(self, _request: Request, body: SandboxCommand) -> Response:
+        """``POST /execute_stream`` (rock addition): NDJSON events while the command runs."""
+        client = self._rocklet(body.sandbox_id, "execute_stream")
+        upstream = await self._open_stream(client, "/execute_stream", unstructure_wire(body), "execute_stream")
+        manager = self.manager
+
+        async def events() -> AsyncIterator[bytes]:
+            try:
+                async for line in upstream.aiter_lines():
+                    if line.strip():
+                        yield line.encode() + b"\n"
+            except httpx.HTTPError as exc:
+                error = {"type": "error", "code": RockletUnreachable.code, "message": f"the stream broke: {exc!r}"}
+                yield json.dumps(error).encode() + b"\n"
+            finally:
+                await upstream.aclose()
+                manager.touch(body.sandbox_id)
+
+        return StreamingResponse(events(), media_type=_NDJSON)
+
+    async def download(self, _request: Request, body: SandboxPathRequest) -> Response:
+        """``POST /download`` (rock addition): the file's raw bytes."""
+        client = self._rocklet(body.sandbox_id, "download")
+        upstream = await self._open_stream(client, "/download", {"path": body.path}, "download")
+        headers = {}
+        if "content-length" in upstream.headers:
+            headers["content-length"] = upstream.headers["content-length"]
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(chunks(), media_type=_BYTES, headers=headers)
+
+
+def build_routes(app: AdminApp) -> list[Route]:
+    """The admin's route table (ROCK's routes, then rock's additions)."""
+    p = PREFIX
+    sid_form = {
+        "type": "object",
+        "properties": {
+            "file": {"type": "string", "contentMediaType": _BYTES},
+            "target_path": {"type": "string"},
+            "sandbox_id": {"type": "string"},
+            "unzip": {"enum": ["true", "false"], "default": "false"},
+        },
+        "required": ["file", "target_path", "sandbox_id"],
+        "additionalProperties": False,
+    }
+    return [
+        Route(method="POST", path=f"{p}/start", name="start", handler=app.start, body=SandboxStartRequest,
+              result=SandboxStartResponse, failure="start sandbox failed",
+              summary="Start a sandbox and wait until it runs.",
+              description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded."),
+        Route(method="POST", path=f"{p}/start_async", name="start_async", handler=app.start_async,
+              body=SandboxStartRequest, result=SandboxStartResponse, failure="start sandbox failed",
+              summary="Accept a start and return at once; poll get_status.",
+              description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded."),
+        Route(method="GET", path=f"{p}/get_status", name="get_status", handler=app.get_status, query=GetStatusQuery,
+              result=SandboxStatusResponse, failure="get sandbox status failed",
+              summary="A sandbox's state and phases; stopped ones only with include_all_states."),
+        Route(method="GET", path=f"{p}/is_alive", name="is_alive", handler=app.is_alive, query=SandboxIdQuery,
+              result=IsAliveResponse, failure="check sandbox alive failed",
+              summary="Whether the sandbox's agent answers (any failure: false)."),
+        Route(method="GET", path=f"{p}/get_sandbox_statistics", name="get_sandbox_statistics",
+              handler=app.get_statistics, query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
+              summary="CPU, memory, disk and network figures of a running sandbox."),
+        Route(method="POST", path=f"{p}/stop", name="stop", handler=app.stop, body=SandboxIdRequest, result=str,
+              failure="stop sandbox failed", summary="Stop a sandbox (unknown or stopped: no error)."),
+        Route(method="POST", path=f"{p}/delete", name="delete", handler=app.delete, body=SandboxIdRequest, result=str,
+              failure="delete sandbox failed", summary="Delete a stopped sandbox (unknown: no error)."),
+        Route(method="POST", path=f"{p}/restart", name="restart", handler=app.restart, body=SandboxIdRequest,
+              result=SandboxStartResponse, failure="restart sandbox failed",
+              summary="Start a stopped sandbox again in its own container."),
+        Route(method="POST", path=f"{p}/execute", name="execute", handler=app.execute, body=SandboxCommand,
+              result=CommandResponse, failure="execute command failed", summary="Run a one-shot command."),
+        Route(method="POST", path=f"{p}/create_session", name="create_session", handler=app.create_session,
+              body=SandboxCreateBashSessionRequest, result=CreateBashSessionResponse,
+              failure="create session failed", summary="Open a persistent bash session."),
+        Route(method="POST", path=f"{p}/run_in_session", name="run_in_session", handler=app.run_in_session,
+              body=SandboxBashAction, result=BashObservation, failure="run in session failed",
+              summary="Run a command in a bash session."),
+        Route(method="POST", path=f"{p}/close_session", name="close_session", handler=app.close_session,
+              body=SandboxCloseBashSessionRequest, result=CloseBashSessionResponse, failure="close session failed",
+              summary="Close a bash session."),
+        Route(method="POST", path=f"{p}/read_file", name="read_file", handler=app.read_file,
+              body=SandboxReadFileRequest, result=ReadFileResponse, failure="read file failed",
+              summary="Read a text file."),
+        Route(method="POST", path=f"{p}/write_file", name="write_file", handler=app.write_file,
+              body=SandboxWriteFileRequest, result=WriteFileResponse, failure="write file failed",
+              summary="Write a text file, creating parent directories."),
+        Route(method="POST", path=f"{p}/upload", name="upload", handler=app.upload, form=sid_form,
+              result=UploadResponse, failure="upload file failed",
+              summary="Upload a file (multipart: file, target_path, sandbox_id)."),
+        Route(method="GET", path=f"{p}/sandboxes", name="list_sandboxes", handler=app.list_sandboxes,
+              query=ListSandboxesQuery, result=SandboxListResponse, failure="list sandboxes failed",
+              summary="A page of pending and running sandboxes, with exact-match filters (page_size at most 2000)."),
+        Route(method="POST", path=f"{p}/sandboxes/batch", name="batch_status", handler=app.batch_status,
+              body=BatchSandboxStatusRequest, result=BatchSandboxStatusResponse, failure="batch get status failed",
+              summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000)."),
+        # rock additions
+        Route(method="POST", path=f"{p}/interrupt_session", name="interrupt_session", handler=app.interrupt_session,
+              body=InterruptSessionRequest, result=InterruptSessionResponse, failure="interrupt session failed",
+              summary="Ctrl-C the command running in a session; the session stays usable."),
+        Route(method="POST", path=f"{p}/execute_stream", name="execute_stream", handler=app.execute_stream,
+              body=SandboxCommand, kind="ndjson", failure="execute command failed",
+              summary="Run a one-shot command and stream its events as NDJSON.",
+              description='Events: {"type":"start","pid"}, {"type":"output","stream","data"}..., '
+                          '{"type":"exit","exit_code",...}; a broken stream ends with {"type":"error","code","message"}.'),
+        Route(method="POST", path=f"{p}/download", name="download", handler=app.download, body=SandboxPathRequest,
+              kind="bytes", failure="download file failed", summary="The raw bytes of a file in the sandbox."),
+        Route(method="POST", path=f"{p}/list_dir", name="list_dir", handler=app.list_dir, body=SandboxPathRequest,
+              result=ListDirResponse, failure="list directory failed", summary="List a directory in the sandbox."),
+        Route(method="POST", path=f"{p}/processes", name="start_process", handler=app.start_process,
+              body=StartProcessRequest, result=ProcessInfo, failure="start process failed",
+              summary="Start a background command; its exit code, usage and output stay readable."),
+        Route(method="GET", path=f"{p}/processes/{{process_id}}", name="process_status", handler=app.process_status,
+              query=ProcessStatusQuery, result=ProcessInfo, failure="get process status failed",
+              summary="The state of a background process, waiting up to `wait` seconds for its end."),
+        Route(method="GET", path=f"{p}/processes/{{process_id}}/output", name="process_output",
+              handler=app.process_output, query=ProcessOutputQuery, kind="bytes", failure="get process output failed",
+              summary="Raw output bytes of a background process from `offset`."),
+        Route(method="POST", path=f"{p}/processes/{{process_id}}/kill", name="kill_process", handler=app.kill_process,
+              body=KillProcessRequest, result=ProcessInfo, failure="kill process failed",
+              summary="Signal a background process and wait for it to end."),
+    ]
+
+
+def create_app(settings: AdminSettings, manager: SandboxManager | None = None) -> AdminApp:
+    """The admin app for ``settings`` (see :class:`AdminApp`)."""
+    return AdminApp(settings, manager)

@@ -1,0 +1,107 @@
+"""``rock admin start|serve|stop|status``: run the admin server.
+
+``start`` runs it in the background (pid file and log file in the state directory,
+``$ROCK_ADMIN_STATE_DIR`` or ``~/.rock/admin``); ``serve`` runs it in the foreground (systemd,
+a Nomad job). Exit codes: 0 success, 1 failure (including "already running"), 3 from ``status``
+when no admin runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import attrs
+import click
+from rock_core.errors import InvalidParameter
+
+from rock.admin import daemon
+from rock.admin.config import AdminSettings, load_settings
+
+__all__ = ["admin"]
+
+_config_option = click.option(
+    "--config", "config_file", type=click.Path(dir_okay=False), default=None,
+    help="TOML settings file (default: $ROCK_CONFIG); see rock.admin.config.",
+)
+
+
+def _settings(config_file: str | None, **overrides: Any) -> AdminSettings:
+    try:
+        return load_settings(config_file, **overrides)
+    except InvalidParameter as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+def admin() -> None:
+    """Run rock's admin server (ROCK's HTTP API for remote trainers)."""
+
+
+@admin.command()
+@click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to listen on.  [default: 8080]")
+@_config_option
+def start(host: str | None, port: int | None, config_file: str | None) -> None:
+    """Start the admin server in the background."""
+    settings = _settings(config_file, host=host, port=port)
+    try:
+        data = daemon.start(settings, config_file)
+    except daemon.AdminAlreadyRunning as exc:
+        raise click.ClickException(str(exc)) from None
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"rock admin started: {data['url']} (pid {data['pid']}, log {settings.log_file})")
+
+
+@admin.command()
+@click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to listen on.  [default: 8080]")
+@_config_option
+def serve(host: str | None, port: int | None, config_file: str | None) -> None:
+    """Run the admin server in the foreground until SIGTERM or Ctrl-C."""
+    settings = _settings(config_file, host=host, port=port)
+    try:
+        code = daemon.serve(settings)
+    except daemon.AdminAlreadyRunning as exc:
+        raise click.ClickException(str(exc)) from None
+    sys.exit(code)
+
+
+@admin.command()
+@_config_option
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds before SIGKILL.")
+def stop(config_file: str | None, timeout: float) -> None:
+    """Stop the background admin server; its sandboxes keep running."""
+    settings = _settings(config_file)
+    pid = daemon.stop(settings, timeout=timeout)
+    if pid is None:
+        click.echo("rock admin is not running")
+    else:
+        click.echo(f"rock admin stopped (pid {pid}); its sandboxes keep running")
+
+
+@admin.command()
+@_config_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(config_file: str | None, as_json: bool) -> None:
+    """Show where the admin server runs and its sandboxes by state (exit 3 if not running)."""
+    settings = _settings(config_file)
+    found = daemon.status(settings)
+    if as_json:
+        click.echo(json.dumps({"running": found is not None, **(attrs.asdict(found) if found else {})}))
+    elif found is None:
+        click.echo("rock admin is not running")
+    else:
+        click.echo(f"rock admin is running: {found.url}")
+        click.echo(f"  pid:       {found.pid}")
+        click.echo(f"  log:       {found.log_file}")
+        click.echo(f"  store:     {found.store_path}")
+        if found.sandboxes is None:
+            click.echo("  sandboxes: unknown (the server did not answer /metrics)")
+        else:
+            counts = ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"
+            click.echo(f"  sandboxes: {counts}")
+    if found is None:
+        sys.exit(3)

@@ -1,0 +1,267 @@
+"""Running the admin server: in the foreground (:func:`serve`) or as a daemon (:func:`start`,
+:func:`stop`, :func:`status`), with a pid file and a log file in the state directory.
+
+The pid file (``<state_dir>/admin.pid``) is written by the serving process itself, as JSON
+(``pid``, ``url``, ``log_file``, ``store_path``, ...), and holds the process's start time too, so
+a pid reused by another process after a crash is not mistaken for a running admin. Only one
+admin runs per state directory.
+
+A graceful stop is SIGTERM: uvicorn stops accepting connections, lets requests in flight finish
+(at most ``GRACEFUL_SECONDS``), then the engine closes without touching the sandboxes, which
+keep running and are listed again by the next admin on the same store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+
+from rock.admin.config import AdminSettings
+
+__all__ = ["AdminAlreadyRunning", "AdminStatus", "serve", "start", "stop", "status", "read_pid_file", "GRACEFUL_SECONDS"]
+
+#: Seconds requests in flight get to finish after SIGTERM before they are cut.
+GRACEFUL_SECONDS = 10.0
+
+log = logging.getLogger("rock.admin")
+
+
+class AdminAlreadyRunning(RuntimeError):
+    """An admin already runs with this state directory."""
+
+
+@attrs.frozen(kw_only=True)
+class AdminStatus:
+    """What :func:`status` found: the running admin's pid file and its sandboxes by state."""
+
+    pid: int
+    url: str
+    log_file: str
+    store_path: str | None
+    started_at: float
+    sandboxes: dict[str, int] | None = None  # None when the server did not answer
+
+
+def _proc_start_time(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _alive(pid: int, start_time: str = "") -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if start_time and _proc_start_time(pid) not in ("", start_time):
+        return False  # the pid now belongs to another process
+    try:  # a zombie (exited, not yet reaped) is not running
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
+    """The pid file's content if the admin it names is running, else ``None``."""
+    try:
+        data = json.loads(settings.pid_file.read_text())
+        pid = int(data["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return data if _alive(pid, str(data.get("proc_start", ""))) else None
+
+
+def _claim_pid_file(settings: AdminSettings) -> None:
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    running = read_pid_file(settings)
+    if running is not None and running["pid"] != os.getpid():
+        raise AdminAlreadyRunning(
+            f"rock admin already runs (pid {running['pid']}, {running.get('url')}); "
+            f"`rock admin stop` first, or use another state directory (ROCK_ADMIN_STATE_DIR)"
+        )
+    data = {
+        "pid": os.getpid(),
+        "proc_start": _proc_start_time(os.getpid()),
+        "url": settings.url,
+        "host": settings.host,
+        "port": settings.port,
+        "log_file": str(settings.log_file),
+        "store_path": settings.engine.store_path,
+        "started_at": time.time(),
+    }
+    tmp = settings.pid_file.with_suffix(".pid.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, settings.pid_file)
+
+
+def _release_pid_file(settings: AdminSettings) -> None:
+    try:
+        data = json.loads(settings.pid_file.read_text())
+        if data.get("pid") == os.getpid():
+            settings.pid_file.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def serve(settings: AdminSettings) -> int:
+    """Run the admin in this process until SIGTERM or SIGINT; return the exit code.
+
+    :raises AdminAlreadyRunning: another admin holds the pid file of ``settings.state_dir``.
+    """
+    import uvicorn
+
+    from rock.admin.app import create_app
+
+    _claim_pid_file(settings)
+    try:
+        logging.basicConfig(
+            level=settings.log_level.upper(),
+            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        )
+        app = create_app(settings)
+        config = uvicorn.Config(
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level.lower(),
+            access_log=settings.access_log,
+            lifespan="on",
+            timeout_graceful_shutdown=int(GRACEFUL_SECONDS),
+            # The admin is an API server for trainers: many keep-alive clients, no proxy headers.
+            proxy_headers=False,
+            server_header=False,
+        )
+        server = uvicorn.Server(config)
+        server.run()
+        return 0 if server.started else 1
+    finally:
+        _release_pid_file(settings)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def start(settings: AdminSettings, config_file: str | None = None, *, wait: float = 60.0) -> dict[str, Any]:
+    """Start the admin as a background process and wait until it answers ``/healthz``.
+
+    Its output goes to ``settings.log_file``. Returns the pid file's content.
+
+    :raises AdminAlreadyRunning: an admin already runs with this state directory.
+    :raises RuntimeError: the server exited or did not answer within ``wait`` seconds (with the
+        end of its log).
+    """
+    running = read_pid_file(settings)
+    if running is not None:
+        raise AdminAlreadyRunning(
+            f"rock admin already runs (pid {running['pid']}, {running.get('url')}); `rock admin stop` first"
+        )
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "rock.admin", "serve", "--host", settings.host, "--port", str(settings.port)]
+    if config_file:
+        command += ["--config", str(config_file)]
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(settings.state_dir)}
+    with open(settings.log_file, "ab") as log_out:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log_out, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True, close_fds=True,
+        )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        code = process.poll()
+        if code is not None:
+            raise RuntimeError(
+                f"rock admin exited with code {code} while starting; the end of {settings.log_file}:\n"
+                + _tail(settings.log_file)
+            )
+        data = read_pid_file(settings)
+        if data is not None and data["pid"] == process.pid:
+            try:
+                response = httpx.get(f"{data['url']}/healthz", timeout=2.0)
+                if response.status_code == 200:
+                    return data
+            except httpx.HTTPError:
+                pass
+        time.sleep(0.05)
+    process.terminate()
+    raise RuntimeError(
+        f"rock admin did not answer within {wait:g}s; the end of {settings.log_file}:\n" + _tail(settings.log_file)
+    )
+
+
+def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
+    """Stop the running admin gracefully (SIGTERM; SIGKILL after ``timeout`` seconds).
+
+    Sandboxes keep running. Returns the pid that was stopped, or ``None`` if none ran.
+    """
+    data = read_pid_file(settings)
+    if data is None:
+        return None
+    pid = int(data["pid"])
+    start_time = str(data.get("proc_start", ""))
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return pid
+    deadline = time.monotonic() + timeout
+    while _alive(pid, start_time):
+        if time.monotonic() > deadline:
+            log.warning("rock admin (pid %s) did not stop within %gs; killing it", pid, timeout)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    # A killed server could not remove its own pid file.
+    with contextlib.suppress(OSError, ValueError):
+        if json.loads(settings.pid_file.read_text()).get("pid") == pid:
+            settings.pid_file.unlink()
+    return pid
+
+
+def _sandboxes_by_state(url: str) -> dict[str, int] | None:
+    try:
+        response = httpx.get(f"{url}/metrics", timeout=5.0)
+        response.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    counts: dict[str, int] = {}
+    for line in response.text.splitlines():
+        if line.startswith('rock_sandboxes{state="'):
+            state = line.split('"')[1]
+            counts[state] = int(float(line.rsplit(" ", 1)[1]))
+    return counts
+
+
+def status(settings: AdminSettings) -> AdminStatus | None:
+    """The running admin's address, pid and sandboxes by state; ``None`` when none runs."""
+    data = read_pid_file(settings)
+    if data is None:
+        return None
+    return AdminStatus(
+        pid=int(data["pid"]),
+        url=str(data["url"]),
+        log_file=str(data.get("log_file", settings.log_file)),
+        store_path=data.get("store_path"),
+        started_at=float(data.get("started_at", 0.0)),
+        sandboxes=_sandboxes_by_state(str(data["url"])),
+    )

@@ -1,0 +1,187 @@
+"""The remote engine without an admin server: headers, error mapping, servers that are not rock's.
+
+Everything here runs without Docker. The engine against a real admin server is in
+``test_remote_admin.py`` (and the whole SDK suite, with ``ROCK_TEST_REMOTE=1``).
+"""
+
+from __future__ import annotations
+
+import http.server
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rock.sdk._engine import RemoteEngine, get_remote_engine
+from rock.sdk._engine.remote import error_from_envelope, remote_headers
+from rock.sdk.sandbox.client import Sandbox, SandboxGroup
+from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
+from rock_core.errors import (
+    BadRequestRockError,
+    CommandTimeout,
+    InternalServerRockError,
+    InvalidParameter,
+    NonZeroExitCode,
+    NotSupported,
+    RockError,
+    SandboxNotFound,
+    SessionNotFound,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])  # closed again when we return: nothing listens there
+
+
+# -- headers ----------------------------------------------------------------------------------------
+
+
+def test_the_api_key_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCK_API_KEY", "k-123")
+    assert remote_headers({"X-Cluster": "c1"}) == {"X-Cluster": "c1", "X-API-Key": "k-123"}
+    monkeypatch.delenv("ROCK_API_KEY")
+    assert remote_headers({"X-Cluster": "c1"}) == {"X-Cluster": "c1"}
+
+
+@pytest.mark.parametrize("given", [{"Authorization": "Bearer mine"}, {"x-api-key": "mine"}])
+def test_a_key_in_extra_headers_wins_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch, given: dict[str, str]
+) -> None:
+    monkeypatch.setenv("ROCK_API_KEY", "from-env")
+    assert remote_headers(given) == given
+
+
+def test_an_explicit_api_key_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ROCK_API_KEY", raising=False)
+    assert RemoteEngine("http://admin:8080/", api_key="k").headers == {"X-API-Key": "k"}
+
+
+def test_a_sandbox_sends_rocks_headers_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCK_API_KEY", "k-9")
+    config = SandboxConfig(
+        base_url="http://admin.example:8080/",
+        cluster="cl",
+        user_id="u1",
+        experiment_id="e1",
+        namespace="ns",
+        extra_headers={"X-Trace": "t"},
+        xrl_authorization="secret",
+    )
+    with pytest.warns(DeprecationWarning, match="xrl_authorization"):
+        engine = Sandbox(config)._get_engine()
+    assert isinstance(engine, RemoteEngine)
+    assert engine.api_url == "http://admin.example:8080/apis/envs/sandbox/v1"
+    assert engine.headers == {
+        "X-Cluster": "cl",
+        "XRL-Authorization": "Bearer secret",
+        "X-Trace": "t",
+        "X-User-Id": "u1",
+        "X-Experiment-Id": "e1",
+        "X-Namespace": "ns",
+        "X-API-Key": "k-9",
+    }
+
+
+def test_sandboxes_of_one_server_and_identity_share_an_engine() -> None:
+    group = SandboxGroup(SandboxGroupConfig(base_url="http://admin.example:8080", size=3, experiment_id="e"))
+    engines = {id(s._get_engine()) for s in group.sandbox_list}
+    assert len(engines) == 1
+    other = Sandbox(SandboxConfig(base_url="http://admin.example:8080", experiment_id="f"))._get_engine()
+    assert id(other) not in engines
+    assert get_remote_engine("http://admin.example:8080/", {"X-Cluster": "x"}) is get_remote_engine(
+        "http://admin.example:8080", {"X-Cluster": "x"}
+    )
+
+
+# -- errors -----------------------------------------------------------------------------------------
+
+
+def _failed(code: int | None, error: str, **result: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"status": "Failed", "message": "call failed", "error": error, "result": None}
+    if code is not None:
+        body["result"] = {"code": code, "exit_code": None, "failure_reason": error, **result}
+    return body
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (4004, SandboxNotFound),
+        (4014, SessionNotFound),
+        (6002, CommandTimeout),
+        (4000, BadRequestRockError),
+        (4999, BadRequestRockError),  # unknown code: the base class of its range
+        (5000, InternalServerRockError),
+    ],
+)
+def test_a_failed_envelope_raises_the_class_of_its_code(code: int, expected: type[RockError]) -> None:
+    err = error_from_envelope(_failed(code, "it went wrong"), sandbox_id="sb1", attempted="arun")
+    assert type(err) is expected
+    assert (str(err), err.code, err.sandbox_id, err.attempted) == ("it went wrong", code, "sb1", "arun")
+
+
+def test_a_non_zero_exit_keeps_its_exit_code_and_output() -> None:
+    err = error_from_envelope(_failed(6001, "exit code 3", exit_code=3, output="about to fail"))
+    assert isinstance(err, NonZeroExitCode)
+    assert (err.exit_code, err.output) == (3, "about to fail")
+
+
+def test_an_envelope_without_a_code_is_a_plain_rock_error() -> None:
+    err = error_from_envelope({"status": "Failed", "message": "start sandbox failed", "error": "boom", "result": None})
+    assert type(err) is RockError and str(err) == "boom"
+    invalid = error_from_envelope({"status": "Failed", "message": "invalid parameter", "error": "image: blank"})
+    assert isinstance(invalid, InvalidParameter) and str(invalid) == "image: blank"
+
+
+# -- servers that are not there, or not rock's ---------------------------------------------------------
+
+
+async def test_an_unreachable_admin_is_named_with_the_fix() -> None:
+    port = _closed_port()
+    engine = RemoteEngine(f"http://127.0.0.1:{port}")
+    with pytest.raises(InternalServerRockError, match=rf"rock admin at http://127.0.0.1:{port} is unreachable") as info:
+        await engine.get_status("sb1")
+    assert "`rock admin start`" in str(info.value) and info.value.sandbox_id == "sb1"
+
+
+def test_one_engine_works_from_successive_event_loops() -> None:
+    # An httpx client belongs to the loop that made it: a second asyncio.run() must get its own.
+    engine = RemoteEngine(f"http://127.0.0.1:{_closed_port()}")
+    for _ in range(2):
+        with pytest.raises(InternalServerRockError, match="unreachable"):
+            engine.call_blocking(engine.get_status, "sb1")
+
+
+async def test_call_blocking_refuses_a_running_loop() -> None:
+    engine = RemoteEngine("http://127.0.0.1:9")
+    with pytest.raises(RuntimeError, match="await the call"):
+        engine.call_blocking(engine.get_status, "sb1")
+
+
+@pytest.fixture
+def plain_http_server() -> Iterator[str]:
+    """A real HTTP server that is not rock's admin (Python's static file server)."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+async def test_a_server_that_is_not_rocks_admin_is_named(plain_http_server: str) -> None:
+    engine = RemoteEngine(plain_http_server)
+    with pytest.raises(NotSupported, match=r"does not serve GET /apis/envs/sandbox/v1/get_status \(HTTP 404\)"):
+        await engine.get_status("sb1")
+    with pytest.raises(InternalServerRockError, match=r"answered POST /apis/envs/sandbox/v1/stop with HTTP 501"):
+        await engine.stop("sb1")
