@@ -263,3 +263,62 @@ def test_containers_of_a_killed_process_are_reaped_by_the_next_engine(docker_cli
 
     anyio.run(next_run)
     assert containers_of(docker_client, sandbox_id) == []
+
+
+def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_path):
+    """kill -9 while 5 sandboxes run and 3 start: the next engine on the same store takes them back."""
+    store = tmp_path / "rock.db"
+    owner = f"admin:{store}"
+    script = tmp_path / "admin.py"
+    script.write_text(textwrap.dedent(f"""
+        import anyio
+        from rock_core.actions import SandboxStartRequest
+        from rock_core.engine.config import EngineConfig
+        from rock_core.engine.manager import SandboxManager
+
+        async def main():
+            config = EngineConfig(store_path={str(store)!r}, remove_on_close=False)
+            async with SandboxManager(config, owner={owner!r}) as engine:
+                request = SandboxStartRequest(image={IMAGE!r}, memory="256m", cpus=0.5)
+                running = [(await engine.start_async(request)).sandbox_id for _ in range(5)]
+                for sandbox_id in running:
+                    await engine.wait_until_running(sandbox_id, timeout=120)
+                starting = [(await engine.start_async(request)).sandbox_id for _ in range(3)]
+                print(" ".join(running), flush=True)
+                print(" ".join(starting), flush=True)
+                await anyio.sleep(3600)
+
+        anyio.run(main)
+    """))
+    admin = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        running = admin.stdout.readline().split()
+        starting = admin.stdout.readline().split()
+        assert len(running) == 5 and len(starting) == 3
+    finally:
+        admin.send_signal(signal.SIGKILL)
+        admin.wait()
+
+    async def next_run():
+        config = EngineConfig(store_path=str(store), remove_on_close=False)
+        async with SandboxManager(config, owner=owner) as engine:
+            for sandbox_id in running:
+                status = await engine.get_status(sandbox_id)
+                assert status.state is State.RUNNING
+                result = await engine.rocklet(sandbox_id).execute(Command(command=["echo", "back"]))
+                assert result.stdout.strip() == "back"
+            for sandbox_id in starting:
+                record = engine.get_record(sandbox_id)
+                assert record.state is State.RUNNING or (record.state in (State.STOPPED, State.DELETED) and record.reason)
+            assert engine.list_records(states=[State.PENDING]) == []
+            for sandbox_id in running + starting:
+                await engine.stop(sandbox_id)
+                if engine.get_record(sandbox_id).state is State.STOPPED:
+                    await engine.delete(sandbox_id)  # kept a while to show why it stopped
+            await eventually(lambda: all(engine.get_record(s).state is State.DELETED for s in running + starting))
+
+    anyio.run(next_run)
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={owner}"})
+    for container in leftovers:
+        container.remove(force=True)
+    assert leftovers == [], "every sandbox of the killed engine was taken back and removed"

@@ -35,7 +35,9 @@ async def test_start_session_echo_stop(engine: Any, small: dict[str, Any], conta
     observation = await sandbox.arun("echo Hello ROCK", session="bash-1")
     assert "Hello ROCK" in observation.output and observation.exit_code == 0
     assert (await sandbox.is_alive()).is_alive
-    assert (sandbox.cluster, sandbox.url) == (sandbox.config.cluster, None)  # no server in embedded mode
+    base_url = sandbox.config.base_url
+    expected_url = f"{base_url.rstrip('/')}/apis/envs/sandbox/v1" if base_url else None  # embedded: no server
+    assert (sandbox.cluster, sandbox.url) == (sandbox.config.cluster, expected_url)
     await sandbox.close()  # ROCK's close() is stop()
     assert containers.gone(sandbox.sandbox_id)  # the default lifecycle removes it at once (ROCK's --rm)
     alive = await sandbox.is_alive()

@@ -196,6 +196,7 @@ class SandboxManager:
         self.store = SandboxStore(self.config.store_path)
         self.queue = StartQueue(self.config.max_concurrent_starts)
         self._live: dict[str, _Live] = {}
+        self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
         self._http: httpx.AsyncClient | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -209,6 +210,7 @@ class SandboxManager:
         await self._tg.__aenter__()
         if self.config.reap_orphans:
             await self.reap_orphans()
+        await self.recover()
         self._tg.start_soon(self._timer_loop)
         self._tg.start_soon(self._reconcile_loop)
         self._tg.start_soon(self._watch_loop)
@@ -263,6 +265,62 @@ class SandboxManager:
                 await self.runtime.remove(handle)
                 reaped += 1
         return reaped
+
+    async def recover(self) -> int:
+        """Take back the sandboxes this owner's store lists as not deleted; return how many.
+
+        After a restart of the process (an admin killed with ``kill -9``), each record is
+        matched with its unit by label: a running sandbox whose rocklet answers is usable again;
+        one whose unit died or vanished meanwhile, and one whose start the restart interrupted,
+        is recorded as stopped with that reason. Nothing is left pending or unknown.
+        """
+        records = [
+            r for r in self.store.list(states=[State.PENDING, State.RUNNING, State.STOPPED])
+            if r.owner == self.owner and r.sandbox_id not in self._live
+        ]
+        if not records:
+            return 0
+        try:
+            units = await self.runtime.list({LABEL_OWNER: self.owner})
+        except RockError as exc:
+            log.warning("could not list units to recover sandboxes: %s", exc)
+            units = []
+        by_id = {h.labels.get(LABEL_SANDBOX_ID, h.sandbox_id): h for h in units}
+        for record in records:
+            live = _Live(record=record, handle=by_id.get(record.sandbox_id))
+            live.start_done.set()
+            self._live[record.sandbox_id] = live
+            if record.state is State.STOPPED:
+                live.settled.set()
+                continue
+            reason = await self._adopt(live)
+            live.settled.set()
+            if reason is not None:
+                async with live.lock:
+                    await self._stop_locked(live, reason, unexpected=True)
+        return len(records)
+
+    async def _adopt(self, live: _Live) -> str | None:
+        """Reconnect a recovered live sandbox to its rocklet; the reason to stop it, if it can't be."""
+        record = live.record
+        if live.handle is None:
+            return "container was removed while rock was not running"
+        try:
+            status = await self.runtime.inspect(live.handle)
+        except RockError as exc:
+            return f"could not inspect its container after a restart: {exc.message}"
+        if status.state is not UnitState.RUNNING or status.rocklet_address is None:
+            return _describe_exit(status) + " while rock was not running"
+        client = RockletClient(self.http, *status.rocklet_address, record.sandbox_id)
+        if not await client.is_alive(timeout=5.0):
+            return "its rocklet did not answer after rock restarted"
+        live.client = client
+        live.activity = time.time()
+        self._save(attrs.evolve(record, port_mapping=dict(status.port_mapping) or dict(record.port_mapping)))
+        if record.state is State.PENDING:  # its start was cut short just before the end: finish it
+            self._set_phase(record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success (recovered)")
+            self._apply(live.record, Event.ALIVE, start_time=_now(), reason=None)
+        return None
 
     async def _remove_all_owned(self) -> None:
         for live in list(self._live.values()):
@@ -728,6 +786,20 @@ class SandboxManager:
         live.activity = time.time()
         return live.client
 
+    def begin_call(self, sandbox_id: str) -> None:
+        """A call to the sandbox started: until :meth:`end_call`, it is never idle-stopped."""
+        self._in_flight[sandbox_id] = self._in_flight.get(sandbox_id, 0) + 1
+        self.touch(sandbox_id)
+
+    def end_call(self, sandbox_id: str) -> None:
+        """The call :meth:`begin_call` announced ended; it counts as activity."""
+        left = self._in_flight.get(sandbox_id, 1) - 1
+        if left > 0:
+            self._in_flight[sandbox_id] = left
+        else:
+            self._in_flight.pop(sandbox_id, None)
+        self.touch(sandbox_id)
+
     def touch(self, sandbox_id: str) -> None:
         """Count activity on ``sandbox_id`` (resets its idle timer); unknown ids are ignored."""
         live = self._live.get(sandbox_id)
@@ -896,7 +968,9 @@ class SandboxManager:
         for sandbox_id, live in list(self._live.items()):
             record = live.record
             clear = record.spec.auto_clear_seconds
-            if record.state in LIVE_STATES and clear and now_ts > live.activity + clear:
+            if self._in_flight.get(sandbox_id):
+                live.activity = now_ts  # a long command is activity until it ends
+            elif record.state in LIVE_STATES and clear and now_ts > live.activity + clear:
                 await self.stop(sandbox_id, reason="expired")
             elif (
                 record.state is State.STOPPED
@@ -931,7 +1005,8 @@ class SandboxManager:
         """Follow the runtime's unit events (when it has them); reconnect after a failure."""
         while True:
             try:
-                async for handle, status in self.runtime.watch({LABEL_ENGINE_ID: self.engine_id}):
+                # By owner, not engine id: units recovered from an earlier run of this owner count.
+                async for handle, status in self.runtime.watch({LABEL_OWNER: self.owner}):
                     if status.state is not UnitState.RUNNING:
                         await self.unit_gone(handle.sandbox_id, status)
             except NotSupported:

@@ -420,7 +420,15 @@ class AdminApp:
             outcome = "success"
             try:
                 data = await self._read(request, route)
-                answer = await route.handler(request, data)
+                sandbox_id = getattr(data, "sandbox_id", None)
+                if not isinstance(sandbox_id, str) or self._manager is None:
+                    answer = await route.handler(request, data)
+                else:
+                    self.manager.begin_call(sandbox_id)  # never idle-stopped under a running call
+                    try:
+                        answer = await route.handler(request, data)
+                    finally:
+                        self.manager.end_call(sandbox_id)
                 return answer if isinstance(answer, Response) else success(answer)
             except _BodyTooLarge as exc:
                 outcome = "too_large"
