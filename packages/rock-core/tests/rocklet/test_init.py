@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import time
 
+import httpx
 import pytest
 
 
@@ -33,5 +34,8 @@ def test_pid_1_reaps_orphans_and_stops_cleanly(launch, pyz, plain_python):
         time.sleep(0.05)
     assert zombies(rocklet) == []
     # SIGTERM to PID 1 reaches the rocklet, which shuts down with status 0.
-    rocklet.post("/execute", command=["kill", "-TERM", "1"])
+    try:
+        rocklet.post("/execute", command=["kill", "-TERM", "1"])
+    except httpx.TransportError:
+        pass  # the rocklet may stop before it answers the request that stopped it
     assert rocklet.proc.wait(timeout=30) == 0
