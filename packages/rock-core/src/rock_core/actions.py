@@ -672,7 +672,7 @@ class SandboxStatusResponse:
     ``auto_stop_time`` is the idle deadline of a live sandbox; ``auto_archive_time`` /
     ``auto_delete_time`` the scheduled next step of a stopped or archived one.
     ``reason`` says why it stopped, ``notes`` lists limits that are not enforced and similar,
-    ``queue_position`` is its place in the start queue while it waits (0 = next).
+    ``queue_position`` is its place in the start queue while it waits (1 = next).
     """
 
     sandbox_id: str | None = None

@@ -15,6 +15,7 @@ from rock_core.errors import PluginError
 
 from rock import __version__
 from rock._cli_plugins import get_plugins, plugins_command
+from rock._cli_sandbox import log_command, sandbox
 from rock.admin.cli import admin
 from rock.bench.cli import bench
 
@@ -93,3 +94,5 @@ def main() -> None:
 main.add_command(plugins_command)
 main.add_command(bench)
 main.add_command(admin)
+main.add_command(sandbox)
+main.add_command(log_command)

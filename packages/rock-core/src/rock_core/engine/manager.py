@@ -517,8 +517,10 @@ class SandboxManager:
         with anyio.CancelScope() as scope:
             live.start_scope = scope
             try:
-                with anyio.fail_after(budget):
-                    async with self.queue.slot(key, sandbox_id):
+                # The startup budget starts when the start leaves the queue: a burst waits, it
+                # does not time out for want of a slot.
+                async with self.queue.slot(key, sandbox_id):
+                    with anyio.fail_after(budget):
                         await self._bring_up(live, reuse)
             except TimeoutError:
                 error = StartupTimeout(

@@ -17,6 +17,13 @@ Besides ROCK's routes (:func:`build_routes` has the table, ``GET /openapi.json``
 the app serves ``GET /`` (``{"message": "hello, ROCK!"}``), ``GET /healthz`` and ``GET /metrics``
 (Prometheus text).
 
+API keys (see :mod:`rock.admin.auth`): when ``settings.api_keys`` is not empty, every request but
+``GET /healthz`` and ``GET /`` needs ``X-API-Key: <key>`` or ``Authorization: Bearer <key>``; a
+missing or unknown key is answered with HTTP 401 and a ``Failed`` envelope (``result.code``
+4011). A key acts on its tenant's sandboxes only: another tenant's sandbox id is answered exactly
+as an unknown id, and listings and batches leave them out. ``/metrics`` stays global (counts by
+state and route, no sandbox ids). Without keys nothing is checked (ROCK has no authentication).
+
 Streaming routes (rock additions): ``POST /execute_stream`` answers NDJSON events (those of
 :meth:`RockletClient.execute_stream`; a failure after the stream began is one last
 ``{"type": "error", "code", "message"}`` event); ``POST /download`` and
@@ -67,7 +74,14 @@ from rock_core.actions import (
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.engine.manager import SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
-from rock_core.errors import InvalidParameter, PayloadTooLarge, RockError, RockletUnreachable, SandboxNotFound
+from rock_core.errors import (
+    BadRequestRockError,
+    InvalidParameter,
+    PayloadTooLarge,
+    RockError,
+    RockletUnreachable,
+    SandboxNotFound,
+)
 from rock_core.states import LIVE_STATES, State
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -77,6 +91,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rock import __version__
 from rock.admin._openapi import openapi_document
+from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
 from rock.admin.config import AdminSettings
 from rock.admin.models import (
     GetStatusQuery,
@@ -90,7 +105,7 @@ from rock.admin.models import (
     StartProcessRequest,
 )
 
-__all__ = ["PREFIX", "Route", "AdminApp", "create_app", "Metrics"]
+__all__ = ["PREFIX", "Route", "AdminApp", "create_app", "Metrics", "ApiKeyGate", "OPEN_PATHS", "UNAUTHORIZED_CODE"]
 
 log = logging.getLogger("rock.admin")
 
@@ -327,6 +342,60 @@ class BodyLimit:
 
 
 # ---------------------------------------------------------------------------------------------
+# API keys (a pure ASGI layer in front of everything, so no body is read for a stranger)
+
+#: Paths served without a key: liveness probes and ROCK's greeting reveal nothing.
+OPEN_PATHS = frozenset({"/healthz", "/"})
+
+#: ``result.code`` of a request refused for its key (ROCK has none; a 4xxx client error).
+UNAUTHORIZED_CODE = 4011
+
+#: Where :class:`ApiKeyGate` leaves the request's tenant in the ASGI scope.
+_TENANT_SCOPE_KEY = "rock.tenant"
+
+
+class ApiKeyGate:
+    """Answers HTTP 401 unless the request carries a configured key (``X-API-Key`` or
+    ``Authorization: Bearer``); puts the key's tenant in the scope for the routes."""
+
+    def __init__(self, app: ASGIApp, *, keys: KeyRing, metrics: Metrics) -> None:
+        self.app = app
+        self.keys = keys
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
+        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        key = key_from_headers(scope["headers"])
+        tenant = self.keys.tenant_of(key)
+        if tenant is None:
+            # One label for every refusal: a stranger must not grow the metrics with paths.
+            self.metrics.count("(unauthorized)", "unauthorized")
+            why = "no API key given" if key is None else "the API key is not valid"
+            exc = BadRequestRockError(
+                f"{why}: send X-API-Key: <key> or Authorization: Bearer <key>", code=UNAUTHORIZED_CODE
+            )
+            response = failure("unauthorized", exc)
+            response.status_code = 401
+            response.headers["www-authenticate"] = 'Bearer realm="rock"'
+            await response(scope, receive, send)
+            return
+        await self.app({**scope, _TENANT_SCOPE_KEY: tenant}, receive, send)
+
+
+def _tenant(request: Request) -> str | None:
+    """The tenant of the request's key (``None``: keys are off)."""
+    return request.scope.get(_TENANT_SCOPE_KEY)
+
+
+def _as_unknown(sandbox_id: str, attempted: str) -> SandboxNotFound:
+    # Word for word what the engine says of an id it never saw.
+    return SandboxNotFound(f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted=attempted)
+
+
+# ---------------------------------------------------------------------------------------------
 # The app
 
 
@@ -384,6 +453,9 @@ class AdminApp:
             upload_paths={f"{PREFIX}/upload"},
             metrics=self.metrics,
         )
+        self.keys = KeyRing(settings.api_keys)
+        if self.keys:
+            self.asgi = ApiKeyGate(self.asgi, keys=self.keys, metrics=self.metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point (so the instance itself can be served)."""
@@ -421,7 +493,9 @@ class AdminApp:
             try:
                 data = await self._read(request, route)
                 sandbox_id = getattr(data, "sandbox_id", None)
-                if not isinstance(sandbox_id, str) or self._manager is None:
+                if isinstance(sandbox_id, str) and not self._owns(request, sandbox_id):
+                    answer = self._foreign(route, sandbox_id)
+                elif not isinstance(sandbox_id, str) or self._manager is None:
                     answer = await route.handler(request, data)
                 else:
                     self.manager.begin_call(sandbox_id)  # never idle-stopped under a running call
@@ -448,6 +522,44 @@ class AdminApp:
 
         endpoint.__name__ = route.name
         return endpoint
+
+    def _owns(self, request: Request, sandbox_id: str) -> bool:
+        """Whether the request's key may see ``sandbox_id`` (always, when keys are off).
+
+        Unknown ids count as owned: the engine answers them as unknown anyway.
+        """
+        tenant = _tenant(request)
+        if tenant is None or self._manager is None:
+            return True
+        try:
+            record = self.manager.get_record(sandbox_id)
+        except SandboxNotFound:
+            return True
+        return record.spec.metadata.get(TENANT_METADATA_KEY) == tenant
+
+    def _foreign(self, route: Route, sandbox_id: str) -> Any:
+        """The answer the route gives for an unknown id, given for another tenant's sandbox."""
+        if route.name == "stop":
+            return f"{sandbox_id} stopped"  # ROCK: stopping an unknown id is not an error
+        if route.name == "delete":
+            return f"{sandbox_id} deleted"
+        if route.name == "is_alive":
+            return IsAliveResponse(is_alive=False, message=str(_as_unknown(sandbox_id, "is_alive")))
+        raise _as_unknown(sandbox_id, route.name)
+
+    def _start_request(self, request: Request, body: SandboxStartRequest) -> SandboxStartRequest:
+        """``body`` with the key's tenant in its metadata; the reserved key is refused from callers."""
+        metadata = dict(body.metadata or {})
+        if TENANT_METADATA_KEY in metadata:
+            raise _BadInput(InvalidParameter(
+                f"invalid parameter: metadata: {TENANT_METADATA_KEY!r} is reserved for the admin",
+                field="metadata", value=TENANT_METADATA_KEY,
+            ))
+        tenant = _tenant(request)
+        if tenant is None:
+            return body
+        metadata[TENANT_METADATA_KEY] = tenant
+        return attrs.evolve(body, metadata=metadata)
 
     async def _read(self, request: Request, route: Route) -> Any:
         """The route's input as its model; bad input raises :class:`_BadInput`."""
@@ -486,6 +598,14 @@ class AdminApp:
                     "summary": summary,
                     "responses": {"200": {"description": summary, "content": {media: {"schema": {}}}}},
                 }}
+            if self.keys:
+                document.setdefault("components", {})["securitySchemes"] = {
+                    "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+                    "bearer": {"type": "http", "scheme": "bearer"},
+                }
+                document["security"] = [{"apiKey": []}, {"bearer": []}]
+                for path in OPEN_PATHS:
+                    document["paths"][path]["get"]["security"] = []
             self._openapi = document
         return _json_response(self._openapi)
 
@@ -493,14 +613,14 @@ class AdminApp:
 
     async def start(self, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
         """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
-        started = await self.manager.start_async(body, **_identity(request))
+        started = await self.manager.start_async(self._start_request(request, body), **_identity(request))
         assert started.sandbox_id is not None
         await self.manager.wait_until_running(started.sandbox_id, timeout=self.settings.start_wait_seconds)
         return started
 
     async def start_async(self, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
         """``POST /start_async``: accept the start and return at once."""
-        return await self.manager.start_async(body, **_identity(request))
+        return await self.manager.start_async(self._start_request(request, body), **_identity(request))
 
     async def get_status(self, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
         """``GET /get_status``."""
@@ -529,7 +649,7 @@ class AdminApp:
         """``POST /restart``."""
         return await self.manager.restart(body.sandbox_id)
 
-    async def list_sandboxes(self, _request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
+    async def list_sandboxes(self, request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
         """``GET /sandboxes``: a page of pending and running sandboxes."""
         limit = self.settings.batch_max_count
         if query.page_size > limit:
@@ -545,8 +665,18 @@ class AdminApp:
         states = sorted(LIVE_STATES, key=lambda s: s.value)
         store = self.manager.store
         offset = (query.page - 1) * query.page_size
-        records = store.list(states=states, filters=filters, limit=query.page_size, offset=offset)
-        total = store.count(states=states, filters=filters)
+        tenant = _tenant(request)
+        if tenant is None:
+            records = store.list(states=states, filters=filters, limit=query.page_size, offset=offset)
+            total = store.count(states=states, filters=filters)
+        else:
+            # The tenant lives in the spec's metadata, which the store cannot filter on; live
+            # sandboxes are few enough to filter here.
+            mine = [
+                r for r in store.list(states=states, filters=filters)
+                if r.spec.metadata.get(TENANT_METADATA_KEY) == tenant
+            ]
+            records, total = mine[offset:offset + query.page_size], len(mine)
         items = [self.manager.status_of(self._fresh(r.sandbox_id, r)) for r in records]
         return SandboxListResponse(items=items, total=total, has_more=offset + len(items) < total)
 
@@ -556,7 +686,7 @@ class AdminApp:
         except SandboxNotFound:
             return fallback
 
-    async def batch_status(self, _request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
+    async def batch_status(self, request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
         """``POST /sandboxes/batch``: statuses of the pending and running sandboxes among those asked."""
         limit = self.settings.batch_max_count
         if len(body.sandbox_ids) > limit:
@@ -570,7 +700,7 @@ class AdminApp:
                 record = self.manager.get_record(sandbox_id)
             except SandboxNotFound:
                 continue
-            if record.state in LIVE_STATES:
+            if record.state in LIVE_STATES and self._owns(request, sandbox_id):
                 statuses.append(self.manager.status_of(record))
         return BatchSandboxStatusResponse(statuses=statuses)
 
@@ -643,6 +773,8 @@ class AdminApp:
                 fields = [p.split(":")[0] for p in problems if not p.startswith("extra")]
                 raise _BadInput(InvalidParameter("invalid parameter: " + "; ".join(problems), field=", ".join(fields) or None))
             assert isinstance(sandbox_id, str) and isinstance(target_path, str) and not isinstance(upload, str)
+            if not self._owns(request, sandbox_id.strip()):
+                raise _as_unknown(sandbox_id.strip(), "upload")
             client = self._rocklet(sandbox_id.strip(), "upload")
             content = await upload.read()
         finally:

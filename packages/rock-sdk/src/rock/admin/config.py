@@ -13,6 +13,10 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     batch_max_count = 2000             # most ids in one POST /sandboxes/batch, largest page_size
     log_level = "info"
     access_log = false
+    api_keys = [                       # none: no authentication (as ROCK); see rock.admin.auth
+        { tenant = "team-a", sha256 = "<hex sha256 of the key>" },
+        { tenant = "team-b", key = "<a long random token>" },   # hashed when read, never kept
+    ]
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
@@ -27,6 +31,7 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
 Environment variables: ``ROCK_ADMIN_<KEY>`` for each ``[admin]`` key (``ROCK_ADMIN_PORT=9000``,
 ``ROCK_ADMIN_STATE_DIR=/var/lib/rock``) and ``ROCK_ENGINE_<KEY>`` for each ``[engine]`` key
 (``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``). A bad value names its source and key.
+``ROCK_ADMIN_API_KEYS="team-a=sha256:HEX,team-b=TOKEN"`` adds keys to those of the file.
 
 Two engine settings are fixed for the admin, whatever the file says: ``remove_on_close`` is
 false (``rock admin stop`` leaves sandboxes running) and ``store_path`` is a file (the records
@@ -45,6 +50,8 @@ import attrs
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
 from rock_core.units import size_to_bytes
+
+from rock.admin.auth import ApiKey, parse_api_keys
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -77,6 +84,7 @@ class AdminSettings:
     batch_max_count: int = 2000
     log_level: str = "info"
     access_log: bool = False
+    api_keys: tuple[ApiKey, ...] = ()
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -177,6 +185,7 @@ _ADMIN_KEYS = {
     "batch_max_count": _to_int,
     "log_level": _to_str,
     "access_log": _to_bool,
+    "api_keys": lambda s, _k, v: parse_api_keys(s, v),
 }
 
 _ENGINE_KEYS = {
@@ -250,13 +259,22 @@ def load_settings(
     for key, parse in _ADMIN_KEYS.items():
         name = f"ROCK_ADMIN_{key.upper()}"
         if env.get(name):
-            admin[key] = parse(f"environment variable {name}", key, env[name])
+            value = parse(f"environment variable {name}", key, env[name])
+            # Keys add up: a deployment may keep some in the file and inject others.
+            admin[key] = admin.get(key, ()) + value if key == "api_keys" else value
     for key, parse in _ENGINE_KEYS.items():
         name = f"ROCK_ENGINE_{key.upper()}"
         if env.get(name):
             engine[key] = parse(f"environment variable {name}", key, env[name])
     _take({k: v for k, v in overrides.items() if v is not None}, _ADMIN_KEYS, "command line", admin)
 
+    tenants: dict[str, str] = {}
+    for entry in admin.get("api_keys", ()):
+        if tenants.setdefault(entry.sha256, entry.tenant) != entry.tenant:
+            raise InvalidParameter(
+                f"api_keys: one key is given to two tenants ({tenants[entry.sha256]!r} and {entry.tenant!r})",
+                field="api_keys",
+            )
     state_dir = Path(admin.get("state_dir") or default_state_dir())
     admin["state_dir"] = state_dir
     if not engine.get("store_path"):

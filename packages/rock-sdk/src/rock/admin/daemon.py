@@ -239,8 +239,11 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
 
 
 def _sandboxes_by_state(url: str) -> dict[str, int] | None:
+    # With API keys configured, /metrics needs one: the operator's, from ROCK_API_KEY.
+    key = os.environ.get("ROCK_API_KEY")
+    headers = {"X-API-Key": key} if key else {}
     try:
-        response = httpx.get(f"{url}/metrics", timeout=5.0)
+        response = httpx.get(f"{url}/metrics", timeout=5.0, headers=headers)
         response.raise_for_status()
     except httpx.HTTPError:
         return None

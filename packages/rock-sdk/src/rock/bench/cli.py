@@ -96,3 +96,30 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
     click.echo(f"measuring: {starts} starts one after another, {echoes} echo round trips", err=True)
     figures = asyncio.run(run_sandbox_bench(starts=starts, echoes=echoes, image=image, memory=memory, cpus=cpus))
     click.echo(json.dumps(figures, indent=2))
+
+
+@bench.command()
+@click.option("--base-url", default=None, help="Measure this admin instead of starting one.")
+@click.option("--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory.")
+@click.option("--clients", type=click.IntRange(min=1), default=16, show_default=True, help="Keep-alive connections sending get_status.")
+@click.option("--seconds", type=click.FloatRange(min=0.1), default=5.0, show_default=True, help="How long they send.")
+@click.option("--echoes", type=click.IntRange(min=1), default=500, show_default=True, help="echo round trips in a session.")
+@click.option("--sandboxes", type=click.IntRange(min=1), default=100, show_default=True, help="Sandboxes running for the memory figure.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+@click.option("--memory", default="128m", show_default=True, help="Memory limit per sandbox.")
+@click.option("--cpus", type=float, default=0.1, show_default=True, help="CPUs per sandbox.")
+def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: float, echoes: int,
+          sandboxes: int, image: str, memory: str, cpus: float) -> None:
+    """The admin server: get_status requests/s, echo through /run_in_session, admin memory."""
+    from rock.bench.admin import AdminBenchSettings, dumps, run_admin_bench
+
+    settings = AdminBenchSettings(
+        base_url=base_url, admin_pid=admin_pid, clients=clients, seconds=seconds, echoes=echoes,
+        sandboxes=sandboxes, image=image, memory=memory, cpus=cpus,
+    )
+    try:
+        figures = asyncio.run(run_admin_bench(settings, say=lambda line: click.echo(line, err=True)))
+    except RuntimeError as exc:
+        click.echo(f"rock bench admin: {exc}", err=True)
+        sys.exit(1)
+    click.echo(dumps(figures))

@@ -111,8 +111,6 @@ NOHUP_SUBMIT_TIMEOUT = 30.0
 _PID = re.compile(re.escape(PID_PREFIX) + r"(\d+)" + re.escape(PID_SUFFIX))
 # Seconds between two looks at a nohup command inside the sandbox (one round trip covers many).
 _NOHUP_POLL = 0.05
-# Grace after startup_timeout for the engine's own verdict (naming the phase that failed) to arrive.
-_START_GRACE = 5.0
 
 
 def _extract_pid(output: str) -> int | None:
@@ -307,7 +305,9 @@ class Sandbox:
         engine = self._get_engine()
         sandbox_id = self._require_id(attempted)
         try:
-            status = await engine.wait_until_running(sandbox_id, timeout=self.config.startup_timeout + _START_GRACE)
+            # No client-side deadline: the engine applies ``startup_timeout`` from the moment the
+            # start leaves its queue, so a sandbox waiting in a burst is not failed for waiting.
+            status = await engine.wait_until_running(sandbox_id, timeout=None)
         except StartupTimeout:
             await self.stop()
             raise

@@ -1,0 +1,664 @@
+"""``rock sandbox list|create|status|exec|logs|stop|delete`` and ``rock log``: sandboxes for people.
+
+Which server: ``--base-url``, else ``$ROCK_BASE_URL``, else the admin that ``rock admin start``
+runs for this state directory (``$ROCK_ADMIN_STATE_DIR`` or ``~/.rock/admin``), else embedded
+mode. In embedded mode sandboxes belong to the ``rock`` process itself and are removed when it
+exits, so ``list`` shows none, ``status`` and the others answer "not found", and ``create``
+refuses (a sandbox that disappears as the command returns is of no use) and suggests
+``rock admin start``. ``ROCK_API_KEY`` is sent when set.
+
+Output: tables (and plain lines) by default, ``--json`` for scripts. ``create`` prints only the
+new id on stdout, so ``ID=$(rock sandbox create)`` works; waits show a spinner on a terminal.
+
+Exit codes (scripts may rely on them):
+
+====  ==========================================================================================
+0     success
+1     an error (the server is unreachable, the request failed, the sandbox is in the wrong state)
+2     bad usage (unknown option, missing argument)
+3     no such sandbox (unknown id; for ``exec``/``logs`` also: no longer running)
+====  ==========================================================================================
+
+``rock sandbox exec`` exits with the command's own exit code (128+N when a signal N killed it,
+124 when ``--timeout`` cut it); exit codes 1-3 then come from rock only when the command did
+not run (its messages start with ``rock:``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rock_core.actions import Command, SandboxStatusResponse
+from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.errors import CommandTimeout, InvalidParameter, RockError, SandboxNotFound
+from rock_core.states import LIVE_STATES, State
+
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "log_command", "sandbox"]
+
+#: Exit codes of ``rock sandbox`` and ``rock log`` (``exec`` passes the command's own through).
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+_EXIT_TIMEOUT = 124  # as timeout(1)
+
+_PAGE_SIZE = 500
+_DELETE_WAIT = 60.0  # seconds `delete` waits for the container to be gone
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# "2026-11-30 22:15:03,123 INFO rock.admin: ..." (the admin's logging) or uvicorn's "INFO:     ...".
+_LOG_LEVEL = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+\s+)?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b:?")
+
+T = TypeVar("T")
+
+
+class _Failure(Exception):
+    """A failure the command reports as ``rock: <message>`` with ``code`` as its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- where the sandboxes are ------------------------------------------------------------------------
+
+
+def _local_admin_url() -> str | None:
+    """The URL of the admin ``rock admin start`` runs for this state directory, if one runs."""
+    from rock.admin import daemon
+    from rock.admin.config import load_settings
+
+    try:
+        data = daemon.read_pid_file(load_settings())
+    except InvalidParameter:
+        return None  # a bad ROCK_ADMIN_* variable: there is no admin to find this way
+    return str(data["url"]) if data and data.get("url") else None
+
+
+class _Target:
+    """Where the commands act: an admin's URL, or embedded mode (``url is None``)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url.rstrip("/") if url else None
+
+    @property
+    def embedded(self) -> bool:
+        """Whether there is no server: sandboxes live (and die) with this process."""
+        return self.url is None
+
+    def sandbox(self) -> Any:
+        """A :class:`~rock.sdk.sandbox.client.Sandbox` handle on this target (not started)."""
+        from rock.sdk.sandbox.client import Sandbox
+        from rock.sdk.sandbox.config import SandboxConfig
+
+        config = SandboxConfig(base_url=self.url)
+        return Sandbox(config)
+
+    def describe(self) -> str:
+        """Where, for messages."""
+        return f"rock admin at {self.url}" if self.url else "embedded mode (no server)"
+
+
+def _resolve_target(base_url: str | None) -> _Target:
+    return _Target(base_url or os.environ.get("ROCK_BASE_URL") or _local_admin_url())
+
+
+_base_url_option = click.option(
+    "--base-url",
+    default=None,
+    metavar="URL",
+    help="The admin server [default: $ROCK_BASE_URL, else the local `rock admin start`, else embedded].",
+)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+# -- running a command --------------------------------------------------------------------------------
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"rock: {message}", err=True)
+    sys.exit(code)
+
+
+def _run(coro_factory: Callable[[], Awaitable[T]]) -> T:
+    """Run the command's coroutine; turn rock's errors into a message and an exit code."""
+
+    async def main() -> T:
+        return await coro_factory()
+
+    try:
+        return asyncio.run(main())
+    except _Failure as exc:
+        _fail(str(exc), exc.code)
+    except SandboxNotFound as exc:
+        _fail(str(exc), EXIT_NOT_FOUND)
+    except RockError as exc:
+        _fail(str(exc), EXIT_ERROR)
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+
+
+@contextlib.contextmanager
+def _spinner(message: str) -> Iterator[None]:
+    """A spinner on stderr while waiting, when stderr is a terminal (nothing otherwise)."""
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield
+        return
+    with console.status(message):
+        yield
+
+
+def _print_table(table: Any) -> None:
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        console.print(table)
+        return
+    # Piped: never wrap or cut a column (ids are long), no colours, no trailing blanks.
+    console = Console(width=10_000, no_color=True, highlight=False)
+    with console.capture() as captured:
+        console.print(table)
+    for line in captured.get().splitlines():
+        click.echo(line.rstrip())
+
+
+async def _status(target: _Target, sandbox_id: str) -> SandboxStatusResponse:
+    """The status of ``sandbox_id`` in any state; not found names the target."""
+    sandbox = target.sandbox()
+    try:
+        await sandbox.attach(sandbox_id)
+        status: SandboxStatusResponse = await sandbox.get_status(include_all_states=True)
+    except SandboxNotFound as exc:
+        hint = (
+            " (embedded mode: only sandboxes of this process exist; set ROCK_BASE_URL or run `rock admin start`)"
+            if target.embedded
+            else ""
+        )
+        raise _Failure(f"no sandbox {sandbox_id!r} at {target.describe()}: {exc}{hint}", EXIT_NOT_FOUND) from exc
+    return status
+
+
+def _when(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def _state(status: SandboxStatusResponse) -> str:
+    return status.state.value if status.state is not None else "unknown"
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+# -- rock sandbox ---------------------------------------------------------------------------------------
+
+
+@click.group()
+def sandbox() -> None:
+    """List, create, inspect, run commands in, stop and delete sandboxes.
+
+    Acts on the admin server at --base-url, else $ROCK_BASE_URL, else the admin `rock admin
+    start` runs locally; without one, embedded mode: sandboxes belong to this `rock` process and
+    go away when it exits, so `create` refuses there (start a server with `rock admin start`).
+
+    Exit codes: 0 ok, 1 error, 2 bad usage, 3 no such sandbox; `exec` exits with the command's
+    own code.
+    """
+
+
+@sandbox.command("list")
+@_base_url_option
+@_json_option
+@click.option("--user-id", default=None, help="Only this user's sandboxes.")
+@click.option("--experiment-id", default=None, help="Only this experiment's sandboxes.")
+@click.option("--namespace", default=None, help="Only this namespace's sandboxes.")
+@click.option("--image", default=None, help="Only sandboxes of this image.")
+@click.option("--state", type=click.Choice(sorted(s.value for s in LIVE_STATES)), default=None, help="Only this state.")
+def list_command(
+    base_url: str | None,
+    as_json: bool,
+    user_id: str | None,
+    experiment_id: str | None,
+    namespace: str | None,
+    image: str | None,
+    state: str | None,
+) -> None:
+    """List the pending and running sandboxes."""
+    target = _resolve_target(base_url)
+    filters = {
+        key: value
+        for key, value in (
+            ("user_id", user_id), ("experiment_id", experiment_id), ("namespace", namespace),
+            ("image", image), ("state", state),
+        )
+        if value is not None
+    }
+    statuses = _run(lambda: _list(target, filters))
+    if as_json:
+        _print_json({"items": [unstructure_wire(s) for s in statuses], "total": len(statuses)})
+        return
+    if target.embedded:
+        click.echo(
+            "rock: embedded mode: only this process's sandboxes are listed (none); "
+            "set ROCK_BASE_URL or run `rock admin start`",
+            err=True,
+        )
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("SANDBOX ID", "STATE", "IMAGE", "CPUS", "MEMORY", "USER", "EXPERIMENT", "STARTED"):
+        table.add_column(column, no_wrap=True)
+    for s in statuses:
+        table.add_row(
+            s.sandbox_id or "", _state(s), s.image or "", "" if s.cpus is None else f"{s.cpus:g}",
+            s.memory or "", s.user_id or "", s.experiment_id or "", _when(s.start_time or s.create_time),
+        )
+    _print_table(table)
+    click.echo(f"{len(statuses)} sandbox{'es' if len(statuses) != 1 else ''}")
+
+
+async def _list(target: _Target, filters: dict[str, str]) -> list[SandboxStatusResponse]:
+    if target.embedded:
+        return await _list_embedded(filters)
+    from rock.sdk._engine import get_remote_engine
+
+    engine = get_remote_engine(target.url or "")
+    statuses: list[SandboxStatusResponse] = []
+    page = 1
+    with _spinner("Listing sandboxes..."):
+        while True:
+            # RemoteEngine has no public listing call; its _call gives the same error translation.
+            result = await engine._call(
+                "GET", "/sandboxes", "list_sandboxes", None, params={"page": page, "page_size": _PAGE_SIZE, **filters}
+            )
+            items = result.get("items") or []
+            statuses += [structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items]
+            if not result.get("has_more") or not items:
+                return statuses
+            page += 1
+
+
+async def _list_embedded(filters: dict[str, str]) -> list[SandboxStatusResponse]:
+    from rock.sdk._engine import get_embedded_engine
+
+    engine = get_embedded_engine()
+
+    async def on_engine() -> list[SandboxStatusResponse]:
+        manager = engine.manager
+        states = sorted(LIVE_STATES, key=lambda s: s.value)
+        return [manager.status_of(r) for r in manager.list_records(states=states, filters=filters)]
+
+    return await asyncio.to_thread(engine.call_blocking, on_engine)
+
+
+def _pairs(values: tuple[str, ...], option: str) -> dict[str, str] | None:
+    out: dict[str, str] = {}
+    for value in values:
+        key, sep, rest = value.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {value!r}", param_hint=option)
+        out[key] = rest
+    return out or None
+
+
+@sandbox.command()
+@_base_url_option
+@_json_option
+@click.option("--image", default="python:3.11", show_default=True, help="The container image.")
+@click.option("--memory", default="2g", show_default=True, help="Memory limit (512m, 8g).")
+@click.option("--cpus", type=float, default=1.0, show_default=True, help="CPUs.")
+@click.option("--disk", default=None, help="Disk limit (50G) [default: the SDK's].")
+@click.option("--id", "sandbox_id", default=None, help="Ask for this sandbox id (also the container name).")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable).")
+@click.option("--auto-clear-seconds", type=click.IntRange(0), default=3600, show_default=True,
+              help="Stop the sandbox after this many idle seconds.")
+@click.option("--auto-delete-seconds", type=click.IntRange(0), default=None,
+              help="After a stop, keep it this many seconds (for restart) [default: delete at once].")
+@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds to wait for it to run [default: 180].")
+@click.option("--user-id", default=None, help="User label (X-User-Id).")
+@click.option("--experiment-id", default=None, help="Experiment label (X-Experiment-Id).")
+@click.option("--namespace", default=None, help="Namespace label (X-Namespace).")
+def create(
+    base_url: str | None,
+    as_json: bool,
+    image: str,
+    memory: str,
+    cpus: float,
+    disk: str | None,
+    sandbox_id: str | None,
+    env: tuple[str, ...],
+    auto_clear_seconds: int,
+    auto_delete_seconds: int | None,
+    startup_timeout: float | None,
+    user_id: str | None,
+    experiment_id: str | None,
+    namespace: str | None,
+) -> None:
+    """Start a sandbox on the admin server and wait until it runs; print its id.
+
+    Needs a server (--base-url, $ROCK_BASE_URL or `rock admin start`): a sandbox made in
+    embedded mode would be removed as this command exits, so create refuses there (exit 1).
+    """
+    environment = _pairs(env, "--env")
+    target = _resolve_target(base_url)
+    if target.embedded:
+        _fail(
+            "no admin server: a sandbox created in embedded mode is removed when this command exits. "
+            "Start one with `rock admin start` (or set ROCK_BASE_URL / --base-url), then create again",
+            EXIT_ERROR,
+        )
+    from rock.sdk.sandbox.client import Sandbox
+    from rock.sdk.sandbox.config import SandboxConfig
+
+    extra: dict[str, Any] = {}
+    if disk is not None:
+        extra["disk"] = disk
+    if startup_timeout is not None:
+        extra["startup_timeout"] = startup_timeout
+    try:
+        config = SandboxConfig(
+            base_url=target.url, image=image, memory=memory, cpus=cpus, sandbox_id=sandbox_id, env=environment,
+            auto_clear_seconds=auto_clear_seconds, auto_delete_seconds=auto_delete_seconds, user_id=user_id,
+            experiment_id=experiment_id, namespace=namespace, **extra,
+        )
+    except InvalidParameter as exc:  # the options contradict each other: a usage error
+        _fail(str(exc), EXIT_USAGE)
+
+    async def go() -> SandboxStatusResponse:
+        handle = Sandbox(config)
+        with _spinner(f"Starting a sandbox of {image}..."):
+            await handle.start()
+        status: SandboxStatusResponse = await handle.get_status(include_all_states=True)
+        return status
+
+    status = _run(go)
+    if as_json:
+        _print_json(unstructure_wire(status))
+    else:
+        click.echo(f"rock: sandbox {status.sandbox_id} is {_state(status)} ({image})", err=True)
+        click.echo(status.sandbox_id)
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@_base_url_option
+@_json_option
+def status(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
+    """Show a sandbox's state, resources, phases and times (any state)."""
+    target = _resolve_target(base_url)
+    found = _run(lambda: _status(target, sandbox_id))
+    if as_json:
+        _print_json(unstructure_wire(found))
+        return
+    rows = [
+        ("sandbox id", found.sandbox_id),
+        ("state", _state(found)),
+        ("reason", found.reason),
+        ("image", found.image),
+        ("cpus", None if found.cpus is None else f"{found.cpus:g}"),
+        ("memory", found.memory),
+        ("disk", found.disk),
+        ("host", " ".join(x for x in (found.host_name, found.host_ip) if x)),
+        ("user", found.user_id),
+        ("experiment", found.experiment_id),
+        ("namespace", found.namespace),
+        ("queue position", found.queue_position),
+        ("created", _when(found.create_time)),
+        ("started", _when(found.start_time)),
+        ("stopped", _when(found.stop_time)),
+        ("auto stop", _when(found.auto_stop_time)),
+        ("auto delete", _when(found.auto_delete_time)),
+    ]
+    width = max(len(name) for name, _ in rows) + 1
+    for name, value in rows:
+        if value not in (None, ""):
+            click.echo(f"{name + ':':<{width}} {value}")
+    _echo_phases(found)
+    for note in found.notes:
+        click.echo(f"note: {note}")
+
+
+def _echo_phases(found: SandboxStatusResponse) -> None:
+    for name, phase in (found.status or {}).items():
+        message = f": {phase.message}" if phase.message else ""
+        click.echo(f"phase {name}: {phase.status.value}{message}")
+
+
+@sandbox.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("sandbox_id")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@_base_url_option
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds the command may run (exit 124 past it) [default: no limit].")
+@click.option("--cwd", default=None, help="Working directory inside the sandbox.")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable).")
+@_json_option
+def exec_command(
+    sandbox_id: str,
+    argv: tuple[str, ...],
+    base_url: str | None,
+    timeout: float | None,
+    cwd: str | None,
+    env: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Run ARGV in the sandbox (no shell: `-- bash -c '...'` for one); exit with its exit code.
+
+    Options go before SANDBOX_ID: `rock sandbox exec --cwd /tmp ID -- ls -l`.
+    The command's stdout and stderr are printed as they were written.
+    """
+    environment = _pairs(env, "--env")
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise click.UsageError("no command given: rock sandbox exec SANDBOX_ID -- COMMAND [ARGS]...")
+    target = _resolve_target(base_url)
+
+    async def go() -> Any:
+        await _status(target, sandbox_id)  # unknown id: exit 3 with the target named
+        handle = target.sandbox()
+        await handle.attach(sandbox_id)
+        try:
+            return await handle.execute(Command(command=list(argv), timeout=timeout, cwd=cwd, env=environment))
+        except CommandTimeout as exc:
+            # The command's own outcome, not rock's: timeout(1)'s code.
+            raise _Failure(str(exc), _EXIT_TIMEOUT) from exc
+
+    result = _run(go)
+    code = result.exit_code
+    if as_json:
+        _print_json(unstructure_wire(result))
+    else:
+        sys.stdout.write(result.stdout or "")
+        sys.stdout.flush()
+        sys.stderr.write(result.stderr or "")
+        sys.stderr.flush()
+    if code is None:
+        sys.exit(EXIT_ERROR)
+    sys.exit(code if code >= 0 else 128 - code)
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@_base_url_option
+@_json_option
+def logs(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
+    """What is known of a sandbox's life: phases, state history, reason, notes.
+
+    The admin serves no container logs yet, so this shows the lifecycle record instead (and
+    says so); run `rock sandbox exec ID -- cat FILE` for files the sandbox writes.
+    """
+    target = _resolve_target(base_url)
+    found = _run(lambda: _status(target, sandbox_id))
+    if as_json:
+        data = unstructure_wire(found)
+        _print_json({
+            "sandbox_id": found.sandbox_id,
+            "unit_logs": None,
+            "phases": data.get("status"),
+            "state_history": data.get("state_history"),
+            "state": _state(found),
+            "reason": found.reason,
+            "notes": found.notes,
+        })
+        return
+    click.echo(
+        f"rock: {target.describe()} serves no unit logs; showing the sandbox's lifecycle instead", err=True
+    )
+    _echo_phases(found)
+    for entry in found.state_history:
+        click.echo(f"{_when(entry.timestamp)} {entry.from_state.value} -> {entry.to_state.value} ({entry.event})")
+    click.echo(f"state: {_state(found)}" + (f" ({found.reason})" if found.reason else ""))
+    for note in found.notes:
+        click.echo(f"note: {note}")
+
+
+async def _stop(target: _Target, sandbox_id: str) -> None:
+    handle = target.sandbox()
+    await handle.attach(sandbox_id)
+    # Sandbox.stop() logs and swallows failures (ROCK's contract); a person must see them.
+    await handle._get_engine().stop(sandbox_id)
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@_base_url_option
+def stop(sandbox_id: str, base_url: str | None) -> None:
+    """Stop a sandbox (already stopped: nothing to do). With the default lifecycle it is deleted too."""
+    target = _resolve_target(base_url)
+
+    async def go() -> SandboxStatusResponse:
+        found = await _status(target, sandbox_id)
+        if found.state in LIVE_STATES:
+            with _spinner(f"Stopping {sandbox_id}..."):
+                await _stop(target, sandbox_id)
+            found = await _status(target, sandbox_id)
+        return found
+
+    found = _run(go)
+    click.echo(f"{sandbox_id} {_state(found)}" + (f" ({found.reason})" if found.reason else ""))
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@_base_url_option
+@click.option("--force", is_flag=True, help="Stop it first if it is pending or running.")
+def delete(sandbox_id: str, base_url: str | None, force: bool) -> None:
+    """Delete a stopped sandbox and its container (already deleted: nothing to do)."""
+    target = _resolve_target(base_url)
+
+    async def go() -> None:
+        found = await _status(target, sandbox_id)
+        handle = target.sandbox()
+        await handle.attach(sandbox_id)
+        if found.state in LIVE_STATES:
+            if not force:
+                raise _Failure(
+                    f"sandbox {sandbox_id} is {_state(found)}: stop it first (`rock sandbox stop {sandbox_id}`) "
+                    "or use --force"
+                )
+            with _spinner(f"Stopping {sandbox_id}..."):
+                await _stop(target, sandbox_id)
+        if found.state is not State.DELETED:
+            with _spinner(f"Deleting {sandbox_id}..."):
+                await handle.delete()
+                # A sandbox stopped with the default lifecycle is removed in the background; the
+                # record says deleted once its container is gone, which is what "deleted" promises.
+                deadline = time.monotonic() + _DELETE_WAIT
+                while (await _status(target, sandbox_id)).state is not State.DELETED:
+                    if time.monotonic() > deadline:
+                        raise _Failure(f"sandbox {sandbox_id} was not deleted within {_DELETE_WAIT:g}s")
+                    await asyncio.sleep(0.1)
+
+    _run(go)
+    click.echo(f"{sandbox_id} deleted")
+
+
+# -- rock log -------------------------------------------------------------------------------------------
+
+
+def _level_of(line: str) -> str | None:
+    match = _LOG_LEVEL.match(line)
+    if match is None:
+        return None
+    level = match.group(1)
+    return {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(level, level)
+
+
+def _filtered(lines: Iterator[str], minimum: int, state: list[bool]) -> Iterator[str]:
+    """Lines at ``minimum`` or above; a line without a level (a traceback) follows its record's."""
+    for line in lines:
+        level = _level_of(line)
+        if level is not None:
+            state[0] = _LEVELS.index(level) >= minimum
+        if state[0]:
+            yield line
+
+
+@click.command("log")
+@click.option("--level", type=click.Choice(_LEVELS, case_sensitive=False), default="DEBUG", show_default=True,
+              help="Show records at this level and above.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new records until Ctrl-C.")
+@click.option("--lines", "-n", type=click.IntRange(0), default=None, help="Only the last N matching lines.")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
+              help="The admin's TOML settings file (for its state directory).")
+def log_command(level: str, follow: bool, lines: int | None, config_file: str | None) -> None:
+    """Print the admin server's log (<state dir>/admin.log), filtered by level.
+
+    The state directory is $ROCK_ADMIN_STATE_DIR, else ~/.rock/admin (or the config file's).
+    Exit 3 when there is no log file (the admin never ran there).
+    """
+    from rock.admin.config import load_settings
+
+    try:
+        settings = load_settings(config_file)
+    except InvalidParameter as exc:
+        _fail(str(exc), EXIT_ERROR)
+    path = Path(settings.log_file)
+    minimum = _LEVELS.index(level.upper())
+    try:
+        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - kept open to follow
+    except FileNotFoundError:
+        _fail(f"no admin log at {path}: has `rock admin start` run with this state directory?", EXIT_NOT_FOUND)
+    except OSError as exc:
+        _fail(f"cannot read {path}: {exc}", EXIT_ERROR)
+    state = [True]
+    with handle:
+        matching = list(_filtered((line.rstrip("\n") for line in handle), minimum, state))
+        if lines is not None:
+            matching = matching[-lines:] if lines else []
+        for line in matching:
+            click.echo(line)
+        if not follow:
+            return
+        try:
+            pending = ""
+            while True:
+                chunk = handle.readline()
+                if not chunk:
+                    sys.stdout.flush()
+                    time.sleep(0.2)
+                    continue
+                pending += chunk
+                if not pending.endswith("\n"):
+                    continue  # a line still being written
+                for line in _filtered(iter([pending.rstrip("\n")]), minimum, state):
+                    click.echo(line)
+                pending = ""
+        except KeyboardInterrupt:
+            return

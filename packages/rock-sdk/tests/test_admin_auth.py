@@ -1,0 +1,327 @@
+"""API keys and tenancy of the admin server.
+
+The settings rules run without a server. The rest drive a real ``rock admin start`` on a free
+port with two keys, one from the config file (as a hash) and one from ``ROCK_ADMIN_API_KEYS``
+(as plain text), each starting a small sandbox on the local Docker engine. Every container the
+admin made is removed at the end (found by its ``rock.sandbox_id`` label).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from rock.admin.auth import TENANT_METADATA_KEY, hash_key
+from rock.admin.config import load_settings
+from rock_core.errors import InvalidParameter
+
+IMAGE = "python:3.11"
+PREFIX = "/apis/envs/sandbox/v1"
+SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5}
+ROCK = Path(sys.executable).with_name("rock")
+
+KEY_A = "key-a-" + uuid.uuid4().hex  # configured in the file, as its sha256
+KEY_B = "key-b-" + uuid.uuid4().hex  # configured through ROCK_ADMIN_API_KEYS, as plain text
+WRONG_KEY = "key-x-" + uuid.uuid4().hex
+IDENTITY_A = {"X-User-Id": "ann", "X-Experiment-Id": "exp-a", "X-Namespace": "ns-a", "X-Cluster": "c-a"}
+IDENTITY_B = {"X-User-Id": "bob", "X-Experiment-Id": "exp-b", "X-Namespace": "ns-b", "X-Cluster": "c-b"}
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings
+
+
+def test_keys_from_file_and_environment_add_up_and_only_hashes_are_kept(tmp_path: Path) -> None:
+    config = tmp_path / "admin.toml"
+    config.write_text(f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, '
+                      f'{{ tenant = "c", key = "{WRONG_KEY}" }}]\n')
+    settings = load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ADMIN_API_KEYS": f"b={KEY_B}"})
+    assert {(k.tenant, k.sha256) for k in settings.api_keys} == {
+        ("a", hash_key(KEY_A)), ("b", hash_key(KEY_B)), ("c", hash_key(WRONG_KEY)),
+    }
+    for key in (KEY_B, WRONG_KEY):
+        assert key not in repr(settings)
+
+
+def test_environment_accepts_hashes_too(tmp_path: Path) -> None:
+    env = {"ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ADMIN_API_KEYS": f" a=sha256:{hash_key(KEY_A)} , b={KEY_B},"}
+    settings = load_settings(environ=env)
+    assert [(k.tenant, k.sha256) for k in settings.api_keys] == [("a", hash_key(KEY_A)), ("b", hash_key(KEY_B))]
+
+
+def test_no_keys_by_default(tmp_path: Path) -> None:
+    assert load_settings(environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)}).api_keys == ()
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        ("a=short-key", "shorter than 16"),
+        ("just-a-key-without-tenant", "TENANT=KEY"),
+        (f"bad tenant={KEY_A}", "tenant"),
+        (f"a={KEY_A},b={KEY_A}", "two tenants"),
+    ],
+)
+def test_bad_keys_are_refused_without_echoing_them(tmp_path: Path, value: str, named: str) -> None:
+    with pytest.raises(InvalidParameter) as info:
+        load_settings(environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ADMIN_API_KEYS": value})
+    assert named in str(info.value)
+    assert "api_keys" in str(info.value)
+    for secret in ("short-key", "just-a-key-without-tenant", KEY_A):
+        assert secret not in str(info.value)
+
+
+def test_bad_file_entries_are_refused(tmp_path: Path) -> None:
+    config = tmp_path / "admin.toml"
+    config.write_text('[admin]\napi_keys = [{ tenant = "a", sha256 = "not-hex" }]\n')
+    with pytest.raises(InvalidParameter, match="64 hex digits"):
+        load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
+    config.write_text(f'[admin]\napi_keys = [{{ tenant = "a", key = "{KEY_A}", sha256 = "{hash_key(KEY_A)}" }}]\n')
+    with pytest.raises(InvalidParameter, match="exactly one of") as info:
+        load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
+    assert KEY_A not in str(info.value)
+
+
+def test_hash_helper_prints_an_entry_for_a_key() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rock.admin.auth", "team-a"], input=KEY_A, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f'{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }}'
+    assert KEY_A not in done.stdout + done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# A real admin with two keys
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class KeyedAdmin:
+    """``rock admin start`` with key A in its config file and key B in its environment."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.config = state_dir / "admin.toml"
+        self.config.write_text(
+            '[admin]\nlog_level = "debug"\naccess_log = true\n'
+            f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }}]\n'
+        )
+        self.log_file = state_dir / "admin.log"
+        self.started: list[str] = []
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``rock admin ARGS`` with this admin's state directory and key B; never raises."""
+        env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(self.state_dir), "ROCK_ADMIN_API_KEYS": f"team-b={KEY_B}"}
+        return subprocess.run([str(ROCK), "admin", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[KeyedAdmin]:
+    """The module's keyed admin; its sandboxes' containers are removed at the end."""
+    server = KeyedAdmin(tmp_path_factory.mktemp("admin-auth"))
+    done = server.cli("start", "--port", str(server.port), "--config", str(server.config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        yield server
+    finally:
+        server.cli("stop")
+        for sandbox_id in server.started:
+            for container in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}):
+                container.remove(force=True)
+
+
+def client(admin: KeyedAdmin, headers: dict[str, str] | None = None) -> httpx.Client:
+    """An HTTP client of the admin sending ``headers``."""
+    return httpx.Client(base_url=admin.url, timeout=120, headers=headers or {})
+
+
+def envelope_of(response: httpx.Response) -> dict[str, Any]:
+    """The response's ROCK envelope (HTTP 200)."""
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"status", "message", "error", "result"}
+    return body
+
+
+def ok(http: httpx.Client, method: str, route: str, **kw: Any) -> Any:
+    """Call ``route``; it must succeed; return its ``result``."""
+    body = envelope_of(http.request(method, f"{PREFIX}/{route}", **kw))
+    assert body["status"] == "Success", body
+    return body["result"]
+
+
+@pytest.fixture(scope="module")
+def http_a(admin: KeyedAdmin) -> Iterator[httpx.Client]:
+    """Key A, as ``X-API-Key``."""
+    with client(admin, {"X-API-Key": KEY_A, **IDENTITY_A}) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def http_b(admin: KeyedAdmin) -> Iterator[httpx.Client]:
+    """Key B, as ``Authorization: Bearer``."""
+    with client(admin, {"Authorization": f"Bearer {KEY_B}", **IDENTITY_B}) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def sandboxes(admin: KeyedAdmin, http_a: httpx.Client, http_b: httpx.Client) -> tuple[str, str]:
+    """One running sandbox of each key: (A's, B's)."""
+    ids = []
+    for http, prefix in ((http_a, "auth-a"), (http_b, "auth-b")):
+        sandbox_id = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        admin.started.append(sandbox_id)
+        assert ok(http, "POST", "start", json={**SMALL, "sandbox_id": sandbox_id})["sandbox_id"] == sandbox_id
+        ids.append(sandbox_id)
+    return ids[0], ids[1]
+
+
+def test_healthz_and_greeting_are_open(admin: KeyedAdmin) -> None:
+    with client(admin) as http:
+        assert http.get("/healthz").json()["status"] == "ok"
+        assert http.get("/").json() == {"message": "hello, ROCK!"}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"X-API-Key": WRONG_KEY}, {"Authorization": f"Bearer {WRONG_KEY}"}, {"Authorization": f"Basic {KEY_A}"}],
+    ids=["none", "unknown", "unknown-bearer", "not-bearer"],
+)
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", f"{PREFIX}/sandboxes"), ("POST", f"{PREFIX}/start_async"), ("GET", f"{PREFIX}/get_status"),
+     ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/no/such/path")],
+)
+def test_a_missing_or_unknown_key_is_401_with_rocks_envelope(
+    admin: KeyedAdmin, headers: dict[str, str], method: str, path: str
+) -> None:
+    with client(admin, headers) as http:
+        response = http.request(method, path, json={**SMALL} if method == "POST" else None)
+    assert response.status_code == 401
+    body = response.json()
+    assert body["status"] == "Failed"
+    assert body["message"] == "unauthorized"
+    assert "X-API-Key" in body["error"]
+    assert body["result"]["code"] == 4011
+    for secret in (WRONG_KEY, KEY_A):
+        assert secret not in response.text
+        assert secret not in str(response.headers)
+
+
+def test_each_key_sees_only_its_own_sandboxes(http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]) -> None:
+    a, b = sandboxes
+    assert [s["sandbox_id"] for s in ok(http_a, "GET", "sandboxes")["items"]] == [a]
+    listing = ok(http_b, "GET", "sandboxes")
+    assert ([s["sandbox_id"] for s in listing["items"]], listing["total"], listing["has_more"]) == ([b], 1, False)
+    assert ok(http_a, "GET", "get_status", params={"sandbox_id": a})["metadata"][TENANT_METADATA_KEY] == "team-a"
+    assert [s["sandbox_id"] for s in ok(http_a, "POST", "sandboxes/batch", json={"sandbox_ids": [a, b]})["statuses"]] == [a]
+    assert [s["sandbox_id"] for s in ok(http_b, "POST", "sandboxes/batch", json={"sandbox_ids": [a, b]})["statuses"]] == [b]
+
+
+def _same_answer(http: httpx.Client, method: str, route: str, foreign: str, **kw: Any) -> dict[str, Any]:
+    """Call ``route`` for ``foreign`` and for an id nobody has; the answers must match but for the id."""
+    unknown = f"nobody-{uuid.uuid4().hex[:12]}"
+
+    def ask(sandbox_id: str) -> dict[str, Any]:
+        args = dict(kw)
+        if method == "GET":
+            args["params"] = {**args.get("params", {}), "sandbox_id": sandbox_id}
+        else:
+            args["json"] = {**args.get("json", {}), "sandbox_id": sandbox_id}
+        return envelope_of(http.request(method, f"{PREFIX}/{route}", **args))
+
+    answer = ask(foreign)
+    assert json.dumps(answer).replace(foreign, "ID") == json.dumps(ask(unknown)).replace(unknown, "ID"), route
+    return answer
+
+
+def test_another_keys_sandbox_answers_as_an_unknown_id(
+    http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str], docker_client: Any
+) -> None:
+    a, b = sandboxes
+    status = _same_answer(http_a, "GET", "get_status", b)
+    assert status["status"] == "Failed" and status["result"]["code"] == 4004 and "not found" in status["error"]
+    assert _same_answer(http_a, "GET", "get_status", b, params={"include_all_states": "true"})["result"]["code"] == 4004
+    assert _same_answer(http_a, "POST", "execute", b, json={"command": "echo hi"})["result"]["code"] == 4004
+    assert _same_answer(http_a, "POST", "create_session", b, json={"session": "s"})["result"]["code"] == 4004
+    assert _same_answer(http_a, "POST", "read_file", b, json={"path": "/etc/hostname"})["result"]["code"] == 4004
+    assert _same_answer(http_a, "GET", "get_sandbox_statistics", b)["result"]["code"] == 4004
+    assert _same_answer(http_a, "POST", "restart", b)["result"]["code"] == 4004
+    assert _same_answer(http_a, "GET", "is_alive", b)["result"]["is_alive"] is False
+    # ROCK answers stop and delete of an unknown id with success; they must not act.
+    assert _same_answer(http_a, "POST", "stop", b)["status"] == "Success"
+    assert _same_answer(http_a, "POST", "delete", b)["status"] == "Success"
+    upload = envelope_of(http_a.post(f"{PREFIX}/upload", files={"file": ("a.txt", b"x")},
+                                     data={"sandbox_id": b, "target_path": "/tmp/a.txt"}))
+    assert (upload["status"], upload["result"]["code"]) == ("Failed", 4004)
+    # B's sandbox is untouched: still running, and B still uses it.
+    assert ok(http_b, "GET", "get_status", params={"sandbox_id": b})["state"] == "running"
+    assert ok(http_b, "POST", "execute", json={"sandbox_id": b, "command": "echo mine", "shell": True})["stdout"].strip() == "mine"
+    assert [c.status for c in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={b}"})] == ["running"]
+    # And the owner acts on its own.
+    assert ok(http_a, "POST", "execute", json={"sandbox_id": a, "command": "echo a", "shell": True})["stdout"].strip() == "a"
+
+
+def test_identity_headers_are_stored_and_filterable(http_a: httpx.Client, sandboxes: tuple[str, str]) -> None:
+    a, _b = sandboxes
+    status = ok(http_a, "GET", "get_status", params={"sandbox_id": a})
+    assert (status["user_id"], status["experiment_id"], status["namespace"]) == ("ann", "exp-a", "ns-a")
+    for field, value in (("user_id", "ann"), ("experiment_id", "exp-a"), ("namespace", "ns-a"), ("cluster", "c-a")):
+        assert [s["sandbox_id"] for s in ok(http_a, "GET", "sandboxes", params={field: value})["items"]] == [a], field
+        assert ok(http_a, "GET", "sandboxes", params={field: "someone-else"})["items"] == [], field
+    # B's identity is not a way into B's sandboxes.
+    assert ok(http_a, "GET", "sandboxes", params={"user_id": "bob"})["items"] == []
+
+
+def test_the_tenant_metadata_key_is_reserved(http_a: httpx.Client) -> None:
+    body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "metadata": {TENANT_METADATA_KEY: "team-b"}}))
+    assert (body["status"], body["result"]["code"]) == ("Failed", 4001)
+    assert TENANT_METADATA_KEY in body["error"]
+
+
+def test_metrics_and_openapi_with_a_key(http_a: httpx.Client, sandboxes: tuple[str, str]) -> None:
+    metrics = http_a.get("/metrics")
+    assert metrics.status_code == 200
+    assert 'rock_sandboxes{state="running"}' in metrics.text
+    assert 'outcome="unauthorized"' in metrics.text
+    for sandbox_id in sandboxes:
+        assert sandbox_id not in metrics.text
+    document = http_a.get("/openapi.json").json()
+    assert {"apiKey", "bearer"} <= set(document["components"]["securitySchemes"])
+    assert document["paths"]["/healthz"]["get"]["security"] == []
+
+
+def test_owners_stop_and_delete_their_own(http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str], docker_client: Any) -> None:
+    a, b = sandboxes
+    for http, sandbox_id in ((http_a, a), (http_b, b)):
+        assert ok(http, "POST", "stop", json={"sandbox_id": sandbox_id}) == f"{sandbox_id} stopped"
+        ok(http, "POST", "delete", json={"sandbox_id": sandbox_id})
+    assert ok(http_a, "GET", "sandboxes")["items"] == []
+    assert ok(http_b, "GET", "sandboxes")["items"] == []
+
+
+def test_the_log_holds_no_key(admin: KeyedAdmin, http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]) -> None:
+    ok(http_a, "GET", "sandboxes")
+    ok(http_b, "GET", "sandboxes")
+    with client(admin, {"X-API-Key": WRONG_KEY}) as http:
+        assert http.get(f"{PREFIX}/sandboxes").status_code == 401
+    text = admin.log_file.read_text(errors="replace")
+    assert "GET /apis/envs/sandbox/v1/sandboxes" in text  # the access log was on: requests were logged
+    for secret in (KEY_A, KEY_B, WRONG_KEY):
+        assert secret not in text

@@ -1,0 +1,202 @@
+"""One fair start queue for all clients: 100 ``start_async`` calls from 4 concurrent clients.
+
+A real admin (``rock admin serve`` on a free port, its own state directory) with a start
+concurrency of 4 and a startup budget that covers the wait in the queue. Four httpx clients,
+each its own experiment (``X-Experiment-Id``), each send a burst of 25 small starts; the first
+client's burst lands before the others', so only a fair queue lets the others start early. While they wait, ``get_status`` shows the ``queued`` phase with the position; all
+100 reach ``running``; the order they started in (``start_time``) interleaves the experiments.
+Then everything is stopped and no container may be left.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker.errors as docker_errors
+import httpx
+import pytest
+
+PREFIX = "/apis/envs/sandbox/v1"
+ROCK = Path(sys.executable).with_name("rock")
+IMAGE = "python:3.11"
+TINY = {"image": IMAGE, "memory": "128m", "cpus": 0.1}
+CLIENTS = 4
+PER_CLIENT = 25
+CONCURRENT_STARTS = 4
+MEMORY_LIMIT = 128 * 1024 * 1024
+
+# The test starts its own admin, so the remote pass of `make test` would only repeat it.
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+    reason="starts its own admin; it already ran in the embedded pass",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(url + "/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _available_memory() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+@pytest.fixture(scope="module")
+def queue_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[tuple[str, str]]:
+    """``(url, owner label)`` of an admin whose start queue holds most of a 100-start burst."""
+    state_dir = tmp_path_factory.mktemp("queue-admin")
+    config = state_dir / "admin.toml"
+    config.write_text(
+        f"[engine]\nmax_concurrent_starts = {CONCURRENT_STARTS}\n"
+        # The startup budget counts the wait in the queue: 100 starts need more than 180 s.
+        "default_startup_timeout = 900\nreconcile_interval = 5\n"
+    )
+    port = _free_port()
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
+    env.pop("ROCK_BASE_URL", None)
+    log_path = state_dir / "queue-admin.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(ROCK), "admin", "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    owner = f"admin:{state_dir / 'rock.db'}"
+    deadline = time.monotonic() + 60
+    while not _healthy(url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}")
+        time.sleep(0.1)
+    try:
+        yield url, owner
+    finally:
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
+            try:
+                container.remove(force=True)
+            except docker_errors.NotFound:
+                pass  # removed by the admin meanwhile
+
+
+def _result(response: httpx.Response) -> Any:
+    assert response.status_code == 200, response.text
+    envelope = response.json()
+    assert envelope["status"] == "Success", envelope
+    return envelope["result"]
+
+
+def test_100_starts_from_4_clients_all_run_and_are_served_fairly(
+    queue_admin: tuple[str, str], docker_client: Any
+) -> None:
+    url, owner = queue_admin
+    needed = CLIENTS * PER_CLIENT * MEMORY_LIMIT
+    if _available_memory() < needed:
+        pytest.skip(f"this machine has {_available_memory() >> 20} MiB available; 100 sandboxes of 128m need {needed >> 20} MiB")
+    experiments = [f"exp-queue-{n}-{uuid.uuid4().hex[:6]}" for n in range(CLIENTS)]
+    submitted: dict[str, list[str]] = {e: [] for e in experiments}
+
+    first_burst_in = anyio.Event()
+
+    async def client(experiment: str) -> None:
+        # Each client sends its 25 starts at once. The first experiment's burst is in before the
+        # others send theirs: a first-come-first-served queue would start all 25 of it first.
+        if experiment != experiments[0]:
+            await first_burst_in.wait()
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers={"X-Experiment-Id": experiment}) as http:
+
+            async def start(n: int) -> None:
+                sandbox_id = f"{experiment}-{n:02d}"
+                started = _result(await http.post(f"{PREFIX}/start_async", json={**TINY, "sandbox_id": sandbox_id}))
+                assert started["sandbox_id"] == sandbox_id
+                submitted[experiment].append(sandbox_id)
+
+            async with anyio.create_task_group() as tg:
+                for n in range(PER_CLIENT):
+                    tg.start_soon(start, n)
+        if experiment == experiments[0]:
+            first_burst_in.set()
+
+    async def submit_all() -> None:
+        async with anyio.create_task_group() as tg:
+            for experiment in experiments:
+                tg.start_soon(client, experiment)
+
+    with httpx.Client(base_url=url, timeout=60) as http:
+        def status(sandbox_id: str) -> dict[str, Any]:
+            return dict(_result(http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"})))
+
+        try:
+            anyio.run(submit_all)
+            assert sum(map(len, submitted.values())) == CLIENTS * PER_CLIENT
+
+            # The last starts sent wait behind many others: queued, with their place.
+            queued = [s for s in (status(ids[-1]) for ids in submitted.values()) if s["queue_position"] is not None]
+            assert queued, "no start was waiting in the queue right after the burst"
+            for seen in queued:
+                assert seen["state"] == "pending"
+                assert seen["queue_position"] >= 1
+                phase = seen["status"]["queued"]
+                assert phase["status"] == "waiting"
+                assert f"position {seen['queue_position']}" in phase["message"]
+
+            # All 100 reach running (a start that ends otherwise fails the test with its reason).
+            waiting = {sid for ids in submitted.values() for sid in ids}
+            statuses: dict[str, dict[str, Any]] = {}
+            deadline = time.monotonic() + 600
+            while waiting:
+                for sandbox_id in sorted(waiting):
+                    seen = status(sandbox_id)
+                    assert seen["state"] in ("pending", "running"), (sandbox_id, seen["state"], seen["reason"])
+                    if seen["state"] == "running":
+                        statuses[sandbox_id] = seen
+                        waiting.discard(sandbox_id)
+                if waiting:
+                    assert time.monotonic() < deadline, f"{len(waiting)} sandboxes still not running after 600 s"
+                    time.sleep(1)
+
+            # Fairness: the first 20 to start came from every experiment, at least 3 each (turns
+            # go round the experiments once the first burst's 4 slots are taken).
+            order = sorted(statuses.values(), key=lambda s: s["start_time"])
+            first = collections.Counter(s["experiment_id"] for s in order[:20])
+            print(f"\nfirst 20 started, by experiment: {dict(first)}")
+            assert set(first) == set(experiments), first
+            assert min(first.values()) >= 3, first
+        finally:
+            for ids in submitted.values():
+                for sandbox_id in ids:
+                    http.post(f"{PREFIX}/stop", json={"sandbox_id": sandbox_id})
+
+    # Stopping removes the containers (in the background): none may be left.
+    deadline = time.monotonic() + 120
+    # sparse: a plain listing (a full one inspects each container and fails on one just removed).
+    while docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
+        assert time.monotonic() < deadline, "containers left after stopping every sandbox"
+        time.sleep(0.5)
