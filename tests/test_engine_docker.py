@@ -322,3 +322,15 @@ def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_
     for container in leftovers:
         container.remove(force=True)
     assert leftovers == [], "every sandbox of the killed engine was taken back and removed"
+
+
+async def test_keep_stopped_delay_is_capped_by_the_engine(docker_client):
+    """A user's auto_delete_seconds above the engine's cap is cut to the cap (ROCK's cluster cap)."""
+    async with SandboxManager(EngineConfig(max_auto_delete_seconds=60)) as engine:
+        started = await engine.start_async(SandboxStartRequest(**SMALL, auto_delete_seconds=3600))
+        await engine.wait_until_running(started.sandbox_id, timeout=120)
+        await engine.stop(started.sandbox_id)
+        status = await engine.get_status(started.sandbox_id, include_all_states=True)
+        assert status.state is State.STOPPED
+        assert (status.auto_delete_time - status.stop_time).total_seconds() == pytest.approx(60, abs=1)
+        assert status.auto_stop_time is None and status.auto_archive_time is None
