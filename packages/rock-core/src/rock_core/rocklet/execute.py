@@ -55,6 +55,27 @@ def resource_usage(rusage: Any) -> Tuple[float, int]:
     return round(rusage.ru_utime + rusage.ru_stime, 6), int(rusage.ru_maxrss) * 1024
 
 
+def reap(pid: int, started: float) -> Tuple[int, Optional[int], float, float, int]:
+    """Wait for child ``pid`` to end: ``(exit code, signal, wall s, cpu s, peak RSS bytes)``.
+
+    ``started`` is its ``time.monotonic()`` start. A pid that is not our child (already reaped)
+    reports exit code -1.
+    """
+    status, rusage = None, None
+    while True:
+        try:
+            _, status, rusage = os.wait4(pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+    wall = round(time.monotonic() - started, 6)
+    code, sig = exit_code_of(status) if status is not None else (-1, None)
+    cpu, rss = resource_usage(rusage)
+    return code, sig, wall, cpu, rss
+
+
 class CommandRun:
     """A started one-shot command.
 
@@ -101,21 +122,7 @@ class CommandRun:
         threading.Thread(target=self._reap, daemon=True).start()
 
     def _reap(self) -> None:
-        status, rusage = None, None
-        while True:
-            try:
-                _, status, rusage = os.wait4(self.pid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
-        self.wall_time = round(time.monotonic() - self._start, 6)
-        if status is not None:
-            self.exit_code, self.signal = exit_code_of(status)
-        else:
-            self.exit_code = -1
-        self.cpu_time, self.max_rss_bytes = resource_usage(rusage)
+        self.exit_code, self.signal, self.wall_time, self.cpu_time, self.max_rss_bytes = reap(self.pid, self._start)
         # Popen must not try to reap the pid again (it may belong to someone else by then).
         self._proc.returncode = self.exit_code
         self._done.set()

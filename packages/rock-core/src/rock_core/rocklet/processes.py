@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
     from typing import Any, Dict, List, Optional, Tuple, Union
 
 from .errors import ProcessDoesNotExistError
-from .execute import exit_code_of, resource_usage
+from .execute import reap
 
 __all__ = ["BackgroundProcess", "ProcessTable", "parse_signal"]
 
@@ -104,21 +104,7 @@ class BackgroundProcess:
             timer.start()
 
     def _reap(self) -> None:
-        status, rusage = None, None
-        while True:
-            try:
-                _, status, rusage = os.wait4(self.pid, 0)
-                break
-            except InterruptedError:
-                continue
-            except ChildProcessError:
-                break
-        self.wall_time = round(time.monotonic() - self._start, 6)
-        if status is not None:
-            self.exit_code, self.signal = exit_code_of(status)
-        else:
-            self.exit_code = -1
-        self.cpu_time, self.max_rss_bytes = resource_usage(rusage)
+        self.exit_code, self.signal, self.wall_time, self.cpu_time, self.max_rss_bytes = reap(self.pid, self._start)
         self._proc.returncode = self.exit_code
         self._done.set()
 
