@@ -1,0 +1,62 @@
+"""`rock bench` as a user runs it: a subprocess that prints its figures and writes results."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+ROCK = Path(sys.executable).with_name("rock")
+
+
+def rock(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(ROCK), *args], capture_output=True, text=True, timeout=600)
+
+
+def test_rollout_writes_every_episode_and_refuses_to_overwrite(tmp_path, docker_client):
+    output = tmp_path / "run"
+    done = rock("bench", "rollout", "--count", "3", "--parallelism", "2", "--output", str(output))
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert (figures["episodes"], figures["successful_episodes"], figures["reward_sum"]) == (3, 3, 3)
+    results = json.loads((output / "results.json").read_text())
+    assert len(results["rows"]) == 3
+    for row in results["rows"]:
+        assert row["ok"] and row["baseline_exit_code"] != 0 and row["test_exit_code"] == 0
+        assert row["sandbox_created_at"] <= row["ready_at"] <= row["reward_at"] <= row["removed_at"]
+    for key in (
+        "batch_to_all_ready_seconds", "sandbox_to_ready_p50_seconds", "sandbox_to_ready_p95_seconds",
+        "sandbox_to_ready_max_seconds", "batch_to_all_rewards_seconds", "client_job_complete_seconds",
+    ):
+        assert results[key] > 0
+    for row in results["rows"]:
+        assert docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={row['sandbox_id']}"}) == []
+
+    again = rock("bench", "rollout", "--count", "1", "--output", str(output))
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+    assert json.loads((output / "results.json").read_text()) == results  # untouched
+
+
+def test_rollout_fails_loudly_when_episodes_fail(tmp_path):
+    # An image name that cannot be pulled: every episode fails, each is reported, the run fails.
+    output = tmp_path / "run"
+    done = rock("bench", "rollout", "--count", "2", "--image", "rock-test/no-such-image:1", "--output", str(output))
+    assert done.returncode == 1
+    results = json.loads((output / "results.json").read_text())
+    assert results["successful_episodes"] == 0 and len(results["rows"]) == 2
+    assert all("Failed to pull image" in row["error"] for row in results["rows"])
+
+
+def test_sandbox_bench_prints_its_figures():
+    done = rock("bench", "sandbox", "--starts", "2", "--echoes", "20")
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["create_to_ready_p50_seconds"] > 0
+    assert figures["echo_round_trip_p50_ms"] > 0
+    assert 0 < figures["rocklet_rss_mb"] < 100
