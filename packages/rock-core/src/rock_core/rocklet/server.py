@@ -20,6 +20,8 @@ No request is cut off by a server-wide timeout: a request lasts as long as its h
 from __future__ import annotations
 
 import json
+import select
+import signal
 import socket
 import sys
 import threading
@@ -316,16 +318,47 @@ class RockletServer:
         return addr[0], addr[1]
 
     def serve_forever(self) -> None:
-        """Accept until :meth:`shutdown`; each connection runs in a daemon thread."""
-        while not self._closing:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                if self._closing:
-                    return
-                continue
-            thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
-            thread.start()
+        """Accept until :meth:`shutdown`; each connection runs in a daemon thread.
+
+        The kernel may deliver SIGTERM to any thread, and Python runs signal handlers only in
+        the main thread: a main thread blocked in ``accept()`` would never see it. So the main
+        thread waits in ``select`` on the listening socket and a signal wake-up socket.
+        """
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        try:
+            old_wakeup = signal.set_wakeup_fd(wake_w.fileno())
+        except ValueError:  # not the main thread: signals are not ours to watch
+            old_wakeup = None
+        try:
+            while not self._closing:
+                try:
+                    ready, _, _ = select.select([self._sock, wake_r], [], [])
+                except (OSError, ValueError):
+                    if self._closing:
+                        return
+                    continue
+                if wake_r in ready:
+                    try:
+                        wake_r.recv(512)  # the handler runs as soon as this thread runs bytecode
+                    except OSError:
+                        pass
+                if self._sock not in ready:
+                    continue
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    if self._closing:
+                        return
+                    continue
+                thread = threading.Thread(target=self._serve_connection, args=(conn,), daemon=True)
+                thread.start()
+        finally:
+            if old_wakeup is not None:
+                signal.set_wakeup_fd(old_wakeup)
+            wake_r.close()
+            wake_w.close()
 
     def shutdown(self) -> None:
         """Stop accepting connections (connections in progress finish on their own)."""
