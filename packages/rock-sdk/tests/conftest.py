@@ -96,6 +96,55 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def launch_admin(state_dir: Path, *, config: str | None = None, port: int | None = None) -> AdminServer:
+    """Start ``rock admin serve`` on 127.0.0.1 with its state (and ``config`` TOML) in ``state_dir``.
+
+    Waits until ``/healthz`` answers; fails the test with the server's log when it does not.
+    """
+    port = port or _free_port()
+    args = [*_rock_command(), "admin", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if config is not None:
+        (state_dir / "admin.toml").write_text(config)
+        args += ["--config", str(state_dir / "admin.toml")]
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
+    env.pop("ROCK_BASE_URL", None)
+    log_file = state_dir / f"test-admin-{port}.log"
+    with open(log_file, "wb") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = AdminServer(url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process)
+    deadline = time.monotonic() + 60
+    while not _healthy(server.url):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"`rock admin serve` did not come up on port {port}:\n{server.log_tail()}")
+        time.sleep(0.1)
+    return server
+
+
+def stop_admin(server: AdminServer, docker_client: Any) -> None:
+    """SIGTERM the admin (SIGKILL after 60 s), then remove the containers it left running."""
+    process = server.process
+    if process is not None and process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    owner = f"admin:{server.state_dir / 'rock.db'}"
+    for container in docker_client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
+        try:
+            container.remove(force=True)
+        except Exception:  # noqa: BLE001 - removed by the admin meanwhile
+            pass
+
+
+@pytest.fixture(scope="session")
+def admin_launcher() -> Any:
+    """``(launch_admin, stop_admin)``, for tests that run admins of their own."""
+    return launch_admin, stop_admin
+
+
 @pytest.fixture(scope="session")
 def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[AdminServer]:
     """A real admin server (``rock admin serve``) on a free port, stopped at the end of the session.
@@ -118,38 +167,9 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Itera
             f"server ({' '.join(rock)} admin serve --help exited {probe.returncode}: "
             f"{(probe.stderr or probe.stdout).strip()[-500:]})"
         )
-    state_dir = tmp_path_factory.mktemp("rock-admin")
-    port = _free_port()
-    env = {
-        **os.environ,
-        "ROCK_ADMIN_STATE_DIR": str(state_dir),
-        "ROCK_ADMIN_HOST": "127.0.0.1",
-        "ROCK_ADMIN_PORT": str(port),
-    }
-    env.pop("ROCK_BASE_URL", None)
-    log_file = state_dir / "test-admin.log"
-    with open(log_file, "wb") as log:
-        process = subprocess.Popen(
-            [*rock, "admin", "serve", "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    server = AdminServer(url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process)
-    deadline = time.monotonic() + 60
-    while not _healthy(server.url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"`rock admin serve` did not come up on port {port}:\n{server.log_tail()}")
-        time.sleep(0.1)
+    server = launch_admin(tmp_path_factory.mktemp("rock-admin"))
     yield server
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(60)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    for container in docker_client.containers.list(all=True, filters={"label": LABEL_OWNER}):
-        if str(state_dir) in container.labels.get(LABEL_OWNER, ""):
-            container.remove(force=True)
+    stop_admin(server, docker_client)
 
 
 @pytest.fixture(scope="session")

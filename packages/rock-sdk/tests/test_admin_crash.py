@@ -9,53 +9,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import docker.errors as docker_errors
 import httpx
 import pytest
 
 PREFIX = "/apis/envs/sandbox/v1"
-ROCK = Path(sys.executable).with_name("rock")
 SMALL = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
     reason="starts its own admin; it already ran in the embedded pass",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _serve(state_dir: Path, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
-    env.pop("ROCK_BASE_URL", None)
-    log = open(state_dir / f"admin-{port}.log", "ab")  # noqa: SIM115 - the child holds it
-    process = subprocess.Popen(
-        [str(ROCK), "admin", "serve", "--host", "127.0.0.1", "--port", str(port)],
-        stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return process
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail("the admin did not come up: " + (state_dir / f"admin-{port}.log").read_text(errors="replace")[-2000:])
-        time.sleep(0.1)
 
 
 def _result(response: httpx.Response) -> Any:
@@ -69,13 +36,14 @@ def _status(client: httpx.Client, sandbox_id: str) -> dict[str, Any]:
     return _result(client.get(PREFIX + "/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}))
 
 
-def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, docker_client: Any) -> None:
+def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+    launch_admin, stop_admin = admin_launcher
     owner = f"admin:{tmp_path / 'rock.db'}"
-    first_port = _free_port()
-    admin = _serve(tmp_path, first_port)
+    first = launch_admin(tmp_path)
+    admin = first.process
     second = None
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{first_port}", timeout=60) as client:
+        with httpx.Client(base_url=first.url, timeout=60) as client:
             running = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(5)]
             deadline = time.monotonic() + 120
             while not all(_status(client, s)["state"] == "running" for s in running):
@@ -85,9 +53,8 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
         admin.send_signal(signal.SIGKILL)
         admin.wait()
 
-        second_port = _free_port()
-        second = _serve(tmp_path, second_port)
-        with httpx.Client(base_url=f"http://127.0.0.1:{second_port}", timeout=60) as client:
+        second = launch_admin(tmp_path)
+        with httpx.Client(base_url=second.url, timeout=60) as client:
             listed = {item["sandbox_id"]: item for item in _result(client.get(PREFIX + "/sandboxes"))["items"]}
             for sandbox_id in running:
                 assert listed[sandbox_id]["state"] == "running"
@@ -111,15 +78,6 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
                 assert time.monotonic() < deadline, "containers left after stop and delete"
                 time.sleep(0.2)
     finally:
-        for process in (admin, second):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
-            try:
-                container.remove(force=True)
-            except docker_errors.NotFound:
-                pass
+        for server in (first, second):
+            if server is not None:
+                stop_admin(server, docker_client)

@@ -1,7 +1,7 @@
 """One fair start queue for all clients: 100 ``start_async`` calls from 4 concurrent clients.
 
 A real admin (``rock admin serve`` on a free port, its own state directory) with a start
-concurrency of 4 and a startup budget that covers the wait in the queue. Four httpx clients,
+concurrency of 4 and the default startup budget, which starts when a start leaves the queue. Four httpx clients,
 each its own experiment (``X-Experiment-Id``), each send a burst of 25 small starts; the first
 client's burst lands before the others', so only a fair queue lets the others start early. While they wait, ``get_status`` shows the ``queued`` phase with the position; all
 100 reach ``running``; the order they started in (``start_time``) interleaves the experiments.
@@ -12,22 +12,16 @@ from __future__ import annotations
 
 import collections
 import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
-import docker.errors as docker_errors
 import httpx
 import pytest
 
 PREFIX = "/apis/envs/sandbox/v1"
-ROCK = Path(sys.executable).with_name("rock")
 IMAGE = "python:3.11"
 TINY = {"image": IMAGE, "memory": "128m", "cpus": 0.1}
 CLIENTS = 4
@@ -42,19 +36,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 def _available_memory() -> int:
     with open("/proc/meminfo") as f:
         for line in f:
@@ -64,46 +45,18 @@ def _available_memory() -> int:
 
 
 @pytest.fixture(scope="module")
-def queue_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[tuple[str, str]]:
+def queue_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[tuple[str, str]]:
     """``(url, owner label)`` of an admin whose start queue holds most of a 100-start burst."""
+    launch_admin, stop_admin = admin_launcher
     state_dir = tmp_path_factory.mktemp("queue-admin")
-    config = state_dir / "admin.toml"
-    config.write_text(
-        f"[engine]\nmax_concurrent_starts = {CONCURRENT_STARTS}\n"
-        # The startup budget counts the wait in the queue: 100 starts need more than 180 s.
-        "default_startup_timeout = 900\nreconcile_interval = 5\n"
+    server = launch_admin(
+        state_dir,
+        config=f"[engine]\nmax_concurrent_starts = {CONCURRENT_STARTS}\nreconcile_interval = 5\n",
     )
-    port = _free_port()
-    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
-    env.pop("ROCK_BASE_URL", None)
-    log_path = state_dir / "queue-admin.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [str(ROCK), "admin", "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    owner = f"admin:{state_dir / 'rock.db'}"
-    deadline = time.monotonic() + 60
-    while not _healthy(url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.1)
     try:
-        yield url, owner
+        yield server.url, f"admin:{state_dir / 'rock.db'}"
     finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
-            try:
-                container.remove(force=True)
-            except docker_errors.NotFound:
-                pass  # removed by the admin meanwhile
+        stop_admin(server, docker_client)
 
 
 def _result(response: httpx.Response) -> Any:
