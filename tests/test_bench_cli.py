@@ -60,3 +60,14 @@ def test_sandbox_bench_prints_its_figures():
     assert figures["create_to_ready_p50_seconds"] > 0
     assert figures["echo_round_trip_p50_ms"] > 0
     assert 0 < figures["rocklet_rss_mb"] < 100
+
+
+def test_rollout_refuses_bad_settings_before_starting_anything(tmp_path):
+    output = tmp_path / "run"
+    done = rock("bench", "rollout", "--count", "1", "--memory", "8x", "--output", str(output))
+    assert done.returncode == 2
+    assert "--memory: invalid size '8x'" in done.stderr
+    assert not output.exists()
+    done = rock("bench", "rollout", "--count", "1", "--cpus", "0", "--output", str(output))
+    assert done.returncode == 2 and "--cpus" in done.stderr
+    assert not output.exists()

@@ -25,7 +25,7 @@ def bench() -> None:
 @click.option("--output", "-o", type=click.Path(path_type=Path), required=True, help="New folder for results.json.")
 @click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
 @click.option("--memory", default="512m", show_default=True, help="Memory limit per sandbox.")
-@click.option("--cpus", type=float, default=1.0, show_default=True, help="CPUs per sandbox.")
+@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True, help="CPUs per sandbox.")
 def rollout(count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float) -> None:
     """The batch RL rollout: each episode gets a sandbox, fails a test, patches the code, passes it.
 
@@ -37,6 +37,14 @@ def rollout(count: int, parallelism: int, output: Path, image: str, memory: str,
 
     from rock.bench.rollout import RolloutSettings, claim_output, run_rollout, summarize, write_results
 
+    from rock_core.errors import InvalidParameter
+    from rock_core.units import parse_size
+
+    # Bad settings are refused before anything starts, naming the option and the value.
+    try:
+        parse_size(memory, field="--memory")
+    except InvalidParameter as exc:
+        raise click.UsageError(exc.message) from None
     try:
         claim_output(output)
     except FileExistsError:
