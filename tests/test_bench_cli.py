@@ -43,6 +43,19 @@ def test_rollout_writes_every_episode_and_refuses_to_overwrite(tmp_path, docker_
     assert json.loads((output / "results.json").read_text()) == results  # untouched
 
 
+def test_rollout_with_a_warm_pool_fills_it_first_and_leaves_nothing(tmp_path, docker_client):
+    output = tmp_path / "run"
+    done = rock("bench", "rollout", "--count", "3", "--parallelism", "3", "--warm-pool", "2", "--output", str(output))
+    assert done.returncode == 0, done.stderr
+    assert "warm pool: 2 sandboxes ready" in done.stderr
+    results = json.loads((output / "results.json").read_text())
+    assert results["successful_episodes"] == 3 and results["settings"]["warm_pool"] == 2
+    assert results["warm_pool_fill_seconds"] > 0
+    for row in results["rows"]:  # claimed sandboxes are found by name (they carry rock.pool, not rock.sandbox_id)
+        assert docker_client.containers.list(all=True, filters={"name": f"^{row['sandbox_id']}$"}) == []
+    assert docker_client.containers.list(all=True, filters={"label": "rock.pool"}) == []
+
+
 def test_rollout_fails_loudly_when_episodes_fail(tmp_path):
     # An image name that cannot be pulled: every episode fails, each is reported, the run fails.
     output = tmp_path / "run"

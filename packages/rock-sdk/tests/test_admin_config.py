@@ -65,6 +65,29 @@ network = "bridge"
     assert via_env.port == 9001
 
 
+def test_warm_pools_from_the_file_or_the_environment(tmp_path: Path) -> None:
+    config = _write(tmp_path / "admin.toml", """
+[[engine.warm_pools]]
+image = "python:3.11"
+memory = "2g"
+cpus = 1
+size = 4
+
+[[engine.warm_pools]]
+image = "node:20"
+size = 1
+""")
+    settings = load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
+    pools = settings.engine.warm_pools
+    assert [(p.request.image, p.request.memory, p.request.cpus, p.size) for p in pools] == [
+        ("python:3.11", "2g", 1.0, 4), ("node:20", "8g", 2.0, 1)
+    ]
+    from_env = load_settings(environ={
+        "ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ENGINE_WARM_POOLS": '[{"image": "python:3.11", "size": 2}]'
+    })
+    assert [(p.request.image, p.size) for p in from_env.engine.warm_pools] == [("python:3.11", 2)]
+
+
 def test_remove_on_close_cannot_be_switched_on(tmp_path: Path) -> None:
     config = _write(tmp_path / "admin.toml", "[engine]\nremove_on_close = true\n")
     with pytest.raises(InvalidParameter, match="unknown key 'remove_on_close'"):
@@ -81,6 +104,9 @@ def test_remove_on_close_cannot_be_switched_on(tmp_path: Path) -> None:
         ("not toml at all [", {}, "not valid TOML"),
         ("", {"ROCK_ADMIN_ACCESS_LOG": "perhaps"}, "ROCK_ADMIN_ACCESS_LOG"),
         ("", {"ROCK_ENGINE_MAX_CPUS": "many"}, "ROCK_ENGINE_MAX_CPUS"),
+        ("[[engine.warm_pools]]\nimage = 'python:3.11'\nmemory = '2q'\nsize = 2\n", {}, r"warm_pools\[0\]: .*memory"),
+        ("[[engine.warm_pools]]\nimage = 'python:3.11'\n", {}, r"warm_pools\[0\]\.size"),
+        ("", {"ROCK_ENGINE_WARM_POOLS": "[{'image': 1}]"}, "ROCK_ENGINE_WARM_POOLS: warm_pools: expected a JSON list"),
     ],
 )
 def test_bad_settings_name_their_key(tmp_path: Path, text: str, environ: dict[str, str], named: str) -> None:

@@ -132,6 +132,24 @@ class Runtime(abc.ABC):
         """
         raise NotSupported(f"runtime {self.name!r} cannot watch its units", attempted="watch")
 
+    async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
+        """Give a started unit made for a warm pool to the sandbox ``sandbox_id``; return its new handle.
+
+        The unit was created (with a placeholder id as its ``spec.sandbox_id``), started and is
+        running; after this call the runtime knows it by ``sandbox_id`` exactly as if it had been
+        created for that sandbox (the Docker runtime renames the container). Its labels stay as
+        they were. Optional: the default raises :class:`NotSupported`, and the engine then keeps
+        no warm pools.
+
+        :raises SandboxAlreadyExists: another unit already goes by ``sandbox_id``.
+        """
+        raise NotSupported(f"runtime {self.name!r} cannot assign pooled units", sandbox_id=sandbox_id, attempted="assign")
+
+    @property
+    def can_assign(self) -> bool:
+        """Whether this runtime implements :meth:`assign` (and so supports warm pools)."""
+        return type(self).assign is not Runtime.assign
+
     async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
         """Snapshot the stopped unit's filesystem and return it as a stream of bytes.
 

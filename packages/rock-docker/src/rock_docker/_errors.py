@@ -41,7 +41,7 @@ def translate(exc: BaseException, *, sandbox_id: str | None, attempted: str) -> 
     if isinstance(exc, docker.errors.NotFound) and attempted != "create":
         return SandboxNotFound(f"Sandbox {sandbox_id}: its container does not exist (docker: {detail})", **kw)
     if isinstance(exc, docker.errors.APIError):
-        if attempted == "create" and exc.status_code == 409:
+        if attempted in ("create", "assign") and exc.status_code == 409:
             return SandboxAlreadyExists(
                 f"Sandbox {sandbox_id} already exists: a container with that name exists (docker: {detail})", **kw
             )

@@ -355,6 +355,19 @@ class DockerRuntime(Runtime):
 
         await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
 
+    async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
+        """``docker rename``: a warm-pool container takes the sandbox's id as its name.
+
+        Its ports, labels and running rocklet are untouched; from now on :meth:`list` and the
+        event stream report it under ``sandbox_id``.
+        """
+
+        def rename() -> None:
+            self._docker().api.rename(handle.unit_id, sandbox_id)
+
+        await self._run(rename, attempted="assign", sandbox_id=sandbox_id)
+        return attrs.evolve(handle, sandbox_id=sandbox_id, labels={})
+
     async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
         """``docker stop``: SIGTERM, then SIGKILL after ``timeout`` seconds; a missing container is fine."""
         seconds = max(0, math.ceil(timeout))

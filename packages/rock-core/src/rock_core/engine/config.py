@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
 
+from rock_core.actions import SandboxStartRequest
+from rock_core.converters import spec_from_start_request, structure_wire
+from rock_core.errors import InvalidParameter
 from rock_core.units import GiB
 
-__all__ = ["EngineConfig", "default_start_concurrency"]
+__all__ = ["EngineConfig", "WarmPoolConfig", "default_start_concurrency", "warm_pools_from"]
 
 
 def default_start_concurrency() -> int:
@@ -20,6 +23,59 @@ def default_start_concurrency() -> int:
     overlap well; beyond a few per core they only slow each other down.
     """
     return max(4, 4 * (os.cpu_count() or 1))
+
+
+@attrs.frozen
+class WarmPoolConfig:
+    """A warm pool the engine keeps from its start: ``size`` sandboxes of the kind ``request`` asks for.
+
+    A start whose request asks for the same kind (image, pull policy, memory, CPUs, disk,
+    environment, runtime options; see :func:`rock_core.engine.pool.pool_key`) is served from it.
+    """
+
+    request: SandboxStartRequest
+    size: int
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 0:
+            raise InvalidParameter(
+                f"warm_pools.size: expected a whole number >= 0, got {self.size!r}", field="warm_pools.size", value=self.size
+            )
+        spec_from_start_request(self.request)  # bad sizes or CPUs fail here, naming the field
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "warm_pools") -> WarmPoolConfig:
+        """Build from a table such as ``{"image": "python:3.11", "memory": "512m", "cpus": 1, "size": 10}``.
+
+        Every key but ``size`` is a field of :class:`~rock_core.actions.SandboxStartRequest`.
+
+        :raises InvalidParameter: naming ``where`` and the bad key.
+        """
+        if not isinstance(data, Mapping):
+            raise InvalidParameter(f"{where}: expected a table of start-request fields and 'size', got {data!r}", field=where, value=data)
+        fields = dict(data)
+        if "size" not in fields:
+            raise InvalidParameter(f"{where}.size: missing (how many sandboxes to keep ready)", field=f"{where}.size")
+        size = fields.pop("size")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidParameter(f"{where}.size: expected a whole number >= 0, got {size!r}", field=f"{where}.size", value=size)
+        try:
+            return cls(request=structure_wire(fields, SandboxStartRequest), size=size)
+        except InvalidParameter as exc:
+            raise InvalidParameter(f"{where}: {exc.message}", field=f"{where}.{exc.field or 'size'}", value=size) from exc
+
+
+def warm_pools_from(value: Iterable[WarmPoolConfig | Mapping[str, Any]]) -> tuple[WarmPoolConfig, ...]:
+    """:attr:`EngineConfig.warm_pools` from pool configs or tables (``[[engine.warm_pools]]`` in TOML).
+
+    :raises InvalidParameter: naming the pool (``warm_pools[1].memory``) and the bad value.
+    """
+    if isinstance(value, (str, bytes, Mapping)):
+        raise InvalidParameter(f"warm_pools: expected a list of pools, got {value!r}", field="warm_pools", value=value)
+    return tuple(
+        item if isinstance(item, WarmPoolConfig) else WarmPoolConfig.from_mapping(item, f"warm_pools[{i}]")
+        for i, item in enumerate(value)
+    )
 
 
 @attrs.frozen(kw_only=True)
@@ -47,6 +103,8 @@ class EngineConfig:
     :param remove_on_close: remove this engine's sandboxes when it closes (embedded mode: the
         trainer's process owns them, nothing must outlive it).
     :param reap_orphans: at start, remove units whose owning process has died.
+    :param warm_pools: pools of started sandboxes to keep ready (:class:`WarmPoolConfig`, or
+        tables of start-request fields plus ``size``); empty by default.
     """
 
     runtime: str = "docker"
@@ -66,3 +124,4 @@ class EngineConfig:
     engine_label: str = "rock"
     remove_on_close: bool = True
     reap_orphans: bool = True
+    warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(default=(), converter=warm_pools_from)

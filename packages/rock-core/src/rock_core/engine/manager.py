@@ -41,6 +41,7 @@ from rock_core import __version__
 from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, StateHistoryEntry
 from rock_core.converters import spec_from_start_request
 from rock_core.engine.config import EngineConfig
+from rock_core.engine.pool import Member, PoolStatus, WarmPool, is_unclaimed_member, pool_key
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
@@ -197,6 +198,8 @@ class SandboxManager:
         self.queue = StartQueue(self.config.max_concurrent_starts)
         self._live: dict[str, _Live] = {}
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
+        self._pools: dict[str, WarmPool] = {}
+        self._pool_scopes: dict[str, anyio.CancelScope] = {}
         self._http: httpx.AsyncClient | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
@@ -211,6 +214,9 @@ class SandboxManager:
         if self.config.reap_orphans:
             await self.reap_orphans()
         await self.recover()
+        await self._remove_members(stale=True)
+        for pool in self.config.warm_pools:
+            await self.set_warm_pool(pool.request, pool.size)
         self._tg.start_soon(self._timer_loop)
         self._tg.start_soon(self._reconcile_loop)
         self._tg.start_soon(self._watch_loop)
@@ -230,6 +236,8 @@ class SandboxManager:
         with anyio.CancelScope(shield=True):
             if self.config.remove_on_close:
                 await self._remove_all_owned()
+            elif self._pools:
+                await self._remove_members(stale=False)  # sandboxes outlive the engine; idle pool members do not
             if self._http is not None:
                 await self._http.aclose()
             await self.runtime.aclose()
@@ -242,13 +250,140 @@ class SandboxManager:
             raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
         return self._http
 
-    def _labels(self, sandbox_id: str) -> dict[str, str]:
-        return {
-            LABEL_SANDBOX_ID: sandbox_id,
+    def _labels(self, sandbox_id: str | None) -> dict[str, str]:
+        labels = {
             LABEL_ENGINE: self.config.engine_label,
             LABEL_OWNER: self.owner,
             LABEL_ENGINE_ID: self.engine_id,
         }
+        if sandbox_id is not None:
+            labels[LABEL_SANDBOX_ID] = sandbox_id
+        return labels
+
+    # -- warm pools ----------------------------------------------------------------------------
+
+    async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> str:
+        """Keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
+
+        Starts of that kind (same image, pull policy, sizes, CPUs, environment and runtime
+        options) are then served from the pool: renamed and checked in one round trip. Calling
+        again with another size resizes the pool (surplus members are removed); ``size`` 0
+        removes it. Filling happens in the background, only while no ordinary start waits.
+
+        :raises InvalidParameter: a bad request, a spec above the engine's maximum, or a size
+            below 0.
+        :raises NotSupported: the runtime cannot rename units (no :meth:`Runtime.assign`).
+        """
+        if self._tg is None or self._closed:
+            raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise InvalidParameter(f"size: expected a whole number >= 0, got {size!r}", field="size", value=size)
+        spec = spec_from_start_request(request)
+        self._validate(spec)
+        key = pool_key(spec)
+        pool = self._pools.get(key)
+        if pool is not None:
+            if size == 0:
+                del self._pools[key]
+                self._pool_scopes.pop(key).cancel()
+                surplus = pool.drain()
+            else:
+                surplus = pool.resize(size)
+            for member in surplus:
+                self._tg.start_soon(self._remove_quietly, member.handle)
+            return key
+        if size == 0:
+            return key
+        if not self.runtime.can_assign:
+            raise NotSupported(
+                f"runtime {self.runtime.name!r} cannot rename units, so it cannot keep warm pools",
+                attempted="set_warm_pool",
+            )
+        pool = WarmPool(
+            spec, size,
+            runtime=self.runtime, labels=self._labels(None), http=self.http, queue=self.queue,
+            startup_timeout=self._startup_timeout(spec),
+        )
+        self._pools[key] = pool
+        scope = anyio.CancelScope()
+        self._pool_scopes[key] = scope
+
+        async def run() -> None:
+            with scope:
+                await pool.run(self._remove_quietly)
+
+        self._tg.start_soon(run)
+        return key
+
+    def warm_pools(self) -> list[PoolStatus]:
+        """The status of every warm pool: target size, ready members, claims, failures."""
+        return [pool.status() for pool in self._pools.values()]
+
+    async def wait_warm(self, timeout: float | None = None) -> list[PoolStatus]:
+        """Wait until every pool holds its target size, or has failed to make a member; return their status.
+
+        :raises StartupTimeout: ``timeout`` seconds passed first (the pools go on filling).
+        """
+        with anyio.move_on_after(timeout) as scope:
+            while True:
+                pending = [p for p in self._pools.values() if not p.full and p.last_error is None]
+                if not pending:
+                    break
+                await pending[0].wait_changed()
+        if scope.cancelled_caught:
+            raise StartupTimeout(f"warm pools not full within {timeout:g}s: {self.warm_pools()}", attempted="wait_warm")
+        return self.warm_pools()
+
+    async def _remove_members(self, *, stale: bool) -> None:
+        """Remove unclaimed pool members: with ``stale``, those of earlier runs of this owner (an
+        admin restart, a crash); else this engine's own (those in a pool and those starting)."""
+        labels = {LABEL_OWNER: self.owner} if stale else {LABEL_ENGINE_ID: self.engine_id}
+        try:
+            units = await self.runtime.list(labels)
+        except RockError as exc:
+            log.warning("could not list units to remove idle pool members: %s", exc)
+            return
+        async with anyio.create_task_group() as tg:
+            for handle in units:
+                if is_unclaimed_member(handle) and (handle.labels.get(LABEL_ENGINE_ID) != self.engine_id or not stale):
+                    tg.start_soon(self._remove_quietly, handle)
+
+    async def _claim_warm(self, live: _Live) -> bool:
+        """Serve a start from its warm pool, if one has a live member; whether it was served."""
+        pool = self._pools.get(pool_key(live.record.spec))
+        if pool is None:
+            return False
+        sandbox_id = live.record.sandbox_id
+        while (member := pool.take()) is not None:
+            if not await self._claim(live, pool, member):
+                continue
+            return True
+        log.debug("warm pool %s is empty: starting sandbox %s the ordinary way", pool.key, sandbox_id)
+        return False
+
+    async def _claim(self, live: _Live, pool: WarmPool, member: Member) -> bool:
+        sandbox_id = live.record.sandbox_id
+        assert self._tg is not None
+        try:
+            handle = await self.runtime.assign(member.handle, sandbox_id)
+        except RockError as exc:
+            log.warning("could not claim pool member %s for %s: %s", member.handle.sandbox_id, sandbox_id, exc)
+            self._tg.start_soon(self._remove_quietly, member.handle)
+            return False
+        live.handle = handle
+        assert member.status.rocklet_address is not None
+        client = RockletClient(self.http, *member.status.rocklet_address, sandbox_id)
+        if not await client.is_alive(timeout=2.0):
+            log.warning("pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id)
+            live.handle = None
+            self._tg.start_soon(self._remove_quietly, handle)
+            return False
+        message = f"warm pool {pool.key}: image present"
+        self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
+        if handle.notes:
+            self._save(attrs.evolve(live.record, notes=tuple(dict.fromkeys((*live.record.notes, *handle.notes)))))
+        await self._became_ready(live, client, member.status, f"claimed from warm pool {pool.key}")
+        return True
 
     async def reap_orphans(self) -> int:
         """Remove units of this engine's kind whose owning process has died; return how many."""
@@ -517,11 +652,14 @@ class SandboxManager:
         with anyio.CancelScope() as scope:
             live.start_scope = scope
             try:
-                # The startup budget starts when the start leaves the queue: a burst waits, it
-                # does not time out for want of a slot.
-                async with self.queue.slot(key, sandbox_id):
-                    with anyio.fail_after(budget):
-                        await self._bring_up(live, reuse)
+                with anyio.fail_after(budget):
+                    claimed = not reuse and await self._claim_warm(live)
+                if not claimed:
+                    # The startup budget starts when the start leaves the queue: a burst waits,
+                    # it does not time out for want of a slot.
+                    async with self.queue.slot(key, sandbox_id):
+                        with anyio.fail_after(budget):
+                            await self._bring_up(live, reuse)
             except TimeoutError:
                 error = StartupTimeout(
                     f"Failed to start sandbox within {budget:g}s", sandbox_id=sandbox_id, attempted="start"
@@ -594,16 +732,21 @@ class SandboxManager:
             message = _describe_exit(status) if status.state is not UnitState.RUNNING else "the runtime reported no rocklet address"
             self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
             raise InternalServerRockError(f"Failed to start sandbox because docker_run: {message}", sandbox_id=sandbox_id, attempted="start")
-        host, port = status.rocklet_address
-        client = RockletClient(self.http, host, port, sandbox_id)
-        self._save(attrs.evolve(live.record, port_mapping=dict(status.port_mapping) or {ROCKLET_PORT: port}))
+        client = RockletClient(self.http, *status.rocklet_address, sandbox_id)
         await self._wait_for_rocklet(live, handle, client)
+        await self._became_ready(live, client, status, "docker run success")
+
+    async def _became_ready(self, live: _Live, client: RockletClient, status: RuntimeStatus, message: str) -> None:
+        """A started sandbox's rocklet answered: record its ports and make it running."""
+        assert status.rocklet_address is not None
+        port = status.rocklet_address[1]
+        self._save(attrs.evolve(live.record, port_mapping=dict(status.port_mapping) or {ROCKLET_PORT: port}))
         live.client = client
         live.activity = time.time()
         async with live.lock:
             if live.record.state is not State.PENDING:
                 return  # stopped meanwhile
-            self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success")
+            self._set_phase(live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, message)
             now = _now()
             self._apply(
                 live.record, Event.ALIVE,
@@ -1010,6 +1153,8 @@ class SandboxManager:
                 # By owner, not engine id: units recovered from an earlier run of this owner count.
                 async for handle, status in self.runtime.watch({LABEL_OWNER: self.owner}):
                     if status.state is not UnitState.RUNNING:
+                        if any(pool.forget(handle.unit_id) for pool in self._pools.values()):
+                            continue
                         await self.unit_gone(handle.sandbox_id, status)
             except NotSupported:
                 return  # the reconcile loop polls instead

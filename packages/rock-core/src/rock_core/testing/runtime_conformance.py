@@ -46,7 +46,7 @@ import anyio
 import httpx
 import pytest
 
-from rock_core.errors import ImagePullFailed, NotSupported, RockError, SandboxNotFound
+from rock_core.errors import ImagePullFailed, NotSupported, RockError, SandboxAlreadyExists, SandboxNotFound
 from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, Port, UnitState
 from rock_core.runtime import Runtime, UnitHandle
 from rock_core.testing.fixtures import (
@@ -55,6 +55,7 @@ from rock_core.testing.fixtures import (
     StartedUnit,
     Units,
     rocklet_call,
+    unique_sandbox_id,
     wait_for_unit,
 )
 from rock_core.units import MiB
@@ -298,6 +299,27 @@ class RuntimeConformance:
         assert status.exit_code is not None
         await self.remove_behind_back(unit.handle)
         await wait_for_unit(runtime, unit.handle, lambda s: s.state is UnitState.MISSING, what="missing")
+
+    async def test_assign_gives_a_running_unit_a_new_sandbox_id(self, runtime: Runtime, units: Units) -> None:
+        """``assign`` (when supported, for warm pools): the running unit is known by the new id
+        (``list``, ``inspect``), its rocklet keeps answering at the same address, and a taken id
+        is refused with :class:`~rock_core.errors.SandboxAlreadyExists`."""
+        if not runtime.can_assign:
+            pytest.skip(f"runtime {runtime.name!r} does not support assign() (no warm pools)")
+        unit = await units.launch()
+        other = await units.launch()
+        new_id = unique_sandbox_id()
+        handle = await runtime.assign(unit.handle, new_id)
+        assert (handle.sandbox_id, handle.unit_id) == (new_id, unit.handle.unit_id)
+        found = {h.unit_id: h.sandbox_id for h in await runtime.list(units.labels)}
+        assert found[unit.handle.unit_id] == new_id
+        status = await runtime.inspect(handle)
+        assert status.state is UnitState.RUNNING
+        assert status.rocklet_address == unit.status.rocklet_address
+        response = await units.http.get(f"{unit.url}/is_alive")
+        assert response.status_code == 200
+        with pytest.raises(SandboxAlreadyExists):
+            await runtime.assign(other.handle, new_id)
 
     async def test_watch_reports_exit_and_removal(self, runtime: Runtime, units: Units) -> None:
         """``watch`` (when supported) reports a unit killed, then removed, behind the runtime's back."""

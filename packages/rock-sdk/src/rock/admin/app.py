@@ -272,6 +272,16 @@ class Metrics:
         lines.append(f'rock_sandbox_start_seconds_bucket{{le="+Inf"}} {len(latencies)}')
         lines.append(f"rock_sandbox_start_seconds_sum {sum(latencies):.6f}")
         lines.append(f"rock_sandbox_start_seconds_count {len(latencies)}")
+        pools = manager.warm_pools()
+        for name, kind, help_text in (
+            ("ready", "gauge", "Started sandboxes waiting in a warm pool."),
+            ("size", "gauge", "Target size of a warm pool."),
+            ("claimed", "counter", "Starts served from a warm pool."),
+            ("failures", "counter", "Warm-pool members that failed to start."),
+        ):
+            metric = f"rock_warm_pool_{name}" + ("_total" if kind == "counter" else "")
+            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
+            lines += [f'{metric}{{pool="{p.key}",image="{_label(p.image)}"}} {getattr(p, name)}' for p in pools]
         lines += [
             "# HELP rock_http_requests_total Requests answered, by route and outcome.",
             "# TYPE rock_http_requests_total counter",

@@ -28,9 +28,16 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
 
+    [[engine.warm_pools]]               # started sandboxes kept ready, one table per kind
+    image = "python:3.11"               # any start-request field: memory, cpus, disk, env, ...
+    memory = "2g"
+    cpus = 1
+    size = 8
+
 Environment variables: ``ROCK_ADMIN_<KEY>`` for each ``[admin]`` key (``ROCK_ADMIN_PORT=9000``,
 ``ROCK_ADMIN_STATE_DIR=/var/lib/rock``) and ``ROCK_ENGINE_<KEY>`` for each ``[engine]`` key
-(``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``). A bad value names its source and key.
+(``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``; ``ROCK_ENGINE_WARM_POOLS`` takes the pools as a JSON
+list of tables). A bad value names its source and key.
 ``ROCK_ADMIN_API_KEYS="team-a=sha256:HEX,team-b=TOKEN"`` adds keys to those of the file.
 
 Two engine settings are fixed for the admin, whatever the file says: ``remove_on_close`` is
@@ -40,6 +47,7 @@ survive a restart).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Mapping
@@ -47,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from rock_core.engine.config import EngineConfig
+from rock_core.engine.config import EngineConfig, WarmPoolConfig, warm_pools_from
 from rock_core.errors import InvalidParameter
 from rock_core.units import size_to_bytes
 
@@ -188,6 +196,18 @@ _ADMIN_KEYS = {
     "api_keys": lambda s, _k, v: parse_api_keys(s, v),
 }
 
+def _to_warm_pools(source: str, key: str, value: Any) -> tuple[WarmPoolConfig, ...]:
+    if isinstance(value, str):  # from the environment: JSON
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise _fail(source, key, value, f"expected a JSON list of pool tables ({exc})") from None
+    try:
+        return warm_pools_from(value)
+    except InvalidParameter as exc:
+        raise InvalidParameter(f"{source}: {exc.message}", field=exc.field, value=exc.value) from None
+
+
 _ENGINE_KEYS = {
     "runtime": _to_str,
     "store_path": _to_optional_path,
@@ -204,6 +224,7 @@ _ENGINE_KEYS = {
     "timer_interval": _to_float,
     "engine_label": _to_str,
     "reap_orphans": _to_bool,
+    "warm_pools": _to_warm_pools,
 }
 
 

@@ -73,6 +73,20 @@ class RolloutSettings:
     memory: str = "512m"
     cpus: float = 1.0
     startup_timeout: float = 300.0
+    #: Sandboxes the engine keeps started ahead of the batch (0: every episode starts cold).
+    warm_pool: int = 0
+
+    def sandbox_config(self) -> Any:
+        """The :class:`~rock.sdk.sandbox.config.SandboxConfig` every episode's sandbox is made from."""
+        from rock.sdk.sandbox.config import SandboxConfig
+
+        return SandboxConfig(
+            image=self.image,
+            memory=self.memory,
+            cpus=self.cpus,
+            startup_timeout=self.startup_timeout,
+            experiment_id="rollout",
+        )
 
 
 @attrs.define(kw_only=True)
@@ -113,21 +127,12 @@ def percentile(values: list[float], q: float) -> float | None:
 async def _episode(n: int, settings: RolloutSettings, t0: float, result: EpisodeResult) -> Any:
     from rock.actions import Command
     from rock.sdk.sandbox.client import Sandbox
-    from rock.sdk.sandbox.config import SandboxConfig
 
     def at() -> float:
         return time.perf_counter() - t0
 
     result.sandbox_created_at = at()
-    sandbox = Sandbox(
-        SandboxConfig(
-            image=settings.image,
-            memory=settings.memory,
-            cpus=settings.cpus,
-            startup_timeout=settings.startup_timeout,
-            experiment_id="rollout",
-        )
-    )
+    sandbox = Sandbox(settings.sandbox_config())
     try:
         await sandbox.start()
         result.sandbox_id = sandbox.sandbox_id

@@ -1,0 +1,84 @@
+"""A warm pool in a real admin: configured in its TOML file, claimed by the SDK, shown in /metrics.
+
+When the admin stops, its idle members go with it; the claimed sandbox keeps running (the admin
+never removes sandboxes when it stops).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from rock.actions import Command
+from rock.sdk.sandbox.client import Sandbox
+from rock.sdk.sandbox.config import SandboxConfig
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+    reason="starts its own admin; it already ran in the embedded pass",
+)
+
+CONFIG = """
+[[engine.warm_pools]]
+image = "python:3.11"
+memory = "256m"
+cpus = 0.5
+size = 2
+"""
+
+
+def _metric(text: str, name: str) -> int:
+    found = re.search(rf"^{name}\{{[^}}]*\}} (\d+)$", text, re.MULTILINE)
+    assert found, f"{name} missing from /metrics:\n{text}"
+    return int(found.group(1))
+
+
+def _wait_ready(url: str, count: int, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        text = httpx.get(url + "/metrics").text
+        if _metric(text, "rock_warm_pool_ready") == count:
+            return text
+        assert time.monotonic() < deadline, f"the pool did not reach {count} ready:\n{text}"
+        time.sleep(0.2)
+
+
+def _members(docker_client: Any, owner: str) -> list[Any]:
+    found = docker_client.containers.list(all=True, filters={"label": [f"rock.owner={owner}", "rock.pool"]})
+    return [c for c in found if c.name == c.labels.get("rock.pool_member")]
+
+
+def test_the_sdk_claims_from_the_admins_warm_pool(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+    launch_admin, stop_admin = admin_launcher
+    owner = f"admin:{tmp_path / 'rock.db'}"
+    server = launch_admin(tmp_path, config=CONFIG)
+    try:
+        text = _wait_ready(server.url, 2)
+        assert _metric(text, "rock_warm_pool_size") == 2 and _metric(text, "rock_warm_pool_claimed_total") == 0
+
+        async def use() -> str:
+            sandbox = Sandbox(SandboxConfig(base_url=server.url, image="python:3.11", memory="256m", cpus=0.5))
+            await sandbox.start()
+            status = await sandbox.get_status()
+            assert status.status["docker_run"].message.startswith("claimed from warm pool"), status.status
+            assert (await sandbox.execute(Command(command=["echo", "warm"]))).stdout.strip() == "warm"
+            return sandbox.sandbox_id
+
+        sandbox_id = anyio.run(use)
+        text = _wait_ready(server.url, 2)  # refilled
+        assert _metric(text, "rock_warm_pool_claimed_total") == 1
+        assert len(_members(docker_client, owner)) == 2
+
+        assert server.process is not None
+        server.process.terminate()
+        server.process.wait(60)
+        assert _members(docker_client, owner) == [], "idle members end with the admin"
+        assert docker_client.containers.get(sandbox_id).status == "running", "the claimed sandbox is a sandbox: it stays"
+    finally:
+        stop_admin(server, docker_client)

@@ -1,0 +1,234 @@
+"""Warm pools (rock-core's engine + rock-docker): started sandboxes kept ready, claimed in one round trip."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+from rock_core.actions import Command, SandboxStartRequest
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, SandboxManager
+from rock_core.engine.pool import LABEL_POOL, LABEL_POOL_MEMBER, pool_key
+from rock_core.converters import spec_from_start_request
+from rock_core.errors import InvalidParameter
+from rock_core.states import State
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+IMAGE = "python:3.11"
+KIND = {"image": IMAGE, "memory": "256m", "cpus": 0.5}
+OTHER_KIND = {"image": IMAGE, "memory": "300m", "cpus": 0.5}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+async def eventually(predicate, timeout=60.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await anyio.sleep(interval)
+
+
+def members(docker_client, engine):
+    """The containers of ``engine`` that are pool members nobody has claimed."""
+    found = docker_client.containers.list(all=True, filters={"label": [f"{LABEL_ENGINE_ID}={engine.engine_id}", LABEL_POOL]})
+    return [c for c in found if c.name == c.labels.get(LABEL_POOL_MEMBER)]
+
+
+def engine_containers(docker_client, engine):
+    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_ENGINE_ID}={engine.engine_id}"})
+
+
+@pytest.fixture
+async def pooled(docker_client):
+    """An engine keeping a warm pool of 2 sandboxes of ``KIND``, full before the test starts."""
+    config = EngineConfig(warm_pools=[{**KIND, "size": 2}], timer_interval=0.2, reconcile_interval=1.0)
+    async with SandboxManager(config) as engine:
+        (status,) = await engine.wait_warm(timeout=120)
+        assert (status.ready, status.size, status.last_error) == (2, 2, None)
+        yield engine
+    assert engine_containers(docker_client, engine) == [], "closing the engine must remove pool members too"
+
+
+async def test_members_are_running_unclaimed_containers(pooled, docker_client):
+    found = members(docker_client, pooled)
+    assert len(found) == 2
+    for container in found:
+        assert container.status == "running"
+        assert LABEL_SANDBOX_ID not in container.labels
+        assert container.labels[LABEL_POOL] == pool_key(spec_from_start_request(SandboxStartRequest(**KIND)))
+        assert container.name.startswith("rock-pool-")
+    assert pooled.list_records() == [], "members are not sandboxes: no record until claimed"
+
+
+async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, docker_client):
+    before = {c.id for c in members(docker_client, pooled)}
+    status = await pooled.start(SandboxStartRequest(**KIND, sandbox_id="claimed-1"))
+    assert status.state is State.RUNNING
+    assert status.status["docker_run"].message.startswith("claimed from warm pool")
+    container = docker_client.containers.get("claimed-1")
+    assert container.id in before, "the sandbox is one of the members, renamed"
+    assert set(status.port_mapping) >= {22555, 8080}
+    result = await pooled.rocklet("claimed-1").execute(Command(command=["sh", "-c", "echo $HOSTNAME; ls /tmp"]))
+    assert result.exit_code == 0
+
+    (pool,) = await eventually(lambda: [p for p in pooled.warm_pools() if p.ready == 2 and p.made == 3])
+    assert pool.claimed == 1
+    assert len(members(docker_client, pooled)) == 2
+
+    await pooled.stop("claimed-1")
+    await eventually(lambda: pooled.get_record("claimed-1").state is State.DELETED)
+    with pytest.raises(Exception, match="No such container|404"):
+        docker_client.containers.get(container.id)
+
+
+async def test_two_claims_get_separate_containers(pooled):
+    a = await pooled.start(SandboxStartRequest(**KIND))
+    b = await pooled.start(SandboxStartRequest(**KIND))
+    assert a.status["docker_run"].message.startswith("claimed") and b.status["docker_run"].message.startswith("claimed")
+    await pooled.rocklet(a.sandbox_id).execute(Command(command=["sh", "-c", "echo secret > /tmp/mine"]))
+    seen = await pooled.rocklet(b.sandbox_id).execute(Command(command=["ls", "/tmp"]))
+    assert "mine" not in seen.stdout
+
+
+async def test_another_kind_starts_cold_and_leaves_the_pool_alone(pooled, docker_client):
+    status = await pooled.start(SandboxStartRequest(**OTHER_KIND))
+    assert status.status["docker_run"].message == "docker run success"
+    (pool,) = pooled.warm_pools()
+    assert (pool.ready, pool.claimed) == (2, 0)
+
+
+async def test_an_empty_pool_falls_back_to_an_ordinary_start(docker_client):
+    async with SandboxManager(EngineConfig(warm_pools=[{**KIND, "size": 1}])) as engine:
+        await engine.wait_warm(timeout=120)
+        results = []
+
+        async def start():
+            results.append(await engine.start(SandboxStartRequest(**KIND)))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(start)
+        messages = sorted(r.status["docker_run"].message.split(" pool-")[0] for r in results)
+        assert all(r.state is State.RUNNING for r in results)
+        assert messages == ["claimed from warm pool", "docker run success", "docker run success"]
+
+
+async def test_a_member_removed_behind_rocks_back_is_replaced_and_never_handed_out(pooled, docker_client):
+    doomed = {c.id for c in members(docker_client, pooled)}
+    for container in members(docker_client, pooled):
+        container.remove(force=True)
+    # Whatever the pool still believes, the start gets a working sandbox.
+    status = await pooled.start(SandboxStartRequest(**KIND))
+    assert status.state is State.RUNNING
+    result = await pooled.rocklet(status.sandbox_id).execute(Command(command=["true"]))
+    assert result.exit_code == 0
+    await eventually(lambda: len(members(docker_client, pooled)) == 2 and not doomed & {c.id for c in members(docker_client, pooled)})
+    await eventually(lambda: pooled.warm_pools()[0].ready == 2)
+
+
+async def test_claiming_under_a_taken_name_fails_like_an_ordinary_start(pooled, docker_client):
+    squatter = docker_client.containers.create(IMAGE, name="taken-name", labels={"rock.test": "squatter"})
+    try:
+        with pytest.raises(Exception) as failure:
+            await pooled.start(SandboxStartRequest(**KIND, sandbox_id="taken-name"))
+        assert "taken-name" in str(failure.value)
+        assert docker_client.containers.get("taken-name").id == squatter.id
+    finally:
+        squatter.remove(force=True)
+    await eventually(lambda: pooled.warm_pools()[0].ready == 2)
+
+
+async def test_resize_and_remove_a_pool(pooled, docker_client):
+    await pooled.set_warm_pool(SandboxStartRequest(**KIND), 1)
+    await eventually(lambda: len(members(docker_client, pooled)) == 1)
+    assert pooled.warm_pools()[0].size == 1
+    await pooled.set_warm_pool(SandboxStartRequest(**KIND), 0)
+    await eventually(lambda: members(docker_client, pooled) == [])
+    assert pooled.warm_pools() == []
+    status = await pooled.start(SandboxStartRequest(**KIND))
+    assert status.status["docker_run"].message == "docker run success"
+
+
+async def test_a_pool_of_an_image_that_cannot_be_pulled_reports_why(docker_client):
+    config = EngineConfig(warm_pools=[{"image": "rock-test/does-not-exist:404", "size": 2}])
+    async with SandboxManager(config) as engine:
+        (status,) = await engine.wait_warm(timeout=120)
+        assert status.ready == 0 and status.failures >= 1
+        assert "Failed to pull image rock-test/does-not-exist:404" in status.last_error
+        assert engine_containers(docker_client, engine) == []
+
+
+@pytest.mark.parametrize(
+    ("pool", "field"),
+    [({**KIND, "memory": "8x", "size": 1}, "memory"), ({**KIND, "size": -1}, "size"), ({**KIND}, "size"),
+     ({**KIND, "size": 1, "colour": "red"}, "colour")],
+)
+def test_bad_pool_settings_name_the_field(pool, field):
+    with pytest.raises(InvalidParameter, match=field) as failure:
+        EngineConfig(warm_pools=[pool])
+    assert "warm_pools[0]" in failure.value.message
+
+
+async def test_set_warm_pool_refuses_what_the_engine_would_refuse(pooled):
+    with pytest.raises(InvalidParameter, match="cpus: 64 is above the maximum"):
+        await pooled.set_warm_pool(SandboxStartRequest(image=IMAGE, cpus=64), 1)
+    with pytest.raises(InvalidParameter, match="size"):
+        await pooled.set_warm_pool(SandboxStartRequest(**KIND), -3)
+
+
+async def test_stale_members_of_an_earlier_run_are_removed(docker_client):
+    owner = f"test-owner-{time.time_ns()}"
+    config = EngineConfig(warm_pools=[{**KIND, "size": 1}], remove_on_close=False, reap_orphans=False)
+    async with SandboxManager(config, owner=owner) as first:
+        await first.wait_warm(timeout=120)
+        claimed = await first.start(SandboxStartRequest(**KIND))
+    try:
+        assert members(docker_client, first) == [], "idle members do not outlive their engine"
+        assert docker_client.containers.get(claimed.sandbox_id).status == "running", "sandboxes do (remove_on_close=False)"
+        # An engine killed before it could clean up leaves a member behind; make one the same way.
+        name = f"rock-pool-stale{time.time_ns()}"
+        stale = docker_client.containers.run(
+            IMAGE, ["sleep", "600"], name=name, detach=True,
+            labels={"rock.owner": owner, "rock.engine_id": "gone", LABEL_POOL: "pool-x", LABEL_POOL_MEMBER: name},
+        )
+        async with SandboxManager(EngineConfig(remove_on_close=False, reap_orphans=False), owner=owner):
+            with pytest.raises(Exception, match="No such container|404"):
+                docker_client.containers.get(stale.id)
+            # A claimed member is a sandbox, not a stale member: it stays.
+            assert docker_client.containers.get(claimed.sandbox_id).status == "running"
+    finally:
+        for container in docker_client.containers.list(all=True, filters={"label": f"rock.owner={owner}"}):
+            container.remove(force=True)
+
+
+async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
+    """With one start slot, a claim's refill starts only after the queued ordinary starts have run."""
+    config = EngineConfig(warm_pools=[{**KIND, "size": 1}], max_concurrent_starts=1)
+    async with SandboxManager(config) as engine:
+        await engine.wait_warm(timeout=120)
+        (first,) = members(docker_client, engine)
+        statuses = []
+
+        async def start(kind):
+            statuses.append(await engine.start(SandboxStartRequest(**kind)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(start, KIND)
+            for _ in range(3):
+                tg.start_soon(start, OTHER_KIND)
+        await eventually(lambda: engine.warm_pools()[0].ready == 1)
+        (refill,) = members(docker_client, engine)
+        assert refill.id != first.id
+        created = {c.name: c.attrs["Created"] for c in engine_containers(docker_client, engine)}
+        cold = [created[s.sandbox_id] for s in statuses if s.status["docker_run"].message == "docker run success"]
+        assert len(cold) == 3
+        assert created[refill.name] > max(cold), "the refill waited for the queued starts"
