@@ -303,6 +303,8 @@ class SandboxRecord:
     (``"expired"``, ``"container exited with code 137 (OOM killed)"``); ``notes`` are things the
     user should see, such as a resource limit the runtime could not enforce.
     ``runtime`` names the runtime plugin that holds the sandbox; ``owner`` the API key owner.
+    The idle deadline is not stored: it follows the last call, which the engine keeps in memory
+    (after a restart the idle clock starts again, since nobody could call meanwhile).
     """
 
     sandbox_id: NonBlankStr = constrained(NonBlankStr)
@@ -319,7 +321,6 @@ class SandboxRecord:
     stop_time: datetime | None = None
     archive_time: datetime | None = None
     delete_time: datetime | None = None
-    expire_time: datetime | None = None
     auto_transition_state: State | None = None
     auto_transition_time: datetime | None = None
     state_history: tuple[StateChange, ...] = attrs.field(default=(), converter=tuple)

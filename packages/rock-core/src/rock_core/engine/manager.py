@@ -611,7 +611,6 @@ class SandboxManager:
             host_ip="127.0.0.1",
             owner=self.owner,
             runtime=self.runtime.name,
-            expire_time=now + timedelta(seconds=spec.auto_clear_seconds or 0),
         )
         live = _Live(record=record)
         self._live[sandbox_id] = live
@@ -751,7 +750,6 @@ class SandboxManager:
             self._apply(
                 live.record, Event.ALIVE,
                 start_time=now,
-                expire_time=now + timedelta(seconds=live.record.spec.auto_clear_seconds or 0),
                 auto_transition_state=None, auto_transition_time=None, reason=None,
             )
 
@@ -1076,7 +1074,6 @@ class SandboxManager:
                     PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING),
                     PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING),
                 },
-                expire_time=now + timedelta(seconds=spec.auto_clear_seconds or 0),
             )
             live.settled = anyio.Event()
             live.start_done = anyio.Event()
