@@ -22,8 +22,9 @@ Sizes stay text
 
 Differences from ROCK, on purpose
     - ``SandboxStartRequest`` also accepts ``auto_clear_time`` (sent by ROCK's own SDK, ignored by
-      ROCK's server) and three rock additions: ``auto_clear_seconds`` (idle timeout with second
-      precision), ``env`` and ``metadata`` (ROCK only offers these through its E2B endpoint).
+      ROCK's server) and four rock additions: ``auto_clear_seconds`` (idle timeout with second
+      precision), ``env`` and ``metadata`` (ROCK only offers these through its E2B endpoint),
+      and ``network`` (the sandbox's network mode).
       ``auto_clear_time_minutes`` defaults to ``None`` = "the server's configured default", which
       is what ROCK does when the field is not sent (its declared 360 only applies when sent).
     - ``SandboxStatusResponse`` adds ``reason``, ``notes`` and ``queue_position``.
@@ -326,6 +327,7 @@ class SandboxStartRequest:
     ``auto_clear_time`` (minutes, sent by ROCK's SDK); none of them = the server's default.
     ``auto_archive_seconds``/``auto_delete_seconds``: what to do after a stop (``0`` = at once).
     ``env``/``metadata`` (rock additions): container environment and free-form labels.
+    ``network`` (rock addition): ``bridge`` or ``host``; ``None`` = the runtime's default.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -350,6 +352,7 @@ class SandboxStartRequest:
     auto_clear_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
     env: dict[str, str] | None = None
     metadata: dict[str, str] | None = None
+    network: str | None = None
 
 
 @attrs.frozen(kw_only=True)

@@ -69,6 +69,7 @@ __all__ = [
     "structure_store",
     "unstructure_store",
     "spec_from_start_request",
+    "NETWORK_MODES",
 ]
 
 T = TypeVar("T")
@@ -461,11 +462,13 @@ def spec_from_start_request(
     The keyword arguments come from ROCK's request headers (``X-User-Id``, ``X-Experiment-Id``,
     ``X-Namespace``, ``X-Cluster``). The idle timeout is ``auto_clear_seconds``, else
     ``auto_clear_time_minutes`` × 60, else ``auto_clear_time`` × 60, else ``None`` (the engine's
-    default). ``use_kata_runtime=True`` becomes the runtime option ``use_kata_runtime``.
+    default). ``use_kata_runtime=True`` becomes the runtime option ``use_kata_runtime``, and
+    ``network`` (when set) the runtime option ``network``.
 
     :raises InvalidParameter: listing every problem: a size of zero or not a size, a CPU count
-        that is not positive, and ``auto_archive_seconds`` together with ``auto_delete_seconds``
-        (ROCK's SDK forbids the pair; ROCK's server silently prefers archive; rock refuses).
+        that is not positive, a ``network`` other than ``bridge`` or ``host``, and
+        ``auto_archive_seconds`` together with ``auto_delete_seconds`` (ROCK's SDK forbids the
+        pair; ROCK's server silently prefers archive; rock refuses).
     """
     problems: list[tuple[str, str, Any]] = []
 
@@ -482,6 +485,7 @@ def spec_from_start_request(
     disk = take("disk", _positive_size, req.disk)
     cpus = take("cpus", cpus_to_float, req.cpus)
     limit_cpus = take("limit_cpus", cpus_to_float, req.limit_cpus)
+    network = take("network", _network_mode, req.network)
     if req.auto_archive_seconds is not None and req.auto_delete_seconds is not None:
         problems.append(
             (
@@ -525,5 +529,25 @@ def spec_from_start_request(
         namespace=namespace,
         cluster=cluster,
         sandbox_id=req.sandbox_id,
-        runtime_options={"use_kata_runtime": True} if req.use_kata_runtime else {},
+        runtime_options={
+            **({"use_kata_runtime": True} if req.use_kata_runtime else {}),
+            **({"network": network} if network is not None else {}),
+        },
     )
+
+
+#: The network modes a start request may ask for (``SandboxStartRequest.network``). ``none``
+#: is not one: rock drives a sandbox through its agent's HTTP port, which a sandbox without a
+#: network cannot offer (the Docker runtime's own ``none`` option gives such a container).
+NETWORK_MODES = ("bridge", "host")
+
+
+def _network_mode(value: str) -> str:
+    if value == "none":
+        raise ValueError(
+            "'none' cannot be used: rock reaches the sandbox's agent over the network, so a sandbox "
+            "without one could not be driven; choose bridge or host"
+        )
+    if value not in NETWORK_MODES:
+        raise ValueError(f"expected one of {', '.join(NETWORK_MODES)}, got {value!r}")
+    return value

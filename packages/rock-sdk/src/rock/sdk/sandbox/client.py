@@ -89,6 +89,7 @@ from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
 from rock.sdk.sandbox.file_system import FileSystem, LinuxFileSystem
+from rock.sdk.sandbox.network import Network
 from rock.sdk.sandbox.process import Process
 from rock.sdk.sandbox.remote_user import LinuxRemoteUser, RemoteUser
 
@@ -135,7 +136,8 @@ class Sandbox:
 
     Helper objects: :attr:`fs` (:class:`~rock.sdk.sandbox.file_system.LinuxFileSystem`),
     :attr:`process` (:class:`~rock.sdk.sandbox.process.Process`), :attr:`remote_user`
-    (:class:`~rock.sdk.sandbox.remote_user.LinuxRemoteUser`).
+    (:class:`~rock.sdk.sandbox.remote_user.LinuxRemoteUser`), :attr:`network`
+    (:class:`~rock.sdk.sandbox.network.Network`: mirror speedups).
 
     Use as ``async with Sandbox(config) as sandbox:`` to start on entry and stop on exit.
     """
@@ -143,6 +145,7 @@ class Sandbox:
     fs: FileSystem
     process: Process
     remote_user: RemoteUser
+    network: Network
 
     def __init__(self, config: SandboxConfig | None = None, *, engine: Engine | None = None) -> None:
         self.config = config if config is not None else SandboxConfig()
@@ -156,6 +159,7 @@ class Sandbox:
         self.remote_user = LinuxRemoteUser(self)
         self.process = Process(self)
         self.fs = LinuxFileSystem(self)
+        self.network = Network(self)
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -262,6 +266,7 @@ class Sandbox:
             disk=cfg.disk,
             env=dict(cfg.env) if cfg.env else None,
             metadata=dict(cfg.metadata) if cfg.metadata else None,
+            network=cfg.network,
         )
 
     async def start(self) -> None:

@@ -112,7 +112,7 @@ class BaseConfig:
 
 @attrs.define(kw_only=True)
 class SandboxConfig(BaseConfig):
-    """What sandbox to start: ROCK's fields and defaults, plus rock's ``env`` and ``metadata``.
+    """What sandbox to start: ROCK's fields and defaults, plus rock's ``env``, ``metadata`` and ``network``.
 
     :param image: the container image.
     :param image_os: ``"linux"`` (rock runs Linux images only).
@@ -133,6 +133,11 @@ class SandboxConfig(BaseConfig):
     :param disk: disk limit, ``"50G"``; checked at start.
     :param env: (rock) environment variables of the sandbox's container.
     :param metadata: (rock) free-form labels, shown in ``get_status``.
+    :param network: (rock) the sandbox's network: ``"bridge"`` (the runtime's default when
+        ``None``: a network of its own, reached through ports published on 127.0.0.1) or
+        ``"host"`` (the host's network: it reaches services on the host's ``127.0.0.1``, e.g.
+        a local mirror). ``"none"`` is refused: rock drives a sandbox through its agent's HTTP
+        port. Checked at start (:class:`~rock_core.errors.InvalidParameter` naming ``network``).
 
     :raises InvalidConfig: a negative ``auto_*`` value, both ``auto_archive_seconds`` and
         ``auto_delete_seconds``, a value of the wrong type.
@@ -165,6 +170,7 @@ class SandboxConfig(BaseConfig):
     # rock additions
     env: dict[str, str] | None = attrs.field(default=None, validator=_str_dict(True))
     metadata: dict[str, str] | None = attrs.field(default=None, validator=_str_dict(True))
+    network: str | None = attrs.field(default=None, validator=_text(True))
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()

@@ -1,0 +1,46 @@
+"""ROCK's ``Network`` helper of a sandbox: ``sandbox.network.speedup(...)``.
+
+::
+
+    from rock.sdk.sandbox.speedup import SpeedupType
+
+    await sandbox.network.speedup(SpeedupType.PIP, "https://mirror.example")
+    await sandbox.network.speedup(SpeedupType.APT, "http://mirror.example")
+    await sandbox.network.speedup(SpeedupType.GITHUB, "140.82.112.3")
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rock_core.actions import Observation
+
+from rock.sdk.sandbox.speedup import SpeedupExecutor, SpeedupType
+
+__all__ = ["Network"]
+
+
+class Network:
+    """Network settings of ``sandbox`` (a :class:`~rock.sdk.sandbox.client.Sandbox`)."""
+
+    def __init__(self, sandbox: Any = None) -> None:
+        self.sandbox = sandbox
+        self._executor = SpeedupExecutor(sandbox)
+
+    async def speedup(self, speedup_type: SpeedupType | str, speedup_value: str, timeout: float = 300) -> Observation:
+        """Point the sandbox's package tools at a mirror; replaces what an earlier call of the type wrote.
+
+        :param speedup_type: ``SpeedupType.APT`` / ``PIP`` (``speedup_value`` = the mirror's base
+            URL with its scheme), ``SpeedupType.GITHUB`` (an IP address), or the name of a type a
+            plugin registers.
+        :param timeout: seconds the whole call may take (ROCK accepts and ignores it); the script
+            itself may run 30 s, as in ROCK.
+        :returns: the script's :class:`Observation`; on any failure ``exit_code=1`` and
+            ``failure_reason`` saying why (see :class:`~rock.sdk.sandbox.speedup.SpeedupExecutor`).
+        """
+        try:
+            return await asyncio.wait_for(self._executor.execute(speedup_type, speedup_value), timeout)
+        except asyncio.TimeoutError:
+            reason = f"speedup {getattr(speedup_type, 'value', speedup_type)!r} did not finish within {timeout} s"
+            return Observation(output=reason, exit_code=1, failure_reason=reason)
