@@ -17,7 +17,6 @@ from rock_core.engine.manager import LABEL_OWNER, LABEL_SANDBOX_ID, SandboxManag
 from rock_core.errors import (
     BadRequestRockError,
     ImagePullFailed,
-    InternalServerRockError,
     InvalidParameter,
     InvalidTransition,
     RockError,

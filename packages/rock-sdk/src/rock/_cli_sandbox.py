@@ -39,7 +39,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 from rock_core.actions import Command, SandboxStatusResponse
-from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.converters import unstructure_wire
 from rock_core.errors import CommandTimeout, InvalidParameter, RockError, SandboxNotFound
 from rock_core.states import LIVE_STATES, State
 
@@ -52,7 +52,6 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 _EXIT_TIMEOUT = 124  # as timeout(1)
 
-_PAGE_SIZE = 500
 _DELETE_WAIT = 60.0  # seconds `delete` waits for the container to be gone
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # "2026-11-30 22:15:03,123 INFO rock.admin: ..." (the admin's logging) or uvicorn's "INFO:     ...".
@@ -272,37 +271,11 @@ def list_command(
 
 
 async def _list(target: _Target, filters: dict[str, str]) -> list[SandboxStatusResponse]:
-    if target.embedded:
-        return await _list_embedded(filters)
-    from rock.sdk._engine import get_remote_engine
+    from rock.sdk._engine import get_embedded_engine, get_remote_engine
 
-    engine = get_remote_engine(target.url or "")
-    statuses: list[SandboxStatusResponse] = []
-    page = 1
+    engine = get_embedded_engine() if target.embedded else get_remote_engine(target.url or "")
     with _spinner("Listing sandboxes..."):
-        while True:
-            # RemoteEngine has no public listing call; its _call gives the same error translation.
-            result = await engine._call(
-                "GET", "/sandboxes", "list_sandboxes", None, params={"page": page, "page_size": _PAGE_SIZE, **filters}
-            )
-            items = result.get("items") or []
-            statuses += [structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items]
-            if not result.get("has_more") or not items:
-                return statuses
-            page += 1
-
-
-async def _list_embedded(filters: dict[str, str]) -> list[SandboxStatusResponse]:
-    from rock.sdk._engine import get_embedded_engine
-
-    engine = get_embedded_engine()
-
-    async def on_engine() -> list[SandboxStatusResponse]:
-        manager = engine.manager
-        states = sorted(LIVE_STATES, key=lambda s: s.value)
-        return [manager.status_of(r) for r in manager.list_records(states=states, filters=filters)]
-
-    return await asyncio.to_thread(engine.call_blocking, on_engine)
+        return await engine.list_sandboxes(filters)
 
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str] | None:

@@ -23,7 +23,6 @@ activity for the idle timer).
 from __future__ import annotations
 
 import logging
-import math
 import os
 import re
 import socket
@@ -902,6 +901,14 @@ class SandboxManager:
         """Records from the store, restricted to ``states`` and exact-match ``filters``."""
         return self.store.list(states=states, filters=filters, limit=limit, offset=offset)
 
+    def count_records(self, *, states: list[State] | None = None, filters: Mapping[str, str] | None = None) -> int:
+        """How many records :meth:`list_records` would return without a limit."""
+        return self.store.count(states=states, filters=filters)
+
+    def count_by_state(self) -> dict[State, int]:
+        """Number of known sandboxes in each state (states with none are left out)."""
+        return self.store.count_by_state()
+
     # -- runtime calls -----------------------------------------------------------------------
 
     def _not_running_error(self, record: SandboxRecord, attempted: str) -> RockError:
@@ -1064,8 +1071,6 @@ class SandboxManager:
                 f"Sandbox {sandbox_id} cannot be restarted: {why}", sandbox_id=sandbox_id, attempted="restart"
             )
         async with live.lock:
-            now = _now()
-            spec = live.record.spec
             self._apply(
                 live.record, Event.RESTART,
                 start_time=None, stop_time=None, reason=None,

@@ -220,28 +220,51 @@ class RockletClient:
         """Run a one-shot command (``/execute``) and return its output, exit code and usage."""
         return await self._call("/execute", command, CommandResponse, "execute", self._deadline_timeout(command.timeout))
 
+    async def open_stream(self, path: str, body: Any, attempted: str, timeout: float | None = None) -> httpx.Response:
+        """POST ``body`` to ``path`` and return the response unread, for the caller to stream.
+
+        The caller reads it (``aiter_lines``, ``aiter_bytes``) and must ``aclose`` it. An error
+        answer is read and raised as the rock error, like every other call; ``timeout`` bounds
+        the whole read (``None``: no bound), the connection always 5 seconds.
+        """
+        request = self.http.build_request(
+            "POST", self.base_url + path, json=body, timeout=httpx.Timeout(timeout, connect=5.0)
+        )
+        try:
+            response = await self.http.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc, attempted) from exc
+        if response.status_code >= 400:
+            try:
+                await response.aread()
+            finally:
+                await response.aclose()
+            self._raise_for_status(response, attempted)
+        return response
+
+    def _unreachable(self, exc: Exception, attempted: str) -> RockletUnreachable:
+        return RockletUnreachable(
+            f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}",
+            sandbox_id=self.sandbox_id,
+            attempted=attempted,
+        )
+
     async def execute_stream(self, command: Command) -> AsyncIterator[dict[str, Any]]:
         """Run a one-shot command and yield its events as it runs (rock addition).
 
         Events: ``{"type": "start", "pid"}``, ``{"type": "output", "stream", "data"}`` ...,
         ``{"type": "exit", "exit_code", "wall_time", "cpu_time", "max_rss_bytes", ...}``.
         """
-        body = unstructure_wire(command)
-        timeout = httpx.Timeout(self._deadline_timeout(command.timeout), connect=5.0)
+        timeout = self._deadline_timeout(command.timeout)
+        response = await self.open_stream("/execute_stream", unstructure_wire(command), "execute_stream", timeout)
         try:
-            async with self.http.stream("POST", self.base_url + "/execute_stream", json=body, timeout=timeout) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    self._raise_for_status(response, "execute_stream")
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        yield json.loads(line)
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)
         except httpx.TransportError as exc:
-            raise RockletUnreachable(
-                f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}",
-                sandbox_id=self.sandbox_id,
-                attempted="execute_stream",
-            ) from exc
+            raise self._unreachable(exc, "execute_stream") from exc
+        finally:
+            await response.aclose()
 
     async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
         """Read a text file (``/read_file``)."""
@@ -282,19 +305,14 @@ class RockletClient:
 
     async def download(self, path: str) -> AsyncIterator[bytes]:
         """Yield the raw bytes of the file at ``path`` in the sandbox (rock addition)."""
+        response = await self.open_stream("/download", {"path": path}, "download")
         try:
-            async with self.http.stream("POST", self.base_url + "/download", json={"path": path}, timeout=None) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    self._raise_for_status(response, "download")
-                async for chunk in response.aiter_bytes():
-                    yield chunk
+            async for chunk in response.aiter_bytes():
+                yield chunk
         except httpx.TransportError as exc:
-            raise RockletUnreachable(
-                f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}",
-                sandbox_id=self.sandbox_id,
-                attempted="download",
-            ) from exc
+            raise self._unreachable(exc, "download") from exc
+        finally:
+            await response.aclose()
 
     async def list_dir(self, path: str) -> ListDirResponse:
         """List a directory in the sandbox (rock addition)."""

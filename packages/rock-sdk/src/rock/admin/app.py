@@ -251,7 +251,7 @@ class Metrics:
             "# HELP rock_sandboxes Sandboxes known to the admin, by state.",
             "# TYPE rock_sandboxes gauge",
         ]
-        by_state = manager.store.count_by_state()
+        by_state = manager.count_by_state()
         for state in State:
             lines.append(f'rock_sandboxes{{state="{state.value}"}} {by_state.get(state, 0)}')
         lines += [
@@ -673,17 +673,17 @@ class AdminApp:
             if (value := getattr(query, name)) is not None
         }
         states = sorted(LIVE_STATES, key=lambda s: s.value)
-        store = self.manager.store
+        manager = self.manager
         offset = (query.page - 1) * query.page_size
         tenant = _tenant(request)
         if tenant is None:
-            records = store.list(states=states, filters=filters, limit=query.page_size, offset=offset)
-            total = store.count(states=states, filters=filters)
+            records = manager.list_records(states=states, filters=filters, limit=query.page_size, offset=offset)
+            total = manager.count_records(states=states, filters=filters)
         else:
             # The tenant lives in the spec's metadata, which the store cannot filter on; live
             # sandboxes are few enough to filter here.
             mine = [
-                r for r in store.list(states=states, filters=filters)
+                r for r in manager.list_records(states=states, filters=filters)
                 if r.spec.metadata.get(TENANT_METADATA_KEY) == tenant
             ]
             records, total = mine[offset:offset + query.page_size], len(mine)
@@ -830,29 +830,11 @@ class AdminApp:
         data = await client.process_output(process_id, offset=query.offset, limit=query.limit)
         return Response(data, media_type=_BYTES)
 
-    async def _open_stream(self, client: RockletClient, path: str, body: Any, attempted: str) -> httpx.Response:
-        # Opened here and read by the response: httpx's send(stream=True) holds no context
-        # across tasks, and a failure before the first byte still becomes an envelope.
-        request = client.http.build_request("POST", client.base_url + path, json=body, timeout=httpx.Timeout(None, connect=5.0))
-        try:
-            response = await client.http.send(request, stream=True)
-        except httpx.TransportError as exc:
-            raise RockletUnreachable(
-                f"the rocklet of sandbox {client.sandbox_id} is unreachable: {exc!r}",
-                sandbox_id=client.sandbox_id, attempted=attempted,
-            ) from exc
-        if response.status_code >= 400:
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-            client._raise_for_status(response, attempted)  # rock-core's translation of rocklet errors
-        return response
-
     async def execute_stream(self, _request: Request, body: SandboxCommand) -> Response:
         """``POST /execute_stream`` (rock addition): NDJSON events while the command runs."""
         client = self._rocklet(body.sandbox_id, "execute_stream")
-        upstream = await self._open_stream(client, "/execute_stream", unstructure_wire(body), "execute_stream")
+        # Opened here and read by the response: a failure before the first byte still becomes an envelope.
+        upstream = await client.open_stream("/execute_stream", unstructure_wire(body), "execute_stream")
         manager = self.manager
 
         async def events() -> AsyncIterator[bytes]:
@@ -872,7 +854,7 @@ class AdminApp:
     async def download(self, _request: Request, body: SandboxPathRequest) -> Response:
         """``POST /download`` (rock addition): the file's raw bytes."""
         client = self._rocklet(body.sandbox_id, "download")
-        upstream = await self._open_stream(client, "/download", {"path": body.path}, "download")
+        upstream = await client.open_stream("/download", {"path": body.path}, "download")
         headers = {}
         if "content-length" in upstream.headers:
             headers["content-length"] = upstream.headers["content-length"]

@@ -11,7 +11,7 @@ are :class:`~rock_core.errors.RockError`\\ s.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 from rock_core.actions import (
@@ -63,6 +63,11 @@ class Engine(Protocol):
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
         """ROCK's ``get_status`` (without ``include_all_states`` only pending/running are found)."""
+        ...
+
+    async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
+        """(rock) The pending and running sandboxes this engine may see, whose fields equal ``filters``
+        (``user_id``, ``experiment_id``, ``namespace``, ``cluster``, ``image``, ``state``)."""
         ...
 
     async def stop(self, sandbox_id: str) -> None:

@@ -40,7 +40,7 @@ import os
 import threading
 import urllib.parse
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -528,6 +528,16 @@ class EmbeddedEngine:
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
         """ROCK's ``get_status``."""
         return await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {})
+
+    async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
+        """The pending and running sandboxes of this process's engine whose fields equal ``filters``."""
+
+        async def on_engine() -> list[SandboxStatusResponse]:
+            manager = self.manager
+            states = sorted(LIVE_STATES, key=lambda s: s.value)
+            return [manager.status_of(r) for r in manager.list_records(states=states, filters=filters)]
+
+        return await self._call(on_engine)
 
     async def stop(self, sandbox_id: str) -> None:
         """Stop the sandbox."""

@@ -176,6 +176,10 @@ async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None
 # -- the engine -------------------------------------------------------------------------------------
 
 
+# Sandboxes asked for per page when listing (within the admin's default batch_max_count).
+_LIST_PAGE_SIZE = 500
+
+
 class RemoteEngine:
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
@@ -460,6 +464,21 @@ class RemoteEngine:
                 pause = min(pause, remaining)
             await anyio.sleep(pause)
             delay = min(delay * _POLL_GROWTH, _POLL_MAX)
+
+    async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
+        """``GET /sandboxes``, page after page: every pending and running sandbox the key may see."""
+        statuses: list[SandboxStatusResponse] = []
+        page = 1
+        while True:
+            result = await self._call(
+                "GET", "/sandboxes", "list_sandboxes", None,
+                params={"page": page, "page_size": _LIST_PAGE_SIZE, **(filters or {})},
+            )
+            items = result.get("items") or []
+            statuses += [structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items]
+            if not result.get("has_more") or not items:
+                return statuses
+            page += 1
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
         """``GET /get_status`` (ROCK sends the flag as a Python bool string)."""
