@@ -38,7 +38,7 @@ def anyio_backend():
 
 
 def containers_of(docker_client, sandbox_id):
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX_ID}={sandbox_id}"})
+    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX_ID}={sandbox_id}"}, ignore_removed=True)
 
 
 async def eventually(predicate, timeout=30.0, interval=0.05):
@@ -64,7 +64,7 @@ async def _queued(engine, sandbox_id):
 async def engine(docker_client):
     async with SandboxManager(EngineConfig(timer_interval=0.2, reconcile_interval=1.0)) as manager:
         yield manager
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"})
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True)
     assert leftovers == [], "closing the engine must remove its containers"
 
 
@@ -317,7 +317,7 @@ def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_
             await eventually(lambda: all(engine.get_record(s).state is State.DELETED for s in running + starting))
 
     anyio.run(next_run)
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={owner}"})
+    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}, ignore_removed=True)
     for container in leftovers:
         container.remove(force=True)
     assert leftovers == [], "every sandbox of the killed engine was taken back and removed"

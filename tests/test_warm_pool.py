@@ -39,12 +39,12 @@ async def eventually(predicate, timeout=60.0, interval=0.05):
 
 def members(docker_client, engine):
     """The containers of ``engine`` that are pool members nobody has claimed."""
-    found = docker_client.containers.list(all=True, filters={"label": [f"{LABEL_ENGINE_ID}={engine.engine_id}", LABEL_POOL]})
+    found = docker_client.containers.list(all=True, filters={"label": [f"{LABEL_ENGINE_ID}={engine.engine_id}", LABEL_POOL]}, ignore_removed=True)
     return [c for c in found if c.name == c.labels.get(LABEL_POOL_MEMBER)]
 
 
 def engine_containers(docker_client, engine):
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_ENGINE_ID}={engine.engine_id}"})
+    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_ENGINE_ID}={engine.engine_id}"}, ignore_removed=True)
 
 
 @pytest.fixture
@@ -206,7 +206,7 @@ async def test_stale_members_of_an_earlier_run_are_removed(docker_client):
             # A claimed member is a sandbox, not a stale member: it stays.
             assert docker_client.containers.get(claimed.sandbox_id).status == "running"
     finally:
-        for container in docker_client.containers.list(all=True, filters={"label": f"rock.owner={owner}"}):
+        for container in docker_client.containers.list(all=True, filters={"label": f"rock.owner={owner}"}, ignore_removed=True):
             container.remove(force=True)
 
 

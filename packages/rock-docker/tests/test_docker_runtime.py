@@ -10,11 +10,14 @@ from __future__ import annotations
 import base64
 import http.server as http_server
 import threading
+from pathlib import Path
 
 import anyio
 import docker.errors
 import httpx
 import pytest
+from rock_core.actions import Command
+from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.errors import (
     ImagePullFailed,
     InvalidParameter,
@@ -174,16 +177,27 @@ async def test_disk_limit_is_applied_or_noted(runtime, run_labels, docker_client
 # -- networks ---------------------------------------------------------------------------------
 
 
-async def test_network_none_has_only_loopback(runtime, run_labels, docker_client):
-    """``network: none`` leaves the container with ``lo`` alone, publishes nothing, and says so."""
+async def test_network_none_has_only_loopback_and_a_socket(runtime, run_labels, docker_client):
+    """``network: none``: the container has ``lo`` alone and publishes nothing; the rocklet answers
+    on a unix socket in a host directory, which goes with the container."""
     handle = await create(runtime, run_labels, spec(runtime_options={"network": "none"}))
     assert any(note.startswith("network none:") for note in handle.notes)
     await runtime.start(handle)
     status = await runtime.inspect(handle)
     assert status.state is UnitState.RUNNING
-    assert status.port_mapping == {} and status.rocklet_address is None
+    assert status.port_mapping == {} and status.rocklet_port is None
+    socket_path = Path(status.rocklet_socket)
+    assert status.rocklet_address == (str(socket_path), 0)
+    assert socket_path.parent.parent == runtime.socket_dir
     code, out = await exec_in(docker_client, handle, ["ls", "/sys/class/net"])
     assert code == 0 and out.split() == ["lo"]
+    async with new_http_client() as http:
+        client = RockletClient(http, *status.rocklet_address, handle.sandbox_id)
+        await client.wait_until_alive(30)
+        result = await client.execute(Command(command=["echo", "through the socket"]))
+        assert result.stdout.strip() == "through the socket"
+    await runtime.remove(handle)
+    assert not socket_path.parent.exists(), "the socket directory goes with the container"
 
 
 async def test_network_host_rocklet_listens_on_loopback(runtime, run_labels, docker_client, http):

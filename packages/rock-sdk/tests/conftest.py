@@ -48,7 +48,8 @@ def unique_id(prefix: str = "rock-sdk") -> str:
 
 def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
     """Every container (running or not) of ``sandbox_id``, found by rock's label."""
-    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"})
+    # ignore_removed: a container removed between Docker's list and its inspect is simply gone.
+    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> None:

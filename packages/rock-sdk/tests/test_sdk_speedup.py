@@ -591,8 +591,8 @@ async def test_rocks_register_strategy_adds_a_type_in_process(
 # -- the sandbox's network -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("network", "said"), [("wifi", "expected one of bridge, host, got 'wifi'"),
-                                                ("none", "'none' cannot be used")])
+@pytest.mark.parametrize(("network", "said"), [("wifi", "expected one of bridge, host, none, got 'wifi'"),
+                                                ("None", "expected one of bridge, host, none, got 'None'")])
 async def test_a_bad_network_is_refused_naming_the_field(
     engine: Any, small: dict[str, Any], new_id: Any, containers: Any, network: str, said: str
 ) -> None:

@@ -327,7 +327,7 @@ class SandboxStartRequest:
     ``auto_clear_time`` (minutes, sent by ROCK's SDK); none of them = the server's default.
     ``auto_archive_seconds``/``auto_delete_seconds``: what to do after a stop (``0`` = at once).
     ``env``/``metadata`` (rock additions): container environment and free-form labels.
-    ``network`` (rock addition): ``bridge`` or ``host``; ``None`` = the runtime's default.
+    ``network`` (rock addition): ``bridge``, ``host`` or ``none``; ``None`` = the runtime's default.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)

@@ -466,7 +466,7 @@ def spec_from_start_request(
     ``network`` (when set) the runtime option ``network``.
 
     :raises InvalidParameter: listing every problem: a size of zero or not a size, a CPU count
-        that is not positive, a ``network`` other than ``bridge`` or ``host``, and
+        that is not positive, a ``network`` other than ``bridge``, ``host`` or ``none``, and
         ``auto_archive_seconds`` together with ``auto_delete_seconds`` (ROCK's SDK forbids the
         pair; ROCK's server silently prefers archive; rock refuses).
     """
@@ -536,18 +536,14 @@ def spec_from_start_request(
     )
 
 
-#: The network modes a start request may ask for (``SandboxStartRequest.network``). ``none``
-#: is not one: rock drives a sandbox through its agent's HTTP port, which a sandbox without a
-#: network cannot offer (the Docker runtime's own ``none`` option gives such a container).
-NETWORK_MODES = ("bridge", "host")
+#: The network modes a start request may ask for (``SandboxStartRequest.network``): ``bridge``
+#: (an isolated network with the agent's ports published on 127.0.0.1), ``host`` (the host's
+#: network) and ``none`` (loopback only: no traffic in or out; rock reaches the agent through a
+#: unix socket).
+NETWORK_MODES = ("bridge", "host", "none")
 
 
 def _network_mode(value: str) -> str:
-    if value == "none":
-        raise ValueError(
-            "'none' cannot be used: rock reaches the sandbox's agent over the network, so a sandbox "
-            "without one could not be driven; choose bridge or host"
-        )
     if value not in NETWORK_MODES:
         raise ValueError(f"expected one of {', '.join(NETWORK_MODES)}, got {value!r}")
     return value

@@ -355,9 +355,10 @@ class UnitState(str, enum.Enum):
 class RuntimeStatus:
     """What a runtime's ``inspect`` reports about a sandbox's unit.
 
-    ``rocklet_host``/``rocklet_port`` is where the in-sandbox agent listens, once known.
-    ``exit_code`` and ``oom_killed`` explain an ``exited`` unit; ``error`` is the runtime's own
-    words when something is wrong (``"no such container"``).
+    ``rocklet_host``/``rocklet_port`` is where the in-sandbox agent listens, once known; a
+    sandbox without a network is reached through the unix socket ``rocklet_socket`` (a path on
+    the engine's host) instead. ``exit_code`` and ``oom_killed`` explain an ``exited`` unit;
+    ``error`` is the runtime's own words when something is wrong (``"no such container"``).
     """
 
     state: UnitState = attrs.field(converter=UnitState)
@@ -370,10 +371,15 @@ class RuntimeStatus:
     finished_at: datetime | None = None
     #: Every published container port → its host port on 127.0.0.1 (22555, 8080, ...).
     port_mapping: PortMapping = attrs.field(factory=dict)
+    rocklet_socket: str | None = None
 
     @property
     def rocklet_address(self) -> tuple[str, int] | None:
-        """``(host, port)`` of the in-sandbox agent, or ``None`` while it is not known."""
+        """``(host, port)`` of the in-sandbox agent, ``(socket path, 0)`` when it is reached
+        through a unix socket, or ``None`` while it is not known. Either form is what
+        :class:`~rock_core.engine.rocklet_client.RockletClient` takes."""
+        if self.rocklet_socket is not None:
+            return (self.rocklet_socket, 0)
         if self.rocklet_host is None or self.rocklet_port is None:
             return None
         return (self.rocklet_host, self.rocklet_port)

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import signal
 import socket
+import stat
+import subprocess
+import time
 
 import httpx
+
+from .conftest import system_python
 
 
 def test_root_and_is_alive_answer_like_rock(rocklet):
@@ -114,3 +120,25 @@ def test_concurrent_requests_are_served_in_parallel(rocklet):
     thread.join()
     assert results["slow"]["stdout"] == "slow\n"
     assert results["fast_done_while_slow_running"] is True
+
+
+def test_listens_on_a_unix_socket_that_any_local_user_may_connect_to(pyz, tmp_path):
+    """``--unix PATH`` (sandboxes without a network): HTTP over the socket, mode 0666, SIGTERM ends it."""
+    path = tmp_path / "rocklet.sock"
+    path.write_text("left by an earlier run")  # replaced, not an error
+    stderr = tmp_path / "stderr"
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen([system_python(), "-I", str(pyz), "--unix", str(path)], stderr=err, cwd=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 30
+        while "listening on unix:" not in stderr.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, stderr.read_text()
+            time.sleep(0.01)
+        assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o666
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://rocklet") as client:
+            assert client.get("/is_alive").json()["is_alive"] is True
+            answer = client.post("/execute", json={"command": ["echo", "over unix"], "shell": False}).json()
+            assert answer["stdout"].strip() == "over unix" and answer["exit_code"] == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0, stderr.read_text()

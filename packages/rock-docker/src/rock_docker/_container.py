@@ -50,6 +50,11 @@ INIT_EXEC_FAILED = "exec /bin/sh failed"
 #: With ``network: host`` there is nothing to publish: the rocklet listens on a free host port,
 #: remembered in this label so that ``inspect`` can report it.
 ROCKLET_PORT_LABEL = "rock.docker.rocklet_port"
+#: With ``network: none`` the rocklet listens on a unix socket in a host directory mounted at
+#: :data:`SOCKET_MOUNT`; this label holds the socket's path on the host.
+ROCKLET_SOCKET_LABEL = "rock.docker.rocklet_socket"
+SOCKET_MOUNT = "/rock-run"
+SOCKET_NAME = "rocklet.sock"
 #: The values the ``network`` runtime option may take in a spec.
 NETWORKS = ("bridge", "host", "none")
 # Runtime options a spec may carry and this runtime honours; anything else is refused.
@@ -58,7 +63,7 @@ _OPTIONS = ("network", "use_kata_runtime")
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-def launch_command(*, host: str, port: int) -> list[str]:
+def launch_command(*, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path: str | None = None) -> list[str]:
     """The container's command: start the rocklet with the image's ``python3``, or explain why not.
 
     ``exec`` makes the rocklet the shell's replacement, so signals reach it directly (through
@@ -70,7 +75,7 @@ def launch_command(*, host: str, port: int) -> list[str]:
     script = (
         f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
         f"exit {NO_PYTHON_EXIT_CODE}; }}; "
-        f"exec python3 -I -S {pyz} --host {host} --port {port}"
+        + (f"exec python3 -I -S {pyz} --unix {unix_path}" if unix_path else f"exec python3 -I -S {pyz} --host {host} --port {port}")
     )
     return ["/bin/sh", "-c", script]
 
@@ -154,6 +159,7 @@ def container_config(
     disk_unsupported: str | None,
     host_cpus: int | None = None,
     host_rocklet_port: int | None = None,
+    socket_dir: str | None = None,
     stop_timeout: float = 10.0,
     init: bool = True,
 ) -> ContainerConfig:
@@ -165,6 +171,7 @@ def container_config(
     :param disk_unsupported: why the storage driver cannot limit disk, or ``None`` when it can.
     :param host_cpus: the engine's CPU count; a larger CPU limit is lowered to it, with a note.
     :param host_rocklet_port: with ``network == "host"``, the host port the rocklet listens on.
+    :param socket_dir: with ``network == "none"``, the host directory for the rocklet's unix socket.
     """
     assert spec.sandbox_id is not None, "the engine sets sandbox_id before create"
     notes: list[str] = []
@@ -179,19 +186,26 @@ def container_config(
             f"network host: the rocklet listens on {publish_host}:{host_rocklet_port}; port {APP_PORT} is "
             "the host's own, not published"
         )
+    elif network == "none":
+        assert socket_dir is not None, "a sandbox without a network needs a socket directory"
+        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}")
+        labels[ROCKLET_SOCKET_LABEL] = f"{socket_dir}/{SOCKET_NAME}"
+        ports, bindings = [], {}
+        notes.append(
+            "network none: the sandbox has only a loopback interface; rock reaches its agent through a "
+            "unix socket, and no port is published"
+        )
     else:
         command = launch_command(host="0.0.0.0", port=ROCKLET_PORT)
         ports = [ROCKLET_PORT, APP_PORT]
         # A one-item tuple binds the address and lets Docker choose a free host port.
-        bindings = {port: (publish_host,) for port in ports} if network != "none" else {}
-        if network == "none":
-            notes.append(
-                "network none: the sandbox has only a loopback interface, so its rocklet cannot be "
-                "reached from the host"
-            )
+        bindings = {port: (publish_host,) for port in ports}
+    mounts = [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}]
+    if network == "none":
+        mounts.append({"Type": "bind", "Source": socket_dir, "Target": SOCKET_MOUNT, "ReadOnly": False})
     host: dict[str, Any] = {
         "port_bindings": bindings,
-        "mounts": [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}],
+        "mounts": mounts,
         # Memory and swap equal: a hard limit, the sandbox never swaps (ROCK's --memory-swap).
         "mem_limit": spec.memory,
         "memswap_limit": spec.memory,
@@ -276,6 +290,7 @@ def status_from_inspect(doc: Mapping[str, Any], *, publish_host: str) -> Runtime
     if unit_state is UnitState.RUNNING and labels.get(ROCKLET_PORT_LABEL):
         mapping[Port(ROCKLET_PORT)] = Port(int(labels[ROCKLET_PORT_LABEL]))
     rocklet_port = mapping.get(Port(ROCKLET_PORT)) if unit_state is UnitState.RUNNING else None
+    rocklet_socket = labels.get(ROCKLET_SOCKET_LABEL) if unit_state is UnitState.RUNNING else None
     error = state.get("Error") or None
     return RuntimeStatus(
         state=unit_state,
@@ -287,4 +302,5 @@ def status_from_inspect(doc: Mapping[str, Any], *, publish_host: str) -> Runtime
         started_at=_parse_time(state.get("StartedAt")),
         finished_at=_parse_time(state.get("FinishedAt")),
         port_mapping=mapping if unit_state is UnitState.RUNNING else {},
+        rocklet_socket=rocklet_socket or None,
     )

@@ -56,6 +56,8 @@ from rock_docker._container import (
     NO_PYTHON_EXIT_CODE,
     NO_PYTHON_LOG_LINE,
     ROCKLET_PYZ,
+    ROCKLET_SOCKET_LABEL,
+    SOCKET_NAME,
     container_config,
     explain_start_failure,
     network_for,
@@ -111,6 +113,9 @@ class DockerRuntime(Runtime):
     :param api_timeout: seconds to wait for the engine's answer to one call.
     :param init: run Docker's init as the container's first process, so that the orphans a
         sandbox's commands leave behind are reaped.
+    :param socket_dir: where the unix sockets of sandboxes without a network (``network: none``)
+        live on this host, one sub-directory per container (default ``$TMPDIR/rock-<uid>``; keep it
+        short: a socket path has at most 107 bytes).
     """
 
     name: ClassVar[str] = "docker"
@@ -126,6 +131,7 @@ class DockerRuntime(Runtime):
         max_concurrency: int = 32,
         api_timeout: float = 120.0,
         init: bool = True,
+        socket_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidParameter(
@@ -141,6 +147,8 @@ class DockerRuntime(Runtime):
         self.max_concurrency = max_concurrency
         self.api_timeout = api_timeout
         self.init = init
+        self.socket_dir = Path(socket_dir) if socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
+        self._socket_dirs: dict[str, Path] = {}  # unit id -> its socket directory, for removal
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._lock = threading.Lock()  # guards the lazily made client and the disk probe
         self._rocklet_lock = threading.Lock()  # held while the rocklet is built (the client stays usable)
@@ -198,6 +206,8 @@ class DockerRuntime(Runtime):
         network = network_for(spec, self.network)
         await self._ensure_image(spec, on_phase)
 
+        socket_dir = self._new_socket_dir() if network == "none" else None
+
         def create_container() -> tuple[str, tuple[str, ...]]:
             host_cpus, disk_unsupported = self._probe_engine()
             config = container_config(
@@ -209,6 +219,7 @@ class DockerRuntime(Runtime):
                 disk_unsupported=disk_unsupported,
                 host_cpus=host_cpus,
                 host_rocklet_port=_free_port(self.publish_host) if network == "host" else None,
+                socket_dir=str(socket_dir) if socket_dir is not None else None,
                 stop_timeout=self.stop_timeout,
                 init=self.init,
             )
@@ -225,8 +236,24 @@ class DockerRuntime(Runtime):
                 return create_container()
             return container["Id"], (*self._engine_notes, *config.notes)
 
-        unit_id, notes = await self._run(create_container, attempted="create", sandbox_id=sandbox_id)
+        try:
+            unit_id, notes = await self._run(create_container, attempted="create", sandbox_id=sandbox_id)
+        except BaseException:
+            if socket_dir is not None:
+                shutil.rmtree(socket_dir, ignore_errors=True)
+            raise
+        if socket_dir is not None:
+            self._socket_dirs[unit_id] = socket_dir
         return UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=sandbox_id, notes=notes)
+
+    def _new_socket_dir(self) -> Path:
+        """A fresh directory for one container's rocklet socket (bind-mounted at /rock-run)."""
+        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = Path(tempfile.mkdtemp(prefix="", dir=self.socket_dir))
+        # The container's root may be another uid on the host (user namespaces): let it write.
+        # The parent (0700) keeps everyone else out.
+        path.chmod(0o777)
+        return path
 
     async def _ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> None:
         """The ``image_pull`` phase: make sure the image is on the engine, per the pull policy."""
@@ -393,6 +420,11 @@ class DockerRuntime(Runtime):
                     raise
 
         await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id)
+        socket = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
+        if socket is not None:
+            directory = Path(socket) if not str(socket).endswith(SOCKET_NAME) else Path(socket).parent
+            if directory.parent == self.socket_dir:  # never remove anything else a label names
+                shutil.rmtree(directory, ignore_errors=True)
 
     # -- observation ----------------------------------------------------------------------------
 

@@ -738,7 +738,8 @@ class SandboxManager:
         """A started sandbox's rocklet answered: record its ports and make it running."""
         assert status.rocklet_address is not None
         port = status.rocklet_address[1]
-        self._save(attrs.evolve(live.record, port_mapping=dict(status.port_mapping) or {ROCKLET_PORT: port}))
+        mapping = dict(status.port_mapping) or ({ROCKLET_PORT: port} if port else {})  # no port: a unix socket
+        self._save(attrs.evolve(live.record, port_mapping=mapping))
         live.client = client
         live.activity = time.time()
         async with live.lock:

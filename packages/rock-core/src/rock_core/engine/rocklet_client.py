@@ -12,6 +12,7 @@ command :class:`~rock_core.errors.NonZeroExitCode`, and so on; a rocklet that do
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -53,7 +54,7 @@ from rock_core.errors import (
     SessionNotFound,
 )
 
-__all__ = ["RockletClient", "new_http_client"]
+__all__ = ["RockletClient", "RockletTransport", "new_http_client"]
 
 T = TypeVar("T")
 
@@ -62,14 +63,55 @@ T = TypeVar("T")
 _TIMEOUT_MARGIN = 30.0
 
 
+#: Host names under this domain stand for unix sockets (see :class:`RockletTransport`).
+_UDS_DOMAIN = ".uds.rock.invalid"
+# Socket path of each such host name; the name is a digest of the path, so entries never clash.
+_UDS_PATHS: dict[str, str] = {}
+
+
+def _uds_host(path: str) -> str:
+    name = hashlib.sha256(path.encode()).hexdigest()[:24] + _UDS_DOMAIN
+    _UDS_PATHS[name] = path
+    return name
+
+
+class RockletTransport(httpx.AsyncBaseTransport):
+    """Sends requests over TCP, or over the unix socket a ``*.uds.rock.invalid`` host stands for.
+
+    Rocklets of sandboxes without a network listen on a unix socket; :class:`RockletClient`
+    gives them a made-up host name, and this transport keeps one keep-alive pool per socket.
+    """
+
+    def __init__(self, max_connections: int) -> None:
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._tcp = httpx.AsyncHTTPTransport(limits=self._limits)
+        self._uds: dict[str, httpx.AsyncHTTPTransport] = {}
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        if not host.endswith(_UDS_DOMAIN):
+            return await self._tcp.handle_async_request(request)
+        path = _UDS_PATHS[host]
+        transport = self._uds.get(path)
+        if transport is None:
+            transport = self._uds[path] = httpx.AsyncHTTPTransport(uds=path, limits=httpx.Limits(max_connections=64))
+        return await transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._tcp.aclose()
+        for transport in list(self._uds.values()):
+            await transport.aclose()
+        self._uds.clear()
+
+
 def new_http_client(max_connections: int = 1000) -> httpx.AsyncClient:
     """The pooled client an engine shares across all its sandboxes' rocklets.
 
-    Rocklets listen on 127.0.0.1 only, so proxies from the environment never apply.
+    Rocklets listen on 127.0.0.1 (or a unix socket) only, so proxies from the environment never apply.
     """
     return httpx.AsyncClient(
         timeout=httpx.Timeout(30.0, connect=5.0),
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        transport=RockletTransport(max_connections),
         trust_env=False,
     )
 
@@ -97,18 +139,26 @@ class RockletClient:
     """Calls to the rocklet of one sandbox.
 
     :param http: the engine's shared client (:func:`new_http_client`).
-    :param host: where the rocklet's port is published (``127.0.0.1``).
-    :param port: the host port mapped to the rocklet's 22555.
+    :param host: where the rocklet's port is published (``127.0.0.1``), or the path of its unix
+        socket (a sandbox without a network).
+    :param port: the host port mapped to the rocklet's 22555 (``0`` with a unix socket).
     :param sandbox_id: the sandbox, for error messages and ROCK's ``sandbox_id`` body field.
     """
 
     def __init__(self, http: httpx.AsyncClient, host: str, port: int, sandbox_id: str | None = None) -> None:
         self.http = http
-        self.base_url = f"http://{host}:{port}"
+        self.host = host
+        self.port = port
+        if host.startswith("/"):  # a unix socket: RuntimeStatus.rocklet_address gives (path, 0)
+            self.base_url = f"http://{_uds_host(host)}"
+            self.where = f"unix:{host}"
+        else:
+            self.base_url = f"http://{host}:{port}"
+            self.where = self.base_url
         self.sandbox_id = sandbox_id
 
     def __repr__(self) -> str:
-        return f"RockletClient({self.base_url!r}, sandbox_id={self.sandbox_id!r})"
+        return f"RockletClient({self.where!r}, sandbox_id={self.sandbox_id!r})"
 
     # -- transport -------------------------------------------------------------------------
 
@@ -134,7 +184,7 @@ class RockletClient:
             ) from exc
         except httpx.TransportError as exc:
             raise RockletUnreachable(
-                f"the rocklet of sandbox {self.sandbox_id} at {self.base_url} is unreachable: {exc!r}",
+                f"the rocklet of sandbox {self.sandbox_id} at {self.where} is unreachable: {exc!r}",
                 sandbox_id=self.sandbox_id,
                 attempted=attempted,
             ) from exc
@@ -190,7 +240,7 @@ class RockletClient:
         while True:
             remaining = timeout - (time.monotonic() - start)
             if remaining <= 0:
-                raise TimeoutError(f"rocklet at {self.base_url} did not answer within {timeout:g}s")
+                raise TimeoutError(f"rocklet at {self.where} did not answer within {timeout:g}s")
             if await self.is_alive(timeout=min(max(remaining, 0.05), 2.0)):
                 return time.monotonic() - start
             await anyio.sleep(min(delay, max(remaining, 0)))

@@ -1,4 +1,4 @@
-"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555] [--state-dir DIR]``.
+"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH] [--state-dir DIR]``.
 
 Also ``python3 -m rock_core.rocklet`` from a source tree. ``--version`` prints the version.
 Arguments are parsed by hand: :mod:`argparse` would cost milliseconds of start-up.
@@ -17,16 +17,17 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 
 from . import __version__
 
-USAGE = """usage: rocklet [--host HOST] [--port PORT] [--state-dir DIR] [--version]
+USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH] [--state-dir DIR] [--version]
 
 rock's in-sandbox agent: ROCK's rocklet HTTP API on HOST:PORT (default 0.0.0.0:22555).
+  --unix PATH      listen on a unix socket instead (a sandbox without a network)
   --state-dir DIR  session scratch files and background process output
                    (default: a new directory under $TMPDIR or /tmp, removed on exit)
 """
 
 
 def _parse(argv: List[str]) -> dict:
-    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None}  # type: dict
+    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None}  # type: dict
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -37,7 +38,7 @@ def _parse(argv: List[str]) -> dict:
         if key in ("-v", "--version"):
             sys.stdout.write(__version__ + "\n")
             raise SystemExit(0)
-        if key not in ("--host", "--port", "--state-dir"):
+        if key not in ("--host", "--port", "--state-dir", "--unix"):
             sys.stderr.write("rocklet: unknown argument %r\n%s" % (arg, USAGE))
             raise SystemExit(2)
         if not eq:
@@ -116,12 +117,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         os.makedirs(state_dir, mode=0o711, exist_ok=True)
         try:
-            server = RockletServer(build_router(rocklet), opts["host"], opts["port"])
+            server = RockletServer(build_router(rocklet), opts["host"], opts["port"], opts["unix"])
         except OSError as exc:
-            sys.stderr.write("rocklet: cannot listen on %s:%s: %s\n" % (opts["host"], opts["port"], exc))
+            where = opts["unix"] or "%s:%s" % (opts["host"], opts["port"])
+            sys.stderr.write("rocklet: cannot listen on %s: %s\n" % (where, exc))
             return 1
-        host, port = server.address
-        sys.stderr.write("rocklet %s listening on http://%s:%d (state in %s)\n" % (__version__, host, port, state_dir))
+        sys.stderr.write("rocklet %s listening on %s (state in %s)\n" % (__version__, server.url, state_dir))
         sys.stderr.flush()
         threading.Thread(target=rocklet.warm_up, daemon=True).start()
         server.serve_forever()

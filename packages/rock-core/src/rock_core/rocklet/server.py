@@ -20,6 +20,7 @@ No request is cut off by a server-wide timeout: a request lasts as long as its h
 from __future__ import annotations
 
 import json
+import os
 import select
 import signal
 import socket
@@ -299,23 +300,45 @@ class Router:
 
 
 class RockletServer:
-    """Accepts connections on ``host:port`` and serves each in its own thread through ``router``."""
+    """Accepts connections on ``host:port`` (or the unix socket ``unix_path``) and serves each
+    in its own thread through ``router``.
 
-    def __init__(self, router: Router, host: str = "0.0.0.0", port: int = 22555) -> None:
+    A unix socket is how a sandbox without a network (Docker's ``--network none``) is reached:
+    it lives in a directory the host bind-mounts, and is made connectable by any local user
+    (the directory is what guards it).
+    """
+
+    def __init__(self, router: Router, host: str = "0.0.0.0", port: int = 22555, unix_path: Optional[str] = None) -> None:
         self.router = router
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        self.unix_path = unix_path
+        if unix_path is not None:
+            if os.path.exists(unix_path):
+                os.unlink(unix_path)  # left by an earlier run of this container
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(unix_path)
+            os.chmod(unix_path, 0o666)
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
         sock.listen(1024)
         self._sock = sock
         self._closing = False
 
     @property
     def address(self) -> Tuple[str, int]:
-        """The bound ``(host, port)`` (the real port when 0 was asked for)."""
+        """The bound ``(host, port)`` (the real port when 0 was asked for); ``(path, 0)`` on a unix socket."""
+        if self.unix_path is not None:
+            return self.unix_path, 0
         addr = self._sock.getsockname()
         return addr[0], addr[1]
+
+    @property
+    def url(self) -> str:
+        """Where it listens, for people: ``http://host:port`` or ``unix:PATH``."""
+        host, port = self.address
+        return "unix:%s" % host if self.unix_path is not None else "http://%s:%d" % (host, port)
 
     def serve_forever(self) -> None:
         """Accept until :meth:`shutdown`; each connection runs in a daemon thread.
@@ -372,10 +395,11 @@ class RockletServer:
     # -- one connection -------------------------------------------------------------------
 
     def _serve_connection(self, conn: socket.socket) -> None:
-        try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError:
-            pass
+        if self.unix_path is None:
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
         rfile = conn.makefile("rb", buffering=65536)
         try:
             while self._serve_one(conn, rfile):

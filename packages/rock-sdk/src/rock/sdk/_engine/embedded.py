@@ -38,7 +38,6 @@ import contextlib
 import logging
 import os
 import threading
-import urllib.parse
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -430,9 +429,8 @@ class EmbeddedEngine:
 
     async def _address_of(self, sandbox_id: str, attempted: str) -> tuple[str, int]:
         """(engine loop) The rocklet address of a running sandbox; raises the manager's error if not running."""
-        url = urllib.parse.urlsplit(self.manager.rocklet(sandbox_id, attempted).base_url)
-        assert url.hostname is not None and url.port is not None
-        address = (url.hostname, url.port)
+        client = self.manager.rocklet(sandbox_id, attempted)
+        address = (client.host, client.port)  # (path, 0) for a rocklet on a unix socket
         self._addresses.put(sandbox_id, address)
         return address
 

@@ -134,10 +134,11 @@ class SandboxConfig(BaseConfig):
     :param env: (rock) environment variables of the sandbox's container.
     :param metadata: (rock) free-form labels, shown in ``get_status``.
     :param network: (rock) the sandbox's network: ``"bridge"`` (the runtime's default when
-        ``None``: a network of its own, reached through ports published on 127.0.0.1) or
+        ``None``: a network of its own, reached through ports published on 127.0.0.1),
         ``"host"`` (the host's network: it reaches services on the host's ``127.0.0.1``, e.g.
-        a local mirror). ``"none"`` is refused: rock drives a sandbox through its agent's HTTP
-        port. Checked at start (:class:`~rock_core.errors.InvalidParameter` naming ``network``).
+        a local mirror) or ``"none"`` (loopback only: nothing gets in or out; rock drives it
+        through a unix socket and publishes no port). Checked at start
+        (:class:`~rock_core.errors.InvalidParameter` naming ``network``).
 
     :raises InvalidConfig: a negative ``auto_*`` value, both ``auto_archive_seconds`` and
         ``auto_delete_seconds``, a value of the wrong type.
