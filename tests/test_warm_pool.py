@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
 import time
 
 import anyio
@@ -232,3 +235,34 @@ async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
         cold = [created[s.sandbox_id] for s in statuses if s.status["docker_run"].message == "docker run success"]
         assert len(cold) == 3
         assert created[refill.name] > max(cold), "the refill waited for the queued starts"
+
+
+def test_the_readme_way_an_embedded_sdk_process_with_a_warm_pool(docker_client, tmp_path):
+    """README "Warm pools": configure_embedded_engine(EngineConfig(warm_pools=[...])), then plain SDK code."""
+    script = tmp_path / "trainer.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio, time
+        from rock_core.engine.config import EngineConfig
+        from rock.sdk import configure_embedded_engine, get_embedded_engine
+        from rock.sdk.sandbox.client import Sandbox
+        from rock.sdk.sandbox.config import SandboxConfig
+
+        configure_embedded_engine(EngineConfig(warm_pools=[{{"image": {IMAGE!r}, "memory": "256m", "cpus": 0.5, "size": 2}}]))
+        engine = get_embedded_engine()
+        engine.start()
+        engine.call_blocking(engine.manager.wait_warm, 120)
+
+        async def main():
+            sandbox = Sandbox(SandboxConfig(image={IMAGE!r}, memory="256m", cpus=0.5))
+            await sandbox.start()
+            status = await sandbox.get_status()
+            print(status.status["docker_run"].message.split(" pool-")[0])
+            await sandbox.stop()
+
+        asyncio.run(main())
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "claimed from warm pool"
+    left = docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True)
+    assert [c.name for c in left] == [], "the process's engine removed its pool at exit"
