@@ -10,38 +10,18 @@ import pytest
 from rock_core.archive import ArchiveStore
 from rock_core.errors import BadRequestRockError, InvalidParameter, RockError, error_for_code
 from rock_core.models import SandboxSpec
-from rock_core.runtime import NotSupported, Runtime, UnitHandle
+from rock_core.runtime import NotSupported, UnitHandle
 from rock_core.speedup import SpeedupStrategy
+from rock_core.testing import NullRuntime
 
 
-class PlainRuntime(Runtime):
-    """Implements only the required methods."""
+class PlainRuntime(NullRuntime):
+    """Implements only the required methods (as NullRuntime does), and counts its closes."""
 
     name = "plain"
 
     def __init__(self) -> None:
         self.closed = 0
-
-    async def create(self, spec: Any, *, labels: Any) -> UnitHandle:
-        return UnitHandle(self.name, "c-1", "sb-1")
-
-    async def start(self, handle: UnitHandle) -> None:
-        pass
-
-    async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
-        pass
-
-    async def remove(self, handle: UnitHandle) -> None:
-        pass
-
-    async def inspect(self, handle: UnitHandle) -> Any:
-        return None
-
-    async def list(self, labels: Any) -> list[UnitHandle]:
-        return []
-
-    async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
-        return ""
 
     async def aclose(self) -> None:
         self.closed += 1

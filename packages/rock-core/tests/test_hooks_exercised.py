@@ -20,9 +20,9 @@ from rock_core import hookimpl, hookspecs
 from rock_core.archive import ArchiveStore
 from rock_core.envs import Environment, EnvProvider
 from rock_core.plugins import Plugins, get_plugin_manager
-from rock_core.runtime import Runtime, UnitHandle
 from rock_core.speedup import SpeedupStrategy
 from rock_core.states import Event, State
+from rock_core.testing import NullRuntime
 
 _F = TypeVar("_F", bound=Callable[..., Any])
 EXERCISED: dict[str, list[str]] = {}
@@ -70,32 +70,7 @@ def calls(request: pytest.FixtureRequest) -> Iterator[HookCalls]:
 
 
 # ---------------------------------------------------------------------------------------------
-# tiny concrete backends
-
-
-class NullRuntime(Runtime):
-    name = "null"
-
-    async def create(self, spec: Any, *, labels: Any) -> UnitHandle:
-        return UnitHandle(self.name, "unit", "sandbox")
-
-    async def start(self, handle: UnitHandle) -> None:
-        pass
-
-    async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
-        pass
-
-    async def remove(self, handle: UnitHandle) -> None:
-        pass
-
-    async def inspect(self, handle: UnitHandle) -> Any:
-        return None
-
-    async def list(self, labels: Any) -> list[UnitHandle]:
-        return []
-
-    async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
-        return ""
+# tiny concrete backends (and rock_core.testing.NullRuntime)
 
 
 class MemoryStore(ArchiveStore):

@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -16,94 +14,24 @@ from rock_core.errors import InvalidParameter, PluginError
 from rock_core.plugins import PluginInfo, Plugins, get_plugin_manager
 from rock_core.runtime import Runtime, UnitHandle
 from rock_core.speedup import SpeedupStrategy
+from rock_core.testing import NullRuntime, PluginSite
+
+# The tests install distributions with the `plugin_site` fixture of rock's testing plugin.
+pytest_plugins = ["rock_core.testing.fixtures"]
 
 RUNTIME_SOURCE = """
 from rock_core import hookimpl
-from rock_core.runtime import Runtime, UnitHandle
+from rock_core.testing import NullRuntime
 
 
-class {cls}(Runtime):
+class {cls}(NullRuntime):
     name = {runtime!r}
-
-    async def create(self, spec, *, labels):
-        return UnitHandle(self.name, "u1", "sb1")
-
-    async def start(self, handle):
-        pass
-
-    async def stop(self, handle, *, timeout):
-        pass
-
-    async def remove(self, handle):
-        pass
-
-    async def inspect(self, handle):
-        return None
-
-    async def list(self, labels):
-        return []
-
-    async def logs(self, handle, tail=None):
-        return ""
 
 
 @hookimpl
 def rock_register_runtimes(register):
     register({runtime!r}, {cls})
 """
-
-
-class Site:
-    """A directory on sys.path into which tests install small distributions.
-
-    The workspace's own site-packages are taken off sys.path, so that the distributions a test
-    installs here are the only ones announcing rock plugins.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.modules: list[str] = []
-
-    def install(
-        self,
-        dist: str,
-        version: str = "1.0",
-        *,
-        entry_points: dict[str, str] | None = None,
-        source: str | None = None,
-    ) -> str:
-        """Install ``dist`` with one plugin module; return the module's (unique) name.
-
-        ``entry_points`` maps entry-point names to targets; ``{module}`` in a target is replaced by
-        the module's name. By default one entry point, named like the distribution minus ``rock-``.
-        """
-        module = f"rock_test_plugin_{uuid.uuid4().hex[:10]}"
-        self.modules.append(module)
-        (self.path / f"{module}.py").write_text(source if source is not None else "", encoding="utf-8")
-        info = self.path / f"{dist.replace('-', '_')}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8")
-        eps = entry_points if entry_points is not None else {dist.removeprefix("rock-"): "{module}"}
-        lines = "".join(f"{name} = {target.format(module=module)}\n" for name, target in eps.items())
-        (info / "entry_points.txt").write_text(f"[rock]\n{lines}", encoding="utf-8")
-        return module
-
-
-@pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ("ROCK_DISABLE_PLUGINS", "ROCK_PLUGINS", "ROCK_TRACE_PLUGINS"):
-        monkeypatch.delenv(var, raising=False)
-
-
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
-    path = tmp_path / "site"
-    path.mkdir()
-    monkeypatch.setattr(sys, "path", [str(path), *(p for p in sys.path if "site-packages" not in p)])
-    s = Site(path)
-    yield s
-    for module in s.modules:
-        sys.modules.pop(module, None)
 
 
 def _by_name(infos: list[PluginInfo]) -> dict[str, PluginInfo]:
@@ -130,7 +58,7 @@ def test_each_call_builds_a_fresh_manager() -> None:
 def test_importing_rock_loads_no_plugin(tmp_path: Path) -> None:
     # A plugin that cannot even be imported must not break `import rock_core.plugins`: the
     # manager is only built when asked for.
-    site = Site(tmp_path)
+    site = PluginSite(tmp_path)
     site.install("rock-broken", source="raise RuntimeError('boom at import')\n")
     code = (
         "import rock_core, rock_core.plugins\n"
@@ -139,7 +67,7 @@ def test_importing_rock_loads_no_plugin(tmp_path: Path) -> None:
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
-        env={"PYTHONPATH": str(tmp_path), "PATH": "", "ROCK_PLUGINS": "broken"},
+        env={"PYTHONPATH": str(site.path), "PATH": "", "ROCK_PLUGINS": "broken"},
         capture_output=True,
         text=True,
         check=False,
@@ -148,8 +76,8 @@ def test_importing_rock_loads_no_plugin(tmp_path: Path) -> None:
     assert "PluginError" in proc.stderr and "boom at import" in proc.stderr
 
 
-def test_entry_point_plugins_load_and_are_described(site: Site) -> None:
-    module = site.install("rock-alpha", "2.5.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_entry_point_plugins_load_and_are_described(plugin_site: PluginSite) -> None:
+    module = plugin_site.install("rock-alpha", "2.5.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     plugins = Plugins(get_plugin_manager())
     assert [cls.__name__ for cls in plugins.runtimes().values()] == ["AlphaRuntime"]
     assert plugins.describe() == [
@@ -164,16 +92,16 @@ def test_entry_point_plugins_load_and_are_described(site: Site) -> None:
     ]
 
 
-def test_load_entrypoints_false_ignores_installed_plugins(site: Site) -> None:
-    site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_load_entrypoints_false_ignores_installed_plugins(plugin_site: PluginSite) -> None:
+    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     plugins = Plugins(get_plugin_manager(load_entrypoints=False))
     assert plugins.runtimes() == {}
     assert plugins.describe() == []
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on", "all", "*"])
-def test_rock_disable_plugins_truthy_loads_no_entry_point(site: Site, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    module = site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_rock_disable_plugins_truthy_loads_no_entry_point(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    module = plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", value)
     plugins = Plugins(get_plugin_manager())
     assert plugins.runtimes() == {}
@@ -182,18 +110,18 @@ def test_rock_disable_plugins_truthy_loads_no_entry_point(site: Site, monkeypatc
 
 
 @pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
-def test_rock_disable_plugins_falsy_loads_everything(site: Site, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_rock_disable_plugins_falsy_loads_everything(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", value)
     assert set(Plugins(get_plugin_manager()).runtimes()) == {"alpha"}
 
 
 @pytest.mark.parametrize("value", ["alpha", "rock-alpha", "Rock_Alpha", " other , alpha "])
 def test_rock_disable_plugins_list_blocks_by_entry_point_or_distribution_name(
-    site: Site, monkeypatch: pytest.MonkeyPatch, value: str
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
-    site.install("rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta"))
+    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    plugin_site.install("rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta"))
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", value)
     plugins = Plugins(get_plugin_manager())
     assert set(plugins.runtimes()) == {"beta"}
@@ -203,9 +131,9 @@ def test_rock_disable_plugins_list_blocks_by_entry_point_or_distribution_name(
 
 
 @pytest.mark.parametrize("value", ["beta", "rock-beta", "beta,gamma"])
-def test_rock_plugins_is_an_allow_list(site: Site, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    alpha = site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
-    site.install("rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta"))
+def test_rock_plugins_is_an_allow_list(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    alpha = plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    plugin_site.install("rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta"))
     monkeypatch.setenv("ROCK_PLUGINS", value)
     plugins = Plugins(get_plugin_manager())
     assert set(plugins.runtimes()) == {"beta"}
@@ -213,8 +141,8 @@ def test_rock_plugins_is_an_allow_list(site: Site, monkeypatch: pytest.MonkeyPat
     assert alpha not in sys.modules
 
 
-def test_rock_disable_plugins_wins_over_the_allow_list(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_rock_disable_plugins_wins_over_the_allow_list(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     monkeypatch.setenv("ROCK_PLUGINS", "alpha")
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "alpha")
     assert Plugins(get_plugin_manager()).runtimes() == {}
@@ -231,8 +159,8 @@ def test_environment_variables_do_not_filter_plugins_given_in_process(monkeypatc
     assert Plugins(get_plugin_manager(plugins=[Given()])).admin_routes() == ["/given"]
 
 
-def test_a_plugin_that_fails_to_import_names_entry_point_and_distribution(site: Site) -> None:
-    site.install("rock-broken", "0.0.7", source="import rock_no_such_module_anywhere\n")
+def test_a_plugin_that_fails_to_import_names_entry_point_and_distribution(plugin_site: PluginSite) -> None:
+    plugin_site.install("rock-broken", "0.0.7", source="import rock_no_such_module_anywhere\n")
     with pytest.raises(PluginError) as info:
         get_plugin_manager()
     message = str(info.value)
@@ -241,22 +169,22 @@ def test_a_plugin_that_fails_to_import_names_entry_point_and_distribution(site: 
     assert isinstance(info.value.__cause__, ModuleNotFoundError)
 
 
-def test_a_broken_plugin_can_be_disabled(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    site.install("rock-broken", source="raise RuntimeError('boom')\n")
-    site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_a_broken_plugin_can_be_disabled(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin_site.install("rock-broken", source="raise RuntimeError('boom')\n")
+    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "broken")
     assert set(Plugins(get_plugin_manager()).runtimes()) == {"alpha"}
 
 
-def test_two_distributions_announcing_one_plugin_name_is_an_error(site: Site) -> None:
-    site.install("rock-one", entry_points={"same": "{module}"})
-    site.install("rock-two", entry_points={"same": "{module}"})
+def test_two_distributions_announcing_one_plugin_name_is_an_error(plugin_site: PluginSite) -> None:
+    plugin_site.install("rock-one", entry_points={"same": "{module}"})
+    plugin_site.install("rock-two", entry_points={"same": "{module}"})
     with pytest.raises(PluginError, match=r"'same'.*rock-one 1.0.*rock-two 1.0|'same'.*rock-two 1.0.*rock-one 1.0"):
         get_plugin_manager()
 
 
-def test_a_misspelt_hook_fails_loading(site: Site) -> None:
-    site.install(
+def test_a_misspelt_hook_fails_loading(plugin_site: PluginSite) -> None:
+    plugin_site.install(
         "rock-typo",
         "3.0",
         source="from rock_core import hookimpl\n\n@hookimpl\ndef rock_register_runtime(register):\n    pass\n",
@@ -276,9 +204,9 @@ def test_a_hook_asking_for_a_parameter_the_spec_lacks_fails_loading() -> None:
 
 
 def test_trace_shows_loading_and_hook_calls_on_stderr(
-    site: Site, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    site.install("rock-alpha", "2.0", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    plugin_site.install("rock-alpha", "2.0", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     monkeypatch.setenv("ROCK_TRACE_PLUGINS", "1")
     Plugins(get_plugin_manager()).runtimes()
     err = capsys.readouterr().err
@@ -287,8 +215,8 @@ def test_trace_shows_loading_and_hook_calls_on_stderr(
     assert "finish rock_register_runtimes" in err
 
 
-def test_no_trace_without_rock_trace_plugins(site: Site, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_no_trace_without_rock_trace_plugins(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
     monkeypatch.setenv("ROCK_TRACE_PLUGINS", "0")
     Plugins(get_plugin_manager()).runtimes()
     assert capsys.readouterr().err == ""
@@ -296,31 +224,6 @@ def test_no_trace_without_rock_trace_plugins(site: Site, monkeypatch: pytest.Mon
 
 # ---------------------------------------------------------------------------------------------
 # the facade's checks on what plugins register
-
-
-class _Runtime(Runtime):
-    name = "fine"
-
-    async def create(self, spec: object, *, labels: object) -> UnitHandle:
-        return UnitHandle(self.name, "u", "s")
-
-    async def start(self, handle: UnitHandle) -> None:
-        pass
-
-    async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
-        pass
-
-    async def remove(self, handle: UnitHandle) -> None:
-        pass
-
-    async def inspect(self, handle: UnitHandle) -> object:
-        return None
-
-    async def list(self, labels: object) -> list[UnitHandle]:
-        return []
-
-    async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
-        return ""
 
 
 def _registering(name: object, cls: object, hook: str = "rock_register_runtimes") -> object:
@@ -331,9 +234,9 @@ def _registering(name: object, cls: object, hook: str = "rock_register_runtimes"
     return type("Registering", (), {hook: staticmethod(hookimpl(impl))})()
 
 
-def test_registering_the_same_name_twice_names_both_distributions(site: Site) -> None:
-    site.install("rock-alpha", "1.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="same"))
-    site.install("rock-beta", "2.2", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="same"))
+def test_registering_the_same_name_twice_names_both_distributions(plugin_site: PluginSite) -> None:
+    plugin_site.install("rock-alpha", "1.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="same"))
+    plugin_site.install("rock-beta", "2.2", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="same"))
     plugins = Plugins(get_plugin_manager())
     with pytest.raises(PluginError) as info:
         plugins.runtimes()
@@ -342,7 +245,7 @@ def test_registering_the_same_name_twice_names_both_distributions(site: Site) ->
 
 
 def test_registering_an_instance_instead_of_a_class_is_an_error() -> None:
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("fine", _Runtime())]))
+    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("fine", NullRuntime())]))
     with pytest.raises(PluginError, match="register the class itself"):
         plugins.runtimes()
 
@@ -352,7 +255,7 @@ def test_registering_a_class_of_the_wrong_kind_is_an_error() -> None:
     with pytest.raises(PluginError, match=r"not a subclass of rock_core.runtime.Runtime"):
         plugins.runtimes()
     speedup = Plugins(
-        get_plugin_manager(load_entrypoints=False, plugins=[_registering("apt", _Runtime, "rock_register_speedups")])
+        get_plugin_manager(load_entrypoints=False, plugins=[_registering("apt", NullRuntime, "rock_register_speedups")])
     )
     with pytest.raises(PluginError, match=r"not a subclass of rock_core.speedup.SpeedupStrategy"):
         speedup.speedups()
@@ -372,13 +275,13 @@ def test_registering_an_abstract_class_lists_what_is_missing() -> None:
 
 @pytest.mark.parametrize("name", ["", None, 3])
 def test_registering_under_a_bad_name_is_an_error(name: object) -> None:
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering(name, _Runtime)]))
+    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering(name, NullRuntime)]))
     with pytest.raises(PluginError, match="names are non-empty strings"):
         plugins.runtimes()
 
 
-def test_an_exception_in_a_hook_becomes_a_plugin_error_naming_the_plugin(site: Site) -> None:
-    site.install(
+def test_an_exception_in_a_hook_becomes_a_plugin_error_naming_the_plugin(plugin_site: PluginSite) -> None:
+    plugin_site.install(
         "rock-faulty",
         "0.2",
         source="from rock_core import hookimpl\n\n@hookimpl\ndef rock_register_speedups(register):\n    {}['x']\n",

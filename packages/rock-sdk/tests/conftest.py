@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +70,11 @@ class AdminServer:
     log_file: Path
     process: subprocess.Popen[bytes] | None
 
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        return int(self.url.rsplit(":", 1)[1])
+
     def log_tail(self, lines: int = 40) -> str:
         """The end of the server's log, for failure messages."""
         try:
@@ -97,9 +102,13 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def launch_admin(state_dir: Path, *, config: str | None = None, port: int | None = None) -> AdminServer:
+def launch_admin(
+    state_dir: Path, *, config: str | None = None, port: int | None = None, env: Mapping[str, str] | None = None
+) -> AdminServer:
     """Start ``rock admin serve`` on 127.0.0.1 with its state (and ``config`` TOML) in ``state_dir``.
 
+    ``env`` adds to the server's environment (``ROCK_ADMIN_API_KEYS=...``). Its output goes to
+    ``state_dir/admin.log``, where ``rock admin start`` puts it and ``rock log`` reads it.
     Waits until ``/healthz`` answers; fails the test with the server's log when it does not.
     """
     port = port or _free_port()
@@ -107,11 +116,11 @@ def launch_admin(state_dir: Path, *, config: str | None = None, port: int | None
     if config is not None:
         (state_dir / "admin.toml").write_text(config)
         args += ["--config", str(state_dir / "admin.toml")]
-    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
-    env.pop("ROCK_BASE_URL", None)
-    log_file = state_dir / f"test-admin-{port}.log"
-    with open(log_file, "wb") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    environ = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir), **(env or {})}
+    environ.pop("ROCK_BASE_URL", None)
+    log_file = state_dir / "admin.log"
+    with open(log_file, "ab") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
     server = AdminServer(url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process)
     deadline = time.monotonic() + 60
     while not _healthy(server.url):
@@ -144,6 +153,12 @@ def stop_admin(server: AdminServer, docker_client: Any) -> None:
 def admin_launcher() -> Any:
     """``(launch_admin, stop_admin)``, for tests that run admins of their own."""
     return launch_admin, stop_admin
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Any:
+    """``free_port()``: a TCP port on 127.0.0.1 that nothing listens on right now."""
+    return _free_port
 
 
 @pytest.fixture(scope="session")

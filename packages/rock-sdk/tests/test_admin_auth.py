@@ -1,16 +1,14 @@
 """API keys and tenancy of the admin server.
 
-The settings rules run without a server. The rest drive a real ``rock admin start`` on a free
-port with two keys, one from the config file (as a hash) and one from ``ROCK_ADMIN_API_KEYS``
-(as plain text), each starting a small sandbox on the local Docker engine. Every container the
-admin made is removed at the end (found by its ``rock.sandbox_id`` label).
+The settings rules run without a server. The rest drive a real admin (the conftest launcher's
+``rock admin serve``) on a free port with two keys, one from the config file (as a hash) and one
+from ``ROCK_ADMIN_API_KEYS`` (as plain text), each starting a small sandbox on the local Docker
+engine. Every container the admin made is removed at the end (found by its ``rock.owner`` label).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -27,7 +25,6 @@ from rock_core.errors import InvalidParameter
 IMAGE = "python:3.11"
 PREFIX = "/apis/envs/sandbox/v1"
 SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5}
-ROCK = Path(sys.executable).with_name("rock")
 
 KEY_A = "key-a-" + uuid.uuid4().hex  # configured in the file, as its sha256
 KEY_B = "key-b-" + uuid.uuid4().hex  # configured through ROCK_ADMIN_API_KEYS, as plain text
@@ -104,49 +101,24 @@ def test_hash_helper_prints_an_entry_for_a_key() -> None:
 # A real admin with two keys
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class KeyedAdmin:
-    """``rock admin start`` with key A in its config file and key B in its environment."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.config = state_dir / "admin.toml"
-        self.config.write_text(
-            '[admin]\nlog_level = "debug"\naccess_log = true\n'
-            f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }}]\n'
-        )
-        self.log_file = state_dir / "admin.log"
-        self.started: list[str] = []
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """``rock admin ARGS`` with this admin's state directory and key B; never raises."""
-        env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(self.state_dir), "ROCK_ADMIN_API_KEYS": f"team-b={KEY_B}"}
-        return subprocess.run([str(ROCK), "admin", *args], env=env, capture_output=True, text=True, timeout=120)
-
-
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[KeyedAdmin]:
-    """The module's keyed admin; its sandboxes' containers are removed at the end."""
-    server = KeyedAdmin(tmp_path_factory.mktemp("admin-auth"))
-    done = server.cli("start", "--port", str(server.port), "--config", str(server.config))
-    assert done.returncode == 0, done.stdout + done.stderr
+def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[Any]:
+    """The module's admin, with key A in its config file and key B in its environment (its log
+    at debug level, with the access log on); its sandboxes' containers are removed at the end."""
+    launch_admin, stop_admin = admin_launcher
+    server = launch_admin(
+        tmp_path_factory.mktemp("admin-auth"),
+        config='[admin]\nlog_level = "debug"\naccess_log = true\n'
+        f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }}]\n',
+        env={"ROCK_ADMIN_API_KEYS": f"team-b={KEY_B}"},
+    )
     try:
         yield server
     finally:
-        server.cli("stop")
-        for sandbox_id in server.started:
-            for container in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}):
-                container.remove(force=True)
+        stop_admin(server, docker_client)
 
 
-def client(admin: KeyedAdmin, headers: dict[str, str] | None = None) -> httpx.Client:
+def client(admin: Any, headers: dict[str, str] | None = None) -> httpx.Client:
     """An HTTP client of the admin sending ``headers``."""
     return httpx.Client(base_url=admin.url, timeout=120, headers=headers or {})
 
@@ -167,32 +139,31 @@ def ok(http: httpx.Client, method: str, route: str, **kw: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def http_a(admin: KeyedAdmin) -> Iterator[httpx.Client]:
+def http_a(admin: Any) -> Iterator[httpx.Client]:
     """Key A, as ``X-API-Key``."""
     with client(admin, {"X-API-Key": KEY_A, **IDENTITY_A}) as http:
         yield http
 
 
 @pytest.fixture(scope="module")
-def http_b(admin: KeyedAdmin) -> Iterator[httpx.Client]:
+def http_b(admin: Any) -> Iterator[httpx.Client]:
     """Key B, as ``Authorization: Bearer``."""
     with client(admin, {"Authorization": f"Bearer {KEY_B}", **IDENTITY_B}) as http:
         yield http
 
 
 @pytest.fixture(scope="module")
-def sandboxes(admin: KeyedAdmin, http_a: httpx.Client, http_b: httpx.Client) -> tuple[str, str]:
+def sandboxes(admin: Any, http_a: httpx.Client, http_b: httpx.Client) -> tuple[str, str]:
     """One running sandbox of each key: (A's, B's)."""
     ids = []
     for http, prefix in ((http_a, "auth-a"), (http_b, "auth-b")):
         sandbox_id = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        admin.started.append(sandbox_id)
         assert ok(http, "POST", "start", json={**SMALL, "sandbox_id": sandbox_id})["sandbox_id"] == sandbox_id
         ids.append(sandbox_id)
     return ids[0], ids[1]
 
 
-def test_healthz_and_greeting_are_open(admin: KeyedAdmin) -> None:
+def test_healthz_and_greeting_are_open(admin: Any) -> None:
     with client(admin) as http:
         assert http.get("/healthz").json()["status"] == "ok"
         assert http.get("/").json() == {"message": "hello, ROCK!"}
@@ -209,7 +180,7 @@ def test_healthz_and_greeting_are_open(admin: KeyedAdmin) -> None:
      ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/no/such/path")],
 )
 def test_a_missing_or_unknown_key_is_401_with_rocks_envelope(
-    admin: KeyedAdmin, headers: dict[str, str], method: str, path: str
+    admin: Any, headers: dict[str, str], method: str, path: str
 ) -> None:
     with client(admin, headers) as http:
         response = http.request(method, path, json={**SMALL} if method == "POST" else None)
@@ -316,7 +287,7 @@ def test_owners_stop_and_delete_their_own(http_a: httpx.Client, http_b: httpx.Cl
     assert ok(http_b, "GET", "sandboxes")["items"] == []
 
 
-def test_the_log_holds_no_key(admin: KeyedAdmin, http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]) -> None:
+def test_the_log_holds_no_key(admin: Any, http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]) -> None:
     ok(http_a, "GET", "sandboxes")
     ok(http_b, "GET", "sandboxes")
     with client(admin, {"X-API-Key": WRONG_KEY}) as http:

@@ -16,13 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.parse
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -31,7 +26,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 PREFIX = "/apis/envs/sandbox/v1"
-ROCK = Path(sys.executable).with_name("rock")
 # Examples per operation (``ROCK_FUZZ_EXAMPLES`` for a longer hunt).
 EXAMPLES = int(os.environ.get("ROCK_FUZZ_EXAMPLES", "30"))
 # Routes whose valid bodies would start sandboxes: fuzzed without the required ``image``.
@@ -39,53 +33,15 @@ STARTING = {"start", "start_async"}
 ENVELOPE_KEYS = {"status", "message", "error", "result"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(url + "/healthz", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
 @pytest.fixture(scope="module")
-def admin_url(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[str]:
+def admin_url(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[str]:
     """A ``rock admin serve`` of its own (small body limits so 413 can be reached), stopped at the end."""
-    state_dir = tmp_path_factory.mktemp("fuzz-admin")
-    config = state_dir / "admin.toml"
-    config.write_text('[admin]\nmax_json_body = "64k"\nmax_upload_body = "128k"\n')
-    port = _free_port()
-    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
-    env.pop("ROCK_BASE_URL", None)
-    log_path = state_dir / "fuzz-admin.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [str(ROCK), "admin", "serve", "--host", "127.0.0.1", "--port", str(port), "--config", str(config)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not _healthy(url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}")
-        time.sleep(0.1)
+    launch_admin, stop_admin = admin_launcher
+    server = launch_admin(tmp_path_factory.mktemp("fuzz-admin"), config='[admin]\nmax_json_body = "64k"\nmax_upload_body = "128k"\n')
     try:
-        yield url
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        owner = f"admin:{state_dir / 'rock.db'}"
-        for container in docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
-            container.remove(force=True)
+        stop_admin(server, docker_client)
 
 
 # ---------------------------------------------------------------------------------------------

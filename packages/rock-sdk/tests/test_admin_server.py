@@ -1,8 +1,9 @@
-"""The admin server as users meet it: ``rock admin start`` as a real process on a free port,
-driven over real sockets with httpx, sandboxes on the local Docker engine.
+"""The admin server as users meet it: a real ``rock admin`` process on a free port, driven over
+real sockets with httpx, sandboxes on the local Docker engine.
 
-One admin serves the whole module (a temp state directory and config file); the last test stops
-it, checks its sandbox still runs, and starts it again. Every container the admin made is
+One admin serves the whole module (the conftest launcher's ``rock admin serve``, with a temp state
+directory and config file); the last test stops it with ``rock admin stop``, checks its sandbox
+still runs, and starts it again with ``rock admin start``. Every container the admin made is
 removed at the end (found by its ``rock.owner`` label).
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -56,59 +56,34 @@ def wait_for(predicate: Any, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def admin_cli(admin: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``rock admin ARGS`` with the admin's state directory; never raises on exit code."""
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(admin.state_dir)}
+    return subprocess.run([str(ROCK), "admin", *args], env=env, capture_output=True, text=True, timeout=120)
 
 
-class Admin:
-    """A ``rock admin`` started through the CLI, with its state directory and config file."""
-
-    def __init__(self, state_dir: Path, config: Path, port: int) -> None:
-        self.state_dir = state_dir
-        self.config = config
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.store_path = str(state_dir / "rock.db")
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run ``rock admin ARGS`` with this admin's state directory; never raises on exit code."""
-        env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(self.state_dir)}
-        return subprocess.run(
-            [str(ROCK), "admin", *args],
-            env=env, capture_output=True, text=True, timeout=120,
-        )
-
-    def start(self) -> None:
-        """``rock admin start --port P --config FILE``; fails the test if it does not start."""
-        done = self.cli("start", "--port", str(self.port), "--config", str(self.config))
-        assert done.returncode == 0, done.stdout + done.stderr
-        assert self.url in done.stdout
-
-    def pid(self) -> int:
-        """The pid the admin wrote in its pid file."""
-        return int(json.loads((self.state_dir / "admin.pid").read_text())["pid"])
+def admin_pid(admin: Any) -> int:
+    """The pid the admin wrote in its pid file."""
+    return int(json.loads((admin.state_dir / "admin.pid").read_text())["pid"])
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[Admin]:
+def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[Any]:
     """The module's admin (json bodies limited to 1 MiB, uploads to 2 MiB by its config)."""
-    state_dir = tmp_path_factory.mktemp("admin-state")
-    config = state_dir / "admin.toml"
-    config.write_text('[admin]\nmax_json_body = "1m"\nmax_upload_body = "2m"\n\n[engine]\nreconcile_interval = 5\n')
-    server = Admin(state_dir, config, _free_port())
-    server.start()
+    launch_admin, stop_admin = admin_launcher
+    server = launch_admin(
+        tmp_path_factory.mktemp("admin-state"),
+        config='[admin]\nmax_json_body = "1m"\nmax_upload_body = "2m"\n\n[engine]\nreconcile_interval = 5\n',
+    )
     try:
         yield server
     finally:
-        server.cli("stop")
-        for container in docker_client.containers.list(all=True, filters={"label": f"rock.owner=admin:{server.store_path}"}):
-            container.remove(force=True)
+        admin_cli(server, "stop")  # the one the last test started with `rock admin start`, if it ran
+        stop_admin(server, docker_client)
 
 
 @pytest.fixture(scope="module")
-def http(admin: Admin) -> Iterator[httpx.Client]:
+def http(admin: Any) -> Iterator[httpx.Client]:
     """A client of the admin's base URL."""
     with httpx.Client(base_url=admin.url, timeout=60) as client:
         yield client
@@ -280,7 +255,7 @@ def test_runtime_calls_through_the_admin(http: httpx.Client, running: str) -> No
     assert killed["running"] is False and killed["signal"] == 9
 
 
-def test_get_status_and_its_throughput(http: httpx.Client, admin: Admin, running: str) -> None:
+def test_get_status_and_its_throughput(http: httpx.Client, admin: Any, running: str) -> None:
     for flag in ("True", "true", "False", "false"):
         status = ok(http, "GET", "get_status", params={"sandbox_id": running, "include_all_states": flag})
         assert status["state"] == "running" and status["is_alive"] is True
@@ -385,26 +360,29 @@ def test_metrics_in_prometheus_text(http: httpx.Client, running: str) -> None:
 
 
 def test_admin_daemon_stop_keeps_sandboxes_and_restart_finds_them(
-    admin: Admin, http: httpx.Client, running: str, docker_client: Any
+    admin: Any, http: httpx.Client, running: str, docker_client: Any, free_port: Any
 ) -> None:
-    shown = admin.cli("status")
+    config = admin.state_dir / "admin.toml"
+    shown = admin_cli(admin, "status")
     assert shown.returncode == 0, shown.stderr
-    assert admin.url in shown.stdout and str(admin.pid()) in shown.stdout and "running 1" in shown.stdout
+    assert admin.url in shown.stdout and str(admin_pid(admin)) in shown.stdout and "running 1" in shown.stdout
 
-    again = admin.cli("start", "--port", str(_free_port()), "--config", str(admin.config))
+    again = admin_cli(admin, "start", "--port", str(free_port()), "--config", str(config))
     assert again.returncode == 1 and "already runs" in again.stderr
 
-    pid = admin.pid()
-    stopped = admin.cli("stop")
+    pid = admin_pid(admin)
+    stopped = admin_cli(admin, "stop")
     assert stopped.returncode == 0 and f"pid {pid}" in stopped.stdout
     assert not (admin.state_dir / "admin.pid").exists()
-    assert admin.cli("status").returncode == 3
+    assert admin_cli(admin, "status").returncode == 3
     log_text = (admin.state_dir / "admin.log").read_text()
     assert "Application shutdown complete" in log_text  # uvicorn's graceful path, not a kill
     containers = docker_client.containers.list(filters={"label": f"rock.sandbox_id={running}"})
     assert [c.status for c in containers] == ["running"]
 
-    admin.start()
+    started = admin_cli(admin, "start", "--port", str(admin.port), "--config", str(config))
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert admin.url in started.stdout
     listed = ok(http, "GET", "sandboxes", params={"experiment_id": "exp-admin-test"})
     assert [(i["sandbox_id"], i["state"]) for i in listed["items"]] == [(running, "running")]
-    assert "running 1" in admin.cli("status").stdout
+    assert "running 1" in admin_cli(admin, "status").stdout

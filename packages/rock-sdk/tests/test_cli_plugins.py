@@ -1,9 +1,10 @@
-"""`rock --version` and `rock plugins`, with a real third-party plugin built and installed for the test.
+"""`rock --version` and `rock plugins`, with a real third-party plugin installed for the test.
 
-The throwaway distribution ``rock-throwaway`` is built into a wheel with ``uv build`` and installed
-with ``uv pip install --target`` into a temporary directory, never into the workspace's
-environment; the ``rock`` console script then runs as a subprocess with that directory on
-``PYTHONPATH``, exactly as a user's installed plugin would be found.
+The throwaway distribution ``rock-throwaway`` is installed into a temporary directory with
+rock-core's :class:`~rock_core.testing.PluginSite` (a module and its ``.dist-info``, as an
+installer leaves them), never into the workspace's environment; the ``rock`` console script then
+runs as a subprocess with that directory on ``PYTHONPATH``, exactly as a user's installed plugin
+would be found.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,59 +22,24 @@ import pytest
 from click.testing import CliRunner
 from rock.cli import main
 from rock_core.plugins import Plugins, get_plugin_manager
+from rock_core.testing import PluginSite
+
+# The in-process tests install distributions with the `plugin_site` fixture of rock's testing plugin.
+pytest_plugins = ["rock_core.testing.fixtures"]
 
 ROCK = Path(sys.executable).with_name("rock")
 THROWAWAY_VERSION = "0.3.1"
-
-THROWAWAY_PYPROJECT = f"""
-[project]
-name = "rock-throwaway"
-version = "{THROWAWAY_VERSION}"
-description = "A rock plugin that exists only for rock's tests."
-requires-python = ">=3.10"
-
-[project.entry-points.rock]
-throwaway = "rock_throwaway"
-
-[build-system]
-requires = ["hatchling"]
-build-backend = "hatchling.build"
-
-[tool.hatch.build.targets.wheel]
-packages = ["src/rock_throwaway"]
-"""
 
 THROWAWAY_MODULE = '''
 """A throwaway rock plugin: one runtime that holds nothing, one CLI command."""
 
 import click
 from rock_core import hookimpl
-from rock_core.runtime import Runtime, UnitHandle
+from rock_core.testing import NullRuntime
 
 
-class ThrowawayRuntime(Runtime):
+class ThrowawayRuntime(NullRuntime):
     name = "throwaway"
-
-    async def create(self, spec, *, labels):
-        return UnitHandle(self.name, "unit-1", "sandbox-1")
-
-    async def start(self, handle):
-        pass
-
-    async def stop(self, handle, *, timeout):
-        pass
-
-    async def remove(self, handle):
-        pass
-
-    async def inspect(self, handle):
-        return None
-
-    async def list(self, labels):
-        return []
-
-    async def logs(self, handle, tail=None):
-        return ""
 
 
 @hookimpl
@@ -91,37 +56,19 @@ def rock_cli_commands(cli):
 '''
 
 
-def _uv() -> str:
-    uv = os.environ.get("UV") or shutil.which("uv")
-    assert uv, "these tests build a wheel with uv; run them with `uv run pytest`"
-    return uv
-
-
 @pytest.fixture(scope="module")
-def throwaway_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory with rock-throwaway installed into it, built from source with uv."""
-    root = tmp_path_factory.mktemp("throwaway")
-    src = root / "rock-throwaway"
-    (src / "src" / "rock_throwaway").mkdir(parents=True)
-    (src / "pyproject.toml").write_text(THROWAWAY_PYPROJECT, encoding="utf-8")
-    (src / "src" / "rock_throwaway" / "__init__.py").write_text(THROWAWAY_MODULE, encoding="utf-8")
-    dist, site = root / "dist", root / "site"
-    subprocess.run([_uv(), "build", "--wheel", "--out-dir", str(dist), str(src)], check=True, capture_output=True)
-    (wheel,) = dist.glob("rock_throwaway-*.whl")
-    subprocess.run(
-        [_uv(), "pip", "install", "--no-deps", "--python", sys.executable, "--target", str(site), str(wheel)],
-        check=True,
-        capture_output=True,
-    )
-    assert (site / "rock_throwaway" / "__init__.py").is_file()
+def throwaway_site(tmp_path_factory: pytest.TempPathFactory) -> PluginSite:
+    """A directory with rock-throwaway installed into it (its module is ``rock_throwaway``)."""
+    site = PluginSite(tmp_path_factory.mktemp("throwaway"))
+    site.install("rock-throwaway", THROWAWAY_VERSION, module="rock_throwaway", source=THROWAWAY_MODULE)
     return site
 
 
-def _rock(*args: str, site: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def _rock(*args: str, site: PluginSite | None = None, **env: str) -> subprocess.CompletedProcess[str]:
     """Run the installed ``rock`` console script with rock's plugin variables cleared, plus ``env``."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("ROCK_") and k != "PYTHONPATH"}
     if site is not None:
-        environ["PYTHONPATH"] = str(site)
+        environ["PYTHONPATH"] = str(site.path)
     environ.update(env)
     return subprocess.run([str(ROCK), *args], env=environ, capture_output=True, text=True, check=False)
 
@@ -143,17 +90,18 @@ def test_version_prints_sdk_and_core_versions() -> None:
 
 
 def test_a_broken_plugin_does_not_break_version_or_builtins_but_is_reported(tmp_path: Path) -> None:
-    _write_distribution(tmp_path, "rock-broken", "9.9", "broken", "raise RuntimeError('broken on purpose')\n")
-    assert _rock("--version", site=tmp_path).returncode == 0
+    site = PluginSite(tmp_path)
+    site.install("rock-broken", "9.9", source="raise RuntimeError('broken on purpose')\n")
+    assert _rock("--version", site=site).returncode == 0
     # Only the broken plugin is allowed, so that the error is about it whatever else is installed.
-    listing = _rock("plugins", site=tmp_path, ROCK_PLUGINS="broken")
+    listing = _rock("plugins", site=site, ROCK_PLUGINS="broken")
     assert listing.returncode == 1
     assert "rock plugin 'broken' from rock-broken 9.9 failed to import" in listing.stderr
     assert "broken on purpose" in listing.stderr
-    unknown = _rock("hello", site=tmp_path, ROCK_PLUGINS="broken")
+    unknown = _rock("hello", site=site, ROCK_PLUGINS="broken")
     assert unknown.returncode == 2
     assert "plugin commands unavailable" in unknown.stderr and "No such command 'hello'" in unknown.stderr
-    skipped = _rock("plugins", "--json", site=tmp_path, ROCK_DISABLE_PLUGINS="broken")
+    skipped = _rock("plugins", "--json", site=site, ROCK_DISABLE_PLUGINS="broken")
     assert _listed(skipped)["broken"]["blocked"] is True
 
 
@@ -161,7 +109,7 @@ def test_a_broken_plugin_does_not_break_version_or_builtins_but_is_reported(tmp_
 # rock plugins, with the throwaway plugin installed
 
 
-def test_plugins_json_lists_the_installed_plugin_with_its_hooks(throwaway_site: Path) -> None:
+def test_plugins_json_lists_the_installed_plugin_with_its_hooks(throwaway_site: PluginSite) -> None:
     entry = _listed(_rock("plugins", "--json", site=throwaway_site))["throwaway"]
     assert entry == {
         "plugin": "throwaway",
@@ -173,7 +121,7 @@ def test_plugins_json_lists_the_installed_plugin_with_its_hooks(throwaway_site: 
     }
 
 
-def test_plugins_table_shows_plugin_distribution_version_and_hooks(throwaway_site: Path) -> None:
+def test_plugins_table_shows_plugin_distribution_version_and_hooks(throwaway_site: PluginSite) -> None:
     proc = _rock("plugins", site=throwaway_site)
     assert proc.returncode == 0, proc.stderr
     header, *rows = proc.stdout.splitlines()
@@ -182,7 +130,7 @@ def test_plugins_table_shows_plugin_distribution_version_and_hooks(throwaway_sit
     assert row.split(None, 3) == ["throwaway", "rock-throwaway", THROWAWAY_VERSION, "rock_cli_commands, rock_register_runtimes"]
 
 
-def test_a_plugin_command_runs(throwaway_site: Path) -> None:
+def test_a_plugin_command_runs(throwaway_site: PluginSite) -> None:
     proc = _rock("hello", site=throwaway_site)
     assert (proc.returncode, proc.stdout) == (0, "hello from rock-throwaway\n"), proc.stderr
     assert "hello" in _rock("--help", site=throwaway_site).stdout
@@ -198,7 +146,7 @@ def test_a_plugin_command_runs(throwaway_site: Path) -> None:
     ],
     ids=lambda env: "=".join(next(iter(env.items()))),
 )
-def test_a_blocked_plugin_is_listed_as_blocked_and_its_command_is_gone(throwaway_site: Path, env: dict[str, str]) -> None:
+def test_a_blocked_plugin_is_listed_as_blocked_and_its_command_is_gone(throwaway_site: PluginSite, env: dict[str, str]) -> None:
     entry = _listed(_rock("plugins", "--json", site=throwaway_site, **env))["throwaway"]
     assert (entry["blocked"], entry["hooks"]) == (True, [])
     row = next(r for r in _rock("plugins", site=throwaway_site, **env).stdout.splitlines() if r.startswith("throwaway "))
@@ -207,12 +155,12 @@ def test_a_blocked_plugin_is_listed_as_blocked_and_its_command_is_gone(throwaway
     assert proc.returncode == 2 and "No such command 'hello'" in proc.stderr
 
 
-def test_the_allow_list_loads_the_named_plugin(throwaway_site: Path) -> None:
+def test_the_allow_list_loads_the_named_plugin(throwaway_site: PluginSite) -> None:
     proc = _rock("hello", site=throwaway_site, ROCK_PLUGINS="throwaway")
     assert proc.stdout == "hello from rock-throwaway\n"
 
 
-def test_trace_names_the_plugin_and_the_hook_calls(throwaway_site: Path) -> None:
+def test_trace_names_the_plugin_and_the_hook_calls(throwaway_site: PluginSite) -> None:
     proc = _rock("hello", site=throwaway_site, ROCK_TRACE_PLUGINS="1")
     assert proc.stdout == "hello from rock-throwaway\n"
     assert f"loaded rock plugin 'throwaway' from rock-throwaway {THROWAWAY_VERSION}" in proc.stderr
@@ -222,12 +170,11 @@ def test_trace_names_the_plugin_and_the_hook_calls(throwaway_site: Path) -> None
 
 
 def test_get_plugin_manager_in_process_finds_the_installed_plugin(
-    throwaway_site: Path, monkeypatch: pytest.MonkeyPatch
+    throwaway_site: PluginSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.syspath_prepend(str(throwaway_site))
     monkeypatch.setenv("ROCK_PLUGINS", "throwaway")  # the workspace's own plugins are not under test here
     monkeypatch.delenv("ROCK_DISABLE_PLUGINS", raising=False)
-    try:
+    with throwaway_site.importable():
         plugins = Plugins(get_plugin_manager())
         runtime_cls = plugins.runtimes()["throwaway"]
         assert runtime_cls.__module__ == "rock_throwaway"
@@ -235,45 +182,22 @@ def test_get_plugin_manager_in_process_finds_the_installed_plugin(
         assert (handle.runtime, handle.sandbox_id) == ("throwaway", "sandbox-1")
         info = next(i for i in plugins.describe() if i.name == "throwaway")
         assert (info.distribution, info.version, info.blocked) == ("rock-throwaway", THROWAWAY_VERSION, False)
-    finally:
-        sys.modules.pop("rock_throwaway", None)
 
 
 # ---------------------------------------------------------------------------------------------
 # in-process, with only hand-made distributions on sys.path
 
 
-@pytest.fixture
-def bare_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """sys.path without the workspace's site-packages: only what a test writes here is installed."""
-    for var in ("ROCK_DISABLE_PLUGINS", "ROCK_PLUGINS", "ROCK_TRACE_PLUGINS"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(sys, "path", [str(tmp_path), *(p for p in sys.path if "site-packages" not in p)])
-    return tmp_path
-
-
-def _write_distribution(site: Path, dist: str, version: str, entry_point: str, source: str) -> None:
-    module = dist.replace("-", "_")
-    (site / f"{module}.py").write_text(source, encoding="utf-8")
-    info = site / f"{module}-{version}.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8")
-    (info / "entry_points.txt").write_text(f"[rock]\n{entry_point} = {module}\n", encoding="utf-8")
-
-
-def test_no_plugins_installed(bare_site: Path) -> None:
+def test_no_plugins_installed(plugin_site: PluginSite) -> None:
     runner = CliRunner()
     assert runner.invoke(main, ["plugins"]).output == "no plugins installed\n"
     assert json.loads(runner.invoke(main, ["plugins", "--json"]).output) == []
 
 
-def test_a_plugin_cannot_replace_a_builtin_command(bare_site: Path) -> None:
-    _write_distribution(
-        bare_site,
+def test_a_plugin_cannot_replace_a_builtin_command(plugin_site: PluginSite) -> None:
+    plugin_site.install(
         "rock-usurper",
-        "1.0",
-        "usurper",
-        textwrap.dedent(
+        source=textwrap.dedent(
             """
             import click
             from rock_core import hookimpl
@@ -286,11 +210,8 @@ def test_a_plugin_cannot_replace_a_builtin_command(bare_site: Path) -> None:
             """
         ),
     )
-    try:
-        result = CliRunner().invoke(main, ["--help"])
-        assert "a plugin's command 'plugins' is ignored: it is built in" in result.stderr
-        listing = CliRunner().invoke(main, ["plugins"])
-        assert "fake plugins listing" not in listing.output
-        assert listing.output.splitlines()[1].split()[:3] == ["usurper", "rock-usurper", "1.0"]
-    finally:
-        sys.modules.pop("rock_usurper", None)
+    result = CliRunner().invoke(main, ["--help"])
+    assert "a plugin's command 'plugins' is ignored: it is built in" in result.stderr
+    listing = CliRunner().invoke(main, ["plugins"])
+    assert "fake plugins listing" not in listing.output
+    assert listing.output.splitlines()[1].split()[:3] == ["usurper", "rock-usurper", "1.0"]

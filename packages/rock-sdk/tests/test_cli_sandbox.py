@@ -1,15 +1,14 @@
 """``rock sandbox ...`` and ``rock log`` as people and scripts use them: the ``rock`` command run
-as a subprocess against a real admin (``rock admin start`` on a free port, state in a temporary
-directory), sandboxes on the local Docker engine.
+as a subprocess against a real admin (the conftest launcher's ``rock admin serve`` on a free port,
+state and log in a temporary directory), sandboxes on the local Docker engine.
 
-Every container a test made is removed at the end (found by its ``rock.sandbox_id`` label).
+Every container the admin made is removed at the end (found by its ``rock.owner`` label).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -23,12 +22,6 @@ ROCK = Path(sys.executable).with_name("rock")
 SMALL = ["--image", "python:3.11", "--memory", "256m", "--cpus", "0.5"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def run_rock(*args: str, state_dir: Path, base_url: str | None = None) -> subprocess.CompletedProcess[str]:
     """``rock ARGS`` with its own state directory (and ``ROCK_BASE_URL`` when given); never raises."""
     env = {k: v for k, v in os.environ.items() if k not in ("ROCK_BASE_URL", "ROCK_API_KEY", "ROCK_CONFIG")}
@@ -40,13 +33,11 @@ def run_rock(*args: str, state_dir: Path, base_url: str | None = None) -> subpro
 
 
 class Admin:
-    """The module's ``rock admin``: its state directory and URL, and the sandboxes tests made."""
+    """The module's admin: its state directory and URL, and ``rock`` run against it."""
 
-    def __init__(self, state_dir: Path, port: int) -> None:
+    def __init__(self, state_dir: Path, url: str) -> None:
         self.state_dir = state_dir
-        self.url = f"http://127.0.0.1:{port}"
-        self.port = port
-        self.created: list[str] = []
+        self.url = url
 
     def rock(self, *args: str, base_url: str | None = "default") -> subprocess.CompletedProcess[str]:
         """``rock ARGS`` against this admin (through ``ROCK_BASE_URL`` unless told otherwise)."""
@@ -57,26 +48,19 @@ class Admin:
         """``rock sandbox create`` a small sandbox; its id (from stdout)."""
         done = self.rock("sandbox", "create", *SMALL, *args)
         assert done.returncode == 0, done.stdout + done.stderr
-        sandbox_id = done.stdout.strip()
-        self.created.append(sandbox_id)
-        return sandbox_id
+        return done.stdout.strip()
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[Admin]:
-    """A real admin started with ``rock admin start``; stopped and its containers removed after."""
-    server = Admin(tmp_path_factory.mktemp("cli-admin"), _free_port())
-    config = server.state_dir / "admin.toml"
-    config.write_text("[engine]\nstop_timeout = 1\n")  # the tests stop several sandboxes: kill after 1 s, not 3
-    started = server.rock("admin", "start", "--port", str(server.port), "--config", str(config), base_url=None)
-    assert started.returncode == 0, started.stdout + started.stderr
+def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[Admin]:
+    """A real admin (``rock admin serve``); stopped and its containers removed after."""
+    launch_admin, stop_admin = admin_launcher
+    # The tests stop several sandboxes: kill after 1 s, not 3.
+    server = launch_admin(tmp_path_factory.mktemp("cli-admin"), config="[engine]\nstop_timeout = 1\n")
     try:
-        yield server
+        yield Admin(server.state_dir, server.url)
     finally:
-        server.rock("admin", "stop", base_url=None)
-        for sandbox_id in server.created:
-            for container in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}):
-                container.remove(force=True)
+        stop_admin(server, docker_client)
 
 
 @pytest.fixture(scope="module")
@@ -236,8 +220,8 @@ def test_unknown_sandbox_exits_3(admin: Admin, command: list[str]) -> None:
 
 
 @pytest.mark.parametrize("command", [["list"], ["status", "abc"], ["create"]])
-def test_unreachable_server_exits_1(tmp_path: Path, command: list[str]) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"
+def test_unreachable_server_exits_1(tmp_path: Path, command: list[str], free_port: Any) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
     done = run_rock("sandbox", *command, "--base-url", url, state_dir=tmp_path)
     assert done.returncode == 1
     assert "unreachable" in done.stderr and url in done.stderr

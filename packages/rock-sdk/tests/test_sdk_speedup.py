@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -50,6 +49,7 @@ from rock_core.actions import SandboxStartRequest
 from rock_core.converters import spec_from_start_request, structure_wire, unstructure_wire
 from rock_core.errors import BadRequestRockError, InvalidParameter
 from rock_core.speedup import SpeedupStrategy
+from rock_core.testing import PluginSite
 from rock_speedup import GITHUB_HOSTS, AptSpeedup, GitHubSpeedup, PipSpeedup
 from rock_speedup.apt import APT_CONF
 
@@ -529,19 +529,12 @@ def rock_register_speedups(register):
 
 
 @pytest.fixture
-def npm_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def npm_plugin(tmp_path: Path) -> Iterator[str]:
     """A third-party distribution, ``rock-npm-speedup``, installed (on sys.path) with a ``rock`` entry point."""
-    site = tmp_path / "site"
-    site.mkdir()
-    module = f"rock_npm_speedup_{uuid.uuid4().hex[:8]}"
-    (site / f"{module}.py").write_text(_NPM_PLUGIN)
-    info = site / "rock_npm_speedup-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rock-npm-speedup\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[rock]\nnpm-speedup = {module}\n")
-    monkeypatch.syspath_prepend(str(site))
-    yield module
-    sys.modules.pop(module, None)
+    site = PluginSite(tmp_path / "site")
+    module = site.install("rock-npm-speedup", "0.1", entry_points={"npm-speedup": "{module}"}, source=_NPM_PLUGIN)
+    with site.importable():
+        yield module
 
 
 async def test_a_third_party_strategy_is_found_and_run_the_same_way(sandbox: Sandbox, npm_plugin: str) -> None:

@@ -6,6 +6,9 @@
 - :mod:`rock_core.testing.fixtures`: the helpers the suite is built from (:class:`Units`,
   :func:`wait_for_rocklet`, :func:`wait_for_unit`, :class:`PhaseLog`), and a pytest plugin
   with a few fixtures.
+- :mod:`rock_core.testing.plugin_site`: :class:`PluginSite` installs throwaway plugin
+  distributions (a module and a ``rock`` entry point) into a folder, to load in-process or in a
+  subprocess; :class:`NullRuntime` is a runtime that holds nothing, for such plugins to register.
 
 Needs pytest (and anyio's pytest plugin, which comes with anyio); rock itself never imports
 this package.
@@ -27,10 +30,13 @@ from rock_core.testing.fixtures import (  # noqa: E402
     wait_for_rocklet,
     wait_for_unit,
 )
+from rock_core.testing.plugin_site import NullRuntime, PluginSite  # noqa: E402
 from rock_core.testing.runtime_conformance import RuntimeConformance  # noqa: E402
 
 __all__ = [
+    "NullRuntime",
     "PhaseLog",
+    "PluginSite",
     "RuntimeConformance",
     "StartedUnit",
     "Units",

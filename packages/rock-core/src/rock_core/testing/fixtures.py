@@ -10,15 +10,16 @@ usable on their own in a runtime's own tests:
 - :class:`PhaseLog` records the phases a runtime reports through ``on_phase``.
 
 The module is also a pytest plugin (``pytest -p rock_core.testing.fixtures``, or
-``pytest_plugins = ["rock_core.testing.fixtures"]`` in a root ``conftest.py``) that provides
-the fixtures :func:`rock_test_labels` and :func:`phase_log`.
+``pytest_plugins = ["rock_core.testing.fixtures"]`` in a root ``conftest.py`` or a test module)
+that provides the fixtures :func:`rock_test_labels`, :func:`phase_log` and :func:`plugin_site`.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -27,7 +28,9 @@ import httpx
 import pytest
 
 from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxSpec, UnitState
+from rock_core.plugins import ALLOW_ENV, DISABLE_ENV, TRACE_ENV
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
+from rock_core.testing.plugin_site import PluginSite
 
 __all__ = [
     "LABEL_RUN",
@@ -36,6 +39,7 @@ __all__ = [
     "StartedUnit",
     "Units",
     "phase_log",
+    "plugin_site",
     "rock_test_labels",
     "rocklet_call",
     "rocklet_url",
@@ -243,3 +247,17 @@ def rock_test_labels() -> dict[str, str]:
 def phase_log() -> PhaseLog:
     """A fresh :class:`PhaseLog` to pass as ``on_phase``."""
     return PhaseLog()
+
+
+@pytest.fixture
+def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[PluginSite]:
+    """An empty :class:`~rock_core.testing.plugin_site.PluginSite`, importable alone for one test.
+
+    While the test runs, the distributions it installs there are the only ones announcing rock
+    plugins (every ``site-packages`` folder is off ``sys.path``), and rock's plugin variables
+    (``ROCK_DISABLE_PLUGINS``, ``ROCK_PLUGINS``, ``ROCK_TRACE_PLUGINS``) are unset.
+    """
+    for name in (DISABLE_ENV, ALLOW_ENV, TRACE_ENV):
+        monkeypatch.delenv(name, raising=False)
+    with PluginSite(tmp_path / "plugin-site").importable(alone=True) as site:
+        yield site
