@@ -138,6 +138,23 @@ async def test_a_member_removed_behind_rocks_back_is_replaced_and_never_handed_o
     await eventually(lambda: pooled.warm_pools()[0].ready == 2)
 
 
+async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_ordinary_way(pooled, docker_client):
+    """Frozen members (docker pause): each claim's one round trip fails and the member is removed
+    before the next try, so the name is free for whatever serves the start (a refill or an
+    ordinary start)."""
+    frozen = {c.id for c in members(docker_client, pooled)}
+    for container in members(docker_client, pooled):
+        container.pause()
+    status = await pooled.start(SandboxStartRequest(**KIND, sandbox_id="after-a-frozen-member"))
+    assert status.state is State.RUNNING
+    container = docker_client.containers.get("after-a-frozen-member")
+    assert container.status == "running" and container.id not in frozen
+    assert (await pooled.rocklet("after-a-frozen-member").execute(Command(command=["true"]))).exit_code == 0
+    left = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
+    assert not frozen & left, "the frozen members were removed"
+    await eventually(lambda: pooled.warm_pools()[0].ready == 2 and all(c.status == "running" for c in members(docker_client, pooled)))
+
+
 async def test_claiming_under_a_taken_name_fails_like_an_ordinary_start(pooled, docker_client):
     squatter = docker_client.containers.create(IMAGE, name="taken-name", labels={"rock.test": "squatter"})
     try:

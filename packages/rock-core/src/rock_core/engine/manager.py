@@ -375,7 +375,9 @@ class SandboxManager:
         if not await client.is_alive(timeout=2.0):
             log.warning("pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id)
             live.handle = None
-            self._tg.start_soon(self._remove_quietly, handle)
+            # Removed before the ordinary start, which needs the name the member now has.
+            with anyio.CancelScope(shield=True):
+                await self._remove_quietly(handle)
             return False
         message = f"warm pool {pool.key}: image present"
         self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
