@@ -143,6 +143,7 @@ WIRE_MODELS = [
     actions.ChownRequest,
     actions.ChmodRequest,
     actions.SandboxStartRequest,
+    actions.WarmupRequest,
     actions.SandboxIdRequest,
     actions.BatchSandboxStatusRequest,
     actions.EnvMakeRequest,

@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 PREFIX = "/apis/envs/sandbox/v1"
 # Examples per operation (``ROCK_FUZZ_EXAMPLES`` for a longer hunt).
 EXAMPLES = int(os.environ.get("ROCK_FUZZ_EXAMPLES", "30"))
-# Routes whose valid bodies would start sandboxes: fuzzed without the required ``image``.
-STARTING = {"start", "start_async"}
+# Routes whose valid bodies would start sandboxes or pull images: fuzzed without the required ``image``.
+STARTING = {"start", "start_async", "warmup/tasks"}
 ENVELOPE_KEYS = {"status", "message", "error", "result"}
 
 

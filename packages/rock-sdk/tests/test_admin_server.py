@@ -38,7 +38,7 @@ EXPECTED_ROUTES = {
     ("post", "read_file"), ("post", "write_file"), ("post", "upload"), ("get", "sandboxes"),
     ("post", "sandboxes/batch"), ("post", "interrupt_session"), ("post", "execute_stream"), ("post", "download"),
     ("post", "list_dir"), ("post", "processes"), ("get", "processes/{process_id}"),
-    ("get", "processes/{process_id}/output"), ("post", "processes/{process_id}/kill"),
+    ("get", "processes/{process_id}/output"), ("post", "processes/{process_id}/kill"), ("post", "warmup/tasks"),
 }
 
 

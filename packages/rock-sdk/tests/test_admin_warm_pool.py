@@ -82,3 +82,43 @@ def test_the_sdk_claims_from_the_admins_warm_pool(tmp_path: Path, docker_client:
         assert docker_client.containers.get(sandbox_id).status == "running", "the claimed sandbox is a sandbox: it stays"
     finally:
         stop_admin(server, docker_client)
+
+
+PREFIX = "/apis/envs/sandbox/v1"
+
+
+def test_rocks_warmup_route_pulls_and_sizes_warm_pools(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+    """``POST /warmup/tasks``: ROCK's ``{"image"}`` answers as ROCK and pulls in the background; a
+    failed pull is logged; rock's ``size`` sets a warm pool, within ``max_warm_pool_members``."""
+    launch_admin, stop_admin = admin_launcher
+    server = launch_admin(tmp_path, config="[engine]\nmax_warm_pool_members = 4\n")
+    try:
+        with httpx.Client(base_url=server.url + PREFIX, timeout=60) as client:
+            answer = client.post("/warmup/tasks", json={"image": "python:3.11"}).json()
+            assert answer == {"status": "Success", "message": "warmup task started", "error": None, "result": None}
+
+            client.post("/warmup/tasks", json={"image": "rock-test/not-pullable:1"})
+            deadline = time.monotonic() + 60
+            while "warm-up of image rock-test/not-pullable:1 failed: Failed to pull image" not in server.log_tail(200):
+                assert time.monotonic() < deadline, server.log_tail()
+                time.sleep(0.2)
+
+            kind = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
+            sized = client.post("/warmup/tasks", json={**kind, "size": 2}).json()
+            assert sized["status"] == "Success" and sized["message"].endswith("set to 2"), sized
+            _wait_ready(server.url, 2)
+
+            too_many = client.post("/warmup/tasks", json={**kind, "memory": "300m", "size": 3}).json()
+            assert too_many["status"] == "Failed" and "max_warm_pool_members" in too_many["error"], too_many
+            no_image = client.post("/warmup/tasks", json={"size": 1}).json()
+            assert no_image["status"] == "Failed" and "image" in no_image["error"], no_image
+
+            removed = client.post("/warmup/tasks", json={**kind, "size": 0}).json()
+            assert removed["status"] == "Success", removed
+        deadline = time.monotonic() + 60
+        owner = f"admin:{tmp_path / 'rock.db'}"
+        while _members(docker_client, owner):
+            assert time.monotonic() < deadline, "size 0 removes the pool's members"
+            time.sleep(0.2)
+    finally:
+        stop_admin(server, docker_client)

@@ -77,6 +77,7 @@ __all__ = [
     "ChownRequest",
     "ChmodRequest",
     "SandboxStartRequest",
+    "WarmupRequest",
     "SandboxIdRequest",
     "BatchSandboxStatusRequest",
     "EnvMakeRequest",
@@ -353,6 +354,20 @@ class SandboxStartRequest:
     env: dict[str, str] | None = None
     metadata: dict[str, str] | None = None
     network: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class WarmupRequest(SandboxStartRequest):
+    """The body of ``POST /warmup/tasks``: ROCK's ``{"image": ...}`` has the image pulled ahead of
+    the starts that need it. rock addition: ``size`` > 0 keeps that many sandboxes of the kind the
+    other (start-request) fields describe started in a warm pool; ``0`` removes such a pool.
+    """
+
+    size: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+
+    def start_request(self) -> SandboxStartRequest:
+        """The start request this warmup prepares for (every field but ``size``)."""
+        return SandboxStartRequest(**{f.name: getattr(self, f.name) for f in attrs.fields(SandboxStartRequest)})
 
 
 @attrs.frozen(kw_only=True)

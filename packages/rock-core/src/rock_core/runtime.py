@@ -132,6 +132,15 @@ class Runtime(abc.ABC):
         """
         raise NotSupported(f"runtime {self.name!r} cannot watch its units", attempted="watch")
 
+    async def prepare(self, spec: SandboxSpec, on_phase: PhaseCallback | None = None) -> None:
+        """Get ready to create units of ``spec`` soon: pull its image as its pull policy says.
+
+        ROCK's warm-up calls it ahead of the starts that need the image. Optional: the default
+        does nothing (a runtime that has nothing to prepare).
+
+        :raises ImagePullFailed: the image cannot be had.
+        """
+
     async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
         """Give a started unit made for a warm pool to the sandbox ``sandbox_id``; return its new handle.
 

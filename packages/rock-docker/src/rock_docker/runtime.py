@@ -255,6 +255,10 @@ class DockerRuntime(Runtime):
         path.chmod(0o777)
         return path
 
+    async def prepare(self, spec: SandboxSpec, on_phase: PhaseCallback | None = None) -> None:
+        """Pull ``spec.image`` as ``spec.pull`` says (what ``create`` would do first)."""
+        await self._ensure_image(spec, on_phase)
+
     async def _ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> None:
         """The ``image_pull`` phase: make sure the image is on the engine, per the pull policy."""
         image = spec.image

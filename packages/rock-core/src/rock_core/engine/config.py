@@ -105,6 +105,7 @@ class EngineConfig:
     :param reap_orphans: at start, remove units whose owning process has died.
     :param warm_pools: pools of started sandboxes to keep ready (:class:`WarmPoolConfig`, or
         tables of start-request fields plus ``size``); empty by default.
+    :param max_warm_pool_members: the most sandboxes all warm pools together may keep ready.
     """
 
     runtime: str = "docker"
@@ -125,3 +126,4 @@ class EngineConfig:
     remove_on_close: bool = True
     reap_orphans: bool = True
     warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(default=(), converter=warm_pools_from)
+    max_warm_pool_members: int = 64

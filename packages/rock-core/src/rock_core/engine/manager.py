@@ -280,6 +280,13 @@ class SandboxManager:
         spec = spec_from_start_request(request)
         self._validate(spec)
         key = pool_key(spec)
+        others = sum(p.size for k, p in self._pools.items() if k != key)
+        if others + size > self.config.max_warm_pool_members:
+            raise InvalidParameter(
+                f"size: {size} would keep {others + size} sandboxes ready in warm pools, above the engine's "
+                f"maximum of {self.config.max_warm_pool_members} (max_warm_pool_members)",
+                field="size", value=size, attempted="set_warm_pool",
+            )
         pool = self._pools.get(key)
         if pool is not None:
             if size == 0:
@@ -313,6 +320,32 @@ class SandboxManager:
 
         self._tg.start_soon(run)
         return key
+
+    async def warmup(self, request: SandboxStartRequest, size: int | None = None) -> str | None:
+        """ROCK's warm-up: get the image of ``request`` pulled in the background, ahead of starts.
+
+        With ``size`` (rock), keep a warm pool of that many sandboxes of the kind ``request``
+        describes instead (``0`` removes it), and return the pool's key. A pull that fails is
+        logged; it fails again, with its reason, at the start that needs the image.
+
+        :raises InvalidParameter: a bad request or size, or a spec above the engine's maximum.
+        """
+        if self._tg is None or self._closed:
+            raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
+        if size is not None:
+            return await self.set_warm_pool(request, size)
+        spec = spec_from_start_request(request)
+        self._validate(spec)
+
+        async def pull() -> None:
+            try:
+                await self.runtime.prepare(spec)
+                log.info("warm-up: image %s is ready", spec.image)
+            except RockError as exc:
+                log.warning("warm-up of image %s failed: %s", spec.image, exc.message)
+
+        self._tg.start_soon(pull)
+        return None
 
     def warm_pools(self) -> list[PoolStatus]:
         """The status of every warm pool: target size, ready members, claims, failures."""

@@ -65,6 +65,7 @@ from rock_core.actions import (
     SandboxListResponse,
     SandboxReadFileRequest,
     SandboxStartRequest,
+    WarmupRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
     SandboxWriteFileRequest,
@@ -659,6 +660,12 @@ class AdminApp:
         """``POST /restart``."""
         return await self.manager.restart(body.sandbox_id)
 
+    async def warmup(self, _request: Request, body: WarmupRequest) -> Response:
+        """``POST /warmup/tasks``: pull the image in the background (ROCK); with ``size``, keep a warm pool (rock)."""
+        key = await self.manager.warmup(body.start_request(), body.size)
+        message = "warmup task started" if key is None else f"warm pool {key} set to {body.size}"
+        return _json_response({"status": "Success", "message": message, "error": None, "result": None})
+
     async def list_sandboxes(self, request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
         """``GET /sandboxes``: a page of pending and running sandboxes."""
         limit = self.settings.batch_max_count
@@ -908,6 +915,11 @@ def build_routes(app: AdminApp) -> list[Route]:
         Route(method="POST", path=f"{p}/restart", name="restart", handler=app.restart, body=SandboxIdRequest,
               result=SandboxStartResponse, failure="restart sandbox failed",
               summary="Start a stopped sandbox again in its own container."),
+        Route(method="POST", path=f"{p}/warmup/tasks", name="warmup", handler=app.warmup, body=WarmupRequest,
+              result=None, failure="warmup failed",
+              summary="Pull an image ahead of the starts that need it (in the background).",
+              description="rock addition: with size > 0 the engine keeps that many sandboxes of the kind the "
+                          "other start-request fields describe started in a warm pool (0 removes the pool)."),
         Route(method="POST", path=f"{p}/execute", name="execute", handler=app.execute, body=SandboxCommand,
               result=CommandResponse, failure="execute command failed", summary="Run a one-shot command."),
         Route(method="POST", path=f"{p}/create_session", name="create_session", handler=app.create_session,

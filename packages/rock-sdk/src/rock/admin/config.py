@@ -225,6 +225,7 @@ _ENGINE_KEYS = {
     "engine_label": _to_str,
     "reap_orphans": _to_bool,
     "warm_pools": _to_warm_pools,
+    "max_warm_pool_members": _to_int,
 }
 
 
