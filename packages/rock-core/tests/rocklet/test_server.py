@@ -9,7 +9,10 @@ import stat
 import subprocess
 import time
 
+import anyio
 import httpx
+
+from rock_core.engine.rocklet_client import RockletClient, new_http_client
 
 from .conftest import system_python
 
@@ -142,3 +145,51 @@ def test_listens_on_a_unix_socket_that_any_local_user_may_connect_to(pyz, tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(20) == 0, stderr.read_text()
+
+
+def test_readiness_probe_says_yes_only_for_an_answering_rocklet(rocklet):
+    """RockletClient.probe (the engine's readiness poll): 200 from /is_alive is yes; nothing
+    listening, a listener that drops the connection (as Docker's proxy does before the container
+    listens) and one that answers an error are no."""
+    import anyio
+
+    from rock_core.engine.rocklet_client import RockletClient, new_http_client
+
+    def dropper() -> socket.socket:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(8)
+        return sock
+
+    async def check() -> None:
+        async with new_http_client() as http:
+            port = rocklet.port
+            assert await RockletClient(http, "127.0.0.1", port).probe()
+            closed = dropper()
+            closed_port = closed.getsockname()[1]
+            closed.close()
+            assert not await RockletClient(http, "127.0.0.1", closed_port).probe(timeout=1)
+            drops = dropper()
+
+            def accept_and_drop() -> None:
+                conn, _ = drops.accept()
+                conn.close()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, accept_and_drop)
+                assert not await RockletClient(http, "127.0.0.1", drops.getsockname()[1]).probe(timeout=5)
+            drops.close()
+            errors = dropper()
+
+            def answer_500() -> None:
+                conn, _ = errors.accept()
+                conn.recv(1024)
+                conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n")
+                conn.close()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(anyio.to_thread.run_sync, answer_500)
+                assert not await RockletClient(http, "127.0.0.1", errors.getsockname()[1]).probe(timeout=5)
+            errors.close()
+
+    anyio.run(check)

@@ -794,7 +794,7 @@ class SandboxManager:
         delay = 0.002
         checks = 0
         while True:
-            if await client.is_alive(timeout=1.0):
+            if await client.probe(timeout=1.0):
                 return
             checks += 1
             if checks % 10 == 0:  # every ~0.3 s at first, then every ~0.5 s: did it die?

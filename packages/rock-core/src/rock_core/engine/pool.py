@@ -286,6 +286,6 @@ class _MemberFailed(Exception):
 async def _wait_alive(client: RockletClient) -> None:
     """Poll a fresh member's rocklet until it answers (the caller's deadline bounds it)."""
     delay = 0.005
-    while not await client.is_alive(timeout=1.0):
+    while not await client.probe(timeout=1.0):
         await anyio.sleep(delay)
         delay = min(delay * 1.5, 0.1)

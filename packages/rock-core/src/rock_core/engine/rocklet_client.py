@@ -230,6 +230,30 @@ class RockletClient:
         except (httpx.HTTPError, ValueError):
             return False
 
+    async def probe(self, timeout: float = 1.0) -> bool:
+        """Whether the rocklet answers ``GET /is_alive`` with 200: one request on a fresh connection,
+        without the HTTP client's pool.
+
+        For readiness polling, where most attempts fail (nothing listens yet, or Docker's proxy
+        accepts and then drops the connection): such an attempt costs a connect and a read, a
+        small fraction of a pooled client's request.
+        """
+        request = b"GET /is_alive HTTP/1.1\r\nHost: rocklet\r\nConnection: close\r\n\r\n"
+        try:
+            with anyio.fail_after(timeout):
+                if self.host.startswith("/"):
+                    stream: Any = await anyio.connect_unix(self.host)
+                else:
+                    stream = await anyio.connect_tcp(self.host, self.port)
+                async with stream:
+                    await stream.send(request)
+                    head = b""
+                    while b"\r\n" not in head and len(head) < 256:
+                        head += await stream.receive(256)
+        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
+            return False
+        return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+
     async def wait_until_alive(self, timeout: float, *, first_delay: float = 0.002, max_delay: float = 0.05) -> float:
         """Poll ``/is_alive`` with a tight, growing backoff until it answers; return the seconds waited.
 
@@ -241,7 +265,7 @@ class RockletClient:
             remaining = timeout - (time.monotonic() - start)
             if remaining <= 0:
                 raise TimeoutError(f"rocklet at {self.where} did not answer within {timeout:g}s")
-            if await self.is_alive(timeout=min(max(remaining, 0.05), 2.0)):
+            if await self.probe(timeout=min(max(remaining, 0.05), 2.0)):
                 return time.monotonic() - start
             await anyio.sleep(min(delay, max(remaining, 0)))
             delay = min(delay * 1.5, max_delay)

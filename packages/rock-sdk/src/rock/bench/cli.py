@@ -61,6 +61,7 @@ def rollout(count: int, parallelism: int, output: Path, image: str, memory: str,
     with Progress(
         TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
         TimeElapsedColumn(), console=console, transient=False,
+        refresh_per_second=2,  # the bar shares the machine with the batch it measures
     ) as progress:
         task = progress.add_task("episodes", total=count, status="")
 
