@@ -144,6 +144,8 @@ WIRE_MODELS = [
     actions.ChmodRequest,
     actions.SandboxStartRequest,
     actions.WarmupRequest,
+    actions.WarmPoolStatus,
+    actions.WarmPoolsResponse,
     actions.SandboxIdRequest,
     actions.BatchSandboxStatusRequest,
     actions.EnvMakeRequest,

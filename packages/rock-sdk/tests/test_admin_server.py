@@ -39,6 +39,7 @@ EXPECTED_ROUTES = {
     ("post", "sandboxes/batch"), ("post", "interrupt_session"), ("post", "execute_stream"), ("post", "download"),
     ("post", "list_dir"), ("post", "processes"), ("get", "processes/{process_id}"),
     ("get", "processes/{process_id}/output"), ("post", "processes/{process_id}/kill"), ("post", "warmup/tasks"),
+    ("get", "warm_pools"),
 }
 
 
@@ -130,11 +131,11 @@ def test_root_health_and_every_route_documented_and_served(http: httpx.Client) -
     assert documented == EXPECTED_ROUTES
     assert {"/", "/healthz", "/metrics", "/openapi.json"} <= set(document["paths"])
     # Each documented route is really served: called with no input, it answers ROCK's envelope
-    # (Failed for want of a sandbox id; listing needs none).
+    # (Failed for want of a sandbox id; the listings need none).
     for method, path in sorted(documented):
         response = http.request(method, f"{PREFIX}/{path.replace('{process_id}', 'p1')}")
         assert response.status_code == 200, (method, path, response.status_code)
-        expected = "Success" if path == "sandboxes" else "Failed"
+        expected = "Success" if path in ("sandboxes", "warm_pools") else "Failed"
         assert response.json()["status"] == expected, (method, path)
 
 

@@ -78,6 +78,8 @@ __all__ = [
     "ChmodRequest",
     "SandboxStartRequest",
     "WarmupRequest",
+    "WarmPoolStatus",
+    "WarmPoolsResponse",
     "SandboxIdRequest",
     "BatchSandboxStatusRequest",
     "EnvMakeRequest",
@@ -742,6 +744,29 @@ class SandboxListResponse(SandboxResponse):
     items: list[SandboxStatusResponse] = attrs.field(factory=list)
     total: int = 0
     has_more: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class WarmPoolStatus:
+    """(rock) A warm pool: its key and image, target ``size``, members ``ready`` and ``starting``,
+    starts served (``claimed``), members made, failures and the last failure's reason."""
+
+    key: str
+    image: str
+    size: int
+    ready: int
+    starting: int
+    claimed: int
+    made: int
+    failures: int
+    last_error: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class WarmPoolsResponse(SandboxResponse):
+    """Result of ``GET /warm_pools``: every warm pool of the engine."""
+
+    pools: list[WarmPoolStatus] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

@@ -37,10 +37,16 @@ import attrs
 import httpx
 
 from rock_core import __version__
-from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, StateHistoryEntry
+from rock_core.actions import (
+    SandboxStartRequest,
+    SandboxStartResponse,
+    SandboxStatusResponse,
+    StateHistoryEntry,
+    WarmPoolStatus,
+)
 from rock_core.converters import spec_from_start_request
 from rock_core.engine.config import EngineConfig
-from rock_core.engine.pool import Member, PoolStatus, WarmPool, is_unclaimed_member, pool_key
+from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
@@ -347,11 +353,11 @@ class SandboxManager:
         self._tg.start_soon(pull)
         return None
 
-    def warm_pools(self) -> list[PoolStatus]:
+    def warm_pools(self) -> list[WarmPoolStatus]:
         """The status of every warm pool: target size, ready members, claims, failures."""
         return [pool.status() for pool in self._pools.values()]
 
-    async def wait_warm(self, timeout: float | None = None) -> list[PoolStatus]:
+    async def wait_warm(self, timeout: float | None = None) -> list[WarmPoolStatus]:
         """Wait until every pool holds its target size, or has failed to make a member; return their status.
 
         :raises StartupTimeout: ``timeout`` seconds passed first (the pools go on filling).

@@ -30,13 +30,14 @@ import anyio
 import attrs
 import httpx
 
+from rock_core.actions import WarmPoolStatus
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import RockError
 from rock_core.models import RuntimeStatus, SandboxSpec, UnitState
 from rock_core.runtime import Runtime, UnitHandle
 
-__all__ = ["LABEL_POOL", "LABEL_POOL_MEMBER", "Member", "PoolStatus", "WarmPool", "is_unclaimed_member", "pool_key"]
+__all__ = ["LABEL_POOL", "LABEL_POOL_MEMBER", "Member", "WarmPool", "is_unclaimed_member", "pool_key"]
 
 log = logging.getLogger("rock.engine.pool")
 
@@ -85,21 +86,6 @@ class Member:
     handle: UnitHandle
     status: RuntimeStatus
     ready_at: float
-
-
-@attrs.frozen
-class PoolStatus:
-    """What a pool holds and has done, for status pages and metrics."""
-
-    key: str
-    image: str
-    size: int
-    ready: int
-    starting: int
-    claimed: int
-    made: int
-    failures: int
-    last_error: str | None
 
 
 class WarmPool:
@@ -191,9 +177,9 @@ class WarmPool:
         """Whether the pool holds its target number of ready members."""
         return len(self._ready) >= self.size
 
-    def status(self) -> PoolStatus:
+    def status(self) -> WarmPoolStatus:
         """A snapshot of the pool for display."""
-        return PoolStatus(
+        return WarmPoolStatus(
             key=self.key,
             image=self.spec.image,
             size=self.size,

@@ -66,6 +66,7 @@ from rock_core.actions import (
     SandboxReadFileRequest,
     SandboxStartRequest,
     WarmupRequest,
+    WarmPoolsResponse,
     SandboxStartResponse,
     SandboxStatusResponse,
     SandboxWriteFileRequest,
@@ -666,6 +667,10 @@ class AdminApp:
         message = "warmup task started" if key is None else f"warm pool {key} set to {body.size}"
         return _json_response({"status": "Success", "message": message, "error": None, "result": None})
 
+    async def warm_pools(self, _request: Request, _data: None) -> WarmPoolsResponse:
+        """``GET /warm_pools`` (rock addition): every warm pool and how full it is."""
+        return WarmPoolsResponse(pools=self.manager.warm_pools())
+
     async def list_sandboxes(self, request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
         """``GET /sandboxes``: a page of pending and running sandboxes."""
         limit = self.settings.batch_max_count
@@ -920,6 +925,9 @@ def build_routes(app: AdminApp) -> list[Route]:
               summary="Pull an image ahead of the starts that need it (in the background).",
               description="rock addition: with size > 0 the engine keeps that many sandboxes of the kind the "
                           "other start-request fields describe started in a warm pool (0 removes the pool)."),
+        Route(method="GET", path=f"{p}/warm_pools", name="warm_pools", handler=app.warm_pools,
+              result=WarmPoolsResponse, failure="list warm pools failed",
+              summary="(rock) The warm pools: target size, members ready and starting, claims, failures."),
         Route(method="POST", path=f"{p}/execute", name="execute", handler=app.execute, body=SandboxCommand,
               result=CommandResponse, failure="execute command failed", summary="Run a one-shot command."),
         Route(method="POST", path=f"{p}/create_session", name="create_session", handler=app.create_session,

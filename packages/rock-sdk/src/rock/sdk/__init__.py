@@ -15,6 +15,7 @@ from rock.sdk._engine import (
 )
 from rock.sdk.sandbox.client import RunMode, Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import BaseConfig, SandboxConfig, SandboxGroupConfig
+from rock.sdk.warm_pool import warm_pool
 
 __all__ = [
     "BaseConfig",
@@ -28,4 +29,5 @@ __all__ = [
     "close_embedded_engine",
     "configure_embedded_engine",
     "get_embedded_engine",
+    "warm_pool",
 ]

@@ -33,6 +33,7 @@ from rock_core.actions import (
     SandboxStartResponse,
     SandboxStatusResponse,
     UploadResponse,
+    WarmPoolStatus,
     WriteFileRequest,
     WriteFileResponse,
 )
@@ -68,6 +69,14 @@ class Engine(Protocol):
     async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
         """(rock) The pending and running sandboxes this engine may see, whose fields equal ``filters``
         (``user_id``, ``experiment_id``, ``namespace``, ``cluster``, ``image``, ``state``)."""
+        ...
+
+    async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
+        """(rock) Keep ``size`` started sandboxes of the kind ``request`` describes (0 removes the pool)."""
+        ...
+
+    async def warm_pools(self) -> list[WarmPoolStatus]:
+        """(rock) Every warm pool: target size, members ready and starting, claims, failures."""
         ...
 
     async def stop(self, sandbox_id: str) -> None:

@@ -68,6 +68,7 @@ from rock_core.actions import (
     UploadResponse,
     WriteFileRequest,
     WriteFileResponse,
+    WarmPoolStatus,
 )
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
@@ -526,6 +527,18 @@ class EmbeddedEngine:
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
         """ROCK's ``get_status``."""
         return await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {})
+
+    async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
+        """Keep ``size`` started sandboxes of the kind ``request`` describes in this process's engine."""
+        await self._call(self._manager_call, "set_warm_pool", (request, size), {})
+
+    async def warm_pools(self) -> list[WarmPoolStatus]:
+        """The warm pools of this process's engine."""
+
+        async def on_engine() -> list[WarmPoolStatus]:
+            return self.manager.warm_pools()
+
+        return await self._call(on_engine)
 
     async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
         """The pending and running sandboxes of this process's engine whose fields equal ``filters``."""

@@ -55,6 +55,8 @@ from rock_core.actions import (
     UploadResponse,
     WriteFileRequest,
     WriteFileResponse,
+    WarmPoolStatus,
+    WarmPoolsResponse,
 )
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.errors import (
@@ -464,6 +466,16 @@ class RemoteEngine:
                 pause = min(pause, remaining)
             await anyio.sleep(pause)
             delay = min(delay * _POLL_GROWTH, _POLL_MAX)
+
+    async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
+        """``POST /warmup/tasks`` with rock's ``size``: the admin keeps that many sandboxes ready."""
+        body = {**unstructure_wire(request), "size": size}
+        await self._call("POST", "/warmup/tasks", "set_warm_pool", None, json=body)
+
+    async def warm_pools(self) -> list[WarmPoolStatus]:
+        """``GET /warm_pools``: the admin's warm pools."""
+        result = await self._call("GET", "/warm_pools", "warm_pools", None)
+        return structure_wire(result, WarmPoolsResponse, forbid_extra_keys=False).pools
 
     async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
         """``GET /sandboxes``, page after page: every pending and running sandbox the key may see."""
