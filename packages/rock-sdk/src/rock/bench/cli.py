@@ -85,7 +85,7 @@ def rollout(count: int, parallelism: int, output: Path, image: str, memory: str,
         if warm_pool:
             progress.update(task, status=f"filling a warm pool of {warm_pool}")
             t = time.perf_counter()
-            fill_seconds = _fill_warm_pool(engine, settings)
+            fill_seconds = _fill_warm_pool(settings)
             progress.console.print(f"warm pool: {warm_pool} sandboxes ready in {fill_seconds:.2f}s (before the clock)")
         progress.update(task, status="")
         results, client_seconds = asyncio.run(run_rollout(settings, on_progress))
@@ -104,17 +104,14 @@ def rollout(count: int, parallelism: int, output: Path, image: str, memory: str,
         sys.exit(1)
 
 
-def _fill_warm_pool(engine, settings) -> float:  # type: ignore[no-untyped-def]
-    """Have the embedded engine keep ``settings.warm_pool`` episode sandboxes ready; wait until it does."""
-    from rock.sdk.sandbox.client import Sandbox
+def _fill_warm_pool(settings) -> float:  # type: ignore[no-untyped-def]
+    """Have the engine keep ``settings.warm_pool`` episode sandboxes ready; wait until it does."""
+    from rock.sdk import warm_pool
 
-    request = Sandbox(settings.sandbox_config())._start_request()
     t = time.perf_counter()
-    engine.call_blocking(engine.manager.set_warm_pool, request, settings.warm_pool)
-    statuses = engine.call_blocking(engine.manager.wait_warm, settings.startup_timeout)
-    for status in statuses:
-        if status.ready < status.size:
-            raise click.ClickException(f"the warm pool could not be filled: {status.last_error}")
+    status = asyncio.run(warm_pool(settings.sandbox_config(), settings.warm_pool, wait=settings.startup_timeout))
+    if status is None or status.ready < status.size:
+        raise click.ClickException(f"the warm pool could not be filled: {status.last_error if status else 'gone'}")
     return time.perf_counter() - t
 
 
