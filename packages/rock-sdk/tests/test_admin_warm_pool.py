@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,11 @@ def test_the_sdk_claims_from_the_admins_warm_pool(tmp_path: Path, docker_client:
     try:
         text = _wait_ready(server.url, 2)
         assert _metric(text, "rock_warm_pool_size") == 2 and _metric(text, "rock_warm_pool_claimed_total") == 0
+        shown = subprocess.run(
+            [str(Path(sys.executable).with_name("rock")), "admin", "status"],
+            env={**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=60,
+        )
+        assert re.search(r"warm pool: pool-\w+ \(python:3\.11\) 2/2 ready", shown.stdout), shown.stdout + shown.stderr
 
         async def use() -> str:
             sandbox = Sandbox(SandboxConfig(base_url=server.url, image="python:3.11", memory="256m", cpus=0.5))

@@ -103,5 +103,7 @@ def status(config_file: str | None, as_json: bool) -> None:
         else:
             counts = ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"
             click.echo(f"  sandboxes: {counts}")
+        for key, pool in (found.warm_pools or {}).items():
+            click.echo(f"  warm pool: {key} ({pool.get('image')}) {pool.get('ready', 0)}/{pool.get('size', 0)} ready")
     if found is None:
         sys.exit(3)

@@ -51,6 +51,8 @@ class AdminStatus:
     store_path: str | None
     started_at: float
     sandboxes: dict[str, int] | None = None  # None when the server did not answer
+    #: Each warm pool's image, members ready and target size, by pool key.
+    warm_pools: dict[str, dict[str, object]] | None = None
 
 
 def _proc_start_time(pid: int) -> str:
@@ -238,7 +240,8 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
     return pid
 
 
-def _sandboxes_by_state(url: str) -> dict[str, int] | None:
+def _metrics(url: str) -> str | None:
+    """The admin's ``/metrics`` text, or ``None`` when it does not answer."""
     # With API keys configured, /metrics needs one: the operator's, from ROCK_API_KEY.
     key = os.environ.get("ROCK_API_KEY")
     headers = {"X-API-Key": key} if key else {}
@@ -247,24 +250,43 @@ def _sandboxes_by_state(url: str) -> dict[str, int] | None:
         response.raise_for_status()
     except httpx.HTTPError:
         return None
+    return response.text
+
+
+def _sandboxes_by_state(text: str) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for line in response.text.splitlines():
+    for line in text.splitlines():
         if line.startswith('rock_sandboxes{state="'):
             state = line.split('"')[1]
             counts[state] = int(float(line.rsplit(" ", 1)[1]))
     return counts
 
 
+def _warm_pools(text: str) -> dict[str, dict[str, object]]:
+    pools: dict[str, dict[str, object]] = {}
+    for line in text.splitlines():
+        for figure in ("ready", "size"):
+            if line.startswith(f"rock_warm_pool_{figure}{{"):
+                labels, value = line[len(f"rock_warm_pool_{figure}{{"):].rsplit("} ", 1)
+                fields = dict(part.split("=", 1) for part in labels.split('",') if "=" in part)
+                key = fields.get("pool", "").strip('"')
+                pool = pools.setdefault(key, {"image": fields.get("image", "").strip('"')})
+                pool[figure] = int(float(value))
+    return pools
+
+
 def status(settings: AdminSettings) -> AdminStatus | None:
-    """The running admin's address, pid and sandboxes by state; ``None`` when none runs."""
+    """The running admin's address, pid, sandboxes by state and warm pools; ``None`` when none runs."""
     data = read_pid_file(settings)
     if data is None:
         return None
+    text = _metrics(str(data["url"]))
     return AdminStatus(
         pid=int(data["pid"]),
         url=str(data["url"]),
         log_file=str(data.get("log_file", settings.log_file)),
         store_path=data.get("store_path"),
         started_at=float(data.get("started_at", 0.0)),
-        sandboxes=_sandboxes_by_state(str(data["url"])),
+        sandboxes=_sandboxes_by_state(text) if text is not None else None,
+        warm_pools=_warm_pools(text) if text is not None else None,
     )
