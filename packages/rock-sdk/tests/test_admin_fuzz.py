@@ -131,7 +131,11 @@ def _query_text(value: Any) -> str | None:
 
 # h11 (rightly) refuses to send a header value with whitespace at either end.
 _HEADER_TEXT = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=16).map(str.strip)
-_PATH_TEXT = st.text(alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/"), min_size=1, max_size=20)
+# "." and ".." are dot segments: every HTTP client removes them from a path (RFC 3986), so no
+# request can carry them as an id.
+_PATH_TEXT = st.text(
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/"), min_size=1, max_size=20
+).filter(lambda text: text not in (".", ".."))
 
 
 @st.composite
