@@ -151,9 +151,6 @@ def test_readiness_probe_says_yes_only_for_an_answering_rocklet(rocklet):
     """RockletClient.probe (the engine's readiness poll): 200 from /is_alive is yes; nothing
     listening, a listener that drops the connection (as Docker's proxy does before the container
     listens) and one that answers an error are no."""
-    import anyio
-
-    from rock_core.engine.rocklet_client import RockletClient, new_http_client
 
     def dropper() -> socket.socket:
         sock = socket.socket()
