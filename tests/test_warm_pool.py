@@ -190,7 +190,7 @@ async def test_a_pool_of_an_image_that_cannot_be_pulled_reports_why(docker_clien
 @pytest.mark.parametrize(
     ("pool", "field"),
     [({**KIND, "memory": "8x", "size": 1}, "memory"), ({**KIND, "size": -1}, "size"), ({**KIND}, "size"),
-     ({**KIND, "size": 1, "colour": "red"}, "colour")],
+     ({**KIND, "size": 1, "colour": "red"}, "colour"), ({**KIND, "size": 1, "pull": "always"}, "pull")],
 )
 def test_bad_pool_settings_name_the_field(pool, field):
     with pytest.raises(InvalidParameter, match=field) as failure:
@@ -203,6 +203,9 @@ async def test_set_warm_pool_refuses_what_the_engine_would_refuse(pooled):
         await pooled.set_warm_pool(SandboxStartRequest(image=IMAGE, cpus=64), 1)
     with pytest.raises(InvalidParameter, match="size"):
         await pooled.set_warm_pool(SandboxStartRequest(**KIND), -3)
+    with pytest.raises(InvalidParameter, match="pull: 'always'") as failure:
+        await pooled.set_warm_pool(SandboxStartRequest(**KIND, pull="always"), 1)
+    assert failure.value.field == "pull"
 
 
 async def test_stale_members_of_an_earlier_run_are_removed(docker_client):

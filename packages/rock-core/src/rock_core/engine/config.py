@@ -11,6 +11,7 @@ import attrs
 from rock_core.actions import SandboxStartRequest
 from rock_core.converters import spec_from_start_request, structure_wire
 from rock_core.errors import InvalidParameter
+from rock_core.models import PullPolicy
 from rock_core.units import GiB
 
 __all__ = ["EngineConfig", "WarmPoolConfig", "default_start_concurrency", "warm_pools_from"]
@@ -41,7 +42,13 @@ class WarmPoolConfig:
             raise InvalidParameter(
                 f"warm_pools.size: expected a whole number >= 0, got {self.size!r}", field="warm_pools.size", value=self.size
             )
-        spec_from_start_request(self.request)  # bad sizes or CPUs fail here, naming the field
+        spec = spec_from_start_request(self.request)  # bad sizes or CPUs fail here, naming the field
+        if spec.pull is PullPolicy.ALWAYS and self.size:
+            raise InvalidParameter(
+                "pull: 'always' asks for a fresh pull at every start, which a warm pool cannot honour; "
+                "use 'missing' or 'never'",
+                field="pull", value="always",
+            )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "warm_pools") -> WarmPoolConfig:

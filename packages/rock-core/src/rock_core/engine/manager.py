@@ -67,6 +67,7 @@ from rock_core.models import (
     ROCKLET_PORT,
     Phase,
     PhaseStatus,
+    PullPolicy,
     RuntimeStatus,
     SandboxRecord,
     SandboxSpec,
@@ -285,6 +286,12 @@ class SandboxManager:
             raise InvalidParameter(f"size: expected a whole number >= 0, got {size!r}", field="size", value=size)
         spec = spec_from_start_request(request)
         self._validate(spec)
+        if spec.pull is PullPolicy.ALWAYS and size:
+            raise InvalidParameter(
+                "pull: 'always' asks for a fresh pull at every start, which sandboxes started ahead of "
+                "time cannot honour; keep warm pools with pull 'missing' or 'never'",
+                field="pull", value=spec.pull.value, attempted="set_warm_pool",
+            )
         key = pool_key(spec)
         others = sum(p.size for k, p in self._pools.items() if k != key)
         if others + size > self.config.max_warm_pool_members:
