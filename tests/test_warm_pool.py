@@ -178,6 +178,17 @@ async def test_resize_and_remove_a_pool(pooled, docker_client):
     assert status.status["docker_run"].message == "docker run success"
 
 
+async def test_removing_a_pool_while_its_members_start_leaves_nothing(docker_client):
+    """Members cut short at any point of their start (create, start, first answer) are removed."""
+    async with SandboxManager(EngineConfig()) as engine:
+        for delay in (0.0, 0.02, 0.05, 0.1, 0.2, 0.4):
+            await engine.set_warm_pool(SandboxStartRequest(**KIND), 2)
+            await anyio.sleep(delay)
+            await engine.set_warm_pool(SandboxStartRequest(**KIND), 0)
+            await eventually(lambda: engine_containers(docker_client, engine) == [], timeout=30)
+        assert engine.warm_pools() == []
+
+
 async def test_a_pool_of_an_image_that_cannot_be_pulled_reports_why(docker_client):
     config = EngineConfig(warm_pools=[{"image": "rock-test/does-not-exist:404", "size": 2}])
     async with SandboxManager(config) as engine:

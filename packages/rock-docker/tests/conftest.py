@@ -43,7 +43,7 @@ def run_labels(docker_client):
     """Labels unique to this session; every container carrying them is removed at its end."""
     labels = {RUN_LABEL: uuid.uuid4().hex}
     yield labels
-    for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={labels[RUN_LABEL]}"}):
+    for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={labels[RUN_LABEL]}"}, ignore_removed=True):
         container.remove(force=True, v=True)
 
 

@@ -253,7 +253,7 @@ def engine(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     engine is closed at the end, which must leave no container behind."""
     yield get_remote_engine(request.getfixturevalue("admin").url) if REMOTE else get_embedded_engine()
     close_embedded_engine()
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"})
+    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"}, ignore_removed=True)
     assert left == [], f"containers left behind by the SDK tests: {[c.name for c in left]}"
 
 

@@ -244,7 +244,7 @@ def test_another_keys_sandbox_answers_as_an_unknown_id(
     # B's sandbox is untouched: still running, and B still uses it.
     assert ok(http_b, "GET", "get_status", params={"sandbox_id": b})["state"] == "running"
     assert ok(http_b, "POST", "execute", json={"sandbox_id": b, "command": "echo mine", "shell": True})["stdout"].strip() == "mine"
-    assert [c.status for c in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={b}"})] == ["running"]
+    assert [c.status for c in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={b}"}, ignore_removed=True)] == ["running"]
     # And the owner acts on its own.
     assert ok(http_a, "POST", "execute", json={"sandbox_id": a, "command": "echo a", "shell": True})["stdout"].strip() == "a"
 

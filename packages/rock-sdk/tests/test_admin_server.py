@@ -378,7 +378,7 @@ def test_admin_daemon_stop_keeps_sandboxes_and_restart_finds_them(
     assert admin_cli(admin, "status").returncode == 3
     log_text = (admin.state_dir / "admin.log").read_text()
     assert "Application shutdown complete" in log_text  # uvicorn's graceful path, not a kill
-    containers = docker_client.containers.list(filters={"label": f"rock.sandbox_id={running}"})
+    containers = docker_client.containers.list(filters={"label": f"rock.sandbox_id={running}"}, ignore_removed=True)
     assert [c.status for c in containers] == ["running"]
 
     started = admin_cli(admin, "start", "--port", str(admin.port), "--config", str(config))

@@ -52,7 +52,9 @@ def _wait_ready(url: str, count: int, timeout: float = 120.0) -> str:
 
 
 def _members(docker_client: Any, owner: str) -> list[Any]:
-    found = docker_client.containers.list(all=True, filters={"label": [f"rock.owner={owner}", "rock.pool"]})
+    found = docker_client.containers.list(
+        all=True, filters={"label": [f"rock.owner={owner}", "rock.pool"]}, ignore_removed=True
+    )
     return [c for c in found if c.name == c.labels.get("rock.pool_member")]
 
 

@@ -71,7 +71,7 @@ def sandbox_id(admin: Admin) -> str:
 
 def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
     """The containers Docker has for ``sandbox_id`` (any state)."""
-    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"})
+    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
 
 
 # -- create, list, status ------------------------------------------------------------------------------

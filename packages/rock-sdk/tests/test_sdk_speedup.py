@@ -636,7 +636,7 @@ async def host_sandbox(engine: Any, small: dict[str, Any], docker_client: Any) -
     sb = Sandbox(SandboxConfig(**small, network="host"))
     await sb.start()
     assert sb.sandbox_id is not None
-    (container,) = docker_client.containers.list(filters={"label": f"rock.sandbox_id={sb.sandbox_id}"})
+    (container,) = docker_client.containers.list(filters={"label": f"rock.sandbox_id={sb.sandbox_id}"}, ignore_removed=True)
     assert container.attrs["HostConfig"]["NetworkMode"] == "host"
     yield sb
     await sb.stop()

@@ -37,7 +37,7 @@ def docker_client() -> Iterator[Any]:
     run = uuid.uuid4().hex
     client.rock_test_run = run
     yield client
-    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run}"}):
+    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run}"}, ignore_removed=True):
         container.remove(force=True)
     client.close()
 

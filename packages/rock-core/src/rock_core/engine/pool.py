@@ -243,6 +243,12 @@ class WarmPool:
                 with anyio.CancelScope(shield=True):
                     await remove(handle)
             return
+        except BaseException:
+            # Cancelled: the pool was removed, or the engine closes. Leave nothing behind, not
+            # even a unit the runtime finished creating as the cancellation came.
+            with anyio.CancelScope(shield=True):
+                await self._discard(name, handle, remove)
+            raise
         finally:
             self._starting -= 1
         if self._closed or len(self._ready) >= self.size:
@@ -254,6 +260,19 @@ class WarmPool:
         self._made += 1
         self._failures = 0
         self._wake()
+
+    async def _discard(
+        self, name: str, handle: UnitHandle | None, remove: Callable[[UnitHandle], Awaitable[None]]
+    ) -> None:
+        """Remove member ``name``'s unit, found by its label when its handle never came back."""
+        handles = [handle] if handle is not None else []
+        if handle is None:
+            try:
+                handles = list(await self._runtime.list({LABEL_POOL_MEMBER: name}))
+            except RockError as exc:
+                log.warning("warm pool %s: could not look for member %s to remove it: %s", self.key, name, exc)
+        for found in handles:
+            await remove(found)
 
     def _failed(self, name: str, message: str) -> None:
         self._failures += 1
