@@ -155,6 +155,15 @@ async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_o
     await eventually(lambda: pooled.warm_pools()[0].ready == 2 and all(c.status == "running" for c in members(docker_client, pooled)))
 
 
+async def test_stopping_starts_while_they_claim_leaves_no_container(pooled, docker_client):
+    """A stop at any moment of a claim (before, during or after the rename) removes the unit."""
+    for delay in (0.0, 0.0, 0.005, 0.01, 0.02, 0.04):
+        started = await pooled.start_async(SandboxStartRequest(**KIND))
+        await anyio.sleep(delay)
+        await pooled.stop(started.sandbox_id)
+    await eventually(lambda: all(c.name == c.labels.get(LABEL_POOL_MEMBER) for c in engine_containers(docker_client, pooled)))
+
+
 async def test_claiming_under_a_taken_name_fails_like_an_ordinary_start(pooled, docker_client):
     squatter = docker_client.containers.create(IMAGE, name="taken-name", labels={"rock.test": "squatter"})
     try:

@@ -410,7 +410,9 @@ class SandboxManager:
         sandbox_id = live.record.sandbox_id
         assert self._tg is not None
         try:
-            handle = await self.runtime.assign(member.handle, sandbox_id)
+            # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
+            with anyio.CancelScope(shield=True):
+                handle = await self.runtime.assign(member.handle, sandbox_id)
         except RockError as exc:
             log.warning("could not claim pool member %s for %s: %s", member.handle.sandbox_id, sandbox_id, exc)
             self._tg.start_soon(self._remove_quietly, member.handle)
