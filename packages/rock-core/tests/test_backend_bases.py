@@ -118,7 +118,7 @@ class Github(SpeedupStrategy):
 
 
 def test_speedup_validation_strips_the_value() -> None:
-    assert Github().validate("  11.11.11.11\n") == "11.11.11.11"
+    assert Github().validate("  127.0.0.21\n") == "127.0.0.21"
 
 
 @pytest.mark.parametrize("value", ["", "   ", None])

@@ -399,19 +399,19 @@ async def test_pip_writes_the_index_for_root_and_every_home_user(sandbox: Sandbo
 
 
 async def test_github_maps_githubs_hosts_and_replaces_earlier_entries(sandbox: Sandbox) -> None:
-    await ok(sandbox, "echo '10.9.9.9 github.com' >> /etc/hosts && echo '127.0.0.2 keep.example' >> /etc/hosts")
+    await ok(sandbox, "echo '127.9.9.9 github.com' >> /etc/hosts && echo '127.0.0.2 keep.example' >> /etc/hosts")
     before = await ok(sandbox, "cat /etc/hosts")
 
-    obs = await sandbox.network.speedup(SpeedupType.GITHUB, "10.0.0.1")
+    obs = await sandbox.network.speedup(SpeedupType.GITHUB, "127.0.0.11")
     assert obs.exit_code == 0, obs.output
-    obs = await sandbox.network.speedup(SpeedupType.GITHUB, " 10.0.0.2 ")
+    obs = await sandbox.network.speedup(SpeedupType.GITHUB, " 127.0.0.12 ")
     assert obs.exit_code == 0, obs.output
 
     for host in GITHUB_HOSTS:
-        assert (await ok(sandbox, f"getent hosts {host}")).split() == ["10.0.0.2", host]
-    assert (await ok(sandbox, "getent hosts github.com")).split() == ["10.0.0.2", "github.com"]
+        assert (await ok(sandbox, f"getent hosts {host}")).split() == ["127.0.0.12", host]
+    assert (await ok(sandbox, "getent hosts github.com")).split() == ["127.0.0.12", "github.com"]
     hosts = await ok(sandbox, "cat /etc/hosts")
-    assert "10.9.9.9" not in hosts and "10.0.0.1" not in hosts
+    assert "127.9.9.9" not in hosts and "127.0.0.11" not in hosts
     assert "127.0.0.2 keep.example" in hosts and "localhost" in hosts
     assert await ok(sandbox, "cat /etc/hosts.backup") == before
 
@@ -466,7 +466,7 @@ async def bare(engine: Any, small: dict[str, Any], bare_image: str) -> AsyncIter
     [
         (SpeedupType.APT, "http://mirror.example", "apt-get is not installed in this image"),
         (SpeedupType.PIP, "http://mirror.example", "neither pip nor uv is installed in this image"),
-        (SpeedupType.GITHUB, "10.0.0.1", "/etc/hosts is not writable (commands run as uid 1000)"),
+        (SpeedupType.GITHUB, "127.0.0.11", "/etc/hosts is not writable (commands run as uid 1000)"),
     ],
 )
 async def test_a_failed_precheck_names_the_problem_and_changes_nothing(
@@ -489,7 +489,7 @@ async def test_without_rock_speedup_the_failure_names_the_package(
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "speedup")
     before = await snapshot(sandbox)
     for speedup_type, value in ((SpeedupType.APT, "http://m.example"), (SpeedupType.PIP, "http://m.example"),
-                                (SpeedupType.GITHUB, "10.0.0.3")):
+                                (SpeedupType.GITHUB, "127.0.0.13")):
         obs = await sandbox.network.speedup(speedup_type=speedup_type, speedup_value=value)
         assert obs.exit_code == 1
         assert "`pip install rock-speedup`" in obs.failure_reason, obs.failure_reason

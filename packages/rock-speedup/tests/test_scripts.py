@@ -221,16 +221,16 @@ def test_github_replaces_every_entry_for_its_hosts_and_keeps_the_rest(docker_cli
     hosts = (
         "# the image own comment\n"
         "127.0.0.1\tlocalhost\n"
-        "1.1.1.1 GitHub.com gh-alias # mine\n"
-        "2.2.2.2 codeload.github.com\n"
-        "3.3.3.3 notgithub.com www.github.com.evil\n"
-        f"4.4.4.4\tgithub.com\t{HOSTS_MARKER}\n"
+        "127.1.1.1 GitHub.com gh-alias # mine\n"
+        "127.2.2.2 codeload.github.com\n"
+        "127.3.3.3 notgithub.com www.github.com.evil\n"
+        f"127.4.4.4\tgithub.com\t{HOSTS_MARKER}\n"
         "\n"
     )
     code, out = in_container(
         docker_client,
         f"set -e\nprintf '%s' '{hosts}' > /etc/hosts\ncp /etc/hosts /tmp/original\n"
-        + saved(github.script(github.validate("10.0.0.1")), "/tmp/one.sh")
+        + saved(github.script(github.validate("127.0.0.11")), "/tmp/one.sh")
         + saved(github.script(github.validate("2001:db8::1")), "/tmp/two.sh")
         + "bash /tmp/one.sh >/dev/null; bash /tmp/two.sh >/dev/null\n"
         "cmp /tmp/original /etc/hosts.backup && echo BACKUP-IS-ORIGINAL\ncat /etc/hosts\n",
@@ -240,8 +240,8 @@ def test_github_replaces_every_entry_for_its_hosts_and_keeps_the_rest(docker_cli
         "BACKUP-IS-ORIGINAL\n"
         "# the image own comment\n"
         "127.0.0.1\tlocalhost\n"
-        "1.1.1.1 gh-alias # mine\n"
-        "3.3.3.3 notgithub.com www.github.com.evil\n"
+        "127.1.1.1 gh-alias # mine\n"
+        "127.3.3.3 notgithub.com www.github.com.evil\n"
         "\n" + "".join(f"2001:db8::1\t{host}\t{HOSTS_MARKER}\n" for host in GITHUB_HOSTS)
     )
 

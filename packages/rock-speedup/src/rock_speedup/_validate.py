@@ -72,18 +72,18 @@ def mirror_url(value: str, strategy: str) -> str:
 def ip_address(value: str, strategy: str) -> str:
     """``value`` as an IPv4 or IPv6 address in its canonical text form, or :class:`InvalidParameter`.
 
-    Octets above 255 (``999.1.1.1``) and leading zeros (``010.0.0.1``, read as octal by some
+    Octets above 255 (``999.1.1.1``) and leading zeros (``0127.0.0.1``, read as octal by some
     resolvers) are refused.
 
-    >>> ip_address(" 140.82.112.3 ", "github")
-    '140.82.112.3'
+    >>> ip_address(" 203.0.113.10 ", "github")
+    '203.0.113.10'
     """
     text = value.strip()
     try:
         address = ipaddress.ip_address(text)
     except ValueError:
         raise InvalidParameter(
-            f"{FIELD}: {value!r} is not an IPv4 or IPv6 address (like 140.82.112.3) for {strategy}",
+            f"{FIELD}: {value!r} is not an IPv4 or IPv6 address (like 203.0.113.10) for {strategy}",
             field=FIELD,
             value=value,
             attempted="speedup",

@@ -89,7 +89,7 @@ class GitHubSpeedup(SpeedupStrategy):
         """The address in canonical form.
 
         :raises rock_core.errors.InvalidParameter: not an IPv4/IPv6 address (``999.1.1.1``,
-            ``github.com``, ``010.0.0.1``), naming ``speedup_value``.
+            ``github.com``, ``0127.0.0.1``), naming ``speedup_value``.
         """
         super().validate(value)  # a non-empty string
         return ip_address(value, self.name)

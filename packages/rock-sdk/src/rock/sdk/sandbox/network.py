@@ -6,7 +6,7 @@
 
     await sandbox.network.speedup(SpeedupType.PIP, "https://mirror.example")
     await sandbox.network.speedup(SpeedupType.APT, "http://mirror.example")
-    await sandbox.network.speedup(SpeedupType.GITHUB, "140.82.112.3")
+    await sandbox.network.speedup(SpeedupType.GITHUB, "203.0.113.10")
 """
 
 from __future__ import annotations
