@@ -241,7 +241,7 @@ async def test_stale_members_of_an_earlier_run_are_removed(docker_client):
         name = f"rock-pool-stale{time.time_ns()}"
         stale = docker_client.containers.run(
             IMAGE, ["sleep", "600"], name=name, detach=True,
-            labels={"rock.owner": owner, "rock.engine_id": "gone", LABEL_POOL: "pool-x", LABEL_POOL_MEMBER: name},
+            labels={"rock.engine": "rock", "rock.owner": owner, "rock.engine_id": "gone", LABEL_POOL: "pool-x", LABEL_POOL_MEMBER: name},
         )
         async with SandboxManager(EngineConfig(remove_on_close=False, reap_orphans=False), owner=owner):
             with pytest.raises(Exception, match="No such container|404"):

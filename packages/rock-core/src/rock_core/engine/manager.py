@@ -217,10 +217,8 @@ class SandboxManager:
         self._http = new_http_client()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        if self.config.reap_orphans:
-            await self.reap_orphans()
+        await self._sweep(reap=self.config.reap_orphans)
         await self.recover()
-        await self._remove_members(stale=True)
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
         self._tg.start_soon(self._timer_loop)
@@ -243,7 +241,7 @@ class SandboxManager:
             if self.config.remove_on_close:
                 await self._remove_all_owned()
             elif self._pools:
-                await self._remove_members(stale=False)  # sandboxes outlive the engine; idle pool members do not
+                await self._remove_members()  # sandboxes outlive the engine; idle pool members do not
             if self._http is not None:
                 await self._http.aclose()
             await self.runtime.aclose()
@@ -379,18 +377,16 @@ class SandboxManager:
             raise StartupTimeout(f"warm pools not full within {timeout:g}s: {self.warm_pools()}", attempted="wait_warm")
         return self.warm_pools()
 
-    async def _remove_members(self, *, stale: bool) -> None:
-        """Remove unclaimed pool members: with ``stale``, those of earlier runs of this owner (an
-        admin restart, a crash); else this engine's own (those in a pool and those starting)."""
-        labels = {LABEL_OWNER: self.owner} if stale else {LABEL_ENGINE_ID: self.engine_id}
+    async def _remove_members(self) -> None:
+        """Remove this engine's unclaimed pool members (those in a pool and those still starting)."""
         try:
-            units = await self.runtime.list(labels)
+            units = await self.runtime.list({LABEL_ENGINE_ID: self.engine_id})
         except RockError as exc:
-            log.warning("could not list units to remove idle pool members: %s", exc)
+            log.warning("could not list this engine's pool members at close: %s", exc)
             return
         async with anyio.create_task_group() as tg:
             for handle in units:
-                if is_unclaimed_member(handle) and (handle.labels.get(LABEL_ENGINE_ID) != self.engine_id or not stale):
+                if is_unclaimed_member(handle):
                     tg.start_soon(self._remove_quietly, handle)
 
     async def _claim_warm(self, live: _Live) -> bool:
@@ -436,15 +432,24 @@ class SandboxManager:
 
     async def reap_orphans(self) -> int:
         """Remove units of this engine's kind whose owning process has died; return how many."""
+        return await self._sweep(reap=True)
+
+    async def _sweep(self, *, reap: bool) -> int:
+        """One look at this engine's kind of units: with ``reap``, remove those whose owning process
+        died; always remove the unclaimed pool members an earlier run of this owner left (an
+        admin restart). Return how many orphans were reaped."""
         try:
             handles = await self.runtime.list({LABEL_ENGINE: self.config.engine_label})
         except RockError as exc:
-            log.warning("could not list units to reap orphans: %s", exc)
+            log.warning("could not list units to reap orphans and stale pool members: %s", exc)
             return 0
         reaped = 0
         for handle in handles:
             owner = handle.labels.get(LABEL_OWNER, "")
-            if owner != self.owner and _owner_is_dead(owner):
+            if owner == self.owner:
+                if is_unclaimed_member(handle) and handle.labels.get(LABEL_ENGINE_ID) != self.engine_id:
+                    await self._remove_quietly(handle)
+            elif reap and _owner_is_dead(owner):
                 log.info("removing sandbox %s: its owner %s has died", handle.sandbox_id, owner)
                 await self.runtime.remove(handle)
                 reaped += 1

@@ -85,7 +85,6 @@ class Member:
 
     handle: UnitHandle
     status: RuntimeStatus
-    ready_at: float
 
 
 class WarmPool:
@@ -256,7 +255,7 @@ class WarmPool:
                 await remove(handle)
             self._wake()
             return
-        self._ready.append(Member(handle=handle, status=status, ready_at=time.monotonic()))
+        self._ready.append(Member(handle=handle, status=status))
         self._made += 1
         self._failures = 0
         self._wake()

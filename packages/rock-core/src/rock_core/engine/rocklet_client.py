@@ -54,7 +54,7 @@ from rock_core.errors import (
     SessionNotFound,
 )
 
-__all__ = ["RockletClient", "RockletTransport", "new_http_client"]
+__all__ = ["RockletClient", "RockletTransport", "new_http_client", "process_request"]
 
 T = TypeVar("T")
 
@@ -133,6 +133,24 @@ def _rock_error(name: str, message: str, extra: Mapping[str, Any], sandbox_id: s
     if name == "ProcessDoesNotExistError":
         return InvalidParameter(message, **kw)
     return InternalServerRockError(f"rocklet error ({name}): {message}", **kw)
+
+
+def process_request(
+    command: str | list[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+) -> dict[str, Any]:
+    """The JSON body of ``POST /processes`` (a background command): only the options given."""
+    body: dict[str, Any] = {"command": command}
+    if cwd is not None:
+        body["cwd"] = cwd
+    if env is not None:
+        body["env"] = dict(env)
+    if timeout is not None:
+        body["timeout"] = timeout
+    return body
 
 
 class RockletClient:
@@ -412,13 +430,7 @@ class RockletClient:
         timeout: float | None = None,
     ) -> ProcessInfo:
         """Start a background command; its exit code, usage and output stay readable later."""
-        body: dict[str, Any] = {"command": command}
-        if cwd is not None:
-            body["cwd"] = cwd
-        if env is not None:
-            body["env"] = dict(env)
-        if timeout is not None:
-            body["timeout"] = timeout
+        body = process_request(command, cwd=cwd, env=env, timeout=timeout)
         response = await self._request("POST", "/processes", "start_process", json_body=body)
         data = response.json()
         return structure_wire({"command": command, "running": True, **data}, ProcessInfo, forbid_extra_keys=False)

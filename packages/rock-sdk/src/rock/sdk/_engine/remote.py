@@ -59,6 +59,7 @@ from rock_core.actions import (
     WarmPoolsResponse,
 )
 from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.engine.rocklet_client import process_request
 from rock_core.errors import (
     BadRequestRockError,
     CommandTimeout,
@@ -630,14 +631,7 @@ class RemoteEngine:
         timeout: float | None = None,
     ) -> ProcessInfo:
         """``POST /processes`` (rock)."""
-        body: dict[str, Any] = {"command": command}
-        if cwd is not None:
-            body["cwd"] = cwd
-        if env is not None:
-            body["env"] = dict(env)
-        if timeout is not None:
-            body["timeout"] = timeout
-        body["sandbox_id"] = sandbox_id
+        body = {**process_request(command, cwd=cwd, env=env, timeout=timeout), "sandbox_id": sandbox_id}
         result = await self._call("POST", "/processes", "start_process", sandbox_id, json=body)
         return structure_wire({"command": command, "running": True, **result}, ProcessInfo, forbid_extra_keys=False)
 
