@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import anyio
+import httpx
 import pytest
 from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
@@ -15,6 +16,7 @@ from rock_core.engine.manager import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, SandboxM
 from rock_core.engine.pool import LABEL_POOL, LABEL_POOL_MEMBER, pool_key
 from rock_core.converters import spec_from_start_request
 from rock_core.errors import InvalidParameter
+from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.states import State
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -306,3 +308,22 @@ def test_the_readme_way_an_embedded_sdk_process_with_a_warm_pool(docker_client, 
     assert done.stdout.strip() == "claimed from warm pool"
     left = docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True)
     assert [c.name for c in left] == [], "the process's engine removed its pool at exit"
+
+
+async def test_each_claimed_member_keeps_a_secret_of_its_own(pooled):
+    """A member's rocklet secret is made for it alone; the sandbox that claims it takes it over,
+    and no other sandbox's secret opens it."""
+    a = await pooled.start(SandboxStartRequest(**KIND))
+    b = await pooled.start(SandboxStartRequest(**KIND))
+    assert a.status["docker_run"].message.startswith("claimed") and b.status["docker_run"].message.startswith("claimed")
+    token_a, token_b = pooled.get_record(a.sandbox_id).rocklet_token, pooled.get_record(b.sandbox_id).rocklet_token
+    assert token_a and token_b and token_a != token_b
+    assert pooled.get_record(a.sandbox_id).security["rocklet_auth"] is True
+    body = {"command": "true", "shell": True}
+    async with httpx.AsyncClient(timeout=30) as http:
+        url_b = f"http://127.0.0.1:{b.port_mapping[22555]}/execute"
+        assert (await http.post(url_b, json=body, headers={TOKEN_HEADER: token_a})).status_code == 401
+        assert (await http.post(url_b, json=body)).status_code == 401
+        assert (await http.post(url_b, json=body, headers={TOKEN_HEADER: token_b})).status_code == 200
+    # And the engine's own calls carry the right one.
+    assert (await pooled.rocklet(a.sandbox_id).execute(Command(command=["true"]))).exit_code == 0

@@ -41,7 +41,7 @@ def test_a_runtime_without_snapshots_says_so_clearly() -> None:
 
         spec = SandboxSpec(image="python:3.11", sandbox_id="sb-2")
         with pytest.raises(NotSupported, match="runtime 'plain' cannot restore") as restore:
-            await PlainRuntime().restore(spec, _chunks(), labels={})
+            await PlainRuntime().restore(spec, _chunks(), labels={}, rocklet_token="t")
         assert (restore.value.sandbox_id, restore.value.attempted) == ("sb-2", "restore")
 
     anyio.run(main)

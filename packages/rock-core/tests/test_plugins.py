@@ -265,7 +265,7 @@ def test_registering_an_abstract_class_lists_what_is_missing() -> None:
     class Half(Runtime):
         name = "half"
 
-        async def create(self, spec: object, *, labels: object) -> UnitHandle:
+        async def create(self, spec: object, *, labels: object, rocklet_token: str) -> UnitHandle:
             raise AssertionError
 
     plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("half", Half)]))

@@ -25,6 +25,7 @@ from rock_core.errors import (
     SandboxAlreadyExists,
 )
 from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, PullPolicy, SandboxSpec, UnitState
+from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.testing import PhaseLog, unique_sandbox_id, wait_for_rocklet, wait_for_unit
 from rock_core.units import GiB, MiB
 
@@ -46,9 +47,13 @@ async def runtime(tmp_path_factory):
         yield runtime
 
 
+#: The rocklet secret of every container these tests make (the ``http`` fixture sends it).
+TOKEN = "docker-runtime-test-token"
+
+
 @pytest.fixture
 async def http():
-    async with httpx.AsyncClient() as client:
+    async with httpx.AsyncClient(headers={TOKEN_HEADER: TOKEN}) as client:
         yield client
 
 
@@ -60,6 +65,7 @@ def spec(**fields) -> SandboxSpec:
 
 async def create(runtime, run_labels, the_spec=None, **kw):
     the_spec = the_spec or spec()
+    kw.setdefault("rocklet_token", TOKEN)
     return await runtime.create(the_spec, labels={**run_labels, "rock.sandbox_id": the_spec.sandbox_id}, **kw)
 
 
@@ -106,6 +112,34 @@ async def test_container_settings(runtime, run_labels, docker_client):
     }
     [mount] = doc["Mounts"]
     assert (mount["Type"], mount["Destination"], mount["RW"]) == ("bind", "/rock", False)
+
+
+async def test_containers_are_hardened_and_say_how(runtime, run_labels, docker_client):
+    """The secret in the environment, a pids limit, no-new-privileges, a reduced capability set,
+    a nofile limit, and rock's isolated network; the handle's ``security`` says the same."""
+    the_spec = spec(pids_limit=300, cap_add=("NET_RAW",))
+    handle = await create(runtime, run_labels, the_spec, rocklet_token="s3cret-token")
+    doc = await container_doc(docker_client, handle)
+    host, config = doc["HostConfig"], doc["Config"]
+    assert "ROCK_ROCKLET_TOKEN=s3cret-token" in config["Env"]
+    assert "s3cret-token" not in str(config["Labels"]) and "s3cret-token" not in str(config["Cmd"])
+    assert host["PidsLimit"] == 300
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["CapDrop"] == ["ALL"] and "NET_RAW" in host["CapAdd"] and "SYS_ADMIN" not in host["CapAdd"]
+    assert host["Ulimits"] == [{"Name": "nofile", "Soft": 16384, "Hard": 16384}]
+    assert host["NetworkMode"] == "rock-sandboxes"
+    network = await anyio.to_thread.run_sync(docker_client.api.inspect_network, "rock-sandboxes")
+    assert network["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+    security = dict(handle.security)
+    assert set(security.pop("capabilities")) == set(host["CapAdd"])
+    assert security == {
+        "network": "isolated", "pids_limit": 300, "nofile_limit": 16384, "no_new_privileges": True, "rocklet_auth": True,
+    }
+
+
+async def test_a_unit_needs_a_secret(runtime, run_labels):
+    with pytest.raises(InvalidParameter, match="rocklet_token"):
+        await create(runtime, run_labels, rocklet_token="")
 
 
 async def test_limit_cpus_gives_shares_and_a_ceiling(runtime, run_labels, docker_client):
@@ -192,7 +226,7 @@ async def test_network_none_has_only_loopback_and_a_socket(runtime, run_labels, 
     code, out = await exec_in(docker_client, handle, ["ls", "/sys/class/net"])
     assert code == 0 and out.split() == ["lo"]
     async with new_http_client() as http:
-        client = RockletClient(http, *status.rocklet_address, handle.sandbox_id)
+        client = RockletClient(http, *status.rocklet_address, handle.sandbox_id, token=TOKEN)
         await client.wait_until_alive(30)
         result = await client.execute(Command(command=["echo", "through the socket"]))
         assert result.stdout.strip() == "through the socket"

@@ -183,7 +183,8 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Itera
             f"server ({' '.join(rock)} admin serve --help exited {probe.returncode}: "
             f"{(probe.stderr or probe.stdout).strip()[-500:]})"
         )
-    server = launch_admin(tmp_path_factory.mktemp("rock-admin"))
+    # The speedup tests reach mirrors on the host's 127.0.0.1 from sandboxes on its network.
+    server = launch_admin(tmp_path_factory.mktemp("rock-admin"), config="[admin]\nallow_host_network = true\n")
     yield server
     stop_admin(server, docker_client)
 

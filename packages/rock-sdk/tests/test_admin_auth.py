@@ -28,6 +28,7 @@ SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5}
 
 KEY_A = "key-a-" + uuid.uuid4().hex  # configured in the file, as its sha256
 KEY_B = "key-b-" + uuid.uuid4().hex  # configured through ROCK_ADMIN_API_KEYS, as plain text
+KEY_OPS = "key-ops-" + uuid.uuid4().hex  # in the file, allowed the host's network
 WRONG_KEY = "key-x-" + uuid.uuid4().hex
 IDENTITY_A = {"X-User-Id": "ann", "X-Experiment-Id": "exp-a", "X-Namespace": "ns-a", "X-Cluster": "c-a"}
 IDENTITY_B = {"X-User-Id": "bob", "X-Experiment-Id": "exp-b", "X-Namespace": "ns-b", "X-Cluster": "c-b"}
@@ -77,6 +78,17 @@ def test_bad_keys_are_refused_without_echoing_them(tmp_path: Path, value: str, n
         assert secret not in str(info.value)
 
 
+def test_allow_host_network_on_a_key_must_be_a_boolean(tmp_path: Path) -> None:
+    config = tmp_path / "admin.toml"
+    config.write_text(f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = "yes" }}]\n')
+    with pytest.raises(InvalidParameter, match=r"allow_host_network of tenant 't' must be true or false") as info:
+        load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
+    assert KEY_A not in str(info.value)
+    config.write_text(f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = true }}]\n')
+    (key,) = load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)}).api_keys
+    assert key.allow_host_network is True
+
+
 def test_bad_file_entries_are_refused(tmp_path: Path) -> None:
     config = tmp_path / "admin.toml"
     config.write_text('[admin]\napi_keys = [{ tenant = "a", sha256 = "not-hex" }]\n')
@@ -109,7 +121,8 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_la
     server = launch_admin(
         tmp_path_factory.mktemp("admin-auth"),
         config='[admin]\nlog_level = "debug"\naccess_log = true\n'
-        f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }}]\n',
+        f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }},\n'
+        f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", allow_host_network = true }}]\n',
         env={"ROCK_ADMIN_API_KEYS": f"team-b={KEY_B}"},
     )
     try:
@@ -276,6 +289,35 @@ def test_metrics_and_openapi_with_a_key(http_a: httpx.Client, sandboxes: tuple[s
     document = http_a.get("/openapi.json").json()
     assert {"apiKey", "bearer"} <= set(document["components"]["securitySchemes"])
     assert document["paths"]["/healthz"]["get"]["security"] == []
+
+
+def test_the_host_network_is_refused_unless_the_key_allows_it(http_a: httpx.Client, admin: Any) -> None:
+    body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "network": "host"}))
+    assert body["status"] == "Failed" and body["result"]["code"] == 4001
+    assert "network: 'host'" in body["error"] and "tenant 'team-a'" in body["error"]
+    assert "allow_host_network" in body["error"]
+    pool = envelope_of(http_a.post(f"{PREFIX}/warmup/tasks", json={**SMALL, "network": "host", "size": 1}))
+    assert pool["status"] == "Failed" and "network: 'host'" in pool["error"]
+    assert all(item["sandbox_id"].startswith("auth-a") for item in ok(http_a, "GET", "sandboxes")["items"])
+    with client(admin, {"X-API-Key": KEY_OPS}) as ops:
+        started = ok(ops, "POST", "start", json={**SMALL, "network": "host"})
+        status = ok(ops, "GET", "get_status", params={"sandbox_id": started["sandbox_id"]})
+        assert status["state"] == "running" and status["security"]["network"].startswith("host")
+        ok(ops, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})
+
+
+def test_pids_limit_and_capabilities_cross_the_wire(http_a: httpx.Client) -> None:
+    refused = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "cap_add": ["SYS_ADMIN"]}))
+    assert refused["status"] == "Failed" and "cap_add: SYS_ADMIN may not be added here" in refused["error"]
+    started = ok(http_a, "POST", "start", json={**SMALL, "pids_limit": 128, "cap_add": ["NET_RAW"]})
+    try:
+        status = ok(http_a, "GET", "get_status", params={"sandbox_id": started["sandbox_id"]})
+        security = status["security"]
+        assert security["pids_limit"] == 128 and "NET_RAW" in security["capabilities"]
+        assert security["rocklet_auth"] is True and security["no_new_privileges"] is True
+        assert all("token" not in key for key in status)
+    finally:
+        ok(http_a, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})
 
 
 def test_owners_stop_and_delete_their_own(http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str], docker_client: Any) -> None:

@@ -178,7 +178,7 @@ def test_get_plugin_manager_in_process_finds_the_installed_plugin(
         plugins = Plugins(get_plugin_manager())
         runtime_cls = plugins.runtimes()["throwaway"]
         assert runtime_cls.__module__ == "rock_throwaway"
-        handle = anyio.run(lambda: runtime_cls().create(None, labels={}))
+        handle = anyio.run(lambda: runtime_cls().create(None, labels={}, rocklet_token="t"))
         assert (handle.runtime, handle.sandbox_id) == ("throwaway", "sandbox-1")
         info = next(i for i in plugins.describe() if i.name == "throwaway")
         assert (info.distribution, info.version, info.blocked) == ("rock-throwaway", THROWAWAY_VERSION, False)

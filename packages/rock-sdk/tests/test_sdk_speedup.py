@@ -213,7 +213,18 @@ def add_simple_index(root: Path, project: str, wheels: list[Path]) -> None:
 
 
 def find_uv_binary() -> Path | None:
-    """The uv executable of this machine (an ELF file; PATH entries may be shims), or ``None``."""
+    """The uv executable of this machine (an ELF file; PATH entries may be shims), or ``None``.
+
+    First the one ``scripts/ensure-uv.sh`` reports (the uv the README's set-up installed, which
+    need not be on ``PATH``), then ``PATH``'s.
+    """
+    script = Path(__file__).resolve().parents[3] / "scripts" / "ensure-uv.sh"
+    if script.is_file():
+        found = subprocess.run([str(script)], capture_output=True, text=True, timeout=300)
+        candidate = Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
+        with contextlib.suppress(OSError):
+            if candidate is not None and candidate.is_file() and candidate.read_bytes()[:4] == b"\x7fELF":
+                return candidate
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(entry) / "uv"
         with contextlib.suppress(OSError):

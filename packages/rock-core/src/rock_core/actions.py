@@ -27,7 +27,7 @@ Differences from ROCK, on purpose
       and ``network`` (the sandbox's network mode).
       ``auto_clear_time_minutes`` defaults to ``None`` = "the server's configured default", which
       is what ROCK does when the field is not sent (its declared 360 only applies when sent).
-    - ``SandboxStatusResponse`` adds ``reason``, ``notes`` and ``queue_position``.
+    - ``SandboxStatusResponse`` adds ``reason``, ``notes``, ``queue_position`` and ``security``.
     - :class:`SandboxIdRequest` names the ``{"sandbox_id": ...}`` body of ``/stop``, ``/delete``
       and ``/restart``, which ROCK reads as an untyped dict.
     - Unknown keys are an error (ROCK's server silently drops them, e.g. the documented but
@@ -48,6 +48,7 @@ from rock_core.models import (
     Phase,
     PortMapping,
     PositiveFloat,
+    PositiveInt,
     PullPolicy,
     SizeStr,
     constrained,
@@ -331,6 +332,11 @@ class SandboxStartRequest:
     ``auto_archive_seconds``/``auto_delete_seconds``: what to do after a stop (``0`` = at once).
     ``env``/``metadata`` (rock additions): container environment and free-form labels.
     ``network`` (rock addition): ``bridge``, ``host`` or ``none``; ``None`` = the runtime's default.
+    ``network_group`` (rock addition): sandboxes of one group share a network and may connect to
+    each other (by sandbox id as host name); without it no sandbox reaches another.
+    ``pids_limit`` (rock addition): the most processes the sandbox may run (``None``: the
+    server's default, 4096). ``cap_add`` (rock addition): Linux capabilities to grant beyond
+    rock's reduced set, e.g. ``["NET_RAW"]`` for ``ping``; the server may refuse them.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -356,6 +362,9 @@ class SandboxStartRequest:
     env: dict[str, str] | None = None
     metadata: dict[str, str] | None = None
     network: str | None = None
+    network_group: str | None = None
+    pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
+    cap_add: list[str] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -693,6 +702,9 @@ class SandboxStatusResponse:
     ``auto_delete_time`` the scheduled next step of a stopped or archived one.
     ``reason`` says why it stopped, ``notes`` lists limits that are not enforced and similar,
     ``queue_position`` is its place in the start queue while it waits (1 = next).
+    ``security`` is the hardening its unit got: ``pids_limit``, ``nofile_limit``,
+    ``no_new_privileges``, ``capabilities`` (those it keeps), ``network`` (``isolated``,
+    ``group:NAME``, ``host`` or ``none``) and ``rocklet_auth`` (never the secret itself).
     """
 
     sandbox_id: str | None = None
@@ -728,6 +740,7 @@ class SandboxStatusResponse:
     reason: str | None = None
     notes: list[str] = attrs.field(factory=list)
     queue_position: int | None = None
+    security: dict[str, Any] = attrs.field(factory=dict)
 
 
 @attrs.frozen(kw_only=True)

@@ -486,6 +486,10 @@ def spec_from_start_request(
     cpus = take("cpus", cpus_to_float, req.cpus)
     limit_cpus = take("limit_cpus", cpus_to_float, req.limit_cpus)
     network = take("network", _network_mode, req.network)
+    group = take("network_group", _network_group, req.network_group)
+    cap_add = take("cap_add", capability_names, req.cap_add)
+    if group is not None and network in ("host", "none"):
+        problems.append(("network_group", f"a sandbox on network {network!r} cannot join a network group", group))
     if req.auto_archive_seconds is not None and req.auto_delete_seconds is not None:
         problems.append(
             (
@@ -532,7 +536,10 @@ def spec_from_start_request(
         runtime_options={
             **({"use_kata_runtime": True} if req.use_kata_runtime else {}),
             **({"network": network} if network is not None else {}),
+            **({"network_group": group} if group is not None else {}),
         },
+        pids_limit=req.pids_limit,
+        cap_add=cap_add or (),
     )
 
 
@@ -547,3 +554,42 @@ def _network_mode(value: str) -> str:
     if value not in NETWORK_MODES:
         raise ValueError(f"expected one of {', '.join(NETWORK_MODES)}, got {value!r}")
     return value
+
+
+_GROUP = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$")
+
+
+def _network_group(value: str) -> str:
+    if not isinstance(value, str) or not _GROUP.match(value):
+        raise ValueError(
+            f"expected a name of letters, digits, '_', '.', '-' (at most 64, starting with a letter or digit), "
+            f"got {describe_value(value)}"
+        )
+    return value
+
+
+#: Every Linux capability, by the name Docker and ``capabilities(7)`` use (without ``CAP_``).
+CAPABILITIES = frozenset(
+    """AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE
+    DAC_READ_SEARCH FOWNER FSETID IPC_LOCK IPC_OWNER KILL LEASE LINUX_IMMUTABLE MAC_ADMIN
+    MAC_OVERRIDE MKNOD NET_ADMIN NET_BIND_SERVICE NET_BROADCAST NET_RAW PERFMON SETFCAP SETGID
+    SETPCAP SETUID SYSLOG SYS_ADMIN SYS_BOOT SYS_CHROOT SYS_MODULE SYS_NICE SYS_PACCT SYS_PTRACE
+    SYS_RAWIO SYS_RESOURCE SYS_TIME SYS_TTY_CONFIG WAKE_ALARM""".split()
+)
+
+
+def capability_names(value: Any) -> tuple[str, ...]:
+    """Capability names as Docker takes them: upper case, without ``CAP_``, each once.
+
+    :raises ValueError: ``value`` is not a list of names, or names an unknown capability.
+    """
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ValueError(f"expected a list of capability names like ['NET_RAW'], got {describe_value(value)}")
+    names: list[str] = []
+    for item in value:
+        name = item.strip().upper().removeprefix("CAP_") if isinstance(item, str) else None
+        if name not in CAPABILITIES:
+            raise ValueError(f"unknown capability {describe_value(item)} (see capabilities(7), e.g. 'NET_RAW')")
+        if name not in names:
+            names.append(name)
+    return tuple(names)

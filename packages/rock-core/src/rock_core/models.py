@@ -256,6 +256,9 @@ class SandboxSpec:
     to let the engine choose.
     ``runtime_options`` carries backend-specific settings (e.g. ``use_kata_runtime``) as
     JSON-compatible values; a runtime rejects options it cannot honour rather than ignore them.
+    ``pids_limit`` caps the processes (and threads) of the sandbox (``None``: the engine's
+    default); ``cap_add`` names Linux capabilities to grant beyond rock's reduced set
+    (``"NET_RAW"`` for ``ping``), which the engine checks against what it allows.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -281,6 +284,8 @@ class SandboxSpec:
     cluster: str | None = None
     sandbox_id: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)
     runtime_options: dict[str, Any] = attrs.field(factory=dict)
+    pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
+    cap_add: tuple[str, ...] = attrs.field(default=(), converter=tuple)
 
     def __attrs_post_init__(self) -> None:
         if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:
@@ -326,6 +331,10 @@ class SandboxRecord:
     state_history: tuple[StateChange, ...] = attrs.field(default=(), converter=tuple)
     reason: str | None = None
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    #: The hardening the runtime applied to the unit (pids limit, capabilities, network, ...).
+    security: dict[str, Any] = attrs.field(factory=dict)
+    #: The sandbox's rocklet secret: the engine sends it on every call. Never shown to users.
+    rocklet_token: str | None = attrs.field(default=None, repr=False)
 
     @property
     def lifecycle(self) -> Lifecycle:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import attrs
 
@@ -52,6 +52,9 @@ class UnitHandle:
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: The unit's labels, as :meth:`Runtime.list` found them (empty on a handle from ``create``).
     labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
+    #: The hardening the runtime applied, for the sandbox's status: ``{"pids_limit": 4096,
+    #: "no_new_privileges": True, "capabilities": [...], "nofile_limit": ..., "network": ...}``.
+    security: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
 
 
 class Runtime(abc.ABC):
@@ -73,14 +76,27 @@ class Runtime(abc.ABC):
 
     @abc.abstractmethod
     async def create(
-        self, spec: SandboxSpec, *, labels: Mapping[str, str], on_phase: PhaseCallback | None = None
+        self,
+        spec: SandboxSpec,
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+        on_phase: PhaseCallback | None = None,
     ) -> UnitHandle:
         """Create the unit for ``spec`` without starting it and return its handle.
 
         ``spec.sandbox_id`` is set (the engine chooses an id before calling). ``labels`` go on
         the unit as given (the engine passes ``rock.sandbox_id``, ``rock.engine`` and
         ``rock.owner``), so that :meth:`list` finds the unit again after a restart.
-        The runtime puts the rocklet into the unit and makes it the unit's command.
+        The runtime puts the rocklet into the unit and makes it the unit's command, with
+        ``rocklet_token`` (the sandbox's own random secret) in its environment variable
+        ``ROCK_ROCKLET_TOKEN`` (:data:`rock_core.rocklet.server.TOKEN_ENV`): the rocklet then
+        refuses every call that does not carry it. Never log it or put it in a label.
+
+        The unit is hardened as far as the runtime can: at most ``spec.pids_limit`` processes,
+        no privilege gain (``no-new-privileges``), only the capabilities a sandbox needs plus
+        ``spec.cap_add``, no path to other sandboxes' units; what it applied goes into the
+        handle's ``security``, and what it could not into its ``notes``.
 
         ``on_phase`` is told of the ``image_pull`` phase as it advances (``running``, then
         ``success`` with e.g. "use cached image" or ``failed`` with "Failed to pull image ...").
@@ -159,6 +175,17 @@ class Runtime(abc.ABC):
         """Whether this runtime implements :meth:`assign` (and so supports warm pools)."""
         return type(self).assign is not Runtime.assign
 
+    async def disk_usage(self, labels: Mapping[str, str]) -> Mapping[str, int]:
+        """Bytes written so far by each running unit carrying ``labels`` whose disk limit the
+        runtime cannot enforce itself: ``{unit_id: bytes}`` (its writable layer).
+
+        One call covers every unit, so its cost does not grow with the engine's polling. The
+        engine polls it and stops a sandbox that passed its ``disk`` limit. Units whose limit
+        the runtime enforces (a storage quota) may be left out. Optional: the default raises
+        :class:`NotSupported`, and such limits then stay unenforced (the handle's notes say so).
+        """
+        raise NotSupported(f"runtime {self.name!r} cannot measure its units' disk use", attempted="disk_usage")
+
     async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
         """Snapshot the stopped unit's filesystem and return it as a stream of bytes.
 
@@ -172,11 +199,16 @@ class Runtime(abc.ABC):
         )
 
     async def restore(
-        self, spec: SandboxSpec, snapshot: AsyncIterable[bytes], *, labels: Mapping[str, str]
+        self,
+        spec: SandboxSpec,
+        snapshot: AsyncIterable[bytes],
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
     ) -> UnitHandle:
         """Create a new unit for ``spec`` from a stream :meth:`snapshot` produced; return its handle.
 
-        Like :meth:`create`: labelled with ``labels``, not started. Optional: the default raises
+        Like :meth:`create`: labelled with ``labels``, its rocklet given ``rocklet_token``, not started. Optional: the default raises
         :class:`NotSupported`.
         """
         raise NotSupported(

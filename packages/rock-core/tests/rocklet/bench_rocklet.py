@@ -37,7 +37,7 @@ def free_port() -> int:
 def start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, int, float]:
     port = free_port()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(port)], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(port), "--no-auth"], env=env, stderr=subprocess.DEVNULL)
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()

@@ -21,14 +21,25 @@ import httpx
 import pytest
 
 from rock_core.rocklet import build_zipapp
+from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
+
+#: The secret every test rocklet is started with (see :class:`RockletProcess`).
+TOKEN = "test-rocklet-secret-" + os.urandom(8).hex()
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 class RockletProcess:
-    """A running rocklet: its process, base URL and an HTTP client bound to it."""
+    """A running rocklet: its process, base URL and an HTTP client bound to it.
+
+    It is started with the secret :data:`TOKEN` (unless ``env`` sets ``ROCK_ROCKLET_TOKEN``
+    itself), which its client sends on every request.
+    """
 
     def __init__(self, argv: list[str], tmp: Path, env: dict[str, str] | None = None) -> None:
+        env = dict(os.environ if env is None else env)
+        env.setdefault(TOKEN_ENV, TOKEN)
+        self.token = env[TOKEN_ENV]
         self.stderr_path = tmp / "rocklet.stderr"
         self.stderr = open(self.stderr_path, "wb")
         self.started = time.perf_counter()
@@ -42,7 +53,7 @@ class RockletProcess:
         )
         self.port = self._wait_for_port()
         self.url = "http://127.0.0.1:%d" % self.port
-        self.client = httpx.Client(base_url=self.url, timeout=120)
+        self.client = httpx.Client(base_url=self.url, timeout=120, headers={TOKEN_HEADER: self.token})
 
     def _wait_for_port(self) -> int:
         deadline = time.monotonic() + 30

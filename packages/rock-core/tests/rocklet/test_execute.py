@@ -88,7 +88,7 @@ def test_binary_output_is_backslash_escaped(rocklet):
 def test_stream_yields_output_before_the_command_ends(rocklet, tmp_path):
     flag = tmp_path / "go"
     command = "echo ready; while [ ! -e %s ]; do sleep 0.01; done; echo done >&2; exit 5" % flag
-    with httpx.Client(base_url=rocklet.url, timeout=60) as client:
+    with httpx.Client(base_url=rocklet.url, timeout=60, headers=rocklet.client.headers) as client:
         with client.stream("POST", "/execute_stream", json={"command": command, "shell": True}) as response:
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/x-ndjson"
@@ -109,7 +109,7 @@ def test_stream_yields_output_before_the_command_ends(rocklet, tmp_path):
 
 
 def test_stream_reports_a_timeout(rocklet):
-    with httpx.Client(base_url=rocklet.url, timeout=60) as client:
+    with httpx.Client(base_url=rocklet.url, timeout=60, headers=rocklet.client.headers) as client:
         response = client.post("/execute_stream", json={"command": ["sleep", "30"], "timeout": 0.3})
     events = [json.loads(line) for line in response.text.splitlines()]
     assert events[-1]["type"] == "exit"

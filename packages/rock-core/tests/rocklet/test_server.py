@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import stat
@@ -11,8 +12,10 @@ import time
 
 import anyio
 import httpx
+import pytest
 
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
+from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 
 from .conftest import system_python
 
@@ -113,7 +116,7 @@ def test_concurrent_requests_are_served_in_parallel(rocklet):
     results = {}
 
     def slow():
-        with httpx.Client(base_url=rocklet.url, timeout=60) as client:
+        with httpx.Client(base_url=rocklet.url, timeout=60, headers=rocklet.client.headers) as client:
             results["slow"] = client.post("/execute", json={"command": "sleep 1; echo slow", "shell": True}).json()
 
     thread = threading.Thread(target=slow)
@@ -131,7 +134,9 @@ def test_listens_on_a_unix_socket_that_any_local_user_may_connect_to(pyz, tmp_pa
     path.write_text("left by an earlier run")  # replaced, not an error
     stderr = tmp_path / "stderr"
     with open(stderr, "wb") as err:
-        proc = subprocess.Popen([system_python(), "-I", str(pyz), "--unix", str(path)], stderr=err, cwd=str(tmp_path))
+        proc = subprocess.Popen(
+            [system_python(), "-I", str(pyz), "--unix", str(path), "--no-auth"], stderr=err, cwd=str(tmp_path)
+        )
     try:
         deadline = time.monotonic() + 30
         while "listening on unix:" not in stderr.read_text():
@@ -190,3 +195,47 @@ def test_readiness_probe_says_yes_only_for_an_answering_rocklet(rocklet):
             errors.close()
 
     anyio.run(check)
+
+
+# -- the sandbox's secret -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [{}, {TOKEN_HEADER: "not-the-secret"}, {TOKEN_HEADER: ""}])
+def test_a_call_without_the_secret_is_refused_with_401_before_routing(rocklet, headers):
+    """Every route answers 401 without the right secret; unknown paths too (nothing about the
+    route table leaks), and nothing runs."""
+    with httpx.Client(base_url=rocklet.url, timeout=30, headers=headers) as client:
+        for method, path, body in [
+            ("POST", "/execute", {"command": "touch /tmp/should-not-exist-401", "shell": True}),
+            ("POST", "/read_file", {"path": "/etc/hostname"}),
+            ("GET", "/get_statistics", None),
+            ("GET", "/processes", None),
+            ("GET", "/no/such/route", None),
+        ]:
+            response = client.request(method, path, json=body)
+            assert response.status_code == 401, (path, response.text)
+            assert response.json() == {"detail": "Unauthorized"}
+    assert not os.path.exists("/tmp/should-not-exist-401")
+
+
+def test_the_bare_liveness_probe_needs_no_secret_and_reveals_nothing(rocklet):
+    with httpx.Client(base_url=rocklet.url, timeout=30) as client:
+        response = client.get("/is_alive")
+    assert response.status_code == 200
+    assert response.json() == {"is_alive": True, "message": ""}
+
+
+def test_commands_do_not_inherit_the_secret(rocklet):
+    """The rocklet takes the secret out of its environment before it runs anything."""
+    answer = rocklet.ok("/execute", command="env", shell=True)
+    assert TOKEN_ENV not in answer["stdout"] and rocklet.token not in answer["stdout"]
+
+
+def test_a_rocklet_without_a_secret_refuses_to_start_unless_told_no_auth(pyz, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != TOKEN_ENV}
+    result = subprocess.run(
+        [system_python(), "-I", str(pyz), "--host", "127.0.0.1", "--port", "0"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 2
+    assert TOKEN_ENV in result.stderr and "--no-auth" in result.stderr

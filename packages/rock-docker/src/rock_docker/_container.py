@@ -16,10 +16,14 @@ from typing import Any
 import attrs
 from rock_core.errors import InvalidParameter
 from rock_core.models import ROCKLET_PORT, Port, RuntimeStatus, SandboxSpec, UnitState
+from rock_core.rocklet.server import TOKEN_ENV
 from rock_core.units import format_size
 
 __all__ = [
     "APP_PORT",
+    "KEPT_CAPABILITIES",
+    "LABEL_NETWORK",
+    "LABEL_NETWORK_GROUP",
     "INIT_EXEC_FAILED",
     "NETWORKS",
     "NO_PYTHON_EXIT_CODE",
@@ -29,6 +33,7 @@ __all__ = [
     "ROCKLET_PYZ",
     "ContainerConfig",
     "container_config",
+    "group_network_name",
     "launch_command",
     "network_for",
     "explain_start_failure",
@@ -58,7 +63,23 @@ SOCKET_NAME = "rocklet.sock"
 #: The values the ``network`` runtime option may take in a spec.
 NETWORKS = ("bridge", "host", "none")
 # Runtime options a spec may carry and this runtime honours; anything else is refused.
-_OPTIONS = ("network", "use_kata_runtime")
+_OPTIONS = ("network", "network_group", "use_kata_runtime")
+#: The capabilities every sandbox keeps: Docker's default set without NET_RAW (raw packets:
+#: spoofing on the shared bridge), MKNOD (device nodes), AUDIT_WRITE, SETFCAP and SYS_CHROOT.
+#: Enough for package managers (apt drops to its ``_apt`` user), chown and binding low ports.
+KEPT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETPCAP", "SETUID")
+#: Label on the networks rock makes: ``isolated`` (the shared one, no traffic between its
+#: containers) or ``group`` (one per network group, whose containers may talk to each other).
+LABEL_NETWORK = "rock.network"
+#: Label on a group's network: the group's name.
+LABEL_NETWORK_GROUP = "rock.network_group"
+#: What the ``network`` entry of a unit's ``security`` says for each Docker network mode.
+_NETWORK_SECURITY = {"host": "host (shares the host's network: trusted code only)", "none": "none (loopback only)"}
+
+
+def group_network_name(group: str) -> str:
+    """The Docker network of network group ``group``."""
+    return f"rock-group-{group}"
 # Docker's "never set" time.
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -89,8 +110,14 @@ def no_python_error(image: str) -> str:
 
 
 def explain_start_failure(image: str, detail: str) -> str | None:
-    """The fix for a start Docker refused because the image has no ``/bin/sh``; ``None`` for other failures."""
+    """The fix for a start Docker refused because the image has no ``/bin/sh``, or because the
+    open-files limit is above what the Docker engine may grant; ``None`` for other failures."""
     text = detail.lower()
+    if "rlimit" in text and "type 7" in text:
+        return (
+            "the Docker engine may not raise the open-files limit that high (its own limit is lower); "
+            f"lower the docker runtime's nofile_limit option (docker: {detail})"
+        )
     mentions_shell = '"/bin/sh"' in text or INIT_EXEC_FAILED in text
     if not mentions_shell or not ("no such file" in text or "not found" in text):
         return None
@@ -101,39 +128,33 @@ def explain_start_failure(image: str, detail: str) -> str | None:
 
 
 def network_for(spec: SandboxSpec, default: str) -> str:
-    """The Docker network mode of ``spec``'s container: its ``network`` option, else ``default``.
+    """The Docker network of ``spec``'s container: its network group's, else its ``network``
+    option, else ``default``.
 
     Refuses runtime options this runtime cannot honour (:class:`InvalidParameter`), rather
     than ignore them.
     """
     options = spec.runtime_options
+
+    def refuse(key: str, why: str, value: Any) -> InvalidParameter:
+        return InvalidParameter(
+            f"runtime_options.{key}: {why}",
+            field=f"runtime_options.{key}", value=value, sandbox_id=spec.sandbox_id, attempted="create",
+        )
+
     for key, value in options.items():
         if key not in _OPTIONS:
-            raise InvalidParameter(
-                f"runtime_options.{key}: the docker runtime has no option {key!r} "
-                f"(it knows {', '.join(_OPTIONS)})",
-                field=f"runtime_options.{key}",
-                value=value,
-                sandbox_id=spec.sandbox_id,
-                attempted="create",
-            )
+            raise refuse(key, f"the docker runtime has no option {key!r} (it knows {', '.join(_OPTIONS)})", value)
     if options.get("use_kata_runtime"):
-        raise InvalidParameter(
-            "runtime_options.use_kata_runtime: the docker runtime cannot run Kata containers",
-            field="runtime_options.use_kata_runtime",
-            value=options["use_kata_runtime"],
-            sandbox_id=spec.sandbox_id,
-            attempted="create",
-        )
+        raise refuse("use_kata_runtime", "the docker runtime cannot run Kata containers", options["use_kata_runtime"])
     network = options.get("network", default)
     if "network" in options and network not in NETWORKS:
-        raise InvalidParameter(
-            f"runtime_options.network: expected one of {', '.join(NETWORKS)}, got {network!r}",
-            field="runtime_options.network",
-            value=network,
-            sandbox_id=spec.sandbox_id,
-            attempted="create",
-        )
+        raise refuse("network", f"expected one of {', '.join(NETWORKS)}, got {network!r}", network)
+    group = options.get("network_group")
+    if group is not None:
+        if network in ("host", "none"):
+            raise refuse("network_group", f"a sandbox on network {network!r} cannot join a network group", group)
+        return group_network_name(str(group))
     return str(network)
 
 
@@ -147,6 +168,8 @@ class ContainerConfig:
     create: dict[str, Any]
     host: dict[str, Any]
     notes: tuple[str, ...] = ()
+    #: The hardening applied, for the sandbox's status (see :attr:`UnitHandle.security`).
+    security: dict[str, Any] = attrs.field(factory=dict)
 
 
 def container_config(
@@ -162,6 +185,9 @@ def container_config(
     socket_dir: str | None = None,
     stop_timeout: float = 10.0,
     init: bool = True,
+    rocklet_token: str = "",
+    isolated_network: str = "bridge",
+    nofile_limit: int | None = None,
 ) -> ContainerConfig:
     """Docker's create arguments for ``spec``: name, labels, command, ports, limits, mounts.
 
@@ -172,6 +198,10 @@ def container_config(
     :param host_cpus: the engine's CPU count; a larger CPU limit is lowered to it, with a note.
     :param host_rocklet_port: with ``network == "host"``, the host port the rocklet listens on.
     :param socket_dir: with ``network == "none"``, the host directory for the rocklet's unix socket.
+    :param rocklet_token: the sandbox's rocklet secret, handed over in ``ROCK_ROCKLET_TOKEN``.
+    :param isolated_network: the network ``network`` is when it is rock's isolated one (for
+        the ``security`` summary).
+    :param nofile_limit: the open-files limit of every process (soft and hard); ``None``: Docker's.
     """
     assert spec.sandbox_id is not None, "the engine sets sandbox_id before create"
     notes: list[str] = []
@@ -203,6 +233,7 @@ def container_config(
     mounts = [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}]
     if network == "none":
         mounts.append({"Type": "bind", "Source": socket_dir, "Target": SOCKET_MOUNT, "ReadOnly": False})
+    capabilities = [*KEPT_CAPABILITIES, *(c for c in spec.cap_add if c not in KEPT_CAPABILITIES)]
     host: dict[str, Any] = {
         "port_bindings": bindings,
         "mounts": mounts,
@@ -212,6 +243,29 @@ def container_config(
         "network_mode": network,
         "init": init,
         "privileged": False,
+        # Hardening (docs/security.md): no privilege gain through setuid binaries, a reduced
+        # capability set, and a process quota so that a fork bomb exhausts only its own.
+        "security_opt": ["no-new-privileges"],
+        "cap_drop": ["ALL"],
+        "cap_add": capabilities,
+    }
+    if spec.pids_limit is not None:
+        host["pids_limit"] = spec.pids_limit
+    if nofile_limit is not None:
+        host["ulimits"] = [{"name": "nofile", "soft": nofile_limit, "hard": nofile_limit}]
+    if network == isolated_network:
+        network_summary = "isolated"
+    elif network.startswith("rock-group-"):
+        network_summary = "group:" + network.removeprefix("rock-group-")
+    else:
+        network_summary = _NETWORK_SECURITY.get(network, network)
+    security: dict[str, Any] = {
+        "network": network_summary,
+        "pids_limit": spec.pids_limit,
+        "nofile_limit": nofile_limit,
+        "no_new_privileges": True,
+        "capabilities": capabilities,
+        "rocklet_auth": bool(rocklet_token),
     }
     ceiling = float(spec.limit_cpus if spec.limit_cpus is not None else spec.cpus)
     if host_cpus is not None and ceiling > host_cpus:
@@ -236,11 +290,11 @@ def container_config(
         "command": command,
         "entrypoint": "",
         "labels": labels,
-        "environment": dict(spec.env),
+        "environment": {**spec.env, **({TOKEN_ENV: rocklet_token} if rocklet_token else {})},
         "ports": ports,
         "stop_timeout": max(1, round(stop_timeout)),
     }
-    return ContainerConfig(create=create, host=host, notes=tuple(notes))
+    return ContainerConfig(create=create, host=host, notes=tuple(notes), security=security)
 
 
 def _parse_time(text: str | None) -> datetime | None:

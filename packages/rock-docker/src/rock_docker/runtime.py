@@ -2,10 +2,16 @@
 
 Each sandbox is a container named after its sandbox id, labelled as the engine asks, whose
 command starts the rocklet (``rocklet.pyz``, bind-mounted read-only at ``/rock``) with the image's
-own ``python3``. Its ports 22555 (rocklet) and 8080 are published on 127.0.0.1 at host ports
-Docker chooses; memory is a hard limit without swap; CPUs are a quota (or shares plus a quota
-with ``limit_cpus``); disk is limited with ``--storage-opt size=`` where the storage driver can,
-and otherwise the handle says so in a note.
+own ``python3`` and the sandbox's secret. Its ports 22555 (rocklet) and 8080 are published on
+127.0.0.1 at host ports Docker chooses; memory is a hard limit without swap; CPUs are a quota (or
+shares plus a quota with ``limit_cpus``); disk is limited with ``--storage-opt size=`` where the
+storage driver can, and otherwise the handle says so in a note and :meth:`DockerRuntime.disk_usage`
+lets the engine watch it.
+
+Containers are hardened (docs/security.md): a pids limit, ``no-new-privileges``, a reduced
+capability set, an open-files limit, and rock's own bridge network with inter-container traffic
+disabled, so no sandbox can open a connection to another; sandboxes of one network group share a
+network of their own instead.
 
 The docker SDK blocks, so every call runs in a worker thread (:func:`anyio.to_thread.run_sync`)
 under the runtime's own :class:`anyio.CapacityLimiter`, and one :class:`docker.DockerClient`
@@ -53,6 +59,8 @@ from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_docker._container import (
     INIT_EXEC_FAILED,
+    LABEL_NETWORK,
+    LABEL_NETWORK_GROUP,
     NO_PYTHON_EXIT_CODE,
     NO_PYTHON_LOG_LINE,
     ROCKLET_PYZ,
@@ -60,6 +68,7 @@ from rock_docker._container import (
     SOCKET_NAME,
     container_config,
     explain_start_failure,
+    group_network_name,
     network_for,
     no_python_error,
     status_from_inspect,
@@ -116,6 +125,12 @@ class DockerRuntime(Runtime):
     :param socket_dir: where the unix sockets of sandboxes without a network (``network: none``)
         live on this host, one sub-directory per container (default ``$TMPDIR/rock-<uid>``; keep it
         short: a socket path has at most 107 bytes).
+    :param isolated_network: the Docker network that ``network: bridge`` means: a bridge
+        network rock creates on first use with inter-container communication disabled, so
+        sandboxes reach the outside but not each other (nor, through it, the host's loopback).
+    :param nofile_limit: the open-files limit (soft and hard) of every process in a sandbox;
+        ``None`` keeps Docker's (the engine's own, often a million). It must not exceed the
+        Docker engine's own hard limit.
     """
 
     name: ClassVar[str] = "docker"
@@ -132,6 +147,8 @@ class DockerRuntime(Runtime):
         api_timeout: float = 120.0,
         init: bool = True,
         socket_dir: str | os.PathLike[str] | None = None,
+        isolated_network: str = "rock-sandboxes",
+        nofile_limit: int | None = 16384,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidParameter(
@@ -147,6 +164,17 @@ class DockerRuntime(Runtime):
         self.max_concurrency = max_concurrency
         self.api_timeout = api_timeout
         self.init = init
+        self.isolated_network = isolated_network
+        if nofile_limit is not None and (isinstance(nofile_limit, bool) or not isinstance(nofile_limit, int) or nofile_limit < 64):
+            raise InvalidParameter(
+                f"nofile_limit: expected a whole number >= 64 or None, got {nofile_limit!r}",
+                field="nofile_limit",
+                value=nofile_limit,
+            )
+        self.nofile_limit = nofile_limit
+        self._networks: set[str] = set()  # networks known to exist (made or found)
+        self._network_lock = threading.Lock()  # one thread makes a missing network
+        self._unit_groups: dict[str, str] = {}  # unit id -> its group's network, for removal
         self.socket_dir = Path(socket_dir) if socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
         self._socket_dirs: dict[str, Path] = {}  # unit id -> its socket directory, for removal
         self._limiter = anyio.CapacityLimiter(max_concurrency)
@@ -197,19 +225,35 @@ class DockerRuntime(Runtime):
     # -- create ---------------------------------------------------------------------------------
 
     async def create(
-        self, spec: SandboxSpec, *, labels: Mapping[str, str], on_phase: PhaseCallback | None = None
+        self,
+        spec: SandboxSpec,
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+        on_phase: PhaseCallback | None = None,
     ) -> UnitHandle:
         """Pull the image as ``spec.pull`` says, then create the sandbox's container (not started)."""
+        if not rocklet_token:
+            raise InvalidParameter(
+                "rocklet_token: the engine must give every sandbox a secret", field="rocklet_token", attempted="create"
+            )
         sandbox_id = spec.sandbox_id
         if sandbox_id is None:
             raise InvalidParameter("sandbox_id: the engine must choose one before create", field="sandbox_id", attempted="create")
         network = network_for(spec, self.network)
+        if network == "bridge":
+            network = self.isolated_network
+        group = spec.runtime_options.get("network_group")
+        if group is not None:
+            labels = {**labels, LABEL_NETWORK_GROUP: str(group)}
         await self._ensure_image(spec, on_phase)
 
         socket_dir = self._new_socket_dir() if network == "none" else None
 
-        def create_container() -> tuple[str, tuple[str, ...]]:
+        def create_container(retry: bool = True) -> tuple[str, tuple[str, ...], dict[str, Any]]:
             host_cpus, disk_unsupported = self._probe_engine()
+            if network not in ("host", "none"):
+                self._ensure_network(network, group=None if group is None else str(group))
             config = container_config(
                 spec,
                 labels=labels,
@@ -222,29 +266,58 @@ class DockerRuntime(Runtime):
                 socket_dir=str(socket_dir) if socket_dir is not None else None,
                 stop_timeout=self.stop_timeout,
                 init=self.init,
+                rocklet_token=rocklet_token,
+                isolated_network=self.isolated_network,
+                nofile_limit=self.nofile_limit,
             )
             api = self._docker().api
             try:
                 container = api.create_container(host_config=api.create_host_config(**config.host), **config.create)
             except docker.errors.APIError as exc:
+                if retry and exc.status_code == 404 and "network" in explain(exc).lower():
+                    # A group's network removed with its last member just now: make it again.
+                    with self._network_lock:
+                        self._networks.discard(network)
+                    return create_container(retry=False)
                 if "storage_opt" not in config.host or not _is_storage_opt_refusal(exc):
                     raise
                 # The driver looked able to limit disk but is not (overlay2 on XFS without pquota):
                 # remember that, and create without the limit, with a note saying so.
                 with self._lock:
                     self._disk_unsupported = f"the storage driver refused it ({explain(exc)})"
-                return create_container()
-            return container["Id"], (*self._engine_notes, *config.notes)
+                return create_container(retry)
+            return container["Id"], (*self._engine_notes, *config.notes), config.security
 
         try:
-            unit_id, notes = await self._run(create_container, attempted="create", sandbox_id=sandbox_id)
+            unit_id, notes, security = await self._run(create_container, attempted="create", sandbox_id=sandbox_id)
         except BaseException:
             if socket_dir is not None:
                 shutil.rmtree(socket_dir, ignore_errors=True)
             raise
         if socket_dir is not None:
             self._socket_dirs[unit_id] = socket_dir
-        return UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=sandbox_id, notes=notes)
+        if group is not None:
+            self._unit_groups[unit_id] = network
+        return UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=sandbox_id, notes=notes, security=security)
+
+    def _ensure_network(self, name: str, *, group: str | None) -> None:
+        """Make sure Docker network ``name`` exists (blocking): rock's isolated network, with
+        inter-container communication disabled, or a group's network, where it is allowed."""
+        api = self._docker().api
+        with self._network_lock:
+            if name in self._networks:
+                return
+            if not any(found.get("Name") == name for found in api.networks(names=[name])):
+                options = {} if group is not None else {"com.docker.network.bridge.enable_icc": "false"}
+                labels = {LABEL_NETWORK: "group" if group is not None else "isolated"}
+                if group is not None:
+                    labels[LABEL_NETWORK_GROUP] = group
+                try:
+                    api.create_network(name, driver="bridge", options=options, labels=labels, check_duplicate=True)
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:  # made meanwhile by another process: fine
+                        raise
+            self._networks.add(name)
 
     def _new_socket_dir(self) -> Path:
         """A fresh directory for one container's rocklet socket (bind-mounted at /rock-run)."""
@@ -424,13 +497,54 @@ class DockerRuntime(Runtime):
                     raise
 
         await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id)
+        group = handle.labels.get(LABEL_NETWORK_GROUP)
+        network = self._unit_groups.pop(handle.unit_id, None) or (group_network_name(group) if group else None)
+        if network is not None:
+            await self._run(lambda: self._remove_network_if_unused(network), attempted="remove", sandbox_id=handle.sandbox_id)
         socket = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
         if socket is not None:
             directory = Path(socket) if not str(socket).endswith(SOCKET_NAME) else Path(socket).parent
             if directory.parent == self.socket_dir:  # never remove anything else a label names
                 shutil.rmtree(directory, ignore_errors=True)
 
+    def _remove_network_if_unused(self, name: str) -> None:
+        """Remove a group's network once no container is attached to it (blocking)."""
+        api = self._docker().api
+        try:
+            if api.inspect_network(name).get("Containers"):
+                return
+            with self._network_lock:
+                self._networks.discard(name)
+            api.remove_network(name)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code not in (403, 409):  # a member joined meanwhile: it stays
+                raise
+
     # -- observation ----------------------------------------------------------------------------
+
+    async def disk_usage(self, labels: Mapping[str, str]) -> Mapping[str, int]:
+        """Bytes in the writable layer of each running container carrying ``labels`` (plus its
+        socket directory, for sandboxes without a network), in one ``docker ps --size`` call.
+
+        Empty when the storage driver enforces disk limits itself.
+        """
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()], "status": ["running"]}
+
+        def usage() -> dict[str, int]:
+            self._probe_engine()
+            if self._disk_unsupported is None:
+                return {}
+            rows = self._docker().api.containers(all=False, size=True, filters=filters)
+            sizes = {row["Id"]: int(row.get("SizeRw") or 0) for row in rows}
+            for row in rows:
+                socket = (row.get("Labels") or {}).get(ROCKLET_SOCKET_LABEL)
+                if socket:
+                    sizes[row["Id"]] += _tree_size(Path(socket).parent)
+            return sizes
+
+        return await self._run(usage, attempted="disk_usage")
 
     async def inspect(self, handle: UnitHandle) -> RuntimeStatus:
         """The container's state, exit code, OOM kill, times and published ports (``missing`` if gone)."""
@@ -616,6 +730,18 @@ def _image_of(api: docker.APIClient, unit_id: str) -> str:
 def _is_storage_opt_refusal(exc: docker.errors.APIError) -> bool:
     text = explain(exc).lower()
     return "storage-opt" in text or "storage opt" in text or "quota" in text
+
+
+def _tree_size(root: Path) -> int:
+    """Bytes of the regular files under ``root`` (0 if it is gone)."""
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _free_port(host: str) -> int:

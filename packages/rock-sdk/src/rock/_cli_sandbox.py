@@ -190,6 +190,23 @@ async def _status(target: _Target, sandbox_id: str) -> SandboxStatusResponse:
     return status
 
 
+def _security(security: dict[str, Any] | None) -> str | None:
+    """The hardening of a sandbox in one line: ``pids 4096, nofile 16384, no-new-privileges, ...``."""
+    if not security:
+        return None
+    parts = []
+    for key, label in (("network", "network"), ("pids_limit", "pids"), ("nofile_limit", "nofile")):
+        if security.get(key) is not None:
+            parts.append(f"{label} {security[key]}")
+    if security.get("no_new_privileges"):
+        parts.append("no-new-privileges")
+    if security.get("rocklet_auth"):
+        parts.append("rocklet secret")
+    if security.get("capabilities") is not None:
+        parts.append("caps " + (",".join(security["capabilities"]) or "none"))
+    return ", ".join(parts)
+
+
 def _when(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
 
@@ -391,6 +408,7 @@ def status(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
         ("experiment", found.experiment_id),
         ("namespace", found.namespace),
         ("queue position", found.queue_position),
+        ("security", _security(found.security)),
         ("created", _when(found.create_time)),
         ("started", _when(found.start_time)),
         ("stopped", _when(found.stop_time)),

@@ -113,6 +113,17 @@ class EngineConfig:
     :param warm_pools: pools of started sandboxes to keep ready (:class:`WarmPoolConfig`, or
         tables of start-request fields plus ``size``); empty by default.
     :param max_warm_pool_members: the most sandboxes all warm pools together may keep ready.
+    :param default_pids_limit: the most processes (and threads) a sandbox may run when its
+        request does not say: a fork bomb then exhausts its own quota, not the host's.
+    :param max_pids_limit: the largest ``pids_limit`` a request may ask for.
+    :param allowed_cap_add: the Linux capabilities a request may add with ``cap_add``, beyond
+        the reduced set every sandbox has (docs/security.md). By default the ones Docker grants
+        that rock drops, and ``SYS_PTRACE`` (debuggers); never ``SYS_ADMIN`` unless listed here.
+    :param disk_check_interval: seconds between two looks at the disk use of sandboxes whose
+        ``disk`` limit the runtime cannot enforce itself; one look covers every sandbox.
+    :param disk_keep_seconds: how long a sandbox stopped for passing its disk limit keeps its
+        unit (its files, for inspection or ``restart``) before it is deleted, when its own
+        policy would delete it sooner.
     """
 
     runtime: str = "docker"
@@ -134,3 +145,10 @@ class EngineConfig:
     reap_orphans: bool = True
     warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(default=(), converter=warm_pools_from)
     max_warm_pool_members: int = 64
+    default_pids_limit: int = 4096
+    max_pids_limit: int = 65536
+    allowed_cap_add: tuple[str, ...] = attrs.field(
+        default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"), converter=tuple
+    )
+    disk_check_interval: float = 5.0
+    disk_keep_seconds: int = 3600

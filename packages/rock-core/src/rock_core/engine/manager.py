@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import secrets
 import socket
 import time
 import uuid
@@ -75,7 +76,7 @@ from rock_core.models import (
 )
 from rock_core.runtime import Runtime, UnitHandle
 from rock_core.states import LIVE_STATES, Event, State
-from rock_core.units import format_size
+from rock_core.units import format_bytes, format_size
 
 __all__ = ["SandboxManager", "LABEL_SANDBOX_ID", "LABEL_ENGINE", "LABEL_ENGINE_ID", "LABEL_OWNER", "process_owner"]
 
@@ -131,6 +132,11 @@ def _owner_is_dead(owner: str) -> bool:
         return False
     start = _proc_start_time(pid)
     return start == "" or start != parts[3]
+
+
+def new_rocklet_token() -> str:
+    """A fresh random secret for one sandbox's rocklet (256 bits)."""
+    return secrets.token_urlsafe(32)
 
 
 def _describe_exit(status: RuntimeStatus) -> str:
@@ -224,6 +230,7 @@ class SandboxManager:
         self._tg.start_soon(self._timer_loop)
         self._tg.start_soon(self._reconcile_loop)
         self._tg.start_soon(self._watch_loop)
+        self._tg.start_soon(self._disk_loop)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -317,7 +324,7 @@ class SandboxManager:
                 attempted="set_warm_pool",
             )
         pool = WarmPool(
-            spec, size,
+            self._with_defaults(spec), size, key=key,
             runtime=self.runtime, labels=self._labels(None), http=self.http, queue=self.queue,
             startup_timeout=self._startup_timeout(spec),
         )
@@ -415,7 +422,9 @@ class SandboxManager:
             return False
         live.handle = handle
         assert member.status.rocklet_address is not None
-        client = RockletClient(self.http, *member.status.rocklet_address, sandbox_id)
+        # The member's secret was made for it alone and never handed out: it becomes the sandbox's.
+        self._save(attrs.evolve(live.record, rocklet_token=member.token))
+        client = RockletClient(self.http, *member.status.rocklet_address, sandbox_id, token=member.token)
         if not await client.is_alive(timeout=2.0):
             log.warning("pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id)
             live.handle = None
@@ -425,8 +434,7 @@ class SandboxManager:
             return False
         message = f"warm pool {pool.key}: image present"
         self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
-        if handle.notes:
-            self._save(attrs.evolve(live.record, notes=tuple(dict.fromkeys((*live.record.notes, *handle.notes)))))
+        self._note_unit(live, attrs.evolve(handle, security=member.handle.security))
         await self._became_ready(live, client, member.status, f"claimed from warm pool {pool.key}")
         return True
 
@@ -500,7 +508,7 @@ class SandboxManager:
             return f"could not inspect its container after a restart: {exc.message}"
         if status.state is not UnitState.RUNNING or status.rocklet_address is None:
             return _describe_exit(status) + " while rock was not running"
-        client = RockletClient(self.http, *status.rocklet_address, record.sandbox_id)
+        client = RockletClient(self.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token)
         if not await client.is_alive(timeout=5.0):
             return "its rocklet did not answer after rock restarted"
         live.client = client
@@ -592,6 +600,14 @@ class SandboxManager:
 
     # -- start ------------------------------------------------------------------------------
 
+    def _with_defaults(self, spec: SandboxSpec) -> SandboxSpec:
+        """What the runtime gets: ``spec`` with the engine's defaults where the request left a
+        unit-shaping field unset. (The record keeps the request's ``None``, so the warm pool a
+        client names by its request is the pool its starts are served from.)"""
+        if spec.pids_limit is None:
+            spec = attrs.evolve(spec, pids_limit=self.config.default_pids_limit)
+        return spec
+
     def _validate(self, spec: SandboxSpec) -> None:
         c = self.config
         problems = []
@@ -603,6 +619,16 @@ class SandboxManager:
             problems.append(("memory", f"memory: {format_size(spec.memory)} is above the maximum of {format_size(c.max_memory)}", spec.memory))
         if spec.disk is not None and spec.disk > c.max_disk:
             problems.append(("disk", f"disk: {format_size(spec.disk)} is above the maximum of {format_size(c.max_disk)}", spec.disk))
+        if spec.pids_limit is not None and spec.pids_limit > c.max_pids_limit:
+            problems.append(("pids_limit", f"pids_limit: {spec.pids_limit} is above the maximum of {c.max_pids_limit}", spec.pids_limit))
+        refused = [name for name in spec.cap_add if name not in c.allowed_cap_add]
+        if refused:
+            allowed = ", ".join(c.allowed_cap_add) or "none"
+            problems.append((
+                "cap_add",
+                f"cap_add: {', '.join(refused)} may not be added here (allowed: {allowed}; see docs/security.md)",
+                list(spec.cap_add),
+            ))
         if spec.auto_archive_seconds is not None:
             problems.append((
                 "auto_archive_seconds",
@@ -665,6 +691,7 @@ class SandboxManager:
             host_ip="127.0.0.1",
             owner=self.owner,
             runtime=self.runtime.name,
+            rocklet_token=new_rocklet_token(),
         )
         live = _Live(record=record)
         self._live[sandbox_id] = live
@@ -762,7 +789,12 @@ class SandboxManager:
         else:
             self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "")
             try:
-                handle = await self.runtime.create(spec, labels=self._labels(sandbox_id), on_phase=on_phase)
+                handle = await self.runtime.create(
+                    self._with_defaults(spec),
+                    labels=self._labels(sandbox_id),
+                    rocklet_token=self._token_of(live),
+                    on_phase=on_phase,
+                )
             except ImagePullFailed as exc:
                 self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, exc.message)
                 raise
@@ -772,8 +804,7 @@ class SandboxManager:
             if live.record.phases[PHASE_IMAGE_PULL].status is not PhaseStatus.SUCCESS:
                 self._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
             live.handle = handle
-            if handle.notes:
-                self._save(attrs.evolve(live.record, notes=tuple(dict.fromkeys((*live.record.notes, *handle.notes)))))
+            self._note_unit(live, handle)
         self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.RUNNING, "starting the container")
         try:
             await self.runtime.start(handle)
@@ -785,9 +816,23 @@ class SandboxManager:
             message = _describe_exit(status) if status.state is not UnitState.RUNNING else "the runtime reported no rocklet address"
             self._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
             raise InternalServerRockError(f"Failed to start sandbox because docker_run: {message}", sandbox_id=sandbox_id, attempted="start")
-        client = RockletClient(self.http, *status.rocklet_address, sandbox_id)
+        client = RockletClient(self.http, *status.rocklet_address, sandbox_id, token=live.record.rocklet_token)
         await self._wait_for_rocklet(live, handle, client)
         await self._became_ready(live, client, status, "docker run success")
+
+    def _token_of(self, live: _Live) -> str:
+        """The sandbox's rocklet secret (made now for a record that predates secrets)."""
+        if live.record.rocklet_token is None:
+            self._save(attrs.evolve(live.record, rocklet_token=new_rocklet_token()))
+        assert live.record.rocklet_token is not None
+        return live.record.rocklet_token
+
+    def _note_unit(self, live: _Live, handle: UnitHandle) -> None:
+        """Record what the runtime said of a new unit: notes, and the hardening it applied."""
+        notes = tuple(dict.fromkeys((*live.record.notes, *handle.notes)))
+        security = dict(handle.security) or dict(live.record.security)
+        if notes != live.record.notes or security != live.record.security:
+            self._save(attrs.evolve(live.record, notes=notes, security=security))
 
     async def _became_ready(self, live: _Live, client: RockletClient, status: RuntimeStatus, message: str) -> None:
         """A started sandbox's rocklet answered: record its ports and make it running."""
@@ -922,6 +967,7 @@ class SandboxManager:
             reason=record.reason,
             notes=list(record.notes),
             queue_position=position,
+            security=dict(record.security),
         )
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
@@ -1041,11 +1087,15 @@ class SandboxManager:
             if live.record.state in LIVE_STATES:
                 await self._stop_locked(live, reason)
 
-    async def _stop_locked(self, live: _Live, reason: str, *, unexpected: bool = False) -> None:
+    async def _stop_locked(
+        self, live: _Live, reason: str, *, unexpected: bool = False, keep_seconds: int = 0
+    ) -> None:
+        """Stop the sandbox; ``keep_seconds``: keep its unit at least that long (files for inspection)."""
         record = live.record
         target, delay = self._post_stop_plan(record.spec)
         if unexpected and delay == 0:
             delay = _DEATH_GRACE_SECONDS
+        delay = max(delay, keep_seconds)
         now = _now()
         record = self._apply(
             record, Event.STOP,
@@ -1203,6 +1253,61 @@ class SandboxManager:
                     continue
                 if status.state is not UnitState.RUNNING:
                     await self.unit_gone(sandbox_id, status)
+
+    async def _disk_loop(self) -> None:
+        while True:
+            await anyio.sleep(self.config.disk_check_interval)
+            try:
+                await self.check_disk()
+            except NotSupported:
+                log.info("runtime %r cannot measure disk use: disk limits it cannot enforce stay unenforced", self.runtime.name)
+                return
+
+    async def check_disk(self) -> list[str]:
+        """One look at the disk use of every running sandbox (one runtime call for all of them);
+        stop those past their ``disk`` limit, keeping their files. Return the ids stopped.
+
+        Only sandboxes whose limit the runtime cannot enforce itself are measured (see
+        :meth:`~rock_core.runtime.Runtime.disk_usage`). Each is stopped with the reason
+        ``"disk limit exceeded: ..."`` and its unit kept for ``disk_keep_seconds`` (or longer,
+        as its own policy says), so its files can be inspected or the sandbox restarted.
+
+        :raises NotSupported: the runtime cannot measure disk use.
+        """
+        watched = {
+            live.handle.unit_id: live
+            for live in self._live.values()
+            if live.record.state is State.RUNNING and live.handle is not None and live.record.spec.disk is not None
+        }
+        if not watched:
+            return []
+        try:
+            usage = await self.runtime.disk_usage({LABEL_OWNER: self.owner})
+        except NotSupported:
+            raise
+        except RockError as exc:
+            log.warning("could not measure the disk use of sandboxes: %s", exc)
+            return []
+        over = [
+            (watched[unit_id], used) for unit_id, used in usage.items()
+            if unit_id in watched and used > (watched[unit_id].record.spec.disk or 0)
+        ]
+        async with anyio.create_task_group() as tg:
+            for live, used in over:
+                tg.start_soon(self._stop_over_disk, live, used)
+        return [live.record.sandbox_id for live, _ in over]
+
+    async def _stop_over_disk(self, live: _Live, used: int) -> None:
+        limit = live.record.spec.disk or 0
+        keep = self.config.disk_keep_seconds
+        reason = (
+            f"disk limit exceeded: the sandbox wrote {format_bytes(used)}, its limit is {format_bytes(limit)}; "
+            f"its files are kept for at least {keep} s for inspection"
+        )
+        log.warning("stopping sandbox %s: %s", live.record.sandbox_id, reason)
+        async with live.lock:
+            if live.record.state is State.RUNNING:
+                await self._stop_locked(live, reason, keep_seconds=keep)
 
     async def _watch_loop(self) -> None:
         """Follow the runtime's unit events (when it has them); reconnect after a failure."""

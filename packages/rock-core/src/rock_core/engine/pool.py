@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections import deque
@@ -52,7 +53,7 @@ QUEUE_KEY = "rock:warm-pool"
 # the id) belongs to the sandbox and is applied when a member is claimed.
 _UNIT_FIELDS = (
     "image", "image_os", "memory", "cpus", "limit_cpus", "disk", "num_gpus", "accelerator_type",
-    "pull", "registry_username", "registry_password", "env", "runtime_options",
+    "pull", "registry_username", "registry_password", "env", "runtime_options", "pids_limit", "cap_add",
 )
 # Refill retry delays after failures: 1 s, 2 s, 4 s, ... at most a minute.
 _MAX_BACKOFF = 60.0
@@ -81,10 +82,15 @@ def is_unclaimed_member(handle: UnitHandle) -> bool:
 
 @attrs.frozen
 class Member:
-    """A started, answering unit waiting in a pool."""
+    """A started, answering unit waiting in a pool, with the secret its rocklet was given.
+
+    The secret was made for this member alone and is handed to no one until the sandbox that
+    claims the member takes it over.
+    """
 
     handle: UnitHandle
     status: RuntimeStatus
+    token: str = attrs.field(repr=False)
 
 
 class WarmPool:
@@ -97,6 +103,8 @@ class WarmPool:
     :param labels: the engine's labels for the units it owns (without ``rock.sandbox_id``).
     :param startup_timeout: seconds a member may take to answer before it counts as a failure.
     :param is_busy: returns true while ordinary starts need the runtime (a refill then waits).
+    :param key: the pool's key, when ``spec`` carries defaults its starts' specs leave unset
+        (default: :func:`pool_key` of ``spec``).
     """
 
     def __init__(
@@ -110,8 +118,9 @@ class WarmPool:
         queue: StartQueue,
         startup_timeout: float,
         is_busy: Callable[[], bool] | None = None,
+        key: str | None = None,
     ) -> None:
-        self.key = pool_key(spec)
+        self.key = key or pool_key(spec)
         self.spec = attrs.evolve(spec, sandbox_id=None)
         self.size = size
         self._runtime = runtime
@@ -224,16 +233,19 @@ class WarmPool:
     async def _make_member(self, remove: Callable[[UnitHandle], Awaitable[None]]) -> None:
         name = f"rock-pool-{uuid.uuid4().hex[:12]}"
         spec = attrs.evolve(self.spec, sandbox_id=name)
+        token = secrets.token_urlsafe(32)
         handle: UnitHandle | None = None
         try:
             async with self._queue.slot(QUEUE_KEY, name):
                 with anyio.fail_after(self._startup_timeout):
-                    handle = await self._runtime.create(spec, labels={**self._labels, LABEL_POOL_MEMBER: name})
+                    handle = await self._runtime.create(
+                        spec, labels={**self._labels, LABEL_POOL_MEMBER: name}, rocklet_token=token
+                    )
                     await self._runtime.start(handle)
                     status = await self._runtime.inspect(handle)
                     if status.state is not UnitState.RUNNING or status.rocklet_address is None:
                         raise _MemberFailed(f"its unit is {status.state.value} (exit code {status.exit_code})")
-                    client = RockletClient(self._http, *status.rocklet_address, name)
+                    client = RockletClient(self._http, *status.rocklet_address, name, token=token)
                     await _wait_alive(client)
         except (RockError, _MemberFailed, TimeoutError) as exc:
             message = exc.message if isinstance(exc, RockError) else str(exc) or f"no answer within {self._startup_timeout:g}s"
@@ -255,7 +267,7 @@ class WarmPool:
                 await remove(handle)
             self._wake()
             return
-        self._ready.append(Member(handle=handle, status=status))
+        self._ready.append(Member(handle=handle, status=status, token=token))
         self._made += 1
         self._failures = 0
         self._wake()

@@ -53,6 +53,7 @@ from rock_core.errors import (
     SessionAlreadyExists,
     SessionNotFound,
 )
+from rock_core.rocklet.server import TOKEN_HEADER
 
 __all__ = ["RockletClient", "RockletTransport", "new_http_client", "process_request"]
 
@@ -161,12 +162,18 @@ class RockletClient:
         socket (a sandbox without a network).
     :param port: the host port mapped to the rocklet's 22555 (``0`` with a unix socket).
     :param sandbox_id: the sandbox, for error messages and ROCK's ``sandbox_id`` body field.
+    :param token: the sandbox's rocklet secret, sent on every request (``X-Rock-Rocklet-Token``);
+        the rocklet answers 401 to anything but ``GET /is_alive`` without it.
     """
 
-    def __init__(self, http: httpx.AsyncClient, host: str, port: int, sandbox_id: str | None = None) -> None:
+    def __init__(
+        self, http: httpx.AsyncClient, host: str, port: int, sandbox_id: str | None = None, token: str | None = None
+    ) -> None:
         self.http = http
         self.host = host
         self.port = port
+        self.token = token
+        self._headers = {TOKEN_HEADER: token} if token else {}
         if host.startswith("/"):  # a unix socket: RuntimeStatus.rocklet_address gives (path, 0)
             self.base_url = f"http://{_uds_host(host)}"
             self.where = f"unix:{host}"
@@ -193,7 +200,7 @@ class RockletClient:
         if timeout != "default":
             kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)  # type: ignore[arg-type]
         try:
-            response = await self.http.request(method, self.base_url + path, json=json_body, **kw)
+            response = await self.http.request(method, self.base_url + path, json=json_body, headers=self._headers, **kw)
         except httpx.TimeoutException as exc:
             raise CommandTimeout(
                 f"the rocklet of sandbox {self.sandbox_id} did not answer {attempted} in time",
@@ -221,6 +228,13 @@ class RockletClient:
             name = str(info.get("class_path", "")).rsplit(".", 1)[-1]
             raise _rock_error(name, str(info.get("message", "")), info.get("extra_info") or {}, self.sandbox_id, attempted)
         detail = body.get("detail") if isinstance(body, dict) else body
+        if response.status_code == 401:
+            raise InternalServerRockError(
+                f"the rocklet of sandbox {self.sandbox_id} refused {attempted}: "
+                + ("rock's secret for it is wrong" if self.token else "rock holds no secret for it"),
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
+            )
         if 400 <= response.status_code < 500:
             raise InvalidParameter(f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted)
         raise InternalServerRockError(
@@ -243,7 +257,7 @@ class RockletClient:
     async def is_alive(self, timeout: float = 2.0) -> bool:
         """Whether the rocklet answers ``/is_alive`` within ``timeout`` seconds."""
         try:
-            response = await self.http.get(self.base_url + "/is_alive", timeout=timeout)
+            response = await self.http.get(self.base_url + "/is_alive", timeout=timeout, headers=self._headers)
             return response.status_code == 200 and bool(response.json().get("is_alive"))
         except (httpx.HTTPError, ValueError):
             return False
@@ -320,7 +334,7 @@ class RockletClient:
         the whole read (``None``: no bound), the connection always 5 seconds.
         """
         request = self.http.build_request(
-            "POST", self.base_url + path, json=body, timeout=httpx.Timeout(timeout, connect=5.0)
+            "POST", self.base_url + path, json=body, headers=self._headers, timeout=httpx.Timeout(timeout, connect=5.0)
         )
         try:
             response = await self.http.send(request, stream=True)

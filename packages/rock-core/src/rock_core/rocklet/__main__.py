@@ -1,4 +1,8 @@
-"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH] [--state-dir DIR]``.
+"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH] [--state-dir DIR] [--no-auth]``.
+
+The sandbox's secret comes in the environment variable ``ROCK_ROCKLET_TOKEN`` (taken out of the
+rocklet's environment at once, so commands never inherit it); without it the rocklet refuses to
+start unless ``--no-auth`` says that every caller may be served.
 
 Also ``python3 -m rock_core.rocklet`` from a source tree. ``--version`` prints the version.
 Arguments are parsed by hand: :mod:`argparse` would cost milliseconds of start-up.
@@ -17,17 +21,20 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 
 from . import __version__
 
-USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH] [--state-dir DIR] [--version]
+USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH] [--state-dir DIR] [--no-auth] [--version]
 
 rock's in-sandbox agent: ROCK's rocklet HTTP API on HOST:PORT (default 0.0.0.0:22555).
+Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOKEN
+(header X-Rock-Rocklet-Token).
   --unix PATH      listen on a unix socket instead (a sandbox without a network)
   --state-dir DIR  session scratch files and background process output
                    (default: a new directory under $TMPDIR or /tmp, removed on exit)
+  --no-auth        serve every caller without a secret (development only)
 """
 
 
 def _parse(argv: List[str]) -> dict:
-    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None}  # type: dict
+    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None, "no_auth": False}  # type: dict
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -38,6 +45,10 @@ def _parse(argv: List[str]) -> dict:
         if key in ("-v", "--version"):
             sys.stdout.write(__version__ + "\n")
             raise SystemExit(0)
+        if key == "--no-auth":
+            opts["no_auth"] = True
+            i += 1
+            continue
         if key not in ("--host", "--port", "--state-dir", "--unix"):
             sys.stderr.write("rocklet: unknown argument %r\n%s" % (arg, USAGE))
             raise SystemExit(2)
@@ -95,6 +106,13 @@ def _serve_as_init() -> None:
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the rocklet until SIGTERM/SIGINT; the exit status."""
     opts = _parse(sys.argv[1:] if argv is None else argv)
+    from .server import TOKEN_ENV
+
+    # Out of the environment before anything starts: commands must not inherit the secret.
+    token = os.environ.pop(TOKEN_ENV, "") or None
+    if token is None and not opts["no_auth"]:
+        sys.stderr.write("rocklet: no secret in $%s; pass --no-auth to serve every caller\n" % TOKEN_ENV)
+        return 2
     _serve_as_init()
     from .api import Rocklet, build_router
     from .server import RockletServer
@@ -117,12 +135,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         os.makedirs(state_dir, mode=0o711, exist_ok=True)
         try:
-            server = RockletServer(build_router(rocklet), opts["host"], opts["port"], opts["unix"])
+            server = RockletServer(build_router(rocklet), opts["host"], opts["port"], opts["unix"], token)
         except OSError as exc:
             where = opts["unix"] or "%s:%s" % (opts["host"], opts["port"])
             sys.stderr.write("rocklet: cannot listen on %s: %s\n" % (where, exc))
             return 1
-        sys.stderr.write("rocklet %s listening on %s (state in %s)\n" % (__version__, server.url, state_dir))
+        auth = "secret required" if token else "no secret: every caller is served"
+        sys.stderr.write("rocklet %s listening on %s (state in %s; %s)\n" % (__version__, server.url, state_dir, auth))
         sys.stderr.flush()
         threading.Thread(target=rocklet.warm_up, daemon=True).start()
         server.serve_forever()

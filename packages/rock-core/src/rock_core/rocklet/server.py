@@ -10,6 +10,9 @@ what the rocklet needs:
 * responses as one JSON document, as raw bytes of known length, or streamed with chunked
   transfer encoding;
 * a route table (:class:`Router`) of exact paths and ``{name}`` templates;
+* a per-sandbox secret (:data:`TOKEN_HEADER`): with a token, every request but a bare
+  ``GET /is_alive`` must carry it, compared in constant time, or is answered HTTP 401 before
+  its path is even looked at (the connection is then closed, its body unread);
 * ROCK's error contract: any uncaught exception is HTTP 511
   ``{"rockletexception": {message, class_path, traceback, extra_info}}``; a malformed request is
   HTTP 400 ``{"detail": ...}``; unknown paths 404 and wrong methods 405, as FastAPI answers them.
@@ -19,6 +22,7 @@ No request is cut off by a server-wide timeout: a request lasts as long as its h
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import select
@@ -35,7 +39,15 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 
 from .errors import BadRequest, class_path_of
 
-__all__ = ["Request", "Response", "Router", "RockletServer", "json_response"]
+__all__ = ["Request", "Response", "Router", "RockletServer", "json_response", "TOKEN_HEADER", "TOKEN_ENV"]
+
+#: The request header that carries a sandbox's rocklet secret (lower case, as headers are kept).
+TOKEN_HEADER = "x-rock-rocklet-token"
+#: The environment variable a runtime hands the secret to the rocklet in; the rocklet removes it
+#: from its own environment at start, so the sandbox's commands do not inherit it.
+TOKEN_ENV = "ROCK_ROCKLET_TOKEN"
+# The one request answered without the secret: it reveals nothing but "up".
+_OPEN = ("GET", "/is_alive")
 
 _MAX_LINE = 65536
 _MAX_HEADERS = 200
@@ -43,6 +55,7 @@ _REASONS = {
     100: "Continue",
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     411: "Length Required",
@@ -306,11 +319,22 @@ class RockletServer:
     A unix socket is how a sandbox without a network (Docker's ``--network none``) is reached:
     it lives in a directory the host bind-mounts, and is made connectable by any local user
     (the directory is what guards it).
+
+    ``token``: the sandbox's secret; every request but ``GET /is_alive`` must carry it in the
+    :data:`TOKEN_HEADER` header. ``None`` accepts every caller (``--no-auth``, for development).
     """
 
-    def __init__(self, router: Router, host: str = "0.0.0.0", port: int = 22555, unix_path: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        router: Router,
+        host: str = "0.0.0.0",
+        port: int = 22555,
+        unix_path: Optional[str] = None,
+        token: Optional[str] = None,
+    ) -> None:
         self.router = router
         self.unix_path = unix_path
+        self._token = token.encode("utf-8") if token else None
         if unix_path is not None:
             if os.path.exists(unix_path):
                 os.unlink(unix_path)  # left by an earlier run of this container
@@ -466,6 +490,10 @@ class RockletServer:
 
         path, _, query = target.partition("?")
         request = Request(method.upper(), _unquote(path, plus=False), _parse_query(query), headers, reader)
+        if not self._authorized(request):
+            # Nothing about the request is looked at, and its body is not read: close instead.
+            self._send(conn, json_response({"detail": "Unauthorized"}, 401), False)
+            return False
         response = self._dispatch(request)
         if not reader.done:
             try:
@@ -474,6 +502,13 @@ class RockletServer:
                 keep_alive = False
         self._send(conn, response, keep_alive)
         return keep_alive
+
+    def _authorized(self, request: Request) -> bool:
+        """Whether ``request`` carries the secret (or needs none); constant-time compare."""
+        if self._token is None or (request.method, request.path) == _OPEN:
+            return True
+        given = request.headers.get(TOKEN_HEADER, "").encode("latin-1")
+        return hmac.compare_digest(given, self._token)
 
     def _dispatch(self, request: Request) -> Response:
         try:

@@ -173,6 +173,8 @@ class Units:
 
     :param spec_defaults: :class:`~rock_core.models.SandboxSpec` fields every unit gets unless
         :meth:`create` overrides them (``image``, ``memory``, ``cpus``, ...).
+    :param token: the rocklet secret every unit is created with; ``http`` should send it
+        (``X-Rock-Rocklet-Token``) for the rocklet calls of the tests to pass.
     """
 
     def __init__(
@@ -183,8 +185,10 @@ class Units:
         spec_defaults: Mapping[str, Any],
         *,
         startup_timeout: float = 60.0,
+        token: str = "rock-test-rocklet-token",
     ) -> None:
         self.runtime = runtime
+        self.token = token
         self.http = http
         self.labels = dict(labels)
         self.spec_defaults = dict(spec_defaults)
@@ -204,7 +208,9 @@ class Units:
         """Create (not start) a unit for ``spec`` (default :meth:`spec`)."""
         spec = spec if spec is not None else self.spec()
         assert spec.sandbox_id is not None
-        return await self.runtime.create(spec, labels=self.labels_for(spec.sandbox_id), on_phase=on_phase)
+        return await self.runtime.create(
+            spec, labels=self.labels_for(spec.sandbox_id), rocklet_token=self.token, on_phase=on_phase
+        )
 
     async def start_ready(self, handle: UnitHandle) -> tuple[RuntimeStatus, str]:
         """Start ``handle``'s unit and wait until it runs and its rocklet answers; ``(status, url)``."""

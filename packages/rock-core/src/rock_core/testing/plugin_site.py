@@ -43,7 +43,7 @@ class NullRuntime(Runtime):
     name = "null"
 
     async def create(
-        self, spec: Any, *, labels: Mapping[str, str], on_phase: PhaseCallback | None = None
+        self, spec: Any, *, labels: Mapping[str, str], rocklet_token: str, on_phase: PhaseCallback | None = None
     ) -> UnitHandle:
         """Make nothing; return the same handle every time."""
         return UnitHandle(self.name, "unit-1", "sandbox-1")

@@ -38,6 +38,7 @@ sizes and time limits (:attr:`RuntimeConformance.spec_defaults`, ...).
 
 from __future__ import annotations
 
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
@@ -48,6 +49,7 @@ import pytest
 
 from rock_core.errors import ImagePullFailed, NotSupported, RockError, SandboxAlreadyExists, SandboxNotFound
 from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, Port, UnitState
+from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.runtime import Runtime, UnitHandle
 from rock_core.testing.fixtures import (
     LABEL_RUN,
@@ -133,13 +135,15 @@ class RuntimeConformance:
     async def units(cls, runtime: Runtime, image: str) -> AsyncIterator[Units]:
         """Makes units labelled for this class, and removes all of them when the class is done."""
         labels = {LABEL_RUN: uuid.uuid4().hex, "rock.engine": "conformance"}
-        async with httpx.AsyncClient() as http:
+        token = secrets.token_urlsafe(16)
+        async with httpx.AsyncClient(headers={TOKEN_HEADER: token}) as http:
             made = Units(
                 runtime,
                 http,
                 labels,
                 {**cls.spec_defaults, "image": image},
                 startup_timeout=cls.startup_timeout,
+                token=token,
             )
             try:
                 yield made

@@ -568,10 +568,24 @@ class AdminApp:
                 field="metadata", value=TENANT_METADATA_KEY,
             ))
         tenant = _tenant(request)
+        self._check_network(tenant, body)
         if tenant is None:
             return body
         metadata[TENANT_METADATA_KEY] = tenant
         return attrs.evolve(body, metadata=metadata)
+
+    def _check_network(self, tenant: str | None, body: SandboxStartRequest) -> None:
+        """Refuse ``network="host"`` unless this admin, or the caller's key, allows it: a sandbox on
+        the host's network reaches everything the host does (trusted code only)."""
+        if body.network != "host" or self.settings.allow_host_network or tenant in self.keys.host_network_tenants:
+            return
+        who = f"tenant {tenant!r}" if tenant is not None else "callers"
+        raise _BadInput(InvalidParameter(
+            f"invalid parameter: network: 'host' shares the host's network and is for trusted code only; "
+            f"this admin does not allow it for {who} (set allow_host_network in [admin], or on the "
+            "tenant's api_keys entry; see docs/security.md)",
+            field="network", value="host",
+        ))
 
     async def _read(self, request: Request, route: Route) -> Any:
         """The route's input as its model; bad input raises :class:`_BadInput`."""
@@ -661,8 +675,9 @@ class AdminApp:
         """``POST /restart``."""
         return await self.manager.restart(body.sandbox_id)
 
-    async def warmup(self, _request: Request, body: WarmupRequest) -> Response:
+    async def warmup(self, request: Request, body: WarmupRequest) -> Response:
         """``POST /warmup/tasks``: pull the image in the background (ROCK); with ``size``, keep a warm pool (rock)."""
+        self._check_network(_tenant(request), body)
         key = await self.manager.warmup(body.start_request(), body.size)
         message = "warmup task started" if key is None else f"warm pool {key} set to {body.size}"
         return _json_response({"status": "Success", "message": message, "error": None, "result": None})

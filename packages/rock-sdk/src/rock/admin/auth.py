@@ -12,6 +12,7 @@ Configuring keys (both sources add up)::
     api_keys = [
         { tenant = "team-a", sha256 = "9f86d081884c7d65..." },   # preferred: only the hash
         { tenant = "team-b", key = "a-long-random-token..." },   # hashed when the file is read
+        { tenant = "ops", sha256 = "...", allow_host_network = true },  # may start network="host"
     ]
 
     ROCK_ADMIN_API_KEYS="team-a=sha256:9f86d0...,team-b=a-long-random-token..."
@@ -62,10 +63,13 @@ def hash_key(key: str) -> str:
 
 @attrs.frozen(kw_only=True)
 class ApiKey:
-    """One configured key: its tenant and the SHA-256 of the key (never the key itself)."""
+    """One configured key: its tenant, the SHA-256 of the key (never the key itself), and what
+    its tenant may do beyond the defaults (``allow_host_network``: start sandboxes on the
+    host's network, which only trusted code should have)."""
 
     tenant: str
     sha256: str = attrs.field(repr=lambda h: h[:8] + "...")
+    allow_host_network: bool = False
 
 
 def _bad(source: str, why: str) -> InvalidParameter:
@@ -79,18 +83,20 @@ def _tenant(source: str, value: Any) -> str:
     return value
 
 
-def _entry(source: str, tenant: Any, key: Any = None, sha256: Any = None) -> ApiKey:
+def _entry(source: str, tenant: Any, key: Any = None, sha256: Any = None, allow_host_network: Any = False) -> ApiKey:
     name = _tenant(source, tenant)
+    if not isinstance(allow_host_network, bool):
+        raise _bad(source, f"allow_host_network of tenant {name!r} must be true or false, got {allow_host_network!r}")
     if (key is None) == (sha256 is None):
         raise _bad(source, f"the key of tenant {name!r} needs exactly one of 'key' or 'sha256'")
     if sha256 is not None:
         digest = str(sha256).strip().lower() if isinstance(sha256, str) else ""
         if not _HEX64.match(digest):
             raise _bad(source, f"the sha256 of tenant {name!r} is not 64 hex digits")
-        return ApiKey(tenant=name, sha256=digest)
+        return ApiKey(tenant=name, sha256=digest, allow_host_network=allow_host_network)
     if not isinstance(key, str) or len(key.strip()) < MIN_KEY_LENGTH:
         raise _bad(source, f"the key of tenant {name!r} is shorter than {MIN_KEY_LENGTH} characters")
-    return ApiKey(tenant=name, sha256=hash_key(key.strip()))
+    return ApiKey(tenant=name, sha256=hash_key(key.strip()), allow_host_network=allow_host_network)
 
 
 def parse_api_keys(source: str, value: Any) -> tuple[ApiKey, ...]:
@@ -120,11 +126,16 @@ def parse_api_keys(source: str, value: Any) -> tuple[ApiKey, ...]:
                 continue
             if not isinstance(item, Mapping):
                 raise _bad(source, "each entry is a table: { tenant = ..., sha256 = ... } or { tenant = ..., key = ... }")
-            unknown = set(item) - {"tenant", "name", "key", "sha256"}
+            unknown = set(item) - {"tenant", "name", "key", "sha256", "allow_host_network"}
             if unknown:
-                raise _bad(source, f"unknown field(s) {', '.join(sorted(unknown))} (known: tenant, key, sha256)")
+                raise _bad(
+                    source, f"unknown field(s) {', '.join(sorted(unknown))} (known: tenant, key, sha256, allow_host_network)"
+                )
             tenant = item.get("tenant", item.get("name"))
-            out.append(_entry(source, tenant, key=item.get("key"), sha256=item.get("sha256")))
+            out.append(_entry(
+                source, tenant, key=item.get("key"), sha256=item.get("sha256"),
+                allow_host_network=item.get("allow_host_network", False),
+            ))
     else:
         raise _bad(source, "expected a list of tables or TENANT=KEY text")
     return tuple(out)
@@ -149,7 +160,10 @@ class KeyRing:
     """The configured keys, looked up by hash. Empty: authentication is off."""
 
     def __init__(self, keys: Iterable[ApiKey]) -> None:
+        keys = tuple(keys)
         self._by_hash = {k.sha256: k.tenant for k in keys}
+        #: Tenants whose keys may start sandboxes on the host's network.
+        self.host_network_tenants = frozenset(k.tenant for k in keys if k.allow_host_network)
 
     def __bool__(self) -> bool:
         return bool(self._by_hash)

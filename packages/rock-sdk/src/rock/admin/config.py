@@ -16,7 +16,10 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     api_keys = [                       # none: no authentication (as ROCK); see rock.admin.auth
         { tenant = "team-a", sha256 = "<hex sha256 of the key>" },
         { tenant = "team-b", key = "<a long random token>" },   # hashed when read, never kept
+        { tenant = "ops", sha256 = "<hex>", allow_host_network = true },
     ]
+    allow_host_network = false         # network="host" for every caller (trusted code only);
+                                       # else only for keys with allow_host_network = true
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
@@ -24,6 +27,11 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     max_concurrent_starts = 16
     default_auto_clear_seconds = 21600
     max_memory = "64g"
+    default_pids_limit = 4096          # processes per sandbox unless the request says
+    max_pids_limit = 65536
+    allowed_cap_add = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"]
+    disk_check_interval = 5            # seconds between looks at unenforced disk limits
+    disk_keep_seconds = 3600           # a sandbox stopped for its disk keeps its files this long
     ...
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
@@ -55,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from rock_core.converters import capability_names
 from rock_core.engine.config import EngineConfig, WarmPoolConfig, warm_pools_from
 from rock_core.errors import InvalidParameter
 from rock_core.units import size_to_bytes
@@ -93,6 +102,7 @@ class AdminSettings:
     log_level: str = "info"
     access_log: bool = False
     api_keys: tuple[ApiKey, ...] = ()
+    allow_host_network: bool = False
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -194,7 +204,17 @@ _ADMIN_KEYS = {
     "log_level": _to_str,
     "access_log": _to_bool,
     "api_keys": lambda s, _k, v: parse_api_keys(s, v),
+    "allow_host_network": _to_bool,
 }
+
+def _to_capabilities(source: str, key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):  # from the environment: comma-separated
+        value = [part for part in (p.strip() for p in value.split(",")) if part]
+    try:
+        return capability_names(value)
+    except ValueError as exc:
+        raise _fail(source, key, value, str(exc)) from None
+
 
 def _to_warm_pools(source: str, key: str, value: Any) -> tuple[WarmPoolConfig, ...]:
     if isinstance(value, str):  # from the environment: JSON
@@ -226,6 +246,11 @@ _ENGINE_KEYS = {
     "reap_orphans": _to_bool,
     "warm_pools": _to_warm_pools,
     "max_warm_pool_members": _to_int,
+    "default_pids_limit": _to_int,
+    "max_pids_limit": _to_int,
+    "allowed_cap_add": lambda s, k, v: _to_capabilities(s, k, v),
+    "disk_check_interval": _to_float,
+    "disk_keep_seconds": _to_int,
 }
 
 

@@ -118,13 +118,13 @@ class _AddressBook:
     """
 
     def __init__(self) -> None:
-        self._addresses: dict[str, tuple[str, int]] = {}
+        self._addresses: dict[str, tuple[str, int, str | None]] = {}
 
-    def get(self, sandbox_id: str) -> tuple[str, int] | None:
-        """The address of ``sandbox_id``'s rocklet, when known and still valid."""
+    def get(self, sandbox_id: str) -> tuple[str, int, str | None] | None:
+        """``(host, port, secret)`` of ``sandbox_id``'s rocklet, when known and still valid."""
         return self._addresses.get(sandbox_id)
 
-    def put(self, sandbox_id: str, address: tuple[str, int]) -> None:
+    def put(self, sandbox_id: str, address: tuple[str, int, str | None]) -> None:
         """Remember an address the engine just handed out (engine thread only)."""
         self._addresses[sandbox_id] = address
 
@@ -428,10 +428,11 @@ class EmbeddedEngine:
 
     # -- runtime calls straight from the caller's loop -----------------------------------------
 
-    async def _address_of(self, sandbox_id: str, attempted: str) -> tuple[str, int]:
-        """(engine loop) The rocklet address of a running sandbox; raises the manager's error if not running."""
+    async def _address_of(self, sandbox_id: str, attempted: str) -> tuple[str, int, str | None]:
+        """(engine loop) The rocklet address and secret of a running sandbox; raises the
+        manager's error if not running."""
         client = self.manager.rocklet(sandbox_id, attempted)
-        address = (client.host, client.port)  # (path, 0) for a rocklet on a unix socket
+        address = (client.host, client.port, client.token)  # (path, 0, ...) for a rocklet on a unix socket
         self._addresses.put(sandbox_id, address)
         return address
 
@@ -460,7 +461,7 @@ class EmbeddedEngine:
         address = self._addresses.get(sandbox_id)
         if address is None:
             address = await self._call(self._address_of, sandbox_id, attempted)
-        return RockletClient(await self._loop_http(loop), address[0], address[1], sandbox_id)
+        return RockletClient(await self._loop_http(loop), address[0], address[1], sandbox_id, token=address[2])
 
     async def _explain_unreachable(self, sandbox_id: str, attempted: str) -> None:
         """After a rocklet did not answer: raise the engine's error if the sandbox is no longer running."""

@@ -267,6 +267,9 @@ class Sandbox:
             env=dict(cfg.env) if cfg.env else None,
             metadata=dict(cfg.metadata) if cfg.metadata else None,
             network=cfg.network,
+            network_group=cfg.network_group,
+            pids_limit=cfg.pids_limit,
+            cap_add=list(cfg.cap_add) if cfg.cap_add else None,
         )
 
     async def start(self) -> None:

@@ -78,6 +78,23 @@ def _str_dict(optional: bool) -> Any:
     return check
 
 
+def _positive_int(optional: bool) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            _fail(attribute, value, "must be an integer >= 1" + (" or None" if optional else ""))
+
+    return check
+
+
+def _str_list(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
+        _fail(attribute, value, "must be a list of strings or None")
+
+
 def _bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         _fail(attribute, value, "must be True or False")
@@ -112,7 +129,8 @@ class BaseConfig:
 
 @attrs.define(kw_only=True)
 class SandboxConfig(BaseConfig):
-    """What sandbox to start: ROCK's fields and defaults, plus rock's ``env``, ``metadata`` and ``network``.
+    """What sandbox to start: ROCK's fields and defaults, plus rock's ``env``, ``metadata``,
+    ``network``, ``network_group``, ``pids_limit`` and ``cap_add``.
 
     :param image: the container image.
     :param image_os: ``"linux"`` (rock runs Linux images only).
@@ -139,6 +157,13 @@ class SandboxConfig(BaseConfig):
         a local mirror) or ``"none"`` (loopback only: nothing gets in or out; rock drives it
         through a unix socket and publishes no port). Checked at start
         (:class:`~rock_core.errors.InvalidParameter` naming ``network``).
+    :param network_group: (rock) sandboxes started with the same group name share a network and
+        may connect to each other (by sandbox id as host name), for multi-container tasks.
+        Without it, no sandbox can open a connection to any other (docs/security.md).
+    :param pids_limit: (rock) the most processes and threads the sandbox may run; ``None``: the
+        engine's default (4096). A fork bomb then exhausts only the sandbox's own quota.
+    :param cap_add: (rock) Linux capabilities to grant beyond rock's reduced set, e.g.
+        ``["NET_RAW"]`` for ``ping``; the engine refuses those it does not allow.
 
     :raises InvalidConfig: a negative ``auto_*`` value, both ``auto_archive_seconds`` and
         ``auto_delete_seconds``, a value of the wrong type.
@@ -172,6 +197,9 @@ class SandboxConfig(BaseConfig):
     env: dict[str, str] | None = attrs.field(default=None, validator=_str_dict(True))
     metadata: dict[str, str] | None = attrs.field(default=None, validator=_str_dict(True))
     network: str | None = attrs.field(default=None, validator=_text(True))
+    network_group: str | None = attrs.field(default=None, validator=_text(True))
+    pids_limit: int | None = attrs.field(default=None, validator=_positive_int(True))
+    cap_add: list[str] | None = attrs.field(default=None, validator=_str_list)
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()
