@@ -102,7 +102,9 @@ async def test_a_sandbox_cannot_connect_to_another_by_its_address_or_through_the
     await sh(engine, b, "nohup python3 -m http.server 8080 >/dev/null 2>&1 &")
     b_ip, gateway, network = bridge_address(docker_client, b)
     a_ip, a_gateway, a_network = bridge_address(docker_client, a)
-    assert network == a_network == "rock-sandboxes" and gateway == a_gateway
+    assert network == a_network == engine.runtime.isolated_network and gateway == a_gateway
+    options = docker_client.networks.get(network).attrs["Options"]
+    assert options["com.docker.network.bridge.enable_icc"] == "false"
     b_ports = engine.get_record(b).port_mapping
     with socket.socket() as admin_like:  # a service on the host's loopback, like the admin
         admin_like.bind(("127.0.0.1", 0))

@@ -587,3 +587,44 @@ def test_spec_lists_every_problem() -> None:
         "auto_archive_seconds, auto_delete_seconds: cannot both be set (got 1 and 2); choose one"
     )
     assert info.value.field == "memory, disk, auto_archive_seconds, auto_delete_seconds"
+
+
+# -- hardening fields of a start request ---------------------------------------------------------
+
+
+def test_pids_limit_capabilities_and_network_group_reach_the_spec() -> None:
+    request = SandboxStartRequest(image="python:3.11", pids_limit=128, cap_add=["net_raw", "CAP_SYS_PTRACE", "NET_RAW"], network_group="g-1")
+    spec = spec_from_start_request(request)
+    assert spec.pids_limit == 128
+    assert spec.cap_add == ("NET_RAW", "SYS_PTRACE")  # upper case, without CAP_, each once
+    assert spec.runtime_options == {"network_group": "g-1"}
+    assert structure_wire(unstructure_wire(request), SandboxStartRequest) == request
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"cap_add": ["FLY"]}, "cap_add", "unknown capability 'FLY'"),
+        ({"cap_add": "NET_RAW"}, "cap_add", "expected a list of capability names"),
+        ({"network_group": "bad name!"}, "network_group", "expected a name of letters"),
+        ({"network_group": "g", "network": "host"}, "network_group", "on network 'host' cannot join a network group"),
+    ],
+)
+def test_bad_hardening_fields_are_refused_naming_the_field(fields: dict[str, Any], field: str, says: str) -> None:
+    with pytest.raises(InvalidParameter, match=says) as info:
+        spec_from_start_request(SandboxStartRequest(image="python:3.11", **fields))
+    assert field in str(info.value.field)
+
+
+def test_a_pids_limit_below_one_is_refused_on_the_wire() -> None:
+    with pytest.raises(InvalidParameter, match="pids_limit"):
+        structure_wire({"image": "python:3.11", "pids_limit": 0}, SandboxStartRequest)
+
+
+def test_the_rocklet_secret_is_stored_but_never_shown() -> None:
+    record = SandboxRecord(
+        sandbox_id="s", spec=SandboxSpec(image="python:3.11"), create_time=datetime.now(timezone.utc),
+        rocklet_token="very-secret", security={"pids_limit": 4096},
+    )
+    assert "very-secret" not in repr(record)
+    assert structure_store(unstructure_store(record), SandboxRecord) == record

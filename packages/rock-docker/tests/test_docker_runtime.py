@@ -127,14 +127,42 @@ async def test_containers_are_hardened_and_say_how(runtime, run_labels, docker_c
     assert host["SecurityOpt"] == ["no-new-privileges"]
     assert host["CapDrop"] == ["ALL"] and "NET_RAW" in host["CapAdd"] and "SYS_ADMIN" not in host["CapAdd"]
     assert host["Ulimits"] == [{"Name": "nofile", "Soft": 16384, "Hard": 16384}]
-    assert host["NetworkMode"] == "rock-sandboxes"
-    network = await anyio.to_thread.run_sync(docker_client.api.inspect_network, "rock-sandboxes")
+    assert host["NetworkMode"] == runtime.isolated_network in ("bridge", "rock-sandboxes")
+    network = await anyio.to_thread.run_sync(docker_client.api.inspect_network, runtime.isolated_network)
     assert network["Options"]["com.docker.network.bridge.enable_icc"] == "false"
     security = dict(handle.security)
     assert set(security.pop("capabilities")) == set(host["CapAdd"])
     assert security == {
         "network": "isolated", "pids_limit": 300, "nofile_limit": 16384, "no_new_privileges": True, "rocklet_auth": True,
     }
+
+
+async def test_an_isolated_network_is_made_without_inter_container_traffic(run_labels, docker_client, tmp_path):
+    """A named isolated network is created on first use with inter-container traffic disabled;
+    Docker's default bridge is taken only when its engine disables that traffic itself."""
+    name = f"rock-test-isolated-{unique_sandbox_id('n')[-8:]}"
+    async with DockerRuntime(rocklet_dir=tmp_path / "rocklet", isolated_network=name) as runtime:
+        handle = await create(runtime, run_labels)
+        try:
+            doc = await container_doc(docker_client, handle)
+            assert doc["HostConfig"]["NetworkMode"] == name
+            network = await anyio.to_thread.run_sync(docker_client.api.inspect_network, name)
+            assert network["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+            assert network["Labels"]["rock.network"] == "isolated"
+            assert handle.security["network"] == "isolated"
+        finally:
+            await runtime.remove(handle)
+            await anyio.to_thread.run_sync(docker_client.api.remove_network, name)
+    bridge = await anyio.to_thread.run_sync(docker_client.api.inspect_network, "bridge")
+    icc = bridge["Options"].get("com.docker.network.bridge.enable_icc", "true") != "false"
+    async with DockerRuntime(rocklet_dir=tmp_path / "rocklet", isolated_network="bridge") as runtime:
+        if icc:
+            with pytest.raises(InvalidParameter, match="isolated_network: Docker's default bridge lets containers connect"):
+                await create(runtime, run_labels)
+        else:
+            handle = await create(runtime, run_labels)
+            assert handle.security["network"] == "isolated"
+            await runtime.remove(handle)
 
 
 async def test_a_unit_needs_a_secret(runtime, run_labels):

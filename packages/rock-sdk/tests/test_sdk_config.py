@@ -15,7 +15,7 @@ from rock.sdk.common.exceptions import (
     raise_for_code,
 )
 from rock.sdk.sandbox.client import RunMode, Sandbox, SandboxGroup
-from rock.sdk.sandbox.config import BaseConfig, SandboxConfig, SandboxGroupConfig
+from rock.sdk.sandbox.config import BaseConfig, InvalidConfig, SandboxConfig, SandboxGroupConfig
 from rock_core import errors as core_errors
 
 
@@ -166,3 +166,20 @@ async def test_a_sandbox_that_was_never_started_says_so(call: str) -> None:
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [({"pids_limit": 0}, "pids_limit"), ({"pids_limit": True}, "pids_limit"), ({"cap_add": "NET_RAW"}, "cap_add"),
+     ({"cap_add": [1]}, "cap_add"), ({"network_group": 7}, "network_group")],
+)
+def test_hardening_fields_are_checked_naming_the_field(fields, field) -> None:
+    with pytest.raises(InvalidConfig, match=rf"^{field}: ") as info:
+        SandboxConfig(**fields)
+    assert info.value.field == field
+
+
+def test_hardening_fields_reach_the_start_request() -> None:
+    config = SandboxConfig(pids_limit=64, cap_add=["NET_RAW"], network_group="pair")
+    request = Sandbox(config)._start_request()
+    assert (request.pids_limit, request.cap_add, request.network_group) == (64, ["NET_RAW"], "pair")
