@@ -214,10 +214,10 @@ def test_rock_configure(calls: HookCalls) -> None:
     class Plugin:
         @hookimpl
         def rock_configure(self, config: Any) -> None:
-            settings.append(config.get("plugin", {}).get("level"))
+            settings.append(dict(config))
 
-    calls.plugins(Plugin()).configure({"plugin": {"level": 7}, "other": {}})
-    assert settings == [7]
+    calls.plugins(("plugin", Plugin()), ("other", Plugin())).configure({"plugin": {"level": 7}})
+    assert sorted(settings, key=len) == [{}, {"level": 7}]  # each its own table; none: empty
 
 
 # ---------------------------------------------------------------------------------------------

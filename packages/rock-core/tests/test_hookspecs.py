@@ -84,3 +84,30 @@ def test_plugin_authors_import_hookimpl_from_rock_core() -> None:
     assert rock_core.hookimpl is hookspecs.hookimpl
     assert isinstance(rock_core.hookimpl, pluggy.HookimplMarker)
     assert rock_core.hookimpl.project_name == "rock"
+
+
+SOURCES = sorted(Path(__file__).resolve().parents[3].glob("packages/*/src/**/*.py"))
+
+
+def _callers(method: str) -> list[str]:
+    """Source files (outside tests and rock_core.plugins itself) that call ``.method(``."""
+    pattern = re.compile(rf"\.{method}\(")
+    return [
+        str(path) for path in SOURCES
+        if path.name != "plugins.py" and "/testing/" not in str(path) and pattern.search(path.read_text(encoding="utf-8"))
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(_hookspecs()))
+def test_every_hook_has_a_host_that_calls_it(name: str) -> None:
+    """A hook nothing calls is a defect: each is called by a method of ``Plugins`` that some
+    host in the packages' sources (the engine, the admin, the CLI) calls."""
+    from rock_core.plugins import Plugins
+
+    methods = [
+        method for method, fn in vars(Plugins).items()
+        if inspect.isfunction(fn) and re.search(rf"[\"']{name}[\"']", inspect.getsource(fn))
+    ]
+    assert methods, f"no method of Plugins calls {name}"
+    hosts = {method: _callers(method) for method in methods}
+    assert any(hosts.values()), f"{name} is called by Plugins.{'/'.join(methods)}, which no host calls: {hosts}"

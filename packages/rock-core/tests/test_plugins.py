@@ -11,7 +11,7 @@ import click
 import pytest
 from rock_core import hookimpl
 from rock_core.errors import InvalidParameter, PluginError
-from rock_core.plugins import PluginInfo, Plugins, get_plugin_manager
+from rock_core.plugins import PluginInfo, Plugins, get_plugin_manager, plugin_tables
 from rock_core.runtime import Runtime, UnitHandle
 from rock_core.speedup import SpeedupStrategy
 from rock_core.testing import NullRuntime, PluginSite
@@ -299,7 +299,9 @@ def test_rock_errors_from_a_plugin_pass_through_unchanged() -> None:
             raise InvalidParameter("docker.pull must be missing|always|never", field="docker.pull", value="sometimes")
 
     with pytest.raises(InvalidParameter) as info:
-        Plugins(get_plugin_manager(load_entrypoints=False, plugins=[Strict()])).configure({"docker": {"pull": "sometimes"}})
+        Plugins(get_plugin_manager(load_entrypoints=False, plugins=[("docker", Strict())])).configure(
+            {"docker": {"pull": "sometimes"}}
+        )
     assert info.value.field == "docker.pull"
 
 
@@ -341,14 +343,33 @@ def test_configure_hands_out_a_read_only_mapping() -> None:
     class Reader:
         @hookimpl
         def rock_configure(self, config: dict[str, object]) -> None:
-            seen.append(config.get("reader"))
-            config["reader"] = "changed"  # type: ignore[index]
+            seen.append(dict(config))
+            config["level"] = "changed"  # type: ignore[index]
 
     config = {"reader": {"level": 3}}
     with pytest.raises(PluginError, match="TypeError"):
-        Plugins(get_plugin_manager(load_entrypoints=False, plugins=[Reader()])).configure(config)
+        Plugins(get_plugin_manager(load_entrypoints=False, plugins=[("reader", Reader())])).configure(config)
     assert seen == [{"level": 3}]
     assert config == {"reader": {"level": 3}}
+
+
+def test_a_table_for_a_plugin_that_is_not_loaded_is_refused_naming_it() -> None:
+    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[("known", object())]))
+    with pytest.raises(InvalidParameter, match=r"plugins\.unknwon: no plugin named 'unknwon' is installed \(loaded: known\)") as info:
+        plugins.configure({"unknwon": {"x": 1}})
+    assert info.value.field == "plugins.unknwon"
+
+
+def test_plugin_tables_take_environment_variables_on_top() -> None:
+    tables = plugin_tables(
+        {"archive-s3": {"bucket": "a", "region": "r"}},
+        {"ROCK_PLUGIN_ARCHIVE_S3_BUCKET": "b", "ROCK_PLUGIN_S3_KEY": "k", "PATH": "/bin"},
+        ["archive-s3", "s3"],
+    )
+    assert tables == {"archive-s3": {"bucket": "b", "region": "r"}, "s3": {"key": "k"}}
+    with pytest.raises(InvalidParameter, match=r"ROCK_PLUGIN_NOPE_X: names no installed plugin") as info:
+        plugin_tables({}, {"ROCK_PLUGIN_NOPE_X": "1"}, ["archive-s3"])
+    assert info.value.field == "ROCK_PLUGIN_NOPE_X"
 
 
 def test_add_cli_commands_puts_plugin_commands_in_the_group() -> None:

@@ -32,8 +32,9 @@ class Environment(abc.ABC):
 class EnvProvider(abc.ABC):
     """Abstract base of every environment provider: one family of environments (``gem``).
 
-    The caller that knows the provider builds it; constructor arguments are the provider's own
-    (for example, the engine whose sandboxes back the environments).
+    The engine builds each provider once, when an environment is first asked of it, as
+    ``cls(engine, **table)``: the :class:`~rock_core.engine.manager.SandboxManager` whose
+    sandboxes back the environments, and the registering plugin's configuration table.
     """
 
     #: The name the provider is registered under (``"gem"``).

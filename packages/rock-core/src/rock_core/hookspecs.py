@@ -176,12 +176,14 @@ def rock_configure(config: Mapping[str, Any]) -> None:
     """Let a plugin read its settings.
 
     Called once by the program that owns rock's configuration (the admin server, an embedded
-    engine) after the plugin manager is built and before any registered class is used.
+    engine: :class:`~rock_core.engine.manager.SandboxManager`) after the plugin manager is built
+    and before any registered class is used.
 
-    :param config: rock's configuration, a read-only mapping of section name to settings. A
-        plugin reads its own section, named like its entry point (``config.get("docker", {})``),
-        and must not change it. Raise :class:`rock_core.errors.InvalidParameter` naming the
-        field when a setting is invalid: the error stops start-up.
+    :param config: the plugin's own table, read-only: ``[plugins.<name>]`` of the admin's TOML
+        file, ``EngineConfig(plugin_options={"<name>": {...}})``, with ``ROCK_PLUGIN_<NAME>_<KEY>``
+        variables on top, where ``<name>`` is the plugin's entry-point name; empty when nothing
+        configures it. Raise :class:`rock_core.errors.InvalidParameter` naming the field when a
+        setting is invalid: the error stops start-up.
 
     The return value is ignored.
     """

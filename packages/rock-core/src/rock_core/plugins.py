@@ -22,6 +22,12 @@ Three environment variables steer entry-point loading (they never affect ``plugi
 
 Blocked entry points are not imported; they stay visible in :meth:`Plugins.describe` so that
 ``rock plugins`` shows what is installed but switched off.
+
+Each plugin has a configuration table of its own, named like its entry point (``archive-s3``):
+``EngineConfig(plugin_options={"archive-s3": {...}})``, ``[plugins.archive-s3]`` in the admin's
+TOML file, and ``ROCK_PLUGIN_<NAME>_<KEY>`` variables (``ROCK_PLUGIN_ARCHIVE_S3_BUCKET=b``; the
+name upper-cased with ``-`` as ``_``), which win. :func:`plugin_tables` merges them;
+:meth:`Plugins.configure` hands each plugin its own table through ``rock_configure``.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ import pluggy
 from rock_core import hookspecs
 from rock_core.archive import ArchiveStore
 from rock_core.envs import EnvProvider
-from rock_core.errors import PluginError, RockError
+from rock_core.errors import InvalidParameter, PluginError, RockError
 from rock_core.runtime import Runtime
 from rock_core.speedup import SpeedupStrategy
 
@@ -54,6 +60,8 @@ if TYPE_CHECKING:
     from rock_core.states import Event, State
 
 __all__ = [
+    "PLUGIN_ENV_PREFIX",
+    "plugin_tables",
     "ALLOW_ENV",
     "DISABLE_ENV",
     "ENTRY_POINT_GROUP",
@@ -143,7 +151,8 @@ def get_plugin_manager(load_entrypoints: bool = True, plugins: Iterable[object] 
     :param load_entrypoints: load the plugins announced in the entry-point group ``rock``,
         filtered by ``ROCK_DISABLE_PLUGINS`` and ``ROCK_PLUGINS``.
     :param plugins: plugin objects (modules, classes, instances) to register first, under
-        pluggy's default names; the environment variables do not filter them.
+        pluggy's default names, or ``(name, object)`` pairs to give a plugin a name (its
+        configuration table's); the environment variables do not filter them.
     :raises rock_core.errors.PluginError: a plugin failed to import, two distributions announce
         the same entry-point name, or a plugin implements a hook rock does not specify (or with
         parameters its spec does not have). The message names the entry point and distribution.
@@ -154,7 +163,10 @@ def get_plugin_manager(load_entrypoints: bool = True, plugins: Iterable[object] 
         pm.trace.root.setwriter(_write_trace)
         pm.enable_tracing()
     for plugin in plugins:
-        _register(pm, plugin, None, f"plugin {plugin!r}")
+        name = None
+        if isinstance(plugin, tuple) and len(plugin) == 2 and isinstance(plugin[0], str):
+            name, plugin = plugin
+        _register(pm, plugin, name, f"plugin {plugin!r}")
     if load_entrypoints:
         _load_entry_points(pm, _Filter.from_environ(os.environ))
     try:
@@ -267,6 +279,45 @@ def _write_trace(text: str) -> None:
     sys.stderr.write("".join(f"rock-trace: {line}" for line in text.splitlines(keepends=True)))
 
 
+#: Environment variables ``ROCK_PLUGIN_<NAME>_<KEY>`` set key ``<key>`` of plugin ``<name>``'s table.
+PLUGIN_ENV_PREFIX = "ROCK_PLUGIN_"
+
+
+def plugin_tables(
+    options: Mapping[str, Mapping[str, Any]],
+    environ: Mapping[str, str],
+    names: Iterable[str],
+) -> dict[str, dict[str, Any]]:
+    """Each plugin's configuration table: ``options[name]``, then ``ROCK_PLUGIN_<NAME>_<KEY>``
+    variables on top (values as text; the key lower-cased).
+
+    :param names: the plugins that may be configured (a variable must name one of them).
+    :raises InvalidParameter: a ``ROCK_PLUGIN_`` variable names no such plugin, or names no key.
+    """
+    tables = {name: dict(table) if isinstance(table, Mapping) else table for name, table in options.items()}
+    prefixes = {PLUGIN_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_": name for name in names}
+    for variable, value in sorted(environ.items()):
+        if not variable.startswith(PLUGIN_ENV_PREFIX):
+            continue
+        # The longest matching prefix wins: plugins "s3" and "s3-extra" stay apart.
+        matches = [p for p in prefixes if variable.startswith(p)]
+        if not matches:
+            known = ", ".join(sorted(prefixes.values())) or "none"
+            raise InvalidParameter(
+                f"{variable}: names no installed plugin (plugins: {known}; the variable is "
+                f"{PLUGIN_ENV_PREFIX}<NAME>_<KEY>, the name upper-cased with '-' as '_')",
+                field=variable, value=value,
+            )
+        prefix = max(matches, key=len)
+        key = variable[len(prefix):].lower()
+        if not key:
+            raise InvalidParameter(f"{variable}: names no key after the plugin's name", field=variable, value=value)
+        table = tables.setdefault(prefixes[prefix], {})
+        if isinstance(table, dict):
+            table[key] = value
+    return tables
+
+
 class Plugins:
     """The typed facade over a plugin manager's hooks; the rest of rock calls hooks through it.
 
@@ -304,6 +355,14 @@ class Plugins:
         """The environment provider classes plugins register (``rock_register_env_providers``), by name."""
         return self._collect("rock_register_env_providers", EnvProvider, "environment provider")
 
+    def registered_by(self, hook_name: str) -> dict[str, str]:
+        """For each name registered through ``hook_name`` (``"rock_register_archive_stores"``),
+        the plugin that registered it: whose configuration table builds it."""
+        owners: dict[str, str] = {}
+        for plugin_name, call in self._each(hook_name):
+            self._guarded(plugin_name, hook_name, call, register=lambda name, cls, _p=plugin_name: owners.setdefault(name, _p))
+        return owners
+
     # -- notifications and surfaces -----------------------------------------------------------
 
     def notify_transition(self, record: SandboxRecord, event: Event, old: State, new: State) -> None:
@@ -340,10 +399,31 @@ class Plugins:
         for plugin_name, call in self._each("rock_cli_commands"):
             self._guarded(plugin_name, "rock_cli_commands", call, cli=cli)
 
-    def configure(self, config: Mapping[str, Any]) -> None:
-        """Hand rock's configuration to every plugin (``rock_configure``), read-only."""
-        frozen = types.MappingProxyType(dict(config))
+    def names(self) -> list[str]:
+        """The names of the plugins loaded (entry-point names, or the names given in process)."""
+        return [name for name, plugin in self.pm.list_name_plugin() if plugin is not None]
+
+    def configure(self, tables: Mapping[str, Mapping[str, Any]]) -> None:
+        """Hand every plugin its own table of ``tables`` (``rock_configure``), read-only; a plugin
+        without a table gets an empty one.
+
+        :raises InvalidParameter: a table names no loaded plugin (``plugins.<name>``), or a
+            plugin refused its settings (its own error, naming the field).
+        """
+        loaded = self.names()
+        for name, table in tables.items():
+            if name not in loaded:
+                known = ", ".join(sorted(loaded)) or "none"
+                raise InvalidParameter(
+                    f"plugins.{name}: no plugin named {name!r} is installed (loaded: {known})",
+                    field=f"plugins.{name}", value=dict(table) if isinstance(table, Mapping) else table,
+                )
+            if not isinstance(table, Mapping):
+                raise InvalidParameter(
+                    f"plugins.{name}: expected a table of settings, got {table!r}", field=f"plugins.{name}", value=table
+                )
         for plugin_name, call in self._each("rock_configure"):
+            frozen = types.MappingProxyType(dict(tables.get(plugin_name, {})))
             self._guarded(plugin_name, "rock_configure", call, config=frozen)
 
     # -- introspection ------------------------------------------------------------------------

@@ -186,6 +186,11 @@ class Runtime(abc.ABC):
         """
         raise NotSupported(f"runtime {self.name!r} cannot measure its units' disk use", attempted="disk_usage")
 
+    @property
+    def can_snapshot(self) -> bool:
+        """Whether this runtime implements :meth:`snapshot` and :meth:`restore` (so archiving works)."""
+        return type(self).snapshot is not Runtime.snapshot and type(self).restore is not Runtime.restore
+
     async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
         """Snapshot the stopped unit's filesystem and return it as a stream of bytes.
 

@@ -121,6 +121,11 @@ class EngineConfig:
         that rock drops, and ``SYS_PTRACE`` (debuggers); never ``SYS_ADMIN`` unless listed here.
     :param disk_check_interval: seconds between two looks at the disk use of sandboxes whose
         ``disk`` limit the runtime cannot enforce itself; one look covers every sandbox.
+    :param plugin_options: each plugin's configuration table, by entry-point name
+        (``{"archive-s3": {"bucket": "..."}}``); ``ROCK_PLUGIN_<NAME>_<KEY>`` variables go on top.
+        The engine hands each plugin its own through ``rock_configure``.
+    :param archive_store: the registered archive store that keeps archived sandboxes (``None``:
+        archiving is off); built with its plugin's table as keyword arguments.
     :param disk_keep_seconds: how long a sandbox stopped for passing its disk limit keeps its
         unit (its files, for inspection or ``restart``) before it is deleted, when its own
         policy would delete it sooner.
@@ -152,3 +157,5 @@ class EngineConfig:
     )
     disk_check_interval: float = 5.0
     disk_keep_seconds: int = 3600
+    plugin_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
+    archive_store: str | None = None

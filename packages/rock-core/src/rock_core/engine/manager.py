@@ -174,6 +174,9 @@ class SandboxManager:
         registered under ``config.runtime``).
     :param plugins: the :class:`~rock_core.plugins.Plugins` to announce transitions to and to
         find the runtime in (default: the installed ones).
+    :param configured: whether the caller already handed the plugins their tables
+        (``rock_configure``); by default the engine does it, from ``config.plugin_options`` and
+        ``ROCK_PLUGIN_*`` variables, before it builds the runtime.
     :param owner: the ``rock.owner`` label of the units this engine makes (default: this process).
     """
 
@@ -184,6 +187,7 @@ class SandboxManager:
         runtime: Runtime | None = None,
         plugins: Any = None,
         owner: str | None = None,
+        configured: bool = False,
     ) -> None:
         self.config = config or EngineConfig()
         if plugins is None:
@@ -191,6 +195,13 @@ class SandboxManager:
 
             plugins = Plugins.load()
         self.plugins = plugins
+        if not configured:
+            from rock_core.plugins import plugin_tables
+
+            plugins.configure(plugin_tables(self.config.plugin_options, os.environ, plugins.names()))
+        self._tables = {name: dict(table) for name, table in self.config.plugin_options.items()}
+        self.archive_store = self._build_archive_store(plugins)
+        self._env_providers: dict[str, Any] | None = None
         if runtime is None:
             runtimes = plugins.runtimes()
             if self.config.runtime not in runtimes:
@@ -216,6 +227,42 @@ class SandboxManager:
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
         self.start_latencies: list[float] = []  # seconds from request to running, for metrics
+
+    def _build_archive_store(self, plugins: Any) -> Any:
+        """The configured archive store (``config.archive_store``), or ``None`` when archiving is off."""
+        name = self.config.archive_store
+        if name is None:
+            return None
+        stores = plugins.archive_stores()
+        if name not in stores:
+            known = ", ".join(sorted(stores)) or "none installed"
+            raise InvalidParameter(
+                f"archive_store: no archive store named {name!r} (installed: {known}); for S3, pip install rock-archive-s3",
+                field="archive_store", value=name,
+            )
+        owner = plugins.registered_by("rock_register_archive_stores").get(name, name)
+        return stores[name](**self._tables.get(owner, {}))
+
+    async def make_env(self, env_id: str, **kwargs: Any) -> Any:
+        """Make the environment ``env_id`` with the first registered provider that accepts it
+        (``rock_register_env_providers``); providers are built once, as ``cls(engine, **table)``.
+
+        :raises InvalidParameter: no provider serves ``env_id`` (``field="env_id"``).
+        """
+        if self._env_providers is None:
+            classes = self.plugins.env_providers()
+            owners = self.plugins.registered_by("rock_register_env_providers")
+            self._env_providers = {
+                name: cls(self, **self._tables.get(owners.get(name, name), {})) for name, cls in classes.items()
+            }
+        for provider in self._env_providers.values():
+            if provider.accepts(env_id):
+                return await provider.make(env_id, **kwargs)
+        known = ", ".join(sorted(self._env_providers)) or "none installed"
+        raise InvalidParameter(
+            f"env_id: no environment provider serves {env_id!r} (providers: {known}; for GEM, pip install rock-gem)",
+            field="env_id", value=env_id,
+        )
 
     # -- lifecycle of the engine itself -----------------------------------------------------
 
@@ -251,6 +298,8 @@ class SandboxManager:
                 await self._remove_members()  # sandboxes outlive the engine; idle pool members do not
             if self._http is not None:
                 await self._http.aclose()
+            if self.archive_store is not None:
+                await self.archive_store.aclose()
             await self.runtime.aclose()
         self.store.close()
 
@@ -629,11 +678,15 @@ class SandboxManager:
                 f"cap_add: {', '.join(refused)} may not be added here (allowed: {allowed}; see docs/security.md)",
                 list(spec.cap_add),
             ))
-        if spec.auto_archive_seconds is not None:
+        if spec.auto_archive_seconds is not None and (self.archive_store is None or not self.runtime.can_snapshot):
+            why = (
+                "no archive store is configured (archive_store; rock-archive-s3)"
+                if self.archive_store is None
+                else f"the runtime {self.runtime.name!r} cannot snapshot sandboxes"
+            )
             problems.append((
                 "auto_archive_seconds",
-                "auto_archive_seconds: no archive store is configured, so sandboxes cannot be archived; "
-                "unset it or configure an archive store (rock-archive-s3)",
+                f"auto_archive_seconds: sandboxes cannot be archived here: {why}; unset it",
                 spec.auto_archive_seconds,
             ))
         if problems:

@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -80,10 +81,13 @@ from rock_core.errors import (
     BadRequestRockError,
     InvalidParameter,
     PayloadTooLarge,
+    PluginError,
     RockError,
     RockletUnreachable,
     SandboxNotFound,
 )
+from rock_core.plugins import Plugins, plugin_tables
+from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.states import LIVE_STATES, State
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -441,15 +445,29 @@ class AdminApp:
         ``settings.engine`` at startup and closes it at shutdown (sandboxes keep running).
     """
 
-    def __init__(self, settings: AdminSettings, manager: SandboxManager | None = None) -> None:
+    def __init__(
+        self, settings: AdminSettings, manager: SandboxManager | None = None, plugins: Plugins | None = None
+    ) -> None:
         self.settings = settings
         self._given_manager = manager
         self._manager = manager
         self.metrics = Metrics()
         self.routes = build_routes(self)
         self._openapi: dict[str, Any] | None = None
+        if plugins is None and manager is not None:
+            plugins = manager.plugins
+        elif plugins is None:
+            # The admin owns rock's configuration: each plugin gets its table before anything
+            # it registered is used, and the engine started at startup does not do it again.
+            plugins = Plugins.load()
+            plugins.configure(plugin_tables(settings.engine.plugin_options, os.environ, plugins.names()))
+        self.plugins = plugins
+        self.plugin_routes = self._check_plugin_routes(plugins.admin_routes())
         starlette_routes = [
             StarletteRoute(r.path, self._endpoint(r), methods=[r.method], name=r.name) for r in self.routes
+        ]
+        starlette_routes += [
+            StarletteRoute(r.path, self._plugin_endpoint(r), methods=[r.method]) for r in self.plugin_routes
         ]
         starlette_routes += [
             StarletteRoute("/", self._hello, methods=["GET"]),
@@ -488,7 +506,9 @@ class AdminApp:
         store = self.settings.engine.store_path
         if store:
             Path(store).parent.mkdir(parents=True, exist_ok=True)
-        async with SandboxManager(self.settings.engine, owner=self.settings.owner) as manager:
+        async with SandboxManager(
+            self.settings.engine, owner=self.settings.owner, plugins=self.plugins, configured=True
+        ) as manager:
             self._manager = manager
             log.info("rock admin %s: engine ready (store %s), serving %s", __version__, store, self.settings.url)
             try:
@@ -496,6 +516,67 @@ class AdminApp:
             finally:
                 log.info("rock admin shutting down; running sandboxes keep running")
                 self._manager = None
+
+    # -- plugin routes ------------------------------------------------------------------
+
+    def _check_plugin_routes(self, routes: list[Any]) -> list[AdminRoute]:
+        """The plugins' routes, each an :class:`AdminRoute` on a path nobody else serves."""
+        taken = {(r.method, r.path) for r in self.routes} | {
+            ("GET", path) for path in ("/", "/healthz", "/metrics", "/openapi.json")
+        }
+        for route in routes:
+            if not isinstance(route, AdminRoute):
+                raise PluginError(
+                    f"a plugin returned {route!r} from rock_admin_routes; return rock_core.routes.AdminRoute objects",
+                    attempted="rock_admin_routes",
+                )
+            if (route.method, route.path) in taken:
+                raise PluginError(
+                    f"a plugin's route {route.method} {route.path} is already served by the admin or another plugin",
+                    attempted="rock_admin_routes",
+                )
+            taken.add((route.method, route.path))
+        return list(routes)
+
+    def _plugin_endpoint(self, route: AdminRoute) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            outcome = "success"
+            try:
+                call = RouteRequest(
+                    method=request.method,
+                    path=request.url.path,
+                    path_params={k: str(v) for k, v in request.path_params.items()},
+                    query=dict(request.query_params),
+                    headers={k.lower(): v for k, v in request.headers.items()},
+                    body=await request.body(),
+                    engine=self.manager,
+                    tenant=_tenant(request),
+                )
+                answer = await route.handler(call)
+                if isinstance(answer, RouteResponse):
+                    if answer.status >= 400:
+                        outcome = "failed"
+                    response = _json_response(answer.body, answer.status)
+                    response.headers.update(answer.headers)
+                    return response
+                return success(answer) if route.envelope else _json_response(answer)
+            except RockError as exc:
+                outcome = "invalid" if isinstance(exc, BadRequestRockError) else "failed"
+                if route.envelope:
+                    return failure(f"{route.method} {route.path} failed", exc)
+                status = 400 if isinstance(exc, BadRequestRockError) else 500
+                return _json_response({"detail": exc.message, "code": exc.code}, status)
+            except Exception as exc:  # a plugin's bug: an HTTP 500 with the reason, and the log
+                outcome = "error"
+                log.exception("plugin route %s %s failed", route.method, route.path)
+                if route.envelope:
+                    return failure(f"{route.method} {route.path} failed", exc)
+                return _json_response({"detail": f"{type(exc).__name__}: {exc}"}, 500)
+            finally:
+                self.metrics.count(route.path, outcome)
+
+        endpoint.__name__ = f"plugin_{route.method.lower()}_{route.path}"
+        return endpoint
 
     # -- request handling ----------------------------------------------------------------
 
@@ -624,6 +705,13 @@ class AdminApp:
                     "summary": summary,
                     "responses": {"200": {"description": summary, "content": {media: {"schema": {}}}}},
                 }}
+            for route in self.plugin_routes:
+                summary = route.summary or f"{route.method} {route.path} (plugin route)"
+                document["paths"].setdefault(route.path, {})[route.method.lower()] = {
+                    "operationId": f"plugin_{route.method.lower()}_" + re.sub(r"[^A-Za-z0-9]+", "_", route.path).strip("_"),
+                    "summary": summary,
+                    "responses": {"200": {"description": summary, "content": {_JSON: {"schema": {}}}}},
+                }
             if self.keys:
                 document.setdefault("components", {})["securitySchemes"] = {
                     "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},

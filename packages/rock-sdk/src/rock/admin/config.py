@@ -36,6 +36,10 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
 
+    [plugins.archive-s3]                # one table per plugin, named like its entry point: what
+    bucket = "rock-archives"            # its rock_configure hook receives (and, for a store, its
+                                        # constructor's keyword arguments)
+
     [[engine.warm_pools]]               # started sandboxes kept ready, one table per kind
     image = "python:3.11"               # any start-request field: memory, cpus, disk, env, ...
     memory = "2g"
@@ -47,6 +51,8 @@ Environment variables: ``ROCK_ADMIN_<KEY>`` for each ``[admin]`` key (``ROCK_ADM
 (``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``; ``ROCK_ENGINE_WARM_POOLS`` takes the pools as a JSON
 list of tables). A bad value names its source and key.
 ``ROCK_ADMIN_API_KEYS="team-a=sha256:HEX,team-b=TOKEN"`` adds keys to those of the file.
+``ROCK_PLUGIN_<NAME>_<KEY>`` sets a key of a plugin's table (``ROCK_PLUGIN_ARCHIVE_S3_BUCKET=b``);
+a table or variable naming no installed plugin stops start-up, naming it.
 
 Two engine settings are fixed for the admin, whatever the file says: ``remove_on_close`` is
 false (``rock admin stop`` leaves sandboxes running) and ``store_path`` is a file (the records
@@ -251,6 +257,7 @@ _ENGINE_KEYS = {
     "allowed_cap_add": lambda s, k, v: _to_capabilities(s, k, v),
     "disk_check_interval": _to_float,
     "disk_keep_seconds": _to_int,
+    "archive_store": lambda s, k, v: None if v in (None, "") else _to_str(s, k, v),
 }
 
 
@@ -270,12 +277,18 @@ def _read_file(path: Path) -> dict[str, Any]:
         raise InvalidParameter(f"config file {path}: {exc.strerror}", field="config", value=str(path)) from exc
     except tomllib.TOMLDecodeError as exc:
         raise InvalidParameter(f"config file {path}: not valid TOML: {exc}", field="config", value=str(path)) from exc
-    unknown = set(data) - {"admin", "engine"}
+    unknown = set(data) - {"admin", "engine", "plugins"}
     if unknown:
         raise InvalidParameter(
-            f"config file {path}: unknown table(s) {', '.join(sorted(unknown))} (known: admin, engine)",
+            f"config file {path}: unknown table(s) {', '.join(sorted(unknown))} (known: admin, engine, plugins)",
             field="config", value=str(path),
         )
+    for name, table in (data.get("plugins") or {}).items():
+        if not isinstance(table, dict):
+            raise InvalidParameter(
+                f"config file {path}: [plugins.{name}] must be a table of the plugin's settings, got {table!r}",
+                field=f"plugins.{name}", value=table,
+            )
     return data
 
 
@@ -295,6 +308,7 @@ def load_settings(
     admin: dict[str, Any] = {}
     engine: dict[str, Any] = {}
     runtime_options: dict[str, Any] = {}
+    plugin_options: dict[str, Any] = {}
     path = config_file or env.get("ROCK_CONFIG")
     if path:
         data = _read_file(Path(path).expanduser())
@@ -303,6 +317,7 @@ def load_settings(
         engine_table = dict(data.get("engine", {}))
         runtime_options = dict(engine_table.pop("runtime_options", {}) or {})
         _take(engine_table, _ENGINE_KEYS, f"{source} [engine]", engine)
+        plugin_options = dict(data.get("plugins") or {})
     for key, parse in _ADMIN_KEYS.items():
         name = f"ROCK_ADMIN_{key.upper()}"
         if env.get(name):
@@ -326,5 +341,7 @@ def load_settings(
     admin["state_dir"] = state_dir
     if not engine.get("store_path"):
         engine["store_path"] = str(state_dir / "rock.db")
-    engine_config = EngineConfig(**engine, runtime_options=runtime_options, remove_on_close=False)
+    engine_config = EngineConfig(
+        **engine, runtime_options=runtime_options, plugin_options=plugin_options, remove_on_close=False
+    )
     return AdminSettings(**admin, engine=engine_config)
