@@ -466,7 +466,8 @@ def spec_from_start_request(
     ``network`` (when set) the runtime option ``network``.
 
     :raises InvalidParameter: listing every problem: a size of zero or not a size, a CPU count
-        that is not positive, a ``network`` other than ``bridge``, ``host`` or ``none``, and
+        that is not positive, a ``network`` that is not a name (the engine checks it against its
+        runtime's modes), and
         ``auto_archive_seconds`` together with ``auto_delete_seconds`` (ROCK's SDK forbids the
         pair; ROCK's server silently prefers archive; rock refuses).
     """
@@ -543,16 +544,16 @@ def spec_from_start_request(
     )
 
 
-#: The network modes a start request may ask for (``SandboxStartRequest.network``): ``bridge``
-#: (an isolated network with the agent's ports published on 127.0.0.1), ``host`` (the host's
-#: network) and ``none`` (loopback only: no traffic in or out; rock reaches the agent through a
-#: unix socket).
+#: The network modes rock names (``SandboxStartRequest.network``): ``bridge`` (an isolated
+#: network with the agent's ports published on 127.0.0.1), ``host`` (the host's network) and
+#: ``none`` (loopback only). Which of them a sandbox may have is its runtime's to say
+#: (:attr:`rock_core.runtime.Runtime.network_modes`); the engine checks.
 NETWORK_MODES = ("bridge", "host", "none")
 
 
 def _network_mode(value: str) -> str:
-    if value not in NETWORK_MODES:
-        raise ValueError(f"expected one of {', '.join(NETWORK_MODES)}, got {value!r}")
+    if not isinstance(value, str) or not value.strip() or any(ch.isspace() for ch in value):
+        raise ValueError(f"expected a network mode such as {', '.join(NETWORK_MODES)}, got {describe_value(value)}")
     return value
 
 

@@ -29,7 +29,45 @@ if TYPE_CHECKING:
 #: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
 PhaseCallback = Callable[[str, "Phase"], None]
 
-__all__ = ["NotSupported", "PhaseCallback", "Runtime", "UnitHandle"]
+__all__ = ["NotSupported", "PhaseCallback", "Runtime", "RuntimeCapabilities", "UnitHandle"]
+
+
+@attrs.frozen
+class RuntimeCapabilities:
+    """What a runtime can do, as it declares it (:attr:`Runtime.capabilities`).
+
+    The engine refuses a request the runtime cannot serve, naming the runtime and the
+    capability, and rock-core's conformance suite runs the checks each capability calls for.
+
+    :param assign: it can hand a started unit to a sandbox (:meth:`Runtime.assign`): warm pools.
+    :param snapshot: it can snapshot and restore units (:meth:`Runtime.snapshot`): archiving.
+    :param keeps_files_across_stop: a stopped unit keeps its files, and starts again with them:
+        ``restart()`` of a stopped sandbox.
+    :param watch: it reports units that stop or vanish as it happens (:meth:`Runtime.watch`).
+    :param disk_usage: it measures its units' writable layers (:meth:`Runtime.disk_usage`).
+    :param network_modes: the ``network`` values a sandbox may ask for (the first is the default).
+    """
+
+    assign: bool
+    snapshot: bool
+    keeps_files_across_stop: bool
+    watch: bool
+    disk_usage: bool
+    network_modes: tuple[str, ...]
+
+    def missing(self, capability: str, runtime: str) -> str:
+        """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
+        return f"runtime {runtime!r} cannot {_CAN[capability]} (capability {capability})"
+
+
+_CAN = {
+    "assign": "hand started units to sandboxes, so it keeps no warm pools",
+    "snapshot": "snapshot sandboxes, so it cannot archive them",
+    "keeps_files_across_stop": "keep a sandbox's files across a stop, so a stopped sandbox cannot be restarted",
+    "watch": "report units that stop as it happens",
+    "disk_usage": "measure its units' disk use",
+    "network_modes": "give sandboxes that network",
+}
 
 
 @attrs.frozen
@@ -73,6 +111,22 @@ class Runtime(abc.ABC):
 
     #: The name the runtime is registered and configured under (``"docker"``, ``"nomad"``).
     name: ClassVar[str]
+    #: Whether a stopped unit keeps its files and can be started again with them (declared).
+    keeps_files_across_stop: ClassVar[bool] = False
+    #: The ``network`` modes a sandbox may ask for; the first is what a spec without one gets.
+    network_modes: ClassVar[tuple[str, ...]] = ("bridge",)
+
+    @property
+    def capabilities(self) -> RuntimeCapabilities:
+        """What this runtime can do: the optional methods it implements, and what it declares."""
+        return RuntimeCapabilities(
+            assign=self.can_assign,
+            snapshot=self.can_snapshot,
+            keeps_files_across_stop=self.keeps_files_across_stop,
+            watch=type(self).watch is not Runtime.watch,
+            disk_usage=type(self).disk_usage is not Runtime.disk_usage,
+            network_modes=tuple(self.network_modes),
+        )
 
     @abc.abstractmethod
     async def create(

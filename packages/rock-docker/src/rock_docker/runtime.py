@@ -60,6 +60,7 @@ from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 from rock_docker._container import (
     INIT_EXEC_FAILED,
     LABEL_NETWORK,
+    NETWORKS,
     LABEL_NETWORK_GROUP,
     NO_PYTHON_EXIT_CODE,
     NO_PYTHON_LOG_LINE,
@@ -138,6 +139,8 @@ class DockerRuntime(Runtime):
     """
 
     name: ClassVar[str] = "docker"
+    keeps_files_across_stop: ClassVar[bool] = True
+    network_modes: ClassVar[tuple[str, ...]] = NETWORKS
 
     def __init__(
         self,

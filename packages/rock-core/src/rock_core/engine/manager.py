@@ -208,7 +208,7 @@ class SandboxManager:
                 known = ", ".join(sorted(runtimes)) or "none installed"
                 raise InvalidParameter(
                     f"runtime: no runtime named {self.config.runtime!r} (installed: {known}); "
-                    f"for Docker, pip install rock-docker",
+                    f"install the plugin that provides it (`rock plugins` lists what is installed)",
                     field="runtime",
                     value=self.config.runtime,
                 )
@@ -332,7 +332,7 @@ class SandboxManager:
 
         :raises InvalidParameter: a bad request, a spec above the engine's maximum, or a size
             below 0.
-        :raises NotSupported: the runtime cannot rename units (no :meth:`Runtime.assign`).
+        :raises NotSupported: the runtime cannot hand started units to sandboxes (its capability ``assign``).
         """
         if self._tg is None or self._closed:
             raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
@@ -368,10 +368,7 @@ class SandboxManager:
         if size == 0:
             return key
         if not self.runtime.can_assign:
-            raise NotSupported(
-                f"runtime {self.runtime.name!r} cannot rename units, so it cannot keep warm pools",
-                attempted="set_warm_pool",
-            )
+            raise NotSupported(self.runtime.capabilities.missing("assign", self.runtime.name), attempted="set_warm_pool")
         pool = WarmPool(
             self._with_defaults(spec), size, key=key,
             runtime=self.runtime, labels=self._labels(None), http=self.http, queue=self.queue,
@@ -668,6 +665,14 @@ class SandboxManager:
             problems.append(("memory", f"memory: {format_size(spec.memory)} is above the maximum of {format_size(c.max_memory)}", spec.memory))
         if spec.disk is not None and spec.disk > c.max_disk:
             problems.append(("disk", f"disk: {format_size(spec.disk)} is above the maximum of {format_size(c.max_disk)}", spec.disk))
+        network = spec.runtime_options.get("network")
+        modes = self.runtime.network_modes
+        if network is not None and network not in modes:
+            problems.append((
+                "network",
+                f"network: expected one of {', '.join(modes)}, got {network!r} (what runtime {self.runtime.name!r} offers)",
+                network,
+            ))
         if spec.pids_limit is not None and spec.pids_limit > c.max_pids_limit:
             problems.append(("pids_limit", f"pids_limit: {spec.pids_limit} is above the maximum of {c.max_pids_limit}", spec.pids_limit))
         refused = [name for name in spec.cap_add if name not in c.allowed_cap_add]
@@ -1219,6 +1224,12 @@ class SandboxManager:
         """
         live = self._live.get(sandbox_id)
         record = live.record if live is not None else self.get_record(sandbox_id)
+        if record.state is State.STOPPED and not self.runtime.keeps_files_across_stop:
+            raise BadRequestRockError(
+                f"Sandbox {sandbox_id} cannot be restarted: "
+                + self.runtime.capabilities.missing("keeps_files_across_stop", self.runtime.name),
+                sandbox_id=sandbox_id, attempted="restart",
+            )
         if live is None or record.state is not State.STOPPED or live.handle is None:
             why = f"current state is {record.state.value}"
             if record.state in (State.STOPPED, State.DELETED) and record.spec.auto_delete_seconds in (None, 0):

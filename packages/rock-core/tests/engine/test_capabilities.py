@@ -1,0 +1,43 @@
+"""Runtimes declare what they can do; the engine refuses what its runtime cannot serve, naming both."""
+
+from __future__ import annotations
+
+import pytest
+from rock_core.actions import SandboxStartRequest
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import SandboxManager
+from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported
+from rock_core.runtime import RuntimeCapabilities
+from rock_core.states import State
+from rock_core.testing import NullRuntime
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def test_a_runtime_declares_its_capabilities() -> None:
+    assert NullRuntime().capabilities == RuntimeCapabilities(
+        assign=False, snapshot=False, keeps_files_across_stop=False, watch=False, disk_usage=False,
+        network_modes=("bridge",),
+    )
+
+
+async def test_the_engine_refuses_what_its_runtime_cannot_do_naming_both() -> None:
+    async with SandboxManager(EngineConfig(timer_interval=0.05), runtime=NullRuntime()) as engine:
+        with pytest.raises(InvalidParameter, match=r"network: expected one of bridge, got 'host' \(what runtime 'null' offers\)") as info:
+            await engine.start_async(SandboxStartRequest(image="python:3.11", network="host"))
+        assert info.value.field == "network"
+        with pytest.raises(NotSupported, match=r"runtime 'null' cannot hand started units to sandboxes.*\(capability assign\)"):
+            await engine.set_warm_pool(SandboxStartRequest(image="python:3.11"), 1)
+        # A start on a runtime that holds nothing fails and leaves the sandbox stopped; restarting
+        # it would need its files, which this runtime does not keep.
+        started = await engine.start_async(SandboxStartRequest(image="python:3.11", auto_delete_seconds=600))
+        with pytest.raises(Exception):
+            await engine.wait_until_running(started.sandbox_id, timeout=30)
+        assert engine.get_record(started.sandbox_id).state is State.STOPPED
+        with pytest.raises(BadRequestRockError, match=r"cannot be restarted: runtime 'null' cannot keep a sandbox's files across a stop"):
+            await engine.restart(started.sandbox_id)
