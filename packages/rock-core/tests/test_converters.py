@@ -360,6 +360,7 @@ def test_envelope_carries_a_model_as_json() -> None:
             "wall_time": None,
             "cpu_time": None,
             "max_rss_bytes": None,
+            "timed_out": False,
         },
     }
     envelope = structure_wire(raw, RockResponse)

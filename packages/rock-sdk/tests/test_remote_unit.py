@@ -181,7 +181,34 @@ def plain_http_server() -> Iterator[str]:
 
 async def test_a_server_that_is_not_rocks_admin_is_named(plain_http_server: str) -> None:
     engine = RemoteEngine(plain_http_server)
-    with pytest.raises(NotSupported, match=r"does not serve GET /apis/envs/sandbox/v1/get_status \(HTTP 404\)"):
+    with pytest.raises(InvalidParameter, match=r"base_url http://127.0.0.1:\d+ does not point at a rock admin: it "
+                       r"answered GET /apis/envs/sandbox/v1/get_status with HTTP 404") as info:
         await engine.get_status("sb1")
+    assert info.value.field == "base_url"
     with pytest.raises(InternalServerRockError, match=r"answered POST /apis/envs/sandbox/v1/stop with HTTP 501"):
         await engine.stop("sb1")
+
+
+async def test_an_older_rock_admin_is_told_apart_from_a_wrong_base_url() -> None:
+    """A rock admin (its /healthz answers) that lacks a route is older than the SDK: upgrade it."""
+
+    class OldAdmin(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            body, status = (b'{"status":"ok","version":"0.0.1"}', 200) if self.path == "/healthz" else (b"Not Found", 404)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OldAdmin)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine = RemoteEngine(f"http://127.0.0.1:{server.server_address[1]}")
+        with pytest.raises(NotSupported, match=r"\(version 0.0.1\) does not serve GET /apis/envs/sandbox/v1/get_status .*upgrade it"):
+            await engine.get_status("sb1")
+    finally:
+        server.shutdown()
+        server.server_close()

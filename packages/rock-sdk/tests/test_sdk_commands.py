@@ -214,11 +214,22 @@ async def test_execute_with_cwd_env_and_usage(sandbox: Any) -> None:
     assert result.wall_time is not None and result.max_rss_bytes
 
 
-async def test_execute_timeout_and_missing_program(sandbox: Any) -> None:
+async def test_execute_timeout_and_missing_program_answer_minus_one_like_rock(sandbox: Any) -> None:
+    timed_out = await sandbox.execute(Command(command=["sh", "-c", "echo started; sleep 30"], timeout=1))
+    assert (timed_out.exit_code, timed_out.stdout, timed_out.timed_out) == (-1, "started\n", True)
+    assert "Timeout (1s) exceeded" in timed_out.stderr
+    missing = await sandbox.execute(Command(command=["no-such-program"]))
+    assert missing.exit_code == -1 and "no-such-program" in missing.stderr
+
+
+async def test_execute_raises_when_asked(sandbox: Any) -> None:
     with pytest.raises(CommandTimeout, match="Timeout"):
-        await sandbox.execute(Command(command=["sleep", "30"], timeout=1))
+        await sandbox.execute(Command(command=["sleep", "30"], timeout=1), check=True)
     with pytest.raises(InvalidParameter, match="no-such-program"):
-        await sandbox.execute(Command(command=["no-such-program"]))
+        await sandbox.execute(Command(command=["no-such-program"]), check=True)
+    with pytest.raises(NonZeroExitCode):
+        await sandbox.execute(Command(command=["sh", "-c", "exit 3"]), check=True)
+    assert (await sandbox.execute(Command(command=["true"]), check=True)).exit_code == 0
 
 
 # -- rock's extras ---------------------------------------------------------------------------------

@@ -126,6 +126,24 @@ async def test_async_with_starts_and_stops(engine: Any, small: dict[str, Any], c
     assert containers.gone(sandbox_id)
 
 
+async def test_a_second_start_of_a_running_sandbox_is_refused(engine: Any, small: dict[str, Any], containers: Any) -> None:
+    """ROCK would start another sandbox and lose the first one, still running; rock refuses."""
+    sandbox = Sandbox(SandboxConfig(**small))
+    await sandbox.start()
+    first = sandbox.sandbox_id
+    try:
+        with pytest.raises(BadRequestRockError, match=rf"already holds sandbox {first} \(running\).*stop\(\) it first"):
+            await sandbox.start()
+        assert sandbox.sandbox_id == first and len(containers(first)) == 1
+    finally:
+        await sandbox.stop()
+    await sandbox.start()  # once stopped, the same handle starts a new sandbox
+    try:
+        assert sandbox.sandbox_id != first
+    finally:
+        await sandbox.stop()
+
+
 async def test_attach_shares_the_sandbox_and_syncs_the_config(engine: Any, small: dict[str, Any]) -> None:
     async with Sandbox(SandboxConfig(**small, user_id="alice")) as first:
         await first.create_session(CreateBashSessionRequest(session="shared"))

@@ -469,16 +469,19 @@ class SandboxResponse:
 
 @attrs.frozen(kw_only=True)
 class CommandResponse:
-    """Result of ``/execute``: captured output and exit code (``-1`` when it could not run)."""
+    """Result of ``/execute``: captured output and exit code (``-1`` when it could not run or
+    was killed at its timeout, as ROCK; rock adds the reason to ``stderr`` and ``timed_out``)."""
 
     stdout: str = ""
     stderr: str = ""
     exit_code: int | None = None
     # rock additions, measured by the rocklet: seconds of wall-clock and CPU (user + system)
-    # time, and the peak resident memory of the command, in bytes.
+    # time, and the peak resident memory of the command, in bytes; whether it was killed at its
+    # timeout.
     wall_time: float | None = None
     cpu_time: float | None = None
     max_rss_bytes: int | None = None
+    timed_out: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -34,15 +34,31 @@ def test_string_without_shell_is_one_program(rocklet):
     assert rocklet.ok("/execute", command="pwd", cwd="/")["stdout"] == "/\n"
 
 
-def test_missing_program_is_a_511(rocklet):
-    err = rocklet.error("/execute", command=["/no/such/program"])
+def test_a_missing_program_answers_minus_one_with_the_reason_like_rock(rocklet):
+    answer = rocklet.ok("/execute", command=["/no/such/program"])
+    assert answer["exit_code"] == -1 and answer["stdout"] == ""
+    assert "cannot run" in answer["stderr"] and "/no/such/program" in answer["stderr"]
+    answer = rocklet.ok("/execute", command=["true"], cwd="/no/such/dir")
+    assert answer["exit_code"] == -1 and "/no/such/dir" in answer["stderr"]
+
+
+def test_a_missing_program_raises_with_check(rocklet):
+    err = rocklet.error("/execute", command=["/no/such/program"], check=True)
     assert err["class_path"] == "builtins.FileNotFoundError"
     assert "/no/such/program" in err["message"]
 
 
-def test_timeout_kills_the_command(rocklet, tmp_path):
+def test_timeout_kills_the_command_and_answers_minus_one_like_rock(rocklet, tmp_path):
     marker = tmp_path / "late"
-    err = rocklet.error("/execute", command="echo early; sleep 30; touch %s" % marker, shell=True, timeout=0.5)
+    answer = rocklet.ok("/execute", command="echo early; sleep 30; touch %s" % marker, shell=True, timeout=0.5)
+    assert answer["exit_code"] == -1 and answer["stdout"] == "early\n"
+    assert "Timeout (0.5s) exceeded" in answer["stderr"] and "killed" in answer["stderr"]
+    assert not marker.exists()
+
+
+def test_timeout_raises_with_check(rocklet, tmp_path):
+    marker = tmp_path / "late"
+    err = rocklet.error("/execute", command="echo early; sleep 30; touch %s" % marker, shell=True, timeout=0.5, check=True)
     assert err["class_path"] == "rock.rocklet.exceptions.CommandTimeoutError"
     assert err["extra_info"]["stdout"] == "early\n"
     assert not marker.exists()

@@ -40,7 +40,7 @@ from typing import Any, NoReturn, TypeVar
 import click
 from rock_core.actions import Command, SandboxStatusResponse
 from rock_core.converters import unstructure_wire
-from rock_core.errors import CommandTimeout, InvalidParameter, RockError, SandboxNotFound
+from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
 from rock_core.states import LIVE_STATES, State
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "log_command", "sandbox"]
@@ -464,14 +464,11 @@ def exec_command(
         await _status(target, sandbox_id)  # unknown id: exit 3 with the target named
         handle = target.sandbox()
         await handle.attach(sandbox_id)
-        try:
-            return await handle.execute(Command(command=list(argv), timeout=timeout, cwd=cwd, env=environment))
-        except CommandTimeout as exc:
-            # The command's own outcome, not rock's: timeout(1)'s code.
-            raise _Failure(str(exc), _EXIT_TIMEOUT) from exc
+        return await handle.execute(Command(command=list(argv), timeout=timeout, cwd=cwd, env=environment))
 
     result = _run(go)
-    code = result.exit_code
+    # Killed at its timeout: the command's own outcome, exiting as timeout(1) does.
+    code = _EXIT_TIMEOUT if result.timed_out else result.exit_code
     if as_json:
         _print_json(unstructure_wire(result))
     else:

@@ -206,8 +206,22 @@ def execute(
     check: bool = False,
     error_msg: str = "",
 ) -> Dict[str, Any]:
-    """Run ``command`` to completion: ROCK's ``CommandResponse`` plus the resource usage."""
-    run = CommandRun(command, shell=shell, cwd=cwd, env=env, timeout=timeout)
+    """Run ``command`` to completion: ROCK's ``CommandResponse`` plus the resource usage.
+
+    As ROCK, a program that cannot be run (missing, not executable, a bad ``cwd``) and a command
+    killed at its ``timeout`` answer ``exit_code`` -1; rock adds the reason to ``stderr``. With
+    ``check`` they raise instead (the OS error, :class:`CommandTimeoutError`), as does a non-zero
+    exit (:class:`NonZeroExitCodeError`).
+    """
+    try:
+        run = CommandRun(command, shell=shell, cwd=cwd, env=env, timeout=timeout)
+    except OSError as exc:
+        if check:
+            raise
+        reason = "rock: cannot run %r: %s" % (command, exc.strerror or exc)
+        if exc.filename:
+            reason += ": %r" % exc.filename
+        return {"stdout": "", "stderr": reason + "\n", "exit_code": -1, "wall_time": 0.0, "cpu_time": 0.0, "max_rss_bytes": 0}
     out = bytearray()
     err = bytearray()
     for name, data in run.events():
@@ -215,10 +229,14 @@ def execute(
     stdout = out.decode("utf-8", "backslashreplace")
     stderr = err.decode("utf-8", "backslashreplace")
     if run.timed_out:
-        raise CommandTimeoutError(
-            "Timeout (%ss) exceeded while running command %r" % (timeout, command),
-            extra_info=dict(run.usage(), stdout=stdout, stderr=stderr),
-        )
+        message = "Timeout (%gs) exceeded while running command %r" % (timeout, command)
+        if check:
+            raise CommandTimeoutError(message, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr))
+        result = {
+            "stdout": stdout, "stderr": stderr + "rock: %s; the command was killed\n" % message, "exit_code": -1, "timed_out": True,
+        }
+        result.update(run.usage())
+        return result
     if check and run.exit_code != 0:
         msg = "Command %r failed with exit code %s. Stdout:\n%r\nStderr:\n%r" % (command, run.exit_code, stdout, stderr)
         if error_msg:

@@ -183,6 +183,15 @@ async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None
 _LIST_PAGE_SIZE = 500
 
 
+def _is_envelope(response: httpx.Response) -> bool:
+    """Whether ``response`` carries ROCK's ``{status, ..., result}`` envelope."""
+    try:
+        body = response.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and "status" in body and ("result" in body or "error" in body)
+
+
 class RemoteEngine:
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
@@ -360,7 +369,30 @@ class RemoteEngine:
     ) -> Any:
         """One request; return the envelope's ``result`` or raise its error."""
         response = await self._send(method, route, attempted, sandbox_id, timeout=timeout, **kw)
+        if response.status_code in (404, 405) and not _is_envelope(response):
+            raise await self._not_served(response, attempted, sandbox_id)
         return self._raise_for_response(response, attempted, sandbox_id)
+
+    async def _not_served(self, response: httpx.Response, attempted: str, sandbox_id: str | None) -> RockError:
+        """Why a route answered 404/405: ``base_url`` is no rock admin, or the admin is older."""
+        where = f"{response.request.method} {response.request.url.path}"
+        kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
+        try:
+            probe = await (await self._http()).get(self.base_url + "/healthz", timeout=5.0)
+            health = probe.json() if probe.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            health = None
+        if not (isinstance(health, dict) and health.get("status") == "ok" and health.get("version")):
+            return InvalidParameter(
+                f"base_url {self.base_url} does not point at a rock admin: it answered {where} with HTTP "
+                f"{response.status_code} and has no rock /healthz; check ROCK_BASE_URL or SandboxConfig.base_url",
+                field="base_url", value=self.base_url, **kw,
+            )
+        return NotSupported(
+            f"the rock admin at {self.base_url} (version {health['version']}) does not serve {where} "
+            f"(HTTP {response.status_code}): it is older than this SDK; upgrade it",
+            **kw,
+        )
 
     async def _post(
         self, route: str, attempted: str, sandbox_id: str, body: Any, cls: type[T], timeout: httpx.Timeout | None = None

@@ -63,6 +63,7 @@ from rock_core.actions import (
     ProcessInfo,
     ReadFileRequest,
     ReadFileResponse,
+    SandboxCommand,
     SandboxStartRequest,
     SandboxStatusResponse,
     UploadMode,
@@ -282,10 +283,23 @@ class Sandbox:
         :raises InvalidParameter: a bad ``memory``/``disk``/``cpus``, a value above the engine's
             maximum (16 CPUs, 64g, 256g), an invalid ``sandbox_id`` (all ``BadRequestRockError``).
         :raises SandboxAlreadyExists: ``config.sandbox_id`` is taken.
+        :raises BadRequestRockError: this ``Sandbox`` already holds a pending or running sandbox
+            (ROCK would start a second one and lose the first); ``stop()`` it first.
         :raises InternalServerRockError: the start failed (``StartupTimeout`` when it timed out).
         """
         engine = self._get_engine()
         cfg = self.config
+        if self._sandbox_id is not None:
+            try:
+                current = (await engine.get_status(self._sandbox_id, True)).state
+            except SandboxNotFound:
+                current = None
+            if current in LIVE_STATES:
+                raise BadRequestRockError(
+                    f"this Sandbox already holds sandbox {self._sandbox_id} ({current.value}); a second start() "
+                    "would leave it running unreachable: stop() it first, or make another Sandbox",
+                    sandbox_id=self._sandbox_id, attempted="start",
+                )
         request = self._start_request()
         # Choose the id here, so that a start cancelled at any point can still be stopped.
         chosen = request.sandbox_id is None
@@ -462,15 +476,24 @@ class Sandbox:
         warnings.warn("Sandbox.run_in_session is deprecated; use arun instead", DeprecationWarning, stacklevel=2)
         return await self._run_in_session(action)
 
-    async def execute(self, command: Command) -> CommandResponse:
+    async def execute(self, command: Command, *, check: bool = False) -> CommandResponse:
         """Run a one-shot command (not in a session): ``command.command`` as an argv list (or one
         program name), with ``timeout``, ``cwd`` and ``env``. Returns stdout, stderr, exit code,
         and (rock) ``wall_time``, ``cpu_time``, ``max_rss_bytes``.
 
-        :raises CommandTimeout: it ran past ``command.timeout`` (ROCK answers ``exit_code=-1``).
-        :raises InvalidParameter: the program does not exist, or ``cwd`` is not a directory.
+        As ROCK, a command killed at its ``timeout`` and a program that cannot be run (missing,
+        or a ``cwd`` that is not a directory) answer ``exit_code=-1``; rock puts the reason in
+        ``stderr``.
+
+        :param check: (rock) raise instead: :class:`~rock_core.errors.CommandTimeout` past the
+            timeout, :class:`~rock_core.errors.InvalidParameter` for a program that cannot be run,
+            :class:`~rock_core.errors.NonZeroExitCode` for a non-zero exit.
         """
-        return await self._get_engine().execute(self._require_id("execute"), command)
+        sandbox_id = self._require_id("execute")
+        if check:
+            fields = {f.name: getattr(command, f.name) for f in attrs.fields(Command)}
+            command = SandboxCommand(**fields, check=True, sandbox_id=sandbox_id)
+        return await self._get_engine().execute(sandbox_id, command)
 
     async def arun(
         self,
@@ -646,8 +669,12 @@ class Sandbox:
             if remaining <= 0:
                 break
             try:
+                # check: a timeout raises (the process still runs) instead of answering -1.
                 await engine.execute(
-                    sandbox_id, Command(command=["/bin/sh", "-c", script], timeout=min(interval, remaining))
+                    sandbox_id,
+                    SandboxCommand(
+                        command=["/bin/sh", "-c", script], timeout=min(interval, remaining), check=True, sandbox_id=sandbox_id
+                    ),
                 )
             except CommandTimeout:
                 continue  # still running
