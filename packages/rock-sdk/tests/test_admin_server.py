@@ -151,14 +151,12 @@ def test_root_health_and_every_route_documented_and_served(http: httpx.Client) -
         ("POST", "stop", {"json": {}}, "sandbox_id"),
         ("POST", "stop", {"json": ["a"]}, "expected an object"),
         ("POST", "start_async", {"json": {"image": IMAGE, "cpus": "lots"}}, "cpus"),
-        ("POST", "start_async", {"json": {"image": IMAGE, "resources": {}}}, "'resources'"),
         ("POST", "start_async", {"json": {"memory": "1g"}}, "image"),
         ("POST", "start_async", {"json": {"image": IMAGE, "memory": "a lot"}}, "memory"),
         ("POST", "execute", {"json": {"sandbox_id": "x", "command": 5}}, "command"),
         ("POST", "run_in_session", {"json": {"sandbox_id": "x", "command": "ls", "check": "maybe"}}, "check"),
         ("GET", "get_status", {}, "sandbox_id"),
         ("GET", "get_status", {"params": {"sandbox_id": "x", "include_all_states": "perhaps"}}, "include_all_states"),
-        ("GET", "get_status", {"params": {"sandbox_id": "x", "colour": "red"}}, "'colour'"),
         ("GET", "sandboxes", {"params": {"page_size": "5000"}}, "page_size"),
         ("GET", "sandboxes", {"params": {"page": "0"}}, "page"),
         ("POST", "sandboxes/batch", {"json": {"sandbox_ids": "abc"}}, "sandbox_ids"),
@@ -177,6 +175,30 @@ def test_bad_input_is_a_failed_envelope_naming_the_field(
     assert envelope["message"] == "invalid parameter"
     assert named in envelope["error"]
     assert envelope["result"] == {"code": 4001, "exit_code": None, "failure_reason": envelope["error"]}
+
+
+def test_unknown_fields_are_ignored_with_a_warning(http: httpx.Client, admin: Any) -> None:
+    """As Kubernetes' default field validation: a newer client's extra keys do not break it."""
+    response = http.get(f"{PREFIX}/get_status", params={"sandbox_id": "no-such-sandbox", "colour": "red"})
+    assert response.json()["result"]["code"] == 4004  # served; only the unknown id fails
+    assert response.headers["Warning"] == '299 rock "unknown field(s) ignored: colour"'
+    response = http.post(f"{PREFIX}/stop", json={"sandbox_id": "no-such-sandbox", "reason": "x", "force": True})
+    assert response.json()["status"] == "Success"
+    assert response.headers["Warning"] == '299 rock "unknown field(s) ignored: force, reason"'
+    assert "ignored unknown field(s) force, reason" in admin.log_file.read_text(errors="replace")
+
+
+def test_a_strict_admin_refuses_unknown_fields(tmp_path: Path, admin_launcher: Any, docker_client: Any) -> None:
+    launch_admin, stop_admin = admin_launcher
+    server = launch_admin(tmp_path, config="[admin]\nstrict_fields = true\n")
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as strict:
+            envelope = call(strict, "POST", "start_async", json={"image": IMAGE, "resources": {}})
+            assert envelope["status"] == "Failed" and "'resources'" in envelope["error"]
+            envelope = call(strict, "GET", "get_status", params={"sandbox_id": "x", "colour": "red"})
+            assert envelope["status"] == "Failed" and "'colour'" in envelope["error"]
+    finally:
+        stop_admin(server, docker_client)
 
 
 def test_bodies_over_the_limit_get_413(http: httpx.Client) -> None:

@@ -213,6 +213,25 @@ def _too_large_response(limit: int) -> Response:
     return response
 
 
+def _warned(request: Request, response: Response) -> Response:
+    """``response`` with a ``Warning`` header naming the request's ignored fields, if any."""
+    ignored = getattr(request.state, "ignored_keys", None)
+    if ignored:
+        # A header is printable ASCII: JSON's escapes for anything else, at most 20 names.
+        names = [json.dumps(k)[1:-1].replace('\\"', "'").replace("\x7f", "\\u007f") for k in ignored[:20]]
+        more = f" and {len(ignored) - 20} more" if len(ignored) > 20 else ""
+        response.headers["Warning"] = f'299 rock "unknown field(s) ignored: {", ".join(names)}{more}"'
+    return response
+
+
+def _unknown_keys(data: Any, cls: type) -> list[str]:
+    """The top-level keys of ``data`` that name no field of ``cls`` (an attrs class)."""
+    if not isinstance(data, dict) or not attrs.has(cls):
+        return []
+    names = {f.name for f in attrs.fields(cls)}
+    return sorted(str(key) for key in data if key not in names)
+
+
 class _BadInput(Exception):
     """Wraps an :class:`InvalidParameter` raised while reading the request (not by the engine)."""
 
@@ -596,20 +615,20 @@ class AdminApp:
                         answer = await route.handler(request, data)
                     finally:
                         self.manager.end_call(sandbox_id)
-                return answer if isinstance(answer, Response) else success(answer)
+                return _warned(request, answer if isinstance(answer, Response) else success(answer))
             except _BodyTooLarge as exc:
                 outcome = "too_large"
                 return _too_large_response(exc.limit)
             except _BadInput as exc:
                 outcome = "invalid"
-                return failure("invalid parameter", exc.error)
+                return _warned(request, failure("invalid parameter", exc.error))
             except RockError as exc:
                 outcome = "failed"
-                return failure(route.failure, exc)
+                return _warned(request, failure(route.failure, exc))
             except Exception as exc:  # never an HTTP 500: ROCK's envelope without a code
                 outcome = "error"
                 log.exception("%s %s failed", route.method, route.path)
-                return failure(route.failure, exc)
+                return _warned(request, failure(route.failure, exc))
             finally:
                 self.metrics.count(route.path, outcome)
 
@@ -672,7 +691,7 @@ class AdminApp:
         """The route's input as its model; bad input raises :class:`_BadInput`."""
         try:
             if route.query is not None:
-                query = {k: v for k, v in request.query_params.items()}
+                query = self._known_keys(request, route, {k: v for k, v in request.query_params.items()}, route.query)
                 return structure_wire(query, route.query)
             if route.body is not None:
                 raw = await request.body()
@@ -680,10 +699,21 @@ class AdminApp:
                     data = json.loads(raw) if raw.strip() else {}
                 except (ValueError, UnicodeDecodeError) as exc:
                     raise InvalidParameter(f"invalid parameter: body: malformed JSON: {exc}", field="body") from None
-                return structure_wire(data, route.body)
+                return structure_wire(self._known_keys(request, route, data, route.body), route.body)
         except InvalidParameter as exc:
             raise _BadInput(exc) from None
         return None
+
+    def _known_keys(self, request: Request, route: Route, data: Any, cls: type) -> Any:
+        """``data`` without keys ``cls`` does not know, as Kubernetes' field validation does by
+        default: the request goes on, and the response (``Warning`` header) and the log name
+        what was ignored. With ``strict_fields`` nothing is dropped, and the model refuses them."""
+        ignored = _unknown_keys(data, cls)
+        if not ignored or self.settings.strict_fields:
+            return data
+        request.state.ignored_keys = ignored
+        log.warning("%s %s: ignored unknown field(s) %s", route.method, route.path, ", ".join(ignored))
+        return {k: v for k, v in data.items() if k not in ignored}
 
     async def _hello(self, _request: Request) -> Response:
         return _json_response({"message": "hello, ROCK!"})

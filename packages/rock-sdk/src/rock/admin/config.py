@@ -18,6 +18,8 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
         { tenant = "team-b", key = "<a long random token>" },   # hashed when read, never kept
         { tenant = "ops", sha256 = "<hex>", allow_host_network = true },
     ]
+    strict_fields = false              # true: refuse requests with unknown fields (else: ignore
+                                       # them, with a Warning header and a log line)
     allow_host_network = false         # network="host" for every caller (trusted code only);
                                        # else only for keys with allow_host_network = true
 
@@ -109,6 +111,7 @@ class AdminSettings:
     access_log: bool = False
     api_keys: tuple[ApiKey, ...] = ()
     allow_host_network: bool = False
+    strict_fields: bool = False
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -211,6 +214,7 @@ _ADMIN_KEYS = {
     "access_log": _to_bool,
     "api_keys": lambda s, _k, v: parse_api_keys(s, v),
     "allow_host_network": _to_bool,
+    "strict_fields": _to_bool,
 }
 
 def _to_capabilities(source: str, key: str, value: Any) -> tuple[str, ...]:
