@@ -13,6 +13,7 @@ event loop.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
@@ -59,6 +60,8 @@ class RuntimeCapabilities:
         """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
         return f"runtime {runtime!r} cannot {_CAN[capability]} (capability {capability})"
 
+
+_SANDBOX_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
 
 _CAN = {
     "assign": "hand started units to sandboxes, so it keeps no warm pools",
@@ -115,6 +118,17 @@ class Runtime(abc.ABC):
     keeps_files_across_stop: ClassVar[bool] = False
     #: The ``network`` modes a sandbox may ask for; the first is what a spec without one gets.
     network_modes: ClassVar[tuple[str, ...]] = ("bridge",)
+
+    def sandbox_id_problem(self, sandbox_id: str) -> str | None:
+        """Why ``sandbox_id`` cannot name a sandbox on this runtime, in words; ``None`` if it can.
+
+        The default is what any runtime can carry and any URL path holds as one segment: 1 to
+        128 letters, digits, ``_``, ``.`` and ``-``, starting with a letter or digit. A runtime
+        with stricter names (a Nomad job id, a Kubernetes pod name) narrows it.
+        """
+        if _SANDBOX_ID.match(sandbox_id):
+            return None
+        return "letters, digits, '_', '.', '-'; starting with a letter or digit; at most 128 characters"
 
     @property
     def capabilities(self) -> RuntimeCapabilities:

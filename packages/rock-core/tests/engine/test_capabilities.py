@@ -41,3 +41,17 @@ async def test_the_engine_refuses_what_its_runtime_cannot_do_naming_both() -> No
         assert engine.get_record(started.sandbox_id).state is State.STOPPED
         with pytest.raises(BadRequestRockError, match=r"cannot be restarted: runtime 'null' cannot keep a sandbox's files across a stop"):
             await engine.restart(started.sandbox_id)
+
+
+async def test_the_runtime_says_which_sandbox_ids_it_can_carry() -> None:
+    class Narrow(NullRuntime):
+        name = "narrow"
+
+        def sandbox_id_problem(self, sandbox_id: str) -> str | None:
+            return None if sandbox_id.islower() else "job ids are lower case here"
+
+    assert NullRuntime().sandbox_id_problem("ok-1.2_3") is None
+    assert "at most 128" in (NullRuntime().sandbox_id_problem("has space") or "")
+    async with SandboxManager(EngineConfig(), runtime=Narrow()) as engine:
+        with pytest.raises(InvalidParameter, match=r"sandbox_id: 'Upper' is not a valid id \(job ids are lower case here\)"):
+            await engine.start_async(SandboxStartRequest(image="python:3.11", sandbox_id="Upper"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -81,6 +82,8 @@ __all__ = ["DockerRuntime", "default_rocklet_dir"]
 T = TypeVar("T")
 
 _DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
+# Docker's rule for container names (rock names each container after its sandbox).
+_CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
 # Storage drivers that can enforce ``--storage-opt size=`` (overlay2 only on XFS with pquota).
 _QUOTA_DRIVERS = ("devicemapper", "btrfs", "zfs", "windowsfilter")
 # ``docker info`` flags of the limits rock sets, and what goes unenforced without them.
@@ -198,6 +201,13 @@ class DockerRuntime(Runtime):
 
     def __repr__(self) -> str:
         return f"DockerRuntime(base_url={self.base_url!r}, network={self.network!r})"
+
+    def sandbox_id_problem(self, sandbox_id: str) -> str | None:
+        """A sandbox id is its container's name: Docker's rule for names (which is rock-core's
+        default rule: ``[a-zA-Z0-9][a-zA-Z0-9_.-]``, here at most 128 characters)."""
+        if _CONTAINER_NAME.match(sandbox_id):
+            return None
+        return "it names the Docker container: letters, digits, '_', '.', '-'; starting with a letter or digit; at most 128 characters"
 
     # -- plumbing -------------------------------------------------------------------------------
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import secrets
 import socket
 import time
@@ -90,8 +89,6 @@ LABEL_ENGINE_ID = "rock.engine_id"
 #: Name of the phase shown while a start waits for a slot.
 PHASE_QUEUED = "queued"
 
-# Docker's rule for container names, which rock uses as sandbox ids.
-_SANDBOX_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
 
 # A sandbox whose container died unexpectedly stays visible as stopped at least this long, so
 # its reason can be read, even when its policy deletes stopped sandboxes at once.
@@ -722,10 +719,10 @@ class SandboxManager:
         )
         self._validate(spec)
         sandbox_id = spec.sandbox_id or uuid.uuid4().hex
-        if not _SANDBOX_ID.match(sandbox_id):
+        why = self.runtime.sandbox_id_problem(sandbox_id)
+        if why is not None:
             raise InvalidParameter(
-                f"sandbox_id: {sandbox_id!r} is not a valid id (letters, digits, '_', '.', '-'; "
-                "starting with a letter or digit; at most 128 characters)",
+                f"sandbox_id: {sandbox_id!r} is not a valid id ({why})",
                 field="sandbox_id", value=sandbox_id, attempted="start",
             )
         if sandbox_id in self._live or (
