@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 IMAGE = "python:3.11"
 PREFIX = "/apis/envs/sandbox/v1"
@@ -364,18 +365,51 @@ def test_lifecycle_start_async_stop_delete(http: httpx.Client) -> None:
 def test_metrics_in_prometheus_text(http: httpx.Client, running: str) -> None:
     response = http.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain")
-    values: dict[str, float] = {}
-    for line in response.text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-    assert values['rock_sandboxes{state="running"}'] >= 1
-    assert values["rock_sandbox_start_seconds_count"] >= 1
-    assert values['rock_sandbox_start_seconds_bucket{le="+Inf"}'] == values["rock_sandbox_start_seconds_count"]
-    assert "rock_start_queue_depth" in values
-    assert values[f'rock_http_requests_total{{route="{PREFIX}/get_status",outcome="success"}}'] >= 1
-    assert values[f'rock_http_requests_total{{route="{PREFIX}/stop",outcome="invalid"}}'] >= 1
-    assert values[f'rock_http_requests_total{{route="{PREFIX}/write_file",outcome="too_large"}}'] >= 1
+    values: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            values[(sample.name, frozenset(sample.labels.items()))] = sample.value
+
+    def value(name: str, **labels: str) -> float:
+        return values[(name, frozenset(labels.items()))]
+
+    assert value("rock_sandboxes", state="running") >= 1
+    assert value("rock_sandbox_start_seconds_count") >= 1
+    assert value("rock_sandbox_start_seconds_bucket", le="+Inf") == value("rock_sandbox_start_seconds_count")
+    assert ("rock_start_queue_depth", frozenset()) in values
+    assert value("rock_http_requests_total", route=f"{PREFIX}/get_status", outcome="success") >= 1
+    assert value("rock_http_requests_total", route=f"{PREFIX}/stop", outcome="invalid") >= 1
+    assert value("rock_http_requests_total", route=f"{PREFIX}/write_file", outcome="too_large") >= 1
+    # Labelled by route template: one series for every process id.
+    routes = {dict(labels).get("route") for name, labels in values if name == "rock_http_requests_total"}
+    assert not any(route and "/processes/" in route and "{" not in route for route in routes)
+    assert not any(name.endswith("_created") for name, _ in values)
+
+
+def test_metrics_never_go_backwards(http: httpx.Client) -> None:
+    """Counters and the start histogram are cumulative: a later scrape is never below an earlier one."""
+
+    def samples() -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        found = {}
+        for family in text_string_to_metric_families(http.get("/metrics").text):
+            if family.type in ("counter", "histogram"):
+                for sample in family.samples:
+                    found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+        return found
+
+    before = samples()
+    for _ in range(5):
+        http.get(f"{PREFIX}/get_status", params={"sandbox_id": "no-such-sandbox"})
+    after = samples()
+    assert all(after.get(key, 0) >= v for key, v in before.items())
+    key = ("rock_http_requests_total", frozenset({("route", f"{PREFIX}/get_status"), ("outcome", "failed")}))
+    assert after[key] >= before.get(key, 0) + 5
+
+
+def test_admin_status_is_json(http: httpx.Client, running: str) -> None:
+    status = http.get("/admin/status").json()
+    assert status["sandboxes"]["running"] >= 1 and set(status["start_queue"]) == {"depth", "active"}
+    assert isinstance(status["warm_pools"], list) and status["version"]
 
 
 # ---------------------------------------------------------------------------------------------

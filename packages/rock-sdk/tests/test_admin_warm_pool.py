@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 import pytest
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
@@ -36,9 +37,12 @@ size = 2
 
 
 def _metric(text: str, name: str) -> int:
-    found = re.search(rf"^{name}\{{[^}}]*\}} (\d+)$", text, re.MULTILINE)
-    assert found, f"{name} missing from /metrics:\n{text}"
-    return int(found.group(1))
+    """The value of the first sample named ``name`` in the Prometheus text ``text``."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                return int(sample.value)
+    raise AssertionError(f"{name} missing from /metrics:\n{text}")
 
 
 def _wait_ready(url: str, count: int, timeout: float = 120.0) -> str:

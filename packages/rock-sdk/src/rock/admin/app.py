@@ -39,13 +39,21 @@ import json
 import logging
 import os
 import re
-from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import attrs
 import httpx
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+from prometheus_client import Counter as PromCounter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from rock_core.actions import (
     BatchSandboxStatusRequest,
     BatchSandboxStatusResponse,
@@ -128,6 +136,7 @@ _PLAIN_ROUTES = (
     ("/", 'Greeting: {"message": "hello, ROCK!"}.', _JSON),
     ("/healthz", 'Liveness: {"status": "ok", "version"} (503 while starting).', _JSON),
     ("/metrics", "Prometheus text: sandboxes by state, start latency, queue, requests.", "text/plain"),
+    ("/admin/status", "The admin's state as JSON: version, sandboxes by state, start queue, warm pools.", _JSON),
     ("/openapi.json", "This document.", _JSON),
 )
 
@@ -255,65 +264,76 @@ class _BodyTooLarge(Exception):
 _LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
 
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+# No `_created` series: they double the exposition and no dashboard of rock's uses them.
+disable_created_metrics()
 
 
 class Metrics:
-    """Request counters by route and outcome, rendered with the engine's figures as Prometheus text."""
+    """The admin's figures for Prometheus (``prometheus_client``, a registry of its own).
+
+    Counters and the start-time histogram are cumulative for the life of the process: they never
+    go backwards. Request counts are labelled by route *template* (``.../processes/{process_id}``)
+    and outcome, so their number of series is bounded. Sandbox counts, the start queue and warm
+    pools are read from the engine at each scrape.
+    """
 
     def __init__(self) -> None:
-        self.requests: Counter[tuple[str, str]] = Counter()
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.requests = PromCounter(
+            "rock_http_requests", "Requests answered, by route template and outcome.", ["route", "outcome"],
+            registry=self.registry,
+        )
+        self.start_seconds = Histogram(
+            "rock_sandbox_start_seconds", "Seconds from a start request to running.",
+            buckets=_LATENCY_BUCKETS, registry=self.registry,
+        )
+        self._manager: SandboxManager | None = None
+        self.registry.register(_EngineFigures(self))
 
     def count(self, route: str, outcome: str) -> None:
-        """Count one request of ``route`` that ended with ``outcome``
-        (``success``, ``failed``, ``invalid``, ``error`` or ``too_large``)."""
-        self.requests[(route, outcome)] += 1
+        """Count one request of ``route`` (a template) that ended with ``outcome``
+        (``success``, ``failed``, ``invalid``, ``error``, ``too_large`` or ``unauthorized``)."""
+        self.requests.labels(route, outcome).inc()
 
-    def render(self, manager: SandboxManager) -> str:
+    def attach(self, manager: SandboxManager | None) -> None:
+        """Read the engine's figures from ``manager`` (``None``: the engine stopped); observe its starts."""
+        if manager is not None and self.start_seconds.observe not in manager.start_observers:
+            manager.start_observers.append(self.start_seconds.observe)
+        self._manager = manager
+
+    def render(self) -> bytes:
         """The Prometheus text exposition of the admin's figures."""
-        lines = [
-            "# HELP rock_sandboxes Sandboxes known to the admin, by state.",
-            "# TYPE rock_sandboxes gauge",
-        ]
+        return generate_latest(self.registry)
+
+
+class _EngineFigures:
+    """A collector of what the engine knows at scrape time (sandboxes by state, queue, pools)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        manager = self._metrics._manager
+        if manager is None:
+            return
         by_state = manager.count_by_state()
+        sandboxes = GaugeMetricFamily("rock_sandboxes", "Sandboxes known to the admin, by state.", labels=["state"])
         for state in State:
-            lines.append(f'rock_sandboxes{{state="{state.value}"}} {by_state.get(state, 0)}')
-        lines += [
-            "# HELP rock_start_queue_depth Starts waiting for a slot in the start queue.",
-            "# TYPE rock_start_queue_depth gauge",
-            f"rock_start_queue_depth {manager.queue.depth}",
-            "# HELP rock_start_queue_active Starts holding a slot now.",
-            "# TYPE rock_start_queue_active gauge",
-            f"rock_start_queue_active {manager.queue.active}",
-            "# HELP rock_sandbox_start_seconds Seconds from a start request to running "
-            "(the engine keeps the last 10000 starts).",
-            "# TYPE rock_sandbox_start_seconds histogram",
-        ]
-        latencies = list(manager.start_latencies)
-        for bound in _LATENCY_BUCKETS:
-            count = sum(1 for x in latencies if x <= bound)
-            lines.append(f'rock_sandbox_start_seconds_bucket{{le="{bound:g}"}} {count}')
-        lines.append(f'rock_sandbox_start_seconds_bucket{{le="+Inf"}} {len(latencies)}')
-        lines.append(f"rock_sandbox_start_seconds_sum {sum(latencies):.6f}")
-        lines.append(f"rock_sandbox_start_seconds_count {len(latencies)}")
+            sandboxes.add_metric([state.value], by_state.get(state, 0))
+        yield sandboxes
+        yield GaugeMetricFamily("rock_start_queue_depth", "Starts waiting for a slot in the start queue.", value=manager.queue.depth)
+        yield GaugeMetricFamily("rock_start_queue_active", "Starts holding a slot now.", value=manager.queue.active)
         pools = manager.warm_pools()
-        for name, kind, help_text in (
-            ("ready", "gauge", "Started sandboxes waiting in a warm pool."),
-            ("size", "gauge", "Target size of a warm pool."),
-            ("claimed", "counter", "Starts served from a warm pool."),
-            ("failures", "counter", "Warm-pool members that failed to start."),
+        for name, family, help_text in (
+            ("ready", GaugeMetricFamily, "Started sandboxes waiting in a warm pool."),
+            ("size", GaugeMetricFamily, "Target size of a warm pool."),
+            ("claimed", CounterMetricFamily, "Starts served from a warm pool."),
+            ("failures", CounterMetricFamily, "Warm-pool members that failed to start."),
         ):
-            metric = f"rock_warm_pool_{name}" + ("_total" if kind == "counter" else "")
-            lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}"]
-            lines += [f'{metric}{{pool="{p.key}",image="{_label(p.image)}"}} {getattr(p, name)}' for p in pools]
-        lines += [
-            "# HELP rock_http_requests_total Requests answered, by route and outcome.",
-            "# TYPE rock_http_requests_total counter",
-        ]
-        for (route, outcome), n in sorted(self.requests.items()):
-            lines.append(f'rock_http_requests_total{{route="{_label(route)}",outcome="{outcome}"}} {n}')
-        return "\n".join(lines) + "\n"
+            metric = family(f"rock_warm_pool_{name}", help_text, labels=["pool", "image"])
+            for pool in pools:
+                metric.add_metric([pool.key, pool.image], getattr(pool, name))
+            yield metric
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,8 +344,19 @@ class BodyLimit:
     """Answers HTTP 413 when a request body passes its limit (checked on ``Content-Length`` and
     again while reading, for chunked bodies); ``upload_paths`` get ``upload_limit``."""
 
-    def __init__(self, app: ASGIApp, *, json_limit: int, upload_limit: int, upload_paths: set[str], metrics: Metrics) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        json_limit: int,
+        upload_limit: int,
+        upload_paths: set[str],
+        metrics: Metrics,
+        known_paths: set[str] | None = None,
+    ) -> None:
         self.app = app
+        # Requests are counted by path only when it is a route's own (bounded label values).
+        self.known_paths = known_paths or set()
         self.json_limit = json_limit
         self.upload_limit = upload_limit
         self.upload_paths = upload_paths
@@ -345,7 +376,7 @@ class BodyLimit:
                 except ValueError:
                     declared = 0
                 if declared > limit:
-                    self.metrics.count(path, "too_large")
+                    self.metrics.count(path if path in self.known_paths else "(other)", "too_large")
                     await _too_large_response(limit)(scope, receive, send)
                     return
         received = 0
@@ -372,7 +403,7 @@ class BodyLimit:
             # Routes answer it themselves; this catches reads outside them.
             if started:
                 raise
-            self.metrics.count(path, "too_large")
+            self.metrics.count(path if path in self.known_paths else "(other)", "too_large")
             await _too_large_response(limit)(scope, receive, send)
 
 
@@ -471,6 +502,7 @@ class AdminApp:
         self._given_manager = manager
         self._manager = manager
         self.metrics = Metrics()
+        self.metrics.attach(manager)
         self.routes = build_routes(self)
         self._openapi: dict[str, Any] | None = None
         if plugins is None and manager is not None:
@@ -492,6 +524,7 @@ class AdminApp:
             StarletteRoute("/", self._hello, methods=["GET"]),
             StarletteRoute("/healthz", self._healthz, methods=["GET"]),
             StarletteRoute("/metrics", self._metrics, methods=["GET"]),
+            StarletteRoute("/admin/status", self._status, methods=["GET"]),
             StarletteRoute("/openapi.json", self._openapi_json, methods=["GET"]),
         ]
         self.starlette = Starlette(routes=starlette_routes, lifespan=self._lifespan)
@@ -501,6 +534,7 @@ class AdminApp:
             upload_limit=settings.max_upload_body,
             upload_paths={f"{PREFIX}/upload"},
             metrics=self.metrics,
+            known_paths={r.path for r in self.routes if "{" not in r.path},
         )
         self.keys = KeyRing(settings.api_keys)
         if self.keys:
@@ -529,12 +563,14 @@ class AdminApp:
             self.settings.engine, owner=self.settings.owner, plugins=self.plugins, configured=True
         ) as manager:
             self._manager = manager
+            self.metrics.attach(manager)
             log.info("rock admin %s: engine ready (store %s), serving %s", __version__, store, self.settings.url)
             try:
                 yield
             finally:
                 log.info("rock admin shutting down; running sandboxes keep running")
                 self._manager = None
+                self.metrics.attach(None)
 
     # -- plugin routes ------------------------------------------------------------------
 
@@ -724,7 +760,19 @@ class AdminApp:
         return _json_response({"status": "ok", "version": __version__})
 
     async def _metrics(self, _request: Request) -> Response:
-        return Response(self.metrics.render(self.manager), media_type="text/plain; version=0.0.4; charset=utf-8")
+        self.metrics.attach(self._manager)
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    async def _status(self, _request: Request) -> Response:
+        """``GET /admin/status``: what ``rock admin status`` shows, as JSON."""
+        manager = self.manager
+        by_state = manager.count_by_state()
+        return _json_response({
+            "version": __version__,
+            "sandboxes": {state.value: by_state.get(state, 0) for state in State},
+            "start_queue": {"depth": manager.queue.depth, "active": manager.queue.active},
+            "warm_pools": [unstructure_wire(pool) for pool in manager.warm_pools()],
+        })
 
     async def _openapi_json(self, _request: Request) -> Response:
         if self._openapi is None:

@@ -240,39 +240,18 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
     return pid
 
 
-def _metrics(url: str) -> str | None:
-    """The admin's ``/metrics`` text, or ``None`` when it does not answer."""
-    # With API keys configured, /metrics needs one: the operator's, from ROCK_API_KEY.
+def _admin_status(url: str) -> dict[str, Any] | None:
+    """The admin's ``GET /admin/status`` JSON, or ``None`` when it does not answer."""
+    # With API keys configured, it needs one: the operator's, from ROCK_API_KEY.
     key = os.environ.get("ROCK_API_KEY")
     headers = {"X-API-Key": key} if key else {}
     try:
-        response = httpx.get(f"{url}/metrics", timeout=5.0, headers=headers)
+        response = httpx.get(f"{url}/admin/status", timeout=5.0, headers=headers)
         response.raise_for_status()
-    except httpx.HTTPError:
+        data = response.json()
+    except (httpx.HTTPError, ValueError):
         return None
-    return response.text
-
-
-def _sandboxes_by_state(text: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith('rock_sandboxes{state="'):
-            state = line.split('"')[1]
-            counts[state] = int(float(line.rsplit(" ", 1)[1]))
-    return counts
-
-
-def _warm_pools(text: str) -> dict[str, dict[str, object]]:
-    pools: dict[str, dict[str, object]] = {}
-    for line in text.splitlines():
-        for figure in ("ready", "size"):
-            if line.startswith(f"rock_warm_pool_{figure}{{"):
-                labels, value = line[len(f"rock_warm_pool_{figure}{{"):].rsplit("} ", 1)
-                fields = dict(part.split("=", 1) for part in labels.split('",') if "=" in part)
-                key = fields.get("pool", "").strip('"')
-                pool = pools.setdefault(key, {"image": fields.get("image", "").strip('"')})
-                pool[figure] = int(float(value))
-    return pools
+    return data if isinstance(data, dict) else None
 
 
 def status(settings: AdminSettings) -> AdminStatus | None:
@@ -280,13 +259,19 @@ def status(settings: AdminSettings) -> AdminStatus | None:
     data = read_pid_file(settings)
     if data is None:
         return None
-    text = _metrics(str(data["url"]))
+    answer = _admin_status(str(data["url"]))
+    pools = None
+    if answer is not None:
+        pools = {
+            str(p.get("key")): {"image": p.get("image"), "ready": p.get("ready"), "size": p.get("size")}
+            for p in answer.get("warm_pools") or []
+        }
     return AdminStatus(
         pid=int(data["pid"]),
         url=str(data["url"]),
         log_file=str(data.get("log_file", settings.log_file)),
         store_path=data.get("store_path"),
         started_at=float(data.get("started_at", 0.0)),
-        sandboxes=_sandboxes_by_state(text) if text is not None else None,
-        warm_pools=_warm_pools(text) if text is not None else None,
+        sandboxes=dict(answer.get("sandboxes") or {}) if answer is not None else None,
+        warm_pools=pools,
     )
