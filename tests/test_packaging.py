@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import configparser
 import os
 import shutil
 import subprocess
@@ -81,6 +82,76 @@ def test_every_dependency_is_pinned_without_addresses():
             if not name.startswith("rock-"):
                 assert name in pinned, f"{dist} depends on {name}, which is not pinned"
     assert not (ROOT / "uv.lock").exists() or "uv.lock" in (ROOT / ".gitignore").read_text()
+
+
+#: The extras a distribution's every module needs (its own optional dependencies).
+EXTRAS = {"rock-core": "testing", "rock-sdk": "admin"}
+
+
+def _venv_with(tmp_path: Path, *requirements: str) -> Path:
+    """A fresh venv holding ``requirements`` (wheels as PEP 508 direct references); its python."""
+    venv = tmp_path / "venv"
+    subprocess.run([_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([_uv(), "pip", "install", "--quiet", "--python", str(python), *requirements], check=True)
+    return python
+
+
+def _modules_of(wheel: Path) -> list[str]:
+    """Every module a wheel holds, by dotted name."""
+    with zipfile.ZipFile(wheel) as whl:
+        names = [n for n in whl.namelist() if n.endswith(".py") and ".dist-info/" not in n]
+    modules = []
+    for name in names:
+        parts = name[: -len(".py")].split("/")
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        modules.append(".".join(parts))
+    return sorted(modules)
+
+
+@pytest.mark.parametrize("dist", list(PACKAGES))
+def test_every_module_of_a_wheel_imports_with_its_declared_dependencies_alone(dist, wheels, tmp_path):
+    """Installed alone (with rock-core, and its own extras), every module of the wheel imports:
+    each package declares everything it imports. Its command-line entry points run."""
+    extra = f"[{EXTRAS[dist]}]" if dist in EXTRAS else ""
+    requirements = [f"{dist}{extra} @ {wheels[dist].as_uri()}"]
+    if dist != "rock-core":
+        requirements.append(f"rock-core @ {wheels['rock-core'].as_uri()}")
+    python = _venv_with(tmp_path, *requirements)
+    modules = _modules_of(wheels[dist])
+    probe = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\nprint(len(sys.argv) - 1)\n"
+    out = subprocess.run([str(python), "-c", probe, *modules], capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == len(modules) > 0
+    entry_points = configparser.ConfigParser()
+    with zipfile.ZipFile(wheels[dist]) as whl:
+        for name in whl.namelist():
+            if name.endswith(".dist-info/entry_points.txt"):
+                entry_points.read_string(whl.read(name).decode())
+    scripts = list(entry_points["console_scripts"]) if entry_points.has_section("console_scripts") else []
+    assert scripts == (["rock"] if dist == "rock-sdk" else [])
+    for script in scripts:
+        for args in (["--version"], ["--help"]):
+            ran = subprocess.run([str(python.parent / script), *args], capture_output=True, text=True, timeout=120)
+            assert ran.returncode == 0, (script, args, ran.stderr)
+
+
+def test_rock_sdk_without_its_admin_extra_says_what_to_install(wheels, tmp_path):
+    """The SDK and the CLI work without the web stack; the admin server names the extra."""
+    python = _venv_with(
+        tmp_path, f"rock-sdk @ {wheels['rock-sdk'].as_uri()}", f"rock-core @ {wheels['rock-core'].as_uri()}"
+    )
+    probe = "import rock.sdk, rock.sdk.sandbox.client, rock.admin.config, rock.admin.daemon; print('ok')"
+    out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert out.stdout.strip() == "ok", out.stderr
+    rock = python.parent / "rock"
+    assert subprocess.run([str(rock), "--version"], capture_output=True, text=True, timeout=120).returncode == 0
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path / "state")}
+    for command in ("serve", "start"):
+        done = subprocess.run([str(rock), "admin", command], capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode != 0
+        assert "pip install 'rock-sdk[admin]'" in done.stderr and "starlette" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("dist", list(PACKAGES))

@@ -14,6 +14,7 @@ keep running and are listed again by the next admin on the same store.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import logging
 import os
@@ -122,11 +123,36 @@ def _release_pid_file(settings: AdminSettings) -> None:
         pass
 
 
+#: The libraries of the admin server (module names), installed by ``rock-sdk[admin]``.
+SERVER_MODULES = (("starlette",), ("uvicorn",), ("prometheus_client",), ("python_multipart", "multipart"))
+#: What to run when they are missing.
+INSTALL_HINT = "pip install 'rock-sdk[admin]'"
+
+
+def require_server_libraries() -> None:
+    """Check that the admin server's libraries are installed.
+
+    :raises MissingServerLibraries: naming the missing ones and the install command.
+    """
+    missing = [names[0] for names in SERVER_MODULES if not any(importlib.util.find_spec(n) for n in names)]
+    if missing:
+        raise MissingServerLibraries(
+            f"the admin server needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+            f"not installed: {INSTALL_HINT}"
+        )
+
+
+class MissingServerLibraries(RuntimeError):
+    """The admin server's libraries (``rock-sdk[admin]``) are not installed."""
+
+
 def serve(settings: AdminSettings) -> int:
     """Run the admin in this process until SIGTERM or SIGINT; return the exit code.
 
     :raises AdminAlreadyRunning: another admin holds the pid file of ``settings.state_dir``.
+    :raises MissingServerLibraries: ``rock-sdk[admin]`` is not installed.
     """
+    require_server_libraries()
     import uvicorn
 
     from rock.admin.app import create_app
@@ -173,6 +199,7 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
     :raises RuntimeError: the server exited or did not answer within ``wait`` seconds (with the
         end of its log).
     """
+    require_server_libraries()
     running = read_pid_file(settings)
     if running is not None:
         raise AdminAlreadyRunning(
