@@ -22,10 +22,12 @@ activity for the idle timer).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -46,6 +48,7 @@ from rock_core.actions import (
 )
 from rock_core.converters import spec_from_start_request
 from rock_core.engine.config import EngineConfig
+from rock_core.engine.owners import owner_is_dead, process_owner
 from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
@@ -99,38 +102,6 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _proc_start_time(pid: int) -> str:
-    """The start time of process ``pid`` in clock ticks since boot ("" where /proc is missing)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    # Field 22; the command name (field 2) may hold spaces, so count from its closing paren.
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def process_owner(pid: int | None = None) -> str:
-    """The ``rock.owner`` label of units made by process ``pid``: ``proc:<host>:<pid>:<start>``.
-
-    The start time tells a live owner from a new process that reused its pid.
-    """
-    pid = os.getpid() if pid is None else pid
-    return f"proc:{socket.gethostname()}:{pid}:{_proc_start_time(pid)}"
-
-
-def _owner_is_dead(owner: str) -> bool:
-    parts = owner.split(":")
-    if len(parts) != 4 or parts[0] != "proc" or parts[1] != socket.gethostname():
-        return False  # another host's or another kind of owner: not ours to judge
-    try:
-        pid = int(parts[2])
-    except ValueError:
-        return False
-    start = _proc_start_time(pid)
-    return start == "" or start != parts[3]
-
-
 def new_rocklet_token() -> str:
     """A fresh random secret for one sandbox's rocklet (256 bits)."""
     return secrets.token_urlsafe(32)
@@ -161,6 +132,28 @@ class _Live:
     start_error: RockError | None = None
     start_scope: anyio.CancelScope | None = None
     removing: bool = False  # the unit is being removed in the background; then deleted
+
+
+class _Call:
+    """What :meth:`SandboxManager.call` returns: a context manager, sync or async."""
+
+    __slots__ = ("_engine", "_sandbox_id")
+
+    def __init__(self, engine: SandboxManager, sandbox_id: str) -> None:
+        self._engine = engine
+        self._sandbox_id = sandbox_id
+
+    def __enter__(self) -> None:
+        self._engine._call_began(self._sandbox_id)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._engine._call_ended(self._sandbox_id)
+
+    async def __aenter__(self) -> None:
+        self.__enter__()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.__exit__(*exc_info)
 
 
 class SandboxManager:
@@ -218,6 +211,7 @@ class SandboxManager:
         self.queue = StartQueue(self.config.max_concurrent_starts)
         self._live: dict[str, _Live] = {}
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
+        self._in_flight_lock = threading.Lock()  # calls begin and end in callers' threads too
         self._pools: dict[str, WarmPool] = {}
         self._pool_scopes: dict[str, anyio.CancelScope] = {}
         self._http: httpx.AsyncClient | None = None
@@ -501,7 +495,7 @@ class SandboxManager:
             if owner == self.owner:
                 if is_unclaimed_member(handle) and handle.labels.get(LABEL_ENGINE_ID) != self.engine_id:
                     await self._remove_quietly(handle)
-            elif reap and _owner_is_dead(owner):
+            elif reap and owner_is_dead(owner):
                 log.info("removing sandbox %s: its owner %s has died", handle.sandbox_id, owner)
                 await self.runtime.remove(handle)
                 reaped += 1
@@ -1095,18 +1089,26 @@ class SandboxManager:
         live.activity = time.time()
         return live.client
 
-    def begin_call(self, sandbox_id: str) -> None:
-        """A call to the sandbox started: until :meth:`end_call`, it is never idle-stopped."""
-        self._in_flight[sandbox_id] = self._in_flight.get(sandbox_id, 0) + 1
+    def call(self, sandbox_id: str) -> _Call:
+        """``async with engine.call(sandbox_id):`` (or plain ``with``) around a call to the sandbox:
+        while it runs, the sandbox is never idle-stopped, and its end counts as activity.
+
+        Safe from any thread (embedded callers call rocklets from their own event loops).
+        """
+        return _Call(self, sandbox_id)
+
+    def _call_began(self, sandbox_id: str) -> None:
+        with self._in_flight_lock:
+            self._in_flight[sandbox_id] = self._in_flight.get(sandbox_id, 0) + 1
         self.touch(sandbox_id)
 
-    def end_call(self, sandbox_id: str) -> None:
-        """The call :meth:`begin_call` announced ended; it counts as activity."""
-        left = self._in_flight.get(sandbox_id, 1) - 1
-        if left > 0:
-            self._in_flight[sandbox_id] = left
-        else:
-            self._in_flight.pop(sandbox_id, None)
+    def _call_ended(self, sandbox_id: str) -> None:
+        with self._in_flight_lock:
+            left = self._in_flight.get(sandbox_id, 1) - 1
+            if left > 0:
+                self._in_flight[sandbox_id] = left
+            else:
+                self._in_flight.pop(sandbox_id, None)
         self.touch(sandbox_id)
 
     def touch(self, sandbox_id: str) -> None:
@@ -1278,16 +1280,21 @@ class SandboxManager:
             await self.run_timers()
 
     async def run_timers(self) -> None:
-        """Stop idle sandboxes and delete stopped ones whose deadline passed."""
+        """Stop idle sandboxes and delete stopped ones whose deadline passed, all at once (a
+        burst of expiries does not wait on one another's container)."""
         now_ts = time.time()
         now = _now()
+        expired: list[str] = []
+        due: list[str] = []
         for sandbox_id, live in list(self._live.items()):
             record = live.record
             clear = record.spec.auto_clear_seconds
-            if self._in_flight.get(sandbox_id):
+            with self._in_flight_lock:
+                busy = bool(self._in_flight.get(sandbox_id))
+            if busy:
                 live.activity = now_ts  # a long command is activity until it ends
             elif record.state in LIVE_STATES and clear and now_ts > live.activity + clear:
-                await self.stop(sandbox_id, reason="expired")
+                expired.append(sandbox_id)
             elif (
                 record.state is State.STOPPED
                 and not live.removing
@@ -1295,10 +1302,19 @@ class SandboxManager:
                 and record.auto_transition_time is not None
                 and record.auto_transition_time <= now
             ):
-                try:
-                    await self.delete(sandbox_id)
-                except RockError as exc:
-                    log.warning("auto-delete of %s failed: %s", sandbox_id, exc)
+                due.append(sandbox_id)
+
+        async def auto_delete(sandbox_id: str) -> None:
+            try:
+                await self.delete(sandbox_id)
+            except RockError as exc:
+                log.warning("auto-delete of %s failed: %s", sandbox_id, exc)
+
+        async with anyio.create_task_group() as tg:
+            for sandbox_id in expired:
+                tg.start_soon(functools.partial(self.stop, sandbox_id, reason="expired"))
+            for sandbox_id in due:
+                tg.start_soon(auto_delete, sandbox_id)
 
     async def _reconcile_loop(self) -> None:
         while True:

@@ -646,11 +646,8 @@ class AdminApp:
                 elif not isinstance(sandbox_id, str) or self._manager is None:
                     answer = await route.handler(request, data)
                 else:
-                    self.manager.begin_call(sandbox_id)  # never idle-stopped under a running call
-                    try:
+                    async with self.manager.call(sandbox_id):  # never idle-stopped under a running call
                         answer = await route.handler(request, data)
-                    finally:
-                        self.manager.end_call(sandbox_id)
                 return _warned(request, answer if isinstance(answer, Response) else success(answer))
             except _BodyTooLarge as exc:
                 outcome = "too_large"
@@ -914,10 +911,7 @@ class AdminApp:
 
     async def execute(self, _request: Request, body: SandboxCommand) -> CommandResponse:
         """``POST /execute``."""
-        try:
-            return await self._rocklet(body.sandbox_id, "execute").execute(body)
-        finally:
-            self.manager.touch(body.sandbox_id)  # a long command is activity until it ends
+        return await self._rocklet(body.sandbox_id, "execute").execute(body)
 
     async def create_session(self, _request: Request, body: SandboxCreateBashSessionRequest) -> CreateBashSessionResponse:
         """``POST /create_session``."""
@@ -925,10 +919,7 @@ class AdminApp:
 
     async def run_in_session(self, _request: Request, body: SandboxBashAction) -> BashObservation:
         """``POST /run_in_session``."""
-        try:
-            return await self._rocklet(body.sandbox_id, "run_in_session").run_in_session(body)
-        finally:
-            self.manager.touch(body.sandbox_id)
+        return await self._rocklet(body.sandbox_id, "run_in_session").run_in_session(body)
 
     async def close_session(self, _request: Request, body: SandboxCloseBashSessionRequest) -> CloseBashSessionResponse:
         """``POST /close_session``."""
@@ -982,10 +973,8 @@ class AdminApp:
             content = await upload.read()
         finally:
             await form.close()
-        try:
+        async with self.manager.call(sandbox_id.strip()):  # a form, so the endpoint could not
             return await client.upload(target_path, content, unzip=unzip == "true")
-        finally:
-            self.manager.touch(sandbox_id.strip())
 
     async def list_dir(self, _request: Request, body: SandboxPathRequest) -> ListDirResponse:
         """``POST /list_dir`` (rock addition)."""
@@ -1005,10 +994,7 @@ class AdminApp:
         """``GET /processes/{process_id}`` (rock addition)."""
         process_id = _process_id(request)
         client = self._rocklet(query.sandbox_id, "process_status")
-        try:
-            return await client.process_status(process_id, wait=query.wait, tail=query.tail)
-        finally:
-            self.manager.touch(query.sandbox_id)
+        return await client.process_status(process_id, wait=query.wait, tail=query.tail)
 
     async def kill_process(self, request: Request, body: KillProcessRequest) -> ProcessInfo:
         """``POST /processes/{process_id}/kill`` (rock addition)."""
@@ -1031,16 +1017,17 @@ class AdminApp:
         manager = self.manager
 
         async def events() -> AsyncIterator[bytes]:
-            try:
-                async for line in upstream.aiter_lines():
-                    if line.strip():
-                        yield line.encode() + b"\n"
-            except httpx.HTTPError as exc:
-                error = {"type": "error", "code": RockletUnreachable.code, "message": f"the stream broke: {exc!r}"}
-                yield json.dumps(error).encode() + b"\n"
-            finally:
-                await upstream.aclose()
-                manager.touch(body.sandbox_id)
+            # The stream outlives the handler: it is a call of its own until it ends.
+            async with manager.call(body.sandbox_id):
+                try:
+                    async for line in upstream.aiter_lines():
+                        if line.strip():
+                            yield line.encode() + b"\n"
+                except httpx.HTTPError as exc:
+                    error = {"type": "error", "code": RockletUnreachable.code, "message": f"the stream broke: {exc!r}"}
+                    yield json.dumps(error).encode() + b"\n"
+                finally:
+                    await upstream.aclose()
 
         return StreamingResponse(events(), media_type=_NDJSON)
 
@@ -1052,12 +1039,15 @@ class AdminApp:
         if "content-length" in upstream.headers:
             headers["content-length"] = upstream.headers["content-length"]
 
+        manager = self.manager
+
         async def chunks() -> AsyncIterator[bytes]:
-            try:
-                async for chunk in upstream.aiter_raw():
-                    yield chunk
-            finally:
-                await upstream.aclose()
+            async with manager.call(body.sandbox_id):  # a long download is activity until it ends
+                try:
+                    async for chunk in upstream.aiter_raw():
+                        yield chunk
+                finally:
+                    await upstream.aclose()
 
         return StreamingResponse(chunks(), media_type=_BYTES, headers=headers)
 

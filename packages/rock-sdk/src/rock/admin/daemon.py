@@ -28,6 +28,8 @@ from typing import Any
 import attrs
 import httpx
 
+from rock_core.engine.owners import proc_start_time, process_alive
+
 from rock.admin.config import AdminSettings
 
 __all__ = ["AdminAlreadyRunning", "AdminStatus", "serve", "start", "stop", "status", "read_pid_file", "GRACEFUL_SECONDS"]
@@ -56,31 +58,6 @@ class AdminStatus:
     warm_pools: dict[str, dict[str, object]] | None = None
 
 
-def _proc_start_time(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
-def _alive(pid: int, start_time: str = "") -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if start_time and _proc_start_time(pid) not in ("", start_time):
-        return False  # the pid now belongs to another process
-    try:  # a zombie (exited, not yet reaped) is not running
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
     """The pid file's content if the admin it names is running, else ``None``."""
     try:
@@ -88,7 +65,7 @@ def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
         pid = int(data["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return data if _alive(pid, str(data.get("proc_start", ""))) else None
+    return data if process_alive(pid, str(data.get("proc_start", ""))) else None
 
 
 def _claim_pid_file(settings: AdminSettings) -> None:
@@ -101,7 +78,7 @@ def _claim_pid_file(settings: AdminSettings) -> None:
         )
     data = {
         "pid": os.getpid(),
-        "proc_start": _proc_start_time(os.getpid()),
+        "proc_start": proc_start_time(os.getpid()),
         "url": settings.url,
         "host": settings.host,
         "port": settings.port,
@@ -253,7 +230,7 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
     except ProcessLookupError:
         return pid
     deadline = time.monotonic() + timeout
-    while _alive(pid, start_time):
+    while process_alive(pid, start_time):
         if time.monotonic() > deadline:
             log.warning("rock admin (pid %s) did not stop within %gs; killing it", pid, timeout)
             with contextlib.suppress(ProcessLookupError):

@@ -87,8 +87,6 @@ log = logging.getLogger("rock.sdk.engine")
 
 T = TypeVar("T")
 
-# How often sandboxes with a call in flight are marked active (well under any idle timeout).
-_KEEPALIVE_INTERVAL = 1.0
 # Items a streamed call (download, execute_stream) may run ahead of its reader.
 _STREAM_BUFFER = 16
 
@@ -177,8 +175,6 @@ class EmbeddedEngine:
         self._stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None  # the engine loop's own tasks (streams' pumps)
         self._closed = False
-        self._inflight: dict[str, int] = {}  # sandbox id -> runtime calls in flight
-        self._inflight_lock = threading.Lock()
         self._addresses = _AddressBook()
         self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
             weakref.WeakKeyDictionary()
@@ -257,7 +253,6 @@ class EmbeddedEngine:
                 self._stop = anyio.Event()
                 self._manager = manager
                 self._tg = tg
-                tg.start_soon(self._keepalive_loop)
                 self._portal = portal
                 ready.set()
                 await self._stop.wait()
@@ -369,31 +364,6 @@ class EmbeddedEngine:
                 with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                     await send.send((False, exc))
 
-    # -- activity ------------------------------------------------------------------------------
-
-    async def _keepalive_loop(self) -> None:
-        while True:
-            await anyio.sleep(_KEEPALIVE_INTERVAL)
-            with self._inflight_lock:
-                busy = list(self._inflight)
-            for sandbox_id in busy:
-                self.manager.touch(sandbox_id)
-
-    def _begin(self, sandbox_id: str) -> None:
-        with self._inflight_lock:
-            self._inflight[sandbox_id] = self._inflight.get(sandbox_id, 0) + 1
-
-    def _end(self, sandbox_id: str) -> None:
-        with self._inflight_lock:
-            left = self._inflight.get(sandbox_id, 1) - 1
-            if left > 0:
-                self._inflight[sandbox_id] = left
-            else:
-                self._inflight.pop(sandbox_id, None)
-        manager = self._manager
-        if manager is not None:
-            manager.touch(sandbox_id)  # sets a timestamp: safe from any thread
-
     # -- runtime calls through the engine's loop -----------------------------------------------
 
     async def _rocklet_call(
@@ -405,23 +375,17 @@ class EmbeddedEngine:
         kwargs: dict[str, Any],
     ) -> T:
         client = self.manager.rocklet(sandbox_id, attempted)
-        self._begin(sandbox_id)
-        try:
+        with self.manager.call(sandbox_id):
             return await method(client, *args, **kwargs)
-        finally:
-            self._end(sandbox_id)
 
     async def _rocklet_stream(
         self, sandbox_id: str, attempted: str, method: Callable[..., AsyncIterator[T]], args: tuple[Any, ...]
     ) -> AsyncIterator[T]:
         client = self.manager.rocklet(sandbox_id, attempted)
-        self._begin(sandbox_id)
-        try:
+        with self.manager.call(sandbox_id):
             async with contextlib.aclosing(method(client, *args)) as items:  # type: ignore[type-var]
                 async for item in items:
                     yield item
-        finally:
-            self._end(sandbox_id)
 
     async def _manager_call(self, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return await getattr(self.manager, name)(*args, **kwargs)
@@ -476,14 +440,12 @@ class EmbeddedEngine:
         client = await self._direct_client(sandbox_id, attempted)
         if client is None:
             return await self._call(self._rocklet_call, sandbox_id, attempted, method, args, kwargs)
-        self._begin(sandbox_id)
         try:
-            return await method(client, *args, **kwargs)
+            with self.manager.call(sandbox_id):  # safe from the caller's thread
+                return await method(client, *args, **kwargs)
         except RockletUnreachable:
             await self._explain_unreachable(sandbox_id, attempted)
             raise
-        finally:
-            self._end(sandbox_id)
 
     async def _stream(
         self, sandbox_id: str, attempted: str, method: Callable[..., AsyncIterator[T]], *args: Any
@@ -493,18 +455,15 @@ class EmbeddedEngine:
             items = self._iterate(self._rocklet_stream, sandbox_id, attempted, method, args)
         else:
             items = method(client, *args)
-            self._begin(sandbox_id)
         try:
-            async with contextlib.aclosing(items):  # type: ignore[type-var]
-                async for item in items:
-                    yield item
+            with self.manager.call(sandbox_id) if client is not None else contextlib.nullcontext():
+                async with contextlib.aclosing(items):  # type: ignore[type-var]
+                    async for item in items:
+                        yield item
         except RockletUnreachable:
             if client is not None:
                 await self._explain_unreachable(sandbox_id, attempted)
             raise
-        finally:
-            if client is not None:
-                self._end(sandbox_id)
 
     # -- Engine: lifecycle ---------------------------------------------------------------------
 

@@ -1,0 +1,69 @@
+"""Who owns a unit: process identities, and whether their process still lives.
+
+Units an engine makes carry its owner in the ``rock.owner`` label: ``proc:<host>:<pid>:<start>``
+for a process (embedded mode), where ``<start>`` is the process's start time in clock ticks since
+boot, so that a later process that reuses the pid is not taken for the owner. A process that has
+exited but was not yet reaped by its parent (a zombie) is dead: its units are orphans already.
+The admin's pid file uses the same test (:func:`process_alive`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+__all__ = ["owner_is_dead", "proc_start_time", "process_alive", "process_owner"]
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (field 3 on), or ``None``."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its closing paren.
+    return stat.rsplit(")", 1)[-1].split()
+
+
+def proc_start_time(pid: int) -> str:
+    """The start time of process ``pid`` in clock ticks since boot ("" where it or /proc is missing)."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else ""
+
+
+def process_alive(pid: int, start_time: str = "") -> bool:
+    """Whether process ``pid`` runs: it exists, is not a zombie, and (when ``start_time`` is
+    given) is the same process that had that start time, not a later one with its pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # another user's process: it exists
+    fields = _stat_fields(pid)
+    if fields is None:
+        return True  # no /proc here: existence is all we can tell
+    if fields[0] == "Z":
+        return False  # exited; its parent has not reaped it yet
+    return not start_time or len(fields) <= 19 or fields[19] == start_time
+
+
+def process_owner(pid: int | None = None) -> str:
+    """The ``rock.owner`` label of units made by process ``pid`` (default: this one):
+    ``proc:<host>:<pid>:<start>``."""
+    pid = os.getpid() if pid is None else pid
+    return f"proc:{socket.gethostname()}:{pid}:{proc_start_time(pid)}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """Whether the process an ``rock.owner`` label names is gone (exited, a zombie, or its pid
+    reused). Owners of another host or another kind (``admin:...``) are never judged dead here."""
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[0] != "proc" or parts[1] != socket.gethostname():
+        return False
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    return not process_alive(pid, parts[3])

@@ -1,0 +1,46 @@
+"""Process identity: an owner is dead once its process exited, even before its parent reaps it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from rock_core.engine.owners import owner_is_dead, proc_start_time, process_alive, process_owner
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        return f.read().rsplit(")", 1)[-1].split()[0]
+
+
+def test_a_running_owner_is_alive_and_a_zombie_is_dead() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        owner = process_owner(child.pid)
+        assert owner.endswith(f":{child.pid}:{proc_start_time(child.pid)}")
+        assert not owner_is_dead(owner) and process_alive(child.pid)
+        child.stdin.close()  # it exits; not reaped yet: a zombie
+        deadline = time.monotonic() + 30
+        while _state(child.pid) != "Z":
+            assert time.monotonic() < deadline, "the child never exited"
+            time.sleep(0.01)
+        assert owner_is_dead(owner) and not process_alive(child.pid)
+    finally:
+        child.wait()
+    assert owner_is_dead(owner)  # reaped: gone
+
+
+def test_a_reused_pid_is_another_process() -> None:
+    me = os.getpid()
+    assert process_alive(me) and process_alive(me, proc_start_time(me))
+    assert not process_alive(me, "1")  # started at another time: not the owner
+    assert owner_is_dead(f"proc:{socket.gethostname()}:{me}:1")
+
+
+def test_owners_of_other_hosts_or_kinds_are_never_judged() -> None:
+    assert not owner_is_dead("proc:some-other-host:1:1")
+    assert not owner_is_dead("admin:/var/lib/rock/rock.db")
+    assert not owner_is_dead("proc:garbage")
