@@ -93,6 +93,9 @@ LABEL_ENGINE_ID = "rock.engine_id"
 PHASE_QUEUED = "queued"
 
 
+# Units removed at once by the sweep of orphans and stale pool members (the rest wait their turn).
+_SWEEP_CONCURRENCY = 8
+
 # A sandbox whose container died unexpectedly stays visible as stopped at least this long, so
 # its reason can be read, even when its policy deletes stopped sandboxes at once.
 _DEATH_GRACE_SECONDS = 60
@@ -217,6 +220,7 @@ class SandboxManager:
         self._http: httpx.AsyncClient | None = None
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = False
+        self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
 
@@ -262,7 +266,9 @@ class SandboxManager:
         self._http = new_http_client()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
-        await self._sweep(reap=self.config.reap_orphans)
+        # Orphans and stale pool members go in the background: the first start does not wait.
+        self._sweep_done = anyio.Event()
+        self._tg.start_soon(self._background_sweep)
         await self.recover()
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
@@ -281,6 +287,10 @@ class SandboxManager:
             return
         self._closed = True
         if self._tg is not None:
+            # A sweep under way finishes (bounded): what it found should not wait for the next run.
+            if self._sweep_done is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(60):
+                    await self._sweep_done.wait()
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
         with anyio.CancelScope(shield=True):
@@ -489,17 +499,34 @@ class SandboxManager:
         except RockError as exc:
             log.warning("could not list units to reap orphans and stale pool members: %s", exc)
             return 0
-        reaped = 0
-        for handle in handles:
-            owner = handle.labels.get(LABEL_OWNER, "")
-            if owner == self.owner:
-                if is_unclaimed_member(handle) and handle.labels.get(LABEL_ENGINE_ID) != self.engine_id:
-                    await self._remove_quietly(handle)
-            elif reap and owner_is_dead(owner):
-                log.info("removing sandbox %s: its owner %s has died", handle.sandbox_id, owner)
-                await self.runtime.remove(handle)
-                reaped += 1
-        return reaped
+        stale = [
+            h for h in handles
+            if h.labels.get(LABEL_OWNER, "") == self.owner
+            and is_unclaimed_member(h) and h.labels.get(LABEL_ENGINE_ID) != self.engine_id
+        ]
+        orphans = [
+            h for h in handles
+            if reap and h.labels.get(LABEL_OWNER, "") != self.owner and owner_is_dead(h.labels.get(LABEL_OWNER, ""))
+        ]
+        if orphans:
+            log.info("removing %d sandbox(es) whose owner has died", len(orphans))
+        limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
+
+        async def remove(handle: UnitHandle) -> None:
+            async with limiter:
+                await self._remove_quietly(handle)
+
+        async with anyio.create_task_group() as tg:
+            for handle in (*stale, *orphans):
+                tg.start_soon(remove, handle)
+        return len(orphans)
+
+    async def _background_sweep(self) -> None:
+        try:
+            await self._sweep(reap=self.config.reap_orphans)
+        finally:
+            assert self._sweep_done is not None
+            self._sweep_done.set()
 
     async def recover(self) -> int:
         """Take back the sandboxes this owner's store lists as not deleted; return how many.
