@@ -56,6 +56,17 @@ def test_rollout_with_a_warm_pool_fills_it_first_and_leaves_nothing(tmp_path, do
     assert docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True) == []
 
 
+def test_rollout_measures_the_docker_run_floor_in_the_same_invocation(tmp_path, docker_client):
+    output = tmp_path / "run"
+    done = rock("bench", "rollout", "--count", "2", "--parallelism", "2", "--baseline", "docker-run", "--output", str(output))
+    assert done.returncode == 0, done.stderr
+    assert "docker run baseline: 2/2 episodes" in done.stderr
+    results = json.loads((output / "results.json").read_text())
+    floor = results["baseline_docker_run"]
+    assert floor["successful_episodes"] == 2 and floor["batch_to_all_rewards_seconds"] > 0
+    assert results["ratio_to_docker_run"] == round(results["batch_to_all_rewards_seconds"] / floor["batch_to_all_rewards_seconds"], 3)
+
+
 def test_rollout_fails_loudly_when_episodes_fail(tmp_path):
     # An image name that cannot be pulled: every episode fails, each is reported, the run fails.
     output = tmp_path / "run"

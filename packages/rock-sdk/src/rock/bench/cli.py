@@ -30,18 +30,33 @@ def bench() -> None:
     "--warm-pool", type=click.IntRange(min=0), default=0, show_default=True,
     help="Sandboxes the engine starts before the clock starts and keeps ready (0: every episode starts cold).",
 )
-def rollout(count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float, warm_pool: int) -> None:
+@click.option(
+    "--baseline", type=click.Choice(["docker-run"]), default=None,
+    help="Also run the same episodes as one `docker run` each, first, in this invocation, and report rock's ratio to it.",
+)
+def rollout(
+    count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float, warm_pool: int, baseline: str | None
+) -> None:
     """The batch RL rollout: each episode gets a sandbox, fails a test, patches the code, passes it.
 
     Writes OUTPUT/results.json with the batch metrics and a row per episode, and exits non-zero
     if any episode's check failed. OUTPUT must not exist. With --warm-pool N the engine first
     fills a warm pool of N sandboxes (reported as warm_pool_fill_seconds, outside the batch's
-    clock); episodes then claim them and the pool refills while no start waits.
+    clock); episodes then claim them and the pool refills while no start waits. With
+    --baseline docker-run the same episodes first run as one `docker run` each (the floor, on
+    this machine, now) and the document carries both figures and rock's ratio to the floor.
     """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rock.bench.rollout import RolloutSettings, claim_output, run_rollout, summarize, write_results
+    from rock.bench.rollout import (
+        RolloutSettings,
+        claim_output,
+        run_docker_baseline,
+        run_rollout,
+        summarize,
+        write_results,
+    )
 
     from rock_core.errors import InvalidParameter
     from rock_core.units import parse_size
@@ -87,10 +102,28 @@ def rollout(count: int, parallelism: int, output: Path, image: str, memory: str,
             t = time.perf_counter()
             fill_seconds = _fill_warm_pool(settings)
             progress.console.print(f"warm pool: {warm_pool} sandboxes ready in {fill_seconds:.2f}s (before the clock)")
+        baseline_doc = None
+        if baseline == "docker-run":
+            progress.update(task, status="the floor: one docker run per episode")
+            rewards, baseline_seconds = asyncio.run(run_docker_baseline(settings))
+            done = [r for r in rewards if r is not None]
+            baseline_doc = {
+                "successful_episodes": len(done),
+                "batch_to_all_rewards_seconds": round(max(done), 4) if len(done) == len(rewards) else None,
+                "client_job_complete_seconds": round(baseline_seconds, 4),
+            }
+            progress.console.print(
+                f"docker run baseline: {len(done)}/{len(rewards)} episodes, all rewards in "
+                f"{max(done) if done else float('nan'):.2f}s"
+            )
         progress.update(task, status="")
         results, client_seconds = asyncio.run(run_rollout(settings, on_progress))
     document = summarize(settings, results, client_seconds)
     document["engine_start_seconds"] = round(engine_seconds, 4)
+    if baseline_doc is not None:
+        document["baseline_docker_run"] = baseline_doc
+        floor, ours = baseline_doc["batch_to_all_rewards_seconds"], document["batch_to_all_rewards_seconds"]
+        document["ratio_to_docker_run"] = round(ours / floor, 3) if floor and ours else None
     if fill_seconds is not None:
         document["warm_pool_fill_seconds"] = round(fill_seconds, 4)
     # The embedded engine runs in this process: its peak memory is the process's.

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["EpisodeResult", "RolloutSettings", "run_rollout", "summarize", "percentile"]
+__all__ = ["EpisodeResult", "RolloutSettings", "run_docker_baseline", "run_rollout", "summarize", "percentile"]
 
 WORKDIR = "/tmp/episode"
 
@@ -204,6 +204,43 @@ async def run_rollout(
 
     await asyncio.gather(*(one(r) for r in results))
     return results, time.perf_counter() - t0
+
+
+# The same episode as one `docker run`: the files come in the environment, the checks are the
+# script's exit code (3: the tests passed before the fix, an invalid episode).
+_BASELINE_SCRIPT = f"""set -e
+mkdir -p {WORKDIR} && cd {WORKDIR}
+printf '%s' "$SHIPPING" > shipping.py
+printf '%s' "$TEST_SHIPPING" > test_shipping.py
+if python3 -B test_shipping.py 2>/dev/null; then exit 3; fi
+sed -i 's/total > 99/total >= 99/' shipping.py
+python3 -B test_shipping.py 2>/dev/null
+"""
+
+
+async def run_docker_baseline(settings: RolloutSettings) -> tuple[list[float | None], float]:
+    """The floor: each episode as one ``docker run --rm`` doing the same work (same image,
+    memory and CPUs, ``parallelism`` at a time). Return each episode's seconds from the batch's
+    submission to its reward (``None`` if it failed), and the seconds until the last container
+    is gone."""
+    docker = "docker"
+    limit = asyncio.Semaphore(settings.parallelism)
+    t0 = time.perf_counter()
+
+    async def one() -> float | None:
+        async with limit:
+            process = await asyncio.create_subprocess_exec(
+                docker, "run", "--rm", f"--memory={settings.memory}", f"--memory-swap={settings.memory}",
+                f"--cpus={settings.cpus:g}", "-e", "SHIPPING", "-e", "TEST_SHIPPING", settings.image,
+                "sh", "-c", _BASELINE_SCRIPT,
+                env={**os.environ, "SHIPPING": SHIPPING, "TEST_SHIPPING": TEST_SHIPPING},
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )
+            code = await process.wait()
+        return time.perf_counter() - t0 if code == 0 else None
+
+    rewards = await asyncio.gather(*(one() for _ in range(settings.count)))
+    return list(rewards), time.perf_counter() - t0
 
 
 def summarize(settings: RolloutSettings, results: list[EpisodeResult], client_seconds: float) -> dict[str, Any]:
