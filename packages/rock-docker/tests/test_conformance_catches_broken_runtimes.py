@@ -62,7 +62,7 @@ TestNoMemoryLimit = suite_for(NoMemoryLimit)
 TestHidesAppPort = suite_for(HidesAppPort)
 '''
 
-CHECKS = ("test_stop_start_remove", "test_memory_limit_is_enforced", "test_started_unit_runs_with_published_ports")
+CHECKS = ("test_stop_and_remove", "test_memory_limit_is_enforced", "test_started_unit_runs_with_published_ports")
 
 
 def test_each_broken_runtime_fails_the_check_for_its_flaw(tmp_path, docker_client):
@@ -79,13 +79,13 @@ def test_each_broken_runtime_fails_the_check_for_its_flaw(tmp_path, docker_clien
         failed = case.find("failure") is not None or case.find("error") is not None
         outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = "failed" if failed else "passed"
     assert outcomes == {
-        ("TestMissingLooksExited", "test_stop_start_remove"): "failed",
+        ("TestMissingLooksExited", "test_stop_and_remove"): "failed",
         ("TestMissingLooksExited", "test_memory_limit_is_enforced"): "passed",
         ("TestMissingLooksExited", "test_started_unit_runs_with_published_ports"): "passed",
-        ("TestNoMemoryLimit", "test_stop_start_remove"): "passed",
+        ("TestNoMemoryLimit", "test_stop_and_remove"): "passed",
         ("TestNoMemoryLimit", "test_memory_limit_is_enforced"): "failed",
         ("TestNoMemoryLimit", "test_started_unit_runs_with_published_ports"): "passed",
-        ("TestHidesAppPort", "test_stop_start_remove"): "passed",
+        ("TestHidesAppPort", "test_stop_and_remove"): "passed",
         ("TestHidesAppPort", "test_memory_limit_is_enforced"): "passed",
         ("TestHidesAppPort", "test_started_unit_runs_with_published_ports"): "failed",
     }

@@ -202,8 +202,30 @@ class RuntimeConformance:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    async def test_stop_start_remove(self, runtime: Runtime, units: Units) -> None:
-        """Stop keeps the unit and its files; start brings it back; remove makes it ``missing``."""
+    async def test_stop_and_remove(self, runtime: Runtime, units: Units) -> None:
+        """Every runtime: stop makes the unit exited (twice is fine), remove makes it ``missing``,
+        and a gone unit cannot be started nor its logs read."""
+        unit = await units.launch()
+        handle = unit.handle
+        await runtime.stop(handle, timeout=self.stop_timeout)
+        stopped = await runtime.inspect(handle)
+        assert stopped.state in (UnitState.EXITED, UnitState.MISSING)
+        assert stopped.rocklet_address is None, "a stopped unit reports a rocklet address"
+        await runtime.stop(handle, timeout=self.stop_timeout)  # stopping a stopped unit does nothing
+        await runtime.remove(handle)
+        assert (await runtime.inspect(handle)).state is UnitState.MISSING
+        assert await runtime.list(units.labels_for(handle.sandbox_id)) == []
+        # Gone: stop and remove do nothing, the others say so.
+        await runtime.stop(handle, timeout=self.stop_timeout)
+        await runtime.remove(handle)
+        with pytest.raises(SandboxNotFound):
+            await runtime.start(handle)
+        with pytest.raises(SandboxNotFound):
+            await runtime.logs(handle)
+
+    async def test_a_stopped_unit_keeps_its_files_and_starts_again(self, runtime: Runtime, units: Units) -> None:
+        """Capability ``keeps_files_across_stop``: a stopped unit is ``exited`` with an exit code
+        and, started again, has the files written before the stop (``restart()``)."""
         if not runtime.keeps_files_across_stop:
             pytest.skip(f"runtime {runtime.name!r} declares keeps_files_across_stop=False (no restart of stopped sandboxes)")
         unit = await units.launch()
@@ -215,25 +237,12 @@ class RuntimeConformance:
         stopped = await runtime.inspect(handle)
         assert stopped.state is UnitState.EXITED
         assert stopped.exit_code is not None
-        assert stopped.rocklet_address is None, "a stopped unit reports a rocklet address"
-        await runtime.stop(handle, timeout=self.stop_timeout)  # stopping a stopped unit does nothing
-        assert (await runtime.inspect(handle)).state is UnitState.EXITED
 
         status, url = await units.start_ready(handle)
         assert status.state is UnitState.RUNNING
         answer = await rocklet_call(units.http, url, "/read_file", {"path": "/tmp/rock-conformance.txt"})
         assert answer["content"] == content
-
         await runtime.remove(handle)
-        assert (await runtime.inspect(handle)).state is UnitState.MISSING
-        assert await runtime.list(units.labels_for(handle.sandbox_id)) == []
-        # Gone: stop and remove do nothing, the others say so.
-        await runtime.stop(handle, timeout=self.stop_timeout)
-        await runtime.remove(handle)
-        with pytest.raises(SandboxNotFound):
-            await runtime.start(handle)
-        with pytest.raises(SandboxNotFound):
-            await runtime.logs(handle)
 
     async def test_created_unit_is_not_running(self, runtime: Runtime, units: Units) -> None:
         """``create`` does not start the unit: it is ``created``, with no rocklet address."""
