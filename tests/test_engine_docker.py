@@ -19,12 +19,14 @@ from rock_core.errors import (
     ImagePullFailed,
     InvalidParameter,
     InvalidTransition,
+    NotSupported,
     RockError,
     SandboxAlreadyExists,
     SandboxNotFound,
     SessionNotFound,
 )
 from rock_core.states import State
+from rock_docker import DockerRuntime
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -169,6 +171,36 @@ async def test_a_killed_container_is_seen_as_stopped_with_its_reason(engine, doc
         "container was removed outside rock",
         "container exited with code 137",
     )
+
+
+async def test_reconcile_lists_once_and_inspects_only_the_units_that_stopped(docker_client):
+    """Without the runtime's events, reconcile sees a killed container: one listing for all
+    sandboxes, an inspect only for the one that is not running."""
+
+    class Counting(DockerRuntime):
+        inspected: list[str] = []
+
+        async def inspect(self, handle):
+            Counting.inspected.append(handle.sandbox_id)
+            return await super().inspect(handle)
+
+        def watch(self, labels):
+            raise NotSupported("no events in this test")
+
+    config = EngineConfig(timer_interval=0.2, reconcile_interval=3600)
+    async with SandboxManager(config, runtime=Counting()) as engine:
+        ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)]
+        for sandbox_id in ids:
+            await engine.wait_until_running(sandbox_id, timeout=120)
+        Counting.inspected.clear()
+        await engine.reconcile()
+        assert Counting.inspected == [], "all running: the listing is enough"
+        docker_client.containers.get(ids[0]).kill()
+        await engine.reconcile()
+        assert Counting.inspected == [ids[0]]
+        assert engine.get_record(ids[0]).state is State.STOPPED
+        assert "container exited with code 137" in engine.get_record(ids[0]).reason
+        assert [engine.get_record(i).state for i in ids[1:]] == [State.RUNNING, State.RUNNING]
 
 
 async def test_unknown_image_fails_fast_and_leaves_nothing(engine, docker_client):

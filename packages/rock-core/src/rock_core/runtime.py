@@ -25,7 +25,7 @@ from rock_core.errors import NotSupported
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from rock_core.models import Phase, RuntimeStatus, SandboxSpec
+    from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState
 
 #: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
 PhaseCallback = Callable[[str, "Phase"], None]
@@ -93,6 +93,8 @@ class UnitHandle:
     notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     #: The unit's labels, as :meth:`Runtime.list` found them (empty on a handle from ``create``).
     labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
+    #: The unit's state as :meth:`Runtime.list` found it (``None``: the runtime did not say).
+    state: UnitState | None = attrs.field(default=None, eq=False, hash=False)
     #: The hardening the runtime applied, for the sandbox's status: ``{"pids_limit": 4096,
     #: "no_new_privileges": True, "capabilities": [...], "nofile_limit": ..., "network": ...}``.
     security: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
@@ -199,8 +201,10 @@ class Runtime(abc.ABC):
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
         """Return the handles of all units (running or not) whose labels include every item of ``labels``.
 
-        The engine calls this after a restart to find the units its store knows about, and to
-        find units whose owning process died. Each handle carries the unit's ``labels``.
+        The engine calls this after a restart to find the units its store knows about, to find
+        units whose owning process died, and once per reconcile interval to see which units
+        still run. Each handle carries the unit's ``labels`` and, where the listing says it
+        (cheaply), its ``state``; the engine inspects only units that are not running.
         """
 
     @abc.abstractmethod

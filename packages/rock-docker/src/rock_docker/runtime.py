@@ -749,12 +749,27 @@ class _EventWatch:
                 pass  # already closed by the engine
 
 
+# `docker ps`'s State column, as a unit state (the rest, e.g. "removing", read as exited).
+_STATES = {
+    "created": UnitState.CREATED,
+    "running": UnitState.RUNNING,
+    "paused": UnitState.RUNNING,
+    "restarting": UnitState.RUNNING,
+    "exited": UnitState.EXITED,
+    "dead": UnitState.EXITED,
+    "removing": UnitState.EXITED,
+}
+
+
 def _handle_of(runtime: str, row: Mapping[str, Any]) -> UnitHandle:
     """The handle of a container as ``docker ps`` lists it, with its labels."""
     names = row.get("Names") or []
     # The container is named after its sandbox (Docker lists names with a leading slash).
     sandbox_id = names[0].lstrip("/") if names else row["Id"]
-    return UnitHandle(runtime=runtime, unit_id=row["Id"], sandbox_id=sandbox_id, labels=dict(row.get("Labels") or {}))
+    state = _STATES.get(str(row.get("State") or "").lower())
+    return UnitHandle(
+        runtime=runtime, unit_id=row["Id"], sandbox_id=sandbox_id, labels=dict(row.get("Labels") or {}), state=state
+    )
 
 
 def _image_of(api: docker.APIClient, unit_id: str) -> str:

@@ -1349,16 +1349,34 @@ class SandboxManager:
             await self.reconcile()
 
     async def reconcile(self) -> None:
-        """Compare every running sandbox with its unit; one that died is recorded as stopped."""
-        for sandbox_id, live in list(self._live.items()):
-            if live.record.state is State.RUNNING and live.handle is not None:
-                try:
-                    status = await self.runtime.inspect(live.handle)
-                except RockError as exc:
-                    log.warning("could not inspect sandbox %s: %s", sandbox_id, exc)
-                    continue
-                if status.state is not UnitState.RUNNING:
-                    await self.unit_gone(sandbox_id, status)
+        """Compare every running sandbox with its unit; one that died is recorded as stopped.
+
+        One ``list`` of this owner's units per call; only units the listing does not show running
+        (or whose state it does not give) are inspected, for their exit code and reason.
+        """
+        running = {
+            live.handle.unit_id: (sandbox_id, live)
+            for sandbox_id, live in list(self._live.items())
+            if live.record.state is State.RUNNING and live.handle is not None
+        }
+        if not running:
+            return
+        try:
+            listed = {h.unit_id: h.state for h in await self.runtime.list({LABEL_OWNER: self.owner})}
+        except RockError as exc:
+            log.warning("could not list units to reconcile: %s", exc)
+            return
+        for unit_id, (sandbox_id, live) in running.items():
+            if unit_id in listed and listed[unit_id] is UnitState.RUNNING:
+                continue
+            assert live.handle is not None
+            try:
+                status = await self.runtime.inspect(live.handle)
+            except RockError as exc:
+                log.warning("could not inspect sandbox %s: %s", sandbox_id, exc)
+                continue
+            if status.state is not UnitState.RUNNING:
+                await self.unit_gone(sandbox_id, status)
 
     async def _disk_loop(self) -> None:
         while True:
