@@ -237,7 +237,9 @@ def rock_register_env_providers(register):
 
 
 @pytest.mark.anyio
-async def test_the_engine_builds_its_archive_store_and_environment_providers_from_plugins(plugin_site: PluginSite) -> None:
+async def test_the_engine_builds_its_archive_store_and_environment_providers_from_plugins(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plugin_site.install("rock-kit", source=STORE_AND_ENVS)
     config = EngineConfig(archive_store="memory", plugin_options={"kit": {"bucket": "archives"}})
     async with SandboxManager(config, runtime=NullRuntime()) as engine:
@@ -253,6 +255,11 @@ async def test_the_engine_builds_its_archive_store_and_environment_providers_fro
             await engine.start_async(SandboxStartRequest(image="python:3.11", auto_archive_seconds=60))
         store = engine.archive_store
     assert store.closed
+    # The plugin's variables go on top of its table, for what the engine builds too.
+    monkeypatch.setenv("ROCK_PLUGIN_KIT_BUCKET", "from-the-environment")
+    async with SandboxManager(config, runtime=NullRuntime()) as engine:
+        assert engine.archive_store.bucket == "from-the-environment"
+    monkeypatch.delenv("ROCK_PLUGIN_KIT_BUCKET")
     with pytest.raises(InvalidParameter, match=r"archive_store: no archive store named 's4' \(installed: memory") as info:
         SandboxManager(EngineConfig(archive_store="s4"), runtime=NullRuntime())
     assert info.value.field == "archive_store"

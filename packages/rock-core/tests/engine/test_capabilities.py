@@ -55,3 +55,24 @@ async def test_the_runtime_says_which_sandbox_ids_it_can_carry() -> None:
     async with SandboxManager(EngineConfig(), runtime=Narrow()) as engine:
         with pytest.raises(InvalidParameter, match=r"sandbox_id: 'Upper' is not a valid id \(job ids are lower case here\)"):
             await engine.start_async(SandboxStartRequest(image="python:3.11", sandbox_id="Upper"))
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "said"),
+    [
+        ({"default_pids_limit": 0}, "default_pids_limit", "expected a whole number >= 1, got 0"),
+        ({"max_pids_limit": "many"}, "max_pids_limit", "expected a whole number >= 1"),
+        ({"default_pids_limit": 9000, "max_pids_limit": 8000}, "default_pids_limit", "above max_pids_limit 8000"),
+        ({"disk_check_interval": 0}, "disk_check_interval", "expected a number > 0, got 0"),
+        ({"disk_keep_seconds": -1}, "disk_keep_seconds", "expected a whole number >= 0"),
+        ({"allowed_cap_add": ["NET_RAW", "FLY"]}, "allowed_cap_add", "unknown capability 'FLY'"),
+    ],
+)
+def test_the_hardening_settings_of_an_engine_are_checked_naming_the_field(fields, field, said) -> None:
+    with pytest.raises(InvalidParameter, match=said) as info:
+        EngineConfig(**fields)
+    assert info.value.field == field
+
+
+def test_allowed_capabilities_are_written_as_docker_takes_them() -> None:
+    assert EngineConfig(allowed_cap_add=["net_raw", "CAP_SYS_PTRACE"]).allowed_cap_add == ("NET_RAW", "SYS_PTRACE")

@@ -9,7 +9,7 @@ from typing import Any
 import attrs
 
 from rock_core.actions import SandboxStartRequest
-from rock_core.converters import spec_from_start_request, structure_wire
+from rock_core.converters import capability_names, spec_from_start_request, structure_wire
 from rock_core.errors import InvalidParameter
 from rock_core.models import PullPolicy
 from rock_core.units import GiB
@@ -85,6 +85,28 @@ def warm_pools_from(value: Iterable[WarmPoolConfig | Mapping[str, Any]]) -> tupl
     )
 
 
+def _at_least(minimum: int) -> Any:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise InvalidParameter(
+                f"{attribute.name}: expected a whole number >= {minimum}, got {value!r}", field=attribute.name, value=value
+            )
+
+    return check
+
+
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InvalidParameter(f"{attribute.name}: expected a number > 0, got {value!r}", field=attribute.name, value=value)
+
+
+def _capabilities(value: Any) -> tuple[str, ...]:
+    try:
+        return capability_names(value)
+    except ValueError as exc:
+        raise InvalidParameter(f"allowed_cap_add: {exc}", field="allowed_cap_add", value=value) from None
+
+
 @attrs.frozen(kw_only=True)
 class EngineConfig:
     """How an engine runs its sandboxes.
@@ -150,12 +172,19 @@ class EngineConfig:
     reap_orphans: bool = True
     warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(default=(), converter=warm_pools_from)
     max_warm_pool_members: int = 64
-    default_pids_limit: int = 4096
-    max_pids_limit: int = 65536
+    default_pids_limit: int = attrs.field(default=4096, validator=_at_least(1))
+    max_pids_limit: int = attrs.field(default=65536, validator=_at_least(1))
     allowed_cap_add: tuple[str, ...] = attrs.field(
-        default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"), converter=tuple
+        default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"), converter=_capabilities
     )
-    disk_check_interval: float = 5.0
-    disk_keep_seconds: int = 3600
+    disk_check_interval: float = attrs.field(default=5.0, validator=_positive)
+    disk_keep_seconds: int = attrs.field(default=3600, validator=_at_least(0))
     plugin_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
     archive_store: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.default_pids_limit > self.max_pids_limit:
+            raise InvalidParameter(
+                f"default_pids_limit: {self.default_pids_limit} is above max_pids_limit {self.max_pids_limit}",
+                field="default_pids_limit", value=self.default_pids_limit,
+            )

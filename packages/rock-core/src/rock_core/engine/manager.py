@@ -188,11 +188,13 @@ class SandboxManager:
 
             plugins = Plugins.load()
         self.plugins = plugins
-        if not configured:
-            from rock_core.plugins import plugin_tables
+        from rock_core.plugins import plugin_tables
 
-            plugins.configure(plugin_tables(self.config.plugin_options, os.environ, plugins.names()))
-        self._tables = {name: dict(table) for name, table in self.config.plugin_options.items()}
+        # Each plugin's table, variables on top: what rock_configure got, and what builds the
+        # archive store and the environment providers a plugin registered.
+        self._tables = plugin_tables(self.config.plugin_options, os.environ, plugins.names())
+        if not configured:
+            plugins.configure(self._tables)
         self.archive_store = self._build_archive_store(plugins)
         self._env_providers: dict[str, Any] | None = None
         if runtime is None:
@@ -1379,6 +1381,8 @@ class SandboxManager:
                 await self.unit_gone(sandbox_id, status)
 
     async def _disk_loop(self) -> None:
+        if not self.runtime.capabilities.disk_usage:
+            return  # its notes say which disk limits stay unenforced
         while True:
             await anyio.sleep(self.config.disk_check_interval)
             try:
@@ -1435,6 +1439,8 @@ class SandboxManager:
 
     async def _watch_loop(self) -> None:
         """Follow the runtime's unit events (when it has them); reconnect after a failure."""
+        if not self.runtime.capabilities.watch:
+            return  # the reconcile loop polls instead
         while True:
             try:
                 # By owner, not engine id: units recovered from an earlier run of this owner count.

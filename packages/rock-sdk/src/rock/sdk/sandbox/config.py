@@ -38,14 +38,22 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _non_negative_int(optional: bool) -> Any:
+def _int_at_least(minimum: int, optional: bool) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if value is None and optional:
             return
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            _fail(attribute, value, "must be an integer >= 0" + (" or None" if optional else ""))
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            _fail(attribute, value, f"must be an integer >= {minimum}" + (" or None" if optional else ""))
 
     return check
+
+
+def _non_negative_int(optional: bool) -> Any:
+    return _int_at_least(0, optional)
+
+
+def _positive_int(optional: bool) -> Any:
+    return _int_at_least(1, optional)
 
 
 def _positive_number(optional: bool) -> Any:
@@ -74,16 +82,6 @@ def _str_dict(optional: bool) -> Any:
             return
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
             _fail(attribute, value, "must be a dict of strings to strings" + (" or None" if optional else ""))
-
-    return check
-
-
-def _positive_int(optional: bool) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            _fail(attribute, value, "must be an integer >= 1" + (" or None" if optional else ""))
 
     return check
 
