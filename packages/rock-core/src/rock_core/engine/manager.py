@@ -38,15 +38,14 @@ import anyio
 import attrs
 import httpx
 
-from rock_core import __version__
 from rock_core.actions import (
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
-    StateHistoryEntry,
     WarmPoolStatus,
 )
 from rock_core.converters import spec_from_start_request
+from rock_core.responses import start_response, status_response
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.owners import owner_is_dead, process_owner
 from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
@@ -88,9 +87,6 @@ LABEL_SANDBOX_ID = "rock.sandbox_id"
 LABEL_ENGINE = "rock.engine"
 LABEL_OWNER = "rock.owner"
 LABEL_ENGINE_ID = "rock.engine_id"
-
-#: Name of the phase shown while a start waits for a slot.
-PHASE_QUEUED = "queued"
 
 
 # Units removed at once by the sweep of orphans and stale pool members (the rest wait their turn).
@@ -776,20 +772,7 @@ class SandboxManager:
         self._live[sandbox_id] = live
         self._save(record)
         self._tg.start_soon(self._run_start, sandbox_id, time.monotonic(), False)
-        return self._start_response(record)
-
-    def _start_response(self, record: SandboxRecord) -> SandboxStartResponse:
-        spec = record.spec
-        disk = format_size(spec.disk) if spec.disk is not None else None
-        return SandboxStartResponse(
-            sandbox_id=record.sandbox_id,
-            host_name=record.host_name,
-            host_ip=record.host_ip,
-            disk=disk,
-            disk_limit_rootfs=disk,
-            cpus=spec.cpus,
-            memory=format_size(spec.memory),
-        )
+        return start_response(record)
 
     async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatusResponse:
         """:meth:`start_async`, then wait until the sandbox runs (or its start fails)."""
@@ -993,62 +976,12 @@ class SandboxManager:
     # -- status ------------------------------------------------------------------------------
 
     def status_of(self, record: SandboxRecord) -> SandboxStatusResponse:
-        """The ``get_status`` view of ``record`` (ROCK's fields, plus reason, notes and queue position)."""
-        spec = record.spec
+        """The ``get_status`` view of ``record`` (ROCK's fields, plus reason, notes and queue position),
+        built by :func:`rock_core.responses.status_response` from what the engine knows of it now."""
         live = self._live.get(record.sandbox_id)
-        phases = dict(record.phases)
-        position = None
-        if record.state is State.PENDING:
-            position = self.queue.position(record.sandbox_id)
-            if position is not None:
-                phases[PHASE_QUEUED] = Phase(
-                    status=PhaseStatus.WAITING,
-                    message=f"waiting for a start slot: position {position} in the start queue",
-                )
-        auto_stop = auto_archive = auto_delete = None
-        if record.state in LIVE_STATES and spec.auto_clear_seconds:
-            activity = live.activity if live is not None else time.time()
-            auto_stop = datetime.fromtimestamp(activity + spec.auto_clear_seconds, timezone.utc)
-        elif record.auto_transition_state is State.ARCHIVED:
-            auto_archive = record.auto_transition_time
-        elif record.auto_transition_state is State.DELETED:
-            auto_delete = record.auto_transition_time
-        disk = format_size(spec.disk) if spec.disk is not None else None
-        return SandboxStatusResponse(
-            sandbox_id=record.sandbox_id,
-            status=phases,
-            state=record.state,
-            port_mapping=dict(record.port_mapping),
-            host_name=record.host_name,
-            host_ip=record.host_ip,
-            is_alive=record.state is State.RUNNING,
-            image=spec.image,
-            metadata=dict(spec.metadata),
-            gateway_version=__version__,
-            swe_rex_version=None,
-            user_id=spec.user_id,
-            experiment_id=spec.experiment_id,
-            namespace=spec.namespace,
-            cpus=spec.cpus,
-            memory=format_size(spec.memory),
-            num_gpus=spec.num_gpus,
-            accelerator_type=spec.accelerator_type,
-            disk=disk,
-            disk_limit_rootfs=disk,
-            start_time=record.start_time,
-            stop_time=record.stop_time,
-            create_time=record.create_time,
-            archive_time=record.archive_time,
-            delete_time=record.delete_time,
-            auto_stop_time=auto_stop,
-            auto_archive_time=auto_archive,
-            auto_delete_time=auto_delete,
-            state_history=[StateHistoryEntry.from_change(c) for c in record.state_history],
-            reason=record.reason,
-            notes=list(record.notes),
-            queue_position=position,
-            security=dict(record.security),
-        )
+        position = self.queue.position(record.sandbox_id) if record.state is State.PENDING else None
+        activity = live.activity if live is not None else time.time()
+        return status_response(record, last_activity=activity, queue_position=position)
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
         """ROCK's ``get_status``: a pending or running sandbox's status and phases.
@@ -1286,7 +1219,7 @@ class SandboxManager:
             live.activity = time.time()
         assert self._tg is not None
         self._tg.start_soon(self._run_start, sandbox_id, time.monotonic(), True)
-        return self._start_response(live.record)
+        return start_response(live.record)
 
     # -- timers and reconciliation -------------------------------------------------------------
 
