@@ -38,7 +38,7 @@ import httpx
 
 from rock.bench.rollout import percentile
 
-__all__ = ["AdminBenchSettings", "run_admin_bench", "started_admin", "rss_bytes"]
+__all__ = ["AdminBenchSettings", "proc_kib_bytes", "run_admin_bench", "started_admin", "rss_bytes"]
 
 PREFIX = "/apis/envs/sandbox/v1"
 
@@ -71,16 +71,21 @@ class AdminBenchSettings:
     echo_cpus: float = 1.0
 
 
-def rss_bytes(pid: int) -> int | None:
-    """``VmRSS`` of process ``pid`` in bytes (``None`` if it cannot be read)."""
+def proc_kib_bytes(path: str, key: str) -> int | None:
+    """The ``key: N kB`` line of a ``/proc`` file in bytes (``None`` if it cannot be read)."""
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+        with open(path, encoding="ascii", errors="replace") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def rss_bytes(pid: int) -> int | None:
+    """``VmRSS`` of process ``pid`` in bytes (``None`` if it cannot be read)."""
+    return proc_kib_bytes(f"/proc/{pid}/status", "VmRSS")
 
 
 def _free_port() -> int:

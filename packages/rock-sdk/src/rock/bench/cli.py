@@ -51,25 +51,15 @@ def rollout(
 
     from rock.bench.rollout import (
         RolloutSettings,
-        claim_output,
         run_docker_baseline,
         run_rollout,
         summarize,
         write_results,
     )
 
-    from rock_core.errors import InvalidParameter
-    from rock_core.units import parse_size
-
     # Bad settings are refused before anything starts, naming the option and the value.
-    try:
-        parse_size(memory, field="--memory")
-    except InvalidParameter as exc:
-        raise click.UsageError(exc.message) from None
-    try:
-        claim_output(output)
-    except FileExistsError:
-        raise click.UsageError(f"--output {str(output)!r} already exists; rock never overwrites results") from None
+    _check_memory(memory)
+    _claim(output)
     settings = RolloutSettings(count=count, parallelism=parallelism, image=image, memory=memory, cpus=cpus, warm_pool=warm_pool)
     console = Console(stderr=True)
     failed = 0
@@ -137,6 +127,27 @@ def rollout(
         sys.exit(1)
 
 
+def _check_memory(memory: str) -> None:
+    """Refuse a bad ``--memory`` before anything starts."""
+    from rock_core.errors import InvalidParameter
+    from rock_core.units import parse_size
+
+    try:
+        parse_size(memory, field="--memory")
+    except InvalidParameter as exc:
+        raise click.UsageError(exc.message) from None
+
+
+def _claim(output: Path) -> None:
+    """Create the new results folder ``output``; refuse an existing one (never overwritten)."""
+    from rock.bench.rollout import claim_output
+
+    try:
+        claim_output(output)
+    except FileExistsError:
+        raise click.UsageError(f"--output {str(output)!r} already exists; rock never overwrites results") from None
+
+
 def _fill_warm_pool(settings) -> float:  # type: ignore[no-untyped-def]
     """Have the engine keep ``settings.warm_pool`` episode sandboxes ready; wait until it does."""
     from rock.sdk import warm_pool
@@ -191,3 +202,73 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
         click.echo(f"rock bench admin: {exc}", err=True)
         sys.exit(1)
     click.echo(dumps(figures))
+
+
+@bench.command()
+@click.option("--count", "-n", type=click.IntRange(min=1), default=None, help="Sandboxes held at once.")
+@click.option(
+    "--curve", default=None, metavar="N,N,...",
+    help="Run the whole measurement at each count in turn (like 100,250,500) and print how each figure grows.",
+)
+@click.option("--remote", is_flag=True, help="Through a `rock admin` server started for the run (127.0.0.1), not the embedded engine.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
+@click.option("--memory", default="256m", show_default=True, help="Memory limit per sandbox.")
+@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
+@click.option("--status-calls", type=click.IntRange(min=1), default=300, show_default=True, help="get_status calls per count.")
+@click.option("--command-calls", type=click.IntRange(min=1), default=100, show_default=True, help="`echo x` commands per count.")
+@click.option("--idle-seconds", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="Idle window for the engine's CPU use.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
+def scale(
+    count: int | None, curve: str | None, remote: bool, image: str, memory: str, cpus: float,
+    status_calls: int, command_calls: int, idle_seconds: float, output: Path | None,
+) -> None:
+    """N sandboxes at once: start rate, latencies and memory while they are held, teardown time.
+
+    Starts N sandboxes at once through the SDK, holds them, measures get_status, command and
+    listing latency, the engine's memory and idle CPU and the host's memory per sandbox, then
+    leaves every `async with` (embedded: and closes the engine, as a trainer's exit does) and
+    times until no container is left. Prints the figures as JSON (stdout) and a table (stderr);
+    exits 1 if a start failed or a container was left behind.
+    """
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from rock.bench.rollout import write_results
+    from rock.bench.scale import ScaleSettings, parse_curve, run_scale, table_rows
+
+    if (count is None) == (curve is None):
+        raise click.UsageError("give one of --count N or --curve N,N,...")
+    try:
+        counts = (count,) if count is not None else parse_curve(curve or "")
+    except ValueError as exc:
+        raise click.UsageError(f"--curve: {exc}") from None
+    _check_memory(memory)
+    if output is not None:
+        _claim(output)
+    settings = ScaleSettings(
+        counts=counts, remote=remote, image=image, memory=memory, cpus=cpus,
+        status_calls=status_calls, command_calls=command_calls, idle_seconds=idle_seconds,
+    )
+    console = Console(stderr=True)
+    document = asyncio.run(run_scale(settings, say=lambda line: console.print(line, highlight=False)))
+    points = document["points"]
+    table = Table(box=box.SIMPLE_HEAD, title=f"rock bench scale ({'remote' if remote else 'embedded'})")
+    table.add_column("N")
+    for point in points:
+        table.add_column(str(point["count"]), justify="right")
+    for row in table_rows(points):
+        table.add_row(*row)
+    console.print(table)
+    if output is not None:
+        click.echo(f"results: {write_results(output, document)}", err=True)
+    click.echo(json.dumps(document, indent=2))
+    leftovers = sum(p["leftovers"] for p in points)
+    failed = sum(p["failed_starts"] for p in points)
+    if leftovers:
+        console.print(f"[bold red]LEFTOVERS: {leftovers} container(s) of this run were still there at the end[/]")
+    if failed:
+        errors = sorted({e for p in points for e in p["start_errors"]})
+        console.print(f"[bold red]{failed} start(s) failed[/]: {errors}")
+    if leftovers or failed:
+        sys.exit(1)

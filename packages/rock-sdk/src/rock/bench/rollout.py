@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["EpisodeResult", "RolloutSettings", "run_docker_baseline", "run_rollout", "summarize", "percentile"]
+__all__ = ["EpisodeResult", "RolloutSettings", "run_docker_baseline", "run_rollout", "summarize", "percentile", "machine_info"]
 
 WORKDIR = "/tmp/episode"
 
@@ -243,6 +243,11 @@ async def run_docker_baseline(settings: RolloutSettings) -> tuple[list[float | N
     return list(rewards), time.perf_counter() - t0
 
 
+def machine_info() -> dict[str, Any]:
+    """The machine a bench ran on, for its results document."""
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]}
+
+
 def summarize(settings: RolloutSettings, results: list[EpisodeResult], client_seconds: float) -> dict[str, Any]:
     """The results document: the metrics, the settings, the machine, and a row per episode."""
     ready = [r.sandbox_to_ready_seconds for r in results if r.sandbox_to_ready_seconds is not None]
@@ -266,11 +271,7 @@ def summarize(settings: RolloutSettings, results: list[EpisodeResult], client_se
         "batch_to_all_rewards_seconds": rounded(last(all_rewards)),
         "client_job_complete_seconds": rounded(client_seconds),
         "settings": attrs.asdict(settings),
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "python": sys.version.split()[0],
-        },
+        "machine": machine_info(),
         "rows": [
             {
                 **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in attrs.asdict(r).items()},

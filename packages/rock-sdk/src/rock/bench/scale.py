@@ -1,0 +1,477 @@
+"""``rock bench scale``: N sandboxes at once, held, measured under that load, then torn down.
+
+Each point of the run (one ``--count``, or each N of ``--curve``) does what a trainer does with
+N environments, through ROCK's SDK (:class:`~rock.sdk.sandbox.client.Sandbox`):
+
+1. **start** N sandboxes at once, each held in its own task by ``async with Sandbox(config)``:
+   the time until all run and the start rate (running sandboxes per second);
+2. **idle** for a few seconds: the engine's resident memory and CPU use (embedded: this
+   process, where the engine runs; remote: the admin server's pid), and the host's memory per
+   idle sandbox, two ways: the drop of ``MemAvailable`` (``/proc/meminfo``, the whole host:
+   noisy when others share it) and the sum of what is attributed to the sandboxes' containers
+   (each container's memory cgroup, plus the ``docker-proxy`` and ``containerd-shim`` processes
+   that serve them, read from ``/proc``);
+3. **load**: ``get_status`` latency (calls one after another, spread round-robin over the
+   sandboxes), command latency (``execute(["echo", "x"])`` likewise), and the listing's latency
+   (the engine's ``list_sandboxes``; remote: also ``rock sandbox list --json`` as a subprocess);
+4. **teardown** as a trainer's exit does it: every ``async with`` is left at once (a stop; with
+   the default lifecycle the sandbox is then deleted), and in embedded mode the engine is closed
+   as the interpreter's exit would; then the time until ``docker ps -a`` shows no container of
+   the point (rock's ``rock.sandbox_id`` label and the point's name prefix) and the leftovers.
+
+Embedded mode uses the process-wide engine (a new one per point: closing it is part of the
+teardown). ``--remote`` starts one ``rock admin serve`` for the whole run
+(:func:`rock.bench.admin.started_admin`) and points the SDK at it with ``base_url``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from rock.bench.admin import _rock_command, proc_kib_bytes, rss_bytes, started_admin
+from rock.bench.rollout import machine_info, percentile
+
+__all__ = ["ScaleSettings", "cpu_seconds", "run_scale", "table_rows"]
+
+# The rocklet's port inside the container (published on the host: one docker-proxy each).
+_ROCKLET_PORT = "22555/tcp"
+
+MEMORY_METHOD = (
+    "host_memavailable_drop_per_sandbox_mb: drop of MemAvailable in /proc/meminfo from before the starts to "
+    "the idle window, divided by the sandboxes running (the whole host: other work moves it); "
+    "container_*: the containers' memory cgroups (usage, and working set = usage - inactive file cache); "
+    "proxy_shim_rss_per_sandbox_mb: VmRSS of the docker-proxy processes publishing the sandboxes' ports "
+    "and of their containerd-shim processes"
+)
+
+
+@attrs.frozen(kw_only=True)
+class ScaleSettings:
+    """What ``rock bench scale`` runs.
+
+    :param counts: sandboxes held at once, one point per value, in order.
+    :param remote: through a ``rock admin`` server started for the run instead of the embedded engine.
+    :param image: / ``memory`` / ``cpus``: every sandbox's.
+    :param status_calls: ``get_status`` calls per point; ``command_calls``: ``echo`` commands;
+        ``list_calls``: listings.
+    :param idle_seconds: the idle window in which the engine's CPU use is measured.
+    :param startup_timeout: each start's limit (from when it leaves the engine's start queue).
+    :param gone_timeout: how long the teardown may take before what is left counts as leftovers.
+    """
+
+    counts: tuple[int, ...]
+    remote: bool = False
+    image: str = "python:3.11"
+    memory: str = "256m"
+    cpus: float = 0.1
+    status_calls: int = 300
+    command_calls: int = 100
+    list_calls: int = 20
+    idle_seconds: float = 5.0
+    startup_timeout: float = 300.0
+    gone_timeout: float = 300.0
+
+    def sandbox_config(self, sandbox_id: str, base_url: str | None) -> Any:
+        """The :class:`~rock.sdk.sandbox.config.SandboxConfig` of one sandbox of a point."""
+        from rock.sdk.sandbox.config import SandboxConfig
+
+        return SandboxConfig(
+            base_url=base_url,
+            sandbox_id=sandbox_id,
+            image=self.image,
+            memory=self.memory,
+            cpus=self.cpus,
+            startup_timeout=self.startup_timeout,
+            auto_clear_seconds=3600,  # a long burst must not idle-stop the first sandboxes
+            experiment_id="bench-scale",
+        )
+
+
+# -- what /proc and Docker say -------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used (``None`` if unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            fields = f.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return None
+    # After the command name: state is field 3, utime 14 and stime 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _docker(*args: str, timeout: float = 120) -> str:
+    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"docker {' '.join(args[:2])} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def _containers(prefix: str) -> list[str]:
+    """Ids of every container (any state) of this point: rock's label and the point's names."""
+    out = _docker("ps", "-a", "-q", "--no-trunc", "--filter", "label=rock.sandbox_id", "--filter", f"name=^{prefix}")
+    return out.split()
+
+
+def _cgroup_memory(container_id: str) -> tuple[int, int] | None:
+    """``(usage, working set)`` bytes of a container's memory cgroup (v1 or v2, cgroupfs or systemd)."""
+    for base, usage_file, inactive_key in (
+        (f"/sys/fs/cgroup/memory/docker/{container_id}", "memory.usage_in_bytes", "total_inactive_file"),
+        (f"/sys/fs/cgroup/memory/system.slice/docker-{container_id}.scope", "memory.usage_in_bytes", "total_inactive_file"),
+        (f"/sys/fs/cgroup/docker/{container_id}", "memory.current", "inactive_file"),
+        (f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope", "memory.current", "inactive_file"),
+    ):
+        try:
+            with open(f"{base}/{usage_file}", encoding="ascii") as f:
+                usage = int(f.read())
+            inactive = 0
+            with open(f"{base}/memory.stat", encoding="ascii") as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == inactive_key:
+                        inactive = int(value)
+            return usage, max(0, usage - inactive)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _helper_processes_rss(container_ids: set[str], ports: set[str]) -> int:
+    """VmRSS of the docker-proxy processes publishing ``ports`` and the shims of ``container_ids``."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        name = os.path.basename(argv[0])
+        ours = (
+            (name == "docker-proxy" and _flag(argv, "-host-port") in ports)
+            or (name.startswith("containerd-shim") and _flag(argv, "-id") in container_ids)
+        )
+        if ours:
+            total += rss_bytes(int(pid)) or 0
+    return total
+
+
+def _flag(argv: list[str], name: str) -> str | None:
+    with contextlib.suppress(ValueError, IndexError):
+        return argv[argv.index(name) + 1]
+    return None
+
+
+def _host_memory(container_ids: list[str]) -> dict[str, Any]:
+    """Memory the host spends on these containers, per container (MB)."""
+    if not container_ids:
+        return {}
+    inspected = json.loads(_docker("inspect", *container_ids))
+    ports = {
+        binding["HostPort"]
+        for c in inspected
+        for binding in ((c.get("NetworkSettings") or {}).get("Ports") or {}).get(_ROCKLET_PORT) or []
+    }
+    cgroups = [m for m in (_cgroup_memory(c["Id"]) for c in inspected) if m is not None]
+    helpers = _helper_processes_rss({c["Id"] for c in inspected}, ports)
+    n = len(inspected)
+    return {
+        "container_memory_per_sandbox_mb": _mb(sum(u for u, _ in cgroups) / len(cgroups)) if cgroups else None,
+        "container_working_set_per_sandbox_mb": _mb(sum(w for _, w in cgroups) / len(cgroups)) if cgroups else None,
+        "proxy_shim_rss_per_sandbox_mb": _mb(helpers / n),
+    }
+
+
+def _mb(value: float | None) -> float | None:
+    return None if value is None else round(value / 2**20, 2)
+
+
+def _latency(name: str, seconds: list[float]) -> dict[str, Any]:
+    def ms(q: float) -> float | None:
+        p = percentile(seconds, q)
+        return None if p is None else round(p * 1000, 3)
+
+    return {f"{name}_p50_ms": ms(50), f"{name}_p99_ms": ms(99), f"{name}_calls": len(seconds)}
+
+
+# -- one point -----------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Holds:
+    """The point's sandboxes as their tasks hold them."""
+
+    count: int
+    running: dict[int, Any] = attrs.field(factory=dict)
+    start_seconds: dict[int, float] = attrs.field(factory=dict)
+    errors: dict[int, str] = attrs.field(factory=dict)
+    settled: asyncio.Event = attrs.field(factory=asyncio.Event)
+    release: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+    def note(self) -> None:
+        if len(self.running) + len(self.errors) == self.count:
+            self.settled.set()
+
+
+async def _hold(n: int, config: Any, holds: _Holds, t0: float) -> None:
+    """Start one sandbox in ``async with``, keep it until released, leave the block."""
+    from rock.sdk.sandbox.client import Sandbox
+
+    sandbox = Sandbox(config)
+    try:
+        async with sandbox:
+            holds.start_seconds[n] = time.perf_counter() - t0
+            holds.running[n] = sandbox
+            holds.note()
+            await holds.release.wait()
+    except Exception as exc:  # every failed start is counted and reported
+        holds.errors[n] = f"{type(exc).__name__}: {exc}"
+        holds.note()
+        await sandbox.stop()  # whatever the failed start left (never raises)
+
+
+async def _progress(holds: _Holds, t0: float, say: Callable[[str], None], every: float = 2.0) -> None:
+    last = None
+    while True:
+        await asyncio.sleep(every)
+        now = (len(holds.running), len(holds.errors))
+        if now != last:
+            failed = f", {now[1]} failed" if now[1] else ""
+            say(f"started {now[0]}/{holds.count}{failed} after {time.perf_counter() - t0:.1f}s")
+            last = now
+
+
+async def _wait_gone(prefix: str, t0: float, timeout: float, say: Callable[[str], None]) -> tuple[float, int]:
+    """Poll ``docker ps -a`` until no container of the point is left; ``(seconds, leftovers)``."""
+    deadline = time.perf_counter() + timeout
+    last_said = t0
+    while True:
+        left = len(await asyncio.to_thread(_containers, prefix))
+        now = time.perf_counter()
+        if left == 0 or now > deadline:
+            return now - t0, left
+        if now - last_said >= 2:
+            say(f"teardown: {left} containers left after {now - t0:.1f}s")
+            last_said = now
+        await asyncio.sleep(0.25)
+
+
+async def _list_cli(url: str) -> float:
+    """Wall seconds of ``rock sandbox list --json`` against ``url`` (a new process, as a user runs it)."""
+    t = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        *_rock_command(), "sandbox", "list", "--base-url", url, "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"rock sandbox list failed: {err.decode(errors='replace').strip()}")
+    json.loads(out)
+    return time.perf_counter() - t
+
+
+async def _point(
+    settings: ScaleSettings, count: int, url: str | None, engine_pid: int, say: Callable[[str], None]
+) -> dict[str, Any]:
+    from rock.actions import Command
+    from rock.sdk._engine import close_embedded_engine, get_embedded_engine, get_remote_engine
+
+    figures: dict[str, Any] = {"count": count, "mode": "remote" if url else "embedded"}
+    if url is None:
+        t = time.perf_counter()
+        await asyncio.to_thread(get_embedded_engine().start)
+        figures["engine_start_seconds"] = round(time.perf_counter() - t, 3)
+    engine = get_remote_engine(url) if url else get_embedded_engine()
+    prefix = f"scale-{uuid.uuid4().hex[:8]}-{count}-"
+    figures["containers_filter"] = f"label=rock.sandbox_id name=^{prefix}"
+    rss_before = rss_bytes(engine_pid)
+    mem_before = proc_kib_bytes("/proc/meminfo", "MemAvailable")
+    cpu_before = cpu_seconds(engine_pid)
+
+    # 1. Start all at once.
+    say(f"starting {count} sandboxes ({settings.image}, {settings.memory}, {settings.cpus:g} cpus)")
+    holds = _Holds(count)
+    t0 = time.perf_counter()
+    tasks = [
+        asyncio.create_task(_hold(n, settings.sandbox_config(f"{prefix}{n:04d}", url), holds, t0))
+        for n in range(count)
+    ]
+    reporter = asyncio.create_task(_progress(holds, t0, say))
+    teardown_started: float | None = None
+    try:
+        await holds.settled.wait()
+        reporter.cancel()
+        starts = sorted(holds.start_seconds.values())
+        running = list(holds.running.values())
+        say(f"started {len(running)}/{count}" + (f", {len(holds.errors)} failed" if holds.errors else "")
+            + f" in {starts[-1] if starts else 0:.1f}s")
+        figures.update({
+            "running": len(running),
+            "failed_starts": len(holds.errors),
+            "start_errors": sorted(set(holds.errors.values()))[:5],
+            "time_to_all_running_seconds": round(starts[-1], 3) if starts and not holds.errors else None,
+            "time_to_first_running_seconds": round(starts[0], 3) if starts else None,
+            "start_rate_per_second": round(len(starts) / starts[-1], 2) if starts else None,
+            "start_p50_seconds": round(percentile(starts, 50) or 0, 3) if starts else None,
+            "engine_cpu_seconds_during_starts": _delta(cpu_seconds(engine_pid), cpu_before),
+        })
+
+        # 2. Idle: the engine's memory and CPU, the host's memory per sandbox.
+        say(f"idle for {settings.idle_seconds:g}s: engine and host memory, engine CPU")
+        await asyncio.sleep(2)  # the start burst's garbage and pending timers settle
+        cpu_idle = cpu_seconds(engine_pid)
+        t = time.perf_counter()
+        await asyncio.sleep(settings.idle_seconds)
+        idle_cpu = _delta(cpu_seconds(engine_pid), cpu_idle)
+        rss_idle = rss_bytes(engine_pid)
+        mem_idle = proc_kib_bytes("/proc/meminfo", "MemAvailable")
+        figures.update({
+            "engine_pid": engine_pid,
+            "engine_rss_before_mb": _mb(rss_before),
+            "engine_rss_idle_mb": _mb(rss_idle),
+            "engine_rss_per_sandbox_kb": (
+                round((rss_idle - rss_before) / len(running) / 1024, 1) if running and rss_idle and rss_before else None
+            ),
+            "engine_cpu_idle_percent": (
+                round(100 * idle_cpu / (time.perf_counter() - t), 2) if idle_cpu is not None else None
+            ),
+            "host_memavailable_drop_per_sandbox_mb": (
+                _mb((mem_before - mem_idle) / len(running)) if running and mem_before and mem_idle else None
+            ),
+        })
+        figures.update(await asyncio.to_thread(_host_memory, await asyncio.to_thread(_containers, prefix)))
+
+        # 3. Latencies under the load of N held sandboxes (calls one after another).
+        if running:
+            say(f"get_status: {settings.status_calls} calls over {len(running)} sandboxes")
+            took = []
+            for i in range(settings.status_calls):
+                t = time.perf_counter()
+                await running[i % len(running)].get_status()
+                took.append(time.perf_counter() - t)
+            figures.update(_latency("get_status", took))
+            say(f"commands: {settings.command_calls} × execute(echo x) over {len(running)} sandboxes")
+            took = []
+            for i in range(settings.command_calls):
+                t = time.perf_counter()
+                answer = await running[i % len(running)].execute(Command(command=["echo", "x"], timeout=60))
+                took.append(time.perf_counter() - t)
+                if answer.exit_code != 0 or answer.stdout.strip() != "x":
+                    raise RuntimeError(f"echo x answered {answer.exit_code}: {answer.stdout!r} {answer.stderr!r}")
+            figures.update(_latency("command", took))
+        say(f"listing: {settings.list_calls} × list_sandboxes" + (" and 3 × `rock sandbox list`" if url else ""))
+        took = []
+        for _ in range(settings.list_calls):
+            t = time.perf_counter()
+            listed = await engine.list_sandboxes()
+            took.append(time.perf_counter() - t)
+        figures.update(_latency("list", took))
+        figures["listed"] = len(listed)
+        if url:
+            figures["list_cli_p50_seconds"] = round(percentile([await _list_cli(url) for _ in range(3)], 50) or 0, 3)
+
+        # 4. Teardown: every `async with` left at once, then (embedded) the engine closed.
+        say(f"teardown: leaving {count} `async with` blocks" + ("" if url else ", then closing the engine"))
+        teardown_started = time.perf_counter()
+        holds.release.set()
+        await asyncio.gather(*tasks)
+        figures["teardown_stops_returned_seconds"] = round(time.perf_counter() - teardown_started, 3)
+        if url is None:
+            await asyncio.to_thread(close_embedded_engine)
+            figures["teardown_engine_closed_seconds"] = round(time.perf_counter() - teardown_started, 3)
+    finally:
+        reporter.cancel()
+        if teardown_started is None:  # failed before the teardown: still leave nothing behind
+            teardown_started = time.perf_counter()
+            holds.release.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if url is None:
+                await asyncio.to_thread(close_embedded_engine)
+        gone, left = await _wait_gone(prefix, teardown_started, settings.gone_timeout, say)
+        figures["teardown_containers_gone_seconds"] = round(gone, 3) if left == 0 else None
+        figures["leftovers"] = left
+    say(f"N={count}: all gone after {gone:.1f}s" if left == 0 else f"N={count}: {left} CONTAINERS LEFT after {gone:.0f}s")
+    return figures
+
+
+def _delta(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else round(after - before, 3)
+
+
+async def run_scale(settings: ScaleSettings, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run every point of ``settings``; return the document (``points``, ``settings``, ``machine``)."""
+    points: list[dict[str, Any]] = []
+    document: dict[str, Any] = {
+        "points": points,
+        "memory_method": MEMORY_METHOD,
+        "settings": {**attrs.asdict(settings), "counts": list(settings.counts)},
+        "machine": machine_info(),
+    }
+    async with contextlib.AsyncExitStack() as stack:
+        url, pid = None, os.getpid()
+        if settings.remote:
+            say("starting a rock admin server")
+            url, pid = await stack.enter_async_context(started_admin())
+            document["admin_url"] = url
+        for count in settings.counts:
+            points.append(await _point(settings, count, url, pid, say))
+    return document
+
+
+# Figures of the table, in order: (key, label).
+TABLE = (
+    ("running", "sandboxes running"),
+    ("failed_starts", "failed starts"),
+    ("time_to_all_running_seconds", "time to all running (s)"),
+    ("start_rate_per_second", "start rate (/s)"),
+    ("start_p50_seconds", "start p50 (s)"),
+    ("engine_cpu_seconds_during_starts", "engine CPU during starts (s)"),
+    ("get_status_p50_ms", "get_status p50 (ms)"),
+    ("get_status_p99_ms", "get_status p99 (ms)"),
+    ("command_p50_ms", "command p50 (ms)"),
+    ("command_p99_ms", "command p99 (ms)"),
+    ("list_p50_ms", "list p50 (ms)"),
+    ("list_p99_ms", "list p99 (ms)"),
+    ("list_cli_p50_seconds", "rock sandbox list (s)"),
+    ("engine_rss_idle_mb", "engine RSS idle (MB)"),
+    ("engine_rss_per_sandbox_kb", "engine RSS per sandbox (KB)"),
+    ("engine_cpu_idle_percent", "engine CPU idle (% of a core)"),
+    ("host_memavailable_drop_per_sandbox_mb", "host MemAvailable drop / sandbox (MB)"),
+    ("container_working_set_per_sandbox_mb", "container working set / sandbox (MB)"),
+    ("container_memory_per_sandbox_mb", "container cgroup usage / sandbox (MB)"),
+    ("proxy_shim_rss_per_sandbox_mb", "docker-proxy + shim RSS / sandbox (MB)"),
+    ("teardown_stops_returned_seconds", "teardown: stops returned (s)"),
+    ("teardown_engine_closed_seconds", "teardown: engine closed (s)"),
+    ("teardown_containers_gone_seconds", "teardown: containers gone (s)"),
+    ("leftovers", "leftovers"),
+)
+
+
+def table_rows(points: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per figure of :data:`TABLE` that any point has: its label, then its value at each N."""
+    rows = []
+    for key, label in TABLE:
+        if any(p.get(key) is not None for p in points):
+            rows.append([label, *("" if p.get(key) is None else f"{p[key]:g}" for p in points)])
+    return rows
+
+
+def parse_curve(text: str) -> tuple[int, ...]:
+    """``"100,250,500"`` → ``(100, 250, 500)``.
+
+    :raises ValueError: not a comma-separated list of integers >= 1.
+    """
+    if not re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*", text) or any(int(v) < 1 for v in text.split(",")):
+        raise ValueError(f"expected comma-separated counts >= 1 (like 100,250,500), got {text!r}")
+    return tuple(int(v) for v in text.split(","))

@@ -1,0 +1,75 @@
+"""`rock bench scale` as a user runs it: a subprocess on the real Docker engine that prints its
+figures, writes them with --output, and leaves no container behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Each run makes its own engine or admin, so the remote pass of `make test` would only repeat it.
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.skipif(
+        os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+        reason="starts its own engine or admin; it already ran in the embedded pass",
+    ),
+]
+
+ROCK = Path(sys.executable).with_name("rock")
+
+FIGURES = (
+    "time_to_all_running_seconds", "start_rate_per_second", "get_status_p50_ms", "get_status_p99_ms",
+    "command_p50_ms", "command_p99_ms", "list_p50_ms", "engine_rss_idle_mb", "container_memory_per_sandbox_mb",
+    "proxy_shim_rss_per_sandbox_mb", "teardown_containers_gone_seconds",
+)
+
+
+def scale(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROCK), "bench", "scale", "--status-calls", "20", "--command-calls", "10", "--idle-seconds", "1", *args],
+        capture_output=True, text=True, timeout=300,
+    )
+
+
+def left_behind(docker_client: Any, point: dict[str, Any]) -> list[Any]:
+    prefix = point["containers_filter"].split("name=^")[1]
+    return docker_client.containers.list(all=True, filters={"name": f"^{prefix}"}, ignore_removed=True)
+
+
+def test_embedded_scale_holds_measures_and_leaves_nothing(tmp_path, docker_client):
+    output = tmp_path / "run"
+    done = scale("--count", "3", "--output", str(output))
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert json.loads((output / "results.json").read_text()) == document
+    (point,) = document["points"]
+    assert (point["count"], point["mode"], point["running"], point["failed_starts"]) == (3, "embedded", 3, 0)
+    for key in (*FIGURES, "teardown_engine_closed_seconds"):
+        assert point[key] > 0, key
+    assert point["engine_cpu_idle_percent"] >= 0 and point["listed"] == 3
+    assert point["leftovers"] == 0 and left_behind(docker_client, point) == []
+    assert "started 3/3" in done.stderr and "sandboxes running" in done.stderr  # progress, then the table
+
+
+def test_remote_scale_goes_through_a_real_admin(tmp_path, docker_client):
+    done = scale("--remote", "--count", "2")
+    assert done.returncode == 0, done.stderr
+    (point,) = json.loads(done.stdout)["points"]
+    assert (point["mode"], point["running"], point["listed"]) == ("remote", 2, 2)
+    assert point["engine_pid"] != os.getpid()  # the admin's memory and CPU, not this process's
+    for key in (*FIGURES, "list_cli_p50_seconds"):
+        assert point[key] > 0, key
+    assert point["leftovers"] == 0 and left_behind(docker_client, point) == []
+
+
+def test_scale_refuses_bad_counts_before_starting_anything():
+    done = scale("--curve", "10,x")
+    assert done.returncode == 2 and "--curve" in done.stderr
+    done = scale()
+    assert done.returncode == 2 and "--count" in done.stderr
