@@ -20,7 +20,7 @@ class TestDockerRuntimeConformance(RuntimeConformance):
     @pytest.fixture(scope="class")
     @classmethod
     async def runtime(cls, tmp_path_factory):
-        async with DockerRuntime(rocklet_dir=tmp_path_factory.mktemp("rocklet")) as runtime:
+        async with DockerRuntime(rocklet_dir=tmp_path_factory.mktemp("rocklet"), publish_ports=False) as runtime:
             yield runtime
 
     @pytest.fixture(scope="class")
@@ -42,3 +42,13 @@ class TestDockerRuntimeConformance(RuntimeConformance):
 
     async def remove_behind_back(self, handle: UnitHandle) -> None:
         await anyio.to_thread.run_sync(lambda: self.docker.api.remove_container(handle.unit_id, force=True))
+
+
+class TestDockerRuntimePublishingConformance(TestDockerRuntimeConformance):
+    """The same checks with ``publish_ports=True``: ports published by Docker, the rocklet on TCP."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    async def runtime(cls, tmp_path_factory):
+        async with DockerRuntime(rocklet_dir=tmp_path_factory.mktemp("rocklet"), publish_ports=True) as runtime:
+            yield runtime

@@ -38,7 +38,11 @@ class NoMemoryLimit(DockerRuntime):
 class HidesAppPort(DockerRuntime):
     async def inspect(self, handle):
         status = await super().inspect(handle)
-        return attrs.evolve(status, port_mapping={k: v for k, v in status.port_mapping.items() if k != 8080})
+        return attrs.evolve(
+            status,
+            port_mapping={k: v for k, v in status.port_mapping.items() if k != 8080},
+            forwarded_ports=tuple(p for p in status.forwarded_ports if p != 8080),
+        )
 
 
 def suite_for(cls):

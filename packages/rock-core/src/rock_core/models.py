@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, NewType
+from typing import Any, NewType, NoReturn
 
 import attrs
 
@@ -40,6 +40,7 @@ from rock_core.units import GiB, describe_value, size_to_bytes
 __all__ = [
     "NonBlankStr",
     "SizeStr",
+    "ByteSize",
     "NonNegativeInt",
     "PositiveInt",
     "PositiveFloat",
@@ -47,6 +48,7 @@ __all__ = [
     "PortMapping",
     "CHECKS",
     "constrained",
+    "must",
     "ROCKLET_PORT",
     "PHASE_IMAGE_PULL",
     "PHASE_DOCKER_RUN",
@@ -70,6 +72,9 @@ NonBlankStr = NewType("NonBlankStr", str)
 #: A size as the user wrote it (``"8g"``, ``"512m"``); kept as text, checked with
 #: :func:`rock_core.units.size_to_bytes`.
 SizeStr = NewType("SizeStr", str)
+#: A count of bytes that may be written as a size (``"10m"``) or as a number (``10485760``);
+#: kept as the count. For settings (``max_json_body``), where a size is only ever used as bytes.
+ByteSize = NewType("ByteSize", int)
 #: An ``int`` ``>= 0`` (seconds, minutes, GPU counts).
 NonNegativeInt = NewType("NonNegativeInt", int)
 #: An ``int`` ``> 0`` (sizes in bytes).
@@ -104,6 +109,12 @@ def _check_size(value: Any) -> str:
     return value
 
 
+def _check_byte_size(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected a size like '10m' or a number of bytes, got {describe_value(value)}")
+    return size_to_bytes(value)  # its ValueError quotes the value and says what is expected
+
+
 def _check_non_negative_int(value: Any) -> int:
     if not _is_int(value) or value < 0:
         raise ValueError(f"expected an integer >= 0, got {describe_value(value)}")
@@ -136,6 +147,7 @@ CHECKS: Mapping[Any, Callable[[Any], Any]] = MappingProxyType(
     {
         NonBlankStr: _check_non_blank,
         SizeStr: _check_size,
+        ByteSize: _check_byte_size,
         NonNegativeInt: _check_non_negative_int,
         PositiveInt: _check_positive_int,
         PositiveFloat: _check_positive_float,
@@ -153,7 +165,19 @@ def _size_text(value: Any) -> Any:
     return str(value) if _is_int(value) else value
 
 
-_CONVERTERS: Mapping[Any, Callable[[Any], Any]] = {NonBlankStr: _strip, SizeStr: _size_text}
+def _byte_count(value: Any) -> Any:
+    # A size that parses becomes its count; anything else is left for the check to refuse.
+    try:
+        return _check_byte_size(value)
+    except ValueError:
+        return value
+
+
+_CONVERTERS: Mapping[Any, Callable[[Any], Any]] = {NonBlankStr: _strip, SizeStr: _size_text, ByteSize: _byte_count}
+
+
+def _refuse(error: type[InvalidParameter], attribute: attrs.Attribute[Any], reason: str, value: Any) -> NoReturn:
+    raise error(f"{attribute.name}: {reason}", field=attribute.name, value=value)
 
 
 def constrained(kind: Any, *, optional: bool = False, **kwargs: Any) -> Any:
@@ -173,12 +197,37 @@ def constrained(kind: Any, *, optional: bool = False, **kwargs: Any) -> Any:
         try:
             check(value)
         except ValueError as exc:
-            raise InvalidParameter(f"{attribute.name}: {exc}", field=attribute.name, value=value) from None
+            reason = str(exc)
+        else:
+            return
+        _refuse(InvalidParameter, attribute, reason, value)
 
     converter = _CONVERTERS.get(kind)
     if converter is not None:
         kwargs["converter"] = converter
     return attrs.field(validator=validate, **kwargs)
+
+
+def must(
+    test: Callable[[Any], bool], expected: str, *, error: type[InvalidParameter] = InvalidParameter, secret: bool = False
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """An attrs validator for a rule no type says (a name's pattern, a digest's form).
+
+    A value for which ``test`` is false raises ``error`` naming the field and the value:
+    ``tenant: expected a name of letters and digits, got 'a b'``.
+
+    :param expected: what a good value is, after "expected".
+    :param error: :class:`~rock_core.errors.InvalidParameter` or a subclass the caller expects.
+    :param secret: the value is a secret (an API key): the message says so instead of showing
+        it, and the error does not keep it.
+    """
+
+    def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if not test(value):
+            shown = "a value not shown (a secret)" if secret else describe_value(value)
+            _refuse(error, attribute, f"expected {expected}, got {shown}", None if secret else value)
+
+    return validate
 
 
 def _both_set_error(first: str, second: str, a: Any, b: Any) -> InvalidParameter:
@@ -381,6 +430,9 @@ class RuntimeStatus:
     #: Every published container port → its host port on 127.0.0.1 (22555, 8080, ...).
     port_mapping: PortMapping = attrs.field(factory=dict)
     rocklet_socket: str | None = None
+    #: Container ports the runtime did not publish and wants the engine to make reachable on
+    #: its own host, through the rocklet (see :mod:`rock_core.engine.forwarding`).
+    forwarded_ports: tuple[Port, ...] = attrs.field(default=(), converter=tuple)
 
     @property
     def rocklet_address(self) -> tuple[str, int] | None:

@@ -30,6 +30,7 @@ __all__ = [
     "NO_PYTHON_LOG_LINE",
     "ROCKLET_MOUNT",
     "ROCKLET_PORT_LABEL",
+    "FORWARD_PORTS_LABEL",
     "ROCKLET_PYZ",
     "ContainerConfig",
     "container_config",
@@ -59,6 +60,9 @@ ROCKLET_PORT_LABEL = "rock.docker.rocklet_port"
 #: :data:`SOCKET_MOUNT`; this label holds the socket's path on the host.
 ROCKLET_SOCKET_LABEL = "rock.docker.rocklet_socket"
 SOCKET_MOUNT = "/rock-run"
+#: The container ports the engine forwards from its host for a sandbox reached on a unix
+#: socket (comma-separated; see :attr:`~rock_core.models.RuntimeStatus.forwarded_ports`).
+FORWARD_PORTS_LABEL = "rock.docker.forward_ports"
 SOCKET_NAME = "rocklet.sock"
 #: The values the ``network`` runtime option may take in a spec.
 NETWORKS = ("bridge", "host", "none")
@@ -183,6 +187,7 @@ def container_config(
     host_cpus: int | None = None,
     host_rocklet_port: int | None = None,
     socket_dir: str | None = None,
+    publish_ports: bool = False,
     stop_timeout: float = 10.0,
     init: bool = True,
     rocklet_token: str = "",
@@ -197,7 +202,11 @@ def container_config(
     :param disk_unsupported: why the storage driver cannot limit disk, or ``None`` when it can.
     :param host_cpus: the engine's CPU count; a larger CPU limit is lowered to it, with a note.
     :param host_rocklet_port: with ``network == "host"``, the host port the rocklet listens on.
-    :param socket_dir: with ``network == "none"``, the host directory for the rocklet's unix socket.
+    :param socket_dir: the host directory for the rocklet's unix socket (every network but
+        ``host``, unless ``publish_ports``).
+    :param publish_ports: publish ports 22555 and 8080 through Docker (a ``docker-proxy`` each)
+        and reach the rocklet there, instead of a unix socket with the engine forwarding the
+        ports (:data:`FORWARD_PORTS_LABEL`).
     :param rocklet_token: the sandbox's rocklet secret, handed over in ``ROCK_ROCKLET_TOKEN``.
     :param isolated_network: the network ``network`` is when it is rock's isolated one (for
         the ``security`` summary).
@@ -225,13 +234,21 @@ def container_config(
             "network none: the sandbox has only a loopback interface; rock reaches its agent through a "
             "unix socket, and no port is published"
         )
-    else:
+    elif publish_ports:
         command = launch_command(host="0.0.0.0", port=ROCKLET_PORT)
         ports = [ROCKLET_PORT, APP_PORT]
         # A one-item tuple binds the address and lets Docker choose a free host port.
         bindings = {port: (publish_host,) for port in ports}
+    else:
+        # The rocklet listens on a unix socket only; the engine serves host ports for 22555 and
+        # 8080 and carries their connections through it (rock_core.engine.forwarding).
+        assert socket_dir is not None, "a sandbox reached on a unix socket needs a socket directory"
+        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}")
+        labels[ROCKLET_SOCKET_LABEL] = f"{socket_dir}/{SOCKET_NAME}"
+        labels[FORWARD_PORTS_LABEL] = f"{ROCKLET_PORT},{APP_PORT}"
+        ports, bindings = [], {}
     mounts = [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}]
-    if network == "none":
+    if socket_dir is not None:
         mounts.append({"Type": "bind", "Source": socket_dir, "Target": SOCKET_MOUNT, "ReadOnly": False})
     capabilities = [*KEPT_CAPABILITIES, *(c for c in spec.cap_add if c not in KEPT_CAPABILITIES)]
     host: dict[str, Any] = {
@@ -345,6 +362,7 @@ def status_from_inspect(doc: Mapping[str, Any], *, publish_host: str) -> Runtime
         mapping[Port(ROCKLET_PORT)] = Port(int(labels[ROCKLET_PORT_LABEL]))
     rocklet_port = mapping.get(Port(ROCKLET_PORT)) if unit_state is UnitState.RUNNING else None
     rocklet_socket = labels.get(ROCKLET_SOCKET_LABEL) if unit_state is UnitState.RUNNING else None
+    forwarded = labels.get(FORWARD_PORTS_LABEL, "") if unit_state is UnitState.RUNNING else ""
     error = state.get("Error") or None
     return RuntimeStatus(
         state=unit_state,
@@ -357,4 +375,5 @@ def status_from_inspect(doc: Mapping[str, Any], *, publish_host: str) -> Runtime
         finished_at=_parse_time(state.get("FinishedAt")),
         port_mapping=mapping if unit_state is UnitState.RUNNING else {},
         rocklet_socket=rocklet_socket or None,
+        forwarded_ports=tuple(Port(int(p)) for p in forwarded.split(",") if p.strip().isdigit()),
     )

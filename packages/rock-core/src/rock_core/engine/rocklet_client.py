@@ -16,11 +16,13 @@ import hashlib
 import json
 import math
 import os
+import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
+import anyio.abc
 import httpx
 
 from rock_core.actions import (
@@ -54,6 +56,7 @@ from rock_core.errors import (
     SessionNotFound,
 )
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
 
 __all__ = ["RockletClient", "RockletTransport", "new_http_client", "process_request"]
 
@@ -85,7 +88,10 @@ class RockletTransport(httpx.AsyncBaseTransport):
 
     def __init__(self, max_connections: int) -> None:
         self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._tcp = httpx.AsyncHTTPTransport(limits=self._limits)
+        # Rocklets speak plain HTTP: one TLS context that loads no certificates serves every
+        # pool (httpx's default loads the CA bundle: some 25 ms of CPU per pool, per sandbox).
+        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self._tcp = httpx.AsyncHTTPTransport(limits=self._limits, verify=self._tls)
         self._uds: dict[str, httpx.AsyncHTTPTransport] = {}
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -95,8 +101,16 @@ class RockletTransport(httpx.AsyncBaseTransport):
         path = _UDS_PATHS[host]
         transport = self._uds.get(path)
         if transport is None:
-            transport = self._uds[path] = httpx.AsyncHTTPTransport(uds=path, limits=httpx.Limits(max_connections=64))
+            transport = self._uds[path] = httpx.AsyncHTTPTransport(
+                uds=path, limits=httpx.Limits(max_connections=64), verify=self._tls
+            )
         return await transport.handle_async_request(request)
+
+    async def forget(self, path: str) -> None:
+        """Close the pool of the unix socket ``path`` (its sandbox is gone); harmless if none."""
+        transport = self._uds.pop(path, None)
+        if transport is not None:
+            await transport.aclose()
 
     async def aclose(self) -> None:
         await self._tcp.aclose()
@@ -273,10 +287,7 @@ class RockletClient:
         request = b"GET /is_alive HTTP/1.1\r\nHost: rocklet\r\nConnection: close\r\n\r\n"
         try:
             with anyio.fail_after(timeout):
-                if self.host.startswith("/"):
-                    stream: Any = await anyio.connect_unix(self.host)
-                else:
-                    stream = await anyio.connect_tcp(self.host, self.port)
+                stream = await self.connect()
                 async with stream:
                     await stream.send(request)
                     head = b""
@@ -285,6 +296,66 @@ class RockletClient:
         except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
             return False
         return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+
+    async def connect(self) -> anyio.abc.ByteStream:
+        """A new raw connection to the rocklet (its unix socket or its TCP port)."""
+        if self.host.startswith("/"):
+            return await anyio.connect_unix(self.host)
+        return await anyio.connect_tcp(self.host, self.port)
+
+    async def open_tunnel(self, port: int, timeout: float = 15.0) -> anyio.abc.ByteStream:
+        """A raw TCP connection to ``127.0.0.1:port`` inside the sandbox, through the rocklet
+        (``GET /tunnel``, see :mod:`rock_core.rocklet.tunnel`); the caller closes it.
+
+        :raises InvalidParameter: ``port`` is not a port number.
+        :raises RockletUnreachable: the rocklet cannot be reached.
+        :raises InternalServerRockError: nothing listens on ``port`` in the sandbox (the
+            rocklet's HTTP 502), or the rocklet refused the tunnel.
+        """
+        attempted = f"tunnel to port {port}"
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise InvalidParameter(
+                f"port: expected a port number 1..65535, got {port!r}", field="port", value=port, sandbox_id=self.sandbox_id
+            )
+        token = f"{TOKEN_HEADER}: {self.token}\r\n" if self.token else ""
+        request = (
+            f"GET /tunnel?port={port} HTTP/1.1\r\nHost: rocklet\r\nConnection: Upgrade\r\n"
+            f"Upgrade: {TUNNEL_UPGRADE}\r\n{token}\r\n"
+        ).encode("latin-1")
+        stream: anyio.abc.ByteStream | None = None
+        try:
+            with anyio.fail_after(timeout):
+                stream = await self.connect()
+                await stream.send(request)
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    if len(head) > 65536:
+                        raise anyio.BrokenResourceError("the rocklet's answer has no end of headers")
+                    head += await stream.receive(65536)
+        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
+            if stream is not None:
+                await stream.aclose()
+            raise RockletUnreachable(
+                f"the rocklet of sandbox {self.sandbox_id} at {self.where} is unreachable: {exc!r}",
+                sandbox_id=self.sandbox_id, attempted=attempted,
+            ) from exc
+        head, _, rest = head.partition(b"\r\n\r\n")
+        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+        code = status_line.split(" ")[1] if " " in status_line else ""
+        if code != "101":
+            await stream.aclose()
+            body = rest.decode("utf-8", "replace")
+            try:
+                detail = json.loads(body).get("detail", body)
+            except (ValueError, AttributeError):
+                detail = body
+            if code == "401":
+                detail = "rock's secret for it is wrong" if self.token else "rock holds no secret for it"
+            raise InternalServerRockError(
+                f"the rocklet of sandbox {self.sandbox_id} refused a {attempted}: {detail or status_line}",
+                sandbox_id=self.sandbox_id, attempted=attempted,
+            )
+        return _Prefixed(stream, rest) if rest else stream
 
     async def wait_until_alive(self, timeout: float, *, first_delay: float = 0.002, max_delay: float = 0.05) -> float:
         """Poll ``/is_alive`` with a tight, growing backoff until it answers; return the seconds waited.
@@ -473,3 +544,26 @@ class RockletClient:
             json_body={"signal": signal, "wait": wait}, timeout=wait + _TIMEOUT_MARGIN,
         )
         return structure_wire(response.json(), ProcessInfo, forbid_extra_keys=False)
+
+
+class _Prefixed(anyio.abc.ByteStream):
+    """A byte stream that first yields ``prefix`` (bytes that arrived with a tunnel's answer)."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self._prefix:
+            data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
+            return data
+        return await self._stream.receive(max_bytes)
+
+    async def send(self, item: bytes) -> None:
+        await self._stream.send(item)
+
+    async def send_eof(self) -> None:
+        await self._stream.send_eof()
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()

@@ -417,4 +417,11 @@ def build_router(rocklet: Rocklet) -> Router:
     for method, path, handler in routes:
         router.add(method, path, handler)
     router.add("POST", "/upload", rocklet.upload, raw_body=True)
+    router.add("GET", "/tunnel", _tunnel)
     return router
+
+
+def _tunnel(request: Request) -> Any:
+    from .tunnel import open_tunnel  # imported on first use: most sandboxes never tunnel
+
+    return open_tunnel(request)

@@ -56,6 +56,7 @@ _MAX_LINE = 65536
 _MAX_HEADERS = 200
 _REASONS = {
     100: "Continue",
+    101: "Switching Protocols",
     200: "OK",
     400: "Bad Request",
     401: "Unauthorized",
@@ -64,6 +65,7 @@ _REASONS = {
     411: "Length Required",
     413: "Payload Too Large",
     500: "Internal Server Error",
+    502: "Bad Gateway",
     505: "HTTP Version Not Supported",
     511: "Network Authentication Required",
 }
@@ -498,6 +500,14 @@ class RockletServer:
             self._send(conn, json_response({"detail": "Unauthorized"}, 401), False)
             return False
         response = self._dispatch(request)
+        splice = getattr(response, "splice", None)
+        if splice is not None:  # a tunnel (see .tunnel): the connection now carries raw bytes
+            head = "HTTP/1.1 101 Switching Protocols\r\n" + "".join(
+                "%s: %s\r\n" % item for item in response.headers.items()
+            )
+            conn.sendall((head + "\r\n").encode("latin-1"))
+            splice(conn, rfile)
+            return False
         if not reader.done:
             try:
                 reader.drain()

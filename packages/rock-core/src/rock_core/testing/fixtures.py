@@ -89,11 +89,19 @@ class PhaseLog:
 
 
 def rocklet_url(status: RuntimeStatus) -> str:
-    """``http://host:port`` of the rocklet a status reports; fails the test when it reports none."""
+    """``http://host:port`` of the rocklet a status reports; fails the test when it reports none.
+
+    A rocklet on a unix socket gets the made-up host name that the engine's HTTP client
+    (:func:`~rock_core.engine.rocklet_client.new_http_client`) sends over that socket.
+    """
+    from rock_core.engine.rocklet_client import RockletClient
+
     address = status.rocklet_address
     if address is None:
         pytest.fail(f"the runtime reports no rocklet address for a {status.state.value} unit: {status!r}")
     host, port = address
+    if host.startswith("/"):
+        return RockletClient(None, host, port).base_url  # type: ignore[arg-type]
     host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{port}"
 

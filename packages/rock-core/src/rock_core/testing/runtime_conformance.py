@@ -44,10 +44,10 @@ from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
 import anyio
-import httpx
 import pytest
 
 from rock_core.errors import ImagePullFailed, NotSupported, RockError, SandboxAlreadyExists, SandboxNotFound
+from rock_core.engine.rocklet_client import new_http_client
 from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, Port, UnitState
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.runtime import Runtime, UnitHandle
@@ -136,7 +136,8 @@ class RuntimeConformance:
         """Makes units labelled for this class, and removes all of them when the class is done."""
         labels = {LABEL_RUN: uuid.uuid4().hex, "rock.engine": "conformance"}
         token = secrets.token_urlsafe(16)
-        async with httpx.AsyncClient(headers={TOKEN_HEADER: token}) as http:
+        async with new_http_client() as http:
+            http.headers[TOKEN_HEADER] = token
             made = Units(
                 runtime,
                 http,
@@ -169,12 +170,19 @@ class RuntimeConformance:
         assert last is not None and last.message, "the final image_pull phase has no message"
 
     async def test_started_unit_runs_with_published_ports(self, runtime: Runtime, shared: StartedUnit) -> None:
-        """A started unit is ``running``, with its ports published and the rocklet's among them."""
+        """A started unit is ``running``, with each of its ports either published by the runtime
+        or listed for the engine to forward, and the rocklet reachable: at its published port,
+        or (when the engine forwards 22555) at a unix socket."""
         status = await runtime.inspect(shared.handle)
         assert status.state is UnitState.RUNNING
         assert status.exit_code is None
         for port in self.published_ports:
-            assert port in status.port_mapping, f"port {port} not published: {status.port_mapping}"
+            assert port in status.port_mapping or port in status.forwarded_ports, (
+                f"port {port} neither published nor forwarded: {status.port_mapping}, {status.forwarded_ports}"
+            )
+        if Port(ROCKLET_PORT) in status.forwarded_ports:
+            assert status.rocklet_socket is not None or status.rocklet_port is not None
+            return
         assert status.rocklet_port == status.port_mapping[Port(ROCKLET_PORT)]
         if self.rocklet_host is not None:
             assert status.rocklet_host == self.rocklet_host

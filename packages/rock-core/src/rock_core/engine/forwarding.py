@@ -1,0 +1,170 @@
+"""Host ports for a sandbox's ports, served by the engine through the sandbox's rocklet.
+
+A runtime that publishes no host port for a sandbox's ports (Docker since rock stopped using
+``docker-proxy``: the rocklet is reached on a unix socket) lists them in
+:attr:`~rock_core.models.RuntimeStatus.forwarded_ports`. For each such port the engine listens
+on ``127.0.0.1`` (a free port, or the one the record already names, so a restarted admin gives
+clients the same address) and carries every connection it accepts through the rocklet: to the
+rocklet itself for ROCK's port 22555, and through a tunnel (:meth:`RockletClient.open_tunnel`)
+to ``127.0.0.1:N`` inside the sandbox for any other port. That is what ``port_mapping`` shows.
+
+Why: publishing a port costs the Docker engine a ``docker-proxy`` process (about 1.5 MB each)
+and its packet-filter rules at every start, where a listening socket here costs nothing until a
+client connects. The forward lives as long as the sandbox runs and the engine holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Iterable, Mapping
+
+import anyio
+import anyio.abc
+
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.errors import RockError
+from rock_core.models import ROCKLET_PORT, Port
+
+__all__ = ["PortForwards"]
+
+log = logging.getLogger("rock.engine.forwarding")
+
+_CHUNK = 65536
+
+
+class PortForwards:
+    """The forwarded ports of every running sandbox of one engine.
+
+    :param task_group: where the listeners and their connections run (the engine's).
+    :param host: the address listened on.
+    """
+
+    def __init__(self, task_group: anyio.abc.TaskGroup, host: str = "127.0.0.1") -> None:
+        self._tg = task_group
+        self.host = host
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._mappings: dict[str, dict[Port, Port]] = {}
+
+    def __len__(self) -> int:
+        return len(self._scopes)
+
+    def mapping(self, sandbox_id: str) -> dict[Port, Port]:
+        """The forwarded ports of ``sandbox_id`` (container port → host port); empty if none."""
+        return dict(self._mappings.get(sandbox_id, {}))
+
+    async def open(
+        self,
+        sandbox_id: str,
+        client: RockletClient,
+        ports: Iterable[int],
+        preferred: Mapping[Port, Port] | None = None,
+    ) -> dict[Port, Port]:
+        """Listen for each of ``ports`` of ``sandbox_id`` and return container port → host port.
+
+        A port in ``preferred`` keeps its host port when that is still free; otherwise, and for
+        the others, the system chooses one. Forwards already open for the sandbox are closed
+        first.
+        """
+        self.close(sandbox_id)
+        preferred = dict(preferred or {})
+        listeners: list[tuple[Port, anyio.abc.SocketListener]] = []
+        try:
+            for port in ports:
+                listener = await self._listen(preferred.get(Port(port), 0))
+                listeners.append((Port(port), listener))
+        except BaseException:
+            for _, listener in listeners:
+                await listener.aclose()
+            raise
+        scope = anyio.CancelScope()
+        mapping = {port: Port(listener.extra(anyio.abc.SocketAttribute.local_port)) for port, listener in listeners}
+        self._scopes[sandbox_id] = scope
+        self._mappings[sandbox_id] = mapping
+        self._tg.start_soon(self._serve, scope, listeners, client, name=f"forwards of {sandbox_id}")
+        return dict(mapping)
+
+    def close(self, sandbox_id: str) -> None:
+        """Stop listening for ``sandbox_id`` and cut its forwarded connections (idempotent)."""
+        scope = self._scopes.pop(sandbox_id, None)
+        self._mappings.pop(sandbox_id, None)
+        if scope is not None:
+            scope.cancel()
+
+    def close_all(self) -> None:
+        """Close every forward (the engine is closing)."""
+        for sandbox_id in list(self._scopes):
+            self.close(sandbox_id)
+
+    async def _listen(self, port: int) -> anyio.abc.SocketListener:
+        try:
+            multi = await anyio.create_tcp_listener(local_host=self.host, local_port=port)
+        except OSError:
+            if port == 0:
+                raise
+            log.info("host port %s is taken; forwarding from a new one", port)
+            multi = await anyio.create_tcp_listener(local_host=self.host, local_port=0)
+        return multi.listeners[0]  # one address: one listener
+
+    @staticmethod
+    async def _serve(
+        scope: anyio.CancelScope,
+        listeners: list[tuple[Port, anyio.abc.SocketListener]],
+        client: RockletClient,
+    ) -> None:
+        """Accept on every listener of one sandbox until ``scope`` is cancelled, then close them
+        (and the connections they carry)."""
+
+        async def accept(port: Port, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+            async with listener:
+                while True:
+                    stream = await listener.accept()
+                    tg.start_soon(_carry, stream, client, port)
+
+        with scope:
+            async with anyio.create_task_group() as tg:
+                for port, listener in listeners:
+                    tg.start_soon(accept, port, listener, tg)
+        for _, listener in listeners:  # cancelled before the first accept: still open
+            with anyio.CancelScope(shield=True):
+                await listener.aclose()
+
+
+async def _carry(stream: anyio.abc.SocketStream, client: RockletClient, port: Port) -> None:
+    """Carry one accepted connection to ``port`` of the sandbox until either side is done."""
+    async with stream:
+        try:
+            stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except (OSError, anyio.TypedAttributeLookupError):
+            pass
+        try:
+            upstream = await (client.connect() if port == ROCKLET_PORT else client.open_tunnel(int(port)))
+        except (RockError, OSError) as exc:
+            log.debug("forward to port %s of %s failed: %s", port, client.sandbox_id, exc)
+            return
+        async with upstream, anyio.create_task_group() as pipes:
+
+            async def pipe(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> None:
+                if not await _pipe(source, sink):
+                    pipes.cancel_scope.cancel()  # a side broke off: the other will not finish
+
+            pipes.start_soon(pipe, stream, upstream)
+            pipes.start_soon(pipe, upstream, stream)
+
+
+async def _pipe(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> bool:
+    """Copy ``source`` to ``sink``; at ``source``'s end, half-close ``sink``. ``False`` when
+    either side broke off instead of ending cleanly."""
+    try:
+        while True:
+            data = await source.receive(_CHUNK)
+            await sink.send(data)
+    except anyio.EndOfStream:
+        pass
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        return False
+    try:
+        await sink.send_eof()
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, NotImplementedError):
+        return False
+    return True
