@@ -182,6 +182,17 @@ class Rocklet:
         """``GET /is_alive``."""
         return {"is_alive": True, "message": ""}
 
+    def end_sandbox(self, req: Request) -> Any:
+        """``POST /shutdown``: answer, then end the rocklet at once, and with it the sandbox.
+
+        The engine's fast way to end many sandboxes (a trainer's exit): the rocklet is the
+        container's main process, so the container stops, and every process in it is killed by
+        the kernel, without a call to the runtime per sandbox. Nothing is flushed or closed.
+        """
+        response = Response(b"{}")
+        response.after = lambda: os._exit(0)
+        return response
+
     def get_statistics(self, req: Request) -> Any:
         """``GET /get_statistics``: cpu, mem, disk (percent), net (bytes) and raw figures."""
         if self._stats is None:
@@ -413,6 +424,7 @@ def build_router(rocklet: Rocklet) -> Router:
         ("GET", "/processes/{id}", rocklet.process_status),
         ("GET", "/processes/{id}/output", rocklet.process_output),
         ("POST", "/processes/{id}/kill", rocklet.kill_process),
+        ("POST", "/shutdown", rocklet.end_sandbox),
     ]  # type: List[Tuple[str, str, Callable[[Request], Any]]]
     for method, path, handler in routes:
         router.add(method, path, handler)

@@ -199,7 +199,7 @@ class Response:
         ``length`` is known, else with chunked transfer encoding (flushed chunk by chunk).
     """
 
-    __slots__ = ("status", "body", "content_type", "headers", "stream", "length")
+    __slots__ = ("status", "body", "content_type", "headers", "stream", "length", "after")
 
     def __init__(
         self,
@@ -217,6 +217,8 @@ class Response:
         self.headers = headers or {}
         self.stream = stream
         self.length = length
+        #: Called once the response is sent (``/shutdown`` ends the process there).
+        self.after = None  # type: Optional[Callable[[], None]]
 
 
 def _dumps(obj: Any) -> bytes:
@@ -513,7 +515,10 @@ class RockletServer:
                 reader.drain()
             except BadRequest:
                 keep_alive = False
-        self._send(conn, response, keep_alive)
+        self._send(conn, response, keep_alive and response.after is None)
+        if response.after is not None:
+            response.after()
+            return False
         return keep_alive
 
     def _authorized(self, request: Request) -> bool:
