@@ -1,0 +1,188 @@
+"""Warm pools as the engine runs them: keeping them (:func:`set_warm_pool`, :func:`warmup`),
+waiting for them (:func:`wait_warm`), and serving a start from one (:func:`claim_warm`).
+
+A pool itself (:class:`~rock_core.engine.pool.WarmPool`) makes and holds members; this module
+decides which pool a start belongs to and turns a member into the sandbox: the runtime assigns
+the unit to the sandbox id (shielded, so a stop arriving meanwhile finds the unit in the
+sandbox's handle rather than losing it halfway), the member's secret becomes the sandbox's, and
+one ``is_alive`` makes it running. A member that cannot be claimed is removed and the start
+goes the ordinary way.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from rock_core.actions import SandboxStartRequest, WarmPoolStatus
+from rock_core.converters import spec_from_start_request
+from rock_core.engine import starting
+from rock_core.engine.live import LABEL_ENGINE_ID, LiveSandbox
+from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.engine.stopping import remove_quietly
+from rock_core.errors import InvalidParameter, NotSupported, RockError, StartupTimeout
+from rock_core.models import PHASE_IMAGE_PULL, PhaseStatus, PullPolicy
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["claim_warm", "remove_members", "set_warm_pool", "wait_warm", "warm_pools", "warmup"]
+
+log = logging.getLogger("rock.engine")
+
+
+async def set_warm_pool(engine: SandboxManager, request: SandboxStartRequest, size: int) -> str:
+    """:meth:`SandboxManager.set_warm_pool <rock_core.engine.manager.SandboxManager.set_warm_pool>`:
+    keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key."""
+    tg = engine._open_task_group()
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InvalidParameter(f"size: expected a whole number >= 0, got {size!r}", field="size", value=size)
+    spec = spec_from_start_request(request)
+    starting.validate(engine, spec)
+    if spec.pull is PullPolicy.ALWAYS and size:
+        raise InvalidParameter(
+            "pull: 'always' asks for a fresh pull at every start, which sandboxes started ahead of "
+            "time cannot honour; keep warm pools with pull 'missing' or 'never'",
+            field="pull", value=spec.pull.value, attempted="set_warm_pool",
+        )
+    key = pool_key(spec)
+    pools = engine._pools
+    others = sum(p.size for k, p in pools.items() if k != key)
+    if others + size > engine.config.max_warm_pool_members:
+        raise InvalidParameter(
+            f"size: {size} would keep {others + size} sandboxes ready in warm pools, above the engine's "
+            f"maximum of {engine.config.max_warm_pool_members} (max_warm_pool_members)",
+            field="size", value=size, attempted="set_warm_pool",
+        )
+    pool = pools.get(key)
+    if pool is not None:
+        if size == 0:
+            del pools[key]
+            engine._pool_scopes.pop(key).cancel()
+            surplus = pool.drain()
+        else:
+            surplus = pool.resize(size)
+        for member in surplus:
+            tg.start_soon(remove_quietly, engine.runtime, member.handle)
+        return key
+    if size == 0:
+        return key
+    runtime = engine.runtime
+    if not runtime.can_assign:
+        raise NotSupported(runtime.capabilities.missing("assign", runtime.name), attempted="set_warm_pool")
+    pool = WarmPool(
+        starting.with_defaults(engine, spec), size, key=key,
+        runtime=runtime, labels=engine._labels(None), http=engine.http, queue=engine.queue,
+        startup_timeout=starting.startup_timeout(engine, spec),
+    )
+    pools[key] = pool
+    scope = engine._pool_scopes[key] = anyio.CancelScope()
+
+    async def run() -> None:
+        with scope:
+            await pool.run(functools.partial(remove_quietly, runtime))
+
+    tg.start_soon(run)
+    return key
+
+
+async def warmup(engine: SandboxManager, request: SandboxStartRequest, size: int | None = None) -> str | None:
+    """:meth:`SandboxManager.warmup <rock_core.engine.manager.SandboxManager.warmup>`: pull the
+    image of ``request`` in the background, or (with ``size``) keep a warm pool of that kind."""
+    tg = engine._open_task_group()
+    if size is not None:
+        return await set_warm_pool(engine, request, size)
+    spec = spec_from_start_request(request)
+    starting.validate(engine, spec)
+
+    async def pull() -> None:
+        try:
+            await engine.runtime.prepare(spec)
+            log.info("warm-up: image %s is ready", spec.image)
+        except RockError as exc:
+            log.warning("warm-up of image %s failed: %s", spec.image, exc.message)
+
+    tg.start_soon(pull)
+    return None
+
+
+def warm_pools(engine: SandboxManager) -> list[WarmPoolStatus]:
+    """The status of every warm pool of ``engine``."""
+    return [pool.status() for pool in engine._pools.values()]
+
+
+async def wait_warm(engine: SandboxManager, timeout: float | None = None) -> list[WarmPoolStatus]:
+    """Wait until every pool holds its target size, or has failed to make a member; return their status.
+
+    :raises StartupTimeout: ``timeout`` seconds passed first (the pools go on filling).
+    """
+    with anyio.move_on_after(timeout) as scope:
+        while True:
+            pending = [p for p in engine._pools.values() if not p.full and p.last_error is None]
+            if not pending:
+                break
+            await pending[0].wait_changed()
+    if scope.cancelled_caught:
+        raise StartupTimeout(f"warm pools not full within {timeout:g}s: {warm_pools(engine)}", attempted="wait_warm")
+    return warm_pools(engine)
+
+
+async def remove_members(engine: SandboxManager) -> None:
+    """Remove this engine's unclaimed pool members (those in a pool and those still starting)."""
+    try:
+        units = await engine.runtime.list({LABEL_ENGINE_ID: engine.engine_id})
+    except RockError as exc:
+        log.warning("could not list this engine's pool members at close: %s", exc)
+        return
+    async with anyio.create_task_group() as tg:
+        for handle in units:
+            if is_unclaimed_member(handle):
+                tg.start_soon(remove_quietly, engine.runtime, handle)
+
+
+async def claim_warm(engine: SandboxManager, live: LiveSandbox) -> bool:
+    """Serve a start from its warm pool, if one has a live member; whether it was served."""
+    pool = engine._pools.get(pool_key(live.record.spec))
+    if pool is None:
+        return False
+    while (member := pool.take()) is not None:
+        if await _claim(engine, live, pool, member):
+            return True
+    log.debug("warm pool %s is empty: starting sandbox %s the ordinary way", pool.key, live.record.sandbox_id)
+    return False
+
+
+async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, member: Member) -> bool:
+    sandbox_id = live.record.sandbox_id
+    runtime = engine.runtime
+    assert engine._tg is not None
+    try:
+        # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
+        with anyio.CancelScope(shield=True):
+            handle = await runtime.assign(member.handle, sandbox_id)
+    except RockError as exc:
+        log.warning("could not claim pool member %s for %s: %s", member.handle.sandbox_id, sandbox_id, exc)
+        engine._tg.start_soon(remove_quietly, runtime, member.handle)
+        return False
+    live.handle = handle
+    assert member.status.rocklet_address is not None
+    # The member's secret was made for it alone and never handed out: it becomes the sandbox's.
+    engine._save(attrs.evolve(live.record, rocklet_token=member.token))
+    client = RockletClient(engine.http, *member.status.rocklet_address, sandbox_id, token=member.token)
+    if not await client.is_alive(timeout=2.0):
+        log.warning("pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id)
+        live.handle = None
+        # Removed before the ordinary start, which needs the name the member now has.
+        with anyio.CancelScope(shield=True):
+            await remove_quietly(runtime, handle)
+        return False
+    message = f"warm pool {pool.key}: image present"
+    engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
+    starting.note_unit(engine, live, attrs.evolve(handle, security=member.handle.security))
+    await starting.became_ready(engine, live, client, member.status, f"claimed from warm pool {pool.key}")
+    return True

@@ -1,0 +1,102 @@
+"""What the engine holds in memory for each sandbox it knows, and the labels its units carry.
+
+Shared by the engine's job modules (:mod:`~rock_core.engine.starting`,
+:mod:`~rock_core.engine.stopping`, :mod:`~rock_core.engine.claims`,
+:mod:`~rock_core.engine.recovery`, :mod:`~rock_core.engine.reaping`,
+:mod:`~rock_core.engine.timers`, :mod:`~rock_core.engine.reconcile`): a :class:`LiveSandbox`
+per sandbox that is not deleted, and the words for a unit that exited.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from datetime import datetime, timezone
+
+import anyio
+import attrs
+
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.errors import BadRequestRockError, RockError, SandboxNotFound
+from rock_core.models import RuntimeStatus, SandboxRecord, UnitState
+from rock_core.runtime import UnitHandle
+from rock_core.states import State
+
+__all__ = [
+    "LABEL_ENGINE",
+    "LABEL_ENGINE_ID",
+    "LABEL_OWNER",
+    "LABEL_SANDBOX_ID",
+    "LiveSandbox",
+    "describe_exit",
+    "new_rocklet_token",
+    "not_running_error",
+    "now",
+]
+
+#: The sandbox a unit holds.
+LABEL_SANDBOX_ID = "rock.sandbox_id"
+#: The kind of engine that made a unit (``EngineConfig.engine_label``).
+LABEL_ENGINE = "rock.engine"
+#: The process (or admin) that owns a unit (:mod:`rock_core.engine.owners`).
+LABEL_OWNER = "rock.owner"
+#: The engine instance that made a unit (tells two engines of one process apart).
+LABEL_ENGINE_ID = "rock.engine_id"
+
+
+def now() -> datetime:
+    """The current time, in UTC, as records keep it."""
+    return datetime.now(timezone.utc)
+
+
+def new_rocklet_token() -> str:
+    """A fresh random secret for one sandbox's rocklet (256 bits)."""
+    return secrets.token_urlsafe(32)
+
+
+def describe_exit(status: RuntimeStatus) -> str:
+    """Words for a unit that is not running: its exit code, an OOM kill, or its removal."""
+    if status.state is UnitState.MISSING:
+        return "container was removed outside rock"
+    text = f"container exited with code {status.exit_code}"
+    if status.oom_killed:
+        text += " (OOM killed: the sandbox used more than its memory limit)"
+    if status.error:
+        text += f": {status.error}"
+    return text
+
+
+def not_running_error(record: SandboxRecord, attempted: str) -> RockError:
+    """The error for a call that needs ``record``'s sandbox running: still starting, or not running (with why)."""
+    if record.state is State.PENDING:
+        return BadRequestRockError(
+            f"sandbox {record.sandbox_id} is not running yet (pending); wait for it to start",
+            sandbox_id=record.sandbox_id, attempted=attempted,
+        )
+    why = f": {record.reason}" if record.reason else ""
+    return SandboxNotFound(
+        f"sandbox {record.sandbox_id} is not running (it is {record.state.value}{why})",
+        sandbox_id=record.sandbox_id, attempted=attempted,
+    )
+
+
+@attrs.define
+class LiveSandbox:
+    """What the engine holds in memory for a sandbox that is not deleted.
+
+    ``lock`` serialises the sandbox's transitions; ``settled`` is set when its current start
+    has finished (running, failed or stopped), ``start_done`` when that start's task has
+    returned; ``start_scope`` cancels the start under way; ``removing``: its unit is being
+    removed in the background, after which its record turns deleted.
+    """
+
+    record: SandboxRecord
+    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    handle: UnitHandle | None = None
+    client: RockletClient | None = None
+    activity: float = attrs.field(factory=time.time)  # last call, for the idle timer
+    settled: anyio.Event = attrs.field(factory=anyio.Event)  # the current start finished
+    start_done: anyio.Event = attrs.field(factory=anyio.Event)  # its task has returned
+    start_error: RockError | None = None
+    start_scope: anyio.CancelScope | None = None
+    removing: bool = False  # the unit is being removed in the background; then deleted

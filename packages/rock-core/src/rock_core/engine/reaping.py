@@ -1,0 +1,112 @@
+"""Reaping: removing the units no live engine will ever use again.
+
+Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
+:data:`~rock_core.engine.live.LABEL_OWNER`, :data:`~rock_core.engine.live.LABEL_ENGINE_ID`):
+
+- at engine start, in the background (:func:`background_sweep`): the units of owners whose
+  process died (judged by :mod:`rock_core.engine.owners`), and the unclaimed warm-pool members an
+  earlier run of this owner left, a few at a time so that starts are not crowded out;
+- on demand (:func:`reap_orphans`): the orphans alone, for ``rock`` and the admin;
+- at close with ``remove_on_close`` (:func:`remove_all_owned`): every unit of this engine, its
+  sandboxes recorded stopped then deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rock_core.engine.live import LABEL_ENGINE, LABEL_ENGINE_ID, LABEL_OWNER, now
+from rock_core.engine.owners import owner_is_dead
+from rock_core.engine.pool import is_unclaimed_member
+from rock_core.engine.stopping import remove_quietly
+from rock_core.errors import RockError
+from rock_core.runtime import UnitHandle
+from rock_core.states import LIVE_STATES, Event, State
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["background_sweep", "reap_orphans", "remove_all_owned", "sweep"]
+
+log = logging.getLogger("rock.engine")
+
+# Units removed at once by the sweep of orphans and stale pool members (the rest wait their turn).
+_SWEEP_CONCURRENCY = 8
+
+
+async def reap_orphans(engine: SandboxManager) -> int:
+    """Remove units of ``engine``'s kind whose owning process has died; return how many."""
+    return await sweep(engine, reap=True)
+
+
+async def sweep(engine: SandboxManager, *, reap: bool) -> int:
+    """One look at ``engine``'s kind of units: with ``reap``, remove those whose owning process
+    died; always remove the unclaimed pool members an earlier run of this owner left (an
+    admin restart). Return how many orphans were reaped."""
+    try:
+        handles = await engine.runtime.list({LABEL_ENGINE: engine.config.engine_label})
+    except RockError as exc:
+        log.warning("could not list units to reap orphans and stale pool members: %s", exc)
+        return 0
+    owner = engine.owner
+    stale = [
+        h for h in handles
+        if h.labels.get(LABEL_OWNER, "") == owner
+        and is_unclaimed_member(h) and h.labels.get(LABEL_ENGINE_ID) != engine.engine_id
+    ]
+    orphans = [
+        h for h in handles
+        if reap and h.labels.get(LABEL_OWNER, "") != owner and owner_is_dead(h.labels.get(LABEL_OWNER, ""))
+    ]
+    if orphans:
+        log.info("removing %d sandbox(es) whose owner has died", len(orphans))
+    limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
+
+    async def remove(handle: UnitHandle) -> None:
+        async with limiter:
+            await remove_quietly(engine.runtime, handle)
+
+    async with anyio.create_task_group() as tg:
+        for handle in (*stale, *orphans):
+            tg.start_soon(remove, handle)
+    return len(orphans)
+
+
+async def background_sweep(engine: SandboxManager, done: anyio.Event) -> None:
+    """The start-up sweep (orphans only when ``config.reap_orphans``); sets ``done`` when finished."""
+    try:
+        await sweep(engine, reap=engine.config.reap_orphans)
+    finally:
+        done.set()
+
+
+async def remove_all_owned(engine: SandboxManager) -> None:
+    """Remove every unit of ``engine`` (starts under way are cancelled first) and record its
+    sandboxes stopped (``"engine closed"``) and deleted."""
+    lives = engine._live
+    for live in list(lives.values()):
+        if live.start_scope is not None:
+            live.start_scope.cancel()
+    handles = [live.handle for live in lives.values() if live.handle is not None]
+    try:
+        handles += [
+            h for h in await engine.runtime.list({LABEL_ENGINE_ID: engine.engine_id})
+            if all(h.unit_id != known.unit_id for known in handles)
+        ]
+    except RockError as exc:
+        log.warning("could not list this engine's units at close: %s", exc)
+    async with anyio.create_task_group() as tg:
+        for handle in handles:
+            tg.start_soon(remove_quietly, engine.runtime, handle)
+    at = now()
+    for live in list(lives.values()):
+        if live.record.state is not State.DELETED:
+            record = live.record
+            if record.state in LIVE_STATES:
+                record = engine._apply(record, Event.STOP, reason="engine closed", stop_time=at)
+            if record.state in (State.STOPPED, State.ARCHIVED):
+                record = engine._apply(record, Event.DELETE, delete_time=at)
+    lives.clear()

@@ -1,0 +1,101 @@
+"""Reconciliation: noticing units that stopped or vanished behind rock's back.
+
+Two ways in, both ending in :func:`unit_gone`, which records the sandbox stopped with the
+unit's exit (code, OOM kill, removal) as its reason:
+
+- :func:`reconcile` (every ``reconcile_interval``): one ``runtime.list`` of this owner's units;
+  only units the listing does not show running are inspected;
+- :func:`watch_loop` (when the runtime declares ``watch``): the runtime's unit events as they
+  happen, reconnecting after a failure; a warm-pool member that died is dropped from its pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rock_core.engine.live import LABEL_OWNER, describe_exit
+from rock_core.engine.stopping import stop_locked
+from rock_core.errors import NotSupported, RockError
+from rock_core.models import RuntimeStatus, UnitState
+from rock_core.states import LIVE_STATES, State
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["reconcile", "reconcile_loop", "unit_gone", "watch_loop"]
+
+log = logging.getLogger("rock.engine")
+
+
+async def unit_gone(engine: SandboxManager, sandbox_id: str, status: RuntimeStatus) -> None:
+    """Record that a live sandbox's unit stopped or vanished behind rock's back."""
+    live = engine._live.get(sandbox_id)
+    if live is None or live.record.state not in LIVE_STATES:
+        return
+    if live.record.state is State.PENDING and live.client is None:
+        return  # the start in progress sees it and reports it itself
+    async with live.lock:
+        if live.record.state in LIVE_STATES:
+            reason = describe_exit(status)
+            log.info("sandbox %s stopped: %s", sandbox_id, reason)
+            await stop_locked(engine, live, reason, unexpected=True)
+
+
+async def reconcile_loop(engine: SandboxManager) -> None:
+    """Run :func:`reconcile` every ``config.reconcile_interval`` seconds, forever."""
+    while True:
+        await anyio.sleep(engine.config.reconcile_interval)
+        await reconcile(engine)
+
+
+async def reconcile(engine: SandboxManager) -> None:
+    """Compare every running sandbox with its unit; one that died is recorded as stopped.
+
+    One ``list`` of this owner's units per call; only units the listing does not show running
+    (or whose state it does not give) are inspected, for their exit code and reason.
+    """
+    running = {
+        live.handle.unit_id: (sandbox_id, live)
+        for sandbox_id, live in list(engine._live.items())
+        if live.record.state is State.RUNNING and live.handle is not None
+    }
+    if not running:
+        return
+    try:
+        listed = {h.unit_id: h.state for h in await engine.runtime.list({LABEL_OWNER: engine.owner})}
+    except RockError as exc:
+        log.warning("could not list units to reconcile: %s", exc)
+        return
+    for unit_id, (sandbox_id, live) in running.items():
+        if unit_id in listed and listed[unit_id] is UnitState.RUNNING:
+            continue
+        assert live.handle is not None
+        try:
+            status = await engine.runtime.inspect(live.handle)
+        except RockError as exc:
+            log.warning("could not inspect sandbox %s: %s", sandbox_id, exc)
+            continue
+        if status.state is not UnitState.RUNNING:
+            await unit_gone(engine, sandbox_id, status)
+
+
+async def watch_loop(engine: SandboxManager) -> None:
+    """Follow the runtime's unit events (when it has them); reconnect after a failure."""
+    if not engine.runtime.capabilities.watch:
+        return  # the reconcile loop polls instead
+    while True:
+        try:
+            # By owner, not engine id: units recovered from an earlier run of this owner count.
+            async for handle, status in engine.runtime.watch({LABEL_OWNER: engine.owner}):
+                if status.state is not UnitState.RUNNING:
+                    if any(pool.forget(handle.unit_id) for pool in engine._pools.values()):
+                        continue
+                    await unit_gone(engine, handle.sandbox_id, status)
+        except NotSupported:
+            return  # the reconcile loop polls instead
+        except RockError as exc:
+            log.warning("lost the runtime's event stream (%s); reconnecting", exc)
+        await anyio.sleep(1.0)

@@ -1,0 +1,83 @@
+"""Recovery: taking back, after a restart of the process, the sandboxes this owner's store
+lists as not deleted.
+
+Each record is matched with its unit by label. A running sandbox whose rocklet answers is
+adopted (usable again, with its recorded secret); one whose unit died or vanished meanwhile,
+and one whose start the restart interrupted before its unit answered, is recorded as stopped
+with that reason. Nothing is left pending or unknown.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+
+from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.engine.stopping import stop_locked
+from rock_core.errors import RockError
+from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, UnitState
+from rock_core.states import Event, State
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["adopt", "recover"]
+
+log = logging.getLogger("rock.engine")
+
+
+async def recover(engine: SandboxManager) -> int:
+    """:meth:`SandboxManager.recover <rock_core.engine.manager.SandboxManager.recover>`: take back
+    this owner's sandboxes that are not deleted; return how many."""
+    records = [
+        r for r in engine.store.list(states=[State.PENDING, State.RUNNING, State.STOPPED])
+        if r.owner == engine.owner and r.sandbox_id not in engine._live
+    ]
+    if not records:
+        return 0
+    try:
+        units = await engine.runtime.list({LABEL_OWNER: engine.owner})
+    except RockError as exc:
+        log.warning("could not list units to recover sandboxes: %s", exc)
+        units = []
+    by_id = {h.labels.get(LABEL_SANDBOX_ID, h.sandbox_id): h for h in units}
+    for record in records:
+        live = LiveSandbox(record=record, handle=by_id.get(record.sandbox_id))
+        live.start_done.set()
+        engine._live[record.sandbox_id] = live
+        if record.state is State.STOPPED:
+            live.settled.set()
+            continue
+        reason = await adopt(engine, live)
+        live.settled.set()
+        if reason is not None:
+            async with live.lock:
+                await stop_locked(engine, live, reason, unexpected=True)
+    return len(records)
+
+
+async def adopt(engine: SandboxManager, live: LiveSandbox) -> str | None:
+    """Reconnect a recovered live sandbox to its rocklet; the reason to stop it, if it can't be."""
+    record = live.record
+    if live.handle is None:
+        return "container was removed while rock was not running"
+    try:
+        status = await engine.runtime.inspect(live.handle)
+    except RockError as exc:
+        return f"could not inspect its container after a restart: {exc.message}"
+    if status.state is not UnitState.RUNNING or status.rocklet_address is None:
+        return describe_exit(status) + " while rock was not running"
+    client = RockletClient(engine.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token)
+    if not await client.is_alive(timeout=5.0):
+        return "its rocklet did not answer after rock restarted"
+    live.client = client
+    live.activity = time.time()
+    engine._save(attrs.evolve(record, port_mapping=dict(status.port_mapping) or dict(record.port_mapping)))
+    if record.state is State.PENDING:  # its start was cut short just before the end: finish it
+        engine._set_phase(record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success (recovered)")
+        engine._apply(live.record, Event.ALIVE, start_time=now(), reason=None)
+    return None

@@ -1,0 +1,147 @@
+"""Stopping and deleting sandboxes: the one way a live sandbox becomes stopped, then deleted.
+
+A stop cancels a start under way (and waits for its task, so a unit made in a worker thread
+meanwhile is found and not leaked), fires ``stop`` under the sandbox's lock, and then applies
+the sandbox's post-stop policy: its unit removed at once and the record deleted (ROCK's
+``--rm``, the default), or the unit stopped and kept until ``auto_delete_time``. The timers,
+the reconciler, the disk watch, recovery and a failed start all stop sandboxes through
+:func:`stop_locked`.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rock_core.engine.live import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, LiveSandbox, now
+from rock_core.errors import RockError
+from rock_core.models import SandboxSpec
+from rock_core.runtime import Runtime, UnitHandle
+from rock_core.states import LIVE_STATES, Event, State
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["delete", "post_stop_plan", "remove_quietly", "stop", "stop_locked"]
+
+log = logging.getLogger("rock.engine")
+
+# A sandbox whose container died unexpectedly stays visible as stopped at least this long, so
+# its reason can be read, even when its policy deletes stopped sandboxes at once.
+_DEATH_GRACE_SECONDS = 60
+
+
+async def remove_quietly(runtime: Runtime, handle: UnitHandle) -> None:
+    """Remove a unit; a failure is logged, not raised (the unit is reaped later)."""
+    try:
+        await runtime.remove(handle)
+    except RockError as exc:
+        log.warning("could not remove unit of sandbox %s: %s", handle.sandbox_id, exc)
+
+
+def post_stop_plan(engine: SandboxManager, spec: SandboxSpec) -> tuple[State, int]:
+    """What happens after a stop: (``deleted`` or ``archived``, after how many seconds)."""
+    config = engine.config
+    delay = spec.auto_delete_seconds if spec.auto_delete_seconds is not None else config.default_auto_delete_seconds
+    if config.max_auto_delete_seconds is not None:
+        delay = min(delay, config.max_auto_delete_seconds)
+    return State.DELETED, delay
+
+
+async def stop(engine: SandboxManager, sandbox_id: str, reason: str = "manual") -> None:
+    """:meth:`SandboxManager.stop <rock_core.engine.manager.SandboxManager.stop>`: stop a sandbox
+    (unknown id and already stopped are not errors)."""
+    live = engine._live.get(sandbox_id)
+    if live is None:
+        return
+    if live.start_scope is not None:
+        live.start_scope.cancel()
+        # A unit created in a worker thread while we cancelled is only known once the
+        # start task has returned; wait for it so the unit is found and not leaked.
+        with anyio.CancelScope(shield=True):
+            await live.start_done.wait()
+    async with live.lock:
+        if live.record.state in LIVE_STATES:
+            await stop_locked(engine, live, reason)
+
+
+async def stop_locked(
+    engine: SandboxManager, live: LiveSandbox, reason: str, *, unexpected: bool = False, keep_seconds: int = 0
+) -> None:
+    """Stop the sandbox, its lock held; ``unexpected``: it died (its record is kept a grace
+    period to be read); ``keep_seconds``: keep its unit at least that long (files for inspection)."""
+    record = live.record
+    target, delay = post_stop_plan(engine, record.spec)
+    if unexpected and delay == 0:
+        delay = _DEATH_GRACE_SECONDS
+    delay = max(delay, keep_seconds)
+    at = now()
+    record = engine._apply(
+        record, Event.STOP,
+        stop_time=at, reason=reason,
+        auto_transition_state=target, auto_transition_time=at + timedelta(seconds=delay),
+    )
+    live.client = None
+    live.settled.set()
+    if live.handle is None:
+        # Stopped while starting: find a unit the start may have made (by its labels).
+        try:
+            found = await engine.runtime.list({LABEL_SANDBOX_ID: record.sandbox_id, LABEL_ENGINE_ID: engine.engine_id})
+        except RockError:
+            found = []
+        for handle in found:
+            await remove_quietly(engine.runtime, handle)
+    if delay == 0:
+        # Removing a container takes dockerd a few hundred milliseconds; the caller need not
+        # wait for it. The record turns ``deleted`` once the unit is gone.
+        handle, live.handle = live.handle, None
+        live.removing = True
+        if engine._tg is not None and not engine._closed:
+            engine._tg.start_soon(_remove_then_delete, engine, live, handle)
+        else:
+            await _remove_then_delete(engine, live, handle, locked=True)
+    elif live.handle is not None:
+        try:
+            await engine.runtime.stop(live.handle, timeout=engine.config.stop_timeout)
+        except RockError as exc:
+            log.warning("could not stop the unit of sandbox %s: %s", record.sandbox_id, exc)
+
+
+async def _remove_then_delete(
+    engine: SandboxManager, live: LiveSandbox, handle: UnitHandle | None, locked: bool = False
+) -> None:
+    with anyio.CancelScope(shield=True):
+        if handle is not None:
+            await remove_quietly(engine.runtime, handle)
+        if locked:
+            _delete_record(engine, live)
+        else:
+            async with live.lock:
+                _delete_record(engine, live)
+
+
+def _delete_record(engine: SandboxManager, live: LiveSandbox) -> None:
+    if live.record.state is State.STOPPED:
+        engine._apply(live.record, Event.DELETE, delete_time=now(), auto_transition_state=None, auto_transition_time=None)
+
+
+async def delete(engine: SandboxManager, sandbox_id: str) -> None:
+    """:meth:`SandboxManager.delete <rock_core.engine.manager.SandboxManager.delete>`: delete a
+    stopped or archived sandbox and its unit (unknown or deleted: no-op).
+
+    :raises InvalidTransition: the sandbox is pending or running: stop it first.
+    """
+    live = engine._live.get(sandbox_id)
+    if live is None:
+        return
+    if live.removing:
+        return  # already on its way to deleted
+    async with live.lock:
+        record = live.record
+        record.lifecycle.apply(Event.DELETE, at=now(), sandbox_id=sandbox_id)  # raises if not allowed
+        if live.handle is not None:
+            await remove_quietly(engine.runtime, live.handle)
+        engine._apply(record, Event.DELETE, delete_time=now(), auto_transition_state=None, auto_transition_time=None)

@@ -1,0 +1,136 @@
+"""Timers and the disk watch: the engine's deadlines.
+
+- :func:`run_timers` (every ``timer_interval``): stop sandboxes idle past their
+  ``auto_clear_seconds`` (a call in flight counts as activity until it ends) and delete stopped
+  ones whose ``auto_delete_time`` passed, all at once, so a burst of expiries does not wait on
+  one another's unit;
+- :func:`check_disk` (every ``disk_check_interval``, when the runtime can measure disk use):
+  stop running sandboxes past their ``disk`` limit, keeping their files for inspection.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import anyio
+
+from rock_core.engine.live import LABEL_OWNER, LiveSandbox
+from rock_core.engine.stopping import delete, stop, stop_locked
+from rock_core.errors import NotSupported, RockError
+from rock_core.states import LIVE_STATES, State
+from rock_core.units import format_bytes
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["check_disk", "disk_loop", "run_timers", "timer_loop"]
+
+log = logging.getLogger("rock.engine")
+
+
+async def timer_loop(engine: SandboxManager) -> None:
+    """Run :func:`run_timers` every ``config.timer_interval`` seconds, forever."""
+    while True:
+        await anyio.sleep(engine.config.timer_interval)
+        await run_timers(engine)
+
+
+async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
+    """:meth:`SandboxManager.run_timers <rock_core.engine.manager.SandboxManager.run_timers>`:
+    stop idle sandboxes and delete stopped ones whose deadline passed, all at once.
+
+    :param at: the moment (``time.time()``) the deadlines are judged at (default: now).
+    """
+    now_ts = time.time() if at is None else at
+    now = datetime.fromtimestamp(now_ts, timezone.utc)
+    expired: list[str] = []
+    due: list[str] = []
+    for sandbox_id, live in list(engine._live.items()):
+        record = live.record
+        clear = record.spec.auto_clear_seconds
+        if engine._busy(sandbox_id):
+            live.activity = max(live.activity, now_ts)  # a long command is activity until it ends
+        elif record.state in LIVE_STATES and clear and now_ts > live.activity + clear:
+            expired.append(sandbox_id)
+        elif (
+            record.state is State.STOPPED
+            and not live.removing
+            and record.auto_transition_state is State.DELETED
+            and record.auto_transition_time is not None
+            and record.auto_transition_time <= now
+        ):
+            due.append(sandbox_id)
+
+    async def auto_delete(sandbox_id: str) -> None:
+        try:
+            await delete(engine, sandbox_id)
+        except RockError as exc:
+            log.warning("auto-delete of %s failed: %s", sandbox_id, exc)
+
+    async with anyio.create_task_group() as tg:
+        for sandbox_id in expired:
+            tg.start_soon(functools.partial(stop, engine, sandbox_id, reason="expired"))
+        for sandbox_id in due:
+            tg.start_soon(auto_delete, sandbox_id)
+
+
+async def disk_loop(engine: SandboxManager) -> None:
+    """Run :func:`check_disk` every ``config.disk_check_interval`` seconds, if the runtime can
+    measure disk use (its notes say which disk limits stay unenforced otherwise)."""
+    runtime = engine.runtime
+    if not runtime.capabilities.disk_usage:
+        return
+    while True:
+        await anyio.sleep(engine.config.disk_check_interval)
+        try:
+            await check_disk(engine)
+        except NotSupported:
+            log.info("runtime %r cannot measure disk use: disk limits it cannot enforce stay unenforced", runtime.name)
+            return
+
+
+async def check_disk(engine: SandboxManager) -> list[str]:
+    """:meth:`SandboxManager.check_disk <rock_core.engine.manager.SandboxManager.check_disk>`:
+    one look at the disk use of every running sandbox; stop those past their limit; their ids.
+
+    :raises NotSupported: the runtime cannot measure disk use.
+    """
+    watched = {
+        live.handle.unit_id: live
+        for live in engine._live.values()
+        if live.record.state is State.RUNNING and live.handle is not None and live.record.spec.disk is not None
+    }
+    if not watched:
+        return []
+    try:
+        usage = await engine.runtime.disk_usage({LABEL_OWNER: engine.owner})
+    except NotSupported:
+        raise
+    except RockError as exc:
+        log.warning("could not measure the disk use of sandboxes: %s", exc)
+        return []
+    over = [
+        (watched[unit_id], used) for unit_id, used in usage.items()
+        if unit_id in watched and used > (watched[unit_id].record.spec.disk or 0)
+    ]
+    async with anyio.create_task_group() as tg:
+        for live, used in over:
+            tg.start_soon(_stop_over_disk, engine, live, used)
+    return [live.record.sandbox_id for live, _ in over]
+
+
+async def _stop_over_disk(engine: SandboxManager, live: LiveSandbox, used: int) -> None:
+    limit = live.record.spec.disk or 0
+    keep = engine.config.disk_keep_seconds
+    reason = (
+        f"disk limit exceeded: the sandbox wrote {format_bytes(used)}, its limit is {format_bytes(limit)}; "
+        f"its files are kept for at least {keep} s for inspection"
+    )
+    log.warning("stopping sandbox %s: %s", live.record.sandbox_id, reason)
+    async with live.lock:
+        if live.record.state is State.RUNNING:
+            await stop_locked(engine, live, reason, keep_seconds=keep)
