@@ -9,6 +9,9 @@
 - :mod:`rock_core.testing.plugin_site`: :class:`PluginSite` installs throwaway plugin
   distributions (a module and a ``rock`` entry point) into a folder, to load in-process or in a
   subprocess; :class:`NullRuntime` is a runtime that holds nothing, for such plugins to register.
+- :mod:`rock_core.testing.scripted_runtime`: :class:`ScriptedRuntime`, a runtime in memory whose
+  calls a test holds at a :class:`Gate` and lets through, with one real rocklet
+  (:func:`rocklet_in_thread`): the engine's races, forced in order without Docker or sleeps.
 
 Needs pytest (and anyio's pytest plugin, which comes with anyio); rock itself never imports
 this package.
@@ -32,15 +35,19 @@ from rock_core.testing.fixtures import (  # noqa: E402
 )
 from rock_core.testing.plugin_site import NullRuntime, PluginSite  # noqa: E402
 from rock_core.testing.runtime_conformance import RuntimeConformance  # noqa: E402
+from rock_core.testing.scripted_runtime import Gate, ScriptedRuntime, rocklet_in_thread  # noqa: E402
 
 __all__ = [
+    "Gate",
     "NullRuntime",
     "PhaseLog",
     "PluginSite",
     "RuntimeConformance",
+    "ScriptedRuntime",
     "StartedUnit",
     "Units",
     "rocklet_call",
+    "rocklet_in_thread",
     "rocklet_url",
     "unique_sandbox_id",
     "wait_for_rocklet",

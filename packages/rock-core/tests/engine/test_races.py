@@ -1,0 +1,171 @@
+"""Races in the engine, forced in order on a scripted in-memory runtime: no Docker, no sleeps.
+
+Each test holds runtime calls at gates (:class:`~rock_core.testing.scripted_runtime.Gate`) and
+waits on arrivals or on ``anyio.wait_all_tasks_blocked``, so the interleaving under test happens
+every run. The same behaviours are checked against Docker in ``tests/test_engine_docker.py`` and
+``tests/test_warm_pool.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import anyio
+import pytest
+
+from rock_core.actions import SandboxStartRequest
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import SandboxManager
+from rock_core.errors import RockError
+from rock_core.states import State
+from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+
+pytestmark = pytest.mark.anyio
+
+# A guard against a test hanging on an arrival that never comes (the engine regressed): it
+# fails the test; nothing waits for it to pass.
+HANG = 30
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def rocklet() -> Iterator[tuple[str, int]]:
+    with rocklet_in_thread() as address:
+        yield address
+
+
+@pytest.fixture
+def runtime(rocklet: tuple[str, int]) -> ScriptedRuntime:
+    return ScriptedRuntime(rocklet)
+
+
+def _config(**fields: object) -> EngineConfig:
+    # The background loops never fire during a test: the tests run timers themselves.
+    return EngineConfig(**{"timer_interval": 3600, "reconcile_interval": 3600, **fields})  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def _engine(runtime: ScriptedRuntime, **config: object) -> AsyncIterator[SandboxManager]:
+    async with SandboxManager(_config(**config), runtime=runtime) as engine:
+        try:
+            yield engine
+        finally:
+            runtime.open_gates()  # a failed test must not leave the engine's clean-up held
+
+
+@pytest.fixture
+async def engine(runtime: ScriptedRuntime) -> AsyncIterator[SandboxManager]:
+    async with _engine(runtime) as engine:
+        yield engine
+
+
+REQUEST = SandboxStartRequest(image="scripted:1")
+
+
+async def test_a_stop_racing_a_warm_pool_claim_removes_the_claimed_unit(engine: SandboxManager, runtime: ScriptedRuntime) -> None:
+    with anyio.fail_after(HANG):
+        await engine.set_warm_pool(REQUEST, 1)
+        await engine.wait_warm()
+        [member] = runtime.running()
+        assign = runtime.hold("assign")
+        remove = runtime.hold("remove")
+        sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+        assert sandbox_id is not None
+        await assign.arrivals(1)  # the claim is renaming the member to the sandbox
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.stop, sandbox_id)
+            await anyio.wait_all_tasks_blocked()  # the stop waits for the claim's shielded step
+            assert engine.get_record(sandbox_id).state is State.PENDING
+            assign.release(sandbox_id)
+        # The stop found the unit the claim had just taken over, and removes it.
+        assert engine.get_record(sandbox_id).state in (State.STOPPED, State.DELETED)
+        assert await remove.arrivals(1) == [sandbox_id]
+        remove.open()
+        with pytest.raises(RockError, match="not running"):
+            await engine.wait_until_running(sandbox_id)
+        await anyio.wait_all_tasks_blocked()
+        assert engine.get_record(sandbox_id).state is State.DELETED
+        assert sandbox_id not in [u.sandbox_id for u in runtime.units.values()]
+        assert member not in runtime.running()  # the member became the sandbox, and went with it
+        assert engine.warm_pools()[0].claimed == 1
+
+
+@pytest.mark.parametrize(
+    ("limit", "order"),
+    [
+        # Round-robin between experiments among those waiting, first come first served within one.
+        (1, ["big-0", "big-1", "small-0", "big-2", "small-1", "big-3"]),
+        (2, ["big-0", "big-1", "big-2", "small-0", "big-3", "small-1"]),
+        (3, ["big-0", "big-1", "big-2", "big-3", "small-0", "small-1"]),
+    ],
+)
+async def test_starts_go_through_the_queue_in_fair_order_at_most_limit_at_once(
+    runtime: ScriptedRuntime, limit: int, order: list[str]
+) -> None:
+    create = runtime.hold("create")
+    async with _engine(runtime, max_concurrent_starts=limit) as engine:
+        with anyio.fail_after(HANG):
+            # A big experiment submits four starts, then a small one submits two.
+            for name in ["big-0", "big-1", "big-2", "big-3", "small-0", "small-1"]:
+                experiment = name.split("-")[0]
+                await engine.start_async(SandboxStartRequest(image="scripted:1", sandbox_id=name), experiment_id=experiment)
+            await anyio.wait_all_tasks_blocked()
+            assert create.waiting == order[:limit]  # as many creating as the limit allows, no more
+            waiting = order[limit:]
+            positions = {name: (await engine.get_status(name)).queue_position for name in waiting}
+            assert positions == {name: place for place, name in enumerate(waiting, start=1)}
+            assert engine.queue.depth == len(waiting)
+            for done in range(len(order)):
+                create.release()  # one start finishes; its slot goes to the next in line
+                await create.arrivals(min(len(order), done + 1 + limit))
+                await anyio.wait_all_tasks_blocked()
+                assert len(create.waiting) <= limit
+            assert create.arrived == order
+            for name in order:
+                assert (await engine.wait_until_running(name)).state is State.RUNNING
+            assert engine.queue.active == 0 and engine.queue.depth == 0
+
+
+async def test_timers_stop_every_expired_sandbox_at_once_and_spare_a_busy_one(
+    engine: SandboxManager, runtime: ScriptedRuntime
+) -> None:
+    with anyio.fail_after(HANG):
+        ids = []
+        for _ in range(4):
+            started = await engine.start_async(
+                SandboxStartRequest(image="scripted:1", auto_clear_seconds=60, auto_delete_seconds=600)
+            )
+            assert started.sandbox_id is not None
+            ids.append(started.sandbox_id)
+        for sandbox_id in ids:
+            await engine.wait_until_running(sandbox_id)
+        *idle, busy = ids
+        stop = runtime.hold("stop")
+        later = time.time() + 3600  # every idle deadline has passed by then
+        with engine.call(busy):  # a call in flight: not idle, however long it runs
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(engine.run_timers, later)
+                # All three stops are inside the runtime together: none waits on another's unit.
+                assert sorted(await stop.arrivals(3)) == sorted(idle)
+                await anyio.wait_all_tasks_blocked()
+                assert len(stop.arrived) == 3
+                stop.open()
+        for sandbox_id in idle:
+            record = engine.get_record(sandbox_id)
+            assert (record.state, record.reason) == (State.STOPPED, "expired")
+        assert engine.get_record(busy).state is State.RUNNING
+
+        # Past their auto-delete time, the three are deleted at once too.
+        remove = runtime.hold("remove")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.run_timers, later + 600 + 60)
+            assert sorted(await remove.arrivals(3)) == sorted(idle)
+            remove.open()
+        assert [engine.get_record(i).state for i in idle] == [State.DELETED] * 3
+        assert sorted(u.sandbox_id for u in runtime.units.values()) == [busy]
