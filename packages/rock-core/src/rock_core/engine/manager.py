@@ -26,7 +26,9 @@ manager:
 - :mod:`~rock_core.engine.reaping`: the sweep of orphans and stale pool members, and removing
   everything at close (with :mod:`~rock_core.engine.owners`, which judges owners);
 - :mod:`~rock_core.engine.timers`: idle stop, auto-delete and the disk watch;
-- :mod:`~rock_core.engine.reconcile`: the reconcile loop and the runtime's event watch.
+- :mod:`~rock_core.engine.reconcile`: the reconcile loop and the runtime's event watch;
+- :mod:`~rock_core.engine.extensions`: the runtime, archive store and environment providers
+  built from plugins.
 
 The wire models it answers with are built by :mod:`rock_core.responses`. Commands, files and
 sessions do not pass through here: :meth:`SandboxManager.rocklet` hands out a
@@ -49,7 +51,7 @@ import attrs
 import httpx
 
 from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, WarmPoolStatus
-from rock_core.engine import claims, reaping, reconcile, recovery, starting, stopping, timers
+from rock_core.engine import claims, extensions, reaping, reconcile, recovery, starting, stopping, timers
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.live import (
     LABEL_ENGINE,
@@ -66,7 +68,7 @@ from rock_core.engine.pool import WarmPool
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
-from rock_core.errors import InvalidParameter, SandboxNotFound
+from rock_core.errors import SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord
 from rock_core.responses import status_response
 from rock_core.runtime import Runtime
@@ -143,20 +145,9 @@ class SandboxManager:
         self._tables = plugin_tables(self.config.plugin_options, os.environ, plugins.names())
         if not configured:
             plugins.configure(self._tables)
-        self.archive_store = self._build_archive_store(plugins)
+        self.archive_store = extensions.build_archive_store(self.config, plugins, self._tables)
         self._env_providers: dict[str, Any] | None = None
-        if runtime is None:
-            runtimes = plugins.runtimes()
-            if self.config.runtime not in runtimes:
-                known = ", ".join(sorted(runtimes)) or "none installed"
-                raise InvalidParameter(
-                    f"runtime: no runtime named {self.config.runtime!r} (installed: {known}); "
-                    f"install the plugin that provides it (`rock plugins` lists what is installed)",
-                    field="runtime",
-                    value=self.config.runtime,
-                )
-            runtime = runtimes[self.config.runtime](**dict(self.config.runtime_options))
-        self.runtime = runtime
+        self.runtime = runtime if runtime is not None else extensions.build_runtime(self.config, plugins)
         self.owner = owner or process_owner()
         # Tells this engine's units from those of another engine in the same process.
         self.engine_id = uuid.uuid4().hex
@@ -174,41 +165,13 @@ class SandboxManager:
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
 
-    def _build_archive_store(self, plugins: Any) -> Any:
-        """The configured archive store (``config.archive_store``), or ``None`` when archiving is off."""
-        name = self.config.archive_store
-        if name is None:
-            return None
-        stores = plugins.archive_stores()
-        if name not in stores:
-            known = ", ".join(sorted(stores)) or "none installed"
-            raise InvalidParameter(
-                f"archive_store: no archive store named {name!r} (installed: {known}); for S3, pip install rock-archive-s3",
-                field="archive_store", value=name,
-            )
-        owner = plugins.registered_by("rock_register_archive_stores").get(name, name)
-        return stores[name](**self._tables.get(owner, {}))
-
     async def make_env(self, env_id: str, **kwargs: Any) -> Any:
         """Make the environment ``env_id`` with the first registered provider that accepts it
         (``rock_register_env_providers``); providers are built once, as ``cls(engine, **table)``.
 
         :raises InvalidParameter: no provider serves ``env_id`` (``field="env_id"``).
         """
-        if self._env_providers is None:
-            classes = self.plugins.env_providers()
-            owners = self.plugins.registered_by("rock_register_env_providers")
-            self._env_providers = {
-                name: cls(self, **self._tables.get(owners.get(name, name), {})) for name, cls in classes.items()
-            }
-        for provider in self._env_providers.values():
-            if provider.accepts(env_id):
-                return await provider.make(env_id, **kwargs)
-        known = ", ".join(sorted(self._env_providers)) or "none installed"
-        raise InvalidParameter(
-            f"env_id: no environment provider serves {env_id!r} (providers: {known}; for GEM, pip install rock-gem)",
-            field="env_id", value=env_id,
-        )
+        return await extensions.make_env(self, env_id, **kwargs)
 
     # -- lifecycle of the engine itself -----------------------------------------------------
 
