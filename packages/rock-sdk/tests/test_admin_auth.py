@@ -63,9 +63,9 @@ def test_no_keys_by_default(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        ("a=short-key", "shorter than 16"),
-        ("just-a-key-without-tenant", "TENANT=KEY"),
-        (f"bad tenant={KEY_A}", "tenant"),
+        ("a=short-key", "admin.api_keys[0].key: expected a key of at least 16 characters"),
+        ("just-a-key-without-tenant", "admin.api_keys[0]: each entry is TENANT=KEY"),
+        (f"bad tenant={KEY_A}", "admin.api_keys[0].tenant: expected a name of letters"),
         (f"a={KEY_A},b={KEY_A}", "two tenants"),
     ],
 )
@@ -81,7 +81,7 @@ def test_bad_keys_are_refused_without_echoing_them(tmp_path: Path, value: str, n
 def test_allow_host_network_on_a_key_must_be_a_boolean(tmp_path: Path) -> None:
     config = tmp_path / "admin.toml"
     config.write_text(f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = "yes" }}]\n')
-    with pytest.raises(InvalidParameter, match=r"allow_host_network of tenant 't' must be true or false") as info:
+    with pytest.raises(InvalidParameter, match=r"admin\.api_keys\[0\]\.allow_host_network: expected true or false, got 'yes'") as info:
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
     assert KEY_A not in str(info.value)
     config.write_text(f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = true }}]\n')
@@ -92,12 +92,21 @@ def test_allow_host_network_on_a_key_must_be_a_boolean(tmp_path: Path) -> None:
 def test_bad_file_entries_are_refused(tmp_path: Path) -> None:
     config = tmp_path / "admin.toml"
     config.write_text('[admin]\napi_keys = [{ tenant = "a", sha256 = "not-hex" }]\n')
-    with pytest.raises(InvalidParameter, match="64 hex digits"):
+    with pytest.raises(InvalidParameter, match=r"admin\.api_keys\[0\]\.sha256: expected 64 hex digits"):
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
     config.write_text(f'[admin]\napi_keys = [{{ tenant = "a", key = "{KEY_A}", sha256 = "{hash_key(KEY_A)}" }}]\n')
     with pytest.raises(InvalidParameter, match="exactly one of") as info:
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
     assert KEY_A not in str(info.value)
+
+
+def test_hash_helper_refuses_a_bad_tenant_naming_it() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rock.admin.auth", "team a"], input=KEY_A, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("tenant: expected a name of letters, digits")
+    assert "got 'team a'" in done.stderr and KEY_A not in done.stderr
 
 
 def test_hash_helper_prints_an_entry_for_a_key() -> None:

@@ -90,29 +90,97 @@ size = 1
 
 def test_remove_on_close_cannot_be_switched_on(tmp_path: Path) -> None:
     config = _write(tmp_path / "admin.toml", "[engine]\nremove_on_close = true\n")
-    with pytest.raises(InvalidParameter, match="unknown key 'remove_on_close'"):
+    with pytest.raises(InvalidParameter, match=r"engine\.remove_on_close: not a known key \(known: allowed_cap_add, "):
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
 
 
 @pytest.mark.parametrize(
     ("text", "environ", "named"),
     [
-        ("[admin]\nport = 'eighty'\n", {}, "port"),
-        ("[admin]\nmax_json_body = 'huge'\n", {}, "max_json_body"),
-        ("[admin]\ncolour = 'red'\n", {}, "'colour'"),
-        ("[engines]\n", {}, "engines"),
+        ("[admin]\nport = 'eighty'\n", {}, "admin.port: expected an integer, got 'eighty'"),
+        ("[admin]\nmax_json_body = 'huge'\n", {}, "admin.max_json_body: invalid size 'huge'"),
+        ("[admin]\ncolour = 'red'\n", {}, "admin.colour: not a known key (known: access_log, "),
+        ("[engines]\n", {}, "engines: not a known key (known: admin, engine, plugins)"),
         ("not toml at all [", {}, "not valid TOML"),
-        ("", {"ROCK_ADMIN_ACCESS_LOG": "perhaps"}, "ROCK_ADMIN_ACCESS_LOG"),
-        ("", {"ROCK_ENGINE_MAX_CPUS": "many"}, "ROCK_ENGINE_MAX_CPUS"),
-        ("[[engine.warm_pools]]\nimage = 'python:3.11'\nmemory = '2q'\nsize = 2\n", {}, r"warm_pools\[0\]: .*memory"),
-        ("[[engine.warm_pools]]\nimage = 'python:3.11'\n", {}, r"warm_pools\[0\]\.size"),
-        ("", {"ROCK_ENGINE_WARM_POOLS": "[{'image': 1}]"}, "ROCK_ENGINE_WARM_POOLS: warm_pools: expected a JSON list"),
+        ("", {"ROCK_ADMIN_ACCESS_LOG": "perhaps"},
+         "environment variable ROCK_ADMIN_ACCESS_LOG: admin.access_log: expected true or false, got 'perhaps'"),
+        ("", {"ROCK_ENGINE_MAX_CPUS": "many"},
+         "environment variable ROCK_ENGINE_MAX_CPUS: engine.max_cpus: expected a number, got 'many'"),
+        ("[[engine.warm_pools]]\nimage = 'python:3.11'\nmemory = '2q'\nsize = 2\n", {},
+         "engine.warm_pools[0]: invalid parameter: memory: invalid size '2q'"),
+        ("[[engine.warm_pools]]\nimage = 'python:3.11'\n", {}, "engine.warm_pools[0].size: missing"),
+        ("", {"ROCK_ENGINE_WARM_POOLS": "[{'image': 1}]"},
+         "environment variable ROCK_ENGINE_WARM_POOLS: engine.warm_pools: expected JSON ("),
     ],
 )
 def test_bad_settings_name_their_key(tmp_path: Path, text: str, environ: dict[str, str], named: str) -> None:
     config = _write(tmp_path / "admin.toml", text)
-    with pytest.raises(InvalidParameter, match=named):
+    with pytest.raises(InvalidParameter) as info:
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path), **environ})
+    assert named in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "environ", "source", "field", "value", "says"),
+    [
+        ("[admin]\nport = 0\n", {}, "file", "admin.port", 0, "expected a port number 1..65535, got 0"),
+        ("[admin]\nbatch_max_count = -1\n", {}, "file", "admin.batch_max_count", -1, "expected an integer > 0, got -1"),
+        ("[admin]\nstrict_fields = 'maybe'\n", {}, "file", "admin.strict_fields", "maybe",
+         "expected true or false, got 'maybe'"),
+        ("[admin]\napi_keys = [{ tenant = 'a b', sha256 = '" + "0" * 64 + "' }]\n", {}, "file",
+         "admin.api_keys[0].tenant", "a b", "got 'a b'"),
+        ("[admin]\napi_keys = [{ tenant = 't', key = 'k-long-enough-1234', colour = 1 }]\n", {}, "file",
+         "admin.api_keys[0]", None, "extra field 'colour' not allowed"),
+        ("[engine]\nmax_concurrent_starts = 0\n", {}, "file", "engine.max_concurrent_starts", 0,
+         "expected an integer > 0, got 0"),
+        ("[engine]\nmax_memory = '8q'\n", {}, "file", "engine.max_memory", "8q", "invalid size '8q'"),
+        ("[engine]\nallowed_cap_add = ['FLY']\n", {}, "file", "engine.allowed_cap_add", ["FLY"],
+         "unknown capability 'FLY'"),
+        ("[engine]\nruntime_options = 5\n", {}, "file", "engine.runtime_options", 5, "expected an object, got 5"),
+        ("[engine]\ndefault_pids_limit = 5000\nmax_pids_limit = 100\n", {}, "file", "engine.default_pids_limit",
+         5000, "5000 is above max_pids_limit 100"),
+        ("", {"ROCK_ADMIN_PORT": "70000"}, "environment variable ROCK_ADMIN_PORT", "admin.port", "70000",
+         "expected a port number 1..65535, got '70000'"),
+        ("", {"ROCK_ENGINE_DISK_KEEP_SECONDS": "-5"}, "environment variable ROCK_ENGINE_DISK_KEEP_SECONDS",
+         "engine.disk_keep_seconds", "-5", "expected an integer >= 0, got '-5'"),
+        ("[plugins]\nfoo = 5\n", {}, "file", "plugins['foo']", 5, "expected an object, got 5"),
+    ],
+)
+def test_a_bad_setting_names_its_source_path_and_value(
+    tmp_path: Path, text: str, environ: dict[str, str], source: str, field: str, value: object, says: str
+) -> None:
+    config = _write(tmp_path / "admin.toml", text)
+    with pytest.raises(InvalidParameter) as info:
+        load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path), **environ})
+    where = f"config file {config}" if source == "file" else source
+    assert info.value.message.startswith(f"{where}: {field}: ")
+    assert says in info.value.message
+    assert (info.value.field, info.value.value) == (field, value)
+
+
+def test_every_bad_value_of_a_file_is_named_at_once(tmp_path: Path) -> None:
+    config = _write(tmp_path / "admin.toml", "[admin]\nport = 'x'\nmax_json_body = -1\ncolour = 1\n")
+    with pytest.raises(InvalidParameter) as info:
+        load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
+    assert info.value.field == "admin.port, admin.max_json_body, admin.colour"
+    for part in ("admin.port: expected an integer, got 'x'", "admin.max_json_body: invalid size -1",
+                 "admin.colour: not a known key"):
+        assert part in info.value.message
+
+
+def test_settings_written_as_text_are_read_as_the_file_would_hold_them(tmp_path: Path) -> None:
+    settings = load_settings(environ={
+        "ROCK_ADMIN_STATE_DIR": str(tmp_path),
+        "ROCK_ADMIN_MAX_JSON_BODY": "2m",
+        "ROCK_ADMIN_STRICT_FIELDS": "true",
+        "ROCK_ENGINE_ALLOWED_CAP_ADD": "net_raw, CAP_SYS_PTRACE",
+        "ROCK_ENGINE_MAX_AUTO_DELETE_SECONDS": "none",
+        "ROCK_ENGINE_RUNTIME_OPTIONS": '{"network": "bridge"}',
+    })
+    assert (settings.max_json_body, settings.strict_fields) == (2 * MiB, True)
+    assert settings.engine.allowed_cap_add == ("NET_RAW", "SYS_PTRACE")
+    assert settings.engine.max_auto_delete_seconds is None
+    assert dict(settings.engine.runtime_options) == {"network": "bridge"}
 
 
 def test_cli_reports_a_bad_config_and_a_missing_admin(tmp_path: Path) -> None:
@@ -120,11 +188,32 @@ def test_cli_reports_a_bad_config_and_a_missing_admin(tmp_path: Path) -> None:
     env.pop("ROCK_CONFIG", None)
     bad = _write(tmp_path / "bad.toml", "[admin]\nport = 'x'\n")
     started = subprocess.run([str(ROCK), "admin", "start", "--config", str(bad)], env=env, capture_output=True, text=True)
-    assert started.returncode == 1 and "port" in started.stderr
+    assert started.returncode == 1 and "admin.port: expected an integer, got 'x'" in started.stderr
     shown = subprocess.run([str(ROCK), "admin", "status", "--json"], env=env, capture_output=True, text=True)
     assert shown.returncode == 3 and json.loads(shown.stdout) == {"running": False}
     stopped = subprocess.run([str(ROCK), "admin", "stop"], env=env, capture_output=True, text=True)
     assert stopped.returncode == 0 and "not running" in stopped.stdout
+
+
+def test_admin_start_names_every_bad_setting_of_the_file(tmp_path: Path) -> None:
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)}
+    env.pop("ROCK_CONFIG", None)
+    bad = _write(tmp_path / "bad.toml", f"""
+[admin]
+batch_max_count = 0
+api_keys = [{{ tenant = "a", sha256 = "{'0' * 64}" }}, {{ tenant = "b", sha256 = "not-hex" }}]
+
+[engine]
+max_memory = "lots"
+""")
+    started = subprocess.run([str(ROCK), "admin", "start", "--config", str(bad)], env=env, capture_output=True, text=True)
+    assert started.returncode == 1
+    for part in ("admin.batch_max_count: expected an integer > 0, got 0",
+                 "admin.api_keys[1].sha256: expected 64 hex digits, got a value not shown (a secret)",
+                 "engine.max_memory: invalid size 'lots'"):
+        assert part in started.stderr
+    assert "not-hex" not in started.stderr
+    assert not (tmp_path / "admin.pid").exists()
 
 
 def test_a_stale_pid_file_is_not_a_running_admin(tmp_path: Path) -> None:

@@ -125,7 +125,7 @@ def test_the_admin_configures_the_plugin_and_serves_its_routes(served: Any) -> N
     [
         ('[plugins.echo]\ngreeting = "forbidden"\n', "greeting: 'forbidden' is not a greeting"),
         ('[plugins.nope]\nx = 1\n', "plugins.nope: no plugin named 'nope' is installed"),
-        ("[plugins]\necho = 3\n", "[plugins.echo] must be a table"),
+        ("[plugins]\necho = 3\n", "plugins['echo']: expected an object, got 3"),
     ],
 )
 def test_a_bad_plugin_table_stops_the_admin_naming_it(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
 from rock.sdk.common.exceptions import (
@@ -65,7 +67,7 @@ def test_the_config_is_mutable_and_checks_what_is_assigned() -> None:
     cfg.image = "ubuntu:22.04"
     cfg.auto_delete_seconds = 300
     assert (cfg.image, cfg.auto_delete_seconds) == ("ubuntu:22.04", 300)
-    with pytest.raises(ValueError, match="startup_timeout: must be a number > 0, got 0"):
+    with pytest.raises(ValueError, match="startup_timeout: expected a number > 0, got 0"):
         cfg.startup_timeout = 0
     with pytest.raises(ValueError, match="extra_headers"):
         cfg.extra_headers = {"X-Key": 1}  # type: ignore[dict-item]
@@ -77,7 +79,7 @@ def test_group_config_defaults_and_checks() -> None:
     cfg = SandboxGroupConfig(image="python:3.11")
     assert (cfg.size, cfg.start_concurrency, cfg.start_retry_times) == (2, 2, 3)
     assert isinstance(cfg, SandboxConfig)
-    with pytest.raises(ValueError, match="start_concurrency: must be an integer >= 1, got 0"):
+    with pytest.raises(ValueError, match="start_concurrency: expected an integer > 0, got 0"):
         SandboxGroupConfig(start_concurrency=0)
     group = SandboxGroup(SandboxGroupConfig(size=3))
     assert len(group.sandbox_list) == 3 and all(isinstance(s, Sandbox) for s in group.sandbox_list)
@@ -171,10 +173,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize(
     ("fields", "field"),
     [({"pids_limit": 0}, "pids_limit"), ({"pids_limit": True}, "pids_limit"), ({"cap_add": "NET_RAW"}, "cap_add"),
-     ({"cap_add": [1]}, "cap_add"), ({"network_group": 7}, "network_group")],
+     ({"cap_add": [1]}, "cap_add[0]"), ({"network_group": 7}, "network_group")],
 )
 def test_hardening_fields_are_checked_naming_the_field(fields, field) -> None:
-    with pytest.raises(InvalidConfig, match=rf"^{field}: ") as info:
+    with pytest.raises(InvalidConfig, match=rf"^{re.escape(field)}: ") as info:
         SandboxConfig(**fields)
     assert info.value.field == field
 
@@ -183,3 +185,37 @@ def test_hardening_fields_reach_the_start_request() -> None:
     config = SandboxConfig(pids_limit=64, cap_add=["NET_RAW"], network_group="pair")
     request = Sandbox(config)._start_request()
     assert (request.pids_limit, request.cap_add, request.network_group) == (64, ["NET_RAW"], "pair")
+
+
+@pytest.mark.parametrize(
+    ("cls", "fields", "message", "field", "value"),
+    [
+        (SandboxConfig, {"image": 5}, "image: expected a string, got 5", "image", 5),
+        (SandboxConfig, {"use_kata_runtime": "perhaps"}, "use_kata_runtime: expected true or false, got 'perhaps'",
+         "use_kata_runtime", "perhaps"),
+        (SandboxConfig, {"num_gpus": -1}, "num_gpus: expected an integer >= 0, got -1", "num_gpus", -1),
+        (SandboxConfig, {"startup_timeout": "soon"}, "startup_timeout: expected a number, got 'soon'",
+         "startup_timeout", "soon"),
+        (SandboxConfig, {"env": {"HOME": 1}}, "env['HOME']: expected a string, got 1", "env['HOME']", 1),
+        (BaseConfig, {"extra_headers": ["X-Key"]}, "extra_headers: expected an object, got ['X-Key']",
+         "extra_headers", ["X-Key"]),
+        (SandboxGroupConfig, {"size": 0}, "size: expected an integer > 0, got 0", "size", 0),
+        (SandboxGroupConfig, {"start_retry_times": 1.5}, "start_retry_times: expected an integer, got 1.5",
+         "start_retry_times", 1.5),
+    ],
+)
+def test_a_bad_config_value_names_the_field_and_the_value(cls, fields, message, field, value) -> None:
+    with pytest.raises(InvalidConfig) as info:
+        cls(**fields)
+    assert isinstance(info.value, ValueError)
+    assert (info.value.message, info.value.field, info.value.value) == (message, field, value)
+
+
+def test_config_values_are_read_as_a_start_request_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = SandboxGroupConfig(auto_clear_seconds="600", pids_limit="64", size="3", cap_add=("NET_RAW",))
+    assert (config.auto_clear_seconds, config.pids_limit, config.size, config.cap_add) == (600, 64, 3, ["NET_RAW"])
+    monkeypatch.setenv("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", "never")
+    with pytest.raises(InvalidConfig) as info:
+        SandboxConfig()
+    assert info.value.message == "ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS: expected a number, got 'never'"
+    assert (info.value.field, info.value.value) == ("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", "never")

@@ -56,7 +56,7 @@ from cattrs.gen import make_dict_structure_fn
 
 from rock_core.actions import CommandLine, SandboxStartRequest
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockError
-from rock_core.models import CHECKS, SandboxSpec, SizeStr
+from rock_core.models import CHECKS, ByteSize, SandboxSpec, SizeStr
 from rock_core.units import cpus_to_float, describe_value, size_to_bytes
 
 __all__ = [
@@ -68,6 +68,9 @@ __all__ = [
     "unstructure_wire",
     "structure_store",
     "unstructure_store",
+    "structure_value",
+    "structure_fields",
+    "checked",
     "spec_from_start_request",
     "NETWORK_MODES",
 ]
@@ -166,7 +169,8 @@ _BASE_HOOKS: Mapping[type, Callable[[Any, Any], Any]] = {
 
 
 def _constrained_hook(kind: Any) -> Callable[[Any, Any], Any]:
-    base = _BASE_HOOKS[kind.__supertype__]
+    # A ByteSize is read from text or a number by its check alone ("10m" is no int).
+    base = (lambda value: value) if kind is ByteSize else _BASE_HOOKS[kind.__supertype__]
     check = CHECKS[kind]
 
     def structure(value: Any, _: Any = None) -> Any:
@@ -365,7 +369,11 @@ def _problems(exc: BaseException, path: str) -> list[tuple[str, str, Any]]:
     if isinstance(exc, _Invalid):
         return [(path, str(exc), exc.value)]
     if isinstance(exc, InvalidParameter):
-        # Raised by a model's own validation (it names its fields already).
+        # Raised by a model's own validation, which names its field first ("size: ..."): the
+        # field goes on the path, so a nested one reads "pools[1].size: ...".
+        prefix = f"{exc.field}: "
+        if exc.field and exc.message.startswith(prefix):
+            return [(_join(path, exc.field), exc.message[len(prefix):], exc.value)]
         return [(path, exc.message, exc.value)]
     return [(path, str(exc) or type(exc).__name__, None)]
 
@@ -374,14 +382,19 @@ def _describe(problems: list[tuple[str, str, Any]]) -> str:
     return "; ".join(f"{path}: {message}" if path else message for path, message, _ in problems)
 
 
-def _invalid(problems: list[tuple[str, str, Any]]) -> InvalidParameter:
-    """One :class:`InvalidParameter` for all ``problems``; ``field``/``value`` name the bad
-    field and value when there is one, else ``field`` lists the bad paths."""
+def _invalid(
+    problems: list[tuple[str, str, Any]],
+    *,
+    error: type[InvalidParameter] = InvalidParameter,
+    prefix: str = "invalid parameter: ",
+) -> InvalidParameter:
+    """One ``error`` for all ``problems``; ``field``/``value`` name the bad field and value when
+    there is one, else ``field`` lists the bad paths."""
     if len(problems) == 1:
         field, value = (problems[0][0] or None), problems[0][2]
     else:
         field, value = (", ".join(dict.fromkeys(p for p, _, _ in problems if p)) or None), None
-    return InvalidParameter(f"invalid parameter: {_describe(problems)}", field=field, value=value)
+    return error(f"{prefix}{_describe(problems)}", field=field, value=value)
 
 
 def _raise_invalid(exc: BaseException) -> NoReturn:
@@ -436,6 +449,89 @@ def structure_store(data: Any, cls: type[T]) -> T:
 def unstructure_store(obj: Any) -> Any:
     """``obj`` as JSON-ready data for the engine's store."""
     return store.unstructure(obj)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same checks for values that come from elsewhere: settings files, environment variables,
+# keyword arguments of the SDK's configs.
+
+
+def structure_value(value: Any, cls: Any, *, path: str, error: type[InvalidParameter] = InvalidParameter) -> Any:
+    """``value`` as a ``cls``, read and checked as the wire converter reads a field of that type.
+
+    So a setting is refused or accepted exactly as the same value in a request would be
+    (``"8"`` is read as an ``int``, ``True`` is not one).
+
+    :param cls: any type the converter knows: ``int``, ``PositiveInt``, ``ByteSize``,
+        ``dict[str, str]``, ``list[str] | None``, an attrs class...
+    :param path: the value's name, where every problem's path starts (``admin.port``,
+        ``admin.api_keys``: a bad entry is then ``admin.api_keys[2].tenant``).
+    :param error: the class to raise, :class:`InvalidParameter` or a subclass the caller expects.
+    :raises error: its message is each bad path with the reason and the value
+        (``admin.port: expected a port number 1..65535, got 0``); ``field`` and ``value`` are
+        the bad path and value when there is one.
+    """
+    try:
+        return wire.structure(value, cls)
+    except _BAD_DATA as exc:
+        raise _invalid(_problems(exc, path), error=error, prefix="") from None
+
+
+def structure_fields(
+    data: Any, types: Mapping[str, Any], *, path: str = "", error: type[InvalidParameter] = InvalidParameter
+) -> dict[str, Any]:
+    """A table of settings (a TOML table, variables from the environment), each value read as
+    :func:`structure_value` reads it, as the type ``types`` gives for its key; where that is
+    itself a mapping of keys to types, the value is a sub-table read the same way.
+
+    Unlike structuring an attrs class, only the keys present are read and nothing is built:
+    the caller merges several sources before the settings' class checks them together.
+
+    :param path: the table's name (``engine``): a bad key is ``engine.max_cpus``.
+    :raises error: listing every problem at once, sub-tables included: a value of the wrong
+        kind, a key not in ``types`` (with the keys that are), a ``data`` that is not a table.
+    """
+    out: dict[str, Any] = {}
+    problems = _table_problems(data, types, path, out)
+    if problems:
+        raise _invalid(problems, error=error, prefix="")
+    return out
+
+
+def _table_problems(data: Any, types: Mapping[str, Any], path: str, out: dict[str, Any]) -> list[tuple[str, str, Any]]:
+    if not isinstance(data, Mapping):
+        return [(path, f"expected a table, got {describe_value(data)}", data)]
+    problems: list[tuple[str, str, Any]] = []
+    for key, value in data.items():
+        where = _join(path, key)
+        kind = types.get(key)
+        if kind is None:
+            problems.append((where, f"not a known key (known: {', '.join(sorted(types))})", value))
+        elif isinstance(kind, Mapping):
+            out[key] = {}
+            problems.extend(_table_problems(value, kind, where, out[key]))
+        else:
+            try:
+                out[key] = wire.structure(value, kind)
+            except _BAD_DATA as exc:
+                problems.extend(_problems(exc, where))
+    return problems
+
+
+def checked(cls: Any, *, error: type[InvalidParameter] = InvalidParameter, **kwargs: Any) -> Any:
+    """An ``attrs.field`` whose value is read as ``cls`` by :func:`structure_value`, when the
+    instance is built and (with ``attrs.define``'s default ``on_setattr``) when it is assigned.
+
+    A bad value raises ``error`` naming the field (``pids_limit: expected an integer > 0, got
+    0``; inside a collection ``env['HOME']: ...``) and the value.
+
+    :param kwargs: passed to :func:`attrs.field` (``default``, ``factory``, ``repr``, ...).
+    """
+
+    def convert(value: Any, field: attrs.Attribute[Any]) -> Any:
+        return structure_value(value, cls, path=field.name, error=error)
+
+    return attrs.field(converter=attrs.Converter(convert, takes_field=True), **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -30,19 +30,22 @@ import hashlib
 import re
 import secrets
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import attrs
+from rock_core.converters import structure_value
 from rock_core.errors import InvalidParameter
+from rock_core.models import must
 
 __all__ = [
     "ApiKey",
     "KeyRing",
     "TENANT_METADATA_KEY",
     "MIN_KEY_LENGTH",
+    "ApiKeyEntry",
     "hash_key",
-    "parse_api_keys",
+    "api_key_tables",
     "key_from_headers",
 ]
 
@@ -72,73 +75,74 @@ class ApiKey:
     allow_host_network: bool = False
 
 
-def _bad(source: str, why: str) -> InvalidParameter:
-    # Never put the value in the message: it may be a key.
-    return InvalidParameter(f"{source}: api_keys: {why}", field="api_keys")
+def _is_tenant(value: Any) -> bool:
+    return isinstance(value, str) and _TENANT.match(value) is not None
 
 
-def _tenant(source: str, value: Any) -> str:
-    if not isinstance(value, str) or not _TENANT.match(value):
-        raise _bad(source, f"tenant {value!r} is not a name (letters, digits, '_', '.', '@', ':', '-'; at most 128)")
-    return value
+def _is_key(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and len(value.strip()) >= MIN_KEY_LENGTH)
 
 
-def _entry(source: str, tenant: Any, key: Any = None, sha256: Any = None, allow_host_network: Any = False) -> ApiKey:
-    name = _tenant(source, tenant)
-    if not isinstance(allow_host_network, bool):
-        raise _bad(source, f"allow_host_network of tenant {name!r} must be true or false, got {allow_host_network!r}")
-    if (key is None) == (sha256 is None):
-        raise _bad(source, f"the key of tenant {name!r} needs exactly one of 'key' or 'sha256'")
-    if sha256 is not None:
-        digest = str(sha256).strip().lower() if isinstance(sha256, str) else ""
-        if not _HEX64.match(digest):
-            raise _bad(source, f"the sha256 of tenant {name!r} is not 64 hex digits")
-        return ApiKey(tenant=name, sha256=digest, allow_host_network=allow_host_network)
-    if not isinstance(key, str) or len(key.strip()) < MIN_KEY_LENGTH:
-        raise _bad(source, f"the key of tenant {name!r} is shorter than {MIN_KEY_LENGTH} characters")
-    return ApiKey(tenant=name, sha256=hash_key(key.strip()), allow_host_network=allow_host_network)
+def _is_digest(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and _HEX64.match(value) is not None)
 
 
-def parse_api_keys(source: str, value: Any) -> tuple[ApiKey, ...]:
-    """Keys from a TOML list of tables (``tenant`` and ``key`` or ``sha256``) or from text
-    ``TENANT=KEY`` / ``TENANT=sha256:HEX``, comma-separated (``ROCK_ADMIN_API_KEYS``).
+def _digest_text(value: Any) -> Any:
+    return value.strip().lower() if isinstance(value, str) else value
 
-    :raises InvalidParameter: a malformed entry, named by its tenant (the key is never echoed).
+
+@attrs.frozen(kw_only=True)
+class ApiKeyEntry:
+    """One entry of ``api_keys`` as it is written: a tenant and its key, or the key's SHA-256.
+
+    Read from a TOML table by rock-core's converter (unknown fields refused, ``allow_host_network``
+    true or false), so a bad entry is named by its path: ``admin.api_keys[2].sha256: expected 64
+    hex digits, got a value not shown (a secret)``. Neither a key nor a digest is ever echoed.
     """
-    out: list[ApiKey] = []
-    if isinstance(value, str):
-        for part in value.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            tenant, sep, secret = part.partition("=")
-            if not sep:
-                raise _bad(source, "each entry is TENANT=KEY or TENANT=sha256:HEX")
-            secret = secret.strip()
-            if secret.lower().startswith("sha256:") and _HEX64.match(secret[7:].strip().lower()):
-                out.append(_entry(source, tenant.strip(), sha256=secret[7:]))
-            else:
-                out.append(_entry(source, tenant.strip(), key=secret))
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            if isinstance(item, ApiKey):
-                out.append(item)
-                continue
-            if not isinstance(item, Mapping):
-                raise _bad(source, "each entry is a table: { tenant = ..., sha256 = ... } or { tenant = ..., key = ... }")
-            unknown = set(item) - {"tenant", "name", "key", "sha256", "allow_host_network"}
-            if unknown:
-                raise _bad(
-                    source, f"unknown field(s) {', '.join(sorted(unknown))} (known: tenant, key, sha256, allow_host_network)"
-                )
-            tenant = item.get("tenant", item.get("name"))
-            out.append(_entry(
-                source, tenant, key=item.get("key"), sha256=item.get("sha256"),
-                allow_host_network=item.get("allow_host_network", False),
-            ))
-    else:
-        raise _bad(source, "expected a list of tables or TENANT=KEY text")
-    return tuple(out)
+
+    tenant: str = attrs.field(
+        validator=must(_is_tenant, "a name of letters, digits, '_', '.', '@', ':', '-' (at most 128)")
+    )
+    # Any: a key of the wrong type must not be quoted by the converter's "expected a string".
+    key: Any = attrs.field(
+        default=None, repr=False, validator=must(_is_key, f"a key of at least {MIN_KEY_LENGTH} characters", secret=True)
+    )
+    sha256: Any = attrs.field(
+        default=None, repr=False, converter=_digest_text, validator=must(_is_digest, "64 hex digits", secret=True)
+    )
+    allow_host_network: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        if (self.key is None) == (self.sha256 is None):
+            raise InvalidParameter(f"the key of tenant {self.tenant!r} needs exactly one of 'key' or 'sha256'")
+
+    def api_key(self) -> ApiKey:
+        """The :class:`ApiKey` this entry configures (the key hashed, never kept)."""
+        digest = self.sha256 if self.sha256 is not None else hash_key(self.key.strip())
+        return ApiKey(tenant=self.tenant, sha256=digest, allow_host_network=self.allow_host_network)
+
+
+def api_key_tables(text: str, *, path: str = "api_keys") -> list[dict[str, str]]:
+    """The entries of ``TENANT=KEY`` / ``TENANT=sha256:HEX`` text, comma-separated
+    (``ROCK_ADMIN_API_KEYS``), as the tables :class:`ApiKeyEntry` reads.
+
+    :raises InvalidParameter: a part without ``=``, named by its place (``api_keys[1]``) and
+        not echoed (it may be a key).
+    """
+    tables: list[dict[str, str]] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        tenant, sep, secret = part.partition("=")
+        if not sep:
+            where = f"{path}[{len(tables)}]"
+            raise InvalidParameter(f"{where}: each entry is TENANT=KEY or TENANT=sha256:HEX", field=where)
+        secret = secret.strip()
+        if secret.lower().startswith("sha256:") and _HEX64.match(secret[7:].strip().lower()):
+            tables.append({"tenant": tenant.strip(), "sha256": secret[7:]})
+        else:
+            tables.append({"tenant": tenant.strip(), "key": secret})
+    return tables
 
 
 def key_from_headers(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -182,12 +186,17 @@ def _main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m rock.admin.auth TENANT  (key on stdin, or none to make one)", file=sys.stderr)
         return 2
-    tenant = _tenant("command line", argv[0])
     key = "" if sys.stdin.isatty() else sys.stdin.read().strip()
-    if not key:
+    made = not key
+    if made:
         key = secrets.token_urlsafe(32)
-        print(f"new key for {tenant} (shown once): {key}", file=sys.stderr)
-    entry = _entry("stdin", tenant, key=key)
+    try:
+        entry = structure_value({"tenant": argv[0], "key": key}, ApiKeyEntry, path="").api_key()
+    except InvalidParameter as exc:
+        print(exc.message, file=sys.stderr)
+        return 2
+    if made:
+        print(f"new key for {entry.tenant} (shown once): {key}", file=sys.stderr)
     print(f'{{ tenant = "{entry.tenant}", sha256 = "{entry.sha256}" }}')
     return 0
 

@@ -51,7 +51,16 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
 Environment variables: ``ROCK_ADMIN_<KEY>`` for each ``[admin]`` key (``ROCK_ADMIN_PORT=9000``,
 ``ROCK_ADMIN_STATE_DIR=/var/lib/rock``) and ``ROCK_ENGINE_<KEY>`` for each ``[engine]`` key
 (``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``; ``ROCK_ENGINE_WARM_POOLS`` takes the pools as a JSON
-list of tables). A bad value names its source and key.
+list of tables, ``ROCK_ENGINE_RUNTIME_OPTIONS`` a JSON table, ``ROCK_ENGINE_ALLOWED_CAP_ADD``
+comma-separated names, and booleans are ``true`` or ``false``).
+
+Every value, from any source, is read by rock-core's wire converter as the type its key has in
+``_ADMIN_KEYS``/``_ENGINE_KEYS`` (the checks a request's fields get: ``port`` 1..65535, sizes
+such as ``"10m"``, counts > 0, ...), and the settings' classes then check them together. A bad
+value stops start-up with an :class:`~rock_core.errors.InvalidParameter` naming its source, its
+dotted path and the value, every problem of a file at once::
+
+    config file admin.toml: admin.port: expected a port number 1..65535, got 0; engine.max_cpus: expected a number > 0, got 0
 ``ROCK_ADMIN_API_KEYS="team-a=sha256:HEX,team-b=TOKEN"`` adds keys to those of the file.
 ``ROCK_PLUGIN_<NAME>_<KEY>`` sets a key of a plugin's table (``ROCK_PLUGIN_ARCHIVE_S3_BUCKET=b``);
 a table or variable naming no installed plugin stops start-up, naming it.
@@ -65,18 +74,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
-from rock_core.converters import capability_names
-from rock_core.engine.config import EngineConfig, WarmPoolConfig, warm_pools_from
+from rock_core.converters import structure_fields
+from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
-from rock_core.units import size_to_bytes
+from rock_core.models import ByteSize, NonBlankStr, NonNegativeInt, Port, PositiveFloat, PositiveInt
 
-from rock.admin.auth import ApiKey, parse_api_keys
+from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -93,6 +103,20 @@ def default_state_dir() -> Path:
     return Path(os.environ.get("ROCK_ADMIN_STATE_DIR") or "~/.rock/admin").expanduser()
 
 
+def _api_keys(entries: Iterable[ApiKey | ApiKeyEntry]) -> tuple[ApiKey, ...]:
+    return tuple(entry.api_key() if isinstance(entry, ApiKeyEntry) else entry for entry in entries)
+
+
+def _one_tenant_per_key(instance: Any, attribute: attrs.Attribute[Any], keys: tuple[ApiKey, ...]) -> None:
+    tenants: dict[str, str] = {}
+    for key in keys:
+        if tenants.setdefault(key.sha256, key.tenant) != key.tenant:
+            raise InvalidParameter(
+                f"{attribute.name}: one key is given to two tenants ({tenants[key.sha256]!r} and {key.tenant!r})",
+                field=attribute.name,
+            )
+
+
 @attrs.frozen(kw_only=True)
 class AdminSettings:
     """Everything the admin server needs to run (see the module docstring for each key).
@@ -102,14 +126,14 @@ class AdminSettings:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    state_dir: Path = attrs.field(factory=default_state_dir)
+    state_dir: Path = attrs.field(factory=default_state_dir, converter=lambda value: Path(value).expanduser())
     max_json_body: int = 10 * MiB
     max_upload_body: int = 100 * MiB
     start_wait_seconds: float = 85.0
     batch_max_count: int = 2000
     log_level: str = "info"
     access_log: bool = False
-    api_keys: tuple[ApiKey, ...] = ()
+    api_keys: tuple[ApiKey, ...] = attrs.field(default=(), converter=_api_keys, validator=_one_tenant_per_key)
     allow_host_network: bool = False
     strict_fields: bool = False
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
@@ -139,161 +163,124 @@ class AdminSettings:
 
 
 # ---------------------------------------------------------------------------------------------
-# Value parsing: one function per kind, each naming the key and the source on failure.
+# Reading: every value is read by rock-core's wire converter as the type its key names here (the
+# checks a request's fields get), and a bad one is named by its source and dotted path:
+# "config file admin.toml: admin.port: expected a port number 1..65535, got 0".
 
-
-def _fail(source: str, key: str, value: Any, why: str) -> InvalidParameter:
-    return InvalidParameter(f"{source}: {key}: {why}, got {value!r}", field=key, value=value)
-
-
-def _to_int(source: str, key: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise _fail(source, key, value, "expected an integer")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise _fail(source, key, value, "expected an integer") from None
-
-
-def _to_float(source: str, key: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise _fail(source, key, value, "expected a number")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise _fail(source, key, value, "expected a number") from None
-
-
-def _to_bool(source: str, key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise _fail(source, key, value, "expected true or false")
-
-
-def _to_size(source: str, key: str, value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    try:
-        return size_to_bytes(str(value))
-    except (TypeError, ValueError):
-        raise _fail(source, key, value, "expected a size such as '10m' or '8g'") from None
-
-
-def _to_str(source: str, key: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise _fail(source, key, value, "expected a string")
-    return value
-
-
-def _to_optional_int(source: str, key: str, value: Any) -> int | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
-        return None
-    return _to_int(source, key, value)
-
-
-def _to_optional_path(source: str, key: str, value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    return str(Path(_to_str(source, key, value)).expanduser())
-
-
-_ADMIN_KEYS = {
-    "host": _to_str,
-    "port": _to_int,
-    "state_dir": lambda s, k, v: Path(_to_str(s, k, v)).expanduser(),
-    "max_json_body": _to_size,
-    "max_upload_body": _to_size,
-    "start_wait_seconds": _to_float,
-    "batch_max_count": _to_int,
-    "log_level": _to_str,
-    "access_log": _to_bool,
-    "api_keys": lambda s, _k, v: parse_api_keys(s, v),
-    "allow_host_network": _to_bool,
-    "strict_fields": _to_bool,
+_ADMIN_KEYS: Mapping[str, Any] = {
+    "host": str,
+    "port": Port,
+    "state_dir": str,
+    "max_json_body": ByteSize,
+    "max_upload_body": ByteSize,
+    "start_wait_seconds": PositiveFloat,
+    "batch_max_count": PositiveInt,
+    "log_level": NonBlankStr,
+    "access_log": bool,
+    "api_keys": list[ApiKeyEntry],
+    "allow_host_network": bool,
+    "strict_fields": bool,
 }
 
-def _to_capabilities(source: str, key: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):  # from the environment: comma-separated
-        value = [part for part in (p.strip() for p in value.split(",")) if part]
-    try:
-        return capability_names(value)
-    except ValueError as exc:
-        raise _fail(source, key, value, str(exc)) from None
+_ENGINE_KEYS: Mapping[str, Any] = {
+    "runtime": NonBlankStr,
+    "runtime_options": dict[str, Any],  # [engine.runtime_options]: the runtime's keyword arguments
+    "store_path": str | None,
+    "max_concurrent_starts": PositiveInt,
+    "default_auto_clear_seconds": NonNegativeInt,
+    "default_auto_delete_seconds": NonNegativeInt,
+    "max_auto_delete_seconds": NonNegativeInt | None,
+    "default_startup_timeout": PositiveFloat,
+    "max_cpus": PositiveFloat,
+    "max_memory": ByteSize,
+    "max_disk": ByteSize,
+    "stop_timeout": float,
+    "reconcile_interval": PositiveFloat,
+    "timer_interval": PositiveFloat,
+    "engine_label": NonBlankStr,
+    "reap_orphans": bool,
+    "warm_pools": list[dict[str, Any]],  # each pool checked by EngineConfig (WarmPoolConfig)
+    "max_warm_pool_members": NonNegativeInt,
+    "default_pids_limit": PositiveInt,
+    "max_pids_limit": PositiveInt,
+    "allowed_cap_add": list[str],  # the names checked by EngineConfig
+    "disk_check_interval": PositiveFloat,
+    "disk_keep_seconds": NonNegativeInt,
+    "archive_store": str | None,
+}
+
+_FILE_TABLES: Mapping[str, Any] = {
+    "admin": _ADMIN_KEYS,
+    "engine": _ENGINE_KEYS,
+    "plugins": dict[str, dict[str, Any]],  # each plugin's table is its own to check (rock_configure)
+}
 
 
-def _to_warm_pools(source: str, key: str, value: Any) -> tuple[WarmPoolConfig, ...]:
-    if isinstance(value, str):  # from the environment: JSON
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise _fail(source, key, value, f"expected a JSON list of pool tables ({exc})") from None
+def _json(text: str, path: str) -> Any:
     try:
-        return warm_pools_from(value)
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidParameter(f"{path}: expected JSON ({exc}), got {text!r}", field=path, value=text) from None
+
+
+# Keys whose value may also be written as text (as environment variables must): the text form
+# becomes what a TOML file would hold, and is then read like it.
+_TEXT_FORMS: Mapping[str, Callable[[str, str], Any]] = {
+    "api_keys": lambda text, path: api_key_tables(text, path=path),
+    "allowed_cap_add": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
+    "warm_pools": _json,
+    "runtime_options": _json,
+    "max_auto_delete_seconds": lambda text, _path: None if text.strip().lower() in ("", "none", "null") else text,
+}
+
+
+def _from(source: str, exc: InvalidParameter) -> InvalidParameter:
+    return InvalidParameter(f"{source}: {exc.message}", field=exc.field, value=exc.value)
+
+
+def _from_text(table: Any, path: str) -> Any:
+    if not isinstance(table, Mapping):
+        return table
+    return {
+        key: _TEXT_FORMS[key](value, f"{path}.{key}") if key in _TEXT_FORMS and isinstance(value, str) else value
+        for key, value in table.items()
+    }
+
+
+def _read(source: str, table: Any, keys: Mapping[str, Any], path: str) -> dict[str, Any]:
+    """The settings of one table of one source, each read as the type ``keys`` gives it.
+
+    :raises InvalidParameter: naming ``source``, then every bad key by its dotted path.
+    """
+    try:
+        return structure_fields(_from_text(table, path), keys, path=path)
     except InvalidParameter as exc:
-        raise InvalidParameter(f"{source}: {exc.message}", field=exc.field, value=exc.value) from None
+        raise _from(source, exc) from None
 
 
-_ENGINE_KEYS = {
-    "runtime": _to_str,
-    "store_path": _to_optional_path,
-    "max_concurrent_starts": _to_int,
-    "default_auto_clear_seconds": _to_int,
-    "default_auto_delete_seconds": _to_int,
-    "max_auto_delete_seconds": _to_optional_int,
-    "default_startup_timeout": _to_float,
-    "max_cpus": _to_float,
-    "max_memory": _to_size,
-    "max_disk": _to_size,
-    "stop_timeout": _to_float,
-    "reconcile_interval": _to_float,
-    "timer_interval": _to_float,
-    "engine_label": _to_str,
-    "reap_orphans": _to_bool,
-    "warm_pools": _to_warm_pools,
-    "max_warm_pool_members": _to_int,
-    "default_pids_limit": _to_int,
-    "max_pids_limit": _to_int,
-    "allowed_cap_add": lambda s, k, v: _to_capabilities(s, k, v),
-    "disk_check_interval": _to_float,
-    "disk_keep_seconds": _to_int,
-    "archive_store": lambda s, k, v: None if v in (None, "") else _to_str(s, k, v),
-}
+def _in_table(exc: InvalidParameter, table: str, origin: Mapping[str, str]) -> InvalidParameter:
+    """An error of :class:`EngineConfig` or :class:`AdminSettings` (which name their own fields),
+    named by its dotted path in the settings and by the source of the bad key."""
+    name = re.split(r"[.\[, ]", exc.field or "", maxsplit=1)[0]
+    message = f"{table}.{exc.message}" if name and exc.message.startswith(name) else f"{table}: {exc.message}"
+    source = origin.get(f"{table}.{name}")
+    field = f"{table}.{exc.field}" if exc.field else table
+    return InvalidParameter(f"{source}: {message}" if source else message, field=field, value=exc.value)
 
 
-def _take(table: Mapping[str, Any], keys: Mapping[str, Any], source: str, out: dict[str, Any]) -> None:
-    for key, value in table.items():
-        if key not in keys:
-            known = ", ".join(sorted(keys))
-            raise InvalidParameter(f"{source}: unknown key {key!r} (known: {known})", field=key, value=value)
-        out[key] = keys[key](source, key, value)
-
-
-def _read_file(path: Path) -> dict[str, Any]:
+def _read_file(path: Path, source: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except OSError as exc:
-        raise InvalidParameter(f"config file {path}: {exc.strerror}", field="config", value=str(path)) from exc
+        raise InvalidParameter(f"{source}: {exc.strerror}", field="config", value=str(path)) from exc
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidParameter(f"config file {path}: not valid TOML: {exc}", field="config", value=str(path)) from exc
-    unknown = set(data) - {"admin", "engine", "plugins"}
-    if unknown:
-        raise InvalidParameter(
-            f"config file {path}: unknown table(s) {', '.join(sorted(unknown))} (known: admin, engine, plugins)",
-            field="config", value=str(path),
-        )
-    for name, table in (data.get("plugins") or {}).items():
-        if not isinstance(table, dict):
-            raise InvalidParameter(
-                f"config file {path}: [plugins.{name}] must be a table of the plugin's settings, got {table!r}",
-                field=f"plugins.{name}", value=table,
-            )
-    return data
+        raise InvalidParameter(f"{source}: not valid TOML: {exc}", field="config", value=str(path)) from exc
+    try:
+        data = {name: _from_text(table, name) if name != "plugins" else table for name, table in data.items()}
+    except InvalidParameter as exc:
+        raise _from(source, exc) from None
+    return _read(source, data, _FILE_TABLES, "")
 
 
 def load_settings(
@@ -306,46 +293,46 @@ def load_settings(
     environment and ``overrides`` (``host=``, ``port=``, ... from command-line flags; ``None``
     values are ignored).
 
-    :raises InvalidParameter: an unreadable file, an unknown key or a bad value (naming it).
+    :raises InvalidParameter: an unreadable file, an unknown key or a bad value, naming its
+        source and its dotted path (``admin.port``, ``engine.warm_pools[0].memory``,
+        ``admin.api_keys[2].tenant``) and the value (never a key's).
     """
     env = os.environ if environ is None else environ
-    admin: dict[str, Any] = {}
-    engine: dict[str, Any] = {}
-    runtime_options: dict[str, Any] = {}
+    tables: dict[str, dict[str, Any]] = {"admin": {}, "engine": {}}
+    origin: dict[str, str] = {}  # dotted key -> the source that set it, for EngineConfig's errors
+
+    def take(source: str, table: str, read: dict[str, Any]) -> None:
+        if "api_keys" in read:  # keys add up: a deployment may keep some in the file, inject others
+            read["api_keys"] = tables[table].get("api_keys", []) + read["api_keys"]
+        tables[table].update(read)
+        origin.update(dict.fromkeys((f"{table}.{key}" for key in read), source))
+
     plugin_options: dict[str, Any] = {}
     path = config_file or env.get("ROCK_CONFIG")
     if path:
-        data = _read_file(Path(path).expanduser())
         source = f"config file {path}"
-        _take(data.get("admin", {}), _ADMIN_KEYS, f"{source} [admin]", admin)
-        engine_table = dict(data.get("engine", {}))
-        runtime_options = dict(engine_table.pop("runtime_options", {}) or {})
-        _take(engine_table, _ENGINE_KEYS, f"{source} [engine]", engine)
-        plugin_options = dict(data.get("plugins") or {})
-    for key, parse in _ADMIN_KEYS.items():
-        name = f"ROCK_ADMIN_{key.upper()}"
-        if env.get(name):
-            value = parse(f"environment variable {name}", key, env[name])
-            # Keys add up: a deployment may keep some in the file and inject others.
-            admin[key] = admin.get(key, ()) + value if key == "api_keys" else value
-    for key, parse in _ENGINE_KEYS.items():
-        name = f"ROCK_ENGINE_{key.upper()}"
-        if env.get(name):
-            engine[key] = parse(f"environment variable {name}", key, env[name])
-    _take({k: v for k, v in overrides.items() if v is not None}, _ADMIN_KEYS, "command line", admin)
+        data = _read_file(Path(path).expanduser(), source)  # every table's problems at once
+        take(source, "admin", data.get("admin", {}))
+        take(source, "engine", data.get("engine", {}))
+        plugin_options = data.get("plugins", {})
+    for table, keys in (("admin", _ADMIN_KEYS), ("engine", _ENGINE_KEYS)):
+        for key in keys:
+            name = f"ROCK_{table.upper()}_{key.upper()}"
+            if env.get(name):
+                source = f"environment variable {name}"
+                take(source, table, _read(source, {key: env[name]}, keys, table))
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    take("command line", "admin", _read("command line", flags, _ADMIN_KEYS, "admin"))
 
-    tenants: dict[str, str] = {}
-    for entry in admin.get("api_keys", ()):
-        if tenants.setdefault(entry.sha256, entry.tenant) != entry.tenant:
-            raise InvalidParameter(
-                f"api_keys: one key is given to two tenants ({tenants[entry.sha256]!r} and {entry.tenant!r})",
-                field="api_keys",
-            )
-    state_dir = Path(admin.get("state_dir") or default_state_dir())
-    admin["state_dir"] = state_dir
-    if not engine.get("store_path"):
-        engine["store_path"] = str(state_dir / "rock.db")
-    engine_config = EngineConfig(
-        **engine, runtime_options=runtime_options, plugin_options=plugin_options, remove_on_close=False
-    )
-    return AdminSettings(**admin, engine=engine_config)
+    admin, engine = tables["admin"], tables["engine"]
+    state_dir = Path(admin.setdefault("state_dir", default_state_dir())).expanduser()
+    engine["store_path"] = str(Path(engine.get("store_path") or state_dir / "rock.db").expanduser())
+    engine["archive_store"] = engine.get("archive_store") or None
+    try:
+        engine_config = EngineConfig(**engine, plugin_options=plugin_options, remove_on_close=False)
+    except InvalidParameter as exc:
+        raise _in_table(exc, "engine", origin) from None
+    try:
+        return AdminSettings(**admin, engine=engine_config)
+    except InvalidParameter as exc:
+        raise _in_table(exc, "admin", origin) from None

@@ -1,8 +1,11 @@
 """ROCK's SDK configs: :class:`BaseConfig`, :class:`SandboxConfig`, :class:`SandboxGroupConfig`.
 
 Same field names and defaults as ROCK (reference §2.1), built with keyword arguments and
-mutable (``Sandbox.attach`` writes what it learns back into the config). A field with a bad value
-is refused when it is set, with an error naming the field and the value; the error is both a
+mutable (``Sandbox.attach`` writes what it learns back into the config). Every field is read
+when it is set by rock-core's wire converter (:func:`rock_core.converters.checked`), as the same
+value in a start request would be: ``"300"`` is taken as ``300``, as ROCK's pydantic models take
+it, while ``True`` is no count and ``5`` no image. A bad value is refused with an error naming the
+field and the value (``pids_limit: expected an integer > 0, got 0``); the error is both a
 :class:`ValueError` (as ROCK's pydantic validation error is) and rock's
 :class:`~rock_core.errors.InvalidParameter`.
 
@@ -16,12 +19,13 @@ server does), so a config can be built first and completed later.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any
 
 import attrs
+from rock_core.converters import checked, structure_value
 from rock_core.errors import InvalidParameter
+from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt
 
 __all__ = ["BaseConfig", "SandboxConfig", "SandboxGroupConfig", "InvalidConfig"]
 
@@ -30,84 +34,14 @@ class InvalidConfig(InvalidParameter, ValueError):
     """A config field was given a value it cannot take (a :class:`ValueError` too, as in ROCK)."""
 
 
-def _fail(attribute: attrs.Attribute[Any], value: Any, must: str) -> None:
-    raise InvalidConfig(f"{attribute.name}: {must}, got {value!r}", field=attribute.name, value=value)
+def _field(kind: Any, **kwargs: Any) -> Any:
+    # Every field is read by rock-core's wire converter, as the same value in a request would be.
+    return checked(kind, error=InvalidConfig, **kwargs)
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _int_at_least(minimum: int, optional: bool) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            _fail(attribute, value, f"must be an integer >= {minimum}" + (" or None" if optional else ""))
-
-    return check
-
-
-def _non_negative_int(optional: bool) -> Any:
-    return _int_at_least(0, optional)
-
-
-def _positive_int(optional: bool) -> Any:
-    return _int_at_least(1, optional)
-
-
-def _positive_number(optional: bool) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if not _is_number(value) or value <= 0:
-            _fail(attribute, value, "must be a number > 0" + (" or None" if optional else ""))
-
-    return check
-
-
-def _text(optional: bool) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if not isinstance(value, str):
-            _fail(attribute, value, "must be a string" + (" or None" if optional else ""))
-
-    return check
-
-
-def _str_dict(optional: bool) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if value is None and optional:
-            return
-        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            _fail(attribute, value, "must be a dict of strings to strings" + (" or None" if optional else ""))
-
-    return check
-
-
-def _str_list(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if not isinstance(value, (list, tuple)) or not all(isinstance(item, str) for item in value):
-        _fail(attribute, value, "must be a list of strings or None")
-
-
-def _bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        _fail(attribute, value, "must be True or False")
-
-
-def _env_float(name: str, default: float) -> float:
+def _from_environment(name: str, kind: Any, default: Any) -> Any:
     raw = os.environ.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise InvalidConfig(
-            f"environment variable {name} must be a number of seconds, got {raw!r}", field=name, value=raw
-        ) from None
+    return default if not raw else structure_value(raw, kind, path=name, error=InvalidConfig)
 
 
 @attrs.define(kw_only=True)
@@ -120,9 +54,9 @@ class BaseConfig:
     :param extra_headers: extra HTTP headers for every call to a server.
     """
 
-    base_url: str | None = attrs.field(factory=lambda: os.environ.get("ROCK_BASE_URL") or None, validator=_text(True))
-    xrl_authorization: str | None = attrs.field(default=None, repr=False, validator=_text(True))
-    extra_headers: dict[str, str] = attrs.field(factory=dict, validator=_str_dict(False))
+    base_url: str | None = _field(str | None, factory=lambda: os.environ.get("ROCK_BASE_URL") or None)
+    xrl_authorization: str | None = _field(str | None, default=None, repr=False)
+    extra_headers: dict[str, str] = _field(dict[str, str], factory=dict)
 
 
 @attrs.define(kw_only=True)
@@ -167,37 +101,35 @@ class SandboxConfig(BaseConfig):
         ``auto_delete_seconds``, a value of the wrong type.
     """
 
-    image: str = attrs.field(default="python:3.11", validator=_text(False))
-    image_os: str = attrs.field(default="linux", validator=_text(False))
-    auto_clear_seconds: int = attrs.field(default=300, validator=_non_negative_int(False))
-    startup_timeout: float = attrs.field(
-        factory=lambda: _env_float("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", 180.0), validator=_positive_number(False)
+    image: str = _field(str, default="python:3.11")
+    image_os: str = _field(str, default="linux")
+    auto_clear_seconds: int = _field(NonNegativeInt, default=300)
+    startup_timeout: float = _field(
+        PositiveFloat, factory=lambda: _from_environment("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", PositiveFloat, 180.0)
     )
-    memory: str = attrs.field(default="8g", validator=_text(False))
+    memory: str = _field(str, default="8g")
     cpus: float = 2
     limit_cpus: float | None = None
-    num_gpus: int | None = attrs.field(default=None, validator=_non_negative_int(True))
-    accelerator_type: str | None = attrs.field(default=None, validator=_text(True))
-    user_id: str | None = attrs.field(default=None, validator=_text(True))
-    experiment_id: str | None = attrs.field(default=None, validator=_text(True))
-    cluster: str = attrs.field(
-        factory=lambda: os.environ.get("ROCK_DEFAULT_CLUSTER") or "vpc-nt-a", validator=_text(False)
-    )
-    namespace: str | None = attrs.field(default=None, validator=_text(True))
-    registry_username: str | None = attrs.field(default=None, validator=_text(True))
-    registry_password: str | None = attrs.field(default=None, repr=False, validator=_text(True))
-    use_kata_runtime: bool = attrs.field(default=False, validator=_bool)
-    sandbox_id: str | None = attrs.field(default=None, validator=_text(True))
-    auto_archive_seconds: int | None = attrs.field(default=None, validator=_non_negative_int(True))
-    auto_delete_seconds: int | None = attrs.field(default=None, validator=_non_negative_int(True))
-    disk: str | None = attrs.field(default="50G", validator=_text(True))
+    num_gpus: int | None = _field(NonNegativeInt | None, default=None)
+    accelerator_type: str | None = _field(str | None, default=None)
+    user_id: str | None = _field(str | None, default=None)
+    experiment_id: str | None = _field(str | None, default=None)
+    cluster: str = _field(str, factory=lambda: os.environ.get("ROCK_DEFAULT_CLUSTER") or "vpc-nt-a")
+    namespace: str | None = _field(str | None, default=None)
+    registry_username: str | None = _field(str | None, default=None)
+    registry_password: str | None = _field(str | None, default=None, repr=False)
+    use_kata_runtime: bool = _field(bool, default=False)
+    sandbox_id: str | None = _field(str | None, default=None)
+    auto_archive_seconds: int | None = _field(NonNegativeInt | None, default=None)
+    auto_delete_seconds: int | None = _field(NonNegativeInt | None, default=None)
+    disk: str | None = _field(str | None, default="50G")
     # rock additions
-    env: dict[str, str] | None = attrs.field(default=None, validator=_str_dict(True))
-    metadata: dict[str, str] | None = attrs.field(default=None, validator=_str_dict(True))
-    network: str | None = attrs.field(default=None, validator=_text(True))
-    network_group: str | None = attrs.field(default=None, validator=_text(True))
-    pids_limit: int | None = attrs.field(default=None, validator=_positive_int(True))
-    cap_add: list[str] | None = attrs.field(default=None, validator=_str_list)
+    env: dict[str, str] | None = _field(dict[str, str] | None, default=None)
+    metadata: dict[str, str] | None = _field(dict[str, str] | None, default=None)
+    network: str | None = _field(str | None, default=None)
+    network_group: str | None = _field(str | None, default=None)
+    pids_limit: int | None = _field(PositiveInt | None, default=None)
+    cap_add: list[str] | None = _field(list[str] | None, default=None)
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()
@@ -216,11 +148,6 @@ class SandboxConfig(BaseConfig):
             )
 
 
-def _at_least_one(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        _fail(attribute, value, "must be an integer >= 1")
-
-
 @attrs.define(kw_only=True)
 class SandboxGroupConfig(SandboxConfig):
     """A :class:`SandboxConfig` for ``size`` identical sandboxes.
@@ -230,6 +157,6 @@ class SandboxGroupConfig(SandboxConfig):
     :param start_retry_times: attempts per sandbox before ``SandboxGroup.start()`` gives up.
     """
 
-    size: int = attrs.field(default=2, validator=_at_least_one)
-    start_concurrency: int = attrs.field(default=2, validator=_at_least_one)
-    start_retry_times: int = attrs.field(default=3, validator=_at_least_one)
+    size: int = _field(PositiveInt, default=2)
+    start_concurrency: int = _field(PositiveInt, default=2)
+    start_retry_times: int = _field(PositiveInt, default=3)
