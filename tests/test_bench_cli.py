@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from rock_core.testing import eventually_empty
 
 pytestmark = pytest.mark.docker
 
@@ -35,7 +36,7 @@ def test_rollout_writes_every_episode_and_refuses_to_overwrite(tmp_path, docker_
     ):
         assert results[key] > 0
     for row in results["rows"]:
-        assert docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={row['sandbox_id']}"}, ignore_removed=True) == []
+        assert eventually_empty(lambda: docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={row['sandbox_id']}"}, ignore_removed=True)) == []
 
     again = rock("bench", "rollout", "--count", "1", "--output", str(output))
     assert again.returncode == 2
@@ -52,8 +53,8 @@ def test_rollout_with_a_warm_pool_fills_it_first_and_leaves_nothing(tmp_path, do
     assert results["successful_episodes"] == 3 and results["settings"]["warm_pool"] == 2
     assert results["warm_pool_fill_seconds"] > 0
     for row in results["rows"]:  # claimed sandboxes are found by name (they carry rock.pool, not rock.sandbox_id)
-        assert docker_client.containers.list(all=True, filters={"name": f"^{row['sandbox_id']}$"}, ignore_removed=True) == []
-    assert docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True) == []
+        assert eventually_empty(lambda: docker_client.containers.list(all=True, filters={"name": f"^{row['sandbox_id']}$"}, ignore_removed=True)) == []
+    assert eventually_empty(lambda: docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True)) == []
 
 
 def test_rollout_measures_the_docker_run_floor_in_the_same_invocation(tmp_path, docker_client):

@@ -26,6 +26,7 @@ from rock_core.errors import (
     SessionNotFound,
 )
 from rock_core.states import State
+from rock_core.testing import eventually_empty
 from rock_docker import DockerRuntime
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -66,7 +67,9 @@ async def _queued(engine, sandbox_id):
 async def engine(docker_client):
     async with SandboxManager(EngineConfig(timer_interval=0.2, reconcile_interval=1.0)) as manager:
         yield manager
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True)
+    leftovers = eventually_empty(
+        lambda: docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True)
+    )
     assert leftovers == [], "closing the engine must remove its containers"
 
 

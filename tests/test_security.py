@@ -22,6 +22,7 @@ from rock_core.engine.manager import LABEL_SANDBOX_ID, SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 from rock_core.states import State
+from rock_core.testing import eventually_empty
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -56,7 +57,9 @@ async def engine(docker_client):
     config = EngineConfig(timer_interval=0.2, reconcile_interval=1.0, disk_check_interval=2.0)
     async with SandboxManager(config) as manager:
         yield manager
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True)
+    leftovers = eventually_empty(
+        lambda: docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True)
+    )
     assert leftovers == [], "closing the engine must remove its containers"
 
 

@@ -18,6 +18,7 @@ from rock_core.converters import spec_from_start_request
 from rock_core.errors import InvalidParameter
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.states import State
+from rock_core.testing import eventually_empty
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -60,7 +61,7 @@ async def pooled(docker_client):
         (status,) = await engine.wait_warm(timeout=120)
         assert (status.ready, status.size, status.last_error) == (2, 2, None)
         yield engine
-    assert engine_containers(docker_client, engine) == [], "closing the engine must remove pool members too"
+    assert eventually_empty(lambda: engine_containers(docker_client, engine)) == [], "closing the engine must remove pool members too"
 
 
 async def test_members_are_running_unclaimed_containers(pooled, docker_client):

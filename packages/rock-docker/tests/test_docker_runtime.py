@@ -27,6 +27,7 @@ from rock_core.errors import (
 from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, PullPolicy, SandboxSpec, UnitState
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.testing import PhaseLog, unique_sandbox_id, wait_for_rocklet, wait_for_unit
+from rock_core.testing.fixtures import rocklet_url
 from rock_core.units import GiB, MiB
 
 from rock_docker import DockerRuntime
@@ -53,7 +54,8 @@ TOKEN = "docker-runtime-test-token"
 
 @pytest.fixture
 async def http():
-    async with httpx.AsyncClient(headers={TOKEN_HEADER: TOKEN}) as client:
+    async with new_http_client() as client:  # TCP, and the unix sockets rocklets listen on
+        client.headers[TOKEN_HEADER] = TOKEN
         yield client
 
 
@@ -76,7 +78,7 @@ async def container_doc(docker_client, handle):
 async def started(runtime, handle, http):
     await runtime.start(handle)
     status = await runtime.inspect(handle)
-    await wait_for_rocklet(http, f"http://{status.rocklet_host}:{status.rocklet_port}")
+    await wait_for_rocklet(http, rocklet_url(status))
     return status
 
 
@@ -96,22 +98,25 @@ async def test_container_settings(runtime, run_labels, docker_client):
     host, config = doc["HostConfig"], doc["Config"]
     assert doc["Name"] == f"/{the_spec.sandbox_id}"
     assert handle.sandbox_id == the_spec.sandbox_id
-    assert config["Labels"] == {**run_labels, "rock.sandbox_id": the_spec.sandbox_id}
+    socket_path = config["Labels"]["rock.docker.rocklet_socket"]
+    assert config["Labels"] == {
+        **run_labels,
+        "rock.sandbox_id": the_spec.sandbox_id,
+        "rock.docker.forward_ports": "22555,8080",
+        "rock.docker.rocklet_socket": socket_path,
+    }
     assert "GREETING=hello rock" in config["Env"]
     assert config["Cmd"][:2] == ["/bin/sh", "-c"]
-    assert "exec python3 -I -S /rock/rocklet.pyz --host 0.0.0.0 --port 22555" in config["Cmd"][2]
+    assert "exec python3 -I -S /rock/rocklet.pyz --unix /rock-run/rocklet.sock" in config["Cmd"][2]
     assert not config["Entrypoint"]
     assert host["Memory"] == host["MemorySwap"] == 512 * MiB
     assert host["NanoCpus"] == 1_500_000_000
     assert host["CpuShares"] == 0
     assert host["Privileged"] is False
     assert host["Init"] is True
-    assert host["PortBindings"] == {
-        "22555/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
-        "8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": ""}],
-    }
-    [mount] = doc["Mounts"]
-    assert (mount["Type"], mount["Destination"], mount["RW"]) == ("bind", "/rock", False)
+    assert not host["PortBindings"]  # no docker-proxy: the engine forwards 22555 and 8080
+    mounts = {m["Destination"]: (m["Type"], m["Source"], m["RW"]) for m in doc["Mounts"]}
+    assert mounts == {"/rock": ("bind", mounts["/rock"][1], False), "/rock-run": ("bind", str(Path(socket_path).parent), True)}
 
 
 async def test_containers_are_hardened_and_say_how(runtime, run_labels, docker_client):
@@ -207,17 +212,32 @@ async def test_limits_the_host_cannot_enforce_are_noted(run_labels, docker_clien
     )
 
 
-async def test_started_ports_are_bound_on_loopback_only(runtime, run_labels, docker_client, http):
-    """Both published ports listen on 127.0.0.1 only; inspect reports them and the rocklet answers."""
+async def test_started_unit_publishes_nothing_and_lists_ports_to_forward(runtime, run_labels, docker_client, http):
+    """By default Docker publishes no port (no docker-proxy); inspect lists 22555 and 8080 for
+    the engine to forward, and the rocklet answers on its unix socket."""
     handle = await create(runtime, run_labels)
     status = await started(runtime, handle, http)
     ports = (await container_doc(docker_client, handle))["NetworkSettings"]["Ports"]
-    for port in ("22555/tcp", "8080/tcp"):
-        assert {b["HostIp"] for b in ports[port]} == {"127.0.0.1"}
-        assert int(ports[port][0]["HostPort"]) == status.port_mapping[int(port.split("/")[0])]
-    assert status.rocklet_address == ("127.0.0.1", status.port_mapping[ROCKLET_PORT])
+    assert not any(ports.values()) if ports else True
+    assert status.port_mapping == {} and status.forwarded_ports == (22555, 8080)
+    assert status.rocklet_address == (status.rocklet_socket, 0)
     code, out = await exec_in(docker_client, handle, ["ls", "/sys/class/net"])
     assert code == 0 and "eth0" in out.split()
+
+
+async def test_published_ports_are_bound_on_loopback_only(run_labels, docker_client, http, tmp_path):
+    """With ``publish_ports=True`` both ports are published on 127.0.0.1 only; inspect reports
+    them and the rocklet answers there."""
+    async with DockerRuntime(rocklet_dir=tmp_path, publish_ports=True) as runtime:
+        handle = await create(runtime, run_labels)
+        status = await started(runtime, handle, http)
+        assert status.forwarded_ports == ()
+        ports = (await container_doc(docker_client, handle))["NetworkSettings"]["Ports"]
+        for port in ("22555/tcp", "8080/tcp"):
+            assert {b["HostIp"] for b in ports[port]} == {"127.0.0.1"}
+            assert int(ports[port][0]["HostPort"]) == status.port_mapping[int(port.split("/")[0])]
+        assert status.rocklet_address == ("127.0.0.1", status.port_mapping[ROCKLET_PORT])
+        await runtime.remove(handle)
 
 
 async def test_disk_limit_is_applied_or_noted(runtime, run_labels, docker_client):
@@ -443,7 +463,7 @@ async def test_watch_reports_an_oom_kill_while_the_container_runs(runtime, run_l
     watch = runtime.watch({"rock.sandbox_id": the_spec.sandbox_id})
     try:
         status = await started(runtime, handle, http)
-        url = f"http://127.0.0.1:{status.rocklet_port}/execute"
+        url = f"{rocklet_url(status)}/execute"
         answer = await http.post(url, json={"command": ["python3", "-c", "b = b'x' * (256 << 20)"], "timeout": 60})
         assert answer.json()["exit_code"] == -9
         with anyio.fail_after(30):

@@ -35,6 +35,7 @@ from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.manager import LABEL_OWNER, process_owner
 from rock_core.errors import SessionNotFound
+from rock_core.testing import eventually_empty
 
 IMAGE = "python:3.11"
 SMALL: dict[str, Any] = {"image": IMAGE, "memory": "512m", "cpus": 0.5}
@@ -254,7 +255,9 @@ def engine(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     engine is closed at the end, which must leave no container behind."""
     yield get_remote_engine(request.getfixturevalue("admin").url) if REMOTE else get_embedded_engine()
     close_embedded_engine()
-    left = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"}, ignore_removed=True)
+    left = eventually_empty(
+        lambda: docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"}, ignore_removed=True)
+    )
     assert left == [], f"containers left behind by the SDK tests: {[c.name for c in left]}"
 
 

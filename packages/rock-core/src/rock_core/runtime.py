@@ -18,6 +18,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
+import anyio
 import attrs
 
 from rock_core.errors import NotSupported
@@ -188,6 +189,24 @@ class Runtime(abc.ABC):
     @abc.abstractmethod
     async def remove(self, handle: UnitHandle) -> None:
         """Remove the unit and the resources it holds; a unit that is already gone is not an error."""
+
+    async def discard(self, handles: Sequence[UnitHandle]) -> None:
+        """Have ``handles`` removed without waiting for it: the engine is exiting (its process
+        may end right after) and their sandboxes are already ended.
+
+        A runtime whose own service can finish the removals after the engine is gone hands the
+        requests over and returns (Docker: dockerd completes a removal whose caller left).
+        The default removes them all, concurrently, and returns when they are gone.
+        """
+        async def remove(handle: UnitHandle) -> None:
+            try:
+                await self.remove(handle)
+            except Exception:  # noqa: BLE001 - one unit's failure must not keep the others
+                pass
+
+        async with anyio.create_task_group() as tg:
+            for handle in handles:
+                tg.start_soon(remove, handle)
 
     @abc.abstractmethod
     async def inspect(self, handle: UnitHandle) -> RuntimeStatus:

@@ -150,3 +150,10 @@ async def test_many_connections_at_once(client: RockletClient, echo_port: int) -
                 clients.start_soon(one, i)
         assert [answers[i] for i in range(50)] == [b"SANDBOX-%d;" % i * 1000 for i in range(50)]
         tg.cancel_scope.cancel()
+
+
+async def test_a_rocklet_inside_another_program_refuses_to_end_it(client: RockletClient) -> None:
+    """``/shutdown`` ends the process only of a rocklet that is its own program: this one runs
+    in the test's process, which must survive the engine's attempt."""
+    assert await client.end_sandbox() is False
+    assert await client.is_alive()

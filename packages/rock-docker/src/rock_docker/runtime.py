@@ -23,6 +23,7 @@ with a connection pool as large as that limiter serves them all.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -78,6 +79,8 @@ from rock_docker._container import (
     status_from_inspect,
 )
 from rock_docker._errors import explain, translate
+
+log = logging.getLogger("rock.docker")
 
 __all__ = ["DockerRuntime", "default_rocklet_dir"]
 
@@ -165,7 +168,7 @@ class DockerRuntime(Runtime):
         socket_dir: str | os.PathLike[str] | None = None,
         isolated_network: str | None = None,
         nofile_limit: int | None = 16384,
-        publish_ports: bool = True,
+        publish_ports: bool = False,
     ) -> None:
         if max_concurrency < 1:
             raise InvalidParameter(
@@ -547,11 +550,53 @@ class DockerRuntime(Runtime):
         network = self._unit_groups.pop(handle.unit_id, None) or (group_network_name(group) if group else None)
         if network is not None:
             await self._run(lambda: self._remove_network_if_unused(network), attempted="remove", sandbox_id=handle.sandbox_id)
-        socket = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
-        if socket is not None:
-            directory = Path(socket) if not str(socket).endswith(SOCKET_NAME) else Path(socket).parent
+        self._remove_socket_dir(handle)
+
+    def _remove_socket_dir(self, handle: UnitHandle) -> None:
+        """Remove the unit's rocklet socket directory, if it has one."""
+        socket_path = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
+        if socket_path is not None:
+            directory = Path(socket_path) if not str(socket_path).endswith(SOCKET_NAME) else Path(socket_path).parent
             if directory.parent == self.socket_dir:  # never remove anything else a label names
                 shutil.rmtree(directory, ignore_errors=True)
+
+    async def discard(self, handles: Sequence[UnitHandle]) -> None:
+        """Send dockerd a forced removal of each container and return without the answers:
+        dockerd completes a removal whose caller has gone, so the engine's process may exit at
+        once (1,000 requests take milliseconds; dockerd then removes some 15 a second). Only
+        over a unix socket; an engine reached otherwise gets the default (remove and wait).
+        Socket directories go at once; group networks are left for a later removal."""
+        path = self._unix_socket_path()
+        if path is None:
+            await super().discard(handles)
+            return
+
+        def send_all() -> None:
+            for handle in handles:
+                try:
+                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                        sock.settimeout(5.0)
+                        sock.connect(path)
+                        sock.sendall(
+                            f"DELETE /containers/{handle.unit_id}?force=1&v=1 HTTP/1.1\r\n"
+                            "Host: docker\r\nConnection: close\r\n\r\n".encode("ascii")
+                        )
+                except OSError as exc:
+                    log.warning("could not ask dockerd to remove %s: %s", handle.sandbox_id, exc)
+
+        await anyio.to_thread.run_sync(send_all)
+        for handle in handles:
+            # A group's network cannot go before its containers: it stays until a later removal
+            # of a member of that group, or a new group of that name uses it again.
+            self._unit_groups.pop(handle.unit_id, None)
+            self._remove_socket_dir(handle)
+
+    def _unix_socket_path(self) -> str | None:
+        """The path of dockerd's unix socket, when that is how this runtime reaches it."""
+        url = self.base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        if not url.startswith("unix://"):
+            return None
+        return url[len("unix://"):]
 
     def _remove_network_if_unused(self, name: str) -> None:
         """Remove a group's network once no container is attached to it (blocking)."""

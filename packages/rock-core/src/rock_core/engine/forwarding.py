@@ -36,11 +36,12 @@ _CHUNK = 65536
 class PortForwards:
     """The forwarded ports of every running sandbox of one engine.
 
-    :param task_group: where the listeners and their connections run (the engine's).
+    :param task_group: where the listeners and their connections run (the engine's); may be
+        given later with :meth:`serve_in`, before the first :meth:`open`.
     :param host: the address listened on.
     """
 
-    def __init__(self, task_group: anyio.abc.TaskGroup, host: str = "127.0.0.1") -> None:
+    def __init__(self, task_group: anyio.abc.TaskGroup | None = None, host: str = "127.0.0.1") -> None:
         self._tg = task_group
         self.host = host
         self._scopes: dict[str, anyio.CancelScope] = {}
@@ -48,6 +49,10 @@ class PortForwards:
 
     def __len__(self) -> int:
         return len(self._scopes)
+
+    def serve_in(self, task_group: anyio.abc.TaskGroup) -> None:
+        """Run listeners and connections in ``task_group`` from now on (the engine's, once open)."""
+        self._tg = task_group
 
     def mapping(self, sandbox_id: str) -> dict[Port, Port]:
         """The forwarded ports of ``sandbox_id`` (container port → host port); empty if none."""
@@ -66,6 +71,8 @@ class PortForwards:
         the others, the system chooses one. Forwards already open for the sandbox are closed
         first.
         """
+        if self._tg is None:
+            raise RuntimeError("PortForwards.open before serve_in: the engine is not open")
         self.close(sandbox_id)
         preferred = dict(preferred or {})
         listeners: list[tuple[Port, anyio.abc.SocketListener]] = []

@@ -53,6 +53,7 @@ import httpx
 from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, WarmPoolStatus
 from rock_core.engine import claims, extensions, reaping, reconcile, recovery, starting, stopping, timers
 from rock_core.engine.config import EngineConfig
+from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.live import (
     LABEL_ENGINE,
     LABEL_ENGINE_ID,
@@ -160,6 +161,8 @@ class SandboxManager:
         self._pool_scopes: dict[str, anyio.CancelScope] = {}
         self._http: httpx.AsyncClient | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        #: Host ports the engine serves for sandboxes' ports (see rock_core.engine.forwarding).
+        self.forwards = PortForwards()
         self._closed = False
         self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
         #: Called with the seconds from request to running of every start (the admin's histogram).
@@ -179,6 +182,7 @@ class SandboxManager:
         self._http = new_http_client()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
+        self.forwards.serve_in(self._tg)
         # Orphans and stale pool members go in the background: the first start does not wait.
         self._sweep_done = anyio.Event()
         self._tg.start_soon(reaping.background_sweep, self, self._sweep_done)

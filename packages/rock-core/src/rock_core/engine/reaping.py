@@ -21,6 +21,7 @@ import anyio
 from rock_core.engine.live import LABEL_ENGINE, LABEL_ENGINE_ID, LABEL_OWNER, now
 from rock_core.engine.owners import owner_is_dead
 from rock_core.engine.pool import is_unclaimed_member
+from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.stopping import remove_quietly
 from rock_core.errors import RockError
 from rock_core.runtime import UnitHandle
@@ -35,6 +36,9 @@ log = logging.getLogger("rock.engine")
 
 # Units removed at once by the sweep of orphans and stale pool members (the rest wait their turn).
 _SWEEP_CONCURRENCY = 8
+# Rocklets asked at once to end their sandbox when the engine closes, and how long each may take.
+_END_CONCURRENCY = 64
+_END_TIMEOUT = 3.0
 
 
 async def reap_orphans(engine: SandboxManager) -> int:
@@ -84,8 +88,16 @@ async def background_sweep(engine: SandboxManager, done: anyio.Event) -> None:
 
 
 async def remove_all_owned(engine: SandboxManager) -> None:
-    """Remove every unit of ``engine`` (starts under way are cancelled first) and record its
-    sandboxes stopped (``"engine closed"``) and deleted."""
+    """End and remove every unit of ``engine`` (starts under way are cancelled first) and record
+    its sandboxes stopped (``"engine closed"``) and deleted.
+
+    Built for a trainer's exit with a thousand sandboxes: first every rocklet is asked to end
+    its sandbox (``POST /shutdown``, :data:`_END_CONCURRENCY` at once), which kills every
+    process in it without a runtime call; then the runtime is asked to remove all the units
+    with :meth:`~rock_core.runtime.Runtime.discard`, which may leave the work to the runtime's
+    own service (dockerd finishes after this process is gone). A unit whose rocklet did not
+    answer is removed by that same call (Docker's forced removal kills it first).
+    """
     lives = engine._live
     for live in list(lives.values()):
         if live.start_scope is not None:
@@ -98,9 +110,19 @@ async def remove_all_owned(engine: SandboxManager) -> None:
         ]
     except RockError as exc:
         log.warning("could not list this engine's units at close: %s", exc)
+    limiter = anyio.CapacityLimiter(_END_CONCURRENCY)
+
+    async def end(client: RockletClient) -> None:
+        async with limiter:
+            with anyio.move_on_after(_END_TIMEOUT):
+                await client.end_sandbox(timeout=_END_TIMEOUT)
+
     async with anyio.create_task_group() as tg:
-        for handle in handles:
-            tg.start_soon(remove_quietly, engine.runtime, handle)
+        for live in lives.values():
+            if live.client is not None:
+                tg.start_soon(end, live.client)
+    if handles:
+        await engine.runtime.discard(handles)
     at = now()
     for live in list(lives.values()):
         if live.record.state is not State.DELETED:

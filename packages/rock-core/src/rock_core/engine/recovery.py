@@ -17,6 +17,7 @@ import attrs
 
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
 from rock_core.engine.rocklet_client import RockletClient
+from rock_core.engine.starting import open_ports
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import RockError
 from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, UnitState
@@ -76,7 +77,11 @@ async def adopt(engine: SandboxManager, live: LiveSandbox) -> str | None:
         return "its rocklet did not answer after rock restarted"
     live.client = client
     live.activity = time.time()
-    engine._save(attrs.evolve(record, port_mapping=dict(status.port_mapping) or dict(record.port_mapping)))
+    try:
+        mapping = await open_ports(engine, live, client, status)
+    except OSError as exc:
+        return f"could not listen for its ports after rock restarted: {exc}"
+    engine._save(attrs.evolve(record, port_mapping=mapping or dict(record.port_mapping)))
     if record.state is State.PENDING:  # its start was cut short just before the end: finish it
         engine._set_phase(record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success (recovered)")
         engine._apply(live.record, Event.ALIVE, start_time=now(), reason=None)

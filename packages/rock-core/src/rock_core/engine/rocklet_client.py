@@ -297,6 +297,13 @@ class RockletClient:
             return False
         return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
 
+    async def forget(self) -> None:
+        """Close the engine's connection pool to this rocklet's unix socket (its sandbox
+        stopped), so that a long-running engine keeps no pool per sandbox it ever ran."""
+        transport = getattr(self.http, "_transport", None)
+        if isinstance(transport, RockletTransport) and self.host.startswith("/"):
+            await transport.forget(self.host)
+
     async def end_sandbox(self, timeout: float = 5.0) -> bool:
         """Ask the rocklet to end itself and so its whole sandbox (``POST /shutdown``): the
         unit stops without a runtime call. ``True`` when the rocklet accepted (a connection

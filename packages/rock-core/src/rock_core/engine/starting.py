@@ -42,6 +42,7 @@ from rock_core.models import (
     ROCKLET_PORT,
     Phase,
     PhaseStatus,
+    Port,
     RuntimeStatus,
     SandboxRecord,
     SandboxSpec,
@@ -305,19 +306,35 @@ def note_unit(engine: SandboxManager, live: LiveSandbox, handle: UnitHandle) -> 
         engine._save(attrs.evolve(live.record, notes=notes, security=security))
 
 
+async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletClient, status: RuntimeStatus) -> dict[Port, Port]:
+    """The sandbox's ``port_mapping``: the ports its runtime published, plus host ports the
+    engine forwards through the rocklet for those the runtime lists in ``forwarded_ports``
+    (keeping the host ports the record already names when they are free: a restart, an admin
+    that recovers its sandboxes)."""
+    assert status.rocklet_address is not None
+    mapping = dict(status.port_mapping)
+    if status.forwarded_ports:
+        mapping.update(
+            await engine.forwards.open(
+                live.record.sandbox_id, client, status.forwarded_ports, preferred=live.record.port_mapping
+            )
+        )
+    port = status.rocklet_address[1]
+    return mapping or ({Port(ROCKLET_PORT): Port(port)} if port else {})  # no port: a unix socket
+
+
 async def became_ready(
     engine: SandboxManager, live: LiveSandbox, client: RockletClient, status: RuntimeStatus, message: str
 ) -> None:
     """A started sandbox's rocklet answered: record its ports and make it running (unless it
     was stopped meanwhile)."""
-    assert status.rocklet_address is not None
-    port = status.rocklet_address[1]
-    mapping = dict(status.port_mapping) or ({ROCKLET_PORT: port} if port else {})  # no port: a unix socket
+    mapping = await open_ports(engine, live, client, status)
     engine._save(attrs.evolve(live.record, port_mapping=mapping))
     live.client = client
     live.activity = time.time()
     async with live.lock:
         if live.record.state is not State.PENDING:
+            engine.forwards.close(live.record.sandbox_id)
             return  # stopped meanwhile
         engine._set_phase(live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, message)
         engine._apply(

@@ -84,7 +84,10 @@ async def stop_locked(
         stop_time=at, reason=reason,
         auto_transition_state=target, auto_transition_time=at + timedelta(seconds=delay),
     )
-    live.client = None
+    engine.forwards.close(record.sandbox_id)
+    client, live.client = live.client, None
+    if client is not None:
+        await client.forget()
     live.settled.set()
     if live.handle is None:
         # Stopped while starting: find a unit the start may have made (by its labels).

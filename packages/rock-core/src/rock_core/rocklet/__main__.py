@@ -130,7 +130,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         state_dir = os.path.join(base, "rocklet-%d-%s" % (os.getpid(), os.urandom(3).hex()))
     else:
         state_dir = opts["state_dir"]
-    rocklet = Rocklet(state_dir)
+    rocklet = Rocklet(state_dir, owns_process=True)
     server = None
     try:
         os.makedirs(state_dir, mode=0o711, exist_ok=True)

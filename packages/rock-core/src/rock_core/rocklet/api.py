@@ -119,8 +119,11 @@ class Rocklet:
     :param state_dir: a private directory for session scratch files and process output.
     """
 
-    def __init__(self, state_dir: str) -> None:
+    def __init__(self, state_dir: str, *, owns_process: bool = False) -> None:
         self.state_dir = state_dir
+        #: Whether this rocklet is its own program (the sandbox's agent), so that ``/shutdown``
+        #: may end the process; a rocklet served inside another program (tests) refuses it.
+        self.owns_process = owns_process
         self._sessions = None  # type: Any
         self._processes = None  # type: Any
         self._stats = None  # type: Any
@@ -189,6 +192,8 @@ class Rocklet:
         container's main process, so the container stops, and every process in it is killed by
         the kernel, without a call to the runtime per sandbox. Nothing is flushed or closed.
         """
+        if not self.owns_process:
+            raise BadRequest("this rocklet runs inside another program and cannot end it", status=409)
         response = Response(b"{}")
         response.after = lambda: os._exit(0)
         return response

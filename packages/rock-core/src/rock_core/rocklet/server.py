@@ -62,6 +62,7 @@ _REASONS = {
     401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    409: "Conflict",
     411: "Length Required",
     413: "Payload Too Large",
     500: "Internal Server Error",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ __all__ = [
     "LABEL_SANDBOX_ID",
     "PhaseLog",
     "StartedUnit",
+    "eventually_empty",
     "Units",
     "phase_log",
     "plugin_site",
@@ -275,3 +276,19 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plu
         monkeypatch.delenv(name, raising=False)
     with PluginSite(tmp_path / "plugin-site").importable(alone=True) as site:
         yield site
+
+
+def eventually_empty(probe: Callable[[], Sequence[Any]], timeout: float = 60.0, interval: float = 0.1) -> list[Any]:
+    """Call ``probe()`` until it returns nothing; return its last answer (``[]``, or what was
+    still there after ``timeout`` seconds, for the caller's assertion to show).
+
+    For units an engine hands to its runtime to remove as it closes
+    (:meth:`~rock_core.runtime.Runtime.discard`): they are gone at the runtime's pace, shortly
+    after the engine has returned.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        found = list(probe())
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(interval)
