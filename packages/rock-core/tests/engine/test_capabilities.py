@@ -60,11 +60,14 @@ async def test_the_runtime_says_which_sandbox_ids_it_can_carry() -> None:
 @pytest.mark.parametrize(
     ("fields", "field", "said"),
     [
-        ({"default_pids_limit": 0}, "default_pids_limit", "expected a whole number >= 1, got 0"),
-        ({"max_pids_limit": "many"}, "max_pids_limit", "expected a whole number >= 1"),
+        ({"default_pids_limit": 0}, "default_pids_limit", "expected an integer > 0, got 0"),
+        ({"max_pids_limit": "many"}, "max_pids_limit", "expected an integer, got 'many'"),
         ({"default_pids_limit": 9000, "max_pids_limit": 8000}, "default_pids_limit", "above max_pids_limit 8000"),
         ({"disk_check_interval": 0}, "disk_check_interval", "expected a number > 0, got 0"),
-        ({"disk_keep_seconds": -1}, "disk_keep_seconds", "expected a whole number >= 0"),
+        ({"disk_keep_seconds": -1}, "disk_keep_seconds", "expected an integer >= 0, got -1"),
+        ({"max_concurrent_starts": 0}, "max_concurrent_starts", "expected an integer > 0, got 0"),
+        ({"max_memory": "lots"}, "max_memory", "invalid size 'lots'"),
+        ({"remove_on_close": "maybe"}, "remove_on_close", "expected true or false, got 'maybe'"),
         ({"allowed_cap_add": ["NET_RAW", "FLY"]}, "allowed_cap_add", "unknown capability 'FLY'"),
     ],
 )

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 import attrs
 
 from rock_core.actions import SandboxStartRequest
-from rock_core.converters import capability_names, spec_from_start_request, structure_wire
+from rock_core.converters import capability_names, checked, spec_from_start_request, structure_wire
 from rock_core.errors import InvalidParameter
-from rock_core.models import PullPolicy
+from rock_core.models import ByteSize, NonBlankStr, NonNegativeInt, PositiveFloat, PositiveInt, PullPolicy
 from rock_core.units import GiB
 
 __all__ = ["EngineConfig", "WarmPoolConfig", "default_start_concurrency", "warm_pools_from"]
@@ -35,13 +35,9 @@ class WarmPoolConfig:
     """
 
     request: SandboxStartRequest
-    size: int
+    size: NonNegativeInt = checked(NonNegativeInt)
 
     def __attrs_post_init__(self) -> None:
-        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 0:
-            raise InvalidParameter(
-                f"warm_pools.size: expected a whole number >= 0, got {self.size!r}", field="warm_pools.size", value=self.size
-            )
         spec = spec_from_start_request(self.request)  # bad sizes or CPUs fail here, naming the field
         if spec.pull is PullPolicy.ALWAYS and self.size:
             raise InvalidParameter(
@@ -83,21 +79,6 @@ def warm_pools_from(value: Iterable[WarmPoolConfig | Mapping[str, Any]]) -> tupl
         item if isinstance(item, WarmPoolConfig) else WarmPoolConfig.from_mapping(item, f"warm_pools[{i}]")
         for i, item in enumerate(value)
     )
-
-
-def _at_least(minimum: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise InvalidParameter(
-                f"{attribute.name}: expected a whole number >= {minimum}, got {value!r}", field=attribute.name, value=value
-            )
-
-    return check
-
-
-def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise InvalidParameter(f"{attribute.name}: expected a number > 0, got {value!r}", field=attribute.name, value=value)
 
 
 def _capabilities(value: Any) -> tuple[str, ...]:
@@ -153,34 +134,34 @@ class EngineConfig:
         policy would delete it sooner.
     """
 
-    runtime: str = "docker"
-    runtime_options: Mapping[str, Any] = attrs.field(factory=dict)
-    store_path: str | None = None
-    max_concurrent_starts: int = attrs.field(factory=default_start_concurrency)
-    default_auto_clear_seconds: int = 360 * 60
-    default_auto_delete_seconds: int = 0
-    max_auto_delete_seconds: int | None = 24 * 3600
-    default_startup_timeout: float = 180.0
-    max_cpus: float = 16.0
-    max_memory: int = 64 * GiB
-    max_disk: int = 256 * GiB
-    stop_timeout: float = 3.0
-    reconcile_interval: float = 30.0
-    timer_interval: float = 1.0
-    engine_label: str = "rock"
-    remove_on_close: bool = True
-    reap_orphans: bool = True
+    runtime: NonBlankStr = checked(NonBlankStr, default="docker")
+    runtime_options: Mapping[str, Any] = checked(dict[str, Any], factory=dict)
+    store_path: str | None = checked(Optional[str], default=None)
+    max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
+    default_auto_clear_seconds: NonNegativeInt = checked(NonNegativeInt, default=360 * 60)
+    default_auto_delete_seconds: NonNegativeInt = checked(NonNegativeInt, default=0)
+    max_auto_delete_seconds: NonNegativeInt | None = checked(Optional[NonNegativeInt], default=24 * 3600)
+    default_startup_timeout: PositiveFloat = checked(PositiveFloat, default=180.0)
+    max_cpus: PositiveFloat = checked(PositiveFloat, default=16.0)
+    max_memory: ByteSize = checked(ByteSize, default=64 * GiB)
+    max_disk: ByteSize = checked(ByteSize, default=256 * GiB)
+    stop_timeout: PositiveFloat = checked(PositiveFloat, default=3.0)
+    reconcile_interval: PositiveFloat = checked(PositiveFloat, default=30.0)
+    timer_interval: PositiveFloat = checked(PositiveFloat, default=1.0)
+    engine_label: NonBlankStr = checked(NonBlankStr, default="rock")
+    remove_on_close: bool = checked(bool, default=True)
+    reap_orphans: bool = checked(bool, default=True)
     warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(default=(), converter=warm_pools_from)
-    max_warm_pool_members: int = 64
-    default_pids_limit: int = attrs.field(default=4096, validator=_at_least(1))
-    max_pids_limit: int = attrs.field(default=65536, validator=_at_least(1))
+    max_warm_pool_members: NonNegativeInt = checked(NonNegativeInt, default=64)
+    default_pids_limit: PositiveInt = checked(PositiveInt, default=4096)
+    max_pids_limit: PositiveInt = checked(PositiveInt, default=65536)
     allowed_cap_add: tuple[str, ...] = attrs.field(
         default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"), converter=_capabilities
     )
-    disk_check_interval: float = attrs.field(default=5.0, validator=_positive)
-    disk_keep_seconds: int = attrs.field(default=3600, validator=_at_least(0))
-    plugin_options: Mapping[str, Mapping[str, Any]] = attrs.field(factory=dict)
-    archive_store: str | None = None
+    disk_check_interval: PositiveFloat = checked(PositiveFloat, default=5.0)
+    disk_keep_seconds: NonNegativeInt = checked(NonNegativeInt, default=3600)
+    plugin_options: Mapping[str, Mapping[str, Any]] = checked(dict[str, dict[str, Any]], factory=dict)
+    archive_store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
 
     def __attrs_post_init__(self) -> None:
         if self.default_pids_limit > self.max_pids_limit:
