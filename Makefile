@@ -8,8 +8,8 @@ PYTEST_ARGS ?=
 ## make test: run every test of every package and of tests/, then the SDK's suite again in
 ## remote mode (through a real `rock admin` server) unless PYTEST_ARGS narrows the run
 test: prepare
-	.venv/bin/python -m pytest $(PYTEST_ARGS)
-	if [ -z "$(PYTEST_ARGS)" ]; then ROCK_TEST_REMOTE=1 .venv/bin/python -m pytest packages/rock-sdk; fi
+	scripts/pytest-to-the-end.sh $(PYTEST_ARGS)
+	if [ -z "$(PYTEST_ARGS)" ]; then ROCK_TEST_REMOTE=1 scripts/pytest-to-the-end.sh packages/rock-sdk; fi
 
 ## make rollout: rock's main job, 10 RL episodes in parallel on the local Docker engine
 ROLLOUT_ARGS ?= --count 10 --parallelism 10
