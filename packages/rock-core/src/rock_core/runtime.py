@@ -176,8 +176,13 @@ class Runtime(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def start(self, handle: UnitHandle) -> None:
-        """Start the unit; return once the runtime has started it (not when the rocklet answers)."""
+    async def start(self, handle: UnitHandle) -> RuntimeStatus | None:
+        """Start the unit; return once the runtime has started it (not when the rocklet answers).
+
+        A runtime that knows the started unit's status without asking (its rocklet's address
+        was fixed at create) may return it, and saves the engine an :meth:`inspect` per start;
+        ``None`` makes the engine inspect.
+        """
 
     @abc.abstractmethod
     async def stop(self, handle: UnitHandle, *, timeout: float) -> None:

@@ -52,8 +52,10 @@ from rock_core.errors import (
 )
 from rock_core.models import (
     PHASE_IMAGE_PULL,
+    ROCKLET_PORT,
     Phase,
     PhaseStatus,
+    Port,
     PullPolicy,
     RuntimeStatus,
     SandboxSpec,
@@ -62,6 +64,7 @@ from rock_core.models import (
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_docker._container import (
+    APP_PORT,
     INIT_EXEC_FAILED,
     LABEL_NETWORK,
     NETWORKS,
@@ -199,6 +202,7 @@ class DockerRuntime(Runtime):
         self._unit_groups: dict[str, str] = {}  # unit id -> its group's network, for removal
         self.socket_dir = Path(socket_dir) if socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
         self._socket_dirs: dict[str, Path] = {}  # unit id -> its socket directory, for removal
+        self._known_status: dict[str, RuntimeStatus] = {}  # unit id -> its status once started
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._lock = threading.Lock()  # guards the lazily made client and the disk probe
         self._rocklet_lock = threading.Lock()  # held while the rocklet is built (the client stays usable)
@@ -326,6 +330,12 @@ class DockerRuntime(Runtime):
             raise
         if socket_dir is not None:
             self._socket_dirs[unit_id] = socket_dir
+            if network != "none":  # reached on its socket, its ports forwarded by the engine
+                self._known_status[unit_id] = RuntimeStatus(
+                    state=UnitState.RUNNING,
+                    rocklet_socket=str(socket_dir / SOCKET_NAME),
+                    forwarded_ports=(Port(ROCKLET_PORT), Port(APP_PORT)),
+                )
         if group is not None:
             self._unit_groups[unit_id] = network
         return UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=sandbox_id, notes=notes, security=security)
@@ -486,8 +496,10 @@ class DockerRuntime(Runtime):
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self, handle: UnitHandle) -> None:
-        """Start the container.
+    async def start(self, handle: UnitHandle) -> RuntimeStatus | None:
+        """Start the container; return its status when it is known without an inspect (a
+        container this runtime created to be reached on a unix socket: the socket's path and
+        the ports to forward were fixed at create).
 
         An image without ``/bin/sh`` fails here with the fix when Docker runs the command itself
         (``init=False``); under Docker's init the container starts and exits at once with 127, and
@@ -507,6 +519,7 @@ class DockerRuntime(Runtime):
                 raise RuntimeFailure(message, sandbox_id=handle.sandbox_id, attempted="start") from exc
 
         await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
+        return self._known_status.get(handle.unit_id)
 
     async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
         """``docker rename``: a warm-pool container takes the sandbox's id as its name.
@@ -554,6 +567,7 @@ class DockerRuntime(Runtime):
 
     def _remove_socket_dir(self, handle: UnitHandle) -> None:
         """Remove the unit's rocklet socket directory, if it has one."""
+        self._known_status.pop(handle.unit_id, None)
         socket_path = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
         if socket_path is not None:
             directory = Path(socket_path) if not str(socket_path).endswith(SOCKET_NAME) else Path(socket_path).parent

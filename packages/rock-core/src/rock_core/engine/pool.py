@@ -241,8 +241,7 @@ class WarmPool:
                     handle = await self._runtime.create(
                         spec, labels={**self._labels, LABEL_POOL_MEMBER: name}, rocklet_token=token
                     )
-                    await self._runtime.start(handle)
-                    status = await self._runtime.inspect(handle)
+                    status = await self._runtime.start(handle) or await self._runtime.inspect(handle)
                     if status.state is not UnitState.RUNNING or status.rocklet_address is None:
                         raise _MemberFailed(f"its unit is {status.state.value} (exit code {status.exit_code})")
                     client = RockletClient(self._http, *status.rocklet_address, name, token=token)

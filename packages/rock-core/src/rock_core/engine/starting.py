@@ -276,8 +276,7 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
         note_unit(engine, live, handle)
     engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.RUNNING, "starting the container")
     try:
-        await runtime.start(handle)
-        status = await runtime.inspect(handle)
+        status = await runtime.start(handle) or await runtime.inspect(handle)
     except RockError as exc:
         engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
         raise

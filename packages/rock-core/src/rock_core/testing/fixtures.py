@@ -222,8 +222,11 @@ class Units:
         )
 
     async def start_ready(self, handle: UnitHandle) -> tuple[RuntimeStatus, str]:
-        """Start ``handle``'s unit and wait until it runs and its rocklet answers; ``(status, url)``."""
-        await self.runtime.start(handle)
+        """Start ``handle``'s unit and wait until it runs and its rocklet answers; ``(status, url)``.
+
+        A status that ``start`` returns must say what ``inspect`` says of the rocklet's address
+        and the ports (the engine uses it instead of an inspect)."""
+        told = await self.runtime.start(handle)
         status = await wait_for_unit(
             self.runtime,
             handle,
@@ -231,6 +234,10 @@ class Units:
             what="running with a rocklet address",
             timeout=self.startup_timeout,
         )
+        if told is not None:
+            said = (told.state, told.rocklet_address, dict(told.port_mapping), tuple(told.forwarded_ports))
+            seen = (status.state, status.rocklet_address, dict(status.port_mapping), tuple(status.forwarded_ports))
+            assert said == seen, f"start() returned a status that inspect() contradicts: {said} != {seen}"
         url = rocklet_url(status)
         await wait_for_rocklet(self.http, url, timeout=self.startup_timeout)
         return status, url
