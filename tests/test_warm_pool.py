@@ -307,7 +307,7 @@ def test_the_readme_way_an_embedded_sdk_process_with_a_warm_pool(docker_client, 
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "claimed from warm pool"
-    left = docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True)
+    left = eventually_empty(lambda: docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True))
     assert [c.name for c in left] == [], "the process's engine removed its pool at exit"
 
 
