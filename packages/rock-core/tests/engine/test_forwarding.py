@@ -157,3 +157,18 @@ async def test_a_rocklet_inside_another_program_refuses_to_end_it(client: Rockle
     in the test's process, which must survive the engine's attempt."""
     assert await client.end_sandbox() is False
     assert await client.is_alive()
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    import resource
+
+    from rock_core.engine.forwarding import raise_open_files_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        if hard != resource.RLIM_INFINITY and hard > 256:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+        assert raise_open_files_limit() == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), hard))

@@ -26,7 +26,7 @@ from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import RockError
 from rock_core.models import ROCKLET_PORT, Port
 
-__all__ = ["PortForwards"]
+__all__ = ["PortForwards", "raise_open_files_limit"]
 
 log = logging.getLogger("rock.engine.forwarding")
 
@@ -51,8 +51,13 @@ class PortForwards:
         return len(self._scopes)
 
     def serve_in(self, task_group: anyio.abc.TaskGroup) -> None:
-        """Run listeners and connections in ``task_group`` from now on (the engine's, once open)."""
+        """Run listeners and connections in ``task_group`` from now on (the engine's, once open).
+
+        Also lifts this process's soft limit of open files to its hard limit: two listening
+        sockets a sandbox, a thousand sandboxes, would not fit in the common default of 1024.
+        """
         self._tg = task_group
+        raise_open_files_limit()
 
     def mapping(self, sandbox_id: str) -> dict[Port, Port]:
         """The forwarded ports of ``sandbox_id`` (container port → host port); empty if none."""
@@ -175,3 +180,20 @@ async def _pipe(source: anyio.abc.ByteStream, sink: anyio.abc.ByteStream) -> boo
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, NotImplementedError):
         return False
     return True
+
+
+def raise_open_files_limit() -> int | None:
+    """Raise the soft ``RLIMIT_NOFILE`` of this process to its hard limit; return the new soft
+    limit (``None`` where the platform has no such limit). Never lowers it."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft == resource.RLIM_INFINITY or soft >= hard:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        return soft
+    return hard

@@ -77,10 +77,7 @@ async def adopt(engine: SandboxManager, live: LiveSandbox) -> str | None:
         return "its rocklet did not answer after rock restarted"
     live.client = client
     live.activity = time.time()
-    try:
-        mapping = await open_ports(engine, live, client, status)
-    except OSError as exc:
-        return f"could not listen for its ports after rock restarted: {exc}"
+    mapping = await open_ports(engine, live, client, status)
     engine._save(attrs.evolve(record, port_mapping=mapping or dict(record.port_mapping)))
     if record.state is State.PENDING:  # its start was cut short just before the end: finish it
         engine._set_phase(record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success (recovered)")

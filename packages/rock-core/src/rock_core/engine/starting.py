@@ -313,11 +313,16 @@ async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletC
     assert status.rocklet_address is not None
     mapping = dict(status.port_mapping)
     if status.forwarded_ports:
-        mapping.update(
-            await engine.forwards.open(
-                live.record.sandbox_id, client, status.forwarded_ports, preferred=live.record.port_mapping
+        try:
+            mapping.update(
+                await engine.forwards.open(
+                    live.record.sandbox_id, client, status.forwarded_ports, preferred=live.record.port_mapping
+                )
             )
-        )
+        except OSError as exc:  # out of file descriptors, say: the sandbox still works
+            note = f"ports {', '.join(map(str, status.forwarded_ports))} not forwarded to the host: {exc}"
+            log.warning("sandbox %s: %s", live.record.sandbox_id, note)
+            engine._save(attrs.evolve(live.record, notes=(*live.record.notes, note)))
     port = status.rocklet_address[1]
     return mapping or ({Port(ROCKLET_PORT): Port(port)} if port else {})  # no port: a unix socket
 
