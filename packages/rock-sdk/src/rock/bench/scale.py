@@ -44,7 +44,8 @@ from rock.bench.rollout import machine_info, percentile
 
 __all__ = ["ScaleSettings", "cpu_seconds", "run_scale", "table_rows"]
 
-# The rocklet's port inside the container (published on the host: one docker-proxy each).
+# The rocklet's port inside the container (published on the host, one docker-proxy each, only
+# with the docker runtime's publish_ports=True: by default the engine forwards it itself).
 _ROCKLET_PORT = "22555/tcp"
 
 MEMORY_METHOD = (
@@ -52,6 +53,7 @@ MEMORY_METHOD = (
     "the idle window, divided by the sandboxes running (the whole host: other work moves it); "
     "container_*: the containers' memory cgroups (usage, and working set = usage - inactive file cache); "
     "proxy_shim_rss_per_sandbox_mb: VmRSS of the docker-proxy processes publishing the sandboxes' ports "
+    "(none unless the docker runtime has publish_ports=True) "
     "and of their containerd-shim processes"
 )
 
