@@ -9,6 +9,8 @@ every run. The same behaviours are checked against Docker in ``tests/test_engine
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -16,7 +18,10 @@ import anyio
 import pytest
 
 from rock_core.actions import SandboxStartRequest
+from rock_core.converters import spec_from_start_request
+from rock_core.engine import reaping
 from rock_core.engine.config import EngineConfig
+from rock_core.engine.live import LABEL_ENGINE, LABEL_OWNER, LABEL_SANDBOX_ID
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import RockError
 from rock_core.states import State
@@ -169,3 +174,90 @@ async def test_timers_stop_every_expired_sandbox_at_once_and_spare_a_busy_one(
             remove.open()
         assert [engine.get_record(i).state for i in idle] == [State.DELETED] * 3
         assert sorted(u.sandbox_id for u in runtime.units.values()) == [busy]
+
+
+# -- the start-up sweep of orphans yields to starts -------------------------------------------
+
+
+async def _orphans(runtime: ScriptedRuntime, count: int) -> list[str]:
+    """``count`` running units of engine kind "rock" whose owner is dead (this pid, another start time)."""
+    dead = f"proc:{socket.gethostname()}:{os.getpid()}:1"
+    ids = [f"orphan-{i:02d}" for i in range(count)]
+    for sandbox_id in ids:
+        spec = spec_from_start_request(SandboxStartRequest(image="scripted:1", sandbox_id=sandbox_id))
+        labels = {LABEL_ENGINE: "rock", LABEL_OWNER: dead, LABEL_SANDBOX_ID: sandbox_id}
+        await runtime.start(await runtime.create(spec, labels=labels, rocklet_token="orphan"))
+    return ids
+
+
+def _orphans_left(runtime: ScriptedRuntime) -> list[str]:
+    return [u.sandbox_id for u in runtime.units.values() if u.sandbox_id.startswith("orphan-")]
+
+
+async def test_the_sweep_begins_no_removal_while_the_first_start_is_in_flight(runtime: ScriptedRuntime) -> None:
+    with anyio.fail_after(HANG):
+        orphans = await _orphans(runtime, 20)
+        start, remove = runtime.hold("start"), runtime.hold("remove")
+        async with _engine(runtime) as engine:
+            sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+            assert sandbox_id is not None
+            await start.arrivals(1)  # the first start is inside runtime.start ...
+            await anyio.wait_all_tasks_blocked()
+            assert remove.arrived == []  # ... and the sweep, which has found the orphans, waits
+            assert len(_orphans_left(runtime)) == 20
+            start.open()
+            remove.open()
+            await engine.wait_until_running(sandbox_id)
+            assert sorted(await remove.arrivals(20)) == orphans  # then all go
+            assert _orphans_left(runtime) == []
+
+
+async def test_a_start_during_the_sweep_is_not_held_behind_its_removals_and_pauses_the_rest(
+    runtime: ScriptedRuntime,
+) -> None:
+    with anyio.fail_after(HANG):
+        await _orphans(runtime, 20)
+        remove = runtime.hold("remove")
+        async with _engine(runtime) as engine:
+            # No start: the sweep removes at full pace, a few at once.
+            await remove.arrivals(reaping._SWEEP_CONCURRENCY)
+            # A start now runs to the end while those removals are still inside the runtime.
+            first = (await engine.start_async(REQUEST)).sandbox_id
+            assert first is not None
+            await engine.wait_until_running(first)
+            assert len(remove.waiting) == reaping._SWEEP_CONCURRENCY
+            # While another start is in flight, removals that finish make room for none.
+            create = runtime.hold("create")
+            second = (await engine.start_async(REQUEST)).sandbox_id
+            assert second is not None
+            await create.arrivals(1)
+            while remove.waiting:
+                remove.release()
+            await anyio.wait_all_tasks_blocked()
+            assert len(remove.arrived) == reaping._SWEEP_CONCURRENCY
+            create.open()
+            remove.open()
+            await engine.wait_until_running(second)
+            await remove.arrivals(20)
+            assert _orphans_left(runtime) == []
+
+
+async def test_the_sweep_removes_one_at_a_time_when_starts_never_pause(
+    runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reaping, "_SWEEP_MAX_YIELD", 0.0)  # it has yielded long enough at once
+    with anyio.fail_after(HANG):
+        await _orphans(runtime, 3)
+        start, remove = runtime.hold("start"), runtime.hold("remove")
+        async with _engine(runtime) as engine:
+            sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+            assert sandbox_id is not None
+            await start.arrivals(1)
+            for n in (1, 2, 3):
+                await remove.arrivals(n)
+                await anyio.wait_all_tasks_blocked()
+                assert len(remove.arrived) == n  # one removal in flight, never more
+                remove.release()
+            start.open()
+            await engine.wait_until_running(sandbox_id)
+            assert _orphans_left(runtime) == []

@@ -5,7 +5,8 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
 
 - at engine start, in the background (:func:`background_sweep`): the units of owners whose
   process died (judged by :mod:`rock_core.engine.owners`), and the unclaimed warm-pool members an
-  earlier run of this owner left, a few at a time so that starts are not crowded out;
+  earlier run of this owner left, a few at a time, and none while a start is in flight (see
+  :func:`sweep`): cleanup yields to starts;
 - on demand (:func:`reap_orphans`): the orphans alone, for ``rock`` and the admin;
 - at close with ``remove_on_close`` (:func:`remove_all_owned`): every unit of this engine, its
   sandboxes recorded stopped then deleted.
@@ -14,6 +15,8 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -30,12 +33,19 @@ from rock_core.states import LIVE_STATES, Event, State
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
 
-__all__ = ["background_sweep", "reap_orphans", "remove_all_owned", "sweep"]
+__all__ = ["background_sweep", "reap_orphans", "remove_all_owned", "starts_in_flight", "sweep"]
 
 log = logging.getLogger("rock.engine")
 
 # Units removed at once by the sweep of orphans and stale pool members (the rest wait their turn).
 _SWEEP_CONCURRENCY = 8
+# While a start is in flight the sweep begins no removal: removing a running container (a kill,
+# an unmount, a network torn down in dockerd) makes a container started meanwhile take two to
+# three times as long, even one removal at a time. After yielding this long without a pause in
+# the starts, it removes one unit at a time, so a host that never stops starting still loses its
+# orphans. How often it looks again:
+_SWEEP_MAX_YIELD = 10.0
+_SWEEP_POLL = 0.05
 # Rocklets asked at once to end their sandbox when the engine closes, and how long each may take.
 _END_CONCURRENCY = 64
 _END_TIMEOUT = 3.0
@@ -49,7 +59,8 @@ async def reap_orphans(engine: SandboxManager) -> int:
 async def sweep(engine: SandboxManager, *, reap: bool) -> int:
     """One look at ``engine``'s kind of units: with ``reap``, remove those whose owning process
     died; always remove the unclaimed pool members an earlier run of this owner left (an
-    admin restart). Return how many orphans were reaped."""
+    admin restart). Removals yield to starts (:func:`starts_in_flight`). Return how many
+    orphans were reaped."""
     try:
         handles = await engine.runtime.list({LABEL_ENGINE: engine.config.engine_label})
     except RockError as exc:
@@ -67,16 +78,43 @@ async def sweep(engine: SandboxManager, *, reap: bool) -> int:
     ]
     if orphans:
         log.info("removing %d sandbox(es) whose owner has died", len(orphans))
-    limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
+    await _remove_yielding(engine, [*stale, *orphans])
+    return len(orphans)
 
-    async def remove(handle: UnitHandle) -> None:
-        async with limiter:
+
+def starts_in_flight(engine: SandboxManager) -> bool:
+    """Whether ``engine`` is starting a sandbox now: a start-queue slot held or awaited (warm-pool
+    refills too), or a sandbox still pending (a warm-pool claim, a start not yet queued)."""
+    queue = engine.queue
+    return queue.active > 0 or queue.depth > 0 or any(live.record.state is State.PENDING for live in engine._live.values())
+
+
+async def _remove_yielding(engine: SandboxManager, handles: Sequence[UnitHandle]) -> None:
+    """Remove ``handles``, :data:`_SWEEP_CONCURRENCY` at once, each begun only while no start is
+    in flight; after :data:`_SWEEP_MAX_YIELD` seconds of starts without a pause, one at a time."""
+    limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
+    yielding_since: float | None = None
+
+    async def remove(handle: UnitHandle, borrower: object) -> None:
+        try:
             await remove_quietly(engine.runtime, handle)
+        finally:
+            limiter.release_on_behalf_of(borrower)
 
     async with anyio.create_task_group() as tg:
-        for handle in (*stale, *orphans):
-            tg.start_soon(remove, handle)
-    return len(orphans)
+        for handle in handles:
+            borrower = object()
+            await limiter.acquire_on_behalf_of(borrower)
+            # A closing engine starts nothing more: what is left goes at full pace.
+            while starts_in_flight(engine) and not engine._closed:
+                at = time.monotonic()
+                yielding_since = at if yielding_since is None else yielding_since
+                if at - yielding_since >= _SWEEP_MAX_YIELD and limiter.borrowed_tokens == 1:
+                    break  # starts without a pause: this one goes alone
+                await anyio.sleep(_SWEEP_POLL)
+            else:
+                yielding_since = None
+            tg.start_soon(remove, handle, borrower)
 
 
 async def background_sweep(engine: SandboxManager, done: anyio.Event) -> None:
