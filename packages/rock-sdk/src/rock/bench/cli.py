@@ -272,3 +272,56 @@ def scale(
         console.print(f"[bold red]{failed} start(s) failed[/]: {errors}")
     if leftovers or failed:
         sys.exit(1)
+
+
+@bench.command()
+@click.option("--count", "-n", type=click.IntRange(min=1), required=True, help="Orphans the killed trainer leaves.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+@click.option("--memory", default="256m", show_default=True, help="Memory limit per sandbox.")
+@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
+def orphans(count: int, image: str, memory: str, cpus: float, output: Path | None) -> None:
+    """A new trainer's first sandbox while its engine removes N orphans of a killed trainer.
+
+    Trainer processes, each using the SDK's embedded engine: one times its first start and
+    command with no orphan (the floor); one starts N sandboxes, and while they run another times
+    the same first start (the busy floor); then the first kills itself with SIGKILL (left
+    unreaped: a zombie owner), and a last one times the same first start while its engine's
+    background sweep removes the N orphans; `docker ps -a` is polled until all are gone.
+    Prints a table (stderr) and the figures as JSON (stdout); exits 1 if a container was left
+    behind or the first start missed the goal (1.5 s).
+    """
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from rock.bench.orphans import GOAL_FIRST_START_SECONDS, OrphanSettings, run_orphans, table_rows
+    from rock.bench.rollout import write_results
+
+    _check_memory(memory)
+    if output is not None:
+        _claim(output)
+    settings = OrphanSettings(count=count, image=image, memory=memory, cpus=cpus)
+    console = Console(stderr=True)
+    try:
+        document = run_orphans(settings, say=lambda line: console.print(line, highlight=False))
+    except RuntimeError as exc:
+        click.echo(f"rock bench orphans: {exc}", err=True)
+        sys.exit(1)
+    figures = document["figures"]
+    table = Table(box=box.SIMPLE_HEAD, title=f"rock bench orphans (N={count})")
+    for column in ("", "floor: no orphans", f"beside {count} live", f"among {count} orphans"):
+        table.add_column(column, justify="right" if column else "left")
+    for row in table_rows(figures):
+        table.add_row(*row)
+    console.print(table)
+    if output is not None:
+        click.echo(f"results: {write_results(output, document)}", err=True)
+    click.echo(json.dumps(document, indent=2))
+    if figures["leftovers"]:
+        console.print(f"[bold red]LEFTOVERS: {figures['leftovers']} container(s) of this run were still there at the end[/]")
+    if not figures["goal_met"]:
+        console.print(f"[bold red]the first start took {figures['first_start_and_command_seconds']}s "
+                      f"(goal: {GOAL_FIRST_START_SECONDS}s)[/]")
+    if figures["leftovers"] or not figures["goal_met"]:
+        sys.exit(1)
