@@ -1,8 +1,11 @@
-"""Nothing is lost when the admin crashes: ``kill -9`` while 5 sandboxes run and 3 start.
+"""Nothing is lost when the admin crashes (``kill -9`` while 5 sandboxes run and 3 start) or
+stops gracefully (SIGTERM while 4 run) and a new admin starts on the same store.
 
 A real ``rock admin serve`` process with its own state directory (SQLite store). After the
 SIGKILL a new admin on the same store lists the 5 as running and they answer commands; the 3
 that were starting end running or stopped with a reason; nothing is pending, unknown or leaked.
+After the SIGTERM the 4 are listed running again, answer commands, and keep their host ports
+(the engine reopens the recorded ``port_mapping``), a web server in one still reachable there.
 """
 
 from __future__ import annotations
@@ -36,6 +39,16 @@ def _status(client: httpx.Client, sandbox_id: str) -> dict[str, Any]:
     return _result(client.get(PREFIX + "/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}))
 
 
+def _start_running(client: httpx.Client, count: int) -> list[str]:
+    """Start ``count`` sandboxes at once; return their ids once all run."""
+    ids = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(count)]
+    deadline = time.monotonic() + 120
+    while not all(_status(client, s)["state"] == "running" for s in ids):
+        assert time.monotonic() < deadline, f"the {count} sandboxes did not start"
+        time.sleep(0.2)
+    return ids
+
+
 def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
     launch_admin, stop_admin = admin_launcher
     owner = f"admin:{tmp_path / 'rock.db'}"
@@ -44,11 +57,7 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
     second = None
     try:
         with httpx.Client(base_url=first.url, timeout=60) as client:
-            running = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(5)]
-            deadline = time.monotonic() + 120
-            while not all(_status(client, s)["state"] == "running" for s in running):
-                assert time.monotonic() < deadline, "the 5 sandboxes did not start"
-                time.sleep(0.2)
+            running = _start_running(client, 5)
             starting = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(3)]
         admin.send_signal(signal.SIGKILL)
         admin.wait()
@@ -77,6 +86,59 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
             while docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
                 assert time.monotonic() < deadline, "containers left after stop and delete"
                 time.sleep(0.2)
+    finally:
+        for server in (first, second):
+            if server is not None:
+                stop_admin(server, docker_client)
+
+
+def _web_page(port: int, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            response = httpx.get(f"http://127.0.0.1:{port}/", timeout=10, trust_env=False)
+            if response.status_code == 200:
+                return response.text
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, f"nothing answered on 127.0.0.1:{port}"
+        time.sleep(0.1)
+
+
+def test_graceful_stop_and_start_with_sandboxes_running_loses_none(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
+    launch_admin, stop_admin = admin_launcher
+    first = launch_admin(tmp_path)
+    second = None
+    try:
+        with httpx.Client(base_url=first.url, timeout=60) as client:
+            running = _start_running(client, 4)
+            ports = {s: _status(client, s)["port_mapping"] for s in running}
+            assert all({"22555", "8080"} <= set(mapping) for mapping in ports.values()), ports
+            web = running[0]
+            serve = "mkdir -p /srv && echo kept > /srv/index.html && (nohup python3 -m http.server 8080 -d /srv >/dev/null 2>&1 &)"
+            _result(client.post(PREFIX + "/execute", json={"sandbox_id": web, "command": ["bash", "-c", serve]}))
+            assert _web_page(ports[web]["8080"]).strip() == "kept"
+        first.process.send_signal(signal.SIGTERM)
+        # uvicorn ends by re-raising the SIGTERM it handled: -15, after its graceful shutdown.
+        assert first.process.wait(60) in (0, -signal.SIGTERM)
+        assert "Application shutdown complete" in first.log_file.read_text()  # graceful, not killed
+        for sandbox_id in running:
+            containers = docker_client.containers.list(filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
+            assert [c.status for c in containers] == ["running"], sandbox_id
+
+        second = launch_admin(tmp_path)
+        with httpx.Client(base_url=second.url, timeout=60) as client:
+            listed = {item["sandbox_id"]: item for item in _result(client.get(PREFIX + "/sandboxes"))["items"]}
+            assert {s: listed[s]["state"] for s in running} == {s: "running" for s in running}
+            for sandbox_id in running:
+                assert _status(client, sandbox_id)["port_mapping"] == ports[sandbox_id]
+                answer = _result(client.post(PREFIX + "/execute", json={"sandbox_id": sandbox_id, "command": ["echo", "back"]}))
+                assert answer["stdout"].strip() == "back"
+            assert _web_page(ports[web]["8080"]).strip() == "kept"  # the same host port, reopened
+            for sandbox_id in running:
+                _result(client.post(PREFIX + "/stop", json={"sandbox_id": sandbox_id}))
     finally:
         for server in (first, second):
             if server is not None:

@@ -7,33 +7,43 @@ them), so ``rock --version`` and the built-in commands work even when a plugin i
 
 from __future__ import annotations
 
-import importlib.metadata
+import importlib
 
 import click
-import rock_core
-from rock_core.errors import PluginError
 
 from rock import __version__
-from rock._cli_plugins import get_plugins, plugins_command
-from rock._cli_sandbox import log_command, sandbox
-from rock.admin.cli import admin
-from rock.bench.cli import bench
 
-__all__ = ["RockGroup", "main"]
+__all__ = ["BUILT_IN", "RockGroup", "main"]
 
 _META_KEY = "rock.plugin_commands"
 
+#: The built-in commands: name -> (module, attribute). A command's module is imported only when
+#: that command runs (or ``--help`` lists it), so ``rock sandbox list`` never loads the engine,
+#: the admin's web stack or the benches.
+BUILT_IN = {
+    "admin": ("rock.admin.cli", "admin"),
+    "bench": ("rock.bench.cli", "bench"),
+    "log": ("rock._cli_sandbox", "log_command"),
+    "plugins": ("rock._cli_plugins", "plugins_command"),
+    "sandbox": ("rock._cli_sandbox", "sandbox"),
+}
+
 
 class RockGroup(click.Group):
-    """A click group whose commands are its own plus those installed plugins add, loaded lazily."""
+    """A click group whose commands are its own (imported on first use) plus those installed
+    plugins add, loaded lazily."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         """Built-in command names and the plugins' command names, sorted."""
-        return sorted({*super().list_commands(ctx), *self._plugin_commands(ctx)})
+        return sorted({*super().list_commands(ctx), *BUILT_IN, *self._plugin_commands(ctx)})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         """A built-in command, else a plugin's command of that name (loading plugins on first need)."""
         command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in BUILT_IN:
+            module, attribute = BUILT_IN[cmd_name]
+            command = getattr(importlib.import_module(module), attribute)
+            self.add_command(command, cmd_name)
         if command is None:
             command = self._plugin_commands(ctx).get(cmd_name)
         return command
@@ -47,6 +57,10 @@ class RockGroup(click.Group):
 
     def _load_plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
         # A broken plugin costs its own commands, with a warning, never the whole CLI.
+        from rock_core.errors import PluginError
+
+        from rock._cli_plugins import get_plugins
+
         collected = click.Group("rock")
         try:
             get_plugins(ctx).add_cli_commands(collected)
@@ -55,7 +69,7 @@ class RockGroup(click.Group):
             return {}
         commands: dict[str, click.Command] = {}
         for name, command in collected.commands.items():
-            if name in self.commands:
+            if name in self.commands or name in BUILT_IN:
                 click.echo(f"rock: warning: a plugin's command {name!r} is ignored: it is built in", err=True)
             else:
                 commands[name] = command
@@ -63,6 +77,8 @@ class RockGroup(click.Group):
 
 
 def _distribution_version(distribution: str, fallback: str) -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -72,6 +88,8 @@ def _distribution_version(distribution: str, fallback: str) -> str:
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
+    import rock_core
+
     sdk = _distribution_version("rock-sdk", __version__)
     core = _distribution_version("rock-core", rock_core.__version__)
     click.echo(f"rock-sdk {sdk}, rock-core {core}")
@@ -90,9 +108,3 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 def main() -> None:
     """rock: sandboxes for agentic reinforcement learning."""
 
-
-main.add_command(plugins_command)
-main.add_command(bench)
-main.add_command(admin)
-main.add_command(sandbox)
-main.add_command(log_command)

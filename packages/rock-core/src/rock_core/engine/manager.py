@@ -43,7 +43,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -449,9 +449,18 @@ class SandboxManager:
     def status_of(self, record: SandboxRecord) -> SandboxStatusResponse:
         """The ``get_status`` view of ``record`` (ROCK's fields, plus reason, notes and queue position),
         built by :func:`rock_core.responses.status_response` from what the engine knows of it now."""
-        live = self._live.get(record.sandbox_id)
         position = self.queue.position(record.sandbox_id) if record.state is State.PENDING else None
-        activity = live.activity if live is not None else time.time()
+        return self._status(record, position, time.time())
+
+    def statuses_of(self, records: Iterable[SandboxRecord]) -> list[SandboxStatusResponse]:
+        """:meth:`status_of` of each record, the start queue walked once for all (a listing)."""
+        positions = self.queue.positions()
+        now = time.time()
+        return [self._status(r, positions.get(r.sandbox_id), now) for r in records]
+
+    def _status(self, record: SandboxRecord, position: int | None, now: float) -> SandboxStatusResponse:
+        live = self._live.get(record.sandbox_id)
+        activity = live.activity if live is not None else now
         return status_response(record, last_activity=activity, queue_position=position)
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
@@ -484,8 +493,13 @@ class SandboxManager:
         limit: int | None = None,
         offset: int = 0,
     ) -> list[SandboxRecord]:
-        """Records from the store, restricted to ``states`` and exact-match ``filters``."""
-        return self.store.list(states=states, filters=filters, limit=limit, offset=offset)
+        """Records from the store, restricted to ``states`` and exact-match ``filters``; a live
+        sandbox's is the current one the engine holds (not read back from the store)."""
+        return self.store.list(states=states, filters=filters, limit=limit, offset=offset, known=self._known)
+
+    def _known(self, sandbox_id: str) -> SandboxRecord | None:
+        live = self._live.get(sandbox_id)
+        return None if live is None else live.record
 
     def count_records(self, *, states: list[State] | None = None, filters: Mapping[str, str] | None = None) -> int:
         """How many records :meth:`list_records` would return without a limit."""

@@ -63,19 +63,21 @@ class StartQueue:
 
         The place is the order in which slots will be granted if nothing else arrives.
         """
-        for place, waiter in enumerate(self._grant_order(), start=1):
-            if waiter.item == item:
-                return place
-        return None
+        return self.positions().get(item)
+
+    def positions(self) -> dict[str, int]:
+        """The place of every waiting request by item (1 = next): one pass over the queue, for
+        a caller that asks about many items at once (a listing)."""
+        return {waiter.item: place for place, waiter in enumerate(self._grant_order(), start=1)}
 
     def _grant_order(self) -> list[_Waiter]:
-        queues = {key: list(q) for key, q in self._waiting.items()}
-        turns = list(self._turns)
+        queues = {key: collections.deque(q) for key, q in self._waiting.items()}
+        turns = collections.deque(self._turns)
         order: list[_Waiter] = []
         while turns:
-            key = turns.pop(0)
+            key = turns.popleft()
             queue = queues[key]
-            order.append(queue.pop(0))
+            order.append(queue.popleft())
             if queue:
                 turns.append(key)
         return order

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
@@ -103,19 +103,27 @@ class SandboxStore:
         filters: Mapping[str, str] | None = None,
         limit: int | None = None,
         offset: int = 0,
+        known: Callable[[str], SandboxRecord | None] | None = None,
     ) -> list[SandboxRecord]:
         """Records in creation order, restricted to ``states`` and exact-match ``filters``.
 
+        :param known: the caller's own copy of a record by id, or ``None``: taken instead of
+            reading the row's JSON (reading it is most of a listing's cost; the engine holds
+            every live sandbox's current record in memory).
         :raises ValueError: a filter names a field not in :data:`FILTER_FIELDS`.
         """
         where, args = self._where(states, filters)
-        sql = f"SELECT record FROM sandbox{where} ORDER BY create_time, sandbox_id"
+        sql = f"SELECT sandbox_id, record FROM sandbox{where} ORDER BY create_time, sandbox_id"
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             args += [limit, offset]
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
-        return [structure_store(json.loads(r[0]), SandboxRecord) for r in rows]
+        records = []
+        for sandbox_id, data in rows:
+            record = known(sandbox_id) if known is not None else None
+            records.append(record if record is not None else structure_store(json.loads(data), SandboxRecord))
+        return records
 
     def count(self, *, states: Iterable[State] | None = None, filters: Mapping[str, str] | None = None) -> int:
         """How many records :meth:`list` would return without a limit."""

@@ -7,8 +7,7 @@ command does not load the web stack until ``rock admin`` needs it.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from rock._lazy import lazy_names
 
 __all__ = ["PREFIX", "AdminApp", "AdminSettings", "create_app", "load_settings"]
 
@@ -21,7 +20,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        return getattr(importlib.import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'rock.admin' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

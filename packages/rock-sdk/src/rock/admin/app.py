@@ -96,6 +96,7 @@ from rock_core.errors import (
 )
 from rock_core.plugins import Plugins, plugin_tables
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
+from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, State
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -493,13 +494,21 @@ class AdminApp:
     :param settings: the admin's settings.
     :param manager: an engine that is already open (tests); else the app opens one from
         ``settings.engine`` at startup and closes it at shutdown (sandboxes keep running).
+    :param runtime: the runtime that engine places sandboxes with, instead of the plugin
+        ``settings.engine.runtime`` names (``rock bench admin --scripted``).
     """
 
     def __init__(
-        self, settings: AdminSettings, manager: SandboxManager | None = None, plugins: Plugins | None = None
+        self,
+        settings: AdminSettings,
+        manager: SandboxManager | None = None,
+        plugins: Plugins | None = None,
+        *,
+        runtime: Runtime | None = None,
     ) -> None:
         self.settings = settings
         self._given_manager = manager
+        self._runtime = runtime
         self._manager = manager
         self.metrics = Metrics()
         self.metrics.attach(manager)
@@ -560,7 +569,8 @@ class AdminApp:
         if store:
             Path(store).parent.mkdir(parents=True, exist_ok=True)
         async with SandboxManager(
-            self.settings.engine, owner=self.settings.owner, plugins=self.plugins, configured=True
+            self.settings.engine, runtime=self._runtime, owner=self.settings.owner, plugins=self.plugins,
+            configured=True,
         ) as manager:
             self._manager = manager
             self.metrics.attach(manager)
@@ -877,14 +887,8 @@ class AdminApp:
                 if r.spec.metadata.get(TENANT_METADATA_KEY) == tenant
             ]
             records, total = mine[offset:offset + query.page_size], len(mine)
-        items = [self.manager.status_of(self._fresh(r.sandbox_id, r)) for r in records]
+        items = manager.statuses_of(records)
         return SandboxListResponse(items=items, total=total, has_more=offset + len(items) < total)
-
-    def _fresh(self, sandbox_id: str, fallback: Any) -> Any:
-        try:
-            return self.manager.get_record(sandbox_id)
-        except SandboxNotFound:
-            return fallback
 
     async def batch_status(self, request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
         """``POST /sandboxes/batch``: statuses of the pending and running sandboxes among those asked."""
@@ -894,15 +898,15 @@ class AdminApp:
                 f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(body.sandbox_ids)}",
                 field="sandbox_ids", value=len(body.sandbox_ids),
             ))
-        statuses = []
+        records = []
         for sandbox_id in dict.fromkeys(body.sandbox_ids):
             try:
                 record = self.manager.get_record(sandbox_id)
             except SandboxNotFound:
                 continue
             if record.state in LIVE_STATES and self._owns(request, sandbox_id):
-                statuses.append(self.manager.status_of(record))
-        return BatchSandboxStatusResponse(statuses=statuses)
+                records.append(record)
+        return BatchSandboxStatusResponse(statuses=self.manager.statuses_of(records))
 
     # -- handlers: runtime calls -----------------------------------------------------------
 
@@ -1153,6 +1157,8 @@ def build_routes(app: AdminApp) -> list[Route]:
     ]
 
 
-def create_app(settings: AdminSettings, manager: SandboxManager | None = None) -> AdminApp:
+def create_app(
+    settings: AdminSettings, manager: SandboxManager | None = None, *, runtime: Runtime | None = None
+) -> AdminApp:
     """The admin app for ``settings`` (see :class:`AdminApp`)."""
-    return AdminApp(settings, manager)
+    return AdminApp(settings, manager, runtime=runtime)

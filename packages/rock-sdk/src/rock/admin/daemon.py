@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import httpx
 
 from rock_core.engine.owners import proc_start_time, process_alive
 
@@ -123,8 +122,11 @@ class MissingServerLibraries(RuntimeError):
     """The admin server's libraries (``rock-sdk[admin]``) are not installed."""
 
 
-def serve(settings: AdminSettings) -> int:
+def serve(settings: AdminSettings, *, runtime: Any = None) -> int:
     """Run the admin in this process until SIGTERM or SIGINT; return the exit code.
+
+    ``runtime``: a :class:`~rock_core.runtime.Runtime` instance for the engine instead of the
+    plugin the settings name (``rock bench admin --scripted``).
 
     :raises AdminAlreadyRunning: another admin holds the pid file of ``settings.state_dir``.
     :raises MissingServerLibraries: ``rock-sdk[admin]`` is not installed.
@@ -140,7 +142,7 @@ def serve(settings: AdminSettings) -> int:
             level=settings.log_level.upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
-        app = create_app(settings)
+        app = create_app(settings, runtime=runtime)
         config = uvicorn.Config(
             app,
             host=settings.host,
@@ -193,6 +195,8 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
             env=env, start_new_session=True, close_fds=True,
         )
     deadline = time.monotonic() + wait
+    import httpx  # here: finding the admin (`rock sandbox list`) needs no HTTP client
+
     while time.monotonic() < deadline:
         code = process.poll()
         if code is not None:
@@ -247,6 +251,8 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
 def _admin_status(url: str) -> dict[str, Any] | None:
     """The admin's ``GET /admin/status`` JSON, or ``None`` when it does not answer."""
     # With API keys configured, it needs one: the operator's, from ROCK_API_KEY.
+    import httpx
+
     key = os.environ.get("ROCK_API_KEY")
     headers = {"X-API-Key": key} if key else {}
     try:

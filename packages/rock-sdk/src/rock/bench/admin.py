@@ -8,11 +8,20 @@
   answer read; the request bytes are built before the clock starts);
 * admin resident memory (``VmRSS`` of ``/proc/<pid>/status``): idle (just up, no sandbox), with
   one sandbox after the load, and with ``--sandboxes`` running (the measured one, 512m/1 CPU,
-  and small ones, 128m/0.1 CPU by default).
+  and small ones, 128m/0.1 CPU by default);
+* with ``--sandboxes`` running: ``get_status`` p50/p99 (calls one after another over all of
+  them, one raw keep-alive connection), the whole listing (``GET /sandboxes`` page after page,
+  500 a page, as the SDK reads it) p50/p99, ``rock sandbox list --json`` as a user runs it (a
+  new process; p50 of 3), and the ``/metrics`` body's size, there and with one sandbox (it must
+  not grow with the sandboxes).
 
 Without ``--base-url`` an admin is started for the run (``rock admin serve`` on a free port, a
 temporary state directory) and stopped at the end; with it, memory is read only if
 ``--admin-pid`` says which local process serves it. Every sandbox the bench started is stopped.
+
+``--scripted`` starts that admin on a scripted in-memory runtime instead of Docker
+(:mod:`rock.bench.scripted_admin`): the admin's own costs at a number of sandboxes no container
+engine here could hold (1,000), every command served by one real rocklet in the admin's process.
 """
 
 from __future__ import annotations
@@ -56,6 +65,9 @@ class AdminBenchSettings:
     :param image: image of every sandbox; ``memory``/``cpus``: size of the many small ones.
     :param echo_memory: size of the sandbox measured for get_status and echo (a 0.1-CPU sandbox
         would measure its CPU throttling, not the admin).
+    :param scripted: start the admin on a scripted in-memory runtime, not Docker.
+    :param status_calls: ``get_status`` calls timed one by one with every sandbox running.
+    :param list_calls: whole listings timed with every sandbox running.
     """
 
     base_url: str | None = None
@@ -69,6 +81,9 @@ class AdminBenchSettings:
     cpus: float = 0.1
     echo_memory: str = "512m"
     echo_cpus: float = 1.0
+    scripted: bool = False
+    status_calls: int = 500
+    list_calls: int = 10
 
 
 def proc_kib_bytes(path: str, key: str) -> int | None:
@@ -100,9 +115,11 @@ def _rock_command() -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def started_admin(concurrent_starts: int | None = None) -> AsyncIterator[tuple[str, int]]:
+async def started_admin(concurrent_starts: int | None = None, scripted: bool = False) -> AsyncIterator[tuple[str, int]]:
     """Run ``rock admin serve`` on a free port with a temporary state directory; yield its
-    ``(url, pid)``; stop it (SIGTERM) and delete the directory at the end."""
+    ``(url, pid)``; stop it (SIGTERM) and delete the directory at the end.
+
+    ``scripted``: run :mod:`rock.bench.scripted_admin` instead (no containers)."""
     state_dir = Path(tempfile.mkdtemp(prefix="rock-bench-admin-"))
     port = _free_port()
     env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
@@ -111,8 +128,9 @@ async def started_admin(concurrent_starts: int | None = None) -> AsyncIterator[t
         env["ROCK_ENGINE_MAX_CONCURRENT_STARTS"] = str(concurrent_starts)
     log_path = state_dir / "bench-admin.log"
     with open(log_path, "wb") as log:
+        command = [sys.executable, "-m", "rock.bench.scripted_admin"] if scripted else [*_rock_command(), "admin", "serve"]
         process = subprocess.Popen(
-            [*_rock_command(), "admin", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            [*command, "--host", "127.0.0.1", "--port", str(port)],
             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
@@ -274,6 +292,55 @@ def _mb(value: int | None) -> float | None:
     return None if value is None else round(value / 2**20, 1)
 
 
+def _ms(seconds: list[float], q: float) -> float:
+    return round((percentile(seconds, q) or 0) * 1000, 2)
+
+
+async def _metrics_size(http: httpx.AsyncClient) -> int:
+    response = await http.get("/metrics")
+    response.raise_for_status()
+    return len(response.content)
+
+
+async def _get_status_latency(url: str, sandbox_ids: list[str], calls: int) -> dict[str, Any]:
+    """p50/p99 of ``get_status`` one after another over ``sandbox_ids`` on one raw connection."""
+    raw = await _RawClient.connect(url)
+    requests = [
+        raw.encode("GET", f"{PREFIX}/get_status?" + urllib.parse.urlencode({"sandbox_id": sandbox_id}))
+        for sandbox_id in sandbox_ids
+    ]
+    took = []
+    try:
+        for i in range(calls):
+            t = time.perf_counter()
+            status_line, body = await raw.send(requests[i % len(requests)])
+            took.append(time.perf_counter() - t)
+            if not status_line.startswith(b"HTTP/1.1 200") or b'"Success"' not in body:
+                raise RuntimeError(f"get_status answered {status_line!r}")
+    finally:
+        await raw.close()
+    return {"get_status_p50_ms": _ms(took, 50), "get_status_p99_ms": _ms(took, 99), "get_status_calls": calls}
+
+
+async def _listing_latency(http: httpx.AsyncClient, calls: int) -> dict[str, Any]:
+    """p50/p99 of the whole listing, ``GET /sandboxes`` page after page as the SDK reads it."""
+    took = []
+    listed = 0
+    for _ in range(calls):
+        t = time.perf_counter()
+        listed, page = 0, 1
+        while True:
+            result = _envelope_result(
+                await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}), "list_sandboxes"
+            )
+            listed += len(result["items"])
+            if not result["has_more"] or not result["items"]:
+                break
+            page += 1
+        took.append(time.perf_counter() - t)
+    return {"list_p50_ms": _ms(took, 50), "list_p99_ms": _ms(took, 99), "listed": listed, "list_calls": calls}
+
+
 async def _measure(settings: AdminBenchSettings, url: str, pid: int | None, say: Callable[[str], None]) -> dict[str, Any]:
     figures: dict[str, Any] = {"admin_url": url}
     figures["admin_rss_idle_mb"] = _mb(rss_bytes(pid)) if pid else None
@@ -292,6 +359,7 @@ async def _measure(settings: AdminBenchSettings, url: str, pid: int | None, say:
             say(f"echo: {settings.echoes} round trips in a session")
             figures.update(await _echo_round_trips(http, first, settings.echoes))
             figures["admin_rss_one_sandbox_mb"] = _mb(rss_bytes(pid)) if pid else None
+            figures["metrics_bytes_one_sandbox"] = await _metrics_size(http)
             if settings.sandboxes > 1:
                 say(f"starting {settings.sandboxes - 1} more sandboxes ({settings.memory}, {settings.cpus:g} cpus)")
                 more = [f"{run}-{n:03d}" for n in range(settings.sandboxes - 1)]
@@ -304,6 +372,14 @@ async def _measure(settings: AdminBenchSettings, url: str, pid: int | None, say:
                 figures["sandboxes_start_seconds"] = round(time.monotonic() - t, 1)
                 await asyncio.sleep(2)  # let the start bursts' garbage settle before reading memory
                 figures[f"admin_rss_{settings.sandboxes}_sandboxes_mb"] = _mb(rss_bytes(pid)) if pid else None
+            say(f"with {len(started)} sandboxes: get_status, listing, `rock sandbox list`, /metrics")
+            figures.update(await _get_status_latency(url, started, settings.status_calls))
+            figures.update(await _listing_latency(http, settings.list_calls))
+            from rock.bench.scale import _list_cli  # here: rock.bench.scale imports this module
+
+            cli = [await _list_cli(url) for _ in range(3)]
+            figures["list_cli_p50_seconds"] = round(percentile(cli, 50) or 0, 3)
+            figures["metrics_bytes"] = await _metrics_size(http)
         finally:
             say(f"stopping {len(started)} sandboxes")
             for sandbox_id in started:
@@ -316,10 +392,11 @@ async def run_admin_bench(settings: AdminBenchSettings, say: Callable[[str], Non
     """Measure and return the figures (see the module docstring); ``say`` gets progress lines."""
     if settings.base_url:
         return await _measure(settings, settings.base_url.rstrip("/"), settings.admin_pid, say)
-    say("starting an admin")
-    async with started_admin() as (url, pid):
+    say("starting an admin" + (" on a scripted runtime (no containers)" if settings.scripted else ""))
+    async with started_admin(scripted=settings.scripted) as (url, pid):
         figures = await _measure(settings, url, pid, say)
     figures["admin_started_by_bench"] = True
+    figures["runtime"] = "scripted" if settings.scripted else "docker"
     return figures
 
 

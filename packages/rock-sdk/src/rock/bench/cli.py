@@ -187,14 +187,21 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
 @click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
 @click.option("--memory", default="128m", show_default=True, help="Memory limit per sandbox.")
 @click.option("--cpus", type=float, default=0.1, show_default=True, help="CPUs per sandbox.")
+@click.option(
+    "--scripted", is_flag=True,
+    help="Start the admin on a scripted in-memory runtime (no containers): the admin's own costs at N sandboxes.",
+)
 def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: float, echoes: int,
-          sandboxes: int, image: str, memory: str, cpus: float) -> None:
-    """The admin server: get_status requests/s, echo through /run_in_session, admin memory."""
+          sandboxes: int, image: str, memory: str, cpus: float, scripted: bool) -> None:
+    """The admin server: get_status requests/s and p99, echo through /run_in_session, admin
+    memory, and with --sandboxes running the listing, `rock sandbox list` and /metrics size."""
     from rock.bench.admin import AdminBenchSettings, dumps, run_admin_bench
 
+    if scripted and base_url:
+        raise click.UsageError("--scripted starts its own admin: leave out --base-url")
     settings = AdminBenchSettings(
         base_url=base_url, admin_pid=admin_pid, clients=clients, seconds=seconds, echoes=echoes,
-        sandboxes=sandboxes, image=image, memory=memory, cpus=cpus,
+        sandboxes=sandboxes, image=image, memory=memory, cpus=cpus, scripted=scripted,
     )
     try:
         figures = asyncio.run(run_admin_bench(settings, say=lambda line: click.echo(line, err=True)))

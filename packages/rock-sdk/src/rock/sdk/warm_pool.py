@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING
 
 from rock_core.actions import WarmPoolStatus
 from rock_core.converters import spec_from_start_request
-from rock_core.engine.pool import pool_key
 from rock_core.errors import StartupTimeout
 
-from rock.sdk.sandbox.client import Sandbox
-from rock.sdk.sandbox.config import SandboxConfig
+if TYPE_CHECKING:
+    from rock.sdk.sandbox.config import SandboxConfig
 
 __all__ = ["warm_pool"]
 
@@ -45,6 +45,12 @@ async def warm_pool(config: SandboxConfig, size: int, *, wait: float | None = No
         engine allows (``max_warm_pool_members``).
     :raises StartupTimeout: ``wait`` seconds passed first (the pool goes on filling).
     """
+    # Imported here: ``rock.sdk`` imports this module (its ``warm_pool`` is this function, not
+    # the module), and the ``rock`` command imports ``rock.sdk`` without the sandbox client.
+    from rock_core.engine.pool import pool_key
+
+    from rock.sdk.sandbox.client import Sandbox
+
     sandbox = Sandbox(config)
     request = sandbox._start_request()
     engine = sandbox._get_engine()

@@ -1,15 +1,14 @@
 """The engines behind :class:`~rock.sdk.sandbox.client.Sandbox`: the :class:`Engine` protocol, the
 embedded engine (rock-core's ``SandboxManager`` in this process) and the remote engine (rock's
-admin server over HTTP)."""
+admin server over HTTP).
 
-from rock.sdk._engine.base import Engine
-from rock.sdk._engine.embedded import (
-    EmbeddedEngine,
-    close_embedded_engine,
-    configure_embedded_engine,
-    get_embedded_engine,
-)
-from rock.sdk._engine.remote import RemoteEngine, get_remote_engine
+Names are imported on first use: a remote trainer (and ``rock sandbox list``) never loads the
+embedded engine.
+"""
+
+from __future__ import annotations
+
+from rock._lazy import lazy_names
 
 __all__ = [
     "EmbeddedEngine",
@@ -20,3 +19,16 @@ __all__ = [
     "get_embedded_engine",
     "get_remote_engine",
 ]
+
+_WHERE = {
+    "EmbeddedEngine": "rock.sdk._engine.embedded",
+    "Engine": "rock.sdk._engine.base",
+    "RemoteEngine": "rock.sdk._engine.remote",
+    "close_embedded_engine": "rock.sdk._engine.embedded",
+    "configure_embedded_engine": "rock.sdk._engine.embedded",
+    "get_embedded_engine": "rock.sdk._engine.embedded",
+    "get_remote_engine": "rock.sdk._engine.remote",
+}
+
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

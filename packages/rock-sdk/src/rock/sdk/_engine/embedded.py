@@ -506,7 +506,7 @@ class EmbeddedEngine:
         async def on_engine() -> list[SandboxStatusResponse]:
             manager = self.manager
             states = sorted(LIVE_STATES, key=lambda s: s.value)
-            return [manager.status_of(r) for r in manager.list_records(states=states, filters=filters)]
+            return manager.statuses_of(manager.list_records(states=states, filters=filters))
 
         return await self._call(on_engine)
 

@@ -85,7 +85,7 @@ from rock_core.errors import (
 )
 from rock_core.states import LIVE_STATES
 
-from rock.sdk._engine import Engine, get_embedded_engine, get_remote_engine
+from rock.sdk._engine.base import Engine
 from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
@@ -227,9 +227,14 @@ class Sandbox:
         # With a base_url the sandbox lives on an admin server (remote mode); the engine is
         # shared by handles with the same server and headers, so they share connection pools.
         if self._engine is None:
+            # Imported here: a remote trainer never loads the embedded engine (rock-core's).
             if self.config.base_url:
+                from rock.sdk._engine.remote import get_remote_engine
+
                 self._engine = get_remote_engine(self.config.base_url, self._build_headers())
             else:
+                from rock.sdk._engine.embedded import get_embedded_engine
+
                 self._engine = get_embedded_engine()
         return self._engine
 
