@@ -47,6 +47,18 @@ def test_a_runtime_without_snapshots_says_so_clearly() -> None:
     anyio.run(main)
 
 
+def test_the_logs_part_defaults_to_the_units_logs() -> None:
+    class Talkative(PlainRuntime):
+        async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
+            return "rocklet listening \u2713\n"
+
+    async def main() -> bytes:
+        stream = await Talkative().snapshot_logs(UnitHandle("plain", "c-1", "sb-1"))
+        return b"".join([chunk async for chunk in stream])
+
+    assert anyio.run(main) == "rocklet listening \u2713\n".encode()
+
+
 async def _chunks() -> Any:
     yield b"never read"
 

@@ -299,6 +299,20 @@ class Runtime(abc.ABC):
             attempted="snapshot",
         )
 
+    async def snapshot_logs(self, handle: UnitHandle) -> AsyncIterator[bytes]:
+        """The stopped unit's whole output (what :meth:`logs` returns) as a stream of bytes: the
+        ``logs`` part of its archive, kept beside :meth:`snapshot`'s ``rootfs`` part.
+
+        The default reads :meth:`logs` at once and yields it encoded; a runtime whose units
+        write much should stream it.
+        """
+        text = await self.logs(handle)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield text.encode("utf-8")
+
+        return chunks()
+
     async def restore(
         self,
         spec: SandboxSpec,

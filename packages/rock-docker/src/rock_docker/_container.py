@@ -88,8 +88,13 @@ def group_network_name(group: str) -> str:
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-def launch_command(*, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path: str | None = None) -> list[str]:
+def launch_command(
+    *, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path: str | None = None, prelude: str = ""
+) -> list[str]:
     """The container's command: start the rocklet with the image's ``python3``, or explain why not.
+
+    ``prelude`` is shell run first, once python3 is known to be there (a restored container's
+    deletions).
 
     ``exec`` makes the rocklet the shell's replacement, so signals reach it directly (through
     Docker's init process, which reaps the orphans the sandbox's commands leave behind).
@@ -100,6 +105,7 @@ def launch_command(*, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path
     script = (
         f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
         f"exit {NO_PYTHON_EXIT_CODE}; }}; "
+        + prelude
         + (f"exec python3 -I -S {pyz} --unix {unix_path}" if unix_path else f"exec python3 -I -S {pyz} --host {host} --port {port}")
     )
     return ["/bin/sh", "-c", script]
@@ -193,6 +199,7 @@ def container_config(
     rocklet_token: str = "",
     isolated_network: str = "bridge",
     nofile_limit: int | None = None,
+    prelude: str = "",
 ) -> ContainerConfig:
     """Docker's create arguments for ``spec``: name, labels, command, ports, limits, mounts.
 
@@ -211,13 +218,14 @@ def container_config(
     :param isolated_network: the network ``network`` is when it is rock's isolated one (for
         the ``security`` summary).
     :param nofile_limit: the open-files limit of every process (soft and hard); ``None``: Docker's.
+    :param prelude: shell the command runs before the rocklet (see :func:`launch_command`).
     """
     assert spec.sandbox_id is not None, "the engine sets sandbox_id before create"
     notes: list[str] = []
     labels = dict(labels)
     if network == "host":
         assert host_rocklet_port is not None, "host networking needs a rocklet port"
-        command = launch_command(host=publish_host, port=host_rocklet_port)
+        command = launch_command(host=publish_host, port=host_rocklet_port, prelude=prelude)
         labels[ROCKLET_PORT_LABEL] = str(host_rocklet_port)
         ports: list[int] = []
         bindings: dict[int, tuple[str]] = {}
@@ -227,7 +235,7 @@ def container_config(
         )
     elif network == "none":
         assert socket_dir is not None, "a sandbox without a network needs a socket directory"
-        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}")
+        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}", prelude=prelude)
         labels[ROCKLET_SOCKET_LABEL] = f"{socket_dir}/{SOCKET_NAME}"
         ports, bindings = [], {}
         notes.append(
@@ -235,7 +243,7 @@ def container_config(
             "unix socket, and no port is published"
         )
     elif publish_ports:
-        command = launch_command(host="0.0.0.0", port=ROCKLET_PORT)
+        command = launch_command(host="0.0.0.0", port=ROCKLET_PORT, prelude=prelude)
         ports = [ROCKLET_PORT, APP_PORT]
         # A one-item tuple binds the address and lets Docker choose a free host port.
         bindings = {port: (publish_host,) for port in ports}
@@ -243,7 +251,7 @@ def container_config(
         # The rocklet listens on a unix socket only; the engine serves host ports for 22555 and
         # 8080 and carries their connections through it (rock_core.engine.forwarding).
         assert socket_dir is not None, "a sandbox reached on a unix socket needs a socket directory"
-        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}")
+        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}", prelude=prelude)
         labels[ROCKLET_SOCKET_LABEL] = f"{socket_dir}/{SOCKET_NAME}"
         labels[FORWARD_PORTS_LABEL] = f"{ROCKLET_PORT},{APP_PORT}"
         ports, bindings = [], {}

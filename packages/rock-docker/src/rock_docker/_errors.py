@@ -28,7 +28,7 @@ def explain(exc: BaseException) -> str:
 def translate(exc: BaseException, *, sandbox_id: str | None, attempted: str) -> RockError:
     """The rock error for a docker SDK (or transport) exception raised while doing ``attempted``.
 
-    A missing container is :class:`SandboxNotFound`; on ``create``, a name in use is
+    A missing container is :class:`SandboxNotFound`; on ``create`` (and ``restore``), a name in use is
     :class:`SandboxAlreadyExists` and a request Docker rejects as invalid is
     :class:`InvalidParameter`; an engine that cannot be reached, and anything else, is
     :class:`RuntimeFailure`.
@@ -38,14 +38,14 @@ def translate(exc: BaseException, *, sandbox_id: str | None, attempted: str) -> 
     where = f" for sandbox {sandbox_id}" if sandbox_id else ""
     kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
     detail = explain(exc)
-    if isinstance(exc, docker.errors.NotFound) and attempted != "create":
+    if isinstance(exc, docker.errors.NotFound) and attempted not in ("create", "restore"):
         return SandboxNotFound(f"Sandbox {sandbox_id}: its container does not exist (docker: {detail})", **kw)
     if isinstance(exc, docker.errors.APIError):
-        if attempted in ("create", "assign") and exc.status_code == 409:
+        if attempted in ("create", "restore", "assign") and exc.status_code == 409:
             return SandboxAlreadyExists(
                 f"Sandbox {sandbox_id} already exists: a container with that name exists (docker: {detail})", **kw
             )
-        if attempted == "create" and exc.status_code == 400:
+        if attempted in ("create", "restore") and exc.status_code == 400:
             field = _field_named_by(detail)
             return InvalidParameter(
                 f"Docker refused the sandbox's settings{where}: {detail}", field=field, value=None, **kw

@@ -32,12 +32,13 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import anyio
+import anyio.from_thread
 import anyio.to_thread
 import attrs
 import docker
@@ -82,6 +83,13 @@ from rock_docker._container import (
     status_from_inspect,
 )
 from rock_docker._errors import explain, translate
+from rock_docker._snapshot import (
+    APPLY_DELETIONS,
+    SnapshotReader,
+    ThreadedIterator,
+    plan_snapshot,
+    snapshot_frames,
+)
 
 log = logging.getLogger("rock.docker")
 
@@ -266,13 +274,28 @@ class DockerRuntime(Runtime):
         on_phase: PhaseCallback | None = None,
     ) -> UnitHandle:
         """Pull the image as ``spec.pull`` says, then create the sandbox's container (not started)."""
+        return await self._create_unit(spec, labels=labels, rocklet_token=rocklet_token, on_phase=on_phase)
+
+    async def _create_unit(
+        self,
+        spec: SandboxSpec,
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+        on_phase: PhaseCallback | None = None,
+        prelude: str = "",
+        attempted: str = "create",
+    ) -> UnitHandle:
+        """``create``, and ``restore``'s container: ``prelude`` is shell its command runs first."""
         if not rocklet_token:
             raise InvalidParameter(
-                "rocklet_token: the engine must give every sandbox a secret", field="rocklet_token", attempted="create"
+                "rocklet_token: the engine must give every sandbox a secret", field="rocklet_token", attempted=attempted
             )
         sandbox_id = spec.sandbox_id
         if sandbox_id is None:
-            raise InvalidParameter("sandbox_id: the engine must choose one before create", field="sandbox_id", attempted="create")
+            raise InvalidParameter(
+                f"sandbox_id: the engine must choose one before {attempted}", field="sandbox_id", attempted=attempted
+            )
         network = network_for(spec, self.network)
         group = spec.runtime_options.get("network_group")
         if group is not None:
@@ -303,6 +326,7 @@ class DockerRuntime(Runtime):
                 rocklet_token=rocklet_token,
                 isolated_network=isolated,
                 nofile_limit=self.nofile_limit,
+                prelude=prelude,
             )
             api = self._docker().api
             try:
@@ -323,7 +347,7 @@ class DockerRuntime(Runtime):
             return container["Id"], (*self._engine_notes, *config.notes), config.security
 
         try:
-            unit_id, notes, security = await self._run(create_container, attempted="create", sandbox_id=sandbox_id)
+            unit_id, notes, security = await self._run(create_container, attempted=attempted, sandbox_id=sandbox_id)
         except BaseException:
             if socket_dir is not None:
                 shutil.rmtree(socket_dir, ignore_errors=True)
@@ -702,6 +726,126 @@ class DockerRuntime(Runtime):
         data = await self._run(logs, attempted="logs", sandbox_id=handle.sandbox_id)
         return data.decode("utf-8", "replace")
 
+    # -- archiving ------------------------------------------------------------------------------
+
+    async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
+        """What the stopped sandbox changed on top of its image, as a stream (see ``_snapshot``).
+
+        Files it added or changed (with owners, modes, times, extended attributes; symlinks as
+        links) and the paths it deleted, never the image itself: the stream is the written
+        bytes plus some 1 KiB a path. Two Docker calls before this returns (inspect, the list of
+        changes); then one archive read per added tree or changed path, as the stream is read,
+        each in a worker thread, a frame (about 1 MiB) at a time. Close the stream
+        (``aclose()``) to stop early.
+
+        :raises RuntimeFailure: the container is running (stop it first), or Docker failed.
+        :raises SandboxNotFound: the container is gone.
+        """
+        def plan() -> Iterator[bytes]:
+            api = self._docker().api
+            return snapshot_frames(api, handle.unit_id, plan_snapshot(api, handle.unit_id, sandbox_id=handle.sandbox_id))
+
+        frames = await self._run(plan, attempted="snapshot", sandbox_id=handle.sandbox_id)
+        return ThreadedIterator(frames, lambda step: self._run(step, attempted="snapshot", sandbox_id=handle.sandbox_id))
+
+    async def snapshot_logs(self, handle: UnitHandle) -> AsyncIterator[bytes]:
+        """The container's whole output (stdout and stderr, in order), streamed from Docker."""
+
+        def open_logs() -> Iterator[bytes]:
+            return iter(self._docker().api.logs(handle.unit_id, stdout=True, stderr=True, stream=True, follow=False))
+
+        chunks = await self._run(open_logs, attempted="snapshot_logs", sandbox_id=handle.sandbox_id)
+        return ThreadedIterator(
+            _batched(chunks), lambda step: self._run(step, attempted="snapshot_logs", sandbox_id=handle.sandbox_id)
+        )
+
+    async def restore(
+        self,
+        spec: SandboxSpec,
+        snapshot: AsyncIterable[bytes],
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+    ) -> UnitHandle:
+        """A container for ``spec`` made as :meth:`create` makes one (the same labels, limits,
+        hardening and secret; fresh ports and socket), with the snapshot's changes put back:
+        its files in place before this returns, its deletions done by the container when it
+        starts, before its rocklet listens. Not started.
+
+        The image is had by ``spec.pull`` like a start's. A snapshot taken on another image id
+        than the one the engine has now (a tag moved) is restored on the new one, with a note.
+
+        :raises ImagePullFailed: the image is gone and the pull policy cannot bring it back; the
+            message names the image.
+        :raises SnapshotCorrupt: the bytes are not a whole snapshot of this runtime (cut short,
+            corrupted); no container is left.
+        """
+        sandbox_id = spec.sandbox_id
+        reader = SnapshotReader(snapshot, sandbox_id=sandbox_id)
+        header = await reader.header()
+        if header["image"] != spec.image:
+            raise InvalidParameter(
+                f"image: sandbox {sandbox_id} was snapshotted on image {header['image']}, not {spec.image}; "
+                "its changes only make sense on top of that image",
+                field="image", value=spec.image, sandbox_id=sandbox_id, attempted="restore",
+            )
+        try:
+            handle = await self._create_unit(
+                spec,
+                labels=labels,
+                rocklet_token=rocklet_token,
+                prelude=APPLY_DELETIONS if header.get("deleted") else "",
+                attempted="restore",
+            )
+        except ImagePullFailed as exc:
+            raise ImagePullFailed(
+                f"cannot restore sandbox {sandbox_id}: {exc.message}", sandbox_id=sandbox_id, attempted="restore"
+            ) from exc
+        try:
+            image_id = await self._run(
+                lambda: self._docker().api.inspect_image(spec.image).get("Id") or "",
+                attempted="restore",
+                sandbox_id=sandbox_id,
+            )
+            notes = list(handle.notes)
+            if header.get("image_id") and image_id != header["image_id"]:
+                notes.append(
+                    f"image {spec.image} is now {image_id[:19]}, not {str(header['image_id'])[:19]} as when the sandbox "
+                    "was archived: its changes were put on top of the new image"
+                )
+            await self._put_changes(handle, reader)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.remove(handle)
+            raise
+        return attrs.evolve(handle, notes=tuple(notes))
+
+    async def _put_changes(self, handle: UnitHandle, reader: SnapshotReader) -> None:
+        """Stream the snapshot's tar into the created container (Docker's ``PUT .../archive``).
+
+        The upload runs in a worker thread and pulls each frame from the event loop (from the
+        reader) as Docker takes the previous one: one frame in memory at a time. A frame that
+        fails its check ends the upload, and the caller removes the container.
+        """
+        stop = threading.Event()
+
+        def body() -> Iterator[bytes]:
+            while not stop.is_set():
+                frame = anyio.from_thread.run(reader.next_frame)
+                if frame is None:
+                    return
+                yield frame
+            raise RuntimeFailure("the restore was abandoned", sandbox_id=handle.sandbox_id, attempted="restore")
+
+        def put() -> None:
+            self._docker().api.put_archive(handle.unit_id, "/", body())
+
+        try:
+            # A snapshot failing its check ends the upload with SnapshotCorrupt, raised as it is.
+            await self._run(put, attempted="restore", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
+        finally:
+            stop.set()
+
     def watch(self, labels: Mapping[str, str]) -> AsyncIterator[tuple[UnitHandle, RuntimeStatus]]:
         """Docker's ``die``, ``oom`` and ``destroy`` events of containers carrying ``labels``.
 
@@ -838,6 +982,18 @@ def _handle_of(runtime: str, row: Mapping[str, Any]) -> UnitHandle:
     return UnitHandle(
         runtime=runtime, unit_id=row["Id"], sandbox_id=sandbox_id, labels=dict(row.get("Labels") or {}), state=state
     )
+
+
+def _batched(chunks: Iterator[bytes], size: int = 1 << 20) -> Iterator[bytes]:
+    """``chunks`` (a log line each) joined into pieces of about ``size`` bytes."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        if len(pending) >= size:
+            yield bytes(pending)
+            pending.clear()
+    if pending:
+        yield bytes(pending)
 
 
 def _image_of(api: docker.APIClient, unit_id: str) -> str:

@@ -364,6 +364,47 @@ class RuntimeConformance:
             if aclose is not None:
                 await aclose()
 
+    # -- archiving -------------------------------------------------------------------------------
+
+    async def test_snapshot_and_restore_bring_back_a_sandboxs_files(self, runtime: Runtime, units: Units) -> None:
+        """Capability ``snapshot``: a stopped unit's snapshot, restored into a new unit of the
+        same spec after the old one is removed, starts with the files it wrote and without the
+        image's file it deleted; its ``logs`` part holds the unit's output."""
+        if not runtime.can_snapshot:
+            pytest.skip(f"runtime {runtime.name!r} cannot snapshot (no archiving)")
+        spec = units.spec()
+        assert spec.sandbox_id is not None
+        unit = await units.launch(spec)
+        content = f"kept across the archive {uuid.uuid4().hex}"
+        await rocklet_call(units.http, unit.url, "/write_file", {"path": "/tmp/rock-archive/kept.txt", "content": content})
+        # A file of the image every sandbox image has: a module of python3's standard library.
+        script = "import importlib.util, os; p = importlib.util.find_spec('this').origin; os.remove(p); print(p)"
+        answer = await rocklet_call(
+            units.http, unit.url, "/execute", {"command": ["python3", "-c", script], "shell": False, "timeout": 60}
+        )
+        assert answer["exit_code"] == 0, answer
+        deleted = answer["stdout"].strip()
+        await runtime.stop(unit.handle, timeout=self.stop_timeout)
+        logs = b"".join([chunk async for chunk in await runtime.snapshot_logs(unit.handle)])
+        assert logs.strip(), "the logs part of a unit whose rocklet ran is empty"
+        snapshot = [chunk async for chunk in await runtime.snapshot(unit.handle)]
+        await runtime.remove(unit.handle)
+
+        async def replay() -> AsyncIterator[bytes]:
+            for chunk in snapshot:
+                yield chunk
+
+        handle = await runtime.restore(spec, replay(), labels=units.labels_for(spec.sandbox_id), rocklet_token=units.token)
+        assert (await runtime.inspect(handle)).state is UnitState.CREATED, "restore started the unit"
+        _, url = await units.start_ready(handle)
+        answer = await rocklet_call(units.http, url, "/read_file", {"path": "/tmp/rock-archive/kept.txt"})
+        assert answer["content"] == content
+        answer = await rocklet_call(
+            units.http, url, "/execute", {"command": ["test", "!", "-e", deleted], "shell": False, "timeout": 60}
+        )
+        assert answer["exit_code"] == 0, f"{deleted}, deleted before the snapshot, is back after the restore"
+        await runtime.remove(handle)
+
 
 async def _next_state(watch: Any, handle: UnitHandle, state: UnitState, timeout: float) -> Any:
     """Read ``watch`` until it reports ``state`` for ``handle``'s sandbox; that status."""
