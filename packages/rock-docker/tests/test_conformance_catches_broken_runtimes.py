@@ -36,13 +36,20 @@ class NoMemoryLimit(DockerRuntime):
 
 
 class HidesAppPort(DockerRuntime):
-    async def inspect(self, handle):
-        status = await super().inspect(handle)
+    @staticmethod
+    def _hide(status):
         return attrs.evolve(
             status,
             port_mapping={k: v for k, v in status.port_mapping.items() if k != 8080},
             forwarded_ports=tuple(p for p in status.forwarded_ports if p != 8080),
         )
+
+    async def start(self, handle):
+        status = await super().start(handle)
+        return None if status is None else self._hide(status)
+
+    async def inspect(self, handle):
+        return self._hide(await super().inspect(handle))
 
 
 def suite_for(cls):

@@ -116,7 +116,9 @@ async def stop_locked(
 async def _remove_then_delete(
     engine: SandboxManager, live: LiveSandbox, handle: UnitHandle | None, locked: bool = False
 ) -> None:
-    with anyio.CancelScope(shield=True):
+    # An engine that removes everything at close cuts removals still waiting their turn there
+    # (its close hands the units to Runtime.discard at once); any other waits for them.
+    with anyio.CancelScope(shield=not engine.config.remove_on_close):
         if handle is not None:
             await remove_quietly(engine.runtime, handle)
         if locked:
