@@ -56,3 +56,9 @@ def test_sandbox_commands_against_an_admin_load_no_engine(args: list[str], free_
 def test_version_loads_neither_http_nor_the_models() -> None:
     modules = _modules_after("--version")
     assert _loaded(modules, (*HEAVY, "httpx", "rock_core.actions", "rock._cli_sandbox", "rock.admin.cli")) == []
+
+
+def test_help_lists_every_command_without_loading_docker_or_the_engine() -> None:
+    # --help loads the plugins (for their commands); a runtime's library waits for an engine.
+    modules = _modules_after("--help")
+    assert _loaded(modules, HEAVY) == []
