@@ -26,7 +26,8 @@ ROCK = Path(sys.executable).with_name("rock")
 FIGURES = (
     "time_to_all_running_seconds", "start_rate_per_second", "get_status_p50_ms", "get_status_p99_ms",
     "command_p50_ms", "command_p99_ms", "list_p50_ms", "engine_rss_idle_mb", "container_memory_per_sandbox_mb",
-    "proxy_shim_rss_per_sandbox_mb", "teardown_containers_gone_seconds",
+    "proxy_shim_rss_per_sandbox_mb", "proxy_shim_pss_per_sandbox_mb", "host_memory_per_sandbox_mb",
+    "teardown_containers_gone_seconds",
 )
 
 

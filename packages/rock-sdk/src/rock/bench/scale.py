@@ -54,7 +54,8 @@ MEMORY_METHOD = (
     "container_*: the containers' memory cgroups (usage, and working set = usage - inactive file cache); "
     "proxy_shim_rss_per_sandbox_mb: VmRSS of the docker-proxy processes publishing the sandboxes' ports "
     "(none unless the docker runtime has publish_ports=True) "
-    "and of their containerd-shim processes"
+    "and of their containerd-shim processes; proxy_shim_pss_per_sandbox_mb: the same processes' PSS (shared "
+    "pages divided among their users); host_memory_per_sandbox_mb: container cgroup usage + that PSS"
 )
 
 
@@ -150,9 +151,11 @@ def _cgroup_memory(container_id: str) -> tuple[int, int] | None:
     return None
 
 
-def _helper_processes_rss(container_ids: set[str], ports: set[str]) -> int:
-    """VmRSS of the docker-proxy processes publishing ``ports`` and the shims of ``container_ids``."""
-    total = 0
+def _helper_processes_memory(container_ids: set[str], ports: set[str]) -> tuple[int, int]:
+    """``(VmRSS, Pss)`` summed over the docker-proxy processes publishing ``ports`` and the shims
+    of ``container_ids``. RSS counts the pages every shim shares (the binary, libraries) once per
+    shim; PSS divides them among their users, which is what the host really spends."""
+    total = pss = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -166,7 +169,8 @@ def _helper_processes_rss(container_ids: set[str], ports: set[str]) -> int:
         )
         if ours:
             total += rss_bytes(int(pid)) or 0
-    return total
+            pss += proc_kib_bytes(f"/proc/{pid}/smaps_rollup", "Pss") or 0
+    return total, pss
 
 
 def _flag(argv: list[str], name: str) -> str | None:
@@ -186,12 +190,16 @@ def _host_memory(container_ids: list[str]) -> dict[str, Any]:
         for binding in ((c.get("NetworkSettings") or {}).get("Ports") or {}).get(_ROCKLET_PORT) or []
     }
     cgroups = [m for m in (_cgroup_memory(c["Id"]) for c in inspected) if m is not None]
-    helpers = _helper_processes_rss({c["Id"] for c in inspected}, ports)
+    helpers, helpers_pss = _helper_processes_memory({c["Id"] for c in inspected}, ports)
     n = len(inspected)
+    container = sum(u for u, _ in cgroups) / len(cgroups) if cgroups else None
     return {
-        "container_memory_per_sandbox_mb": _mb(sum(u for u, _ in cgroups) / len(cgroups)) if cgroups else None,
+        "container_memory_per_sandbox_mb": _mb(container),
         "container_working_set_per_sandbox_mb": _mb(sum(w for _, w in cgroups) / len(cgroups)) if cgroups else None,
         "proxy_shim_rss_per_sandbox_mb": _mb(helpers / n),
+        "proxy_shim_pss_per_sandbox_mb": _mb(helpers_pss / n),
+        # The container's own memory plus its share of the processes that serve it.
+        "host_memory_per_sandbox_mb": _mb(container + helpers_pss / n) if container is not None else None,
     }
 
 
@@ -453,6 +461,8 @@ TABLE = (
     ("container_working_set_per_sandbox_mb", "container working set / sandbox (MB)"),
     ("container_memory_per_sandbox_mb", "container cgroup usage / sandbox (MB)"),
     ("proxy_shim_rss_per_sandbox_mb", "docker-proxy + shim RSS / sandbox (MB)"),
+    ("proxy_shim_pss_per_sandbox_mb", "docker-proxy + shim PSS / sandbox (MB)"),
+    ("host_memory_per_sandbox_mb", "host memory / sandbox: cgroup + PSS (MB)"),
     ("teardown_stops_returned_seconds", "teardown: stops returned (s)"),
     ("teardown_engine_closed_seconds", "teardown: engine closed (s)"),
     ("teardown_containers_gone_seconds", "teardown: containers gone (s)"),
