@@ -1,8 +1,12 @@
-"""Testing tools for rock and its plugins: the runtime conformance suite and its helpers.
+"""Testing tools for rock and its plugins: the conformance suites and their helpers.
 
 - :class:`RuntimeConformance` (:mod:`rock_core.testing.runtime_conformance`): subclass it in a
   test module, give it a ``runtime`` and an ``image`` fixture, and pytest checks your runtime
   against what rock expects of every runtime, with real units and real rocklets.
+- :class:`ArchiveStoreConformance` (:mod:`rock_core.testing.archive_conformance`): the same for
+  archive stores; give it a ``store`` fixture. Its helpers: :class:`GeneratedStream` (GiBs made
+  as they are read, with their digest), :class:`PeakMemory` (this process's peak memory growth
+  during a block), :func:`read_part`.
 - :mod:`rock_core.testing.fixtures`: the helpers the suite is built from (:class:`Units`,
   :func:`wait_for_rocklet`, :func:`wait_for_unit`, :class:`PhaseLog`), and a pytest plugin
   with a few fixtures.
@@ -21,8 +25,16 @@ import pytest
 
 # pytest rewrites asserts only in modules it is told about before they are imported: this way
 # a failing check in the suite shows the values it compared, not just "AssertionError".
-pytest.register_assert_rewrite("rock_core.testing.fixtures", "rock_core.testing.runtime_conformance")
+pytest.register_assert_rewrite(
+    "rock_core.testing.fixtures", "rock_core.testing.runtime_conformance", "rock_core.testing.archive_conformance"
+)
 
+from rock_core.testing.archive_conformance import (  # noqa: E402
+    ArchiveStoreConformance,
+    GeneratedStream,
+    PeakMemory,
+    read_part,
+)
 from rock_core.testing.fixtures import (  # noqa: E402
     PhaseLog,
     StartedUnit,
@@ -39,8 +51,11 @@ from rock_core.testing.runtime_conformance import RuntimeConformance  # noqa: E4
 from rock_core.testing.scripted_runtime import Gate, ScriptedRuntime, rocklet_in_thread  # noqa: E402
 
 __all__ = [
+    "ArchiveStoreConformance",
     "Gate",
+    "GeneratedStream",
     "NullRuntime",
+    "PeakMemory",
     "PhaseLog",
     "PluginSite",
     "RuntimeConformance",
@@ -48,6 +63,7 @@ __all__ = [
     "StartedUnit",
     "Units",
     "eventually_empty",
+    "read_part",
     "rocklet_call",
     "rocklet_in_thread",
     "rocklet_url",
