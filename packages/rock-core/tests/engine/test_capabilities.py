@@ -79,3 +79,23 @@ def test_the_hardening_settings_of_an_engine_are_checked_naming_the_field(fields
 
 def test_allowed_capabilities_are_written_as_docker_takes_them() -> None:
     assert EngineConfig(allowed_cap_add=["net_raw", "CAP_SYS_PTRACE"]).allowed_cap_add == ("NET_RAW", "SYS_PTRACE")
+
+
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ({"runtime_options": {"netwrok": "bridge"}}, "runtime_options: got an unexpected keyword argument 'netwrok'"),
+        (
+            {"archive_store": "fs", "plugin_options": {"archive-fs": {"rooot": "/tmp/x"}}},
+            "plugins.archive-fs: got an unexpected keyword argument 'rooot'",
+        ),
+    ],
+)
+def test_a_misspelt_plugin_setting_is_named_with_its_table(config, said) -> None:
+    """A runtime option or plugin table key the plugin's class does not take is refused naming
+    the table, not as a bare TypeError from deep inside the engine."""
+    from rock_core.engine.config import EngineConfig
+    from rock_core.engine.manager import SandboxManager
+
+    with pytest.raises(InvalidParameter, match=said):
+        SandboxManager(EngineConfig(**config))

@@ -20,6 +20,20 @@ __all__ = ["build_archive_store", "build_runtime", "make_env"]
 Tables = Mapping[str, Mapping[str, Any]]
 
 
+def _build(cls: Any, where: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Any:
+    """``cls(*args, **options)``, an unknown or missing keyword named as the setting it came from
+    (``plugins.archive-s3: unexpected keyword 'bukket'``) instead of a bare ``TypeError``."""
+    import inspect
+
+    try:
+        inspect.signature(cls).bind(*args, **options)
+    except TypeError as exc:
+        raise InvalidParameter(f"{where}: {exc} (given: {', '.join(sorted(options)) or 'nothing'})", field=where) from None
+    except ValueError:  # no signature to check (a builtin): let the call say
+        pass
+    return cls(*args, **options)
+
+
 def build_runtime(config: EngineConfig, plugins: Any) -> Runtime:
     """The runtime registered under ``config.runtime``, built with ``config.runtime_options``.
 
@@ -34,7 +48,7 @@ def build_runtime(config: EngineConfig, plugins: Any) -> Runtime:
             field="runtime",
             value=config.runtime,
         )
-    return runtimes[config.runtime](**dict(config.runtime_options))
+    return _build(runtimes[config.runtime], "runtime_options", (), dict(config.runtime_options))
 
 
 def build_archive_store(config: EngineConfig, plugins: Any, tables: Tables) -> Any:
@@ -53,7 +67,7 @@ def build_archive_store(config: EngineConfig, plugins: Any, tables: Tables) -> A
             field="archive_store", value=name,
         )
     owner = plugins.registered_by("rock_register_archive_stores").get(name, name)
-    return stores[name](**tables.get(owner, {}))
+    return _build(stores[name], f"plugins.{owner}", (), dict(tables.get(owner, {})))
 
 
 async def make_env(engine: SandboxManager, env_id: str, **kwargs: Any) -> Any:
@@ -68,7 +82,8 @@ async def make_env(engine: SandboxManager, env_id: str, **kwargs: Any) -> Any:
         classes = plugins.env_providers()
         owners = plugins.registered_by("rock_register_env_providers")
         engine._env_providers = {
-            name: cls(engine, **engine._tables.get(owners.get(name, name), {})) for name, cls in classes.items()
+            name: _build(cls, f"plugins.{owners.get(name, name)}", (engine,), dict(engine._tables.get(owners.get(name, name), {})))
+            for name, cls in classes.items()
         }
     for provider in engine._env_providers.values():
         if provider.accepts(env_id):
