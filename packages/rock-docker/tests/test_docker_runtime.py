@@ -490,3 +490,18 @@ async def test_watch_ends_when_closed(runtime):
             await anyio.sleep(0.2)  # let the read reach Docker's stream
             await watch.aclose()
     assert results == []
+
+
+async def test_discard_hands_removal_to_a_reaper_that_outlives_the_call(runtime, run_labels, docker_client, http):
+    """``discard`` returns at once; a reaper process removes the containers (running ones too)."""
+    from rock_core.testing import eventually_empty
+
+    handles = [await create(runtime, run_labels) for _ in range(3)]
+    await started(runtime, handles[0], http)  # one running, two only created
+    with anyio.fail_after(10):
+        await runtime.discard(handles)
+    ids = {h.unit_id for h in handles}
+    left = await anyio.to_thread.run_sync(
+        lambda: eventually_empty(lambda: [c for c in docker_client.containers.list(all=True, ignore_removed=True) if c.id in ids])
+    )
+    assert left == []

@@ -29,6 +29,8 @@ import os
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -599,42 +601,37 @@ class DockerRuntime(Runtime):
                 shutil.rmtree(directory, ignore_errors=True)
 
     async def discard(self, handles: Sequence[UnitHandle]) -> None:
-        """Send dockerd a forced removal of each container and return without the answers:
-        dockerd completes a removal whose caller has gone, so the engine's process may exit at
-        once (1,000 requests take milliseconds; dockerd then removes some 15 a second). Only
-        over a unix socket; an engine reached otherwise gets the default (remove and wait).
-        Socket directories go at once; group networks are left for a later removal."""
-        path = self._unix_socket_path()
-        if path is None:
-            await super().discard(handles)
+        """Hand the removal of ``handles`` to a reaper process and return at once.
+
+        The reaper (:mod:`rock_docker.reaper`, in a session of its own, so it outlives this
+        process) removes them a few at a time and retries what dockerd refuses for now. Sending
+        dockerd a thousand removals at once instead left it crawling on a 2-core host, with some
+        containers stuck in "Removal In Progress". Socket directories go at once; group networks
+        are left for a later removal of a member of their group."""
+        if not handles:
             return
+        command = [sys.executable, "-m", "rock_docker.reaper"]
+        if self.base_url:
+            command += ["--base-url", self.base_url]
+        ids = "".join(f"{handle.unit_id}\n" for handle in handles).encode("ascii")
 
-        def send_all() -> None:
-            for handle in handles:
-                try:
-                    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                        sock.settimeout(5.0)
-                        sock.connect(path)
-                        sock.sendall(
-                            f"DELETE /containers/{handle.unit_id}?force=1&v=1 HTTP/1.1\r\n"
-                            "Host: docker\r\nConnection: close\r\n\r\n".encode("ascii")
-                        )
-                except OSError as exc:
-                    log.warning("could not ask dockerd to remove %s: %s", handle.sandbox_id, exc)
+        def spawn() -> None:
+            reaper = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True,
+            )
+            assert reaper.stdin is not None
+            reaper.stdin.write(ids)
+            reaper.stdin.close()
 
-        await anyio.to_thread.run_sync(send_all)
+        try:
+            await anyio.to_thread.run_sync(spawn)
+        except OSError as exc:
+            log.warning("could not start the reaper (%s); removing %d container(s) here", exc, len(handles))
+            await super().discard(handles)
         for handle in handles:
-            # A group's network cannot go before its containers: it stays until a later removal
-            # of a member of that group, or a new group of that name uses it again.
             self._unit_groups.pop(handle.unit_id, None)
             self._remove_socket_dir(handle)
-
-    def _unix_socket_path(self) -> str | None:
-        """The path of dockerd's unix socket, when that is how this runtime reaches it."""
-        url = self.base_url or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-        if not url.startswith("unix://"):
-            return None
-        return url[len("unix://"):]
 
     def _remove_network_if_unused(self, name: str) -> None:
         """Remove a group's network once no container is attached to it (blocking)."""

@@ -1,0 +1,79 @@
+"""``python -m rock_docker.reaper``: remove containers after the engine that owned them is gone.
+
+An engine that closes with many sandboxes (a trainer's exit) must not wait for dockerd to
+remove them one by one, some ten a second; nor may it flood dockerd with a thousand removals at
+once, which on a small host slows every one of them to a crawl and can leave some stuck in
+"Removal In Progress". So :meth:`DockerRuntime.discard <rock_docker.runtime.DockerRuntime.discard>`
+starts this program in a session of its own, writes the container ids to its standard input,
+and returns. The reaper removes them a few at a time (``docker rm -f -v``), retries what dockerd
+refuses for now (a removal already in progress, a busy mount), and exits when all are gone.
+
+Usage: ``python -m rock_docker.reaper [--base-url URL] [--concurrency N] < ids``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+__all__ = ["main", "reap"]
+
+# Tries per container, and the pause between two tries of the same one.
+_TRIES = 5
+_PAUSE = 2.0
+
+
+def reap(ids: Iterable[str], *, base_url: str | None = None, concurrency: int = 8) -> list[str]:
+    """Remove each container of ``ids`` (a missing one is fine); return those that could not be."""
+    import docker
+    import docker.errors
+
+    client = docker.DockerClient(base_url=base_url, timeout=120) if base_url else docker.from_env(timeout=120)
+
+    def remove(unit_id: str) -> str | None:
+        for attempt in range(_TRIES):
+            try:
+                client.api.remove_container(unit_id, v=True, force=True)
+                return None
+            except docker.errors.NotFound:
+                return None
+            except docker.errors.APIError:
+                if attempt + 1 < _TRIES:
+                    time.sleep(_PAUSE)
+            except Exception:  # noqa: BLE001 - the engine is gone: keep going with the others
+                if attempt + 1 < _TRIES:
+                    time.sleep(_PAUSE)
+        return unit_id
+
+    try:
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            return [unit_id for unit_id in pool.map(remove, ids) if unit_id is not None]
+    finally:
+        client.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Read container ids from standard input (one a line) and remove them; ``1`` if any remain."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    base_url = None
+    concurrency = 8
+    while args:
+        flag = args.pop(0)
+        if flag == "--base-url" and args:
+            base_url = args.pop(0)
+        elif flag == "--concurrency" and args:
+            concurrency = int(args.pop(0))
+        else:
+            sys.stderr.write(f"rock_docker.reaper: unknown argument {flag!r}\n")
+            return 2
+    ids = [line.strip() for line in sys.stdin if line.strip()]
+    left = reap(ids, base_url=base_url, concurrency=concurrency)
+    for unit_id in left:
+        sys.stderr.write(f"rock_docker.reaper: could not remove container {unit_id}\n")
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
