@@ -584,7 +584,9 @@ class DockerRuntime(Runtime):
                 if exc.status_code != 409 or "already in progress" not in explain(exc):
                     raise
 
-        await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id)
+        # Cancelled (an engine closing), the call is abandoned, not awaited: dockerd finishes it
+        # or the reaper redoes it; a close must not wait for a dockerd that is busy with exits.
+        await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
         group = handle.labels.get(LABEL_NETWORK_GROUP)
         network = self._unit_groups.pop(handle.unit_id, None) or (group_network_name(group) if group else None)
         if network is not None:
@@ -700,7 +702,7 @@ class DockerRuntime(Runtime):
                         status = attrs.evolve(status, error=better)
             return status
 
-        return await self._run(inspect, attempted="inspect", sandbox_id=handle.sandbox_id)
+        return await self._run(inspect, attempted="inspect", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
 
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
         """Every container, running or not, carrying all of ``labels``."""
