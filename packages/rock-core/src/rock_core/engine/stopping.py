@@ -87,12 +87,6 @@ async def stop_locked(
     engine.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
     if client is not None:
-        if delay == 0 and not unexpected:
-            # Its unit goes at once: end it through its rocklet first (a few milliseconds, no
-            # Docker call), so its processes are gone now, not when the removal's turn comes
-            # (a thousand stops at once queue a thousand removals behind dockerd's pace).
-            with anyio.move_on_after(_END_TIMEOUT):
-                await client.end_sandbox(timeout=_END_TIMEOUT)
         await client.forget()
     live.settled.set()
     if live.handle is None:
@@ -117,10 +111,6 @@ async def stop_locked(
             await engine.runtime.stop(live.handle, timeout=engine.config.stop_timeout)
         except RockError as exc:
             log.warning("could not stop the unit of sandbox %s: %s", record.sandbox_id, exc)
-
-
-# How long a stop waits for a rocklet to accept ending its sandbox before leaving it to the removal.
-_END_TIMEOUT = 1.0
 
 
 async def _remove_then_delete(
