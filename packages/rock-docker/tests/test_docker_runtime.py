@@ -505,3 +505,21 @@ async def test_discard_hands_removal_to_a_reaper_that_outlives_the_call(runtime,
         lambda: eventually_empty(lambda: [c for c in docker_client.containers.list(all=True, ignore_removed=True) if c.id in ids])
     )
     assert left == []
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"publish_ports": "false"}, "publish_ports: expected true or false, got 'false'"),
+        ({"nofile_limit": 10}, "nofile_limit: expected a whole number >= 64 or None, got 10"),
+        ({"max_concurrency": 0}, "max_concurrency: expected an integer >= 1, got 0"),
+    ],
+)
+def test_bad_runtime_options_are_refused_through_the_engine_naming_them(options, said):
+    """The runtime's settings arrive as the engine's ``runtime_options``; a bad one stops the
+    engine's construction with the option's name, before anything runs."""
+    from rock_core.engine.config import EngineConfig
+    from rock_core.engine.manager import SandboxManager
+
+    with pytest.raises(InvalidParameter, match=said):
+        SandboxManager(EngineConfig(runtime_options=options))

@@ -20,6 +20,7 @@ from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.rocklet.api import Rocklet, build_router
 from rock_core.rocklet.server import RockletServer
+from rock_core.testing import upper_echo_server
 
 pytestmark = pytest.mark.anyio
 
@@ -45,24 +46,9 @@ def rocklet_socket() -> Iterator[str]:
 
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    server = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    def echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data.upper())
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield server.getsockname()[1]
-    server.close()
+    """A service on 127.0.0.1 that upper-cases what it gets (the test's host plays the sandbox)."""
+    with upper_echo_server() as port:
+        yield port
 
 
 @pytest.fixture

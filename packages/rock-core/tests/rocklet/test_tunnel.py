@@ -9,32 +9,16 @@ from collections.abc import Iterator
 import pytest
 
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.testing import upper_echo_server
 
 from .conftest import RockletProcess
 
 
 @pytest.fixture
 def echo_port() -> Iterator[int]:
-    """A TCP echo server on 127.0.0.1 (the rocklet's own host plays the sandbox)."""
-    server = socket.create_server(("127.0.0.1", 0))
-    port = server.getsockname()[1]
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            threading.Thread(target=echo, args=(conn,), daemon=True).start()
-
-    def echo(conn: socket.socket) -> None:
-        with conn:
-            while data := conn.recv(65536):
-                conn.sendall(data.upper())
-
-    threading.Thread(target=serve, daemon=True).start()
-    yield port
-    server.close()
+    """A service on 127.0.0.1 that upper-cases what it gets (the test's host plays the sandbox)."""
+    with upper_echo_server() as port:
+        yield port
 
 
 def _tunnel(rocklet: RockletProcess, port: object, *, token: str | None = "ok", upgrade: bool = True) -> tuple[socket.socket, bytes]:

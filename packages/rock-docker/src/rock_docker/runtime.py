@@ -205,7 +205,12 @@ class DockerRuntime(Runtime):
                 value=nofile_limit,
             )
         self.nofile_limit = nofile_limit
-        self.publish_ports = bool(publish_ports)
+        if not isinstance(publish_ports, bool):
+            # "false" from a text setting must not turn publishing on.
+            raise InvalidParameter(
+                f"publish_ports: expected true or false, got {publish_ports!r}", field="publish_ports", value=publish_ports
+            )
+        self.publish_ports = publish_ports
         self._chosen_network: str | None = None  # the isolated network found on first use
         self._networks: set[str] = set()  # networks known to exist (made or found)
         self._network_lock = threading.Lock()  # one thread makes a missing network

@@ -43,6 +43,7 @@ from rock_core.testing.fixtures import (  # noqa: E402
     rocklet_call,
     rocklet_url,
     unique_sandbox_id,
+    upper_echo_server,
     wait_for_rocklet,
     wait_for_unit,
 )
@@ -68,6 +69,7 @@ __all__ = [
     "rocklet_in_thread",
     "rocklet_url",
     "unique_sandbox_id",
+    "upper_echo_server",
     "wait_for_rocklet",
     "wait_for_unit",
 ]

@@ -16,6 +16,9 @@ that provides the fixtures :func:`rock_test_labels`, :func:`phase_log` and :func
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -38,6 +41,7 @@ __all__ = [
     "PhaseLog",
     "StartedUnit",
     "eventually_empty",
+    "upper_echo_server",
     "Units",
     "phase_log",
     "plugin_site",
@@ -299,3 +303,30 @@ def eventually_empty(probe: Callable[[], Sequence[Any]], timeout: float = 60.0, 
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def upper_echo_server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that answers every byte upper-cased, a thread per connection,
+    until the client closes; yields its port. A stand-in service for tunnel and forwarding tests
+    (upper-casing shows the bytes went through it, whatever the chunking)."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=echo, args=(conn,), daemon=True).start()
+
+    def echo(conn: socket.socket) -> None:
+        with conn:
+            while data := conn.recv(65536):
+                conn.sendall(data.upper())
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
