@@ -129,6 +129,11 @@ class EngineConfig:
         The engine hands each plugin its own through ``rock_configure``.
     :param archive_store: the registered archive store that keeps archived sandboxes (``None``:
         archiving is off); built with its plugin's table as keyword arguments.
+    :param archive_timeout: seconds an archive may take (snapshot and upload of both parts);
+        past it the archive fails, its objects are deleted and the sandbox is stopped again
+        (ROCK's ``archive_timeout_seconds``).
+    :param restore_timeout: seconds a restore may take, from ``restart`` of an archived
+        sandbox to its rocklet answering; past it the sandbox is archived again, with the reason.
     :param disk_keep_seconds: how long a sandbox stopped for passing its disk limit keeps its
         unit (its files, for inspection or ``restart``) before it is deleted, when its own
         policy would delete it sooner.
@@ -162,6 +167,8 @@ class EngineConfig:
     disk_keep_seconds: NonNegativeInt = checked(NonNegativeInt, default=3600)
     plugin_options: Mapping[str, Mapping[str, Any]] = checked(dict[str, dict[str, Any]], factory=dict)
     archive_store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
+    archive_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
+    restore_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
 
     def __attrs_post_init__(self) -> None:
         if self.default_pids_limit > self.max_pids_limit:

@@ -86,8 +86,9 @@ class LiveSandbox:
 
     ``lock`` serialises the sandbox's transitions; ``settled`` is set when its current start
     has finished (running, failed or stopped), ``start_done`` when that start's task has
-    returned; ``start_scope`` cancels the start under way; ``removing``: its unit is being
-    removed in the background, after which its record turns deleted.
+    returned; ``start_scope`` cancels the start (or restore) under way; ``removing``: its unit
+    is being removed in the background, after which its record turns deleted;
+    ``archive_scope`` cancels the archive under way, and ``archive_done`` is set once it ended.
     """
 
     record: SandboxRecord
@@ -100,3 +101,5 @@ class LiveSandbox:
     start_error: RockError | None = None
     start_scope: anyio.CancelScope | None = None
     removing: bool = False  # the unit is being removed in the background; then deleted
+    archive_scope: anyio.CancelScope | None = None  # cancels the archive under way
+    archive_done: anyio.Event = attrs.field(factory=anyio.Event)  # the last archive has settled

@@ -22,6 +22,8 @@ manager:
 - :mod:`~rock_core.engine.claims`: warm pools as the engine runs them (``set_warm_pool``,
   ``warmup``, ``wait_warm``) and the claim that serves a start from one;
 - :mod:`~rock_core.engine.stopping`: ``stop`` and ``delete``, and the post-stop policy;
+- :mod:`~rock_core.engine.archiving`: ``archive``, and the restore behind ``restart`` of an
+  archived sandbox;
 - :mod:`~rock_core.engine.recovery`: taking back this owner's sandboxes after a restart;
 - :mod:`~rock_core.engine.reaping`: the sweep of orphans and stale pool members, and removing
   everything at close (with :mod:`~rock_core.engine.owners`, which judges owners);
@@ -51,7 +53,7 @@ import attrs
 import httpx
 
 from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, WarmPoolStatus
-from rock_core.engine import claims, extensions, reaping, reconcile, recovery, starting, stopping, timers
+from rock_core.engine import archiving, claims, extensions, reaping, reconcile, recovery, starting, stopping, timers
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.live import (
@@ -283,12 +285,32 @@ class SandboxManager:
         return await starting.wait_until_running(self, sandbox_id, timeout)
 
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
-        """Start a stopped sandbox again in its own unit: files kept, sessions gone.
+        """Start a stopped sandbox again in its own unit: files kept, sessions gone. An archived
+        sandbox is restored from its archive (``pending`` until it runs; a failed or timed-out
+        restore leaves it ``archived`` with the reason, see :meth:`wait_until_running`).
 
         :raises SandboxNotFound: unknown id.
         :raises BadRequestRockError: ``"cannot be restarted: current state is ..."``.
+        :raises NotSupported: an archived sandbox, and no archive store configured.
         """
         return await starting.restart(self, sandbox_id)
+
+    # -- archive and restore (engine/archiving.py) ---------------------------------------------
+
+    async def archive(self, sandbox_id: str) -> None:
+        """Start archiving a stopped sandbox into the engine's archive store; return at once.
+
+        In the background, under ``archive_timeout``: the runtime's snapshot of its unit (phase
+        ``image_archive``) and its output (``log_archive``) are stored, then the unit is removed
+        and the sandbox is ``archived``. On a failure or timeout the stored parts are deleted and
+        the sandbox is ``stopped`` again with the reason, its unit untouched. :meth:`restart`
+        restores it; :meth:`delete` deletes its archive.
+
+        :raises SandboxNotFound: unknown id.
+        :raises BadRequestRockError: the sandbox is not stopped, or its unit is gone.
+        :raises NotSupported: no archive store is configured, or the runtime cannot snapshot.
+        """
+        await archiving.archive(self, sandbox_id)
 
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
@@ -339,9 +361,14 @@ class SandboxManager:
         await stopping.stop(self, sandbox_id, reason)
 
     async def delete(self, sandbox_id: str) -> None:
-        """Delete a stopped or archived sandbox and its unit (unknown or deleted: no-op).
+        """Delete a stopped or archived sandbox and its unit or archive (unknown or deleted: no-op).
+
+        A sandbox being archived has its archive cancelled first (its partial objects deleted),
+        then it is deleted with its unit.
 
         :raises InvalidTransition: the sandbox is pending or running: stop it first.
+        :raises InternalServerRockError: the archive store failed to delete an archive (the
+            sandbox stays archived, nothing lost).
         """
         await stopping.delete(self, sandbox_id)
 

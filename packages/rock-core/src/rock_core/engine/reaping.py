@@ -9,7 +9,9 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
   :func:`sweep`): cleanup yields to starts;
 - on demand (:func:`reap_orphans`): the orphans alone, for ``rock`` and the admin;
 - at close with ``remove_on_close`` (:func:`remove_all_owned`): every unit of this engine, its
-  sandboxes recorded stopped then deleted.
+  sandboxes recorded stopped then deleted. Archived sandboxes have no unit: with a record store
+  on disk they stay archived (another process may restore them); with one in memory their
+  archives are deleted, since nothing could restore them.
 """
 
 from __future__ import annotations
@@ -162,11 +164,25 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     if handles:
         await engine.runtime.discard(handles)
     at = now()
+    keep_archives = engine.store.persistent
     for live in list(lives.values()):
-        if live.record.state is not State.DELETED:
-            record = live.record
-            if record.state in LIVE_STATES:
-                record = engine._apply(record, Event.STOP, reason="engine closed", stop_time=at)
-            if record.state in (State.STOPPED, State.ARCHIVED):
-                record = engine._apply(record, Event.DELETE, delete_time=at)
+        record = live.record
+        if record.state is State.ARCHIVED:
+            if keep_archives:
+                continue  # no unit; its archive and record wait for restart() or delete()
+            await _forget_archive(engine, record.sandbox_id)  # nobody could ever restore it
+        if record.state in LIVE_STATES:
+            record = engine._apply(record, Event.STOP, reason="engine closed", stop_time=at)
+        if record.state in (State.STOPPED, State.ARCHIVED):
+            record = engine._apply(record, Event.DELETE, delete_time=at)
     lives.clear()
+
+
+async def _forget_archive(engine: SandboxManager, sandbox_id: str) -> None:
+    if engine.archive_store is None:
+        return
+    with anyio.move_on_after(_END_TIMEOUT * 10):
+        try:
+            await engine.archive_store.delete(sandbox_id)
+        except RockError as exc:
+            log.warning("could not delete the archive of sandbox %s at close: %s", sandbox_id, exc)

@@ -4,7 +4,9 @@ lists as not deleted.
 Each record is matched with its unit by label. A running sandbox whose rocklet answers is
 adopted (usable again, with its recorded secret); one whose unit died or vanished meanwhile,
 and one whose start the restart interrupted before its unit answered, is recorded as stopped
-with that reason. Nothing is left pending or unknown.
+with that reason. A restore the restart cut short leaves the sandbox archived again; an
+archive it cut short is resolved with the store (done when both parts are stored, else failed:
+``stopped``). Archived sandboxes are taken in as they are. Nothing is left pending or unknown.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from rock_core.engine import archiving
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.starting import open_ports
@@ -35,7 +38,7 @@ async def recover(engine: SandboxManager) -> int:
     """:meth:`SandboxManager.recover <rock_core.engine.manager.SandboxManager.recover>`: take back
     this owner's sandboxes that are not deleted; return how many."""
     records = [
-        r for r in engine.store.list(states=[State.PENDING, State.RUNNING, State.STOPPED])
+        r for r in engine.store.list(states=[State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING, State.ARCHIVED])
         if r.owner == engine.owner and r.sandbox_id not in engine._live
     ]
     if not records:
@@ -50,10 +53,17 @@ async def recover(engine: SandboxManager) -> int:
         live = LiveSandbox(record=record, handle=by_id.get(record.sandbox_id))
         live.start_done.set()
         engine._live[record.sandbox_id] = live
-        if record.state is State.STOPPED:
+        if record.state in (State.STOPPED, State.ARCHIVED):
             live.settled.set()
             continue
+        if record.state is State.ARCHIVING:
+            live.settled.set()
+            await archiving.recover_archiving(engine, live)
+            continue
         reason = await adopt(engine, live)
+        if reason is not None and archiving.is_restoring(live):
+            await archiving.recover_restoring(engine, live, reason)
+            continue
         live.settled.set()
         if reason is not None:
             async with live.lock:

@@ -147,6 +147,12 @@ def _rock_error(name: str, message: str, extra: Mapping[str, Any], sandbox_id: s
         return InvalidParameter(message, **kw)
     if name == "ProcessDoesNotExistError":
         return InvalidParameter(message, **kw)
+    if name == "EnvError":
+        from rock_core.envs import EnvFailed
+
+        return EnvFailed(
+            message, kind=str(extra.get("kind", "env_error")), env_id=extra.get("env_id"), traceback=extra.get("traceback") or (), **kw
+        )
     return InternalServerRockError(f"rocklet error ({name}): {message}", **kw)
 
 
@@ -518,6 +524,19 @@ class RockletClient:
         """CPU, memory, disk and network figures of the sandbox (``/get_statistics``)."""
         response = await self._request("GET", "/get_statistics", "get_statistics")
         return dict(response.json())
+
+    async def env(self, op: str, body: Mapping[str, Any], timeout: float | None = None) -> Any:
+        """``POST /env/{op}`` (GEM environments, :mod:`rock_core.rocklet.envs`): the answer's JSON.
+
+        ``timeout`` is the env's own limit (sent in the body); the HTTP call waits a little
+        longer. An env's failure is :class:`~rock_core.envs.EnvFailed` with its ``kind``.
+        """
+        payload = dict(body)
+        if timeout is not None:
+            payload["timeout"] = timeout
+        http_timeout = None if timeout is None else timeout + _TIMEOUT_MARGIN
+        response = await self._request("POST", f"/env/{op}", f"env/{op}", json_body=payload, timeout=http_timeout)
+        return response.json()
 
     async def close(self) -> None:
         """Close every session of the sandbox (``/close``)."""

@@ -23,7 +23,7 @@ import attrs
 
 from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse
 from rock_core.converters import spec_from_start_request
-from rock_core.engine import claims
+from rock_core.engine import archiving, claims
 from rock_core.engine.live import LiveSandbox, describe_exit, new_rocklet_token, not_running_error, now
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.stopping import stop_locked
@@ -253,7 +253,9 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
         engine._set_phase(sandbox_id, name, phase.status, phase.message)
 
     if reuse and live.handle is not None:
-        engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "restart: reuse the existing container")
+        pulled = live.record.phases.get(PHASE_IMAGE_PULL)
+        if pulled is None or pulled.status is not PhaseStatus.SUCCESS:  # a restore set it already
+            engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "restart: reuse the existing container")
         handle = live.handle
     else:
         engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "")
@@ -403,9 +405,13 @@ async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: f
 
 async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxStartResponse:
     """:meth:`SandboxManager.restart <rock_core.engine.manager.SandboxManager.restart>`: start a
-    stopped sandbox again in its own unit (files kept, sessions gone)."""
-    live = engine._live.get(sandbox_id)
+    stopped sandbox again in its own unit (files kept, sessions gone), or restore an archived
+    one from its archive (:mod:`rock_core.engine.archiving`)."""
+    live = archiving.live_or_load(engine, sandbox_id)
     record = live.record if live is not None else engine.get_record(sandbox_id)
+    if live is not None and record.state is State.ARCHIVED:
+        await archiving.restore(engine, live)
+        return start_response(live.record)
     runtime = engine.runtime
     if record.state is State.STOPPED and not runtime.keeps_files_across_stop:
         raise BadRequestRockError(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from rock_core.engine import archiving
 from rock_core.engine.live import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, LiveSandbox, now
 from rock_core.errors import RockError
 from rock_core.models import SandboxSpec
@@ -43,8 +44,14 @@ async def remove_quietly(runtime: Runtime, handle: UnitHandle) -> None:
 
 
 def post_stop_plan(engine: SandboxManager, spec: SandboxSpec) -> tuple[State, int]:
-    """What happens after a stop: (``deleted`` or ``archived``, after how many seconds)."""
+    """What happens after a stop: (``deleted`` or ``archived``, after how many seconds).
+
+    ``auto_archive_seconds`` wins (ROCK); else ``auto_delete_seconds`` or the engine's default,
+    capped by ``max_auto_delete_seconds``. Only a delete after 0 seconds removes the unit at once.
+    """
     config = engine.config
+    if spec.auto_archive_seconds is not None:
+        return State.ARCHIVED, spec.auto_archive_seconds  # ROCK: an archive policy wins
     delay = spec.auto_delete_seconds if spec.auto_delete_seconds is not None else config.default_auto_delete_seconds
     if config.max_auto_delete_seconds is not None:
         delay = min(delay, config.max_auto_delete_seconds)
@@ -56,6 +63,14 @@ async def stop(engine: SandboxManager, sandbox_id: str, reason: str = "manual") 
     (unknown id and already stopped are not errors)."""
     live = engine._live.get(sandbox_id)
     if live is None:
+        return
+    if archiving.is_restoring(live):
+        # A stop while restoring cancels the restore: the sandbox goes back to archived (its
+        # archive is its only copy; nothing moves a restoring sandbox to stopped).
+        if live.start_scope is not None:
+            live.start_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await live.start_done.wait()
         return
     if live.start_scope is not None:
         live.start_scope.cancel()
@@ -75,9 +90,10 @@ async def stop_locked(
     period to be read); ``keep_seconds``: keep its unit at least that long (files for inspection)."""
     record = live.record
     target, delay = post_stop_plan(engine, record.spec)
-    if unexpected and delay == 0:
+    if unexpected and delay == 0 and target is State.DELETED:
         delay = _DEATH_GRACE_SECONDS
     delay = max(delay, keep_seconds)
+    removed_now = delay == 0 and target is State.DELETED
     at = now()
     record = engine._apply(
         record, Event.STOP,
@@ -97,7 +113,7 @@ async def stop_locked(
             found = []
         for handle in found:
             await remove_quietly(engine.runtime, handle)
-    if delay == 0:
+    if removed_now:
         # Removing a container takes dockerd a few hundred milliseconds; the caller need not
         # wait for it. The record turns ``deleted`` once the unit is gone.
         handle, live.handle = live.handle, None
@@ -135,18 +151,23 @@ def _delete_record(engine: SandboxManager, live: LiveSandbox) -> None:
 
 async def delete(engine: SandboxManager, sandbox_id: str) -> None:
     """:meth:`SandboxManager.delete <rock_core.engine.manager.SandboxManager.delete>`: delete a
-    stopped or archived sandbox and its unit (unknown or deleted: no-op).
+    stopped or archived sandbox and its unit or archive (unknown or deleted: no-op). A sandbox
+    being archived has its archive cancelled (its partial objects deleted) first.
 
     :raises InvalidTransition: the sandbox is pending or running: stop it first.
     """
-    live = engine._live.get(sandbox_id)
+    live = archiving.live_or_load(engine, sandbox_id)
     if live is None:
         return
     if live.removing:
         return  # already on its way to deleted
+    if live.record.state is State.ARCHIVING:
+        await archiving.cancel_archive(live)
     async with live.lock:
         record = live.record
         record.lifecycle.apply(Event.DELETE, at=now(), sandbox_id=sandbox_id)  # raises if not allowed
+        if record.state is State.ARCHIVED:
+            await archiving.delete_archive(engine, sandbox_id)  # raises: kept archived, nothing lost
         if live.handle is not None:
             await remove_quietly(engine.runtime, live.handle)
         engine._apply(record, Event.DELETE, delete_time=now(), auto_transition_state=None, auto_transition_time=None)

@@ -67,6 +67,11 @@ class SandboxStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
 
+    @property
+    def persistent(self) -> bool:
+        """Whether the records outlive this process (a database file, not memory)."""
+        return self.path is not None
+
     def close(self) -> None:
         """Close the database. Idempotent."""
         with self._lock:

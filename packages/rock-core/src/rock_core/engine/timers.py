@@ -1,8 +1,8 @@
 """Timers and the disk watch: the engine's deadlines.
 
 - :func:`run_timers` (every ``timer_interval``): stop sandboxes idle past their
-  ``auto_clear_seconds`` (a call in flight counts as activity until it ends) and delete stopped
-  ones whose ``auto_delete_time`` passed, all at once, so a burst of expiries does not wait on
+  ``auto_clear_seconds`` (a call in flight counts as activity until it ends), delete stopped
+  ones whose ``auto_delete_time`` passed and archive those whose ``auto_archive_time`` passed, all at once, so a burst of expiries does not wait on
   one another's unit;
 - :func:`check_disk` (every ``disk_check_interval``, when the runtime can measure disk use):
   stop running sandboxes past their ``disk`` limit, keeping their files for inspection.
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from rock_core.engine import archiving
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
 from rock_core.errors import NotSupported, RockError
@@ -49,6 +50,7 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
     now = datetime.fromtimestamp(now_ts, timezone.utc)
     expired: list[str] = []
     due: list[str] = []
+    archives: list[str] = []
     for sandbox_id, live in list(engine._live.items()):
         record = live.record
         clear = record.spec.auto_clear_seconds
@@ -64,6 +66,14 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
             and record.auto_transition_time <= now
         ):
             due.append(sandbox_id)
+        elif archiving.archive_due(engine, live, now):
+            archives.append(sandbox_id)
+
+    async def auto_archive(sandbox_id: str) -> None:
+        try:
+            await archiving.archive(engine, sandbox_id)
+        except RockError as exc:
+            log.warning("auto-archive of %s failed: %s", sandbox_id, exc)
 
     async def auto_delete(sandbox_id: str) -> None:
         try:
@@ -76,6 +86,8 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
             tg.start_soon(functools.partial(stop, engine, sandbox_id, reason="expired"))
         for sandbox_id in due:
             tg.start_soon(auto_delete, sandbox_id)
+        for sandbox_id in archives:
+            tg.start_soon(auto_archive, sandbox_id)
 
 
 async def disk_loop(engine: SandboxManager) -> None:

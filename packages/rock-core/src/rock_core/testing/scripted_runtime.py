@@ -24,16 +24,21 @@ import contextlib
 import itertools
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 import anyio
 import attrs
 
+from rock_core.errors import RuntimeFailure
 from rock_core.models import RuntimeStatus, SandboxSpec, UnitState
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
-__all__ = ["Gate", "ScriptedRuntime", "rocklet_in_thread"]
+__all__ = ["SNAPSHOT_SIZE", "Gate", "ScriptedRuntime", "rocklet_in_thread"]
+
+#: The size of a :class:`ScriptedRuntime` unit's snapshot.
+SNAPSHOT_SIZE = 1024 * 1024
+_SNAPSHOT_MAGIC = b"scripted-snapshot:"
 
 
 @contextlib.contextmanager
@@ -122,8 +127,10 @@ class _Unit:
 class ScriptedRuntime(Runtime):
     """A runtime holding its units in memory, each served by the rocklet at ``rocklet_address``.
 
-    It declares ``assign`` (warm pools) and ``keeps_files_across_stop``; a stopped unit exits
-    with code 0. :attr:`units` is its state, for tests to look at.
+    It declares ``assign`` (warm pools), ``keeps_files_across_stop`` and ``snapshot``; a stopped
+    unit exits with code 0. A unit's snapshot is :data:`SNAPSHOT_SIZE` bytes that name its
+    sandbox; :attr:`snapshot_failure`, when set, is raised by the snapshot stream half way.
+    :attr:`units` is its state, for tests to look at.
     """
 
     name = "scripted"
@@ -135,11 +142,13 @@ class ScriptedRuntime(Runtime):
         self.units: dict[str, _Unit] = {}
         self._gates: dict[str, Gate] = {}
         self._ids = itertools.count(1)
+        #: Raised by the next snapshot streams half way, when set (a disk or network failure).
+        self.snapshot_failure: Exception | None = None
 
     def hold(self, method: str) -> Gate:
         """Hold every later call of ``method`` (``create``, ``start``, ``stop``, ``remove``,
-        ``assign``) at the gate returned, before it does anything."""
-        if method not in ("create", "start", "stop", "remove", "assign"):
+        ``assign``, ``snapshot``, ``restore``) at the gate returned, before it does anything."""
+        if method not in ("create", "start", "stop", "remove", "assign", "snapshot", "restore"):
             raise ValueError(f"cannot hold {method!r}")
         gate = self._gates[method] = Gate()
         return gate
@@ -212,6 +221,48 @@ class ScriptedRuntime(Runtime):
         unit = self.units[handle.unit_id]
         unit.sandbox_id = sandbox_id
         return self._handle(handle.unit_id, unit)
+
+    async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
+        """:data:`SNAPSHOT_SIZE` bytes naming the unit's sandbox, in 64 KiB chunks."""
+        await self._gate("snapshot", handle.sandbox_id)
+        if handle.unit_id not in self.units:
+            raise RuntimeFailure(f"unit {handle.unit_id} is gone", sandbox_id=handle.sandbox_id, attempted="snapshot")
+        header = _SNAPSHOT_MAGIC + handle.sandbox_id.encode() + b"\n"
+        failure = self.snapshot_failure
+
+        async def chunks() -> AsyncIterator[bytes]:
+            yield header
+            left = SNAPSHOT_SIZE - len(header)
+            while left > 0:
+                if failure is not None and left < SNAPSHOT_SIZE // 2:
+                    raise failure
+                n = min(left, 64 * 1024)
+                yield b"\0" * n
+                left -= n
+                await anyio.sleep(0)
+
+        return chunks()
+
+    async def restore(
+        self, spec: SandboxSpec, snapshot: AsyncIterable[bytes], *, labels: Mapping[str, str], rocklet_token: str
+    ) -> UnitHandle:
+        """A created unit for ``spec``, if ``snapshot`` is a whole snapshot of its sandbox."""
+        assert spec.sandbox_id is not None
+        await self._gate("restore", spec.sandbox_id)
+        size = 0
+        head = b""
+        async for chunk in snapshot:
+            if len(head) < 256:
+                head += chunk[:256]
+            size += len(chunk)
+        if not head.startswith(_SNAPSHOT_MAGIC + spec.sandbox_id.encode() + b"\n") or size != SNAPSHOT_SIZE:
+            raise RuntimeFailure(
+                f"snapshot of sandbox {spec.sandbox_id} is corrupt ({size} bytes, starting {head[:32]!r})",
+                sandbox_id=spec.sandbox_id, attempted="restore",
+            )
+        unit_id = f"unit-{next(self._ids)}"
+        unit = self.units[unit_id] = _Unit(spec.sandbox_id, dict(labels))
+        return self._handle(unit_id, unit)
 
     def running(self) -> list[str]:
         """The sandbox ids of the running units."""
