@@ -40,7 +40,7 @@ EXPECTED_ROUTES = {
     ("post", "sandboxes/batch"), ("post", "interrupt_session"), ("post", "execute_stream"), ("post", "download"),
     ("post", "list_dir"), ("post", "processes"), ("get", "processes/{process_id}"),
     ("get", "processes/{process_id}/output"), ("post", "processes/{process_id}/kill"), ("post", "warmup/tasks"),
-    ("get", "warm_pools"),
+    ("get", "warm_pools"), ("post", "sandboxes/{sandbox_id}/archive"), ("post", "sandboxes/{sandbox_id}/restart"),
 }
 
 
@@ -134,7 +134,7 @@ def test_root_health_and_every_route_documented_and_served(http: httpx.Client) -
     # Each documented route is really served: called with no input, it answers ROCK's envelope
     # (Failed for want of a sandbox id; the listings need none).
     for method, path in sorted(documented):
-        response = http.request(method, f"{PREFIX}/{path.replace('{process_id}', 'p1')}")
+        response = http.request(method, f"{PREFIX}/{path.replace('{process_id}', 'p1').replace('{sandbox_id}', 'no-such-sandbox')}")
         assert response.status_code == 200, (method, path, response.status_code)
         expected = "Success" if path in ("sandboxes", "warm_pools") else "Failed"
         assert response.json()["status"] == expected, (method, path)

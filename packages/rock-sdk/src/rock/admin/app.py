@@ -742,6 +742,8 @@ class AdminApp:
                     data = json.loads(raw) if raw.strip() else {}
                 except (ValueError, UnicodeDecodeError) as exc:
                     raise InvalidParameter(f"invalid parameter: body: malformed JSON: {exc}", field="body") from None
+                if "sandbox_id" in request.path_params and isinstance(data, dict):
+                    data = {**data, "sandbox_id": str(request.path_params["sandbox_id"])}  # the path names it
                 return structure_wire(self._known_keys(request, route, data, route.body), route.body)
         except InvalidParameter as exc:
             raise _BadInput(exc) from None
@@ -845,8 +847,13 @@ class AdminApp:
         return f"{body.sandbox_id} deleted"
 
     async def restart(self, _request: Request, body: SandboxIdRequest) -> SandboxStartResponse:
-        """``POST /restart``."""
+        """``POST /restart`` and ``POST /sandboxes/{sandbox_id}/restart``."""
         return await self.manager.restart(body.sandbox_id)
+
+    async def archive(self, _request: Request, body: SandboxIdRequest) -> str:
+        """``POST /sandboxes/{sandbox_id}/archive``: start archiving a stopped sandbox."""
+        await self.manager.archive(body.sandbox_id)
+        return f"{body.sandbox_id} archiving"
 
     async def warmup(self, request: Request, body: WarmupRequest) -> Response:
         """``POST /warmup/tasks``: pull the image in the background (ROCK); with ``size``, keep a warm pool (rock)."""
@@ -1094,7 +1101,15 @@ def build_routes(app: AdminApp) -> list[Route]:
               failure="delete sandbox failed", summary="Delete a stopped sandbox (unknown: no error)."),
         Route(method="POST", path=f"{p}/restart", name="restart", handler=app.restart, body=SandboxIdRequest,
               result=SandboxStartResponse, failure="restart sandbox failed",
-              summary="Start a stopped sandbox again in its own container."),
+              summary="Start a stopped sandbox again in its own container (restore an archived one)."),
+        Route(method="POST", path=f"{p}/sandboxes/{{sandbox_id}}/restart", name="restart_by_path", handler=app.restart,
+              body=SandboxIdRequest, result=SandboxStartResponse, failure="restart sandbox failed",
+              summary="ROCK's alias of /restart, the sandbox named in the path."),
+        Route(method="POST", path=f"{p}/sandboxes/{{sandbox_id}}/archive", name="archive", handler=app.archive,
+              body=SandboxIdRequest, result=str, failure="archive sandbox failed",
+              summary="Archive a stopped sandbox into the archive store (in the background); restart restores it.",
+              description="Returns at once; get_status(include_all_states=true) shows archiving, then archived "
+                          "(phases image_archive, log_archive), or stopped with the reason."),
         Route(method="POST", path=f"{p}/warmup/tasks", name="warmup", handler=app.warmup, body=WarmupRequest,
               result=None, failure="warmup failed",
               summary="Pull an image ahead of the starts that need it (in the background).",

@@ -34,6 +34,9 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     allowed_cap_add = ["NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"]
     disk_check_interval = 5            # seconds between looks at unenforced disk limits
     disk_keep_seconds = 3600           # a sandbox stopped for its disk keeps its files this long
+    archive_store = "s3"               # where archive() stores sandboxes (rock-archive-s3; "fs": a folder)
+    archive_timeout = 1800             # seconds an archive may take, then it fails (stopped again)
+    restore_timeout = 1800             # seconds a restore may take, then it fails (archived again)
     ...
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
@@ -207,6 +210,8 @@ _ENGINE_KEYS: Mapping[str, Any] = {
     "disk_check_interval": PositiveFloat,
     "disk_keep_seconds": NonNegativeInt,
     "archive_store": str | None,
+    "archive_timeout": PositiveFloat,
+    "restore_timeout": PositiveFloat,
 }
 
 _FILE_TABLES: Mapping[str, Any] = {

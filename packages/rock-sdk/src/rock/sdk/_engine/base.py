@@ -88,7 +88,11 @@ class Engine(Protocol):
         ...
 
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
-        """Start a stopped sandbox again; wait with :meth:`wait_until_running`."""
+        """Start a stopped sandbox again (restore an archived one); wait with :meth:`wait_until_running`."""
+        ...
+
+    async def archive(self, sandbox_id: str) -> None:
+        """Start archiving a stopped sandbox (returns at once; it becomes ``archived``)."""
         ...
 
     # -- sessions and commands ------------------------------------------------------------------

@@ -518,8 +518,12 @@ class EmbeddedEngine:
         """Delete a stopped sandbox."""
         await self._call(self._manager_call, "delete", (sandbox_id,), {})
 
+    async def archive(self, sandbox_id: str) -> None:
+        """Start archiving a stopped sandbox."""
+        await self._call(self._manager_call, "archive", (sandbox_id,), {})
+
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
-        """Start a stopped sandbox again."""
+        """Start a stopped sandbox again (an archived one: restore it)."""
         return await self._call(self._manager_call, "restart", (sandbox_id,), {})
 
     # -- Engine: sessions and commands -----------------------------------------------------------

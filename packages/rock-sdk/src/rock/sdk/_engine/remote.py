@@ -544,6 +544,10 @@ class RemoteEngine:
         """``POST /delete``."""
         await self._call("POST", "/delete", "delete", sandbox_id, json={"sandbox_id": sandbox_id})
 
+    async def archive(self, sandbox_id: str) -> None:
+        """``POST /sandboxes/{id}/archive``: start archiving a stopped sandbox."""
+        await self._call("POST", f"/sandboxes/{sandbox_id}/archive", "archive", sandbox_id, json={})
+
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
         """``POST /restart``; wait with :meth:`wait_until_running`."""
         result = await self._call("POST", "/restart", "restart", sandbox_id, json={"sandbox_id": sandbox_id})

@@ -371,13 +371,31 @@ class Sandbox:
         """
         await self._get_engine().delete(self._require_id("delete"))
 
+    async def archive(self) -> None:
+        """Archive the stopped sandbox: store it in the engine's archive store and remove its
+        container. Returns at once; the sandbox is ``archiving``, then ``archived`` (see
+        ``get_status(include_all_states=True)``: phases ``image_archive`` and ``log_archive``),
+        or ``stopped`` again with the reason when the archive failed. :meth:`restart` brings it
+        back where it was.
+
+        Needs an archive store (the engine's ``archive_store``, e.g. ``s3`` from
+        rock-archive-s3) and a sandbox kept after its stop (``auto_delete_seconds > 0``).
+
+        :raises BadRequestRockError: it is not stopped, or its container is gone.
+        :raises NotSupported: no archive store is configured, or the runtime cannot snapshot.
+        """
+        await self._get_engine().archive(self._require_id("archive"))
+
     async def restart(self) -> None:
-        """Start a stopped sandbox again, in its own container: files kept, sessions gone.
+        """Start a stopped sandbox again, in its own container: files kept, sessions gone. An
+        archived sandbox is restored from its archive (files kept, a new container).
 
-        Waits until it runs, as :meth:`start` does.
+        Waits until it runs, as :meth:`start` does. A failed restore leaves the sandbox
+        ``archived`` with the reason (and raises it); nothing is lost.
 
-        :raises BadRequestRockError: it is not stopped, or its container is gone (the default
-            lifecycle deletes a sandbox when it stops; set ``auto_delete_seconds`` to keep it).
+        :raises BadRequestRockError: it is not stopped or archived, or its container is gone (the
+            default lifecycle deletes a sandbox when it stops; set ``auto_delete_seconds`` to keep it).
+        :raises InternalServerRockError: the restart or restore failed (the phase and its message).
         """
         sandbox_id = self._require_id("restart")
         started = await self._get_engine().restart(sandbox_id)
