@@ -8,9 +8,43 @@ rocklet). Plugins register provider classes with the ``rock_register_env_provide
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-__all__ = ["EnvProvider", "Environment"]
+from rock_core.errors import InternalServerRockError
+
+__all__ = ["EnvFailed", "EnvProvider", "Environment", "ENV_FAILURE_KINDS"]
+
+#: What :attr:`EnvFailed.kind` may be, and what each means.
+ENV_FAILURE_KINDS = {
+    "unknown_env": "the env id is not registered (the message lists close matches)",
+    "missing_dependency": "a Python package the env needs is not installed where it runs",
+    "missing_data": "data the env needs is not available offline (a corpus, a dataset)",
+    "episode_ended": "a step after the episode ended (terminated or truncated): reset first",
+    "env_died": "the env's process exited; make the env again",
+    "timeout": "the env did not answer in time and was ended",
+    "no_env": "no such env (closed, or its process died)",
+    "bad_request": "the call itself is malformed",
+    "env_error": "the env raised an error of its own",
+    "runtime": "the env's worker could not be started",
+}
+
+
+class EnvFailed(InternalServerRockError):
+    """An environment failed to make, reset or step.
+
+    :param kind: one of :data:`ENV_FAILURE_KINDS`.
+    :param env_id: the env's id, when known.
+    :param traceback: the env's own traceback lines (``env_error``), else empty.
+    """
+
+    def __init__(
+        self, message: str, *, kind: str = "env_error", env_id: str | None = None, traceback: Sequence[str] = (), **kw: Any
+    ) -> None:
+        super().__init__(message, **kw)
+        self.kind = kind
+        self.env_id = env_id
+        self.traceback = list(traceback)
 
 
 class Environment(abc.ABC):

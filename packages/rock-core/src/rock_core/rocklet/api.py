@@ -127,6 +127,7 @@ class Rocklet:
         self._sessions = None  # type: Any
         self._processes = None  # type: Any
         self._stats = None  # type: Any
+        self._envs = None  # type: Any
         self._init_lock = threading.Lock()
 
     # -- lazily built parts -------------------------------------------------------------
@@ -157,6 +158,17 @@ class Rocklet:
                     self._processes = ProcessTable(os.path.join(self.state_dir, "processes"))
         return self._processes
 
+    @property
+    def envs(self) -> Any:
+        """The :class:`~.envs.EnvChannel` (GEM environments, a process each)."""
+        if self._envs is None:
+            with self._init_lock:
+                if self._envs is None:
+                    from .envs import EnvChannel
+
+                    self._envs = EnvChannel(self.state_dir)
+        return self._envs
+
     def warm_up(self) -> None:
         """Import (compile) the endpoint modules so the first requests do not pay for it."""
         from . import execute, files, processes, sessions, stats  # noqa: F401
@@ -170,6 +182,8 @@ class Rocklet:
             self._sessions.close_all()
         if self._processes is not None:
             self._processes.kill_all()
+        if self._envs is not None:
+            self._envs.close_all()
 
     def remove_state(self) -> None:
         """Delete the state directory (process output included)."""
@@ -435,7 +449,33 @@ def build_router(rocklet: Rocklet) -> Router:
         router.add(method, path, handler)
     router.add("POST", "/upload", rocklet.upload, raw_body=True)
     router.add("GET", "/tunnel", _tunnel)
+    _add_env_routes(router, rocklet)
     return router
+
+
+# The /env/* routes (rocklet/envs.py), imported on their first call: most sandboxes run no env.
+_ENV_ROUTES = (
+    ("POST", "/env/make", "make"),
+    ("POST", "/env/reset", "reset"),
+    ("POST", "/env/step", "step"),
+    ("POST", "/env/close", "close"),
+    ("POST", "/env/list", "list_ids"),
+    ("POST", "/env/batch", "batch"),
+    ("GET", "/env", "describe"),
+)
+
+
+def _add_env_routes(router: Router, rocklet: Rocklet) -> None:
+    def route(name: str) -> Callable[[Request], Any]:
+        def handler(req: Request) -> Any:
+            from . import envs
+
+            return getattr(envs, name)(rocklet, req)
+
+        return handler
+
+    for method, path, name in _ENV_ROUTES:
+        router.add(method, path, route(name))
 
 
 def _tunnel(request: Request) -> Any:

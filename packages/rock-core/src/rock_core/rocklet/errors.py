@@ -76,6 +76,12 @@ class ProcessDoesNotExistError(RockletError, ValueError):
     """No background process has the given id."""
 
 
+class EnvError(RockletError, RuntimeError):
+    """An environment of the ``/env/*`` channel failed; ``extra_info["kind"]`` says how
+    (``unknown_env``, ``missing_dependency``, ``missing_data``, ``episode_ended``, ``env_died``,
+    ``timeout``, ``no_env``, ``bad_request``, ``env_error``, ``runtime``)."""
+
+
 class BadRequest(Exception):
     """The request itself is malformed: HTTP ``status`` (400 by default) with ``{"detail": ...}``."""
 

@@ -1,0 +1,543 @@
+"""The rocklet's environment channel: GEM environments, each in a process of its own.
+
+The rocklet never imports GEM. On the first ``/env/make`` it starts a worker, the image's
+``python3`` (with its site-packages, unlike the rocklet's ``-I -S``) running
+:mod:`.env_worker`: a fork server that imports GEM once. Each env is a child forked from it,
+reached over a unix socket pair the rocklet made (one end handed over with ``SCM_RIGHTS``), so
+envs never share a process (GEM seeds the process-global generators) and a slow reset of one
+(Sokoban-hard: seconds) blocks only its own caller's connection thread.
+
+Where GEM comes from: the worker's ``PYTHONPATH`` is ``$ROCK_ENV_PYTHONPATH`` (set by an env
+image, e.g. ``/opt/rock-gem/site``) before the image's own; the rocklet's environment is not
+changed, nor that of the sandbox's commands.
+
+Routes (answers are bare JSON; failures are HTTP 511 ``EnvError`` with ``extra_info.kind``):
+
+``POST /env/make {env_id, kwargs?, timeout?}`` → ``{env, env_id, pid}``
+    ``env`` is the handle of the new env in this sandbox (``e1``, ``e2``, ...).
+``POST /env/reset {env, seed?, timeout?}`` → ``{observation, info}``
+``POST /env/step {env, action, timeout?}`` → ``{observation, reward, terminated, truncated, info}``
+    After the episode ended (terminated or truncated), a step fails with kind
+    ``episode_ended`` until the next reset.
+``POST /env/close {env}`` → ``{env, closed}``: ends the env's process; closing twice is fine.
+``POST /env/list {env?}`` → ``{env_id: [...]}``: the ids GEM has registered.
+``GET /env`` → ``{envs: [{env, env_id, pid}], worker: {...}}``
+``POST /env/batch {calls: [{env, op: "reset"|"step", seed?, action?}], timeout?}`` →
+    ``{results: [{ok: ...} | {error: {kind, message}}]}``: the calls of one batch run
+    concurrently, one process per env (several calls to one env run in their order).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pkgutil
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import BadRequest, EnvError
+
+__all__ = ["EnvChannel", "DEFAULT_TIMEOUT"]
+
+#: Seconds a call to an env may take unless the request says otherwise (ROCK's client waits 300 s).
+DEFAULT_TIMEOUT = 300.0
+#: Seconds the worker may take to import GEM at its start.
+START_TIMEOUT = 120.0
+_PYTHONPATH_ENV = "ROCK_ENV_PYTHONPATH"
+_PYTHON_ENV = "ROCK_ENV_PYTHON"
+
+
+def _error(kind: str, message: str, **extra: Any) -> EnvError:
+    info = {"kind": kind}
+    info.update(extra)
+    return EnvError(message, extra_info=info)
+
+
+class _Reader:
+    """Newline-delimited JSON from a socket, with a deadline per read."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def line(self, deadline: Optional[float]) -> Optional[bytes]:
+        """The next line, ``None`` at EOF; raises :class:`socket.timeout` past ``deadline``."""
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0:
+                line, self.buf = self.buf[:end], self.buf[end + 1 :]
+                return line
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                    raise socket.timeout()
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except (ConnectionResetError, BrokenPipeError):
+                chunk = b""
+            if not chunk:
+                return None
+            self.buf += chunk
+
+
+class EnvProcess:
+    """One env: its forked process and the socket to it."""
+
+    def __init__(self, key: str, sock: socket.socket, pid: int) -> None:
+        self.key = key
+        self.sock = sock
+        self.reader = _Reader(sock)
+        self.pid = pid
+        self.env_id = None  # type: Optional[str]
+        self.lock = threading.Lock()
+        self.dead = None  # type: Optional[str]
+
+    def describe(self) -> str:
+        return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
+
+    def send(self, request: Dict[str, Any]) -> None:
+        """Write one request; a dead process raises ``env_died``."""
+        if self.dead is not None:
+            raise _error("env_died", self.dead, env=self.key)
+        try:
+            self.sock.sendall(json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n")
+        except OSError:
+            raise self._died() from None
+
+    def receive(self, deadline: Optional[float]) -> Dict[str, Any]:
+        """Read one answer: ``{"ok": ...}`` or ``{"error": ...}``; EOF or timeout raise."""
+        if self.dead is not None:
+            raise _error("env_died", self.dead, env=self.key)
+        try:
+            line = self.reader.line(deadline)
+        except socket.timeout:
+            self.kill()
+            self.dead = "%s did not answer in time and was ended" % self.describe()
+            raise _error("timeout", self.dead, env=self.key) from None
+        if line is None:
+            raise self._died()
+        return json.loads(line)
+
+    def call(self, request: Dict[str, Any], timeout: Optional[float]) -> Any:
+        """Send ``request`` and return its ``ok`` result (raises the env's error)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            self.send(request)
+            answer = self.receive(deadline)
+        return result_of(answer, self)
+
+    def _died(self) -> EnvError:
+        self.dead = "the process of %s has exited; make the env again" % self.describe()
+        self.close_socket()
+        return _error("env_died", self.dead, env=self.key)
+
+    def kill(self) -> None:
+        """SIGKILL the process (it is the fork server's child, not ours: no wait) and close the socket."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.close_socket()
+
+    def close_socket(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def result_of(answer: Dict[str, Any], env: EnvProcess) -> Any:
+    """The result of an answer, or its error raised as :class:`EnvError`."""
+    if "error" in answer:
+        err = answer["error"] or {}
+        raise _error(
+            str(err.get("kind", "env_error")),
+            str(err.get("message", "")),
+            env=env.key,
+            env_id=env.env_id,
+            traceback=err.get("traceback") or [],
+        )
+    return answer.get("ok")
+
+
+class _Worker:
+    """The fork server for one Python executable."""
+
+    def __init__(self, python: str, process: subprocess.Popen, control: socket.socket, hello: Dict[str, Any]) -> None:
+        self.python = python
+        self.process = process
+        self.control = control
+        self.hello = hello
+        self.lock = threading.Lock()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class EnvChannel:
+    """The envs of one rocklet.
+
+    :param state_dir: where the worker's script and log are written.
+    :param python: the interpreter of the worker (default ``$ROCK_ENV_PYTHON`` or ``python3``).
+    :param pythonpath: directories put first on the worker's ``PYTHONPATH`` (default
+        ``$ROCK_ENV_PYTHONPATH``).
+    """
+
+    def __init__(self, state_dir: str, python: Optional[str] = None, pythonpath: Optional[str] = None) -> None:
+        self.state_dir = os.path.join(state_dir, "envs")
+        self.python = python or os.environ.get(_PYTHON_ENV) or "python3"
+        self.pythonpath = pythonpath if pythonpath is not None else os.environ.get(_PYTHONPATH_ENV, "")
+        self._lock = threading.Lock()
+        self._worker = None  # type: Optional[_Worker]
+        self._worker_lock = threading.Lock()
+        self._envs = {}  # type: Dict[str, EnvProcess]
+        self._gone = {}  # type: Dict[str, str]
+        self._next = 0
+        self._closed = False
+
+    # -- the worker ------------------------------------------------------------------------
+
+    def _script(self) -> str:
+        os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
+        path = os.path.join(self.state_dir, "env_worker.py")
+        if self._worker is None:  # written once per channel: this rocklet's own version
+            data = pkgutil.get_data(__package__ or "rocklet", "env_worker.py")
+            assert data is not None
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        return path
+
+    def _start_worker(self) -> _Worker:
+        script = self._script()
+        env = dict(os.environ)
+        paths = [p for p in (self.pythonpath, env.get("PYTHONPATH", "")) if p]
+        if paths:
+            env["PYTHONPATH"] = os.pathsep.join(paths)
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(name, "1")  # no BLAS thread pools: a fork server must not have threads
+        env["PYTHONUNBUFFERED"] = "1"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        log_path = os.path.join(self.state_dir, "worker.log")
+        try:
+            with open(log_path, "ab") as log:
+                process = subprocess.Popen(
+                    [self.python, script, str(theirs.fileno())],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    pass_fds=(theirs.fileno(),),
+                    env=env,
+                    cwd=self.state_dir,
+                    start_new_session=True,
+                )
+        except OSError as exc:
+            ours.close()
+            raise _error("runtime", "cannot start the env worker %r: %s" % (self.python, exc)) from None
+        finally:
+            theirs.close()
+        reader = _Reader(ours)
+        try:
+            line = reader.line(time.monotonic() + START_TIMEOUT)
+        except socket.timeout:
+            process.kill()
+            ours.close()
+            raise _error("runtime", "the env worker (%s) did not start within %gs" % (self.python, START_TIMEOUT)) from None
+        if line is None:
+            process.wait()
+            ours.close()
+            raise _error(
+                "runtime",
+                "the env worker %s exited at start (status %s); it needs Python 3.8 or newer: %s"
+                % (self.python, process.returncode, _tail(log_path)),
+            )
+        hello = json.loads(line)
+        if not hello.get("ready"):
+            process.wait()
+            ours.close()
+            raise _error(str(hello.get("kind", "runtime")), str(hello.get("message", "the env worker failed to start")))
+        return _Worker(self.python, process, ours, hello)
+
+    def worker(self) -> _Worker:
+        """The running fork server, started (again) when needed."""
+        with self._worker_lock:
+            if self._closed:
+                raise _error("runtime", "the env channel is closed")
+            if self._worker is None or not self._worker.alive():
+                if self._worker is not None:
+                    self._worker.control.close()
+                self._worker = self._start_worker()
+            return self._worker
+
+    def _fork(self) -> Tuple[socket.socket, int]:
+        """A new env process and the socket to it."""
+        for attempt in (0, 1):
+            worker = self.worker()
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                with worker.lock:
+                    worker.control.sendmsg([b"s"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_bytes(theirs.fileno()))])
+            except OSError:
+                ours.close()
+                if attempt:
+                    raise _error("runtime", "the env worker is not taking requests") from None
+                continue  # it died since: start it again once
+            finally:
+                theirs.close()
+            reader = _Reader(ours)
+            try:
+                line = reader.line(time.monotonic() + 30.0)
+            except socket.timeout:
+                line = None
+            if line is None:
+                ours.close()
+                raise _error("runtime", "the env worker did not fork a process for the env: %s" % _tail(os.path.join(self.state_dir, "worker.log")))
+            pid = int(json.loads(line)["pid"])
+            return ours, pid
+        raise AssertionError("unreachable")
+
+    # -- envs ------------------------------------------------------------------------------
+
+    def get(self, key: str) -> EnvProcess:
+        """The env ``key``; a closed or unknown one is ``no_env``."""
+        env = self._envs.get(key)
+        if env is None:
+            why = self._gone.get(key)
+            raise _error("no_env", "no env %r in this sandbox%s" % (key, (": " + why) if why else ""), env=key)
+        return env
+
+    def make(self, env_id: str, kwargs: Dict[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
+        """Fork a process and make ``env_id`` in it."""
+        sock, pid = self._fork()
+        with self._lock:
+            self._next += 1
+            key = "e%d" % self._next
+        env = EnvProcess(key, sock, pid)
+        try:
+            env.call({"op": "make", "env_id": env_id, "kwargs": kwargs}, timeout)
+        except BaseException:
+            env.kill()
+            raise
+        env.env_id = env_id
+        with self._lock:
+            if self._closed:
+                env.kill()
+                raise _error("runtime", "the env channel is closed")
+            self._envs[key] = env
+        return {"env": key, "env_id": env_id, "pid": pid}
+
+    def close(self, key: str) -> Dict[str, Any]:
+        """End the env's process; an env closed before is fine."""
+        with self._lock:
+            env = self._envs.pop(key, None)
+            if env is not None:
+                self._gone[key] = "it was closed"
+        if env is None:
+            if key in self._gone:
+                return {"env": key, "closed": False}
+            raise _error("no_env", "no env %r in this sandbox" % key, env=key)
+        env.kill()
+        return {"env": key, "closed": True}
+
+    def call(self, key: str, request: Dict[str, Any], timeout: Optional[float]) -> Any:
+        """One request to one env; an env whose process died is dropped from the table."""
+        env = self.get(key)
+        try:
+            return env.call(request, timeout)
+        except EnvError as exc:
+            if exc.extra_info.get("kind") in ("env_died", "timeout"):
+                self._forget(env)
+            raise
+
+    def _forget(self, env: EnvProcess) -> None:
+        with self._lock:
+            if self._envs.get(env.key) is env:
+                del self._envs[env.key]
+                self._gone[env.key] = env.dead or "its process ended"
+
+    def list_ids(self, key: Optional[str], timeout: Optional[float]) -> Any:
+        """The registered ids, asked of env ``key`` or of a short-lived process."""
+        if key is not None:
+            return self.call(key, {"op": "list"}, timeout)
+        sock, pid = self._fork()
+        env = EnvProcess("list", sock, pid)
+        try:
+            return env.call({"op": "list"}, timeout)
+        finally:
+            env.kill()
+
+    def batch(self, calls: List[Dict[str, Any]], timeout: Optional[float]) -> List[Dict[str, Any]]:
+        """Run ``calls`` (``{env, op, ...}``) concurrently across envs; one result per call."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        results = [None] * len(calls)  # type: List[Any]
+        queues = {}  # type: Dict[str, List[int]]
+        for i, call in enumerate(calls):
+            key = call.get("env")
+            try:
+                if not isinstance(key, str):
+                    raise _error("bad_request", "calls[%d].env must be a string, got %s" % (i, json.dumps(key)))
+                if call.get("op") not in ("reset", "step"):
+                    raise _error("bad_request", "calls[%d].op must be 'reset' or 'step', got %s" % (i, json.dumps(call.get("op"))))
+                self.get(key)
+            except EnvError as exc:
+                results[i] = _failure(exc)
+                continue
+            queues.setdefault(key, []).append(i)
+        envs = sorted(queues)
+        held = []  # type: List[EnvProcess]
+        try:
+            for key in envs:  # in key order: two batches never wait on each other
+                env = self.get(key)
+                env.lock.acquire()
+                held.append(env)
+            rounds = max((len(q) for q in queues.values()), default=0)
+            for r in range(rounds):
+                sent = []  # type: List[Tuple[EnvProcess, int]]
+                for env in held:
+                    queue = queues[env.key]
+                    if r >= len(queue):
+                        continue
+                    i = queue[r]
+                    request = dict(calls[i])
+                    request.pop("env", None)
+                    try:
+                        env.send(request)
+                        sent.append((env, i))
+                    except EnvError as exc:
+                        results[i] = _failure(exc)
+                for env, i in sent:
+                    try:
+                        results[i] = {"ok": result_of(env.receive(deadline), env)}
+                    except EnvError as exc:
+                        results[i] = _failure(exc)
+        finally:
+            for env in held:
+                env.lock.release()
+                if env.dead is not None:
+                    self._forget(env)
+        return results
+
+    def describe(self) -> Dict[str, Any]:
+        """``GET /env``: the envs and the worker."""
+        worker = self._worker
+        return {
+            "envs": [{"env": e.key, "env_id": e.env_id, "pid": e.pid} for e in list(self._envs.values())],
+            "worker": None
+            if worker is None
+            else dict(worker.hello, pid=worker.process.pid, executable=worker.python, alive=worker.alive()),
+        }
+
+    def close_all(self) -> None:
+        """End every env and the worker (the rocklet's shutdown)."""
+        with self._lock:
+            self._closed = True
+            envs, self._envs = list(self._envs.values()), {}
+        for env in envs:
+            env.kill()
+        worker = self._worker
+        if worker is not None:
+            worker.control.close()  # the server returns at EOF
+            try:
+                worker.process.wait(2.0)
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+
+
+def _failure(exc: EnvError) -> Dict[str, Any]:
+    return {"error": {"kind": exc.extra_info.get("kind", "env_error"), "message": exc.message}}
+
+
+def _fd_bytes(fd: int) -> bytes:
+    import array
+
+    return array.array("i", [fd]).tobytes()
+
+
+def _tail(path: str, limit: int = 2000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            text = f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return "(no log)"
+    return text or "(the worker wrote nothing)"
+
+
+# -- the routes --------------------------------------------------------------------------------
+
+
+def _timeout(body: Dict[str, Any]) -> Optional[float]:
+    value = body.get("timeout", DEFAULT_TIMEOUT)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise BadRequest("field 'timeout' must be a positive number or null, got %s" % json.dumps(value))
+    return float(value)
+
+
+def _key(body: Dict[str, Any]) -> str:
+    key = body.get("env")
+    if not isinstance(key, str) or not key:
+        raise BadRequest("field 'env' must be a non-empty string, got %s" % json.dumps(key))
+    return key
+
+
+def make(rocklet: Any, req: Any) -> Any:
+    """``POST /env/make``."""
+    body = req.json()
+    env_id = body.get("env_id")
+    if not isinstance(env_id, str) or not env_id.strip():
+        raise BadRequest("field 'env_id' must be a non-empty string, got %s" % json.dumps(env_id))
+    kwargs = body.get("kwargs") or {}
+    if not isinstance(kwargs, dict):
+        raise BadRequest("field 'kwargs' must be an object, got %s" % json.dumps(kwargs))
+    return rocklet.envs.make(env_id, kwargs, _timeout(body))
+
+
+def reset(rocklet: Any, req: Any) -> Any:
+    """``POST /env/reset``."""
+    body = req.json()
+    return rocklet.envs.call(_key(body), {"op": "reset", "seed": body.get("seed")}, _timeout(body))
+
+
+def step(rocklet: Any, req: Any) -> Any:
+    """``POST /env/step``."""
+    body = req.json()
+    return rocklet.envs.call(_key(body), {"op": "step", "action": body.get("action")}, _timeout(body))
+
+
+def close(rocklet: Any, req: Any) -> Any:
+    """``POST /env/close``."""
+    return rocklet.envs.close(_key(req.json()))
+
+
+def list_ids(rocklet: Any, req: Any) -> Any:
+    """``POST /env/list``."""
+    body = req.json()
+    key = body.get("env")
+    return rocklet.envs.list_ids(None if key is None else _key(body), _timeout(body))
+
+
+def batch(rocklet: Any, req: Any) -> Any:
+    """``POST /env/batch``."""
+    body = req.json()
+    calls = body.get("calls")
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise BadRequest("field 'calls' must be a list of objects")
+    return {"results": rocklet.envs.batch(calls, _timeout(body))}
+
+
+def describe(rocklet: Any, req: Any) -> Any:
+    """``GET /env``."""
+    return rocklet.envs.describe()
