@@ -96,3 +96,17 @@ def test_rollout_refuses_bad_settings_before_starting_anything(tmp_path):
     done = rock("bench", "rollout", "--count", "1", "--cpus", "0", "--output", str(output))
     assert done.returncode == 2 and "--cpus" in done.stderr
     assert not output.exists()
+
+
+@pytest.mark.parametrize("store", ["fs", "s3"])
+def test_archive_bench_archives_restores_and_prints_its_figures(store, docker_client):
+    done = rock("bench", "archive", "--mb", "20", "--store", store)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    figures = document["figures"]
+    assert figures["file_intact"] is True
+    assert 20 <= figures["stored_mb"] <= 22  # what the sandbox changed, not the image again
+    for key in ("archive_seconds", "restore_seconds", "docker_commit_seconds", "upload_seconds"):
+        assert figures[key] > 0
+    assert "secret" not in json.dumps(document["settings"])
+    assert "engine memory growth" in done.stderr

@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 import pytest
+import rock_archive_s3.testing as rock_archive_s3_testing
 from rock.actions import ReadFileRequest, WriteFileRequest
 from rock.sdk._engine.embedded import EmbeddedEngine
 from rock.sdk.sandbox.client import Sandbox
@@ -38,7 +39,6 @@ from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import BadRequestRockError, NotSupported, RockError
 
-rock_archive_s3_testing = pytest.importorskip("rock_archive_s3.testing", reason="rock-archive-s3[testing] is a test dependency")
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),

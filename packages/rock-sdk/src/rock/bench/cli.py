@@ -332,3 +332,55 @@ def orphans(count: int, image: str, memory: str, cpus: float, output: Path | Non
                       f"(goal: {GOAL_FIRST_START_SECONDS}s)[/]")
     if figures["leftovers"] or not figures["goal_met"]:
         sys.exit(1)
+
+
+@bench.command()
+@click.option("--mb", type=click.IntRange(min=1), default=200, show_default=True, help="MiB the sandbox writes.")
+@click.option("--store", type=click.Choice(["s3", "fs"]), default="s3", show_default=True,
+              help="Archive store: s3 (rock-archive-s3; a moto server is started unless an endpoint is given) or fs.")
+@click.option("--store-option", "store_options", multiple=True, metavar="KEY=VALUE",
+              help="A key of the store's plugin table (repeatable), e.g. endpoint=http://127.0.0.1:9000.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
+@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
+def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, output: Path | None) -> None:
+    """Archive and restore a sandbox that wrote N MiB, beside `docker commit` plus an upload of the same bytes.
+
+    Prints archive and restore seconds, the bytes stored and the engine's memory growth, each
+    against its goal (stored <= 1.1 x written, growth <= 64 MiB, each <= 2 x the floor), as a
+    table (stderr) and JSON (stdout); exits 1 if the file did not come back intact.
+    """
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    from rock.bench.archive import ArchiveSettings, run_archive, table_rows
+    from rock.bench.rollout import write_results
+
+    options: dict[str, str] = {}
+    for item in store_options:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--store-option")
+        options[key] = value
+    if output is not None:
+        _claim(output)
+    console = Console(stderr=True)
+    settings = ArchiveSettings(mb=mb, store=store, store_options=options, image=image)
+    try:
+        document = run_archive(settings, say=lambda line: console.print(line, highlight=False))
+    except RuntimeError as exc:
+        click.echo(f"rock bench archive: {exc}", err=True)
+        sys.exit(1)
+    figures = document["figures"]
+    table = Table(box=box.SIMPLE_HEAD, title=f"rock bench archive ({mb} MiB, store {store})")
+    for column in ("", "measured", "goal"):
+        table.add_column(column, justify="right" if column else "left")
+    for row in table_rows(figures):
+        table.add_row(*row)
+    console.print(table)
+    if output is not None:
+        click.echo(f"results: {write_results(output, document)}", err=True)
+    click.echo(json.dumps(document, indent=2))
+    if not figures["file_intact"]:
+        console.print("[bold red]the written file did not come back intact after the restore[/]")
+        sys.exit(1)
