@@ -1,0 +1,457 @@
+"""The stand-in's HTTP API: Nomad's ``/v1`` routes, envelopes, errors and blocking queries.
+
+One ASGI app (starlette) routes every request itself, so that Nomad's own answers for unknown
+paths (``404 page not found``) and wrong methods (405 ``Invalid method``) come out as Nomad
+gives them. Errors are plain text; successes are JSON with ``X-Nomad-Index``,
+``X-Nomad-KnownLeader`` and ``X-Nomad-LastContact``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from rock_nomad.testing._cluster import TERMINAL_CLIENT
+from rock_nomad.testing._model import NomadError, parse_bool, parse_duration
+
+if TYPE_CHECKING:
+    from rock_nomad.testing.server import StandInNomad
+
+MAX_WAIT = 300.0
+NOMAD_VERSION = "1.10.5"
+
+Handler = Callable[[Request, dict[str, str]], Awaitable[Response]]
+
+
+def _json(data: Any, *, index: int | None = None, pretty: bool = False, headers: dict[str, str] | None = None) -> Response:
+    body = json.dumps(data, indent=4 if pretty else None, separators=None if pretty else (",", ":"))
+    out = {"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"}
+    if index is not None:
+        out["X-Nomad-Index"] = str(index)
+    out.update(headers or {})
+    return Response(body + ("\n" if pretty else ""), media_type="application/json", headers=out)
+
+
+def _text(status: int, text: str) -> Response:
+    return Response(text, status_code=status, media_type="text/plain; charset=utf-8")
+
+
+def _public(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if not k.startswith("_")}
+
+
+ALLOC_STUB_FIELDS = (
+    "ID", "EvalID", "Name", "Namespace", "NodeID", "NodeName", "JobID", "TaskGroup", "DesiredStatus",
+    "DesiredDescription", "ClientStatus", "ClientDescription", "DesiredTransition", "TaskStates", "DeploymentStatus",
+    "FollowupEvalID", "NextAllocation", "RescheduleTracker", "PreemptedAllocations", "PreemptedByAllocation",
+    "NetworkStatus", "CreateIndex", "ModifyIndex", "CreateTime", "ModifyTime",
+)
+
+
+def alloc_stub(alloc: dict[str, Any], *, resources: bool = False, task_states: bool = True) -> dict[str, Any]:
+    stub = {k: alloc.get(k) for k in ALLOC_STUB_FIELDS}
+    stub["JobType"] = alloc["Job"]["Type"]
+    stub["JobVersion"] = alloc["Job"]["Version"]
+    stub["AllocatedResources"] = alloc["AllocatedResources"] if resources else None
+    if not task_states:
+        stub["TaskStates"] = None
+    return stub
+
+
+def job_stub(job: dict[str, Any], summary: dict[str, Any], *, meta: bool) -> dict[str, Any]:
+    stub = {k: job.get(k) for k in ("ID", "ParentID", "Name", "Namespace", "Datacenters", "NodePool", "Multiregion",
+                                    "Type", "Priority", "Stop", "Status", "StatusDescription", "CreateIndex",
+                                    "ModifyIndex", "JobModifyIndex", "SubmitTime")}
+    stub["Periodic"] = bool(job.get("Periodic"))
+    stub["ParameterizedJob"] = bool(job.get("ParameterizedJob"))
+    stub["JobSummary"] = summary
+    if meta:
+        stub["Meta"] = job.get("Meta")
+    return stub
+
+
+class Api:
+    """Routes and handlers of the stand-in's HTTP API."""
+
+    def __init__(self, stand_in: StandInNomad) -> None:
+        self.s = stand_in
+        c = r"(?P<id>[^/]+)"
+        j = r"(?P<id>.+)"
+        self.routes: list[tuple[re.Pattern[str], dict[str, tuple[Handler, str]]]] = [
+            (r"jobs", {"GET": (self.list_jobs, "read"), "PUT": (self.register, "write"),
+                       "POST": (self.register, "write")}),
+            (rf"job/{j}/allocations", {"GET": (self.job_allocations, "read")}),
+            (rf"job/{j}/evaluations", {"GET": (self.job_evaluations, "read")}),
+            (rf"job/{j}/summary", {"GET": (self.job_summary, "read")}),
+            (rf"job/{j}/evaluate", {"PUT": (self.job_evaluate, "write"), "POST": (self.job_evaluate, "write")}),
+            (rf"job/{j}", {"GET": (self.get_job, "read"), "PUT": (self.register, "write"),
+                           "POST": (self.register, "write"), "DELETE": (self.deregister, "write")}),
+            (rf"allocation/{c}/stop", {"PUT": (self.stop_alloc, "write"), "POST": (self.stop_alloc, "write")}),
+            (rf"allocation/{c}", {"GET": (self.get_alloc, "read")}),
+            (r"allocations", {"GET": (self.list_allocs, "read")}),
+            (rf"evaluation/{c}/allocations", {"GET": (self.eval_allocations, "read")}),
+            (rf"evaluation/{c}", {"GET": (self.get_eval, "read")}),
+            (r"evaluations", {"GET": (self.list_evals, "read")}),
+            (r"nodes", {"GET": (self.list_nodes, "read")}),
+            (rf"node/{c}/allocations", {"GET": (self.node_allocations, "read")}),
+            (rf"node/{c}", {"GET": (self.get_node, "read")}),
+            (r"namespaces", {"GET": (self.list_namespaces, "read")}),
+            (rf"namespace/{c}", {"GET": (self.get_namespace, "read")}),
+            (r"regions", {"GET": (self.regions, "read")}),
+            (r"status/leader", {"GET": (self.leader, "none")}),
+            (r"status/peers", {"GET": (self.peers, "none")}),
+            (r"agent/self", {"GET": (self.agent_self, "read")}),
+            (r"agent/health", {"GET": (self.agent_health, "none")}),
+            (r"acl/token/self", {"GET": (self.token_self, "token")}),
+            (rf"client/fs/logs/{c}", {"GET": (self.logs, "read")}),
+        ]
+        self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in self.routes]  # type: ignore[misc]
+        self.app = Starlette(routes=[Route("/{path:path}", self.dispatch,
+                                           methods=["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"])])
+
+    @property
+    def cluster(self):  # noqa: ANN201
+        return self.s.cluster
+
+    # -- envelope --------------------------------------------------------------------------------
+
+    async def dispatch(self, request: Request) -> Response:
+        path = request.url.path
+        for pattern, methods in self.routes:
+            match = pattern.fullmatch(path)
+            if match is None:
+                continue
+            if request.method not in methods:
+                return _text(405, "Invalid method")
+            handler, need = methods[request.method]
+            try:
+                self._check_region(request)
+                self._check_token(request, need)
+                return await handler(request, match.groupdict())
+            except NomadError as err:
+                return _text(err.status, err.text)
+        return _text(404, "404 page not found\n")
+
+    def _check_region(self, request: Request) -> None:
+        region = request.query_params.get("region")
+        if region and region != self.cluster.region:
+            raise NomadError(500, "No path to region")
+
+    def _token(self, request: Request) -> str | None:
+        token = request.headers.get("X-Nomad-Token")
+        if token:
+            return token
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            return auth[7:].strip() or None
+        return None
+
+    def _check_token(self, request: Request, need: str) -> None:
+        if need == "none" or not self.s.acl:
+            return
+        secret = self._token(request)
+        if secret is None:
+            if need == "token":
+                raise NomadError(403, "Permission denied")
+            raise NomadError(403, "Permission denied")
+        token = self.s.tokens.get(secret)
+        if token is None:
+            raise NomadError(403, "ACL token not found")
+        if need == "write" and token["Type"] != "management" and "write" not in token["_rights"]:
+            raise NomadError(403, "Permission denied")
+        if need == "read" and token["Type"] != "management" and not token["_rights"]:
+            raise NomadError(403, "Permission denied")
+
+    @staticmethod
+    def _namespace(request: Request) -> str:
+        return request.query_params.get("namespace") or "default"
+
+    @staticmethod
+    def _flag(request: Request, name: str) -> bool:
+        try:
+            return bool(parse_bool(request.query_params.get(name)))
+        except ValueError:
+            raise NomadError(400, f"Failed to parse value of {name!r} ({request.query_params.get(name)!r}) as a boolean") from None
+
+    @staticmethod
+    def _pretty(request: Request) -> bool:
+        return "pretty" in request.query_params and request.query_params.get("pretty") not in ("false", "0")
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw.strip():
+            raise NomadError(400, "Request body is empty")
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise NomadError(400, f"invalid character in request body: {exc}") from None
+        if not isinstance(body, dict):
+            raise NomadError(400, "json: cannot unmarshal the request body into a request object")
+        return body
+
+    async def _block(self, request: Request, current: Callable[[], int]) -> int:
+        raw_index = request.query_params.get("index")
+        raw_wait = request.query_params.get("wait")
+        index = 0
+        if raw_index is not None:
+            try:
+                index = int(raw_index)
+                if index < 0:
+                    raise ValueError
+            except ValueError:
+                raise NomadError(400, "Invalid index") from None
+        wait = MAX_WAIT
+        if raw_wait is not None:
+            try:
+                wait = parse_duration(raw_wait)
+            except ValueError:
+                raise NomadError(400, "Invalid wait time") from None
+            if wait <= 0:
+                wait = MAX_WAIT
+        wait = min(wait, MAX_WAIT)
+        if index > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait
+            while not self.cluster.closing:
+                event = self.cluster.changed
+                if current() > index:
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    break
+        return max(1, current())
+
+    def _page(self, request: Request, items: list[dict[str, Any]], key: str = "ID") -> tuple[list[dict[str, Any]], dict[str, str]]:
+        if request.query_params.get("filter"):
+            raise NomadError(400, "failed to read filter expression: the stand-in Nomad server does not evaluate "
+                                  "filter expressions; list with prefix and filter on the client")
+        items = sorted(items, key=lambda o: o[key], reverse=self._flag(request, "reverse"))
+        token = request.query_params.get("next_token")
+        if token:
+            items = [o for o in items if (o[key] <= token if self._flag(request, "reverse") else o[key] >= token)]
+        per_page = request.query_params.get("per_page")
+        headers = {}
+        if per_page:
+            try:
+                n = int(per_page)
+            except ValueError:
+                raise NomadError(400, "Invalid per_page") from None
+            if n > 0 and len(items) > n:
+                headers["X-Nomad-NextToken"] = items[n][key]
+                items = items[:n]
+        return items, headers
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    async def register(self, request: Request, params: dict[str, str]) -> Response:
+        body = await self._body(request)
+        out = self.cluster.register(body, namespace=request.query_params.get("namespace"), path_id=params.get("id"))
+        return _json(out, index=out["Index"], pretty=self._pretty(request))
+
+    async def deregister(self, request: Request, params: dict[str, str]) -> Response:
+        out = self.cluster.deregister(self._namespace(request), params["id"], purge=self._flag(request, "purge"))
+        return _json(out, index=out["Index"], pretty=self._pretty(request))
+
+    async def job_evaluate(self, request: Request, params: dict[str, str]) -> Response:
+        out = self.cluster.evaluate(self._namespace(request), params["id"])
+        return _json(out, index=out["Index"], pretty=self._pretty(request))
+
+    async def list_jobs(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["jobs"])
+        ns = self._namespace(request)
+        prefix = request.query_params.get("prefix") or ""
+        meta = self._flag(request, "meta")
+        jobs = [job_stub(_public(j), self.cluster.summary(j["Namespace"], j["ID"]), meta=meta)
+                for (jns, jid), j in self.cluster.jobs.items() if (ns == "*" or jns == ns) and jid.startswith(prefix)]
+        jobs, headers = self._page(request, jobs)
+        return _json(jobs, index=index, pretty=self._pretty(request), headers=headers)
+
+    async def get_job(self, request: Request, params: dict[str, str]) -> Response:
+        key = (self._namespace(request), params["id"])
+
+        def current() -> int:
+            job = self.cluster.jobs.get(key)
+            return job["ModifyIndex"] if job is not None else self.cluster.tables["jobs"]
+
+        index = await self._block(request, current)
+        job = self.cluster.jobs.get(key)
+        if job is None:
+            raise NomadError(404, "job not found")
+        return _json(_public(job), index=index, pretty=self._pretty(request))
+
+    async def job_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["allocs"])
+        allocs = self.cluster.allocs_of(self._namespace(request), params["id"], all_versions=self._flag(request, "all"))
+        allocs.sort(key=lambda a: a["CreateIndex"], reverse=True)
+        return _json([alloc_stub(a) for a in allocs], index=index, pretty=self._pretty(request))
+
+    async def job_evaluations(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["evals"])
+        ns = self._namespace(request)
+        evals = [e for e in self.cluster.evals.values() if e["JobID"] == params["id"] and e["Namespace"] == ns]
+        evals.sort(key=lambda e: e["CreateIndex"], reverse=True)
+        return _json(evals, index=index, pretty=self._pretty(request))
+
+    async def job_summary(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: max(self.cluster.tables["jobs"], self.cluster.tables["allocs"]))
+        return _json(self.cluster.summary(self._namespace(request), params["id"]), index=index,
+                     pretty=self._pretty(request))
+
+    # -- allocations and evaluations -------------------------------------------------------------
+
+    async def get_alloc(self, request: Request, params: dict[str, str]) -> Response:
+        def current() -> int:
+            alloc = self.cluster.allocs.get(params["id"])
+            return alloc["ModifyIndex"] if alloc is not None else self.cluster.tables["allocs"]
+
+        index = await self._block(request, current)
+        alloc = self.cluster.allocs.get(params["id"])
+        if alloc is None:
+            raise NomadError(404, "alloc not found")
+        return _json(_public(alloc), index=index, pretty=self._pretty(request))
+
+    async def stop_alloc(self, request: Request, params: dict[str, str]) -> Response:
+        out = self.cluster.stop_alloc(params["id"])
+        return _json(out, index=out["Index"], pretty=self._pretty(request))
+
+    async def list_allocs(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["allocs"])
+        ns = self._namespace(request)
+        prefix = request.query_params.get("prefix") or ""
+        resources = self._flag(request, "resources")
+        task_states = request.query_params.get("task_states") is None or self._flag(request, "task_states")
+        allocs = [alloc_stub(a, resources=resources, task_states=task_states) for a in self.cluster.allocs.values()
+                  if (ns == "*" or a["Namespace"] == ns) and a["ID"].startswith(prefix)]
+        allocs, headers = self._page(request, allocs)
+        return _json(allocs, index=index, pretty=self._pretty(request), headers=headers)
+
+    async def get_eval(self, request: Request, params: dict[str, str]) -> Response:
+        def current() -> int:
+            ev = self.cluster.evals.get(params["id"])
+            return ev["ModifyIndex"] if ev is not None else self.cluster.tables["evals"]
+
+        index = await self._block(request, current)
+        ev = self.cluster.evals.get(params["id"])
+        if ev is None:
+            raise NomadError(404, "eval not found")
+        return _json(ev, index=index, pretty=self._pretty(request))
+
+    async def eval_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["allocs"])
+        allocs = [alloc_stub(a) for a in self.cluster.allocs.values() if a["EvalID"] == params["id"]]
+        return _json(allocs, index=index, pretty=self._pretty(request))
+
+    async def list_evals(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["evals"])
+        ns = self._namespace(request)
+        prefix = request.query_params.get("prefix") or ""
+        job = request.query_params.get("job")
+        status = request.query_params.get("status")
+        evals = [e for e in self.cluster.evals.values() if (ns == "*" or e["Namespace"] == ns)
+                 and e["ID"].startswith(prefix) and (not job or e["JobID"] == job) and (not status or e["Status"] == status)]
+        evals, headers = self._page(request, evals)
+        return _json(evals, index=index, pretty=self._pretty(request), headers=headers)
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    async def list_nodes(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["nodes"])
+        prefix = request.query_params.get("prefix") or ""
+        nodes = [self.cluster.node_stub(n, resources=self._flag(request, "resources"), os=self._flag(request, "os"))
+                 for n in self.cluster.nodes.values() if n["ID"].startswith(prefix)]
+        nodes, headers = self._page(request, nodes)
+        return _json(nodes, index=index, pretty=self._pretty(request), headers=headers)
+
+    async def get_node(self, request: Request, params: dict[str, str]) -> Response:
+        def current() -> int:
+            node = self.cluster.nodes.get(params["id"])
+            return node["ModifyIndex"] if node is not None else self.cluster.tables["nodes"]
+
+        index = await self._block(request, current)
+        node = self.cluster.nodes.get(params["id"])
+        if node is None:
+            raise NomadError(404, "node not found")
+        return _json(node, index=index, pretty=self._pretty(request))
+
+    async def node_allocations(self, request: Request, params: dict[str, str]) -> Response:
+        index = await self._block(request, lambda: self.cluster.tables["allocs"])
+        if params["id"] not in self.cluster.nodes:
+            raise NomadError(404, "node not found")
+        allocs = [_public(a) for a in self.cluster.allocs.values() if a["NodeID"] == params["id"]]
+        return _json(allocs, index=index, pretty=self._pretty(request))
+
+    # -- agent, status, namespaces, ACL ------------------------------------------------------------
+
+    async def list_namespaces(self, request: Request, params: dict[str, str]) -> Response:
+        return _json(list(self.cluster.namespaces.values()), index=1, pretty=self._pretty(request))
+
+    async def get_namespace(self, request: Request, params: dict[str, str]) -> Response:
+        ns = self.cluster.namespaces.get(params["id"])
+        if ns is None:
+            raise NomadError(404, "namespace not found")
+        return _json(ns, index=1, pretty=self._pretty(request))
+
+    async def regions(self, request: Request, params: dict[str, str]) -> Response:
+        return _json([self.cluster.region], pretty=self._pretty(request))
+
+    async def leader(self, request: Request, params: dict[str, str]) -> Response:
+        return _json(f"{self.s.host}:4647")
+
+    async def peers(self, request: Request, params: dict[str, str]) -> Response:
+        return _json([f"{self.s.host}:4647"])
+
+    async def agent_self(self, request: Request, params: dict[str, str]) -> Response:
+        member = {"Name": "stand-in.global", "Addr": self.s.host, "Port": 4648,
+                  "Tags": {"region": self.cluster.region, "dc": "dc1", "role": "nomad", "build": NOMAD_VERSION},
+                  "Status": "alive", "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2, "DelegateMin": 2,
+                  "DelegateMax": 5, "DelegateCur": 2}
+        config = {"Region": self.cluster.region, "Datacenter": "dc1", "NodeName": "stand-in",
+                  "Version": {"Version": NOMAD_VERSION, "VersionPrerelease": "", "VersionMetadata": "stand-in"},
+                  "ACL": {"Enabled": self.s.acl}, "Server": {"Enabled": True}, "Client": {"Enabled": True}}
+        return _json({"config": config, "member": member, "stats": {"nomad": {"server": "true", "leader": "true"}}},
+                     pretty=self._pretty(request))
+
+    async def agent_health(self, request: Request, params: dict[str, str]) -> Response:
+        return _json({"client": {"message": "ok", "ok": True}, "server": {"message": "ok", "ok": True}})
+
+    async def token_self(self, request: Request, params: dict[str, str]) -> Response:
+        if not self.s.acl:
+            raise NomadError(400, "ACL support disabled")
+        token = self.s.tokens[self._token(request) or ""]
+        return _json(_public(token), index=token["ModifyIndex"], pretty=self._pretty(request))
+
+    async def logs(self, request: Request, params: dict[str, str]) -> Response:
+        alloc = self.cluster.allocs.get(params["id"])
+        if alloc is None:
+            raise NomadError(404, f'Unknown allocation "{params["id"]}"')
+        task = request.query_params.get("task")
+        if not task:
+            raise NomadError(400, "must provide task name")
+        kind = request.query_params.get("type") or ""
+        if kind not in ("stdout", "stderr"):
+            raise NomadError(400, 'must provide log type (stdout or stderr)')
+        runner = self.s.client.runner(params["id"], task) if self.s.client else None
+        if task not in alloc["TaskStates"]:
+            raise NomadError(400, f'unknown task name "{task}"')
+        data = await runner.live_logs(kind) if runner is not None else b""
+        if self._flag(request, "plain"):
+            return Response(data, media_type="text/plain; charset=utf-8")
+        frame = {"File": f"alloc/logs/{task}.{kind}.0", "Offset": len(data),
+                 "Data": base64.b64encode(data).decode()}
+        return _json(frame if data else {})
+
+
+__all__ = ["Api", "TERMINAL_CLIENT"]

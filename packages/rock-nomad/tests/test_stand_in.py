@@ -1,0 +1,363 @@
+"""What the stand-in Nomad server does beyond the shared contract: several nodes on their own
+loopback addresses, placement across them, capacity and blocked evaluations, injected faults
+(image pull failure, task exit, OOM kill, node lost), restart and reschedule policies, logs,
+ACL rights, and cleaning up every container it made (also a crashed stand-in's).
+
+Every test runs real containers on the local Docker engine and talks to the stand-in over HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from rock_nomad.testing import LABEL_OWNER, LABEL_SERVER, StandInNomad
+from rock_nomad.testing.contract import GUARD_SECONDS, NomadApi, NomadTarget, event_types, events, new_job_id, sandbox_job
+from rock_nomad.testing.fixtures import stand_in_nomad, stand_in_nomad_factory  # noqa: F401 - fixtures
+from rock_nomad.testing.server import owner_tag
+
+pytestmark = pytest.mark.docker
+
+IMAGE = "rock-test/python:3.11"
+SERVE = ["-m", "http.server", "${NOMAD_PORT_http}"]
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[[StandInNomad], NomadApi]]:
+    made: list[NomadApi] = []
+
+    def make(nomad: StandInNomad, token: str | None = None) -> NomadApi:
+        api = NomadApi(NomadTarget(address=nomad.address, token=token or (nomad.management_token if nomad.acl else None)))
+        made.append(api)
+        return api
+
+    yield make
+    for api in made:
+        api.close()
+
+
+def eventually(check: Callable[[], Any], what: str) -> Any:
+    """``check()``'s first truthy answer; fails after the guard time (a hang guard, not a bound)."""
+    deadline = time.monotonic() + GUARD_SECONDS
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {GUARD_SECONDS:g}s")
+        time.sleep(0.1)
+
+
+def running(alloc: dict[str, Any]) -> bool:
+    return alloc["ClientStatus"] != "pending"
+
+
+def ended(alloc: dict[str, Any]) -> bool:
+    return alloc["ClientStatus"] in ("complete", "failed", "lost")
+
+
+def test_nodes_spread_tasks_each_on_its_own_loopback_address(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=3, algorithm="spread")
+    api = connect(nomad)
+    addresses = {n["ID"]: n["Address"] for n in nomad.nodes()}
+    assert sorted(addresses.values()) == ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+    job_id = new_job_id()
+    job = sandbox_job(job_id, IMAGE, command="python3", args=SERVE, ports=["http"], count=3)
+    job["TaskGroups"][0]["Tasks"][0]["Config"]["labels"] = [{"team": "a", "rock.sandbox_id": "must-not-be-copied"}]
+    api.register(job)
+    allocs = api.wait(f"/v1/job/{job_id}/allocations", lambda a: len(a) == 3 and all(map(running, a)), "3 started")
+    assert {a["ClientStatus"] for a in allocs} == {"running"}
+    assert {a["NodeID"] for a in allocs} == set(addresses)
+    for stub in allocs:
+        alloc = api.ok("GET", f"/v1/allocation/{stub['ID']}")
+        (port,) = alloc["AllocatedResources"]["Shared"]["Ports"]
+        assert port["HostIP"] == addresses[alloc["NodeID"]]
+        container = nomad.container_of(alloc["ID"], "main")
+        bindings = container.attrs["HostConfig"]["PortBindings"][f"{port['Value']}/tcp"]
+        assert bindings == [{"HostIp": port["HostIP"], "HostPort": str(port["Value"])}]
+        assert container.attrs["HostConfig"]["Memory"] == 64 * 1024 * 1024
+        assert container.attrs["HostConfig"]["CpuShares"] == 100
+        labels = container.labels
+        assert labels[LABEL_SERVER] == nomad.server_id and labels["com.hashicorp.nomad.alloc_id"] == alloc["ID"]
+        assert labels["team"] == "a" and not [k for k in labels if k.startswith("rock.")]
+        eventually(lambda: _answers(f"http://{port['HostIP']}:{port['Value']}/"), "the task's server answered")
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=5).status_code == 200
+    except httpx.TransportError:
+        return False
+
+
+def test_binpack_fills_the_fullest_node_that_fits(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=2, algorithm="binpack")
+    api = connect(nomad)
+    job_id = new_job_id()
+    api.register(sandbox_job(job_id, IMAGE, count=2))
+    allocs = api.wait(f"/v1/job/{job_id}/allocations", lambda a: len(a) == 2, "2 placed")
+    assert len({a["NodeID"] for a in allocs}) == 1
+
+
+def test_a_full_cluster_blocks_and_freed_room_places_the_job(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=2, node_memory=200)
+    api = connect(nomad)
+    first, second, third = new_job_id("a"), new_job_id("b"), new_job_id("c")
+    for job_id in (first, second):
+        api.register(sandbox_job(job_id, IMAGE, memory=150))
+    placed = {job_id: api.wait_alloc(job_id, running, "placed and started") for job_id in (first, second)}
+    assert placed[first]["NodeID"] != placed[second]["NodeID"]
+    out = api.register(sandbox_job(third, IMAGE, memory=150))
+    ev = api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "evaluated")
+    metric = ev["FailedTGAllocs"]["sandbox"]
+    assert metric["NodesExhausted"] == 2 and metric["DimensionExhausted"] == {"memory": 2}
+    assert metric["NodesAvailable"] == {"dc1": 2}
+    api.ok("DELETE", f"/v1/job/{first}", params={"purge": "true"})
+    alloc = api.wait_alloc(third, running, "the blocked job placed")
+    assert alloc["ClientStatus"] == "running" and alloc["NodeID"] == placed[first]["NodeID"]
+    blocked = api.wait_eval(ev["BlockedEval"], lambda e: e["Status"] != "blocked", "the blocked eval done")
+    assert blocked["Status"] == "complete"
+    assert api.ok("GET", f"/v1/job/{third}")["Status"] == "running"
+
+
+def test_a_lost_node_loses_its_allocations_and_nomad_replaces_them_unless_told_not_to(
+    stand_in_nomad_factory, connect  # noqa: F811
+) -> None:
+    nomad = stand_in_nomad_factory(nodes=3, algorithm="spread")
+    api = connect(nomad)
+    kept_lost = new_job_id("kept-lost")
+    job = sandbox_job(kept_lost, IMAGE)
+    job["TaskGroups"][0]["PreventRescheduleOnLost"] = True
+    api.register(job)
+    before = api.wait_alloc(kept_lost, running, "started")
+    assert nomad.container_of(before["ID"], "main") is not None
+    assert nomad.lose_node(before["NodeName"]) == [before["ID"]]
+    lost = api.wait_alloc(kept_lost, lambda a: a["ClientStatus"] == "lost", "lost")
+    assert lost["ID"] == before["ID"] and not lost["NextAllocation"]
+    assert lost["DesiredStatus"] == "stop"
+    assert lost["DesiredDescription"] == "alloc is lost since its node is down"
+    assert api.wait_job(kept_lost, lambda j: j["Status"] == "dead", "dead")["Status"] == "dead"
+    eventually(lambda: nomad.container_of(before["ID"], "main") is None, "the lost task's container removed")
+    down = api.ok("GET", f"/v1/node/{before['NodeID']}")
+    assert down["Status"] == "down"
+
+    replaced = new_job_id("replaced")
+    api.register(sandbox_job(replaced, IMAGE))
+    first = api.wait_alloc(replaced, running, "started")
+    assert first["NodeID"] != before["NodeID"]
+    nomad.lose_node(first["NodeID"])
+    second = api.wait_alloc(replaced, lambda a: a["ID"] != first["ID"] and running(a), "replacement started")
+    assert second["PreviousAllocation"] == first["ID"] and second["ClientStatus"] == "running"
+    assert second["NodeID"] not in (first["NodeID"], before["NodeID"])
+    old = api.ok("GET", f"/v1/allocation/{first['ID']}")
+    assert old["ClientStatus"] == "lost" and old["NextAllocation"] == second["ID"]
+    eventually(lambda: nomad.container_of(first["ID"], "main") is None, "the lost task's container removed")
+    nomad.restore_node(before["NodeName"])
+    assert api.ok("GET", f"/v1/node/{before['NodeID']}")["Status"] == "ready"
+
+
+def test_injected_exit_and_oom_and_pull_failure(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    exits, ooms = new_job_id("exit"), new_job_id("oom")
+    api.register(sandbox_job(exits, IMAGE))
+    api.register(sandbox_job(ooms, IMAGE))
+    for job_id in (exits, ooms):
+        assert api.wait_alloc(job_id, running, "started")["ClientStatus"] == "running"
+    stand_in_nomad.exit_task(api.ok("GET", f"/v1/job/{exits}/allocations")[0]["ID"], 7)
+    stand_in_nomad.oom_kill(api.ok("GET", f"/v1/job/{ooms}/allocations")[0]["ID"])
+    exited = api.wait_alloc(exits, ended, "failed")
+    assert exited["ClientStatus"] == "failed"
+    assert [e["ExitCode"] for e in events(exited) if e["Type"] == "Terminated"] == [7]
+    oomed = api.wait_alloc(ooms, ended, "failed")
+    terminated = [e for e in events(oomed) if e["Type"] == "Terminated"]
+    assert terminated[-1]["ExitCode"] == 137 and terminated[-1]["Details"]["oom_killed"] == "true"
+    assert "OOM Killed" in terminated[-1]["DisplayMessage"]
+
+    stand_in_nomad.fail_image_pull("rock-test/python:*", "toomanyrequests: injected")
+    pulls = new_job_id("pull")
+    api.register(sandbox_job(pulls, IMAGE))
+    failed = api.wait_alloc(pulls, ended, "failed")
+    failure = [e for e in events(failed) if e["Type"] == "Driver Failure"]
+    assert failure and "toomanyrequests: injected" in failure[-1]["DriverError"]
+    assert "Started" not in event_types(failed)
+    stand_in_nomad.clear_faults()
+
+
+def test_unknown_driver_config_fails_validation_and_system_jobs_are_refused(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    job = sandbox_job(job_id, IMAGE)
+    job["TaskGroups"][0]["Tasks"][0]["Config"]["no_such_option"] = True
+    api.register(job)
+    alloc = api.wait_alloc(job_id, ended, "failed")
+    failure = [e for e in events(alloc) if e["Type"] == "Failed Validation"]
+    assert failure and "no_such_option" in failure[-1]["ValidationError"]
+    system = sandbox_job(new_job_id(), IMAGE, job_type="system")
+    response = api.request("POST", "/v1/jobs", json={"Job": system})
+    assert response.status_code == 500 and "not supported by the stand-in" in response.text
+
+
+def test_restart_policy_restarts_the_task_then_gives_up(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    job = sandbox_job(job_id, IMAGE)
+    job["TaskGroups"][0]["RestartPolicy"] = {"Attempts": 1, "Interval": 3600 * 10**9, "Delay": 0, "Mode": "fail"}
+    api.register(job)
+    alloc = api.wait_alloc(job_id, running, "started")
+    stand_in_nomad.exit_task(alloc["ID"], 2)
+    again = api.wait_alloc(job_id, lambda a: a["TaskStates"]["main"]["Restarts"] == 1
+                           and a["TaskStates"]["main"]["State"] == "running", "restarted")
+    assert again["ID"] == alloc["ID"] and "Restarting" in event_types(again)
+    stand_in_nomad.exit_task(alloc["ID"], 2)
+    done = api.wait_alloc(job_id, ended, "failed")
+    assert done["ClientStatus"] == "failed" and event_types(done)[-1] == "Not Restarting"
+
+
+def test_reschedule_policy_places_a_linked_replacement(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    job = sandbox_job(job_id, IMAGE)
+    job["TaskGroups"][0]["ReschedulePolicy"] = {"Attempts": 1, "Interval": 3600 * 10**9, "Delay": 0,
+                                                "DelayFunction": "constant", "Unlimited": False}
+    api.register(job)
+    first = api.wait_alloc(job_id, running, "started")
+    stand_in_nomad.exit_task(first["ID"], 1)
+    second = api.wait_alloc(job_id, lambda a: a["ID"] != first["ID"] and running(a), "replacement started")
+    assert second["PreviousAllocation"] == first["ID"]
+    assert [e["PrevAllocID"] for e in second["RescheduleTracker"]["Events"]] == [first["ID"]]
+    old = api.ok("GET", f"/v1/allocation/{first['ID']}")
+    assert old["ClientStatus"] == "failed" and old["NextAllocation"] == second["ID"]
+    assert old["DesiredDescription"] == "alloc was rescheduled because it failed"
+    stand_in_nomad.exit_task(second["ID"], 1)
+    last = api.wait_alloc(job_id, ended, "the replacement failed")
+    assert last["ID"] == second["ID"] and not last["NextAllocation"]  # attempts used up
+
+
+def test_stopping_an_allocation_places_a_replacement(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    api.register(sandbox_job(job_id, IMAGE))
+    first = api.wait_alloc(job_id, running, "started")
+    out = api.ok("POST", f"/v1/allocation/{first['ID']}/stop")
+    assert out["EvalID"]
+    second = api.wait_alloc(job_id, lambda a: a["ID"] != first["ID"] and running(a), "replacement started")
+    assert second["PreviousAllocation"] == first["ID"]
+    old = api.wait(f"/v1/allocation/{first['ID']}", lambda a: a["ClientStatus"] == "complete", "old one stopped")
+    assert old["DesiredStatus"] == "stop"
+
+
+def test_a_changed_job_replaces_its_allocation(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    job = sandbox_job(job_id, IMAGE)
+    api.register(job)
+    first = api.wait_alloc(job_id, running, "started")
+    job["TaskGroups"][0]["Tasks"][0]["Config"]["args"] = ["3601"]
+    api.register(job)
+    second = api.wait_alloc(job_id, lambda a: a["ID"] != first["ID"] and running(a), "new version started")
+    assert second["Job"]["Version"] == 1
+    old = api.wait(f"/v1/allocation/{first['ID']}", lambda a: a["ClientStatus"] == "complete", "old version stopped")
+    assert old["DesiredDescription"] == "alloc not needed due to job update"
+
+
+def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    script = 'echo "meta=$NOMAD_META_sandbox_id alloc=$NOMAD_ALLOC_ID dir=$NOMAD_TASK_DIR"; echo oops >&2; sleep 3600'
+    api.register(sandbox_job(job_id, IMAGE, command="sh", args=["-c", script], meta={"sandbox_id": "sbx-1"}))
+    alloc = api.wait_alloc(job_id, running, "started")
+
+    def stdout() -> str:
+        response = api.get(f"/v1/client/fs/logs/{alloc['ID']}",
+                           params={"task": "main", "type": "stdout", "plain": "true"})
+        return response.text if response.status_code == 200 else ""
+
+    text = eventually(stdout, "the task's output")
+    assert text.strip() == f"meta=sbx-1 alloc={alloc['ID']} dir=/local"
+    stderr = api.get(f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "main", "type": "stderr", "plain": "true"})
+    assert stderr.text.strip() == "oops"
+    missing = api.get(f"/v1/client/fs/logs/{alloc['ID'][:-4]}beef", params={"task": "main", "type": "stdout"})
+    assert missing.status_code == 404
+
+
+def test_a_read_only_token_cannot_write(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=1, acl=True)
+    reader = connect(nomad, token=nomad.add_token(write=False))
+    assert reader.get("/v1/jobs").status_code == 200
+    refused = reader.request("POST", "/v1/jobs", json={"Job": sandbox_job(new_job_id(), IMAGE)})
+    assert refused.status_code == 403 and refused.text == "Permission denied"
+    writer = connect(nomad, token=nomad.add_token())
+    assert writer.request("POST", "/v1/jobs", json={"Job": sandbox_job(new_job_id(), IMAGE, count=0)}).status_code == 200
+
+
+def test_close_removes_every_container_and_start_removes_a_crashed_stand_ins(docker_client, connect) -> None:
+    crashed = docker_client.containers.create(
+        IMAGE, command=["sleep", "60"], labels={LABEL_OWNER: owner_tag(999_999_999), LABEL_SERVER: "crashed"})
+    alive = docker_client.containers.create(
+        IMAGE, command=["sleep", "60"], labels={LABEL_OWNER: owner_tag(), LABEL_SERVER: "another-live-one"})
+    try:
+        nomad = StandInNomad(nodes=1, docker_client=docker_client).start()
+        try:
+            assert _gone(docker_client, crashed.id)
+            assert not _gone(docker_client, alive.id)  # a live stand-in's containers are not ours to remove
+            api = connect(nomad)
+            for _ in range(2):
+                job_id = new_job_id()
+                api.register(sandbox_job(job_id, IMAGE))
+                api.wait_alloc(job_id, running, "started")
+            assert len(nomad.containers()) == 2
+        finally:
+            nomad.close()
+        assert nomad.containers() == []
+        assert not nomad.work_dir.exists()
+    finally:
+        alive.remove(force=True)
+        if not _gone(docker_client, crashed.id):
+            crashed.remove(force=True)
+
+
+def _gone(client, container_id: str) -> bool:
+    import docker.errors
+
+    try:
+        client.containers.get(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+def test_the_program_serves_until_sigterm_then_cleans_up(docker_client) -> None:
+    token = "bench-token"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rock_nomad.testing", "--nodes", "2", "--acl", "--token", token, "--memory", "512"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        first = process.stdout.readline().strip()
+        assert first.startswith("NOMAD_ADDR=http://127.0.0.1:"), first + process.stderr.read()
+        assert process.stdout.readline().strip() == f"NOMAD_TOKEN={token}"
+        api = NomadApi(NomadTarget(address=first.split("=", 1)[1], token=token))
+        nodes = api.ok("GET", "/v1/nodes", params={"resources": "true"})
+        assert sorted(n["Address"] for n in nodes) == ["127.0.0.2", "127.0.0.3"]
+        assert {n["NodeResources"]["Memory"]["MemoryMB"] for n in nodes} == {512}
+        job_id = new_job_id()
+        api.register(sandbox_job(job_id, IMAGE))
+        alloc = api.wait_alloc(job_id, running, "started")
+        assert alloc["ClientStatus"] == "running"
+        api.jobs.clear()  # the program's exit removes it
+        api.http.close()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(GUARD_SECONDS) == 0
+        assert docker_client.containers.list(all=True, filters={"label": f"com.hashicorp.nomad.alloc_id={alloc['ID']}"}) == []
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
