@@ -271,8 +271,14 @@ def test_a_changed_job_replaces_its_allocation(stand_in_nomad, connect) -> None:
 def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F811
     api = connect(stand_in_nomad)
     job_id = new_job_id()
-    script = 'echo "meta=$NOMAD_META_sandbox_id alloc=$NOMAD_ALLOC_ID dir=$NOMAD_TASK_DIR"; echo oops >&2; sleep 3600'
-    api.register(sandbox_job(job_id, IMAGE, command="sh", args=["-c", script], meta={"sandbox_id": "sbx-1"}))
+    script = ('echo "meta=$NOMAD_META_sandbox_id alloc=$NOMAD_ALLOC_ID dir=$NOMAD_TASK_DIR '
+              'secret=$(cat /secrets/token) greeting=$GREETING"; echo oops >&2; sleep 3600')
+    job = sandbox_job(job_id, IMAGE, command="sh", args=["-c", script], meta={"sandbox_id": "sbx-1"})
+    job["TaskGroups"][0]["Tasks"][0]["Templates"] = [
+        {"EmbeddedTmpl": "s3cret", "DestPath": "secrets/token", "Perms": "0600"},
+        {"EmbeddedTmpl": 'GREETING=hi-{{ env "NOMAD_JOB_ID" }}', "DestPath": "local/env", "Envvars": True},
+    ]
+    api.register(job)
     alloc = api.wait_alloc(job_id, running, "started")
 
     def stdout() -> str:
@@ -281,7 +287,7 @@ def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F8
         return response.text if response.status_code == 200 else ""
 
     text = eventually(stdout, "the task's output")
-    assert text.strip() == f"meta=sbx-1 alloc={alloc['ID']} dir=/local"
+    assert text.strip() == f"meta=sbx-1 alloc={alloc['ID']} dir=/local secret=s3cret greeting=hi-{job_id}"
     stderr = api.get(f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "main", "type": "stderr", "plain": "true"})
     assert stderr.text.strip() == "oops"
     missing = api.get(f"/v1/client/fs/logs/{alloc['ID'][:-4]}beef", params={"task": "main", "type": "stdout"})

@@ -134,6 +134,8 @@ class TaskRunner:
             self.report("Downloading Artifacts", "Client is downloading artifacts")
             for artifact in self.task["Artifacts"]:
                 await self._download(artifact, dirs["task"], env)
+        for template in self.task.get("Templates") or []:
+            self._render(template, dirs["task"], env)
         if self.kill_requested.is_set():
             return self._killed_before_start()
         config = self._config(env)
@@ -346,6 +348,40 @@ class TaskRunner:
                     tf.extractall(dest, filter="data")
                 target.unlink()
 
+    def _render(self, template: dict[str, Any], task_dir: Path, env: dict[str, str]) -> None:
+        """Write a template into the task directory. The stand-in renders literal text and
+        ``{{ env "NAME" }}`` only (Nomad renders consul-template); anything else fails the task."""
+        left, right = template.get("LeftDelim") or "{{", template.get("RightDelim") or "}}"
+
+        def failed(reason: str) -> TaskFailed:
+            text = f"Template failed: {template.get('DestPath')}: {reason}"
+            return TaskFailed(task_event("Setup Failure", text, SetupError=text, FailsTask=True))
+
+        text = template.get("EmbeddedTmpl") or ""
+        if not text and template.get("SourcePath"):
+            source = (task_dir / self.interpolate(template["SourcePath"], env)).resolve()
+            if not str(source).startswith(str(task_dir.resolve())):
+                raise failed("the source escapes the task directory")
+            try:
+                text = source.read_text()
+            except OSError as exc:
+                raise failed(f"cannot read the source: {exc}") from exc
+        pattern = re.compile(re.escape(left) + r"\s*env\s+\"([^\"]+)\"\s*" + re.escape(right))
+        rendered = pattern.sub(lambda m: env.get(m.group(1), ""), text)
+        if left in rendered:
+            raise failed(f"the stand-in renders only literal text and {left} env \"NAME\" {right}")
+        dest = (task_dir / self.interpolate(template["DestPath"], env)).resolve()
+        if not str(dest).startswith(str(task_dir.resolve())):
+            raise failed("the destination escapes the task directory")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(rendered)
+        dest.chmod(int(str(template.get("Perms") or "0644"), 8))
+        if template.get("Envvars"):
+            for line in rendered.splitlines():
+                key, sep, value = line.partition("=")
+                if sep and key.strip() and not key.lstrip().startswith("#"):
+                    env[key.strip()] = value.strip()
+
     async def _ensure_image(self, image: str, config: dict[str, Any]) -> None:
         for pattern, reason in self.sim.faults.image_pull_failures.items():
             if fnmatch.fnmatchcase(image, pattern):
@@ -436,8 +472,7 @@ class TaskRunner:
                 text = f'Port "{label}" not found, check network block'
                 raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True))
             inside = port["To"] if port["To"] and port["To"] > 0 else port["Value"]
-            ports[f"{inside}/tcp"] = (port["HostIP"], port["Value"])
-            ports[f"{inside}/udp"] = (port["HostIP"], port["Value"])
+            ports[f"{inside}/tcp"] = (port["HostIP"], port["Value"])  # Nomad also publishes udp; tcp is enough here
         if ports and config.get("network_mode") != "none":
             kwargs["ports"] = ports
         try:

@@ -97,6 +97,8 @@ class Cluster:
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.evals: dict[str, dict[str, Any]] = {}
         self.allocs: dict[str, dict[str, Any]] = {}
+        #: (namespace, job ID) → that job ID's allocations, oldest first (every version's)
+        self.job_allocs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.node_specs: dict[str, NodeSpec] = {}
         self.changed = asyncio.Event()
@@ -348,8 +350,8 @@ class Cluster:
 
     def job_status(self, namespace: str, job_id: str) -> str:
         job = self.jobs[(namespace, job_id)]
-        allocs = [a for a in self.allocs.values() if a["JobID"] == job_id and a["Namespace"] == namespace
-                  and a["Job"]["CreateIndex"] == job["CreateIndex"]]
+        allocs = [a for a in self.job_allocs.get((namespace, job_id), ())
+                  if a["Job"]["CreateIndex"] == job["CreateIndex"]]
         if any(not server_terminal(a) for a in allocs):
             return "running"
         if job["Stop"]:
@@ -376,9 +378,11 @@ class Cluster:
         job = self.jobs.get((namespace, job_id))
         if job is None and not all_versions:
             return []
-        return [a for a in self.allocs.values()
-                if a["JobID"] == job_id and (namespace == "*" or a["Namespace"] == namespace)
-                and (all_versions or a["Job"]["CreateIndex"] == job["CreateIndex"])]
+        if namespace == "*":
+            found = [a for (ns, jid), allocs in self.job_allocs.items() if jid == job_id for a in allocs]
+        else:
+            found = list(self.job_allocs.get((namespace, job_id), ()))
+        return [a for a in found if all_versions or (job is not None and a["Job"]["CreateIndex"] == job["CreateIndex"])]
 
     def summary(self, namespace: str, job_id: str) -> dict[str, Any]:
         job = self.jobs.get((namespace, job_id))
@@ -465,7 +469,7 @@ class Cluster:
     def _process(self, ev: dict[str, Any]) -> None:
         ns, job_id = ev["Namespace"], ev["JobID"]
         job = self.jobs.get((ns, job_id))
-        live = [a for a in self.allocs.values() if a["JobID"] == job_id and a["Namespace"] == ns]
+        live = list(self.job_allocs.get((ns, job_id), ()))
         if job is None or job["Stop"]:
             for alloc in live:
                 if not server_terminal(alloc):
@@ -751,6 +755,7 @@ class Cluster:
             "CreateTime": created, "ModifyTime": created,
         }
         self.allocs[alloc_id] = alloc
+        self.job_allocs.setdefault((job["Namespace"], job["ID"]), []).append(alloc)
         if previous is not None:
             fields: dict[str, Any] = {"NextAllocation": alloc_id}
             if previous["ClientStatus"] == "failed":

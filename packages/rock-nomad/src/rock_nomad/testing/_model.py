@@ -175,6 +175,13 @@ def canonicalize_job(job: dict[str, Any], namespace: str) -> dict[str, Any]:
             _default(task, "ShutdownDelay", 0)
             _default(task, "Leader", False)
             task["LogConfig"] = _merge({"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False}, task.get("LogConfig"))
+            templates = task.get("Templates")
+            if templates:
+                task["Templates"] = [
+                    _merge({"SourcePath": "", "DestPath": "", "EmbeddedTmpl": "", "ChangeMode": "restart",
+                            "ChangeSignal": "", "Splay": 5 * SECOND, "Perms": "0644", "LeftDelim": "{{",
+                            "RightDelim": "}}", "Envvars": False}, t) for t in templates
+                ]
             arts = task.get("Artifacts")
             if arts:
                 task["Artifacts"] = [
@@ -251,6 +258,11 @@ def validate_job(job: dict[str, Any]) -> list[str]:
                 errors.append(f"{twhere}: minimum CPU value is 1; got {res.get('CPU')}")
             if int(res.get("MemoryMB") or 0) < 10:
                 errors.append(f"{twhere}: minimum MemoryMB value is 10; got {res.get('MemoryMB')}")
+            for tmpl in task.get("Templates") or []:
+                if not tmpl.get("DestPath"):
+                    errors.append(f"{twhere}: a template has no destination")
+                if not tmpl.get("EmbeddedTmpl") and not tmpl.get("SourcePath"):
+                    errors.append(f"{twhere}: a template needs a source or an embedded template")
             for art in task.get("Artifacts") or []:
                 if not art.get("GetterSource"):
                     errors.append(f"{twhere}: an artifact has no source")

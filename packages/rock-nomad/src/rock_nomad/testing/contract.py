@@ -238,7 +238,7 @@ class NomadApiContract:
             assert node["Attributes"]["kernel.name"] == "linux"
             assert node["Attributes"]["unique.network.ip-address"]
         plain = api.ok("GET", "/v1/nodes")
-        assert all(n["NodeResources"] is None for n in plain)
+        assert all(n.get("NodeResources") is None for n in plain)  # only with resources=true
 
     # -- errors ----------------------------------------------------------------------------------
 
@@ -411,8 +411,9 @@ class NomadApiContract:
 
     def test_a_blocking_query_returns_when_the_job_changes(self, api: NomadApi, nomad_target: NomadTarget) -> None:
         job_id = new_job_id()
-        api.register(sandbox_job(job_id, nomad_target.image, count=0))
-        first = api.get(f"/v1/job/{job_id}")
+        out = api.register(sandbox_job(job_id, nomad_target.image, count=0))
+        api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed")
+        first = api.get(f"/v1/job/{job_id}")  # settled: nothing changes the job until the deregister
         index = int(first.headers["X-Nomad-Index"])
         assert index == first.json()["ModifyIndex"]
         unchanged = api.get(f"/v1/job/{job_id}", params={"index": index, "wait": "100ms"})
