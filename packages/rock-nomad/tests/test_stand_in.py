@@ -241,6 +241,22 @@ def test_reschedule_policy_places_a_linked_replacement(stand_in_nomad, connect) 
     assert last["ID"] == second["ID"] and not last["NextAllocation"]  # attempts used up
 
 
+def test_a_reschedule_delay_waits_in_a_follow_up_evaluation(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    job_id = new_job_id()
+    job = sandbox_job(job_id, IMAGE)
+    job["TaskGroups"][0]["ReschedulePolicy"] = {"Attempts": 1, "Interval": 3600 * 10**9, "Delay": 10**9,
+                                                "DelayFunction": "constant", "Unlimited": False}
+    api.register(job)
+    first = api.wait_alloc(job_id, running, "started")
+    stand_in_nomad.exit_task(first["ID"], 1)
+    failed = api.wait(f"/v1/allocation/{first['ID']}", lambda a: a["FollowupEvalID"] != "", "a follow-up planned")
+    follow_up = api.ok("GET", f"/v1/evaluation/{failed['FollowupEvalID']}")
+    assert follow_up["TriggeredBy"] == "alloc-failure" and follow_up["WaitUntil"] != "0001-01-01T00:00:00Z"
+    second = api.wait_alloc(job_id, lambda a: a["ID"] != first["ID"] and running(a), "replacement started")
+    assert second["PreviousAllocation"] == first["ID"] and second["EvalID"] == follow_up["ID"]
+
+
 def test_stopping_an_allocation_places_a_replacement(stand_in_nomad, connect) -> None:  # noqa: F811
     api = connect(stand_in_nomad)
     job_id = new_job_id()
@@ -254,18 +270,25 @@ def test_stopping_an_allocation_places_a_replacement(stand_in_nomad, connect) ->
     assert old["DesiredStatus"] == "stop"
 
 
-def test_a_changed_job_replaces_its_allocation(stand_in_nomad, connect) -> None:  # noqa: F811
+def test_a_changed_job_scales_in_place_and_replaces_on_a_task_change(stand_in_nomad, connect) -> None:  # noqa: F811
     api = connect(stand_in_nomad)
     job_id = new_job_id()
     job = sandbox_job(job_id, IMAGE)
     api.register(job)
     first = api.wait_alloc(job_id, running, "started")
+    job["TaskGroups"][0]["Count"] = 2
+    api.register(job)
+    allocs = api.wait(f"/v1/job/{job_id}/allocations", lambda a: len(a) == 2 and all(map(running, a)), "scaled")
+    assert first["ID"] in {a["ID"] for a in allocs}
+    assert {a["JobVersion"] for a in allocs} == {1}
+    job["TaskGroups"][0]["Count"] = 1
     job["TaskGroups"][0]["Tasks"][0]["Config"]["args"] = ["3601"]
     api.register(job)
-    second = api.wait_alloc(job_id, lambda a: a["ID"] != first["ID"] and running(a), "new version started")
-    assert second["Job"]["Version"] == 1
-    old = api.wait(f"/v1/allocation/{first['ID']}", lambda a: a["ClientStatus"] == "complete", "old version stopped")
-    assert old["DesiredDescription"] == "alloc not needed due to job update"
+    allocs = api.wait(f"/v1/job/{job_id}/allocations",
+                      lambda a: sum(x["DesiredStatus"] == "run" and running(x) and x["JobVersion"] == 2 for x in a) == 1
+                      and all(x["ClientStatus"] == "complete" for x in a if x["JobVersion"] != 2), "replaced")
+    old = [a for a in allocs if a["JobVersion"] != 2]
+    assert len(old) == 2 and {a["DesiredDescription"] for a in old} == {"alloc not needed due to job update"}
 
 
 def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F811
