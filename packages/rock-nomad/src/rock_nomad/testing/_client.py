@@ -383,7 +383,7 @@ class TaskRunner:
                     env[key.strip()] = value.strip()
 
     async def _ensure_image(self, image: str, config: dict[str, Any]) -> None:
-        for pattern, reason in self.sim.faults.image_pull_failures.items():
+        for pattern, reason in list(self.sim.faults.image_pull_failures.items()):
             if fnmatch.fnmatchcase(image, pattern):
                 self.report("Driver", f"Downloading image {image}", DriverMessage=f"Downloading image {image}")
                 text = f"Failed to pull `{image}`: {reason}"

@@ -265,8 +265,12 @@ class Cluster:
         ns = namespace or body.get("Namespace") or job.get("Namespace") or "default"
         if ns not in self.namespaces:
             raise NomadError(500, f'job "{job["ID"]}" is in nonexistent namespace "{ns}"')
-        job = canonicalize_job(job, ns)
-        errors = validate_job(job)
+        try:
+            job = canonicalize_job(job, ns)
+            errors = validate_job(job)
+        except (TypeError, AttributeError, KeyError, ValueError) as exc:
+            # A field of the wrong JSON type: Nomad's decoder refuses the body.
+            raise NomadError(400, f"json: cannot unmarshal the job: a field has the wrong type ({exc})") from None
         if errors:
             raise NomadError(500, multierror(errors))
         key = (ns, job["ID"])

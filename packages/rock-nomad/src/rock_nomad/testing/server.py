@@ -178,7 +178,8 @@ class StandInNomad:
     @property
     def docker(self) -> docker.DockerClient:
         if self._docker is None:
-            self._docker = docker.from_env(timeout=120)
+            # A pool as large as the client's worker threads (16) plus the events stream.
+            self._docker = docker.from_env(timeout=120, max_pool_size=32)
         return self._docker
 
     def start(self) -> StandInNomad:
