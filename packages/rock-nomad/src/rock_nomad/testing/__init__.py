@@ -4,8 +4,8 @@
 from Nomad's documented API: job register, read, deregister and purge; evaluations and the
 scheduler's placement (with Nomad's ``FailedTGAllocs`` reasons when nothing fits); allocations
 and their lifecycle; nodes with resources; blocking queries (``index``/``wait``,
-``X-Nomad-Index``); Nomad's plain-text errors and status codes; optional ACL tokens
-(``X-Nomad-Token`` or ``Authorization: Bearer``).
+``X-Nomad-Index``) and the event stream; Nomad's plain-text errors and status codes; optional
+ACL tokens (``X-Nomad-Token`` or ``Authorization: Bearer``).
 
 Each task runs as a real container on the local Docker engine, with its artifacts downloaded
 over HTTP and checksummed into its ``/local`` directory. Several client nodes with limited CPU

@@ -16,6 +16,7 @@ import random
 import socket
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -109,6 +110,8 @@ class Cluster:
         self._timers: set[asyncio.TimerHandle] = set()
         self._random = random.Random(seed)
         self.closing = False
+        #: (index, event) of the event stream, oldest first; the newest 20,000 are kept
+        self.events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=20_000)
 
     # -- indexes and notification ---------------------------------------------------------
 
@@ -119,6 +122,14 @@ class Cluster:
         old, self.changed = self.changed, asyncio.Event()
         old.set()
         return self.index
+
+    def publish(self, topic: str, kind: str, obj: dict[str, Any], *, key: str, namespace: str = "",
+                filter_keys: list[str] | None = None) -> None:
+        """Record an event for ``/v1/event/stream`` (the object as it is now)."""
+        payload = {k: v for k, v in obj.items() if not k.startswith("_")}
+        event = {"Topic": topic, "Type": kind, "Key": key, "Namespace": namespace, "FilterKeys": filter_keys,
+                 "Index": self.index, "Payload": {topic: copy.deepcopy(payload)}}
+        self.events.append((self.index, event))
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._run_scheduler(), name="stand-in scheduler")
@@ -198,6 +209,7 @@ class Cluster:
             "ModifyIndex": index,
         }
         self.nodes[node_id] = node
+        self.publish("Node", "NodeRegistration", node, key=node_id)
         self.node_specs[node_id] = spec
         self._capacity_changed()
         return node
@@ -225,6 +237,7 @@ class Cluster:
         node["StatusUpdatedAt"] = int(time.time())
         index = self.bump("nodes")
         node["ModifyIndex"] = index
+        self.publish("Node", "NodeEvent", node, key=node_id)
         lost = []
         jobs = set()
         for alloc in list(self.allocs.values()):
@@ -248,6 +261,7 @@ class Cluster:
         node["Status"] = "ready"
         node["StatusUpdatedAt"] = int(time.time())
         node["ModifyIndex"] = self.bump("nodes")
+        self.publish("Node", "NodeEvent", node, key=node_id)
         self._capacity_changed()
 
     # -- jobs -----------------------------------------------------------------------------------
@@ -295,6 +309,7 @@ class Cluster:
             job.update({"Version": old["Version"] + (1 if changed else 0), "CreateIndex": old["CreateIndex"],
                         "JobModifyIndex": index if changed else old["JobModifyIndex"], "Status": old["Status"]})
         self.jobs[key] = job
+        self.publish("Job", "JobRegistered", job, key=job["ID"], namespace=ns)
         eval_id, eval_index = "", 0
         if not job.get("Periodic") and not job.get("ParameterizedJob"):
             ev = self._create_eval(job, "job-register")
@@ -316,6 +331,7 @@ class Cluster:
         else:
             job.update({"Stop": True, "ModifyIndex": index, "JobModifyIndex": index, "Version": job["Version"] + 1})
             job_modify_index = index
+        self.publish("Job", "JobDeregistered", job, key=job_id, namespace=namespace)
         for ev in self.evals.values():
             if ev["JobID"] == job_id and ev["Namespace"] == namespace and ev["Status"] == "blocked":
                 self._update_eval(ev, Status="canceled", StatusDescription="job deregistered")
@@ -430,6 +446,8 @@ class Cluster:
             "ModifyIndex": index, "CreateTime": created, "ModifyTime": created,
         }
         self.evals[ev["ID"]] = ev
+        self.publish("Evaluation", "EvaluationUpdated", ev, key=ev["ID"], namespace=ev["Namespace"],
+                     filter_keys=[ev["JobID"], ""])
         if status == "pending":
             delay = max(0.0, (wait_until_ns - created) / SECOND) if wait_until_ns else 0.0
             if delay > 0:
@@ -443,6 +461,8 @@ class Cluster:
         ev.update(fields)
         ev["ModifyIndex"] = self.bump("evals")
         ev["ModifyTime"] = now_ns()
+        self.publish("Evaluation", "EvaluationUpdated", ev, key=ev["ID"], namespace=ev["Namespace"],
+                     filter_keys=[ev["JobID"], ""])
 
     def _enqueue(self, eval_id: str) -> None:
         if eval_id not in self._queued and not self.closing:
@@ -765,6 +785,8 @@ class Cluster:
         }
         self.allocs[alloc_id] = alloc
         self.job_allocs.setdefault((job["Namespace"], job["ID"]), []).append(alloc)
+        self.publish("Allocation", "AllocationCreated", alloc, key=alloc_id, namespace=job["Namespace"],
+                     filter_keys=[job["ID"], ""])
         if previous is not None:
             fields: dict[str, Any] = {"NextAllocation": alloc_id}
             if previous["ClientStatus"] == "failed":
@@ -784,6 +806,9 @@ class Cluster:
         if "DesiredStatus" in fields:
             alloc["AllocModifyIndex"] = index
         alloc["ModifyTime"] = now_ns()
+        kind = "AllocationUpdateDesiredStatus" if "DesiredStatus" in fields else "AllocationUpdated"
+        self.publish("Allocation", kind, alloc, key=alloc["ID"], namespace=alloc["Namespace"],
+                     filter_keys=[alloc["JobID"], ""])
         if not was_terminal and server_terminal(alloc):
             self._capacity_changed()
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from rock_nomad.testing._cluster import TERMINAL_CLIENT
@@ -113,6 +113,7 @@ class Api:
             (r"agent/health", {"GET": (self.agent_health, "none")}),
             (r"acl/token/self", {"GET": (self.token_self, "token")}),
             (rf"client/fs/logs/{c}", {"GET": (self.logs, "read")}),
+            (r"event/stream", {"GET": (self.event_stream, "read")}),
         ]
         self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in self.routes]  # type: ignore[misc]
         self.app = Starlette(routes=[Route("/{path:path}", self.dispatch,
@@ -452,6 +453,57 @@ class Api:
         frame = {"File": f"alloc/logs/{task}.{kind}.0", "Offset": len(data),
                  "Data": base64.b64encode(data).decode()}
         return _json(frame if data else {})
+
+
+    async def event_stream(self, request: Request, params: dict[str, str]) -> Response:
+        """``/v1/event/stream``: NDJSON frames ``{"Index", "Events"}`` from ``index`` on, ``{}``
+        as a heartbeat every 10 s; ``topic=Topic:Key`` (repeatable, ``*`` for any)."""
+        try:
+            start = int(request.query_params.get("index") or 0)
+        except ValueError:
+            raise NomadError(400, "Invalid index") from None
+        topics: list[tuple[str, str]] = []
+        for raw in request.query_params.getlist("topic"):
+            topic, _, key = raw.partition(":")
+            if not topic or not key:
+                raise NomadError(400, f"Invalid key value pair for topic: {raw}")
+            topics.append((topic, key))
+        topics = topics or [("*", "*")]
+        namespace = request.query_params.get("namespace") or "default"
+        cluster = self.cluster
+
+        def wanted(event: dict[str, Any]) -> bool:
+            if namespace != "*" and event["Namespace"] and event["Namespace"] != namespace:
+                return False
+            keys = [event["Key"], *(event["FilterKeys"] or [])]
+            return any(t in ("*", event["Topic"]) and (k == "*" or k in keys) for t, k in topics)
+
+        async def frames():  # noqa: ANN202
+            last = start
+            while not cluster.closing:
+                changed = cluster.changed
+                fresh = []
+                for index, event in reversed(cluster.events):
+                    if index <= last:
+                        break
+                    fresh.append((index, event))
+                fresh.reverse()
+                if fresh:
+                    last = fresh[-1][0]
+                    by_index: dict[int, list[dict[str, Any]]] = {}
+                    for index, event in fresh:
+                        if wanted(event):
+                            by_index.setdefault(index, []).append(event)
+                    for index, batch in by_index.items():
+                        yield json.dumps({"Index": index, "Events": batch}, separators=(",", ":")) + "\n"
+                    continue
+                try:
+                    await asyncio.wait_for(changed.wait(), 10)
+                except asyncio.TimeoutError:
+                    yield "{}\n"
+
+        return StreamingResponse(frames(), media_type="application/json",
+                                 headers={"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"})
 
 
 __all__ = ["Api", "TERMINAL_CLIENT"]

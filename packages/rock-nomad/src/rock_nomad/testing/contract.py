@@ -11,7 +11,7 @@ their codes (400, 403, 404, 405, 500); register, read, deregister and purge; eva
 placement failures (``FailedTGAllocs``, blocked evaluations); an allocation's lifecycle with a
 real container, its artifact downloaded and checksummed, its port reachable at
 ``HostIP:Value``; task failures a real container produces (exit code, OOM kill, image pull
-failure, checksum mismatch); blocking queries; ACL tokens.
+failure, checksum mismatch); blocking queries; the event stream; ACL tokens.
 
 The target's nodes must have the Docker driver and ``target.image`` (with ``python3`` and
 ``sh``) present; the test process serves the artifacts on ``target.artifact_host``, which the
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import json
 import threading
 import time
 import uuid
@@ -428,6 +429,31 @@ class NomadApiContract:
         assert int(answers[0].headers["X-Nomad-Index"]) > index
         assert answers[0].json()["Stop"] is True
 
+    def test_the_event_stream_reports_a_jobs_registration_and_its_allocation(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
+        job_id = new_job_id()
+        seen: dict[str, dict[str, Any]] = {}
+        params = [("topic", f"Job:{job_id}"), ("topic", f"Allocation:{job_id}")]
+        with api.http.stream("GET", "/v1/event/stream", params=params, timeout=30) as stream:
+            assert stream.status_code == 200
+            api.register(sandbox_job(job_id, nomad_target.image, command="sh", args=["-c", "exit 0"],
+                                     job_type="batch"))
+            deadline = time.monotonic() + GUARD_SECONDS
+            for line in stream.iter_lines():
+                frame = json.loads(line) if line.strip() else {}
+                for event in frame.get("Events") or []:
+                    assert event["Index"] == frame["Index"]
+                    seen.setdefault(event["Type"], event)
+                if "JobRegistered" in seen and "AllocationUpdated" in seen or time.monotonic() > deadline:
+                    break
+        job_event = seen["JobRegistered"]
+        assert job_event["Topic"] == "Job" and job_event["Key"] == job_id
+        assert job_event["Payload"]["Job"]["ID"] == job_id
+        alloc_event = seen["AllocationUpdated"]
+        assert alloc_event["Topic"] == "Allocation" and alloc_event["Payload"]["Allocation"]["JobID"] == job_id
+        assert job_id in alloc_event["FilterKeys"]
+
     # -- failures a real container produces ------------------------------------------------------
 
     def test_a_task_exit_code_fails_the_allocation_without_restart(self, api: NomadApi, nomad_target: NomadTarget) -> None:
@@ -458,7 +484,8 @@ class NomadApiContract:
         terminated = [e for e in events(alloc) if e["Type"] == "Terminated"]
         assert terminated, event_types(alloc)
         assert terminated[-1]["ExitCode"] == 137
-        assert (terminated[-1].get("Details") or {}).get("oom_killed") == "true"
+        said = (terminated[-1].get("Details") or {}).get("oom_killed") == "true"
+        assert said or "OOM" in terminated[-1]["DisplayMessage"], terminated[-1]
 
     def test_an_image_that_cannot_be_pulled_is_a_driver_failure(self, api: NomadApi) -> None:
         job_id = new_job_id()
