@@ -3,6 +3,7 @@
 #
 #   python:3.11            ROCK's default sandbox image name
 #   rock-test/python:3.11  the same image under rock's own name
+#   rock-gem/python:3.11   python:3.11 with GEM's games (scripts/ensure-gem-image.sh)
 #
 # If both exist, nothing is done. Else `docker pull python:3.11` is tried; when no registry can
 # be reached (the usual case on these machines) the image is built offline: debootstrap a minimal
@@ -17,7 +18,8 @@ DEFAULT_IMAGE="python:3.11"
 has_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 if has_image "$TEST_IMAGE" && has_image "$DEFAULT_IMAGE"; then
-    say "test images present: $DEFAULT_IMAGE, $TEST_IMAGE"; exit 0
+    say "test images present: $DEFAULT_IMAGE, $TEST_IMAGE"
+    exec "$(dirname "$0")/ensure-gem-image.sh" "$DEFAULT_IMAGE"
 fi
 
 exec 9>"$ROCK_STATE_DIR/images.lock"
@@ -67,3 +69,5 @@ fi
 has_image "$DEFAULT_IMAGE" || docker tag "$TEST_IMAGE" "$DEFAULT_IMAGE"
 docker run --rm "$TEST_IMAGE" python3 -c 'import sys; print("[rock] test image python", sys.version.split()[0])' >&2
 say "test images ready: $DEFAULT_IMAGE, $TEST_IMAGE"
+# rock-gem's env image (python:3.11 with GEM's games), the default image of rock.make
+"$(dirname "$0")/ensure-gem-image.sh" "$DEFAULT_IMAGE"

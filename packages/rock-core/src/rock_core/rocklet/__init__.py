@@ -40,6 +40,9 @@ rock's extras
     ``POST /processes/{id}/kill {signal?: 15|"TERM", group?: true, wait?: S}``
     ``POST /download {path}`` (or ``GET /download?path=``) → the file's raw bytes.
     ``POST /list_dir {path}`` → ``{path, entries: [{name, type, size, mode, mtime, target?}]}``.
+    ``POST /env/{make,reset,step,close,list,batch}``, ``GET /env``
+        GEM environments, each in a process of its own forked from a worker ``python3`` with
+        the image's site-packages; see :mod:`.envs`.
 
 Sessions (reference §3.2) keep ROCK's semantics (``check`` = raise/silent/ignore, ``expect``,
 ``env``/``env_enable``, ``startup_source``, ``remote_user``, syntax errors as

@@ -1,0 +1,31 @@
+"""rock-gem's rock plugin: the ``gem`` environment provider and ROCK's GEM routes on the admin.
+
+Announced in the ``rock`` entry-point group (``gem = "rock_gem.plugin"``); its settings are the
+table ``[plugins.gem]`` (or ``ROCK_PLUGIN_GEM_<KEY>`` variables), handed to
+:class:`~rock_gem.provider.GemProvider`'s constructor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rock_core import hookimpl
+from rock_core.hookspecs import Register
+
+__all__ = ["rock_admin_routes", "rock_register_env_providers"]
+
+
+@hookimpl
+def rock_register_env_providers(register: Register) -> None:
+    """Register :class:`~rock_gem.provider.GemProvider` under the name ``gem``."""
+    from rock_gem.provider import GemProvider
+
+    register(GemProvider.name, GemProvider)
+
+
+@hookimpl
+def rock_admin_routes() -> list[Any]:
+    """``POST /apis/v1/envs/gem/{make,reset,step,close,list,batch}``."""
+    from rock_gem.routes import routes
+
+    return routes()

@@ -1,0 +1,392 @@
+"""GEM environments in sandboxes: :class:`GemProvider` places envs, :class:`GemEnv` drives one.
+
+An env runs inside a sandbox, in a process of its own that the sandbox's rocklet forked for it
+(:mod:`rock_core.rocklet.envs`). Several envs share a sandbox, up to ``envs_per_sandbox``, so
+a sandbox's start is paid once for many envs; the sandbox is stopped when its last env closes
+(or its last env's process dies).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import attrs
+from rock_core.actions import SandboxStartRequest
+from rock_core.envs import EnvFailed, EnvProvider, Environment
+from rock_core.errors import InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["DEFAULT_IMAGE", "GemEnv", "GemProvider", "provider_for"]
+
+#: The env image when neither ``[plugins.gem] image`` nor ``ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``
+#: names one: ``python:3.11`` with GEM's games, made by ``scripts/ensure-gem-image.sh``.
+DEFAULT_IMAGE = "rock-gem/python:3.11"
+#: ROCK's variable for the image of env sandboxes.
+IMAGE_ENV = "ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE"
+
+_PROVIDERS: weakref.WeakKeyDictionary[Any, GemProvider] = weakref.WeakKeyDictionary()
+
+
+def provider_for(engine: Any) -> GemProvider | None:
+    """The GEM provider an engine built, or ``None`` before its first GEM env."""
+    return _PROVIDERS.get(engine)
+
+
+def _positive(name: str, value: Any, kind: type) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or number <= 0:
+        raise InvalidParameter(
+            f"plugins.gem.{name}: expected a positive {kind.__name__}, got {value!r}", field=f"plugins.gem.{name}", value=value
+        )
+    return number
+
+
+@attrs.define(eq=False)
+class _Host:
+    """A sandbox that hosts envs (or is being started to)."""
+
+    image: str
+    slots: int = 1  # envs placed on it or being placed
+    sandbox_id: str | None = None
+    ready: anyio.Event = attrs.field(factory=anyio.Event)
+    error: BaseException | None = None
+
+
+def unknown_env(env_id: str, known: frozenset[str] | set[str]) -> EnvFailed:
+    """The error of an id GEM has not registered, with the closest ids registered."""
+    import difflib
+
+    ids = sorted(known)
+    close = difflib.get_close_matches(env_id, ids, n=5, cutoff=0.6)
+    if not close:
+        close = [i for i in ids if i.startswith(env_id) or env_id.lower() in i.lower()][:5]
+    hint = f"; close matches: {', '.join(close)}" if close else ""
+    return EnvFailed(f"env_id {env_id!r} is not a registered GEM environment{hint} ({len(ids)} ids registered)", kind="unknown_env", env_id=env_id)
+
+
+class GemProvider(EnvProvider):
+    """Serves every env id GEM may register (``game:*``, ``rg:*``, ``math:*``, a user's own).
+
+    Built by the engine as ``GemProvider(engine, **table)``, the table being ``[plugins.gem]``
+    (or ``ROCK_PLUGIN_GEM_<KEY>``):
+
+    :param image: the sandboxes' image (default ``$ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``, else
+        :data:`DEFAULT_IMAGE`); it needs ``python3`` 3.10 to 3.12 and GEM where
+        ``$ROCK_ENV_PYTHONPATH`` or its site-packages say.
+    :param envs_per_sandbox: how many envs one sandbox hosts, each in its own process.
+    :param memory: each sandbox's memory (``"4g"``).
+    :param cpus: each sandbox's CPUs.
+    :param timeout: seconds one make, reset or step may take (a Sokoban-hard reset takes seconds).
+    :param start_timeout: seconds a sandbox may take to start.
+    :param warm_sandboxes: keep this many started sandboxes of the default image in the engine's
+        warm pool, so that a make that needs a new sandbox claims one instead of starting it.
+    """
+
+    name = "gem"
+
+    def __init__(
+        self,
+        engine: SandboxManager,
+        *,
+        image: str | None = None,
+        envs_per_sandbox: int = 32,
+        memory: str = "4g",
+        cpus: float = 2.0,
+        timeout: float = 300.0,
+        start_timeout: float = 300.0,
+        warm_sandboxes: int = 0,
+    ) -> None:
+        self.engine = engine
+        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.envs_per_sandbox = _positive("envs_per_sandbox", envs_per_sandbox, int)
+        self.memory = str(memory)
+        self.cpus = _positive("cpus", cpus, float)
+        self.timeout = _positive("timeout", timeout, float)
+        self.start_timeout = _positive("start_timeout", start_timeout, float)
+        self.warm_sandboxes = int(warm_sandboxes)
+        if isinstance(warm_sandboxes, bool) or self.warm_sandboxes < 0:
+            raise InvalidParameter(f"plugins.gem.warm_sandboxes: expected a count >= 0, got {warm_sandboxes!r}", field="plugins.gem.warm_sandboxes", value=warm_sandboxes)
+        self._hosts: list[_Host] = []
+        self._envs: dict[str, GemEnv] = {}
+        self._closed_handles: set[str] = set()
+        self._lock = anyio.Lock()
+        self._warm_set = False
+        # The ids GEM registers in each image, learnt from its first sandbox.
+        self._known_ids: dict[str, frozenset[str]] = {}
+        _PROVIDERS[engine] = self
+
+    def accepts(self, env_id: str) -> bool:
+        """Any non-blank id: GEM's registry is open (ROLL and users register their own)."""
+        return isinstance(env_id, str) and bool(env_id.strip())
+
+    def start_request(self, image: str | None = None) -> SandboxStartRequest:
+        """The start request of an env sandbox (also the warm pool's kind)."""
+        return SandboxStartRequest(image=image or self.image, memory=self.memory, cpus=self.cpus)
+
+    # -- envs --------------------------------------------------------------------------------
+
+    def get(self, handle: str) -> GemEnv:
+        """The live env of a handle (what ROCK's API calls ``sandbox_id``).
+
+        :raises EnvFailed: kind ``no_env``: never made here, or closed.
+        """
+        env = self._envs.get(handle)
+        if env is None:
+            why = "it was closed" if handle in self._closed_handles else "no env was made with this id"
+            raise EnvFailed(f"sandbox_id {handle!r}: no GEM env ({why})", kind="no_env")
+        return env
+
+    def is_closed(self, handle: str) -> bool:
+        """Whether ``handle`` named an env that is closed now."""
+        return handle in self._closed_handles
+
+    async def make(self, env_id: str, *, image: str | None = None, **kwargs: Any) -> GemEnv:
+        """Make ``env_id`` in a sandbox with room (started when none has); ``kwargs`` go to GEM's
+        constructor (``max_turns=...``); ``image`` overrides the provider's.
+
+        :raises EnvFailed: the id is unknown (the message lists close matches), a dependency or
+            offline data is missing, the image cannot run GEM.
+        """
+        if not self.accepts(env_id):
+            raise InvalidParameter(f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id)
+        image = image or self.image
+        known = self._known_ids.get(image)
+        if known is not None and env_id not in known:
+            raise unknown_env(env_id, known)  # no sandbox is started for an id GEM does not have
+        host = await self._place(image)
+        assert host.sandbox_id is not None
+        try:
+            client = self.engine.rocklet(host.sandbox_id, "env/make")
+            async with self.engine.call(host.sandbox_id):
+                made = await client.env("make", {"env_id": env_id, "kwargs": dict(kwargs)}, timeout=self.timeout)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._release(host)
+            if isinstance(exc, EnvFailed):
+                exc.env_id = env_id
+            raise
+        env = GemEnv(self, host, made["env"], env_id, pid=made.get("pid"))
+        self._envs[env.handle] = env
+        return env
+
+    async def _place(self, image: str) -> _Host:
+        """A slot on a sandbox of ``image`` with room; the first make that finds none starts one,
+        and makes that come meanwhile join it."""
+        starting = False
+        async with self._lock:
+            if self.warm_sandboxes and not self._warm_set:
+                self._warm_set = True
+                await self.engine.set_warm_pool(self.start_request(), self.warm_sandboxes)
+            for host in self._hosts:
+                if host.image == image and host.slots < self.envs_per_sandbox and host.error is None:
+                    host.slots += 1
+                    break
+            else:
+                host = _Host(image)
+                self._hosts.append(host)
+                starting = True
+        if starting:
+            await self._start_host(host)
+        await host.ready.wait()
+        if host.error is not None:
+            raise host.error
+        return host
+
+    async def _start_host(self, host: _Host) -> None:
+        try:
+            with anyio.fail_after(self.start_timeout):
+                started = await self.engine.start_async(self.start_request(host.image))
+                assert started.sandbox_id is not None
+                host.sandbox_id = started.sandbox_id
+                await self.engine.wait_until_running(started.sandbox_id)
+            if host.image not in self._known_ids:
+                await self._learn_ids(host)
+        except BaseException as exc:
+            host.error = exc if isinstance(exc, Exception) else EnvFailed("the env sandbox's start was cancelled", kind="runtime")
+            if isinstance(exc, TimeoutError):
+                host.error = EnvFailed(
+                    f"the env sandbox (image {host.image}) did not start within {self.start_timeout:g}s", kind="runtime"
+                )
+            async with self._lock:
+                if host in self._hosts:
+                    self._hosts.remove(host)
+            if host.sandbox_id is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._stop(host.sandbox_id)
+            host.ready.set()
+            if not isinstance(exc, Exception):
+                raise
+            return
+        host.ready.set()
+
+    async def _learn_ids(self, host: _Host) -> None:
+        assert host.sandbox_id is not None
+        try:
+            client = self.engine.rocklet(host.sandbox_id, "env/list")
+            answer = await client.env("list", {}, timeout=self.timeout)
+        except EnvFailed:
+            return  # the image cannot run GEM: the make says why
+        self._known_ids[host.image] = frozenset(answer["env_id"])
+
+    async def _release(self, host: _Host) -> None:
+        """One env fewer on ``host``; stop its sandbox when it hosts none."""
+        async with self._lock:
+            host.slots -= 1
+            empty = host.slots <= 0 and host in self._hosts
+            if empty:
+                self._hosts.remove(host)
+        if empty and host.sandbox_id is not None:
+            await self._stop(host.sandbox_id)
+
+    async def _stop(self, sandbox_id: str) -> None:
+        try:
+            await self.engine.stop(sandbox_id, reason="gem: no env left")
+        except RockError:
+            pass  # already gone
+
+    async def forget(self, env: GemEnv, *, end_process: bool) -> bool:
+        """Drop ``env`` (its close, or its process's death); ``False`` when it was gone already."""
+        if self._envs.get(env.handle) is not env:
+            return False
+        del self._envs[env.handle]
+        self._closed_handles.add(env.handle)
+        with anyio.CancelScope(shield=True):
+            if end_process and env.host.sandbox_id is not None:
+                try:
+                    client = self.engine.rocklet(env.host.sandbox_id, "env/close")
+                    await client.env("close", {"env": env.key}, timeout=30.0)
+                except RockError:
+                    pass  # the sandbox or the process is gone: nothing left to end
+            await self._release(env.host)
+        return True
+
+    async def batch(self, calls: Sequence[tuple[GemEnv, str, Mapping[str, Any]]]) -> list[Any]:
+        """Run ``(env, op, args)`` calls (op ``reset`` or ``step``), one rocklet request per sandbox,
+        all sandboxes at once. Each result is the call's answer (as the rocklet gives it) or
+        its :class:`EnvFailed`."""
+        results: list[Any] = [None] * len(calls)
+        by_host: dict[str, list[int]] = {}
+        for i, (env, op, args) in enumerate(calls):
+            if env.closed:
+                results[i] = env.closed_error()
+                continue
+            assert env.host.sandbox_id is not None
+            by_host.setdefault(env.host.sandbox_id, []).append(i)
+
+        async def run(sandbox_id: str, indexes: list[int]) -> None:
+            body = [{"env": calls[i][0].key, "op": calls[i][1], **calls[i][2]} for i in indexes]
+            try:
+                client = self.engine.rocklet(sandbox_id, "env/batch")
+                async with self.engine.call(sandbox_id):
+                    answer = await client.env("batch", {"calls": body}, timeout=self.timeout)
+                items = answer["results"]
+            except (SandboxNotFound, RockletUnreachable) as exc:
+                items = [{"error": {"kind": "env_died", "message": f"the env's sandbox {sandbox_id} is gone: {exc}"}}] * len(indexes)
+            for i, item in zip(indexes, items):
+                env = calls[i][0]
+                if "ok" in item:
+                    results[i] = item["ok"]
+                    continue
+                err = item.get("error") or {}
+                results[i] = env.failure(str(err.get("kind", "env_error")), str(err.get("message", "")))
+                if results[i].kind in ("env_died", "timeout", "no_env"):
+                    await self.forget(env, end_process=False)
+
+        async with anyio.create_task_group() as tg:
+            for sandbox_id, indexes in by_host.items():
+                tg.start_soon(run, sandbox_id, indexes)
+        return results
+
+    async def list_ids(self, handle: str) -> list[str]:
+        """The ids GEM registered in the process of env ``handle``."""
+        env = self.get(handle)
+        answer = await env.call("list", {})
+        return list(answer["env_id"])
+
+    def envs(self) -> list[GemEnv]:
+        """The live envs."""
+        return list(self._envs.values())
+
+
+class GemEnv(Environment):
+    """One GEM env in a sandbox. Made by :meth:`GemProvider.make`.
+
+    :attr handle: its id on ROCK's wire (``sandbox_id``): ``<sandbox id>.<env key>``.
+    """
+
+    def __init__(self, provider: GemProvider, host: _Host, key: str, env_id: str, pid: int | None = None) -> None:
+        assert host.sandbox_id is not None
+        #: The env's process id inside its sandbox.
+        self.pid = pid
+        self.provider = provider
+        self.host = host
+        self.key = key
+        self.env_id = env_id
+        self.handle = f"{host.sandbox_id}.{key}"
+        self.closed = False
+
+    def __repr__(self) -> str:
+        return f"<GemEnv {self.env_id} {self.handle}{' closed' if self.closed else ''}>"
+
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox the env runs in."""
+        assert self.host.sandbox_id is not None
+        return self.host.sandbox_id
+
+    def failure(self, kind: str, message: str) -> EnvFailed:
+        """An :class:`EnvFailed` of this env (``kind``), its message naming the env."""
+        if self.env_id not in message:
+            message = f"env {self.env_id} ({self.handle}): {message}"
+        return EnvFailed(message, kind=kind, env_id=self.env_id, sandbox_id=self.sandbox_id)
+
+    def closed_error(self) -> EnvFailed:
+        """The error of a call after close."""
+        return self.failure("no_env", "the env is closed")
+
+    async def call(self, op: str, body: Mapping[str, Any]) -> Any:
+        """``/env/{op}`` of this env; a dead process or sandbox drops the env (and the sandbox
+        when it was its last)."""
+        if self.closed:
+            raise self.closed_error()
+        try:
+            client = self.provider.engine.rocklet(self.sandbox_id, f"env/{op}")
+            async with self.provider.engine.call(self.sandbox_id):
+                return await client.env(op, {"env": self.key, **body}, timeout=self.provider.timeout)
+        except EnvFailed as exc:
+            if exc.kind in ("env_died", "timeout", "no_env"):
+                await self._lost()
+            raise self.failure(exc.kind, exc.message) from None
+        except (SandboxNotFound, RockletUnreachable) as exc:
+            await self._lost()
+            raise self.failure("env_died", f"the env's sandbox {self.sandbox_id} is gone: {exc}") from exc
+
+    async def _lost(self) -> None:
+        self.closed = True
+        await self.provider.forget(self, end_process=False)
+
+    async def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start an episode (``seed``: GEM seeds the env's process-global generators)."""
+        answer = await self.call("reset", {"seed": seed})
+        return answer["observation"], answer["info"]
+
+    async def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Apply ``action``. After the episode ended, :class:`EnvFailed` kind ``episode_ended``."""
+        a = await self.call("step", {"action": action})
+        return a["observation"], a["reward"], a["terminated"], a["truncated"], a["info"]
+
+    async def close(self) -> None:
+        """End the env's process; stop its sandbox when it was the sandbox's last env. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        await self.provider.forget(self, end_process=True)

@@ -1,0 +1,304 @@
+"""Where envs run: this process's embedded engine, or rock's admin over HTTP.
+
+Both speak in env handles (the ``sandbox_id`` of ROCK's GEM API) and raise
+:class:`~rock_core.envs.EnvFailed` (with its ``kind``) for an env's failure and
+:class:`~rock_core.errors.InvalidParameter` for a malformed call. Every method exists twice:
+``a``-prefixed for asyncio callers, plain for synchronous ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+from rock_core.envs import EnvFailed
+from rock_core.errors import InternalServerRockError, InvalidParameter
+
+__all__ = ["Backend", "EmbeddedBackend", "RemoteBackend", "backend_for"]
+
+#: ROCK's GEM API on the admin.
+PREFIX = "/apis/v1/envs/gem"
+#: Seconds an HTTP call to the admin may take (ROCK's client waits 300 s).
+HTTP_TIMEOUT = 330.0
+
+#: A batched call: ``("reset", handle, {"seed": s})``, ``("step", handle, {"action": a})``,
+#: ``("make", None, {"env_id": ..., "kwargs": ..., "image": ...})``, ``("close", handle, {})``.
+Call = tuple[str, "str | None", Mapping[str, Any]]
+
+
+class Backend:
+    """The calls an env makes; see :class:`EmbeddedBackend` and :class:`RemoteBackend`."""
+
+    async def abatch(self, calls: Sequence[Call]) -> list[Any]:
+        """Run ``calls`` together; each result is the call's answer (ROCK's JSON shape) or its error."""
+        raise NotImplementedError
+
+    def batch(self, calls: Sequence[Call]) -> list[Any]:
+        """:meth:`abatch` for synchronous callers."""
+        raise NotImplementedError
+
+    async def acall(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        """One call; its error raised."""
+        return _raise_or(await self.abatch([(op, handle, args)]))
+
+    def call(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        """:meth:`acall` for synchronous callers."""
+        return _raise_or(self.batch([(op, handle, args)]))
+
+
+def _raise_or(results: list[Any]) -> Any:
+    if isinstance(results[0], BaseException):
+        raise results[0]
+    return results[0]
+
+
+# -- embedded ------------------------------------------------------------------------------------
+
+
+class EmbeddedBackend(Backend):
+    """Envs of this process's embedded engine (:func:`rock.sdk.get_embedded_engine`), made with
+    ``SandboxManager.make_env``; this backend keeps them by handle."""
+
+    def __init__(self) -> None:
+        from rock.sdk._engine.embedded import get_embedded_engine
+
+        self.engine = get_embedded_engine()
+        self._envs: dict[str, Any] = {}
+        self._closed: set[str] = set()
+
+    def _env(self, handle: str | None) -> Any:
+        env = self._envs.get(handle or "")
+        if env is None:
+            why = "it was closed" if handle in self._closed else "no env was made with this id in this process"
+            raise EnvFailed(f"sandbox_id {handle!r}: no env ({why})", kind="no_env")
+        return env
+
+    async def _one(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        if op == "make":
+            extra = {"image": args["image"]} if args.get("image") else {}
+            env = await self.engine.manager.make_env(args["env_id"], **extra, **dict(args.get("kwargs") or {}))
+            handle = getattr(env, "handle", None) or f"env-{id(env):x}"
+            self._envs[handle] = env
+            return {"sandbox_id": handle}
+        if op == "close":
+            env = self._envs.pop(handle or "", None)
+            if env is None and handle not in self._closed:
+                self._env(handle)
+            self._closed.add(handle or "")
+            if env is not None:
+                await env.close()
+            return {"sandbox_id": handle}
+        env = self._env(handle)
+        if op == "reset":
+            return _shape("reset", await env.reset(args.get("seed")))
+        return _shape("step", await env.step(args["action"]))
+
+    async def _run(self, calls: Sequence[Call]) -> list[Any]:
+        # On the engine's loop, where the envs live. Resets and steps of envs whose provider
+        # batches (GEM's: one rocklet request per sandbox) go to it together.
+        import anyio
+
+        results: list[Any] = [None] * len(calls)
+        batched: dict[Any, list[tuple[int, Any, str, dict[str, Any]]]] = {}
+
+        async def single(i: int, op: str, handle: str | None, args: Mapping[str, Any]) -> None:
+            try:
+                results[i] = await self._one(op, handle, args)
+            except Exception as exc:  # noqa: BLE001 - reported in its place
+                results[i] = exc
+
+        async def together(provider: Any, items: list[tuple[int, Any, str, dict[str, Any]]]) -> None:
+            answers = await provider.batch([(env, op, args) for _, env, op, args in items])
+            for (i, _, op, _), answer in zip(items, answers):
+                results[i] = answer if isinstance(answer, BaseException) else _shape(op, answer)
+
+        async with anyio.create_task_group() as tg:
+            for i, (op, handle, args) in enumerate(calls):
+                env = self._envs.get(handle or "") if op in ("reset", "step") else None
+                provider = getattr(env, "provider", None)
+                if env is not None and callable(getattr(provider, "batch", None)):
+                    batched.setdefault(provider, []).append((i, env, op, dict(args)))
+                else:
+                    tg.start_soon(single, i, op, handle, args)
+            for provider, items in batched.items():
+                tg.start_soon(together, provider, items)
+        return results
+
+    async def abatch(self, calls: Sequence[Call]) -> list[Any]:
+        """(asyncio) Run ``calls`` on the engine's loop."""
+        return await self.engine._call(self._run, list(calls))
+
+    async def acall(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        """(asyncio) One call on the engine's loop, its error raised."""
+        return await self.engine._call(self._one, op, handle, args)
+
+    def call(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        """(blocking) One call on the engine's loop, its error raised."""
+        return self.engine.call_blocking(self._one, op, handle, args)
+
+    def batch(self, calls: Sequence[Call]) -> list[Any]:
+        """(blocking) Run ``calls`` on the engine's loop."""
+        return self.engine.call_blocking(self._run, list(calls))
+
+
+def _shape(op: str, answer: Any) -> dict[str, Any]:
+    """ROCK's JSON shape of a reset or step answer (a tuple from an env, or a dict)."""
+    if isinstance(answer, dict):
+        return answer
+    if op == "reset":
+        observation, info = answer
+        return {"observation": observation, "info": info}
+    observation, reward, terminated, truncated, info = answer
+    return {"observation": observation, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info}
+
+
+# -- remote --------------------------------------------------------------------------------------
+
+
+class RemoteBackend(Backend):
+    """Envs of rock's admin at ``base_url`` (ROCK's GEM API; batches through rock's ``batch``).
+
+    :param api_key: sent as ``X-API-Key`` (default ``$ROCK_API_KEY``).
+    """
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+        from rock.sdk._engine.remote import remote_headers
+
+        self.base_url = base_url.rstrip("/")
+        self.headers = remote_headers(headers, api_key=api_key)
+        self._sync: httpx.Client | None = None
+        self._lock = threading.Lock()
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+
+    def _client(self) -> httpx.Client:
+        with self._lock:
+            if self._sync is None:
+                self._sync = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=HTTP_TIMEOUT, trust_env=False)
+            return self._sync
+
+    def _aclient(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+            client = httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=HTTP_TIMEOUT, limits=limits, trust_env=False)
+            self._async[loop] = client
+        return client
+
+    @staticmethod
+    def _body(calls: Sequence[Call]) -> dict[str, Any]:
+        out = []
+        for op, handle, args in calls:
+            item: dict[str, Any] = {"op": op, **args}
+            if handle is not None:
+                item["sandbox_id"] = handle
+            out.append(item)
+        return {"calls": out}
+
+    def _answer(self, response: httpx.Response) -> list[Any]:
+        body = _json(response, self.base_url)
+        if response.status_code == 500:
+            raise EnvFailed(str(body.get("detail", body)), kind=str(body.get("kind", "env_error")), traceback=body.get("traceback") or ())
+        if response.status_code == 404:
+            raise InternalServerRockError(
+                f"the server at {self.base_url} does not serve ROCK's GEM API ({PREFIX}); install rock-gem where the admin runs"
+            )
+        if response.status_code != 200:
+            raise InternalServerRockError(f"{self.base_url}{PREFIX}/batch answered HTTP {response.status_code}: {response.text[:300]}")
+        if body.get("status") == "Failed":
+            raise InvalidParameter(str(body.get("error") or body.get("message")))
+        results: list[Any] = []
+        for item in body["results"]:
+            err = item.get("error") if isinstance(item, dict) else None
+            if err is not None:
+                results.append(EnvFailed(str(err.get("detail", "")), kind=str(err.get("kind", "env_error"))))
+            else:
+                results.append(item)
+        return results
+
+    @staticmethod
+    def _single(op: str, handle: str | None, args: Mapping[str, Any]) -> dict[str, Any]:
+        body: dict[str, Any] = {k: v for k, v in args.items() if v is not None}
+        if handle is not None:
+            body["sandbox_id"] = handle
+        return body
+
+    def _single_answer(self, response: httpx.Response) -> Any:
+        body = _json(response, self.base_url)
+        if response.status_code == 200 and isinstance(body, dict) and body.get("status") != "Failed":
+            return body
+        if response.status_code == 200:
+            raise InvalidParameter(str(body.get("error") or body.get("message")))
+        if response.status_code == 404:
+            raise InternalServerRockError(
+                f"the server at {self.base_url} does not serve ROCK's GEM API ({PREFIX}); install rock-gem where the admin runs"
+            )
+        if isinstance(body, dict) and "detail" in body:
+            raise EnvFailed(str(body["detail"]), kind=str(body.get("kind", "env_error")), traceback=body.get("traceback") or ())
+        raise InternalServerRockError(f"{self.base_url}{PREFIX} answered HTTP {response.status_code}: {response.text[:300]}")
+
+    def call(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        """(blocking) ROCK's own endpoint for one call (``POST .../step``), so a ROCK admin serves it too."""
+        try:
+            response = self._client().post(f"{PREFIX}/{op}", json=self._single(op, handle, args))
+        except httpx.HTTPError as exc:
+            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+        return self._single_answer(response)
+
+    async def acall(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
+        """(asyncio) ROCK's own endpoint for one call."""
+        try:
+            response = await self._aclient().post(f"{PREFIX}/{op}", json=self._single(op, handle, args))
+        except httpx.HTTPError as exc:
+            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+        return self._single_answer(response)
+
+    def batch(self, calls: Sequence[Call]) -> list[Any]:
+        """(blocking) One ``POST .../batch`` for all of ``calls``."""
+        try:
+            response = self._client().post(f"{PREFIX}/batch", json=self._body(calls))
+        except httpx.HTTPError as exc:
+            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+        return self._answer(response)
+
+    async def abatch(self, calls: Sequence[Call]) -> list[Any]:
+        """(asyncio) One ``POST .../batch`` for all of ``calls``."""
+        try:
+            response = await self._aclient().post(f"{PREFIX}/batch", json=self._body(calls))
+        except httpx.HTTPError as exc:
+            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+        return self._answer(response)
+
+
+def _json(response: httpx.Response, where: str) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise InternalServerRockError(f"{where} answered HTTP {response.status_code} without JSON: {response.text[:300]}") from None
+
+
+_remote: dict[tuple[str, str | None], RemoteBackend] = {}
+_remote_lock = threading.Lock()
+_embedded: EmbeddedBackend | None = None
+
+
+def backend_for(base_url: str | None, api_key: str | None = None) -> Backend:
+    """The admin at ``base_url`` (default ``$ROCK_BASE_URL``), else the embedded engine."""
+    global _embedded
+    url = base_url or os.environ.get("ROCK_BASE_URL") or None
+    if url is None:
+        with _remote_lock:
+            if _embedded is None or _embedded.engine.closed:
+                _embedded = EmbeddedBackend()
+            return _embedded
+    key = (url.rstrip("/"), api_key)
+    with _remote_lock:
+        backend = _remote.get(key)
+        if backend is None:
+            backend = _remote[key] = RemoteBackend(url, api_key=api_key)
+        return backend

@@ -1,0 +1,308 @@
+"""GEM environments through ``rock.make`` / ``amake`` / ``make_vec`` (issue #11 point 3), on Docker.
+
+Every behaviour runs embedded (this process's engine) and through a real admin over a socket
+(``base_url``). The env image is ``rock-gem/python:3.11`` (``scripts/ensure-gem-image.sh``:
+python:3.11 with gem-llm 0.1.0's games, built offline from wheels the host fetched).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import rock
+from rock.sdk.envs import EnvFailed, VecEnvError
+
+pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[3]
+DIRECTIONS = ("up", "down", "left", "right")
+
+#: gem.md §3: the game ids that need numpy only (24).
+NUMPY_ONLY_GAMES = [
+    *(f"game:GuessTheNumber-v0-{d}" for d in ("easy", "hard", "random")),
+    *(f"game:Mastermind-v0-{d}" for d in ("easy", "hard", "random")),
+    *(f"game:Minesweeper-v0-{d}" for d in ("easy", "hard", "random")),
+    *(f"game:Sudoku-v0-{d}" for d in ("easy", "hard", "random")),
+    *(f"game:TowerofHanoi-v0-{d}" for d in ("easy", "hard", "random")),
+    *(f"game:Game2048-v0-{d}" for d in ("easy", "hard", "extreme-hard", "random")),
+    *(f"game:Sokoban-v0-{d}" for d in ("easy", "hard", "random")),
+    "game:FifteenPuzzle-v0-easy",
+    "game:FifteenPuzzle-v0-hard",
+]
+#: A well-formed action of each game (gem.md §2); any is fine for one step.
+ACTIONS = {
+    "GuessTheNumber": "\\boxed{3}",
+    "Mastermind": "\\boxed{1 2}",
+    "Minesweeper": "\\boxed{reveal 1 1}",
+    "Sudoku": "\\boxed{1 1 1}",
+    "TowerofHanoi": "\\boxed{A C}",
+    "Game2048": "\\boxed{up}",
+    "Sokoban": "\\boxed{up}",
+    "FifteenPuzzle": "\\boxed{up}",
+}
+
+
+@pytest.fixture(scope="session")
+def gem_image(docker_client: Any) -> str:
+    """rock-gem's env image, made when missing (offline: uv fetches the wheels)."""
+    subprocess.run([str(ROOT / "scripts" / "ensure-gem-image.sh")], check=True, timeout=600)
+    return "rock-gem/python:3.11"
+
+
+@pytest.fixture(params=["embedded", "admin"])
+def where(request: pytest.FixtureRequest, gem_image: str, engine: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """``make``'s keyword for the mode: nothing (embedded) or the admin's ``base_url``."""
+    monkeypatch.delenv("ROCK_BASE_URL", raising=False)
+    if request.param == "admin":
+        return {"base_url": request.getfixturevalue("admin").url}
+    return {}
+
+
+def play_sokoban_demo(where: dict[str, Any], seed: int = 42) -> list[tuple[str, Any]]:
+    """ROCK's examples/sokoban_demo.py: random moves until terminated or truncated."""
+    env = rock.make("game:Sokoban-v0-easy", **where)
+    try:
+        observation, info = env.reset(seed=seed)
+        assert "Sokoban" in observation and "board" in info["suffix"]
+        rng = random.Random(seed)
+        trajectory = []
+        while True:
+            action = "\\boxed{%s}" % rng.choice(DIRECTIONS)
+            observation, reward, terminated, truncated, info = env.step(action)
+            trajectory.append((observation, reward))
+            if terminated or truncated:
+                return trajectory
+    finally:
+        env.close()
+        env.close()  # idempotent
+
+
+def test_sokoban_demo_runs_to_the_end(where: dict[str, Any]) -> None:
+    trajectory = play_sokoban_demo(where)
+    assert 1 <= len(trajectory) <= 20  # easy: 20 turns at most
+
+
+def test_same_seed_same_trajectory_in_two_envs_with_others_stepping(where: dict[str, Any]) -> None:
+    a = rock.make("game:Game2048-v0-hard", **where)  # 2048 spawns tiles from the global RNG
+    b = rock.make("game:Game2048-v0-hard", **where)
+    noise = rock.make("game:Game2048-v0-hard", **where)
+    try:
+        a.reset(seed=5)
+        noise.reset(seed=6)
+        moves = ["\\boxed{%s}" % d for d in ("up", "left", "down", "right") * 4]
+        first = []
+        for move in moves:
+            first.append(a.step(move))
+            noise.step(move)
+        b.reset(seed=5)
+        second = [b.step(move) for move in moves]
+        assert first == second
+    finally:
+        for env in (a, b, noise):
+            env.close()
+
+
+def test_unknown_id_lists_close_matches(where: dict[str, Any]) -> None:
+    with pytest.raises(EnvFailed) as caught:
+        rock.make("game:Sokoban-v0", **where)
+    assert caught.value.kind == "unknown_env"
+    assert "game:Sokoban-v0-easy" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kind", "words"),
+    [("game:Wordle-v0-easy", "missing_data", "NLTK data 'words'"), ("math:GSM8K", "missing_dependency", "'datasets'")],
+)
+def test_missing_offline_data_fails_fast_with_the_reason(where: dict[str, Any], env_id: str, kind: str, words: str) -> None:
+    rock.make("game:GuessTheNumber-v0-easy", **where).close()  # the sandbox's start is not the point here
+    started = time.monotonic()
+    with pytest.raises(EnvFailed) as caught:
+        rock.make(env_id, **where)
+    assert caught.value.kind == kind and words in str(caught.value)
+    assert time.monotonic() - started < 15, "no 24 s network stall"
+
+
+def test_step_after_the_episode_ended_is_refused_until_reset(where: dict[str, Any]) -> None:
+    with rock.make("game:Sokoban-v0-easy", **where) as env:
+        env.reset(seed=1)
+        observation, reward, terminated, truncated, info = env.step("not an action")  # ends the episode
+        assert terminated and reward == -0.1
+        with pytest.raises(EnvFailed) as caught:
+            env.step("\\boxed{up}")
+        assert caught.value.kind == "episode_ended" and "reset()" in str(caught.value)
+        env.reset(seed=1)
+        assert env.step("\\boxed{up}")[2] in (True, False)
+
+
+def test_a_closed_env_is_a_clear_error(where: dict[str, Any]) -> None:
+    env = rock.make("game:GuessTheNumber-v0-easy", **where)
+    env.close()
+    with pytest.raises(EnvFailed, match="closed") as caught:
+        env.step("\\boxed{1}")
+    assert caught.value.kind == "no_env"
+
+
+async def test_amake_is_the_async_twin(where: dict[str, Any]) -> None:
+    async with await rock.amake("game:Sokoban-v0-easy", **where) as env:
+        observation, info = await env.reset(seed=42)
+        assert "board" in info["suffix"]
+        result = await env.step("\\boxed{up}")
+        assert len(result) == 5
+    await env.aclose()
+
+
+async def test_vector_env_partial_steps_and_explicit_resets(where: dict[str, Any]) -> None:
+    vec = await rock.amake_vec("game:Sokoban-v0-easy", 4, seed=100, **where)
+    try:
+        observations, infos = await vec.reset()
+        solo = rock.make("game:Sokoban-v0-easy", **where)
+        try:
+            assert solo.reset(seed=102)[1] == infos[2]  # env i gets seed + i
+        finally:
+            solo.close()
+        obs, rewards, terminations, truncations, infos = await vec.step({1: "\\boxed{up}", 3: "junk"})
+        assert len(obs) == 2 and terminations[1] is True  # junk ends env 3's episode
+        with pytest.raises(VecEnvError) as caught:
+            await vec.step(["\\boxed{up}"] * 4)
+        assert set(caught.value.errors) == {3} and caught.value.errors[3].kind == "episode_ended"
+        assert set(caught.value.results) == {0, 1, 2}
+        await vec.reset(seed=[7], indices=[3])
+        assert len((await vec.step(["\\boxed{up}"] * 4))[0]) == 4
+    finally:
+        await vec.aclose()
+
+
+def test_every_numpy_only_game_makes_resets_and_steps(gem_image: str, engine: Any) -> None:
+    vecs = []
+    try:
+        for env_id in NUMPY_ONLY_GAMES:
+            env = rock.make(env_id)
+            vecs.append(env)
+            observation, info = env.reset(seed=42)
+            assert isinstance(observation, str) and observation
+            name = env_id.split(":")[1].split("-")[0]
+            result = env.step(ACTIONS[name])
+            assert isinstance(result[0], str) and isinstance(result[1], float)
+            assert isinstance(result[2], bool) and isinstance(result[3], bool) and isinstance(result[4], dict)
+    finally:
+        for env in vecs:
+            env.close()
+
+
+def test_a_dead_env_process_is_a_clear_error_and_its_sandbox_is_stopped(gem_image: str, engine: Any, containers: Any) -> None:
+    from rock_core.actions import Command
+
+    env = rock.make("game:Sokoban-v0-easy")
+    provider_env = rock.sdk.envs._backend.backend_for(None)._envs[env.sandbox_id]
+    sandbox_id = provider_env.sandbox_id
+
+    async def kill() -> None:
+        client = engine.manager.rocklet(sandbox_id)
+        await client.execute(Command(command=["kill", "-9", str(provider_env.pid)]))
+
+    engine.call_blocking(kill)
+    with pytest.raises(EnvFailed) as caught:
+        env.step("\\boxed{up}")
+    assert caught.value.kind == "env_died" and "game:Sokoban-v0-easy" in str(caught.value)
+    with pytest.raises(EnvFailed):
+        env.reset()
+    assert containers.gone(sandbox_id), "the sandbox whose only env died is stopped and removed"
+    env.close()
+
+
+def test_a_slow_reset_does_not_hold_up_other_envs(gem_image: str, engine: Any) -> None:
+    async def run() -> None:
+        slow = await rock.amake("game:Sokoban-v0-hard")
+        fast = await rock.amake("game:Sokoban-v0-easy")
+        try:
+            assert slow.sandbox_id.split(".")[0] == fast.sandbox_id.split(".")[0]  # one sandbox
+            reset = asyncio.create_task(slow.reset(seed=42))  # seconds (gem.md: 9.6 s)
+            await asyncio.sleep(0.05)
+            await fast.reset(seed=1)
+            for _ in range(5):
+                await fast.step("\\boxed{left}")
+            assert not reset.done(), "the other env was served while the slow reset ran"
+            await reset
+        finally:
+            await slow.aclose()
+            await fast.aclose()
+
+    asyncio.run(run())
+
+
+# -- ROCK's wire, on the admin ----------------------------------------------------------------
+
+
+@pytest.fixture
+def gem_api(admin: Any, gem_image: str) -> httpx.Client:
+    with httpx.Client(base_url=admin.url + "/apis/v1/envs/gem", timeout=300) as client:
+        yield client
+
+
+def test_rock_wire_shapes(gem_api: httpx.Client) -> None:
+    made = gem_api.post("/make", json={"env_id": "game:Sokoban-v0-easy"})
+    assert made.status_code == 200 and set(made.json()) == {"sandbox_id"}
+    handle = made.json()["sandbox_id"]
+    reset = gem_api.post("/reset", json={"sandbox_id": handle, "seed": 42})
+    assert reset.status_code == 200 and set(reset.json()) == {"observation", "info"}
+    step = gem_api.post("/step", json={"sandbox_id": handle, "action": "\\boxed{up}", "session": "ignored"})
+    assert step.status_code == 200
+    assert set(step.json()) == {"observation", "reward", "terminated", "truncated", "info"}
+    listed = gem_api.post("/list", json={"sandbox_id": handle})
+    assert "game:Sokoban-v0-easy" in listed.json()["env_id"]
+    assert gem_api.post("/close", json={"sandbox_id": handle}).json() == {"sandbox_id": handle}
+    assert gem_api.post("/close", json={"sandbox_id": handle}).json() == {"sandbox_id": handle}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("/reset", {"sandbox_id": "  "}, "body.sandbox_id"),
+        ("/reset", {"sandbox_id": "x", "seed": "forty-two"}, "body.seed"),
+        ("/step", {"sandbox_id": "x"}, "body.action: Field required"),
+        ("/step", {"action": "\\boxed{up}"}, "body.sandbox_id: Field required"),
+        ("/close", {}, "body.sandbox_id: Field required"),
+    ],
+)
+def test_rock_validation_errors_are_http_200_failed(gem_api: httpx.Client, path: str, body: dict[str, Any], error: str) -> None:
+    response = gem_api.post(path, json=body)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["status"] == "Failed" and answer["message"] == "invalid parameter" and answer["result"] is None
+    assert error in answer["error"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "detail"),
+    [
+        ("/make", {}, "env_id is required"),
+        ("/make", {"env_id": "game:NoSuchGame-v0"}, "is not a registered GEM environment"),
+        ("/step", {"sandbox_id": "nope.e1", "action": "x"}, "no GEM env"),
+    ],
+)
+def test_rock_runtime_errors_are_http_500_detail(gem_api: httpx.Client, path: str, body: dict[str, Any], detail: str) -> None:
+    response = gem_api.post(path, json=body)
+    assert response.status_code == 500
+    assert detail in response.json()["detail"] and isinstance(response.json()["traceback"], list)
+
+
+def test_a_batch_is_one_request(gem_api: httpx.Client) -> None:
+    made = gem_api.post("/batch", json={"calls": [{"op": "make", "env_id": "game:Sokoban-v0-easy"}] * 3}).json()["results"]
+    handles = [r["sandbox_id"] for r in made]
+    results = gem_api.post(
+        "/batch",
+        json={"calls": [{"op": "reset", "sandbox_id": h, "seed": 9} for h in handles] + [{"op": "step", "sandbox_id": "nope.e1", "action": "x"}]},
+    ).json()["results"]
+    assert results[0] == results[1] == results[2]
+    assert results[3]["error"]["kind"] == "no_env"
+    invalid = gem_api.post("/batch", json={"calls": [{"op": "step", "sandbox_id": handles[0]}]}).json()
+    assert invalid["status"] == "Failed" and "body.calls[0].action" in invalid["error"]
+    closed = gem_api.post("/batch", json={"calls": [{"op": "close", "sandbox_id": h} for h in handles]}).json()["results"]
+    assert closed == [{"sandbox_id": h} for h in handles]
