@@ -313,6 +313,9 @@ def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F8
     assert text.strip() == f"meta=sbx-1 alloc={alloc['ID']} dir=/local secret=s3cret greeting=hi-{job_id}"
     stderr = api.get(f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "main", "type": "stderr", "plain": "true"})
     assert stderr.text.strip() == "oops"
+    tail = api.get(f"/v1/client/fs/logs/{alloc['ID']}",
+                   params={"task": "main", "type": "stderr", "plain": "true", "origin": "end", "offset": 3})
+    assert tail.text == "ps\n"
     missing = api.get(f"/v1/client/fs/logs/{alloc['ID'][:-4]}beef", params={"task": "main", "type": "stdout"})
     assert missing.status_code == 404
 

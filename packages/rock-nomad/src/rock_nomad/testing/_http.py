@@ -448,6 +448,17 @@ class Api:
         if task not in alloc["TaskStates"]:
             raise NomadError(400, f'unknown task name "{task}"')
         data = await runner.live_logs(kind) if runner is not None else b""
+        try:
+            offset = int(request.query_params.get("offset") or 0)
+        except ValueError:
+            raise NomadError(400, "Invalid offset") from None
+        origin = request.query_params.get("origin") or "start"
+        if origin not in ("start", "end"):
+            raise NomadError(400, 'origin must be "start" or "end"')
+        if origin == "end":
+            data = data[len(data) - min(len(data), max(0, offset)):]
+        else:
+            data = data[max(0, offset):]
         if self._flag(request, "plain"):
             return Response(data, media_type="text/plain; charset=utf-8")
         frame = {"File": f"alloc/logs/{task}.{kind}.0", "Offset": len(data),
