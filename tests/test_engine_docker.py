@@ -25,6 +25,7 @@ from rock_core.errors import (
     SandboxNotFound,
     SessionNotFound,
 )
+from rock_core.responses import start_response, status_response
 from rock_core.states import State
 from rock_core.testing import eventually_empty
 from rock_docker import DockerRuntime
@@ -76,10 +77,10 @@ async def engine(docker_client):
 async def test_start_run_and_stop_removes_the_container(engine, docker_client):
     started = await engine.start_async(SandboxStartRequest(**SMALL))
     sandbox_id = started.sandbox_id
-    assert started.memory == "0.25g" and started.cpus == 0.5
+    assert start_response(started).memory == "0.25g" and start_response(started).cpus == 0.5  # ROCK's wire sizes
     status = await engine.wait_until_running(sandbox_id, timeout=120)
-    assert status.state is State.RUNNING and status.is_alive
-    assert {p: ph.status.value for p, ph in status.status.items()} == {"image_pull": "success", "docker_run": "success"}
+    assert status.state is State.RUNNING and status_response(status).is_alive
+    assert {p: ph.status.value for p, ph in status.phases.items()} == {"image_pull": "success", "docker_run": "success"}
     assert set(status.port_mapping) >= {22555, 8080}
     (container,) = containers_of(docker_client, sandbox_id)
     assert container.name == sandbox_id
@@ -114,7 +115,7 @@ async def test_restart_keeps_files_and_drops_sessions(engine, docker_client):
     await engine.stop(sandbox_id)
     status = await engine.get_status(sandbox_id, include_all_states=True)
     assert status.state is State.STOPPED and status.reason == "manual"
-    assert status.auto_delete_time is not None
+    assert status_response(status).auto_delete_time is not None
     (container,) = containers_of(docker_client, sandbox_id)
     assert container.status == "exited"
     with pytest.raises(SandboxNotFound, match="is not running"):
@@ -122,7 +123,7 @@ async def test_restart_keeps_files_and_drops_sessions(engine, docker_client):
 
     await engine.restart(sandbox_id)
     status = await engine.wait_until_running(sandbox_id, timeout=120)
-    assert status.start_time is not None and status.stop_time is None
+    assert status.record.start_time is not None and status.record.stop_time is None
     client = engine.rocklet(sandbox_id)
     assert (await client.read_file(ReadFileRequest(path="/root/keep.txt"))).content == "kept"
     with pytest.raises(SessionNotFound):
@@ -142,8 +143,9 @@ async def test_a_burst_waits_in_the_fair_queue(docker_client):
         ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)]
         status = await eventually(lambda: _queued(engine, ids[2]))
         assert status.queue_position in (1, 2)
-        assert status.status["queued"].status.value == "waiting"
-        assert "position" in status.status["queued"].message
+        shown = status_response(status)  # ROCK's clients see the wait as a phase
+        assert shown.status["queued"].status.value == "waiting"
+        assert "position" in shown.status["queued"].message
         for sandbox_id in ids:
             assert (await engine.wait_until_running(sandbox_id, timeout=120)).state is State.RUNNING
         assert (await engine.get_status(ids[2])).queue_position is None
@@ -153,7 +155,7 @@ async def test_idle_sandbox_is_stopped_as_expired(engine):
     started = await engine.start_async(SandboxStartRequest(**SMALL, auto_clear_seconds=1, auto_delete_seconds=60))
     sandbox_id = started.sandbox_id
     status = await engine.wait_until_running(sandbox_id, timeout=120)
-    assert status.auto_stop_time is not None
+    assert status.idle_deadline is not None and status_response(status).auto_stop_time == status.idle_deadline
     await eventually(lambda: engine.get_record(sandbox_id).state is State.STOPPED, timeout=30)
     assert engine.get_record(sandbox_id).reason == "expired"
 
@@ -213,7 +215,7 @@ async def test_unknown_image_fails_fast_and_leaves_nothing(engine, docker_client
         await engine.wait_until_running(started.sandbox_id, timeout=120)
     assert time.monotonic() - t0 < 30
     status = await engine.get_status(started.sandbox_id, include_all_states=True)
-    assert status.state is State.STOPPED and status.status["image_pull"].status.value == "failed"
+    assert status.state is State.STOPPED and status.phases["image_pull"].status.value == "failed"
     assert containers_of(docker_client, started.sandbox_id) == []
 
 
@@ -364,7 +366,7 @@ async def test_keep_stopped_delay_is_capped_by_the_engine(docker_client):
         started = await engine.start_async(SandboxStartRequest(**SMALL, auto_delete_seconds=3600))
         await engine.wait_until_running(started.sandbox_id, timeout=120)
         await engine.stop(started.sandbox_id)
-        status = await engine.get_status(started.sandbox_id, include_all_states=True)
+        status = status_response(await engine.get_status(started.sandbox_id, include_all_states=True))
         assert status.state is State.STOPPED
         assert (status.auto_delete_time - status.stop_time).total_seconds() == pytest.approx(60, abs=1)
         assert status.auto_stop_time is None and status.auto_archive_time is None

@@ -182,7 +182,7 @@ async def test_a_rocklet_refuses_callers_without_its_own_secret(engine):
     # The secret is in no status, and the sandbox's commands do not inherit it.
     status = await engine.get_status(b)
     assert record_b.rocklet_token not in json.dumps(str(status))
-    assert status.security["rocklet_auth"] is True
+    assert status.record.security["rocklet_auth"] is True
     env = await sh(engine, b, "env")
     assert TOKEN_ENV not in env.stdout and record_b.rocklet_token not in env.stdout
 
@@ -208,7 +208,7 @@ async def test_a_sandbox_that_knows_its_own_secret_gains_nothing_over_another(en
 
 async def test_hardened_defaults_are_applied_and_shown_in_the_status(engine):
     sandbox_id = await start(engine)
-    security = (await engine.get_status(sandbox_id)).security
+    security = (await engine.get_status(sandbox_id)).record.security
     assert security["pids_limit"] == 4096 and security["no_new_privileges"] is True
     assert security["nofile_limit"] == 16384 and security["network"] == "isolated"
     assert "NET_RAW" not in security["capabilities"] and "SYS_ADMIN" not in security["capabilities"]

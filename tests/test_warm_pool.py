@@ -79,7 +79,7 @@ async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, 
     before = {c.id for c in members(docker_client, pooled)}
     status = await pooled.start(SandboxStartRequest(**KIND, sandbox_id="claimed-1"))
     assert status.state is State.RUNNING
-    assert status.status["docker_run"].message.startswith("claimed from warm pool")
+    assert status.phases["docker_run"].message.startswith("claimed from warm pool")
     container = docker_client.containers.get("claimed-1")
     assert container.id in before, "the sandbox is one of the members, renamed"
     assert set(status.port_mapping) >= {22555, 8080}
@@ -99,7 +99,7 @@ async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, 
 async def test_two_claims_get_separate_containers(pooled):
     a = await pooled.start(SandboxStartRequest(**KIND))
     b = await pooled.start(SandboxStartRequest(**KIND))
-    assert a.status["docker_run"].message.startswith("claimed") and b.status["docker_run"].message.startswith("claimed")
+    assert a.phases["docker_run"].message.startswith("claimed") and b.phases["docker_run"].message.startswith("claimed")
     await pooled.rocklet(a.sandbox_id).execute(Command(command=["sh", "-c", "echo secret > /tmp/mine"]))
     seen = await pooled.rocklet(b.sandbox_id).execute(Command(command=["ls", "/tmp"]))
     assert "mine" not in seen.stdout
@@ -107,7 +107,7 @@ async def test_two_claims_get_separate_containers(pooled):
 
 async def test_another_kind_starts_cold_and_leaves_the_pool_alone(pooled, docker_client):
     status = await pooled.start(SandboxStartRequest(**OTHER_KIND))
-    assert status.status["docker_run"].message == "docker run success"
+    assert status.phases["docker_run"].message == "docker run success"
     (pool,) = pooled.warm_pools()
     assert (pool.ready, pool.claimed) == (2, 0)
 
@@ -123,7 +123,7 @@ async def test_an_empty_pool_falls_back_to_an_ordinary_start(docker_client):
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(start)
-        messages = sorted(r.status["docker_run"].message.split(" pool-")[0] for r in results)
+        messages = sorted(r.phases["docker_run"].message.split(" pool-")[0] for r in results)
         assert all(r.state is State.RUNNING for r in results)
         assert messages == ["claimed from warm pool", "docker run success", "docker run success"]
 
@@ -187,7 +187,7 @@ async def test_resize_and_remove_a_pool(pooled, docker_client):
     await eventually(lambda: members(docker_client, pooled) == [])
     assert pooled.warm_pools() == []
     status = await pooled.start(SandboxStartRequest(**KIND))
-    assert status.status["docker_run"].message == "docker run success"
+    assert status.phases["docker_run"].message == "docker run success"
 
 
 async def test_removing_a_pool_while_its_members_start_leaves_nothing(docker_client):
@@ -275,7 +275,7 @@ async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
         (refill,) = members(docker_client, engine)
         assert refill.id != first.id
         created = {c.name: c.attrs["Created"] for c in engine_containers(docker_client, engine)}
-        cold = [created[s.sandbox_id] for s in statuses if s.status["docker_run"].message == "docker run success"]
+        cold = [created[s.sandbox_id] for s in statuses if s.phases["docker_run"].message == "docker run success"]
         assert len(cold) == 3
         assert created[refill.name] > max(cold), "the refill waited for the queued starts"
 
@@ -316,7 +316,7 @@ async def test_each_claimed_member_keeps_a_secret_of_its_own(pooled):
     and no other sandbox's secret opens it."""
     a = await pooled.start(SandboxStartRequest(**KIND))
     b = await pooled.start(SandboxStartRequest(**KIND))
-    assert a.status["docker_run"].message.startswith("claimed") and b.status["docker_run"].message.startswith("claimed")
+    assert a.phases["docker_run"].message.startswith("claimed") and b.phases["docker_run"].message.startswith("claimed")
     token_a, token_b = pooled.get_record(a.sandbox_id).rocklet_token, pooled.get_record(b.sandbox_id).rocklet_token
     assert token_a and token_b and token_a != token_b
     assert pooled.get_record(a.sandbox_id).security["rocklet_auth"] is True

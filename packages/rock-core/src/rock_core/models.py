@@ -59,6 +59,7 @@ __all__ = [
     "PullPolicy",
     "SandboxSpec",
     "SandboxRecord",
+    "SandboxStatus",
     "UnitState",
     "RuntimeStatus",
 ]
@@ -394,6 +395,50 @@ class SandboxRecord:
     def rocklet_host_port(self) -> int | None:
         """The host port published for the in-sandbox agent, if the runtime published one."""
         return self.port_mapping.get(Port(ROCKLET_PORT))
+
+
+@attrs.frozen
+class SandboxStatus:
+    """What the engine knows of a sandbox now: its :class:`SandboxRecord` plus what is only in
+    memory, its place in the start queue and its idle deadline.
+
+    The engine answers ``get_status`` with it; the admin and the SDK turn it into ROCK's
+    ``SandboxStatusResponse`` (:func:`rock_core.responses.status_response`). The record's
+    fields most callers read are repeated as properties.
+
+    :param queue_position: its place in the start queue while it waits for a slot (1 = next).
+    :param idle_deadline: when it is stopped for idling, if it is pending or running and has an
+        ``auto_clear_seconds``.
+    """
+
+    record: SandboxRecord
+    queue_position: int | None = None
+    idle_deadline: datetime | None = None
+
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox's id."""
+        return self.record.sandbox_id
+
+    @property
+    def state(self) -> State:
+        """Its lifecycle state."""
+        return self.record.state
+
+    @property
+    def phases(self) -> dict[str, Phase]:
+        """Its start and archive phases."""
+        return self.record.phases
+
+    @property
+    def port_mapping(self) -> PortMapping:
+        """Its ports on the host, by port in the sandbox."""
+        return self.record.port_mapping
+
+    @property
+    def reason(self) -> str | None:
+        """Why it stopped (or its archive or restore failed)."""
+        return self.record.reason
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,20 +1,18 @@
 """The wire views of a sandbox's record: what ROCK's API answers for a start and a status.
 
-The engine keeps :class:`~rock_core.models.SandboxRecord` s; the admin (``rock.admin``) and the
-SDK (``rock.sdk``) answer with the models of :mod:`rock_core.actions`. This module is the one
-place those answers are built from a record, so the engine's records and ROCK's wire fields
-(sizes as ``"8.00g"``, the ``queued`` phase, ``disk_limit_rootfs``, ``gateway_version``) meet
-only here. (The engine's ``start_async``, ``restart``, ``get_status`` and ``status_of`` still
-return these models, built by calling this module: issue #9 point 4 left that ripple for later.)
+The engine answers with its own types: a :class:`~rock_core.models.SandboxRecord` (``start_async``,
+``restart``) and a :class:`~rock_core.models.SandboxStatus` (``get_status``, ``wait_until_running``,
+``status_of``). The admin (``rock.admin``) and the SDK's embedded engine (``rock.sdk``) answer
+with the models of :mod:`rock_core.actions`, built here, the one place where the engine's
+records and ROCK's wire fields (sizes as ``"8.00g"``, the ``queued`` phase,
+``disk_limit_rootfs``, ``gateway_version``) meet. The engine never calls this module.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from rock_core import __version__
 from rock_core.actions import SandboxStartResponse, SandboxStatusResponse, StateHistoryEntry
-from rock_core.models import Phase, PhaseStatus, SandboxRecord
+from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
 from rock_core.states import LIVE_STATES, State
 from rock_core.units import format_size
 
@@ -44,17 +42,11 @@ def start_response(record: SandboxRecord) -> SandboxStartResponse:
     )
 
 
-def status_response(
-    record: SandboxRecord, *, last_activity: float, queue_position: int | None = None
-) -> SandboxStatusResponse:
-    """The answer to ``get_status`` for ``record``: ROCK's fields, plus reason, notes, security
-    and queue position.
-
-    :param last_activity: the time (``time.time()``) of the sandbox's last activity, from which
-        a live sandbox's idle deadline (``auto_stop_time``) is counted.
-    :param queue_position: the sandbox's place in the start queue while it waits (1 = next);
-        it is also shown as the ``queued`` phase.
-    """
+def status_response(status: SandboxStatus) -> SandboxStatusResponse:
+    """The answer to ``get_status`` for the engine's ``status`` of a sandbox: ROCK's fields, plus
+    reason, notes, security and queue position (also shown as the ``queued`` phase)."""
+    record = status.record
+    queue_position = status.queue_position
     spec = record.spec
     phases = dict(record.phases)
     if record.state is State.PENDING and queue_position is not None:
@@ -65,8 +57,8 @@ def status_response(
     else:
         queue_position = None
     auto_stop = auto_archive = auto_delete = None
-    if record.state in LIVE_STATES and spec.auto_clear_seconds:
-        auto_stop = datetime.fromtimestamp(last_activity + spec.auto_clear_seconds, timezone.utc)
+    if record.state in LIVE_STATES:
+        auto_stop = status.idle_deadline
     elif record.auto_transition_state is State.ARCHIVED:
         auto_archive = record.auto_transition_time
     elif record.auto_transition_state is State.DELETED:

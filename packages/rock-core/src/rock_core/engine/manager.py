@@ -32,7 +32,9 @@ manager:
 - :mod:`~rock_core.engine.extensions`: the runtime, archive store and environment providers
   built from plugins.
 
-The wire models it answers with are built by :mod:`rock_core.responses`. Commands, files and
+It answers with its own types, :class:`~rock_core.models.SandboxRecord` and
+:class:`~rock_core.models.SandboxStatus`; the admin and the SDK build ROCK's wire models from them
+(:mod:`rock_core.responses`). Commands, files and
 sessions do not pass through here: :meth:`SandboxManager.rocklet` hands out a
 :class:`~rock_core.engine.rocklet_client.RockletClient` for the sandbox (and counts the call as
 activity for the idle timer).
@@ -45,6 +47,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -52,7 +55,7 @@ import anyio
 import attrs
 import httpx
 
-from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse, WarmPoolStatus
+from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.engine import archiving, claims, extensions, reaping, reconcile, recovery, starting, stopping, timers
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
@@ -72,8 +75,7 @@ from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
 from rock_core.errors import SandboxNotFound
-from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord
-from rock_core.responses import status_response
+from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, SandboxStatus
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, Event, State
 
@@ -255,7 +257,7 @@ class SandboxManager:
         experiment_id: str | None = None,
         namespace: str | None = None,
         cluster: str | None = None,
-    ) -> SandboxStartResponse:
+    ) -> SandboxRecord:
         """Accept a start: record it as ``pending``, queue it, and return at once.
 
         The keyword arguments are ROCK's identity headers. Poll :meth:`get_status` or await
@@ -268,13 +270,13 @@ class SandboxManager:
             self, request, user_id=user_id, experiment_id=experiment_id, namespace=namespace, cluster=cluster
         )
 
-    async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatusResponse:
+    async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatus:
         """:meth:`start_async`, then wait until the sandbox runs (or its start fails)."""
         started = await self.start_async(request, **identity)
         assert started.sandbox_id is not None
         return await self.wait_until_running(started.sandbox_id)
 
-    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatus:
         """Wait for the current start of ``sandbox_id`` to finish; return its running status.
 
         :raises InternalServerRockError: the start failed: ``"Failed to start sandbox because
@@ -284,7 +286,7 @@ class SandboxManager:
         """
         return await starting.wait_until_running(self, sandbox_id, timeout)
 
-    async def restart(self, sandbox_id: str) -> SandboxStartResponse:
+    async def restart(self, sandbox_id: str) -> SandboxRecord:
         """Start a stopped sandbox again in its own unit: files kept, sessions gone. An archived
         sandbox is restored from its archive (``pending`` until it runs; a failed or timed-out
         restore leaves it ``archived`` with the reason, see :meth:`wait_until_running`).
@@ -473,24 +475,26 @@ class SandboxManager:
 
     # -- status ------------------------------------------------------------------------------
 
-    def status_of(self, record: SandboxRecord) -> SandboxStatusResponse:
-        """The ``get_status`` view of ``record`` (ROCK's fields, plus reason, notes and queue position),
-        built by :func:`rock_core.responses.status_response` from what the engine knows of it now."""
+    def status_of(self, record: SandboxRecord) -> SandboxStatus:
+        """What the engine knows of ``record``'s sandbox now: its queue position and idle deadline."""
         position = self.queue.position(record.sandbox_id) if record.state is State.PENDING else None
-        return self._status(record, position, time.time())
+        return self._status(record, position)
 
-    def statuses_of(self, records: Iterable[SandboxRecord]) -> list[SandboxStatusResponse]:
+    def statuses_of(self, records: Iterable[SandboxRecord]) -> list[SandboxStatus]:
         """:meth:`status_of` of each record, the start queue walked once for all (a listing)."""
         positions = self.queue.positions()
-        now = time.time()
-        return [self._status(r, positions.get(r.sandbox_id), now) for r in records]
+        return [self._status(r, positions.get(r.sandbox_id)) for r in records]
 
-    def _status(self, record: SandboxRecord, position: int | None, now: float) -> SandboxStatusResponse:
-        live = self._live.get(record.sandbox_id)
-        activity = live.activity if live is not None else now
-        return status_response(record, last_activity=activity, queue_position=position)
+    def _status(self, record: SandboxRecord, position: int | None) -> SandboxStatus:
+        deadline = None
+        clear = record.spec.auto_clear_seconds
+        if record.state in LIVE_STATES and clear:
+            live = self._live.get(record.sandbox_id)
+            activity = live.activity if live is not None else time.time()
+            deadline = datetime.fromtimestamp(activity + clear, timezone.utc)
+        return SandboxStatus(record=record, queue_position=position, idle_deadline=deadline)
 
-    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
+    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatus:
         """ROCK's ``get_status``: a pending or running sandbox's status and phases.
 
         Without ``include_all_states``, a sandbox that is stopped, archived or deleted is

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from rock_core.actions import SandboxStartRequest, SandboxStartResponse, SandboxStatusResponse
+from rock_core.actions import SandboxStartRequest
 from rock_core.converters import spec_from_start_request
 from rock_core.engine import archiving, claims
 from rock_core.engine.live import LiveSandbox, describe_exit, new_rocklet_token, not_running_error, now
@@ -46,9 +46,9 @@ from rock_core.models import (
     RuntimeStatus,
     SandboxRecord,
     SandboxSpec,
+    SandboxStatus,
     UnitState,
 )
-from rock_core.responses import start_response
 from rock_core.runtime import UnitHandle
 from rock_core.states import LIVE_STATES, Event, State
 from rock_core.units import format_size
@@ -142,7 +142,7 @@ def validate(engine: SandboxManager, spec: SandboxSpec) -> None:
 
 async def start_async(
     engine: SandboxManager, request: SandboxStartRequest, **identity: str | None
-) -> SandboxStartResponse:
+) -> SandboxRecord:
     """:meth:`SandboxManager.start_async <rock_core.engine.manager.SandboxManager.start_async>`:
     record the start ``pending``, hand it to :func:`run_start`, and return at once.
 
@@ -180,7 +180,7 @@ async def start_async(
     engine._live[sandbox_id] = LiveSandbox(record=record)
     engine._save(record)
     tg.start_soon(run_start, engine, sandbox_id, time.monotonic(), False)
-    return start_response(record)
+    return record
 
 
 async def run_start(engine: SandboxManager, sandbox_id: str, t0: float, reuse: bool) -> None:
@@ -378,7 +378,7 @@ async def _wait_for_rocklet(engine: SandboxManager, live: LiveSandbox, handle: U
         delay = min(delay * 1.5, 0.05)
 
 
-async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: float | None = None) -> SandboxStatus:
     """:meth:`SandboxManager.wait_until_running <rock_core.engine.manager.SandboxManager.wait_until_running>`:
     wait for the current start of ``sandbox_id`` to finish; its running status, or why it is not running."""
     live = engine._live.get(sandbox_id)
@@ -403,7 +403,7 @@ async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: f
     raise not_running_error(record, "wait_until_running")
 
 
-async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxStartResponse:
+async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxRecord:
     """:meth:`SandboxManager.restart <rock_core.engine.manager.SandboxManager.restart>`: start a
     stopped sandbox again in its own unit (files kept, sessions gone), or restore an archived
     one from its archive (:mod:`rock_core.engine.archiving`)."""
@@ -411,7 +411,7 @@ async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxStartRespon
     record = live.record if live is not None else engine.get_record(sandbox_id)
     if live is not None and record.state is State.ARCHIVED:
         await archiving.restore(engine, live)
-        return start_response(live.record)
+        return live.record
     runtime = engine.runtime
     if record.state is State.STOPPED and not runtime.keeps_files_across_stop:
         raise BadRequestRockError(
@@ -442,4 +442,4 @@ async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxStartRespon
         live.activity = time.time()
     assert engine._tg is not None
     engine._tg.start_soon(run_start, engine, sandbox_id, time.monotonic(), True)
-    return start_response(live.record)
+    return live.record

@@ -95,6 +95,7 @@ from rock_core.errors import (
     SandboxNotFound,
 )
 from rock_core.plugins import Plugins, plugin_tables
+from rock_core.responses import start_response, status_response
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, State
@@ -815,17 +816,16 @@ class AdminApp:
     async def start(self, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
         """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
         started = await self.manager.start_async(self._start_request(request, body), **_identity(request))
-        assert started.sandbox_id is not None
         await self.manager.wait_until_running(started.sandbox_id, timeout=self.settings.start_wait_seconds)
-        return started
+        return start_response(started)
 
     async def start_async(self, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
         """``POST /start_async``: accept the start and return at once."""
-        return await self.manager.start_async(self._start_request(request, body), **_identity(request))
+        return start_response(await self.manager.start_async(self._start_request(request, body), **_identity(request)))
 
     async def get_status(self, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
         """``GET /get_status``."""
-        return await self.manager.get_status(query.sandbox_id, query.include_all_states)
+        return status_response(await self.manager.get_status(query.sandbox_id, query.include_all_states))
 
     async def is_alive(self, _request: Request, query: SandboxIdQuery) -> IsAliveResponse:
         """``GET /is_alive``: any failure is ``is_alive: false`` (ROCK)."""
@@ -848,7 +848,7 @@ class AdminApp:
 
     async def restart(self, _request: Request, body: SandboxIdRequest) -> SandboxStartResponse:
         """``POST /restart`` and ``POST /sandboxes/{sandbox_id}/restart``."""
-        return await self.manager.restart(body.sandbox_id)
+        return start_response(await self.manager.restart(body.sandbox_id))
 
     async def archive(self, _request: Request, body: SandboxIdRequest) -> str:
         """``POST /sandboxes/{sandbox_id}/archive``: start archiving a stopped sandbox."""
@@ -894,7 +894,7 @@ class AdminApp:
                 if r.spec.metadata.get(TENANT_METADATA_KEY) == tenant
             ]
             records, total = mine[offset:offset + query.page_size], len(mine)
-        items = manager.statuses_of(records)
+        items = [status_response(s) for s in manager.statuses_of(records)]
         return SandboxListResponse(items=items, total=total, has_more=offset + len(items) < total)
 
     async def batch_status(self, request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
@@ -913,7 +913,7 @@ class AdminApp:
                 continue
             if record.state in LIVE_STATES and self._owns(request, sandbox_id):
                 records.append(record)
-        return BatchSandboxStatusResponse(statuses=self.manager.statuses_of(records))
+        return BatchSandboxStatusResponse(statuses=[status_response(s) for s in self.manager.statuses_of(records)])
 
     # -- handlers: runtime calls -----------------------------------------------------------
 

@@ -46,6 +46,7 @@ import anyio
 import anyio.abc
 import httpx
 from anyio.from_thread import BlockingPortal
+from rock_core.responses import start_response, status_response
 from rock_core import hookimpl
 from rock_core.actions import (
     BashAction,
@@ -478,15 +479,15 @@ class EmbeddedEngine:
     ) -> SandboxStartResponse:
         """Accept a start (``pending``) and return the new sandbox's id and placement."""
         identity = {"user_id": user_id, "experiment_id": experiment_id, "namespace": namespace, "cluster": cluster}
-        return await self._call(self._manager_call, "start_async", (request,), identity)
+        return start_response(await self._call(self._manager_call, "start_async", (request,), identity))
 
     async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
         """Wait on the engine's own event (no polling) for the start to finish."""
-        return await self._call(self._manager_call, "wait_until_running", (sandbox_id, timeout), {})
+        return status_response(await self._call(self._manager_call, "wait_until_running", (sandbox_id, timeout), {}))
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
         """ROCK's ``get_status``."""
-        return await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {})
+        return status_response(await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {}))
 
     async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
         """Keep ``size`` started sandboxes of the kind ``request`` describes in this process's engine."""
@@ -506,7 +507,7 @@ class EmbeddedEngine:
         async def on_engine() -> list[SandboxStatusResponse]:
             manager = self.manager
             states = sorted(LIVE_STATES, key=lambda s: s.value)
-            return manager.statuses_of(manager.list_records(states=states, filters=filters))
+            return [status_response(s) for s in manager.statuses_of(manager.list_records(states=states, filters=filters))]
 
         return await self._call(on_engine)
 
@@ -524,7 +525,7 @@ class EmbeddedEngine:
 
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
         """Start a stopped sandbox again (an archived one: restore it)."""
-        return await self._call(self._manager_call, "restart", (sandbox_id,), {})
+        return start_response(await self._call(self._manager_call, "restart", (sandbox_id,), {}))
 
     # -- Engine: sessions and commands -----------------------------------------------------------
 
