@@ -107,6 +107,21 @@ def test_binpack_fills_the_fullest_node_that_fits(stand_in_nomad_factory, connec
     assert len({a["NodeID"] for a in allocs}) == 1
 
 
+def test_an_ineligible_node_takes_no_new_allocations(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=2, algorithm="binpack")
+    api = connect(nomad)
+    first, other = (n["ID"] for n in nomad.nodes())
+    out = api.ok("POST", f"/v1/node/{first}/eligibility", json={"NodeID": first, "Eligibility": "ineligible"})
+    assert out["NodeModifyIndex"] > 0
+    assert api.ok("GET", f"/v1/node/{first}")["SchedulingEligibility"] == "ineligible"
+    job_id = new_job_id()
+    api.register(sandbox_job(job_id, IMAGE, count=2))
+    allocs = api.wait(f"/v1/job/{job_id}/allocations", lambda a: len(a) == 2, "2 placed")
+    assert {a["NodeID"] for a in allocs} == {other}
+    bad = api.request("POST", f"/v1/node/{first}/eligibility", json={"Eligibility": "sometimes"})
+    assert bad.status_code == 400
+
+
 def test_a_full_cluster_blocks_and_freed_room_places_the_job(stand_in_nomad_factory, connect) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=2, node_memory=200)
     api = connect(nomad)

@@ -256,6 +256,18 @@ class Cluster:
             self._refresh_job_status(ns, job_id)
         return lost
 
+    def set_node_eligibility(self, node_id: str, eligibility: str) -> int:
+        """``eligible`` or ``ineligible`` for new placements (running allocations stay)."""
+        if eligibility not in ("eligible", "ineligible"):
+            raise NomadError(400, f'invalid scheduling eligibility "{eligibility}"')
+        node = self.nodes[node_id]
+        node["SchedulingEligibility"] = eligibility
+        node["ModifyIndex"] = index = self.bump("nodes")
+        self.publish("Node", "NodeEligibility", node, key=node_id)
+        if eligibility == "eligible":
+            self._capacity_changed()
+        return index
+
     def set_node_ready(self, node_id: str) -> None:
         node = self.nodes[node_id]
         node["Status"] = "ready"
@@ -506,6 +518,11 @@ class Cluster:
         failed_tg: dict[str, Any] = {}
         queued: dict[str, int] = {}
         freed = False
+        groups = {g["Name"] for g in job["TaskGroups"]}
+        for alloc in live:
+            if alloc["TaskGroup"] not in groups and not server_terminal(alloc):
+                self._stop(alloc, NOT_NEEDED_DESCRIPTION)  # its group left the job
+                freed = True
         now = now_ns()
         for group in job["TaskGroups"]:
             name = group["Name"]

@@ -103,6 +103,8 @@ class Api:
             (r"evaluations", {"GET": (self.list_evals, "read")}),
             (r"nodes", {"GET": (self.list_nodes, "read")}),
             (rf"node/{c}/allocations", {"GET": (self.node_allocations, "read")}),
+            (rf"node/{c}/eligibility", {"PUT": (self.node_eligibility, "write"),
+                                        "POST": (self.node_eligibility, "write")}),
             (rf"node/{c}", {"GET": (self.get_node, "read")}),
             (r"namespaces", {"GET": (self.list_namespaces, "read")}),
             (rf"namespace/{c}", {"GET": (self.get_namespace, "read")}),
@@ -393,6 +395,16 @@ class Api:
             raise NomadError(404, "node not found")
         allocs = [_public(a) for a in self.cluster.allocs.values() if a["NodeID"] == params["id"]]
         return _json(allocs, index=index, pretty=self._pretty(request))
+
+    async def node_eligibility(self, request: Request, params: dict[str, str]) -> Response:
+        body = await self._body(request)
+        if params["id"] not in self.cluster.nodes:
+            raise NomadError(404, "node not found")
+        if body.get("NodeID") not in (None, "", params["id"]):
+            raise NomadError(400, "ID in request body doesn't match URL")
+        index = self.cluster.set_node_eligibility(params["id"], body.get("Eligibility") or "")
+        return _json({"EvalIDs": None, "EvalCreateIndex": 0, "NodeModifyIndex": index, "Index": index,
+                      "LastContact": 0, "KnownLeader": True}, index=index)
 
     # -- agent, status, namespaces, ACL ------------------------------------------------------------
 

@@ -357,6 +357,13 @@ class StandInNomad:
         assert self.cluster is not None
         self.call(lambda: self.cluster.set_node_ready(self.cluster.find_node(node)["ID"]))
 
+    def set_eligibility(self, node: str, eligible: bool) -> None:
+        """Mark the node (name, ID or address) eligible or not for new placements, as
+        ``POST /v1/node/:id/eligibility`` does; its running allocations stay."""
+        assert self.cluster is not None
+        self.call(lambda: self.cluster.set_node_eligibility(self.cluster.find_node(node)["ID"],
+                                                            "eligible" if eligible else "ineligible"))
+
     # -- faults ----------------------------------------------------------------------------------
 
     def fail_image_pull(self, image: str, reason: str = "manifest unknown: injected by the stand-in") -> None:
