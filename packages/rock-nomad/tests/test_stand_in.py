@@ -8,11 +8,13 @@ Every test runs real containers on the local Docker engine and talks to the stan
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +22,16 @@ import httpx
 import pytest
 
 from rock_nomad.testing import LABEL_OWNER, LABEL_SERVER, StandInNomad
-from rock_nomad.testing.contract import GUARD_SECONDS, NomadApi, NomadTarget, event_types, events, new_job_id, sandbox_job
+from rock_nomad.testing.contract import (
+    GUARD_SECONDS,
+    ArtifactServer,
+    NomadApi,
+    NomadTarget,
+    event_types,
+    events,
+    new_job_id,
+    sandbox_job,
+)
 from rock_nomad.testing.fixtures import stand_in_nomad, stand_in_nomad_factory  # noqa: F401 - fixtures
 from rock_nomad.testing.server import owner_tag
 
@@ -333,6 +344,44 @@ def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F8
     assert tail.text == "ps\n"
     missing = api.get(f"/v1/client/fs/logs/{alloc['ID'][:-4]}beef", params={"task": "main", "type": "stdout"})
     assert missing.status_code == 404
+
+
+def test_a_rocklet_delivered_as_an_artifact_serves_on_its_nodes_address(stand_in_nomad, connect, tmp_path) -> None:  # noqa: F811
+    """The way the nomad runtime will run a sandbox: rock's rocklet zipapp as a checksummed
+    artifact, its secret in a template under /secrets, its port published on the node."""
+    from rock_core.rocklet.zipapp import build_zipapp
+
+    served = tmp_path / "served"
+    served.mkdir()
+    build_zipapp(served / "rocklet.pyz", cache_dir=tmp_path / "cache")
+    artifacts = ArtifactServer(served, "127.0.0.1")
+    try:
+        url, checksum = f"{artifacts.url}/rocklet.pyz", "sha256:" + hashlib.sha256(
+            (served / "rocklet.pyz").read_bytes()).hexdigest()
+        api = connect(stand_in_nomad)
+        job_id = new_job_id("sandbox")
+        token = uuid.uuid4().hex
+        job = sandbox_job(job_id, IMAGE, command="python3", ports=["rocklet"],
+                          args=["${NOMAD_TASK_DIR}/rocklet.pyz", "--port", "${NOMAD_PORT_rocklet}"],
+                          artifacts=[{"GetterSource": url, "GetterOptions": {"checksum": checksum}}])
+        job["TaskGroups"][0]["Tasks"][0]["Templates"] = [
+            {"EmbeddedTmpl": f"ROCK_ROCKLET_TOKEN={token}\n", "DestPath": "secrets/rocklet.env", "Envvars": True,
+             "Perms": "0600"}]
+        api.register(job)
+        alloc = api.wait_alloc(job_id, running, "the rocklet's task started")
+        assert alloc["ClientStatus"] == "running", event_types(alloc)
+        (port,) = alloc["AllocatedResources"]["Shared"]["Ports"]
+        rocklet = f"http://{port['HostIP']}:{port['Value']}"
+        assert port["HostIP"] == next(n["Address"] for n in stand_in_nomad.nodes() if n["ID"] == alloc["NodeID"])
+        eventually(lambda: _answers(f"{rocklet}/is_alive"), "the rocklet answered")
+        refused = httpx.post(f"{rocklet}/execute", json={"command": "true"})
+        assert refused.status_code in (401, 403)
+        done = httpx.post(f"{rocklet}/execute", json={"command": "echo $NOMAD_JOB_ID", "shell": True},
+                          headers={"X-Rock-Rocklet-Token": token}, timeout=60)
+        assert done.status_code == 200, done.text
+        assert done.json()["stdout"].strip() == job_id
+    finally:
+        artifacts.close()
 
 
 def test_a_read_only_token_cannot_write(stand_in_nomad_factory, connect) -> None:  # noqa: F811
