@@ -19,7 +19,7 @@ pytestmark = pytest.mark.docker
 
 @pytest.fixture(scope="module")
 def stand_in(docker_client):
-    with StandInNomad(nodes=2, acl=True, docker_client=docker_client) as nomad:
+    with StandInNomad(nodes=2, acl=True) as nomad:
         yield nomad
 
 

@@ -291,17 +291,32 @@ class StandInNomad:
             except Exception:  # noqa: BLE001
                 pass
         try:
-            for container in self.docker.containers.list(all=True, filters={"label": f"{LABEL_SERVER}={self.server_id}"},
-                                                         ignore_removed=True):
-                try:
-                    container.remove(force=True, v=True)
-                except docker.errors.NotFound:
-                    pass
+            self._remove_containers()
         finally:
             if self.work_dir is not None:
                 remove_dir(self.work_dir)
             if self._own_docker and self._docker is not None:
                 self._docker.close()
+
+    def _remove_containers(self) -> None:
+        """Remove every container of this stand-in; one whose removal dockerd already has in
+        progress (the loop's last removals) is waited for, within a minute."""
+        deadline = time.monotonic() + 60
+        while True:
+            busy = False
+            for container in self.containers():
+                try:
+                    container.remove(force=True, v=True)
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:
+                    busy = True
+                    log.debug("stand-in: removing %s at close: %s", container.id, exc)
+            if not busy or time.monotonic() > deadline:
+                if busy:
+                    log.warning("stand-in: some containers of server %s could not be removed", self.server_id)
+                return
+            time.sleep(0.2)
 
     # -- running on the server's loop ------------------------------------------------------------
 
