@@ -85,7 +85,7 @@ def test_every_dependency_is_pinned_without_addresses():
 
 
 #: The extras a distribution's every module needs (its own optional dependencies).
-EXTRAS = {"rock-core": "testing", "rock-sdk": "admin"}
+EXTRAS = {"rock-core": "testing", "rock-sdk": "admin", "rock-nomad": "testing"}
 
 
 def _venv_with(tmp_path: Path, *requirements: str) -> Path:
