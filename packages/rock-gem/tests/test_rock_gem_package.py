@@ -21,7 +21,8 @@ def test_hooks_register_the_provider_and_rocks_gem_routes():
     plugin.rock_register_env_providers(lambda name, cls: registered.setdefault(name, cls))
     assert registered == {"gem": GemProvider}
     paths = {(r.method, r.path) for r in plugin.rock_admin_routes()}
-    assert {("POST", f"/apis/v1/envs/gem/{op}") for op in ("make", "reset", "step", "close", "list", "batch")} == paths
+    assert {("POST", f"/apis/v1/envs/gem/{op}") for op in ("make", "reset", "step", "close", "list", "batch")} <= paths
+    assert {("POST", "/env/register"), ("POST", "/env/get"), ("POST", "/env/list"), ("POST", "/env/delete"), ("GET", "/health")} <= paths
     assert all(not r.envelope for r in plugin.rock_admin_routes())  # ROCK's raw JSON
 
 

@@ -306,3 +306,77 @@ def test_a_batch_is_one_request(gem_api: httpx.Client) -> None:
     assert invalid["status"] == "Failed" and "body.calls[0].action" in invalid["error"]
     closed = gem_api.post("/batch", json={"calls": [{"op": "close", "sandbox_id": h} for h in handles]}).json()["results"]
     assert closed == [{"sandbox_id": h} for h in handles]
+
+
+# -- EnvHub (point 5), on the admin ----------------------------------------------------------
+
+
+async def test_rocks_envhub_client_against_the_admin(admin: Any) -> None:
+    from rock.sdk.envhub import EnvHubClient, EnvHubClientConfig, EnvHubError
+
+    client = EnvHubClient(EnvHubClientConfig(base_url=admin.url))
+    assert await client.health_check() == {"status": "ok"}
+    info = await client.register("t-hub-a", "img:1", owner="ann", tags=["games"], extra_spec={"k": 1})
+    assert info.env_name == "t-hub-a" and info.image == "img:1" and info.create_at
+    await client.register("t-hub-b", "img:2", owner="bob", tags=["other"])
+    assert (await client.get_env("t-hub-a")).extra_spec == {"k": 1}
+    names = {e.env_name for e in await client.list_envs(owner="ann")}
+    assert "t-hub-a" in names and "t-hub-b" not in names
+    assert {e.env_name for e in await client.list_envs(tags=["other", "nothing"])} >= {"t-hub-b"}
+    assert "EnvhubDefaultDockerImage" in {e.env_name for e in await client.list_envs(tags=["system"])}
+    assert await client.delete_env("t-hub-a") is True
+    assert await client.delete_env("t-hub-a") is False
+    with pytest.raises(EnvHubError, match="t-hub-a"):
+        await client.get_env("t-hub-a")
+
+
+def test_envhub_http_errors_name_the_env(admin: Any) -> None:
+    with httpx.Client(base_url=admin.url, timeout=30) as http:
+        missing = http.post("/env/get", json={"env_name": "t-hub-none"})
+        assert missing.status_code == 404 and "t-hub-none" in missing.json()["detail"]
+        bad = http.post("/env/register", json={"env_name": "x", "image": "  "})
+        assert bad.status_code == 422 and "image" in bad.json()["detail"]
+        assert http.post("/env/delete", json={"env_name": "t-hub-none"}).status_code == 404
+
+
+def test_make_resolves_an_envhub_name_to_its_image_and_defaults(admin: Any, gem_image: str) -> None:
+    from rock_core.errors import InvalidParameter  # noqa: F401
+
+    subprocess.run(
+        [*_rock(), "envhub", "register", "t-hub-sokoban", gem_image, "--gem-id", "game:Sokoban-v0-easy",
+         "--extra-spec", '{"kwargs": {"max_turns": 2}}', "--tag", "t-hub", "--base-url", admin.url],
+        check=True, capture_output=True, timeout=60,
+    )
+    listed = subprocess.run([*_rock(), "envhub", "list", "--tag", "t-hub", "--base-url", admin.url], check=True, capture_output=True, text=True, timeout=60)
+    assert "t-hub-sokoban" in listed.stdout
+    env = rock.make("t-hub-sokoban", base_url=admin.url)
+    try:
+        env.reset(seed=3)
+        assert env.step("\\boxed{up}")[2:4] == (False, False)
+        assert env.step("\\boxed{up}")[3] is True  # max_turns=2 from the entry's extra_spec
+    finally:
+        env.close()
+    subprocess.run([*_rock(), "envhub", "delete", "t-hub-sokoban", "--base-url", admin.url], check=True, capture_output=True, timeout=60)
+    with pytest.raises(EnvFailed) as caught:
+        rock.make("t-hub-sokoban", base_url=admin.url)
+    assert caught.value.kind == "unknown_env" and "t-hub-sokoban" in str(caught.value)
+
+
+def _rock() -> list[str]:
+    import shutil
+    import sys
+
+    exe = shutil.which("rock", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "rock.cli"]
+
+
+def test_rock_bench_gem_prints_its_figures(gem_image: str) -> None:
+    out = subprocess.run(
+        [*_rock(), "bench", "gem", "--steps", "20", "--envs", "4", "--groups", "2", "--seconds", "1", "--makes", "2", "--idle-envs", "2"],
+        check=True, capture_output=True, text=True, timeout=300,
+    ).stdout
+    import json
+
+    figures = json.loads(out)
+    assert set(figures) >= {"step_round_trip", "batched", "make_to_first_observation", "idle_memory"}
+    assert figures["batched"]["env_steps_per_second"] > 0 and figures["idle_memory"]["pss_per_env_mb"] > 0

@@ -7,12 +7,21 @@ table ``[plugins.gem]`` (or ``ROCK_PLUGIN_GEM_<KEY>`` variables), handed to
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rock_core import hookimpl
 from rock_core.hookspecs import Register
 
-__all__ = ["rock_admin_routes", "rock_register_env_providers"]
+__all__ = ["rock_admin_routes", "rock_cli_commands", "rock_configure", "rock_register_env_providers"]
+
+
+@hookimpl
+def rock_configure(config: Mapping[str, Any]) -> None:
+    """Keep ``[plugins.gem]`` for EnvHub (its database and default image)."""
+    from rock_gem import envhub
+
+    envhub.configured = dict(config)
 
 
 @hookimpl
@@ -26,6 +35,15 @@ def rock_register_env_providers(register: Register) -> None:
 @hookimpl
 def rock_admin_routes() -> list[Any]:
     """``POST /apis/v1/envs/gem/{make,reset,step,close,list,batch}``."""
+    from rock_gem import envhub
     from rock_gem.routes import routes
 
-    return routes()
+    return routes() + envhub.routes()
+
+
+@hookimpl
+def rock_cli_commands(cli: Any) -> None:
+    """``rock envhub register|list|get|delete``."""
+    from rock_gem.cli import envhub
+
+    cli.add_command(envhub)

@@ -33,6 +33,11 @@ IMAGE_ENV = "ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE"
 _PROVIDERS: weakref.WeakKeyDictionary[Any, GemProvider] = weakref.WeakKeyDictionary()
 
 
+def default_image(configured: str | None = None) -> str:
+    """The env image: ``configured``, else ``$ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``, else :data:`DEFAULT_IMAGE`."""
+    return configured or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+
+
 def provider_for(engine: Any) -> GemProvider | None:
     """The GEM provider an engine built, or ``None`` before its first GEM env."""
     return _PROVIDERS.get(engine)
@@ -89,6 +94,8 @@ class GemProvider(EnvProvider):
     :param start_timeout: seconds a sandbox may take to start.
     :param warm_sandboxes: keep this many started sandboxes of the default image in the engine's
         warm pool, so that a make that needs a new sandbox claims one instead of starting it.
+    :param envhub_db: EnvHub's database (see :mod:`rock_gem.envhub`); a name registered there
+        is made in its image, as the GEM id and constructor arguments its ``extra_spec`` says.
     """
 
     name = "gem"
@@ -104,9 +111,11 @@ class GemProvider(EnvProvider):
         timeout: float = 300.0,
         start_timeout: float = 300.0,
         warm_sandboxes: int = 0,
+        envhub_db: str | None = None,
     ) -> None:
         self.engine = engine
-        self.image = image or os.environ.get(IMAGE_ENV) or DEFAULT_IMAGE
+        self.image = default_image(image)
+        self.envhub_db = envhub_db
         self.envs_per_sandbox = _positive("envs_per_sandbox", envs_per_sandbox, int)
         self.memory = str(memory)
         self.cpus = _positive("cpus", cpus, float)
@@ -158,6 +167,7 @@ class GemProvider(EnvProvider):
         """
         if not self.accepts(env_id):
             raise InvalidParameter(f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id)
+        env_id, image, kwargs = self._resolve(env_id, image, kwargs)
         image = image or self.image
         known = self._known_ids.get(image)
         if known is not None and env_id not in known:
@@ -177,6 +187,24 @@ class GemProvider(EnvProvider):
         env = GemEnv(self, host, made["env"], env_id, pid=made.get("pid"))
         self._envs[env.handle] = env
         return env
+
+    def _resolve(self, env_id: str, image: str | None, kwargs: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+        """An EnvHub name → its GEM id, image and default constructor arguments."""
+        from rock_gem.envhub import envhub_for
+
+        hub = envhub_for(self.engine, create=False)
+        info = hub.find(env_id) if hub is not None else None
+        if info is None:
+            return env_id, image, kwargs
+        spec = info.extra_spec or {}
+        gem_id = spec.get("env_id", env_id)
+        defaults = spec.get("kwargs") or {}
+        if not isinstance(gem_id, str) or not isinstance(defaults, dict):
+            raise EnvFailed(
+                f"EnvHub env {env_id!r}: extra_spec must be {{\"env_id\": str, \"kwargs\": object}}, got {spec!r}",
+                kind="bad_request", env_id=env_id,
+            )
+        return gem_id, image or info.image, {**defaults, **kwargs}
 
     async def _place(self, image: str) -> _Host:
         """A slot on a sandbox of ``image`` with room; the first make that finds none starts one,

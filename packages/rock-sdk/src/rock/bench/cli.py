@@ -178,6 +178,46 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
 
 
 @bench.command()
+@click.option("--steps", type=click.IntRange(min=10), default=2000, show_default=True, help="Steps of one env, timed one by one.")
+@click.option("--envs", "num_envs", type=click.IntRange(min=1), default=128, show_default=True, help="Envs stepped as batches.")
+@click.option("--groups", type=click.IntRange(min=1), default=4, show_default=True, help="Vector envs the envs are split in, stepped concurrently.")
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=10.0, show_default=True, help="How long the batches run.")
+@click.option("--makes", type=click.IntRange(min=1), default=20, show_default=True, help="Envs made one after another (make → first observation).")
+@click.option("--idle-envs", type=click.IntRange(min=0), default=32, show_default=True, help="Idle envs whose memory is measured (embedded only; 0: skip).")
+@click.option("--envs-per-sandbox", type=click.IntRange(min=1), default=None, help="[plugins.gem] envs_per_sandbox of the embedded engine.")
+@click.option("--warm-sandboxes", type=click.IntRange(min=0), default=None, help="[plugins.gem] warm_sandboxes of the embedded engine.")
+@click.option("--base-url", default=None, help="Measure through this admin instead of the embedded engine.")
+def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle_envs: int,
+        envs_per_sandbox: int | None, warm_sandboxes: int | None, base_url: str | None) -> None:
+    """GEM envs (game:Sokoban-v0-easy): step round trip, batched env-steps/s from one async
+    client, make → first observation, memory per idle env."""
+    from rock.bench.gem import run_gem_bench
+
+    if base_url is None:
+        from rock.sdk import configure_embedded_engine, get_embedded_engine
+        from rock_core.engine.config import EngineConfig
+
+        options = {k: v for k, v in (("envs_per_sandbox", envs_per_sandbox), ("warm_sandboxes", warm_sandboxes)) if v is not None}
+        if options:
+            configure_embedded_engine(EngineConfig(plugin_options={"gem": options}))
+        click.echo("starting the engine", err=True)
+        engine = get_embedded_engine()
+        engine.start()
+        if warm_sandboxes:
+            import rock
+
+            rock.make("game:GuessTheNumber-v0-easy").close()  # the provider sets its warm pool
+            engine.call_blocking(engine.manager.wait_warm, 300.0)
+    elif envs_per_sandbox is not None or warm_sandboxes is not None:
+        raise click.UsageError("--envs-per-sandbox and --warm-sandboxes set the embedded engine; the admin's are in its [plugins.gem]")
+    figures = run_gem_bench(
+        steps=steps, num_envs=num_envs, groups=groups, seconds=seconds, makes=makes, idle_envs=idle_envs, base_url=base_url,
+        say=lambda line: click.echo(line, err=True),
+    )
+    click.echo(json.dumps(figures, indent=2))
+
+
+@bench.command()
 @click.option("--base-url", default=None, help="Measure this admin instead of starting one.")
 @click.option("--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory.")
 @click.option("--clients", type=click.IntRange(min=1), default=16, show_default=True, help="Keep-alive connections sending get_status.")
