@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import fnmatch
+import json
 import logging
 import random
 import socket
@@ -110,8 +111,9 @@ class Cluster:
         self._timers: set[asyncio.TimerHandle] = set()
         self._random = random.Random(seed)
         self.closing = False
-        #: (index, event) of the event stream, oldest first; the newest 20,000 are kept
-        self.events: deque[tuple[int, dict[str, Any]]] = deque(maxlen=20_000)
+        #: the event stream's events, oldest first, the newest 4,096 kept: (index, topic, key,
+        #: namespace, filter keys, the event as JSON)
+        self.events: deque[tuple[int, str, str, str, list[str], str]] = deque(maxlen=4096)
 
     # -- indexes and notification ---------------------------------------------------------
 
@@ -128,8 +130,9 @@ class Cluster:
         """Record an event for ``/v1/event/stream`` (the object as it is now)."""
         payload = {k: v for k, v in obj.items() if not k.startswith("_")}
         event = {"Topic": topic, "Type": kind, "Key": key, "Namespace": namespace, "FilterKeys": filter_keys,
-                 "Index": self.index, "Payload": {topic: copy.deepcopy(payload)}}
-        self.events.append((self.index, event))
+                 "Index": self.index, "Payload": {topic: payload}}
+        self.events.append((self.index, topic, key, namespace, filter_keys or [],
+                            json.dumps(event, separators=(",", ":"))))
 
     def start(self) -> None:
         self._worker = asyncio.get_running_loop().create_task(self._run_scheduler(), name="stand-in scheduler")

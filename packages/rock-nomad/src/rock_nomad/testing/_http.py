@@ -495,30 +495,29 @@ class Api:
         namespace = request.query_params.get("namespace") or "default"
         cluster = self.cluster
 
-        def wanted(event: dict[str, Any]) -> bool:
-            if namespace != "*" and event["Namespace"] and event["Namespace"] != namespace:
+        def wanted(topic: str, key: str, event_ns: str, filter_keys: list[str]) -> bool:
+            if namespace != "*" and event_ns and event_ns != namespace:
                 return False
-            keys = [event["Key"], *(event["FilterKeys"] or [])]
-            return any(t in ("*", event["Topic"]) and (k == "*" or k in keys) for t, k in topics)
+            return any(t in ("*", topic) and (k == "*" or k == key or k in filter_keys) for t, k in topics)
 
         async def frames():  # noqa: ANN202
             last = start
             while not cluster.closing:
                 changed = cluster.changed
                 fresh = []
-                for index, event in reversed(cluster.events):
-                    if index <= last:
+                for entry in reversed(cluster.events):
+                    if entry[0] <= last:
                         break
-                    fresh.append((index, event))
+                    fresh.append(entry)
                 fresh.reverse()
                 if fresh:
                     last = fresh[-1][0]
-                    by_index: dict[int, list[dict[str, Any]]] = {}
-                    for index, event in fresh:
-                        if wanted(event):
-                            by_index.setdefault(index, []).append(event)
+                    by_index: dict[int, list[str]] = {}
+                    for index, topic, key, event_ns, filter_keys, text in fresh:
+                        if wanted(topic, key, event_ns, filter_keys):
+                            by_index.setdefault(index, []).append(text)
                     for index, batch in by_index.items():
-                        yield json.dumps({"Index": index, "Events": batch}, separators=(",", ":")) + "\n"
+                        yield '{"Index":%d,"Events":[%s]}\n' % (index, ",".join(batch))
                     continue
                 try:
                     await asyncio.wait_for(changed.wait(), 10)
