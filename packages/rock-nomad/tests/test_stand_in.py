@@ -384,6 +384,36 @@ def test_a_rocklet_delivered_as_an_artifact_serves_on_its_nodes_address(stand_in
         artifacts.close()
 
 
+def test_archives_are_unpacked_and_file_mode_artifacts_renamed(stand_in_nomad, connect, tmp_path) -> None:  # noqa: F811
+    import io
+    import tarfile
+
+    served = tmp_path / "served"
+    served.mkdir()
+    with tarfile.open(served / "bundle.tar.gz", "w:gz") as tar:
+        data = b"from the archive\n"
+        info = tarfile.TarInfo("a/b.txt")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (served / "plain.txt").write_bytes(b"renamed\n")
+    artifacts = ArtifactServer(served, "127.0.0.1")
+    try:
+        api = connect(stand_in_nomad)
+        job_id = new_job_id()
+        api.register(sandbox_job(
+            job_id, IMAGE, command="sh", args=["-c", "cat /local/a/b.txt /local/renamed.txt; ls /local"],
+            job_type="batch", artifacts=[
+                {"GetterSource": f"{artifacts.url}/bundle.tar.gz"},
+                {"GetterSource": f"{artifacts.url}/plain.txt", "GetterMode": "file", "RelativeDest": "local/renamed.txt"},
+            ]))
+        alloc = api.wait_alloc(job_id, ended, "the task ended")
+        assert alloc["ClientStatus"] == "complete", event_types(alloc)
+        out = api.get(f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "main", "type": "stdout", "plain": "true"})
+        assert out.text.split("\n") == ["from the archive", "renamed", "a", "renamed.txt", ""]
+    finally:
+        artifacts.close()
+
+
 def test_a_read_only_token_cannot_write(stand_in_nomad_factory, connect) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=1, acl=True)
     reader = connect(nomad, token=nomad.add_token(write=False))

@@ -345,7 +345,12 @@ class TaskRunner:
                 target.unlink()
             elif name.endswith((".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz")):
                 with tarfile.open(target) as tf:
-                    tf.extractall(dest, filter="data")
+                    try:
+                        tf.extractall(dest, filter="data")  # no links or paths out of dest
+                    except TypeError:  # a Python without extraction filters: keep plain members inside dest
+                        tf.extractall(dest, members=[
+                            m for m in tf.getmembers() if (m.isfile() or m.isdir()) and not m.name.startswith("/")
+                            and ".." not in PurePosixPath(m.name).parts])
                 target.unlink()
 
     def _render(self, template: dict[str, Any], task_dir: Path, env: dict[str, str]) -> None:
