@@ -15,6 +15,7 @@ that crashed). Nothing it makes carries rock's ``rock.*`` labels.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
 import logging
 import os
@@ -208,6 +209,7 @@ class StandInNomad:
             raise RuntimeError(f"the stand-in Nomad server did not start: {self._failure}") from self._failure
         self._events_thread = threading.Thread(target=self._pump_events, name="stand-in docker events", daemon=True)
         self._events_thread.start()
+        atexit.register(self.close)  # a process that forgets close() still removes its containers
         return self
 
     def __enter__(self) -> StandInNomad:
@@ -282,6 +284,7 @@ class StandInNomad:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self.close)
         if self._loop is not None and self._thread is not None and self._thread.is_alive() and self._stop is not None:
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(30)
