@@ -544,6 +544,13 @@ class TaskRunner:
                 pass
             except docker.errors.DockerException as exc:
                 log.warning("stand-in: stopping %s: %s", self.container_id, _docker_text(exc))
+            try:  # Docker's die event tells the exit code the kill gave
+                exit_code = await asyncio.wait_for(asyncio.shield(self.exited), 5)
+            except asyncio.TimeoutError:
+                pass
+            else:
+                self.report("Terminated", f"Exit Code: {exit_code}", ExitCode=exit_code,
+                            details={"exit_code": str(exit_code)})
         await self._capture_logs()
         self.report("Killed", "Task successfully killed", state={"State": "dead", "Failed": False,
                                                                  "FinishedAt": rfc3339()})

@@ -404,8 +404,9 @@ class NomadApiContract:
         assert stopped["DesiredDescription"] == "alloc not needed due to job update"
         assert stopped["TaskStates"]["main"]["State"] == "dead"
         assert stopped["TaskStates"]["main"]["Failed"] is False
-        assert "Killing" in event_types(stopped) and "Killed" in event_types(stopped)
-        purged = api.ok("DELETE", f"/v1/job/{job_id}", params={"purge": "true"})
+        types = event_types(stopped)
+        assert types.index("Killing") < types.index("Killed") == len(types) - 1
+        purged = api.ok("DELETE", f"/v1/job/{job_id}", params={"purge": "True"})  # Go's ParseBool, as python-nomad sends it
         assert purged["JobModifyIndex"] > 0
         missing = api.get(f"/v1/job/{job_id}")
         assert missing.status_code == 404 and "job not found" in missing.text
