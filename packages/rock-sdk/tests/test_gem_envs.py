@@ -380,3 +380,56 @@ def test_rock_bench_gem_prints_its_figures(gem_image: str) -> None:
     figures = json.loads(out)
     assert set(figures) >= {"step_round_trip", "batched", "make_to_first_observation", "idle_memory"}
     assert figures["batched"]["env_steps_per_second"] > 0 and figures["idle_memory"]["pss_per_env_mb"] > 0
+
+
+# -- rl-rock 1.11's own client (ROCK's SDK) against rock's admin --------------------------------
+
+ROCK_DEMO = r"""
+import random, sys
+import rock  # rl-rock's package
+
+env = rock.make("game:Sokoban-v0-easy")
+observation, info = env.reset(seed=42)
+assert "Sokoban" in observation, observation
+turns = 0
+while True:
+    observation, reward, terminated, truncated, info = env.step("\\boxed{%s}" % random.choice(["up", "down", "left", "right"]))
+    turns += 1
+    if terminated or truncated:
+        break
+env.close()
+env.close()
+print("ok", turns, type(env).__module__)
+"""
+
+
+@pytest.fixture(scope="session")
+def rl_rock_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A throwaway venv with rl-rock 1.11.0 (its client's dependencies only: pydantic, httpx)."""
+    venv = tmp_path_factory.mktemp("rl-rock") / "venv"
+    uv = subprocess.run([str(ROOT / "scripts" / "ensure-uv.sh")], capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([uv, "venv", "-q", "--python", "python3", str(venv)], check=True, timeout=120, env=_no_python_env())
+    installed = subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--no-deps", "rl-rock==1.11.0"],
+        capture_output=True, text=True, timeout=300,
+    )
+    if installed.returncode != 0:
+        pytest.skip(f"rl-rock 1.11.0 cannot be installed here: {installed.stderr.strip()[-300:]}")
+    subprocess.run(
+        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "pydantic==2.14.4", "httpx==0.28.1"],
+        check=True, timeout=300,
+    )
+    return str(venv / "bin" / "python")
+
+
+def _no_python_env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+
+
+def test_rl_rocks_own_make_plays_the_sokoban_demo_against_rocks_admin(rl_rock_python: str, admin: Any, gem_image: str) -> None:
+    env = {**_no_python_env(), "ROCK_BASE_URL": admin.url}
+    done = subprocess.run([rl_rock_python, "-c", ROCK_DEMO], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("ok ") and "rock.sdk.envs.rock_env" in done.stdout

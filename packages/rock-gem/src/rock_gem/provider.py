@@ -19,6 +19,8 @@ from rock_core.actions import SandboxStartRequest
 from rock_core.envs import EnvFailed, EnvProvider, Environment
 from rock_core.errors import InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
 
+from rock_gem.channel import RockletChannel
+
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
 
@@ -64,6 +66,8 @@ class _Host:
     sandbox_id: str | None = None
     ready: anyio.Event = attrs.field(factory=anyio.Event)
     error: BaseException | None = None
+    channel: RockletChannel | None = None
+    channel_key: tuple[Any, ...] | None = None
 
 
 def unknown_env(env_id: str, known: frozenset[str] | set[str]) -> EnvFailed:
@@ -175,9 +179,9 @@ class GemProvider(EnvProvider):
         host = await self._place(image)
         assert host.sandbox_id is not None
         try:
-            client = self.engine.rocklet(host.sandbox_id, "env/make")
+            channel = self.channel(host, "env/make")
             async with self.engine.call(host.sandbox_id):
-                made = await client.env("make", {"env_id": env_id, "kwargs": dict(kwargs)}, timeout=self.timeout)
+                made = await channel.post("make", {"env_id": env_id, "kwargs": dict(kwargs)}, self.timeout)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._release(host)
@@ -187,6 +191,16 @@ class GemProvider(EnvProvider):
         env = GemEnv(self, host, made["env"], env_id, pid=made.get("pid"))
         self._envs[env.handle] = env
         return env
+
+    def channel(self, host: _Host, attempted: str) -> RockletChannel:
+        """The channel to ``host``'s rocklet (the engine says whether the sandbox runs, and where)."""
+        assert host.sandbox_id is not None
+        client = self.engine.rocklet(host.sandbox_id, attempted)
+        key = (client.host, client.port, client.token)
+        if host.channel is None or host.channel_key != key:
+            host.channel = RockletChannel.of(client, host.sandbox_id)
+            host.channel_key = key
+        return host.channel
 
     def _resolve(self, env_id: str, image: str | None, kwargs: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
         """An EnvHub name → its GEM id, image and default constructor arguments."""
@@ -259,8 +273,7 @@ class GemProvider(EnvProvider):
     async def _learn_ids(self, host: _Host) -> None:
         assert host.sandbox_id is not None
         try:
-            client = self.engine.rocklet(host.sandbox_id, "env/list")
-            answer = await client.env("list", {}, timeout=self.timeout)
+            answer = await self.channel(host, "env/list").post("list", {}, self.timeout)
         except EnvFailed:
             return  # the image cannot run GEM: the make says why
         self._known_ids[host.image] = frozenset(answer["env_id"])
@@ -273,6 +286,8 @@ class GemProvider(EnvProvider):
             if empty:
                 self._hosts.remove(host)
         if empty and host.sandbox_id is not None:
+            if host.channel is not None:
+                await host.channel.aclose()
             await self._stop(host.sandbox_id)
 
     async def _stop(self, sandbox_id: str) -> None:
@@ -290,8 +305,7 @@ class GemProvider(EnvProvider):
         with anyio.CancelScope(shield=True):
             if end_process and env.host.sandbox_id is not None:
                 try:
-                    client = self.engine.rocklet(env.host.sandbox_id, "env/close")
-                    await client.env("close", {"env": env.key}, timeout=30.0)
+                    await self.channel(env.host, "env/close").post("close", {"env": env.key}, 30.0)
                 except RockError:
                     pass  # the sandbox or the process is gone: nothing left to end
             await self._release(env.host)
@@ -313,9 +327,9 @@ class GemProvider(EnvProvider):
         async def run(sandbox_id: str, indexes: list[int]) -> None:
             body = [{"env": calls[i][0].key, "op": calls[i][1], **calls[i][2]} for i in indexes]
             try:
-                client = self.engine.rocklet(sandbox_id, "env/batch")
+                channel = self.channel(calls[indexes[0]][0].host, "env/batch")
                 async with self.engine.call(sandbox_id):
-                    answer = await client.env("batch", {"calls": body}, timeout=self.timeout)
+                    answer = await channel.post("batch", {"calls": body}, self.timeout)
                 items = answer["results"]
             except (SandboxNotFound, RockletUnreachable) as exc:
                 items = [{"error": {"kind": "env_died", "message": f"the env's sandbox {sandbox_id} is gone: {exc}"}}] * len(indexes)
@@ -387,9 +401,9 @@ class GemEnv(Environment):
         if self.closed:
             raise self.closed_error()
         try:
-            client = self.provider.engine.rocklet(self.sandbox_id, f"env/{op}")
+            channel = self.provider.channel(self.host, f"env/{op}")
             async with self.provider.engine.call(self.sandbox_id):
-                return await client.env(op, {"env": self.key, **body}, timeout=self.provider.timeout)
+                return await channel.post(op, {"env": self.key, **body}, self.provider.timeout)
         except EnvFailed as exc:
             if exc.kind in ("env_died", "timeout", "no_env"):
                 await self._lost()
