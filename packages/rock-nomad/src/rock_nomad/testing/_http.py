@@ -20,7 +20,6 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from rock_nomad.testing._cluster import TERMINAL_CLIENT
 from rock_nomad.testing._model import NomadError, parse_bool, parse_duration
 
 if TYPE_CHECKING:
@@ -528,4 +527,4 @@ class Api:
                                  headers={"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"})
 
 
-__all__ = ["Api", "TERMINAL_CLIENT"]
+__all__ = ["Api", "alloc_stub", "job_stub"]
