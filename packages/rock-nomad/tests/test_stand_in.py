@@ -133,6 +133,25 @@ def test_an_ineligible_node_takes_no_new_allocations(stand_in_nomad_factory, con
     assert bad.status_code == 400
 
 
+def test_a_slow_scheduler_and_slow_clients_show_their_pending_states(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    slow_scheduler = stand_in_nomad_factory(nodes=1, scheduler_delay=3600)
+    api = connect(slow_scheduler)
+    out = api.register(sandbox_job(new_job_id(), IMAGE))
+    assert api.ok("GET", f"/v1/evaluation/{out['EvalID']}")["Status"] == "pending"
+
+    slow_client = stand_in_nomad_factory(nodes=1, start_delay=3600)
+    api = connect(slow_client)
+    job_id = new_job_id()
+    api.register(sandbox_job(job_id, IMAGE))
+    placed = api.wait_alloc(job_id, lambda a: True, "placed")
+    assert placed["ClientStatus"] == "pending" and event_types(placed) == ["Received"]
+    assert api.ok("GET", f"/v1/job/{job_id}")["Status"] == "running"  # an alloc that is not terminal
+    api.ok("DELETE", f"/v1/job/{job_id}")
+    killed = api.wait_alloc(job_id, ended, "stopped before it started")
+    assert killed["ClientStatus"] == "complete" and event_types(killed) == ["Received", "Killed"]
+    assert slow_client.containers() == []
+
+
 def test_a_full_cluster_blocks_and_freed_room_places_the_job(stand_in_nomad_factory, connect) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=2, node_memory=200)
     api = connect(nomad)
