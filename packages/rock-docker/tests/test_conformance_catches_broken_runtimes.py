@@ -44,8 +44,8 @@ class HidesAppPort(DockerRuntime):
             forwarded_ports=tuple(p for p in status.forwarded_ports if p != 8080),
         )
 
-    async def start(self, handle):
-        status = await super().start(handle)
+    async def start(self, handle, *, on_phase=None):
+        status = await super().start(handle, on_phase=on_phase)
         return None if status is None else self._hide(status)
 
     async def inspect(self, handle):

@@ -385,6 +385,9 @@ class SandboxRecord:
     security: dict[str, Any] = attrs.field(factory=dict)
     #: The sandbox's rocklet secret: the engine sends it on every call. Never shown to users.
     rocklet_token: str | None = attrs.field(default=None, repr=False)
+    #: The runtime's id of the unit that holds the sandbox (a container id, a Nomad job id): how
+    #: the engine finds it again, whatever the unit's name or labels (a warm-pool member keeps its own).
+    unit_id: str | None = None
 
     @property
     def lifecycle(self) -> Lifecycle:
@@ -461,7 +464,10 @@ class RuntimeStatus:
     ``rocklet_host``/``rocklet_port`` is where the in-sandbox agent listens, once known; a
     sandbox without a network is reached through the unix socket ``rocklet_socket`` (a path on
     the engine's host) instead. ``exit_code`` and ``oom_killed`` explain an ``exited`` unit;
-    ``error`` is the runtime's own words when something is wrong (``"no such container"``).
+    ``error`` is the runtime's own words when something is wrong (``"no such container"``,
+    ``"node lost"``, ``"OOM killed"``). ``node_name``/``node_address`` say which host holds the
+    unit, for runtimes that place units on other hosts (the engine shows them as the sandbox's
+    ``host_name``/``host_ip``; ``None``: the engine's own host).
     """
 
     state: UnitState = attrs.field(converter=UnitState)
@@ -478,6 +484,8 @@ class RuntimeStatus:
     #: Container ports the runtime did not publish and wants the engine to make reachable on
     #: its own host, through the rocklet (see :mod:`rock_core.engine.forwarding`).
     forwarded_ports: tuple[Port, ...] = attrs.field(default=(), converter=tuple)
+    node_name: str | None = None
+    node_address: str | None = None
 
     @property
     def rocklet_address(self) -> tuple[str, int] | None:

@@ -41,7 +41,9 @@ class RuntimeCapabilities:
     The engine refuses a request the runtime cannot serve, naming the runtime and the
     capability, and rock-core's conformance suite runs the checks each capability calls for.
 
-    :param assign: it can hand a started unit to a sandbox (:meth:`Runtime.assign`): warm pools.
+    :param assign: it can name a started warm-pool unit after the sandbox that claims it
+        (:meth:`Runtime.assign`; Docker renames the container). Warm pools work without it: the
+        engine records which unit serves which sandbox.
     :param snapshot: it can snapshot and restore units (:meth:`Runtime.snapshot`): archiving.
     :param keeps_files_across_stop: a stopped unit keeps its files, and starts again with them:
         ``restart()`` of a stopped sandbox.
@@ -65,7 +67,7 @@ class RuntimeCapabilities:
 _SANDBOX_ID = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
 
 _CAN = {
-    "assign": "hand started units to sandboxes, so it keeps no warm pools",
+    "assign": "name a claimed warm-pool unit after its sandbox",
     "snapshot": "snapshot sandboxes, so it cannot archive them",
     "keeps_files_across_stop": "keep a sandbox's files across a stop, so a stopped sandbox cannot be restarted",
     "watch": "report units that stop as it happens",
@@ -176,12 +178,18 @@ class Runtime(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def start(self, handle: UnitHandle) -> RuntimeStatus | None:
+    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> RuntimeStatus | None:
         """Start the unit; return once the runtime has started it (not when the rocklet answers).
 
         A runtime that knows the started unit's status without asking (its rocklet's address
         was fixed at create) may return it, and saves the engine an :meth:`inspect` per start;
         ``None`` makes the engine inspect.
+
+        A runtime that places units on other hosts may get the image only now (a cluster node
+        pulls it when the unit is placed there): it then tells ``on_phase`` of ``image_pull`` as
+        :meth:`create` would, and raises :class:`~rock_core.errors.ImagePullFailed` when the
+        image cannot be had. A unit that cannot be placed at all raises
+        :class:`~rock_core.errors.RuntimeFailure` with the runtime's own reason.
         """
 
     @abc.abstractmethod
@@ -259,8 +267,8 @@ class Runtime(abc.ABC):
         The unit was created (with a placeholder id as its ``spec.sandbox_id``), started and is
         running; after this call the runtime knows it by ``sandbox_id`` exactly as if it had been
         created for that sandbox (the Docker runtime renames the container). Its labels stay as
-        they were. Optional: the default raises :class:`NotSupported`, and the engine then keeps
-        no warm pools.
+        they were. Optional: the default raises :class:`NotSupported`, and a claimed unit then
+        keeps its pool name (the engine records which unit serves which sandbox either way).
 
         :raises SandboxAlreadyExists: another unit already goes by ``sandbox_id``.
         """
@@ -268,7 +276,7 @@ class Runtime(abc.ABC):
 
     @property
     def can_assign(self) -> bool:
-        """Whether this runtime implements :meth:`assign` (and so supports warm pools)."""
+        """Whether this runtime implements :meth:`assign` (names claimed pool units after their sandbox)."""
         return type(self).assign is not Runtime.assign
 
     async def disk_usage(self, labels: Mapping[str, str]) -> Mapping[str, int]:

@@ -527,10 +527,11 @@ class DockerRuntime(Runtime):
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self, handle: UnitHandle) -> RuntimeStatus | None:
+    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> RuntimeStatus | None:
         """Start the container; return its status when it is known without an inspect (a
         container this runtime created to be reached on a unix socket: the socket's path and
-        the ports to forward were fixed at create).
+        the ports to forward were fixed at create). The image was had at :meth:`create`, so
+        ``on_phase`` hears nothing here.
 
         An image without ``/bin/sh`` fails here with the fix when Docker runs the command itself
         (``init=False``); under Docker's init the container starts and exits at once with 127, and

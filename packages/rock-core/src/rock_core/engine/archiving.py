@@ -233,7 +233,7 @@ async def _archived(engine: SandboxManager, live: LiveSandbox) -> None:
         if live.record.state is State.ARCHIVING:
             engine._apply(
                 live.record, Event.ARCHIVE_DONE, archive_time=now(), reason=None,
-                auto_transition_state=None, auto_transition_time=None, port_mapping={},
+                auto_transition_state=None, auto_transition_time=None, port_mapping={}, unit_id=None,
             )
 
 
@@ -351,6 +351,7 @@ async def run_restore(engine: SandboxManager, live: LiveSandbox, store: ArchiveS
                 except RockError as exc:
                     engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, _restore_message(exc))
                     raise
+                engine._save(attrs.evolve(live.record, unit_id=live.handle.unit_id))
                 engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "files restored from the archive")
                 await bring_up(engine, live, reuse=True)
         except TimeoutError:

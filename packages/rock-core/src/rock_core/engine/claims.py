@@ -2,10 +2,11 @@
 waiting for them (:func:`wait_warm`), and serving a start from one (:func:`claim_warm`).
 
 A pool itself (:class:`~rock_core.engine.pool.WarmPool`) makes and holds members; this module
-decides which pool a start belongs to and turns a member into the sandbox: the runtime assigns
-the unit to the sandbox id (shielded, so a stop arriving meanwhile finds the unit in the
-sandbox's handle rather than losing it halfway), the member's secret becomes the sandbox's, and
-one ``is_alive`` makes it running. A member that cannot be claimed is removed and the start
+decides which pool a start belongs to and turns a member into the sandbox: the record notes the
+member's unit id (and a runtime that can, Docker, renames the unit after the sandbox: shielded,
+so a stop arriving meanwhile finds the unit in the sandbox's handle rather than losing it
+halfway), the member's secret becomes the sandbox's, and one ``is_alive`` makes it running. A
+member that cannot be claimed is removed and the start
 goes the ordinary way.
 """
 
@@ -25,7 +26,7 @@ from rock_core.engine.live import LABEL_ENGINE_ID, LiveSandbox
 from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.stopping import remove_quietly
-from rock_core.errors import InvalidParameter, NotSupported, RockError, StartupTimeout
+from rock_core.errors import InvalidParameter, RockError, StartupTimeout
 from rock_core.models import PHASE_IMAGE_PULL, PhaseStatus, PullPolicy
 
 if TYPE_CHECKING:
@@ -73,8 +74,6 @@ async def set_warm_pool(engine: SandboxManager, request: SandboxStartRequest, si
     if size == 0:
         return key
     runtime = engine.runtime
-    if not runtime.can_assign:
-        raise NotSupported(runtime.capabilities.missing("assign", runtime.name), attempted="set_warm_pool")
     pool = WarmPool(
         starting.with_defaults(engine, spec), size, key=key,
         runtime=runtime, labels=engine._labels(None), http=engine.http, queue=engine.queue,
@@ -139,9 +138,10 @@ async def remove_members(engine: SandboxManager) -> None:
     except RockError as exc:
         log.warning("could not list this engine's pool members at close: %s", exc)
         return
+    claimed = engine.claimed_units()
     async with anyio.create_task_group() as tg:
         for handle in units:
-            if is_unclaimed_member(handle):
+            if is_unclaimed_member(handle, claimed):
                 tg.start_soon(remove_quietly, engine.runtime, handle)
 
 
@@ -161,14 +161,18 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
     sandbox_id = live.record.sandbox_id
     runtime = engine.runtime
     assert engine._tg is not None
-    try:
-        # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
-        with anyio.CancelScope(shield=True):
-            handle = await runtime.assign(member.handle, sandbox_id)
-    except RockError as exc:
-        log.warning("could not claim pool member %s for %s: %s", member.handle.sandbox_id, sandbox_id, exc)
-        engine._tg.start_soon(remove_quietly, runtime, member.handle)
-        return False
+    if runtime.can_assign:
+        try:
+            # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
+            with anyio.CancelScope(shield=True):
+                handle = await runtime.assign(member.handle, sandbox_id)
+        except RockError as exc:
+            log.warning("could not claim pool member %s for %s: %s", member.handle.sandbox_id, sandbox_id, exc)
+            engine._tg.start_soon(remove_quietly, runtime, member.handle)
+            return False
+    else:
+        # The unit keeps its name and labels (a Nomad job's id is fixed); the record says whose it is.
+        handle = attrs.evolve(member.handle, sandbox_id=sandbox_id)
     live.handle = handle
     assert member.status.rocklet_address is not None
     # The member's secret was made for it alone and never handed out: it becomes the sandbox's.

@@ -425,6 +425,23 @@ class SandboxManager:
         """
         return await timers.check_disk(self)
 
+    # -- units ---------------------------------------------------------------------------------
+
+    def claimed_units(self) -> set[str]:
+        """The unit ids sandboxes hold, by the records (of this owner, not deleted) and in memory:
+        a warm-pool unit among them is claimed even where the runtime did not rename it."""
+        held = {live.handle.unit_id for live in self._live.values() if live.handle is not None}
+        states = [State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING]
+        held.update(r.unit_id for r in self.store.list(states=states, filters={"owner": self.owner}) if r.unit_id)
+        return held
+
+    def sandbox_of_unit(self, unit_id: str) -> str | None:
+        """The sandbox whose unit is ``unit_id`` (``None``: none this engine holds)."""
+        for sandbox_id, live in self._live.items():
+            if live.handle is not None and live.handle.unit_id == unit_id:
+                return sandbox_id
+        return None
+
     # -- records and transitions -------------------------------------------------------------
 
     def _apply(self, record: SandboxRecord, event: Event, **changes: Any) -> SandboxRecord:

@@ -25,7 +25,7 @@ import secrets
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 
 import anyio
 import attrs
@@ -74,10 +74,14 @@ def pool_key(spec: SandboxSpec) -> str:
     return "pool-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def is_unclaimed_member(handle: UnitHandle) -> bool:
-    """Whether ``handle`` (from :meth:`Runtime.list`) is a pool member no sandbox has claimed."""
+def is_unclaimed_member(handle: UnitHandle, claimed: Container[str] = ()) -> bool:
+    """Whether ``handle`` (from :meth:`Runtime.list`) is a pool member no sandbox has claimed.
+
+    :param claimed: the unit ids sandboxes hold: a member claimed on a runtime that does not
+        rename units keeps its pool name and labels, and only the records tell it apart.
+    """
     name = handle.labels.get(LABEL_POOL_MEMBER)
-    return bool(name) and handle.sandbox_id == name
+    return bool(name) and handle.sandbox_id == name and handle.unit_id not in claimed
 
 
 @attrs.frozen

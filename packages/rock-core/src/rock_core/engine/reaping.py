@@ -69,10 +69,11 @@ async def sweep(engine: SandboxManager, *, reap: bool) -> int:
         log.warning("could not list units to reap orphans and stale pool members: %s", exc)
         return 0
     owner = engine.owner
+    claimed = engine.claimed_units()
     stale = [
         h for h in handles
         if h.labels.get(LABEL_OWNER, "") == owner
-        and is_unclaimed_member(h) and h.labels.get(LABEL_ENGINE_ID) != engine.engine_id
+        and is_unclaimed_member(h, claimed) and h.labels.get(LABEL_ENGINE_ID) != engine.engine_id
     ]
     orphans = [
         h for h in handles

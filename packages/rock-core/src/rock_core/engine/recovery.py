@@ -1,7 +1,8 @@
 """Recovery: taking back, after a restart of the process, the sandboxes this owner's store
 lists as not deleted.
 
-Each record is matched with its unit by label. A running sandbox whose rocklet answers is
+Each record is matched with its unit by the unit id it notes (a claimed warm-pool unit keeps
+its pool name on a runtime that does not rename), else by label. A running sandbox whose rocklet answers is
 adopted (usable again, with its recorded secret); one whose unit died or vanished meanwhile,
 and one whose start the restart interrupted before its unit answered, is recorded as stopped
 with that reason. A restore the restart cut short leaves the sandbox archived again; an
@@ -49,8 +50,14 @@ async def recover(engine: SandboxManager) -> int:
         log.warning("could not list units to recover sandboxes: %s", exc)
         units = []
     by_id = {h.labels.get(LABEL_SANDBOX_ID, h.sandbox_id): h for h in units}
+    by_unit = {h.unit_id: h for h in units}
     for record in records:
-        live = LiveSandbox(record=record, handle=by_id.get(record.sandbox_id))
+        handle = by_unit.get(record.unit_id) if record.unit_id else None
+        if handle is None:
+            handle = by_id.get(record.sandbox_id)
+        if handle is not None:
+            handle = attrs.evolve(handle, sandbox_id=record.sandbox_id)  # a claimed pool unit keeps its name
+        live = LiveSandbox(record=record, handle=handle)
         live.start_done.set()
         engine._live[record.sandbox_id] = live
         if record.state in (State.STOPPED, State.ARCHIVED):

@@ -272,16 +272,23 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
         except RockError as exc:
             engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
             raise
-        if live.record.phases[PHASE_IMAGE_PULL].status is not PhaseStatus.SUCCESS:
+        if live.record.phases[PHASE_IMAGE_PULL].status is PhaseStatus.RUNNING:  # the runtime said nothing
             engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
         live.handle = handle
         note_unit(engine, live, handle)
     engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.RUNNING, "starting the container")
     try:
-        status = await runtime.start(handle) or await runtime.inspect(handle)
+        # A runtime that places the unit on another host may pull the image only now.
+        status = await runtime.start(handle, on_phase=on_phase) or await runtime.inspect(handle)
+    except ImagePullFailed as exc:
+        engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, exc.message)
+        engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, "the image could not be had")
+        raise
     except RockError as exc:
         engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
         raise
+    if live.record.phases[PHASE_IMAGE_PULL].status is not PhaseStatus.SUCCESS:
+        engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
     if status.rocklet_address is None:
         message = describe_exit(status) if status.state is not UnitState.RUNNING else "the runtime reported no rocklet address"
         engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
@@ -300,11 +307,11 @@ def _token_of(engine: SandboxManager, live: LiveSandbox) -> str:
 
 
 def note_unit(engine: SandboxManager, live: LiveSandbox, handle: UnitHandle) -> None:
-    """Record what the runtime said of a new unit: notes, and the hardening it applied."""
+    """Record what the runtime said of a new unit: its id, notes, and the hardening it applied."""
     notes = tuple(dict.fromkeys((*live.record.notes, *handle.notes)))
     security = dict(handle.security) or dict(live.record.security)
-    if notes != live.record.notes or security != live.record.security:
-        engine._save(attrs.evolve(live.record, notes=notes, security=security))
+    if notes != live.record.notes or security != live.record.security or handle.unit_id != live.record.unit_id:
+        engine._save(attrs.evolve(live.record, notes=notes, security=security, unit_id=handle.unit_id))
 
 
 async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletClient, status: RuntimeStatus) -> dict[Port, Port]:
@@ -335,7 +342,8 @@ async def became_ready(
     """A started sandbox's rocklet answered: record its ports and make it running (unless it
     was stopped meanwhile)."""
     mapping = await open_ports(engine, live, client, status)
-    engine._save(attrs.evolve(live.record, port_mapping=mapping))
+    placed = {"host_name": status.node_name, "host_ip": status.node_address}
+    engine._save(attrs.evolve(live.record, port_mapping=mapping, **{k: v for k, v in placed.items() if v}))
     live.client = client
     live.activity = time.time()
     async with live.lock:

@@ -48,7 +48,7 @@ class NullRuntime(Runtime):
         """Make nothing; return the same handle every time."""
         return UnitHandle(self.name, "unit-1", "sandbox-1")
 
-    async def start(self, handle: UnitHandle) -> None:
+    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> None:
         """Do nothing."""
 
     async def stop(self, handle: UnitHandle, *, timeout: float) -> None:

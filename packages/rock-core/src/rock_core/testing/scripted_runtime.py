@@ -177,7 +177,7 @@ class ScriptedRuntime(Runtime):
         unit = self.units[unit_id] = _Unit(spec.sandbox_id, dict(labels))
         return self._handle(unit_id, unit)
 
-    async def start(self, handle: UnitHandle) -> None:
+    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> None:
         """Mark the unit running (its rocklet is the shared one, already listening)."""
         await self._gate("start", handle.sandbox_id)
         self.units[handle.unit_id].state = UnitState.RUNNING
