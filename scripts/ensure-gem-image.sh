@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make rock-gem's env image: BASE (default python:3.11) with GEM's games in /opt/rock-gem/site.
+# Make rock-gem's env image: BASE (default python:3.11) with GEM's games in /opt/rock-gem/site,
+# and GEM's runtime zip for Python 3.11 (uploaded into sandboxes of images without GEM).
 # Idempotent; needs no registry of images, only the Python package index pip/uv already use.
 #
 #   scripts/ensure-gem-image.sh [BASE [TAG]]      TAG default: rock-gem/<BASE>
@@ -17,6 +18,10 @@ TAG="${2:-rock-gem/$BASE}"
 REQS="$ROCK_REPO/packages/rock-gem/src/rock_gem/runtime-requirements.txt"
 SITE="/opt/rock-gem/site"
 LABEL="rock.gem.requirements"
+
+# GEM's runtime as a zip, for sandboxes of images without GEM (rock_gem.runtime uploads it).
+ROCK_UV="$("$ROCK_REPO/scripts/ensure-uv.sh")" "$ROCK_REPO/.venv/bin/python" -m rock_gem.runtime 3.11 >/dev/null \
+    || die "could not prepare GEM's runtime zip (python -m rock_gem.runtime 3.11)"
 
 hash="$(sha256sum "$REQS" | cut -c1-16)"
 docker image inspect "$BASE" >/dev/null 2>&1 || die "base image $BASE is missing (scripts/ensure-test-images.sh makes python:3.11)"

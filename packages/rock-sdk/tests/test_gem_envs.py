@@ -1,8 +1,9 @@
 """GEM environments through ``rock.make`` / ``amake`` / ``make_vec`` (issue #11 point 3), on Docker.
 
 Every behaviour runs embedded (this process's engine) and through a real admin over a socket
-(``base_url``). The env image is ``rock-gem/python:3.11`` (``scripts/ensure-gem-image.sh``:
-python:3.11 with gem-llm 0.1.0's games, built offline from wheels the host fetched).
+(``base_url``). The env image is the default, ROCK's ``python:3.11``, which has no GEM: each env
+sandbox gets GEM's runtime uploaded (prepared offline by ``scripts/ensure-gem-image.sh``, which
+also makes ``rock-gem/python:3.11`` with GEM built in).
 """
 
 from __future__ import annotations
@@ -139,6 +140,11 @@ def test_step_after_the_episode_ended_is_refused_until_reset(where: dict[str, An
         assert caught.value.kind == "episode_ended" and "reset()" in str(caught.value)
         env.reset(seed=1)
         assert env.step("\\boxed{up}")[2] in (True, False)
+
+
+def test_an_image_with_gem_built_in_needs_no_upload(where: dict[str, Any], gem_image: str) -> None:
+    with rock.make("game:Sokoban-v0-easy", image=gem_image, **where) as env:
+        assert "board" in env.reset(seed=42)[1]["suffix"]
 
 
 def test_a_closed_env_is_a_clear_error(where: dict[str, Any]) -> None:

@@ -273,7 +273,7 @@ def test_bad_requests_name_the_field(rocklet: RockletProcess) -> None:
     assert response.status_code == 400 and "'env'" in response.json()["detail"]
 
 
-def test_a_python_without_gem_is_a_clear_error(pyz: Path, tmp_path: Path) -> None:
+def test_a_python_without_gem_is_a_clear_error_and_a_pythonpath_brings_it(pyz: Path, tmp_path: Path, fake_gem: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["ROCK_ENV_PYTHON"] = system_python()
     env["ROCK_ENV_PYTHONPATH"] = str(tmp_path / "nothing-here")
@@ -282,5 +282,10 @@ def test_a_python_without_gem_is_a_clear_error(pyz: Path, tmp_path: Path) -> Non
         err = proc.error("/env/make", env_id="game:Sokoban-v0-easy")
         assert err["extra_info"]["kind"] == "missing_dependency"
         assert "cannot import GEM (package gem-llm)" in err["message"]
+        assert err["extra_info"]["python"].startswith("3.")
+        made = proc.ok("/env/make", env_id="game:Coin-v0-easy", pythonpath=str(fake_gem))
+        assert proc.ok("/env/step", env=made["env"], action="x")["info"] == {"turn": 1}
+        workers = proc.client.get("/env").json()["workers"]
+        assert {w["pythonpath"] for w in workers if w["alive"]} == {str(fake_gem)}
     finally:
         assert proc.stop() == 0

@@ -142,10 +142,12 @@ class RockletChannel:
             extra = info.get("extra_info") or {}
             message = str(info.get("message", ""))
             if name == "EnvError":
-                raise EnvFailed(
+                failed = EnvFailed(
                     message, kind=str(extra.get("kind", "env_error")), env_id=extra.get("env_id"),
                     traceback=extra.get("traceback") or (), sandbox_id=self.sandbox_id, attempted=attempted,
                 )
+                failed.details = dict(extra)  # type: ignore[attr-defined] # the rocklet's extra_info (python, pythonpath)
+                raise failed
             raise InternalServerRockError(f"rocklet error ({name}): {message}", sandbox_id=self.sandbox_id, attempted=attempted)
         detail = body.get("detail") if isinstance(body, dict) else body
         if status == 400:

@@ -27,10 +27,14 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_IMAGE", "GemEnv", "GemProvider", "provider_for"]
 
 #: The env image when neither ``[plugins.gem] image`` nor ``ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``
-#: names one: ``python:3.11`` with GEM's games, made by ``scripts/ensure-gem-image.sh``.
-DEFAULT_IMAGE = "rock-gem/python:3.11"
+#: names one, as in ROCK. It has no GEM: each new env sandbox gets GEM's runtime uploaded
+#: (:mod:`rock_gem.runtime`, about a second); ``rock-gem/python:3.11``
+#: (``scripts/ensure-gem-image.sh``) has it built in.
+DEFAULT_IMAGE = "python:3.11"
 #: ROCK's variable for the image of env sandboxes.
 IMAGE_ENV = "ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE"
+#: Where GEM's runtime is unpacked in a sandbox whose image has no GEM.
+RUNTIME_DIR = "/tmp/rock-gem-runtime"
 
 _PROVIDERS: weakref.WeakKeyDictionary[Any, GemProvider] = weakref.WeakKeyDictionary()
 
@@ -68,6 +72,12 @@ class _Host:
     error: BaseException | None = None
     channel: RockletChannel | None = None
     channel_key: tuple[Any, ...] | None = None
+    #: Where the env worker finds GEM when the image has none: the uploaded runtime.
+    pythonpath: str | None = None
+
+    def worker_args(self) -> dict[str, Any]:
+        """What ``/env/make`` and ``/env/list`` need to reach this sandbox's GEM."""
+        return {"pythonpath": self.pythonpath} if self.pythonpath else {}
 
 
 def unknown_env(env_id: str, known: frozenset[str] | set[str]) -> EnvFailed:
@@ -82,6 +92,10 @@ def unknown_env(env_id: str, known: frozenset[str] | set[str]) -> EnvFailed:
     return EnvFailed(f"env_id {env_id!r} is not a registered GEM environment{hint} ({len(ids)} ids registered)", kind="unknown_env", env_id=env_id)
 
 
+def _gem_missing(exc: EnvFailed) -> bool:
+    return exc.kind == "missing_dependency" and "cannot import GEM" in exc.message
+
+
 class GemProvider(EnvProvider):
     """Serves every env id GEM may register (``game:*``, ``rg:*``, ``math:*``, a user's own).
 
@@ -89,8 +103,9 @@ class GemProvider(EnvProvider):
     (or ``ROCK_PLUGIN_GEM_<KEY>``):
 
     :param image: the sandboxes' image (default ``$ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``, else
-        :data:`DEFAULT_IMAGE`); it needs ``python3`` 3.10 to 3.12 and GEM where
-        ``$ROCK_ENV_PYTHONPATH`` or its site-packages say.
+        :data:`DEFAULT_IMAGE`); it needs ``python3`` 3.10 to 3.12. When its Python cannot import
+        GEM (from ``$ROCK_ENV_PYTHONPATH`` or its site-packages), GEM's runtime is uploaded into
+        each of its sandboxes once.
     :param envs_per_sandbox: how many envs one sandbox hosts, each in its own process.
     :param memory: each sandbox's memory (``"4g"``).
     :param cpus: each sandbox's CPUs.
@@ -181,7 +196,7 @@ class GemProvider(EnvProvider):
         try:
             channel = self.channel(host, "env/make")
             async with self.engine.call(host.sandbox_id):
-                made = await channel.post("make", {"env_id": env_id, "kwargs": dict(kwargs)}, self.timeout)
+                made = await channel.post("make", {"env_id": env_id, "kwargs": dict(kwargs), **host.worker_args()}, self.timeout)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._release(host)
@@ -250,8 +265,7 @@ class GemProvider(EnvProvider):
                 assert started.sandbox_id is not None
                 host.sandbox_id = started.sandbox_id
                 await self.engine.wait_until_running(started.sandbox_id)
-            if host.image not in self._known_ids:
-                await self._learn_ids(host)
+            await self._learn_ids(host)
         except BaseException as exc:
             host.error = exc if isinstance(exc, Exception) else EnvFailed("the env sandbox's start was cancelled", kind="runtime")
             if isinstance(exc, TimeoutError):
@@ -271,12 +285,34 @@ class GemProvider(EnvProvider):
         host.ready.set()
 
     async def _learn_ids(self, host: _Host) -> None:
+        """Ask the new sandbox for GEM's ids; an image without GEM gets the runtime uploaded."""
         assert host.sandbox_id is not None
         try:
             answer = await self.channel(host, "env/list").post("list", {}, self.timeout)
-        except EnvFailed:
-            return  # the image cannot run GEM: the make says why
-        self._known_ids[host.image] = frozenset(answer["env_id"])
+        except EnvFailed as exc:
+            if not _gem_missing(exc):
+                return  # GEM is there but failed: the make says why
+            await self._install_runtime(host, getattr(exc, "details", {}).get("python"))
+            answer = await self.channel(host, "env/list").post("list", host.worker_args(), self.timeout)
+        if host.image not in self._known_ids:
+            self._known_ids[host.image] = frozenset(answer["env_id"])
+
+    async def _install_runtime(self, host: _Host, python: str | None) -> None:
+        """Upload GEM's runtime (:mod:`rock_gem.runtime`) into ``host``'s sandbox, unpacked at
+        :data:`RUNTIME_DIR`, for an image whose Python has no GEM."""
+        from rock_gem.runtime import runtime_zip
+
+        assert host.sandbox_id is not None
+        if python is None:
+            raise EnvFailed(f"image {host.image}: GEM is not importable and its Python version is unknown", kind="missing_dependency")
+        try:
+            path = await anyio.to_thread.run_sync(runtime_zip, python)
+        except (ValueError, RuntimeError) as exc:
+            raise EnvFailed(f"image {host.image} has no GEM, and rock cannot add it: {exc}", kind="missing_dependency") from None
+        client = self.engine.rocklet(host.sandbox_id, "upload")
+        async with self.engine.call(host.sandbox_id):
+            await client.upload(RUNTIME_DIR, path, unzip=True)
+        host.pythonpath = RUNTIME_DIR
 
     async def _release(self, host: _Host) -> None:
         """One env fewer on ``host``; stop its sandbox when it hosts none."""

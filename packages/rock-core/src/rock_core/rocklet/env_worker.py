@@ -330,6 +330,7 @@ def serve(control_fd: int) -> int:
         hello = {
             "ready": False,
             "kind": kind,
+            "python": "%d.%d" % sys.version_info[:2],
             "message": "cannot import GEM (package gem-llm) with %s (Python %d.%d): %s: %s"
             % (sys.executable, sys.version_info[0], sys.version_info[1], type(exc).__name__, exc),
         }

@@ -13,14 +13,15 @@ changed, nor that of the sandbox's commands.
 
 Routes (answers are bare JSON; failures are HTTP 511 ``EnvError`` with ``extra_info.kind``):
 
-``POST /env/make {env_id, kwargs?, timeout?}`` → ``{env, env_id, pid}``
-    ``env`` is the handle of the new env in this sandbox (``e1``, ``e2``, ...).
+``POST /env/make {env_id, kwargs?, pythonpath?, timeout?}`` → ``{env, env_id, pid}``
+    ``env`` is the handle of the new env in this sandbox (``e1``, ``e2``, ...). ``pythonpath``
+    (default ``$ROCK_ENV_PYTHONPATH``) is where GEM is looked for first; one worker serves each.
 ``POST /env/reset {env, seed?, timeout?}`` → ``{observation, info}``
 ``POST /env/step {env, action, timeout?}`` → ``{observation, reward, terminated, truncated, info}``
     After the episode ended (terminated or truncated), a step fails with kind
     ``episode_ended`` until the next reset.
 ``POST /env/close {env}`` → ``{env, closed}``: ends the env's process; closing twice is fine.
-``POST /env/list {env?}`` → ``{env_id: [...]}``: the ids GEM has registered.
+``POST /env/list {env?, pythonpath?}`` → ``{env_id: [...]}``: the ids GEM has registered.
 ``GET /env`` → ``{envs: [{env, env_id, pid}], worker: {...}}``
 ``POST /env/batch {calls: [{env, op: "reset"|"step", seed?, action?}], timeout?}`` →
     ``{results: [{ok: ...} | {error: {kind, message}}]}``: the calls of one batch run
@@ -177,6 +178,7 @@ class _Worker:
         self.control = control
         self.hello = hello
         self.lock = threading.Lock()
+        self.log_path = ""
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -196,8 +198,9 @@ class EnvChannel:
         self.python = python or os.environ.get(_PYTHON_ENV) or "python3"
         self.pythonpath = pythonpath if pythonpath is not None else os.environ.get(_PYTHONPATH_ENV, "")
         self._lock = threading.Lock()
-        self._worker = None  # type: Optional[_Worker]
+        self._workers = {}  # type: Dict[str, _Worker]
         self._worker_lock = threading.Lock()
+        self._script_written = False
         self._envs = {}  # type: Dict[str, EnvProcess]
         self._gone = {}  # type: Dict[str, str]
         self._next = 0
@@ -208,7 +211,8 @@ class EnvChannel:
     def _script(self) -> str:
         os.makedirs(self.state_dir, mode=0o700, exist_ok=True)
         path = os.path.join(self.state_dir, "env_worker.py")
-        if self._worker is None:  # written once per channel: this rocklet's own version
+        if not self._script_written:  # written once per channel: this rocklet's own version
+            self._script_written = True
             data = pkgutil.get_data(__package__ or "rocklet", "env_worker.py")
             assert data is not None
             tmp = path + ".tmp"
@@ -217,17 +221,17 @@ class EnvChannel:
             os.replace(tmp, path)
         return path
 
-    def _start_worker(self) -> _Worker:
+    def _start_worker(self, pythonpath: str) -> _Worker:
         script = self._script()
         env = dict(os.environ)
-        paths = [p for p in (self.pythonpath, env.get("PYTHONPATH", "")) if p]
+        paths = [p for p in (pythonpath, env.get("PYTHONPATH", "")) if p]
         if paths:
             env["PYTHONPATH"] = os.pathsep.join(paths)
         for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(name, "1")  # no BLAS thread pools: a fork server must not have threads
         env["PYTHONUNBUFFERED"] = "1"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        log_path = os.path.join(self.state_dir, "worker.log")
+        log_path = os.path.join(self.state_dir, "worker%s.log" % (len(self._workers) or ""))
         try:
             with open(log_path, "ab") as log:
                 process = subprocess.Popen(
@@ -264,24 +268,34 @@ class EnvChannel:
         if not hello.get("ready"):
             process.wait()
             ours.close()
-            raise _error(str(hello.get("kind", "runtime")), str(hello.get("message", "the env worker failed to start")))
-        return _Worker(self.python, process, ours, hello)
+            raise _error(
+                str(hello.get("kind", "runtime")),
+                str(hello.get("message", "the env worker failed to start")),
+                python=hello.get("python"),
+                pythonpath=pythonpath,
+            )
+        worker = _Worker(self.python, process, ours, hello)
+        worker.log_path = log_path
+        return worker
 
-    def worker(self) -> _Worker:
-        """The running fork server, started (again) when needed."""
+    def worker(self, pythonpath: Optional[str] = None) -> _Worker:
+        """The running fork server of ``pythonpath`` (default: the channel's), started (again)
+        when needed."""
+        path = self.pythonpath if pythonpath is None else pythonpath
         with self._worker_lock:
             if self._closed:
                 raise _error("runtime", "the env channel is closed")
-            if self._worker is None or not self._worker.alive():
-                if self._worker is not None:
-                    self._worker.control.close()
-                self._worker = self._start_worker()
-            return self._worker
+            worker = self._workers.get(path)
+            if worker is None or not worker.alive():
+                if worker is not None:
+                    worker.control.close()
+                worker = self._workers[path] = self._start_worker(path)
+            return worker
 
-    def _fork(self) -> Tuple[socket.socket, int]:
+    def _fork(self, pythonpath: Optional[str] = None) -> Tuple[socket.socket, int]:
         """A new env process and the socket to it."""
         for attempt in (0, 1):
-            worker = self.worker()
+            worker = self.worker(pythonpath)
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 with worker.lock:
@@ -300,7 +314,7 @@ class EnvChannel:
                 line = None
             if line is None:
                 ours.close()
-                raise _error("runtime", "the env worker did not fork a process for the env: %s" % _tail(os.path.join(self.state_dir, "worker.log")))
+                raise _error("runtime", "the env worker did not fork a process for the env: %s" % _tail(worker.log_path))
             pid = int(json.loads(line)["pid"])
             return ours, pid
         raise AssertionError("unreachable")
@@ -315,9 +329,10 @@ class EnvChannel:
             raise _error("no_env", "no env %r in this sandbox%s" % (key, (": " + why) if why else ""), env=key)
         return env
 
-    def make(self, env_id: str, kwargs: Dict[str, Any], timeout: Optional[float]) -> Dict[str, Any]:
-        """Fork a process and make ``env_id`` in it."""
-        sock, pid = self._fork()
+    def make(self, env_id: str, kwargs: Dict[str, Any], timeout: Optional[float], pythonpath: Optional[str] = None) -> Dict[str, Any]:
+        """Fork a process and make ``env_id`` in it (GEM found on ``pythonpath`` first, default
+        the channel's)."""
+        sock, pid = self._fork(pythonpath)
         with self._lock:
             self._next += 1
             key = "e%d" % self._next
@@ -364,11 +379,11 @@ class EnvChannel:
                 del self._envs[env.key]
                 self._gone[env.key] = env.dead or "its process ended"
 
-    def list_ids(self, key: Optional[str], timeout: Optional[float]) -> Any:
+    def list_ids(self, key: Optional[str], timeout: Optional[float], pythonpath: Optional[str] = None) -> Any:
         """The registered ids, asked of env ``key`` or of a short-lived process."""
         if key is not None:
             return self.call(key, {"op": "list"}, timeout)
-        sock, pid = self._fork()
+        sock, pid = self._fork(pythonpath)
         env = EnvProcess("list", sock, pid)
         try:
             return env.call({"op": "list"}, timeout)
@@ -428,12 +443,12 @@ class EnvChannel:
 
     def describe(self) -> Dict[str, Any]:
         """``GET /env``: the envs and the worker."""
-        worker = self._worker
         return {
             "envs": [{"env": e.key, "env_id": e.env_id, "pid": e.pid} for e in list(self._envs.values())],
-            "worker": None
-            if worker is None
-            else dict(worker.hello, pid=worker.process.pid, executable=worker.python, alive=worker.alive()),
+            "workers": [
+                dict(w.hello, pid=w.process.pid, executable=w.python, pythonpath=path, alive=w.alive())
+                for path, w in list(self._workers.items())
+            ],
         }
 
     def close_all(self) -> None:
@@ -443,8 +458,7 @@ class EnvChannel:
             envs, self._envs = list(self._envs.values()), {}
         for env in envs:
             env.kill()
-        worker = self._worker
-        if worker is not None:
+        for worker in list(self._workers.values()):
             worker.control.close()  # the server returns at EOF
             try:
                 worker.process.wait(2.0)
@@ -486,6 +500,13 @@ def _timeout(body: Dict[str, Any]) -> Optional[float]:
     return float(value)
 
 
+def _pythonpath(body: Dict[str, Any]) -> Optional[str]:
+    value = body.get("pythonpath")
+    if value is not None and not isinstance(value, str):
+        raise BadRequest("field 'pythonpath' must be a string, got %s" % json.dumps(value))
+    return value
+
+
 def _key(body: Dict[str, Any]) -> str:
     key = body.get("env")
     if not isinstance(key, str) or not key:
@@ -502,7 +523,7 @@ def make(rocklet: Any, req: Any) -> Any:
     kwargs = body.get("kwargs") or {}
     if not isinstance(kwargs, dict):
         raise BadRequest("field 'kwargs' must be an object, got %s" % json.dumps(kwargs))
-    return rocklet.envs.make(env_id, kwargs, _timeout(body))
+    return rocklet.envs.make(env_id, kwargs, _timeout(body), _pythonpath(body))
 
 
 def reset(rocklet: Any, req: Any) -> Any:
@@ -526,7 +547,7 @@ def list_ids(rocklet: Any, req: Any) -> Any:
     """``POST /env/list``."""
     body = req.json()
     key = body.get("env")
-    return rocklet.envs.list_ids(None if key is None else _key(body), _timeout(body))
+    return rocklet.envs.list_ids(None if key is None else _key(body), _timeout(body), _pythonpath(body))
 
 
 def batch(rocklet: Any, req: Any) -> Any:

@@ -186,9 +186,11 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
 @click.option("--idle-envs", type=click.IntRange(min=0), default=32, show_default=True, help="Idle envs whose memory is measured (embedded only; 0: skip).")
 @click.option("--envs-per-sandbox", type=click.IntRange(min=1), default=None, help="[plugins.gem] envs_per_sandbox of the embedded engine.")
 @click.option("--warm-sandboxes", type=click.IntRange(min=0), default=None, help="[plugins.gem] warm_sandboxes of the embedded engine.")
+@click.option("--image", default="rock-gem/python:3.11", show_default=True,
+              help="[plugins.gem] image of the embedded engine (this one has GEM built in; python:3.11 gets it uploaded).")
 @click.option("--base-url", default=None, help="Measure through this admin instead of the embedded engine.")
 def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle_envs: int,
-        envs_per_sandbox: int | None, warm_sandboxes: int | None, base_url: str | None) -> None:
+        envs_per_sandbox: int | None, warm_sandboxes: int | None, image: str, base_url: str | None) -> None:
     """GEM envs (game:Sokoban-v0-easy): step round trip, batched env-steps/s from one async
     client, make → first observation, memory per idle env."""
     from rock.bench.gem import run_gem_bench
@@ -198,8 +200,7 @@ def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle
         from rock_core.engine.config import EngineConfig
 
         options = {k: v for k, v in (("envs_per_sandbox", envs_per_sandbox), ("warm_sandboxes", warm_sandboxes)) if v is not None}
-        if options:
-            configure_embedded_engine(EngineConfig(plugin_options={"gem": options}))
+        configure_embedded_engine(EngineConfig(plugin_options={"gem": {"image": image, **options}}))
         click.echo("starting the engine", err=True)
         engine = get_embedded_engine()
         engine.start()
