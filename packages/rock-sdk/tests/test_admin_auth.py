@@ -8,10 +8,13 @@ engine. Every container the admin made is removed at the end (found by its ``roc
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import subprocess
 import sys
 import uuid
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,6 +192,16 @@ def test_healthz_and_greeting_are_open(admin: Any) -> None:
     with client(admin) as http:
         assert http.get("/healthz").json()["status"] == "ok"
         assert http.get("/").json() == {"message": "hello, ROCK!"}
+
+
+def test_the_rocklet_is_served_to_any_host_with_its_checksum(admin: Any) -> None:
+    """Units on cluster nodes download the rocklet with no key; its digest names what they got."""
+    with client(admin) as http:
+        response = http.get("/rocklet.pyz")
+    assert response.status_code == 200
+    assert hashlib.sha256(response.content).hexdigest() == response.headers["x-checksum-sha256"]
+    with zipfile.ZipFile(io.BytesIO(response.content)) as pyz:
+        assert "__main__.py" in pyz.namelist()
 
 
 @pytest.mark.parametrize(

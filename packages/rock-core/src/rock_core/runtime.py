@@ -24,6 +24,7 @@ import attrs
 from rock_core.errors import NotSupported
 
 if TYPE_CHECKING:
+    from rock_core.rocklet_delivery import RockletDelivery
     from typing_extensions import Self
 
     from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState
@@ -339,6 +340,16 @@ class Runtime(abc.ABC):
             sandbox_id=spec.sandbox_id,
             attempted="restore",
         )
+
+    #: The rocklet this runtime brings into its units, as the engine prepared it
+    #: (:meth:`use_rocklet`); ``None`` until then (a runtime used alone prepares its own).
+    rocklet_delivery: RockletDelivery | None = None
+
+    def use_rocklet(self, delivery: RockletDelivery) -> None:
+        """Take the engine's rocklet: the file to mount (``delivery.path``) or the URL and
+        checksum units on other hosts fetch it by. Called by the engine when it opens, before
+        any unit is made. The default keeps it in :attr:`rocklet_delivery`."""
+        self.rocklet_delivery = delivery
 
     async def aclose(self) -> None:
         """Release the runtime's clients and connections. Idempotent; the default holds nothing."""

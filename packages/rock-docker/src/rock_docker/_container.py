@@ -8,7 +8,6 @@ calls few and readable, and lets them be checked without an engine.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -17,6 +16,8 @@ import attrs
 from rock_core.errors import InvalidParameter
 from rock_core.models import ROCKLET_PORT, Port, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.rocklet.server import TOKEN_ENV
+from rock_core.rocklet_delivery import NO_PYTHON_EXIT_CODE, NO_PYTHON_LOG_LINE, ROCKLET_PYZ
+from rock_core.rocklet_delivery import launch_command as core_launch_command
 from rock_core.units import format_size
 
 __all__ = [
@@ -46,11 +47,6 @@ __all__ = [
 APP_PORT = 8080
 #: Where the directory holding ``rocklet.pyz`` is mounted, read-only, in every container.
 ROCKLET_MOUNT = "/rock"
-ROCKLET_PYZ = "rocklet.pyz"
-#: The exit code and log line of the launch command when the image has no ``python3``
-#: (127 is the shell's "command not found").
-NO_PYTHON_EXIT_CODE = 127
-NO_PYTHON_LOG_LINE = "rock: this image has no python3; rock needs python3 >= 3.8 in the image to run its agent"
 #: What Docker's init (tini) writes when it cannot run the command (no ``/bin/sh`` in the image).
 INIT_EXEC_FAILED = "exec /bin/sh failed"
 #: With ``network: host`` there is nothing to publish: the rocklet listens on a free host port,
@@ -91,24 +87,12 @@ _ZERO_TIME = "0001-01-01T00:00:00Z"
 def launch_command(
     *, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path: str | None = None, prelude: str = ""
 ) -> list[str]:
-    """The container's command: start the rocklet with the image's ``python3``, or explain why not.
+    """The container's command: rock-core's :func:`~rock_core.rocklet_delivery.launch_command`
+    for the rocklet mounted at ``/rock``.
 
-    ``prelude`` is shell run first, once python3 is known to be there (a restored container's
-    deletions).
-
-    ``exec`` makes the rocklet the shell's replacement, so signals reach it directly (through
-    Docker's init process, which reaps the orphans the sandbox's commands leave behind).
-    ``-I -S``: the rocklet is standard library only, so it skips ``site`` (faster start) and is
-    immune to ``PYTHON*`` variables of the image (its commands still inherit them).
+    Under Docker's init process, which reaps the orphans the sandbox's commands leave behind.
     """
-    pyz = f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}"
-    script = (
-        f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
-        f"exit {NO_PYTHON_EXIT_CODE}; }}; "
-        + prelude
-        + (f"exec python3 -I -S {pyz} --unix {unix_path}" if unix_path else f"exec python3 -I -S {pyz} --host {host} --port {port}")
-    )
-    return ["/bin/sh", "-c", script]
+    return core_launch_command(f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host=host, port=port, unix_path=unix_path, prelude=prelude)
 
 
 def no_python_error(image: str) -> str:

@@ -22,7 +22,6 @@ with a connection pool as large as that limiter serves them all.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
@@ -64,6 +63,7 @@ from rock_core.models import (
     SandboxSpec,
     UnitState,
 )
+from rock_core.rocklet_delivery import default_rocklet_dir, prepare_rocklet
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_docker._container import (
@@ -111,14 +111,6 @@ _ENGINE_LIMITS = (
     ("CpuCfsQuota", "CPU limit"),
     ("CPUShares", "CPU shares"),
 )
-
-
-def default_rocklet_dir() -> Path:
-    """Where the runtime keeps ``rocklet.pyz`` by default: ``$ROCK_CACHE_DIR`` or ``~/.cache/rock``, ``/rocklet``."""
-    base = os.environ.get("ROCK_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rock"
-    )
-    return Path(base) / "rocklet"
 
 
 def _now() -> datetime:
@@ -191,6 +183,7 @@ class DockerRuntime(Runtime):
             )
         self.base_url = base_url
         self.rocklet_dir = Path(rocklet_dir) if rocklet_dir is not None else default_rocklet_dir()
+        self._own_rocklet_dir = rocklet_dir is not None  # else the engine's delivery is used as it is
         self.publish_host = publish_host
         self.network = network
         self.stop_timeout = stop_timeout
@@ -495,7 +488,10 @@ class DockerRuntime(Runtime):
         """The directory holding this rock's ``rocklet.pyz``, built on first use (blocking)."""
         with self._rocklet_lock:
             if self._rocklet_source is None:
-                self._rocklet_source = _prepare_rocklet_dir(self.rocklet_dir)
+                delivery = self.rocklet_delivery
+                if delivery is None or (self._own_rocklet_dir and delivery.path.parent.parent != self.rocklet_dir):
+                    delivery = prepare_rocklet(self.rocklet_dir)
+                self._rocklet_source = delivery.path.parent
             return self._rocklet_source
 
     def _probe_engine(self) -> tuple[int | None, str | None]:
@@ -1032,34 +1028,3 @@ def _free_port(host: str) -> int:
         return int(sock.getsockname()[1])
 
 
-def _prepare_rocklet_dir(root: Path) -> Path:
-    """Build ``rocklet.pyz`` into ``root/<content hash>/`` (once per content) and return that directory.
-
-    Each version gets its own directory, so that a newer rock never changes the agent under
-    containers an older one made, and the mount shows nothing but the archive.
-    """
-    from rock_core.rocklet.zipapp import build_zipapp
-
-    root.mkdir(parents=True, exist_ok=True)
-    staging: Path | None = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
-    try:
-        assert staging is not None
-        pyz = build_zipapp(staging / ROCKLET_PYZ, cache_dir=root / "build-cache")
-        digest = hashlib.sha256(pyz.read_bytes()).hexdigest()[:16]
-        final = root / digest
-        if (final / ROCKLET_PYZ).is_file():
-            return final
-        # Readable by any user the image runs as.
-        os.chmod(pyz, 0o644)
-        os.chmod(staging, 0o755)
-        try:
-            os.rename(staging, final)  # atomic; a concurrent builder's identical copy may win
-        except OSError:
-            if not (final / ROCKLET_PYZ).is_file():
-                raise
-        else:
-            staging = None
-        return final
-    finally:
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)

@@ -134,6 +134,9 @@ class EngineConfig:
         (ROCK's ``archive_timeout_seconds``).
     :param restore_timeout: seconds a restore may take, from ``restart`` of an archived
         sandbox to its rocklet answering; past it the sandbox is archived again, with the reason.
+    :param rocklet_url: where runtimes whose units run on other hosts have them download
+        ``rocklet.pyz`` (checked by its SHA-256); the admin sets its own ``/rocklet.pyz`` when
+        this is not set. ``None``: nothing serves it (a runtime on this host mounts the file).
     :param disk_keep_seconds: how long a sandbox stopped for passing its disk limit keeps its
         unit (its files, for inspection or ``restart``) before it is deleted, when its own
         policy would delete it sooner.
@@ -167,6 +170,7 @@ class EngineConfig:
     disk_keep_seconds: NonNegativeInt = checked(NonNegativeInt, default=3600)
     plugin_options: Mapping[str, Mapping[str, Any]] = checked(dict[str, dict[str, Any]], factory=dict)
     archive_store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
+    rocklet_url: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     archive_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
     restore_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
 

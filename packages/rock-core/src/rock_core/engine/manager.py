@@ -42,6 +42,7 @@ activity for the idle timer).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -76,6 +77,7 @@ from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
 from rock_core.errors import SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, SandboxStatus
+from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, Event, State
 
@@ -169,6 +171,7 @@ class SandboxManager:
         self.forwards = PortForwards()
         self._closed = False
         self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
+        self.rocklet_delivery: RockletDelivery | None = None  # made when the engine opens
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
 
@@ -183,6 +186,11 @@ class SandboxManager:
     # -- lifecycle of the engine itself -----------------------------------------------------
 
     async def __aenter__(self) -> SandboxManager:
+        #: The rocklet the runtime brings into its units (built once per content; the admin serves it).
+        self.rocklet_delivery = await anyio.to_thread.run_sync(
+            functools.partial(prepare_rocklet, url=self.config.rocklet_url)
+        )
+        self.runtime.use_rocklet(self.rocklet_delivery)
         self._http = new_http_client()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()

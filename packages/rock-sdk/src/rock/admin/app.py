@@ -101,7 +101,7 @@ from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, State
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import FileResponse, Response, StreamingResponse
 from starlette.routing import Route as StarletteRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -140,6 +140,8 @@ _PLAIN_ROUTES = (
     ("/metrics", "Prometheus text: sandboxes by state, start latency, queue, requests.", "text/plain"),
     ("/admin/status", "The admin's state as JSON: version, sandboxes by state, start queue, warm pools.", _JSON),
     ("/openapi.json", "This document.", _JSON),
+    ("/rocklet.pyz", "The rocklet units on other hosts download (no key needed); X-Checksum-Sha256 is its digest.",
+     "application/zip"),
 )
 
 Handler = Callable[[Request, Any], Awaitable[Any]]
@@ -413,7 +415,7 @@ class BodyLimit:
 # API keys (a pure ASGI layer in front of everything, so no body is read for a stranger)
 
 #: Paths served without a key: liveness probes and ROCK's greeting reveal nothing.
-OPEN_PATHS = frozenset({"/healthz", "/"})
+OPEN_PATHS = frozenset({"/healthz", "/", "/rocklet.pyz"})
 
 #: ``result.code`` of a request refused for its key (ROCK has none; a 4xxx client error).
 UNAUTHORIZED_CODE = 4011
@@ -533,6 +535,7 @@ class AdminApp:
         starlette_routes += [
             StarletteRoute("/", self._hello, methods=["GET"]),
             StarletteRoute("/healthz", self._healthz, methods=["GET"]),
+            StarletteRoute("/rocklet.pyz", self._rocklet_pyz, methods=["GET"]),
             StarletteRoute("/metrics", self._metrics, methods=["GET"]),
             StarletteRoute("/admin/status", self._status, methods=["GET"]),
             StarletteRoute("/openapi.json", self._openapi_json, methods=["GET"]),
@@ -569,8 +572,11 @@ class AdminApp:
         store = self.settings.engine.store_path
         if store:
             Path(store).parent.mkdir(parents=True, exist_ok=True)
+        engine_config = self.settings.engine
+        if engine_config.rocklet_url is None:  # units on other hosts fetch the rocklet from here
+            engine_config = attrs.evolve(engine_config, rocklet_url=f"{self.settings.url}/rocklet.pyz")
         async with SandboxManager(
-            self.settings.engine, runtime=self._runtime, owner=self.settings.owner, plugins=self.plugins,
+            engine_config, runtime=self._runtime, owner=self.settings.owner, plugins=self.plugins,
             configured=True,
         ) as manager:
             self._manager = manager
@@ -763,6 +769,16 @@ class AdminApp:
 
     async def _hello(self, _request: Request) -> Response:
         return _json_response({"message": "hello, ROCK!"})
+
+    async def _rocklet_pyz(self, _request: Request) -> Response:
+        """``GET /rocklet.pyz``: the rocklet units on other hosts download (no key needed: it holds
+        no secret, and every rocklet asks for its sandbox's own); ``X-Checksum-Sha256`` says its digest."""
+        delivery = self.manager.rocklet_delivery
+        if delivery is None:
+            return _json_response({"detail": "the engine is starting"}, status_code=503)
+        return FileResponse(
+            delivery.path, media_type="application/zip", headers={"X-Checksum-Sha256": delivery.sha256}
+        )
 
     async def _healthz(self, _request: Request) -> Response:
         if self._manager is None:

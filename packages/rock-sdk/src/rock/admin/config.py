@@ -210,6 +210,7 @@ _ENGINE_KEYS: Mapping[str, Any] = {
     "disk_check_interval": PositiveFloat,
     "disk_keep_seconds": NonNegativeInt,
     "archive_store": str | None,
+    "rocklet_url": str | None,
     "archive_timeout": PositiveFloat,
     "restore_timeout": PositiveFloat,
 }
