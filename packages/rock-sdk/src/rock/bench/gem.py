@@ -6,7 +6,9 @@
   that end reset in the group's next batch (their resets count in the time, not in the steps);
 - ``make`` → first observation (make + reset), p50 and p90, envs made one after another;
 - proportional set size (PSS) per idle env: the env processes and their fork server, read from
-  ``/proc/<pid>/smaps_rollup`` inside the sandbox, divided by the envs.
+  ``/proc/<pid>/smaps_rollup`` inside the sandbox, divided by the envs;
+- for scale, GEM alone: the same step-and-reset loop over 32 envs in one process of an env
+  sandbox, no rock in between (one core).
 
 Embedded by default; ``base_url`` measures through an admin (memory is then not measured).
 """
@@ -127,8 +129,35 @@ def make_to_first_observation(count: int, base_url: str | None) -> dict[str, Any
     }
 
 
+#: GEM alone in one process, in an env sandbox: the same envs' step-and-reset loop with no rock
+#: in between (one core), for scale.
+BASELINE = r"""
+import random, sys, time, types
+try:
+    import reasoning_gym
+except ImportError:
+    sys.modules["reasoning_gym"] = types.SimpleNamespace(factory=types.SimpleNamespace(DATASETS={}))
+import logging
+import gem
+logging.getLogger().setLevel(logging.WARNING)
+rng = random.Random(1)
+envs = [gem.make("game:Sokoban-v0-easy") for _ in range(32)]
+for i, env in enumerate(envs):
+    env.reset(seed=i)
+steps, started = 0, time.perf_counter()
+while time.perf_counter() - started < 5:
+    for env in envs:
+        _, _, terminated, truncated, _ = env.step("\\boxed{%s}" % rng.choice(["up", "down", "left", "right"]))
+        steps += 1
+        if terminated or truncated:
+            env.reset(seed=rng.randrange(1 << 30))
+print(steps / (time.perf_counter() - started))
+"""
+
+
 def idle_memory(count: int) -> dict[str, Any]:
-    """PSS per idle env (embedded only): ``count`` envs made and reset, then measured."""
+    """PSS per idle env (embedded only): ``count`` envs made and reset, then measured; and GEM's
+    own step-and-reset rate in one process of the same sandbox (:data:`BASELINE`)."""
     import rock
     from rock.sdk.envs._backend import backend_for
     from rock_core.actions import Command
@@ -164,10 +193,18 @@ def idle_memory(count: int) -> dict[str, Any]:
             envs_kib, workers_kib = (int(x) for x in backend.engine.call_blocking(measure).split())
             total_kib += envs_kib
             worker_kib += workers_kib
+        async def baseline(sandbox_id: str = next(iter(by_sandbox))) -> str:
+            client = backend.engine.manager.rocklet(sandbox_id)
+            command = 'PYTHONPATH="${ROCK_ENV_PYTHONPATH:-/tmp/rock-gem-runtime}" exec python3 -c "$0"'
+            result = await client.execute(Command(command=["sh", "-c", command, BASELINE], timeout=300))
+            return str(result.stdout).strip()
+
+        in_process = float(backend.engine.call_blocking(baseline))
     finally:
         for env in envs:
             env.close()
     return {
+        "gem_in_one_process_steps_per_second": round(in_process),
         "envs": count,
         "sandboxes": len(by_sandbox),
         "pss_per_env_mb": round(total_kib / count / 1024, 2),
