@@ -439,3 +439,28 @@ def test_rl_rocks_own_make_plays_the_sokoban_demo_against_rocks_admin(rl_rock_py
     done = subprocess.run([rl_rock_python, "-c", ROCK_DEMO], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok ") and "rock.sdk.envs.rock_env" in done.stdout
+
+
+def _requests_to(http: httpx.Client, route: str) -> float:
+    """The admin's count of answered requests to ``route`` (/metrics, every outcome)."""
+    import re
+
+    total = 0.0
+    for line in http.get("/metrics").text.splitlines():
+        if line.startswith("rock_http_requests_total{") and f'route="{route}"' in line:
+            total += float(re.split(r"\s+", line)[-1])
+    return total
+
+
+async def test_a_vector_step_is_one_http_request_through_the_admin(admin: Any, gem_image: str) -> None:
+    vec = await rock.amake_vec("game:Sokoban-v0-easy", 6, seed=1, base_url=admin.url)
+    try:
+        await vec.reset()
+        with httpx.Client(base_url=admin.url, timeout=30) as http:
+            batch, step = _requests_to(http, "/apis/v1/envs/gem/batch"), _requests_to(http, "/apis/v1/envs/gem/step")
+            await vec.step(["\\boxed{up}"] * 6)
+            await vec.step({0: "\\boxed{left}", 5: "\\boxed{left}"})
+            assert _requests_to(http, "/apis/v1/envs/gem/batch") == batch + 2
+            assert _requests_to(http, "/apis/v1/envs/gem/step") == step
+    finally:
+        await vec.aclose()
