@@ -134,7 +134,7 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_la
         tmp_path_factory.mktemp("admin-auth"),
         config='[admin]\nlog_level = "debug"\naccess_log = true\n'
         f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }},\n'
-        f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", allow_host_network = true }}]\n',
+        f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", allow_host_network = true, max_priority = 9 }}]\n',
         env={"ROCK_ADMIN_API_KEYS": f"team-b={KEY_B}"},
     )
     try:
@@ -360,3 +360,14 @@ def test_the_log_holds_no_key(admin: Any, http_a: httpx.Client, http_b: httpx.Cl
     assert "GET /apis/envs/sandbox/v1/sandboxes" in text  # the access log was on: requests were logged
     for secret in (KEY_A, KEY_B, WRONG_KEY):
         assert secret not in text
+
+
+def test_a_key_asks_for_at_most_its_max_priority(admin: Any, http_a: httpx.Client) -> None:
+    """Key A has the default ceiling (5, normal); the ops key was raised to 9 in its entry."""
+    body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "priority": 9}))
+    assert body["status"] == "Failed" and "priority: 9 is above the highest tenant 'team-a' may ask for (5" in body["error"]
+    with client(admin, {"X-API-Key": KEY_OPS}) as http_ops:
+        started = ok(http_ops, "POST", "start_async", json={**SMALL, "priority": 9})
+        ok(http_ops, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})
+    started = ok(http_a, "POST", "start_async", json={**SMALL, "priority": 2})
+    ok(http_a, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})

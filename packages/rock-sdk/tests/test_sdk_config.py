@@ -173,7 +173,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 @pytest.mark.parametrize(
     ("fields", "field"),
     [({"pids_limit": 0}, "pids_limit"), ({"pids_limit": True}, "pids_limit"), ({"cap_add": "NET_RAW"}, "cap_add"),
-     ({"cap_add": [1]}, "cap_add[0]"), ({"network_group": 7}, "network_group")],
+     ({"cap_add": [1]}, "cap_add[0]"), ({"network_group": 7}, "network_group"), ({"priority": 10}, "priority"),
+     ({"priority": -1}, "priority")],
 )
 def test_hardening_fields_are_checked_naming_the_field(fields, field) -> None:
     with pytest.raises(InvalidConfig, match=rf"^{re.escape(field)}: ") as info:
@@ -182,9 +183,9 @@ def test_hardening_fields_are_checked_naming_the_field(fields, field) -> None:
 
 
 def test_hardening_fields_reach_the_start_request() -> None:
-    config = SandboxConfig(pids_limit=64, cap_add=["NET_RAW"], network_group="pair")
+    config = SandboxConfig(pids_limit=64, cap_add=["NET_RAW"], network_group="pair", priority=8)
     request = Sandbox(config)._start_request()
-    assert (request.pids_limit, request.cap_add, request.network_group) == (64, ["NET_RAW"], "pair")
+    assert (request.pids_limit, request.cap_add, request.network_group, request.priority) == (64, ["NET_RAW"], "pair", 8)
 
 
 @pytest.mark.parametrize(

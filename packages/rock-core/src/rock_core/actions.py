@@ -49,6 +49,7 @@ from rock_core.models import (
     PortMapping,
     PositiveFloat,
     PositiveInt,
+    Priority,
     PullPolicy,
     SizeStr,
     constrained,
@@ -337,6 +338,8 @@ class SandboxStartRequest:
     ``pids_limit`` (rock addition): the most processes the sandbox may run (``None``: the
     server's default, 4096). ``cap_add`` (rock addition): Linux capabilities to grant beyond
     rock's reduced set, e.g. ``["NET_RAW"]`` for ``ping``; the server may refuse them.
+    ``priority`` (rock addition): 0..9, higher starts first when starts queue (``None``: 5,
+    normal); a server with API keys caps it per key.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -365,6 +368,7 @@ class SandboxStartRequest:
     network_group: str | None = None
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     cap_add: list[str] | None = None
+    priority: Priority | None = constrained(Priority, optional=True, default=None)
 
 
 @attrs.frozen(kw_only=True)

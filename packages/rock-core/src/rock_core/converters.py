@@ -637,6 +637,7 @@ def spec_from_start_request(
         },
         pids_limit=req.pids_limit,
         cap_add=cap_add or (),
+        **({"priority": req.priority} if req.priority is not None else {}),
     )
 
 

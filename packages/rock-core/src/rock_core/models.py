@@ -43,6 +43,10 @@ __all__ = [
     "ByteSize",
     "NonNegativeInt",
     "PositiveInt",
+    "Priority",
+    "PRIORITY_MIN",
+    "PRIORITY_MAX",
+    "PRIORITY_NORMAL",
     "PositiveFloat",
     "Port",
     "PortMapping",
@@ -84,6 +88,10 @@ PositiveInt = NewType("PositiveInt", int)
 PositiveFloat = NewType("PositiveFloat", float)
 #: A TCP port, 1..65535.
 Port = NewType("Port", int)
+#: A start's priority, :data:`PRIORITY_MIN`..:data:`PRIORITY_MAX` (higher starts first).
+Priority = NewType("Priority", int)
+#: The lowest and highest start priorities, and the default ("normal").
+PRIORITY_MIN, PRIORITY_MAX, PRIORITY_NORMAL = 0, 9, 5
 #: Container port -> host port (published on 127.0.0.1 by the local runtimes). In JSON the keys
 #: are strings (``{"22555": 32768}``), as JSON requires and ROCK sends.
 PortMapping = dict[Port, Port]
@@ -135,6 +143,15 @@ def _check_positive_float(value: Any) -> float:
     return float(value)
 
 
+def _check_priority(value: Any) -> int:
+    if not _is_int(value) or not PRIORITY_MIN <= value <= PRIORITY_MAX:
+        raise ValueError(
+            f"expected a priority {PRIORITY_MIN}..{PRIORITY_MAX} (higher starts first, {PRIORITY_NORMAL} is normal), "
+            f"got {describe_value(value)}"
+        )
+    return value
+
+
 def _check_port(value: Any) -> int:
     if not _is_int(value) or not 1 <= value <= 65535:
         raise ValueError(f"expected a port number 1..65535, got {describe_value(value)}")
@@ -153,6 +170,7 @@ CHECKS: Mapping[Any, Callable[[Any], Any]] = MappingProxyType(
         PositiveInt: _check_positive_int,
         PositiveFloat: _check_positive_float,
         Port: _check_port,
+        Priority: _check_priority,
     }
 )
 
@@ -309,6 +327,7 @@ class SandboxSpec:
     ``pids_limit`` caps the processes (and threads) of the sandbox (``None``: the engine's
     default); ``cap_add`` names Linux capabilities to grant beyond rock's reduced set
     (``"NET_RAW"`` for ``ping``), which the engine checks against what it allows.
+    ``priority`` orders the start queue (:mod:`rock_core.engine.start_queue`): higher first.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -336,6 +355,7 @@ class SandboxSpec:
     runtime_options: dict[str, Any] = attrs.field(factory=dict)
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     cap_add: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
 
     def __attrs_post_init__(self) -> None:
         if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:

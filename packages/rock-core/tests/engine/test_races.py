@@ -261,3 +261,26 @@ async def test_the_sweep_removes_one_at_a_time_when_starts_never_pause(
             start.open()
             await engine.wait_until_running(sandbox_id)
             assert _orphans_left(runtime) == []
+
+
+async def test_sixty_queued_starts_in_three_priorities_are_created_highest_first(runtime: ScriptedRuntime) -> None:
+    create = runtime.hold("create")
+    async with _engine(runtime, max_concurrent_starts=1) as engine:
+        with anyio.fail_after(HANG):
+            await engine.start_async(SandboxStartRequest(image="scripted:1", sandbox_id="holder"))
+            await create.arrivals(1)  # the one slot is taken: everything after waits in the queue
+            names = []
+            for priority, name in ((1, "low"), (5, "normal"), (9, "urgent")):
+                for i in range(20):
+                    names.append(f"{name}-{i:02d}")
+                    request = SandboxStartRequest(image="scripted:1", sandbox_id=names[-1], priority=priority)
+                    await engine.start_async(request, experiment_id=f"exp-{i % 3}")
+            await anyio.wait_all_tasks_blocked()
+            assert (await engine.get_status("urgent-00")).queue_position == 1
+            assert (await engine.get_status("low-19")).queue_position == 60
+            create.open()
+            for name in names:
+                assert (await engine.wait_until_running(name)).state is State.RUNNING
+        arrived = [a for a in create.arrived if a != "holder"]
+        assert [a.split("-")[0] for a in arrived] == ["urgent"] * 20 + ["normal"] * 20 + ["low"] * 20
+        assert arrived[:3] == ["urgent-00", "urgent-01", "urgent-02"]  # experiments take turns

@@ -102,3 +102,81 @@ async def test_a_cancelled_waiter_leaves_no_trace():
 def test_rejects_a_zero_bound():
     with pytest.raises(ValueError, match="max_concurrency must be at least 1, got 0"):
         StartQueue(0)
+
+
+class Clock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_sixty_starts_in_three_priorities_go_highest_first_fair_within_each():
+    clock = Clock()
+    queue = StartQueue(max_concurrency=1, aging_seconds=60, clock=clock)
+    order: list[str] = []
+    release = anyio.Event()
+
+    async def start(key: str, item: str, priority: int) -> None:
+        async with queue.slot(key, item, priority):
+            order.append(item)
+
+    async def holder() -> None:
+        async with queue.slot("hold", "holder"):
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(holder)
+        await anyio.wait_all_tasks_blocked()
+        # Low first, then normal, then urgent: arrival order must not decide.
+        for priority, name in ((1, "low"), (5, "normal"), (9, "urgent")):
+            for i in range(20):
+                tg.start_soon(start, f"{name}-exp-{i % 2}", f"{name}-{i:02d}", priority)
+                await anyio.wait_all_tasks_blocked()
+        assert queue.depth == 60
+        positions = queue.positions()
+        assert positions["urgent-00"] == 1 and positions["normal-00"] == 21 and positions["low-00"] == 41
+        release.set()
+    assert [item.split("-")[0] for item in order] == ["urgent"] * 20 + ["normal"] * 20 + ["low"] * 20
+    # Within a priority, turns alternate between experiments, first come first served in each.
+    urgent = order[:20]
+    assert urgent[:4] == ["urgent-00", "urgent-01", "urgent-02", "urgent-03"]
+    assert queue.active == 0 and queue.depth == 0
+
+
+async def test_a_low_priority_start_is_never_starved_by_a_stream_of_urgent_ones():
+    clock = Clock()
+    queue = StartQueue(max_concurrency=1, aging_seconds=60, clock=clock)
+    order: list[str] = []
+    gates: dict[str, anyio.Event] = {}
+
+    async def start(item: str, priority: int) -> None:
+        gates[item] = anyio.Event()
+        async with queue.slot("exp", item, priority):
+            order.append(item)
+            await gates[item].wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(start, "first", 9)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(start, "patient", 0)  # waits from t=1000
+        await anyio.wait_all_tasks_blocked()
+        served = 0
+        # Urgent starts keep arriving, one a minute; each running start ends after a minute.
+        while "patient" not in order:
+            clock.now += 60
+            tg.start_soon(start, f"urgent-{served}", 9)
+            await anyio.wait_all_tasks_blocked()
+            gates[order[-1]].set()
+            await anyio.wait_all_tasks_blocked()
+            served += 1
+            assert served < 20, order
+        for item in order:
+            gates[item].set()
+        for gate in gates.values():
+            gate.set()
+    # Nine levels at one a minute, and the tie goes to the urgent one: served in the tenth minute.
+    assert order.index("patient") == 10, order

@@ -95,7 +95,10 @@ class EngineConfig:
     :param runtime: the registered runtime to use (``"docker"``).
     :param runtime_options: keyword arguments for the runtime's constructor.
     :param store_path: SQLite file for the records (``None``: in memory, for embedded mode).
-    :param max_concurrent_starts: starts running at once; the rest wait in the fair start queue.
+    :param max_concurrent_starts: starts running at once; the rest wait in the start queue, by
+        priority, fair across experiments within one.
+    :param queue_aging_seconds: waiting this long raises a queued start's priority one level,
+        so no start waits forever behind higher ones (:mod:`rock_core.engine.start_queue`).
     :param default_auto_clear_seconds: idle time after which a live sandbox is stopped, when the
         request does not say (ROCK's server default: 360 minutes).
     :param default_auto_delete_seconds: how long a stopped sandbox is kept (for ``restart``)
@@ -146,6 +149,7 @@ class EngineConfig:
     runtime_options: Mapping[str, Any] = checked(dict[str, Any], factory=dict)
     store_path: str | None = checked(Optional[str], default=None)
     max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
+    queue_aging_seconds: PositiveFloat = checked(PositiveFloat, default=60.0)
     default_auto_clear_seconds: NonNegativeInt = checked(NonNegativeInt, default=360 * 60)
     default_auto_delete_seconds: NonNegativeInt = checked(NonNegativeInt, default=0)
     max_auto_delete_seconds: NonNegativeInt | None = checked(Optional[NonNegativeInt], default=24 * 3600)

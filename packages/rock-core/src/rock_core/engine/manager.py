@@ -159,7 +159,7 @@ class SandboxManager:
         # Tells this engine's units from those of another engine in the same process.
         self.engine_id = uuid.uuid4().hex
         self.store = SandboxStore(self.config.store_path)
-        self.queue = StartQueue(self.config.max_concurrent_starts)
+        self.queue = StartQueue(self.config.max_concurrent_starts, aging_seconds=self.config.queue_aging_seconds)
         self._live: dict[str, LiveSandbox] = {}
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
         self._in_flight_lock = threading.Lock()  # calls begin and end in callers' threads too

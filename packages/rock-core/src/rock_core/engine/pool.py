@@ -35,7 +35,7 @@ from rock_core.actions import WarmPoolStatus
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import RockError
-from rock_core.models import RuntimeStatus, SandboxSpec, UnitState
+from rock_core.models import PRIORITY_MIN, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.runtime import Runtime, UnitHandle
 
 __all__ = ["LABEL_POOL", "LABEL_POOL_MEMBER", "Member", "WarmPool", "is_unclaimed_member", "pool_key"]
@@ -240,7 +240,7 @@ class WarmPool:
         token = secrets.token_urlsafe(32)
         handle: UnitHandle | None = None
         try:
-            async with self._queue.slot(QUEUE_KEY, name):
+            async with self._queue.slot(QUEUE_KEY, name, PRIORITY_MIN):  # behind every real start
                 with anyio.fail_after(self._startup_timeout):
                     handle = await self._runtime.create(
                         spec, labels={**self._labels, LABEL_POOL_MEMBER: name}, rocklet_token=token

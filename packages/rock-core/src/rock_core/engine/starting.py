@@ -202,7 +202,7 @@ async def run_start(engine: SandboxManager, sandbox_id: str, t0: float, reuse: b
             if not claimed:
                 # The startup budget starts when the start leaves the queue: a burst waits,
                 # it does not time out for want of a slot.
-                async with engine.queue.slot(key, sandbox_id):
+                async with engine.queue.slot(key, sandbox_id, spec.priority):
                     with anyio.fail_after(budget):
                         await bring_up(engine, live, reuse)
         except TimeoutError:

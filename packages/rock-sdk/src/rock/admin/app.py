@@ -94,6 +94,7 @@ from rock_core.errors import (
     RockletUnreachable,
     SandboxNotFound,
 )
+from rock_core.models import PRIORITY_NORMAL
 from rock_core.plugins import Plugins, plugin_tables
 from rock_core.responses import start_response, status_response
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
@@ -719,10 +720,24 @@ class AdminApp:
             ))
         tenant = _tenant(request)
         self._check_network(tenant, body)
+        self._check_priority(tenant, body)
         if tenant is None:
             return body
         metadata[TENANT_METADATA_KEY] = tenant
         return attrs.evolve(body, metadata=metadata)
+
+    def _check_priority(self, tenant: str | None, body: SandboxStartRequest) -> None:
+        """Refuse a start priority above what the caller's key may ask for (``max_priority`` of
+        its api_keys entry; 5, normal, unless raised there). Without keys any priority goes."""
+        if tenant is None or body.priority is None:
+            return
+        limit = self.keys.max_priority.get(tenant, PRIORITY_NORMAL)
+        if body.priority > limit:
+            raise _BadInput(InvalidParameter(
+                f"invalid parameter: priority: {body.priority} is above the highest tenant {tenant!r} may ask "
+                f"for ({limit}; raise max_priority on its api_keys entry)",
+                field="priority", value=body.priority,
+            ))
 
     def _check_network(self, tenant: str | None, body: SandboxStartRequest) -> None:
         """Refuse ``network="host"`` unless this admin, or the caller's key, allows it: a sandbox on

@@ -13,6 +13,7 @@ Configuring keys (both sources add up)::
         { tenant = "team-a", sha256 = "9f86d081884c7d65..." },   # preferred: only the hash
         { tenant = "team-b", key = "a-long-random-token..." },   # hashed when the file is read
         { tenant = "ops", sha256 = "...", allow_host_network = true },  # may start network="host"
+        { tenant = "eval", key = "...", max_priority = 9 },  # may ask for start priorities up to 9
     ]
 
     ROCK_ADMIN_API_KEYS="team-a=sha256:9f86d0...,team-b=a-long-random-token..."
@@ -36,7 +37,7 @@ from typing import Any
 import attrs
 from rock_core.converters import structure_value
 from rock_core.errors import InvalidParameter
-from rock_core.models import must
+from rock_core.models import PRIORITY_NORMAL, Priority, constrained, must
 
 __all__ = [
     "ApiKey",
@@ -68,11 +69,13 @@ def hash_key(key: str) -> str:
 class ApiKey:
     """One configured key: its tenant, the SHA-256 of the key (never the key itself), and what
     its tenant may do beyond the defaults (``allow_host_network``: start sandboxes on the
-    host's network, which only trusted code should have)."""
+    host's network, which only trusted code should have; ``max_priority``: the highest start
+    priority its requests may ask for, 5 (normal) unless raised)."""
 
     tenant: str
     sha256: str = attrs.field(repr=lambda h: h[:8] + "...")
     allow_host_network: bool = False
+    max_priority: int = PRIORITY_NORMAL
 
 
 def _is_tenant(value: Any) -> bool:
@@ -111,6 +114,7 @@ class ApiKeyEntry:
         default=None, repr=False, converter=_digest_text, validator=must(_is_digest, "64 hex digits", secret=True)
     )
     allow_host_network: bool = False
+    max_priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
 
     def __attrs_post_init__(self) -> None:
         if (self.key is None) == (self.sha256 is None):
@@ -119,7 +123,9 @@ class ApiKeyEntry:
     def api_key(self) -> ApiKey:
         """The :class:`ApiKey` this entry configures (the key hashed, never kept)."""
         digest = self.sha256 if self.sha256 is not None else hash_key(self.key.strip())
-        return ApiKey(tenant=self.tenant, sha256=digest, allow_host_network=self.allow_host_network)
+        return ApiKey(
+            tenant=self.tenant, sha256=digest, allow_host_network=self.allow_host_network, max_priority=self.max_priority
+        )
 
 
 def api_key_tables(text: str, *, path: str = "api_keys") -> list[dict[str, str]]:
@@ -168,6 +174,8 @@ class KeyRing:
         self._by_hash = {k.sha256: k.tenant for k in keys}
         #: Tenants whose keys may start sandboxes on the host's network.
         self.host_network_tenants = frozenset(k.tenant for k in keys if k.allow_host_network)
+        #: The highest start priority each tenant may ask for.
+        self.max_priority = {k.tenant: k.max_priority for k in keys}
 
     def __bool__(self) -> bool:
         return bool(self._by_hash)

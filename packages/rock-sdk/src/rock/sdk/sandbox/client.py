@@ -276,6 +276,7 @@ class Sandbox:
             network_group=cfg.network_group,
             pids_limit=cfg.pids_limit,
             cap_add=list(cfg.cap_add) if cfg.cap_add else None,
+            priority=cfg.priority,
         )
 
     async def start(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 from rock_core.converters import checked, structure_value
 from rock_core.errors import InvalidParameter
-from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt
+from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority
 
 __all__ = ["BaseConfig", "SandboxConfig", "SandboxGroupConfig", "InvalidConfig"]
 
@@ -96,6 +96,9 @@ class SandboxConfig(BaseConfig):
         engine's default (4096). A fork bomb then exhausts only the sandbox's own quota.
     :param cap_add: (rock) Linux capabilities to grant beyond rock's reduced set, e.g.
         ``["NET_RAW"]`` for ``ping``; the engine refuses those it does not allow.
+    :param priority: (rock) 0..9, higher starts first when starts wait in the engine's queue
+        (``None``: 5, normal); fair within a priority, and a long wait raises it (no start
+        waits forever). An admin with API keys caps it per key (``max_priority``).
 
     :raises InvalidConfig: a negative ``auto_*`` value, both ``auto_archive_seconds`` and
         ``auto_delete_seconds``, a value of the wrong type.
@@ -130,6 +133,7 @@ class SandboxConfig(BaseConfig):
     network_group: str | None = _field(str | None, default=None)
     pids_limit: int | None = _field(PositiveInt | None, default=None)
     cap_add: list[str] | None = _field(list[str] | None, default=None)
+    priority: int | None = _field(Priority | None, default=None)
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()
