@@ -23,7 +23,7 @@ LABEL="rock.gem.requirements"
 ROCK_UV="$("$ROCK_REPO/scripts/ensure-uv.sh")" "$ROCK_REPO/.venv/bin/python" -m rock_gem.runtime 3.11 >/dev/null \
     || die "could not prepare GEM's runtime zip (python -m rock_gem.runtime 3.11)"
 
-hash="$(sha256sum "$REQS" | cut -c1-16)"
+hash="$(cat "$REQS" "$0" | sha256sum | cut -c1-16)"  # the packages and this recipe
 docker image inspect "$BASE" >/dev/null 2>&1 || die "base image $BASE is missing (scripts/ensure-test-images.sh makes python:3.11)"
 base_id="$(docker image inspect -f '{{.Id}}' "$BASE")"
 if [ "$(docker image inspect -f "{{index .Config.Labels \"$LABEL\"}}/{{index .Config.Labels \"rock.gem.base\"}}" "$TAG" 2>/dev/null || true)" = "$hash/$base_id" ]; then
@@ -48,6 +48,8 @@ rm -rf "$build/site/bin"
 cat >"$build/Dockerfile" <<DOCKERFILE
 FROM $BASE
 COPY site $SITE
+# Bytecode in the image: every env sandbox would otherwise compile numpy and GEM at its first env.
+RUN python3 -m compileall -q $SITE
 ENV ROCK_ENV_PYTHONPATH=$SITE
 LABEL $LABEL=$hash rock.gem.base=$base_id
 DOCKERFILE
