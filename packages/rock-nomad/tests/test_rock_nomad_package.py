@@ -1,4 +1,4 @@
-"""The distribution as it stands: its test support is here, its runtime is not yet."""
+"""The distribution: its `rock` plugin, its testing extra, and what importing it loads."""
 
 from __future__ import annotations
 
@@ -13,9 +13,15 @@ def test_version_matches_distribution():
     assert rock_nomad.__version__ == distribution("rock-nomad").version
 
 
-def test_no_rock_entry_point_until_the_runtime_lands():
+def test_the_rock_entry_point_registers_the_nomad_runtime():
+    from rock_core.plugins import Plugins
+
     eps = [ep for ep in distribution("rock-nomad").entry_points if ep.group == "rock"]
-    assert eps == []
+    assert [(ep.name, ep.value) for ep in eps] == [("nomad", "rock_nomad.plugin")]
+    from rock_nomad.runtime import NomadRuntime
+
+    assert Plugins.load().runtimes()["nomad"] is NomadRuntime
+    assert NomadRuntime.name == "nomad"
 
 
 def test_the_testing_extra_names_the_stand_ins_libraries():
@@ -26,7 +32,7 @@ def test_the_testing_extra_names_the_stand_ins_libraries():
 
 def test_importing_rock_nomad_loads_no_testing_library():
     code = (
-        "import sys, rock_nomad; "
+        "import sys, rock_nomad, rock_nomad.runtime, rock_nomad.plugin; "
         "print(sorted(m for m in ('starlette', 'uvicorn', 'docker', 'rock_nomad.testing') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -1,10 +1,9 @@
 """Runtime for rock sandboxes on HashiCorp Nomad: one Nomad job per sandbox.
 
-In progress (issue #12). What exists: :mod:`rock_nomad.testing`, the test support for the
-runtime to come: a stand-in Nomad server that runs its tasks as real containers on the local
-Docker engine, and the Nomad API contract suite run against it and against a real agent. The
-runtime itself is not written yet: this distribution registers no plugin (no ``rock`` entry
-point) and claims no capability.
+- :class:`rock_nomad.runtime.NomadRuntime`, registered as the ``nomad`` runtime through the
+  ``rock`` entry point (``[engine] runtime = "nomad"``, settings in ``[plugins.nomad]``);
+- :mod:`rock_nomad.testing` (the ``testing`` extra): a stand-in Nomad server that runs its tasks
+  as real containers on the local Docker engine, and the Nomad API contract suite.
 
 Importing ``rock_nomad`` imports nothing of the ``testing`` extra.
 """

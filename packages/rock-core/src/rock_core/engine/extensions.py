@@ -34,10 +34,15 @@ def _build(cls: Any, where: str, args: tuple[Any, ...], options: Mapping[str, An
     return cls(*args, **options)
 
 
-def build_runtime(config: EngineConfig, plugins: Any) -> Runtime:
-    """The runtime registered under ``config.runtime``, built with ``config.runtime_options``.
+def build_runtime(config: EngineConfig, plugins: Any, tables: Tables | None = None) -> Runtime:
+    """The runtime registered under ``config.runtime``, built with the table of the plugin that
+    registered it (``[plugins.<name>]``, ``ROCK_PLUGIN_<NAME>_*`` variables on top) and
+    ``config.runtime_options`` on top of that.
 
-    :raises InvalidParameter: no installed plugin provides it (``field="runtime"``).
+    :param tables: the plugins' tables as the engine made them (default: made here the same
+        way, from ``config.plugin_options`` and the environment).
+    :raises InvalidParameter: no installed plugin provides it (``field="runtime"``), or a
+        setting its class does not take (named with its table).
     """
     runtimes = plugins.runtimes()
     if config.runtime not in runtimes:
@@ -48,7 +53,17 @@ def build_runtime(config: EngineConfig, plugins: Any) -> Runtime:
             field="runtime",
             value=config.runtime,
         )
-    return _build(runtimes[config.runtime], "runtime_options", (), dict(config.runtime_options))
+    if tables is None:
+        import os
+
+        from rock_core.plugins import plugin_tables
+
+        tables = plugin_tables(config.plugin_options, os.environ, plugins.names())
+    owner = plugins.registered_by("rock_register_runtimes").get(config.runtime, config.runtime)
+    table = dict(tables.get(owner) or {})
+    options = {**table, **dict(config.runtime_options)}
+    where = "runtime_options" if not table else f"plugins.{owner} (with runtime_options on top)"
+    return _build(runtimes[config.runtime], where, (), options)
 
 
 def build_archive_store(config: EngineConfig, plugins: Any, tables: Tables) -> Any:

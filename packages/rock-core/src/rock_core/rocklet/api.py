@@ -175,6 +175,8 @@ class Rocklet:
 
         self.sessions
         self.processes
+        if os.environ.get("ROCK_ENV_PRESTART"):  # an env image: GEM's worker ready before the first env
+            self.envs.prestart()
 
     def shutdown(self) -> None:
         """Close every session, kill background processes, remove the state directory."""

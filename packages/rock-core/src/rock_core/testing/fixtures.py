@@ -225,12 +225,15 @@ class Units:
             spec, labels=self.labels_for(spec.sandbox_id), rocklet_token=self.token, on_phase=on_phase
         )
 
-    async def start_ready(self, handle: UnitHandle) -> tuple[RuntimeStatus, str]:
+    async def start_ready(
+        self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None
+    ) -> tuple[RuntimeStatus, str]:
         """Start ``handle``'s unit and wait until it runs and its rocklet answers; ``(status, url)``.
 
         A status that ``start`` returns must say what ``inspect`` says of the rocklet's address
-        and the ports (the engine uses it instead of an inspect)."""
-        told = await self.runtime.start(handle)
+        and the ports (the engine uses it instead of an inspect). ``on_phase`` hears the phases
+        ``start`` reports (a runtime that places units on other hosts pulls the image then)."""
+        told = await self.runtime.start(handle, on_phase=on_phase)
         status = await wait_for_unit(
             self.runtime,
             handle,
@@ -247,10 +250,10 @@ class Units:
         return status, url
 
     async def launch(self, spec: SandboxSpec | None = None) -> StartedUnit:
-        """Create and start a unit, and wait for its rocklet."""
+        """Create and start a unit, and wait for its rocklet; ``phases`` holds what both reported."""
         phases = PhaseLog()
         handle = await self.create(spec, on_phase=phases)
-        status, url = await self.start_ready(handle)
+        status, url = await self.start_ready(handle, on_phase=phases)
         return StartedUnit(handle=handle, status=status, phases=phases, url=url)
 
     async def remove_all(self) -> None:

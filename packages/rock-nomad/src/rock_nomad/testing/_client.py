@@ -549,8 +549,14 @@ class TaskRunner:
             except asyncio.TimeoutError:
                 pass
             else:
-                self.report("Terminated", f"Exit Code: {exit_code}", ExitCode=exit_code,
-                            details={"exit_code": str(exit_code)})
+                # As Nomad's docker driver: the exit result says whether the kernel OOM-killed a
+                # process of the container, whatever ended it.
+                oom = self.oom_seen or await self.sim.call(_oom_killed, self.sim.docker, self.container_id)
+                details = {"exit_code": str(exit_code)}
+                if oom:
+                    details["oom_killed"] = "true"
+                self.report("Terminated", f"Exit Code: {exit_code}" + (', Exit Message: "OOM Killed"' if oom else ""),
+                            ExitCode=exit_code, details=details, Message="OOM Killed" if oom else "")
         await self._capture_logs()
         self.report("Killed", "Task successfully killed", state={"State": "dead", "Failed": False,
                                                                  "FinishedAt": rfc3339()})

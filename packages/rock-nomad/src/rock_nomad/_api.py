@@ -1,0 +1,168 @@
+"""A small async client of Nomad's HTTP API (httpx), with Nomad's errors turned into rock's.
+
+Every call is a coroutine on the event loop (no worker threads): httpx's async client speaks
+HTTP/1.1 with a pool of kept-alive connections. Blocking queries (``index``/``wait``) hold a
+connection each while they wait, so the pool is sized for one per sandbox being started.
+
+Errors name the setting to fix: a refused token names ``plugins.nomad.token``, an unreachable
+address ``plugins.nomad.address``, an unknown region or namespace their settings.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from rock_core.errors import RuntimeFailure, SandboxNotFound
+
+__all__ = ["NomadApi", "NomadError", "Setting"]
+
+#: How much longer than its ``wait`` a blocking query may take before the client gives up
+#: (Nomad adds up to wait/16 of jitter).
+_WAIT_MARGIN = 15.0
+
+
+class Setting:
+    """Where a setting's value came from, for the errors that ask to fix it."""
+
+    def __init__(self, name: str, source: str) -> None:
+        self.name = name
+        self.source = source
+
+    def __str__(self) -> str:
+        return f"plugins.nomad.{self.name} ({self.source})"
+
+
+class NomadError(RuntimeFailure):
+    """Nomad answered with an error: :attr:`status` and Nomad's plain-text :attr:`text`."""
+
+    def __init__(self, message: str, *, status: int, text: str, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.status = status
+        self.text = text
+
+
+class NomadApi:
+    """Nomad's HTTP API at ``address``, as the runtime's settings say.
+
+    :param settings: where each setting came from (``address``, ``token``, ``namespace``,
+        ``region``) for the error messages.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None,
+        namespace: str,
+        region: str | None,
+        verify: ssl.SSLContext | bool,
+        cert: tuple[str, str] | None,
+        timeout: float,
+        max_connections: int,
+        settings: Mapping[str, Setting],
+    ) -> None:
+        self.address = address.rstrip("/")
+        self.namespace = namespace
+        self.region = region
+        self.timeout = timeout
+        self.settings = dict(settings)
+        headers = {"User-Agent": "rock-nomad"}
+        if token:
+            headers["X-Nomad-Token"] = token
+        self._http = httpx.AsyncClient(
+            base_url=self.address,
+            headers=headers,
+            verify=verify,
+            cert=cert,
+            timeout=timeout,
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=min(64, max_connections)),
+            trust_env=False,
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def _params(self, params: Mapping[str, Any] | None, namespaced: bool) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if namespaced:
+            out["namespace"] = self.namespace
+        if self.region:
+            out["region"] = self.region
+        for key, value in (params or {}).items():
+            if value is None:
+                continue
+            out[key] = ("true" if value else "false") if isinstance(value, bool) else value
+        return out
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        attempted: str,
+        sandbox_id: str | None = None,
+        not_found: str | None = None,
+        wait: float | None = None,
+        namespaced: bool = True,
+    ) -> httpx.Response:
+        """One call; Nomad's errors become rock's (see the module docstring).
+
+        :param not_found: a 404 raises :class:`SandboxNotFound` with these words (else a failure).
+        :param wait: a blocking query's wait: the read timeout is stretched to cover it.
+        """
+        timeout = httpx.Timeout(self.timeout if wait is None else wait + _WAIT_MARGIN, connect=self.timeout)
+        try:
+            response = await self._http.request(
+                method, f"/v1/{path}", params=self._params(params, namespaced), json=json, timeout=timeout
+            )
+        except httpx.TransportError as exc:
+            raise RuntimeFailure(
+                f"cannot reach the Nomad API at {self.address} ({type(exc).__name__}: {exc or 'no answer'}); "
+                f"check {self.settings['address']}",
+                sandbox_id=sandbox_id, attempted=attempted,
+            ) from exc
+        if response.status_code < 300:
+            return response
+        text = response.text.strip()
+        status = response.status_code
+        if status == 404 and not_found is not None and text != "404 page not found":
+            raise SandboxNotFound(not_found, sandbox_id=sandbox_id, attempted=attempted)
+        raise NomadError(self._explain(status, text, method, path), status=status, text=text,
+                         sandbox_id=sandbox_id, attempted=attempted)
+
+    def _explain(self, status: int, text: str, method: str, path: str) -> str:
+        said = f"Nomad at {self.address} answered {method} /v1/{path.split('?')[0]} with HTTP {status}: {text or '(empty)'}"
+        lowered = text.lower()
+        if status == 403 or "acl token not found" in lowered or "permission denied" in lowered:
+            token = self.settings["token"]
+            return (f"{said}; the ACL token is refused or lacks a right: check {token} "
+                    f"(it needs submit-job, read-job and read-logs in namespace {self.namespace!r})")
+        if "no path to region" in lowered:
+            return f"{said}; check {self.settings['region']}"
+        if "nonexistent namespace" in lowered or "namespace not found" in lowered:
+            return f"{said}; check {self.settings['namespace']}"
+        if status == 404 and text == "404 page not found":
+            return f"{said}; is {self.settings['address']} a Nomad API?"
+        return said
+
+    async def get_json(self, path: str, **kw: Any) -> Any:
+        response = await self.request("GET", path, **kw)
+        return response.json()
+
+    async def blocking(self, path: str, index: int, wait: float, **kw: Any) -> tuple[Any, int]:
+        """A blocking read: ``(body, X-Nomad-Index)``, once the object's index passes ``index``
+        or ``wait`` seconds passed (no change guaranteed either way)."""
+        params = dict(kw.pop("params", None) or {})
+        if index > 0:
+            params.update(index=index, wait=f"{max(1, int(wait))}s")
+        response = await self.request("GET", path, params=params, wait=wait if index > 0 else None, **kw)
+        try:
+            new_index = int(response.headers.get("X-Nomad-Index") or 0)
+        except ValueError:
+            new_index = 0
+        return response.json(), new_index

@@ -1,0 +1,514 @@
+"""rock's runtime on HashiCorp Nomad: one Nomad job per sandbox (:class:`NomadRuntime`).
+
+- ``create`` builds the sandbox's job (:func:`rock_nomad._job.job_for`) and keeps it until
+  ``start``: nothing is registered yet, so a unit that is never started costs Nomad nothing.
+- ``start`` registers the job (create-only: ``EnforceIndex``), follows its evaluation with
+  blocking queries until the scheduler has placed it (or failed to: Nomad's reason from
+  ``FailedTGAllocs``, at once, and the job is purged), then its allocation until the node has the
+  image and the task runs (``image_pull`` is reported meanwhile; a node that cannot pull the
+  image raises :class:`~rock_core.errors.ImagePullFailed` and the job is purged). It returns the
+  rocklet's address: the node's address and the dynamic port mapped to 22555.
+- ``stop`` deregisters the job (Nomad kills the task after ``kill_timeout``) and waits for the
+  allocation to end; ``remove`` purges the job.
+- ``inspect`` reads the job's allocations: ``running``, or ``exited`` with the exit code, an OOM
+  kill, ``node lost`` or the driver's error; ``missing`` once the job is gone.
+- ``list`` is one ``GET /v1/jobs?prefix=...&meta=true``: the units' labels are their jobs'
+  ``Meta``, their state the job summaries, so a restarted admin finds its sandboxes and the
+  engine's reconcile costs one call per interval.
+
+All calls are async HTTP on the event loop (:mod:`rock_nomad._api`); nothing blocks it.
+A Nomad unit cannot keep its files across a stop (a stopped allocation's container is gone), so
+``restart()`` of a stopped sandbox is refused by the engine, naming the runtime; no warm-pool
+renaming (``assign``), snapshots or disk measures either; ``network`` is ``bridge`` only
+(the docker driver's default network, ports published on the node).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import anyio
+from rock_core.errors import ImagePullFailed, InvalidParameter, RuntimeFailure, SandboxNotFound
+from rock_core.models import PHASE_IMAGE_PULL, Phase, PhaseStatus, RuntimeStatus, SandboxSpec, UnitState
+from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
+
+from rock_nomad._api import NomadApi, NomadError, Setting
+from rock_nomad._job import describe_placement_failure, failure_of, job_for, latest_alloc, status_of
+
+__all__ = ["NomadRuntime"]
+
+log = logging.getLogger("rock.nomad")
+
+# Nomad job ids: no spaces or NUL; rock narrows them to what a URL segment and a label hold.
+_MAX_JOB_ID = 128
+#: Seconds one blocking query waits before it is asked again.
+_BLOCK = 30.0
+
+
+def _setting_source(name: str, given: Any, env: str | None) -> Setting:
+    if given is not None:
+        return Setting(name, "set in [plugins.nomad], [engine.runtime_options] or ROCK_PLUGIN_NOMAD_" + name.upper())
+    if env and os.environ.get(env):
+        return Setting(name, f"taken from {env}")
+    return Setting(name, "not set: the default")
+
+
+def _as_list(value: Any, field: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items = tuple(v.strip() for v in value.split(",") if v.strip())
+    elif isinstance(value, (list, tuple)):
+        items = tuple(str(v).strip() for v in value if str(v).strip())
+    else:
+        raise InvalidParameter(f"plugins.nomad.{field}: expected a list of names, got {value!r}", field=field, value=value)
+    if not items:
+        raise InvalidParameter(f"plugins.nomad.{field}: expected at least one name", field=field, value=value)
+    return items
+
+
+def _as_bool(value: Any, field: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    raise InvalidParameter(f"plugins.nomad.{field}: expected true or false, got {value!r}", field=field, value=value)
+
+
+def _as_number(value: Any, field: str, *, minimum: float, integer: bool = False) -> Any:
+    try:
+        number = int(value) if integer else float(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or number < minimum:
+        kind = "a whole number" if integer else "a number"
+        raise InvalidParameter(f"plugins.nomad.{field}: expected {kind} >= {minimum:g}, got {value!r}", field=field, value=value)
+    return number
+
+
+class NomadRuntime(Runtime):
+    """Sandboxes as Nomad jobs (see the module docstring and the README's settings table).
+
+    :param address: Nomad's HTTP API (``https://nomad.example:4646``); default ``NOMAD_ADDR``,
+        else ``http://127.0.0.1:4646``.
+    :param token: an ACL token's secret (``submit-job``, ``read-job``, ``read-logs`` in
+        ``namespace``); default ``NOMAD_TOKEN``; none when the cluster has no ACLs.
+    :param namespace: the namespace of the sandboxes' jobs (default ``NOMAD_NAMESPACE`` or ``default``).
+    :param region: the region (default ``NOMAD_REGION``, else the agent's own).
+    :param datacenters: where sandboxes may be placed (a list, or names separated by commas;
+        default ``*``: every datacenter).
+    :param node_pool: the node pool of the sandboxes' jobs (default: Nomad's ``default``).
+    :param ca_cert: a CA bundle to verify Nomad's TLS certificate with (default ``NOMAD_CACERT``;
+        else the system's).
+    :param client_cert: / :param client_key: a client certificate for mutual TLS (default
+        ``NOMAD_CLIENT_CERT`` / ``NOMAD_CLIENT_KEY``).
+    :param tls_skip_verify: do not verify Nomad's certificate (tests only).
+    :param job_prefix: the prefix of every sandbox job's ID (``rock-<sandbox id>``); the runtime
+        lists jobs by it.
+    :param mhz_per_cpu: MHz of Nomad's ``CPU`` per CPU a sandbox asks for.
+    :param priority: the jobs' priority (1-100).
+    :param kill_timeout: seconds Nomad waits after SIGTERM before it kills a stopped sandbox.
+    :param ephemeral_disk_mb: the group's ephemeral disk reservation.
+    :param nofile_limit: the open-files limit of the sandbox's processes (docker driver ``ulimit``).
+    :param rocklet_url: where Nomad's nodes download the rocklet; default the engine's
+        (``[engine] rocklet_url``, which the admin sets to its own ``/rocklet.pyz``). Set it when
+        the nodes reach the admin by another address than the one it knows itself by.
+    :param api_timeout: seconds to wait for Nomad's answer to one (non-blocking) call.
+    :param max_connections: HTTP connections to Nomad at once (a start in progress holds one).
+    """
+
+    name: ClassVar[str] = "nomad"
+    keeps_files_across_stop: ClassVar[bool] = False
+    network_modes: ClassVar[tuple[str, ...]] = ("bridge",)
+
+    def __init__(
+        self,
+        *,
+        address: str | None = None,
+        token: str | None = None,
+        namespace: str | None = None,
+        region: str | None = None,
+        datacenters: Any = ("*",),
+        node_pool: str | None = None,
+        ca_cert: str | None = None,
+        client_cert: str | None = None,
+        client_key: str | None = None,
+        tls_skip_verify: Any = False,
+        job_prefix: str = "rock-",
+        mhz_per_cpu: Any = 1000,
+        priority: Any = 50,
+        kill_timeout: Any = 5.0,
+        ephemeral_disk_mb: Any = 300,
+        nofile_limit: Any = 16384,
+        rocklet_url: str | None = None,
+        api_timeout: Any = 30.0,
+        max_connections: Any = 512,
+    ) -> None:
+        self.settings = {
+            "address": _setting_source("address", address, "NOMAD_ADDR"),
+            "token": _setting_source("token", token, "NOMAD_TOKEN"),
+            "namespace": _setting_source("namespace", namespace, "NOMAD_NAMESPACE"),
+            "region": _setting_source("region", region, "NOMAD_REGION"),
+        }
+        self.address = (address or os.environ.get("NOMAD_ADDR") or "http://127.0.0.1:4646").rstrip("/")
+        if not self.address.startswith(("http://", "https://")):
+            raise InvalidParameter(
+                f"plugins.nomad.address: expected http://host:port or https://host:port, got {self.address!r}",
+                field="address", value=self.address,
+            )
+        self._token = token if token is not None else os.environ.get("NOMAD_TOKEN") or None
+        self.namespace = namespace or os.environ.get("NOMAD_NAMESPACE") or "default"
+        self.region = region or os.environ.get("NOMAD_REGION") or None
+        self.datacenters = _as_list(datacenters, "datacenters")
+        self.node_pool = node_pool or None
+        self.ca_cert = ca_cert or os.environ.get("NOMAD_CACERT") or None
+        self.client_cert = client_cert or os.environ.get("NOMAD_CLIENT_CERT") or None
+        self.client_key = client_key or os.environ.get("NOMAD_CLIENT_KEY") or None
+        self.tls_skip_verify = _as_bool(tls_skip_verify, "tls_skip_verify")
+        if bool(self.client_cert) != bool(self.client_key):
+            raise InvalidParameter("plugins.nomad.client_cert and client_key: set both or neither", field="client_cert")
+        if not job_prefix or any(c.isspace() for c in job_prefix) or len(job_prefix) > 32:
+            raise InvalidParameter(
+                f"plugins.nomad.job_prefix: expected up to 32 characters without spaces, got {job_prefix!r}",
+                field="job_prefix", value=job_prefix,
+            )
+        self.job_prefix = job_prefix
+        self.mhz_per_cpu = _as_number(mhz_per_cpu, "mhz_per_cpu", minimum=1, integer=True)
+        self.priority = _as_number(priority, "priority", minimum=1, integer=True)
+        if self.priority > 100:
+            raise InvalidParameter(f"plugins.nomad.priority: expected 1-100, got {priority!r}", field="priority", value=priority)
+        self.kill_timeout = _as_number(kill_timeout, "kill_timeout", minimum=0)
+        self.ephemeral_disk_mb = _as_number(ephemeral_disk_mb, "ephemeral_disk_mb", minimum=10, integer=True)
+        self.nofile_limit = None if nofile_limit is None else _as_number(nofile_limit, "nofile_limit", minimum=64, integer=True)
+        self.rocklet_url = rocklet_url or None
+        self.api_timeout = _as_number(api_timeout, "api_timeout", minimum=1)
+        self.max_connections = _as_number(max_connections, "max_connections", minimum=1, integer=True)
+        self._api: NomadApi | None = None
+        self._closed = False
+        #: Units created but not started yet: job id -> (job, notes).
+        self._created: dict[str, dict[str, Any]] = {}
+        #: A running allocation's ports (they never change): alloc id -> Shared.Ports.
+        self._ports: dict[str, list[dict[str, Any]]] = {}
+        #: Jobs this runtime deregistered (stop): their allocations end without an error.
+        self._stopped: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"NomadRuntime(address={self.address!r}, namespace={self.namespace!r})"
+
+    def sandbox_id_problem(self, sandbox_id: str) -> str | None:
+        """A sandbox id becomes its job's ID after :attr:`job_prefix`: rock's default rule,
+        short enough for the prefix."""
+        problem = super().sandbox_id_problem(sandbox_id)
+        if problem is None and len(self.job_prefix) + len(sandbox_id) > _MAX_JOB_ID:
+            return f"at most {_MAX_JOB_ID - len(self.job_prefix)} characters (it names a Nomad job after {self.job_prefix!r})"
+        return problem
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @property
+    def api(self) -> NomadApi:
+        if self._closed:
+            raise RuntimeFailure("the nomad runtime is closed", attempted="nomad call")
+        if self._api is None:
+            verify: ssl.SSLContext | bool = True
+            if self.tls_skip_verify:
+                verify = False
+            elif self.ca_cert:
+                verify = ssl.create_default_context(cafile=self.ca_cert)
+            cert = (self.client_cert, self.client_key) if self.client_cert and self.client_key else None
+            self._api = NomadApi(
+                self.address, token=self._token, namespace=self.namespace, region=self.region, verify=verify,
+                cert=cert, timeout=self.api_timeout, max_connections=self.max_connections, settings=self.settings,
+            )
+        return self._api
+
+    def _job_id(self, sandbox_id: str) -> str:
+        return f"{self.job_prefix}{sandbox_id}"
+
+    def _path(self, job_id: str) -> str:
+        from urllib.parse import quote
+
+        return f"job/{quote(job_id, safe='')}"
+
+    async def _purge(self, job_id: str, sandbox_id: str | None) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.api.request("DELETE", self._path(job_id), params={"purge": True}, attempted="remove",
+                                       sandbox_id=sandbox_id)
+            except RuntimeFailure as exc:
+                log.warning("could not purge Nomad job %s: %s", job_id, exc)
+
+    # -- create and start -----------------------------------------------------------------------
+
+    async def create(
+        self,
+        spec: SandboxSpec,
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+        on_phase: PhaseCallback | None = None,
+    ) -> UnitHandle:
+        """Build the sandbox's job; it is registered by :meth:`start`, where its node pulls the
+        image (``image_pull`` waits until then)."""
+        if not rocklet_token:
+            raise InvalidParameter("rocklet_token: the engine must give every sandbox a secret", field="rocklet_token",
+                                   attempted="create")
+        sandbox_id = spec.sandbox_id
+        if sandbox_id is None:
+            raise InvalidParameter("sandbox_id: the engine must choose one before create", field="sandbox_id",
+                                   attempted="create")
+        network = spec.runtime_options.get("network")
+        if network not in (None, *self.network_modes):
+            raise InvalidParameter(
+                f"network: runtime 'nomad' cannot give sandboxes network {network!r} (it has: "
+                f"{', '.join(self.network_modes)})", field="network", value=network, sandbox_id=sandbox_id, attempted="create",
+            )
+        delivery = self.rocklet_delivery
+        if delivery is None:
+            raise RuntimeFailure(
+                "the nomad runtime has no rocklet to deliver: the engine hands it one when it opens "
+                "(Runtime.use_rocklet); a runtime used alone needs use_rocklet(prepare_rocklet(url=...))",
+                sandbox_id=sandbox_id, attempted="create",
+            )
+        url = self.rocklet_url or delivery.url
+        if not url:
+            raise RuntimeFailure(
+                "Nomad's nodes download the rocklet over HTTP, but nothing serves it: run the engine in the admin "
+                "(it serves /rocklet.pyz) or set [engine] rocklet_url or plugins.nomad.rocklet_url",
+                sandbox_id=sandbox_id, attempted="create",
+            )
+        job_id = self._job_id(sandbox_id)
+        job, notes, security = job_for(
+            spec, job_id=job_id, labels=labels, rocklet=delivery, rocklet_url=url, rocklet_token=rocklet_token,
+            datacenters=self.datacenters, node_pool=self.node_pool, priority=self.priority,
+            mhz_per_cpu=self.mhz_per_cpu, kill_timeout=self.kill_timeout,
+            ephemeral_disk_mb=self.ephemeral_disk_mb, nofile_limit=self.nofile_limit,
+        )
+        self._created[job_id] = {"job": job, "image": spec.image}
+        if on_phase is not None:
+            on_phase(PHASE_IMAGE_PULL, Phase(PhaseStatus.WAITING, "the Nomad node the sandbox is placed on pulls the image at start"))
+        return UnitHandle(runtime=self.name, unit_id=job_id, sandbox_id=sandbox_id, notes=tuple(notes),
+                          labels=dict(labels), state=UnitState.CREATED, security=security)
+
+    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> RuntimeStatus | None:
+        """Register the job, follow its evaluation and allocation to ``running`` (see the module docstring)."""
+        job_id, sandbox_id = handle.unit_id, handle.sandbox_id
+        made = self._created.get(job_id)
+        if made is None:
+            # Never created here, or already started: a job that exists cannot be started again.
+            jobs = await self.api.get_json(self._path(job_id), attempted="start", sandbox_id=sandbox_id,
+                                           not_found=f"sandbox {sandbox_id} has no Nomad job {job_id}")
+            if not jobs.get("Stop"):
+                return None  # already started: the engine inspects it
+            raise RuntimeFailure(
+                f"runtime 'nomad' cannot start sandbox {sandbox_id} again: its job {job_id} was stopped and a Nomad "
+                "unit keeps no files across a stop", sandbox_id=sandbox_id, attempted="start",
+            )
+
+        def phase(status: PhaseStatus, message: str) -> None:
+            if on_phase is not None:
+                on_phase(PHASE_IMAGE_PULL, Phase(status, message))
+
+        phase(PhaseStatus.RUNNING, "registering the sandbox's Nomad job")
+        answer = (await self.api.request(
+            "POST", "jobs", json={"Job": made["job"], "EnforceIndex": True, "JobModifyIndex": 0},
+            attempted="start", sandbox_id=sandbox_id,
+        )).json()
+        self._created.pop(job_id, None)
+        try:
+            alloc = await self._placed(job_id, sandbox_id, answer.get("EvalID") or "")
+            phase(PhaseStatus.RUNNING, f"placed on Nomad node {alloc.get('NodeName')}; it gets the image {made['image']}")
+            alloc = await self._follow(alloc, sandbox_id)
+            if alloc.get("ClientStatus") != "running":
+                raise self._start_failure(alloc, made["image"], sandbox_id)
+            phase(PhaseStatus.SUCCESS, f"image {made['image']} ready on Nomad node {alloc.get('NodeName')}")
+            ports = list(((alloc.get("AllocatedResources") or {}).get("Shared") or {}).get("Ports") or [])
+            self._ports[alloc["ID"]] = ports
+            return status_of(alloc, ports=ports, stopped_by_us=False)
+        except BaseException as exc:
+            if isinstance(exc, ImagePullFailed):
+                phase(PhaseStatus.FAILED, exc.message)
+            await self._purge(job_id, sandbox_id)
+            raise
+
+    async def _placed(self, job_id: str, sandbox_id: str, eval_id: str) -> dict[str, Any]:
+        """Follow the register evaluation until the scheduler is done; the allocation it placed.
+
+        :raises RuntimeFailure: nothing fits: Nomad's reason (``FailedTGAllocs``).
+        """
+        index = 1
+        while True:
+            evaluation, index = await self.api.blocking(
+                f"evaluation/{eval_id}", index, _BLOCK, attempted="start", sandbox_id=sandbox_id, namespaced=False,
+            )
+            status = evaluation.get("Status")
+            if evaluation.get("FailedTGAllocs"):
+                raise RuntimeFailure(describe_placement_failure(evaluation["FailedTGAllocs"]), sandbox_id=sandbox_id,
+                                     attempted="start")
+            if status in ("failed", "canceled"):
+                raise RuntimeFailure(
+                    f"Nomad's evaluation of job {job_id} {status}: {evaluation.get('StatusDescription') or 'no reason given'}",
+                    sandbox_id=sandbox_id, attempted="start",
+                )
+            if status == "complete":
+                break
+        allocs = await self.api.get_json(f"evaluation/{eval_id}/allocations", attempted="start", sandbox_id=sandbox_id,
+                                          namespaced=False)
+        alloc = latest_alloc([a for a in allocs if a.get("JobID") == job_id])
+        if alloc is None:
+            raise RuntimeFailure(f"Nomad's evaluation of job {job_id} completed without placing it", sandbox_id=sandbox_id,
+                                 attempted="start")
+        return dict(alloc)
+
+    async def _follow(self, alloc: Mapping[str, Any], sandbox_id: str) -> dict[str, Any]:
+        """Follow an allocation (blocking queries on its own index) until its client is done
+        pulling and starting: ``running``, or ended."""
+        alloc_id = alloc["ID"]
+        index = 1
+        while True:
+            full, index = await self.api.blocking(
+                f"allocation/{alloc_id}", index, _BLOCK, attempted="start", sandbox_id=sandbox_id,
+            )
+            if full.get("ClientStatus") != "pending" or full.get("DesiredStatus") != "run":
+                return dict(full)
+
+    def _start_failure(self, alloc: Mapping[str, Any], image: str, sandbox_id: str) -> RuntimeFailure:
+        reason, image_failed = failure_of(alloc)
+        if image_failed:
+            return ImagePullFailed(f"Failed to pull image {image} on Nomad node {alloc.get('NodeName')}: {reason}",
+                                   sandbox_id=sandbox_id, attempted="start")
+        status = status_of(alloc, ports=None, stopped_by_us=False)
+        why = status.error or (f"exit code {status.exit_code}" if status.exit_code is not None else alloc.get("ClientStatus"))
+        return RuntimeFailure(f"the sandbox's Nomad task did not start on node {alloc.get('NodeName')}: {why}",
+                              sandbox_id=sandbox_id, attempted="start")
+
+    # -- stop, remove ---------------------------------------------------------------------------
+
+    async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
+        """Deregister the job (Nomad sends SIGTERM, then kills after ``kill_timeout``) and wait,
+        at most ``timeout`` plus that, for its allocation to end."""
+        job_id = handle.unit_id
+        if self._created.pop(job_id, None) is not None:
+            return
+        self._stopped.add(job_id)
+        await self.api.request("DELETE", self._path(job_id), attempted="stop", sandbox_id=handle.sandbox_id)
+        allocs = await self.api.get_json(f"{self._path(job_id)}/allocations", attempted="stop", sandbox_id=handle.sandbox_id)
+        alloc = latest_alloc(allocs)
+        if alloc is None:
+            return
+        with anyio.move_on_after(max(timeout, 0) + self.kill_timeout + 10):
+            index = 1
+            while alloc.get("ClientStatus") in ("pending", "running"):
+                alloc, index = await self.api.blocking(
+                    f"allocation/{alloc['ID']}", index, _BLOCK, attempted="stop", sandbox_id=handle.sandbox_id,
+                    not_found=f"sandbox {handle.sandbox_id}'s allocation is gone",
+                )
+
+    async def remove(self, handle: UnitHandle) -> None:
+        """Purge the job (its allocation is stopped if it still runs); gone already is fine."""
+        job_id = handle.unit_id
+        if self._created.pop(job_id, None) is not None:
+            return
+        await self.api.request("DELETE", self._path(job_id), params={"purge": True}, attempted="remove",
+                               sandbox_id=handle.sandbox_id)
+        self._stopped.discard(job_id)
+
+    # -- inspect, list, logs --------------------------------------------------------------------
+
+    async def _allocs(self, job_id: str, sandbox_id: str, attempted: str) -> list[dict[str, Any]]:
+        return list(await self.api.get_json(f"{self._path(job_id)}/allocations", attempted=attempted, sandbox_id=sandbox_id))
+
+    async def inspect(self, handle: UnitHandle) -> RuntimeStatus:
+        """The job's newest allocation as a unit status; ``missing`` when the job is gone."""
+        job_id, sandbox_id = handle.unit_id, handle.sandbox_id
+        if job_id in self._created:
+            return RuntimeStatus(state=UnitState.CREATED)
+        alloc = latest_alloc(await self._allocs(job_id, sandbox_id, "inspect"))
+        if alloc is None or job_id in self._stopped and alloc.get("ClientStatus") in ("pending", "running"):
+            try:
+                job = await self.api.get_json(self._path(job_id), attempted="inspect", sandbox_id=sandbox_id,
+                                              not_found="gone")
+            except SandboxNotFound:
+                return RuntimeStatus(state=UnitState.MISSING, error=f"Nomad job {job_id} is gone")
+            if alloc is None:
+                # Registered, not placed yet (or stopped before it was).
+                return RuntimeStatus(state=UnitState.EXITED if job.get("Stop") else UnitState.CREATED)
+        stopped = job_id in self._stopped
+        ports = None
+        if alloc.get("ClientStatus") == "running" and alloc.get("DesiredStatus") == "run" and not stopped:
+            ports = self._ports.get(alloc["ID"])
+            if ports is None:
+                full = await self.api.get_json(f"allocation/{alloc['ID']}", attempted="inspect", sandbox_id=sandbox_id)
+                ports = list(((full.get("AllocatedResources") or {}).get("Shared") or {}).get("Ports") or [])
+                self._ports[alloc["ID"]] = ports
+        else:
+            self._ports.pop(alloc["ID"], None)
+        return status_of(alloc, ports=ports, stopped_by_us=stopped)
+
+    async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
+        """Every sandbox job (by :attr:`job_prefix`) whose ``Meta`` has all of ``labels``: one call."""
+        jobs = await self.api.get_json("jobs", params={"prefix": self.job_prefix, "meta": True}, attempted="list")
+        found: list[UnitHandle] = []
+        wanted = dict(labels)
+        for stub in jobs:
+            meta = stub.get("Meta") or {}
+            if any(meta.get(k) != v for k, v in wanted.items()):
+                continue
+            found.append(UnitHandle(runtime=self.name, unit_id=stub["ID"], sandbox_id=stub.get("Name") or stub["ID"],
+                                    labels=dict(meta), state=_listed_state(stub)))
+        listed = {h.unit_id for h in found}
+        for job_id, made in list(self._created.items()):
+            meta = made["job"].get("Meta") or {}
+            if job_id not in listed and all(meta.get(k) == v for k, v in wanted.items()):
+                found.append(UnitHandle(runtime=self.name, unit_id=job_id, sandbox_id=made["job"]["Name"],
+                                        labels=dict(meta), state=UnitState.CREATED))
+        return found
+
+    async def logs(self, handle: UnitHandle, tail: int | None = None) -> str:
+        """The task's stdout then stderr (Nomad keeps them apart), the last ``tail`` lines."""
+        job_id, sandbox_id = handle.unit_id, handle.sandbox_id
+        if job_id in self._created:
+            return ""
+        alloc = latest_alloc(await self._allocs(job_id, sandbox_id, "logs"))
+        if alloc is None:
+            # Raises SandboxNotFound when the job is gone; a job not placed yet has no output.
+            await self.api.get_json(self._path(job_id), attempted="logs", sandbox_id=sandbox_id,
+                                    not_found=f"sandbox {sandbox_id} has no Nomad job {job_id}")
+            return ""
+        texts = []
+        for kind in ("stdout", "stderr"):
+            try:
+                response = await self.api.request(
+                    "GET", f"client/fs/logs/{alloc['ID']}", params={"task": "rocklet", "type": kind, "plain": True},
+                    attempted="logs", sandbox_id=sandbox_id,
+                )
+            except NomadError as exc:
+                if exc.status == 404:
+                    continue  # the node is gone, or nothing was written
+                raise
+            texts.append(response.text)
+        text = "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts)
+        if tail is None:
+            return text
+        lines = text.splitlines(keepends=True)
+        return "".join(lines[-tail:]) if tail > 0 else ""
+
+    # -- closing --------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the HTTP client; the runtime refuses calls afterwards. Idempotent."""
+        api, self._api, self._closed = self._api, None, True
+        if api is not None:
+            await api.aclose()
+
+
+def _listed_state(stub: Mapping[str, Any]) -> UnitState | None:
+    """A job stub's unit state, where the listing says it: ``running``, ``exited`` or unknown."""
+    summary = ((stub.get("JobSummary") or {}).get("Summary") or {}).get("sandbox") or {}
+    if stub.get("Stop") or stub.get("Status") == "dead":
+        return UnitState.EXITED
+    if summary.get("Running") and not (summary.get("Failed") or summary.get("Lost") or summary.get("Complete")):
+        return UnitState.RUNNING
+    return None
