@@ -38,7 +38,7 @@ class Setting:
 class NomadError(RuntimeFailure):
     """Nomad answered with an error: :attr:`status` and Nomad's plain-text :attr:`text`."""
 
-    def __init__(self, message: str, *, status: int, text: str, **kw: Any) -> None:
+    def __init__(self, message: str, *, status: int = 0, text: str = "", **kw: Any) -> None:
         super().__init__(message, **kw)
         self.status = status
         self.text = text

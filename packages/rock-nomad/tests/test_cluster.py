@@ -1,0 +1,181 @@
+"""The nomad runtime under rock's engine on a 3-node stand-in Nomad (issue #12 point 4): sandboxes
+spread across nodes, a sandbox that fits nowhere fails with Nomad's reason, a lost node's
+sandboxes become ``stopped`` ("node lost") with nothing left behind, a wrong ACL token is a
+clear error naming the setting, and a restarted engine finds its sandboxes again.
+
+Each test runs rock's engine (:class:`SandboxManager`) with the ``nomad`` runtime built from its
+plugin table, real containers on the local Docker engine, and rock's rocklet downloaded by the
+stand-in's nodes as a checksummed artifact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from rock_core.actions import Command, SandboxStartRequest
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import SandboxManager
+from rock_core.errors import InternalServerRockError, RockError
+from rock_core.rocklet_delivery import prepare_rocklet
+from rock_core.states import State
+from rock_core.testing import eventually_empty
+
+from rock_nomad.runtime import NomadRuntime
+from rock_nomad.testing import StandInNomad
+from rock_nomad.testing.contract import ArtifactServer
+from rock_nomad.testing.fixtures import stand_in_nomad_factory  # noqa: F401 - fixture
+
+from .conftest import IMAGE
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5, "disk": None}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def rocklet_url(tmp_path_factory) -> Any:
+    """The engine's rocklet (built as the engine builds it), served over HTTP for the nodes."""
+    delivery = prepare_rocklet()
+    server = ArtifactServer(delivery.path.parent, "127.0.0.1")
+    yield f"{server.url}/{delivery.path.name}"
+    server.close()
+
+
+@pytest.fixture
+def engine_on(rocklet_url: str, tmp_path: Path) -> Callable[..., Any]:
+    """``async with engine_on(nomad, **settings) as engine``: an engine whose runtime is
+    ``nomad``, configured by its plugin table (``[plugins.nomad]``)."""
+
+    @contextlib.asynccontextmanager
+    async def make(nomad: StandInNomad, *, store: str | None = None, keep: bool = False, **settings: Any) -> AsyncIterator[SandboxManager]:
+        table = {"address": nomad.address, "rocklet_url": rocklet_url, **settings}
+        config = EngineConfig(runtime="nomad", plugin_options={"nomad": table}, reconcile_interval=0.5,
+                              store_path=store, stop_timeout=3.0, remove_on_close=not keep)
+        async with SandboxManager(config, owner=f"test-cluster-{tmp_path.name}") as engine:
+            assert isinstance(engine.runtime, NomadRuntime)
+            yield engine
+
+    return make
+
+
+def _jobs(nomad: StandInNomad) -> list[dict[str, Any]]:
+    return httpx.get(f"{nomad.address}/v1/jobs", headers={"X-Nomad-Token": nomad.management_token}).json()
+
+
+def _running_allocs(nomad: StandInNomad) -> list[dict[str, Any]]:
+    allocs = httpx.get(f"{nomad.address}/v1/allocations", headers={"X-Nomad-Token": nomad.management_token}).json()
+    return [a for a in allocs if a["ClientStatus"] in ("pending", "running")]
+
+
+async def _eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await check() if callable(check) else check
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout:g}s")
+        await anyio.sleep(0.1)
+
+
+async def test_sandboxes_spread_across_the_nodes_and_show_their_node(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=3, algorithm="spread")
+    addresses = {n["Name"]: n["Address"] for n in nomad.nodes()}
+    async with engine_on(nomad) as engine:
+        started = [engine.start(SandboxStartRequest(**SMALL)) for _ in range(3)]
+        statuses = []
+        async with anyio.create_task_group() as tg:
+            async def one(coro: Any) -> None:
+                statuses.append(await coro)
+            for coro in started:
+                tg.start_soon(one, coro)
+        assert {s.state for s in statuses} == {State.RUNNING}
+        assert sorted(s.record.host_name for s in statuses) == sorted(addresses)
+        for status in statuses:
+            record = status.record
+            assert record.host_ip == addresses[record.host_name]
+            # SDK -> engine -> rocklet on that node's address: a command runs in the sandbox.
+            result = await engine.rocklet(record.sandbox_id).execute(Command(command=["sh", "-c", "echo $NOMAD_ALLOC_ID"]))
+            assert result.exit_code == 0 and result.stdout.strip()
+            await engine.stop(record.sandbox_id)
+    assert eventually_empty(lambda: _running_allocs(nomad)) == []
+    assert eventually_empty(nomad.containers) == []
+
+
+async def test_a_sandbox_that_fits_nowhere_fails_with_nomads_reason(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=3, node_memory=1024)
+    async with engine_on(nomad) as engine:
+        with pytest.raises(InternalServerRockError) as caught:
+            await engine.start(SandboxStartRequest(**{**SMALL, "memory": "2g"}))
+        message = str(caught.value)
+        assert "Nomad could not place the sandbox" in message
+        assert "dimension 'memory' exhausted on 3 node(s)" in message
+        sandbox_id = caught.value.sandbox_id
+        status = await engine.get_status(sandbox_id, include_all_states=True)
+        assert status.record.phases["docker_run"].status.value == "failed"
+        assert "memory" in status.record.phases["docker_run"].message
+    assert _jobs(nomad) == [], "the unplaceable job was left registered (its blocked evaluation would place it later)"
+
+
+async def test_a_lost_nodes_sandbox_is_stopped_node_lost_and_nothing_is_left(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=3)
+    async with engine_on(nomad) as engine:
+        status = await engine.start(SandboxStartRequest(**SMALL, auto_delete_seconds=3600))
+        sandbox_id, node = status.sandbox_id, status.record.host_name
+        before = {c.id for c in nomad.containers()}
+        assert before
+        nomad.lose_node(node)
+
+        async def stopped() -> Any:
+            got = await engine.get_status(sandbox_id, include_all_states=True)
+            return got if got.state is State.STOPPED else None
+
+        got = await _eventually(stopped, "the sandbox stopped")
+        assert "node lost" in (got.record.reason or ""), got.record.reason
+        assert node in got.record.reason
+        # Nomad placed no replacement elsewhere, and the job is deregistered: nothing runs.
+        assert eventually_empty(lambda: _running_allocs(nomad)) == []
+        assert all(job["Stop"] or job["Status"] == "dead" for job in _jobs(nomad))
+        assert eventually_empty(nomad.containers) == []
+
+
+async def test_a_wrong_token_is_a_clear_error_naming_the_setting(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=1, acl=True)
+    async with engine_on(nomad, token="not-a-token-nomad-knows") as engine:
+        with pytest.raises(RockError) as caught:
+            await engine.start(SandboxStartRequest(**SMALL))
+    message = str(caught.value)
+    assert "ACL token not found" in message
+    assert "plugins.nomad.token" in message
+    async with engine_on(nomad, token=nomad.management_token) as engine:
+        status = await engine.start(SandboxStartRequest(**SMALL))
+        assert status.state is State.RUNNING
+        await engine.stop(status.sandbox_id)
+
+
+async def test_a_restarted_engine_finds_its_sandboxes_from_their_jobs(stand_in_nomad_factory, engine_on, tmp_path) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=2)
+    store = str(tmp_path / "rock.db")
+    async with engine_on(nomad, store=store, keep=True) as engine:
+        status = await engine.start(SandboxStartRequest(**SMALL))
+        sandbox_id = status.sandbox_id
+    async with engine_on(nomad, store=store) as engine:
+        again = await engine.get_status(sandbox_id)
+        assert again.state is State.RUNNING
+        assert again.record.host_name == status.record.host_name
+        result = await engine.rocklet(sandbox_id).execute(Command(command=["echo", "back"]))
+        assert result.stdout.strip() == "back"
+        await engine.stop(sandbox_id)
+
