@@ -654,3 +654,8 @@ def log_command(level: str, follow: bool, lines: int | None, config_file: str | 
                 pending = ""
         except KeyboardInterrupt:
             return
+
+
+# `rock sandbox port-forward` and `rock sandbox shell` live in their own module; importing it
+# adds them to the group above.
+from rock import _cli_connect  # noqa: E402,F401

@@ -20,6 +20,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import anyio
 import anyio.abc
@@ -56,6 +57,7 @@ from rock_core.errors import (
     SessionNotFound,
 )
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet.terminal import UPGRADE as PTY_UPGRADE
 from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
 
 __all__ = ["RockletClient", "RockletTransport", "new_http_client", "process_request"]
@@ -342,10 +344,37 @@ class RockletClient:
             raise InvalidParameter(
                 f"port: expected a port number 1..65535, got {port!r}", field="port", value=port, sandbox_id=self.sandbox_id
             )
+        return await self._upgrade(f"/tunnel?port={port}", TUNNEL_UPGRADE, attempted, timeout)
+
+    async def open_pty(
+        self,
+        *,
+        user: str | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        term: str | None = None,
+        command: str | None = None,
+        timeout: float = 15.0,
+    ) -> anyio.abc.ByteStream:
+        """A program on a new pseudo-terminal in the sandbox (``GET /pty``; the frames are
+        :mod:`rock_core.rocklet.terminal`'s); the caller closes the stream, which hangs it up.
+
+        :raises InvalidParameter: the rocklet refused a parameter (an unknown user, ...).
+        :raises RockletUnreachable: the rocklet cannot be reached.
+        """
+        query = {"rows": str(rows), "cols": str(cols)}
+        for name, value in (("user", user), ("term", term), ("command", command)):
+            if value:
+                query[name] = value
+        return await self._upgrade("/pty?" + urlencode(query), PTY_UPGRADE, "open a terminal", timeout)
+
+    async def _upgrade(self, target: str, upgrade: str, attempted: str, timeout: float) -> anyio.abc.ByteStream:
+        """Send ``GET target`` with ``Upgrade: upgrade`` on a new connection; the connection once
+        the rocklet switched protocols (a refusal raises, with the rocklet's reason)."""
         token = f"{TOKEN_HEADER}: {self.token}\r\n" if self.token else ""
         request = (
-            f"GET /tunnel?port={port} HTTP/1.1\r\nHost: rocklet\r\nConnection: Upgrade\r\n"
-            f"Upgrade: {TUNNEL_UPGRADE}\r\n{token}\r\n"
+            f"GET {target} HTTP/1.1\r\nHost: rocklet\r\nConnection: Upgrade\r\n"
+            f"Upgrade: {upgrade}\r\n{token}\r\n"
         ).encode("latin-1")
         stream: anyio.abc.ByteStream | None = None
         try:
@@ -376,6 +405,8 @@ class RockletClient:
                 detail = body
             if code == "401":
                 detail = "rock's secret for it is wrong" if self.token else "rock holds no secret for it"
+            if code == "400" and upgrade == PTY_UPGRADE:
+                raise InvalidParameter(f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted)
             raise InternalServerRockError(
                 f"the rocklet of sandbox {self.sandbox_id} refused a {attempted}: {detail or status_line}",
                 sandbox_id=self.sandbox_id, attempted=attempted,

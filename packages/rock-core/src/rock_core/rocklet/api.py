@@ -451,6 +451,7 @@ def build_router(rocklet: Rocklet) -> Router:
         router.add(method, path, handler)
     router.add("POST", "/upload", rocklet.upload, raw_body=True)
     router.add("GET", "/tunnel", _tunnel)
+    router.add("GET", "/pty", _pty)
     _add_env_routes(router, rocklet)
     return router
 
@@ -484,3 +485,9 @@ def _tunnel(request: Request) -> Any:
     from .tunnel import open_tunnel  # imported on first use: most sandboxes never tunnel
 
     return open_tunnel(request)
+
+
+def _pty(request: Request) -> Any:
+    from .terminal import open_pty  # imported on first use: most sandboxes never open a terminal
+
+    return open_pty(request)

@@ -110,6 +110,8 @@ from rock import __version__
 from rock.admin._openapi import openapi_document
 from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
 from rock.admin.config import AdminSettings
+from rock.admin.portforward import SandboxSockets
+from rock.admin.proxy import SandboxAccess, SandboxProxy
 from rock.admin.models import (
     GetStatusQuery,
     InterruptSessionRequest,
@@ -436,11 +438,16 @@ class ApiKeyGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
             await self.app(scope, receive, send)
             return
         key = key_from_headers(scope["headers"])
         tenant = self.keys.tenant_of(key)
+        if tenant is None and scope["type"] == "websocket":
+            self.metrics.count("(unauthorized)", "unauthorized")
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized: no valid API key"})
+            return
         if tenant is None:
             # One label for every refusal: a stranger must not grow the metrics with paths.
             self.metrics.count("(unauthorized)", "unauthorized")
@@ -551,12 +558,25 @@ class AdminApp:
             known_paths={r.path for r in self.routes if "{" not in r.path},
         )
         self.keys = KeyRing(settings.api_keys)
+        # A sandbox's own services (rock.admin.proxy, rock.admin.portforward): in front of the
+        # body limit (proxied bodies stream, of any size), behind the key gate.
+        access = SandboxAccess(lambda: self.manager, TENANT_METADATA_KEY)
+        self.proxy = SandboxProxy(
+            self.asgi, access=access, prefix=PREFIX, timeout=settings.proxy_timeout,
+            max_message=settings.ws_max_message, credentials=self._is_key,
+            tenant_of_scope=lambda scope: scope.get(_TENANT_SCOPE_KEY), sockets=SandboxSockets(access),
+        )
+        self.asgi = self.proxy
         if self.keys:
             self.asgi = ApiKeyGate(self.asgi, keys=self.keys, metrics=self.metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point (so the instance itself can be served)."""
         await self.asgi(scope, receive, send)
+
+    def _is_key(self, authorization: str) -> bool:
+        """Whether an ``Authorization`` value carries one of this admin's keys (never proxied on)."""
+        return bool(self.keys) and self.keys.tenant_of(key_from_headers([(b"authorization", authorization.encode("latin-1"))])) is not None
 
     @property
     def manager(self) -> SandboxManager:
@@ -586,6 +606,7 @@ class AdminApp:
             try:
                 yield
             finally:
+                await self.proxy.aclose()
                 log.info("rock admin shutting down; running sandboxes keep running")
                 self._manager = None
                 self.metrics.attach(None)

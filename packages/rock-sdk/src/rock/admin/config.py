@@ -22,6 +22,9 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
                                        # them, with a Warning header and a log line)
     allow_host_network = false         # network="host" for every caller (trusted code only);
                                        # else only for keys with allow_host_network = true
+    proxy_timeout = 120                # seconds a proxied request may wait for its answer, and
+                                       # between two reads of it (ROCK: 120 s); see rock.admin.proxy
+    ws_max_message = "64m"             # largest WebSocket message the proxy and port-forward carry
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
@@ -139,6 +142,8 @@ class AdminSettings:
     api_keys: tuple[ApiKey, ...] = attrs.field(default=(), converter=_api_keys, validator=_one_tenant_per_key)
     allow_host_network: bool = False
     strict_fields: bool = False
+    proxy_timeout: float = 120.0
+    ws_max_message: int = 64 * MiB
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -183,6 +188,8 @@ _ADMIN_KEYS: Mapping[str, Any] = {
     "api_keys": list[ApiKeyEntry],
     "allow_host_network": bool,
     "strict_fields": bool,
+    "proxy_timeout": PositiveFloat,
+    "ws_max_message": ByteSize,
 }
 
 _ENGINE_KEYS: Mapping[str, Any] = {

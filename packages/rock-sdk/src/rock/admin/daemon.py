@@ -100,7 +100,7 @@ def _release_pid_file(settings: AdminSettings) -> None:
 
 
 #: The libraries of the admin server (module names), installed by ``rock-sdk[admin]``.
-SERVER_MODULES = (("starlette",), ("uvicorn",), ("prometheus_client",), ("python_multipart", "multipart"))
+SERVER_MODULES = (("starlette",), ("uvicorn",), ("prometheus_client",), ("python_multipart", "multipart"), ("wsproto",))
 #: What to run when they are missing.
 INSTALL_HINT = "pip install 'rock-sdk[admin]'"
 
@@ -154,6 +154,10 @@ def serve(settings: AdminSettings, *, runtime: Any = None) -> int:
             # The admin is an API server for trainers: many keep-alive clients, no proxy headers.
             proxy_headers=False,
             server_header=False,
+            # WebSockets of the proxy, port-forward and shell: wsproto waits for the client in
+            # both directions (back-pressure); messages up to ws_max_message.
+            ws="wsproto",
+            ws_max_size=settings.ws_max_message,
         )
         server = uvicorn.Server(config)
         server.run()

@@ -181,3 +181,17 @@ class Engine(Protocol):
         """Signal a background process."""
         ...
 
+
+    # -- the sandbox's own services (rock) -------------------------------------------------------
+
+    async def port_url(self, sandbox_id: str, port: int, path: str = "") -> str:
+        """A URL that reaches ``port`` in the sandbox (embedded: a local port; remote: the admin's proxy)."""
+        ...
+
+    async def open_port(self, sandbox_id: str, port: int) -> Any:
+        """A :class:`~rock.sdk._engine.connect.PortConnection` to ``127.0.0.1:port`` in the sandbox."""
+        ...
+
+    async def open_shell(self, sandbox_id: str, **options: Any) -> Any:
+        """A :class:`~rock.sdk._engine.connect.Shell`: a program on a pseudo-terminal in the sandbox."""
+        ...

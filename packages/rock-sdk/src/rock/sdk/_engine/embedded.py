@@ -74,8 +74,12 @@ from rock_core.actions import (
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
-from rock_core.errors import InternalServerRockError, RockletUnreachable
+from rock_core.engine.forwarding import PortForwards
+from rock_core.errors import InternalServerRockError, InvalidParameter, RockletUnreachable
+from rock_core.models import Port
 from rock_core.states import LIVE_STATES
+
+from rock.sdk._engine.connect import PortConnection, RockletShell, Shell, TunnelConnection, check_port
 
 __all__ = [
     "EmbeddedEngine",
@@ -133,6 +137,35 @@ class _AddressBook:
         self._addresses.pop(record.sandbox_id, None)
 
 
+class _LocalPorts:
+    """Host ports on 127.0.0.1 for :meth:`EmbeddedEngine.port_url`, one per sandbox port asked
+    for, each carried through the sandbox's rocklet (rock-core's :class:`PortForwards`).
+
+    Registered as a plugin like :class:`_AddressBook`: a sandbox's transition (stop, restart)
+    closes its ports; the next ``get_url`` opens a new one. Engine thread only.
+    """
+
+    def __init__(self) -> None:
+        self._forwards: PortForwards | None = None
+        self._keys: dict[str, set[str]] = {}
+
+    async def open(self, task_group: anyio.abc.TaskGroup, client: RockletClient, sandbox_id: str, port: int) -> int:
+        """The host port that reaches ``port`` of ``sandbox_id`` (opened on first use)."""
+        if self._forwards is None:
+            self._forwards = PortForwards(task_group)
+        key = f"{sandbox_id}\0{port}"
+        mapping = self._forwards.mapping(key) or await self._forwards.open(key, client, [port])
+        self._keys.setdefault(sandbox_id, set()).add(key)
+        return int(mapping[Port(port)])
+
+    @hookimpl
+    def rock_sandbox_transition(self, record: Any, event: Any, old: Any, new: Any) -> None:
+        """Close the sandbox's local ports: its rocklet changes or goes away."""
+        for key in self._keys.pop(record.sandbox_id, ()):
+            if self._forwards is not None:
+                self._forwards.close(key)
+
+
 async def _close_with_loop(http: httpx.AsyncClient) -> AsyncIterator[None]:
     # Suspended for the loop's lifetime; asyncio.run() closes every async generator at shutdown,
     # which closes the loop's pooled client with its own loop still running.
@@ -177,6 +210,7 @@ class EmbeddedEngine:
         self._tg: anyio.abc.TaskGroup | None = None  # the engine loop's own tasks (streams' pumps)
         self._closed = False
         self._addresses = _AddressBook()
+        self._local_ports = _LocalPorts()
         self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
             weakref.WeakKeyDictionary()
         )
@@ -248,6 +282,7 @@ class EmbeddedEngine:
         self._thread_id = threading.get_ident()
         manager = self._factory(self.config)
         manager.plugins.pm.register(self._addresses, name=f"rock.sdk.embedded-addresses-{id(self)}")
+        manager.plugins.pm.register(self._local_ports, name=f"rock.sdk.embedded-local-ports-{id(self)}")
         await manager.__aenter__()
         try:
             async with BlockingPortal() as portal, anyio.create_task_group() as tg:
@@ -620,6 +655,60 @@ class EmbeddedEngine:
         return await self._rocklet(
             sandbox_id, "kill_process", RockletClient.kill_process, process_id, signal=signal, wait=wait
         )
+
+
+    # -- a sandbox's own ports and terminals ------------------------------------------------
+
+    async def port_url(self, sandbox_id: str, port: int, path: str = "") -> str:
+        """(rock) ``http://127.0.0.1:P/path``: a host port this engine opens on first use that
+        reaches ``port`` in the sandbox (through its rocklet), closed when the sandbox stops."""
+        check_port(port)
+        host_port = await self._call(self._local_port, sandbox_id, port)
+        return f"http://127.0.0.1:{host_port}/" + path.lstrip("/")
+
+    async def _local_port(self, sandbox_id: str, port: int) -> int:
+        if self._tg is None:
+            raise _closed_error()
+        client = self.manager.rocklet(sandbox_id, "get_url")
+        return await self._local_ports.open(self._tg, client, sandbox_id, port)
+
+    async def _caller_client(self, sandbox_id: str, attempted: str) -> RockletClient:
+        """A rocklet client usable from the caller's loop (the engine started if need be)."""
+        if self._manager is None:
+            await anyio.to_thread.run_sync(self.start)
+        if threading.get_ident() == self._thread_id:
+            return self.manager.rocklet(sandbox_id, attempted)
+        client = await self._direct_client(sandbox_id, attempted)
+        if client is None:
+            raise InvalidParameter(f"{attempted} in embedded mode needs an asyncio event loop", attempted=attempted)
+        return client
+
+    async def open_port(self, sandbox_id: str, port: int) -> PortConnection:
+        """(rock) A TCP connection to ``127.0.0.1:port`` in the sandbox, through its rocklet; the
+        sandbox is not idle-stopped while it is open."""
+        check_port(port)
+        client = await self._caller_client(sandbox_id, "port-forward")
+        call = self.manager.call(sandbox_id)
+        call.__enter__()
+        try:
+            stream = await client.open_tunnel(port)
+        except BaseException:
+            call.__exit__(None, None, None)
+            raise
+        return TunnelConnection(stream, on_close=lambda: call.__exit__(None, None, None))
+
+    async def open_shell(self, sandbox_id: str, **options: Any) -> Shell:
+        """(rock) A program on a pseudo-terminal in the sandbox (``user``, ``rows``, ``cols``,
+        ``term``, ``command``: :meth:`RockletClient.open_pty`), straight to its rocklet."""
+        client = await self._caller_client(sandbox_id, "shell")
+        call = self.manager.call(sandbox_id)
+        call.__enter__()
+        try:
+            stream = await client.open_pty(**options)
+        except BaseException:
+            call.__exit__(None, None, None)
+            raise
+        return RockletShell(stream, on_close=lambda: call.__exit__(None, None, None))
 
 
 # -- the process-wide engine ----------------------------------------------------------------------

@@ -77,6 +77,15 @@ from rock_core.errors import (
 from rock_core.models import PhaseStatus
 from rock_core.states import LIVE_STATES, State
 
+from rock.sdk._engine.connect import (
+    PortConnection,
+    Shell,
+    WebSocketConnection,
+    WebSocketShell,
+    check_port,
+    connect_websocket,
+)
+
 __all__ = [
     "API_PREFIX",
     "RemoteEngine",
@@ -714,6 +723,35 @@ class RemoteEngine:
             timeout=_command_timeout(wait),
         )
         return structure_wire(result, ProcessInfo, forbid_extra_keys=False)
+
+
+    # -- a sandbox's own ports and terminals (the admin's proxy and WebSockets) ---------------------
+
+    def _sandbox_url(self, sandbox_id: str, route: str) -> str:
+        return f"{self.api_url}/sandboxes/{urllib.parse.quote(sandbox_id, safe='')}/{route}"
+
+    async def port_url(self, sandbox_id: str, port: int, path: str = "") -> str:
+        """(rock) The admin's proxy URL of ``port`` in the sandbox (its ``port/{N}/`` form).
+
+        With API keys on, a request to it must carry the key (``X-API-Key``) like any other."""
+        check_port(port)
+        return f"{self._sandbox_url(sandbox_id, 'proxy')}/port/{port}/" + path.lstrip("/")
+
+    def _ws_url(self, sandbox_id: str, route: str, query: Mapping[str, Any]) -> str:
+        url = self._sandbox_url(sandbox_id, route)
+        url = "ws" + url[len("http"):] if url.startswith("http") else url
+        return url + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+
+    async def open_port(self, sandbox_id: str, port: int) -> PortConnection:
+        """(rock) A TCP connection to ``127.0.0.1:port`` in the sandbox: the admin's
+        ``/portforward`` WebSocket."""
+        check_port(port)
+        return await WebSocketConnection.open(self._ws_url(sandbox_id, "portforward", {"port": port}), self.headers, sandbox_id)
+
+    async def open_shell(self, sandbox_id: str, **options: Any) -> Shell:
+        """(rock) A program on a pseudo-terminal in the sandbox: the admin's ``/shell`` WebSocket."""
+        ws = await connect_websocket(self._ws_url(sandbox_id, "shell", options), self.headers, sandbox_id, "shell")
+        return WebSocketShell(ws, sandbox_id)
 
 
 # -- shared engines -------------------------------------------------------------------------------

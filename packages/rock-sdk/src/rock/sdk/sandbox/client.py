@@ -86,6 +86,7 @@ from rock_core.errors import (
 from rock_core.states import LIVE_STATES
 
 from rock.sdk._engine.base import Engine
+from rock.sdk._engine.connect import PortConnection, Shell
 from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
@@ -975,6 +976,72 @@ class Sandbox:
         :raises InvalidParameter: no such file, or a directory.
         """
         return b"".join([chunk async for chunk in self._download_chunks(path, "download")])
+
+    # -- the sandbox's own services -----------------------------------------------------------
+
+    async def get_url(self, port: int, path: str = "") -> str:
+        """(rock) A URL that reaches ``port`` in the sandbox, ``path`` appended (any port but
+        the rocklet's 22555; traffic goes through the rocklet, so no port needs publishing).
+
+        Embedded: ``http://127.0.0.1:P/path``, a local port opened on first use for this
+        sandbox port (closed when the sandbox stops); the service sees the path as is.
+        Remote: the admin's proxy, ``{base_url}/apis/envs/sandbox/v1/sandboxes/{id}/proxy/port/{port}/path``
+        (HTTP and WebSocket; with API keys on, send ``X-API-Key``); the service sees ``/path``.
+
+        :raises InvalidParameter: not a port, or 22555.
+        """
+        return await self._get_engine().port_url(self._require_id("get_url"), port, path)
+
+    async def open_port(self, port: int) -> PortConnection:
+        """(rock) A TCP connection to ``127.0.0.1:port`` inside the sandbox (what
+        ``rock sandbox port-forward`` carries): ``send``, ``send_eof``, ``receive`` (``b""`` at
+        the end), ``aclose``; an async context manager.
+
+        :raises InvalidParameter: not a port, or 22555.
+        :raises InternalServerRockError: nothing listens on the port.
+        """
+        return await self._get_engine().open_port(self._require_id("open_port"), port)
+
+    async def open_shell(
+        self,
+        *,
+        user: str | None = None,
+        rows: int = 24,
+        cols: int = 80,
+        term: str | None = None,
+        command: str | None = None,
+    ) -> Shell:
+        """(rock) A terminal in the sandbox: ``command`` (default the user's shell) on a new
+        pseudo-terminal, as ``user`` (default the rocklet's, root). ``send`` keystrokes,
+        ``resize``, ``receive`` output (``None`` when the program ended: then ``exit_code``);
+        an async context manager. Embedded it talks to the rocklet directly; remote, through
+        the admin's ``/shell`` WebSocket (what ``rock sandbox shell`` uses).
+
+        :raises InvalidParameter: an unknown user.
+        """
+        options: dict[str, Any] = {"rows": rows, "cols": cols}
+        for name, value in (("user", user), ("term", term), ("command", command)):
+            if value:
+                options[name] = value
+        return await self._get_engine().open_shell(self._require_id("open_shell"), **options)
+
+    async def chat(
+        self, prompt: str, *, confirm: bool = False, dry_run: bool = False, config: Any = None, on_action: Any = None
+    ) -> Any:
+        """(rock) The Chat protocol: carry out an instruction in plain English or Chinese
+        ("install numpy", "显示资源使用情况") and answer in the prompt's language. Returns a
+        :class:`~rock.sdk.chat.ChatResponse` (``reply``, ``actions``, ``observations``).
+
+        Each action is previewed in the reply before it runs; destructive ones (delete, stop,
+        ``rm -rf``) run only with ``confirm=True``; ``dry_run=True`` runs nothing. ``config`` is
+        a :class:`~rock.sdk.chat.ChatConfig` (mirrors, the optional LLM backend; default from
+        ``ROCK_CHAT_*``). See :mod:`rock.sdk.chat`.
+
+        :raises InvalidParameter: a blank prompt.
+        """
+        from rock.sdk.chat import chat
+
+        return await chat(self, prompt, confirm=confirm, dry_run=dry_run, config=config, on_action=on_action)
 
     async def _download_chunks(self, path: str, attempted: str) -> AsyncIterator[bytes]:
         chunks = self._get_engine().download(self._require_id(attempted), path)

@@ -1,0 +1,287 @@
+"""Interactive terminals: ``GET /pty`` with ``Upgrade: rock-pty``.
+
+The rocklet starts a program (the user's shell by default) on a new pseudo-terminal, answers
+``101 Switching Protocols``, and from then on the connection carries *frames* both ways until
+the program ends. A frame is one type byte, a 4-byte big-endian length, then that many bytes:
+
+=====  ==========  ==================================================================
+type   direction   payload
+=====  ==========  ==================================================================
+``d``  both        terminal bytes: keystrokes in, output out (Ctrl-C is the byte 0x03:
+                   the terminal's line discipline turns it into SIGINT for the
+                   foreground program, as on any terminal)
+``r``  in          a window size: rows and columns, two big-endian 16-bit numbers
+``x``  out         the program's exit code (4-byte signed; 128+N after signal N), last
+=====  ==========  ==================================================================
+
+A client that goes away hangs the terminal up (SIGHUP to its programs), as closing a terminal
+window does. Query parameters: ``user`` (run as that user, default the rocklet's), ``rows``,
+``cols``, ``term`` (``TERM``, default ``xterm-256color``), ``command`` (a command line run by
+the user's shell with ``-c``; default that shell itself). Errors come before the switch, as JSON
+``{"detail": ...}`` with HTTP 400.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import socket
+import struct
+import threading
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
+
+from .errors import BadRequest
+from .server import Request, Response
+
+__all__ = ["DATA", "EXIT", "RESIZE", "UPGRADE", "encode_frame", "open_pty", "FrameReader"]
+
+#: The ``Upgrade`` token of a terminal request.
+UPGRADE = "rock-pty"
+#: Frame types.
+DATA = b"d"
+RESIZE = b"r"
+EXIT = b"x"
+_HEADER = struct.Struct(">cI")
+_MAX_FRAME = 1 << 20
+_CHUNK = 65536
+
+
+def encode_frame(kind: bytes, payload: bytes = b"") -> bytes:
+    """One frame: ``kind`` (``DATA``, ``RESIZE``, ``EXIT``) and its payload."""
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
+def resize_payload(rows: int, cols: int) -> bytes:
+    """The payload of a ``RESIZE`` frame."""
+    return struct.pack(">HH", max(0, min(rows, 65535)), max(0, min(cols, 65535)))
+
+
+def exit_payload(code: int) -> bytes:
+    """The payload of an ``EXIT`` frame."""
+    return struct.pack(">i", code)
+
+
+class FrameReader:
+    """Splits bytes fed to it into frames (``feed`` returns the complete ones)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> "List[Tuple[bytes, bytes]]":
+        """Add ``data``; return the frames now complete, as ``(kind, payload)``."""
+        self._buffer += data
+        frames = []
+        while len(self._buffer) >= _HEADER.size:
+            kind, length = _HEADER.unpack_from(self._buffer)
+            if length > _MAX_FRAME:
+                raise ValueError("frame of %d bytes is too large" % length)
+            end = _HEADER.size + length
+            if len(self._buffer) < end:
+                break
+            frames.append((kind, self._buffer[_HEADER.size:end]))
+            self._buffer = self._buffer[end:]
+        return frames
+
+
+def _set_size(fd: int, rows: int, cols: int) -> None:
+    import fcntl
+    import termios
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+def _int(request: Request, name: str, default: int) -> int:
+    raw = request.query.get(name, "")
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest("%s: expected a number, got %r" % (name, raw)) from None
+    if not 1 <= value <= 65535:
+        raise BadRequest("%s: expected 1..65535, got %d" % (name, value))
+    return value
+
+
+class Terminal(Response):
+    """A response that switches the connection to frames of a program on a pseudo-terminal."""
+
+    __slots__ = ("pid", "master")
+
+    def __init__(self, pid: int, master: int) -> None:
+        super().__init__(b"", status=101, headers={"upgrade": UPGRADE, "connection": "Upgrade"})
+        self.pid = pid
+        self.master = master
+
+    def splice(self, conn: socket.socket, rfile: "Any") -> None:
+        """Carry frames between the client and the terminal until the program ends (or the
+        client goes away: then the terminal is hung up)."""
+        master, pid = self.master, self.pid
+        client_gone = threading.Event()
+
+        def from_client() -> None:
+            reader = FrameReader()
+            try:
+                while True:
+                    data = rfile.read1(_CHUNK)
+                    if not data:
+                        break
+                    for kind, payload in reader.feed(data):
+                        if kind == DATA:
+                            view = memoryview(payload)
+                            while view:
+                                view = view[os.write(master, view):]
+                        elif kind == RESIZE and len(payload) == 4:
+                            rows, cols = struct.unpack(">HH", payload)
+                            _set_size(master, rows, cols)
+            except (OSError, ValueError):
+                pass
+            client_gone.set()
+            try:
+                os.killpg(pid, signal.SIGHUP)  # the terminal was closed
+            except OSError:
+                pass
+
+        thread = threading.Thread(target=from_client, daemon=True)
+        thread.start()
+        status = None  # type: Optional[int]
+        try:
+            while True:
+                ready, _, _ = select.select([master], [], [], 0.2)
+                if ready:
+                    try:
+                        data = os.read(master, _CHUNK)
+                    except OSError:  # EIO: every holder of the terminal's other end closed it
+                        data = b""
+                    if data:
+                        conn.sendall(encode_frame(DATA, data))
+                        continue
+                    break
+                if status is None:
+                    done, status_raw = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        status = status_raw
+                        # The program ended; what it wrote is already readable. Programs it
+                        # left in the background may hold the terminal: do not wait for them.
+                        while select.select([master], [], [], 0)[0]:
+                            try:
+                                data = os.read(master, _CHUNK)
+                            except OSError:
+                                data = b""
+                            if not data:
+                                break
+                            conn.sendall(encode_frame(DATA, data))
+                        break
+                if client_gone.is_set():
+                    break
+            if status is None:
+                status = _wait(pid, client_gone.is_set())
+            conn.sendall(encode_frame(EXIT, exit_payload(_exit_code(status))))
+        except OSError:
+            pass
+        finally:
+            try:
+                os.killpg(pid, signal.SIGHUP)
+            except OSError:
+                pass
+            if status is None:
+                _wait(pid, True)
+            os.close(master)
+            try:
+                conn.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+        thread.join(1.0)
+
+
+def _wait(pid: int, hang_up: bool) -> int:
+    """Reap ``pid``: at once if it has ended; after SIGHUP (then SIGKILL) when ``hang_up``."""
+    for sig in ((signal.SIGHUP, signal.SIGKILL) if hang_up else ()):
+        for _ in range(20):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            try:
+                os.killpg(pid, sig)
+            except OSError:
+                pass
+            threading.Event().wait(0.05)
+    try:
+        return os.waitpid(pid, 0)[1]
+    except ChildProcessError:
+        return 0
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return 1
+
+
+def _account(user: str) -> "Tuple[Optional[Any], str]":
+    """The password entry of ``user`` ('' = the rocklet's own) and the shell to start."""
+    import pwd
+
+    entry = None
+    if user:
+        try:
+            entry = pwd.getpwnam(user)
+        except KeyError:
+            raise BadRequest("user: %r does not exist in this sandbox" % user) from None
+    else:
+        try:
+            entry = pwd.getpwuid(os.getuid())
+        except KeyError:
+            entry = None
+    shell = entry.pw_shell if entry is not None else ""
+    if not shell or not os.access(shell, os.X_OK) or shell.endswith(("nologin", "false")):
+        shell = next((s for s in ("/bin/bash", "/bin/sh") if os.access(s, os.X_OK)), "")
+    if not shell:
+        raise BadRequest("this sandbox has no shell (/bin/bash or /bin/sh)")
+    return entry, shell
+
+
+def open_pty(request: Request) -> Terminal:
+    """``GET /pty``: start a program on a new pseudo-terminal and switch to frames."""
+    if UPGRADE not in request.headers.get("upgrade", "").lower():
+        raise BadRequest("a terminal needs the header 'Upgrade: %s'" % UPGRADE)
+    rows, cols = _int(request, "rows", 24), _int(request, "cols", 80)
+    user = request.query.get("user", "")
+    if user == "root" and os.getuid() == 0:
+        user = ""
+    entry, shell = _account(user)
+    command = request.query.get("command", "")
+    # The user's shell runs a command line: bash runs a simple command in its own place, so
+    # Ctrl-C reaches the program alone (a `sh -c` kept waiting would die of it too).
+    argv = [shell, "-c", command] if command else [shell]
+    env = dict(os.environ)  # the rocklet's secret left its environment at start
+    env["TERM"] = request.query.get("term", "") or "xterm-256color"
+    home = "/"
+    if entry is not None:
+        home = entry.pw_dir or "/"
+        env.update(HOME=home, USER=entry.pw_name, LOGNAME=entry.pw_name, SHELL=shell)
+    pid, master = os.forkpty()
+    if pid == 0:  # the child: become the user, then the program; never return
+        try:
+            if entry is not None and user:
+                os.setgroups(os.getgrouplist(entry.pw_name, entry.pw_gid))
+                os.setgid(entry.pw_gid)
+                os.setuid(entry.pw_uid)
+            try:
+                os.chdir(home)
+            except OSError:
+                os.chdir("/")
+            _set_size(0, rows, cols)
+            os.execvpe(argv[0], argv, env)
+        except BaseException as exc:  # noqa: BLE001 - the child must never return into the server
+            try:
+                os.write(2, ("rocklet: cannot start %s: %s\r\n" % (argv[0], exc)).encode())
+            finally:
+                os._exit(127)
+    return Terminal(pid, master)

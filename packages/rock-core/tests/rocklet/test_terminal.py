@@ -1,0 +1,112 @@
+"""``GET /pty``: a program on a pseudo-terminal, carried as frames over the upgraded connection
+(a real rocklet process, from source and from the pyz; the test's host plays the sandbox)."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet.terminal import DATA, EXIT, RESIZE, FrameReader, encode_frame, resize_payload
+
+from .conftest import RockletProcess
+
+
+class Terminal:
+    """The client side of ``GET /pty`` for tests: frames over a socket."""
+
+    def __init__(self, rocklet: RockletProcess, query: str, token: str | None = "ok") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", rocklet.port), timeout=20)
+        auth = f"{TOKEN_HEADER}: {rocklet.token}\r\n" if token == "ok" else ""
+        self.sock.sendall(
+            f"GET /pty?{query} HTTP/1.1\r\nHost: x\r\n{auth}Connection: Upgrade\r\nUpgrade: rock-pty\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        self.head, _, rest = head.partition(b"\r\n\r\n")
+        self.reader = FrameReader()
+        self.output = b""
+        self.exit_code: int | None = None
+        if self.head.startswith(b"HTTP/1.1 101 "):
+            self._take(rest)
+
+    def _take(self, data: bytes) -> None:
+        for kind, payload in self.reader.feed(data):
+            if kind == DATA:
+                self.output += payload
+            elif kind == EXIT:
+                self.exit_code = int.from_bytes(payload, "big", signed=True)
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(encode_frame(DATA, data))
+
+    def resize(self, rows: int, cols: int) -> None:
+        self.sock.sendall(encode_frame(RESIZE, resize_payload(rows, cols)))
+
+    def expect(self, text: bytes, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            assert self.exit_code is None, f"the program ended ({self.exit_code}) before {text!r}: {self.output[-500:]!r}"
+            assert time.monotonic() < deadline, f"no {text!r} in {self.output[-500:]!r}"
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            chunk = self.sock.recv(65536)
+            assert chunk, f"connection closed before {text!r}: {self.output[-500:]!r}"
+            self._take(chunk)
+
+    def wait_exit(self, timeout: float = 20.0) -> int:
+        deadline = time.monotonic() + timeout
+        while self.exit_code is None:
+            assert time.monotonic() < deadline, "the program did not end"
+            self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
+            chunk = self.sock.recv(65536)
+            assert chunk, "connection closed without an exit frame"
+            self._take(chunk)
+        return self.exit_code
+
+
+def test_python_runs_interactively_with_resize_ctrl_c_and_exit_code(rocklet: RockletProcess, plain_python: str) -> None:
+    term = Terminal(rocklet, f"rows=30&cols=90&command={plain_python}%20-q")
+    assert term.head.startswith(b"HTTP/1.1 101 "), term.head
+    term.expect(b">>> ")
+    term.send(b"import os, time; print('size', tuple(os.get_terminal_size()))\r")
+    term.expect(b"size (90, 30)")
+    term.resize(40, 120)
+    term.send(b"print('size', tuple(os.get_terminal_size()))\r")
+    term.expect(b"size (120, 40)")
+    term.send(b"time.sleep(60)\r")
+    time.sleep(0.3)
+    term.send(b"\x03")  # Ctrl-C: the terminal's line discipline interrupts the foreground program
+    term.expect(b"KeyboardInterrupt")
+    term.send(b"raise SystemExit(7)\r")
+    assert term.wait_exit() == 7
+    term.sock.close()
+
+
+def test_a_signal_death_is_128_plus_the_signal(rocklet: RockletProcess) -> None:
+    term = Terminal(rocklet, "command=kill%20-TERM%20%24%24")
+    assert term.wait_exit() == 128 + 15
+
+
+def test_refusals_come_before_the_switch(rocklet: RockletProcess) -> None:
+    assert b" 400 " in Terminal(rocklet, "user=no-such-user-here").head.split(b"\r\n")[0]
+    assert b" 400 " in Terminal(rocklet, "rows=0").head.split(b"\r\n")[0]
+    assert b" 401 " in Terminal(rocklet, "", token=None).head.split(b"\r\n")[0]
+
+
+def test_a_client_that_goes_away_hangs_the_terminal_up(rocklet: RockletProcess, tmp_path: pytest.TempPathFactory) -> None:
+    marker = f"{tmp_path}/hup"
+    term = Terminal(rocklet, f"command=trap%20%27touch%20{marker}%3B%20exit%27%20HUP%3B%20echo%20ready%3B%20sleep%20600%20%26%20wait")
+    term.expect(b"ready")
+    term.sock.close()
+    deadline = time.monotonic() + 20
+    import os
+
+    while not os.path.exists(marker):
+        assert time.monotonic() < deadline, "the program got no SIGHUP"
+        time.sleep(0.05)

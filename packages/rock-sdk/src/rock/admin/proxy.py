@@ -1,0 +1,645 @@
+"""Reaching a sandbox's own services through the admin: ROCK's HTTP and WebSocket proxy.
+
+Routes (under :data:`~rock.admin.app.PREFIX`)::
+
+    GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS /sandboxes/{id}/proxy[/{path}]    HTTP
+    WS                                     /sandboxes/{id}/proxy[/{path}]    WebSocket
+
+The target port is given by exactly one of: a ``port/{N}/`` prefix of the path, the header
+``X-ROCK-Target-Port`` or the query parameter ``rock_target_port``; none means 8080. More than
+one is answered with HTTP 400 ``{"detail": "Cannot specify target port via multiple sources:
+path, header"}`` (ROCK's words). A port must be 1..65535 and not the rocklet's own (22555).
+
+Traffic never leaves through a published port: each connection is a tunnel through the
+sandbox's rocklet (:meth:`RockletClient.open_tunnel`) to ``127.0.0.1:N`` inside the sandbox,
+so any port works, also in sandboxes without a network. Kept-alive tunnels are reused
+(:class:`TunnelPool`). Bodies stream both ways with back-pressure (no body is held whole), SSE
+events pass as they are written, a 3xx ``Location`` pointing into the sandbox is rewritten
+under the proxy's prefix, and hop-by-hop headers and the admin's own credentials are never
+passed on. Failures are ROCK's ``{"detail": ...}`` with HTTP 400 (bad port), 404 (unknown
+sandbox, or another tenant's), 409 (not running), 502 (nothing listens on the port, or the
+service broke off) or 504 (no answer within ``proxy_timeout``).
+
+WebSocket failures close the socket after accepting it: code 1008 for a request that cannot be
+served (bad port, unknown sandbox), 1011 when the service cannot be reached or fails (ROCK's
+codes). Messages pass both ways, text and binary, one at a time in each direction (so a slow
+reader slows its writer).
+
+Each request or connection runs inside :meth:`SandboxManager.call`: it counts as activity, and
+the sandbox is not idle-stopped while it lasts.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+
+import anyio
+import anyio.abc
+import httpcore
+from rock_core.engine.manager import SandboxManager
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.errors import BadRequestRockError, InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
+from rock_core.models import ROCKLET_PORT
+from rock_core.states import State
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = [
+    "DEFAULT_PORT",
+    "PORT_HEADER",
+    "PORT_QUERY",
+    "ProxyRefused",
+    "SandboxAccess",
+    "SandboxProxy",
+    "TunnelPool",
+    "choose_port",
+    "check_port",
+]
+
+#: The port a request without a port goes to (ROCK: the sandbox's 8080).
+DEFAULT_PORT = 8080
+#: The header and query parameter that name the target port.
+PORT_HEADER = "x-rock-target-port"
+PORT_QUERY = "rock_target_port"
+
+# Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1).
+_HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
+    b"te", b"trailer", b"transfer-encoding", b"upgrade",
+})
+# Request headers of the WebSocket handshake: the proxy makes its own upstream.
+_WS_HANDSHAKE = frozenset({
+    b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions", b"sec-websocket-accept",
+    b"sec-websocket-protocol",
+})
+_PORT_PREFIX = re.compile(r"^/port/([^/]*)(/.*)?$", re.S)
+_CHUNK = 65536
+# Close codes of a WebSocket (RFC 6455 section 7.4.1), as ROCK uses them.
+WS_POLICY = 1008
+WS_INTERNAL = 1011
+
+
+class ProxyRefused(Exception):
+    """A request the proxy does not carry: its HTTP status and ROCK's ``detail``."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+    @property
+    def ws_code(self) -> int:
+        """The WebSocket close code for it: the caller's fault (1008) or the service's (1011)."""
+        return WS_POLICY if self.status < 500 else WS_INTERNAL
+
+
+# ---------------------------------------------------------------------------------------------
+# Ports
+
+
+def check_port(value: str | int, source: str) -> int:
+    """``value`` as a port the proxy may reach; :class:`ProxyRefused` (400) naming ``source`` if not."""
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ProxyRefused(400, f"{source}: expected a port number 1..65535, got {str(value)!r}") from None
+    if not 1 <= port <= 65535:
+        raise ProxyRefused(400, f"{source}: expected a port number 1..65535, got {port}")
+    if port == ROCKLET_PORT:
+        raise ProxyRefused(400, f"{source}: port {ROCKLET_PORT} is the rocklet's own and cannot be proxied")
+    return port
+
+
+def choose_port(path: str, header: str | None, query: str | None) -> tuple[int, str, str]:
+    """The target port, where it came from (``path``, ``header``, ``query`` or ``default``) and
+    the path to request from the service (``path`` without its ``port/{N}`` prefix).
+
+    :raises ProxyRefused: more than one source, or a bad port.
+    """
+    match = _PORT_PREFIX.match(path)
+    sources = [name for name, given in (("path", match), ("header", header), ("query", query)) if given is not None]
+    if len(sources) > 1:
+        raise ProxyRefused(400, f"Cannot specify target port via multiple sources: {', '.join(sources)}")
+    if match is not None:
+        return check_port(unquote(match.group(1)), "port/{N}/ prefix"), "path", match.group(2) or "/"
+    if header is not None:
+        return check_port(header.strip(), "X-ROCK-Target-Port"), "header", path or "/"
+    if query is not None:
+        return check_port(query.strip(), PORT_QUERY), "query", path or "/"
+    return DEFAULT_PORT, "default", path or "/"
+
+
+# ---------------------------------------------------------------------------------------------
+# Which sandbox a request may reach
+
+
+class SandboxAccess:
+    """Finds the running sandbox a request names, with the tenancy rule of the admin.
+
+    :param manager: a function returning the engine (it exists only while the admin runs).
+    :param tenant_key: the metadata key holding a sandbox's tenant.
+    """
+
+    def __init__(self, manager: Callable[[], SandboxManager], tenant_key: str) -> None:
+        self._manager = manager
+        self._tenant_key = tenant_key
+
+    @property
+    def manager(self) -> SandboxManager:
+        """The engine."""
+        return self._manager()
+
+    def rocklet(self, sandbox_id: str, tenant: str | None, attempted: str) -> RockletClient:
+        """The rocklet of ``sandbox_id`` if the request's ``tenant`` may reach it and it runs.
+
+        :raises ProxyRefused: 404 (unknown, or another tenant's: answered the same), 409 (not
+            running), 403 (on the host's network: its ports are the host's).
+        """
+        manager = self.manager
+        unknown = ProxyRefused(404, f"Sandbox {sandbox_id} not found")
+        try:
+            record = manager.get_record(sandbox_id)
+        except SandboxNotFound:
+            raise unknown from None
+        if tenant is not None and record.spec.metadata.get(self._tenant_key) != tenant:
+            raise unknown
+        if record.spec.runtime_options.get("network") == "host":
+            raise ProxyRefused(
+                403, f"sandbox {sandbox_id} shares the host's network: its ports are the host's, which the proxy does not reach"
+            )
+        if record.state != State.RUNNING:
+            raise ProxyRefused(409, f"sandbox {sandbox_id} is {record.state.value}, not running")
+        try:
+            return manager.rocklet(sandbox_id, attempted)
+        except SandboxNotFound as exc:
+            raise ProxyRefused(409, exc.message) from None
+        except BadRequestRockError as exc:
+            raise ProxyRefused(409, exc.message) from None
+
+
+async def open_port(client: RockletClient, port: int) -> anyio.abc.ByteStream:
+    """A tunnel to ``port`` of the sandbox; :class:`ProxyRefused` (502) with the reason if none."""
+    try:
+        return await client.open_tunnel(port)
+    except RockletUnreachable as exc:
+        raise ProxyRefused(502, f"the rocklet of sandbox {client.sandbox_id} cannot be reached: {exc.message}") from None
+    except InvalidParameter as exc:
+        raise ProxyRefused(400, exc.message) from None
+    except RockError as exc:
+        reason = exc.message.split(": ", 1)[-1] if "nothing listens" in exc.message else exc.message
+        raise ProxyRefused(502, f"sandbox {client.sandbox_id}, port {port}: {reason}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Kept-alive tunnels for HTTP (httpcore's pool over a network backend that opens tunnels)
+
+
+class _TunnelStream(httpcore.AsyncNetworkStream):
+    """httpcore's view of a tunnel."""
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self._stream = stream
+        sock = None
+        inner = getattr(stream, "_stream", stream)  # a tunnel whose answer carried bytes wraps the socket stream
+        try:
+            sock = inner.extra(anyio.abc.SocketAttribute.raw_socket)
+        except (anyio.TypedAttributeLookupError, AttributeError):
+            pass
+        self._sock: socket.socket | None = sock
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        try:
+            with anyio.fail_after(timeout):
+                return await self._stream.receive(max_bytes)
+        except anyio.EndOfStream:
+            return b""
+        except TimeoutError as exc:
+            raise httpcore.ReadTimeout(str(exc)) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise httpcore.ReadError(str(exc)) from exc
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        try:
+            with anyio.fail_after(timeout):
+                await self._stream.send(buffer)
+        except TimeoutError as exc:
+            raise httpcore.WriteTimeout(str(exc)) from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise httpcore.WriteError(str(exc)) from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":  # an idle connection with something to read was closed by the service
+            if self._sock is None:
+                return False
+            try:
+                import select
+
+                return bool(select.select([self._sock], [], [], 0)[0])
+            except (OSError, ValueError):
+                return True
+        return None
+
+
+class _TunnelBackend(httpcore.AsyncNetworkBackend):
+    """Opens a tunnel for httpcore's ``connect_tcp(host, port)``; ``host`` stands for a sandbox."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, RockletClient] = {}
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        client = self.clients.get(host)
+        if client is None:
+            raise httpcore.ConnectError(f"no sandbox for {host}")
+        try:
+            with anyio.fail_after(timeout):
+                return _TunnelStream(await open_port(client, port))
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"sandbox {client.sandbox_id}, port {port}: no connection in time") from exc
+        except ProxyRefused as exc:
+            raise httpcore.ConnectError(exc.detail) from exc
+
+    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("the proxy reaches sandboxes only")
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+class TunnelPool:
+    """Kept-alive HTTP connections to sandboxes' ports, each a tunnel through a rocklet.
+
+    A sandbox is known to the pool by a made-up host name (its id is not a valid host name in
+    general); its connections are found by that name and the port.
+    """
+
+    def __init__(self, max_connections: int = 4096, keepalive_expiry: float = 30.0) -> None:
+        self._backend = _TunnelBackend()
+        self._pool = httpcore.AsyncConnectionPool(
+            network_backend=self._backend,
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=keepalive_expiry,
+            retries=0,
+        )
+        self._names: dict[str, str] = {}
+
+    def host_for(self, client: RockletClient) -> str:
+        """The host name that stands for ``client``'s sandbox (its current rocklet)."""
+        sandbox_id = client.sandbox_id or ""
+        name = self._names.get(sandbox_id)
+        if name is None:
+            name = self._names[sandbox_id] = f"s{len(self._names)}.sandbox.rock.invalid"
+        self._backend.clients[name] = client
+        return name
+
+    async def request(self, request: httpcore.Request) -> httpcore.Response:
+        """Send ``request`` (its URL's host from :meth:`host_for`); the response streams."""
+        return await self._pool.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        await self._pool.aclose()
+
+
+# ---------------------------------------------------------------------------------------------
+# The ASGI layer
+
+_ROUTE = re.compile(r"^/sandboxes/(?P<id>[^/]+)/(?P<kind>proxy|portforward|shell)(?P<rest>/.*)?$", re.S)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _raw_path(scope: Scope) -> str:
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1").split("?", 1)[0] if raw else quote(scope["path"])
+
+
+class SandboxProxy:
+    """An ASGI layer serving the proxy routes (and, through ``sockets``, port-forward and shell)
+    of ``prefix``; every other request goes on to ``app``.
+
+    :param app: the rest of the admin.
+    :param access: finds the sandbox a request may reach.
+    :param prefix: where ROCK's sandbox routes live.
+    :param timeout: ``proxy_timeout``: seconds to wait for an answer and between reads of it.
+    :param max_message: the largest WebSocket message carried.
+    :param credentials: whether a header value is one of the admin's API keys (never passed on).
+    :param tenant_of_scope: the request's tenant, as the key gate left it in the scope.
+    :param sockets: the handler of ``portforward`` and ``shell`` WebSockets
+        (:class:`rock.admin.portforward.SandboxSockets`).
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        access: SandboxAccess,
+        prefix: str,
+        timeout: float,
+        max_message: int,
+        credentials: Callable[[str], bool],
+        tenant_of_scope: Callable[[Scope], str | None],
+        sockets: Any = None,
+    ) -> None:
+        self.app = app
+        self.access = access
+        self.prefix = prefix
+        self.timeout = timeout
+        self.max_message = max_message
+        self._is_credential = credentials
+        self._tenant = tenant_of_scope
+        self.sockets = sockets
+        self.pool = TunnelPool()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI entry point."""
+        kind = scope["type"]
+        path = scope.get("path", "")
+        if kind not in ("http", "websocket") or not path.startswith(self.prefix + "/sandboxes/"):
+            await self.app(scope, receive, send)
+            return
+        raw = _raw_path(scope)
+        raw_prefix = quote(self.prefix)
+        match = _ROUTE.match(raw[len(raw_prefix):]) if raw.startswith(raw_prefix) else None
+        if match is None:
+            await self.app(scope, receive, send)
+            return
+        sandbox_id, route, rest = unquote(match["id"]), match["kind"], match["rest"] or ""
+        base = scope.get("root_path", "") + raw_prefix + f"/sandboxes/{match['id']}/{route}"
+        if route != "proxy":
+            if rest not in ("", "/") or self.sockets is None:
+                await self.app(scope, receive, send)
+            elif kind == "websocket":
+                await self.sockets(scope, receive, send, sandbox_id, route, self._tenant(scope))
+            else:
+                await _plain(send, 400, f"{route} is a WebSocket: connect with 'Upgrade: websocket'")
+            return
+        if kind == "http":
+            await self._http(scope, receive, send, sandbox_id, rest, base)
+        else:
+            await self._websocket(scope, receive, send, sandbox_id, rest, base)
+
+    async def aclose(self) -> None:
+        """Close the kept-alive tunnels."""
+        await self.pool.aclose()
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    def _target(self, scope: Scope, rest: str, base: str) -> tuple[int, str, str, list[tuple[str, str]], str]:
+        """Port, its source, path, the query pairs to send on, and the prefix a ``Location``
+        is rewritten under."""
+        query = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)]
+        given = [v for k, v in query if k == PORT_QUERY]
+        port, source, path = choose_port(rest, _header(scope, PORT_HEADER.encode()), given[0] if given else None)
+        if len(given) > 1:
+            raise ProxyRefused(400, f"{PORT_QUERY}: given {len(given)} times")
+        query = [(k, v) for k, v in query if k != PORT_QUERY]
+        location_base = base + (f"/port/{port}" if source == "path" else "")
+        return port, source, path, query, location_base
+
+    def _request_headers(self, scope: Scope, port: int, location_base: str) -> list[tuple[bytes, bytes]]:
+        named = {
+            token.strip().lower().encode("latin-1")
+            for key, value in scope["headers"] if key == b"connection"
+            for token in value.decode("latin-1").split(",")
+        }
+        headers = [(b"host", f"localhost:{port}".encode())]
+        forwarded_for = None
+        for key, value in scope["headers"]:
+            if key in _HOP_BY_HOP or key in named or key in (b"host", PORT_HEADER.encode(), b"x-api-key"):
+                continue
+            if key == b"authorization" and self._is_credential(value.decode("latin-1")):
+                continue
+            if scope["type"] == "websocket" and key in _WS_HANDSHAKE:
+                continue
+            if key == b"x-forwarded-for":
+                forwarded_for = value
+                continue
+            headers.append((key, value))
+        client = scope.get("client")
+        if client:
+            peer = str(client[0]).encode()
+            headers.append((b"x-forwarded-for", forwarded_for + b", " + peer if forwarded_for else peer))
+        host = _header(scope, b"host")
+        if host:
+            headers.append((b"x-forwarded-host", host.encode("latin-1")))
+        scheme = scope.get("scheme", "http").replace("ws", "http")
+        headers.append((b"x-forwarded-proto", scheme.encode()))
+        headers.append((b"x-forwarded-prefix", location_base.encode("latin-1")))
+        return headers
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str) -> None:
+        try:
+            port, source, path, query, location_base = self._target(scope, rest, base)
+            client = self.access.rocklet(sandbox_id, self._tenant(scope), "proxy")
+        except ProxyRefused as exc:
+            await _plain(send, exc.status, exc.detail)
+            return
+        manager = self.access.manager
+        async with manager.call(sandbox_id):
+            await self._forward(scope, receive, send, client, port, source, path, query, location_base)
+
+    async def _forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        client: RockletClient,
+        port: int,
+        source: str,
+        path: str,
+        query: list[tuple[str, str]],
+        location_base: str,
+    ) -> None:
+        headers = self._request_headers(scope, port, location_base)
+        target = path + ("?" + urlencode(query) if query else "")
+        length = _header(scope, b"content-length")
+        chunked = "chunked" in (_header(scope, b"transfer-encoding") or "").lower()
+        if length is not None:
+            headers.append((b"content-length", length.encode()))
+        elif chunked:
+            headers.append((b"transfer-encoding", b"chunked"))
+        body: Any = _request_body(receive) if (chunked or (length not in (None, "0"))) else b""
+        timeout = self.timeout
+        request = httpcore.Request(
+            scope["method"],
+            httpcore.URL(scheme=b"http", host=self.pool.host_for(client).encode(), port=port, target=target.encode("latin-1")),
+            headers=headers,
+            content=body,
+            extensions={"timeout": {"connect": min(timeout, 15.0), "read": timeout, "write": timeout, "pool": timeout}},
+        )
+        try:
+            response = await self.pool.request(request)
+        except httpcore.ConnectError as exc:
+            await _plain(send, 502, str(exc) or f"sandbox {client.sandbox_id}, port {port}: no connection")
+            return
+        except httpcore.TimeoutException:
+            await _plain(send, 504, f"sandbox {client.sandbox_id}, port {port}: no answer within {timeout:g}s (proxy_timeout)")
+            return
+        except (httpcore.ProtocolError, httpcore.NetworkError) as exc:
+            await _plain(send, 502, f"sandbox {client.sandbox_id}, port {port}: the service broke off: {exc or type(exc).__name__}")
+            return
+        try:
+            await send({
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": self._response_headers(response, port, source, location_base),
+            })
+            await _stream_response(response, receive, send, scope["method"] == "HEAD")
+        finally:
+            await response.aclose()
+
+    def _response_headers(
+        self, response: httpcore.Response, port: int, source: str, location_base: str
+    ) -> list[tuple[bytes, bytes]]:
+        named = {
+            token.strip().lower().encode("latin-1")
+            for key, value in response.headers if key.lower() == b"connection"
+            for token in value.decode("latin-1").split(",")
+        }
+        headers = []
+        for key, value in response.headers:
+            low = key.lower()
+            if low in _HOP_BY_HOP or low in named:
+                continue
+            if low == b"location" and 300 <= response.status < 400:
+                value = _rewrite_location(value.decode("latin-1"), port, source, location_base).encode("latin-1")
+            headers.append((low, value))
+        return headers
+
+    # -- WebSocket ------------------------------------------------------------------------------
+
+    async def _websocket(self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str) -> None:
+        from rock.admin.portforward import ServiceSocket
+
+        message = await receive()
+        if message["type"] != "websocket.connect":
+            return
+        try:
+            port, _source, path, query, location_base = self._target(scope, rest, base)
+            client = self.access.rocklet(sandbox_id, self._tenant(scope), "proxy")
+        except ProxyRefused as exc:
+            await refuse_websocket(send, exc)
+            return
+        async with self.access.manager.call(sandbox_id):
+            target = path + ("?" + urlencode(query) if query else "")
+            headers = self._request_headers(scope, port, location_base)
+            subprotocols = list(scope.get("subprotocols") or ())
+            try:
+                upstream = await ServiceSocket.connect(
+                    client, port, target, headers, subprotocols, max_message=self.max_message, timeout=self.timeout
+                )
+            except ProxyRefused as exc:
+                await refuse_websocket(send, exc)
+                return
+            async with upstream:
+                await send({"type": "websocket.accept", "subprotocol": upstream.subprotocol})
+                await upstream.relay(receive, send)
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+async def _plain(send: Send, status: int, detail: str) -> None:
+    """ROCK's error answer: ``{"detail": ...}`` with ``status``."""
+    import json
+
+    body = json.dumps({"detail": detail}).encode()
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+async def refuse_websocket(send: Send, exc: ProxyRefused) -> None:
+    """Accept, then close with ROCK's code for ``exc`` and its reason (so a client can read both)."""
+    await send({"type": "websocket.accept"})
+    reason = exc.detail.encode()[:120].decode("utf-8", "ignore")  # a close reason fits in 123 bytes
+    await send({"type": "websocket.close", "code": exc.ws_code, "reason": reason})
+
+
+async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
+    """The request's body as it arrives (ASGI ``http.request`` messages)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise httpcore.WriteError("the client went away while sending its body")
+        chunk = message.get("body", b"")
+        if chunk:
+            yield chunk
+        if not message.get("more_body", False):
+            return
+
+
+async def _stream_response(response: httpcore.Response, receive: Receive, send: Send, head: bool) -> None:
+    """Send the body of ``response`` as it arrives; stop reading it when the client goes away."""
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while True:
+                message: Message = await receive()
+                if message["type"] == "http.disconnect":
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(watch)
+        try:
+            if not head:
+                async for chunk in response.aiter_stream():  # type: ignore[attr-defined]
+                    if chunk:
+                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        except (httpcore.ReadError, httpcore.RemoteProtocolError, httpcore.ReadTimeout):
+            # The service broke off after the answer began: end the answer early, as it did.
+            raise _BrokenAnswer() from None
+        finally:
+            tg.cancel_scope.cancel()
+
+
+class _BrokenAnswer(Exception):
+    """The service's answer broke off after it began: the client's connection is cut."""
+
+
+def _rewrite_location(location: str, port: int, source: str, location_base: str) -> str:
+    """A ``Location`` pointing into the sandbox, under the proxy's prefix; others unchanged."""
+    parts = urlsplit(location)
+    if parts.scheme or parts.netloc:
+        if parts.scheme not in ("http", "https", "ws", "wss") or parts.hostname not in ("localhost", "127.0.0.1", "0.0.0.0", "::1"):
+            return location  # somewhere else: the client goes there itself
+        if (parts.port or (443 if parts.scheme in ("https", "wss") else 80)) != port:
+            return location
+    elif not location.startswith("/"):
+        return location  # relative: resolves under the proxy's prefix already
+    path = parts.path or "/"
+    query = parts.query
+    if source == "query":
+        query = "&".join(filter(None, [query, urlencode({PORT_QUERY: port})]))
+    result = location_base + path
+    if query:
+        result += "?" + query
+    if parts.fragment:
+        result += "#" + parts.fragment
+    return result
