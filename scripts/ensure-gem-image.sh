@@ -51,6 +51,8 @@ COPY site $SITE
 # Bytecode in the image: every env sandbox would otherwise compile numpy and GEM at its first env.
 RUN python3 -m compileall -q $SITE
 ENV ROCK_ENV_PYTHONPATH=$SITE
+# The rocklet starts GEM's worker as it starts (a warm pool's sandboxes have it ready).
+ENV ROCK_ENV_PRESTART=1
 LABEL $LABEL=$hash rock.gem.base=$base_id
 DOCKERFILE
 say "docker build -> $TAG"

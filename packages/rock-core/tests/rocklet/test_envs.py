@@ -289,3 +289,18 @@ def test_a_python_without_gem_is_a_clear_error_and_a_pythonpath_brings_it(pyz: P
         assert {w["pythonpath"] for w in workers if w["alive"]} == {str(fake_gem)}
     finally:
         assert proc.stop() == 0
+
+
+def test_an_env_image_has_its_worker_started_with_the_rocklet(pyz: Path, tmp_path: Path, fake_gem: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    env.update(ROCK_ENV_PYTHON=system_python(), ROCK_ENV_PYTHONPATH=str(fake_gem), ROCK_ENV_PRESTART="1")
+    proc = RockletProcess([system_python(), "-I", str(pyz)], tmp_path, env)
+    try:
+        deadline = time.monotonic() + 30
+        while not proc.client.get("/env").json()["workers"]:
+            assert time.monotonic() < deadline, "no worker was started"
+            time.sleep(0.05)
+        assert proc.client.get("/env").json()["workers"][0]["ready"] is True
+        assert proc.client.get("/env").json()["envs"] == []
+    finally:
+        assert proc.stop() == 0

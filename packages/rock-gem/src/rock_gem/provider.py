@@ -150,6 +150,8 @@ class GemProvider(EnvProvider):
         self._warm_set = False
         # The ids GEM registers in each image, learnt from its first sandbox.
         self._known_ids: dict[str, frozenset[str]] = {}
+        self._needs_runtime: dict[str, bool] = {}
+        self._python: dict[str, str | None] = {}
         _PROVIDERS[engine] = self
 
     def accepts(self, env_id: str) -> bool:
@@ -285,17 +287,24 @@ class GemProvider(EnvProvider):
         host.ready.set()
 
     async def _learn_ids(self, host: _Host) -> None:
-        """Ask the new sandbox for GEM's ids; an image without GEM gets the runtime uploaded."""
+        """Ask the new sandbox for GEM's ids; an image without GEM gets the runtime uploaded.
+        An image seen before is not asked again (its sandboxes get the runtime if it needed it)."""
         assert host.sandbox_id is not None
+        if host.image in self._needs_runtime:
+            if self._needs_runtime[host.image]:
+                await self._install_runtime(host, self._python[host.image])
+            return
         try:
             answer = await self.channel(host, "env/list").post("list", {}, self.timeout)
         except EnvFailed as exc:
             if not _gem_missing(exc):
                 return  # GEM is there but failed: the make says why
-            await self._install_runtime(host, getattr(exc, "details", {}).get("python"))
+            python = getattr(exc, "details", {}).get("python")
+            await self._install_runtime(host, python)
             answer = await self.channel(host, "env/list").post("list", host.worker_args(), self.timeout)
-        if host.image not in self._known_ids:
-            self._known_ids[host.image] = frozenset(answer["env_id"])
+            self._python[host.image] = python
+        self._needs_runtime[host.image] = host.pythonpath is not None
+        self._known_ids[host.image] = frozenset(answer["env_id"])
 
     async def _install_runtime(self, host: _Host, python: str | None) -> None:
         """Upload GEM's runtime (:mod:`rock_gem.runtime`) into ``host``'s sandbox, unpacked at

@@ -292,6 +292,15 @@ class EnvChannel:
                 worker = self._workers[path] = self._start_worker(path)
             return worker
 
+    def prestart(self) -> None:
+        """Start the default worker now (``$ROCK_ENV_PRESTART``: a sandbox of an env image, maybe
+        waiting in a warm pool), so the first env does not wait for GEM's import; a failure is
+        left for the first make to report."""
+        try:
+            self.worker()
+        except EnvError:
+            pass
+
     def _fork(self, pythonpath: Optional[str] = None) -> Tuple[socket.socket, int]:
         """A new env process and the socket to it."""
         for attempt in (0, 1):
