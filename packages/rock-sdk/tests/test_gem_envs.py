@@ -464,3 +464,30 @@ async def test_a_vector_step_is_one_http_request_through_the_admin(admin: Any, g
             assert _requests_to(http, "/apis/v1/envs/gem/step") == step
     finally:
         await vec.aclose()
+
+
+def test_an_env_answers_only_the_api_key_that_made_it(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
+                                                       admin_launcher: Any, gem_image: str) -> None:
+    import uuid
+
+    from rock.admin.auth import hash_key
+
+    key_a, key_b = "key-a-" + uuid.uuid4().hex, "key-b-" + uuid.uuid4().hex
+    launch_admin, stop_admin = admin_launcher
+    config = (
+        f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(key_a)}" }}, {{ tenant = "b", sha256 = "{hash_key(key_b)}" }}]\n'
+        f'[plugins.gem]\nimage = "{gem_image}"\n'
+    )
+    server = launch_admin(tmp_path_factory.mktemp("gem-keys"), config=config)
+    try:
+        env = rock.make("game:GuessTheNumber-v0-easy", base_url=server.url, api_key=key_a)
+        try:
+            env.reset(seed=1)
+            with httpx.Client(base_url=server.url + "/apis/v1/envs/gem", headers={"X-API-Key": key_b}, timeout=60) as other:
+                answer = other.post("/step", json={"sandbox_id": env.sandbox_id, "action": "\\boxed{3}"})
+                assert answer.status_code == 500 and "no GEM env" in answer.json()["detail"]
+            assert len(env.step("\\boxed{3}")) == 5  # its own key still drives it
+        finally:
+            env.close()
+    finally:
+        stop_admin(server, docker_client)

@@ -420,6 +420,8 @@ class GemEnv(Environment):
         self.env_id = env_id
         self.handle = f"{host.sandbox_id}.{key}"
         self.closed = False
+        #: The admin's tenant (API key) that made the env; only it may drive it there.
+        self.tenant: str | None = None
 
     def __repr__(self) -> str:
         return f"<GemEnv {self.env_id} {self.handle}{' closed' if self.closed else ''}>"

@@ -113,7 +113,11 @@ def _env(request: RouteRequest, handle: str) -> GemEnv:
     provider = _provider(request)
     if provider is None:
         raise EnvFailed(f"sandbox_id {handle!r}: no GEM env (no env was made with this id)", kind="no_env")
-    return provider.get(handle)
+    env = provider.get(handle)
+    if getattr(env, "tenant", None) != request.tenant:
+        # Another API key's env: answered as if it did not exist.
+        raise EnvFailed(f"sandbox_id {handle!r}: no GEM env (no env was made with this id)", kind="no_env")
+    return env
 
 
 # -- one call each -------------------------------------------------------------------------------
@@ -132,6 +136,7 @@ async def _make(request: RouteRequest, body: dict[str, Any]) -> Any:
     if image is not None and (not isinstance(image, str) or not image.strip()):
         raise EnvFailed(f"image must be a non-blank string, got {_shown(image)}", kind="bad_request")
     env = await request.engine.make_env(env_id, **({"image": image} if image else {}), **kwargs)
+    env.tenant = request.tenant  # the API key's tenant: only it may drive the env
     return {"sandbox_id": env.handle}
 
 
