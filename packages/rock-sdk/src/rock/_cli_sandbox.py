@@ -659,3 +659,6 @@ def log_command(level: str, follow: bool, lines: int | None, config_file: str | 
 # `rock sandbox port-forward` and `rock sandbox shell` live in their own module; importing it
 # adds them to the group above.
 from rock import _cli_connect  # noqa: E402,F401
+
+# `rock sandbox chat` (the Chat protocol) lives in its own module; importing it adds it to the group above.
+from rock import _cli_chat  # noqa: E402,F401
