@@ -51,6 +51,7 @@ from rock_core.models import (
     PositiveInt,
     Priority,
     PullPolicy,
+    RestartPolicy,
     SizeStr,
     constrained,
 )
@@ -339,7 +340,9 @@ class SandboxStartRequest:
     server's default, 4096). ``cap_add`` (rock addition): Linux capabilities to grant beyond
     rock's reduced set, e.g. ``["NET_RAW"]`` for ``ping``; the server may refuse them.
     ``priority`` (rock addition): 0..9, higher starts first when starts queue (``None``: 5,
-    normal); a server with API keys caps it per key.
+    normal); a server with API keys caps it per key. ``restart_policy`` (rock addition):
+    ``never`` (``None``: the default), ``on-failure`` or ``always``: start the sandbox again,
+    same id, when its container dies, at most ``max_restarts`` times (``None``: 3).
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -369,6 +372,8 @@ class SandboxStartRequest:
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     cap_add: list[str] | None = None
     priority: Priority | None = constrained(Priority, optional=True, default=None)
+    restart_policy: RestartPolicy | None = attrs.field(default=None, converter=attrs.converters.optional(RestartPolicy))
+    max_restarts: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
 
 
 @attrs.frozen(kw_only=True)
@@ -709,6 +714,8 @@ class SandboxStatusResponse:
     ``auto_delete_time`` the scheduled next step of a stopped or archived one.
     ``reason`` says why it stopped, ``notes`` lists limits that are not enforced and similar,
     ``queue_position`` is its place in the start queue while it waits (1 = next).
+    ``restart_count`` is how many times it was started again after its container died (its
+    ``restart_policy``; each restart's reason is in ``notes``).
     ``security`` is the hardening its unit got: ``pids_limit``, ``nofile_limit``,
     ``no_new_privileges``, ``capabilities`` (those it keeps), ``network`` (``isolated``,
     ``group:NAME``, ``host`` or ``none``) and ``rocklet_auth`` (never the secret itself).
@@ -748,6 +755,7 @@ class SandboxStatusResponse:
     notes: list[str] = attrs.field(factory=list)
     queue_position: int | None = None
     security: dict[str, Any] = attrs.field(factory=dict)
+    restart_count: int = 0
 
 
 @attrs.frozen(kw_only=True)

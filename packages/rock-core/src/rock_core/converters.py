@@ -638,6 +638,8 @@ def spec_from_start_request(
         pids_limit=req.pids_limit,
         cap_add=cap_add or (),
         **({"priority": req.priority} if req.priority is not None else {}),
+        **({"restart_policy": req.restart_policy} if req.restart_policy is not None else {}),
+        **({"max_restarts": req.max_restarts} if req.max_restarts is not None else {}),
     )
 
 

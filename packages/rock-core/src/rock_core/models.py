@@ -44,6 +44,7 @@ __all__ = [
     "NonNegativeInt",
     "PositiveInt",
     "Priority",
+    "RestartPolicy",
     "PRIORITY_MIN",
     "PRIORITY_MAX",
     "PRIORITY_NORMAL",
@@ -310,6 +311,16 @@ class PullPolicy(str, enum.Enum):
     NEVER = "never"
 
 
+class RestartPolicy(str, enum.Enum):
+    """What the engine does when a running sandbox's unit dies behind its back (a crash, a kill,
+    an OOM kill): nothing (``never``, the default), start it again when it failed (``on-failure``:
+    a non-zero exit, an OOM kill, a vanished unit), or whenever it ends (``always``)."""
+
+    NEVER = "never"
+    ON_FAILURE = "on-failure"
+    ALWAYS = "always"
+
+
 @attrs.frozen(kw_only=True)
 class SandboxSpec:
     """What the user asked for, validated, with sizes in bytes (ROCK's defaults otherwise).
@@ -328,6 +339,8 @@ class SandboxSpec:
     default); ``cap_add`` names Linux capabilities to grant beyond rock's reduced set
     (``"NET_RAW"`` for ``ping``), which the engine checks against what it allows.
     ``priority`` orders the start queue (:mod:`rock_core.engine.start_queue`): higher first.
+    ``restart_policy`` and ``max_restarts`` say whether a unit that dies is started again
+    (:mod:`rock_core.engine.restarting`), and at most how many times.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -356,6 +369,8 @@ class SandboxSpec:
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     cap_add: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
+    restart_policy: RestartPolicy = attrs.field(default=RestartPolicy.NEVER, converter=RestartPolicy)
+    max_restarts: NonNegativeInt = constrained(NonNegativeInt, default=3)
 
     def __attrs_post_init__(self) -> None:
         if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:
@@ -408,6 +423,8 @@ class SandboxRecord:
     #: The runtime's id of the unit that holds the sandbox (a container id, a Nomad job id): how
     #: the engine finds it again, whatever the unit's name or labels (a warm-pool member keeps its own).
     unit_id: str | None = None
+    #: How many times the engine started the sandbox again after its unit died (restart policy).
+    restart_count: int = 0
 
     @property
     def lifecycle(self) -> Lifecycle:

@@ -98,4 +98,5 @@ def status_response(status: SandboxStatus) -> SandboxStatusResponse:
         notes=list(record.notes),
         queue_position=queue_position,
         security=dict(record.security),
+        restart_count=record.restart_count,
     )

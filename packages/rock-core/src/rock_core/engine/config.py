@@ -97,6 +97,8 @@ class EngineConfig:
     :param store_path: SQLite file for the records (``None``: in memory, for embedded mode).
     :param max_concurrent_starts: starts running at once; the rest wait in the start queue, by
         priority, fair across experiments within one.
+    :param restart_backoff_seconds: the wait before a crashed sandbox's first restart (its
+        ``restart_policy``), doubled for each restart after it, at most 30 s.
     :param queue_aging_seconds: waiting this long raises a queued start's priority one level,
         so no start waits forever behind higher ones (:mod:`rock_core.engine.start_queue`).
     :param default_auto_clear_seconds: idle time after which a live sandbox is stopped, when the
@@ -150,6 +152,7 @@ class EngineConfig:
     store_path: str | None = checked(Optional[str], default=None)
     max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
     queue_aging_seconds: PositiveFloat = checked(PositiveFloat, default=60.0)
+    restart_backoff_seconds: PositiveFloat = checked(PositiveFloat, default=1.0)
     default_auto_clear_seconds: NonNegativeInt = checked(NonNegativeInt, default=360 * 60)
     default_auto_delete_seconds: NonNegativeInt = checked(NonNegativeInt, default=0)
     max_auto_delete_seconds: NonNegativeInt | None = checked(Optional[NonNegativeInt], default=24 * 3600)

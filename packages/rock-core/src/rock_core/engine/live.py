@@ -103,3 +103,4 @@ class LiveSandbox:
     removing: bool = False  # the unit is being removed in the background; then deleted
     archive_scope: anyio.CancelScope | None = None  # cancels the archive under way
     archive_done: anyio.Event = attrs.field(factory=anyio.Event)  # the last archive has settled
+    restart_scope: anyio.CancelScope | None = None  # cancels a crash restart waiting out its back-off

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from rock_core.engine import restarting
 from rock_core.engine.live import LABEL_OWNER, describe_exit
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import NotSupported, RockError
@@ -40,6 +41,10 @@ async def unit_gone(engine: SandboxManager, sandbox_id: str, status: RuntimeStat
     async with live.lock:
         if live.record.state in LIVE_STATES:
             reason = describe_exit(status)
+            if restarting.wants_restart(live.record, status):
+                await restarting.crashed(engine, live, reason)
+                return
+            reason = restarting.gave_up(live.record, reason)
             log.info("sandbox %s stopped: %s", sandbox_id, reason)
             await stop_locked(engine, live, reason, unexpected=True)
 

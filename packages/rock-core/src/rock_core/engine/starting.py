@@ -66,13 +66,15 @@ __all__ = [
     "startup_timeout",
     "validate",
     "wait_until_running",
+    "waiting_phases",
     "with_defaults",
 ]
 
 log = logging.getLogger("rock.engine")
 
 
-def _waiting_phases() -> dict[str, Phase]:
+def waiting_phases() -> dict[str, Phase]:
+    """The phases of a start that has not begun: ``image_pull`` and ``docker_run`` waiting."""
     return {PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING), PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING)}
 
 
@@ -170,7 +172,7 @@ async def start_async(
         spec=spec,
         create_time=now(),
         state=State.PENDING,
-        phases=_waiting_phases(),
+        phases=waiting_phases(),
         host_name=socket.gethostname(),
         host_ip="127.0.0.1",
         owner=engine.owner,
@@ -442,7 +444,7 @@ async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxRecord:
             live.record, Event.RESTART,
             start_time=None, stop_time=None, reason=None,
             auto_transition_state=None, auto_transition_time=None,
-            phases=_waiting_phases(),
+            phases=waiting_phases(),
         )
         live.settled = anyio.Event()
         live.start_done = anyio.Event()

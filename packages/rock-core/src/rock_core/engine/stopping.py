@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from rock_core.engine import archiving
+from rock_core.engine import archiving, restarting
 from rock_core.engine.live import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, LiveSandbox, now
 from rock_core.errors import RockError
 from rock_core.models import SandboxSpec
@@ -64,6 +64,7 @@ async def stop(engine: SandboxManager, sandbox_id: str, reason: str = "manual") 
     live = engine._live.get(sandbox_id)
     if live is None:
         return
+    restarting.cancel_restart(live)  # a crashed sandbox waiting to be restarted stays stopped
     if archiving.is_restoring(live):
         # A stop while restoring cancels the restore: the sandbox goes back to archived (its
         # archive is its only copy; nothing moves a restoring sandbox to stopped).
@@ -161,6 +162,7 @@ async def delete(engine: SandboxManager, sandbox_id: str) -> None:
         return
     if live.removing:
         return  # already on its way to deleted
+    restarting.cancel_restart(live)
     if live.record.state is State.ARCHIVING:
         await archiving.cancel_archive(live)
     async with live.lock:

@@ -278,6 +278,8 @@ class Sandbox:
             pids_limit=cfg.pids_limit,
             cap_add=list(cfg.cap_add) if cfg.cap_add else None,
             priority=cfg.priority,
+            restart_policy=cfg.restart_policy,
+            max_restarts=cfg.max_restarts,
         )
 
     async def start(self) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import attrs
 from rock_core.converters import checked, structure_value
 from rock_core.errors import InvalidParameter
-from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority
+from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority, RestartPolicy
 
 __all__ = ["BaseConfig", "SandboxConfig", "SandboxGroupConfig", "InvalidConfig"]
 
@@ -99,6 +99,12 @@ class SandboxConfig(BaseConfig):
     :param priority: (rock) 0..9, higher starts first when starts wait in the engine's queue
         (``None``: 5, normal); fair within a priority, and a long wait raises it (no start
         waits forever). An admin with API keys caps it per key (``max_priority``).
+    :param restart_policy: (rock) ``"never"`` (``None``: the default), ``"on-failure"`` or
+        ``"always"``: when the sandbox's container dies behind rock's back (a crash, a kill, an
+        OOM kill), start it again with the same id, at most ``max_restarts`` times (``None``: 3),
+        after a back-off. Files survive where the runtime keeps them (Docker: the same
+        container); sessions and processes are gone. ``get_status()`` shows ``restart_count``,
+        and each restart's reason in ``notes``.
 
     :raises InvalidConfig: a negative ``auto_*`` value, both ``auto_archive_seconds`` and
         ``auto_delete_seconds``, a value of the wrong type.
@@ -134,6 +140,8 @@ class SandboxConfig(BaseConfig):
     pids_limit: int | None = _field(PositiveInt | None, default=None)
     cap_add: list[str] | None = _field(list[str] | None, default=None)
     priority: int | None = _field(Priority | None, default=None)
+    restart_policy: str | None = _field(RestartPolicy | None, default=None)
+    max_restarts: int | None = _field(NonNegativeInt | None, default=None)
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()

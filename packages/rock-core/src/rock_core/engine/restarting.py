@@ -1,0 +1,136 @@
+"""Restart after a crash: a running sandbox whose unit died behind the engine's back is started
+again, same id, when its ``restart_policy`` says so.
+
+When the reconciler or the runtime's event watch finds a running sandbox's unit ended
+(:func:`rock_core.engine.reconcile.unit_gone`), :func:`wants_restart` decides by the sandbox's
+spec: ``never`` (the default) stops it as before; ``on-failure`` starts it again after a
+non-zero exit, an OOM kill or a vanished unit; ``always`` after any end. At most
+``max_restarts`` times; then it is stopped with the reason and "gave up after N restarts".
+
+A crash that is restarted is recorded like any stop (``stop``, with the exit as the reason) and
+then ``restart`` after a back-off (``restart_backoff_seconds``, doubling per restart, at most
+30 s). The new start runs the ordinary start pipeline on the same unit when the runtime keeps
+files across a stop (Docker: the same container, files kept), else on a new unit from the same
+spec. Sessions and processes are gone either way. Each restart adds a note with its reason
+(``notes`` in the status) and counts in ``restart_count``. A ``stop()`` or ``delete()`` during the
+back-off cancels the restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from rock_core.engine.live import LiveSandbox, now
+from rock_core.models import RestartPolicy, RuntimeStatus, SandboxRecord, UnitState
+from rock_core.states import Event, State
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["MAX_BACKOFF_SECONDS", "cancel_restart", "crashed", "gave_up", "wants_restart"]
+
+log = logging.getLogger("rock.engine")
+
+#: The longest wait before a restart.
+MAX_BACKOFF_SECONDS = 30.0
+# Restart notes kept in a record (the newest), so a sandbox that crashes often keeps a short status.
+_NOTES_KEPT = 10
+
+
+def _failed(status: RuntimeStatus) -> bool:
+    return status.state is UnitState.MISSING or status.oom_killed or status.exit_code != 0
+
+
+def wants_restart(record: SandboxRecord, status: RuntimeStatus) -> bool:
+    """Whether the running sandbox of ``record``, whose unit ended as ``status`` says, is started again."""
+    policy = record.spec.restart_policy
+    if policy is RestartPolicy.NEVER or record.state is not State.RUNNING:
+        return False
+    if record.restart_count >= record.spec.max_restarts:
+        return False
+    return policy is RestartPolicy.ALWAYS or _failed(status)
+
+
+def gave_up(record: SandboxRecord, reason: str) -> str:
+    """``reason``, with why it was not restarted when its policy would have."""
+    if record.spec.restart_policy is RestartPolicy.NEVER or record.restart_count < record.spec.max_restarts:
+        return reason
+    count = record.restart_count
+    return f"{reason} (not restarted: gave up after {count} restart{'s' if count != 1 else ''}, max_restarts)"
+
+
+async def crashed(engine: SandboxManager, live: LiveSandbox, reason: str) -> None:
+    """Record the crash as a stop (the unit kept) and start the sandbox again after the back-off.
+    The sandbox's lock is held."""
+    record = engine._apply(
+        live.record, Event.STOP, stop_time=now(), reason=reason, auto_transition_state=None, auto_transition_time=None
+    )
+    engine.forwards.close(record.sandbox_id)
+    client, live.client = live.client, None
+    if client is not None:
+        await client.forget()
+    delay = min(MAX_BACKOFF_SECONDS, engine.config.restart_backoff_seconds * 2 ** record.restart_count)
+    log.warning("sandbox %s crashed (%s); restarting it in %gs", record.sandbox_id, reason, delay)
+    live.settled = anyio.Event()  # a wait_until_running now waits for the restart
+    scope = anyio.CancelScope()
+    live.restart_scope = scope
+    engine._open_task_group().start_soon(_restart_later, engine, live, reason, delay, scope)
+
+
+async def _restart_later(engine: SandboxManager, live: LiveSandbox, reason: str, delay: float, scope: anyio.CancelScope) -> None:
+    from rock_core.engine.starting import run_start, waiting_phases
+
+    with scope:
+        await anyio.sleep(delay)
+    live.restart_scope = None
+    if scope.cancelled_caught and not live.removing and live.record.state is State.STOPPED:
+        # Stopped by hand during the back-off: from now on its post-stop policy applies, as
+        # for any sandbox that died (kept a minute at least, so the reason can be read).
+        from rock_core.engine.stopping import post_stop_plan
+
+        target, keep = post_stop_plan(engine, live.record.spec)
+        engine._save(attrs.evolve(
+            live.record, auto_transition_state=target, auto_transition_time=now() + timedelta(seconds=max(keep, 60)),
+        ))
+    if scope.cancelled_caught or live.removing or live.record.state is not State.STOPPED:
+        live.settled.set()
+        return
+    runtime = engine.runtime
+    reuse = runtime.keeps_files_across_stop and live.handle is not None
+    if not reuse and live.handle is not None:
+        from rock_core.engine.stopping import remove_quietly
+
+        handle, live.handle = live.handle, None
+        await remove_quietly(runtime, handle)  # a new unit comes from the spec
+    async with live.lock:
+        record = live.record
+        if record.state is not State.STOPPED:
+            live.settled.set()
+            return
+        count = record.restart_count + 1
+        note = f"restarted ({count} of {record.spec.max_restarts}) at {now():%Y-%m-%d %H:%M:%S}Z after: {reason}"
+        others = [n for n in record.notes if not n.startswith("restarted (")]
+        restarts = [n for n in record.notes if n.startswith("restarted (")][-(_NOTES_KEPT - 1):]
+        engine._apply(
+            record, Event.RESTART,
+            start_time=None, stop_time=None, reason=None, restart_count=count,
+            notes=(*others, *restarts, note), phases=waiting_phases(),
+            auto_transition_state=None, auto_transition_time=None,
+        )
+        live.start_done = anyio.Event()
+        live.start_error = None
+        live.activity = time.time()
+    await run_start(engine, live.record.sandbox_id, time.monotonic(), reuse)
+
+
+def cancel_restart(live: LiveSandbox) -> None:
+    """Cancel a restart waiting out its back-off (a ``stop()`` or ``delete()`` meanwhile)."""
+    if live.restart_scope is not None:
+        live.restart_scope.cancel()
+
