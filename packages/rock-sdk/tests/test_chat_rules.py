@@ -39,6 +39,8 @@ READINGS: list[tuple[str, str, dict[str, Any]]] = [
     ("用 apt 安装 curl、jq", "install_apt_packages", {"packages": ["curl", "jq"]}),
     ("安装系统包 git", "install_apt_packages", {"packages": ["git"]}),
     ("start a Sokoban environment", "make_env", {"env_id": "game:Sokoban-v0-easy"}),
+    ("run a sokoban game", "make_env", {"env_id": "game:Sokoban-v0-easy"}),  # not a command: not run as one
+    ("运行一个推箱子游戏", "make_env", {"env_id": "game:Sokoban-v0-easy"}),
     ("make env game:Minesweeper-v0-hard with seed 5", "make_env", {"env_id": "game:Minesweeper-v0-hard", "seed": 5}),
     ("start a hard sudoku game", "make_env", {"env_id": "game:Sudoku-v0-hard"}),
     ("创建一个推箱子环境", "make_env", {"env_id": "game:Sokoban-v0-easy"}),
@@ -108,7 +110,9 @@ def test_help(prompt: str) -> None:
     assert interpret(prompt).kind == "help"
 
 
-@pytest.mark.parametrize("prompt", ["make me a sandwich", "给我讲个笑话", "tell me about the weather", "🙂", "   x   "])
+@pytest.mark.parametrize(
+    "prompt", ["make me a sandwich", "给我讲个笑话", "tell me about the weather", "🙂", "   x   ", "run the show"]
+)
 def test_what_the_rules_do_not_know_is_unknown(prompt: str) -> None:
     assert interpret(prompt).kind == "unknown"
 

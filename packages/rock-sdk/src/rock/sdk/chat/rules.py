@@ -47,6 +47,8 @@ _SEED = re.compile(r"(?:seed|种子|随机种子)\s*(?:=|:|：|为|是|of)?\s*(-
 # An env's handle: its sandbox's id, ".e", a number (what make_env answers).
 _ENV_HANDLE = re.compile(r"(?<![\w./-])([A-Za-z0-9][A-Za-z0-9_-]*\.e\d+)\b")
 _ENV_ID = re.compile(r"\b([a-z]+:[A-Za-z0-9]+(?:-v\d+)(?:-[A-Za-z0-9-]+)?|[a-z]+:[A-Za-z0-9_.-]+)\b")
+# The first word of a command given bare: a program's name or path (not an article, not Chinese).
+_PROGRAM = re.compile(r"^(?!(?:a|an|the|some|my|this|that)\b)[A-Za-z0-9_./~+$-][^\s]*(?:\s|$)", re.I)
 _BOXED = re.compile(r"\\boxed\{[^{}]*\}")
 
 #: Game names a prompt may use for GEM's ids (``sokoban`` -> ``game:Sokoban-v0-<difficulty>``).
@@ -146,7 +148,10 @@ def interpret(prompt: str) -> Interpretation:
         command = re.sub(r"\s*(?:in the sandbox|in this sandbox|在沙箱里|在沙箱中)[.。]?$", "", command).strip()
         if not command:
             return incomplete("command", "run_command")
-        return act("run_command", command=command)
+        # A bare "command" that does not start like one ("run a Sokoban game", "运行一个游戏")
+        # is not run on a guess: the other rules read it.
+        if ticks or whole or _PROGRAM.match(command):
+            return act("run_command", command=command)
 
     # 3. Install packages.
     if _has(r"(?<!un)\binstall\b", bare) or "安装" in bare:
