@@ -491,3 +491,21 @@ def test_an_env_answers_only_the_api_key_that_made_it(tmp_path_factory: pytest.T
             env.close()
     finally:
         stop_admin(server, docker_client)
+
+
+def test_envs_per_sandbox_is_a_setting_and_envs_share_sandboxes(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
+                                                                 admin_launcher: Any, gem_image: str) -> None:
+    launch_admin, stop_admin = admin_launcher
+    server = launch_admin(
+        tmp_path_factory.mktemp("gem-per-sandbox"), config=f'[plugins.gem]\nimage = "{gem_image}"\nenvs_per_sandbox = 2\n'
+    )
+    try:
+        vec = rock.make_vec("game:GuessTheNumber-v0-easy", 5, base_url=server.url)
+        try:
+            sandboxes = [handle.split(".")[0] for handle in vec.handles]
+            assert len(set(sandboxes)) == 3 and max(sandboxes.count(s) for s in sandboxes) == 2
+            assert len(vec.reset(seed=1)[0]) == 5
+        finally:
+            vec.close()
+    finally:
+        stop_admin(server, docker_client)

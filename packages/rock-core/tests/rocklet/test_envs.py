@@ -304,3 +304,16 @@ def test_an_env_image_has_its_worker_started_with_the_rocklet(pyz: Path, tmp_pat
         assert proc.client.get("/env").json()["envs"] == []
     finally:
         assert proc.stop() == 0
+
+
+def test_an_env_past_its_timeout_is_ended_with_a_clear_error(rocklet: RockletProcess) -> None:
+    key = rocklet.ok("/env/make", env_id="game:Coin-v0-easy")["env"]
+    try:
+        # The stand-in's reset sleeps slow_reset seconds (its constructor resets too).
+        slow = rocklet.ok("/env/make", env_id="game:Slow-v0", kwargs={"slow_reset": 5.0}, timeout=30)["env"]
+        err = env_error(rocklet, "/env/reset", env=slow, timeout=0.5)
+        assert err["extra_info"]["kind"] == "timeout" and "did not answer in time" in err["message"]
+        assert env_error(rocklet, "/env/step", env=slow, action="x")["extra_info"]["kind"] == "no_env"
+        assert rocklet.ok("/env/step", env=key, action="x")["info"] == {"turn": 1}  # the others go on
+    finally:
+        rocklet.ok("/env/close", env=key)
