@@ -45,8 +45,11 @@ APT_PROBES = ("rock-chat-probe-en", "rock-chat-probe-zh")
 
 class _Quiet(http.server.SimpleHTTPRequestHandler):
     def log_request(self, code: Any = "-", size: Any = "-") -> None:
+        status = str(getattr(code, "value", code))
         with self.server.lock:  # type: ignore[attr-defined]
-            self.server.paths.append((self.path, self.headers.get("User-Agent", ""), int(str(getattr(code, "value", code)) if str(getattr(code, "value", code)).isdigit() else 0)))  # type: ignore[attr-defined]
+            self.server.paths.append(  # type: ignore[attr-defined]
+                (self.path, self.headers.get("User-Agent", ""), int(status) if status.isdigit() else 0)
+            )
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         pass
@@ -78,7 +81,7 @@ def _wheel(out: Path, name: str) -> Path:
     module = name.replace("-", "_")
     info = f"{module}-1.0.dist-info"
     files = {
-        f"{module}/__init__.py": f"WHERE = 'the rock chat test mirror'\n".encode(),
+        f"{module}/__init__.py": b"WHERE = 'the rock chat test mirror'\n",
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n".encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: rock-chat-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
@@ -764,3 +767,18 @@ async def test_cli_chat_errors(on_admin: tuple[str, Sandbox], free_port: Any) ->
     closed = f"http://127.0.0.1:{free_port()}/v1"
     done = await rock(url, sandbox.sandbox_id or "", "--llm-base-url", closed, "--llm-model", "m", "make me a sandwich")
     assert done.returncode == 1 and f"{closed}/chat/completions" in done.stderr
+
+
+async def test_cli_chat_steps_an_env_an_earlier_call_made(on_admin: tuple[str, Sandbox]) -> None:
+    # Each `rock sandbox chat` is its own process; the admin keeps the env, named by its handle.
+    url, sandbox = on_admin
+    sid = sandbox.sandbox_id or ""
+    made = await rock(url, sid, "--json", "start a Sokoban environment")
+    assert made.returncode == 0, made.stdout + made.stderr
+    handle = json.loads(made.stdout)["observations"][0]["data"]["env"]
+    step = await rock(url, sid, f"step up in env {handle}")
+    assert step.returncode == 0 and f"Stepped env {handle}: reward" in step.stdout, step.stdout + step.stderr
+    alone = await rock(url, sid, "step up")
+    assert alone.returncode == 1 and "no_env" in alone.stdout
+    closed = await rock(url, sid, "--yes", f"close env {handle}")
+    assert closed.returncode == 0 and f"Closed env {handle}." in closed.stdout, closed.stdout + closed.stderr
