@@ -38,6 +38,7 @@ READINGS: list[tuple[str, str, dict[str, Any]]] = [
     ("安装 Python 包 requests 和 numpy", "install_python_packages", {"packages": ["requests", "numpy"]}),
     ("用 apt 安装 curl、jq", "install_apt_packages", {"packages": ["curl", "jq"]}),
     ("安装系统包 git", "install_apt_packages", {"packages": ["git"]}),
+    ("帮我装一下 numpy", "install_python_packages", {"packages": ["numpy"]}),
     ("start a Sokoban environment", "make_env", {"env_id": "game:Sokoban-v0-easy"}),
     ("run a sokoban game", "make_env", {"env_id": "game:Sokoban-v0-easy"}),  # not a command: not run as one
     ("运行一个推箱子游戏", "make_env", {"env_id": "game:Sokoban-v0-easy"}),
@@ -57,6 +58,8 @@ READINGS: list[tuple[str, str, dict[str, Any]]] = [
     ("stop the sandbox", "stop_sandbox", {}),
     ("shut it down", "stop_sandbox", {}),
     ("停止沙箱", "stop_sandbox", {}),
+    ("kill this sandbox", "stop_sandbox", {}),
+    ("删除这个沙箱", "stop_sandbox", {}),
     ("delete /tmp/a.txt", "delete_file", {"path": "/tmp/a.txt"}),
     ("删除 /tmp/a.txt", "delete_file", {"path": "/tmp/a.txt"}),
     ('write "hello" to /tmp/a.txt', "write_file", {"path": "/tmp/a.txt", "content": "hello"}),
@@ -74,6 +77,7 @@ READINGS: list[tuple[str, str, dict[str, Any]]] = [
     ("show the logs", "show_logs", {}),
     ("show the last 20 lines of the log /var/log/dpkg.log", "show_logs", {"path": "/var/log/dpkg.log", "lines": 20}),
     ("查看日志", "show_logs", {}),
+    ("tail /var/log/dpkg.log", "show_logs", {"path": "/var/log/dpkg.log"}),
     ("read /etc/hostname", "read_file", {"path": "/etc/hostname"}),
     ("cat /etc/os-release.", "read_file", {"path": "/etc/os-release"}),
     ("查看文件 /etc/hostname", "read_file", {"path": "/etc/hostname"}),
@@ -111,7 +115,8 @@ def test_help(prompt: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "prompt", ["make me a sandwich", "给我讲个笑话", "tell me about the weather", "🙂", "   x   ", "run the show"]
+    "prompt",
+    ["make me a sandwich", "给我讲个笑话", "tell me about the weather", "🙂", "   x   ", "run the show", "is numpy installed?", "装修房子"],
 )
 def test_what_the_rules_do_not_know_is_unknown(prompt: str) -> None:
     assert interpret(prompt).kind == "unknown"

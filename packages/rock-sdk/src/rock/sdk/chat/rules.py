@@ -10,8 +10,8 @@ How a prompt is read, in this order (the first rule that matches wins):
 1. help ("help", "what can you do", "帮助", "你能做什么");
 2. run a command ("run `ls -l`", "execute: python3 -V", "运行 echo hi", "执行命令 `df -h`");
 3. install packages ("install numpy", "pip install requests==2.32.3", "apt install curl",
-   "安装 numpy", "用 apt 安装 jq"): apt when the prompt says apt, apt-get, system or
-   "系统", Python's pip otherwise;
+   "安装 numpy", "帮我装一下 numpy", "用 apt 安装 jq"): apt when the prompt says apt,
+   apt-get, system or "系统", Python's pip otherwise;
 4. GEM envs, when the prompt speaks of an env, a game or an episode, or starts with "step" or
    "move" ("start a Sokoban environment", "reset the env with seed 3", "step up",
    "创建一个推箱子环境", "环境走一步 left", "关闭环境");
@@ -19,7 +19,7 @@ How a prompt is read, in this order (the first rule that matches wins):
 6. delete a path ("delete /tmp/x", "删除 /tmp/x");
 7. write a file ('write "hi" to /tmp/a.txt', "把 hello 写入 /tmp/a.txt");
 8. list a directory ("list files in /tmp", "ls /etc", "列出 /tmp 的文件");
-9. logs ("show the logs", "show the log /var/log/dpkg.log", "查看日志");
+9. logs ("show the logs", "show the log /var/log/dpkg.log", "tail /var/log/dpkg.log", "查看日志");
 10. read a file ("read /etc/hostname", "cat /etc/os-release", "查看文件 /etc/hostname");
 11. resource usage ("show resource usage", "how much memory is used", "资源使用情况");
 12. status ("status", "is it running", "沙箱状态").
@@ -154,7 +154,7 @@ def interpret(prompt: str) -> Interpretation:
             return act("run_command", command=command)
 
     # 3. Install packages.
-    if _has(r"(?<!un)\binstall\b", bare) or "安装" in bare:
+    if _has(r"(?<!un)\binstall\b", bare) or re.search(r"安装|(?:^|帮我|请|给我|麻烦)装(?:一下|上)?\s*[A-Za-z0-9]", bare):
         apt = _has(r"\bapt(-get)?\b|\bsystem\b|\bdebian\b|\bdpkg\b", bare) or "系统" in bare
         packages = _packages(text, lang)
         action = "install_apt_packages" if apt else "install_python_packages"
@@ -169,7 +169,7 @@ def interpret(prompt: str) -> Interpretation:
 
     # 5. Stop the sandbox.
     if re.match(r"^(?:please\s+)?(?:stop|shut\s*(?:it\s+)?down|terminate|halt)\b", bare.strip()) or _has(
-        r"\b(stop|shut\s*down|terminate|delete|remove|destroy)\b.*\b(the|this)\s+(sandbox|container)\b", bare
+        r"\b(stop|shut\s*down|terminate|delete|remove|destroy|kill)\b.*\b(the|this)\s+(sandbox|container)\b", bare
     ) or re.search(r"(停止|关闭|关掉|停掉|销毁|删除)(这个|该|当前)?(沙箱|容器)|^(停止|关机)", bare):
         return act("stop_sandbox")
 
@@ -193,7 +193,7 @@ def interpret(prompt: str) -> Interpretation:
             return act("list_files", path=path or "/")
 
     # 9. Logs.
-    if _has(r"\blogs?\b|\bhistory\b", bare) or re.search(r"日志|历史", bare):
+    if _has(r"\blogs?\b|\bhistory\b", bare) or re.search(r"日志|历史", bare) or (path and re.match(r"^tail\b", bare.strip())):
         lines = re.search(r"(?:last|最后)\s*(\d+)\s*(?:lines|行)?", text, re.I)
         return act("show_logs", path=path, lines=int(lines.group(1)) if lines and path else None)
 
@@ -223,7 +223,7 @@ def _packages(text: str, lang: str) -> list[str]:
     quoted = _QUOTED.findall(text)
     source = " ".join(next(g for g in q if g is not None) for q in quoted) if quoted else text
     if not quoted:
-        after = re.split(r"(?<!un)\binstall\b|安装", source, maxsplit=1, flags=re.I)
+        after = re.split(r"(?<!un)\binstall\b|安装|装(?:一下|上)?", source, maxsplit=1, flags=re.I)
         source = after[1] if len(after) > 1 else source
     source = re.sub(r"(的)?(python\s*)?(系统)?(软件)?(包|库|模块)|用\s*(pip3?|apt(-get)?)|通过|使用|一下|请|帮我|和|以及|还有|并且|然后|到沙箱(里|中)?|在沙箱(里|中)?", " ", source, flags=re.I)
     source = re.sub(r"[，、,；;。!！?？:：]|\.(?=\s|$)", " ", source)
