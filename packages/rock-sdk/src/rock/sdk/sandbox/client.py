@@ -39,10 +39,10 @@ import shlex
 import time
 import uuid
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 from rock_core.actions import (
@@ -94,6 +94,9 @@ from rock.sdk.sandbox.file_system import FileSystem, LinuxFileSystem
 from rock.sdk.sandbox.network import Network
 from rock.sdk.sandbox.process import Process
 from rock.sdk.sandbox.remote_user import LinuxRemoteUser, RemoteUser
+
+if TYPE_CHECKING:  # imported when chat() is called: most trainers never chat
+    from rock.sdk.chat import ChatAction, ChatConfig, ChatResponse
 
 __all__ = ["RunMode", "Sandbox", "SandboxGroup", "NOHUP_SUBMIT_TIMEOUT"]
 
@@ -1028,8 +1031,14 @@ class Sandbox:
         return await self._get_engine().open_shell(self._require_id("open_shell"), **options)
 
     async def chat(
-        self, prompt: str, *, confirm: bool = False, dry_run: bool = False, config: Any = None, on_action: Any = None
-    ) -> Any:
+        self,
+        prompt: str,
+        *,
+        confirm: bool = False,
+        dry_run: bool = False,
+        config: ChatConfig | None = None,
+        on_action: Callable[[ChatAction], Any] | None = None,
+    ) -> ChatResponse:
         """(rock) The Chat protocol: carry out an instruction in plain English or Chinese
         ("install numpy", "显示资源使用情况") and answer in the prompt's language. Returns a
         :class:`~rock.sdk.chat.ChatResponse` (``reply``, ``actions``, ``observations``).
