@@ -104,6 +104,9 @@ class ActionSpec:
     destructive: bool | Callable[[dict[str, Any]], bool] = False
     #: When it is offered: ``None`` always, else a test of the context (rock-gem installed).
     available: Callable[[ChatContext | None], bool] | None = None
+    #: A rule the parameters' types do not say: ``validate(action name, args)`` raises
+    #: :class:`InvalidParameter` naming the field and the value.
+    validate: Callable[[str, dict[str, Any]], None] | None = None
 
     def check(self, args: Mapping[str, Any] | None) -> dict[str, Any]:
         """``args`` checked against the parameters: missing, unknown or mistyped ones raise
@@ -125,20 +128,10 @@ class ActionSpec:
                     raise InvalidParameter(f"{field}: required, got {value!r}", field=field, value=value)
                 continue
             out[param.name] = _typed(field, param.type, value)
-        if self.name in ("install_python_packages", "install_apt_packages"):
-            for i, name in enumerate(out["packages"]):
-                if not PACKAGE.match(name):
-                    raise InvalidParameter(
-                        f"{self.name}.packages[{i}]: expected a package name, got {name!r}",
-                        field=f"{self.name}.packages[{i}]", value=name,
-                    )
-        for param in self.params:
-            if param.name == "path" and param.name in out and "\x00" in out["path"]:
-                raise InvalidParameter(f"{self.name}.path: a NUL byte in {out['path']!r}", field=f"{self.name}.path", value=out["path"])
-        if self.name == "delete_file" and posixpath.normpath(out["path"]) in ("/", "//", "."):
-            raise InvalidParameter(
-                f"delete_file.path: refusing to delete {out['path']!r}", field="delete_file.path", value=out["path"]
-            )
+        if "\x00" in str(out.get("path", "")):
+            raise InvalidParameter(f"{self.name}.path: a NUL byte in {out['path']!r}", field=f"{self.name}.path", value=out["path"])
+        if self.validate is not None:
+            self.validate(self.name, out)
         return out
 
     def is_destructive(self, args: Mapping[str, Any]) -> bool:
@@ -166,6 +159,19 @@ class ActionSpec:
                 },
             },
         }
+
+
+def _package_names(action: str, args: dict[str, Any]) -> None:
+    for i, name in enumerate(args["packages"]):
+        if not PACKAGE.match(name):
+            raise InvalidParameter(
+                f"{action}.packages[{i}]: expected a package name, got {name!r}", field=f"{action}.packages[{i}]", value=name
+            )
+
+
+def _not_the_root(action: str, args: dict[str, Any]) -> None:
+    if posixpath.normpath(args["path"]) in ("/", "//", "."):
+        raise InvalidParameter(f"{action}.path: refusing to delete {args['path']!r}", field=f"{action}.path", value=args["path"])
 
 
 def _typed(field: str, kind: str, value: Any) -> Any:
@@ -462,14 +468,14 @@ ACTIONS: dict[str, ActionSpec] = {
             {"en": "Install Python packages with pip (through the pip mirror when one is set).",
              "zh": "用 pip 安装 Python 包（设置了 pip 镜像时经由镜像）。"},
             (Param("packages", "array", "Package names, optionally with versions (numpy, requests==2.32.3)."),),
-            _install("pip", _pip_command), _render_install("pip", _pip_command),
+            _install("pip", _pip_command), _render_install("pip", _pip_command), validate=_package_names,
         ),
         ActionSpec(
             "install_apt_packages",
             {"en": "Install Debian packages with apt-get (through the apt mirror when one is set).",
              "zh": "用 apt-get 安装系统包（设置了 apt 镜像时经由镜像）。"},
             (Param("packages", "array", "Debian package names (curl, jq)."),),
-            _install("apt", _apt_command), _render_install("apt", _apt_command),
+            _install("apt", _apt_command), _render_install("apt", _apt_command), validate=_package_names,
         ),
         ActionSpec(
             "run_command",
@@ -508,7 +514,7 @@ ACTIONS: dict[str, ActionSpec] = {
         ActionSpec(
             "delete_file",
             {"en": "Delete a file or directory (rm -rf).", "zh": "删除文件或目录（rm -rf）。"},
-            (_PATH,), _delete_file, lambda a, c: _rm_command(a), destructive=True,
+            (_PATH,), _delete_file, lambda a, c: _rm_command(a), destructive=True, validate=_not_the_root,
         ),
         ActionSpec(
             "show_status",
