@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import httpx
 import pytest
 from rock.actions import Command, WriteFileRequest
+from rock.bench import sandbox_services
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from websockets.asyncio.client import connect as ws_connect
@@ -36,7 +38,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 PREFIX = "/apis/envs/sandbox/v1"
 KEY_A = "key-a-" + uuid.uuid4().hex
 KEY_B = "key-b-" + uuid.uuid4().hex
-SERVICES = Path(__file__).with_name("sandbox_services.py")
+SERVICES = Path(sandbox_services.__file__)
 HTTP_PORT, WS_PORT, TCP_PORT = 8000, 8765, 9000
 CLOSED_PORT = 8999  # nothing listens there
 
@@ -457,3 +459,112 @@ async def test_json_routes_still_answer_beside_the_proxy(proxy_admin: Any, targe
     unknown = await http.get(f"{proxy_admin.url}{PREFIX}/sandboxes/{target.sandbox_id}/proxyish")
     assert unknown.status_code == 404
     assert json.loads((await http.get(f"{proxy_admin.url}/healthz")).text)["status"] == "ok"
+
+
+# ---------------------------------------------------------------------------------------------
+# `rock sandbox shell`: a real terminal through the admin, driven from a pseudo-terminal here
+
+
+class _Pty:
+    """``rock sandbox shell`` running on a pseudo-terminal this test holds the other end of."""
+
+    def __init__(self, args: list[str], env: dict[str, str], rows: int, cols: int) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        self.master, slave = pty.openpty()
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+        def controlling_terminal() -> None:
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        self.process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env,
+                                        preexec_fn=controlling_terminal, close_fds=True)
+        os.close(slave)
+        self.output = b""
+
+    def resize(self, rows: int, cols: int) -> None:
+        import fcntl
+        import struct
+        import termios
+
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))  # SIGWINCH to rock
+
+    def send(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def expect(self, text: bytes, timeout: float = 30.0) -> bytes:
+        import select
+
+        deadline = time.monotonic() + timeout
+        while text not in self.output:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {text!r} from the shell; it printed: {self.output[-800:]!r}"
+            if select.select([self.master], [], [], min(left, 0.5))[0]:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:  # EIO: the command ended
+                    chunk = b""
+                assert chunk or self.process.poll() is None, f"rock ended before {text!r}: {self.output[-800:]!r}"
+                self.output += chunk
+        found = self.output
+        self.output = self.output[self.output.index(text) + len(text):]
+        return found
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        os.close(self.master)
+
+
+def _shell_session(proxy_admin: Any, sandbox_id: str) -> None:
+    env = {**os.environ, "ROCK_API_KEY": KEY_A, "ROCK_BASE_URL": proxy_admin.url, "TERM": "xterm"}
+    term = _Pty(_rock("sandbox", "shell", sandbox_id), env, rows=30, cols=100)
+    try:
+        term.expect(b"# ")  # the prompt: keys typed before it may be flushed by the shell's start
+        term.send(b"echo shell-$((6*7))\r")
+        term.expect(b"shell-42")
+        term.send(b"python3 -q\r")
+        term.expect(b">>> ")
+        term.send(b"import os, time; print('size', tuple(os.get_terminal_size()))\r")
+        term.expect(b"size (100, 30)")
+        # A window resize here reaches the program there (SIGWINCH, then the new size).
+        term.resize(45, 132)
+        deadline = time.monotonic() + 30
+        while True:
+            term.send(b"print('now', tuple(os.get_terminal_size()))\r")
+            if b"now (132, 45)" in term.expect(b">>> ") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert time.monotonic() <= deadline, "the new window size never arrived"
+        # Ctrl-C interrupts the foreground program, not the shell.
+        term.send(b"time.sleep(120)\r")
+        time.sleep(0.5)
+        term.send(b"\x03")
+        term.expect(b"KeyboardInterrupt")
+        term.expect(b">>> ")
+        term.send(b"exit()\r")
+        term.send(b"exit 3\r")
+        assert term.process.wait(30) == 3  # the shell's exit code is rock's
+    finally:
+        term.close()
+
+
+async def test_rock_sandbox_shell_drives_python_interactively(proxy_admin: Any, target: Sandbox) -> None:
+    await asyncio.to_thread(_shell_session, proxy_admin, str(target.sandbox_id))
+
+
+async def test_rock_sandbox_shell_as_another_user_and_unknown_users(proxy_admin: Any, target: Sandbox) -> None:
+    created = await target.execute(Command(command=["useradd", "-m", "-s", "/bin/bash", "agent"], timeout=30))
+    assert created.exit_code in (0, 9), created.stderr  # 9: already there
+    env = {**os.environ, "ROCK_API_KEY": KEY_A, "ROCK_BASE_URL": proxy_admin.url}
+    run = lambda *args: subprocess.run(_rock("sandbox", "shell", str(target.sandbox_id), *args),  # noqa: E731
+                                       capture_output=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    done = await asyncio.to_thread(run, "--user", "agent", "--command", "id -un; pwd; exit 4")
+    assert done.returncode == 4 and b"agent" in done.stdout and b"/home/agent" in done.stdout, done
+    refused = await asyncio.to_thread(run, "--user", "nobody-here")
+    assert refused.returncode == 1 and b"nobody-here" in refused.stderr, refused

@@ -21,6 +21,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import click
@@ -164,22 +165,23 @@ async def _shell(target: Any, sandbox_id: str, user: str | None, command: str | 
     loop = asyncio.get_running_loop()
     keys: asyncio.Queue[bytes] = asyncio.Queue()
 
-    def readable() -> None:
-        try:
-            data = os.read(stdin, 65536)
-        except OSError:
-            data = b""
-        if not data:
-            loop.remove_reader(stdin)
-            keys.put_nowait(b"\x04")  # end of input: Ctrl-D, as a terminal sends it
-            return
-        keys.put_nowait(data)
+    def read_keys() -> None:
+        # A thread, not the loop's reader: stdin may be a file or /dev/null, which epoll refuses.
+        while True:
+            try:
+                data = os.read(stdin, 65536)
+            except OSError:
+                data = b""
+            if not data:
+                loop.call_soon_threadsafe(keys.put_nowait, b"\x04")  # end of input: Ctrl-D, as a terminal sends it
+                return
+            loop.call_soon_threadsafe(keys.put_nowait, data)
 
     def resized() -> None:
         keys.put_nowait(b"")  # b"": look at the window size again
 
     with _raw_mode(stdin if is_tty else None):
-        loop.add_reader(stdin, readable)
+        threading.Thread(target=read_keys, name="rock-shell-keys", daemon=True).start()
         if is_tty:
             loop.add_signal_handler(signal.SIGWINCH, resized)
         try:
@@ -205,8 +207,6 @@ async def _shell(target: Any, sandbox_id: str, user: str | None, command: str | 
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await pump
         finally:
-            with contextlib.suppress(Exception):
-                loop.remove_reader(stdin)
             if is_tty:
                 loop.remove_signal_handler(signal.SIGWINCH)
     return sh.exit_code if sh.exit_code is not None else 1

@@ -32,14 +32,16 @@ the sandbox is not idle-stopped while it lasts.
 from __future__ import annotations
 
 import re
+import select
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import anyio
 import anyio.abc
-import httpcore
+import httptools
 from rock_core.engine.manager import SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import BadRequestRockError, InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
@@ -194,126 +196,298 @@ async def open_port(client: RockletClient, port: int) -> anyio.abc.ByteStream:
 
 
 # ---------------------------------------------------------------------------------------------
-# Kept-alive tunnels for HTTP (httpcore's pool over a network backend that opens tunnels)
+# Kept-alive tunnels for HTTP: a small HTTP/1.1 client (httptools parses the answers)
 
 
-class _TunnelStream(httpcore.AsyncNetworkStream):
-    """httpcore's view of a tunnel."""
+class UpstreamError(Exception):
+    """The service could not be reached, or broke off: the HTTP status to answer and why."""
 
-    def __init__(self, stream: anyio.abc.ByteStream) -> None:
-        self._stream = stream
-        sock = None
-        inner = getattr(stream, "_stream", stream)  # a tunnel whose answer carried bytes wraps the socket stream
-        try:
-            sock = inner.extra(anyio.abc.SocketAttribute.raw_socket)
-        except (anyio.TypedAttributeLookupError, AttributeError):
-            pass
-        self._sock: socket.socket | None = sock
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        try:
-            with anyio.fail_after(timeout):
-                return await self._stream.receive(max_bytes)
-        except anyio.EndOfStream:
-            return b""
-        except TimeoutError as exc:
-            raise httpcore.ReadTimeout(str(exc)) from exc
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            raise httpcore.ReadError(str(exc)) from exc
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        if not buffer:
-            return
-        try:
-            with anyio.fail_after(timeout):
-                await self._stream.send(buffer)
-        except TimeoutError as exc:
-            raise httpcore.WriteTimeout(str(exc)) from exc
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
-            raise httpcore.WriteError(str(exc)) from exc
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-    def get_extra_info(self, info: str) -> Any:
-        if info == "is_readable":  # an idle connection with something to read was closed by the service
-            if self._sock is None:
-                return False
-            try:
-                import select
-
-                return bool(select.select([self._sock], [], [], 0)[0])
-            except (OSError, ValueError):
-                return True
-        return None
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
 
 
-class _TunnelBackend(httpcore.AsyncNetworkBackend):
-    """Opens a tunnel for httpcore's ``connect_tcp(host, port)``; ``host`` stands for a sandbox."""
+class _Answer:
+    """httptools' callbacks for one answer: status, headers, then body pieces as they come."""
 
     def __init__(self) -> None:
-        self.clients: dict[str, RockletClient] = {}
+        self.parser: Any = None
+        self.keep_alive = False
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers_done = False
+        self.done = False
+        self.body: list[bytes] = []
 
-    async def connect_tcp(
-        self,
-        host: str,
-        port: int,
-        timeout: float | None = None,
-        local_address: str | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        client = self.clients.get(host)
-        if client is None:
-            raise httpcore.ConnectError(f"no sandbox for {host}")
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+        # Asked now: once the message is complete the parser is ready for the next one.
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.done = True
+
+
+class _Connection:
+    """One kept-alive tunnel to a service port, with the bytes it read past an answer."""
+
+    __slots__ = ("stream", "sock", "used")
+
+    def __init__(self, stream: anyio.abc.ByteStream) -> None:
+        self.stream = stream
+        inner = getattr(stream, "_stream", stream)  # a tunnel whose answer carried bytes wraps the socket stream
         try:
-            with anyio.fail_after(timeout):
-                return _TunnelStream(await open_port(client, port))
-        except TimeoutError as exc:
-            raise httpcore.ConnectTimeout(f"sandbox {client.sandbox_id}, port {port}: no connection in time") from exc
-        except ProxyRefused as exc:
-            raise httpcore.ConnectError(exc.detail) from exc
+            self.sock: socket.socket | None = inner.extra(anyio.abc.SocketAttribute.raw_socket)
+        except (anyio.TypedAttributeLookupError, AttributeError):
+            self.sock = None
+        self.used = 0.0
 
-    async def connect_unix_socket(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
-        raise httpcore.ConnectError("the proxy reaches sandboxes only")
+    def closed_by_service(self) -> bool:
+        """Whether the idle connection has something to read: the service closed it."""
+        if self.sock is None:
+            return True
+        try:
+            return bool(select.select([self.sock], [], [], 0)[0])
+        except (OSError, ValueError):
+            return True
 
-    async def sleep(self, seconds: float) -> None:
-        await anyio.sleep(seconds)
+
+class Response:
+    """A service's answer: status, headers, and :meth:`body` (an async iterator of pieces)."""
+
+    def __init__(self, pool: TunnelPool, key: tuple[str, int], conn: _Connection, parser: Any, answer: _Answer,
+                 head: bool, timeout: float) -> None:
+        self.status = parser.get_status_code()
+        self.headers = answer.headers
+        self._pool, self._key, self._conn, self._parser, self._answer = pool, key, conn, parser, answer
+        self._head, self._timeout = head, timeout
+        self._finished = False
+
+    async def body(self) -> AsyncIterator[bytes]:
+        """The body as it arrives. :class:`UpstreamError` when the service breaks off."""
+        answer = self._answer
+        if self._head or self.status in (204, 304):
+            self._finish(reusable=not self._head and answer.done)  # HEAD: the parser would wait for a body
+            return
+        while True:
+            if answer.body:
+                pieces, answer.body = answer.body, []
+                for piece in pieces:
+                    yield piece
+            if answer.done:
+                self._finish(reusable=True)
+                return
+            data = await _read(self._conn, self._timeout)
+            if not data:  # a body delimited by the end of the connection ends here
+                try:
+                    self._parser.feed_data(b"")
+                except Exception:  # noqa: BLE001 - httptools' own errors
+                    pass
+                if answer.body or answer.done:
+                    continue
+                await self.aclose()
+                if _delimited_by_close(self.headers):
+                    return
+                raise UpstreamError(502, "the service closed the connection before its answer ended")
+            _feed(self._parser, data)
+
+    def _finish(self, reusable: bool) -> None:
+        self._finished = True
+        if reusable and self._answer.keep_alive:
+            self._pool.release(self._key, self._conn)
+        else:
+            self._pool.discard(self._conn)
+
+    async def aclose(self) -> None:
+        """Let go of the connection (closed unless the answer was read to its end)."""
+        if not self._finished:
+            self._finished = True
+            await self._conn.stream.aclose()
+
+
+def _delimited_by_close(headers: list[tuple[bytes, bytes]]) -> bool:
+    names = {k.lower() for k, _ in headers}
+    return b"content-length" not in names and b"transfer-encoding" not in names
+
+
+def _feed(parser: Any, data: bytes) -> None:
+    try:
+        parser.feed_data(data)
+    except Exception as exc:  # noqa: BLE001 - httptools.HttpParserError and its kin
+        raise UpstreamError(502, f"the service's answer is not valid HTTP/1.1: {exc}") from None
+
+
+async def _read(conn: _Connection, timeout: float) -> bytes:
+    try:
+        with anyio.fail_after(timeout):
+            return await conn.stream.receive(_READ)
+    except anyio.EndOfStream:
+        return b""
+    except TimeoutError:
+        await conn.stream.aclose()
+        raise UpstreamError(504, f"no answer within {timeout:g}s (proxy_timeout)") from None
+    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+        raise UpstreamError(502, f"the service broke off: {exc or type(exc).__name__}") from None
+
+
+_READ = 262144
 
 
 class TunnelPool:
-    """Kept-alive HTTP connections to sandboxes' ports, each a tunnel through a rocklet.
+    """Kept-alive HTTP/1.1 connections to sandboxes' ports, each a tunnel through a rocklet.
 
-    A sandbox is known to the pool by a made-up host name (its id is not a valid host name in
-    general); its connections are found by that name and the port.
+    Idle connections are kept per sandbox and port (at most ``max_idle`` each, for at most
+    ``keepalive_expiry`` seconds); one the service closed meanwhile is dropped when picked.
+    A request on a reused connection that fails before any answer is sent again once, on a new
+    tunnel, when its body can be sent again (none).
     """
 
-    def __init__(self, max_connections: int = 4096, keepalive_expiry: float = 30.0) -> None:
-        self._backend = _TunnelBackend()
-        self._pool = httpcore.AsyncConnectionPool(
-            network_backend=self._backend,
-            max_connections=max_connections,
-            max_keepalive_connections=max_connections,
-            keepalive_expiry=keepalive_expiry,
-            retries=0,
-        )
-        self._names: dict[str, str] = {}
+    def __init__(self, max_idle: int = 32, keepalive_expiry: float = 30.0) -> None:
+        self.max_idle = max_idle
+        self.keepalive_expiry = keepalive_expiry
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
 
-    def host_for(self, client: RockletClient) -> str:
-        """The host name that stands for ``client``'s sandbox (its current rocklet)."""
-        sandbox_id = client.sandbox_id or ""
-        name = self._names.get(sandbox_id)
-        if name is None:
-            name = self._names[sandbox_id] = f"s{len(self._names)}.sandbox.rock.invalid"
-        self._backend.clients[name] = client
-        return name
+    def release(self, key: tuple[str, int], conn: _Connection) -> None:
+        """Keep ``conn`` for the next request to ``key``."""
+        idle = self._idle.setdefault(key, [])
+        if len(idle) >= self.max_idle:
+            self.discard(conn)
+            return
+        conn.used = time.monotonic()
+        idle.append(conn)
 
-    async def request(self, request: httpcore.Request) -> httpcore.Response:
-        """Send ``request`` (its URL's host from :meth:`host_for`); the response streams."""
-        return await self._pool.handle_async_request(request)
+    def discard(self, conn: _Connection) -> None:
+        """Close ``conn`` now (synchronously: it is idle, nothing waits on it)."""
+        anyio_close(conn.stream)
+
+    def _idle_connection(self, key: tuple[str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if now - conn.used < self.keepalive_expiry and not conn.closed_by_service():
+                return conn
+            self.discard(conn)
+        return None
+
+    async def request(
+        self,
+        client: RockletClient,
+        port: int,
+        method: str,
+        target: str,
+        headers: list[tuple[bytes, bytes]],
+        body: AsyncIterator[bytes] | None,
+        chunked: bool,
+        timeout: float,
+    ) -> Response:
+        """Send a request to ``port`` of ``client``'s sandbox; the answer's head is read, its body streams.
+
+        :raises UpstreamError: 502 (no connection, or the service broke off), 504 (no answer in time).
+        """
+        key = (str(client.sandbox_id), port)
+        head = (f"{method} {target} HTTP/1.1\r\n".encode("latin-1")
+                + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n")
+        for attempt in (0, 1):
+            conn = self._idle_connection(key) if attempt == 0 else None
+            reused = conn is not None
+            if conn is None:
+                try:
+                    with anyio.fail_after(min(timeout, 15.0)):
+                        conn = _Connection(await open_port(client, port))
+                except TimeoutError:
+                    raise UpstreamError(504, f"sandbox {client.sandbox_id}, port {port}: no connection in time") from None
+                except ProxyRefused as exc:
+                    raise UpstreamError(exc.status, exc.detail) from None
+            try:
+                return await self._exchange(conn, key, head, body, chunked, method == "HEAD", timeout)
+            except _Stale:
+                if reused and body is None:
+                    continue
+                raise UpstreamError(502, f"sandbox {client.sandbox_id}, port {port}: the service closed the connection") from None
+        raise AssertionError("unreachable")
+
+    async def _exchange(
+        self,
+        conn: _Connection,
+        key: tuple[str, int],
+        head: bytes,
+        body: AsyncIterator[bytes] | None,
+        chunked: bool,
+        is_head: bool,
+        timeout: float,
+    ) -> Response:
+        stream = conn.stream
+        answered = False
+        try:
+            with anyio.fail_after(timeout):
+                await stream.send(head)
+            if body is not None:
+                async for piece in body:
+                    with anyio.fail_after(timeout):
+                        await stream.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                if chunked:
+                    await stream.send(b"0\r\n\r\n")
+            answer = _Answer()
+            parser = answer.parser = httptools.HttpResponseParser(answer)
+            while not answer.headers_done:
+                data = await _read(conn, timeout)
+                if not data:
+                    raise _Stale()
+                answered = True
+                _feed(parser, data)
+                if answer.headers_done and 100 <= parser.get_status_code() < 200 and parser.get_status_code() != 101:
+                    # An interim answer (100 Continue): the real one follows.
+                    rest = b"".join(answer.body)
+                    answer = _Answer()
+                    parser = answer.parser = httptools.HttpResponseParser(answer)
+                    if rest:
+                        _feed(parser, rest)
+        except _Stale:
+            await stream.aclose()
+            raise
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            await stream.aclose()
+            if not answered:
+                raise _Stale() from None
+            raise UpstreamError(502, f"the service broke off: {exc or type(exc).__name__}") from None
+        except TimeoutError:
+            await stream.aclose()
+            raise UpstreamError(504, f"no answer within {timeout:g}s (proxy_timeout)") from None
+        except BaseException:
+            await stream.aclose()
+            raise
+        return Response(self, key, conn, parser, answer, is_head, timeout)
 
     async def aclose(self) -> None:
-        """Close every connection."""
-        await self._pool.aclose()
+        """Close every idle connection."""
+        for idle in self._idle.values():
+            for conn in idle:
+                self.discard(conn)
+        self._idle.clear()
+
+
+class _Stale(Exception):
+    """A kept-alive connection the service had closed: nothing was answered on it."""
+
+
+def anyio_close(stream: anyio.abc.ByteStream) -> None:
+    """Close an idle ``stream`` from synchronous code: its transport, else its socket."""
+    inner = getattr(stream, "_stream", stream)
+    transport = getattr(inner, "_transport", None)
+    if transport is not None:
+        transport.close()
+        return
+    try:
+        inner.extra(anyio.abc.SocketAttribute.raw_socket).close()
+    except (anyio.TypedAttributeLookupError, AttributeError, OSError):
+        pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -426,7 +600,7 @@ class SandboxProxy:
         headers = [(b"host", f"localhost:{port}".encode())]
         forwarded_for = None
         for key, value in scope["headers"]:
-            if key in _HOP_BY_HOP or key in named or key in (b"host", PORT_HEADER.encode(), b"x-api-key"):
+            if key in _HOP_BY_HOP or key in named or key in (b"host", PORT_HEADER.encode(), b"x-api-key", b"expect"):
                 continue
             if key == b"authorization" and self._is_credential(value.decode("latin-1")):
                 continue
@@ -475,29 +649,19 @@ class SandboxProxy:
         target = path + ("?" + urlencode(query) if query else "")
         length = _header(scope, b"content-length")
         chunked = "chunked" in (_header(scope, b"transfer-encoding") or "").lower()
+        body: AsyncIterator[bytes] | None = None
         if length is not None:
             headers.append((b"content-length", length.encode()))
+            if length.strip() != "0":
+                body = _request_body(receive)
         elif chunked:
             headers.append((b"transfer-encoding", b"chunked"))
-        body: Any = _request_body(receive) if (chunked or (length not in (None, "0"))) else b""
-        timeout = self.timeout
-        request = httpcore.Request(
-            scope["method"],
-            httpcore.URL(scheme=b"http", host=self.pool.host_for(client).encode(), port=port, target=target.encode("latin-1")),
-            headers=headers,
-            content=body,
-            extensions={"timeout": {"connect": min(timeout, 15.0), "read": timeout, "write": timeout, "pool": timeout}},
-        )
+            body = _request_body(receive)
         try:
-            response = await self.pool.request(request)
-        except httpcore.ConnectError as exc:
-            await _plain(send, 502, str(exc) or f"sandbox {client.sandbox_id}, port {port}: no connection")
-            return
-        except httpcore.TimeoutException:
-            await _plain(send, 504, f"sandbox {client.sandbox_id}, port {port}: no answer within {timeout:g}s (proxy_timeout)")
-            return
-        except (httpcore.ProtocolError, httpcore.NetworkError) as exc:
-            await _plain(send, 502, f"sandbox {client.sandbox_id}, port {port}: the service broke off: {exc or type(exc).__name__}")
+            response = await self.pool.request(client, port, scope["method"], target, headers, body, chunked and length is None, self.timeout)
+        except UpstreamError as exc:
+            await _plain(send, exc.status, exc.detail if exc.detail.startswith("sandbox ") else
+                         f"sandbox {client.sandbox_id}, port {port}: {exc.detail}")
             return
         try:
             await send({
@@ -505,13 +669,11 @@ class SandboxProxy:
                 "status": response.status,
                 "headers": self._response_headers(response, port, source, location_base),
             })
-            await _stream_response(response, receive, send, scope["method"] == "HEAD")
+            await _stream_response(response, receive, send)
         finally:
             await response.aclose()
 
-    def _response_headers(
-        self, response: httpcore.Response, port: int, source: str, location_base: str
-    ) -> list[tuple[bytes, bytes]]:
+    def _response_headers(self, response: Response, port: int, source: str, location_base: str) -> list[tuple[bytes, bytes]]:
         named = {
             token.strip().lower().encode("latin-1")
             for key, value in response.headers if key.lower() == b"connection"
@@ -586,7 +748,7 @@ async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise httpcore.WriteError("the client went away while sending its body")
+            raise UpstreamError(400, "the client went away while sending its body")
         chunk = message.get("body", b"")
         if chunk:
             yield chunk
@@ -594,29 +756,37 @@ async def _request_body(receive: Receive) -> AsyncIterator[bytes]:
             return
 
 
-async def _stream_response(response: httpcore.Response, receive: Receive, send: Send, head: bool) -> None:
-    """Send the body of ``response`` as it arrives; stop reading it when the client goes away."""
-    async with anyio.create_task_group() as tg:
+async def _stream_response(response: Response, receive: Receive, send: Send) -> None:
+    """Send the body of ``response`` as it arrives.
 
-        async def watch() -> None:
-            while True:
-                message: Message = await receive()
-                if message["type"] == "http.disconnect":
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(watch)
-        try:
-            if not head:
-                async for chunk in response.aiter_stream():  # type: ignore[attr-defined]
-                    if chunk:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    A body without a length (server-sent events, a chunked stream) may never end by itself, so
+    while it is sent the client's disconnect is watched for, and ends the copy; a body with a
+    length ends on its own (and costs no watcher: the round trip is the proxy's hot path).
+    """
+    endless = not any(k.lower() == b"content-length" for k, _ in response.headers) and response.status not in (204, 304)
+    try:
+        if not endless:
+            async for chunk in response.body():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})
-        except (httpcore.ReadError, httpcore.RemoteProtocolError, httpcore.ReadTimeout):
-            # The service broke off after the answer began: end the answer early, as it did.
-            raise _BrokenAnswer() from None
-        finally:
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                while True:
+                    message: Message = await receive()
+                    if message["type"] == "http.disconnect":
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(watch)
+            async for chunk in response.body():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
             tg.cancel_scope.cancel()
+    except UpstreamError:
+        # The service broke off after the answer began: end the answer early, as it did.
+        raise _BrokenAnswer() from None
 
 
 class _BrokenAnswer(Exception):

@@ -253,6 +253,28 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
 
 
 @bench.command()
+@click.option("--base-url", default=None, help="Measure this admin instead of starting one.")
+@click.option("--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory.")
+@click.option("--requests", type=click.IntRange(min=1), default=2000, show_default=True, help="HTTP round trips each way.")
+@click.option("--echoes", type=click.IntRange(min=1), default=2000, show_default=True, help="WebSocket echoes each way.")
+@click.option("--download-mb", type=click.IntRange(min=1), default=1024, show_default=True, help="MiB streamed each way.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+def proxy(base_url: str | None, admin_pid: int | None, requests: int, echoes: int, download_mb: int, image: str) -> None:
+    """The admin's proxy against the sandbox's published port: HTTP and WebSocket round trips,
+    a streamed download's MB/s and the admin's memory during it."""
+    from rock.bench.proxy import ProxyBenchSettings, dumps, run_proxy_bench
+
+    settings = ProxyBenchSettings(base_url=base_url, admin_pid=admin_pid, requests=requests, echoes=echoes,
+                                  download_mb=download_mb, image=image)
+    try:
+        figures = asyncio.run(run_proxy_bench(settings, say=lambda line: click.echo(line, err=True)))
+    except RuntimeError as exc:
+        click.echo(f"rock bench proxy: {exc}", err=True)
+        sys.exit(1)
+    click.echo(dumps(figures))
+
+
+@bench.command()
 @click.option("--count", "-n", type=click.IntRange(min=1), default=None, help="Sandboxes held at once.")
 @click.option(
     "--curve", default=None, metavar="N,N,...",

@@ -1,4 +1,4 @@
-"""Services the proxy tests start inside a sandbox (standard library only; run as a script).
+"""Services the proxy tests and `rock bench proxy` start inside a sandbox (standard library only; run as a script).
 
     python3 sandbox_services.py http PORT     HTTP/1.1 (keep-alive): /echo, /redirect*, /sse*,
                                               /bytes?n=, /upload, /slow
@@ -24,6 +24,7 @@ _sse_released = threading.Semaphore(0)
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms stall between them
 
     def log_message(self, *args):
         pass
