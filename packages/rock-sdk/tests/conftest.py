@@ -9,10 +9,17 @@ test built on them, and every config made by a test that uses ``engine``) use a 
 server (``rock admin serve`` on a free port, state in a temporary directory) through
 ``SandboxConfig(base_url=...)``, and ``engine`` is its ``RemoteEngine``. The ``admin`` fixture
 starts that server for any test that asks for it (``ROCK_TEST_ADMIN_URL``: use a running one).
+
+Nomad mode: with ``ROCK_TEST_REMOTE=1 ROCK_TEST_RUNTIME=nomad`` that admin runs on the ``nomad``
+runtime against a 3-node stand-in Nomad server (rock-nomad's ``StandInNomad``; its tasks are real
+containers on the local Docker engine): SDK -> admin -> Nomad API -> container -> rocklet. The
+``containers`` fixture then finds a sandbox's containers by Nomad's job-name label, and the tests
+that check what only the Docker runtime does are skipped, each saying why (:data:`DOCKER_ONLY`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -40,6 +47,33 @@ from rock_core.testing import eventually_empty
 IMAGE = "python:3.11"
 SMALL: dict[str, Any] = {"image": IMAGE, "memory": "512m", "cpus": 0.5}
 REMOTE = os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0")
+#: The admin's runtime in remote mode: ``docker`` (default) or ``nomad`` (a stand-in Nomad).
+RUNTIME = os.environ.get("ROCK_TEST_RUNTIME", "docker")
+#: The label that names a sandbox on its container: rock's on Docker, Nomad's job name on Nomad.
+_SANDBOX_LABEL = "com.hashicorp.nomad.job_name" if RUNTIME == "nomad" else "rock.sandbox_id"
+
+#: Tests of what only the Docker runtime does, skipped in Nomad mode: test name -> why.
+DOCKER_ONLY = {
+    "test_restart_keeps_files_but_not_sessions": "a Nomad unit keeps no files across a stop (no restart)",
+    "test_restart_keeps_files_and_delete_removes": "a Nomad unit keeps no files across a stop (no restart)",
+    "test_status_reports_resources_ports_and_history": "it reads the container's Docker settings",
+    "test_port_mapping_reaches_a_web_server_in_the_sandbox": (
+        "Nomad publishes a sandbox's ports on its node's address, not through the engine's host"
+    ),
+    "test_rock_base_url_alone_selects_the_admin": "it reads rock's labels on the container (Nomad keeps them in the job's Meta)",
+    "test_sandboxes_of_a_killed_process_are_reaped_by_the_next_engine": "it runs embedded engines (the Docker runtime)",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Nomad mode: skip :data:`DOCKER_ONLY` tests, and every test of a module that needs Docker
+    itself (archives, network none, warm pools, speedups, the admin's crash and queue tests)."""
+    if RUNTIME != "nomad":
+        return
+    for item in items:
+        name = item.name.split("[")[0]
+        if name in DOCKER_ONLY:
+            item.add_marker(pytest.mark.skip(reason=f"Docker runtime only: {DOCKER_ONLY[name]}"))
 
 
 def unique_id(prefix: str = "rock-sdk") -> str:
@@ -50,7 +84,7 @@ def unique_id(prefix: str = "rock-sdk") -> str:
 def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
     """Every container (running or not) of ``sandbox_id``, found by rock's label."""
     # ignore_removed: a container removed between Docker's list and its inspect is simply gone.
-    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
+    return docker_client.containers.list(all=True, filters={"label": f"{_SANDBOX_LABEL}={sandbox_id}"}, ignore_removed=True)
 
 
 def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> None:
@@ -185,9 +219,17 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Itera
             f"{(probe.stderr or probe.stdout).strip()[-500:]})"
         )
     # The speedup tests reach mirrors on the host's 127.0.0.1 from sandboxes on its network.
-    server = launch_admin(tmp_path_factory.mktemp("rock-admin"), config="[admin]\nallow_host_network = true\n")
-    yield server
-    stop_admin(server, docker_client)
+    config = "[admin]\nallow_host_network = true\n"
+    with contextlib.ExitStack() as stack:
+        if RUNTIME == "nomad":
+            from rock_nomad.testing import StandInNomad
+
+            # Roomy nodes: the suite's sandboxes ask 512 MB each, several at once.
+            nomad = stack.enter_context(StandInNomad(nodes=3, node_cpu=64000, node_cores=16, node_memory=65536))
+            config += f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{nomad.address}"\n'
+        server = launch_admin(tmp_path_factory.mktemp("rock-admin"), config=config)
+        yield server
+        stop_admin(server, docker_client)
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ address ``plugins.nomad.address``, an unknown region or namespace their settings
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,24 @@ __all__ = ["NomadApi", "NomadError", "Setting"]
 #: How much longer than its ``wait`` a blocking query may take before the client gives up
 #: (Nomad adds up to wait/16 of jitter).
 _WAIT_MARGIN = 15.0
+
+
+class _QuietNomadRequests(logging.Filter):
+    """Drops httpx's INFO line for each request to a Nomad API this process talks to: a start
+    is a handful of (blocking) queries, which would otherwise fill the admin's log."""
+
+    addresses: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO or not self.addresses:
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        url = str(args[1]) if len(args) > 1 else ""
+        return not any(url.startswith(address) for address in self.addresses)
+
+
+_QUIET = _QuietNomadRequests()
+logging.getLogger("httpx").addFilter(_QUIET)
 
 
 class Setting:
@@ -65,6 +84,7 @@ class NomadApi:
         settings: Mapping[str, Setting],
     ) -> None:
         self.address = address.rstrip("/")
+        _QUIET.addresses.add(self.address + "/v1/")
         self.namespace = namespace
         self.region = region
         self.timeout = timeout

@@ -8,7 +8,7 @@ The job (one per sandbox; its ID is the unit id):
   or whose node is lost, is never started again elsewhere (its files would be gone anyway);
 - one ``docker`` task, ``rocklet``, running the sandbox's image with the rocklet as its command
   (:func:`rock_core.rocklet_delivery.launch_command`), the rocklet fetched as an ``artifact``
-  with its SHA-256, the sandbox's secret in a template rendered into ``/secrets`` and read into
+  with its SHA-256 and mounted read-only at ``/rock``, the sandbox's secret in a template rendered into ``/secrets`` and read into
   the task's environment;
 - two dynamic ports in host mode, ``rocklet`` (to 22555 in the container) and ``app`` (to 8080);
 - ``Meta``: the unit's labels (``rock.sandbox_id``, ``rock.owner``, ...), so that a restarted
@@ -50,6 +50,9 @@ APP_PORT = 8080
 #: default ``allow_caps``, so a Nomad client needs no configuration for them.
 KEPT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETPCAP", "SETUID")
 _SECOND = 1_000_000_000
+#: Where the artifact puts the rocklet (relative to the task directory) and where the sandbox sees it.
+ROCKLET_DIR = "local/rock"
+ROCKLET_MOUNT = "/rock"
 #: Where the sandbox's secret is rendered, relative to the task directory (``/secrets`` inside).
 SECRET_FILE = "secrets/rocklet.env"
 
@@ -79,7 +82,10 @@ def job_for(
     config: dict[str, Any] = {
         "image": spec.image,
         "command": "/bin/sh",
-        "args": launch_command(f"/local/{ROCKLET_PYZ}", host="0.0.0.0", port=ROCKLET_PORT)[1:],
+        "args": launch_command(f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host="0.0.0.0", port=ROCKLET_PORT)[1:],
+        # The rocklet's folder of the task directory, read-only at /rock as on the Docker runtime
+        # (a path relative to the task directory needs no docker.volumes on the client).
+        "volumes": [f"{ROCKLET_DIR}:{ROCKLET_MOUNT}:ro"],
         "ports": ["rocklet", "app"],
         "cpu_hard_limit": spec.limit_cpus is None,
         "security_opt": ["no-new-privileges"],
@@ -117,7 +123,7 @@ def job_for(
         "Resources": {"CPU": cpu_mhz, "MemoryMB": memory_mb},
         "Artifacts": [
             {"GetterSource": rocklet_url, "GetterOptions": {"checksum": rocklet.checksum}, "GetterMode": "file",
-             "RelativeDest": f"local/{ROCKLET_PYZ}"}
+             "RelativeDest": f"{ROCKLET_DIR}/{ROCKLET_PYZ}"}
         ],
         # The secret never goes into Env or Meta; it is in the job's template (see the README).
         "Templates": [

@@ -328,9 +328,10 @@ class NomadRuntime(Runtime):
             self._ports[alloc["ID"]] = ports
             return status_of(alloc, ports=ports, stopped_by_us=False)
         except BaseException as exc:
+            # Purged before the failure is told: nothing is left once a caller hears of it.
+            await self._purge(job_id, sandbox_id)
             if isinstance(exc, ImagePullFailed):
                 phase(PhaseStatus.FAILED, exc.message)
-            await self._purge(job_id, sandbox_id)
             raise
 
     async def _placed(self, job_id: str, sandbox_id: str, eval_id: str) -> dict[str, Any]:

@@ -331,7 +331,7 @@ class RuntimeConformance:
         (``list``, ``inspect``), its rocklet keeps answering at the same address, and a taken id
         is refused with :class:`~rock_core.errors.SandboxAlreadyExists`."""
         if not runtime.can_assign:
-            pytest.skip(f"runtime {runtime.name!r} does not support assign() (no warm pools)")
+            pytest.skip(f"runtime {runtime.name!r} does not support assign() (claimed warm-pool units keep their names)")
         unit = await units.launch()
         other = await units.launch()
         new_id = unique_sandbox_id()

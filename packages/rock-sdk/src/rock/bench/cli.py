@@ -447,3 +447,29 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
     if not figures["file_intact"]:
         console.print("[bold red]the written file did not come back intact after the restore[/]")
         sys.exit(1)
+
+
+@bench.command()
+@click.option("--sandboxes", "-n", type=click.IntRange(min=1), default=100, show_default=True, help="Sandboxes started at once on each runtime.")
+@click.option("--nodes", type=click.IntRange(min=1), default=3, show_default=True, help="Nodes of the stand-in Nomad cluster.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (present locally; needs python3).")
+@click.option("--memory", default="128m", show_default=True, help="Memory limit per sandbox.")
+@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
+@click.option("--runtime", "runtimes", multiple=True, type=click.Choice(["docker", "nomad"]), default=("docker", "nomad"),
+              show_default=True, help="Runtimes to measure, in order (repeat the option).")
+def cluster(sandboxes: int, nodes: int, image: str, memory: str, cpus: float, runtimes: tuple[str, ...]) -> None:
+    """Start the same sandboxes through an admin on the Docker runtime and on the nomad runtime
+    (a stand-in Nomad cluster), in the same run: start p50/p95, all-running seconds and the
+    admin's peak memory, side by side."""
+    from rock.bench.cluster import ClusterBenchSettings, dumps, run_cluster_bench, table
+
+    _check_memory(memory)
+    settings = ClusterBenchSettings(sandboxes=sandboxes, nodes=nodes, image=image, memory=memory, cpus=cpus,
+                                    runtimes=tuple(runtimes))
+    try:
+        results = asyncio.run(run_cluster_bench(settings, say=lambda line: click.echo(line, err=True)))
+    except RuntimeError as exc:
+        click.echo(f"rock bench cluster: {exc}", err=True)
+        sys.exit(1)
+    click.echo(table(results), err=True)
+    click.echo(dumps(results))

@@ -1,0 +1,138 @@
+# rock's admin as a Nomad service, placing every sandbox as a Nomad job of its own (the `nomad`
+# runtime of rock-nomad). See README.md next to this file (and packages/rock-nomad/README.md,
+# "On a real cluster") for the token, the namespace and the ports that must be reachable.
+#
+#   nomad var put -namespace default nomad/jobs/rock-admin \
+#       nomad_token=<secret of a token with the rock-sandboxes policy> \
+#       api_keys='team-a=sha256:<hex>'
+#   nomad job run -var image=registry.example/rock-admin:0.1.0 deploy/nomad/rock-admin.nomad.hcl
+
+variable "image" {
+  type        = string
+  default     = "rock-admin:0.1.0"
+  description = "An image with rock-sdk[admin] and rock-nomad installed (deploy/nomad/Dockerfile)."
+}
+
+variable "datacenters" {
+  type        = list(string)
+  default     = ["*"]
+  description = "Where the admin runs."
+}
+
+variable "sandbox_namespace" {
+  type        = string
+  default     = "rock-sandboxes"
+  description = "The namespace of the sandboxes' jobs (create it first: nomad namespace apply rock-sandboxes)."
+}
+
+variable "sandbox_datacenters" {
+  type        = string
+  default     = "*"
+  description = "Where sandboxes are placed, names separated by commas."
+}
+
+variable "nomad_address" {
+  type        = string
+  default     = "http://{{ env \"attr.unique.network.ip-address\" }}:4646"
+  description = "Nomad's HTTP API as the admin reaches it (default: the agent on the admin's own node; use https:// with TLS)."
+}
+
+variable "port" {
+  type        = number
+  default     = 8080
+  description = "The admin's port on its node: SDK clients and every node's artifact download reach it there."
+}
+
+job "rock-admin" {
+  type        = "service"
+  datacenters = var.datacenters
+
+  group "admin" {
+    count = 1 # one admin per store: its SQLite records are its own
+
+    network {
+      mode = "host"
+      port "http" {
+        static = var.port
+      }
+    }
+
+    # The records (rock.db) survive a restart or an update of the admin on the same node.
+    ephemeral_disk {
+      sticky  = true
+      migrate = true
+      size    = 500
+    }
+
+    service {
+      provider = "nomad"
+      name     = "rock-admin"
+      port     = "http"
+      check {
+        type     = "http"
+        path     = "/healthz"
+        interval = "10s"
+        timeout  = "2s"
+      }
+    }
+
+    restart {
+      attempts = 3
+      interval = "5m"
+      delay    = "10s"
+      mode     = "delay"
+    }
+
+    task "admin" {
+      driver = "docker"
+
+      config {
+        image   = var.image
+        ports   = ["http"]
+        command = "rock"
+        args    = ["admin", "serve", "--config", "/local/admin.toml"]
+      }
+
+      # The admin's settings. rocklet_url is where the sandboxes' nodes download rock's agent
+      # (GET /rocklet.pyz, no key needed, checked against its SHA-256 by Nomad).
+      template {
+        destination = "local/admin.toml"
+        change_mode = "restart"
+        data        = <<-EOT
+          [admin]
+          host = "0.0.0.0"
+          port = {{ env "NOMAD_PORT_http" }}
+          state_dir = "{{ env "NOMAD_ALLOC_DIR" }}/data"
+
+          [engine]
+          runtime = "nomad"
+          rocklet_url = "http://{{ env "NOMAD_ADDR_http" }}/rocklet.pyz"
+
+          [plugins.nomad]
+          address = "${var.nomad_address}"
+          namespace = "${var.sandbox_namespace}"
+          datacenters = "${var.sandbox_datacenters}"
+        EOT
+      }
+
+      # Secrets from the job's own Nomad Variable (readable by this job's workload identity):
+      # the ACL token the admin places sandboxes with, and the SDK clients' API keys.
+      template {
+        destination = "secrets/admin.env"
+        env         = true
+        change_mode = "restart"
+        data        = <<-EOT
+          {{ with nomadVar "nomad/jobs/rock-admin" }}
+          ROCK_PLUGIN_NOMAD_TOKEN={{ .nomad_token }}
+          ROCK_ADMIN_API_KEYS={{ .api_keys }}
+          {{ end }}
+        EOT
+      }
+
+      resources {
+        cpu    = 1000
+        memory = 512
+      }
+    }
+  }
+}

@@ -1,0 +1,259 @@
+"""``rock bench cluster``: the same sandboxes started through the admin on the Docker runtime and
+on the ``nomad`` runtime (a stand-in Nomad cluster of ``--nodes`` nodes), in the same run.
+
+For each runtime, in turn:
+
+* an admin is started for it (``rock admin serve`` on a free port, a temporary state directory;
+  for Nomad with ``[engine] runtime = "nomad"`` and ``[plugins.nomad] address`` of a stand-in
+  Nomad server that this process runs: rock-nomad's ``StandInNomad``, its tasks real containers
+  on the local Docker engine, each node on its own loopback address);
+* ``--sandboxes`` starts are sent at once (``POST /start_async``, one connection each) and the
+  sandboxes' states are read with the admin's listing (``GET /sandboxes``) every 50 ms until all
+  run: each sandbox's start is the time from its request to the listing that first shows it
+  ``running``; "all running" is the time from the first request to the last of those;
+* the admin's resident memory (``VmRSS``) is sampled every 50 ms from its start to its stop: the
+  peak is reported;
+* every sandbox is stopped and the admin is stopped.
+
+The figures of both runtimes are printed side by side, with the Nomad run's all-running time as
+a ratio of Docker's and the issue's goals (#12 point 6: all run; Nomad's all-running within 1.3x
+Docker's; the admin within 150 MB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+
+from rock.bench.admin import PREFIX, _free_port, _rock_command, rss_bytes
+from rock.bench.rollout import percentile
+
+__all__ = ["ClusterBenchSettings", "dumps", "run_cluster_bench", "table"]
+
+#: The issue's goals for the Nomad run.
+GOAL_RATIO = 1.30
+GOAL_ADMIN_MB = 150.0
+
+
+@attrs.frozen(kw_only=True)
+class ClusterBenchSettings:
+    """What ``rock bench cluster`` runs.
+
+    :param sandboxes: sandboxes started at once on each runtime.
+    :param nodes: the stand-in Nomad cluster's nodes.
+    :param image: every sandbox's image (it must be present: neither runtime pulls here).
+    :param memory: / :param cpus: every sandbox's size.
+    :param runtimes: which runtimes to measure, in order.
+    :param timeout: seconds to wait for all sandboxes of one runtime to run.
+    """
+
+    sandboxes: int = 100
+    nodes: int = 3
+    image: str = "python:3.11"
+    memory: str = "128m"
+    cpus: float = 0.1
+    runtimes: tuple[str, ...] = ("docker", "nomad")
+    timeout: float = 900.0
+
+
+@contextlib.contextmanager
+def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
+    """A stand-in Nomad cluster with room for every sandbox (placement is not what is measured)."""
+    try:
+        from rock_nomad.testing import StandInNomad
+    except ImportError as exc:
+        raise RuntimeError(f"the nomad run needs rock-nomad with its testing extra (pip install 'rock-nomad[testing]'): {exc}") from exc
+    per_node = math.ceil(settings.sandboxes / settings.nodes) + 1
+    node_memory = max(4096, per_node * math.ceil(memory_bytes / 2**20) * 2)
+    node_cpu = max(4000, int(per_node * settings.cpus * 1000 * 2))
+    with StandInNomad(nodes=settings.nodes, node_cpu=node_cpu, node_cores=max(4, os.cpu_count() or 1),
+                      node_memory=node_memory, algorithm="spread") as nomad:
+        yield nomad
+
+
+@contextlib.asynccontextmanager
+async def _admin(config: str) -> AsyncIterator[tuple[str, int, Path]]:
+    """``rock admin serve`` with ``config`` (TOML) on a free port; ``(url, pid, log)``."""
+    state_dir = Path(tempfile.mkdtemp(prefix="rock-bench-cluster-"))
+    (state_dir / "admin.toml").write_text(config)
+    port = _free_port()
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
+    env.pop("ROCK_BASE_URL", None)
+    log_path = state_dir / "admin.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [*_rock_command(), "admin", "serve", "--host", "127.0.0.1", "--port", str(port), "--config",
+             str(state_dir / "admin.toml")],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient(timeout=1, trust_env=False) as probe:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await probe.get(url + "/healthz")).status_code == 200:
+                        break
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}")
+                await asyncio.sleep(0.1)
+        yield url, process.pid, log_path
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.to_thread(process.wait, 60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _result(response: httpx.Response, what: str) -> Any:
+    envelope = response.json()
+    if response.status_code != 200 or envelope.get("status") != "Success":
+        raise RuntimeError(f"{what} failed: HTTP {response.status_code} {json.dumps(envelope)[:500]}")
+    return envelope["result"]
+
+
+async def _states(http: httpx.AsyncClient) -> dict[str, tuple[str, str | None]]:
+    """Every sandbox's ``(state, reason)`` from the admin's listing."""
+    out: dict[str, tuple[str, str | None]] = {}
+    page = 1
+    while True:
+        result = _result(await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}), "list")
+        for item in result["items"]:
+            out[item["sandbox_id"]] = (item.get("state"), item.get("reason"))
+        if not result["has_more"] or not result["items"]:
+            return out
+        page += 1
+
+
+async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, say: Callable[[str], None]) -> dict[str, Any]:
+    figures: dict[str, Any] = {"runtime": runtime}
+    async with _admin(config) as (url, pid, log_path):
+        peak = [rss_bytes(pid) or 0]
+        figures["admin_rss_idle_mb"] = round(peak[0] / 2**20, 1)
+        sampling = True
+
+        async def sample() -> None:
+            while sampling:
+                peak[0] = max(peak[0], rss_bytes(pid) or 0)
+                await asyncio.sleep(0.05)
+
+        sampler = asyncio.create_task(sample())
+        run = f"cluster-{runtime}-{os.getpid()}-{int(time.time())}"
+        ids = [f"{run}-{n:03d}" for n in range(settings.sandboxes)]
+        limits = httpx.Limits(max_connections=settings.sandboxes + 4, max_keepalive_connections=settings.sandboxes + 4)
+        async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits, trust_env=False) as http:
+            sent: dict[str, float] = {}
+            running: dict[str, float] = {}
+            try:
+                body = {"image": settings.image, "memory": settings.memory, "cpus": settings.cpus}
+                say(f"{runtime}: starting {settings.sandboxes} sandboxes at once ({settings.memory}, {settings.cpus:g} cpus)")
+                t0 = time.monotonic()
+
+                async def start(sandbox_id: str) -> None:
+                    sent[sandbox_id] = time.monotonic()
+                    _result(await http.post(f"{PREFIX}/start_async", json={**body, "sandbox_id": sandbox_id}), "start_async")
+
+                await asyncio.gather(*(start(i) for i in ids))
+                deadline = t0 + settings.timeout
+                while len(running) < len(ids):
+                    states = await _states(http)
+                    now = time.monotonic()
+                    for sandbox_id in ids:
+                        state, reason = states.get(sandbox_id, ("?", None))
+                        if state == "running":
+                            running.setdefault(sandbox_id, now)
+                        elif state not in ("pending", "?") and sandbox_id not in running:
+                            raise RuntimeError(f"{runtime}: sandbox {sandbox_id} ended {state}: {reason}")
+                    if now > deadline:
+                        raise RuntimeError(f"{runtime}: {len(ids) - len(running)} sandboxes not running after {settings.timeout:g}s")
+                    await asyncio.sleep(0.05)
+                starts = [running[i] - sent[i] for i in ids]
+                figures["sandboxes_running"] = len(running)
+                figures["start_p50_s"] = round(percentile(starts, 50) or 0, 2)
+                figures["start_p95_s"] = round(percentile(starts, 95) or 0, 2)
+                figures["all_running_s"] = round(max(running.values()) - t0, 2)
+                if runtime == "nomad":
+                    hosts = {}
+                    for sandbox_id in ids[:: max(1, len(ids) // 20)]:
+                        status = _result(await http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id}), "get_status")
+                        hosts[status.get("host_name")] = hosts.get(status.get("host_name"), 0) + 1
+                    figures["nodes_seen_in_a_sample"] = dict(sorted(hosts.items(), key=lambda kv: str(kv[0])))
+            finally:
+                say(f"{runtime}: stopping {len(sent)} sandboxes")
+
+                async def stop(sandbox_id: str) -> None:
+                    with contextlib.suppress(httpx.HTTPError):
+                        await http.post(f"{PREFIX}/stop", json={"sandbox_id": sandbox_id})
+
+                await asyncio.gather(*(stop(i) for i in sent))
+                sampling = False
+                await sampler
+        figures["admin_rss_peak_mb"] = round(peak[0] / 2**20, 1)
+        figures["admin_log_lines"] = sum(1 for _ in open(log_path, "rb"))  # noqa: SIM115 - read before the folder goes
+    return figures
+
+
+async def run_cluster_bench(settings: ClusterBenchSettings, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Run the bench (see the module docstring); the figures of each runtime and the comparison."""
+    from rock_core.units import parse_size
+
+    memory_bytes = parse_size(settings.memory, field="memory")
+    results: dict[str, Any] = {"sandboxes": settings.sandboxes, "nodes": settings.nodes, "image": settings.image,
+                               "memory": settings.memory, "cpus": settings.cpus, "host_cpus": os.cpu_count()}
+    for runtime in settings.runtimes:
+        if runtime == "docker":
+            results["docker"] = await _run_one("docker", settings, "", say)
+        elif runtime == "nomad":
+            with _stand_in(settings, memory_bytes) as nomad:
+                say(f"nomad: a stand-in Nomad of {settings.nodes} nodes at {nomad.address}")
+                config = f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{nomad.address}"\n'
+                results["nomad"] = await _run_one("nomad", settings, config, say)
+        else:
+            raise RuntimeError(f"unknown runtime {runtime!r} (docker or nomad)")
+    docker, nomad = results.get("docker"), results.get("nomad")
+    if docker and nomad and docker.get("all_running_s"):
+        ratio = nomad["all_running_s"] / docker["all_running_s"]
+        results["nomad_all_running_vs_docker"] = round(ratio, 2)
+        results["goals"] = {
+            "all_run": nomad.get("sandboxes_running") == settings.sandboxes,
+            f"nomad_all_running_within_{GOAL_RATIO:g}x_docker": ratio <= GOAL_RATIO,
+            f"admin_peak_within_{GOAL_ADMIN_MB:g}_mb": nomad["admin_rss_peak_mb"] <= GOAL_ADMIN_MB,
+        }
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    """The two runtimes' figures side by side, as text."""
+    rows = [("sandboxes running", "sandboxes_running"), ("start p50 (s)", "start_p50_s"), ("start p95 (s)", "start_p95_s"),
+            ("all running (s)", "all_running_s"), ("admin RSS idle (MB)", "admin_rss_idle_mb"),
+            ("admin RSS peak (MB)", "admin_rss_peak_mb")]
+    names = [r for r in ("docker", "nomad") if r in results]
+    lines = [f"{'':24}" + "".join(f"{name:>12}" for name in names)]
+    for label, key in rows:
+        lines.append(f"{label:24}" + "".join(f"{results[name].get(key, ''):>12}" for name in names))
+    if "nomad_all_running_vs_docker" in results:
+        lines.append(f"nomad all-running / docker: {results['nomad_all_running_vs_docker']}x")
+    return "\n".join(lines)
+
+
+def dumps(figures: dict[str, Any]) -> str:
+    """The figures as indented JSON."""
+    return json.dumps(figures, indent=2)
