@@ -423,6 +423,8 @@ async def test_proxy_reaches_a_sandbox_without_a_network(proxy_admin: Any, http:
                               proxy=None) as ws:
             await ws.send("offline")
             assert await ws.recv() == "offline"
+    stopped = await http.get(f"{url}/index.html")
+    assert stopped.status_code == 409 and "not running" in stopped.json()["detail"], stopped.text
 
 
 async def test_another_tenants_key_reaches_nothing(proxy_admin: Any, target: Sandbox, base: str) -> None:

@@ -352,15 +352,35 @@ class TunnelPool:
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._swept = time.monotonic()
 
     def release(self, key: tuple[str, int], conn: _Connection) -> None:
-        """Keep ``conn`` for the next request to ``key``."""
+        """Keep ``conn`` for the next request to ``key`` (and, now and then, close expired ones)."""
+        now = time.monotonic()
+        if now - self._swept > self.keepalive_expiry:
+            self._sweep(now)
         idle = self._idle.setdefault(key, [])
         if len(idle) >= self.max_idle:
             self.discard(conn)
             return
         conn.used = time.monotonic()
         idle.append(conn)
+
+    def _sweep(self, now: float) -> None:
+        """Close the connections idle for longer than ``keepalive_expiry`` (of sandboxes no one
+        asks for any more, too)."""
+        self._swept = now
+        for key in list(self._idle):
+            keep = []
+            for conn in self._idle[key]:
+                if now - conn.used < self.keepalive_expiry:
+                    keep.append(conn)
+                else:
+                    self.discard(conn)
+            if keep:
+                self._idle[key] = keep
+            else:
+                del self._idle[key]
 
     def discard(self, conn: _Connection) -> None:
         """Close ``conn`` now (synchronously: it is idle, nothing waits on it)."""
