@@ -54,6 +54,7 @@ _NEWTYPES: dict[Any, st.SearchStrategy[Any]] = {
     models.PositiveInt: st.integers(min_value=1, max_value=2**42),
     models.PositiveFloat: st.floats(min_value=0.001, max_value=1e5, allow_nan=False),
     models.Port: st.integers(min_value=1, max_value=65535),
+    models.NonNegativeFloat: st.floats(min_value=0, max_value=1e5, allow_nan=False),
     models.Priority: st.integers(min_value=models.PRIORITY_MIN, max_value=models.PRIORITY_MAX),
 }
 

@@ -41,6 +41,7 @@ EXPECTED_ROUTES = {
     ("post", "list_dir"), ("post", "processes"), ("get", "processes/{process_id}"),
     ("get", "processes/{process_id}/output"), ("post", "processes/{process_id}/kill"), ("post", "warmup/tasks"),
     ("get", "warm_pools"), ("post", "sandboxes/{sandbox_id}/archive"), ("post", "sandboxes/{sandbox_id}/restart"),
+    ("get", "sandboxes/{sandbox_id}/statistics"),
 }
 
 

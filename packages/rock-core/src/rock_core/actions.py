@@ -715,7 +715,10 @@ class SandboxStatusResponse:
     ``reason`` says why it stopped, ``notes`` lists limits that are not enforced and similar,
     ``queue_position`` is its place in the start queue while it waits (1 = next).
     ``restart_count`` is how many times it was started again after its container died (its
-    ``restart_policy``; each restart's reason is in ``notes``).
+    ``restart_policy``; each restart's reason is in ``notes``). ``usage`` is a running sandbox's
+    resource use as the engine last sampled it (``cpu_percent``, ``memory_bytes``,
+    ``memory_limit_bytes``, network bytes, ``pids``, ``oom_kills``, ``sampled_at``, ...);
+    ``warnings`` what needs attention now ("memory at 93% of its limit").
     ``security`` is the hardening its unit got: ``pids_limit``, ``nofile_limit``,
     ``no_new_privileges``, ``capabilities`` (those it keeps), ``network`` (``isolated``,
     ``group:NAME``, ``host`` or ``none``) and ``rocklet_auth`` (never the secret itself).
@@ -756,6 +759,8 @@ class SandboxStatusResponse:
     queue_position: int | None = None
     security: dict[str, Any] = attrs.field(factory=dict)
     restart_count: int = 0
+    usage: dict[str, Any] | None = None
+    warnings: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

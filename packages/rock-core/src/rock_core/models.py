@@ -43,6 +43,7 @@ __all__ = [
     "ByteSize",
     "NonNegativeInt",
     "PositiveInt",
+    "NonNegativeFloat",
     "Priority",
     "RestartPolicy",
     "PRIORITY_MIN",
@@ -65,6 +66,8 @@ __all__ = [
     "SandboxSpec",
     "SandboxRecord",
     "SandboxStatus",
+    "SandboxUsage",
+    "UnitStats",
     "UnitState",
     "RuntimeStatus",
 ]
@@ -87,6 +90,8 @@ NonNegativeInt = NewType("NonNegativeInt", int)
 PositiveInt = NewType("PositiveInt", int)
 #: A finite ``float`` ``> 0`` (CPU counts, timeouts).
 PositiveFloat = NewType("PositiveFloat", float)
+#: A finite ``float`` ``>= 0`` (intervals where 0 turns something off).
+NonNegativeFloat = NewType("NonNegativeFloat", float)
 #: A TCP port, 1..65535.
 Port = NewType("Port", int)
 #: A start's priority, :data:`PRIORITY_MIN`..:data:`PRIORITY_MAX` (higher starts first).
@@ -153,6 +158,13 @@ def _check_priority(value: Any) -> int:
     return value
 
 
+def _check_non_negative_float(value: Any) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a number >= 0, got {describe_value(value)}")
+    return float(value)
+
+
 def _check_port(value: Any) -> int:
     if not _is_int(value) or not 1 <= value <= 65535:
         raise ValueError(f"expected a port number 1..65535, got {describe_value(value)}")
@@ -170,6 +182,7 @@ CHECKS: Mapping[Any, Callable[[Any], Any]] = MappingProxyType(
         NonNegativeInt: _check_non_negative_int,
         PositiveInt: _check_positive_int,
         PositiveFloat: _check_positive_float,
+        NonNegativeFloat: _check_non_negative_float,
         Port: _check_port,
         Priority: _check_priority,
     }
@@ -449,11 +462,13 @@ class SandboxStatus:
     :param queue_position: its place in the start queue while it waits for a slot (1 = next).
     :param idle_deadline: when it is stopped for idling, if it is pending or running and has an
         ``auto_clear_seconds``.
+    :param usage: its resource use as last sampled, if it runs and the runtime measures it.
     """
 
     record: SandboxRecord
     queue_position: int | None = None
     idle_deadline: datetime | None = None
+    usage: SandboxUsage | None = None
 
     @property
     def sandbox_id(self) -> str:
@@ -479,6 +494,61 @@ class SandboxStatus:
     def reason(self) -> str | None:
         """Why it stopped (or its archive or restore failed)."""
         return self.record.reason
+
+
+@attrs.frozen
+class UnitStats:
+    """One sample of a running unit's resource use, as its runtime measures it (cgroups, the
+    container engine's statistics), without asking the rocklet. ``None``: not measured.
+
+    :param cpu_seconds: CPU time used since the unit started (all its processes).
+    :param memory_bytes: memory in use now; ``memory_peak_bytes`` the most since it started;
+        ``memory_limit_bytes`` its limit.
+    :param network_rx_bytes: / ``network_tx_bytes``: bytes received and sent since it started.
+    :param disk_bytes: bytes in its writable layer (measured less often than the rest).
+    :param pids: processes (and threads) in it now.
+    :param oom_kills: processes the kernel's OOM killer ended in it.
+    """
+
+    cpu_seconds: float
+    memory_bytes: int
+    memory_peak_bytes: int | None = None
+    memory_limit_bytes: int | None = None
+    network_rx_bytes: int | None = None
+    network_tx_bytes: int | None = None
+    disk_bytes: int | None = None
+    pids: int | None = None
+    oom_kills: int = 0
+
+
+@attrs.frozen
+class SandboxUsage:
+    """A running sandbox's resource use, as the engine last sampled it (:mod:`rock_core.engine.monitoring`).
+
+    ``cpu_percent`` is of one core over the last sampling interval (200 = two cores busy);
+    ``memory_percent`` of its limit. ``warnings`` says what needs attention ("memory at 93% of
+    its limit").
+    """
+
+    sampled_at: datetime
+    cpu_percent: float
+    cpu_seconds: float
+    memory_bytes: int
+    memory_peak_bytes: int | None
+    memory_limit_bytes: int | None
+    network_rx_bytes: int | None
+    network_tx_bytes: int | None
+    disk_bytes: int | None
+    pids: int | None
+    oom_kills: int
+    warnings: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+
+    @property
+    def memory_percent(self) -> float | None:
+        """Memory in use as a share of the limit, in percent (``None``: no limit known)."""
+        if not self.memory_limit_bytes:
+            return None
+        return 100.0 * self.memory_bytes / self.memory_limit_bytes
 
 
 # ---------------------------------------------------------------------------------------------

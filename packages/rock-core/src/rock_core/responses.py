@@ -10,13 +10,15 @@ records and ROCK's wire fields (sizes as ``"8.00g"``, the ``queued`` phase,
 
 from __future__ import annotations
 
+from typing import Any
+
 from rock_core import __version__
 from rock_core.actions import SandboxStartResponse, SandboxStatusResponse, StateHistoryEntry
-from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
+from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus, SandboxUsage
 from rock_core.states import LIVE_STATES, State
 from rock_core.units import format_size
 
-__all__ = ["PHASE_QUEUED", "start_response", "status_response"]
+__all__ = ["PHASE_QUEUED", "start_response", "statistics_response", "status_response", "usage_view"]
 
 #: Name of the phase shown while a start waits for a slot.
 PHASE_QUEUED = "queued"
@@ -99,4 +101,46 @@ def status_response(status: SandboxStatus) -> SandboxStatusResponse:
         queue_position=queue_position,
         security=dict(record.security),
         restart_count=record.restart_count,
+        usage=usage_view(status.usage) if status.usage is not None else None,
+        warnings=list(status.usage.warnings) if status.usage is not None else [],
     )
+
+
+def usage_view(usage: SandboxUsage) -> dict[str, Any]:
+    """A sandbox's sampled resource use as JSON-ready values (``usage`` of ``get_status``)."""
+    return {
+        "sampled_at": usage.sampled_at.isoformat(),
+        "cpu_percent": usage.cpu_percent,
+        "cpu_seconds": usage.cpu_seconds,
+        "memory_bytes": usage.memory_bytes,
+        "memory_peak_bytes": usage.memory_peak_bytes,
+        "memory_limit_bytes": usage.memory_limit_bytes,
+        "memory_percent": None if usage.memory_percent is None else round(usage.memory_percent, 1),
+        "network_rx_bytes": usage.network_rx_bytes,
+        "network_tx_bytes": usage.network_tx_bytes,
+        "disk_bytes": usage.disk_bytes,
+        "pids": usage.pids,
+        "oom_kills": usage.oom_kills,
+    }
+
+
+def statistics_response(status: SandboxStatus) -> dict[str, Any]:
+    """``GET .../sandboxes/{id}/statistics``: ROCK's ``get_statistics`` figures (``cpu`` and
+    ``mem`` in percent, ``disk`` in percent of the disk limit, ``net`` bytes received plus sent)
+    from the engine's last sample, and rock's whole ``usage`` beside them. ``None`` figures: not
+    sampled yet, or not measured by the runtime."""
+    usage = status.usage
+    if usage is None:
+        return {"cpu": None, "mem": None, "disk": None, "net": None, "usage": None, "warnings": []}
+    disk_limit = status.record.spec.disk
+    net = None
+    if usage.network_rx_bytes is not None and usage.network_tx_bytes is not None:
+        net = usage.network_rx_bytes + usage.network_tx_bytes
+    return {
+        "cpu": usage.cpu_percent,
+        "mem": None if usage.memory_percent is None else round(usage.memory_percent, 1),
+        "disk": round(100.0 * usage.disk_bytes / disk_limit, 1) if usage.disk_bytes is not None and disk_limit else None,
+        "net": net,
+        "usage": usage_view(usage),
+        "warnings": list(usage.warnings),
+    }

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rock_core.rocklet_delivery import RockletDelivery
     from typing_extensions import Self
 
-    from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState
+    from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState, UnitStats
 
 #: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
 PhaseCallback = Callable[[str, "Phase"], None]
@@ -51,6 +51,7 @@ class RuntimeCapabilities:
     :param watch: it reports units that stop or vanish as it happens (:meth:`Runtime.watch`).
     :param disk_usage: it measures its units' writable layers (:meth:`Runtime.disk_usage`).
     :param network_modes: the ``network`` values a sandbox may ask for (the first is the default).
+    :param stats: it samples its units' resource use (:meth:`Runtime.stats`): monitoring.
     """
 
     assign: bool
@@ -59,6 +60,7 @@ class RuntimeCapabilities:
     watch: bool
     disk_usage: bool
     network_modes: tuple[str, ...]
+    stats: bool = False
 
     def missing(self, capability: str, runtime: str) -> str:
         """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
@@ -74,6 +76,7 @@ _CAN = {
     "watch": "report units that stop as it happens",
     "disk_usage": "measure its units' disk use",
     "network_modes": "give sandboxes that network",
+    "stats": "measure its units' resource use",
 }
 
 
@@ -146,6 +149,7 @@ class Runtime(abc.ABC):
             watch=type(self).watch is not Runtime.watch,
             disk_usage=type(self).disk_usage is not Runtime.disk_usage,
             network_modes=tuple(self.network_modes),
+            stats=self.can_measure,
         )
 
     @abc.abstractmethod
@@ -279,6 +283,22 @@ class Runtime(abc.ABC):
     def can_assign(self) -> bool:
         """Whether this runtime implements :meth:`assign` (names claimed pool units after their sandbox)."""
         return type(self).assign is not Runtime.assign
+
+    async def stats(self, labels: Mapping[str, str]) -> Mapping[str, UnitStats]:
+        """A sample of the resource use of every running unit carrying ``labels``: ``{unit_id:
+        UnitStats}``, measured by the runtime (cgroups, its engine's statistics), never by
+        waking the units' rocklets.
+
+        One call covers every unit, and its cost must stay small: the engine calls it every
+        ``stats_interval`` seconds. Optional: the default raises :class:`NotSupported`, and
+        sandboxes then show no usage.
+        """
+        raise NotSupported(f"runtime {self.name!r} cannot measure its units' resource use", attempted="stats")
+
+    @property
+    def can_measure(self) -> bool:
+        """Whether this runtime implements :meth:`stats`."""
+        return type(self).stats is not Runtime.stats
 
     async def disk_usage(self, labels: Mapping[str, str]) -> Mapping[str, int]:
         """Bytes written so far by each running unit carrying ``labels`` whose disk limit the

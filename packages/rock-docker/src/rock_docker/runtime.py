@@ -62,6 +62,7 @@ from rock_core.models import (
     RuntimeStatus,
     SandboxSpec,
     UnitState,
+    UnitStats,
 )
 from rock_core.rocklet_delivery import default_rocklet_dir, prepare_rocklet
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
@@ -92,6 +93,7 @@ from rock_docker._snapshot import (
     plan_snapshot,
     snapshot_frames,
 )
+from rock_docker._stats import CgroupFinder, read_stats, stats_from_api
 
 log = logging.getLogger("rock.docker")
 
@@ -214,6 +216,7 @@ class DockerRuntime(Runtime):
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._lock = threading.Lock()  # guards the lazily made client and the disk probe
         self._rocklet_lock = threading.Lock()  # held while the rocklet is built (the client stays usable)
+        self._cgroups = CgroupFinder()  # where containers' cgroup files are (stats)
         self._client: docker.DockerClient | None = None
         self._closed = False
         self._rocklet_source: Path | None = None
@@ -653,6 +656,30 @@ class DockerRuntime(Runtime):
                 raise
 
     # -- observation ----------------------------------------------------------------------------
+
+    async def stats(self, labels: Mapping[str, str]) -> Mapping[str, UnitStats]:
+        """A sample of every running container carrying ``labels``: one ``docker ps`` call, then
+        each container's cgroup files read on this host (``_stats``); a container whose cgroup is
+        not here (a remote daemon) is asked through the API (``stats``, one-shot)."""
+        filters = {"label": [f"{key}={value}" for key, value in labels.items()], "status": ["running"]}
+
+        def sample() -> dict[str, UnitStats]:
+            api = self._docker().api
+            rows = api.containers(all=False, filters=filters)
+            found: dict[str, UnitStats] = {}
+            for row in rows:
+                measured = read_stats(self._cgroups, row["Id"])
+                if measured is None:
+                    try:
+                        measured = stats_from_api(api.stats(row["Id"], stream=False, one_shot=True))
+                    except docker.errors.APIError:
+                        measured = None  # gone meanwhile
+                if measured is not None:
+                    found[row["Id"]] = measured
+            self._cgroups.forget({row["Id"] for row in rows})
+            return found
+
+        return await self._run(sample, attempted="stats")
 
     async def disk_usage(self, labels: Mapping[str, str]) -> Mapping[str, int]:
         """Bytes in the writable layer of each running container carrying ``labels`` (plus its

@@ -662,3 +662,6 @@ from rock import _cli_connect  # noqa: E402,F401
 
 # `rock sandbox chat` (the Chat protocol) lives in its own module; importing it adds it to the group above.
 from rock import _cli_chat  # noqa: E402,F401
+
+# `rock sandbox top` (live resource use) lives in its own module; importing it adds it to the group above.
+from rock import _cli_top  # noqa: E402,F401

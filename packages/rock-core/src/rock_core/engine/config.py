@@ -11,7 +11,7 @@ import attrs
 from rock_core.actions import SandboxStartRequest
 from rock_core.converters import capability_names, checked, spec_from_start_request, structure_wire
 from rock_core.errors import InvalidParameter
-from rock_core.models import ByteSize, NonBlankStr, NonNegativeInt, PositiveFloat, PositiveInt, PullPolicy
+from rock_core.models import ByteSize, NonBlankStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, PullPolicy
 from rock_core.units import GiB
 
 __all__ = ["EngineConfig", "WarmPoolConfig", "default_start_concurrency", "warm_pools_from"]
@@ -99,6 +99,8 @@ class EngineConfig:
         priority, fair across experiments within one.
     :param restart_backoff_seconds: the wait before a crashed sandbox's first restart (its
         ``restart_policy``), doubled for each restart after it, at most 30 s.
+    :param stats_interval: seconds between two samples of every running sandbox's resource use
+        (CPU, memory, network, processes, OOM kills) from the runtime; ``0`` turns it off.
     :param queue_aging_seconds: waiting this long raises a queued start's priority one level,
         so no start waits forever behind higher ones (:mod:`rock_core.engine.start_queue`).
     :param default_auto_clear_seconds: idle time after which a live sandbox is stopped, when the
@@ -153,6 +155,7 @@ class EngineConfig:
     max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
     queue_aging_seconds: PositiveFloat = checked(PositiveFloat, default=60.0)
     restart_backoff_seconds: PositiveFloat = checked(PositiveFloat, default=1.0)
+    stats_interval: NonNegativeFloat = checked(NonNegativeFloat, default=5.0)
     default_auto_clear_seconds: NonNegativeInt = checked(NonNegativeInt, default=360 * 60)
     default_auto_delete_seconds: NonNegativeInt = checked(NonNegativeInt, default=0)
     max_auto_delete_seconds: NonNegativeInt | None = checked(Optional[NonNegativeInt], default=24 * 3600)

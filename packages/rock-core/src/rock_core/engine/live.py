@@ -18,7 +18,7 @@ import attrs
 
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import BadRequestRockError, RockError, SandboxNotFound
-from rock_core.models import RuntimeStatus, SandboxRecord, UnitState
+from rock_core.models import RuntimeStatus, SandboxRecord, SandboxUsage, UnitState
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
 
@@ -104,3 +104,4 @@ class LiveSandbox:
     archive_scope: anyio.CancelScope | None = None  # cancels the archive under way
     archive_done: anyio.Event = attrs.field(factory=anyio.Event)  # the last archive has settled
     restart_scope: anyio.CancelScope | None = None  # cancels a crash restart waiting out its back-off
+    usage: SandboxUsage | None = None  # its resource use, last sampled (engine/monitoring.py)

@@ -57,7 +57,7 @@ import attrs
 import httpx
 
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
-from rock_core.engine import archiving, claims, extensions, reaping, reconcile, recovery, starting, stopping, timers
+from rock_core.engine import archiving, claims, extensions, monitoring, reaping, reconcile, recovery, starting, stopping, timers
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.live import (
@@ -76,7 +76,7 @@ from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
 from rock_core.errors import SandboxNotFound
-from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, SandboxStatus
+from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, SandboxStatus, SandboxUsage
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, Event, State
@@ -172,6 +172,8 @@ class SandboxManager:
         self._closed = False
         self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
         self.rocklet_delivery: RockletDelivery | None = None  # made when the engine opens
+        #: The resource-use sampler's state (engine/monitoring.py).
+        self.sampler = monitoring.Sampler()
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
 
@@ -201,7 +203,9 @@ class SandboxManager:
         await self.recover()
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
-        for loop in (timers.timer_loop, reconcile.reconcile_loop, reconcile.watch_loop, timers.disk_loop):
+        for loop in (
+            timers.timer_loop, reconcile.reconcile_loop, reconcile.watch_loop, timers.disk_loop, monitoring.monitor_loop,
+        ):
             self._tg.start_soon(loop, self)
         return self
 
@@ -433,6 +437,24 @@ class SandboxManager:
         """
         return await timers.check_disk(self)
 
+    # -- resource use (engine/monitoring.py) ----------------------------------------------------
+
+    async def sample_usage(self) -> int:
+        """Sample every running sandbox's resource use now (the monitor does it every
+        ``stats_interval``); return how many were measured. ``get_status`` shows the result.
+
+        :raises NotSupported: the runtime cannot measure its units.
+        """
+        return await monitoring.sample(self)
+
+    def usages(self) -> dict[str, SandboxUsage]:
+        """The last sampled resource use of every running sandbox that has one, by sandbox id."""
+        return {
+            sandbox_id: live.usage
+            for sandbox_id, live in self._live.items()
+            if live.usage is not None and live.record.state is State.RUNNING
+        }
+
     # -- units ---------------------------------------------------------------------------------
 
     def claimed_units(self) -> set[str]:
@@ -511,13 +533,16 @@ class SandboxManager:
         return [self._status(r, positions.get(r.sandbox_id)) for r in records]
 
     def _status(self, record: SandboxRecord, position: int | None) -> SandboxStatus:
-        deadline = None
+        deadline = usage = None
         clear = record.spec.auto_clear_seconds
         if record.state in LIVE_STATES and clear:
             live = self._live.get(record.sandbox_id)
             activity = live.activity if live is not None else time.time()
             deadline = datetime.fromtimestamp(activity + clear, timezone.utc)
-        return SandboxStatus(record=record, queue_position=position, idle_deadline=deadline)
+        if record.state is State.RUNNING:
+            live = self._live.get(record.sandbox_id)
+            usage = live.usage if live is not None else None
+        return SandboxStatus(record=record, queue_position=position, idle_deadline=deadline, usage=usage)
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatus:
         """ROCK's ``get_status``: a pending or running sandbox's status and phases.

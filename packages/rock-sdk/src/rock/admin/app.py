@@ -96,7 +96,7 @@ from rock_core.errors import (
 )
 from rock_core.models import PRIORITY_NORMAL
 from rock_core.plugins import Plugins, plugin_tables
-from rock_core.responses import start_response, status_response
+from rock_core.responses import start_response, statistics_response, status_response
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, State
@@ -281,10 +281,13 @@ class Metrics:
     Counters and the start-time histogram are cumulative for the life of the process: they never
     go backwards. Request counts are labelled by route *template* (``.../processes/{process_id}``)
     and outcome, so their number of series is bounded. Sandbox counts, the start queue and warm
-    pools are read from the engine at each scrape.
+    pools are read from the engine at each scrape, and so are the running sandboxes' summed
+    usage and (``per_sandbox``) each one's gauges: a sandbox's series go when it stops.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, per_sandbox: bool = False) -> None:
+        #: Whether each running sandbox's usage is exposed as gauges of its own (``sandbox_id`` label).
+        self.per_sandbox = per_sandbox
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = PromCounter(
             "rock_http_requests", "Requests answered, by route template and outcome.", ["route", "outcome"],
@@ -341,6 +344,45 @@ class _EngineFigures:
             for pool in pools:
                 metric.add_metric([pool.key, pool.image], getattr(pool, name))
             yield metric
+        yield from _usage_figures(manager, per_sandbox=self._metrics.per_sandbox)
+
+
+_USAGE_GAUGES = (
+    ("cpu_percent", "CPU use in percent of one core over the last sample."),
+    ("memory_bytes", "Memory in use (less reclaimable file cache)."),
+    ("memory_limit_bytes", "Memory limit."),
+    ("network_rx_bytes", "Bytes received since the sandbox started."),
+    ("network_tx_bytes", "Bytes sent since the sandbox started."),
+    ("pids", "Processes and threads."),
+    ("oom_kills", "Processes the OOM killer ended."),
+)
+
+
+def _usage_figures(manager: SandboxManager, *, per_sandbox: bool) -> Iterator[Any]:
+    """The running sandboxes' sampled usage: totals always, one series per sandbox when asked
+    (bounded by the running sandboxes: a sandbox's series go with it)."""
+    sampled = list(manager.usages().items())
+    yield GaugeMetricFamily(
+        "rock_sandboxes_cpu_percent", "Summed CPU use of the running sandboxes, in percent of one core.",
+        value=sum(u.cpu_percent for _, u in sampled),
+    )
+    yield GaugeMetricFamily(
+        "rock_sandboxes_memory_bytes", "Summed memory in use by the running sandboxes.",
+        value=sum(u.memory_bytes for _, u in sampled),
+    )
+    yield GaugeMetricFamily(
+        "rock_sandboxes_near_memory_limit", "Running sandboxes whose memory is near their limit.",
+        value=sum(1 for _, u in sampled if any(w.startswith("memory at") for w in u.warnings)),
+    )
+    if not per_sandbox:
+        return
+    for field, help_text in _USAGE_GAUGES:
+        metric = GaugeMetricFamily(f"rock_sandbox_{field}", help_text, labels=["sandbox_id"])
+        for sandbox_id, usage in sampled:
+            value = getattr(usage, field)
+            if value is not None:
+                metric.add_metric([sandbox_id], value)
+        yield metric
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,7 +563,7 @@ class AdminApp:
         self._given_manager = manager
         self._runtime = runtime
         self._manager = manager
-        self.metrics = Metrics()
+        self.metrics = Metrics(per_sandbox=settings.per_sandbox_metrics)
         self.metrics.attach(manager)
         self.routes = build_routes(self)
         self._openapi: dict[str, Any] | None = None
@@ -777,7 +819,10 @@ class AdminApp:
         """The route's input as its model; bad input raises :class:`_BadInput`."""
         try:
             if route.query is not None:
-                query = self._known_keys(request, route, {k: v for k, v in request.query_params.items()}, route.query)
+                given = {k: v for k, v in request.query_params.items()}
+                if "sandbox_id" in request.path_params:
+                    given["sandbox_id"] = str(request.path_params["sandbox_id"])  # the path names it
+                query = self._known_keys(request, route, given, route.query)
                 return structure_wire(query, route.query)
             if route.body is not None:
                 raw = await request.body()
@@ -1043,6 +1088,11 @@ class AdminApp:
         """``POST /list_dir`` (rock addition)."""
         return await self._rocklet(body.sandbox_id, "list_dir").list_dir(body.path)
 
+    async def statistics(self, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
+        """``GET /sandboxes/{sandbox_id}/statistics``: the engine's last sample of the sandbox's
+        resource use, in ROCK's ``get_statistics`` shape (cpu, mem, disk, net) with rock's usage."""
+        return statistics_response(await self.manager.get_status(query.sandbox_id))
+
     async def get_statistics(self, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
         """``GET /get_sandbox_statistics``: the rocklet's CPU, memory, disk and network figures."""
         return await self._rocklet(query.sandbox_id, "get_statistics").get_statistics()
@@ -1147,6 +1197,11 @@ def build_routes(app: AdminApp) -> list[Route]:
         Route(method="GET", path=f"{p}/get_sandbox_statistics", name="get_sandbox_statistics",
               handler=app.get_statistics, query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
               summary="CPU, memory, disk and network figures of a running sandbox."),
+        Route(method="GET", path=f"{p}/sandboxes/{{sandbox_id}}/statistics", name="statistics",
+              handler=app.statistics, query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
+              summary="The sandbox's resource use as the engine last sampled it (no call into the sandbox).",
+              description="ROCK's get_statistics figures cpu and mem (percent), disk (percent of its limit), net "
+                          "(bytes received plus sent), and usage (every figure, sampled_at) and warnings."),
         Route(method="POST", path=f"{p}/stop", name="stop", handler=app.stop, body=SandboxIdRequest, result=str,
               failure="stop sandbox failed", summary="Stop a sandbox (unknown or stopped: no error)."),
         Route(method="POST", path=f"{p}/delete", name="delete", handler=app.delete, body=SandboxIdRequest, result=str,

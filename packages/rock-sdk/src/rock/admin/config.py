@@ -25,6 +25,8 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     proxy_timeout = 120                # seconds a proxied request may wait for its answer, and
                                        # between two reads of it (ROCK: 120 s); see rock.admin.proxy
     ws_max_message = "64m"             # largest WebSocket message the proxy and port-forward carry
+    per_sandbox_metrics = false        # true: /metrics has each running sandbox's CPU, memory,
+                                       # network and process gauges (a series set per sandbox)
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
@@ -90,7 +92,7 @@ import attrs
 from rock_core.converters import structure_fields
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
-from rock_core.models import ByteSize, NonBlankStr, NonNegativeInt, Port, PositiveFloat, PositiveInt
+from rock_core.models import ByteSize, NonBlankStr, NonNegativeFloat, NonNegativeInt, Port, PositiveFloat, PositiveInt
 
 from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables
 
@@ -144,6 +146,7 @@ class AdminSettings:
     strict_fields: bool = False
     proxy_timeout: float = 120.0
     ws_max_message: int = 64 * MiB
+    per_sandbox_metrics: bool = False
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -190,6 +193,7 @@ _ADMIN_KEYS: Mapping[str, Any] = {
     "strict_fields": bool,
     "proxy_timeout": PositiveFloat,
     "ws_max_message": ByteSize,
+    "per_sandbox_metrics": bool,
 }
 
 _ENGINE_KEYS: Mapping[str, Any] = {
@@ -218,6 +222,9 @@ _ENGINE_KEYS: Mapping[str, Any] = {
     "disk_keep_seconds": NonNegativeInt,
     "archive_store": str | None,
     "rocklet_url": str | None,
+    "stats_interval": NonNegativeFloat,
+    "restart_backoff_seconds": PositiveFloat,
+    "queue_aging_seconds": PositiveFloat,
     "archive_timeout": PositiveFloat,
     "restore_timeout": PositiveFloat,
 }

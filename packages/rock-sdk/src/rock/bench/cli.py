@@ -473,3 +473,27 @@ def cluster(sandboxes: int, nodes: int, image: str, memory: str, cpus: float, ru
         sys.exit(1)
     click.echo(table(results), err=True)
     click.echo(dumps(results))
+
+
+@bench.command()
+@click.option("--count", "-n", type=click.IntRange(min=1), default=200, show_default=True, help="Running sandboxes sampled.")
+@click.option("--samples", type=click.IntRange(min=1), default=20, show_default=True, help="Samples taken and averaged.")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
+              help="The stats_interval the cost is reported at.")
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
+def monitor(count: int, samples: int, interval: float, image: str) -> None:
+    """What sampling N running sandboxes' resource use costs the engine (goal: 200 every 5 s <= 2% of a core).
+
+    Prints the engine's CPU milliseconds per sample and its share of one core at the interval,
+    as JSON (stdout); exits 1 when the goal is missed.
+    """
+    from rock.bench.monitor import GOAL_PERCENT_OF_A_CORE, MonitorSettings, run_monitor
+
+    settings = MonitorSettings(count=count, samples=samples, interval=interval, image=image)
+    document = run_monitor(settings, say=lambda line: click.echo(line, err=True))
+    click.echo(json.dumps(document, indent=2))
+    figures = document["figures"]
+    if not figures["goal_met"]:
+        click.echo(f"sampling costs {figures['percent_of_a_core_at_interval']}% of a core "
+                   f"(goal: {GOAL_PERCENT_OF_A_CORE}%)", err=True)
+        sys.exit(1)
