@@ -11,6 +11,8 @@ import threading
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rock.sdk.chat import ACTIONS, ChatConfig, LLMConfig, LLMError, detect_language, interpret, is_destructive_command
 from rock.sdk.chat.actions import plan
 from rock.sdk.chat.llm import tool_call_arguments
@@ -322,3 +324,28 @@ async def test_llm_errors_name_the_url(free_port: Any) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+_WORDS = [
+    "install", "安装", "run", "运行", "`ls`", "delete", "删除", "/tmp/x", "env", "环境", "step", "up", "seed", "3",
+    "write", "写入", '"hi"', "to", "stop", "停止", "沙箱", "status", "logs", "日志", "list", "files", "read", "cpu",
+    "sokoban", "推箱子", "reset", "close", "关闭", "numpy", ";", "rm -rf /", "\\boxed{left}", "内容为", "把",
+]
+
+
+@given(st.lists(st.sampled_from(_WORDS) | st.text(max_size=12), max_size=8).map(" ".join))
+@settings(max_examples=400, deadline=None)
+def test_any_prompt_is_read_the_same_way_and_planned_or_refused(prompt: str) -> None:
+    reading = interpret(prompt)
+    assert reading == interpret(prompt)
+    assert reading.kind in ("action", "help", "unknown", "incomplete")
+    if reading.kind == "action":
+        assert reading.action in ACTIONS
+        try:
+            action = plan(reading.action, reading.args)
+        except InvalidParameter as exc:
+            assert exc.field and exc.field.startswith(reading.action)
+        else:
+            assert action.preview
+            if reading.action == "run_command" and is_destructive_command(reading.args["command"]):
+                assert action.destructive
