@@ -13,6 +13,10 @@ path                    body                                          answer
 ``batch`` (rock)        ``{calls: [{op, ...the op's body}]}``         ``{results: [answer | {error: {kind, detail}}]}``
 ======================  ============================================  =============================================
 
+In a ``batch``, resets and steps go to each sandbox in one request (several for one env run in
+their order), while makes and closes run beside them: a batch should not both close and step
+one env.
+
 ``sandbox_id`` is the env's handle (``<sandbox>.<env>``): several envs share a sandbox here,
 where ROCK starts one sandbox per env. Unknown body keys are ignored (ROCK's own test sends
 ``session``).
