@@ -509,3 +509,24 @@ def test_envs_per_sandbox_is_a_setting_and_envs_share_sandboxes(tmp_path_factory
             vec.close()
     finally:
         stop_admin(server, docker_client)
+
+
+async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(gem_image: str, engine: Any, containers: Any) -> None:
+    await asyncio.to_thread(engine.start)
+    first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
+    await asyncio.sleep(0.05)  # the first make is starting a sandbox
+    second = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
+    provider = engine.manager._env_providers["gem"]
+    for _ in range(200):  # until the second waits to join the starting sandbox
+        if any(host.slots == 2 and not host.ready.is_set() for host in provider._hosts):
+            break
+        await asyncio.sleep(0.005)
+    else:
+        pytest.skip("the sandbox started before the second make could join it")
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    env = await first
+    sandbox_id = env.sandbox_id.split(".")[0]
+    await env.aclose()  # its last env: the sandbox stops
+    assert containers.gone(sandbox_id)

@@ -254,8 +254,14 @@ class GemProvider(EnvProvider):
                 self._hosts.append(host)
                 starting = True
         if starting:
-            await self._start_host(host)
-        await host.ready.wait()
+            await self._start_host(host)  # on failure or cancellation it leaves the host's list
+        else:
+            try:
+                await host.ready.wait()
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._release(host)  # the starter still holds its slot: no stop here
+                raise
         if host.error is not None:
             raise host.error
         return host
