@@ -102,6 +102,7 @@ async def test_sandboxes_spread_across_the_nodes_and_show_their_node(stand_in_no
             for coro in started:
                 tg.start_soon(one, coro)
         assert {s.state for s in statuses} == {State.RUNNING}
+        assert engine.runtime.feed.frames > 0, "the starts did not follow Nomad's event stream"
         assert sorted(s.record.host_name for s in statuses) == sorted(addresses)
         for status in statuses:
             record = status.record

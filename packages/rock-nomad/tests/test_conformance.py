@@ -86,3 +86,23 @@ class TestNomadRuntimeConformance(RuntimeConformance):
         async with httpx.AsyncClient(base_url=self.nomad.address) as http:
             response = await http.delete(f"/v1/job/{handle.unit_id}", params={"purge": "true"})
             response.raise_for_status()
+
+
+class TestNomadRuntimePollingConformance(TestNomadRuntimeConformance):
+    """The same checks with ``event_stream = false``: each start follows its evaluation and
+    allocation with blocking queries of its own instead of the shared event stream."""
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    async def runtime(cls, nomad, tmp_path_factory):
+        served = tmp_path_factory.mktemp("rocklet")
+        artifacts = ArtifactServer(served, "127.0.0.1")
+        try:
+            delivery = await anyio.to_thread.run_sync(lambda: prepare_rocklet(served, url=None))
+            url = f"{artifacts.url}/{delivery.path.parent.name}/{delivery.path.name}"
+            async with NomadRuntime(address=nomad.address, event_stream=False) as runtime:
+                runtime.use_rocklet(type(delivery)(path=delivery.path, sha256=delivery.sha256, url=url))
+                yield runtime
+                assert runtime._feed is None or runtime._feed.frames == 0
+        finally:
+            artifacts.close()

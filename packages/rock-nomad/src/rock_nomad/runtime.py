@@ -37,6 +37,7 @@ from rock_core.models import PHASE_IMAGE_PULL, Phase, PhaseStatus, RuntimeStatus
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_nomad._api import NomadApi, NomadError, Setting
+from rock_nomad._events import EventFeed, JobWatch
 from rock_nomad._job import describe_placement_failure, failure_of, job_for, latest_alloc, status_of
 
 __all__ = ["NomadRuntime"]
@@ -116,7 +117,10 @@ class NomadRuntime(Runtime):
         (``[engine] rocklet_url``, which the admin sets to its own ``/rocklet.pyz``). Set it when
         the nodes reach the admin by another address than the one it knows itself by.
     :param api_timeout: seconds to wait for Nomad's answer to one (non-blocking) call.
-    :param max_connections: HTTP connections to Nomad at once (a start in progress holds one).
+    :param max_connections: HTTP connections to Nomad at once.
+    :param event_stream: follow starts through one event stream (``/v1/event/stream``) instead of
+        a blocking query per start; a start hears of its job from it.
+    :param poll_after: seconds a start waits for news from the stream before it reads Nomad itself.
     """
 
     name: ClassVar[str] = "nomad"
@@ -145,6 +149,8 @@ class NomadRuntime(Runtime):
         rocklet_url: str | None = None,
         api_timeout: Any = 30.0,
         max_connections: Any = 512,
+        event_stream: Any = True,
+        poll_after: Any = 5.0,
     ) -> None:
         self.settings = {
             "address": _setting_source("address", address, "NOMAD_ADDR"),
@@ -185,7 +191,10 @@ class NomadRuntime(Runtime):
         self.rocklet_url = rocklet_url or None
         self.api_timeout = _as_number(api_timeout, "api_timeout", minimum=1)
         self.max_connections = _as_number(max_connections, "max_connections", minimum=1, integer=True)
+        self.use_event_stream = _as_bool(event_stream, "event_stream")
+        self.poll_after = _as_number(poll_after, "poll_after", minimum=0.1)
         self._api: NomadApi | None = None
+        self._feed: EventFeed | None = None
         self._closed = False
         #: Units created but not started yet: job id -> (job, notes).
         self._created: dict[str, dict[str, Any]] = {}
@@ -224,6 +233,13 @@ class NomadRuntime(Runtime):
             )
         return self._api
 
+    @property
+    def feed(self) -> EventFeed:
+        """The event stream that wakes starts in progress (made on first use)."""
+        if self._feed is None:
+            self._feed = EventFeed(self.api)
+        return self._feed
+
     def _job_id(self, sandbox_id: str) -> str:
         return f"{self.job_prefix}{sandbox_id}"
 
@@ -233,6 +249,8 @@ class NomadRuntime(Runtime):
         return f"job/{quote(job_id, safe='')}"
 
     async def _purge(self, job_id: str, sandbox_id: str | None) -> None:
+        if self._feed is not None:
+            self._feed.untrack(job_id)
         with anyio.CancelScope(shield=True):
             try:
                 await self.api.request("DELETE", self._path(job_id), params={"purge": True}, attempted="remove",
@@ -312,68 +330,92 @@ class NomadRuntime(Runtime):
                 on_phase(PHASE_IMAGE_PULL, Phase(status, message))
 
         phase(PhaseStatus.RUNNING, "registering the sandbox's Nomad job")
-        answer = (await self.api.request(
-            "POST", "jobs", json={"Job": made["job"], "EnforceIndex": True, "JobModifyIndex": 0},
-            attempted="start", sandbox_id=sandbox_id,
-        )).json()
-        self._created.pop(job_id, None)
-        try:
-            alloc = await self._placed(job_id, sandbox_id, answer.get("EvalID") or "")
-            phase(PhaseStatus.RUNNING, f"placed on Nomad node {alloc.get('NodeName')}; it gets the image {made['image']}")
-            alloc = await self._follow(alloc, sandbox_id)
-            if alloc.get("ClientStatus") != "running":
-                raise self._start_failure(alloc, made["image"], sandbox_id)
-            phase(PhaseStatus.SUCCESS, f"image {made['image']} ready on Nomad node {alloc.get('NodeName')}")
-            ports = list(((alloc.get("AllocatedResources") or {}).get("Shared") or {}).get("Ports") or [])
-            self._ports[alloc["ID"]] = ports
-            return status_of(alloc, ports=ports, stopped_by_us=False)
-        except BaseException as exc:
-            # Purged before the failure is told: nothing is left once a caller hears of it.
-            await self._purge(job_id, sandbox_id)
-            if isinstance(exc, ImagePullFailed):
-                phase(PhaseStatus.FAILED, exc.message)
-            raise
+        streaming = self.use_event_stream and await self.feed.ready()
+        if streaming:
+            self.feed.track(job_id)
+        with self.feed.watch(job_id) as watch:
+            answer = (await self.api.request(
+                "POST", "jobs", json={"Job": made["job"], "EnforceIndex": True, "JobModifyIndex": 0},
+                attempted="start", sandbox_id=sandbox_id,
+            )).json()
+            self._created.pop(job_id, None)
+            try:
+                poll = self.poll_after if streaming else 0.0
+                alloc = await self._placed(watch, answer.get("EvalID") or "", sandbox_id, poll)
+                phase(PhaseStatus.RUNNING, f"placed on Nomad node {alloc.get('NodeName')}; it gets the image {made['image']}")
+                alloc = await self._follow(watch, alloc, sandbox_id, poll)
+                if alloc.get("ClientStatus") != "running":
+                    raise self._start_failure(alloc, made["image"], sandbox_id)
+                phase(PhaseStatus.SUCCESS, f"image {made['image']} ready on Nomad node {alloc.get('NodeName')}")
+                ports = list(((alloc.get("AllocatedResources") or {}).get("Shared") or {}).get("Ports") or [])
+                if not ports:  # a stub without resources: read the allocation once
+                    full = await self.api.get_json(f"allocation/{alloc['ID']}", attempted="start", sandbox_id=sandbox_id)
+                    ports = list(((full.get("AllocatedResources") or {}).get("Shared") or {}).get("Ports") or [])
+                self._ports[alloc["ID"]] = ports
+                return status_of(alloc, ports=ports, stopped_by_us=False)
+            except BaseException as exc:
+                # Purged before the failure is told: nothing is left once a caller hears of it.
+                await self._purge(job_id, sandbox_id)
+                if isinstance(exc, ImagePullFailed):
+                    phase(PhaseStatus.FAILED, exc.message)
+                raise
 
-    async def _placed(self, job_id: str, sandbox_id: str, eval_id: str) -> dict[str, Any]:
+    async def _heard(self, watch: JobWatch, poll: float) -> bool:
+        """Wait for news of the watched job; ``False`` when none came within ``poll`` seconds
+        (then the caller reads Nomad itself). ``poll`` 0: no stream, read at once (blocking)."""
+        return poll > 0 and await watch.changed(poll)
+
+    async def _placed(self, watch: JobWatch, eval_id: str, sandbox_id: str, poll: float) -> dict[str, Any]:
         """Follow the register evaluation until the scheduler is done; the allocation it placed.
 
         :raises RuntimeFailure: nothing fits: Nomad's reason (``FailedTGAllocs``).
         """
         index = 1
         while True:
-            evaluation, index = await self.api.blocking(
-                f"evaluation/{eval_id}", index, _BLOCK, attempted="start", sandbox_id=sandbox_id, namespaced=False,
-            )
+            evaluation = watch.evals.get(eval_id)
+            if evaluation is None or evaluation.get("Status") in ("pending", "blocked") and not evaluation.get("FailedTGAllocs"):
+                if not await self._heard(watch, poll):
+                    # No stream, or no news for a while: ask Nomad (blocking only without a stream).
+                    read, index = await self.api.blocking(
+                        f"evaluation/{eval_id}", index if poll == 0 else 0, _BLOCK, attempted="start",
+                        sandbox_id=sandbox_id, namespaced=False,
+                    )
+                    watch.update("Evaluation", read)
+                continue
             status = evaluation.get("Status")
             if evaluation.get("FailedTGAllocs"):
                 raise RuntimeFailure(describe_placement_failure(evaluation["FailedTGAllocs"]), sandbox_id=sandbox_id,
                                      attempted="start")
             if status in ("failed", "canceled"):
                 raise RuntimeFailure(
-                    f"Nomad's evaluation of job {job_id} {status}: {evaluation.get('StatusDescription') or 'no reason given'}",
+                    f"Nomad's evaluation of job {watch.job_id} {status}: "
+                    f"{evaluation.get('StatusDescription') or 'no reason given'}",
                     sandbox_id=sandbox_id, attempted="start",
                 )
-            if status == "complete":
-                break
-        allocs = await self.api.get_json(f"evaluation/{eval_id}/allocations", attempted="start", sandbox_id=sandbox_id,
-                                          namespaced=False)
-        alloc = latest_alloc([a for a in allocs if a.get("JobID") == job_id])
+            break
+        alloc = latest_alloc([a for a in watch.allocs.values() if a.get("EvalID") == eval_id])
         if alloc is None:
-            raise RuntimeFailure(f"Nomad's evaluation of job {job_id} completed without placing it", sandbox_id=sandbox_id,
-                                 attempted="start")
+            allocs = await self.api.get_json(f"evaluation/{eval_id}/allocations", attempted="start", sandbox_id=sandbox_id,
+                                              namespaced=False)
+            alloc = latest_alloc([a for a in allocs if a.get("JobID") == watch.job_id])
+        if alloc is None:
+            raise RuntimeFailure(f"Nomad's evaluation of job {watch.job_id} completed without placing it",
+                                 sandbox_id=sandbox_id, attempted="start")
         return dict(alloc)
 
-    async def _follow(self, alloc: Mapping[str, Any], sandbox_id: str) -> dict[str, Any]:
-        """Follow an allocation (blocking queries on its own index) until its client is done
-        pulling and starting: ``running``, or ended."""
+    async def _follow(self, watch: JobWatch, alloc: Mapping[str, Any], sandbox_id: str, poll: float) -> dict[str, Any]:
+        """Follow an allocation until its client is done pulling and starting: ``running``, or ended."""
         alloc_id = alloc["ID"]
         index = 1
         while True:
-            full, index = await self.api.blocking(
-                f"allocation/{alloc_id}", index, _BLOCK, attempted="start", sandbox_id=sandbox_id,
-            )
-            if full.get("ClientStatus") != "pending" or full.get("DesiredStatus") != "run":
-                return dict(full)
+            current = watch.allocs.get(alloc_id) or alloc
+            if current.get("ClientStatus") != "pending" or current.get("DesiredStatus") != "run":
+                return dict(current)
+            if not await self._heard(watch, poll):
+                read, index = await self.api.blocking(
+                    f"allocation/{alloc_id}", index if poll == 0 else 0, _BLOCK, attempted="start", sandbox_id=sandbox_id,
+                )
+                watch.update("Allocation", read)
 
     def _start_failure(self, alloc: Mapping[str, Any], image: str, sandbox_id: str) -> RuntimeFailure:
         reason, image_failed = failure_of(alloc)
@@ -394,6 +436,8 @@ class NomadRuntime(Runtime):
         if self._created.pop(job_id, None) is not None:
             return
         self._stopped.add(job_id)
+        if self._feed is not None:
+            self._feed.untrack(job_id)
         await self.api.request("DELETE", self._path(job_id), attempted="stop", sandbox_id=handle.sandbox_id)
         allocs = await self.api.get_json(f"{self._path(job_id)}/allocations", attempted="stop", sandbox_id=handle.sandbox_id)
         alloc = latest_alloc(allocs)
@@ -415,6 +459,8 @@ class NomadRuntime(Runtime):
         await self.api.request("DELETE", self._path(job_id), params={"purge": True}, attempted="remove",
                                sandbox_id=handle.sandbox_id)
         self._stopped.discard(job_id)
+        if self._feed is not None:
+            self._feed.untrack(job_id)
 
     # -- inspect, list, logs --------------------------------------------------------------------
 
@@ -426,6 +472,13 @@ class NomadRuntime(Runtime):
         job_id, sandbox_id = handle.unit_id, handle.sandbox_id
         if job_id in self._created:
             return RuntimeStatus(state=UnitState.CREATED)
+        heard = self._feed.latest.get(job_id) if self._feed is not None and self._feed.connected else None
+        if heard is not None and job_id not in self._stopped and heard.get("ClientStatus") == "running" \
+                and heard.get("DesiredStatus") == "run" and heard.get("ID") in self._ports:
+            # The event stream is up and its newest word on the job is "running": no need to ask
+            # (the engine inspects every half second while it waits for a rocklet). Anything else
+            # is read from Nomad.
+            return status_of(heard, ports=self._ports[heard["ID"]], stopped_by_us=False)
         alloc = latest_alloc(await self._allocs(job_id, sandbox_id, "inspect"))
         if alloc is None or job_id in self._stopped and alloc.get("ClientStatus") in ("pending", "running"):
             try:
@@ -501,6 +554,9 @@ class NomadRuntime(Runtime):
     async def aclose(self) -> None:
         """Close the HTTP client; the runtime refuses calls afterwards. Idempotent."""
         api, self._api, self._closed = self._api, None, True
+        feed, self._feed = self._feed, None
+        if feed is not None:
+            await feed.aclose()
         if api is not None:
             await api.aclose()
 

@@ -123,6 +123,23 @@ async def _admin(config: str) -> AsyncIterator[tuple[str, int, Path]]:
         shutil.rmtree(state_dir, ignore_errors=True)
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used so far (``/proc/<pid>/stat``)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _own_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _result(response: httpx.Response, what: str) -> Any:
     envelope = response.json()
     if response.status_code != 200 or envelope.get("status") != "Success":
@@ -166,6 +183,7 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
                 body = {"image": settings.image, "memory": settings.memory, "cpus": settings.cpus}
                 say(f"{runtime}: starting {settings.sandboxes} sandboxes at once ({settings.memory}, {settings.cpus:g} cpus)")
                 t0 = time.monotonic()
+                admin_cpu0, own_cpu0 = _cpu_seconds(pid) or 0.0, _own_cpu()
 
                 async def start(sandbox_id: str) -> None:
                     sent[sandbox_id] = time.monotonic()
@@ -190,6 +208,10 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
                 figures["start_p50_s"] = round(percentile(starts, 50) or 0, 2)
                 figures["start_p95_s"] = round(percentile(starts, 95) or 0, 2)
                 figures["all_running_s"] = round(max(running.values()) - t0, 2)
+                # Where the CPU went while they started: the admin, and this process (on the nomad
+                # run, the stand-in Nomad server and its simulated nodes live here).
+                figures["admin_cpu_s_to_all_running"] = round((_cpu_seconds(pid) or 0.0) - admin_cpu0, 2)
+                figures["bench_process_cpu_s_to_all_running"] = round(_own_cpu() - own_cpu0, 2)
                 if runtime == "nomad":
                     hosts = {}
                     for sandbox_id in ids[:: max(1, len(ids) // 20)]:

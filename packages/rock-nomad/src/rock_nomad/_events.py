@@ -1,0 +1,165 @@
+"""One event stream for every start in progress: :class:`EventFeed`.
+
+A start waits for its evaluation to be processed and then for its allocation to run. With a
+blocking query per start, 100 starts hold 100 connections, and every request the pool hands
+out scans them all (httpcore; measured at some 6 ms of CPU a request at that size). Instead one
+``GET /v1/event/stream?topic=Evaluation:*&topic=Allocation:*`` feeds every start: each start
+registers its job id before it registers the job (so no event of it is missed once the stream
+is up), and is woken by the events of its job.
+
+The stream is a help, never a requirement: a start that hears nothing for ``poll_after``
+seconds asks Nomad directly (one plain read), so a broken or slow stream only makes starts
+slower. The stream reconnects from the last index it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from rock_nomad._api import NomadApi
+
+__all__ = ["EventFeed", "JobWatch"]
+
+log = logging.getLogger("rock.nomad")
+
+
+class JobWatch:
+    """What the stream told of one job: its evaluations and allocations by id, newest state."""
+
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        self.evals: dict[str, dict[str, Any]] = {}
+        self.allocs: dict[str, dict[str, Any]] = {}
+        self._changed = asyncio.Event()
+
+    def update(self, kind: str, obj: dict[str, Any]) -> None:
+        table = self.evals if kind == "Evaluation" else self.allocs
+        known = table.get(obj.get("ID", ""))
+        if known is not None and (known.get("ModifyIndex") or 0) > (obj.get("ModifyIndex") or 0):
+            return  # an older state than one already seen (a direct read raced the stream)
+        table[obj["ID"]] = obj
+        self._changed.set()
+
+    async def changed(self, timeout: float) -> bool:
+        """Wait until something new is told of the job, or ``timeout`` seconds; whether it was."""
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._changed.clear()
+        return True
+
+
+class EventFeed:
+    """Nomad's event stream of the runtime's namespace, dispatched to the starts that watch a job."""
+
+    def __init__(self, api: NomadApi) -> None:
+        self._api = api
+        self._watches: dict[str, JobWatch] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+        self._index = 0
+        self.frames = 0
+        #: The newest allocation the stream told of, for each job :meth:`track` names.
+        self.latest: dict[str, dict[str, Any]] = {}
+        self._tracked: set[str] = set()
+
+    @property
+    def connected(self) -> bool:
+        """Whether the stream is up now (what it told is current)."""
+        return self._connected.is_set()
+
+    def track(self, job_id: str) -> None:
+        """Keep :attr:`latest` of ``job_id`` (a started sandbox's job) until :meth:`untrack`."""
+        self._tracked.add(job_id)
+
+    def untrack(self, job_id: str) -> None:
+        self._tracked.discard(job_id)
+        self.latest.pop(job_id, None)
+
+    @contextlib.contextmanager
+    def watch(self, job_id: str) -> Iterator[JobWatch]:
+        """Hear the events of ``job_id`` while the block runs."""
+        watch = self._watches[job_id] = JobWatch(job_id)
+        try:
+            yield watch
+        finally:
+            if self._watches.get(job_id) is watch:
+                del self._watches[job_id]
+
+    async def ready(self, timeout: float = 5.0) -> bool:
+        """Start the stream if it is not running; wait (at most ``timeout``) until it is connected."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="rock-nomad event stream")
+        if self._connected.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def _run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                if self._index == 0:
+                    # From now on: the stream replays what its buffer holds from ``index``.
+                    response = await self._api.request("GET", "jobs", params={"prefix": "rock-nomad-index-probe-"}, attempted="events")
+                    self._index = int(response.headers.get("X-Nomad-Index") or 0)
+                params = [("topic", "Evaluation:*"), ("topic", "Allocation:*"), ("index", str(self._index + 1))]
+                async with self._api.stream("event/stream", params) as response:
+                    self._connected.set()
+                    delay = 0.5
+                    async for line in response.aiter_lines():
+                        if line.strip():
+                            self._frame(line)
+                log.info("Nomad's event stream ended; reconnecting")
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the stream is a help: starts poll without it
+                log.warning("Nomad's event stream failed (%s); starts poll meanwhile, reconnecting in %.1fs", exc, delay)
+            self._connected.clear()
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    def _frame(self, line: str) -> None:
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            return
+        events = frame.get("Events")
+        if not events:
+            return  # a heartbeat
+        self.frames += 1
+        self._index = max(self._index, int(frame.get("Index") or 0))
+        if not self._watches and not self._tracked:
+            return
+        for event in events:
+            topic = event.get("Topic")
+            payload = (event.get("Payload") or {}).get(topic)
+            if not isinstance(payload, dict):
+                continue
+            job_id = payload.get("JobID") or ""
+            watch = self._watches.get(job_id)
+            if watch is not None:
+                watch.update(topic, payload)
+            if topic == "Allocation" and job_id in self._tracked:
+                known = self.latest.get(job_id)
+                if known is None or (known.get("CreateIndex") or 0, known.get("ModifyIndex") or 0) <= (
+                    payload.get("CreateIndex") or 0, payload.get("ModifyIndex") or 0
+                ):
+                    self.latest[job_id] = payload
