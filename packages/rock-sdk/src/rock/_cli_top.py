@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from rock._cli_sandbox import _base_url_option, _json_option, _list, _print_table, _resolve_target, _run, sandbox
+from rock._cli_sandbox import _base_url_option, _json_option, _list_items, _print_table, _resolve_target, _run, sandbox
 
 __all__ = ["top_command"]
 
@@ -42,9 +42,10 @@ def _size(value: int | None) -> str:
 
 def _rows(statuses: list[Any], sort: str) -> list[dict[str, Any]]:
     rows = [
-        {"sandbox_id": s.sandbox_id, "image": s.image, "warnings": list(s.warnings or []), **(s.usage or {})}
+        {"sandbox_id": s.get("sandbox_id"), "image": s.get("image"), "warnings": list(s.get("warnings") or []),
+         **(s.get("usage") or {})}
         for s in statuses
-        if s.state is not None and s.state.value == "running"
+        if s.get("state") == "running"
     ]
     if sort == "id":
         return sorted(rows, key=lambda r: r["sandbox_id"] or "")
@@ -83,13 +84,13 @@ def top_command(base_url: str | None, as_json: bool, sort: str, interval: float,
         click.echo("rock: `rock sandbox top` needs an admin: set ROCK_BASE_URL or run `rock admin start`", err=True)
         sys.exit(2)
     if as_json:
-        rows = _rows(_run(lambda: _list(target, {"state": "running"})), sort)
+        rows = _rows(_run(lambda: _list_items(target, {"state": "running"})), sort)
         click.echo(json.dumps({"items": rows, "total": len(rows)}, default=str))
         return
     live = sys.stdout.isatty() and not once
     try:
         while True:
-            rows = _rows(_run(lambda: _list(target, {"state": "running"})), sort)
+            rows = _rows(_run(lambda: _list_items(target, {"state": "running"})), sort)
             if live:
                 click.echo("\x1b[H\x1b[2J", nl=False)  # home, clear: redraw in place
             _table(rows)

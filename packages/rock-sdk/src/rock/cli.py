@@ -8,6 +8,8 @@ them), so ``rock --version`` and the built-in commands work even when a plugin i
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 import click
 
@@ -16,6 +18,12 @@ from rock import __version__
 __all__ = ["BUILT_IN", "RockGroup", "main"]
 
 _META_KEY = "rock.plugin_commands"
+
+# httpx imports its own command line (``httpx._main``: rich, pygments, ...) when it is imported and
+# rich is installed, some 60 ms of every `rock` command that talks HTTP. The `rock` process never
+# runs httpx's command line; without that module httpx's ``main`` is its own stub saying so.
+if "httpx" not in sys.modules:
+    sys.modules.setdefault("httpx._main", types.ModuleType("httpx._main"))
 
 #: The built-in commands: name -> (module, attribute). A command's module is imported only when
 #: that command runs (or ``--help`` lists it), so ``rock sandbox list`` never loads the engine,

@@ -521,17 +521,24 @@ class RemoteEngine:
 
     async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
         """``GET /sandboxes``, page after page: every pending and running sandbox the key may see."""
-        statuses: list[SandboxStatusResponse] = []
+        items = await self.list_sandbox_items(filters)
+        return [structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items]
+
+    async def list_sandbox_items(self, filters: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+        """:meth:`list_sandboxes` as the admin's JSON items, not read into models: for a caller
+        that only prints them (``rock sandbox list``: reading 1,000 statuses into models costs
+        more than fetching them)."""
+        items: list[dict[str, Any]] = []
         page = 1
         while True:
             result = await self._call(
                 "GET", "/sandboxes", "list_sandboxes", None,
                 params={"page": page, "page_size": _LIST_PAGE_SIZE, **(filters or {})},
             )
-            items = result.get("items") or []
-            statuses += [structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items]
-            if not result.get("has_more") or not items:
-                return statuses
+            page_items = result.get("items") or []
+            items += page_items
+            if not result.get("has_more") or not page_items:
+                return items
             page += 1
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
