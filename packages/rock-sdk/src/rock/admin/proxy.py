@@ -268,12 +268,38 @@ class Response:
         self._pool, self._key, self._conn, self._parser, self._answer = pool, key, conn, parser, answer
         self._head, self._timeout = head, timeout
         self._finished = False
+        # A body of known length is counted, not parsed: the copy's hot path is read, then send.
+        self._length: int | None = None
+        names = {k.lower(): v for k, v in answer.headers}
+        if b"transfer-encoding" not in names and b"content-length" in names:
+            try:
+                self._length = int(names[b"content-length"])
+            except ValueError:
+                self._length = None
 
     async def body(self) -> AsyncIterator[bytes]:
         """The body as it arrives. :class:`UpstreamError` when the service breaks off."""
         answer = self._answer
         if self._head or self.status in (204, 304):
             self._finish(reusable=not self._head and answer.done)  # HEAD: the parser would wait for a body
+            return
+        if self._length is not None:
+            remaining = self._length
+            pieces, answer.body = answer.body, []
+            for piece in pieces:
+                remaining -= len(piece)
+                yield piece
+            while remaining > 0:
+                data = await _read(self._conn, self._timeout)
+                if not data:
+                    await self.aclose()
+                    raise UpstreamError(502, "the service closed the connection before its answer ended")
+                if len(data) > remaining:  # more than the answer: the connection is not reusable
+                    data = data[:remaining]
+                    answer.keep_alive = False
+                remaining -= len(data)
+                yield data
+            self._finish(reusable=True)
             return
         while True:
             if answer.body:

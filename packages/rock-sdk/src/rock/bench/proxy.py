@@ -63,7 +63,7 @@ async def _call(http: httpx.AsyncClient, method: str, path: str, **kw: Any) -> A
 
 async def _sandbox_with(http: httpx.AsyncClient, image: str, kind: str) -> tuple[str, int]:
     """Start a sandbox running the ``kind`` service on 8080; its id and published 8080."""
-    started = await _call(http, "POST", "/start", json={"image": image, "memory": "512m", "cpus": 1})
+    started = await _call(http, "POST", "/start", json={"image": image, "memory": "512m", "cpus": 2})
     sandbox_id = started["sandbox_id"]
     await _call(http, "POST", "/write_file", json={
         "sandbox_id": sandbox_id, "path": "/srv/services.py", "content": Path(sandbox_services.__file__).read_text(),
@@ -112,6 +112,7 @@ async def _download(url: str, size: int, pid: int | None) -> dict[str, Any]:
     parts = urllib.parse.urlsplit(url)
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 80, limit=1 << 22)
     peak = before = rss_bytes(pid) if pid else None
+    cpu_before = _cpu_seconds(pid) if pid else None
     received = 0
     try:
         began = time.perf_counter()
@@ -138,7 +139,21 @@ async def _download(url: str, size: int, pid: int | None) -> dict[str, Any]:
         figures["admin_rss_before_mb"] = round((before or 0) / 1e6, 1)
         figures["admin_rss_peak_mb"] = round(max(peak or 0, rss_bytes(pid) or 0) / 1e6, 1)
         figures["admin_growth_mb"] = round(figures["admin_rss_peak_mb"] - figures["admin_rss_before_mb"], 1)
+        cpu_after = _cpu_seconds(pid)
+        if cpu_before is not None and cpu_after is not None:
+            figures["admin_cpu_share"] = round((cpu_after - cpu_before) / seconds, 2)  # 1.0: one core busy
+            # What the proxy costs, whatever else the machine does meanwhile:
+            figures["admin_cpu_seconds_per_gib"] = round((cpu_after - cpu_before) / (size / 2**30), 2)
     return figures
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User and system CPU seconds of process ``pid`` so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def _ws_round_trips(direct: str, proxied: str, count: int) -> tuple[list[float], list[float]]:
@@ -174,7 +189,7 @@ async def _measure(settings: ProxyBenchSettings, url: str, pid: int | None, say:
             )
             size = settings.download_mb << 20
             say(f"download: {settings.download_mb} MiB directly, then through the proxy")
-            download_direct = await _download(f"{direct}/bytes?n={size}", size, None)
+            download_direct = await _download(f"{direct}/bytes?n={size}", size, pid)  # the engine forwards it, in the admin
             download_proxy = await _download(f"{proxy}/bytes?n={size}", size, pid)
             say(f"WebSocket echo: {settings.echoes} direct, {settings.echoes} through the proxy")
             ws_direct, ws_proxy = await _ws_round_trips(
