@@ -530,3 +530,33 @@ async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(g
     sandbox_id = env.sandbox_id.split(".")[0]
     await env.aclose()  # its last env: the sandbox stops
     assert containers.gone(sandbox_id)
+
+
+def test_an_admin_restarted_stops_the_env_sandboxes_of_its_old_process(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
+                                                                       admin_launcher: Any, gem_image: str, containers: Any) -> None:
+    import signal
+
+    launch_admin, stop_admin = admin_launcher
+    state = tmp_path_factory.mktemp("gem-restart")
+    config = f'[plugins.gem]\nimage = "{gem_image}"\n'
+    first = launch_admin(state, config=config)
+    try:
+        old = rock.make("game:GuessTheNumber-v0-easy", base_url=first.url)
+        old_sandbox = old.sandbox_id.split(".")[0]
+    finally:
+        assert first.process is not None
+        first.process.send_signal(signal.SIGTERM)  # the admin leaves its sandboxes running
+        first.process.wait(60)
+    assert containers(old_sandbox), "the env sandbox outlives its admin"
+    second = launch_admin(state, config=config, port=first.port)
+    try:
+        with pytest.raises(EnvFailed, match="no GEM env"):
+            old.step("\\boxed{3}")  # its env died with the old process
+        new = rock.make("game:GuessTheNumber-v0-easy", base_url=second.url)
+        try:
+            assert new.sandbox_id.split(".")[0] != old_sandbox
+            assert containers.gone(old_sandbox), "the old env sandbox is stopped at the new admin's first env"
+        finally:
+            new.close()
+    finally:
+        stop_admin(second, docker_client)

@@ -35,6 +35,8 @@ DEFAULT_IMAGE = "python:3.11"
 IMAGE_ENV = "ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE"
 #: Where GEM's runtime is unpacked in a sandbox whose image has no GEM.
 RUNTIME_DIR = "/tmp/rock-gem-runtime"
+#: Metadata key marking the env sandboxes this provider starts.
+ENV_SANDBOX_TAG = "rock.gem"
 
 _PROVIDERS: weakref.WeakKeyDictionary[Any, GemProvider] = weakref.WeakKeyDictionary()
 
@@ -148,6 +150,7 @@ class GemProvider(EnvProvider):
         self._closed_handles: set[str] = set()
         self._lock = anyio.Lock()
         self._warm_set = False
+        self._swept = False
         # The ids GEM registers in each image, learnt from its first sandbox.
         self._known_ids: dict[str, frozenset[str]] = {}
         self._needs_runtime: dict[str, bool] = {}
@@ -160,7 +163,9 @@ class GemProvider(EnvProvider):
 
     def start_request(self, image: str | None = None) -> SandboxStartRequest:
         """The start request of an env sandbox (also the warm pool's kind)."""
-        return SandboxStartRequest(image=image or self.image, memory=self.memory, cpus=self.cpus)
+        return SandboxStartRequest(
+            image=image or self.image, memory=self.memory, cpus=self.cpus, metadata={ENV_SANDBOX_TAG: "env"}
+        )
 
     # -- envs --------------------------------------------------------------------------------
 
@@ -242,6 +247,9 @@ class GemProvider(EnvProvider):
         and makes that come meanwhile join it."""
         starting = False
         async with self._lock:
+            if not self._swept:
+                self._swept = True
+                await self._stop_leftovers()
             if self.warm_sandboxes and not self._warm_set:
                 self._warm_set = True
                 await self.engine.set_warm_pool(self.start_request(), self.warm_sandboxes)
@@ -265,6 +273,15 @@ class GemProvider(EnvProvider):
         if host.error is not None:
             raise host.error
         return host
+
+    async def _stop_leftovers(self) -> None:
+        """Stop env sandboxes this engine holds that no provider of this process placed: an
+        admin's, recovered after its restart, whose envs died with the old process."""
+        from rock_core.states import State
+
+        for record in self.engine.list_records(states=[State.PENDING, State.RUNNING]):
+            if record.spec.metadata.get(ENV_SANDBOX_TAG) == "env":
+                await self._stop(record.sandbox_id)
 
     async def _start_host(self, host: _Host) -> None:
         try:
