@@ -279,7 +279,8 @@ class GemProvider(EnvProvider):
         admin's, recovered after its restart, whose envs died with the old process."""
         from rock_core.states import State
 
-        for record in self.engine.list_records(states=[State.PENDING, State.RUNNING]):
+        # Only this engine's own (a record store may be shared by several processes).
+        for record in self.engine.list_records(states=[State.PENDING, State.RUNNING], filters={"owner": self.engine.owner}):
             if record.spec.metadata.get(ENV_SANDBOX_TAG) == "env":
                 await self._stop(record.sandbox_id)
 
