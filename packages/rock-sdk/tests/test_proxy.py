@@ -289,6 +289,27 @@ async def test_websocket_echo_text_binary_and_16mib_messages(proxy_admin: Any, t
         assert await ws.recv() == "via header"
 
 
+async def test_websocket_back_pressure_a_client_that_does_not_read_holds_the_service(
+    proxy_admin: Any, target: Sandbox
+) -> None:
+    # The service sends 512 MiB as fast as it can; the client reads none of it for a while. The
+    # proxy passes messages one at a time and waits for the client, so the admin holds a few
+    # MiB at most, not the flood; then every message arrives.
+    pid = proxy_admin.process.pid
+    url = _ws_base(proxy_admin, target.sandbox_id) + f"/port/{WS_PORT}/"
+    async with ws_connect(url, additional_headers=A, max_size=None, max_queue=1, proxy=None) as ws:
+        before = _rss(pid)
+        await ws.send("flood 512")
+        await asyncio.sleep(3)
+        held = _rss(pid) - before
+        assert held < 64 * 1024 * 1024, f"the admin holds {held / 2**20:.0f} MiB of a client's unread messages"
+        count = 0
+        while (message := await ws.recv()) != "flood done":
+            assert len(message) == 1 << 20
+            count += 1
+        assert count == 512
+
+
 async def _close_of(url: str, headers: dict[str, str]) -> tuple[int, str]:
     async with ws_connect(url, additional_headers=headers, proxy=None) as ws:
         with pytest.raises(ConnectionClosed) as closed:

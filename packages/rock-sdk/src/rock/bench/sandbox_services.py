@@ -2,7 +2,8 @@
 
     python3 sandbox_services.py http PORT     HTTP/1.1 (keep-alive): /echo, /redirect*, /sse*,
                                               /bytes?n=, /upload, /slow
-    python3 sandbox_services.py ws PORT       a WebSocket echo server (text and binary, any size)
+    python3 sandbox_services.py ws PORT       a WebSocket echo server (text and binary, any size;
+                                              the text "flood N" answers N binary MiB, then "flood done")
     python3 sandbox_services.py tcp PORT      a TCP echo server (echoes until EOF, then closes)
 """
 
@@ -181,7 +182,14 @@ def _ws_client(conn):
         elif opcode == 0:
             message += payload
         if b0 & 0x80 and kind is not None:
-            conn.sendall(_frame(kind, bytes(message)))
+            if kind == 1 and message.startswith(b"flood "):
+                # "flood N": N binary messages of 1 MiB, as fast as the connection takes them.
+                block = _frame(2, b"\x5a" * (1 << 20))
+                for _ in range(int(message.split()[1])):
+                    conn.sendall(block)
+                conn.sendall(_frame(1, b"flood done"))
+            else:
+                conn.sendall(_frame(kind, bytes(message)))
             message, kind = bytearray(), None
 
 
