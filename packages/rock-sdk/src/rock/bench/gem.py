@@ -2,8 +2,9 @@
 
 - step round trip of one env (``rock.make``, synchronous), p50 and p99;
 - aggregate env-steps/s of N Sokoban-easy envs stepped as batches from one async client
-  (``rock.amake_vec``, the envs split in G vector envs whose loops run concurrently), episodes
-  that end reset in the group's next batch (their resets count in the time, not in the steps);
+  (``rock.amake_vec``, the envs split in G vector envs whose loops run concurrently); the envs
+  whose episode ended are reset while the others of their group step (their resets count in
+  the time, not in the steps);
 - ``make`` → first observation (make + reset), p50 and p90, envs made one after another;
 - proportional set size (PSS) per idle env: the env processes and their fork server, read from
   ``/proc/<pid>/smaps_rollup`` inside the sandbox, divided by the envs;
@@ -73,18 +74,23 @@ async def batched_throughput(num_envs: int, groups: int, seconds: float, base_ur
     counts = {"steps": 0, "batches": 0, "resets": 0}
 
     async def run(g: int, vec: Any, deadline: float) -> None:
+        # What an async trainer does with autoreset disabled: the envs whose episode ended are
+        # reset while the others take their next step (two batches in flight).
         rng = random.Random(g)
         await vec.reset()
         ended: list[int] = []
         while time.perf_counter() < deadline:
+            live = [i for i in range(vec.num_envs) if i not in ended]
+            stepping = vec.step({i: "\\boxed{%s}" % rng.choice(DIRECTIONS) for i in live})
             if ended:
-                await vec.reset(seed=[rng.randrange(1 << 30) for _ in ended], indices=ended)
+                resetting = vec.reset(seed=[rng.randrange(1 << 30) for _ in ended], indices=ended)
+                _, (_, _, terminations, truncations, _) = await asyncio.gather(resetting, stepping)
                 counts["resets"] += len(ended)
-            actions = ["\\boxed{%s}" % rng.choice(DIRECTIONS) for _ in range(vec.num_envs)]
-            _, _, terminations, truncations, _ = await vec.step(actions)
-            counts["steps"] += vec.num_envs
+            else:
+                _, _, terminations, truncations, _ = await stepping
+            counts["steps"] += len(live)
             counts["batches"] += 1
-            ended = [i for i, (a, b) in enumerate(zip(terminations, truncations)) if a or b]
+            ended = [live[k] for k, (a, b) in enumerate(zip(terminations, truncations)) if a or b]
 
     try:
         started = time.perf_counter()
