@@ -591,3 +591,13 @@ async def test_rock_sandbox_shell_as_another_user_and_unknown_users(proxy_admin:
     assert done.returncode == 4 and b"agent" in done.stdout and b"/home/agent" in done.stdout, done
     refused = await asyncio.to_thread(run, "--user", "nobody-here")
     assert refused.returncode == 1 and b"nobody-here" in refused.stderr, refused
+
+
+async def test_rocks_vnc_route_reaches_port_8006(proxy_admin: Any, target: Sandbox, http: httpx.AsyncClient) -> None:
+    started = await target.execute(Command(command=["sh", "-c", (
+        "cd /srv && (nohup python3 -m http.server 8006 --bind 127.0.0.1 >/tmp/vnc.log 2>&1 &) && "
+        "for i in $(seq 100); do python3 -c \"import socket;socket.create_connection(('127.0.0.1',8006),1)\" "
+        "2>/dev/null && exit 0; sleep 0.1; done; exit 1")], timeout=60))
+    assert started.exit_code == 0, started.stderr
+    page = await http.get(f"{proxy_admin.url}{PREFIX}/sandboxes/{target.sandbox_id}/vnc/index.html")
+    assert page.status_code == 200 and page.text == "hello from the sandbox\n"

@@ -4,6 +4,7 @@ Routes (under :data:`~rock.admin.app.PREFIX`)::
 
     GET|POST|PUT|DELETE|PATCH|HEAD|OPTIONS /sandboxes/{id}/proxy[/{path}]    HTTP
     WS                                     /sandboxes/{id}/proxy[/{path}]    WebSocket
+    HTTP and WS                            /sandboxes/{id}/vnc[/{path}]      ROCK's: always port 8006
 
 The target port is given by exactly one of: a ``port/{N}/`` prefix of the path, the header
 ``X-ROCK-Target-Port`` or the query parameter ``rock_target_port``; none means 8080. More than
@@ -539,7 +540,9 @@ def anyio_close(stream: anyio.abc.ByteStream) -> None:
 # ---------------------------------------------------------------------------------------------
 # The ASGI layer
 
-_ROUTE = re.compile(r"^/sandboxes/(?P<id>[^/]+)/(?P<kind>proxy|portforward|shell)(?P<rest>/.*)?$", re.S)
+_ROUTE = re.compile(r"^/sandboxes/(?P<id>[^/]+)/(?P<kind>proxy|vnc|portforward|shell)(?P<rest>/.*)?$", re.S)
+#: The port of ROCK's ``/sandboxes/{id}/vnc`` route (a noVNC desktop in the sandbox).
+VNC_PORT = 8006
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -606,7 +609,7 @@ class SandboxProxy:
             return
         sandbox_id, route, rest = unquote(match["id"]), match["kind"], match["rest"] or ""
         base = scope.get("root_path", "") + raw_prefix + f"/sandboxes/{match['id']}/{route}"
-        if route != "proxy":
+        if route not in ("proxy", "vnc"):
             if rest not in ("", "/") or self.sockets is None:
                 await self.app(scope, receive, send)
             elif kind == "websocket":
@@ -615,9 +618,9 @@ class SandboxProxy:
                 await _plain(send, 400, f"{route} is a WebSocket: connect with 'Upgrade: websocket'")
             return
         if kind == "http":
-            await self._http(scope, receive, send, sandbox_id, rest, base)
+            await self._http(scope, receive, send, sandbox_id, rest, base, route)
         else:
-            await self._websocket(scope, receive, send, sandbox_id, rest, base)
+            await self._websocket(scope, receive, send, sandbox_id, rest, base, route)
 
     async def aclose(self) -> None:
         """Close the kept-alive tunnels."""
@@ -625,10 +628,14 @@ class SandboxProxy:
 
     # -- HTTP ------------------------------------------------------------------------------
 
-    def _target(self, scope: Scope, rest: str, base: str) -> tuple[int, str, str, list[tuple[str, str]], str]:
+    def _target(
+        self, scope: Scope, rest: str, base: str, route: str = "proxy"
+    ) -> tuple[int, str, str, list[tuple[str, str]], str]:
         """Port, its source, path, the query pairs to send on, and the prefix a ``Location``
-        is rewritten under."""
+        is rewritten under. ROCK's ``vnc`` route always goes to port 8006."""
         query = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)]
+        if route == "vnc":
+            return VNC_PORT, "vnc", rest or "/", query, base
         given = [v for k, v in query if k == PORT_QUERY]
         port, source, path = choose_port(rest, _header(scope, PORT_HEADER.encode()), given[0] if given else None)
         if len(given) > 1:
@@ -668,9 +675,11 @@ class SandboxProxy:
         headers.append((b"x-forwarded-prefix", location_base.encode("latin-1")))
         return headers
 
-    async def _http(self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str) -> None:
+    async def _http(
+        self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str, route: str = "proxy"
+    ) -> None:
         try:
-            port, source, path, query, location_base = self._target(scope, rest, base)
+            port, source, path, query, location_base = self._target(scope, rest, base, route)
             client = self.access.rocklet(sandbox_id, self._tenant(scope), "proxy")
         except ProxyRefused as exc:
             await _plain(send, exc.status, exc.detail)
@@ -737,14 +746,16 @@ class SandboxProxy:
 
     # -- WebSocket ------------------------------------------------------------------------------
 
-    async def _websocket(self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str) -> None:
+    async def _websocket(
+        self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str, route: str = "proxy"
+    ) -> None:
         from rock.admin.portforward import ServiceSocket
 
         message = await receive()
         if message["type"] != "websocket.connect":
             return
         try:
-            port, _source, path, query, location_base = self._target(scope, rest, base)
+            port, _source, path, query, location_base = self._target(scope, rest, base, route)
             client = self.access.rocklet(sandbox_id, self._tenant(scope), "proxy")
         except ProxyRefused as exc:
             await refuse_websocket(send, exc)
