@@ -96,3 +96,15 @@ async def test_open_shell_refuses_unknown_users_and_sandboxes(services: Any, eng
     with pytest.raises(SandboxNotFound):
         shell = await engine.open_shell("no-such-sandbox")
         await _drain(shell)
+
+
+async def test_a_connection_through_get_url_counts_as_activity(services: Any) -> None:
+    import asyncio
+
+    url = await services.get_url(WEB_PORT, "page.html")  # asking for the URL is activity too: before the clock
+    before = (await services.get_status()).auto_stop_time
+    await asyncio.sleep(0.05)
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
+        assert (await http.get(url)).status_code == 200
+    after = (await services.get_status()).auto_stop_time
+    assert before is not None and after is not None and after > before

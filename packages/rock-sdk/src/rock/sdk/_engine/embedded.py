@@ -149,12 +149,15 @@ class _LocalPorts:
         self._forwards: PortForwards | None = None
         self._keys: dict[str, set[str]] = {}
 
-    async def open(self, task_group: anyio.abc.TaskGroup, client: RockletClient, sandbox_id: str, port: int) -> int:
-        """The host port that reaches ``port`` of ``sandbox_id`` (opened on first use)."""
+    async def open(
+        self, task_group: anyio.abc.TaskGroup, client: RockletClient, sandbox_id: str, port: int, touch: Callable[[], None]
+    ) -> int:
+        """The host port that reaches ``port`` of ``sandbox_id`` (opened on first use); each
+        connection to it calls ``touch`` (activity for the idle timer)."""
         if self._forwards is None:
             self._forwards = PortForwards(task_group)
         key = f"{sandbox_id}\0{port}"
-        mapping = self._forwards.mapping(key) or await self._forwards.open(key, client, [port])
+        mapping = self._forwards.mapping(key) or await self._forwards.open(key, _Touching(client, touch), [port])  # type: ignore[arg-type]
         self._keys.setdefault(sandbox_id, set()).add(key)
         return int(mapping[Port(port)])
 
@@ -164,6 +167,23 @@ class _LocalPorts:
         for key in self._keys.pop(record.sandbox_id, ()):
             if self._forwards is not None:
                 self._forwards.close(key)
+
+
+class _Touching:
+    """A rocklet client whose every new connection counts as the sandbox's activity."""
+
+    def __init__(self, client: RockletClient, touch: Callable[[], None]) -> None:
+        self._client = client
+        self._touch = touch
+        self.sandbox_id = client.sandbox_id
+
+    async def open_tunnel(self, port: int) -> anyio.abc.ByteStream:
+        self._touch()
+        return await self._client.open_tunnel(port)
+
+    async def connect(self) -> anyio.abc.ByteStream:
+        self._touch()
+        return await self._client.connect()
 
 
 async def _close_with_loop(http: httpx.AsyncClient) -> AsyncIterator[None]:
@@ -669,8 +689,9 @@ class EmbeddedEngine:
     async def _local_port(self, sandbox_id: str, port: int) -> int:
         if self._tg is None:
             raise _closed_error()
-        client = self.manager.rocklet(sandbox_id, "get_url")
-        return await self._local_ports.open(self._tg, client, sandbox_id, port)
+        manager = self.manager
+        client = manager.rocklet(sandbox_id, "get_url")
+        return await self._local_ports.open(self._tg, client, sandbox_id, port, lambda: manager.touch(sandbox_id))
 
     async def _caller_client(self, sandbox_id: str, attempted: str) -> RockletClient:
         """A rocklet client usable from the caller's loop (the engine started if need be)."""
