@@ -180,3 +180,18 @@ async def test_a_restarted_engine_finds_its_sandboxes_from_their_jobs(stand_in_n
         assert result.stdout.strip() == "back"
         await engine.stop(sandbox_id)
 
+
+
+async def test_what_nomad_cannot_do_is_refused_naming_the_runtime(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+    from rock_core.errors import InvalidParameter
+
+    nomad = stand_in_nomad_factory(nodes=1)
+    async with engine_on(nomad) as engine:
+        for network in ("none", "host"):
+            with pytest.raises(InvalidParameter, match=r"network: expected one of bridge, got '%s' \(what runtime 'nomad' offers\)" % network):
+                await engine.start(SandboxStartRequest(**SMALL, network=network))
+        status = await engine.start(SandboxStartRequest(**SMALL))
+        await engine.stop(status.sandbox_id)
+        with pytest.raises(RockError, match="nomad"):
+            await engine.restart(status.sandbox_id)
+    assert _jobs(nomad) == [] or all(job["Stop"] for job in _jobs(nomad))

@@ -455,8 +455,9 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
 @click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (present locally; needs python3).")
 @click.option("--memory", default="128m", show_default=True, help="Memory limit per sandbox.")
 @click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
-@click.option("--runtime", "runtimes", multiple=True, type=click.Choice(["docker", "nomad"]), default=("docker", "nomad"),
-              show_default=True, help="Runtimes to measure, in order (repeat the option).")
+@click.option("--runtime", "runtimes", multiple=True, type=click.Choice(["docker", "docker-published", "nomad"]),
+              default=("docker", "nomad"), show_default=True,
+              help="Runtimes to measure, in order (repeat the option); docker-published: Docker publishing ports as Nomad does.")
 def cluster(sandboxes: int, nodes: int, image: str, memory: str, cpus: float, runtimes: tuple[str, ...]) -> None:
     """Start the same sandboxes through an admin on the Docker runtime and on the nomad runtime
     (a stand-in Nomad cluster), in the same run: start p50/p95, all-running seconds and the
