@@ -124,8 +124,28 @@ def _interrupt_ends() -> Any:
         if exc.code == 130:  # `_run`'s "interrupted"
             sys.exit(0)
         raise
+    except BaseException as exc:
+        # The interrupt may land while a task group is closing, and come wrapped in an exception
+        # group with the cancellations it caused: still an ordinary end.
+        if _only_interrupts(exc):
+            sys.exit(0)
+        raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _only_interrupts(exc: BaseException) -> bool:
+    """Whether ``exc`` is a Ctrl-C (or SIGTERM), alone or in a group with the cancellations it caused."""
+    import asyncio
+
+    if isinstance(exc, KeyboardInterrupt):
+        return True
+    group = getattr(exc, "exceptions", None)
+    if not group:
+        return False
+    return any(isinstance(e, KeyboardInterrupt) or _only_interrupts(e) for e in group) and all(
+        isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) or _only_interrupts(e) for e in group
+    )
 
 
 @sandbox.command("shell")
