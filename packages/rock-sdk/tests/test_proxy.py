@@ -400,7 +400,8 @@ def _port_forward_session(proxy_admin: Any, sandbox_id: str) -> None:
         assert answer.json()["query"] == "via=forward"
     finally:
         process.terminate()
-        assert process.wait(30) == 0
+        code = process.wait(30)
+        assert code == 0, process.stderr.read()  # type: ignore[union-attr]
 
 
 def test_rock_sandbox_port_forward_of_an_unknown_sandbox_exits_3(proxy_admin: Any) -> None:
@@ -448,6 +449,11 @@ async def test_proxy_reaches_a_sandbox_without_a_network(proxy_admin: Any, http:
     assert stopped.status_code == 409 and "not running" in stopped.json()["detail"], stopped.text
 
 
+async def client_get(url: str, headers: dict[str, str]) -> httpx.Response:
+    async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
+        return await client.get(url, headers=headers)
+
+
 async def test_another_tenants_key_reaches_nothing(proxy_admin: Any, target: Sandbox, base: str) -> None:
     b = {"X-API-Key": KEY_B}
     async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
@@ -461,7 +467,9 @@ async def test_another_tenants_key_reaches_nothing(proxy_admin: Any, target: San
         seen = (await client.get(f"{base}/port/{HTTP_PORT}/echo", headers={"Authorization": f"Bearer {KEY_A}"})).json()
         assert "authorization" not in seen["headers"]
     sid = str(target.sandbox_id)
-    for route, query in (("proxy", f"/port/{WS_PORT}/"), ("portforward", f"?port={TCP_PORT}"), ("shell", "")):
+    vnc = await client_get(f"{proxy_admin.url}{PREFIX}/sandboxes/{sid}/vnc/", b)
+    assert vnc.status_code == 404 and vnc.json()["detail"] == f"Sandbox {sid} not found"
+    for route, query in (("proxy", f"/port/{WS_PORT}/"), ("vnc", "/"), ("portforward", f"?port={TCP_PORT}"), ("shell", "")):
         code, reason = await _close_of(_ws_base(proxy_admin, sid, route) + query, b)
         assert code == 1008 and reason == f"Sandbox {sid} not found", (route, code, reason)
         with pytest.raises(InvalidStatus) as refused:

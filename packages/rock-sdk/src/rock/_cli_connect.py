@@ -63,6 +63,15 @@ def port_forward(sandbox_id: str, ports: tuple[str, ...], address: str, base_url
         handle = target.sandbox()
         await handle.attach(sandbox_id)
         async with anyio.create_task_group() as tg:
+
+            async def stop_on_signal() -> None:
+                # Ctrl-C or SIGTERM ends the forward cleanly (exit 0), whatever task it lands in.
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    async for _ in signals:
+                        tg.cancel_scope.cancel()
+                        return
+
+            tg.start_soon(stop_on_signal)
             for local, remote in pairs:
                 try:
                     listener = await anyio.create_tcp_listener(local_host=address, local_port=local)
@@ -73,8 +82,7 @@ def port_forward(sandbox_id: str, ports: tuple[str, ...], address: str, base_url
                 tg.start_soon(_serve_forward, listener, handle, remote)
             sys.stdout.flush()
 
-    with _interrupt_ends():
-        _run(go)
+    _run(go)
 
 
 async def _serve_forward(listener: Any, handle: Any, remote: int) -> None:
@@ -112,40 +120,6 @@ async def _serve_forward(listener: Any, handle: Any, remote: int) -> None:
                     pipes.cancel_scope.cancel()
 
     await listener.serve(carry)
-
-
-@contextlib.contextmanager
-def _interrupt_ends() -> Any:
-    """SIGTERM ends the command like Ctrl-C; both exit 0 (a forward ends by being stopped)."""
-    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    try:
-        yield
-    except SystemExit as exc:
-        if exc.code == 130:  # `_run`'s "interrupted"
-            sys.exit(0)
-        raise
-    except BaseException as exc:
-        # The interrupt may land while a task group is closing, and come wrapped in an exception
-        # group with the cancellations it caused: still an ordinary end.
-        if _only_interrupts(exc):
-            sys.exit(0)
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _only_interrupts(exc: BaseException) -> bool:
-    """Whether ``exc`` is a Ctrl-C (or SIGTERM), alone or in a group with the cancellations it caused."""
-    import asyncio
-
-    if isinstance(exc, KeyboardInterrupt):
-        return True
-    group = getattr(exc, "exceptions", None)
-    if not group:
-        return False
-    return any(isinstance(e, KeyboardInterrupt) or _only_interrupts(e) for e in group) and all(
-        isinstance(e, (KeyboardInterrupt, asyncio.CancelledError)) or _only_interrupts(e) for e in group
-    )
 
 
 @sandbox.command("shell")
