@@ -266,9 +266,23 @@ def open_pty(request: Request) -> Terminal:
     if entry is not None:
         home = entry.pw_dir or "/"
         env.update(HOME=home, USER=entry.pw_name, LOGNAME=entry.pw_name, SHELL=shell)
-    pid, master = os.forkpty()
-    if pid == 0:  # the child: become the user, then the program; never return
+    # The window size is set before the fork: the program sees it from its first instruction,
+    # and a resize the client sends later always comes after it.
+    master, slave = os.openpty()
+    _set_size(slave, rows, cols)
+    pid = os.fork()
+    if pid == 0:  # the child: a session on the terminal, become the user, then the program; never return
         try:
+            import fcntl
+            import termios
+
+            os.close(master)
+            os.setsid()
+            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+            for fd in (0, 1, 2):
+                os.dup2(slave, fd)
+            if slave > 2:
+                os.close(slave)
             if entry is not None and user:
                 os.setgroups(os.getgrouplist(entry.pw_name, entry.pw_gid))
                 os.setgid(entry.pw_gid)
@@ -277,11 +291,11 @@ def open_pty(request: Request) -> Terminal:
                 os.chdir(home)
             except OSError:
                 os.chdir("/")
-            _set_size(0, rows, cols)
             os.execvpe(argv[0], argv, env)
         except BaseException as exc:  # noqa: BLE001 - the child must never return into the server
             try:
                 os.write(2, ("rocklet: cannot start %s: %s\r\n" % (argv[0], exc)).encode())
             finally:
                 os._exit(127)
+    os.close(slave)
     return Terminal(pid, master)
