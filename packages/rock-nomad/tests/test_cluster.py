@@ -195,3 +195,16 @@ async def test_what_nomad_cannot_do_is_refused_naming_the_runtime(stand_in_nomad
         with pytest.raises(RockError, match="nomad"):
             await engine.restart(status.sandbox_id)
     assert _jobs(nomad) == [] or all(job["Stop"] for job in _jobs(nomad))
+
+
+async def test_a_silent_event_stream_only_slows_starts_down(stand_in_nomad_factory, engine_on, monkeypatch) -> None:  # noqa: F811
+    """The stream is a help: a start that hears nothing of its job reads Nomad after poll_after."""
+    from rock_nomad._events import EventFeed
+
+    monkeypatch.setattr(EventFeed, "_frame", lambda self, line: None)
+    nomad = stand_in_nomad_factory(nodes=1)
+    async with engine_on(nomad, poll_after=0.2) as engine:
+        status = await engine.start(SandboxStartRequest(**SMALL))
+        assert status.state is State.RUNNING
+        assert engine.runtime.feed.connected and engine.runtime.feed.frames == 0
+        await engine.stop(status.sandbox_id)

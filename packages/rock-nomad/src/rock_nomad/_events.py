@@ -64,6 +64,7 @@ class EventFeed:
         self._watches: dict[str, JobWatch] = {}
         self._task: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._attempted = asyncio.Event()  # set after each connection attempt, whatever came of it
         self._index = 0
         self.frames = 0
         #: The newest allocation the stream told of, for each job :meth:`track` names.
@@ -100,10 +101,12 @@ class EventFeed:
         if self._connected.is_set():
             return True
         try:
-            await asyncio.wait_for(self._connected.wait(), timeout)
+            # Until the first attempt is over: a refused token or a missing API fails it at once,
+            # and starts then read Nomad themselves instead of waiting for the stream.
+            await asyncio.wait_for(self._attempted.wait(), timeout)
         except asyncio.TimeoutError:
             return False
-        return True
+        return self._connected.is_set()
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
@@ -123,6 +126,7 @@ class EventFeed:
                 params = [("topic", "Evaluation:*"), ("topic", "Allocation:*"), ("index", str(self._index + 1))]
                 async with self._api.stream("event/stream", params) as response:
                     self._connected.set()
+                    self._attempted.set()
                     delay = 0.5
                     async for line in response.aiter_lines():
                         if line.strip():
@@ -133,6 +137,7 @@ class EventFeed:
             except Exception as exc:  # noqa: BLE001 - the stream is a help: starts poll without it
                 log.warning("Nomad's event stream failed (%s); starts poll meanwhile, reconnecting in %.1fs", exc, delay)
             self._connected.clear()
+            self._attempted.set()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
 
