@@ -438,18 +438,29 @@ class NomadRuntime(Runtime):
         self._stopped.add(job_id)
         if self._feed is not None:
             self._feed.untrack(job_id)
-        await self.api.request("DELETE", self._path(job_id), attempted="stop", sandbox_id=handle.sandbox_id)
-        allocs = await self.api.get_json(f"{self._path(job_id)}/allocations", attempted="stop", sandbox_id=handle.sandbox_id)
-        alloc = latest_alloc(allocs)
-        if alloc is None:
-            return
-        with anyio.move_on_after(max(timeout, 0) + self.kill_timeout + 10):
-            index = 1
-            while alloc.get("ClientStatus") in ("pending", "running"):
-                alloc, index = await self.api.blocking(
-                    f"allocation/{alloc['ID']}", index, _BLOCK, attempted="stop", sandbox_id=handle.sandbox_id,
-                    not_found=f"sandbox {handle.sandbox_id}'s allocation is gone",
-                )
+        # Heard through the event stream when it is up (many stops at once hold no connection
+        # each); read from Nomad after poll_after seconds of silence, or at once without it.
+        streaming = self._feed is not None and self._feed.connected
+        poll = self.poll_after if streaming else 0.0
+        with self.feed.watch(job_id) as watch:
+            await self.api.request("DELETE", self._path(job_id), attempted="stop", sandbox_id=handle.sandbox_id)
+            allocs = await self.api.get_json(f"{self._path(job_id)}/allocations", attempted="stop",
+                                             sandbox_id=handle.sandbox_id)
+            alloc = latest_alloc(allocs)
+            if alloc is None:
+                return
+            with anyio.move_on_after(max(timeout, 0) + self.kill_timeout + 10):
+                index = 1
+                while True:
+                    current = watch.allocs.get(alloc["ID"]) or alloc
+                    if current.get("ClientStatus") not in ("pending", "running"):
+                        return
+                    if not await self._heard(watch, poll):
+                        read, index = await self.api.blocking(
+                            f"allocation/{alloc['ID']}", index if poll == 0 else 0, _BLOCK, attempted="stop",
+                            sandbox_id=handle.sandbox_id, not_found=f"sandbox {handle.sandbox_id}'s allocation is gone",
+                        )
+                        watch.update("Allocation", read)
 
     async def remove(self, handle: UnitHandle) -> None:
         """Purge the job (its allocation is stopped if it still runs); gone already is fine."""
