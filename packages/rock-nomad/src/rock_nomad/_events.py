@@ -70,6 +70,16 @@ class EventFeed:
         #: The newest allocation the stream told of, for each job :meth:`track` names.
         self.latest: dict[str, dict[str, Any]] = {}
         self._tracked: set[str] = set()
+        self._subscribers: set[asyncio.Queue[tuple[str, str, dict[str, Any]]]] = set()
+
+    def subscribe(self) -> asyncio.Queue[tuple[str, str, dict[str, Any]]]:
+        """A queue of every ``(topic, type, object)`` the stream tells from now on (Allocation, Job)."""
+        queue: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
+        self._subscribers.add(queue)
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[tuple[str, str, dict[str, Any]]]) -> None:
+        self._subscribers.discard(queue)
 
     @property
     def connected(self) -> bool:
@@ -123,7 +133,8 @@ class EventFeed:
                     # From now on: the stream replays what its buffer holds from ``index``.
                     response = await self._api.request("GET", "jobs", params={"prefix": "rock-nomad-index-probe-"}, attempted="events")
                     self._index = int(response.headers.get("X-Nomad-Index") or 0)
-                params = [("topic", "Evaluation:*"), ("topic", "Allocation:*"), ("index", str(self._index + 1))]
+                params = [("topic", "Evaluation:*"), ("topic", "Allocation:*"), ("topic", "Job:*"),
+                          ("index", str(self._index + 1))]
                 async with self._api.stream("event/stream", params) as response:
                     self._connected.set()
                     self._attempted.set()
@@ -151,12 +162,16 @@ class EventFeed:
             return  # a heartbeat
         self.frames += 1
         self._index = max(self._index, int(frame.get("Index") or 0))
-        if not self._watches and not self._tracked:
+        if not self._watches and not self._tracked and not self._subscribers:
             return
         for event in events:
             topic = event.get("Topic")
             payload = (event.get("Payload") or {}).get(topic)
             if not isinstance(payload, dict):
+                continue
+            for queue in self._subscribers:
+                queue.put_nowait((str(topic), str(event.get("Type") or ""), payload))
+            if topic == "Job":
                 continue
             job_id = payload.get("JobID") or ""
             watch = self._watches.get(job_id)

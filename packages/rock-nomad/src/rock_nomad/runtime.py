@@ -20,7 +20,9 @@ All calls are async HTTP on the event loop (:mod:`rock_nomad._api`); nothing blo
 A Nomad unit cannot keep its files across a stop (a stopped allocation's container is gone), so
 ``restart()`` of a stopped sandbox is refused by the engine, naming the runtime; no warm-pool
 renaming (``assign``), snapshots or disk measures either; ``network`` is ``bridge`` only
-(the docker driver's default network, ports published on the node).
+(the docker driver's default network, ports published on the node). ``watch`` reports units
+that stop or vanish as Nomad's event stream tells it (a lost node at once, not at the next
+reconcile).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from __future__ import annotations
 import logging
 import os
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 import anyio
-from rock_core.errors import ImagePullFailed, InvalidParameter, RuntimeFailure, SandboxNotFound
+from rock_core.errors import ImagePullFailed, InvalidParameter, NotSupported, RuntimeFailure, SandboxNotFound
 from rock_core.models import PHASE_IMAGE_PULL, Phase, PhaseStatus, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
@@ -202,6 +204,8 @@ class NomadRuntime(Runtime):
         self._ports: dict[str, list[dict[str, Any]]] = {}
         #: Jobs this runtime deregistered (stop): their allocations end without an error.
         self._stopped: set[str] = set()
+        #: Each known job's sandbox id and labels (``Name``, ``Meta``), for :meth:`watch`.
+        self._known: dict[str, tuple[str, dict[str, str]]] = {}
 
     def __repr__(self) -> str:
         return f"NomadRuntime(address={self.address!r}, namespace={self.namespace!r})"
@@ -305,6 +309,7 @@ class NomadRuntime(Runtime):
             ephemeral_disk_mb=self.ephemeral_disk_mb, nofile_limit=self.nofile_limit,
         )
         self._created[job_id] = {"job": job, "image": spec.image}
+        self._known[job_id] = (sandbox_id, dict(labels))
         if on_phase is not None:
             on_phase(PHASE_IMAGE_PULL, Phase(PhaseStatus.WAITING, "the Nomad node the sandbox is placed on pulls the image at start"))
         return UnitHandle(runtime=self.name, unit_id=job_id, sandbox_id=sandbox_id, notes=tuple(notes),
@@ -523,6 +528,7 @@ class NomadRuntime(Runtime):
                 continue
             found.append(UnitHandle(runtime=self.name, unit_id=stub["ID"], sandbox_id=stub.get("Name") or stub["ID"],
                                     labels=dict(meta), state=_listed_state(stub)))
+            self._known[stub["ID"]] = (stub.get("Name") or stub["ID"], dict(meta))
         listed = {h.unit_id for h in found}
         for job_id, made in list(self._created.items()):
             meta = made["job"].get("Meta") or {}
@@ -559,6 +565,64 @@ class NomadRuntime(Runtime):
             return text
         lines = text.splitlines(keepends=True)
         return "".join(lines[-tail:]) if tail > 0 else ""
+
+    # -- watch ----------------------------------------------------------------------------------
+
+    def watch(self, labels: Mapping[str, str]) -> AsyncIterator[tuple[UnitHandle, RuntimeStatus]]:
+        """Units carrying ``labels`` that stop (their allocation fails, is lost, OOM-killed or
+        ends) or vanish (their job purged), as Nomad's event stream tells it: ``exited`` with
+        the allocation's reason, or ``missing``. Close it with ``aclose()``.
+
+        :raises NotSupported: ``event_stream = false`` (the engine's reconcile then polls).
+        """
+        if not self.use_event_stream:
+            raise NotSupported("runtime 'nomad' watches its units through Nomad's event stream, which "
+                               "plugins.nomad.event_stream turns off", attempted="watch")
+        return self._watch(dict(labels))
+
+    async def _watch(self, labels: dict[str, str]) -> AsyncIterator[tuple[UnitHandle, RuntimeStatus]]:
+        feed = self.feed
+        queue = feed.subscribe()
+        try:
+            await feed.ready()
+            while True:
+                topic, kind, obj = await queue.get()
+                job_id = str((obj.get("JobID") if topic == "Allocation" else obj.get("ID")) or "")
+                if not job_id.startswith(self.job_prefix):
+                    continue
+                if topic == "Allocation":
+                    if obj.get("ClientStatus") in ("pending", "running") and obj.get("DesiredStatus") == "run":
+                        continue
+                    known = await self._known_job(job_id)
+                    if known is None or any(known[1].get(k) != v for k, v in labels.items()):
+                        continue
+                    status = status_of(obj, ports=None, stopped_by_us=job_id in self._stopped)
+                elif topic == "Job" and kind == "JobDeregistered":
+                    known = self._known.get(job_id) or (str(obj.get("Name") or job_id), dict(obj.get("Meta") or {}))
+                    if any(known[1].get(k) != v for k, v in labels.items()):
+                        continue
+                    try:
+                        await self.api.get_json(self._path(job_id), attempted="watch", not_found="gone")
+                        continue  # stopped, not purged: its allocation's end tells the rest
+                    except SandboxNotFound:
+                        status = RuntimeStatus(state=UnitState.MISSING, error=f"Nomad job {job_id} was purged")
+                    self._known.pop(job_id, None)
+                else:
+                    continue
+                handle = UnitHandle(runtime=self.name, unit_id=job_id, sandbox_id=known[0], labels=known[1])
+                yield handle, status
+        finally:
+            feed.unsubscribe(queue)
+
+    async def _known_job(self, job_id: str) -> tuple[str, dict[str, str]] | None:
+        known = self._known.get(job_id)
+        if known is None:
+            try:
+                job = await self.api.get_json(self._path(job_id), attempted="watch", not_found="gone")
+            except SandboxNotFound:
+                return None
+            known = self._known[job_id] = (str(job.get("Name") or job_id), dict(job.get("Meta") or {}))
+        return known
 
     # -- closing --------------------------------------------------------------------------------
 
