@@ -58,7 +58,10 @@ def describe_exit(status: RuntimeStatus) -> str:
     """Words for a unit that is not running: its exit code, an OOM kill, or its removal."""
     if status.state is UnitState.MISSING:
         return "container was removed outside rock"
-    text = f"container exited with code {status.exit_code}"
+    if status.exit_code is None and status.error:
+        text = "container ended"  # the runtime's own reason follows ("node lost: ...")
+    else:
+        text = f"container exited with code {status.exit_code}"
     if status.oom_killed:
         text += " (OOM killed: the sandbox used more than its memory limit)"
     if status.error:
