@@ -9,6 +9,7 @@ also makes ``rock-gem/python:3.11`` with GEM built in).
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import subprocess
 import time
@@ -21,6 +22,13 @@ import rock
 from rock.sdk.envs import EnvFailed, VecEnvError
 
 pytestmark = pytest.mark.anyio
+
+# Tests that reach into this process's embedded engine (its env processes, its provider's hosts);
+# in the remote pass `engine` is the admin's client, and these ran already in the embedded pass.
+embedded_only = pytest.mark.skipif(
+    os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+    reason="drives the embedded engine's own env processes; ran in the embedded pass",
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 DIRECTIONS = ("up", "down", "left", "right")
@@ -202,6 +210,7 @@ def test_every_numpy_only_game_makes_resets_and_steps(gem_image: str, engine: An
             env.close()
 
 
+@embedded_only
 def test_a_dead_env_process_is_a_clear_error_and_its_sandbox_is_stopped(gem_image: str, engine: Any, containers: Any) -> None:
     from rock_core.actions import Command
 
@@ -511,6 +520,7 @@ def test_envs_per_sandbox_is_a_setting_and_envs_share_sandboxes(tmp_path_factory
         stop_admin(server, docker_client)
 
 
+@embedded_only
 async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(gem_image: str, engine: Any, containers: Any) -> None:
     await asyncio.to_thread(engine.start)
     first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
