@@ -1,6 +1,7 @@
 """Monitoring: every running sandbox's resource use, sampled by the engine from its runtime.
 
-Every ``stats_interval`` seconds (5 by default; 0 turns it off) :func:`sample` makes one
+Every ``stats_interval`` seconds (5 by default; 0 turns it off; longer when a sample would cost
+more than 2 % of a core) :func:`sample` makes one
 :meth:`~rock_core.runtime.Runtime.stats` call for all of this owner's running units (the Docker
 runtime reads their cgroup files; no rocklet is woken) and keeps, for each running sandbox, a
 :class:`~rock_core.models.SandboxUsage` in memory: CPU (percent of one core since the previous
@@ -34,12 +35,14 @@ from rock_core.units import format_bytes
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
 
-__all__ = ["MEMORY_WARNING_PERCENT", "Sampler", "monitor_loop", "sample"]
+__all__ = ["MAX_CPU_SHARE", "MEMORY_WARNING_PERCENT", "Sampler", "monitor_loop", "sample"]
 
 log = logging.getLogger("rock.engine")
 
 #: Memory use, in percent of the limit, from which a sandbox's status warns.
 MEMORY_WARNING_PERCENT = 90.0
+#: The largest share of one core the sampling may take (it samples less often when it would take more).
+MAX_CPU_SHARE = 0.02
 # Samples between two looks at disk use (a heavier call for the runtime).
 _DISK_EVERY = 12
 
@@ -58,18 +61,24 @@ class Sampler:
 
 
 async def monitor_loop(engine: SandboxManager) -> None:
-    """Run :func:`sample` every ``config.stats_interval`` seconds while the runtime can measure."""
+    """Run :func:`sample` every ``config.stats_interval`` seconds while the runtime can measure,
+    keeping its own cost at most :data:`MAX_CPU_SHARE` of a core: after a sample that took ``c``
+    seconds of CPU it waits at least ``c / MAX_CPU_SHARE`` (with 1,000 sandboxes a sample takes
+    about 0.4 s here, so they are sampled every 20 s instead of 5, and starts are not slowed)."""
     interval = engine.config.stats_interval
     if not interval or not engine.runtime.can_measure:
         return
+    wait = interval
     while True:
-        await anyio.sleep(interval)
+        await anyio.sleep(wait)
+        before = engine.sampler.cpu_seconds
         try:
             await sample(engine)
         except NotSupported:
             return
         except RockError as exc:
             log.warning("could not sample sandboxes' resource use: %s", exc)
+        wait = max(interval, (engine.sampler.cpu_seconds - before) / MAX_CPU_SHARE)
 
 
 async def sample(engine: SandboxManager) -> int:
