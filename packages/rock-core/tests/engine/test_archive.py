@@ -9,7 +9,7 @@ Docker with S3 in rock-sdk's tests (``test_sdk_archive.py``).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -25,27 +25,11 @@ from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported
 from rock_core.models import PhaseStatus
 from rock_core.responses import status_response
 from rock_core.states import Event, State
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
 
 HANG = 30  # fails a test whose awaited event never comes; nothing waits for it
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
-
-
-@pytest.fixture
-def runtime(rocklet: tuple[str, int]) -> ScriptedRuntime:
-    return ScriptedRuntime(rocklet)
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -25,29 +25,13 @@ from rock_core.engine.live import LABEL_ENGINE, LABEL_OWNER, LABEL_SANDBOX_ID
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import RockError
 from rock_core.states import State
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
 
 # A guard against a test hanging on an arrival that never comes (the engine regressed): it
 # fails the test; nothing waits for it to pass.
 HANG = 30
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
-
-
-@pytest.fixture
-def runtime(rocklet: tuple[str, int]) -> ScriptedRuntime:
-    return ScriptedRuntime(rocklet)
 
 
 def _config(**fields: object) -> EngineConfig:

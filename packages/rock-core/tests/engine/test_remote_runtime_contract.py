@@ -8,7 +8,7 @@ the SDK's run unchanged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
@@ -23,22 +23,11 @@ from rock_core.models import Phase, PhaseStatus, RuntimeStatus
 from rock_core.responses import status_response
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 from rock_core.states import State
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
 
 MISSING = "registry.invalid/no-such-image:1"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
 
 
 class PlacingRuntime(ScriptedRuntime):

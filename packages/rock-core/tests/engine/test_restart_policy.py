@@ -3,7 +3,7 @@ death is reported as the reconciler or the event watch reports it (``engine.unit
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -13,7 +13,7 @@ from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.models import RuntimeStatus, UnitState
 from rock_core.states import Event, State
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
 
@@ -21,22 +21,6 @@ HANG = 30
 KILLED = RuntimeStatus(state=UnitState.EXITED, exit_code=137)
 OOM = RuntimeStatus(state=UnitState.EXITED, exit_code=137, oom_killed=True)
 CLEAN_EXIT = RuntimeStatus(state=UnitState.EXITED, exit_code=0)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
-
-
-@pytest.fixture
-def runtime(rocklet: tuple[str, int]) -> ScriptedRuntime:
-    return ScriptedRuntime(rocklet)
 
 
 @pytest.fixture

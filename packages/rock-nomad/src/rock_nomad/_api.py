@@ -11,10 +11,8 @@ address ``plugins.nomad.address``, an unknown region or namespace their settings
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import logging
 import ssl
-import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -42,12 +40,7 @@ class _QuietNomadRequests(logging.Filter):
         return not any(url.startswith(address) for address in self.addresses)
 
 
-# httpcore asks ``import sniffio`` on every request and lock it makes; where sniffio is not
-# installed, each failed import searches sys.path again (some 2 ms of CPU a time, measured: a
-# third of the admin's CPU while 100 sandboxes start). A missing module recorded as None is
-# what Python's import does for "known absent": the answer is then immediate.
-if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
-    sys.modules["sniffio"] = None  # type: ignore[assignment]
+# (httpcore's per-request ``import sniffio`` is made immediate by rock_core, imported above.)
 
 _QUIET = _QuietNomadRequests()
 logging.getLogger("httpx").addFilter(_QUIET)
