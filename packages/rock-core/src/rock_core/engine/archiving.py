@@ -320,10 +320,7 @@ async def restore(engine: SandboxManager, live: LiveSandbox) -> None:
                 PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING),
             },
         )
-        live.settled = anyio.Event()
-        live.start_done = anyio.Event()
-        live.start_error = None
-        live.activity = time.time()
+        live.begin_start()
     engine._open_task_group().start_soon(run_restore, engine, live, store, engine.config.restore_timeout)
 
 

@@ -108,3 +108,13 @@ class LiveSandbox:
     archive_done: anyio.Event = attrs.field(factory=anyio.Event)  # the last archive has settled
     restart_scope: anyio.CancelScope | None = None  # cancels a crash restart waiting out its back-off
     usage: SandboxUsage | None = None  # its resource use, last sampled (engine/monitoring.py)
+
+    def begin_start(self, *, keep_settled: bool = False) -> None:
+        """Reset the start's bookkeeping for a new start of this sandbox (a restart, a restore,
+        a restart after a crash): not done, no error, active now, and (unless ``keep_settled``:
+        the caller made a fresh one already, which waiters may hold) not settled."""
+        if not keep_settled:
+            self.settled = anyio.Event()
+        self.start_done = anyio.Event()
+        self.start_error = None
+        self.activity = time.time()

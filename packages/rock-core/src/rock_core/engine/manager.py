@@ -465,8 +465,15 @@ class SandboxManager:
         held.update(r.unit_id for r in self.store.list(states=states, filters={"owner": self.owner}) if r.unit_id)
         return held
 
-    def sandbox_of_unit(self, unit_id: str) -> str | None:
-        """The sandbox whose unit is ``unit_id`` (``None``: none this engine holds)."""
+    def sandbox_of_unit(self, unit_id: str, hint: str | None = None) -> str | None:
+        """The sandbox whose unit is ``unit_id`` (``None``: none this engine holds).
+
+        ``hint``: the sandbox the unit names (its label); when that sandbox holds it, the answer
+        costs one lookup. Only a claimed warm-pool unit the runtime could not rename names
+        another, and is found by a scan."""
+        live = self._live.get(hint) if hint else None
+        if live is not None and live.handle is not None and live.handle.unit_id == unit_id:
+            return hint
         for sandbox_id, live in self._live.items():
             if live.handle is not None and live.handle.unit_id == unit_id:
                 return sandbox_id

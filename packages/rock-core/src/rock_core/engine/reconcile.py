@@ -98,7 +98,7 @@ async def watch_loop(engine: SandboxManager) -> None:
                 if status.state is not UnitState.RUNNING:
                     if any(pool.forget(handle.unit_id) for pool in engine._pools.values()):
                         continue
-                    await unit_gone(engine, engine.sandbox_of_unit(handle.unit_id) or handle.sandbox_id, status)
+                    await unit_gone(engine, engine.sandbox_of_unit(handle.unit_id, handle.sandbox_id) or handle.sandbox_id, status)
         except NotSupported:
             return  # the reconcile loop polls instead
         except RockError as exc:

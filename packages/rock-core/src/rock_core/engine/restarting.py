@@ -123,9 +123,7 @@ async def _restart_later(engine: SandboxManager, live: LiveSandbox, reason: str,
             notes=(*others, *restarts, note), phases=waiting_phases(),
             auto_transition_state=None, auto_transition_time=None,
         )
-        live.start_done = anyio.Event()
-        live.start_error = None
-        live.activity = time.time()
+        live.begin_start(keep_settled=True)  # made fresh when the restart was planned
     await run_start(engine, live.record.sandbox_id, time.monotonic(), reuse)
 
 

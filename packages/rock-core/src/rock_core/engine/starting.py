@@ -446,10 +446,7 @@ async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxRecord:
             auto_transition_state=None, auto_transition_time=None,
             phases=waiting_phases(),
         )
-        live.settled = anyio.Event()
-        live.start_done = anyio.Event()
-        live.start_error = None
-        live.activity = time.time()
+        live.begin_start()
     assert engine._tg is not None
     engine._tg.start_soon(run_start, engine, sandbox_id, time.monotonic(), True)
     return live.record
