@@ -22,11 +22,13 @@ import pytest
 from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
+from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import InternalServerRockError, RockError
 from rock_core.rocklet_delivery import prepare_rocklet
 from rock_core.states import State
 from rock_core.testing import eventually_empty
 
+from rock_nomad._job import secret_path
 from rock_nomad.runtime import NomadRuntime
 from rock_nomad.testing import StandInNomad
 from rock_nomad.testing.contract import ArtifactServer
@@ -72,6 +74,10 @@ def engine_on(rocklet_url: str, tmp_path: Path) -> Callable[..., Any]:
 
 def _jobs(nomad: StandInNomad) -> list[dict[str, Any]]:
     return httpx.get(f"{nomad.address}/v1/jobs", headers={"X-Nomad-Token": nomad.management_token}).json()
+
+
+def _variables(nomad: StandInNomad) -> list[dict[str, Any]]:
+    return httpx.get(f"{nomad.address}/v1/vars", headers={"X-Nomad-Token": nomad.management_token}).json()
 
 
 def _running_allocs(nomad: StandInNomad) -> list[dict[str, Any]]:
@@ -128,6 +134,7 @@ async def test_a_sandbox_that_fits_nowhere_fails_with_nomads_reason(stand_in_nom
         assert status.record.phases["docker_run"].status.value == "failed"
         assert "memory" in status.record.phases["docker_run"].message
     assert _jobs(nomad) == [], "the unplaceable job was left registered (its blocked evaluation would place it later)"
+    assert _variables(nomad) == [], "the unplaceable sandbox's secret was left in a Nomad Variable"
 
 
 async def test_a_lost_nodes_sandbox_is_stopped_node_lost_and_nothing_is_left(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
@@ -160,6 +167,19 @@ async def test_a_wrong_token_is_a_clear_error_naming_the_setting(stand_in_nomad_
     message = str(caught.value)
     assert "ACL token not found" in message
     assert "plugins.nomad.token" in message
+    # A token that may submit jobs but not write Variables cannot place the sandbox's secret.
+    async with engine_on(nomad, token=nomad.add_token(variables=("read", "list"))) as engine:
+        with pytest.raises(RockError) as caught:
+            await engine.start(SandboxStartRequest(**SMALL))
+    assert "Permission denied" in str(caught.value) and "variables write" in str(caught.value)
+    assert "/v1/var/nomad/jobs/" in str(caught.value)
+    # One that may write Variables but not submit jobs: the registration fails and the secret
+    # it wrote first is deleted again.
+    async with engine_on(nomad, token=nomad.add_token(write=False, variables=("write", "destroy"))) as engine:
+        with pytest.raises(RockError) as caught:
+            await engine.start(SandboxStartRequest(**SMALL))
+    assert "POST /v1/jobs" in str(caught.value) and "plugins.nomad.token" in str(caught.value)
+    assert _variables(nomad) == [], "a failed registration left the sandbox's secret in a Nomad Variable"
     async with engine_on(nomad, token=nomad.management_token) as engine:
         status = await engine.start(SandboxStartRequest(**SMALL))
         assert status.state is State.RUNNING
@@ -208,3 +228,58 @@ async def test_a_silent_event_stream_only_slows_starts_down(stand_in_nomad_facto
         assert status.state is State.RUNNING
         assert engine.runtime.feed.connected and engine.runtime.feed.frames == 0
         await engine.stop(status.sandbox_id)
+
+
+async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+    """Anyone with read-job reads the job, its allocations and its events: none of them holds the
+    sandbox's secret. The job's template reads it from the job's own Nomad Variable, the rocklet
+    gets it, commands run, and a wrong secret is refused by the rocklet."""
+    nomad = stand_in_nomad_factory(nodes=2, acl=True)
+    # A token with read-job and no Variables capability (Nomad's read-job alone gives none).
+    read_job = nomad.add_token(write=False, variables=(), name="read-job only")
+    reader = httpx.Client(base_url=nomad.address, headers={"X-Nomad-Token": read_job})
+    async with engine_on(nomad, token=nomad.management_token) as engine:
+        status = await engine.start(SandboxStartRequest(**SMALL))
+        record = status.record
+        secret = record.rocklet_token
+        assert secret and status.state is State.RUNNING
+        job_id = record.unit_id
+        # What read-job shows: the job, every version of it, its allocations (each with a copy of
+        # the job), its evaluations, its summary, and the event stream's record of all of them.
+        shown = [reader.get(f"/v1/job/{job_id}")]
+        assert shown[0].status_code == 200 and shown[0].json()["ID"] == job_id
+        template = shown[0].json()["TaskGroups"][0]["Tasks"][0]["Templates"][0]["EmbeddedTmpl"]
+        assert f'nomadVar "{secret_path(job_id)}"' in template
+        allocs = reader.get(f"/v1/job/{job_id}/allocations").json()
+        shown += [reader.get(f"/v1/allocation/{a['ID']}") for a in allocs]
+        shown += [reader.get(f"/v1/job/{job_id}/{what}") for what in ("allocations", "evaluations", "summary")]
+        shown += [reader.get("/v1/jobs", params={"meta": "true"}), reader.get("/v1/allocations")]
+        with reader.stream("GET", "/v1/event/stream", params={"index": "1"}, timeout=10) as events:
+            for line in events.iter_lines():
+                if '"Topic":"Node"' not in line and line.strip() != "{}" and line.strip():
+                    assert secret not in line, "the event stream carries the sandbox's secret"
+                    if job_id in line and '"AllocationUpdated"' in line:
+                        break
+        assert len(allocs) == 1
+        for response in shown:
+            assert response.status_code == 200, response.text
+            assert secret not in response.text, f"{response.request.url} shows the sandbox's secret"
+        # The secret is the job's Variable, which a read-job token may not read.
+        assert nomad.variable(secret_path(job_id))["Items"] == {"token": secret}
+        assert reader.get(f"/v1/var/{secret_path(job_id)}").status_code == 403
+        # The sandbox works end to end: a command runs through its rocklet, which has the secret.
+        result = await engine.rocklet(record.sandbox_id).execute(
+            Command(command=["sh", "-c", "echo ran; env | grep -c ROCK_ROCKLET_TOKEN || true"]))
+        assert result.exit_code == 0 and result.stdout.split() == ["ran", "0"]  # commands do not inherit it
+        wrong = RockletClient(engine.http, record.host_ip, record.port_mapping[22555], record.sandbox_id, token="not-it")
+        with pytest.raises(InternalServerRockError, match="refused .*secret for it is wrong"):
+            await wrong.execute(Command(command=["echo", "no"]))
+        await engine.stop(record.sandbox_id)  # deleted at once (no auto_delete_seconds): the job purged
+        await engine.delete(record.sandbox_id)
+
+        async def secret_gone() -> bool:
+            return nomad.variable(secret_path(job_id)) is None
+
+        await _eventually(secret_gone, "the deleted sandbox's Variable went")
+        assert _variables(nomad) == []
+    reader.close()

@@ -443,6 +443,83 @@ def test_a_read_only_token_cannot_write(stand_in_nomad_factory, connect) -> None
     assert writer.request("POST", "/v1/jobs", json={"Job": sandbox_job(new_job_id(), IMAGE, count=0)}).status_code == 200
 
 
+def test_variables_are_checked_against_the_tokens_capabilities(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    nomad = stand_in_nomad_factory(nodes=1, acl=True)
+    path = f"nomad/jobs/{new_job_id('var')}"
+    admin = connect(nomad)
+    assert admin.put_variable(path, {"token": "kept"}).status_code == 200
+    reader = connect(nomad, token=nomad.add_token(write=False))  # a coarse read policy: read and list
+    assert reader.get(f"/v1/var/{path}").json()["Items"] == {"token": "kept"}
+    assert [v["Path"] for v in reader.get("/v1/vars").json()] == [path]
+    refused = reader.request("PUT", f"/v1/var/{path}", json={"Items": {"token": "changed"}})
+    assert refused.status_code == 403 and refused.text == "Permission denied"
+    assert reader.request("DELETE", f"/v1/var/{path}").status_code == 403
+    writer = connect(nomad, token=nomad.add_token(variables=("write",)))  # may write, not read or destroy
+    assert writer.get(f"/v1/var/{path}").status_code == 403
+    assert writer.get("/v1/vars").status_code == 403
+    conflict = writer.request("PUT", f"/v1/var/{path}", params={"cas": 0}, json={"Items": {"token": "x"}})
+    assert conflict.status_code == 409 and conflict.json()["Items"] is None  # who may not read sees no items
+    assert writer.request("DELETE", f"/v1/var/{path}").status_code == 403
+    assert nomad.variable(path)["Items"] == {"token": "kept"}
+    job_only = connect(nomad, token=nomad.add_token(variables=()))  # read-job and submit-job, no variables
+    assert job_only.get("/v1/jobs").status_code == 200
+    assert job_only.get(f"/v1/var/{path}").status_code == 403
+
+
+def test_a_task_reads_only_its_own_jobs_variables(stand_in_nomad, connect) -> None:  # noqa: F811
+    api = connect(stand_in_nomad)
+    other = f"nomad/jobs/{new_job_id('other')}"
+    assert api.put_variable(other, {"token": "not yours"}).status_code == 200
+    job_id = new_job_id()
+    own = f"nomad/jobs/{job_id}"
+    assert api.put_variable(f"{own}/sandbox", {"group": "g"}).status_code == 200
+    assert api.put_variable(f"{own}/sandbox/main", {"task": "t"}).status_code == 200
+    job = sandbox_job(job_id, IMAGE, command="sh", job_type="batch", args=["-c", 'test "$OWN" = "g t" || exit 3'])
+    job["TaskGroups"][0]["Tasks"][0]["Templates"] = [{
+        "EmbeddedTmpl": f'OWN={{{{ with nomadVar "{own}/sandbox" }}}}{{{{ .group }}}}{{{{ end }}}} '
+                        f'{{{{- with nomadVar "{own}/sandbox/main" }}}} {{{{ .task }}}}{{{{ end }}}}\n',
+        "DestPath": "local/own.env", "Envvars": True}]
+    api.register(job)
+    done = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("complete", "failed"), "the task ended")
+    assert done["ClientStatus"] == "complete", events(done)
+    thief_id = new_job_id()
+    thief = sandbox_job(thief_id, IMAGE)
+    thief["TaskGroups"][0]["Tasks"][0]["Templates"] = [{
+        "EmbeddedTmpl": f'STOLEN={{{{ with nomadVar "{other}" }}}}{{{{ .token }}}}{{{{ end }}}}\n',
+        "DestPath": "secrets/stolen.env", "Envvars": True}]
+    api.register(thief)
+    failed = api.wait_alloc(thief_id, lambda a: a["ClientStatus"] in ("failed", "running", "complete"), "the task ended")
+    assert failed["ClientStatus"] == "failed", event_types(failed)
+    setup = [e for e in events(failed) if e["Type"] == "Setup Failure"]
+    assert setup and "Permission denied" in setup[-1]["SetupError"] and other in setup[-1]["SetupError"]
+    assert "Started" not in event_types(failed)
+
+
+def test_the_template_language_the_stand_in_renders() -> None:
+    from rock_nomad.testing._template import TemplateError, VariableMissing, render
+
+    items = {"a/b": {"user": "rock", "token": "t0k"}}
+
+    def variable(path: str, namespace: str) -> dict[str, str] | None:
+        return items.get(path) if namespace == "ns" else {"ns": namespace}
+
+    def out(text: str, **kw: Any) -> str:
+        return render(text, env={"HOME": "/root"}, variable=variable, namespace="ns", **kw)
+
+    assert out('home={{ env "HOME" }} none={{env "NOPE"}}.') == "home=/root none=."
+    assert out('{{ with nomadVar "a/b" }}{{ .user }}:{{ .token }}:{{ .absent }}{{ end }}') == "rock:t0k:<no value>"
+    assert out('x  {{- with nomadVar "a/b" -}}  {{ .user }}  {{- end -}}  y') == "xrocky"
+    assert out('{{ with nomadVar "a/b@other" }}{{ .ns }}{{ end }}') == "other"
+    assert out('[[ with nomadVar "a/b" ]][[ .user ]][[ end ]] {{ kept }}', left="[[", right="]]") == "rock {{ kept }}"
+    with pytest.raises(VariableMissing) as missing:
+        out('T={{ with nomadVar "c/d" }}{{ .token }}{{ end }}')
+    assert (missing.value.path, missing.value.namespace) == ("c/d", "ns")
+    for unsupported in ('{{ key "consul/key" }}', "{{ .user }}", '{{ with nomadVar "a/b" }}', "{{ end }}",
+                        '{{ range nomadVarList "a" }}{{ end }}'):
+        with pytest.raises(TemplateError):
+            out(unsupported)
+
+
 def test_close_removes_every_container_and_start_removes_a_crashed_stand_ins(docker_client, connect) -> None:
     crashed = docker_client.containers.create(
         IMAGE, command=["sleep", "60"], labels={LABEL_OWNER: owner_tag(999_999_999), LABEL_SERVER: "crashed"})

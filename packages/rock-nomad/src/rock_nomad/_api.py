@@ -164,7 +164,8 @@ class NomadApi:
         if status == 403 or "acl token not found" in lowered or "permission denied" in lowered:
             token = self.settings["token"]
             return (f"{said}; the ACL token is refused or lacks a right: check {token} "
-                    f"(it needs submit-job, read-job and read-logs in namespace {self.namespace!r})")
+                    f"(it needs submit-job, read-job and read-logs in namespace {self.namespace!r}, and "
+                    f"variables write and destroy on the sandboxes' nomad/jobs/<job id> paths there)")
         if "no path to region" in lowered:
             return f"{said}; check {self.settings['region']}"
         if "nonexistent namespace" in lowered or "namespace not found" in lowered:

@@ -8,8 +8,9 @@ The job (one per sandbox; its ID is the unit id):
   or whose node is lost, is never started again elsewhere (its files would be gone anyway);
 - one ``docker`` task, ``rocklet``, running the sandbox's image with the rocklet as its command
   (:func:`rock_core.rocklet_delivery.launch_command`), the rocklet fetched as an ``artifact``
-  with its SHA-256 and mounted read-only at ``/rock``, the sandbox's secret in a template rendered into ``/secrets`` and read into
-  the task's environment;
+  with its SHA-256 and mounted read-only at ``/rock``; the sandbox's secret is not in the job:
+  a template reads it from the job's own Nomad Variable (:func:`secret_path`, which the runtime
+  writes before it registers the job) into ``/secrets`` and the task's environment;
 - two dynamic ports in host mode, ``rocklet`` (to 22555 in the container) and ``app`` (to 8080);
 - ``Meta``: the unit's labels (``rock.sandbox_id``, ``rock.owner``, ...), so that a restarted
   admin finds its sandboxes again from one job listing.
@@ -40,6 +41,7 @@ __all__ = [
     "describe_placement_failure",
     "job_for",
     "latest_alloc",
+    "secret_path",
     "status_of",
 ]
 
@@ -55,6 +57,14 @@ ROCKLET_DIR = "local/rock"
 ROCKLET_MOUNT = "/rock"
 #: Where the sandbox's secret is rendered, relative to the task directory (``/secrets`` inside).
 SECRET_FILE = "secrets/rocklet.env"
+#: The item of the job's Variable that holds the secret.
+SECRET_ITEM = "token"
+
+
+def secret_path(job_id: str) -> str:
+    """The Nomad Variable that holds a sandbox's secret: its job's own path, which the job's
+    tasks may read through their workload identity and nobody needs ``read-job`` for."""
+    return f"nomad/jobs/{job_id}"
 
 
 def job_for(
@@ -64,7 +74,6 @@ def job_for(
     labels: Mapping[str, str],
     rocklet: RockletDelivery,
     rocklet_url: str,
-    rocklet_token: str,
     datacenters: Sequence[str],
     node_pool: str | None,
     priority: int,
@@ -125,10 +134,11 @@ def job_for(
             {"GetterSource": rocklet_url, "GetterOptions": {"checksum": rocklet.checksum}, "GetterMode": "file",
              "RelativeDest": f"{ROCKLET_DIR}/{ROCKLET_PYZ}"}
         ],
-        # The secret never goes into Env or Meta; it is in the job's template (see the README).
+        # The secret is nowhere in the job (not in Env, Meta or the template's text): the
+        # template reads it from the job's Variable when the task starts (see the README).
         "Templates": [
-            {"EmbeddedTmpl": f"{TOKEN_ENV}={rocklet_token}\n", "DestPath": SECRET_FILE, "Envvars": True,
-             "Perms": "0600", "ChangeMode": "noop"}
+            {"EmbeddedTmpl": f'{TOKEN_ENV}={{{{ with nomadVar "{secret_path(job_id)}" }}}}{{{{ .{SECRET_ITEM} }}}}{{{{ end }}}}\n',
+             "DestPath": SECRET_FILE, "Envvars": True, "Perms": "0600", "ChangeMode": "noop"}
         ],
         "KillTimeout": int(kill_timeout * _SECOND),
         "LogConfig": {"MaxFiles": 2, "MaxFileSizeMB": 10},

@@ -2,14 +2,17 @@
 
 - ``create`` builds the sandbox's job (:func:`rock_nomad._job.job_for`) and keeps it until
   ``start``: nothing is registered yet, so a unit that is never started costs Nomad nothing.
-- ``start`` registers the job (create-only: ``EnforceIndex``), follows its evaluation with
+- ``start`` writes the sandbox's secret as the job's own Nomad Variable
+  (``nomad/jobs/<job id>``, which the job's template reads through the task's workload
+  identity: the secret is nowhere in the job), registers the job (create-only:
+  ``EnforceIndex``; the Variable is deleted if that fails), follows its evaluation with
   blocking queries until the scheduler has placed it (or failed to: Nomad's reason from
   ``FailedTGAllocs``, at once, and the job is purged), then its allocation until the node has the
   image and the task runs (``image_pull`` is reported meanwhile; a node that cannot pull the
   image raises :class:`~rock_core.errors.ImagePullFailed` and the job is purged). It returns the
   rocklet's address: the node's address and the dynamic port mapped to 22555.
 - ``stop`` deregisters the job (Nomad kills the task after ``kill_timeout``) and waits for the
-  allocation to end; ``remove`` purges the job.
+  allocation to end; ``remove`` purges the job and deletes its Variable.
 - ``inspect`` reads the job's allocations: ``running``, or ``exited`` with the exit code, an OOM
   kill, ``node lost`` or the driver's error; ``missing`` once the job is gone.
 - ``list`` is one ``GET /v1/jobs?prefix=...&meta=true``: the units' labels are their jobs'
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -40,14 +44,25 @@ from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_nomad._api import NomadApi, NomadError, Setting
 from rock_nomad._events import EventFeed, JobWatch
-from rock_nomad._job import describe_placement_failure, failure_of, job_for, latest_alloc, status_of
+from rock_nomad._job import (
+    SECRET_ITEM,
+    describe_placement_failure,
+    failure_of,
+    job_for,
+    latest_alloc,
+    secret_path,
+    status_of,
+)
 
 __all__ = ["NomadRuntime"]
 
 log = logging.getLogger("rock.nomad")
 
-# Nomad job ids: no spaces or NUL; rock narrows them to what a URL segment and a label hold.
-_MAX_JOB_ID = 128
+# Nomad job ids: no spaces or NUL; rock narrows them to what a Nomad Variable's path holds, since
+# each sandbox's secret is the Variable nomad/jobs/<job id> (at most 128 characters in all).
+_MAX_JOB_ID = 128 - len(secret_path(""))
+_JOB_PREFIX = re.compile(r"[A-Za-z0-9_~-]{1,32}")
+_VARIABLE_PATH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
 #: Seconds one blocking query waits before it is asked again.
 _BLOCK = 30.0
 
@@ -97,7 +112,8 @@ class NomadRuntime(Runtime):
     :param address: Nomad's HTTP API (``https://nomad.example:4646``); default ``NOMAD_ADDR``,
         else ``http://127.0.0.1:4646``.
     :param token: an ACL token's secret (``submit-job``, ``read-job``, ``read-logs`` in
-        ``namespace``); default ``NOMAD_TOKEN``; none when the cluster has no ACLs.
+        ``namespace``, and Variables ``write`` and ``destroy`` on ``nomad/jobs/<job_prefix>*``
+        there); default ``NOMAD_TOKEN``; none when the cluster has no ACLs.
     :param namespace: the namespace of the sandboxes' jobs (default ``NOMAD_NAMESPACE`` or ``default``).
     :param region: the region (default ``NOMAD_REGION``, else the agent's own).
     :param datacenters: where sandboxes may be placed (a list, or names separated by commas;
@@ -177,9 +193,10 @@ class NomadRuntime(Runtime):
         self.tls_skip_verify = _as_bool(tls_skip_verify, "tls_skip_verify")
         if bool(self.client_cert) != bool(self.client_key):
             raise InvalidParameter("plugins.nomad.client_cert and client_key: set both or neither", field="client_cert")
-        if not job_prefix or any(c.isspace() for c in job_prefix) or len(job_prefix) > 32:
+        if not isinstance(job_prefix, str) or not _JOB_PREFIX.fullmatch(job_prefix):
             raise InvalidParameter(
-                f"plugins.nomad.job_prefix: expected up to 32 characters without spaces, got {job_prefix!r}",
+                "plugins.nomad.job_prefix: expected 1 to 32 letters, digits, '-', '_' or '~' (it begins each "
+                f"sandbox's job id and the path of its Nomad Variable), got {job_prefix!r}",
                 field="job_prefix", value=job_prefix,
             )
         self.job_prefix = job_prefix
@@ -211,12 +228,16 @@ class NomadRuntime(Runtime):
         return f"NomadRuntime(address={self.address!r}, namespace={self.namespace!r})"
 
     def sandbox_id_problem(self, sandbox_id: str) -> str | None:
-        """A sandbox id becomes its job's ID after :attr:`job_prefix`: rock's default rule,
-        short enough for the prefix."""
-        problem = super().sandbox_id_problem(sandbox_id)
-        if problem is None and len(self.job_prefix) + len(sandbox_id) > _MAX_JOB_ID:
-            return f"at most {_MAX_JOB_ID - len(self.job_prefix)} characters (it names a Nomad job after {self.job_prefix!r})"
-        return problem
+        """A sandbox id becomes its job's ID after :attr:`job_prefix`, and its secret's Nomad
+        Variable ``nomad/jobs/<job id>``: rock's default rule without ``.`` (a Variable's path
+        has none), short enough for the prefix and the path."""
+        room = _MAX_JOB_ID - len(self.job_prefix)
+        if super().sandbox_id_problem(sandbox_id) is not None or not _VARIABLE_PATH_ID.fullmatch(sandbox_id):
+            return (f"letters, digits, '_', '-'; starting with a letter or digit; at most {room} characters "
+                    f"(it names a Nomad job and the path of the job's Nomad Variable)")
+        if len(sandbox_id) > room:
+            return f"at most {room} characters (it names a Nomad job after {self.job_prefix!r} and its Variable)"
+        return None
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -253,6 +274,7 @@ class NomadRuntime(Runtime):
         return f"job/{quote(job_id, safe='')}"
 
     async def _purge(self, job_id: str, sandbox_id: str | None) -> None:
+        """Purge a job whose start failed, and its secret; a failure is logged, not raised."""
         if self._feed is not None:
             self._feed.untrack(job_id)
         with anyio.CancelScope(shield=True):
@@ -261,6 +283,23 @@ class NomadRuntime(Runtime):
                                        sandbox_id=sandbox_id)
             except RuntimeFailure as exc:
                 log.warning("could not purge Nomad job %s: %s", job_id, exc)
+            await self._forget_secret(job_id, sandbox_id)
+
+    async def _put_secret(self, job_id: str, token: str, sandbox_id: str) -> None:
+        """Write the sandbox's secret as its job's Nomad Variable (the job's template reads it)."""
+        path = secret_path(job_id)
+        await self.api.request(
+            "PUT", f"var/{path}", json={"Namespace": self.namespace, "Path": path, "Items": {SECRET_ITEM: token}},
+            attempted="start", sandbox_id=sandbox_id,
+        )
+
+    async def _forget_secret(self, job_id: str, sandbox_id: str | None) -> None:
+        """Delete the sandbox's secret (gone already is fine); a failure is logged, not raised."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self.api.request("DELETE", f"var/{secret_path(job_id)}", attempted="remove", sandbox_id=sandbox_id)
+            except RuntimeFailure as exc:
+                log.warning("could not delete the Nomad Variable %s: %s", secret_path(job_id), exc)
 
     # -- create and start -----------------------------------------------------------------------
 
@@ -303,12 +342,12 @@ class NomadRuntime(Runtime):
             )
         job_id = self._job_id(sandbox_id)
         job, notes, security = job_for(
-            spec, job_id=job_id, labels=labels, rocklet=delivery, rocklet_url=url, rocklet_token=rocklet_token,
+            spec, job_id=job_id, labels=labels, rocklet=delivery, rocklet_url=url,
             datacenters=self.datacenters, node_pool=self.node_pool, priority=self.priority,
             mhz_per_cpu=self.mhz_per_cpu, kill_timeout=self.kill_timeout,
             ephemeral_disk_mb=self.ephemeral_disk_mb, nofile_limit=self.nofile_limit,
         )
-        self._created[job_id] = {"job": job, "image": spec.image}
+        self._created[job_id] = {"job": job, "image": spec.image, "token": rocklet_token}
         self._known[job_id] = (sandbox_id, dict(labels))
         if on_phase is not None:
             on_phase(PHASE_IMAGE_PULL, Phase(PhaseStatus.WAITING, "the Nomad node the sandbox is placed on pulls the image at start"))
@@ -339,10 +378,18 @@ class NomadRuntime(Runtime):
         if streaming:
             self.feed.track(job_id)
         with self.feed.watch(job_id) as watch:
-            answer = (await self.api.request(
-                "POST", "jobs", json={"Job": made["job"], "EnforceIndex": True, "JobModifyIndex": 0},
-                attempted="start", sandbox_id=sandbox_id,
-            )).json()
+            try:
+                # The secret first: the job's template reads it when the task starts.
+                await self._put_secret(job_id, made["token"], sandbox_id)
+                answer = (await self.api.request(
+                    "POST", "jobs", json={"Job": made["job"], "EnforceIndex": True, "JobModifyIndex": 0},
+                    attempted="start", sandbox_id=sandbox_id,
+                )).json()
+            except BaseException:
+                # Not registered: the job is not ours to purge (it may exist already), its secret is.
+                self.feed.untrack(job_id)
+                await self._forget_secret(job_id, sandbox_id)
+                raise
             self._created.pop(job_id, None)
             try:
                 poll = self.poll_after if streaming else 0.0
@@ -468,12 +515,14 @@ class NomadRuntime(Runtime):
                         watch.update("Allocation", read)
 
     async def remove(self, handle: UnitHandle) -> None:
-        """Purge the job (its allocation is stopped if it still runs); gone already is fine."""
+        """Purge the job (its allocation is stopped if it still runs) and delete its secret's
+        Variable; gone already is fine."""
         job_id = handle.unit_id
         if self._created.pop(job_id, None) is not None:
             return
         await self.api.request("DELETE", self._path(job_id), params={"purge": True}, attempted="remove",
                                sandbox_id=handle.sandbox_id)
+        await self.api.request("DELETE", f"var/{secret_path(job_id)}", attempted="remove", sandbox_id=handle.sandbox_id)
         self._stopped.discard(job_id)
         if self._feed is not None:
             self._feed.untrack(job_id)

@@ -30,6 +30,8 @@ import httpx
 
 from rock_nomad.testing._cluster import SECOND, NodeSpec, now_ns, rfc3339, task_event
 from rock_nomad.testing._model import parse_duration
+from rock_nomad.testing._template import TemplateError, VariableMissing, render
+from rock_nomad.testing._variables import workload_may_read
 
 if TYPE_CHECKING:
     from rock_nomad.testing._cluster import Cluster
@@ -135,7 +137,7 @@ class TaskRunner:
             for artifact in self.task["Artifacts"]:
                 await self._download(artifact, dirs["task"], env)
         for template in self.task.get("Templates") or []:
-            self._render(template, dirs["task"], env)
+            await self._render(template, dirs["task"], env)
         if self.kill_requested.is_set():
             return self._killed_before_start()
         config = self._config(env)
@@ -353,9 +355,10 @@ class TaskRunner:
                             and ".." not in PurePosixPath(m.name).parts])
                 target.unlink()
 
-    def _render(self, template: dict[str, Any], task_dir: Path, env: dict[str, str]) -> None:
-        """Write a template into the task directory. The stand-in renders literal text and
-        ``{{ env "NAME" }}`` only (Nomad renders consul-template); anything else fails the task."""
+    async def _render(self, template: dict[str, Any], task_dir: Path, env: dict[str, str]) -> None:
+        """Write a template into the task directory (:mod:`rock_nomad.testing._template` says what
+        the stand-in renders; anything else fails the task). A Nomad Variable it reads that does
+        not exist yet holds the task back until it does, as in Nomad."""
         left, right = template.get("LeftDelim") or "{{", template.get("RightDelim") or "}}"
 
         def failed(reason: str) -> TaskFailed:
@@ -371,10 +374,29 @@ class TaskRunner:
                 text = source.read_text()
             except OSError as exc:
                 raise failed(f"cannot read the source: {exc}") from exc
-        pattern = re.compile(re.escape(left) + r"\s*env\s+\"([^\"]+)\"\s*" + re.escape(right))
-        rendered = pattern.sub(lambda m: env.get(m.group(1), ""), text)
-        if left in rendered:
-            raise failed(f"the stand-in renders only literal text and {left} env \"NAME\" {right}")
+        told_missing = False
+        while True:
+            try:
+                rendered = render(text, env=env, variable=self._variable, namespace=self.alloc["Namespace"],
+                                  left=left, right=right)
+                break
+            except TemplateError as exc:
+                raise failed(str(exc)) from None
+            except VariableMissing as missing:
+                if not told_missing:
+                    told_missing = True
+                    region = self.alloc["Job"]["Region"]
+                    self.report("Template", f"Missing: nomad.var.block({missing.path}@{missing.namespace}.{region})")
+                changed = self.sim.cluster.changed
+                waiting = asyncio.ensure_future(changed.wait())
+                killed = asyncio.ensure_future(self.kill_requested.wait())
+                try:
+                    await asyncio.wait({waiting, killed}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiting.cancel()
+                    killed.cancel()
+                if self.kill_requested.is_set():
+                    return
         dest = (task_dir / self.interpolate(template["DestPath"], env)).resolve()
         if not str(dest).startswith(str(task_dir.resolve())):
             raise failed("the destination escapes the task directory")
@@ -386,6 +408,18 @@ class TaskRunner:
                 key, sep, value = line.partition("=")
                 if sep and key.strip() and not key.lstrip().startswith("#"):
                     env[key.strip()] = value.strip()
+
+    def _variable(self, path: str, namespace: str) -> dict[str, str] | None:
+        """A variable's items as this task's workload identity reads them: its own job's paths
+        in its job's namespace, nothing else."""
+        own_namespace = self.alloc["Namespace"]
+        if namespace != own_namespace or not workload_may_read(
+            path, job_id=self.alloc["JobID"], group=self.alloc["TaskGroup"], task=self.name
+        ):
+            raise TemplateError(f"nomad.var.block({path}@{namespace}): Permission denied: the task's workload "
+                                f"identity reads only nomad/jobs/{self.alloc['JobID']} (and below) in {own_namespace!r}")
+        var = self.sim.cluster.variables.get(namespace, path)
+        return dict(var["Items"]) if var is not None else None
 
     async def _ensure_image(self, image: str, config: dict[str, Any]) -> None:
         for pattern, reason in list(self.sim.faults.image_pull_failures.items()):

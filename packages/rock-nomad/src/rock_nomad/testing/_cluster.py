@@ -29,6 +29,7 @@ from rock_nomad.testing._model import (
     multierror,
     validate_job,
 )
+from rock_nomad.testing._variables import VariableStore
 
 if TYPE_CHECKING:
     from rock_nomad.testing._client import DockerClientSim
@@ -95,13 +96,15 @@ class Cluster:
         self.algorithm = algorithm
         self.scheduler_delay = scheduler_delay
         self.index = 1
-        self.tables = {"jobs": 1, "evals": 1, "allocs": 1, "nodes": 1}
+        self.tables = {"jobs": 1, "evals": 1, "allocs": 1, "nodes": 1, "vars": 1}
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
         self.evals: dict[str, dict[str, Any]] = {}
         self.allocs: dict[str, dict[str, Any]] = {}
         #: (namespace, job ID) → that job ID's allocations, oldest first (every version's)
         self.job_allocs: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
+        #: Nomad Variables by (namespace, path)
+        self.variables = VariableStore(lambda: self.bump("vars"))
         self.node_specs: dict[str, NodeSpec] = {}
         self.changed = asyncio.Event()
         self.client: DockerClientSim | None = None

@@ -31,13 +31,14 @@ NOMAD_VERSION = "1.10.5"
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response]]
 
 
-def _json(data: Any, *, index: int | None = None, pretty: bool = False, headers: dict[str, str] | None = None) -> Response:
+def _json(data: Any, *, index: int | None = None, pretty: bool = False, headers: dict[str, str] | None = None,
+          status: int = 200) -> Response:
     body = json.dumps(data, indent=4 if pretty else None, separators=None if pretty else (",", ":"))
     out = {"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"}
     if index is not None:
         out["X-Nomad-Index"] = str(index)
     out.update(headers or {})
-    return Response(body + ("\n" if pretty else ""), media_type="application/json", headers=out)
+    return Response(body + ("\n" if pretty else ""), status_code=status, media_type="application/json", headers=out)
 
 
 def _text(status: int, text: str) -> Response:
@@ -115,6 +116,10 @@ class Api:
             (r"acl/token/self", {"GET": (self.token_self, "token")}),
             (rf"client/fs/logs/{c}", {"GET": (self.logs, "read")}),
             (r"event/stream", {"GET": (self.event_stream, "read")}),
+            (r"vars", {"GET": (self.list_variables, "var-list")}),
+            # Nomad answers a wrong method here with 400, not 405: the handler checks it.
+            (r"var/(?P<path>.*)", {m: (self.variable, "none") for m in
+                                   ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS")}),
         ]
         self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in self.routes]  # type: ignore[misc]
         self.app = Starlette(routes=[Route("/{path:path}", self.dispatch,
@@ -158,20 +163,33 @@ class Api:
         return None
 
     def _check_token(self, request: Request, need: str) -> None:
+        """Refuse the request unless its token may ``need``: ``read``, ``write``, ``token`` (any
+        known token), ``var-<capability>`` (a Variables capability: read, list, write, destroy)
+        or ``none``."""
         if need == "none" or not self.s.acl:
             return
         secret = self._token(request)
         if secret is None:
-            if need == "token":
-                raise NomadError(403, "Permission denied")
             raise NomadError(403, "Permission denied")
         token = self.s.tokens.get(secret)
         if token is None:
             raise NomadError(403, "ACL token not found")
-        if need == "write" and token["Type"] != "management" and "write" not in token["_rights"]:
+        if token["Type"] == "management":
+            return
+        if need.startswith("var-"):
+            allowed = need[4:] in token["_variables"]
+        else:
+            allowed = need == "token" or (need == "write" and "write" in token["_rights"]) or (
+                need == "read" and bool(token["_rights"]))
+        if not allowed:
             raise NomadError(403, "Permission denied")
-        if need == "read" and token["Type"] != "management" and not token["_rights"]:
-            raise NomadError(403, "Permission denied")
+
+    def _may(self, request: Request, need: str) -> bool:
+        try:
+            self._check_token(request, need)
+        except NomadError:
+            return False
+        return True
 
     @staticmethod
     def _namespace(request: Request) -> str:
@@ -476,6 +494,72 @@ class Api:
                  "Data": base64.b64encode(data).decode()}
         return _json(frame if data else {})
 
+
+    # -- variables -------------------------------------------------------------------------------
+
+    async def list_variables(self, request: Request, params: dict[str, str]) -> Response:
+        """``GET /v1/vars``: the metadata (never the items) of the variables under ``prefix``."""
+        index = await self._block(request, lambda: self.cluster.tables["vars"])
+        found = self.cluster.variables.list(self._namespace(request), request.query_params.get("prefix") or "")
+        found, headers = self._page(request, found, key="Path")
+        return _json(found, index=index, pretty=self._pretty(request), headers=headers)
+
+    async def variable(self, request: Request, params: dict[str, str]) -> Response:
+        """``/v1/var/<path>``: read (``GET``, blocking), write (``PUT``/``POST``, ``cas``) or
+        delete (``DELETE``, ``cas``) one variable, checked in Nomad's order: the path, the
+        method, the body, ``cas``, then the token, then the variable itself."""
+        path = params["path"]
+        if not path:
+            raise NomadError(400, "missing variable path")
+        method = request.method
+        if method not in ("GET", "PUT", "POST", "DELETE"):
+            raise NomadError(400, "Invalid method")
+        store = self.cluster.variables
+        if method == "GET":
+            self._check_token(request, "var-read")
+            key = (self._namespace(request), path)
+
+            def current() -> int:
+                var = store.get(*key)
+                return var["ModifyIndex"] if var is not None else self.cluster.tables["vars"]
+
+            index = await self._block(request, current)
+            var = store.get(*key)
+            if var is None:
+                raise NomadError(404, "variable not found")
+            return _json(var, index=index, pretty=self._pretty(request))
+        body = await self._body(request) if method != "DELETE" else {}
+        if method != "DELETE" and not body.get("Items"):
+            raise NomadError(400, "variable missing required Items object")
+        cas = self._cas(request)
+        namespace = body.get("Namespace") or self._namespace(request)
+        if method == "DELETE":
+            self._check_token(request, "var-destroy")
+            conflict = store.delete(namespace, path, cas=cas)
+            if conflict is None:
+                return Response(status_code=204, headers={"X-Nomad-Index": str(self.cluster.index)})
+        else:
+            self._check_token(request, "var-write")
+            written, conflict = store.put(namespace, path, body["Items"], cas=cas)
+            if written is not None:
+                return _json(written, index=self.cluster.index, pretty=self._pretty(request))
+        assert conflict is not None
+        if not self._may(request, "var-read"):
+            conflict = {**conflict, "Items": None}  # a caller who may not read it sees no items
+        return _json(conflict, index=conflict["ModifyIndex"], pretty=self._pretty(request), status=409)
+
+    @staticmethod
+    def _cas(request: Request) -> int | None:
+        raw = request.query_params.get("cas")
+        if not raw:
+            return None
+        try:
+            cas = int(raw)
+            if cas < 0:
+                raise ValueError
+        except ValueError:
+            raise NomadError(400, f"can not parse cas: the value {raw!r} is not an unsigned integer") from None
+        return cas
 
     async def event_stream(self, request: Request, params: dict[str, str]) -> Response:
         """``/v1/event/stream``: NDJSON frames ``{"Index", "Events"}`` from ``index`` on, ``{}``

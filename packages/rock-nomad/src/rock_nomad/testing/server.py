@@ -409,19 +409,34 @@ class StandInNomad:
 
     # -- ACL -----------------------------------------------------------------------------------
 
-    def _add_token(self, secret: str, kind: str, *, name: str, rights: tuple[str, ...]) -> None:
+    def _add_token(self, secret: str, kind: str, *, name: str, rights: tuple[str, ...],
+                   variables: tuple[str, ...] = ()) -> None:
         self.tokens[secret] = {
             "AccessorID": str(uuid.uuid4()), "SecretID": secret, "Name": name, "Type": kind,
             "Policies": None if kind == "management" else [f"stand-in-{'-'.join(rights) or 'none'}"],
             "Roles": None, "Global": False, "CreateTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "ExpirationTime": None, "CreateIndex": 1, "ModifyIndex": 1, "_rights": rights,
+            "ExpirationTime": None, "CreateIndex": 1, "ModifyIndex": 1, "_rights": rights, "_variables": variables,
         }
 
-    def add_token(self, *, write: bool = True, name: str = "stand-in client token") -> str:
-        """A client token (its secret) that may read, and write unless ``write`` is false."""
+    def add_token(self, *, write: bool = True, variables: tuple[str, ...] | None = None,
+                  name: str = "stand-in client token") -> str:
+        """A client token (its secret) that may read, and write unless ``write`` is false.
+
+        :param variables: its capabilities on Nomad Variables (``read``, ``list``, ``write``,
+            ``destroy``); by default what Nomad's coarse namespace policy gives: all four with
+            ``write``, ``read`` and ``list`` without.
+        """
+        if variables is None:
+            variables = ("read", "list", "write", "destroy") if write else ("read", "list")
         secret = str(uuid.uuid4())
-        self._add_token(secret, "client", name=name, rights=("read", "write") if write else ("read",))
+        self._add_token(secret, "client", name=name, rights=("read", "write") if write else ("read",),
+                        variables=tuple(variables))
         return secret
+
+    def variable(self, path: str, namespace: str = "default") -> dict[str, Any] | None:
+        """The Nomad Variable at ``path`` (with its ``Items``), or ``None``."""
+        assert self.cluster is not None
+        return self.call(lambda: self.cluster.variables.get(namespace, path))
 
     # -- inspection ----------------------------------------------------------------------------
 
