@@ -13,16 +13,18 @@ import os
 import socket
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import anyio
 import pytest
 
 from rock_core.actions import SandboxStartRequest
 from rock_core.converters import spec_from_start_request
-from rock_core.engine import reaping
+from rock_core.engine import removals
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.live import LABEL_ENGINE, LABEL_OWNER, LABEL_SANDBOX_ID
 from rock_core.engine.manager import SandboxManager
+from rock_core.engine.store import SandboxStore
 from rock_core.errors import RockError
 from rock_core.states import State
 from rock_core.testing import ScriptedRuntime
@@ -204,12 +206,12 @@ async def test_a_start_during_the_sweep_is_not_held_behind_its_removals_and_paus
         remove = runtime.hold("remove")
         async with _engine(runtime) as engine:
             # No start: the sweep removes at full pace, a few at once.
-            await remove.arrivals(reaping._SWEEP_CONCURRENCY)
+            await remove.arrivals(removals.CONCURRENCY)
             # A start now runs to the end while those removals are still inside the runtime.
             first = (await engine.start_async(REQUEST)).sandbox_id
             assert first is not None
             await engine.wait_until_running(first)
-            assert len(remove.waiting) == reaping._SWEEP_CONCURRENCY
+            assert len(remove.waiting) == removals.CONCURRENCY
             # While another start is in flight, removals that finish make room for none.
             create = runtime.hold("create")
             second = (await engine.start_async(REQUEST)).sandbox_id
@@ -218,7 +220,7 @@ async def test_a_start_during_the_sweep_is_not_held_behind_its_removals_and_paus
             while remove.waiting:
                 remove.release()
             await anyio.wait_all_tasks_blocked()
-            assert len(remove.arrived) == reaping._SWEEP_CONCURRENCY
+            assert len(remove.arrived) == removals.CONCURRENCY
             create.open()
             remove.open()
             await engine.wait_until_running(second)
@@ -229,7 +231,7 @@ async def test_a_start_during_the_sweep_is_not_held_behind_its_removals_and_paus
 async def test_the_sweep_removes_one_at_a_time_when_starts_never_pause(
     runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(reaping, "_SWEEP_MAX_YIELD", 0.0)  # it has yielded long enough at once
+    monkeypatch.setattr(removals, "MAX_YIELD", 0.0)  # it has yielded long enough at once
     with anyio.fail_after(HANG):
         await _orphans(runtime, 3)
         start, remove = runtime.hold("start"), runtime.hold("remove")
@@ -268,3 +270,74 @@ async def test_sixty_queued_starts_in_three_priorities_are_created_highest_first
         arrived = [a for a in create.arrived if a != "holder"]
         assert [a.split("-")[0] for a in arrived] == ["urgent"] * 20 + ["normal"] * 20 + ["low"] * 20
         assert arrived[:3] == ["urgent-00", "urgent-01", "urgent-02"]  # experiments take turns
+
+
+async def test_a_stops_removal_waits_for_a_start_in_flight_and_then_deletes_the_record(
+    engine: SandboxManager, runtime: ScriptedRuntime
+) -> None:
+    """A sandbox deleted at its stop leaves through the removal queue: while another sandbox is
+    starting its unit waits (the stop has returned, the record says stopped), and once the
+    start is done the unit goes and the record turns deleted."""
+    with anyio.fail_after(HANG):
+        first = (await engine.start_async(REQUEST)).sandbox_id
+        assert first is not None
+        await engine.wait_until_running(first)
+        remove = runtime.hold("remove")
+        create = runtime.hold("create")
+        second = (await engine.start_async(REQUEST)).sandbox_id
+        assert second is not None
+        await create.arrivals(1)  # the second start is in flight
+        await engine.stop(first)  # returns at once
+        await anyio.wait_all_tasks_blocked()
+        assert engine.get_record(first).state is State.STOPPED
+        assert remove.arrived == []  # its removal yields to the start
+        assert len(engine.removals) == 1
+        create.open()
+        await engine.wait_until_running(second)
+        assert await remove.arrivals(1) == [first]
+        remove.open()
+        while engine.get_record(first).state is not State.DELETED:
+            await anyio.wait_all_tasks_blocked()
+        assert engine.removals.removed == 1
+
+
+async def test_units_waiting_for_removal_at_close_are_handed_to_the_runtime(
+    runtime: ScriptedRuntime, tmp_path: Path
+) -> None:
+    """An engine that keeps sandboxes past its close (the admin) does not wait for removals
+    stuck behind a start: the runtime's discard takes them and their records turn deleted."""
+    with anyio.fail_after(HANG):
+        store = str(tmp_path / "records.db")
+        async with _engine(runtime, remove_on_close=False, store_path=store) as engine:
+            first = (await engine.start_async(REQUEST)).sandbox_id
+            assert first is not None
+            await engine.wait_until_running(first)
+            create = runtime.hold("create")
+            second = (await engine.start_async(REQUEST)).sandbox_id
+            assert second is not None
+            await create.arrivals(1)
+            await engine.stop(first)
+            await anyio.wait_all_tasks_blocked()
+            assert len(engine.removals) == 1
+        record = SandboxStore(store).get(first)
+        assert record is not None and record.state is State.DELETED
+        assert all(unit.sandbox_id != first for unit in runtime.units.values())
+
+
+async def test_a_start_waiting_longer_than_its_idle_limit_is_not_stopped_as_idle(
+    engine: SandboxManager, runtime: ScriptedRuntime
+) -> None:
+    """``auto_clear_seconds`` counts from running: a start held up (a long start queue, a slow
+    image) is bounded by its startup budget, not expired as idle before it ever ran."""
+    with anyio.fail_after(HANG):
+        create = runtime.hold("create")
+        sandbox_id = (await engine.start_async(SandboxStartRequest(image="scripted:1", auto_clear_seconds=1))).sandbox_id
+        assert sandbox_id is not None
+        await create.arrivals(1)
+        await engine.run_timers(at=time.time() + 30)
+        assert engine.get_record(sandbox_id).state is State.PENDING
+        create.open()
+        await engine.wait_until_running(sandbox_id)
+        await engine.run_timers(at=time.time() + 30)
+        record = engine.get_record(sandbox_id)
+        assert record.state in (State.STOPPED, State.DELETED) and record.reason == "expired"

@@ -72,10 +72,11 @@ from rock_core.engine.live import (
 )
 from rock_core.engine.owners import process_owner
 from rock_core.engine.pool import WarmPool
+from rock_core.engine.removals import Removals
 from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
-from rock_core.errors import SandboxNotFound
+from rock_core.errors import RockError, SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, SandboxStatus, SandboxUsage
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import Runtime
@@ -169,6 +170,7 @@ class SandboxManager:
         self._tg: anyio.abc.TaskGroup | None = None
         #: Host ports the engine serves for sandboxes' ports (see rock_core.engine.forwarding).
         self.forwards = PortForwards()
+        self.removals = Removals(self)
         self._closed = False
         self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
         self.rocklet_delivery: RockletDelivery | None = None  # made when the engine opens
@@ -197,6 +199,7 @@ class SandboxManager:
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self.forwards.serve_in(self._tg)
+        self._tg.start_soon(self.removals.run)
         # Orphans and stale pool members go in the background: the first start does not wait.
         self._sweep_done = anyio.Event()
         self._tg.start_soon(reaping.background_sweep, self, self._sweep_done)
@@ -227,14 +230,31 @@ class SandboxManager:
         with anyio.CancelScope(shield=True):
             if self.config.remove_on_close:
                 await reaping.remove_all_owned(self)
-            elif self._pools:
-                await claims.remove_members(self)  # sandboxes outlive the engine; idle pool members do not
+            else:
+                await self._hand_over_removals()
+                if self._pools:
+                    await claims.remove_members(self)  # sandboxes outlive the engine; idle pool members do not
             if self._http is not None:
                 await self._http.aclose()
             if self.archive_store is not None:
                 await self.archive_store.aclose()
             await self.runtime.aclose()
         self.store.close()
+
+    async def _hand_over_removals(self) -> None:
+        """At close, units still waiting in the removal queue go to the runtime's discard (it
+        finishes them after the engine is gone) and their sandboxes are recorded deleted."""
+        waiting = self.removals.hand_over()
+        if not waiting:
+            return
+        try:
+            await self.runtime.discard([handle for handle, _ in waiting])
+        except RockError as exc:
+            log.warning("could not hand %d unit(s) to the runtime for removal at close: %s", len(waiting), exc)
+            return  # their records stay stopped; the next sweep finds the units
+        for _, then in waiting:
+            if then is not None:
+                await then()
 
     @property
     def http(self) -> httpx.AsyncClient:

@@ -10,6 +10,7 @@ the reconciler, the disk watch, recovery and a failed start all stop sandboxes t
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -103,8 +104,6 @@ async def stop_locked(
     )
     engine.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
-    if client is not None:
-        await client.forget()
     live.settled.set()
     if live.handle is None:
         # Stopped while starting: find a unit the start may have made (by its labels).
@@ -115,34 +114,35 @@ async def stop_locked(
         for handle in found:
             await remove_quietly(engine.runtime, handle)
     if removed_now:
-        # Removing a container takes dockerd a few hundred milliseconds; the caller need not
-        # wait for it. The record turns ``deleted`` once the unit is gone.
+        # Removing a unit takes the runtime a while (dockerd a few hundred milliseconds); the
+        # caller need not wait. The rocklet ends the sandbox at once (nothing in it runs on),
+        # the unit joins the engine's removal queue, and the record turns ``deleted`` once the
+        # unit is gone.
         handle, live.handle = live.handle, None
         live.removing = True
         if engine._tg is not None and not engine._closed:
-            engine._tg.start_soon(_remove_then_delete, engine, live, handle)
+            then = functools.partial(_delete_unlocked, engine, live)
+            if handle is None:
+                engine._tg.start_soon(then)
+            else:
+                engine.removals.submit(handle, then=then, end=client)
+                client = None  # the removal queue forgets it once the sandbox has ended
         else:
-            await _remove_then_delete(engine, live, handle, locked=True)
+            if handle is not None:
+                await remove_quietly(engine.runtime, handle)
+            _delete_record(engine, live)
     elif live.handle is not None:
         try:
             await engine.runtime.stop(live.handle, timeout=engine.config.stop_timeout)
         except RockError as exc:
             log.warning("could not stop the unit of sandbox %s: %s", record.sandbox_id, exc)
+    if client is not None:
+        await client.forget()
 
 
-async def _remove_then_delete(
-    engine: SandboxManager, live: LiveSandbox, handle: UnitHandle | None, locked: bool = False
-) -> None:
-    # An engine that removes everything at close cuts removals still waiting their turn there
-    # (its close hands the units to Runtime.discard at once); any other waits for them.
-    with anyio.CancelScope(shield=not engine.config.remove_on_close):
-        if handle is not None:
-            await remove_quietly(engine.runtime, handle)
-        if locked:
-            _delete_record(engine, live)
-        else:
-            async with live.lock:
-                _delete_record(engine, live)
+async def _delete_unlocked(engine: SandboxManager, live: LiveSandbox) -> None:
+    async with live.lock:
+        _delete_record(engine, live)
 
 
 def _delete_record(engine: SandboxManager, live: LiveSandbox) -> None:

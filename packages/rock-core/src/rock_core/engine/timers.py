@@ -1,9 +1,10 @@
 """Timers and the disk watch: the engine's deadlines.
 
-- :func:`run_timers` (every ``timer_interval``): stop sandboxes idle past their
-  ``auto_clear_seconds`` (a call in flight counts as activity until it ends), delete stopped
-  ones whose ``auto_delete_time`` passed and archive those whose ``auto_archive_time`` passed, all at once, so a burst of expiries does not wait on
-  one another's unit;
+- :func:`run_timers` (every ``timer_interval``): stop running sandboxes idle past their
+  ``auto_clear_seconds`` (counted from running; a call in flight counts as activity until it
+  ends), delete stopped ones whose ``auto_delete_time`` passed and archive those whose
+  ``auto_archive_time`` passed, all at once, so a burst of expiries does not wait on one
+  another's unit;
 - :func:`check_disk` (every ``disk_check_interval``, when the runtime can measure disk use):
   stop running sandboxes past their ``disk`` limit, keeping their files for inspection.
 """
@@ -22,7 +23,7 @@ from rock_core.engine import archiving
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
 from rock_core.errors import NotSupported, RockError
-from rock_core.states import LIVE_STATES, State
+from rock_core.states import State
 from rock_core.units import format_bytes
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
         clear = record.spec.auto_clear_seconds
         if engine._busy(sandbox_id):
             live.activity = max(live.activity, now_ts)  # a long command is activity until it ends
-        elif record.state in LIVE_STATES and clear and now_ts > live.activity + clear:
+        elif record.state is State.RUNNING and clear and now_ts > live.activity + clear:
+            # Idle time counts from running: a start waiting in a long queue is not idle (its
+            # startup budget bounds it).
             expired.append(sandbox_id)
         elif (
             record.state is State.STOPPED

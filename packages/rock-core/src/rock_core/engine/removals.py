@@ -1,0 +1,183 @@
+"""Removals: units leave in the background, a few at a time, and never in a start's way.
+
+Every unit the engine removes without a caller waiting for it goes through one
+:class:`Removals` queue: a sandbox deleted at its stop (ROCK's ``--rm``, the default), the
+orphans and stale warm-pool members a sweep finds (:mod:`rock_core.engine.reaping`).
+
+- A sandbox's processes end at once: before its unit joins the queue, its rocklet is asked to
+  end the sandbox (``POST /shutdown``), which kills every process in it without a runtime call.
+  What waits in the queue is only the runtime's bookkeeping (an exited container, its
+  filesystem), never a program still running.
+- At most :data:`CONCURRENCY` removals run at once, and a removal begins only while no start is
+  in flight (:func:`starts_in_flight`): removing a container (an unmount, a network torn down in
+  dockerd) slows a container started meanwhile two to three times. After yielding
+  :data:`MAX_YIELD` seconds to starts without a pause, removals go on one at a time, so a host
+  that never stops starting still loses what it no longer needs.
+- When the engine closes, what still waits is handed to
+  :meth:`Runtime.discard <rock_core.runtime.Runtime.discard>` at once (the runtime finishes it,
+  on Docker in a reaper process that outlives the engine), and the sandboxes are recorded
+  deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from rock_core.engine.rocklet_client import RockletClient
+from rock_core.errors import RockError
+from rock_core.runtime import UnitHandle
+from rock_core.states import State
+
+if TYPE_CHECKING:
+    from rock_core.engine.manager import SandboxManager
+
+__all__ = ["CONCURRENCY", "MAX_YIELD", "Removals", "end_sandbox", "starts_in_flight"]
+
+log = logging.getLogger("rock.engine")
+
+#: Removals under way at once (the rest wait their turn).
+CONCURRENCY = 8
+#: Seconds of starts without a pause after which removals go on anyway, one at a time.
+MAX_YIELD = 10.0
+#: How often a yielding removal looks again.
+POLL = 0.05
+#: Rocklets asked at once to end their sandbox, and how long each may take to answer.
+END_CONCURRENCY = 64
+END_TIMEOUT = 3.0
+
+
+def starts_in_flight(engine: SandboxManager) -> bool:
+    """Whether ``engine`` is starting a sandbox now: a start-queue slot held or awaited (warm-pool
+    refills too), or a sandbox still pending (a warm-pool claim, a start not yet queued)."""
+    queue = engine.queue
+    return queue.active > 0 or queue.depth > 0 or any(live.record.state is State.PENDING for live in engine._live.values())
+
+
+async def end_sandbox(client: RockletClient, limiter: anyio.CapacityLimiter) -> None:
+    """Ask the rocklet behind ``client`` to end its sandbox (every process in it killed); a
+    rocklet that does not answer within :data:`END_TIMEOUT` is left to the unit's removal."""
+    async with limiter:
+        with anyio.move_on_after(END_TIMEOUT):
+            await client.end_sandbox(timeout=END_TIMEOUT)
+
+
+@attrs.define(eq=False)
+class _Removal:
+    handle: UnitHandle
+    then: Callable[[], Awaitable[None]] | None
+    finished: anyio.Event = attrs.field(factory=anyio.Event)
+
+
+class Removals:
+    """The engine's queue of units to remove (see the module's docstring).
+
+    :meth:`run` serves it inside the engine's task group; :meth:`submit` adds a unit without
+    waiting; :meth:`remove` adds several and waits until they are gone; :meth:`hand_over`
+    empties the queue when the engine closes.
+    """
+
+    def __init__(self, engine: SandboxManager, concurrency: int = CONCURRENCY) -> None:
+        self._engine = engine
+        self._waiting: deque[_Removal] = deque()
+        self._wake = anyio.Event()
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self.end_limiter = anyio.CapacityLimiter(END_CONCURRENCY)
+        #: Units removed so far, and those that failed (logged; a sweep finds them again).
+        self.removed = 0
+        self.failed = 0
+
+    def __len__(self) -> int:
+        """Units waiting for their turn (not those being removed)."""
+        return len(self._waiting)
+
+    def submit(
+        self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None, end: RockletClient | None = None
+    ) -> None:
+        """Queue ``handle`` for removal and return at once; ``then`` runs after it is gone.
+
+        ``end``: the sandbox's rocklet, asked first to end the sandbox, so that nothing in it
+        runs while its unit waits in the queue.
+        """
+        removal = _Removal(handle, then)
+        if end is None:
+            self._enqueue(removal)
+        else:
+            self._engine._open_task_group().start_soon(self._end_then_enqueue, removal, end)
+
+    async def remove(self, handles: Sequence[UnitHandle]) -> None:
+        """Queue ``handles`` and wait until each is removed (or its removal failed, logged)."""
+        removals = [_Removal(handle, None) for handle in handles]
+        for removal in removals:
+            self._enqueue(removal)
+        for removal in removals:
+            await removal.finished.wait()
+
+    def hand_over(self) -> list[tuple[UnitHandle, Callable[[], Awaitable[None]] | None]]:
+        """Empty the queue (the engine closes): each waiting unit and what was to follow its removal."""
+        taken = [(r.handle, r.then) for r in self._waiting]
+        for removal in self._waiting:
+            removal.finished.set()
+        self._waiting.clear()
+        return taken
+
+    async def _end_then_enqueue(self, removal: _Removal, client: RockletClient) -> None:
+        try:
+            await end_sandbox(client, self.end_limiter)
+            await client.forget()
+        finally:
+            self._enqueue(removal)
+
+    def _enqueue(self, removal: _Removal) -> None:
+        self._waiting.append(removal)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Serve the queue until cancelled (the engine's close)."""
+        engine = self._engine
+        yielding_since: float | None = None
+        async with anyio.create_task_group() as tg:
+            while True:
+                if not self._waiting:
+                    self._wake = anyio.Event()
+                    await self._wake.wait()
+                    continue
+                removal = self._waiting[0]
+                await self._limiter.acquire_on_behalf_of(removal)
+                # Begin nothing while a start is in flight; after MAX_YIELD seconds of starts
+                # without a pause, one at a time.
+                while starts_in_flight(engine):
+                    at = time.monotonic()
+                    yielding_since = at if yielding_since is None else yielding_since
+                    if at - yielding_since >= MAX_YIELD and self._limiter.borrowed_tokens == 1:
+                        break
+                    await anyio.sleep(POLL)
+                else:
+                    yielding_since = None
+                if not self._waiting or self._waiting[0] is not removal:  # handed over meanwhile
+                    self._limiter.release_on_behalf_of(removal)
+                    continue
+                tg.start_soon(self._remove, self._waiting.popleft())
+
+    async def _remove(self, removal: _Removal) -> None:
+        # An engine that removes everything at close abandons a removal under way (its close
+        # hands every unit it has to Runtime.discard); any other finishes it first.
+        with anyio.CancelScope(shield=not self._engine.config.remove_on_close):
+            try:
+                try:
+                    await self._engine.runtime.remove(removal.handle)
+                    self.removed += 1
+                except RockError as exc:
+                    self.failed += 1
+                    log.warning("could not remove unit of sandbox %s: %s", removal.handle.sandbox_id, exc)
+                if removal.then is not None:
+                    await removal.then()
+            finally:
+                self._limiter.release_on_behalf_of(removal)
+                removal.finished.set()
