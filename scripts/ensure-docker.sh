@@ -4,11 +4,46 @@
 # When `docker info` answers, nothing is done. Otherwise, on Debian as root, Debian's docker.io
 # package is installed if dockerd is missing, and dockerd is started in the background (without
 # inter-container traffic on its default bridge: --icc=false) with its log and pid under
-# .rock-state/. Anywhere else the script stops and says what to do.
+# .rock-state/; a dockerd started so earlier that no longer answers is restarted first.
+# Anywhere else the script stops and says what to do.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
-if docker info >/dev/null 2>&1; then say "Docker engine is running"; exit 0; fi
+# `docker info` under a time limit: a wedged dockerd accepts the connection and never answers.
+answers() { timeout 20 docker info >/dev/null 2>&1; }
+
+pidfile="$ROCK_STATE_DIR/dockerd.pid"
+logfile="$ROCK_STATE_DIR/dockerd.log"
+
+if answers; then say "Docker engine is running"; exit 0; fi
+
+# A dockerd this script started that is alive but does not answer is wedged. Debian's docker.io
+# 20.10.24 can deadlock in libnetwork when many containers exit while others start (moby/moby
+# issue 46661, fixed only in later 20.10 releases): every create and `docker info` then hangs.
+# Only our own daemon (its pid in our pid file) is restarted; its containers end with it.
+if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && grep -q "API listen on" "$logfile" 2>/dev/null; then
+    pid="$(cat "$pidfile")"
+    say "dockerd (pid $pid) does not answer 'docker info' within 20 s: restarting it (its containers end)"
+    kill -USR1 "$pid" 2>/dev/null || true  # its goroutine stacks, for the record (path in its log)
+    children="$(pgrep -P "$pid" || true)"  # its containerd
+    sleep 1
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        kill -9 "$pid" 2>/dev/null || true
+        for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    fi
+    for child in $children; do kill "$child" 2>/dev/null || true; done
+    for _ in $(seq 1 20); do
+        alive=""
+        for child in $children; do kill -0 "$child" 2>/dev/null && alive=1; done
+        [ -z "$alive" ] && break
+        sleep 0.5
+    done
+    rm -f "$pidfile"
+    # A daemon killed outright leaves its pid file, which stops the next one from starting.
+    if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then rm -f /var/run/docker.pid; fi
+fi
 
 if ! is_root || ! is_debian; then
     die "no Docker engine answers 'docker info'. Start one (e.g. 'sudo systemctl start docker' or Docker Desktop), make sure this user may use it, and retry. Automatic set-up is done only on Debian as root."
@@ -21,8 +56,6 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; 
     apt-get install -y -qq docker.io >&2 || die "apt-get install docker.io failed"
 fi
 
-pidfile="$ROCK_STATE_DIR/dockerd.pid"
-logfile="$ROCK_STATE_DIR/dockerd.log"
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
     say "dockerd (pid $(cat "$pidfile")) is starting; waiting for it"
 else
@@ -36,7 +69,7 @@ else
 fi
 
 for _ in $(seq 1 120); do
-    if docker info >/dev/null 2>&1; then say "Docker engine is running (pid $(cat "$pidfile"))"; exit 0; fi
+    if answers; then say "Docker engine is running (pid $(cat "$pidfile"))"; exit 0; fi
     if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
         tail -n 20 "$logfile" >&2 || true
         die "dockerd exited at start; its log is $logfile"

@@ -4,10 +4,10 @@ Every unit the engine removes without a caller waiting for it goes through one
 :class:`Removals` queue: a sandbox deleted at its stop (ROCK's ``--rm``, the default), the
 orphans and stale warm-pool members a sweep finds (:mod:`rock_core.engine.reaping`).
 
-- A sandbox's processes end at once: before its unit joins the queue, its rocklet is asked to
-  end the sandbox (``POST /shutdown``), which kills every process in it without a runtime call.
-  What waits in the queue is only the runtime's bookkeeping (an exited container, its
-  filesystem), never a program still running.
+- A sandbox's processes end at once: before its unit joins the queue, its stop asks its rocklet
+  to end the sandbox (:func:`end_sandbox`, ``POST /shutdown``), which kills every process in it
+  without a runtime call. What waits in the queue is only the runtime's bookkeeping (an exited
+  container, its filesystem), never a program still running.
 - At most :data:`CONCURRENCY` removals run at once, and a removal begins only while no start is
   in flight (:func:`starts_in_flight`): removing a container (an unmount, a network torn down in
   dockerd) slows a container started meanwhile two to three times. After yielding
@@ -97,19 +97,9 @@ class Removals:
         """Units waiting for their turn (not those being removed)."""
         return len(self._waiting)
 
-    def submit(
-        self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None, end: RockletClient | None = None
-    ) -> None:
-        """Queue ``handle`` for removal and return at once; ``then`` runs after it is gone.
-
-        ``end``: the sandbox's rocklet, asked first to end the sandbox, so that nothing in it
-        runs while its unit waits in the queue.
-        """
-        removal = _Removal(handle, then)
-        if end is None:
-            self._enqueue(removal)
-        else:
-            self._engine._open_task_group().start_soon(self._end_then_enqueue, removal, end)
+    def submit(self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Queue ``handle`` for removal and return at once; ``then`` runs after it is gone."""
+        self._enqueue(_Removal(handle, then))
 
     async def remove(self, handles: Sequence[UnitHandle]) -> None:
         """Queue ``handles`` and wait until each is removed (or its removal failed, logged)."""
@@ -126,13 +116,6 @@ class Removals:
             removal.finished.set()
         self._waiting.clear()
         return taken
-
-    async def _end_then_enqueue(self, removal: _Removal, client: RockletClient) -> None:
-        try:
-            await end_sandbox(client, self.end_limiter)
-            await client.forget()
-        finally:
-            self._enqueue(removal)
 
     def _enqueue(self, removal: _Removal) -> None:
         self._waiting.append(removal)
