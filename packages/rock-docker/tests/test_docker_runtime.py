@@ -523,3 +523,37 @@ def test_bad_runtime_options_are_refused_through_the_engine_naming_them(options,
 
     with pytest.raises(InvalidParameter, match=said):
         SandboxManager(EngineConfig(runtime_options=options))
+
+
+async def test_a_docker_engine_that_never_answers_gives_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+    """A wedged dockerd accepts connections and never answers (Docker 20.10's libnetwork
+    deadlock): the call fails after ``api_timeout`` with a message saying so and what to do."""
+    import socket
+
+    path = tmp_path / "docker.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])  # read nothing, answer nothing
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    runtime = DockerRuntime(base_url=f"unix://{path}", api_timeout=1.0)
+    spec = SandboxSpec(image=IMAGE, sandbox_id=unique_sandbox_id())
+    try:
+        with pytest.raises(RuntimeFailure) as caught:
+            await runtime.create(spec, labels={}, rocklet_token="t")
+    finally:
+        await runtime.aclose()
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    message = str(caught.value)
+    assert "did not answer in time during" in message
+    assert "docker info" in message and "restart dockerd" in message

@@ -51,8 +51,16 @@ def translate(exc: BaseException, *, sandbox_id: str | None, attempted: str) -> 
                 f"Docker refused the sandbox's settings{where}: {detail}", field=field, value=None, **kw
             )
         return RuntimeFailure(f"docker {attempted} failed{where}: {detail}", **kw)
-    if isinstance(exc, requests.exceptions.Timeout):
-        return RuntimeFailure(f"the Docker engine did not answer in time during {attempted}{where}: {detail}", **kw)
+    # A timeout, also one met by the client's first call (the API version) and so wrapped.
+    if isinstance(exc, requests.exceptions.Timeout) or (
+        isinstance(exc, docker.errors.DockerException) and "timed out" in detail.lower()
+    ):
+        return RuntimeFailure(
+            f"the Docker engine did not answer in time during {attempted}{where}: {detail} (if `docker info` "
+            "hangs too, dockerd is wedged: Docker 20.10 before 20.10.27 can deadlock when many containers exit "
+            "at once, moby/moby#46661; restart dockerd, or upgrade it)",
+            **kw,
+        )
     if isinstance(exc, (requests.exceptions.ConnectionError, docker.errors.DockerException)):
         return RuntimeFailure(
             f"cannot reach the Docker engine during {attempted}{where}: {detail} "
