@@ -1,0 +1,52 @@
+"""ROCK's JSON envelope, in which every admin route answers (at HTTP 200 unless said)::
+
+    {"status": "Success", "message": null, "error": null, "result": <the route's model>}
+    {"status": "Failed", "message": "stop sandbox failed", "error": "<what went wrong>",
+     "result": {"code": 4004, "exit_code": null, "failure_reason": "<what went wrong>"}}
+
+A typed rock error carries its code in ``result``; any other exception leaves ``result`` null.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rock_core.converters import unstructure_wire
+from rock_core.errors import InvalidParameter, RockError
+from starlette.responses import Response
+
+__all__ = ["JSON", "NDJSON", "BYTES", "json_response", "success", "failure", "BadInput"]
+
+#: The media types the admin answers with.
+JSON = "application/json"
+NDJSON = "application/x-ndjson"
+BYTES = "application/octet-stream"
+
+
+def json_response(data: Any, status_code: int = 200) -> Response:
+    """``data`` as compact JSON."""
+    return Response(json.dumps(data, separators=(",", ":")).encode(), status_code=status_code, media_type=JSON)
+
+
+def success(result: Any) -> Response:
+    """ROCK's envelope of a successful call."""
+    return json_response({"status": "Success", "message": None, "error": None, "result": unstructure_wire(result)})
+
+
+def failure(message: str, exc: BaseException) -> Response:
+    """ROCK's envelope of a failed call: typed errors carry their code in ``result``."""
+    text = str(exc) or type(exc).__name__
+    result = None
+    if isinstance(exc, RockError):
+        result = {"code": exc.code, "exit_code": getattr(exc, "exit_code", None), "failure_reason": text}
+    return json_response({"status": "Failed", "message": message, "error": text, "result": result})
+
+
+class BadInput(Exception):
+    """Wraps an :class:`InvalidParameter` raised while reading the request (not by the engine):
+    answered ``Failed`` with ``message: "invalid parameter"``."""
+
+    def __init__(self, error: InvalidParameter) -> None:
+        super().__init__(str(error))
+        self.error = error

@@ -1,0 +1,238 @@
+"""The admin's sandbox lifecycle routes: ``/start``, ``/start_async``, ``/get_status``,
+``/is_alive``, the statistics (``/get_sandbox_statistics``, ``/sandboxes/{sandbox_id}/statistics``),
+``/stop``, ``/delete``, ``/restart``, ``/sandboxes/{sandbox_id}/archive``,
+``/warmup/tasks``, ``/warm_pools``, ``/sandboxes`` and ``/sandboxes/batch``, and what the admin
+checks of a start request before the engine sees it (the reserved tenant key, ``network="host"``,
+the key's highest priority).
+
+Each handler takes the :class:`~rock.admin.app.AdminApp` first; the app's route table binds it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from rock_core.actions import (
+    BatchSandboxStatusRequest,
+    BatchSandboxStatusResponse,
+    IsAliveResponse,
+    SandboxIdRequest,
+    SandboxListResponse,
+    SandboxStartRequest,
+    SandboxStartResponse,
+    SandboxStatusResponse,
+    WarmPoolsResponse,
+    WarmupRequest,
+)
+from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
+from rock_core.models import PRIORITY_NORMAL
+from rock_core.responses import start_response, statistics_response, status_response
+from rock_core.states import LIVE_STATES
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rock.admin.auth import TENANT_METADATA_KEY
+from rock.admin.envelope import BadInput, json_response
+from rock.admin.key_gate import scope_tenant
+from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
+
+if TYPE_CHECKING:
+    from rock.admin.app import AdminApp
+
+__all__ = [
+    "start",
+    "start_async",
+    "get_status",
+    "is_alive",
+    "statistics",
+    "get_statistics",
+    "stop",
+    "delete",
+    "restart",
+    "archive",
+    "warmup",
+    "warm_pools",
+    "list_sandboxes",
+    "batch_status",
+]
+
+
+async def start(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
+    """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
+    started = await app.manager.start_async(_start_request(app, request, body), **_identity(request))
+    await app.manager.wait_until_running(started.sandbox_id, timeout=app.settings.start_wait_seconds)
+    return start_response(started)
+
+
+async def start_async(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
+    """``POST /start_async``: accept the start and return at once."""
+    return start_response(await app.manager.start_async(_start_request(app, request, body), **_identity(request)))
+
+
+async def get_status(app: AdminApp, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
+    """``GET /get_status``."""
+    return status_response(await app.manager.get_status(query.sandbox_id, query.include_all_states))
+
+
+async def is_alive(app: AdminApp, _request: Request, query: SandboxIdQuery) -> IsAliveResponse:
+    """``GET /is_alive``: any failure is ``is_alive: false`` (ROCK)."""
+    try:
+        client = app.manager.rocklet(query.sandbox_id, "is_alive")
+    except RockError as exc:
+        return IsAliveResponse(is_alive=False, message=str(exc))
+    alive = await client.is_alive()
+    return IsAliveResponse(is_alive=alive, message="" if alive else "the sandbox's rocklet does not answer")
+
+
+async def statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
+    """``GET /sandboxes/{sandbox_id}/statistics``: the engine's last sample of the sandbox's
+    resource use, in ROCK's ``get_statistics`` shape (cpu, mem, disk, net) with rock's usage."""
+    return statistics_response(await app.manager.get_status(query.sandbox_id))
+
+
+async def get_statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
+    """``GET /get_sandbox_statistics``: the rocklet's CPU, memory, disk and network figures."""
+    return await app.rocklet(query.sandbox_id, "get_statistics").get_statistics()
+
+
+async def stop(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:
+    """``POST /stop``."""
+    await app.manager.stop(body.sandbox_id)
+    return f"{body.sandbox_id} stopped"
+
+
+async def delete(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:
+    """``POST /delete``."""
+    await app.manager.delete(body.sandbox_id)
+    return f"{body.sandbox_id} deleted"
+
+
+async def restart(app: AdminApp, _request: Request, body: SandboxIdRequest) -> SandboxStartResponse:
+    """``POST /restart`` and ``POST /sandboxes/{sandbox_id}/restart``."""
+    return start_response(await app.manager.restart(body.sandbox_id))
+
+
+async def archive(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:
+    """``POST /sandboxes/{sandbox_id}/archive``: start archiving a stopped sandbox."""
+    await app.manager.archive(body.sandbox_id)
+    return f"{body.sandbox_id} archiving"
+
+
+async def warmup(app: AdminApp, request: Request, body: WarmupRequest) -> Response:
+    """``POST /warmup/tasks``: pull the image in the background (ROCK); with ``size``, keep a warm pool (rock)."""
+    _check_network(app, scope_tenant(request.scope), body)
+    key = await app.manager.warmup(body.start_request(), body.size)
+    message = "warmup task started" if key is None else f"warm pool {key} set to {body.size}"
+    return json_response({"status": "Success", "message": message, "error": None, "result": None})
+
+
+async def warm_pools(app: AdminApp, _request: Request, _data: None) -> WarmPoolsResponse:
+    """``GET /warm_pools`` (rock addition): every warm pool and how full it is."""
+    return WarmPoolsResponse(pools=app.manager.warm_pools())
+
+
+async def list_sandboxes(app: AdminApp, request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
+    """``GET /sandboxes``: a page of pending and running sandboxes."""
+    limit = app.settings.batch_max_count
+    if query.page_size > limit:
+        raise BadInput(InvalidParameter(
+            f"invalid parameter: page_size: at most {limit}, got {query.page_size}",
+            field="page_size", value=query.page_size,
+        ))
+    filters = {
+        name: value
+        for name in ("user_id", "experiment_id", "namespace", "cluster", "image", "state")
+        if (value := getattr(query, name)) is not None
+    }
+    states = sorted(LIVE_STATES, key=lambda s: s.value)
+    manager = app.manager
+    offset = (query.page - 1) * query.page_size
+    tenant = scope_tenant(request.scope)
+    if tenant is None:
+        records = manager.list_records(states=states, filters=filters, limit=query.page_size, offset=offset)
+        total = manager.count_records(states=states, filters=filters)
+    else:
+        # The tenant lives in the spec's metadata, which the store cannot filter on; live
+        # sandboxes are few enough to filter here.
+        mine = [
+            r for r in manager.list_records(states=states, filters=filters)
+            if r.spec.metadata.get(TENANT_METADATA_KEY) == tenant
+        ]
+        records, total = mine[offset:offset + query.page_size], len(mine)
+    items = [status_response(s) for s in manager.statuses_of(records)]
+    return SandboxListResponse(items=items, total=total, has_more=offset + len(items) < total)
+
+
+async def batch_status(app: AdminApp, request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
+    """``POST /sandboxes/batch``: statuses of the pending and running sandboxes among those asked."""
+    limit = app.settings.batch_max_count
+    if len(body.sandbox_ids) > limit:
+        raise BadInput(InvalidParameter(
+            f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(body.sandbox_ids)}",
+            field="sandbox_ids", value=len(body.sandbox_ids),
+        ))
+    records = []
+    for sandbox_id in dict.fromkeys(body.sandbox_ids):
+        try:
+            record = app.manager.get_record(sandbox_id)
+        except SandboxNotFound:
+            continue
+        if record.state in LIVE_STATES and app.owns(request, sandbox_id):
+            records.append(record)
+    return BatchSandboxStatusResponse(statuses=[status_response(s) for s in app.manager.statuses_of(records)])
+
+
+def _start_request(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartRequest:
+    """``body`` with the key's tenant in its metadata; the reserved key is refused from callers."""
+    metadata = dict(body.metadata or {})
+    if TENANT_METADATA_KEY in metadata:
+        raise BadInput(InvalidParameter(
+            f"invalid parameter: metadata: {TENANT_METADATA_KEY!r} is reserved for the admin",
+            field="metadata", value=TENANT_METADATA_KEY,
+        ))
+    tenant = scope_tenant(request.scope)
+    _check_network(app, tenant, body)
+    _check_priority(app, tenant, body)
+    if tenant is None:
+        return body
+    metadata[TENANT_METADATA_KEY] = tenant
+    return attrs.evolve(body, metadata=metadata)
+
+
+def _check_priority(app: AdminApp, tenant: str | None, body: SandboxStartRequest) -> None:
+    """Refuse a start priority above what the caller's key may ask for (``max_priority`` of
+    its api_keys entry; 5, normal, unless raised there). Without keys any priority goes."""
+    if tenant is None or body.priority is None:
+        return
+    limit = app.keys.max_priority.get(tenant, PRIORITY_NORMAL)
+    if body.priority > limit:
+        raise BadInput(InvalidParameter(
+            f"invalid parameter: priority: {body.priority} is above the highest tenant {tenant!r} may ask "
+            f"for ({limit}; raise max_priority on its api_keys entry)",
+            field="priority", value=body.priority,
+        ))
+
+
+def _check_network(app: AdminApp, tenant: str | None, body: SandboxStartRequest) -> None:
+    """Refuse ``network="host"`` unless this admin, or the caller's key, allows it: a sandbox on
+    the host's network reaches everything the host does (trusted code only)."""
+    if body.network != "host" or app.settings.allow_host_network or tenant in app.keys.host_network_tenants:
+        return
+    who = f"tenant {tenant!r}" if tenant is not None else "callers"
+    raise BadInput(InvalidParameter(
+        f"invalid parameter: network: 'host' shares the host's network and is for trusted code only; "
+        f"this admin does not allow it for {who} (set allow_host_network in [admin], or on the "
+        "tenant's api_keys entry; see docs/security.md)",
+        field="network", value="host",
+    ))
+
+
+def _identity(request: Request) -> dict[str, str | None]:
+    headers = request.headers
+    return {
+        "user_id": headers.get("x-user-id") or None,
+        "experiment_id": headers.get("x-experiment-id") or None,
+        "namespace": headers.get("x-namespace") or None,
+        "cluster": headers.get("x-cluster") or None,
+    }
