@@ -398,8 +398,3 @@ async def run_admin_bench(settings: AdminBenchSettings, say: Callable[[str], Non
     figures["admin_started_by_bench"] = True
     figures["runtime"] = "scripted" if settings.scripted else "docker"
     return figures
-
-
-def dumps(figures: dict[str, Any]) -> str:
-    """The figures as indented JSON."""
-    return json.dumps(figures, indent=2)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import resource
 import sys
 import time
 from pathlib import Path
 
 import click
+
+from rock.bench._output import claim, print_json, say, stderr_console, write_results
 
 __all__ = ["bench"]
 
@@ -46,22 +47,15 @@ def rollout(
     --baseline docker-run the same episodes first run as one `docker run` each (the floor, on
     this machine, now) and the document carries both figures and rock's ratio to the floor.
     """
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rock.bench.rollout import (
-        RolloutSettings,
-        run_docker_baseline,
-        run_rollout,
-        summarize,
-        write_results,
-    )
+    from rock.bench.rollout import RolloutSettings, run_docker_baseline, run_rollout, summarize
 
     # Bad settings are refused before anything starts, naming the option and the value.
     _check_memory(memory)
-    _claim(output)
+    claim(output)
     settings = RolloutSettings(count=count, parallelism=parallelism, image=image, memory=memory, cpus=cpus, warm_pool=warm_pool)
-    console = Console(stderr=True)
+    console = stderr_console()
     failed = 0
     with Progress(
         TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
@@ -120,7 +114,7 @@ def rollout(
     document["engine_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     path = write_results(output, document)
     figures = {k: v for k, v in document.items() if k not in ("rows", "settings", "machine")}
-    click.echo(json.dumps(figures, indent=2))
+    print_json(figures)
     click.echo(f"results: {path}", err=True)
     if document["successful_episodes"] != document["episodes"]:
         click.echo(f"rock bench rollout: {document['episodes'] - document['successful_episodes']} episode(s) failed", err=True)
@@ -136,16 +130,6 @@ def _check_memory(memory: str) -> None:
         parse_size(memory, field="--memory")
     except InvalidParameter as exc:
         raise click.UsageError(exc.message) from None
-
-
-def _claim(output: Path) -> None:
-    """Create the new results folder ``output``; refuse an existing one (never overwritten)."""
-    from rock.bench.rollout import claim_output
-
-    try:
-        claim_output(output)
-    except FileExistsError:
-        raise click.UsageError(f"--output {str(output)!r} already exists; rock never overwrites results") from None
 
 
 def _fill_warm_pool(settings) -> float:  # type: ignore[no-untyped-def]
@@ -174,7 +158,7 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
     get_embedded_engine().start()
     click.echo(f"measuring: {starts} starts one after another, {echoes} echo round trips", err=True)
     figures = asyncio.run(run_sandbox_bench(starts=starts, echoes=echoes, image=image, memory=memory, cpus=cpus))
-    click.echo(json.dumps(figures, indent=2))
+    print_json(figures)
 
 
 @bench.command()
@@ -213,9 +197,9 @@ def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle
         raise click.UsageError("--envs-per-sandbox and --warm-sandboxes set the embedded engine; the admin's are in its [plugins.gem]")
     figures = run_gem_bench(
         steps=steps, num_envs=num_envs, groups=groups, seconds=seconds, makes=makes, idle_envs=idle_envs, base_url=base_url,
-        say=lambda line: click.echo(line, err=True),
+        say=say,
     )
-    click.echo(json.dumps(figures, indent=2))
+    print_json(figures)
 
 
 @bench.command()
@@ -236,7 +220,7 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
           sandboxes: int, image: str, memory: str, cpus: float, scripted: bool) -> None:
     """The admin server: get_status requests/s and p99, echo through /run_in_session, admin
     memory, and with --sandboxes running the listing, `rock sandbox list` and /metrics size."""
-    from rock.bench.admin import AdminBenchSettings, dumps, run_admin_bench
+    from rock.bench.admin import AdminBenchSettings, run_admin_bench
 
     if scripted and base_url:
         raise click.UsageError("--scripted starts its own admin: leave out --base-url")
@@ -245,11 +229,11 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
         sandboxes=sandboxes, image=image, memory=memory, cpus=cpus, scripted=scripted,
     )
     try:
-        figures = asyncio.run(run_admin_bench(settings, say=lambda line: click.echo(line, err=True)))
+        figures = asyncio.run(run_admin_bench(settings, say=say))
     except RuntimeError as exc:
         click.echo(f"rock bench admin: {exc}", err=True)
         sys.exit(1)
-    click.echo(dumps(figures))
+    print_json(figures)
 
 
 @bench.command()
@@ -262,16 +246,16 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
 def proxy(base_url: str | None, admin_pid: int | None, requests: int, echoes: int, download_mb: int, image: str) -> None:
     """The admin's proxy against the sandbox's published port: HTTP and WebSocket round trips,
     a streamed download's MB/s and the admin's memory during it."""
-    from rock.bench.proxy import ProxyBenchSettings, dumps, run_proxy_bench
+    from rock.bench.proxy import ProxyBenchSettings, run_proxy_bench
 
     settings = ProxyBenchSettings(base_url=base_url, admin_pid=admin_pid, requests=requests, echoes=echoes,
                                   download_mb=download_mb, image=image)
     try:
-        figures = asyncio.run(run_proxy_bench(settings, say=lambda line: click.echo(line, err=True)))
+        figures = asyncio.run(run_proxy_bench(settings, say=say))
     except RuntimeError as exc:
         click.echo(f"rock bench proxy: {exc}", err=True)
         sys.exit(1)
-    click.echo(dumps(figures))
+    print_json(figures)
 
 
 @bench.command()
@@ -287,10 +271,15 @@ def proxy(base_url: str | None, admin_pid: int | None, requests: int, echoes: in
 @click.option("--status-calls", type=click.IntRange(min=1), default=300, show_default=True, help="get_status calls per count.")
 @click.option("--command-calls", type=click.IntRange(min=1), default=100, show_default=True, help="`echo x` commands per count.")
 @click.option("--idle-seconds", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="Idle window for the engine's CPU use.")
+@click.option(
+    "--docker-floor", is_flag=True,
+    help="Before each point, start and remove as many plain containers straight through Docker's API "
+    "(same image, limits and network): Docker's own start rate and removal time, in the same run.",
+)
 @click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
 def scale(
     count: int | None, curve: str | None, remote: bool, image: str, memory: str, cpus: float,
-    status_calls: int, command_calls: int, idle_seconds: float, output: Path | None,
+    status_calls: int, command_calls: int, idle_seconds: float, docker_floor: bool, output: Path | None,
 ) -> None:
     """N sandboxes at once: start rate, latencies and memory while they are held, teardown time.
 
@@ -300,11 +289,7 @@ def scale(
     times until no container is left. Prints the figures as JSON (stdout) and a table (stderr);
     exits 1 if a start failed or a container was left behind.
     """
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    from rock.bench.rollout import write_results
+    from rock.bench._output import leftovers_alarm, report
     from rock.bench.scale import ScaleSettings, parse_curve, run_scale, table_rows
 
     if (count is None) == (curve is None):
@@ -315,28 +300,23 @@ def scale(
         raise click.UsageError(f"--curve: {exc}") from None
     _check_memory(memory)
     if output is not None:
-        _claim(output)
+        claim(output)
     settings = ScaleSettings(
         counts=counts, remote=remote, image=image, memory=memory, cpus=cpus,
         status_calls=status_calls, command_calls=command_calls, idle_seconds=idle_seconds,
+        docker_floor=docker_floor,
     )
-    console = Console(stderr=True)
+    console = stderr_console()
     document = asyncio.run(run_scale(settings, say=lambda line: console.print(line, highlight=False)))
     points = document["points"]
-    table = Table(box=box.SIMPLE_HEAD, title=f"rock bench scale ({'remote' if remote else 'embedded'})")
-    table.add_column("N")
-    for point in points:
-        table.add_column(str(point["count"]), justify="right")
-    for row in table_rows(points):
-        table.add_row(*row)
-    console.print(table)
-    if output is not None:
-        click.echo(f"results: {write_results(output, document)}", err=True)
-    click.echo(json.dumps(document, indent=2))
+    report(
+        console, document, title=f"rock bench scale ({'remote' if remote else 'embedded'})",
+        columns=["N", *(str(point["count"]) for point in points)], rows=table_rows(points), output=output,
+    )
     leftovers = sum(p["leftovers"] for p in points)
     failed = sum(p["failed_starts"] for p in points)
     if leftovers:
-        console.print(f"[bold red]LEFTOVERS: {leftovers} container(s) of this run were still there at the end[/]")
+        leftovers_alarm(console, leftovers)
     if failed:
         errors = sorted({e for p in points for e in p["start_errors"]})
         console.print(f"[bold red]{failed} start(s) failed[/]: {errors}")
@@ -361,35 +341,27 @@ def orphans(count: int, image: str, memory: str, cpus: float, output: Path | Non
     Prints a table (stderr) and the figures as JSON (stdout); exits 1 if a container was left
     behind or the first start missed the goal (1.5 s).
     """
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
+    from rock.bench._output import leftovers_alarm, report
     from rock.bench.orphans import GOAL_FIRST_START_SECONDS, OrphanSettings, run_orphans, table_rows
-    from rock.bench.rollout import write_results
 
     _check_memory(memory)
     if output is not None:
-        _claim(output)
+        claim(output)
     settings = OrphanSettings(count=count, image=image, memory=memory, cpus=cpus)
-    console = Console(stderr=True)
+    console = stderr_console()
     try:
         document = run_orphans(settings, say=lambda line: console.print(line, highlight=False))
     except RuntimeError as exc:
         click.echo(f"rock bench orphans: {exc}", err=True)
         sys.exit(1)
     figures = document["figures"]
-    table = Table(box=box.SIMPLE_HEAD, title=f"rock bench orphans (N={count})")
-    for column in ("", "floor: no orphans", f"beside {count} live", f"among {count} orphans"):
-        table.add_column(column, justify="right" if column else "left")
-    for row in table_rows(figures):
-        table.add_row(*row)
-    console.print(table)
-    if output is not None:
-        click.echo(f"results: {write_results(output, document)}", err=True)
-    click.echo(json.dumps(document, indent=2))
+    report(
+        console, document, title=f"rock bench orphans (N={count})",
+        columns=["", "floor: no orphans", f"beside {count} live", f"among {count} orphans"],
+        rows=table_rows(figures), output=output,
+    )
     if figures["leftovers"]:
-        console.print(f"[bold red]LEFTOVERS: {figures['leftovers']} container(s) of this run were still there at the end[/]")
+        leftovers_alarm(console, figures["leftovers"])
     if not figures["goal_met"]:
         console.print(f"[bold red]the first start took {figures['first_start_and_command_seconds']}s "
                       f"(goal: {GOAL_FIRST_START_SECONDS}s)[/]")
@@ -412,12 +384,8 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
     against its goal (stored <= 1.1 x written, growth <= 64 MiB, each <= 2 x the floor), as a
     table (stderr) and JSON (stdout); exits 1 if the file did not come back intact.
     """
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
+    from rock.bench._output import report
     from rock.bench.archive import ArchiveSettings, run_archive, table_rows
-    from rock.bench.rollout import write_results
 
     options: dict[str, str] = {}
     for item in store_options:
@@ -426,8 +394,8 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
             raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--store-option")
         options[key] = value
     if output is not None:
-        _claim(output)
-    console = Console(stderr=True)
+        claim(output)
+    console = stderr_console()
     settings = ArchiveSettings(mb=mb, store=store, store_options=options, image=image)
     try:
         document = run_archive(settings, say=lambda line: console.print(line, highlight=False))
@@ -435,15 +403,10 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
         click.echo(f"rock bench archive: {exc}", err=True)
         sys.exit(1)
     figures = document["figures"]
-    table = Table(box=box.SIMPLE_HEAD, title=f"rock bench archive ({mb} MiB, store {store})")
-    for column in ("", "measured", "goal"):
-        table.add_column(column, justify="right" if column else "left")
-    for row in table_rows(figures):
-        table.add_row(*row)
-    console.print(table)
-    if output is not None:
-        click.echo(f"results: {write_results(output, document)}", err=True)
-    click.echo(json.dumps(document, indent=2))
+    report(
+        console, document, title=f"rock bench archive ({mb} MiB, store {store})", columns=["", "measured", "goal"],
+        rows=table_rows(figures), output=output,
+    )
     if not figures["file_intact"]:
         console.print("[bold red]the written file did not come back intact after the restore[/]")
         sys.exit(1)
@@ -462,18 +425,18 @@ def cluster(sandboxes: int, nodes: int, image: str, memory: str, cpus: float, ru
     """Start the same sandboxes through an admin on the Docker runtime and on the nomad runtime
     (a stand-in Nomad cluster), in the same run: start p50/p95, all-running seconds and the
     admin's peak memory, side by side."""
-    from rock.bench.cluster import ClusterBenchSettings, dumps, run_cluster_bench, table
+    from rock.bench.cluster import ClusterBenchSettings, run_cluster_bench, table
 
     _check_memory(memory)
     settings = ClusterBenchSettings(sandboxes=sandboxes, nodes=nodes, image=image, memory=memory, cpus=cpus,
                                     runtimes=tuple(runtimes))
     try:
-        results = asyncio.run(run_cluster_bench(settings, say=lambda line: click.echo(line, err=True)))
+        results = asyncio.run(run_cluster_bench(settings, say=say))
     except RuntimeError as exc:
         click.echo(f"rock bench cluster: {exc}", err=True)
         sys.exit(1)
     click.echo(table(results), err=True)
-    click.echo(dumps(results))
+    print_json(results)
 
 
 @bench.command()
@@ -491,8 +454,8 @@ def monitor(count: int, samples: int, interval: float, image: str) -> None:
     from rock.bench.monitor import GOAL_PERCENT_OF_A_CORE, MonitorSettings, run_monitor
 
     settings = MonitorSettings(count=count, samples=samples, interval=interval, image=image)
-    document = run_monitor(settings, say=lambda line: click.echo(line, err=True))
-    click.echo(json.dumps(document, indent=2))
+    document = run_monitor(settings, say=say)
+    print_json(document)
     figures = document["figures"]
     if not figures["goal_met"]:
         click.echo(f"sampling costs {figures['percent_of_a_core_at_interval']}% of a core "

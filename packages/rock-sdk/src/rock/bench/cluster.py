@@ -40,6 +40,7 @@ from typing import Any
 import attrs
 import httpx
 
+from rock.bench._output import dumps
 from rock.bench.admin import PREFIX, _free_port, _rock_command, rss_bytes
 from rock.bench.rollout import percentile
 
@@ -285,8 +286,3 @@ def table(results: dict[str, Any]) -> str:
     if "nomad_all_running_vs_docker_published" in results:
         lines.append(f"nomad all-running / docker-published: {results['nomad_all_running_vs_docker_published']}x")
     return "\n".join(lines)
-
-
-def dumps(figures: dict[str, Any]) -> str:
-    """The figures as indented JSON."""
-    return json.dumps(figures, indent=2)

@@ -20,7 +20,6 @@ Printed as JSON on stdout; progress on stderr. Every sandbox the bench started i
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import statistics
 import time
@@ -33,9 +32,10 @@ import attrs
 import httpx
 
 from rock.bench import sandbox_services
+from rock.bench._output import dumps
 from rock.bench.admin import _RawClient, rss_bytes, started_admin
 
-__all__ = ["ProxyBenchSettings", "run_proxy_bench"]
+__all__ = ["ProxyBenchSettings", "dumps", "run_proxy_bench"]
 
 PREFIX = "/apis/envs/sandbox/v1"
 GOALS = {"http_added_p50_ms": 1.0, "download_mb_per_s": 300.0, "ws_added_p50_ms": 1.0, "admin_growth_mb": 20.0}
@@ -233,11 +233,3 @@ async def run_proxy_bench(settings: ProxyBenchSettings, say: Callable[[str], Non
         return await _measure(settings, settings.base_url.rstrip("/"), settings.admin_pid, say)
     async with started_admin() as (url, pid):
         return await _measure(settings, url, pid, say)
-
-
-def dumps(figures: dict[str, Any]) -> str:
-    """The figures as indented JSON."""
-    return json.dumps(figures, indent=2)
-
-
-__all__ += ["dumps"]

@@ -18,7 +18,6 @@ the published demo (``reference/rollout-benchmark.md``): ``batch_to_all_ready_se
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import os
 import platform
@@ -26,7 +25,6 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -280,18 +278,3 @@ def summarize(settings: RolloutSettings, results: list[EpisodeResult], client_se
             for r in results
         ],
     }
-
-
-def claim_output(output: Path) -> None:
-    """Create the new folder ``output`` before any work, so an existing one is never overwritten.
-
-    :raises FileExistsError: ``output`` exists.
-    """
-    output.mkdir(parents=True, exist_ok=False)
-
-
-def write_results(output: Path, document: dict[str, Any]) -> Path:
-    """Write ``results.json`` into ``output`` (claimed by :func:`claim_output`)."""
-    path = output / "results.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    return path
