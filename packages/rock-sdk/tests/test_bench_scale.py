@@ -27,7 +27,7 @@ FIGURES = (
     "time_to_all_running_seconds", "start_rate_per_second", "get_status_p50_ms", "get_status_p99_ms",
     "command_p50_ms", "command_p99_ms", "list_p50_ms", "engine_rss_idle_mb", "container_memory_per_sandbox_mb",
     "proxy_shim_rss_per_sandbox_mb", "proxy_shim_pss_per_sandbox_mb", "host_memory_per_sandbox_mb",
-    "teardown_containers_gone_seconds",
+    "teardown_containers_gone_seconds", "teardown_processes_ended_seconds",
 )
 
 
@@ -56,6 +56,16 @@ def test_embedded_scale_holds_measures_and_leaves_nothing(tmp_path, docker_clien
     assert point["engine_cpu_idle_percent"] >= 0 and point["listed"] == 3
     assert point["leftovers"] == 0 and left_behind(docker_client, point) == []
     assert "started 3/3" in done.stderr and "sandboxes running" in done.stderr  # progress, then the table
+
+
+def test_the_docker_floor_is_measured_in_the_same_run_and_leaves_nothing(docker_client):
+    done = scale("--count", "2", "--docker-floor")
+    assert done.returncode == 0, done.stderr
+    (point,) = json.loads(done.stdout)["points"]
+    assert point["floor_start_rate_per_second"] > 0 and point["floor_removal_seconds"] > 0
+    assert "docker floor: start rate (/s)" in done.stderr
+    assert docker_client.containers.list(all=True, filters={"label": "rock.bench.floor"}) == []
+    assert point["leftovers"] == 0
 
 
 def test_remote_scale_goes_through_a_real_admin(tmp_path, docker_client):

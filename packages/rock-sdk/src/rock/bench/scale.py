@@ -16,8 +16,14 @@ N environments, through ROCK's SDK (:class:`~rock.sdk.sandbox.client.Sandbox`):
    (the engine's ``list_sandboxes``; remote: also ``rock sandbox list --json`` as a subprocess);
 4. **teardown** as a trainer's exit does it: every ``async with`` is left at once (a stop; with
    the default lifecycle the sandbox is then deleted), and in embedded mode the engine is closed
-   as the interpreter's exit would; then the time until ``docker ps -a`` shows no container of
-   the point (rock's ``rock.sandbox_id`` label and the point's name prefix) and the leftovers.
+   as the interpreter's exit would; then the time until no process runs in any of the point's
+   containers (their cgroups), the time until ``docker ps -a`` shows no container of the point
+   (rock's ``rock.sandbox_id`` label and the point's name prefix), and the leftovers.
+
+With ``--docker-floor``, each point begins with the floor: as many plain containers started
+straight through Docker's API (the same image, limits and network, 8 at a time) and removed the
+same way, so rock's start rate and cleanup time can be read against Docker's own, measured in the
+same run on the same machine.
 
 Embedded mode uses the process-wide engine (a new one per point: closing it is part of the
 teardown). ``--remote`` starts one ``rock admin serve`` for the whole run
@@ -71,6 +77,9 @@ class ScaleSettings:
     :param idle_seconds: the idle window in which the engine's CPU use is measured.
     :param startup_timeout: each start's limit (from when it leaves the engine's start queue).
     :param gone_timeout: how long the teardown may take before what is left counts as leftovers.
+    :param docker_floor: before each point, start as many plain containers straight through
+        Docker's API (same image, limits and network, 8 at a time) and remove them 8 at a time:
+        the floor rock's start rate and cleanup are compared with, measured in the same run.
     """
 
     counts: tuple[int, ...]
@@ -84,6 +93,7 @@ class ScaleSettings:
     idle_seconds: float = 5.0
     startup_timeout: float = 300.0
     gone_timeout: float = 300.0
+    docker_floor: bool = False
 
     def sandbox_config(self, sandbox_id: str, base_url: str | None) -> Any:
         """The :class:`~rock.sdk.sandbox.config.SandboxConfig` of one sandbox of a point."""
@@ -262,19 +272,119 @@ async def _progress(holds: _Holds, t0: float, say: Callable[[str], None], every:
             last = now
 
 
-async def _wait_gone(prefix: str, t0: float, timeout: float, say: Callable[[str], None]) -> tuple[float, int]:
-    """Poll ``docker ps -a`` until no container of the point is left; ``(seconds, leftovers)``."""
+def _cgroup_procs_file(container_id: str) -> str | None:
+    """The ``cgroup.procs`` file of a container's processes (v1 pids controller or v2, cgroupfs
+    or systemd); ``None`` when none is readable here (another host's Docker, another layout)."""
+    for path in (
+        f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",
+        f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/cgroup.procs",
+        f"/sys/fs/cgroup/docker/{container_id}/cgroup.procs",
+        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs",
+    ):
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _with_processes(procs_files: list[str]) -> int:
+    """How many of the containers whose ``cgroup.procs`` files are given still have a process
+    (a file gone with its cgroup counts as none)."""
+    alive = 0
+    for path in procs_files:
+        try:
+            with open(path, encoding="ascii") as f:
+                alive += bool(f.read(16).strip())
+        except OSError:
+            pass
+    return alive
+
+
+async def _wait_gone(
+    prefix: str, t0: float, timeout: float, say: Callable[[str], None], procs_files: list[str] | None = None
+) -> tuple[float, int, float | None]:
+    """Poll ``docker ps -a`` until no container of the point is left, and the containers'
+    cgroups until none has a process; ``(seconds until gone, leftovers, seconds until no
+    process ran)``, the last ``None`` when the cgroups could not be read."""
     deadline = time.perf_counter() + timeout
     last_said = t0
+    ended: float | None = None
     while True:
+        if procs_files and ended is None and _with_processes(procs_files) == 0:
+            ended = time.perf_counter() - t0
         left = len(await asyncio.to_thread(_containers, prefix))
         now = time.perf_counter()
         if left == 0 or now > deadline:
-            return now - t0, left
+            if procs_files and ended is None and _with_processes(procs_files) == 0:
+                ended = now - t0
+            return now - t0, left, ended
         if now - last_said >= 2:
-            say(f"teardown: {left} containers left after {now - t0:.1f}s")
+            running = f", processes in {_with_processes(procs_files)}" if procs_files else ""
+            say(f"teardown: {left} containers left{running} after {now - t0:.1f}s")
             last_said = now
         await asyncio.sleep(0.25)
+
+
+# -- the floor: plain containers straight through Docker's API --------------------------------------
+
+_FLOOR_CONCURRENCY = 8
+_FLOOR_LABEL = "rock.bench.floor"
+
+
+def _isolated_network() -> str:
+    """The network rock's Docker runtime puts sandboxes on (its isolated bridge), else ``bridge``."""
+    out = _docker("network", "ls", "-q", "--filter", "label=rock.network=isolated", "--format", "{{.Name}}")
+    names = out.split()
+    return names[0] if names else "bridge"
+
+
+def _docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """Start ``count`` plain containers (the sandboxes' image, memory, CPUs and network; a shell
+    that sleeps) through Docker's API, :data:`_FLOOR_CONCURRENCY` at a time, then remove them
+    the same way; the start rate and the removal seconds (blocking)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import docker
+
+    client = docker.from_env(timeout=300)
+    api = client.api
+    network = _isolated_network()
+    label = f"{_FLOOR_LABEL}={uuid.uuid4().hex[:8]}"
+    say(f"docker floor: starting {count} plain containers on {network} ({_FLOOR_CONCURRENCY} at a time)")
+
+    def start(_: int) -> str:
+        host = api.create_host_config(
+            mem_limit=settings.memory, memswap_limit=settings.memory, nano_cpus=int(settings.cpus * 1e9),
+            network_mode=network, init=True, security_opt=["no-new-privileges"], cap_drop=["ALL"],
+        )
+        container = api.create_container(
+            settings.image, ["sh", "-c", "exec sleep 86400"], host_config=host, labels=dict([label.split("=")])
+        )
+        api.start(container["Id"])
+        return container["Id"]
+
+    def remove(container_id: str) -> None:
+        api.remove_container(container_id, force=True, v=True)
+
+    figures: dict[str, Any] = {}
+    ids: list[str] = []
+    try:
+        t = time.perf_counter()
+        with ThreadPoolExecutor(_FLOOR_CONCURRENCY) as pool:
+            ids = list(pool.map(start, range(count)))
+        took = time.perf_counter() - t
+        figures["floor_start_rate_per_second"] = round(count / took, 2)
+        say(f"docker floor: {count} started in {took:.1f}s; removing them")
+        t = time.perf_counter()
+        with ThreadPoolExecutor(_FLOOR_CONCURRENCY) as pool:
+            list(pool.map(remove, ids))
+        figures["floor_removal_seconds"] = round(time.perf_counter() - t, 3)
+        ids = []
+    finally:
+        for container_id in api.containers(all=True, quiet=True, filters={"label": label}):
+            with contextlib.suppress(docker.errors.APIError):
+                remove(container_id["Id"])
+        client.close()
+    return figures
 
 
 async def _list_cli(url: str) -> float:
@@ -298,6 +408,8 @@ async def _point(
     from rock.sdk._engine import close_embedded_engine, get_embedded_engine, get_remote_engine
 
     figures: dict[str, Any] = {"count": count, "mode": "remote" if url else "embedded"}
+    if settings.docker_floor:
+        figures.update(await asyncio.to_thread(_docker_floor, settings, count, say))
     if url is None:
         t = time.perf_counter()
         await asyncio.to_thread(get_embedded_engine().start)
@@ -319,6 +431,7 @@ async def _point(
     ]
     reporter = asyncio.create_task(_progress(holds, t0, say))
     teardown_started: float | None = None
+    procs_files: list[str] = []
     try:
         await holds.settled.wait()
         reporter.cancel()
@@ -392,6 +505,8 @@ async def _point(
             figures["list_cli_p50_seconds"] = round(percentile([await _list_cli(url) for _ in range(3)], 50) or 0, 3)
 
         # 4. Teardown: every `async with` left at once, then (embedded) the engine closed.
+        ids = await asyncio.to_thread(_containers, prefix)
+        procs_files = [f for f in map(_cgroup_procs_file, ids) if f is not None]
         say(f"teardown: leaving {count} `async with` blocks" + ("" if url else ", then closing the engine"))
         teardown_started = time.perf_counter()
         holds.release.set()
@@ -408,7 +523,8 @@ async def _point(
             await asyncio.gather(*tasks, return_exceptions=True)
             if url is None:
                 await asyncio.to_thread(close_embedded_engine)
-        gone, left = await _wait_gone(prefix, teardown_started, settings.gone_timeout, say)
+        gone, left, ended = await _wait_gone(prefix, teardown_started, settings.gone_timeout, say, procs_files)
+        figures["teardown_processes_ended_seconds"] = round(ended, 3) if ended is not None else None
         figures["teardown_containers_gone_seconds"] = round(gone, 3) if left == 0 else None
         figures["leftovers"] = left
     say(f"N={count}: all gone after {gone:.1f}s" if left == 0 else f"N={count}: {left} CONTAINERS LEFT after {gone:.0f}s")
@@ -464,9 +580,12 @@ TABLE = (
     ("proxy_shim_pss_per_sandbox_mb", "docker-proxy + shim PSS / sandbox (MB)"),
     ("host_memory_per_sandbox_mb", "host memory / sandbox: cgroup + PSS (MB)"),
     ("teardown_stops_returned_seconds", "teardown: stops returned (s)"),
+    ("teardown_processes_ended_seconds", "teardown: no process left (s)"),
     ("teardown_engine_closed_seconds", "teardown: engine closed (s)"),
     ("teardown_containers_gone_seconds", "teardown: containers gone (s)"),
     ("leftovers", "leftovers"),
+    ("floor_start_rate_per_second", "docker floor: start rate (/s)"),
+    ("floor_removal_seconds", "docker floor: removal (s)"),
 )
 
 
