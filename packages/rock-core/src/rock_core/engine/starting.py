@@ -13,6 +13,7 @@ the same pipeline again on a stopped sandbox's own unit.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 import uuid
@@ -360,16 +361,27 @@ async def became_ready(
         )
 
 
+# Readiness polling: the first pause, and the longest. A rocklet on a unix socket is watched
+# closely: until its socket file exists a look is one stat (microseconds), so the engine sees it
+# listen within a few milliseconds; one reached over TCP is probed with a backoff up to 50 ms.
+_FIRST_POLL = 0.002
+_LAST_POLL_UNIX = 0.004
+_LAST_POLL_TCP = 0.05
+
+
 async def _wait_for_rocklet(engine: SandboxManager, live: LiveSandbox, handle: UnitHandle, client: RockletClient) -> None:
-    """Poll the rocklet with a tight backoff (the caller's deadline bounds it); between polls,
-    notice a container that died."""
-    delay = 0.002
-    checks = 0
+    """Poll the rocklet until it answers (the caller's deadline bounds it); between polls,
+    notice a unit that died."""
+    unix_path = client.host if client.host.startswith("/") else None
+    longest = _LAST_POLL_UNIX if unix_path else _LAST_POLL_TCP
+    delay = _FIRST_POLL
+    last_inspect = time.monotonic()
     while True:
-        if await client.probe(timeout=1.0):
+        # No socket file yet: nothing listens, and a probe would only fail.
+        if (unix_path is None or os.path.exists(unix_path)) and await client.probe(timeout=1.0):
             return
-        checks += 1
-        if checks % 10 == 0:  # every ~0.3 s at first, then every ~0.5 s: did it die?
+        if time.monotonic() - last_inspect >= 0.5:  # every half second: did it die?
+            last_inspect = time.monotonic()
             status = await engine.runtime.inspect(handle)
             if status.state is not UnitState.RUNNING:
                 message = describe_exit(status)
@@ -385,7 +397,7 @@ async def _wait_for_rocklet(engine: SandboxManager, live: LiveSandbox, handle: U
                     sandbox_id=live.record.sandbox_id, attempted="start",
                 )
         await anyio.sleep(delay)
-        delay = min(delay * 1.5, 0.05)
+        delay = min(delay * 1.5, longest)
 
 
 async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: float | None = None) -> SandboxStatus:

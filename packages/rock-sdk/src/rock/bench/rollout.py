@@ -186,6 +186,11 @@ async def run_rollout(
     settings: RolloutSettings, on_progress: Callable[[EpisodeResult], None] | None = None
 ) -> tuple[list[EpisodeResult], float]:
     """Run the batch; return each episode's result and the client's total seconds."""
+    # A trainer imports the SDK before its batch; so does this, before the clock starts (the
+    # floor, one `docker run` per episode, pays no Python imports either).
+    import rock.actions  # noqa: F401
+    import rock.sdk.sandbox.client  # noqa: F401
+
     results = [EpisodeResult(episode=i) for i in range(settings.count)]
     limit = asyncio.Semaphore(settings.parallelism)
     t0 = time.perf_counter()
