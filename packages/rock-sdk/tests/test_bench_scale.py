@@ -74,8 +74,10 @@ def test_remote_scale_goes_through_a_real_admin(tmp_path, docker_client):
     (point,) = json.loads(done.stdout)["points"]
     assert (point["mode"], point["running"], point["listed"]) == ("remote", 2, 2)
     assert point["engine_pid"] != os.getpid()  # the admin's memory and CPU, not this process's
-    for key in (*FIGURES, "list_cli_p50_seconds"):
+    for key in (*FIGURES, "list_cli_p50_seconds", "admin_stop_seconds", "admin_start_seconds"):
         assert point[key] > 0, key
+    # The admin stopped and started again while the sandboxes were held: none lost, all answer.
+    assert (point["lost_in_admin_restart"], point["commands_ok_after_admin_restart"]) == (0, "2/2")
     assert point["leftovers"] == 0 and left_behind(docker_client, point) == []
 
 

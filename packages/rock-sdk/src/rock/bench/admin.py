@@ -47,7 +47,7 @@ import httpx
 
 from rock.bench.rollout import percentile
 
-__all__ = ["AdminBenchSettings", "proc_kib_bytes", "run_admin_bench", "started_admin", "rss_bytes"]
+__all__ = ["AdminBenchSettings", "BenchAdmin", "proc_kib_bytes", "run_admin_bench", "running_admin", "rss_bytes", "started_admin"]
 
 PREFIX = "/apis/envs/sandbox/v1"
 
@@ -114,45 +114,88 @@ def _rock_command() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "rock.cli"]
 
 
-@contextlib.asynccontextmanager
-async def started_admin(concurrent_starts: int | None = None, scripted: bool = False) -> AsyncIterator[tuple[str, int]]:
-    """Run ``rock admin serve`` on a free port with a temporary state directory; yield its
-    ``(url, pid)``; stop it (SIGTERM) and delete the directory at the end.
+class BenchAdmin:
+    """A ``rock admin serve`` process of a bench: its ``url`` and ``pid``, on a free port with
+    its own state directory; :meth:`restart` stops it gracefully and starts it again on the same
+    port and state (its sandboxes are expected to outlive that)."""
 
-    ``scripted``: run :mod:`rock.bench.scripted_admin` instead (no containers)."""
-    state_dir = Path(tempfile.mkdtemp(prefix="rock-bench-admin-"))
-    port = _free_port()
-    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
-    env.pop("ROCK_BASE_URL", None)
-    if concurrent_starts:
-        env["ROCK_ENGINE_MAX_CONCURRENT_STARTS"] = str(concurrent_starts)
-    log_path = state_dir / "bench-admin.log"
-    with open(log_path, "wb") as log:
-        command = [sys.executable, "-m", "rock.bench.scripted_admin"] if scripted else [*_rock_command(), "admin", "serve"]
-        process = subprocess.Popen(
-            [*command, "--host", "127.0.0.1", "--port", str(port)],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    def __init__(self, state_dir: Path, port: int, env: dict[str, str], command: list[str]) -> None:
+        self.state_dir, self.port, self.env, self.command = state_dir, port, env, command
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = state_dir / "bench-admin.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "the admin is not running"
+        return self.process.pid
+
+    async def start(self) -> None:
+        """Start the process and wait until it answers ``/healthz`` (at most 60 s)."""
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [*self.command, "--host", "127.0.0.1", "--port", str(self.port)],
+                stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+            )
         deadline = time.monotonic() + 60
         async with httpx.AsyncClient(timeout=1) as probe:
             while True:
                 with contextlib.suppress(httpx.HTTPError):
-                    if (await probe.get(url + "/healthz")).status_code == 200:
-                        break
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}")
+                    if (await probe.get(self.url + "/healthz")).status_code == 200:
+                        return
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the admin did not come up:\n{self.log_path.read_text(errors='replace')[-2000:]}")
                 await asyncio.sleep(0.1)
-        yield url, process.pid
-    finally:
+
+    async def stop(self, timeout: float = 60) -> None:
+        """SIGTERM, then wait (a kill after ``timeout`` seconds)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
         process.send_signal(signal.SIGTERM)
         try:
-            await asyncio.to_thread(process.wait, 60)
+            await asyncio.to_thread(process.wait, timeout)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+    async def restart(self) -> tuple[float, float]:
+        """A graceful stop, then a start on the same port and state; ``(seconds the stop took,
+        seconds until the new process answered)``."""
+        t = time.perf_counter()
+        await self.stop()
+        stopped = time.perf_counter() - t
+        t = time.perf_counter()
+        await self.start()
+        return stopped, time.perf_counter() - t
+
+
+@contextlib.asynccontextmanager
+async def running_admin(concurrent_starts: int | None = None, scripted: bool = False) -> AsyncIterator[BenchAdmin]:
+    """Run ``rock admin serve`` on a free port with a temporary state directory; yield it; stop
+    it (SIGTERM) and delete the directory at the end.
+
+    ``scripted``: run :mod:`rock.bench.scripted_admin` instead (no containers)."""
+    state_dir = Path(tempfile.mkdtemp(prefix="rock-bench-admin-"))
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
+    env.pop("ROCK_BASE_URL", None)
+    if concurrent_starts:
+        env["ROCK_ENGINE_MAX_CONCURRENT_STARTS"] = str(concurrent_starts)
+    command = [sys.executable, "-m", "rock.bench.scripted_admin"] if scripted else [*_rock_command(), "admin", "serve"]
+    admin = BenchAdmin(state_dir, _free_port(), env, command)
+    try:
+        await admin.start()
+        yield admin
+    finally:
+        await admin.stop()
         shutil.rmtree(state_dir, ignore_errors=True)
+
+
+@contextlib.asynccontextmanager
+async def started_admin(concurrent_starts: int | None = None, scripted: bool = False) -> AsyncIterator[tuple[str, int]]:
+    """:func:`running_admin`, yielding its ``(url, pid)``."""
+    async with running_admin(concurrent_starts, scripted) as admin:
+        yield admin.url, admin.pid
 
 
 class _RawClient:

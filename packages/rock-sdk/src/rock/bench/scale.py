@@ -14,7 +14,10 @@ N environments, through ROCK's SDK (:class:`~rock.sdk.sandbox.client.Sandbox`):
 3. **load**: ``get_status`` latency (calls one after another, spread round-robin over the
    sandboxes), command latency (``execute(["echo", "x"])`` likewise), and the listing's latency
    (the engine's ``list_sandboxes``; remote: also ``rock sandbox list --json`` as a subprocess);
-4. **teardown** as a trainer's exit does it: every ``async with`` is left at once (a stop; with
+4. **admin restart** (``--remote`` only): the admin is stopped gracefully (SIGTERM) and started
+   again on the same state while the sandboxes are held; then how many of them still run (the
+   listing) and whether a command answers in a sample of 20;
+5. **teardown** as a trainer's exit does it: every ``async with`` is left at once (a stop; with
    the default lifecycle the sandbox is then deleted), and in embedded mode the engine is closed
    as the interpreter's exit would; then the time until no process runs in any of the point's
    containers (their cgroups), the time until ``docker ps -a`` shows no container of the point
@@ -27,7 +30,7 @@ same run on the same machine.
 
 Embedded mode uses the process-wide engine (a new one per point: closing it is part of the
 teardown). ``--remote`` starts one ``rock admin serve`` for the whole run
-(:func:`rock.bench.admin.started_admin`) and points the SDK at it with ``base_url``.
+(:func:`rock.bench.admin.running_admin`) and points the SDK at it with ``base_url``.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 
 import attrs
 
-from rock.bench.admin import _rock_command, proc_kib_bytes, rss_bytes, started_admin
+from rock.bench.admin import BenchAdmin, _rock_command, proc_kib_bytes, rss_bytes, running_admin
 from rock.bench.rollout import machine_info, percentile
 
 __all__ = ["ScaleSettings", "cpu_seconds", "run_scale", "table_rows"]
@@ -401,9 +404,39 @@ async def _list_cli(url: str) -> float:
     return time.perf_counter() - t
 
 
-async def _point(
-    settings: ScaleSettings, count: int, url: str | None, engine_pid: int, say: Callable[[str], None]
+async def _restart_admin(
+    admin: BenchAdmin, engine: Any, running: list[Any], prefix: str, say: Callable[[str], None]
 ) -> dict[str, Any]:
+    """Stop the admin gracefully and start it again while ``running`` are held; then count its
+    sandboxes of this point that are still running, and run a command in a sample of them."""
+    from rock.actions import Command
+
+    say(f"admin restart: SIGTERM with {len(running)} sandboxes held, then a new admin on the same state")
+    stopped, started = await admin.restart()
+    listed = await engine.list_sandboxes()
+    alive = sum(1 for s in listed if s.sandbox_id and s.sandbox_id.startswith(prefix) and s.is_alive)
+    sample = running[:: max(1, len(running) // 20)][:20]
+    ok = 0
+    for sandbox in sample:
+        with contextlib.suppress(Exception):
+            answer = await sandbox.execute(Command(command=["echo", "x"], timeout=60))
+            ok += answer.exit_code == 0 and answer.stdout.strip() == "x"
+    say(f"admin restart: stopped in {stopped:.1f}s, answering after {started:.1f}s; {alive}/{len(running)} running, "
+        f"commands answered in {ok}/{len(sample)}")
+    return {
+        "admin_stop_seconds": round(stopped, 3),
+        "admin_start_seconds": round(started, 3),
+        "running_after_admin_restart": alive,
+        "lost_in_admin_restart": len(running) - alive,
+        "commands_ok_after_admin_restart": f"{ok}/{len(sample)}",
+    }
+
+
+async def _point(
+    settings: ScaleSettings, count: int, admin: BenchAdmin | None, say: Callable[[str], None]
+) -> dict[str, Any]:
+    url = admin.url if admin is not None else None
+    engine_pid = admin.pid if admin is not None else os.getpid()
     from rock.actions import Command
     from rock.sdk._engine import close_embedded_engine, get_embedded_engine, get_remote_engine
 
@@ -503,6 +536,8 @@ async def _point(
         figures["listed"] = len(listed)
         if url:
             figures["list_cli_p50_seconds"] = round(percentile([await _list_cli(url) for _ in range(3)], 50) or 0, 3)
+        if admin is not None and running:
+            figures.update(await _restart_admin(admin, engine, running, prefix, say))
 
         # 4. Teardown: every `async with` left at once, then (embedded) the engine closed.
         ids = await asyncio.to_thread(_containers, prefix)
@@ -545,13 +580,13 @@ async def run_scale(settings: ScaleSettings, say: Callable[[str], None] = lambda
         "machine": machine_info(),
     }
     async with contextlib.AsyncExitStack() as stack:
-        url, pid = None, os.getpid()
+        admin = None
         if settings.remote:
             say("starting a rock admin server")
-            url, pid = await stack.enter_async_context(started_admin())
-            document["admin_url"] = url
+            admin = await stack.enter_async_context(running_admin())
+            document["admin_url"] = admin.url
         for count in settings.counts:
-            points.append(await _point(settings, count, url, pid, say))
+            points.append(await _point(settings, count, admin, say))
     return document
 
 
@@ -584,9 +619,19 @@ TABLE = (
     ("teardown_engine_closed_seconds", "teardown: engine closed (s)"),
     ("teardown_containers_gone_seconds", "teardown: containers gone (s)"),
     ("leftovers", "leftovers"),
+    ("admin_stop_seconds", "admin restart: graceful stop (s)"),
+    ("admin_start_seconds", "admin restart: answering after (s)"),
+    ("lost_in_admin_restart", "admin restart: sandboxes lost"),
+    ("commands_ok_after_admin_restart", "admin restart: commands answered"),
     ("floor_start_rate_per_second", "docker floor: start rate (/s)"),
     ("floor_removal_seconds", "docker floor: removal (s)"),
 )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
 def table_rows(points: list[dict[str, Any]]) -> list[list[str]]:
@@ -594,7 +639,7 @@ def table_rows(points: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for key, label in TABLE:
         if any(p.get(key) is not None for p in points):
-            rows.append([label, *("" if p.get(key) is None else f"{p[key]:g}" for p in points)])
+            rows.append([label, *(_cell(p.get(key)) for p in points)])
     return rows
 
 
