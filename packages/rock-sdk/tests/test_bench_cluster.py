@@ -1,0 +1,54 @@
+"""`rock bench cluster` as a user runs it, small: a subprocess that starts sandboxes through an
+admin on the nomad runtime, its stand-in Nomad server in a process of its own, prints the
+figures (with the admin's and the stand-in's CPU seconds) and leaves no container behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import docker
+import pytest
+
+# The bench makes its own admin and stand-in: the remote pass of `make test` would only repeat it.
+pytestmark = [
+    pytest.mark.docker,
+    pytest.mark.skipif(
+        os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+        reason="starts its own admin and stand-in Nomad; it already ran in the embedded pass",
+    ),
+]
+
+ROCK = Path(sys.executable).with_name("rock")
+
+
+def test_the_cluster_bench_measures_the_admin_and_the_stand_in_apart() -> None:
+    pytest.importorskip("rock_nomad.testing", reason="rock-nomad's testing extra is not installed")
+    run = subprocess.run(
+        [str(ROCK), "bench", "cluster", "-n", "3", "--nodes", "2", "--image", "rock-test/python:3.11",
+         "--runtime", "nomad"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = json.loads(run.stdout)["nomad"]
+    assert figures["sandboxes_running"] == 3
+    assert figures["all_running_s"] > 0
+    # The stand-in runs in a process of its own: its CPU is told apart from the admin's.
+    assert figures["stand_in_cpu_s_to_all_running"] >= 0 and figures["admin_cpu_s_to_all_running"] > 0
+    assert "stand-in Nomad CPU (s)" in run.stderr and "admin CPU (s)" in run.stderr
+    # Its stand-in ended (on SIGTERM) and removed every container it made.
+    pid = re.search(r"stand-in Nomad of 2 nodes at \S+ \(process (\d+)\)", run.stderr)
+    assert pid, run.stderr[-2000:]
+    assert not Path(f"/proc/{pid.group(1)}").exists()
+    owner = f"{socket.gethostname()}:{pid.group(1)}:"
+    client = docker.from_env()
+    try:
+        left = client.containers.list(all=True, filters={"label": "nomad-stand-in.owner"})
+    finally:
+        client.close()
+    assert [c.name for c in left if c.labels.get("nomad-stand-in.owner", "").startswith(owner)] == []
