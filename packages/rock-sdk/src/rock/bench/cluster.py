@@ -16,6 +16,9 @@ For each runtime, in turn:
   a longer run's: the measure weighed on what it measured.);
 * the admin's resident memory (``VmRSS``) is sampled every 50 ms from its start to its stop: the
   peak is reported;
+* both runs' sandboxes get the same CPU: a quota of ``--cpus`` and Docker's CPU weight (the
+  nomad run sets ``mhz_per_cpu`` so that Nomad's shares by MHz come to Docker's 1024, and its
+  simulated cores to that many MHz; see :func:`mhz_per_cpu`);
 * the CPU seconds the admin and, on Nomad, the stand-in's process spent from the first request
   to all running are read from ``/proc``: the stand-in's is work a real cluster does on its own
   servers and nodes, not on the admin's machine, but here it shares the same cores, and the
@@ -80,6 +83,19 @@ class ClusterBenchSettings:
     timeout: float = 900.0
 
 
+def mhz_per_cpu(settings: ClusterBenchSettings) -> int:
+    """The nomad run's ``mhz_per_cpu``: what gives its sandboxes the CPU weight Docker gives.
+
+    Nomad's docker driver sets a task's CPU shares to its MHz; Docker's runtime leaves them at
+    Docker's 1024. With rock's default of 1000 MHz a CPU, a sandbox of 0.1 CPU had shares of
+    100: ten times less weight than its Docker twin against everything else on this machine (the
+    admin, dockerd, the bench), and its rocklet took twice as long to start under load. On a
+    real cluster the nodes run only sandboxes, whose shares are all by MHz; here both runs'
+    sandboxes should weigh the same.
+    """
+    return max(1, round(1024 / settings.cpus))
+
+
 @contextlib.contextmanager
 def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
     """A stand-in Nomad cluster with room for every sandbox (placement is not what is measured),
@@ -91,11 +107,15 @@ def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
         raise RuntimeError(f"the nomad run needs rock-nomad with its testing extra (pip install 'rock-nomad[testing]'): {exc}") from exc
     per_node = math.ceil(settings.sandboxes / settings.nodes) + 1
     node_memory = max(4096, per_node * math.ceil(memory_bytes / 2**20) * 2)
-    node_cpu = max(4000, int(per_node * settings.cpus * 1000 * 2))
+    # Each simulated core is mhz_per_cpu MHz: with cpu_hard_limit, Nomad's docker driver gives a
+    # task (its MHz / the node's MHz) x the node's cores of CPU time, so a sandbox's cpus are
+    # the same share of a real core as on Docker.
+    cores = max(4, math.ceil(per_node * settings.cpus * 2))
+    node_cpu = cores * mhz_per_cpu(settings)
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-m", "rock_nomad.testing", "--nodes", str(settings.nodes), "--cpu", str(node_cpu),
-         "--cores", str(max(4, os.cpu_count() or 1)), "--memory", str(node_memory), "--algorithm", "spread"],
+         "--cores", str(cores), "--memory", str(node_memory), "--algorithm", "spread"],
         stdout=subprocess.PIPE, stderr=log, start_new_session=True,
     )
     try:
@@ -289,8 +309,10 @@ async def run_cluster_bench(settings: ClusterBenchSettings, say: Callable[[str],
         elif runtime == "nomad":
             with _stand_in(settings, memory_bytes) as (address, stand_in_pid):
                 say(f"nomad: a stand-in Nomad of {settings.nodes} nodes at {address} (process {stand_in_pid})")
-                config = f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{address}"\n'
+                config = (f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{address}"\n'
+                          f"mhz_per_cpu = {mhz_per_cpu(settings)}\n")
                 results["nomad"] = await _run_one("nomad", settings, config, say, stand_in_pid)
+                results["nomad"]["mhz_per_cpu"] = mhz_per_cpu(settings)
         else:
             raise RuntimeError(f"unknown runtime {runtime!r} (docker, docker-published or nomad)")
     published = results.get("docker-published")
