@@ -33,9 +33,6 @@ import enum
 import logging
 import math
 import os
-import posixpath
-import re
-import shlex
 import time
 import uuid
 import warnings
@@ -47,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from rock_core.actions import (
     Action,
-    BashAction,
     CloseSessionRequest,
     CloseSessionResponse,
     Command,
@@ -75,7 +71,6 @@ from rock_core.actions import (
 from rock_core.errors import (
     BadRequestRockError,
     CommandRockError,
-    CommandTimeout,
     InternalServerRockError,
     InvalidParameter,
     RockError,
@@ -87,8 +82,9 @@ from rock_core.states import LIVE_STATES
 
 from rock.sdk._engine.base import Engine
 from rock.sdk._engine.connect import PortConnection, Shell
-from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
+from rock.sdk.common.constants import RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
+from rock.sdk.sandbox import _nohup
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
 from rock.sdk.sandbox.file_system import FileSystem, LinuxFileSystem
 from rock.sdk.sandbox.network import Network
@@ -113,24 +109,6 @@ class RunMode(str, enum.Enum):
 
 #: Seconds the nohup *submission* may take (ROCK's 30 s); the command itself may run for hours.
 NOHUP_SUBMIT_TIMEOUT = 30.0
-
-_PID = re.compile(re.escape(PID_PREFIX) + r"(\d+)" + re.escape(PID_SUFFIX))
-# Seconds between two looks at a nohup command inside the sandbox (one round trip covers many).
-_NOHUP_POLL = 0.05
-
-
-def _extract_pid(output: str) -> int | None:
-    match = _PID.search(output)
-    return int(match.group(1)) if match else None
-
-
-def _size_text(size: int) -> str:
-    if size < 1024:
-        return f"{size} bytes"
-    if size < 1024 * 1024:
-        return f"{size / 1024:.2f} KB"
-    return f"{size / (1024 * 1024):.2f} MB"
-
 
 class Sandbox:
     """A handle on one sandbox (ROCK's ``rock.sdk.sandbox.client.Sandbox``).
@@ -570,7 +548,8 @@ class Sandbox:
                 session = f"bash-{time.time_ns()}"
                 await self.create_session(CreateBashSessionRequest(session=session))
             return await self._run_in_session(Action(command=cmd, session=session))
-        return await self._arun_with_nohup(
+        return await _nohup.arun(
+            self,
             cmd=cmd,
             session=session,
             wait_timeout=wait_timeout,
@@ -580,65 +559,6 @@ class Sandbox:
             output_file=output_file,
         )
 
-    async def _arun_with_nohup(
-        self,
-        cmd: str,
-        session: str | None,
-        wait_timeout: float,
-        wait_interval: float,
-        response_limited_bytes_in_nohup: int | None,
-        ignore_output: bool,
-        output_file: str | None = None,
-    ) -> Observation:
-        try:
-            timestamp = str(time.time_ns())
-            if session is None:
-                session = f"bash-{timestamp}"
-                await self.create_session(CreateBashSessionRequest(session=session))
-            if output_file:
-                dir_path, file_name = posixpath.split(output_file)
-                if not file_name or "." not in file_name:
-                    raise BadRequestRockError(f"Failed parse output file path: {output_file}", attempted="arun")
-                await self._run_in_session(Action(command=f"mkdir -p {dir_path or '.'}", session=session))
-            tmp_file = output_file or f"/tmp/tmp_{timestamp}.out"
-            status_file = f"/tmp/.rock_nohup_{timestamp}.status"
-            pid, error = await self.start_nohup_process(
-                cmd=cmd, tmp_file=tmp_file, session=session, status_file=status_file
-            )
-            if error is not None:
-                return error
-            if pid is None:
-                message = "Failed to submit command, nohup failed to extract PID"
-                return Observation(output=message, exit_code=1, failure_reason=message)
-            success, message = await self.wait_for_process_completion(
-                pid=pid,
-                session=session,
-                wait_timeout=wait_timeout,
-                wait_interval=wait_interval,
-                status_file=status_file,
-            )
-            exit_code = await self._collect_exit_status(status_file) if success else None
-            if exit_code:
-                success, message = False, f"Process {pid} exited with code {exit_code}"
-            return await self.handle_nohup_output(
-                tmp_file=tmp_file,
-                session=session,
-                success=success,
-                message=message,
-                ignore_output=ignore_output,
-                response_limited_bytes_in_nohup=response_limited_bytes_in_nohup,
-                exit_code=exit_code,
-            )
-        except CommandTimeout:
-            message = (
-                f"Command execution failed due to timeout: '{cmd}'. "
-                "This may be caused by an interactive command that requires user input."
-            )
-            return Observation(output=message, exit_code=1, failure_reason=message)
-        except Exception as exc:  # noqa: BLE001 - ROCK reports every nohup failure as an Observation
-            message = f"Failed to execute nohup command '{cmd}': {exc}"
-            return Observation(output=message, exit_code=1, failure_reason=message)
-
     async def start_nohup_process(
         self, cmd: str, tmp_file: str, session: str, status_file: str | None = None
     ) -> tuple[int | None, Observation | None]:
@@ -647,32 +567,7 @@ class Sandbox:
         ``(None, None)`` means no PID could be read from the submission's output. With
         ``status_file`` (rock), the command's exit status is written there when it ends.
         """
-        tail = f" < /dev/null > {tmp_file} 2>&1 & echo {PID_PREFIX}${{!}}{PID_SUFFIX};disown"
-        if status_file is None:
-            command = f"nohup {cmd}{tail}"
-        else:
-            # A function wraps nohup so the words of cmd parse exactly as after ROCK's "nohup ";
-            # the background subshell that runs it writes the command's status once it ends.
-            status = shlex.quote(status_file)
-            # (A subshell body, not braces: a "}" word would cost the rocklet a `bash -n` per submission.)
-            # Only the backgrounded call (stdin /dev/null) records a status: in "a; b" the
-            # foreground "a" is not the command that arun waits for.
-            command = (
-                f"__rock_nohup() ( trap '' HUP; nohup \"$@\"; s=$?; [ -t 0 ] || echo $s > {status} ); "
-                f"__rock_nohup {cmd}{tail}"
-            )
-        action = BashAction(command=command, session=session, timeout=NOHUP_SUBMIT_TIMEOUT)
-        response = await self._run_in_session(action)
-        if response.exit_code != 0:
-            return None, response
-        pid = _extract_pid(response.output)
-        return (pid, None) if pid else (None, None)
-
-    def _nohup_wait_interval(self, wait_interval: float) -> float:
-        interval = max(5.0, float(wait_interval))
-        if self.config.auto_clear_seconds:
-            interval = min(interval, self.config.auto_clear_seconds - 2)
-        return max(interval, 1.0)
+        return await _nohup.submit(self, cmd, tmp_file, session, status_file, timeout=NOHUP_SUBMIT_TIMEOUT)
 
     async def wait_for_process_completion(
         self, pid: int, session: str, wait_timeout: float, wait_interval: float, status_file: str | None = None
@@ -685,52 +580,7 @@ class Sandbox:
         (so the sandbox never looks idle while waiting). ``session`` is unused: looking does not
         occupy the session, which stays free for other commands.
         """
-        interval = self._nohup_wait_interval(wait_interval)
-        sandbox_id = self._require_id("arun")
-        engine = self._get_engine()
-        alive = f"kill -0 {pid} 2>/dev/null"
-        if status_file is not None:
-            alive = f"[ ! -s {shlex.quote(status_file)} ] && {alive}"
-        script = f"while {alive}; do sleep {_NOHUP_POLL}; done"
-        start = time.perf_counter()
-        deadline = start + wait_timeout
-        while True:
-            remaining = deadline - time.perf_counter()
-            if remaining <= 0:
-                break
-            try:
-                # check: a timeout raises (the process still runs) instead of answering -1.
-                await engine.execute(
-                    sandbox_id,
-                    SandboxCommand(
-                        command=["/bin/sh", "-c", script], timeout=min(interval, remaining), check=True, sandbox_id=sandbox_id
-                    ),
-                )
-            except CommandTimeout:
-                continue  # still running
-            except (SandboxNotFound, RockletUnreachable) as exc:
-                return False, f"Process {pid} could not be watched: {exc}"
-            return True, f"Process completed successfully in {time.perf_counter() - start:.1f}s"
-        elapsed = time.perf_counter() - start
-        return False, f"Process {pid} did not complete within {elapsed:.1f}s (timeout: {wait_timeout}s)"
-
-    async def _collect_exit_status(self, status_file: str) -> int | None:
-        """The exit status a nohup command left in ``status_file`` (removed), or ``None``."""
-        try:
-            result = await self.execute(
-                Command(
-                    command=[
-                        "/bin/sh",
-                        "-c",
-                        f"cat {shlex.quote(status_file)} 2>/dev/null; rm -f {shlex.quote(status_file)}",
-                    ]
-                )
-            )
-        except RockError as exc:
-            log.warning("could not read the exit status of a nohup command: %s", exc)
-            return None
-        text = result.stdout.strip()
-        return int(text) if text.isdigit() else None
+        return await _nohup.wait(self, pid, wait_timeout, wait_interval, status_file)
 
     async def handle_nohup_output(
         self,
@@ -747,41 +597,9 @@ class Sandbox:
         ``exit_code`` (rock) is the command's real exit code when known; otherwise 0 for a
         completed command and 1 for a failure, as in ROCK.
         """
-        code = exit_code if exit_code is not None else (0 if success else 1)
-        reason = "" if success else message
-        if ignore_output:
-            size = None
-            with contextlib.suppress(RockError):
-                result = await self._run_in_session(
-                    BashAction(session=session, command=f"stat -c %s {tmp_file} 2>/dev/null || stat -f %z {tmp_file}")
-                )
-                if result.exit_code == 0 and result.output.strip().isdigit():
-                    size = int(result.output.strip())
-            hint = self._nohup_detached_message(tmp_file, success, message, size)
-            return Observation(output=hint, exit_code=code, failure_reason=reason)
-        read = (
-            f"head -c {int(response_limited_bytes_in_nohup)} {tmp_file}"
-            if response_limited_bytes_in_nohup
-            else f"cat {tmp_file}"
+        return await _nohup.output(
+            self, tmp_file, session, success, message, ignore_output, response_limited_bytes_in_nohup, exit_code
         )
-        result = await self._run_in_session(BashAction(session=session, command=read))
-        return Observation(output=result.output, exit_code=code, failure_reason=reason)
-
-    @staticmethod
-    def _nohup_detached_message(tmp_file: str, success: bool, detail: str | None, file_size: int | None) -> str:
-        lines = [
-            "Command executed in nohup mode without streaming the log content.",
-            f"Status: {'completed' if success else 'finished with errors'}",
-            f"Output file: {tmp_file}",
-        ]
-        if file_size is not None:
-            lines.append(f"File size: {_size_text(file_size)}")
-        lines.append(
-            f"Use Sandbox.read_file(...), download APIs, or run 'cat {tmp_file}' inside the session to inspect the result."
-        )
-        if detail:
-            lines.append(f"Detail: {detail}")
-        return "\n".join(lines)
 
     async def run_nohup_and_wait(
         self, cmd: str, redirect_file_path: str = "/dev/null", wait_timeout: float = 300, wait_interval: float = 10
@@ -793,27 +611,7 @@ class Sandbox:
         warnings.warn(
             "Sandbox.run_nohup_and_wait is deprecated; use arun(mode='nohup')", DeprecationWarning, stacklevel=2
         )
-        timestamp = str(time.time_ns())
-        session = f"bash-{timestamp}"
-        status_file = f"/tmp/.rock_nohup_{timestamp}.status"
-        try:
-            await self.create_session(CreateBashSessionRequest(session=session))
-            pid, error = await self.start_nohup_process(cmd, redirect_file_path, session, status_file=status_file)
-            if error is not None:
-                return ExecuteBashSessionResponse(success=False, message=error.failure_reason or error.output)
-            if pid is None:
-                return ExecuteBashSessionResponse(
-                    success=False, message="Failed to extract PID from the nohup submission"
-                )
-            success, message = await self.wait_for_process_completion(
-                pid, session, wait_timeout, wait_interval, status_file
-            )
-            exit_code = await self._collect_exit_status(status_file) if success else None
-            if exit_code:
-                return ExecuteBashSessionResponse(success=False, message=f"Process {pid} exited with code {exit_code}")
-            return ExecuteBashSessionResponse(success=success, message=message)
-        except Exception as exc:  # noqa: BLE001 - ROCK reports failures in the response
-            return ExecuteBashSessionResponse(success=False, message=f"Failed to execute nohup command '{cmd}': {exc}")
+        return await _nohup.run_and_wait(self, cmd, redirect_file_path, wait_timeout, wait_interval)
 
     # -- files -------------------------------------------------------------------------------
 
