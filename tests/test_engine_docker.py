@@ -370,3 +370,35 @@ async def test_keep_stopped_delay_is_capped_by_the_engine(docker_client):
         assert status.state is State.STOPPED
         assert (status.auto_delete_time - status.stop_time).total_seconds() == pytest.approx(60, abs=1)
         assert status.auto_stop_time is None and status.auto_archive_time is None
+
+
+async def test_a_stop_ends_every_process_of_the_sandbox_before_it_returns(engine, docker_client):
+    """stop() of a sandbox deleted at its stop: when it returns nothing of the sandbox runs any
+    more (a session's job, an orphan in a session of its own), though its container may still
+    wait in the removal queue; then the container goes and the record turns deleted."""
+    from pathlib import Path
+
+    sandbox_id = (await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id
+    await engine.wait_until_running(sandbox_id, timeout=120)
+    marker = f"rock-stop-{time.monotonic_ns()}"
+    client = engine.rocklet(sandbox_id)
+    await client.create_session(CreateBashSessionRequest(session="s"))
+    await client.run_in_session(BashAction(
+        session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)"
+    ))
+
+    def running_with_marker() -> list[str]:
+        found = []
+        for path in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                if marker.encode() in path.read_bytes() and (path.parent / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+                    found.append(path.parent.name)
+            except (OSError, IndexError):
+                pass
+        return found
+
+    await eventually(lambda: len(running_with_marker()) == 2, timeout=10)
+    await engine.stop(sandbox_id)
+    assert running_with_marker() == []
+    await eventually(lambda: engine.get_record(sandbox_id).state is State.DELETED, timeout=60)
+    assert docker_client.containers.list(all=True, filters={"name": sandbox_id}) == []

@@ -120,6 +120,8 @@ def launch_command(
     deletions). ``exec`` makes the rocklet the shell's replacement, so signals reach it directly.
     ``-I -S``: the rocklet is standard library only, so it skips ``site`` (faster start) and is
     immune to ``PYTHON*`` variables of the image (its commands still inherit them).
+    ``--sandbox``: the rocklet is the sandbox's agent, and may end every other process in it
+    (``POST /end_processes``).
 
     A rocklet listening beyond loopback (a cluster node's address) is safe only because it asks
     every caller for the sandbox's secret: the runtime must put ``ROCK_ROCKLET_TOKEN`` in the
@@ -130,6 +132,6 @@ def launch_command(
         f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
         f"exit {NO_PYTHON_EXIT_CODE}; }}; "
         + prelude
-        + f"exec python3 -I -S {shlex.quote(pyz)} {listen}"
+        + f"exec python3 -I -S {shlex.quote(pyz)} {listen} --sandbox"
     )
     return ["/bin/sh", "-c", script]

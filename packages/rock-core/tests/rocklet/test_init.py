@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -69,3 +72,58 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def test_end_processes_kills_every_other_process_and_the_rocklet_stays(launch, pyz, plain_python):
+    """``POST /end_processes`` of a sandbox's agent (``--sandbox``): background jobs, a session's
+    shell and an orphan re-parented to PID 1 are all killed; the rocklet and PID 1 remain and
+    still answer (the container exits only when it is removed)."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("util-linux unshare is needed to run the rocklet in a new PID namespace")
+    rocklet = launch([unshare, "--fork", "--pid", "--mount-proc", plain_python, "-I", str(pyz), "--sandbox"])
+    marker = f"rock-end-{time.monotonic_ns()}"
+    rocklet.ok("/create_session", session="s")
+    # A job of the session, and an orphan in a session of its own (re-parented to PID 1).
+    rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)")
+    deadline = time.monotonic() + 10
+    while len(_with_marker(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(_with_marker(marker)) == 2
+    answer = rocklet.post("/end_processes")
+    assert answer.status_code == 200 and answer.json()["killed"] >= 5  # two shells, their sleeps, the session's bash
+    assert _with_marker(marker) == []
+    assert rocklet.proc.poll() is None
+    assert rocklet.ok("/execute", command="echo still here", shell=True)["stdout"].strip() == "still here"
+
+
+def test_a_rocklet_that_is_not_a_sandboxs_agent_ends_no_process(launch, pyz, plain_python):
+    rocklet = launch([plain_python, "-I", str(pyz)])
+    marker = f"rock-keep-{time.monotonic_ns()}"
+    rocklet.ok("/create_session", session="s")
+    rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 30; : {marker}' &")
+    deadline = time.monotonic() + 10
+    while not _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        answer = rocklet.post("/end_processes")
+        assert answer.status_code == 409 and "--sandbox" in answer.json()["detail"]
+        assert len(_with_marker(marker)) == 1
+    finally:
+        for path in _with_marker(marker):
+            with contextlib.suppress(OSError):
+                os.kill(int(path.parent.name), signal.SIGKILL)
+
+
+def _with_marker(marker: str) -> list[Path]:
+    """``/proc/<pid>/cmdline`` files of the live processes whose command line holds ``marker``."""
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        if marker.encode() in _read(path):
+            try:
+                state = (path.parent / "stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state != b"Z":
+                found.append(path)
+    return found

@@ -24,7 +24,7 @@ import anyio
 from rock_core.engine.live import LABEL_ENGINE, LABEL_ENGINE_ID, LABEL_OWNER, now
 from rock_core.engine.owners import owner_is_dead
 from rock_core.engine.pool import is_unclaimed_member
-from rock_core.engine.removals import END_TIMEOUT, end_sandbox
+from rock_core.engine.removals import END_TIMEOUT, end_processes
 from rock_core.errors import RockError
 from rock_core.states import LIVE_STATES, Event, State
 
@@ -80,12 +80,13 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     waiting in its removal queue join the rest) and record its sandboxes stopped (``"engine
     closed"``) and deleted.
 
-    Built for a trainer's exit with a thousand sandboxes: first every rocklet is asked to end
-    its sandbox (``POST /shutdown``, :data:`~rock_core.engine.removals.END_CONCURRENCY` at
-    once), which kills every process in it without a runtime call; then the runtime is asked to remove all the units
-    with :meth:`~rock_core.runtime.Runtime.discard`, which may leave the work to the runtime's
-    own service (dockerd finishes after this process is gone). A unit whose rocklet did not
-    answer is removed by that same call (Docker's forced removal kills it first).
+    Built for a trainer's exit with a thousand sandboxes: first every rocklet is asked to kill
+    the other processes of its sandbox (``POST /end_processes``,
+    :data:`~rock_core.engine.removals.END_CONCURRENCY` at once), so nothing of them runs on;
+    then the runtime is asked to remove all the units with
+    :meth:`~rock_core.runtime.Runtime.discard`, which may leave the work to the runtime's own
+    service (Docker's reaper process removes them a few at a time after this process is gone).
+    A unit whose rocklet did not answer is removed by that same call.
     """
     lives = engine._live
     for live in list(lives.values()):
@@ -101,7 +102,7 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     async with anyio.create_task_group() as tg:
         for live in lives.values():
             if live.client is not None:
-                tg.start_soon(end_sandbox, live.client, engine.removals.end_limiter)
+                tg.start_soon(end_processes, live.client, engine.removals.end_limiter)
     if handles:
         await engine.runtime.discard(handles)
     at = now()

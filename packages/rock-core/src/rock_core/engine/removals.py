@@ -5,9 +5,10 @@ Every unit the engine removes without a caller waiting for it goes through one
 orphans and stale warm-pool members a sweep finds (:mod:`rock_core.engine.reaping`).
 
 - A sandbox's processes end at once: before its unit joins the queue, its stop asks its rocklet
-  to end the sandbox (:func:`end_sandbox`, ``POST /shutdown``), which kills every process in it
-  without a runtime call. What waits in the queue is only the runtime's bookkeeping (an exited
-  container, its filesystem), never a program still running.
+  to kill every other process in it (:func:`end_processes`, ``POST /end_processes``), without a
+  runtime call. What waits in the queue is a container with an idle rocklet and its files,
+  never a program of the sandbox still running; the container exits when it is removed, so
+  dockerd handles exits at the queue's pace.
 - At most :data:`CONCURRENCY` removals run at once, and a removal begins only while no start is
   in flight (:func:`starts_in_flight`): removing a container (an unmount, a network torn down in
   dockerd) slows a container started meanwhile two to three times. After yielding
@@ -38,7 +39,7 @@ from rock_core.states import State
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
 
-__all__ = ["CONCURRENCY", "MAX_YIELD", "Removals", "end_sandbox", "starts_in_flight"]
+__all__ = ["CONCURRENCY", "MAX_YIELD", "Removals", "end_processes", "starts_in_flight"]
 
 log = logging.getLogger("rock.engine")
 
@@ -60,12 +61,16 @@ def starts_in_flight(engine: SandboxManager) -> bool:
     return queue.active > 0 or queue.depth > 0 or any(live.record.state is State.PENDING for live in engine._live.values())
 
 
-async def end_sandbox(client: RockletClient, limiter: anyio.CapacityLimiter) -> None:
-    """Ask the rocklet behind ``client`` to end its sandbox (every process in it killed); a
-    rocklet that does not answer within :data:`END_TIMEOUT` is left to the unit's removal."""
+async def end_processes(client: RockletClient, limiter: anyio.CapacityLimiter) -> None:
+    """Ask the rocklet behind ``client`` to kill every other process of its sandbox; a rocklet
+    that does not answer within :data:`END_TIMEOUT` is left to the unit's removal.
+
+    The unit itself does not exit here: it goes with its removal, a few at a time. Ending a
+    thousand containers at once (the rocklet's ``/shutdown``) made dockerd 20.10 process a
+    thousand exits at once, and it deadlocked in its network code (moby/moby#46661)."""
     async with limiter:
         with anyio.move_on_after(END_TIMEOUT):
-            await client.end_sandbox(timeout=END_TIMEOUT)
+            await client.end_processes(timeout=END_TIMEOUT)
 
 
 @attrs.define(eq=False)

@@ -19,7 +19,7 @@ import anyio
 
 from rock_core.engine import archiving, restarting
 from rock_core.engine.live import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, LiveSandbox, now
-from rock_core.engine.removals import end_sandbox
+from rock_core.engine.removals import end_processes
 from rock_core.errors import RockError
 from rock_core.models import SandboxSpec
 from rock_core.runtime import Runtime, UnitHandle
@@ -116,9 +116,9 @@ async def stop_locked(
             await remove_quietly(engine.runtime, handle)
     if removed_now:
         # Removing a unit takes the runtime a while (dockerd a few hundred milliseconds); the
-        # caller need not wait. The rocklet ends the sandbox now (nothing in it runs on once
-        # stop returns), the unit joins the engine's removal queue, and the record turns
-        # ``deleted`` once the unit is gone.
+        # caller need not wait. The rocklet ends the sandbox's processes now (nothing in it runs
+        # on once stop returns), the unit joins the engine's removal queue, and the record
+        # turns ``deleted`` once the unit is gone.
         handle, live.handle = live.handle, None
         live.removing = True
         if engine._tg is not None and not engine._closed:
@@ -127,7 +127,7 @@ async def stop_locked(
                 engine._tg.start_soon(then)
             else:
                 if client is not None:
-                    await end_sandbox(client, engine.removals.end_limiter)
+                    await end_processes(client, engine.removals.end_limiter)
                 engine.removals.submit(handle, then=then)
         else:
             if handle is not None:

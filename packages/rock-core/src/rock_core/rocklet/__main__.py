@@ -1,4 +1,4 @@
-"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH] [--state-dir DIR] [--no-auth]``.
+"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH] [--state-dir DIR] [--no-auth] [--sandbox]``.
 
 The sandbox's secret comes in the environment variable ``ROCK_ROCKLET_TOKEN`` (taken out of the
 rocklet's environment at once, so commands never inherit it); without it the rocklet refuses to
@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 
 from . import __version__
 
-USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH] [--state-dir DIR] [--no-auth] [--version]
+USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH] [--state-dir DIR] [--no-auth] [--sandbox] [--version]
 
 rock's in-sandbox agent: ROCK's rocklet HTTP API on HOST:PORT (default 0.0.0.0:22555).
 Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOKEN
@@ -30,11 +30,13 @@ Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOK
   --state-dir DIR  session scratch files and background process output
                    (default: a new directory under $TMPDIR or /tmp, removed on exit)
   --no-auth        serve every caller without a secret (development only)
+  --sandbox        this rocklet is a sandbox's agent, its PID namespace the sandbox's:
+                   POST /end_processes may kill every other process it sees
 """
 
 
 def _parse(argv: List[str]) -> dict:
-    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None, "no_auth": False}  # type: dict
+    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None, "no_auth": False, "sandbox": False}  # type: dict
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -45,8 +47,8 @@ def _parse(argv: List[str]) -> dict:
         if key in ("-v", "--version"):
             sys.stdout.write(__version__ + "\n")
             raise SystemExit(0)
-        if key == "--no-auth":
-            opts["no_auth"] = True
+        if key in ("--no-auth", "--sandbox"):
+            opts[key[2:].replace("-", "_")] = True
             i += 1
             continue
         if key not in ("--host", "--port", "--state-dir", "--unix"):
@@ -130,7 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         state_dir = os.path.join(base, "rocklet-%d-%s" % (os.getpid(), os.urandom(3).hex()))
     else:
         state_dir = opts["state_dir"]
-    rocklet = Rocklet(state_dir, owns_process=True)
+    rocklet = Rocklet(state_dir, owns_process=True, sandbox_agent=opts["sandbox"])
     server = None
     try:
         os.makedirs(state_dir, mode=0o711, exist_ok=True)

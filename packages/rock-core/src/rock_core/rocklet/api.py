@@ -119,11 +119,14 @@ class Rocklet:
     :param state_dir: a private directory for session scratch files and process output.
     """
 
-    def __init__(self, state_dir: str, *, owns_process: bool = False) -> None:
+    def __init__(self, state_dir: str, *, owns_process: bool = False, sandbox_agent: bool = False) -> None:
         self.state_dir = state_dir
         #: Whether this rocklet is its own program (the sandbox's agent), so that ``/shutdown``
         #: may end the process; a rocklet served inside another program (tests) refuses it.
         self.owns_process = owns_process
+        #: Whether it was started as a sandbox's agent (``--sandbox``: its PID namespace is the
+        #: sandbox's), so that ``/end_processes`` may kill every other process it sees.
+        self.sandbox_agent = sandbox_agent and owns_process
         self._sessions = None  # type: Any
         self._processes = None  # type: Any
         self._stats = None  # type: Any
@@ -213,6 +216,21 @@ class Rocklet:
         response = Response(b"{}")
         response.after = lambda: os._exit(0)
         return response
+
+    def end_processes(self, req: Request) -> Any:
+        """``POST /end_processes`` (rock addition): kill every process of the sandbox but this
+        rocklet and the sandbox's init; answer ``{"killed": n}``.
+
+        The engine's way to end a sandbox whose container waits for removal: nothing in it runs
+        on, while the container itself does not exit yet (a thousand containers exiting at once
+        can deadlock Docker 20.10's network code). Only a rocklet started with ``--sandbox``, as
+        rock's launch command does, serves it; its PID namespace is the sandbox's.
+        """
+        if not self.sandbox_agent:
+            raise BadRequest("this rocklet is not a sandbox's agent (started without --sandbox): it ends no process", status=409)
+        from .processes import end_other_processes
+
+        return {"killed": end_other_processes()}
 
     def get_statistics(self, req: Request) -> Any:
         """``GET /get_statistics``: cpu, mem, disk (percent), net (bytes) and raw figures."""
@@ -446,6 +464,7 @@ def build_router(rocklet: Rocklet) -> Router:
         ("GET", "/processes/{id}/output", rocklet.process_output),
         ("POST", "/processes/{id}/kill", rocklet.kill_process),
         ("POST", "/shutdown", rocklet.end_sandbox),
+        ("POST", "/end_processes", rocklet.end_processes),
     ]  # type: List[Tuple[str, str, Callable[[Request], Any]]]
     for method, path, handler in routes:
         router.add(method, path, handler)
