@@ -622,12 +622,6 @@ async def _state_of(base_url: str, sandbox_id: str) -> str:
         return str(answer.json()["result"]["state"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap: the admin does not cancel a GEM route's handler when its client goes away, so the "
-    "cancelled make still makes its env once the sandbox starts, and that env (closed by nobody) keeps the "
-    "sandbox running; embedded, the cancellation reaches the provider (the test above)",
-)
 async def test_a_make_cancelled_through_the_client_while_its_sandbox_starts_leaves_nothing_behind(
     tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any, gem_image: str, containers: Any
 ) -> None:

@@ -50,6 +50,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio
 import attrs
 from rock_core.actions import (
     BashObservation,
@@ -227,6 +228,36 @@ def _tenant(request: Request) -> str | None:
 # The app
 
 
+_DISCONNECTED = object()
+
+
+async def _unless_disconnected(request: Request, call: Awaitable[Any]) -> Any:
+    """Await ``call`` (a plugin's handler, its request body already read), cancelling it when
+    the client goes away first: a cancelled ``make`` of an environment must not go on to make
+    it, as it does not in embedded mode. :data:`_DISCONNECTED` when that happened."""
+    outcome: dict[str, Any] = {}
+
+    async def run(scope: anyio.CancelScope) -> None:
+        try:
+            outcome["value"] = await call
+        except Exception as exc:  # raised below, as the handler's own (not in a group)
+            outcome["error"] = exc
+        finally:
+            scope.cancel()
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, tg.cancel_scope)
+        tg.start_soon(watch, tg.cancel_scope)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value", _DISCONNECTED)
+
+
 class AdminApp:
     """The admin's routes over one engine. :attr:`asgi` is the ASGI app to serve.
 
@@ -374,7 +405,10 @@ class AdminApp:
                     engine=self.manager,
                     tenant=_tenant(request),
                 )
-                answer = await route.handler(call)
+                answer = await _unless_disconnected(request, route.handler(call))
+                if answer is _DISCONNECTED:
+                    outcome = "cancelled"
+                    return Response(status_code=499)  # nobody reads it
                 if isinstance(answer, RouteResponse):
                     if answer.status >= 400:
                         outcome = "failed"
