@@ -19,8 +19,9 @@ N environments, through ROCK's SDK (:class:`~rock.sdk.sandbox.client.Sandbox`):
    listing) and whether a command answers in a sample of 20;
 5. **teardown** as a trainer's exit does it: every ``async with`` is left at once (a stop; with
    the default lifecycle the sandbox is then deleted), and in embedded mode the engine is closed
-   as the interpreter's exit would; then the time until no process runs in any of the point's
-   containers (their cgroups), the time until ``docker ps -a`` shows no container of the point
+   as the interpreter's exit would; then the time until no program of a sandbox runs in any of
+   the point's containers (their cgroups; rock's agent and Docker's init stay until the
+   container is removed), the time until ``docker ps -a`` shows no container of the point
    (rock's ``rock.sandbox_id`` label and the point's name prefix), and the leftovers.
 
 With ``--docker-floor``, each point begins with the floor: as many plain containers started
@@ -289,16 +290,34 @@ def _cgroup_procs_file(container_id: str) -> str | None:
     return None
 
 
+# Processes of a sandbox that are rock's, not the sandbox's: Docker's init and rock's agent,
+# which stay until the container is removed (a stop ends every other process at once).
+_OURS = (b"docker-init", b"rocklet.pyz")
+
+
+def _sandbox_processes(pid: str) -> bool:
+    """Whether host process ``pid`` is a program of the sandbox (not init, not rock's agent)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = f.read(4096)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z" and not any(mark in command for mark in _OURS)
+
+
 def _with_processes(procs_files: list[str]) -> int:
-    """How many of the containers whose ``cgroup.procs`` files are given still have a process
-    (a file gone with its cgroup counts as none)."""
+    """How many of the containers whose ``cgroup.procs`` files are given still run a program
+    of the sandbox (a file gone with its cgroup counts as none)."""
     alive = 0
     for path in procs_files:
         try:
             with open(path, encoding="ascii") as f:
-                alive += bool(f.read(16).strip())
+                pids = f.read().split()
         except OSError:
-            pass
+            continue
+        alive += any(_sandbox_processes(pid) for pid in pids)
     return alive
 
 
@@ -615,7 +634,7 @@ TABLE = (
     ("proxy_shim_pss_per_sandbox_mb", "docker-proxy + shim PSS / sandbox (MB)"),
     ("host_memory_per_sandbox_mb", "host memory / sandbox: cgroup + PSS (MB)"),
     ("teardown_stops_returned_seconds", "teardown: stops returned (s)"),
-    ("teardown_processes_ended_seconds", "teardown: no process left (s)"),
+    ("teardown_processes_ended_seconds", "teardown: no sandbox program left (s)"),
     ("teardown_engine_closed_seconds", "teardown: engine closed (s)"),
     ("teardown_containers_gone_seconds", "teardown: containers gone (s)"),
     ("leftovers", "leftovers"),
