@@ -86,3 +86,25 @@ def test_scale_refuses_bad_counts_before_starting_anything():
     assert done.returncode == 2 and "--curve" in done.stderr
     done = scale()
     assert done.returncode == 2 and "--count" in done.stderr
+
+
+def test_a_docker_that_stops_answering_in_the_teardown_is_reported_not_a_crash(monkeypatch):
+    """A wedged dockerd (see the README) must not lose the run's figures: the teardown says so
+    and counts the last number of containers seen as left (the sandboxes, before any count)."""
+    import asyncio
+
+    from rock.bench import scale as scale_module
+
+    calls = []
+
+    def wedged(prefix, timeout=120):
+        calls.append(prefix)
+        if len(calls) == 1:
+            return ["a", "b", "c"]
+        raise subprocess.TimeoutExpired(["docker", "ps"], timeout)
+
+    monkeypatch.setattr(scale_module, "_containers", wedged)
+    said: list[str] = []
+    gone, left, ended = asyncio.run(scale_module._wait_gone("p-", 0.0, 60, said.append, [], expected=5))
+    assert (left, ended) == (3, None) and gone > 0
+    assert "Docker does not answer" in said[-1] and "3 counted as left" in said[-1]

@@ -136,9 +136,11 @@ def _docker(*args: str, timeout: float = 120) -> str:
     return done.stdout
 
 
-def _containers(prefix: str) -> list[str]:
+def _containers(prefix: str, timeout: float = 120) -> list[str]:
     """Ids of every container (any state) of this point: rock's label and the point's names."""
-    out = _docker("ps", "-a", "-q", "--no-trunc", "--filter", "label=rock.sandbox_id", "--filter", f"name=^{prefix}")
+    out = _docker(
+        "ps", "-a", "-q", "--no-trunc", "--filter", "label=rock.sandbox_id", "--filter", f"name=^{prefix}", timeout=timeout
+    )
     return out.split()
 
 
@@ -322,18 +324,26 @@ def _with_processes(procs_files: list[str]) -> int:
 
 
 async def _wait_gone(
-    prefix: str, t0: float, timeout: float, say: Callable[[str], None], procs_files: list[str] | None = None
+    prefix: str, t0: float, timeout: float, say: Callable[[str], None], procs_files: list[str] | None = None,
+    expected: int = 0,
 ) -> tuple[float, int, float | None]:
     """Poll ``docker ps -a`` until no container of the point is left, and the containers'
     cgroups until none has a process; ``(seconds until gone, leftovers, seconds until no
-    process ran)``, the last ``None`` when the cgroups could not be read."""
+    process ran)``, the last ``None`` when the cgroups could not be read. When Docker stops
+    answering, the last count is reported as left (``expected`` before the first count)."""
     deadline = time.perf_counter() + timeout
     last_said = t0
     ended: float | None = None
+    left = expected
     while True:
         if procs_files and ended is None and _with_processes(procs_files) == 0:
             ended = time.perf_counter() - t0
-        left = len(await asyncio.to_thread(_containers, prefix))
+        try:
+            left = len(await asyncio.to_thread(_containers, prefix, 60))
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            # A wedged dockerd (see the README): report what was measured, the last count left.
+            say(f"teardown: Docker does not answer ({str(exc).splitlines()[0][:200]}); {left} counted as left")
+            return time.perf_counter() - t0, left, ended
         now = time.perf_counter()
         if left == 0 or now > deadline:
             if procs_files and ended is None and _with_processes(procs_files) == 0:
@@ -577,7 +587,9 @@ async def _point(
             await asyncio.gather(*tasks, return_exceptions=True)
             if url is None:
                 await asyncio.to_thread(close_embedded_engine)
-        gone, left, ended = await _wait_gone(prefix, teardown_started, settings.gone_timeout, say, procs_files)
+        gone, left, ended = await _wait_gone(
+            prefix, teardown_started, settings.gone_timeout, say, procs_files, expected=count
+        )
         figures["teardown_processes_ended_seconds"] = round(ended, 3) if ended is not None else None
         figures["teardown_containers_gone_seconds"] = round(gone, 3) if left == 0 else None
         figures["leftovers"] = left
