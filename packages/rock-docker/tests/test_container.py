@@ -19,14 +19,15 @@ def test_launch_command_explains_a_missing_python3(tmp_path):
 
 
 def test_launch_command_execs_python3_with_the_rocklet(tmp_path):
-    """With python3 present, the shell is replaced by ``python3 -I -S /rock/rocklet.pyz --host H --port P``."""
+    """With python3 present, the shell is replaced by ``python3 -I -S /rock/rocklet.pyz --host H --port P
+    --sandbox`` (the rocklet is the sandbox's agent: it may end the sandbox's other processes)."""
     fake = tmp_path / "python3"
     fake.write_text('#!/bin/sh\necho "$$ $*"\n')
     fake.chmod(0o755)
     argv = launch_command(host="127.0.0.1", port=4242)
     result = subprocess.run(argv, env={"PATH": str(tmp_path)}, capture_output=True, text=True)
     assert result.returncode == 0
-    assert result.stdout.split(" ", 1)[1].strip() == "-I -S /rock/rocklet.pyz --host 127.0.0.1 --port 4242"
+    assert result.stdout.split(" ", 1)[1].strip() == "-I -S /rock/rocklet.pyz --host 127.0.0.1 --port 4242 --sandbox"
 
 
 def _doc(status, **state):
