@@ -142,6 +142,8 @@ async def test_a_rocklet_inside_another_program_refuses_to_end_it(client: Rockle
     """``/shutdown`` ends the process only of a rocklet that is its own program: this one runs
     in the test's process, which must survive the engine's attempt."""
     assert await client.end_sandbox() is False
+    # Nor does it kill the other processes it sees (here: the test's own): it is no sandbox's agent.
+    assert await client.end_processes() is False
     assert await client.is_alive()
 
 
