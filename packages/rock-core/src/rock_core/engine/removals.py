@@ -47,8 +47,9 @@ log = logging.getLogger("rock.engine")
 CONCURRENCY = 8
 #: Seconds of starts without a pause after which removals go on anyway, one at a time.
 MAX_YIELD = 10.0
-#: How often a yielding removal looks again.
-POLL = 0.05
+#: The longest a yielding removal waits before it looks again, if nothing woke it sooner (it
+#: wakes when a start settles, a queue slot is freed or a removal ends).
+POLL = 1.0
 #: Rocklets asked at once to end their sandbox, and how long each may take to answer.
 END_CONCURRENCY = 64
 END_TIMEOUT = 3.0
@@ -59,6 +60,18 @@ def starts_in_flight(engine: SandboxManager) -> bool:
     refills too), or a sandbox still pending (a warm-pool claim, a start not yet queued)."""
     queue = engine.queue
     return queue.active > 0 or queue.depth > 0 or any(live.record.state is State.PENDING for live in engine._live.values())
+
+
+async def _a_start_settles(engine: SandboxManager) -> None:
+    """Return when a start in flight may have ended: the oldest pending sandbox settled, or
+    (none pending: warm-pool refills hold the queue) a start-queue slot was freed."""
+    pending = next((live for live in engine._live.values() if live.record.state is State.PENDING), None)
+    if pending is None:
+        await engine.queue.freed()
+    elif not pending.settled.is_set():
+        await pending.settled.wait()
+    else:  # settled, and its record not yet moved on: look again shortly
+        await anyio.sleep(POLL / 20)
 
 
 async def end_processes(client: RockletClient, limiter: anyio.CapacityLimiter) -> None:
@@ -97,6 +110,7 @@ class Removals:
         #: Units removed so far, and those that failed (logged; a sweep finds them again).
         self.removed = 0
         self.failed = 0
+        self._ended = anyio.Event()  # set (and replaced) each time a removal ends
 
     def __len__(self) -> int:
         """Units waiting for their turn (not those being removed)."""
@@ -143,9 +157,14 @@ class Removals:
                 while starts_in_flight(engine):
                     at = time.monotonic()
                     yielding_since = at if yielding_since is None else yielding_since
-                    if at - yielding_since >= MAX_YIELD and self._limiter.borrowed_tokens == 1:
+                    left = MAX_YIELD - (at - yielding_since)
+                    if left <= 0 and self._limiter.borrowed_tokens == 1:
                         break
-                    await anyio.sleep(POLL)
+                    with anyio.move_on_after(POLL if left <= 0 else min(POLL, left)):
+                        if left <= 0:  # one at a time from now: wait for the others to end
+                            await self._ended.wait()
+                        else:
+                            await _a_start_settles(engine)
                 else:
                     yielding_since = None
                 if not self._waiting or self._waiting[0] is not removal:  # handed over meanwhile
@@ -169,3 +188,5 @@ class Removals:
             finally:
                 self._limiter.release_on_behalf_of(removal)
                 removal.finished.set()
+                self._ended.set()
+                self._ended = anyio.Event()

@@ -119,11 +119,17 @@ class StartQueue:
         self._clock = clock
         self._active = 0
         self._bands: dict[int, _Band] = {}
+        self._freed = anyio.Event()
 
     @property
     def active(self) -> int:
         """How many slots are held right now."""
         return self._active
+
+    async def freed(self) -> None:
+        """Return once a held slot is freed (not handed to a waiter): for a task that waits
+        for the queue to fall idle without polling it."""
+        await self._freed.wait()
 
     @property
     def depth(self) -> int:
@@ -200,3 +206,5 @@ class StartQueue:
             waiter.granted.set()
         else:
             self._active -= 1
+            self._freed.set()
+            self._freed = anyio.Event()
