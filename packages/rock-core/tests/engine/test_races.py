@@ -341,3 +341,67 @@ async def test_a_start_waiting_longer_than_its_idle_limit_is_not_stopped_as_idle
         await engine.run_timers(at=time.time() + 30)
         record = engine.get_record(sandbox_id)
         assert record.state in (State.STOPPED, State.DELETED) and record.reason == "expired"
+
+
+async def test_a_removal_that_fails_is_tried_again_and_the_record_turns_deleted_once_the_unit_is_gone(
+    engine: SandboxManager, runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime does not answer for a while (a wedged dockerd): the stop's removal is tried
+    again, the sandbox stays stopped meanwhile, and nothing is left once it answers."""
+    monkeypatch.setattr(removals, "RETRY_FIRST", 0.2)
+    with anyio.fail_after(HANG):
+        sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+        assert sandbox_id is not None
+        await engine.wait_until_running(sandbox_id)
+        runtime.remove_failures = 2
+        await engine.stop(sandbox_id)
+        while engine.removals.failed < 1:
+            await anyio.sleep(0.01)
+        # Between two attempts: the unit is still there, the record says stopped, not deleted.
+        assert engine.get_record(sandbox_id).state is State.STOPPED
+        assert any(unit.sandbox_id == sandbox_id for unit in runtime.units.values())
+        assert len(engine.removals) == 1
+        while engine.get_record(sandbox_id).state is not State.DELETED:
+            await anyio.sleep(0.01)
+        assert engine.removals.failed == 2 and runtime.remove_failures == 0
+        assert all(unit.sandbox_id != sandbox_id for unit in runtime.units.values())
+
+
+async def test_a_removal_given_up_leaves_its_unit_to_the_engines_close(
+    runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(removals, "RETRY_FIRST", 0.01)
+    monkeypatch.setattr(removals, "ATTEMPTS", 2)
+    with anyio.fail_after(HANG):
+        async with _engine(runtime) as engine:
+            sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+            assert sandbox_id is not None
+            await engine.wait_until_running(sandbox_id)
+            runtime.remove_failures = 2
+            await engine.stop(sandbox_id)
+            while engine.get_record(sandbox_id).state is not State.DELETED:
+                await anyio.sleep(0.01)
+            assert engine.removals.failed == 2 and len(engine.removals) == 0
+            assert any(unit.sandbox_id == sandbox_id for unit in runtime.units.values())  # given up
+        # The close found it by the engine's label and removed it.
+        assert all(unit.sandbox_id != sandbox_id for unit in runtime.units.values())
+
+
+async def test_a_removal_waiting_for_its_next_attempt_at_close_is_handed_to_the_runtime(
+    runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(removals, "RETRY_FIRST", 3600.0)  # the next attempt would come after the close
+    with anyio.fail_after(HANG):
+        store = str(tmp_path / "records.db")
+        async with _engine(runtime, remove_on_close=False, store_path=store) as engine:
+            sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+            assert sandbox_id is not None
+            await engine.wait_until_running(sandbox_id)
+            runtime.remove_failures = 1
+            await engine.stop(sandbox_id)
+            while engine.removals.failed < 1:
+                await anyio.sleep(0.01)
+            assert len(engine.removals) == 1
+        record = SandboxStore(store).get(sandbox_id)
+        assert record is not None and record.state is State.DELETED
+        assert all(unit.sandbox_id != sandbox_id for unit in runtime.units.values())

@@ -14,6 +14,11 @@ orphans and stale warm-pool members a sweep finds (:mod:`rock_core.engine.reapin
   dockerd) slows a container started meanwhile two to three times. After yielding
   :data:`MAX_YIELD` seconds to starts without a pause, removals go on one at a time, so a host
   that never stops starting still loses what it no longer needs.
+- A removal that fails (the runtime did not answer, dockerd wedged) is tried again after
+  :data:`RETRY_FIRST` seconds, doubling up to :data:`RETRY_MAX`, :data:`ATTEMPTS` times in all,
+  without holding a turn meanwhile; what follows it (the record turning deleted) waits for it.
+  After the last attempt it is logged and given up; the engine's close hands every unit it
+  still owns to the runtime.
 - When the engine closes, what still waits is handed to
   :meth:`Runtime.discard <rock_core.runtime.Runtime.discard>` at once (the runtime finishes it,
   on Docker in a reaper process that outlives the engine), and the sandboxes are recorded
@@ -50,6 +55,10 @@ MAX_YIELD = 10.0
 #: The longest a yielding removal waits before it looks again, if nothing woke it sooner (it
 #: wakes when a start settles, a queue slot is freed or a removal ends).
 POLL = 1.0
+#: Attempts at removing one unit, the seconds before the second, and the longest wait between two.
+ATTEMPTS = 8
+RETRY_FIRST = 2.0
+RETRY_MAX = 60.0
 #: Rocklets asked at once to end their sandbox, and how long each may take to answer.
 END_CONCURRENCY = 64
 END_TIMEOUT = 3.0
@@ -91,6 +100,7 @@ class _Removal:
     handle: UnitHandle
     then: Callable[[], Awaitable[None]] | None
     finished: anyio.Event = attrs.field(factory=anyio.Event)
+    attempts: int = 0
 
 
 class Removals:
@@ -104,24 +114,25 @@ class Removals:
     def __init__(self, engine: SandboxManager, concurrency: int = CONCURRENCY) -> None:
         self._engine = engine
         self._waiting: deque[_Removal] = deque()
+        self._retrying: set[_Removal] = set()  # failed once, waiting to be tried again
         self._wake = anyio.Event()
         self._limiter = anyio.CapacityLimiter(concurrency)
         self.end_limiter = anyio.CapacityLimiter(END_CONCURRENCY)
-        #: Units removed so far, and those that failed (logged; a sweep finds them again).
+        #: Units removed so far, and failed attempts (logged; each is tried again).
         self.removed = 0
         self.failed = 0
         self._ended = anyio.Event()  # set (and replaced) each time a removal ends
 
     def __len__(self) -> int:
-        """Units waiting for their turn (not those being removed)."""
-        return len(self._waiting)
+        """Units waiting for their turn or for another attempt (not those being removed)."""
+        return len(self._waiting) + len(self._retrying)
 
     def submit(self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None) -> None:
         """Queue ``handle`` for removal and return at once; ``then`` runs after it is gone."""
         self._enqueue(_Removal(handle, then))
 
     async def remove(self, handles: Sequence[UnitHandle]) -> None:
-        """Queue ``handles`` and wait until each is removed (or its removal failed, logged)."""
+        """Queue ``handles`` and wait until each is removed (or its removal was given up, logged)."""
         removals = [_Removal(handle, None) for handle in handles]
         for removal in removals:
             self._enqueue(removal)
@@ -129,12 +140,14 @@ class Removals:
             await removal.finished.wait()
 
     def hand_over(self) -> list[tuple[UnitHandle, Callable[[], Awaitable[None]] | None]]:
-        """Empty the queue (the engine closes): each waiting unit and what was to follow its removal."""
-        taken = [(r.handle, r.then) for r in self._waiting]
-        for removal in self._waiting:
+        """Empty the queue (the engine closes): each unit waiting for its turn or for another
+        attempt, and what was to follow its removal."""
+        left = [*self._waiting, *self._retrying]
+        for removal in left:
             removal.finished.set()
         self._waiting.clear()
-        return taken
+        self._retrying.clear()
+        return [(r.handle, r.then) for r in left]
 
     def _enqueue(self, removal: _Removal) -> None:
         self._waiting.append(removal)
@@ -175,18 +188,34 @@ class Removals:
     async def _remove(self, removal: _Removal) -> None:
         # An engine that removes everything at close abandons a removal under way (its close
         # hands every unit it has to Runtime.discard); any other finishes it first.
+        removal.attempts += 1
+        done = False
         with anyio.CancelScope(shield=not self._engine.config.remove_on_close):
             try:
                 try:
                     await self._engine.runtime.remove(removal.handle)
+                    done = True
                     self.removed += 1
                 except RockError as exc:
                     self.failed += 1
-                    log.warning("could not remove unit of sandbox %s: %s", removal.handle.sandbox_id, exc)
-                if removal.then is not None:
+                    again = removal.attempts < ATTEMPTS
+                    log.warning(
+                        "could not remove unit of sandbox %s (attempt %d of %d): %s%s", removal.handle.sandbox_id,
+                        removal.attempts, ATTEMPTS, exc, "" if again else "; giving up until the engine closes",
+                    )
+                    done = not again  # given up: what was to follow goes on
+                if done and removal.then is not None:
                     await removal.then()
             finally:
                 self._limiter.release_on_behalf_of(removal)
-                removal.finished.set()
+                if done:
+                    removal.finished.set()
                 self._ended.set()
                 self._ended = anyio.Event()
+        if not done:  # outside the shield: a closing engine does not wait for the retry
+            # Cancelled here (the engine closes), it stays among those hand_over() takes.
+            self._retrying.add(removal)
+            await anyio.sleep(min(RETRY_MAX, RETRY_FIRST * 2 ** (removal.attempts - 1)))
+            if removal in self._retrying:  # not handed over meanwhile
+                self._retrying.discard(removal)
+                self._enqueue(removal)

@@ -129,8 +129,8 @@ class ScriptedRuntime(Runtime):
 
     It declares ``assign`` (warm pools), ``keeps_files_across_stop`` and ``snapshot``; a stopped
     unit exits with code 0. A unit's snapshot is :data:`SNAPSHOT_SIZE` bytes that name its
-    sandbox; :attr:`snapshot_failure`, when set, is raised by the snapshot stream half way.
-    :attr:`units` is its state, for tests to look at.
+    sandbox; :attr:`snapshot_failure`, when set, is raised by the snapshot stream half way;
+    :attr:`remove_failures` makes that many removals fail. :attr:`units` is its state, for tests to look at.
     """
 
     name = "scripted"
@@ -144,6 +144,8 @@ class ScriptedRuntime(Runtime):
         self._ids = itertools.count(1)
         #: Raised by the next snapshot streams half way, when set (a disk or network failure).
         self.snapshot_failure: Exception | None = None
+        #: How many of the next ``remove`` calls fail (a runtime that does not answer for a while).
+        self.remove_failures = 0
 
     def hold(self, method: str) -> Gate:
         """Hold every later call of ``method`` (``create``, ``start``, ``stop``, ``remove``,
@@ -192,6 +194,9 @@ class ScriptedRuntime(Runtime):
     async def remove(self, handle: UnitHandle) -> None:
         """Forget the unit (a missing unit: nothing to do)."""
         await self._gate("remove", handle.sandbox_id)
+        if self.remove_failures > 0:
+            self.remove_failures -= 1
+            raise RuntimeFailure("the runtime did not answer", sandbox_id=handle.sandbox_id, attempted="remove")
         self.units.pop(handle.unit_id, None)
 
     async def inspect(self, handle: UnitHandle) -> RuntimeStatus:
