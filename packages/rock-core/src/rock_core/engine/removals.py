@@ -88,8 +88,9 @@ async def end_processes(client: RockletClient, limiter: anyio.CapacityLimiter) -
     that does not answer within :data:`END_TIMEOUT` is left to the unit's removal.
 
     The unit itself does not exit here: it goes with its removal, a few at a time. Ending a
-    thousand containers at once (the rocklet's ``/shutdown``) made dockerd 20.10 process a
-    thousand exits at once, and it deadlocked in its network code (moby/moby#46661)."""
+    thousand containers at once (once done by a rocklet route that ended its container) made
+    dockerd 20.10 process a thousand exits at once, and it deadlocked in its network code
+    (moby/moby#46661)."""
     async with limiter:
         with anyio.move_on_after(END_TIMEOUT):
             await client.end_processes(timeout=END_TIMEOUT)

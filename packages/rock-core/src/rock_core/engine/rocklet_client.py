@@ -312,18 +312,6 @@ class RockletClient:
         if isinstance(transport, RockletTransport) and self.host.startswith("/"):
             await transport.forget(self.host)
 
-    async def end_sandbox(self, timeout: float = 5.0) -> bool:
-        """Ask the rocklet to end itself and so its whole sandbox (``POST /shutdown``): the
-        unit stops without a runtime call. ``True`` when the rocklet accepted (a connection
-        cut after the request also counts: the rocklet may exit before its answer is read)."""
-        try:
-            response = await self.http.post(self.base_url + "/shutdown", headers=self._headers, timeout=timeout)
-        except (httpx.RemoteProtocolError, httpx.ReadError):
-            return True
-        except httpx.HTTPError:
-            return False
-        return response.status_code == 200
-
     async def end_processes(self, timeout: float = 5.0) -> bool:
         """Ask the rocklet to kill every other process of its sandbox (``POST /end_processes``):
         nothing in the sandbox runs on, while its unit stays for the runtime to remove. ``True``

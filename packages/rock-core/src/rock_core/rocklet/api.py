@@ -121,8 +121,8 @@ class Rocklet:
 
     def __init__(self, state_dir: str, *, owns_process: bool = False, sandbox_agent: bool = False) -> None:
         self.state_dir = state_dir
-        #: Whether this rocklet is its own program (the sandbox's agent), so that ``/shutdown``
-        #: may end the process; a rocklet served inside another program (tests) refuses it.
+        #: Whether this rocklet is its own program; one served inside another program (tests)
+        #: is never a sandbox's agent, whatever it was told.
         self.owns_process = owns_process
         #: Whether it was started as a sandbox's agent (``--sandbox``: its PID namespace is the
         #: sandbox's), so that ``/end_processes`` may kill every other process it sees.
@@ -203,19 +203,6 @@ class Rocklet:
     def is_alive(self, req: Request) -> Any:
         """``GET /is_alive``."""
         return {"is_alive": True, "message": ""}
-
-    def end_sandbox(self, req: Request) -> Any:
-        """``POST /shutdown``: answer, then end the rocklet at once, and with it the sandbox.
-
-        The engine's fast way to end many sandboxes (a trainer's exit): the rocklet is the
-        container's main process, so the container stops, and every process in it is killed by
-        the kernel, without a call to the runtime per sandbox. Nothing is flushed or closed.
-        """
-        if not self.owns_process:
-            raise BadRequest("this rocklet runs inside another program and cannot end it", status=409)
-        response = Response(b"{}")
-        response.after = lambda: os._exit(0)
-        return response
 
     def end_processes(self, req: Request) -> Any:
         """``POST /end_processes`` (rock addition): kill every process of the sandbox but this
@@ -463,7 +450,6 @@ def build_router(rocklet: Rocklet) -> Router:
         ("GET", "/processes/{id}", rocklet.process_status),
         ("GET", "/processes/{id}/output", rocklet.process_output),
         ("POST", "/processes/{id}/kill", rocklet.kill_process),
-        ("POST", "/shutdown", rocklet.end_sandbox),
         ("POST", "/end_processes", rocklet.end_processes),
     ]  # type: List[Tuple[str, str, Callable[[Request], Any]]]
     for method, path, handler in routes:
