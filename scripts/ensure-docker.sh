@@ -3,7 +3,8 @@
 #
 # When `docker info` answers, nothing is done. Otherwise, on Debian as root, Debian's docker.io
 # package is installed if dockerd is missing, and dockerd is started in the background (without
-# inter-container traffic on its default bridge: --icc=false) with its log and pid under
+# inter-container traffic on its default bridge: --icc=false; containers that outlive a restart
+# of the daemon: --live-restore) with its log and pid under
 # .rock-state/; a dockerd started so earlier that no longer answers is restarted first.
 # Anywhere else the script stops and says what to do.
 set -euo pipefail
@@ -20,10 +21,11 @@ if answers; then say "Docker engine is running"; exit 0; fi
 # A dockerd this script started that is alive but does not answer is wedged. Debian's docker.io
 # 20.10.24 can deadlock in libnetwork when many containers exit while others start (moby/moby
 # issue 46661, fixed only in later 20.10 releases): every create and `docker info` then hangs.
-# Only our own daemon (its pid in our pid file) is restarted; its containers end with it.
+# Only our own daemon (its pid in our pid file) is restarted. It runs with --live-restore, so its
+# containers keep running across the restart and the new daemon takes them over.
 if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && grep -q "API listen on" "$logfile" 2>/dev/null; then
     pid="$(cat "$pidfile")"
-    say "dockerd (pid $pid) does not answer 'docker info' within 20 s: restarting it (its containers end)"
+    say "dockerd (pid $pid) does not answer 'docker info' within 20 s: restarting it (its containers keep running)"
     kill -USR1 "$pid" 2>/dev/null || true  # its goroutine stacks, for the record (path in its log)
     children="$(pgrep -P "$pid" || true)"  # its containerd
     sleep 1
@@ -64,7 +66,9 @@ else
     # --icc=false: no traffic between containers on Docker's default bridge, so rock's sandboxes
     # can use it isolated (docs/security.md), without a network of their own (which costs each
     # start ~50 ms for Docker's embedded DNS).
-    setsid dockerd --icc=false >"$logfile" 2>&1 < /dev/null &
+    # --live-restore: containers outlive the daemon, so restarting a wedged one (above) loses no
+    # sandbox.
+    setsid dockerd --icc=false --live-restore >"$logfile" 2>&1 < /dev/null &
     echo $! >"$pidfile"
 fi
 

@@ -68,6 +68,23 @@ def test_rollout_measures_the_docker_run_floor_in_the_same_invocation(tmp_path, 
     assert results["ratio_to_docker_run"] == round(results["batch_to_all_rewards_seconds"] / floor["batch_to_all_rewards_seconds"], 3)
 
 
+def test_rollout_rounds_alternate_which_runs_first_and_report_the_median_ratio(tmp_path, docker_client):
+    output = tmp_path / "run"
+    done = rock(
+        "bench", "rollout", "--count", "1", "--parallelism", "1", "--baseline", "docker-run", "--rounds", "2",
+        "--output", str(output),
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads((output / "results.json").read_text())
+    rounds = results["rounds"]
+    assert [r["first"] for r in rounds] == ["docker run", "rock"]
+    for r in rounds:
+        assert r["ratio"] == round(r["rock_all_rewards_seconds"] / r["docker_run_all_rewards_seconds"], 3)
+    assert results["ratio_to_docker_run"] == pytest.approx((rounds[0]["ratio"] + rounds[1]["ratio"]) / 2)
+    assert results["ratio_to_docker_run_max"] == max(r["ratio"] for r in rounds)
+    assert "round 2: rock" in done.stderr
+
+
 def test_rollout_fails_loudly_when_episodes_fail(tmp_path):
     # An image name that cannot be pulled: every episode fails, each is reported, the run fails.
     output = tmp_path / "run"
@@ -95,6 +112,9 @@ def test_rollout_refuses_bad_settings_before_starting_anything(tmp_path):
     assert not output.exists()
     done = rock("bench", "rollout", "--count", "1", "--cpus", "0", "--output", str(output))
     assert done.returncode == 2 and "--cpus" in done.stderr
+    assert not output.exists()
+    done = rock("bench", "rollout", "--count", "1", "--rounds", "3", "--output", str(output))
+    assert done.returncode == 2 and "--rounds: pairs of runs need --baseline docker-run" in done.stderr
     assert not output.exists()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -33,10 +34,15 @@ def bench() -> None:
 )
 @click.option(
     "--baseline", type=click.Choice(["docker-run"]), default=None,
-    help="Also run the same episodes as one `docker run` each, first, in this invocation, and report rock's ratio to it.",
+    help="Also run the same episodes as one `docker run` each, in this invocation, and report rock's ratio to it.",
+)
+@click.option(
+    "--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+    help="With --baseline: pairs of runs (the floor and rock), the floor first in odd rounds, rock first in even ones.",
 )
 def rollout(
-    count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float, warm_pool: int, baseline: str | None
+    count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float, warm_pool: int,
+    baseline: str | None, rounds: int,
 ) -> None:
     """The batch RL rollout: each episode gets a sandbox, fails a test, patches the code, passes it.
 
@@ -44,15 +50,21 @@ def rollout(
     if any episode's check failed. OUTPUT must not exist. With --warm-pool N the engine first
     fills a warm pool of N sandboxes (reported as warm_pool_fill_seconds, outside the batch's
     clock); episodes then claim them and the pool refills while no start waits. With
-    --baseline docker-run the same episodes first run as one `docker run` each (the floor, on
-    this machine, now) and the document carries both figures and rock's ratio to the floor.
+    --baseline docker-run the same episodes also run as one `docker run` each (the floor, on
+    this machine, now), first, and the document carries both figures and rock's ratio to the
+    floor. With --rounds N (and --baseline) the pair runs N times, the floor first in odd rounds
+    and rock first in even ones (whichever runs second meets a Docker still busy with the
+    other's removals): the document lists each round and carries the median ratio; its other
+    figures are the last round's.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from rock.bench.rollout import RolloutSettings, run_docker_baseline, run_rollout, summarize
+    from rock.bench.rollout import RolloutSettings, run_rollout, summarize
 
     # Bad settings are refused before anything starts, naming the option and the value.
     _check_memory(memory)
+    if rounds > 1 and baseline is None:
+        raise click.UsageError("--rounds: pairs of runs need --baseline docker-run (got --rounds %d alone)" % rounds)
     claim(output)
     settings = RolloutSettings(count=count, parallelism=parallelism, image=image, memory=memory, cpus=cpus, warm_pool=warm_pool)
     console = stderr_console()
@@ -81,33 +93,43 @@ def rollout(
         engine.start()
         engine_seconds = time.perf_counter() - t
         fill_seconds = None
-        if warm_pool:
-            progress.update(task, status=f"filling a warm pool of {warm_pool}")
-            t = time.perf_counter()
-            fill_seconds = _fill_warm_pool(settings)
-            progress.console.print(f"warm pool: {warm_pool} sandboxes ready in {fill_seconds:.2f}s (before the clock)")
-        baseline_doc = None
-        if baseline == "docker-run":
-            progress.update(task, status="the floor: one docker run per episode")
-            rewards, baseline_seconds = asyncio.run(run_docker_baseline(settings))
-            done = [r for r in rewards if r is not None]
-            baseline_doc = {
-                "successful_episodes": len(done),
-                "batch_to_all_rewards_seconds": round(max(done), 4) if len(done) == len(rewards) else None,
-                "client_job_complete_seconds": round(baseline_seconds, 4),
-            }
-            progress.console.print(
-                f"docker run baseline: {len(done)}/{len(rewards)} episodes, all rewards in "
-                f"{max(done) if done else float('nan'):.2f}s"
-            )
-        progress.update(task, status="")
-        results, client_seconds = asyncio.run(run_rollout(settings, on_progress))
-    document = summarize(settings, results, client_seconds)
+        floors: list[dict] = []
+        paired: list[dict] = []
+        for round_ in range(1, rounds + 1):
+            floor_first = round_ % 2 == 1
+            if baseline == "docker-run" and floor_first:
+                floors.append(_docker_run_floor(settings, progress, task))
+            if warm_pool:
+                progress.update(task, status=f"filling a warm pool of {warm_pool}")
+                fill_seconds = _fill_warm_pool(settings)
+                progress.console.print(f"warm pool: {warm_pool} sandboxes ready in {fill_seconds:.2f}s (before the clock)")
+            if round_ > 1:
+                failed = 0
+                progress.reset(task, total=count, status="")
+            progress.update(task, status="")
+            results, client_seconds = asyncio.run(run_rollout(settings, on_progress))
+            document = summarize(settings, results, client_seconds)
+            if baseline == "docker-run" and not floor_first:
+                floors.append(_docker_run_floor(settings, progress, task))
+            if floors:
+                floor, ours = floors[-1]["batch_to_all_rewards_seconds"], document["batch_to_all_rewards_seconds"]
+                ratio = round(ours / floor, 3) if floor and ours else None
+                paired.append({
+                    "round": round_, "first": "docker run" if floor_first else "rock",
+                    "docker_run_all_rewards_seconds": floor, "rock_all_rewards_seconds": ours, "ratio": ratio,
+                })
+                if rounds > 1:
+                    progress.console.print(f"round {round_}: rock {ours}s, docker run {floor}s, ratio {ratio}")
+            if document["successful_episodes"] != document["episodes"]:
+                break
     document["engine_start_seconds"] = round(engine_seconds, 4)
-    if baseline_doc is not None:
-        document["baseline_docker_run"] = baseline_doc
-        floor, ours = baseline_doc["batch_to_all_rewards_seconds"], document["batch_to_all_rewards_seconds"]
-        document["ratio_to_docker_run"] = round(ours / floor, 3) if floor and ours else None
+    if floors:
+        document["baseline_docker_run"] = floors[-1]
+        ratios = [p["ratio"] for p in paired]
+        document["ratio_to_docker_run"] = statistics.median(ratios) if None not in ratios else None
+        if rounds > 1:
+            document["rounds"] = paired
+            document["ratio_to_docker_run_max"] = max(ratios) if None not in ratios else None
     if fill_seconds is not None:
         document["warm_pool_fill_seconds"] = round(fill_seconds, 4)
     # The embedded engine runs in this process: its peak memory is the process's.
@@ -130,6 +152,24 @@ def _check_memory(memory: str) -> None:
         parse_size(memory, field="--memory")
     except InvalidParameter as exc:
         raise click.UsageError(exc.message) from None
+
+
+def _docker_run_floor(settings, progress, task) -> dict:  # type: ignore[no-untyped-def]
+    """Run the episodes as one ``docker run`` each (the floor); its figures for the document."""
+    from rock.bench.rollout import run_docker_baseline
+
+    progress.update(task, status="the floor: one docker run per episode")
+    rewards, baseline_seconds = asyncio.run(run_docker_baseline(settings))
+    done = [r for r in rewards if r is not None]
+    progress.console.print(
+        f"docker run baseline: {len(done)}/{len(rewards)} episodes, all rewards in "
+        f"{max(done) if done else float('nan'):.2f}s"
+    )
+    return {
+        "successful_episodes": len(done),
+        "batch_to_all_rewards_seconds": round(max(done), 4) if len(done) == len(rewards) else None,
+        "client_job_complete_seconds": round(baseline_seconds, 4),
+    }
 
 
 def _fill_warm_pool(settings) -> float:  # type: ignore[no-untyped-def]
