@@ -363,10 +363,20 @@ _FLOOR_LABEL = "rock.bench.floor"
 
 
 def _isolated_network() -> str:
-    """The network rock's Docker runtime puts sandboxes on (its isolated bridge), else ``bridge``."""
+    """The network rock's Docker runtime puts sandboxes on, by its own rule: Docker's default
+    bridge when the engine runs with ``--icc=false`` (as ``scripts/ensure-docker.sh`` starts it),
+    else rock's isolated bridge (made by the runtime if it does not exist yet)."""
+    icc = _docker("network", "inspect", "bridge", "--format", '{{index .Options "com.docker.network.bridge.enable_icc"}}')
+    if icc.strip() == "false":
+        return "bridge"
     out = _docker("network", "ls", "-q", "--filter", "label=rock.network=isolated", "--format", "{{.Name}}")
     names = out.split()
-    return names[0] if names else "bridge"
+    if not names:
+        raise RuntimeError(
+            "--docker-floor: Docker's default bridge lets containers talk to each other and rock's isolated "
+            "network does not exist yet; start one sandbox first (or start dockerd with --icc=false)"
+        )
+    return names[0]
 
 
 def _docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]) -> dict[str, Any]:
