@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from rock._cli_connect import parse_forward
-from rock.admin.proxy import ProxyRefused, _rewrite_location, check_port, choose_port
+from rock.admin.proxy import _rewrite_location, check_port, choose_port
+from rock.admin.tunnels import ProxyRefused
 
 BASE = "/apis/envs/sandbox/v1/sandboxes/sb/proxy"
 

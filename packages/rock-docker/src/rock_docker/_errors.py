@@ -14,7 +14,10 @@ from rock_core.errors import (
     SandboxNotFound,
 )
 
-__all__ = ["explain", "translate"]
+__all__ = ["DOCKER_ERRORS", "explain", "translate"]
+
+#: What a call of the docker SDK raises when Docker refuses or cannot be reached.
+DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
 def explain(exc: BaseException) -> str:

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,7 +43,6 @@ import anyio.to_thread
 import attrs
 import docker
 import docker.errors
-import requests.exceptions
 from docker.utils import parse_repository_tag
 from rock_core.errors import (
     ImagePullFailed,
@@ -75,7 +73,6 @@ from rock_docker._container import (
     LABEL_NETWORK_GROUP,
     NO_PYTHON_EXIT_CODE,
     NO_PYTHON_LOG_LINE,
-    ROCKLET_PYZ,
     ROCKLET_SOCKET_LABEL,
     SOCKET_NAME,
     container_config,
@@ -85,7 +82,8 @@ from rock_docker._container import (
     no_python_error,
     status_from_inspect,
 )
-from rock_docker._errors import explain, translate
+from rock_docker._errors import DOCKER_ERRORS, explain, translate
+from rock_docker._events import EventWatch
 from rock_docker._snapshot import (
     APPLY_DELETIONS,
     SnapshotReader,
@@ -101,7 +99,6 @@ __all__ = ["DockerRuntime", "default_rocklet_dir"]
 
 T = TypeVar("T")
 
-_DOCKER_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException)
 # Docker's rule for container names (rock names each container after its sandbox).
 _CONTAINER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
 # Storage drivers that can enforce ``--storage-opt size=`` (overlay2 only on XFS with pquota).
@@ -263,7 +260,7 @@ class DockerRuntime(Runtime):
             raise RuntimeFailure("the docker runtime is closed", sandbox_id=sandbox_id, attempted=attempted)
         try:
             return await anyio.to_thread.run_sync(func, limiter=self._limiter, abandon_on_cancel=abandon_on_cancel)
-        except _DOCKER_ERRORS as exc:
+        except DOCKER_ERRORS as exc:
             raise translate(exc, sandbox_id=sandbox_id, attempted=attempted) from exc
 
     # -- create ---------------------------------------------------------------------------------
@@ -482,7 +479,7 @@ class DockerRuntime(Runtime):
                     raise ImagePullFailed(
                         f"Failed to pull image {image}: {detail}", sandbox_id=sandbox_id, attempted="image_pull"
                     )
-        except _DOCKER_ERRORS as exc:
+        except DOCKER_ERRORS as exc:
             raise ImagePullFailed(
                 f"Failed to pull image {image}: {explain(exc)}", sandbox_id=sandbox_id, attempted="image_pull"
             ) from exc
@@ -883,31 +880,7 @@ class DockerRuntime(Runtime):
         the moment of this call on are delivered, even if iteration starts later. Close the
         iterator with ``aclose()`` (or cancel the task reading it) to end the subscription.
         """
-        return _EventWatch(self, labels)
-
-    async def _event_status(self, event: Mapping[str, Any]) -> tuple[UnitHandle, RuntimeStatus] | None:
-        """The ``(handle, status)`` a Docker event stands for, or ``None`` for an event to skip."""
-        action = event.get("status") or event.get("Action") or ""
-        actor = event.get("Actor") or {}
-        attributes = actor.get("Attributes") or {}
-        unit_id = event.get("id") or actor.get("ID")
-        if not unit_id or action not in ("die", "oom", "destroy"):
-            return None
-        handle = UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=attributes.get("name") or unit_id)
-        if action == "destroy":
-            return handle, RuntimeStatus(state=UnitState.MISSING, error="container removed")
-        status = await self.inspect(handle)
-        if action == "die" and status.state is not UnitState.EXITED:
-            # Removed (or not yet marked exited) by the time we looked: the event has the code.
-            code = attributes.get("exitCode")
-            status = RuntimeStatus(
-                state=UnitState.EXITED,
-                exit_code=int(code) if code and code.lstrip("-").isdigit() else None,
-                oom_killed=status.oom_killed,
-            )
-        if action == "oom":
-            status = attrs.evolve(status, oom_killed=True)
-        return handle, status
+        return EventWatch(self, labels)
 
     # -- closing --------------------------------------------------------------------------------
 
@@ -917,76 +890,6 @@ class DockerRuntime(Runtime):
             client, self._client, self._closed = self._client, None, True
         if client is not None:
             await anyio.to_thread.run_sync(client.close)
-
-
-class _EventWatch:
-    """The async iterator :meth:`DockerRuntime.watch` returns, over Docker's event stream.
-
-    The stream is opened on the first ``__anext__`` with ``since`` = the time of the
-    ``watch`` call, so no event in between is lost. Each blocking read runs in a worker thread of
-    its own limiter, so an idle watch never holds a slot the runtime's calls need; closing the
-    stream's socket ends a read in progress.
-    """
-
-    def __init__(self, runtime: DockerRuntime, labels: Mapping[str, str]) -> None:
-        self._runtime = runtime
-        self._filters = {
-            "type": ["container"],
-            "event": ["die", "oom", "destroy"],
-            "label": [f"{key}={value}" for key, value in labels.items()],
-        }
-        # Docker reads "seconds.nanoseconds"; the fraction is an integer count of nanoseconds.
-        now = time.time_ns()
-        self._since = f"{now // 1_000_000_000}.{now % 1_000_000_000:09d}"
-        self._stream: Any = None
-        self._closed = False
-        self._limiter = anyio.CapacityLimiter(1)
-
-    def __aiter__(self) -> _EventWatch:
-        return self
-
-    async def __anext__(self) -> tuple[UnitHandle, RuntimeStatus]:
-        runtime = self._runtime
-        while True:
-            if self._closed:
-                raise StopAsyncIteration
-            if self._stream is None:
-                self._stream = await runtime._run(
-                    lambda: runtime._docker().events(decode=True, filters=self._filters, since=self._since),
-                    attempted="watch",
-                )
-            try:
-                event = await anyio.to_thread.run_sync(
-                    next, self._stream, None, limiter=self._limiter, abandon_on_cancel=True
-                )
-            except BaseException as exc:
-                # Cancelled (the read goes on in its thread until the socket closes) or broken.
-                self._close()
-                if isinstance(exc, _DOCKER_ERRORS):
-                    raise translate(exc, sandbox_id=None, attempted="watch") from exc
-                raise
-            if event is None:  # the stream ended: closed by us, or the engine went away
-                was_closed = self._closed
-                self._close()
-                if was_closed:
-                    raise StopAsyncIteration
-                raise RuntimeFailure("the Docker engine ended the event stream", attempted="watch")
-            item = await runtime._event_status(event)
-            if item is not None:
-                return item
-
-    async def aclose(self) -> None:
-        """End the subscription; a read in progress returns and iteration stops. Idempotent."""
-        self._close()
-
-    def _close(self) -> None:
-        self._closed = True
-        stream, self._stream = self._stream, None
-        if stream is not None:
-            try:
-                stream.close()
-            except (OSError, AttributeError):
-                pass  # already closed by the engine
 
 
 # `docker ps`'s State column, as a unit state (the rest, e.g. "removing", read as exited).

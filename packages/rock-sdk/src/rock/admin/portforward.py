@@ -36,7 +36,8 @@ from websockets.protocol import State as WsState
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
 
-from rock.admin.proxy import WS_INTERNAL, ProxyRefused, SandboxAccess, check_port, open_port, refuse_websocket
+from rock.admin.proxy import SandboxAccess, check_port, refuse_websocket
+from rock.admin.tunnels import WS_INTERNAL, ProxyRefused, open_port
 
 __all__ = ["SandboxSockets", "ServiceSocket"]
 
