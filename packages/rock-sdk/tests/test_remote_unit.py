@@ -7,8 +7,11 @@ Everything here runs without Docker. The engine against a real admin server is i
 from __future__ import annotations
 
 import http.server
+import json
 import socket
 import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -212,3 +215,42 @@ async def test_an_older_rock_admin_is_told_apart_from_a_wrong_base_url() -> None
     finally:
         server.shutdown()
         server.server_close()
+
+
+async def test_an_admin_that_does_not_hold_get_status_is_polled() -> None:
+    """ROCK's admin ignores rock's ``wait`` and answers at once: the SDK then polls, pausing
+    between requests, until the sandbox runs."""
+    asked: list[dict[str, list[str]]] = []
+
+    class RockLikeAdmin(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+            asked.append(query)
+            state = "running" if len(asked) > 3 else "pending"
+            result = {"sandbox_id": "sb1", "state": state, "status": {}}
+            body = json.dumps({"status": "Success", "message": "", "error": None, "result": result}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RockLikeAdmin)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    engine = RemoteEngine(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        began = time.monotonic()
+        status = await engine.wait_until_running("sb1", timeout=60)
+        polled = time.monotonic() - began
+    finally:
+        await engine.aclose()
+        server.shutdown()
+        server.server_close()
+    assert status.state is not None and status.state.value == "running"
+    assert len(asked) == 4
+    assert all(query["wait"] == ["20"] for query in asked)
+    # Three pauses of 0.05, 0.075 and 0.1125 s between the four requests: not a busy loop.
+    assert polled >= 0.2

@@ -35,6 +35,8 @@ __all__ = ["AdminAlreadyRunning", "AdminStatus", "serve", "start", "stop", "stat
 
 #: Seconds requests in flight get to finish after SIGTERM before they are cut.
 GRACEFUL_SECONDS = 10.0
+#: Seconds the admin keeps an idle client connection open.
+KEEP_ALIVE_SECONDS = 75
 
 log = logging.getLogger("rock.admin")
 
@@ -153,6 +155,10 @@ def serve(settings: AdminSettings, *, runtime: Any = None) -> int:
             timeout_graceful_shutdown=int(GRACEFUL_SECONDS),
             # The admin is an API server for trainers: many keep-alive clients, no proxy headers.
             proxy_headers=False,
+            # Longer than clients keep an idle connection (httpx: 5 s), so the client always
+            # drops it first: a server closing it as a client reuses it broke a start request
+            # (ReadError) in a 1,000-sandbox run.
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
             server_header=False,
             # WebSockets of the proxy, port-forward and shell: wsproto waits for the client in
             # both directions (back-pressure); messages up to ws_max_message.

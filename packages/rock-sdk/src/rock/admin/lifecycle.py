@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import attrs
 from rock_core.actions import (
     BatchSandboxStatusRequest,
@@ -35,7 +36,7 @@ from starlette.responses import Response
 from rock.admin.auth import TENANT_METADATA_KEY
 from rock.admin.envelope import BadInput, json_response
 from rock.admin.key_gate import scope_tenant
-from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
+from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -71,7 +72,14 @@ async def start_async(app: AdminApp, request: Request, body: SandboxStartRequest
 
 
 async def get_status(app: AdminApp, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
-    """``GET /get_status``."""
+    """``GET /get_status``; with rock's ``wait``, once the sandbox's start settled or the wait
+    is up (see :class:`~rock.admin.models.GetStatusQuery`)."""
+    if query.wait > 0:
+        with anyio.move_on_after(min(query.wait, MAX_STATUS_WAIT)):
+            try:
+                await app.manager.wait_until_running(query.sandbox_id, timeout=None)
+            except RockError:
+                pass  # failed, stopped or unknown: the status below says which
     return status_response(await app.manager.get_status(query.sandbox_id, query.include_all_states))
 
 

@@ -13,9 +13,10 @@ from typing import Any
 import attrs
 from rock_core.actions import CommandLine
 from rock_core.errors import InvalidParameter
-from rock_core.models import NonBlankStr, NonNegativeInt, PositiveInt, constrained
+from rock_core.models import NonBlankStr, NonNegativeFloat, NonNegativeInt, PositiveInt, constrained
 
 __all__ = [
+    "MAX_STATUS_WAIT",
     "SandboxIdQuery",
     "GetStatusQuery",
     "ListSandboxesQuery",
@@ -27,6 +28,10 @@ __all__ = [
     "KillProcessRequest",
     "HealthResponse",
 ]
+
+
+#: The longest ``GET /get_status?wait=`` holds its answer (a longer wait is cut to it).
+MAX_STATUS_WAIT = 30.0
 
 
 def _sandbox_id() -> Any:
@@ -42,14 +47,18 @@ class SandboxIdQuery:
 
 @attrs.frozen(kw_only=True)
 class GetStatusQuery:
-    """``?sandbox_id=&include_all_states=``: the query of ``/get_status``.
+    """``?sandbox_id=&include_all_states=[&wait=]``: the query of ``/get_status``.
 
     ``include_all_states`` accepts ``true``/``false`` in any case (ROCK's SDK sends Python's
-    ``True``/``False``).
+    ``True``/``False``). ``wait`` (rock's addition, seconds, at most :data:`MAX_STATUS_WAIT`)
+    holds the answer while the sandbox is starting, until its start settles (running, failed
+    or stopped) or the time is up: one request per start instead of a poll every second. ROCK's
+    admin ignores it and answers at once.
     """
 
     sandbox_id: NonBlankStr = _sandbox_id()
     include_all_states: bool = False
+    wait: NonNegativeFloat = constrained(NonNegativeFloat, default=0.0)
 
 
 @attrs.frozen(kw_only=True)

@@ -104,7 +104,12 @@ API_PREFIX = "/apis/envs/sandbox/v1"
 _TIMEOUT_MARGIN = 30.0
 # Lifecycle calls (stop removes a container) may take a while; anything slower is a hung server.
 _DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
-# wait_until_running polls get_status from this interval, growing to the cap.
+# wait_until_running asks the admin to hold get_status this long while the sandbox starts (rock's
+# ``wait``); an admin that answers sooner, still pending (ROCK's), is polled from _POLL_FIRST
+# seconds apart, growing to the cap.
+_STATUS_WAIT = 20.0
+# Held requests at once per engine (each keeps a connection open); waits beyond it poll instead.
+_MAX_HELD = 512
 _POLL_FIRST = 0.05
 _POLL_MAX = 1.0
 _POLL_GROWTH = 1.5
@@ -232,6 +237,7 @@ class RemoteEngine:
             weakref.WeakKeyDictionary()
         )
         self._clients_lock = threading.Lock()
+        self._held = 0  # get_status requests held by the admin now (wait_until_running)
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.base_url!r})"
@@ -470,7 +476,9 @@ class RemoteEngine:
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
     async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
-        """Poll ``get_status`` (0.05 s, growing to 1 s) until the sandbox runs.
+        """Ask ``get_status`` until the sandbox runs: rock's admin holds each answer until the
+        start settles (up to 20 s a request; at most 512 such requests at once per engine, the
+        rest poll); an admin that answers at once (ROCK's) is polled 0.05 s apart, growing to 1 s.
 
         :raises InternalServerRockError: a start phase failed or timed out: ``"Failed to start
             sandbox because {phase}: {message}"`` (:class:`~rock_core.errors.ImagePullFailed` for
@@ -481,7 +489,20 @@ class RemoteEngine:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = _POLL_FIRST
         while True:
-            status = await self.get_status(sandbox_id, include_all_states=True)
+            wait = _STATUS_WAIT if deadline is None else min(_STATUS_WAIT, max(0.0, deadline - time.monotonic()))
+            with self._clients_lock:
+                if self._held >= _MAX_HELD:
+                    wait = 0.0  # enough connections held open already: poll
+                elif wait > 0:
+                    self._held += 1
+            asked_at = time.monotonic()
+            try:
+                status = await self.get_status(sandbox_id, include_all_states=True, wait=wait)
+            finally:
+                if wait > 0:
+                    with self._clients_lock:
+                        self._held -= 1
+            held = wait > 0 and time.monotonic() - asked_at >= wait / 2  # the admin waited
             if status.state is State.RUNNING:
                 return status
             for name, phase in (status.status or {}).items():
@@ -498,7 +519,7 @@ class RemoteEngine:
                     sandbox_id=sandbox_id,
                     attempted="wait_until_running",
                 )
-            pause = delay
+            pause = 0.0 if held else delay
             if deadline is not None:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -506,8 +527,9 @@ class RemoteEngine:
                         f"Failed to start sandbox within {timeout:g}s", sandbox_id=sandbox_id, attempted="start"
                     )
                 pause = min(pause, remaining)
-            await anyio.sleep(pause)
-            delay = min(delay * _POLL_GROWTH, _POLL_MAX)
+            if pause > 0:
+                await anyio.sleep(pause)
+                delay = min(delay * _POLL_GROWTH, _POLL_MAX)
 
     async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
         """``POST /warmup/tasks`` with rock's ``size``: the admin keeps that many sandboxes ready."""
@@ -541,15 +563,15 @@ class RemoteEngine:
                 return items
             page += 1
 
-    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
-        """``GET /get_status`` (ROCK sends the flag as a Python bool string)."""
-        result = await self._call(
-            "GET",
-            "/get_status",
-            "get_status",
-            sandbox_id,
-            params={"sandbox_id": sandbox_id, "include_all_states": str(bool(include_all_states))},
-        )
+    async def get_status(
+        self, sandbox_id: str, include_all_states: bool = False, *, wait: float = 0.0
+    ) -> SandboxStatusResponse:
+        """``GET /get_status`` (ROCK sends the flag as a Python bool string). With ``wait``
+        seconds, rock's admin answers once a start under way has settled or the time is up."""
+        params = {"sandbox_id": sandbox_id, "include_all_states": str(bool(include_all_states))}
+        if wait > 0:
+            params["wait"] = f"{wait:g}"
+        result = await self._call("GET", "/get_status", "get_status", sandbox_id, params=params)
         return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
 
     async def stop(self, sandbox_id: str) -> None:
