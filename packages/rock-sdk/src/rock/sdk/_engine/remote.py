@@ -236,6 +236,9 @@ class RemoteEngine:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
             weakref.WeakKeyDictionary()
         )
+        self._held_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._clients_lock = threading.Lock()
         self._held = 0  # get_status requests held by the admin now (wait_until_running)
 
@@ -244,41 +247,52 @@ class RemoteEngine:
 
     # -- transport -------------------------------------------------------------------------------
 
-    def _new_client(self) -> httpx.AsyncClient:
+    def _new_client(self, held: bool = False) -> httpx.AsyncClient:
+        # Held get_status requests get a pool of their own: httpx's pool scans its connections
+        # for every queued request, so hundreds of held connections in the one pool made every
+        # other call of a busy trainer slow (its CPU, at 1,000 sandboxes starting).
+        limits = (
+            httpx.Limits(max_connections=_MAX_HELD, max_keepalive_connections=32)
+            if held
+            else httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+        )
         return httpx.AsyncClient(
             headers=self.headers,
             timeout=_DEFAULT_TIMEOUT,
-            limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            limits=limits,
             # Proxies from the environment apply to a remote server, never to this machine.
             trust_env=not _is_loopback(self.base_url),
             transport=self._transport,
         )
 
-    async def _http(self) -> httpx.AsyncClient:
-        """The pooled client of the running event loop (made on first use, closed with the loop)."""
+    async def _http(self, held: bool = False) -> httpx.AsyncClient:
+        """The pooled client of the running event loop (made on first use, closed with the
+        loop); with ``held``, the one for requests the admin holds (``get_status?wait=``)."""
         loop = asyncio.get_running_loop()
+        clients = self._held_clients if held else self._clients
         with self._clients_lock:
-            entry = self._clients.get(loop)
+            entry = clients.get(loop)
         if entry is not None and not entry[0].is_closed:
             return entry[0]
-        http = self._new_client()
+        http = self._new_client(held)
         closer = _close_with_loop(http)
         await closer.__anext__()
         with self._clients_lock:
-            current = self._clients.get(loop)
+            current = clients.get(loop)
             if current is None or current[0].is_closed:
-                self._clients[loop] = (http, closer)
+                clients[loop] = (http, closer)
                 return http
         await closer.aclose()  # another task of this loop made one first
         return current[0]
 
     async def aclose(self) -> None:
-        """Close the connection pool of the running event loop (others close with their loops)."""
+        """Close the connection pools of the running event loop (others close with their loops)."""
         loop = asyncio.get_running_loop()
         with self._clients_lock:
-            entry = self._clients.pop(loop, None)
-        if entry is not None:
-            await entry[1].aclose()
+            entries = [self._clients.pop(loop, None), self._held_clients.pop(loop, None)]
+        for entry in entries:
+            if entry is not None:
+                await entry[1].aclose()
 
     def call_blocking(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run ``func(*args)`` (e.g. ``engine.get_status``) to completion from synchronous code.
@@ -351,9 +365,10 @@ class RemoteEngine:
         sandbox_id: str | None,
         *,
         timeout: httpx.Timeout | None = None,
+        held: bool = False,
         **kw: Any,
     ) -> httpx.Response:
-        http = await self._http()
+        http = await self._http(held)
         if timeout is not None:
             kw["timeout"] = timeout
         try:
@@ -380,10 +395,12 @@ class RemoteEngine:
         sandbox_id: str | None,
         *,
         timeout: httpx.Timeout | None = None,
+        held: bool = False,
         **kw: Any,
     ) -> Any:
-        """One request; return the envelope's ``result`` or raise its error."""
-        response = await self._send(method, route, attempted, sandbox_id, timeout=timeout, **kw)
+        """One request (``held``: one the admin holds, on its own pool); return the envelope's
+        ``result`` or raise its error."""
+        response = await self._send(method, route, attempted, sandbox_id, timeout=timeout, held=held, **kw)
         if response.status_code in (404, 405) and not _is_envelope(response):
             raise await self._not_served(response, attempted, sandbox_id)
         return self._raise_for_response(response, attempted, sandbox_id)
@@ -571,7 +588,7 @@ class RemoteEngine:
         params = {"sandbox_id": sandbox_id, "include_all_states": str(bool(include_all_states))}
         if wait > 0:
             params["wait"] = f"{wait:g}"
-        result = await self._call("GET", "/get_status", "get_status", sandbox_id, params=params)
+        result = await self._call("GET", "/get_status", "get_status", sandbox_id, params=params, held=wait > 0)
         return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
 
     async def stop(self, sandbox_id: str) -> None:
