@@ -64,12 +64,12 @@ def test_end_processes_kills_every_other_process_and_the_rocklet_stays(launch, p
     rocklet.ok("/create_session", session="s")
     # A job of the session, and an orphan in a session of its own (re-parented to PID 1).
     rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)")
-    # Two shells once each has forked its sleep (for a moment after a fork the child still
-    # shows its shell's command line, marker included).
+    # Both shells run (a third marked process may show for a while: a shell's child between
+    # its fork and its exec of sleep still carries the shell's command line).
     deadline = time.monotonic() + 10
-    while len(_with_marker(marker)) != 2 and time.monotonic() < deadline:
+    while len(_with_marker(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_with_marker(marker)) == 2
+    assert len(_with_marker(marker)) >= 2
     answer = rocklet.post("/end_processes")
     assert answer.status_code == 200 and answer.json()["killed"] >= 5  # two shells, their sleeps, the session's bash
     assert _with_marker(marker) == []
