@@ -6,13 +6,14 @@ Everything here runs without Docker. The engine against a real admin server is i
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -195,10 +196,24 @@ async def test_a_server_that_is_not_rocks_admin_is_named(plain_http_server: str)
 async def test_an_older_rock_admin_is_told_apart_from_a_wrong_base_url() -> None:
     """A rock admin (its /healthz answers) that lacks a route is older than the SDK: upgrade it."""
 
-    class OldAdmin(http.server.BaseHTTPRequestHandler):
+    def answer(path: str) -> tuple[int, bytes]:
+        return (200, b'{"status":"ok","version":"0.0.1"}') if path == "/healthz" else (404, b"Not Found")
+
+    with _serving(answer) as url:
+        engine = RemoteEngine(url)
+        with pytest.raises(NotSupported, match=r"\(version 0.0.1\) does not serve GET /apis/envs/sandbox/v1/get_status .*upgrade it"):
+            await engine.get_status("sb1")
+
+
+@contextlib.contextmanager
+def _serving(answer: Callable[[str], tuple[int, bytes]]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 whose GETs ``answer(path)`` gives (status, JSON body); its URL."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body, status = (b'{"status":"ok","version":"0.0.1"}', 200) if self.path == "/healthz" else (b"Not Found", 404)
+            status, body = answer(self.path)
             self.send_response(status)
+            self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -206,12 +221,10 @@ async def test_an_older_rock_admin_is_told_apart_from_a_wrong_base_url() -> None
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OldAdmin)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        engine = RemoteEngine(f"http://127.0.0.1:{server.server_address[1]}")
-        with pytest.raises(NotSupported, match=r"\(version 0.0.1\) does not serve GET /apis/envs/sandbox/v1/get_status .*upgrade it"):
-            await engine.get_status("sb1")
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
         server.server_close()
@@ -222,33 +235,20 @@ async def test_an_admin_that_does_not_hold_get_status_is_polled() -> None:
     between requests, until the sandbox runs."""
     asked: list[dict[str, list[str]]] = []
 
-    class RockLikeAdmin(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
-            asked.append(query)
-            state = "running" if len(asked) > 3 else "pending"
-            result = {"sandbox_id": "sb1", "state": state, "status": {}}
-            body = json.dumps({"status": "Success", "message": "", "error": None, "result": result}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def answer(path: str) -> tuple[int, bytes]:
+        asked.append(urllib.parse.parse_qs(urllib.parse.urlsplit(path).query))
+        state = "running" if len(asked) > 3 else "pending"
+        result = {"sandbox_id": "sb1", "state": state, "status": {}}
+        return 200, json.dumps({"status": "Success", "message": "", "error": None, "result": result}).encode()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RockLikeAdmin)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    engine = RemoteEngine(f"http://127.0.0.1:{server.server_address[1]}")
-    try:
-        began = time.monotonic()
-        status = await engine.wait_until_running("sb1", timeout=60)
-        polled = time.monotonic() - began
-    finally:
-        await engine.aclose()
-        server.shutdown()
-        server.server_close()
+    with _serving(answer) as url:
+        engine = RemoteEngine(url)
+        try:
+            began = time.monotonic()
+            status = await engine.wait_until_running("sb1", timeout=60)
+            polled = time.monotonic() - began
+        finally:
+            await engine.aclose()
     assert status.state is not None and status.state.value == "running"
     assert len(asked) == 4
     assert all(query["wait"] == ["20"] for query in asked)

@@ -343,6 +343,18 @@ async def test_a_start_waiting_longer_than_its_idle_limit_is_not_stopped_as_idle
         assert record.state in (State.STOPPED, State.DELETED) and record.reason == "expired"
 
 
+async def _stopped_with_failing_removals(engine: SandboxManager, runtime: ScriptedRuntime, failures: int) -> str:
+    """A sandbox started, running, then stopped (deleted at its stop) while the runtime's next
+    ``failures`` removals fail; its id. Its removal attempts run on the queue's own timers, so
+    these tests wait for conditions rather than for all tasks blocked."""
+    sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
+    assert sandbox_id is not None
+    await engine.wait_until_running(sandbox_id)
+    runtime.remove_failures = failures
+    await engine.stop(sandbox_id)
+    return sandbox_id
+
+
 async def test_a_removal_that_fails_is_tried_again_and_the_record_turns_deleted_once_the_unit_is_gone(
     engine: SandboxManager, runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -350,11 +362,7 @@ async def test_a_removal_that_fails_is_tried_again_and_the_record_turns_deleted_
     again, the sandbox stays stopped meanwhile, and nothing is left once it answers."""
     monkeypatch.setattr(removals, "RETRY_FIRST", 0.5)  # far longer than the look below takes
     with anyio.fail_after(HANG):
-        sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
-        assert sandbox_id is not None
-        await engine.wait_until_running(sandbox_id)
-        runtime.remove_failures = 2
-        await engine.stop(sandbox_id)
+        sandbox_id = await _stopped_with_failing_removals(engine, runtime, 2)
         while engine.removals.failed < 1:
             await anyio.sleep(0.01)
         # Between two attempts: the unit is still there, the record says stopped, not deleted.
@@ -374,11 +382,7 @@ async def test_a_removal_given_up_leaves_its_unit_to_the_engines_close(
     monkeypatch.setattr(removals, "ATTEMPTS", 2)
     with anyio.fail_after(HANG):
         async with _engine(runtime) as engine:
-            sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
-            assert sandbox_id is not None
-            await engine.wait_until_running(sandbox_id)
-            runtime.remove_failures = 2
-            await engine.stop(sandbox_id)
+            sandbox_id = await _stopped_with_failing_removals(engine, runtime, 2)
             while engine.get_record(sandbox_id).state is not State.DELETED:
                 await anyio.sleep(0.01)
             assert engine.removals.failed == 2 and len(engine.removals) == 0
@@ -394,11 +398,7 @@ async def test_a_removal_waiting_for_its_next_attempt_at_close_is_handed_to_the_
     with anyio.fail_after(HANG):
         store = str(tmp_path / "records.db")
         async with _engine(runtime, remove_on_close=False, store_path=store) as engine:
-            sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
-            assert sandbox_id is not None
-            await engine.wait_until_running(sandbox_id)
-            runtime.remove_failures = 1
-            await engine.stop(sandbox_id)
+            sandbox_id = await _stopped_with_failing_removals(engine, runtime, 1)
             while engine.removals.failed < 1:
                 await anyio.sleep(0.01)
             assert len(engine.removals) == 1
