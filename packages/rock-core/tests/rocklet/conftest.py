@@ -8,6 +8,7 @@ library and the archive is importable).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -87,14 +88,28 @@ class RockletProcess:
         """SIGTERM the rocklet and return its exit status."""
         self.client.close()
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            # util-linux's ``unshare --fork`` ignores SIGTERM, and its child would outlive a
+            # SIGKILL of it: the rocklet it started (PID 1 of its namespace) gets the signal too.
+            for pid in [self.proc.pid, *_children(self.proc.pid)]:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                for pid in [*_children(self.proc.pid), self.proc.pid]:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 self.proc.wait()
         self.stderr.close()
         return self.proc.returncode
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of ``pid`` (Linux's ``/proc/<pid>/task/<pid>/children``)."""
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def system_python() -> str:

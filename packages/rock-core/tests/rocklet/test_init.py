@@ -64,15 +64,16 @@ def test_end_processes_kills_every_other_process_and_the_rocklet_stays(launch, p
     rocklet.ok("/create_session", session="s")
     # A job of the session, and an orphan in a session of its own (re-parented to PID 1).
     rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)")
-    # Both shells run (a third marked process may show for a while: a shell's child between
-    # its fork and its exec of sleep still carries the shell's command line).
+    # Both shells run and each has exec'd its sleep (until then a shell's child, between its
+    # fork and its exec, still carries the shell's command line).
     deadline = time.monotonic() + 10
-    while len(_with_marker(marker)) < 2 and time.monotonic() < deadline:
+    while len(sleeps := _sleeps_of(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(_with_marker(marker)) >= 2
+    assert len(sleeps) == 2
     answer = rocklet.post("/end_processes")
     assert answer.status_code == 200 and answer.json()["killed"] >= 5  # two shells, their sleeps, the session's bash
     assert _with_marker(marker) == []
+    assert not [pid for pid in sleeps if _alive(pid)]
     assert rocklet.proc.poll() is None
     assert rocklet.ok("/execute", command="echo still here", shell=True)["stdout"].strip() == "still here"
 
@@ -107,3 +108,27 @@ def _with_marker(marker: str) -> list[Path]:
             if state != b"Z":
                 found.append(path)
     return found
+
+
+def _sleeps_of(marker: str) -> list[int]:
+    """Pids of the ``sleep 300`` processes whose parent's command line holds ``marker``."""
+    parents = {int(path.parent.name) for path in _with_marker(marker)}
+    found = []
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        if _read(path) != b"sleep\x00300\x00":
+            continue
+        try:
+            ppid = int((path.parent / "stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid in parents:
+            found.append(int(path.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie counts as ended)."""
+    try:
+        return (Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]) != b"Z"
+    except (OSError, IndexError):
+        return False
