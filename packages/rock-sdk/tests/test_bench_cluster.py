@@ -41,6 +41,8 @@ def test_the_cluster_bench_measures_the_admin_and_the_stand_in_apart() -> None:
     # The stand-in runs in a process of its own: its CPU is told apart from the admin's.
     assert figures["stand_in_cpu_s_to_all_running"] >= 0 and figures["admin_cpu_s_to_all_running"] > 0
     assert "stand-in Nomad CPU (s)" in run.stderr and "admin CPU (s)" in run.stderr
+    # It waited for the admin to remove its sandboxes before it went on, and says how long that took.
+    assert isinstance(figures["all_removed_after_stop_s"], float) and "all removed after stop (s)" in run.stderr
     # Its stand-in ended (on SIGTERM) and removed every container it made.
     pid = re.search(r"stand-in Nomad of 2 nodes at \S+ \(process (\d+)\)", run.stderr)
     assert pid, run.stderr[-2000:]

@@ -23,7 +23,9 @@ For each runtime, in turn:
   to all running are read from ``/proc``: the stand-in's is work a real cluster does on its own
   servers and nodes, not on the admin's machine, but here it shares the same cores, and the
   ratio below counts it all the same (nothing is subtracted);
-* every sandbox is stopped and the admin is stopped.
+* every sandbox is stopped, the bench waits until the admin has removed them all (reported: a
+  run's removals would otherwise overlap the next runtime's starts on the same Docker engine),
+  and the admin is stopped.
 
 The figures of both runtimes are printed side by side, with the Nomad run's all-running time as
 a ratio of Docker's and the issue's goals (#12 point 6: all run; Nomad's all-running within 1.3x
@@ -210,6 +212,24 @@ async def _states(http: httpx.AsyncClient) -> dict[str, tuple[str, str | None]]:
         page += 1
 
 
+#: Seconds the bench waits, after its stops, for the admin to have removed every sandbox.
+REMOVAL_WAIT = 180.0
+
+
+async def _until_removed(http: httpx.AsyncClient) -> float | None:
+    """Wait until the admin holds no sandbox but deleted ones (every unit removed); the seconds
+    that took, or ``None`` past :data:`REMOVAL_WAIT`. The next runtime's run then starts on a
+    Docker engine that is not still removing this run's containers."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < REMOVAL_WAIT:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            counts = (await http.get("/admin/status")).json()["sandboxes"]
+            if not any(n for state, n in counts.items() if state != "deleted"):
+                return round(time.monotonic() - t0, 2)
+        await asyncio.sleep(0.2)
+    return None
+
+
 async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, say: Callable[[str], None],
                    stand_in_pid: int | None = None) -> dict[str, Any]:
     figures: dict[str, Any] = {"runtime": runtime}
@@ -284,6 +304,7 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
                         await http.post(f"{PREFIX}/stop", json={"sandbox_id": sandbox_id})
 
                 await asyncio.gather(*(stop(i) for i in sent))
+                figures["all_removed_after_stop_s"] = await _until_removed(http)
                 sampling = False
                 await sampler
         figures["admin_rss_peak_mb"] = round(peak[0] / 2**20, 1)
@@ -335,11 +356,13 @@ def table(results: dict[str, Any]) -> str:
     rows = [("sandboxes running", "sandboxes_running"), ("start p50 (s)", "start_p50_s"), ("start p95 (s)", "start_p95_s"),
             ("all running (s)", "all_running_s"), ("admin RSS idle (MB)", "admin_rss_idle_mb"),
             ("admin RSS peak (MB)", "admin_rss_peak_mb"), ("admin CPU (s)", "admin_cpu_s_to_all_running"),
-            ("stand-in Nomad CPU (s)", "stand_in_cpu_s_to_all_running")]
+            ("stand-in Nomad CPU (s)", "stand_in_cpu_s_to_all_running"),
+            ("all removed after stop (s)", "all_removed_after_stop_s")]
     names = [r for r in ("docker", "docker-published", "nomad") if r in results]
-    lines = [f"{'':24}" + "".join(f"{name:>18}" for name in names)]
+    lines = [f"{'':28}" + "".join(f"{name:>18}" for name in names)]
     for label, key in rows:
-        lines.append(f"{label:24}" + "".join(f"{results[name].get(key, ''):>18}" for name in names))
+        cells = [results[name].get(key, "") for name in names]
+        lines.append(f"{label:28}" + "".join(f"{'timed out' if cell is None else cell:>18}" for cell in cells))
     if "nomad_all_running_vs_docker" in results:
         lines.append(f"nomad all-running / docker: {results['nomad_all_running_vs_docker']}x (CPU seconds are "
                      "to all running; the stand-in's runs on the same cores here, on a real cluster's servers "
