@@ -42,6 +42,15 @@ class _QuietNomadRequests(logging.Filter):
 
 # (httpcore's per-request ``import sniffio`` is made immediate by rock_core, imported above.)
 
+#: A kept-alive connection the server closed just as it was reused (its idle timeout, a proxy's)
+#: fails its request with one of these, before any answer. The request is sent once more, on a
+#: fresh connection. That is safe for every call the runtime makes: reads, deletes and the
+#: Variable's write are idempotent, and a job is registered create-only (``EnforceIndex``), so
+#: a registration that did reach Nomad cannot be made twice.
+_DROPPED = (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+
+log = logging.getLogger("rock.nomad")
+
 _QUIET = _QuietNomadRequests()
 logging.getLogger("httpx").addFilter(_QUIET)
 
@@ -140,9 +149,17 @@ class NomadApi:
         """
         timeout = httpx.Timeout(self.timeout if wait is None else wait + _WAIT_MARGIN, connect=self.timeout)
         try:
-            response = await self._http.request(
-                method, f"/v1/{path}", params=self._params(params, namespaced), json=json, timeout=timeout
-            )
+            for attempt in range(2):
+                try:
+                    response = await self._http.request(
+                        method, f"/v1/{path}", params=self._params(params, namespaced), json=json, timeout=timeout
+                    )
+                    break
+                except _DROPPED as exc:
+                    if attempt:
+                        raise
+                    log.info("Nomad at %s dropped the connection of %s /v1/%s (%s: %s); sending it again",
+                             self.address, method, path, type(exc).__name__, exc or "no answer")
         except httpx.TransportError as exc:
             raise RuntimeFailure(
                 f"cannot reach the Nomad API at {self.address} ({type(exc).__name__}: {exc or 'no answer'}); "

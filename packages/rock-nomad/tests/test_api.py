@@ -1,0 +1,119 @@
+"""rock-nomad's HTTP client of Nomad's API (``rock_nomad._api.NomadApi``) against a small real
+server that drops kept-alive connections as they are reused: the way a server's (or a proxy's)
+idle timeout meets a client that reuses the connection at that moment. A start in
+``rock bench cluster`` failed so ("cannot reach the Nomad API ... ReadError") before the client
+sent such a request again."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from rock_core.errors import RuntimeFailure
+
+from rock_nomad._api import NomadApi, Setting
+
+ANSWER = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Nomad-Index: 7\r\n\r\n[]'
+
+
+class DroppingServer:
+    """Answers the first ``answer_per_connection`` requests of each connection, then reads the
+    next one and closes the connection without a word."""
+
+    def __init__(self, answer_per_connection: int) -> None:
+        self.answer_per_connection = answer_per_connection
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.received = 0
+        self.answered = 0
+        self.connections = 0
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        served = 0
+        buffer = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                _, buffer = buffer.split(b"\r\n\r\n", 1)  # the client's GETs carry no body
+                with self._lock:
+                    self.received += 1
+                if served >= self.answer_per_connection:
+                    return  # closed, no answer
+                conn.sendall(ANSWER)
+                served += 1
+                with self._lock:
+                    self.answered += 1
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def dropping() -> Iterator[type[DroppingServer]]:
+    made: list[DroppingServer] = []
+
+    def make(answer_per_connection: int) -> DroppingServer:
+        server = DroppingServer(answer_per_connection)
+        made.append(server)
+        return server
+
+    yield make  # type: ignore[misc]
+    for server in made:
+        server.close()
+
+
+def _api(address: str) -> NomadApi:
+    settings = {name: Setting(name, "set in the test") for name in ("address", "token", "namespace", "region")}
+    return NomadApi(address, token=None, namespace="default", region=None, verify=True, cert=None,
+                    timeout=5.0, max_connections=4, settings=settings)
+
+
+def test_a_request_on_a_connection_the_server_dropped_is_sent_again_on_a_fresh_one(dropping) -> None:
+    server = dropping(answer_per_connection=1)
+
+    async def main() -> list[int]:
+        api = _api(server.address)
+        try:
+            return [(await api.request("GET", "jobs", attempted="list")).status_code for _ in range(3)]
+        finally:
+            await api.aclose()
+
+    assert anyio.run(main) == [200, 200, 200]
+    # The second and third requests each met a reused connection that was dropped, and went again.
+    assert (server.received, server.answered, server.connections) == (5, 3, 3)
+
+
+def test_a_server_that_drops_every_request_is_an_error_naming_the_address_after_one_more_try(dropping) -> None:
+    server = dropping(answer_per_connection=0)
+
+    async def main() -> None:
+        api = _api(server.address)
+        try:
+            await api.request("GET", "jobs", attempted="list", sandbox_id="sb-1")
+        finally:
+            await api.aclose()
+
+    with pytest.raises(RuntimeFailure) as caught:
+        anyio.run(main)
+    message = caught.value.message
+    assert f"cannot reach the Nomad API at {server.address}" in message and "plugins.nomad.address" in message
+    assert server.received == 2  # the request, and once more: no endless retries
