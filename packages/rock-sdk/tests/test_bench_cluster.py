@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -47,6 +48,43 @@ def test_the_cluster_bench_measures_the_admin_and_the_stand_in_apart() -> None:
     pid = re.search(r"stand-in Nomad of 2 nodes at \S+ \(process (\d+)\)", run.stderr)
     assert pid, run.stderr[-2000:]
     assert not Path(f"/proc/{pid.group(1)}").exists()
+    owner = f"{socket.gethostname()}:{pid.group(1)}:"
+    client = docker.from_env()
+    try:
+        left = client.containers.list(all=True, filters={"label": "nomad-stand-in.owner"})
+    finally:
+        client.close()
+    assert [c.name for c in left if c.labels.get("nomad-stand-in.owner", "").startswith(owner)] == []
+
+
+def test_a_cluster_bench_ended_with_sigterm_stops_what_it_started() -> None:
+    """``timeout`` or a cancelled job ends a bench with SIGTERM: its admin and stand-in Nomad end,
+    and no container of the run is left (a SIGTERM used to end the bench alone, leaving both
+    running with their sandboxes)."""
+    pytest.importorskip("rock_nomad.testing", reason="rock-nomad's testing extra is not installed")
+    bench = subprocess.Popen(
+        [str(ROCK), "bench", "cluster", "-n", "3", "--nodes", "2", "--image", "rock-test/python:3.11",
+         "--runtime", "nomad"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        said = []
+        for line in bench.stderr:  # type: ignore[union-attr]
+            said.append(line)
+            if "nomad: starting 3 sandboxes" in line:
+                break
+        pid = re.search(r"stand-in Nomad of 2 nodes at \S+ \(process (\d+)\)", "".join(said))
+        assert pid, "".join(said)
+        children = Path(f"/proc/{bench.pid}/task/{bench.pid}/children").read_text().split()
+        assert pid.group(1) in children and len(children) >= 2  # the stand-in and the admin
+        bench.send_signal(signal.SIGTERM)
+        rest = bench.stderr.read()  # type: ignore[union-attr]
+        assert bench.wait(timeout=240) != 0, rest[-2000:]
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+            bench.wait()
+    assert [child for child in children if Path(f"/proc/{child}").exists()] == [], rest[-2000:]
     owner = f"{socket.gethostname()}:{pid.group(1)}:"
     client = docker.from_env()
     try:

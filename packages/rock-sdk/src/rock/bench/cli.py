@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import resource
+import signal
 import statistics
 import sys
 import time
@@ -19,6 +20,13 @@ __all__ = ["bench"]
 @click.group()
 def bench() -> None:
     """Run rock's benchmarks and batch jobs; each prints its figures."""
+    # Stopped with SIGTERM (`timeout`, a cancelled CI job), a bench cleans up as after Ctrl-C:
+    # asyncio.run cancels its task, which stops the sandboxes, admins and servers it started.
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    signal.raise_signal(signal.SIGINT)
 
 
 @bench.command()

@@ -212,6 +212,15 @@ async def _states(http: httpx.AsyncClient) -> dict[str, tuple[str, str | None]]:
         page += 1
 
 
+async def _why_ended(http: httpx.AsyncClient, sandbox_id: str) -> str:
+    """What the admin says of a sandbox that left its listing: its state and the phases that failed."""
+    status = _result(await http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
+                     "get_status")
+    failed = [f"{name}: {phase.get('message')}" for name, phase in (status.get("status") or {}).items()
+              if (phase or {}).get("status") == "failed"]
+    return f"{status.get('state')}" + (f" ({'; '.join(failed)})" if failed else "")
+
+
 #: Seconds the bench waits, after its stops, for the admin to have removed every sandbox.
 REMOVAL_WAIT = 180.0
 
@@ -271,11 +280,11 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
                         states = await _states(http)
                         now = time.monotonic()
                         for sandbox_id in ids:
-                            state, reason = states.get(sandbox_id, ("?", None))
+                            state = states.get(sandbox_id, ("?", None))[0]
                             if state == "running":
                                 running.setdefault(sandbox_id, now)
-                            elif state not in ("pending", "?") and sandbox_id not in running:
-                                raise RuntimeError(f"{runtime}: sandbox {sandbox_id} ended {state}: {reason}")
+                            elif state == "?" and sandbox_id not in running:  # the listing holds pending and running ones
+                                raise RuntimeError(f"{runtime}: sandbox {sandbox_id} ended before it ran: {await _why_ended(http, sandbox_id)}")
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"{runtime}: {len(ids) - len(running)} sandboxes not running after {settings.timeout:g}s")
                     await asyncio.sleep(0.05)
