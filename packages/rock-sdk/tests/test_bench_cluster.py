@@ -26,13 +26,15 @@ pytestmark = [
 ]
 
 ROCK = Path(sys.executable).with_name("rock")
+#: The bench at its smallest: 3 sandboxes on a 2-node stand-in Nomad, the nomad runtime only.
+SMALL_BENCH = [str(ROCK), "bench", "cluster", "-n", "3", "--nodes", "2", "--image", "rock-test/python:3.11",
+               "--runtime", "nomad"]
 
 
 def test_the_cluster_bench_measures_the_admin_and_the_stand_in_apart() -> None:
     pytest.importorskip("rock_nomad.testing", reason="rock-nomad's testing extra is not installed")
     run = subprocess.run(
-        [str(ROCK), "bench", "cluster", "-n", "3", "--nodes", "2", "--image", "rock-test/python:3.11",
-         "--runtime", "nomad"],
+        SMALL_BENCH,
         capture_output=True, text=True, timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
@@ -48,13 +50,7 @@ def test_the_cluster_bench_measures_the_admin_and_the_stand_in_apart() -> None:
     pid = re.search(r"stand-in Nomad of 2 nodes at \S+ \(process (\d+)\)", run.stderr)
     assert pid, run.stderr[-2000:]
     assert not Path(f"/proc/{pid.group(1)}").exists()
-    owner = f"{socket.gethostname()}:{pid.group(1)}:"
-    client = docker.from_env()
-    try:
-        left = client.containers.list(all=True, filters={"label": "nomad-stand-in.owner"})
-    finally:
-        client.close()
-    assert [c.name for c in left if c.labels.get("nomad-stand-in.owner", "").startswith(owner)] == []
+    assert _containers_of_stand_in(pid.group(1)) == []
 
 
 def test_a_cluster_bench_ended_with_sigterm_stops_what_it_started() -> None:
@@ -63,8 +59,7 @@ def test_a_cluster_bench_ended_with_sigterm_stops_what_it_started() -> None:
     running with their sandboxes)."""
     pytest.importorskip("rock_nomad.testing", reason="rock-nomad's testing extra is not installed")
     bench = subprocess.Popen(
-        [str(ROCK), "bench", "cluster", "-n", "3", "--nodes", "2", "--image", "rock-test/python:3.11",
-         "--runtime", "nomad"],
+        SMALL_BENCH,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
     try:
@@ -85,10 +80,15 @@ def test_a_cluster_bench_ended_with_sigterm_stops_what_it_started() -> None:
             bench.kill()
             bench.wait()
     assert [child for child in children if Path(f"/proc/{child}").exists()] == [], rest[-2000:]
-    owner = f"{socket.gethostname()}:{pid.group(1)}:"
+    assert _containers_of_stand_in(pid.group(1)) == []
+
+
+def _containers_of_stand_in(pid: str) -> list[str]:
+    """Names of the containers the stand-in Nomad of process ``pid`` made that are still there."""
+    owner = f"{socket.gethostname()}:{pid}:"
     client = docker.from_env()
     try:
-        left = client.containers.list(all=True, filters={"label": "nomad-stand-in.owner"})
+        made = client.containers.list(all=True, filters={"label": "nomad-stand-in.owner"})
     finally:
         client.close()
-    assert [c.name for c in left if c.labels.get("nomad-stand-in.owner", "").startswith(owner)] == []
+    return [c.name for c in made if c.labels.get("nomad-stand-in.owner", "").startswith(owner)]

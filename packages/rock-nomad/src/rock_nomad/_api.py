@@ -2,7 +2,9 @@
 
 Every call is a coroutine on the event loop (no worker threads): httpx's async client speaks
 HTTP/1.1 with a pool of kept-alive connections. Blocking queries (``index``/``wait``) hold a
-connection each while they wait, so the pool is sized for one per sandbox being started.
+connection each while they wait, so the pool is sized for one per sandbox being started. A
+request that meets a kept-alive connection the server closed as it was reused is sent once more
+on a fresh connection (:data:`_DROPPED`).
 
 Errors name the setting to fix: a refused token names ``plugins.nomad.token``, an unreachable
 address ``plugins.nomad.address``, an unknown region or namespace their settings.
