@@ -51,3 +51,67 @@ def test_the_default_entry_and_the_database_place(tmp_path: Path, monkeypatch: p
     assert database_path(None, "/state/rock.sqlite") == Path("/env/hub.db")
     with pytest.raises(InvalidParameter, match="envhub_db"):
         database_path("mysql://h/db")
+
+
+# -- namespaces (issue #22 point 2) ---------------------------------------------------------------
+
+
+def test_each_tenant_names_its_own_entries_and_sees_the_operators(tmp_path: Path) -> None:
+    hub = EnvHub(tmp_path / "hub.db")
+    hub.register("task", "img:operator")
+    hub.register("task", "img:a", tenant="a")
+    hub.register("only-b", "img:b", tenant="b")
+    assert hub.get("task", tenant="a").image == "img:a" and hub.get("task", tenant="a").tenant == "a"
+    assert hub.get("task", tenant="b").image == "img:operator" and hub.get("task", tenant="b").tenant is None
+    assert hub.get("task").image == "img:operator"
+    assert hub.find("only-b", tenant="a") is None and hub.find("only-b") is None
+    assert [(e.env_name, e.image) for e in hub.list(tenant="a")] == [("task", "img:a")]
+    assert [(e.env_name, e.image) for e in hub.list(tenant="b")] == [("only-b", "img:b"), ("task", "img:operator")]
+    assert len(hub.list(everyone=True)) == 3
+    assert hub.delete("only-b", tenant="a") is False and hub.delete("task", tenant="b") is False
+    assert hub.delete("task", tenant="a") is True
+    assert hub.get("task", tenant="a").image == "img:operator"  # the operator's shows through again
+    with pytest.raises(InvalidParameter, match="tenant"):
+        hub.register("x", "i", tenant=" ")
+
+
+def test_entries_of_a_database_written_before_namespaces_are_the_operators(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as db:  # the schema rock-gem wrote before namespaces
+        db.execute(
+            "CREATE TABLE envs (env_name TEXT PRIMARY KEY, image TEXT NOT NULL, owner TEXT NOT NULL DEFAULT '', "
+            "description TEXT NOT NULL DEFAULT '', tags TEXT NOT NULL DEFAULT '[]', extra_spec TEXT, "
+            "create_at TEXT NOT NULL, update_at TEXT NOT NULL)"
+        )
+        db.execute("INSERT INTO envs VALUES ('old', 'img:old', 'ann', '', '[\"x\"]', '{\"env_id\": \"game:Sudoku-v0-easy\"}', 't0', 't1')")
+    db.close()
+    hub = EnvHub(path)
+    old = hub.get("old", tenant="a")
+    assert (old.tenant, old.image, old.owner, old.tags, old.extra_spec, old.create_at) == (
+        None, "img:old", "ann", ("x",), {"env_id": "game:Sudoku-v0-easy"}, "t0"
+    )
+    assert hub.delete("old", tenant="a") is False  # a tenant cannot remove it
+    hub.register("old", "img:a", tenant="a")
+    assert hub.get("old", tenant="a").image == "img:a" and hub.get("old").image == "img:old"
+    hub.close()
+    assert EnvHub(path).get("old").image == "img:old"  # opened again: nothing to migrate
+
+
+def test_a_request_acts_in_its_tenants_namespace_and_only_an_operator_names_another() -> None:
+    from rock_core.routes import RouteRequest
+    from rock_gem.envhub import EnvNotYours, namespace_of
+
+    def request(tenant: str | None, operator: bool) -> RouteRequest:
+        return RouteRequest("POST", "/env/get", {}, {}, {}, b"{}", engine=None, tenant=tenant, operator=operator)
+
+    assert namespace_of(request("a", False), {}) == "a"
+    assert namespace_of(request("a", False), {"tenant": "a"}) == "a"
+    with pytest.raises(EnvNotYours, match="'b'"):
+        namespace_of(request("a", False), {"tenant": "b"})
+    assert namespace_of(request(None, True), {}) is None  # keyless: the operator's
+    assert namespace_of(request("ops", True), {}) is None
+    assert namespace_of(request("ops", True), {"tenant": "b"}) == "b"
+    with pytest.raises(InvalidParameter, match="tenant"):
+        namespace_of(request("ops", True), {"tenant": 3})

@@ -23,7 +23,9 @@ with ``envelope=True`` it is wrapped in ROCK's ``{status, message, error, result
 the admin's own sandbox routes. Errors: a :class:`~rock_core.errors.RockError` the handler raises
 is HTTP 4xx/5xx ``{"detail": message}`` (or a ``Failed`` envelope); anything else is HTTP 500
 ``{"detail": ...}`` and logged. The request's API key (when the admin has keys) was checked
-before the handler runs: :attr:`RouteRequest.tenant` names its tenant.
+before the handler runs: :attr:`RouteRequest.tenant` names its tenant, and
+:attr:`RouteRequest.operator` says whether it acts as the admin's operator. A route that keeps
+anything a caller names keeps it in the caller's tenant's namespace.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ class RouteRequest:
     :param body: the raw body.
     :param engine: the admin's :class:`~rock_core.engine.manager.SandboxManager`.
     :param tenant: the tenant of the request's API key; ``None`` when the admin has no keys.
+    :param operator: whether the request acts as the admin's operator: the admin has no keys,
+        or the request's key is an operator key. An operator may act on what every tenant named;
+        a tenant only on its own.
     """
 
     method: str
@@ -74,6 +79,7 @@ class RouteRequest:
     body: bytes
     engine: Any
     tenant: str | None = None
+    operator: bool = False
 
     def json(self) -> Any:
         """The body as JSON (an empty body is ``{}``).

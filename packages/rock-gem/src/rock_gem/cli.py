@@ -106,7 +106,7 @@ def list_envs(owner: str | None, tags: tuple[str, ...], base_url: str | None) ->
     if url:
         _emit(_remote(url, "/env/list", {"owner": owner, "tags": list(tags) or None})["envs"])
         return
-    _emit([info.to_json() for info in _local().list(owner, tags or None)])
+    _emit([info.to_json() for info in _local().list(owner, tags or None, everyone=True)])
 
 
 @envhub.command()

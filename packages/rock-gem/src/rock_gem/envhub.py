@@ -5,6 +5,15 @@ and, in ``extra_spec``, what ``rock.make(env_name)`` makes there: ``{"env_id": <
 "kwargs": {...}}`` (both optional: the GEM id defaults to the name itself). The admin serves
 ROCK's EnvHub API (:func:`routes`); ``rock envhub`` is its command line.
 
+Entries live in namespaces, as everything a tenant names does (rock's addition to ROCK's shared
+registry). An admin's tenant (its API key) registers, gets, deletes and ``rock.make``s names of
+its own namespace; the operator's namespace (``tenant`` ``None``: an operator key, an admin
+without keys, the embedded engine, the local command line) is shared: every tenant sees its
+entries, and a tenant's own entry of the same name wins for that tenant only. So a tenant's
+entry never reroutes another tenant's name or GEM id; only the operator's entries are seen by
+all, and only an operator key changes them (or, naming ``tenant``, any tenant's). Entries of a
+database written before namespaces are the operator's.
+
 Where the database is: ``[plugins.gem] envhub_db``, else ``$ROCK_ENVHUB_DB_URL``
 (``sqlite:///path``), else ``envhub.sqlite`` next to the engine's record store (the admin's
 state folder), else ``~/.rock/rock_envs.db`` (ROCK's default).
@@ -24,21 +33,26 @@ from typing import Any
 import attrs
 from rock_core.errors import BadRequestRockError, InvalidParameter
 
-__all__ = ["DEFAULT_ENV_NAME", "EnvHub", "EnvInfo", "EnvNotRegistered", "database_path"]
+__all__ = ["DEFAULT_ENV_NAME", "EnvHub", "EnvInfo", "EnvNotRegistered", "EnvNotYours", "database_path", "namespace_of"]
 
 #: The entry ROCK's EnvHub registers at start: the default image of env sandboxes.
 DEFAULT_ENV_NAME = "EnvhubDefaultDockerImage"
 
+#: The operator's namespace in the ``tenant`` column (a tenant's name is never blank).
+_SHARED = ""
+_COLUMNS = "tenant, env_name, image, owner, description, tags, extra_spec, create_at, update_at"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS envs (
-    env_name TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL DEFAULT '',
+    env_name TEXT NOT NULL,
     image TEXT NOT NULL,
     owner TEXT NOT NULL DEFAULT '',
     description TEXT NOT NULL DEFAULT '',
     tags TEXT NOT NULL DEFAULT '[]',
     extra_spec TEXT,
     create_at TEXT NOT NULL,
-    update_at TEXT NOT NULL
+    update_at TEXT NOT NULL,
+    PRIMARY KEY (tenant, env_name)
 )
 """
 
@@ -47,9 +61,14 @@ class EnvNotRegistered(BadRequestRockError):
     """No EnvHub entry has the name."""
 
 
+class EnvNotYours(BadRequestRockError):
+    """The entry is the operator's (or another tenant's): the caller may not change it."""
+
+
 @attrs.frozen
 class EnvInfo:
-    """One EnvHub entry, with ROCK's field names (``create_at``/``update_at``: ISO 8601, UTC)."""
+    """One EnvHub entry, with ROCK's field names (``create_at``/``update_at``: ISO 8601, UTC),
+    and rock's ``tenant``: whose namespace holds it (``None``: the operator's, shared)."""
 
     env_name: str
     image: str
@@ -59,6 +78,7 @@ class EnvInfo:
     extra_spec: dict[str, Any] | None = None
     create_at: str = ""
     update_at: str = ""
+    tenant: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """ROCK's JSON of the entry."""
@@ -71,6 +91,7 @@ class EnvInfo:
             "extra_spec": self.extra_spec,
             "create_at": self.create_at,
             "update_at": self.update_at,
+            "tenant": self.tenant,
         }
 
 
@@ -97,9 +118,13 @@ def _text(name: str, value: Any, *, blank: bool = True) -> str:
 class EnvHub:
     """The registry in one SQLite file; safe to use from several threads and processes.
 
+    Every method takes the ``tenant`` whose namespace it acts in (``None``: the operator's,
+    shared by all); it trusts its caller: the admin's routes decide which namespace a request
+    may name.
+
     :param path: the database file (made with its folder when missing).
-    :param default_image: the image of the :data:`DEFAULT_ENV_NAME` entry, written at open
-        (``None``: not written).
+    :param default_image: the image of the :data:`DEFAULT_ENV_NAME` entry (the operator's),
+        written at open (``None``: not written).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, default_image: str | None = None) -> None:
@@ -107,14 +132,36 @@ class EnvHub:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
-        with self._lock, self._db:
+        with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute(_SCHEMA)
+            self._migrate()
         if default_image:
             self.register(
                 DEFAULT_ENV_NAME, default_image, owner="ENVHUB", description="the default image of env sandboxes",
                 tags=["default", "system", "envhub"],
             )
+
+    def _migrate(self) -> None:
+        """Make the table; one of a database written before namespaces (no ``tenant`` column)
+        becomes the operator's entries. In one transaction that other processes wait for."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(envs)")}
+            if columns and "tenant" not in columns:
+                db.execute("ALTER TABLE envs RENAME TO envs_before_tenants")
+                db.execute(_SCHEMA)
+                db.execute(
+                    f"INSERT INTO envs ({_COLUMNS}) SELECT '', env_name, image, owner, description, tags, extra_spec, "
+                    "create_at, update_at FROM envs_before_tenants"
+                )
+                db.execute("DROP TABLE envs_before_tenants")
+            else:
+                db.execute(_SCHEMA)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         """Close the database."""
@@ -123,8 +170,17 @@ class EnvHub:
 
     @staticmethod
     def _row(row: tuple[Any, ...]) -> EnvInfo:
-        name, image, owner, description, tags, extra, created, updated = row
-        return EnvInfo(name, image, owner, description, json.loads(tags), json.loads(extra) if extra else None, created, updated)
+        tenant, name, image, owner, description, tags, extra, created, updated = row
+        return EnvInfo(
+            name, image, owner, description, json.loads(tags), json.loads(extra) if extra else None, created, updated,
+            tenant or None,
+        )
+
+    @staticmethod
+    def _namespace(tenant: str | None) -> str:
+        if tenant is None:
+            return _SHARED
+        return _text("tenant", tenant, blank=False)
 
     def register(
         self,
@@ -135,8 +191,11 @@ class EnvHub:
         description: str = "",
         tags: Iterable[str] | None = None,
         extra_spec: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
     ) -> EnvInfo:
-        """Add ``env_name`` or replace its fields (its ``create_at`` stays)."""
+        """Add ``env_name`` to ``tenant``'s namespace or replace its fields there (its
+        ``create_at`` stays); an entry of the same name elsewhere is left alone."""
+        namespace = self._namespace(tenant)
         env_name = _text("env_name", env_name, blank=False)
         image = _text("image", image, blank=False)
         _text("owner", owner)
@@ -150,47 +209,67 @@ class EnvHub:
         extra = json.dumps(dict(extra_spec)) if extra_spec is not None else None
         with self._lock, self._db:
             self._db.execute(
-                "INSERT INTO envs VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(env_name) DO UPDATE SET "
-                "image=excluded.image, owner=excluded.owner, description=excluded.description, tags=excluded.tags, "
-                "extra_spec=excluded.extra_spec, update_at=excluded.update_at",
-                (env_name, image, owner, description, json.dumps(tag_list), extra, now, now),
+                f"INSERT INTO envs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, env_name) "
+                "DO UPDATE SET image=excluded.image, owner=excluded.owner, description=excluded.description, "
+                "tags=excluded.tags, extra_spec=excluded.extra_spec, update_at=excluded.update_at",
+                (namespace, env_name, image, owner, description, json.dumps(tag_list), extra, now, now),
             )
-        return self.get(env_name)
+        info = self.find(env_name, tenant=tenant, shared=False)
+        assert info is not None
+        return info
 
-    def find(self, env_name: str) -> EnvInfo | None:
-        """The entry of ``env_name``, or ``None``."""
+    def find(self, env_name: str, *, tenant: str | None = None, shared: bool = True) -> EnvInfo | None:
+        """The entry ``tenant`` sees as ``env_name``: its own, else (with ``shared``) the
+        operator's; ``None`` when there is none. Another tenant's entry is never found."""
+        namespaces = [self._namespace(tenant)]
+        if shared and namespaces[0] != _SHARED:
+            namespaces.append(_SHARED)
         with self._lock:
-            row = self._db.execute("SELECT * FROM envs WHERE env_name = ?", (env_name,)).fetchone()
-        return None if row is None else self._row(row)
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM envs WHERE env_name = ? AND tenant IN ({', '.join('?' * len(namespaces))})",
+                (env_name, *namespaces),
+            ).fetchall()
+        rows.sort(key=lambda row: row[0] == _SHARED)  # the tenant's own first
+        return self._row(rows[0]) if rows else None
 
-    def get(self, env_name: str) -> EnvInfo:
-        """The entry of ``env_name``.
+    def get(self, env_name: str, *, tenant: str | None = None) -> EnvInfo:
+        """The entry ``tenant`` sees as ``env_name`` (see :meth:`find`).
 
-        :raises EnvNotRegistered: no entry has that name (named in the message).
+        :raises EnvNotRegistered: it sees none (the name is in the message).
         """
-        info = self.find(env_name)
+        info = self.find(env_name, tenant=tenant)
         if info is None:
             raise EnvNotRegistered(f"env {env_name!r} is not registered in EnvHub")
         return info
 
-    def list(self, owner: str | None = None, tags: Iterable[str] | None = None) -> list[EnvInfo]:
-        """Entries of ``owner`` (when given) that have any of ``tags`` (when given), by name."""
+    def list(
+        self, owner: str | None = None, tags: Iterable[str] | None = None, *, tenant: str | None = None, everyone: bool = False
+    ) -> list[EnvInfo]:
+        """The entries ``tenant`` sees (its own, and the operator's it has none of the same name
+        of), or with ``everyone`` those of every namespace; only ``owner``'s (when given) that
+        have any of ``tags`` (when given), by name."""
+        namespace = self._namespace(tenant)
         with self._lock:
-            rows = self._db.execute("SELECT * FROM envs ORDER BY env_name").fetchall()
+            rows = self._db.execute(f"SELECT {_COLUMNS} FROM envs ORDER BY env_name, tenant").fetchall()
+        if everyone:
+            visible = [self._row(row) for row in rows]
+        else:
+            by_name: dict[str, tuple[Any, ...]] = {}
+            for row in rows:  # the operator's ('') sort first: the tenant's own replaces it
+                if row[0] in (namespace, _SHARED):
+                    by_name[row[1]] = row
+            visible = [self._row(row) for row in by_name.values()]
         wanted = set(tags or [])
-        out = []
-        for info in map(self._row, rows):
-            if owner is not None and info.owner != owner:
-                continue
-            if wanted and not wanted.intersection(info.tags):
-                continue
-            out.append(info)
-        return out
+        return [
+            info for info in visible
+            if (owner is None or info.owner == owner) and (not wanted or wanted.intersection(info.tags))
+        ]
 
-    def delete(self, env_name: str) -> bool:
-        """Remove ``env_name``; ``False`` when it was not registered."""
+    def delete(self, env_name: str, *, tenant: str | None = None) -> bool:
+        """Remove ``env_name`` from ``tenant``'s namespace; ``False`` when it has none there."""
+        namespace = self._namespace(tenant)
         with self._lock, self._db:
-            cursor = self._db.execute("DELETE FROM envs WHERE env_name = ?", (env_name,))
+            cursor = self._db.execute("DELETE FROM envs WHERE env_name = ? AND tenant = ?", (env_name, namespace))
         return cursor.rowcount > 0
 
 
@@ -223,10 +302,33 @@ def envhub_for(engine: Any, *, create: bool = True) -> EnvHub | None:
 # -- ROCK's EnvHub API on the admin --------------------------------------------------------------
 
 
+def namespace_of(request: Any, body: Mapping[str, Any]) -> str | None:
+    """The namespace a request to EnvHub's routes acts in: its tenant's; the operator's (``None``)
+    for an operator or on an admin without keys; the one a body's ``tenant`` names, which only
+    an operator may name beyond its own.
+
+    :raises InvalidParameter: ``tenant`` is not a non-blank string.
+    :raises EnvNotYours: a tenant named another tenant.
+    """
+    named = body.get("tenant")
+    if named is not None:
+        named = _text("tenant", named, blank=False)
+    if request.operator:
+        return named
+    if named is not None and named != request.tenant:
+        raise EnvNotYours(f"tenant: only an operator key may name another tenant's EnvHub entries, got {named!r}")
+    return request.tenant
+
+
 def routes() -> list[Any]:
     """``POST /env/{register,get,list,delete}`` and ``GET /health``, as ROCK's EnvHub server
     answers them: the entry's JSON, ``{"envs": [...]}``, ``true``; an unknown name is HTTP 404
-    ``{"detail"}``, a malformed field HTTP 422 ``{"detail"}`` naming it, anything else HTTP 500."""
+    ``{"detail"}``, a malformed field HTTP 422 ``{"detail"}`` naming it, anything else HTTP 500.
+
+    Each acts in the caller's namespace (:func:`namespace_of`): a tenant's register of a name
+    another tenant (or the operator) has makes an entry of its own, a get or a make finds the
+    caller's own entry, else the operator's; a delete of the operator's entry by a tenant is
+    HTTP 403; another tenant's entry is answered as a missing one."""
     from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 
     def body_of(request: RouteRequest) -> dict[str, Any]:
@@ -240,9 +342,12 @@ def routes() -> list[Any]:
             try:
                 hub = envhub_for(request.engine)
                 assert hub is not None
-                return call(hub, body_of(request) if request.method == "POST" else {})
+                body = body_of(request) if request.method == "POST" else {}
+                return call(hub, body, namespace_of(request, body), request.operator)
             except EnvNotRegistered as exc:
                 return RouteResponse({"detail": exc.message}, status=404)
+            except EnvNotYours as exc:
+                return RouteResponse({"detail": exc.message}, status=403)
             except InvalidParameter as exc:
                 return RouteResponse({"detail": exc.message}, status=422)
             except Exception as exc:  # noqa: BLE001 - ROCK's EnvHub answers 500 {detail}
@@ -250,13 +355,13 @@ def routes() -> list[Any]:
 
         return run
 
-    def register(hub: EnvHub, body: dict[str, Any]) -> Any:
+    def register(hub: EnvHub, body: dict[str, Any], tenant: str | None, operator: bool) -> Any:
         for name in ("env_name", "image"):
             if name not in body:
                 raise InvalidParameter(f"{name}: field required", field=name)
         return hub.register(
             body["env_name"], body["image"], owner=body.get("owner") or "", description=body.get("description") or "",
-            tags=body.get("tags") or [], extra_spec=body.get("extra_spec"),
+            tags=body.get("tags") or [], extra_spec=body.get("extra_spec"), tenant=tenant,
         ).to_json()
 
     def name_of(body: dict[str, Any]) -> str:
@@ -264,23 +369,27 @@ def routes() -> list[Any]:
             raise InvalidParameter("env_name: field required", field="env_name")
         return _text("env_name", body["env_name"], blank=False)
 
-    def get(hub: EnvHub, body: dict[str, Any]) -> Any:
-        return hub.get(name_of(body)).to_json()
+    def get(hub: EnvHub, body: dict[str, Any], tenant: str | None, operator: bool) -> Any:
+        return hub.get(name_of(body), tenant=tenant).to_json()
 
-    def list_envs(hub: EnvHub, body: dict[str, Any]) -> Any:
+    def list_envs(hub: EnvHub, body: dict[str, Any], tenant: str | None, operator: bool) -> Any:
         owner = body.get("owner")
         tags = body.get("tags")
         if owner is not None:
             _text("owner", owner)
         if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
             raise InvalidParameter(f"tags: expected a list of strings or null, got {tags!r}", field="tags", value=tags)
-        return {"envs": [info.to_json() for info in hub.list(owner, tags)]}
+        # An operator not naming a tenant sees every namespace (each entry says whose it is).
+        everyone = operator and body.get("tenant") is None
+        return {"envs": [info.to_json() for info in hub.list(owner, tags, tenant=tenant, everyone=everyone)]}
 
-    def delete(hub: EnvHub, body: dict[str, Any]) -> Any:
+    def delete(hub: EnvHub, body: dict[str, Any], tenant: str | None, operator: bool) -> Any:
         name = name_of(body)
-        if not hub.delete(name):
-            raise EnvNotRegistered(f"Environment {name} not found or already deleted")
-        return True
+        if hub.delete(name, tenant=tenant):
+            return True
+        if not operator and hub.find(name, tenant=None) is not None:
+            raise EnvNotYours(f"env {name!r} is the operator's (every tenant sees it): only an operator key may delete it")
+        raise EnvNotRegistered(f"Environment {name} not found or already deleted")
 
     return [
         AdminRoute("POST", "/env/register", handler(register), summary="Register or update an EnvHub env (ROCK)"),

@@ -4,6 +4,12 @@ An env runs inside a sandbox, in a process of its own that the sandbox's rocklet
 (:mod:`rock_core.rocklet.envs`). Several envs share a sandbox, up to ``envs_per_sandbox``, so
 a sandbox's start is paid once for many envs; the sandbox is stopped when its last env closes
 (or its last env's process dies).
+
+An env sandbox hosts the envs of one tenant only (the admin's API key that made them; embedded
+and on an admin without keys, the engine's owner): a ``code:*`` env runs the model's code as
+root in its sandbox, so envs that share a sandbox share everything GEM's rewards come from. The
+sandbox is the tenant's own, started with its tenant in ``metadata["rock.tenant"]`` as the
+admin's start route does, so the admin's tenancy rules and counts see it.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ IMAGE_ENV = "ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE"
 RUNTIME_DIR = "/tmp/rock-gem-runtime"
 #: Metadata key marking the env sandboxes this provider starts.
 ENV_SANDBOX_TAG = "rock.gem"
+#: Metadata key of a sandbox's tenant: the admin's (``rock.admin.auth.TENANT_METADATA_KEY``).
+TENANT_METADATA_KEY = "rock.tenant"
 
 _PROVIDERS: weakref.WeakKeyDictionary[Any, GemProvider] = weakref.WeakKeyDictionary()
 
@@ -65,9 +73,11 @@ def _positive(name: str, value: Any, kind: type) -> Any:
 
 @attrs.define(eq=False)
 class _Host:
-    """A sandbox that hosts envs (or is being started to)."""
+    """A sandbox that hosts envs of one tenant (or is being started to)."""
 
     image: str
+    #: Whose envs it hosts: an admin's tenant, or ``None`` for the engine's owner.
+    tenant: str | None = None
     slots: int = 1  # envs placed on it or being placed
     sandbox_id: str | None = None
     ready: anyio.Event = attrs.field(factory=anyio.Event)
@@ -151,21 +161,24 @@ class GemProvider(EnvProvider):
         self._lock = anyio.Lock()
         self._warm_set = False
         self._swept = False
-        # The ids GEM registers in each image, learnt from its first sandbox.
-        self._known_ids: dict[str, frozenset[str]] = {}
-        self._needs_runtime: dict[str, bool] = {}
-        self._python: dict[str, str | None] = {}
+        # The ids GEM registers in each image, learnt from its first sandbox. Kept per tenant
+        # and image: a sandbox's answers are its tenant's to forge, never another's to trust.
+        self._known_ids: dict[tuple[str | None, str], frozenset[str]] = {}
+        self._needs_runtime: dict[tuple[str | None, str], bool] = {}
+        self._python: dict[tuple[str | None, str], str | None] = {}
         _PROVIDERS[engine] = self
 
     def accepts(self, env_id: str) -> bool:
         """Any non-blank id: GEM's registry is open (ROLL and users register their own)."""
         return isinstance(env_id, str) and bool(env_id.strip())
 
-    def start_request(self, image: str | None = None) -> SandboxStartRequest:
-        """The start request of an env sandbox (also the warm pool's kind)."""
-        return SandboxStartRequest(
-            image=image or self.image, memory=self.memory, cpus=self.cpus, metadata={ENV_SANDBOX_TAG: "env"}
-        )
+    def start_request(self, image: str | None = None, tenant: str | None = None) -> SandboxStartRequest:
+        """The start request of an env sandbox of ``tenant`` (``None``: the engine's owner; also
+        the warm pool's kind, whose members any tenant may claim: the metadata is not part of it)."""
+        metadata = {ENV_SANDBOX_TAG: "env"}
+        if tenant is not None:
+            metadata[TENANT_METADATA_KEY] = tenant
+        return SandboxStartRequest(image=image or self.image, memory=self.memory, cpus=self.cpus, metadata=metadata)
 
     # -- envs --------------------------------------------------------------------------------
 
@@ -184,21 +197,24 @@ class GemProvider(EnvProvider):
         """Whether ``handle`` named an env that is closed now."""
         return handle in self._closed_handles
 
-    async def make(self, env_id: str, *, image: str | None = None, **kwargs: Any) -> GemEnv:
-        """Make ``env_id`` in a sandbox with room (started when none has); ``kwargs`` go to GEM's
-        constructor (``max_turns=...``); ``image`` overrides the provider's.
+    async def make(self, env_id: str, *, image: str | None = None, tenant: str | None = None, **kwargs: Any) -> GemEnv:
+        """Make ``env_id`` in a sandbox of ``tenant`` with room (started when none has);
+        ``kwargs`` go to GEM's constructor (``max_turns=...``); ``image`` overrides the provider's.
+
+        ``tenant`` is the admin's tenant asking (``None``: the engine's owner, embedded or on an
+        admin without keys): its EnvHub entries resolve ``env_id``, its sandboxes host the env.
 
         :raises EnvFailed: the id is unknown (the message lists close matches), a dependency or
             offline data is missing, the image cannot run GEM.
         """
         if not self.accepts(env_id):
             raise InvalidParameter(f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id)
-        env_id, image, kwargs = self._resolve(env_id, image, kwargs)
+        env_id, image, kwargs = self._resolve(env_id, image, kwargs, tenant)
         image = image or self.image
-        known = self._known_ids.get(image)
+        known = self._known_ids.get((tenant, image))
         if known is not None and env_id not in known:
             raise unknown_env(env_id, known)  # no sandbox is started for an id GEM does not have
-        host = await self._place(image)
+        host = await self._place(image, tenant)
         assert host.sandbox_id is not None
         try:
             channel = self.channel(host, "env/make")
@@ -211,6 +227,7 @@ class GemProvider(EnvProvider):
                 exc.env_id = env_id
             raise
         env = GemEnv(self, host, made["env"], env_id, pid=made.get("pid"))
+        env.tenant = tenant
         self._envs[env.handle] = env
         return env
 
@@ -224,12 +241,15 @@ class GemProvider(EnvProvider):
             host.channel_key = key
         return host.channel
 
-    def _resolve(self, env_id: str, image: str | None, kwargs: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
-        """An EnvHub name → its GEM id, image and default constructor arguments."""
+    def _resolve(
+        self, env_id: str, image: str | None, kwargs: dict[str, Any], tenant: str | None
+    ) -> tuple[str, str | None, dict[str, Any]]:
+        """An EnvHub name → its GEM id, image and default constructor arguments: ``tenant``'s own
+        entry, else the operator's (shared) one; never another tenant's."""
         from rock_gem.envhub import envhub_for
 
         hub = envhub_for(self.engine, create=False)
-        info = hub.find(env_id) if hub is not None else None
+        info = hub.find(env_id, tenant=tenant) if hub is not None else None
         if info is None:
             return env_id, image, kwargs
         spec = info.extra_spec or {}
@@ -242,9 +262,9 @@ class GemProvider(EnvProvider):
             )
         return gem_id, image or info.image, {**defaults, **kwargs}
 
-    async def _place(self, image: str) -> _Host:
-        """A slot on a sandbox of ``image`` with room; the first make that finds none starts one,
-        and makes that come meanwhile join it."""
+    async def _place(self, image: str, tenant: str | None) -> _Host:
+        """A slot on a sandbox of ``tenant`` and ``image`` with room; the first make that finds
+        none starts one, and makes that come meanwhile join it."""
         starting = False
         async with self._lock:
             if not self._swept:
@@ -254,11 +274,11 @@ class GemProvider(EnvProvider):
                 self._warm_set = True
                 await self.engine.set_warm_pool(self.start_request(), self.warm_sandboxes)
             for host in self._hosts:
-                if host.image == image and host.slots < self.envs_per_sandbox and host.error is None:
+                if host.tenant == tenant and host.image == image and host.slots < self.envs_per_sandbox and host.error is None:
                     host.slots += 1
                     break
             else:
-                host = _Host(image)
+                host = _Host(image, tenant)
                 self._hosts.append(host)
                 starting = True
         if starting:
@@ -287,7 +307,7 @@ class GemProvider(EnvProvider):
     async def _start_host(self, host: _Host) -> None:
         try:
             with anyio.fail_after(self.start_timeout):
-                started = await self.engine.start_async(self.start_request(host.image))
+                started = await self.engine.start_async(self.start_request(host.image, host.tenant))
                 assert started.sandbox_id is not None
                 host.sandbox_id = started.sandbox_id
                 await self.engine.wait_until_running(started.sandbox_id)
@@ -314,9 +334,10 @@ class GemProvider(EnvProvider):
         """Ask the new sandbox for GEM's ids; an image without GEM gets the runtime uploaded.
         An image seen before is not asked again (its sandboxes get the runtime if it needed it)."""
         assert host.sandbox_id is not None
-        if host.image in self._needs_runtime:
-            if self._needs_runtime[host.image]:
-                await self._install_runtime(host, self._python[host.image])
+        kind = (host.tenant, host.image)
+        if kind in self._needs_runtime:
+            if self._needs_runtime[kind]:
+                await self._install_runtime(host, self._python[kind])
             return
         try:
             answer = await self.channel(host, "env/list").post("list", {}, self.timeout)
@@ -326,9 +347,9 @@ class GemProvider(EnvProvider):
             python = getattr(exc, "details", {}).get("python")
             await self._install_runtime(host, python)
             answer = await self.channel(host, "env/list").post("list", host.worker_args(), self.timeout)
-            self._python[host.image] = python
-        self._needs_runtime[host.image] = host.pythonpath is not None
-        self._known_ids[host.image] = frozenset(answer["env_id"])
+            self._python[kind] = python
+        self._needs_runtime[kind] = host.pythonpath is not None
+        self._known_ids[kind] = frozenset(answer["env_id"])
 
     async def _install_runtime(self, host: _Host, python: str | None) -> None:
         """Upload GEM's runtime (:mod:`rock_gem.runtime`) into ``host``'s sandbox, unpacked at
@@ -444,8 +465,9 @@ class GemEnv(Environment):
         self.env_id = env_id
         self.handle = f"{host.sandbox_id}.{key}"
         self.closed = False
-        #: The admin's tenant (API key) that made the env; only it may drive it there.
-        self.tenant: str | None = None
+        #: The admin's tenant (API key) that made the env (``None``: the engine's owner); only
+        #: it may drive the env there.
+        self.tenant: str | None = host.tenant
 
     def __repr__(self) -> str:
         return f"<GemEnv {self.env_id} {self.handle}{' closed' if self.closed else ''}>"

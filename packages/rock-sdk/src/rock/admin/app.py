@@ -404,6 +404,8 @@ class AdminApp:
                     body=await request.body(),
                     engine=self.manager,
                     tenant=_tenant(request),
+                    # Keyless, the caller is the operator. (Operator keys: once api_keys has them.)
+                    operator=_tenant(request) is None,
                 )
                 answer = await _unless_disconnected(request, route.handler(call))
                 if answer is _DISCONNECTED:
