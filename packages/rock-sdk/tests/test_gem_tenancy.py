@@ -172,3 +172,9 @@ def test_an_env_sandbox_is_its_tenants_sandbox(keyed_admin: Any) -> None:
             assert sandbox_id not in {item["sandbox_id"] for item in theirs}
     finally:
         env_b.close()
+
+
+def test_a_make_cannot_name_its_tenant(keyed_admin: Any) -> None:
+    with _hub(keyed_admin, KEY_B) as b:
+        spoofed = b.post("/apis/v1/envs/gem/make", json={"env_id": "game:GuessTheNumber-v0-easy", "kwargs": {"tenant": "a"}})
+        assert spoofed.status_code == 500 and spoofed.json()["kind"] == "bad_request" and "kwargs.tenant" in spoofed.json()["detail"]
