@@ -178,3 +178,13 @@ def test_a_make_cannot_name_its_tenant(keyed_admin: Any) -> None:
     with _hub(keyed_admin, KEY_B) as b:
         spoofed = b.post("/apis/v1/envs/gem/make", json={"env_id": "game:GuessTheNumber-v0-easy", "kwargs": {"tenant": "a"}})
         assert spoofed.status_code == 500 and spoofed.json()["kind"] == "bad_request" and "kwargs.tenant" in spoofed.json()["detail"]
+
+
+def test_another_tenants_closed_env_is_answered_as_never_made(keyed_admin: Any) -> None:
+    env_a = rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_A)
+    handle = env_a.sandbox_id
+    env_a.close()
+    with _hub(keyed_admin, KEY_B) as b, _hub(keyed_admin, KEY_A) as a:
+        closed = b.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle})
+        assert closed.status_code == 500 and "no env was made with this id" in closed.json()["detail"]
+        assert a.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle}).json() == {"sandbox_id": handle}

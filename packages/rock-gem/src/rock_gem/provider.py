@@ -157,7 +157,7 @@ class GemProvider(EnvProvider):
             raise InvalidParameter(f"plugins.gem.warm_sandboxes: expected a count >= 0, got {warm_sandboxes!r}", field="plugins.gem.warm_sandboxes", value=warm_sandboxes)
         self._hosts: list[_Host] = []
         self._envs: dict[str, GemEnv] = {}
-        self._closed_handles: set[str] = set()
+        self._closed_handles: dict[str, str | None] = {}  # handle -> the tenant that made it
         self._lock = anyio.Lock()
         self._warm_set = False
         self._swept = False
@@ -182,20 +182,22 @@ class GemProvider(EnvProvider):
 
     # -- envs --------------------------------------------------------------------------------
 
-    def get(self, handle: str) -> GemEnv:
-        """The live env of a handle (what ROCK's API calls ``sandbox_id``).
+    def get(self, handle: str, *, tenant: str | None = None) -> GemEnv:
+        """The live env of a handle (what ROCK's API calls ``sandbox_id``) that ``tenant`` made.
 
-        :raises EnvFailed: kind ``no_env``: never made here, or closed.
+        :raises EnvFailed: kind ``no_env``: never made here, closed, or another tenant's (which
+            is answered exactly as one never made).
         """
         env = self._envs.get(handle)
-        if env is None:
-            why = "it was closed" if handle in self._closed_handles else "no env was made with this id"
+        if env is None or env.tenant != tenant:
+            closed = self.is_closed(handle, tenant=tenant)
+            why = "it was closed" if closed else "no env was made with this id"
             raise EnvFailed(f"sandbox_id {handle!r}: no GEM env ({why})", kind="no_env")
         return env
 
-    def is_closed(self, handle: str) -> bool:
-        """Whether ``handle`` named an env that is closed now."""
-        return handle in self._closed_handles
+    def is_closed(self, handle: str, *, tenant: str | None = None) -> bool:
+        """Whether ``handle`` named an env of ``tenant`` that is closed now."""
+        return handle in self._closed_handles and self._closed_handles[handle] == tenant
 
     async def make(self, env_id: str, *, image: str | None = None, tenant: str | None = None, **kwargs: Any) -> GemEnv:
         """Make ``env_id`` in a sandbox of ``tenant`` with room (started when none has);
@@ -391,7 +393,7 @@ class GemProvider(EnvProvider):
         if self._envs.get(env.handle) is not env:
             return False
         del self._envs[env.handle]
-        self._closed_handles.add(env.handle)
+        self._closed_handles[env.handle] = env.tenant
         with anyio.CancelScope(shield=True):
             if end_process and env.host.sandbox_id is not None:
                 try:
@@ -438,9 +440,9 @@ class GemProvider(EnvProvider):
                 tg.start_soon(run, sandbox_id, indexes)
         return results
 
-    async def list_ids(self, handle: str) -> list[str]:
-        """The ids GEM registered in the process of env ``handle``."""
-        env = self.get(handle)
+    async def list_ids(self, handle: str, *, tenant: str | None = None) -> list[str]:
+        """The ids GEM registered in the process of env ``handle`` (``tenant``'s)."""
+        env = self.get(handle, tenant=tenant)
         answer = await env.call("list", {})
         return list(answer["env_id"])
 

@@ -117,11 +117,7 @@ def _env(request: RouteRequest, handle: str) -> GemEnv:
     provider = _provider(request)
     if provider is None:
         raise EnvFailed(f"sandbox_id {handle!r}: no GEM env (no env was made with this id)", kind="no_env")
-    env = provider.get(handle)
-    if getattr(env, "tenant", None) != request.tenant:
-        # Another API key's env: answered as if it did not exist.
-        raise EnvFailed(f"sandbox_id {handle!r}: no GEM env (no env was made with this id)", kind="no_env")
-    return env
+    return provider.get(handle, tenant=request.tenant)  # another API key's env: as if it did not exist
 
 
 # -- one call each -------------------------------------------------------------------------------
@@ -162,7 +158,7 @@ async def _step(request: RouteRequest, body: dict[str, Any]) -> Any:
 async def _close(request: RouteRequest, body: dict[str, Any]) -> Any:
     handle = _handle(body)
     provider = _provider(request)
-    if provider is not None and provider.is_closed(handle):
+    if provider is not None and provider.is_closed(handle, tenant=request.tenant):
         return {"sandbox_id": handle}  # closing twice is fine
     await _env(request, handle).close()
     return {"sandbox_id": handle}
@@ -170,7 +166,7 @@ async def _close(request: RouteRequest, body: dict[str, Any]) -> Any:
 
 async def _list(request: RouteRequest, body: dict[str, Any]) -> Any:
     env = _env(request, _handle(body))
-    return {"env_id": await env.provider.list_ids(env.handle)}
+    return {"env_id": await env.provider.list_ids(env.handle, tenant=request.tenant)}
 
 
 def _route(call: Callable[[RouteRequest, dict[str, Any]], Awaitable[Any]]) -> Callable[[RouteRequest], Awaitable[Any]]:
