@@ -4,7 +4,9 @@
 #
 #   nomad var put -namespace default nomad/jobs/rock-admin \
 #       nomad_token=<secret of a token with the rock-sandboxes policy> \
-#       api_keys='team-a=sha256:<hex>'
+#       api_keys='team-a=sha256:<hex>' \
+#       nomad_ca=@tls/nomad-agent-ca.pem nomad_client_cert=@tls/rock-admin.pem \
+#       nomad_client_key=@tls/rock-admin-key.pem
 #   nomad job run -var image=registry.example/rock-admin:0.1.0 deploy/nomad/rock-admin.nomad.hcl
 
 variable "image" {
@@ -33,8 +35,14 @@ variable "sandbox_datacenters" {
 
 variable "nomad_address" {
   type        = string
-  default     = "http://{{ env \"attr.unique.network.ip-address\" }}:4646"
-  description = "Nomad's HTTP API as the admin reaches it (default: the agent on the admin's own node; use https:// with TLS)."
+  default     = "https://{{ env \"attr.unique.network.ip-address\" }}:4646"
+  description = "Nomad's HTTP API as the admin reaches it (default: the agent on the admin's own node, over TLS: server.hcl, client.hcl)."
+}
+
+variable "sandbox_network" {
+  type        = string
+  default     = "rock-sandboxes"
+  description = "The isolated Docker network client-setup.sh made on every client (plugins.nomad.sandbox_network)."
 }
 
 variable "port" {
@@ -112,7 +120,32 @@ job "rock-admin" {
           address = "${var.nomad_address}"
           namespace = "${var.sandbox_namespace}"
           datacenters = "${var.sandbox_datacenters}"
+          sandbox_network = "${var.sandbox_network}"
+          # Mutual TLS with Nomad's API (verify_https_client): the files the templates below
+          # write from the job's Variable.
+          ca_cert = "{{ env "NOMAD_SECRETS_DIR" }}/nomad-ca.pem"
+          client_cert = "{{ env "NOMAD_SECRETS_DIR" }}/nomad-client.pem"
+          client_key = "{{ env "NOMAD_SECRETS_DIR" }}/nomad-client-key.pem"
         EOT
+      }
+
+      # The CA that signed Nomad's certificates and the admin's client certificate
+      # (make-test-ca.sh: nomad-agent-ca.pem, rock-admin.pem, rock-admin-key.pem).
+      template {
+        destination = "secrets/nomad-ca.pem"
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/rock-admin\" }}{{ .nomad_ca }}{{ end }}"
+      }
+      template {
+        destination = "secrets/nomad-client.pem"
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/rock-admin\" }}{{ .nomad_client_cert }}{{ end }}"
+      }
+      template {
+        destination = "secrets/nomad-client-key.pem"
+        perms       = "0600"
+        change_mode = "restart"
+        data        = "{{ with nomadVar \"nomad/jobs/rock-admin\" }}{{ .nomad_client_key }}{{ end }}"
       }
 
       # Secrets from the job's own Nomad Variable (readable by this job's workload identity):

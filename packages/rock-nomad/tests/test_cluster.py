@@ -10,28 +10,22 @@ stand-in's nodes as a checksummed artifact.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 from rock_core.actions import Command, SandboxStartRequest
-from rock_core.engine.config import EngineConfig
-from rock_core.engine.manager import SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import InternalServerRockError, RockError
-from rock_core.rocklet_delivery import prepare_rocklet
+from rock_core.runtime import UnitHandle
 from rock_core.states import State
 from rock_core.testing import eventually_empty
 
 from rock_nomad._job import secret_path
-from rock_nomad.runtime import NomadRuntime
 from rock_nomad.testing import StandInNomad
-from rock_nomad.testing.contract import ArtifactServer
 from rock_nomad.testing.fixtures import stand_in_nomad_factory  # noqa: F401 - fixture
 
 from .conftest import IMAGE
@@ -44,32 +38,6 @@ SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5, "disk": None}
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet_url(tmp_path_factory) -> Any:
-    """The engine's rocklet (built as the engine builds it), served over HTTP for the nodes."""
-    delivery = prepare_rocklet()
-    server = ArtifactServer(delivery.path.parent, "127.0.0.1")
-    yield f"{server.url}/{delivery.path.name}"
-    server.close()
-
-
-@pytest.fixture
-def engine_on(rocklet_url: str, tmp_path: Path) -> Callable[..., Any]:
-    """``async with engine_on(nomad, **settings) as engine``: an engine whose runtime is
-    ``nomad``, configured by its plugin table (``[plugins.nomad]``)."""
-
-    @contextlib.asynccontextmanager
-    async def make(nomad: StandInNomad, *, store: str | None = None, keep: bool = False, **settings: Any) -> AsyncIterator[SandboxManager]:
-        table = {"address": nomad.address, "rocklet_url": rocklet_url, **settings}
-        config = EngineConfig(runtime="nomad", plugin_options={"nomad": table}, reconcile_interval=0.5,
-                              store_path=store, stop_timeout=3.0, remove_on_close=not keep)
-        async with SandboxManager(config, owner=f"test-cluster-{tmp_path.name}") as engine:
-            assert isinstance(engine.runtime, NomadRuntime)
-            yield engine
-
-    return make
 
 
 def _jobs(nomad: StandInNomad) -> list[dict[str, Any]]:
@@ -271,7 +239,10 @@ async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(stand_i
         result = await engine.rocklet(record.sandbox_id).execute(
             Command(command=["sh", "-c", "echo ran; env | grep -c ROCK_ROCKLET_TOKEN || true"]))
         assert result.exit_code == 0 and result.stdout.split() == ["ran", "0"]  # commands do not inherit it
-        wrong = RockletClient(engine.http, record.host_ip, record.port_mapping[22555], record.sandbox_id, token="not-it")
+        # The rocklet where the node publishes it (the engine's port_mapping is its own forward).
+        unit = await engine.runtime.inspect(UnitHandle(runtime="nomad", unit_id=job_id, sandbox_id=record.sandbox_id))
+        assert unit.rocklet_host == record.host_ip
+        wrong = RockletClient(engine.http, unit.rocklet_host, unit.rocklet_port, record.sandbox_id, token="not-it")
         with pytest.raises(InternalServerRockError, match="refused .*secret for it is wrong"):
             await wrong.execute(Command(command=["echo", "no"]))
         await engine.stop(record.sandbox_id)  # deleted at once (no auto_delete_seconds): the job purged

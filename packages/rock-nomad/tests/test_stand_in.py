@@ -520,15 +520,55 @@ def test_the_template_language_the_stand_in_renders() -> None:
             out(unsupported)
 
 
+def test_each_node_has_docker_networks_of_its_own(stand_in_nomad_factory, connect) -> None:  # noqa: F811
+    """``network_mode`` as on a node with its own Docker engine: unset is the node's ``bridge``
+    (Docker's defaults: inter-container traffic on), a network its operator made has the options
+    it was made with, one the node lacks fails the task as Docker's 404 does, and containers of
+    different nodes never share a network."""
+    nomad = stand_in_nomad_factory(nodes=3, algorithm="spread",  # three jobs, one a node
+                                   node_networks={"isolated": {"com.docker.network.bridge.enable_icc": "false"}})
+    api = connect(nomad)
+    jobs = {}
+    for mode in ("", "isolated", "isolated"):
+        job_id = new_job_id("net")
+        job = sandbox_job(job_id, IMAGE)
+        if mode:
+            job["TaskGroups"][0]["Tasks"][0]["Config"]["network_mode"] = mode
+        api.register(job)
+        jobs[job_id] = api.wait_alloc(job_id, running, "started")
+    networks = {}
+    for job_id, alloc in jobs.items():
+        assert alloc["ClientStatus"] == "running", alloc
+        container = nomad.container_of(alloc["ID"], "main")
+        [name] = container.attrs["NetworkSettings"]["Networks"]
+        networks[job_id] = (alloc["NodeName"], name)
+    made = {n["Name"]: n for n in nomad.networks()}
+    for node, name in networks.values():
+        assert name in made and made[name]["Labels"]["nomad-stand-in.node"] == node
+        icc = made[name]["Options"].get("com.docker.network.bridge.enable_icc", "true")
+        assert icc == ("true" if made[name]["Labels"]["nomad-stand-in.network"] == "bridge" else "false")
+    isolated = [networks[j] for j in list(jobs)[1:]]
+    assert isolated[0][0] != isolated[1][0] and isolated[0][1] != isolated[1][1]  # two nodes: two networks
+    missing = new_job_id("net")
+    job = sandbox_job(missing, IMAGE)
+    job["TaskGroups"][0]["Tasks"][0]["Config"]["network_mode"] = "not-made-here"
+    api.register(job)
+    failure = [e for e in events(api.wait_alloc(missing, ended, "failed")) if e["Type"] == "Driver Failure"]
+    assert failure and "network not-made-here not found" in failure[-1]["DriverError"]
+
+
 def test_close_removes_every_container_and_start_removes_a_crashed_stand_ins(docker_client, connect) -> None:
     crashed = docker_client.containers.create(
         IMAGE, command=["sleep", "60"], labels={LABEL_OWNER: owner_tag(999_999_999), LABEL_SERVER: "crashed"})
     alive = docker_client.containers.create(
         IMAGE, command=["sleep", "60"], labels={LABEL_OWNER: owner_tag(), LABEL_SERVER: "another-live-one"})
+    crashed_network = docker_client.api.create_network(
+        f"nomad-stand-in-crashed-{uuid.uuid4().hex[:8]}", labels={LABEL_OWNER: owner_tag(999_999_999), LABEL_SERVER: "crashed"})
     try:
         nomad = StandInNomad(nodes=1, docker_client=docker_client).start()
         try:
             assert _gone(docker_client, crashed.id)
+            assert not docker_client.api.networks(ids=[crashed_network["Id"]])
             assert not _gone(docker_client, alive.id)  # a live stand-in's containers are not ours to remove
             api = connect(nomad)
             for _ in range(2):
@@ -536,9 +576,11 @@ def test_close_removes_every_container_and_start_removes_a_crashed_stand_ins(doc
                 api.register(sandbox_job(job_id, IMAGE))
                 api.wait_alloc(job_id, running, "started")
             assert len(nomad.containers()) == 2
+            assert len(nomad.networks()) == 1  # the one node's network its tasks joined
         finally:
             nomad.close()
         assert nomad.containers() == []
+        assert nomad.networks() == []
         assert not nomad.work_dir.exists()
     finally:
         alive.remove(force=True)

@@ -52,6 +52,8 @@ class RuntimeCapabilities:
     :param disk_usage: it measures its units' writable layers (:meth:`Runtime.disk_usage`).
     :param network_modes: the ``network`` values a sandbox may ask for (the first is the default).
     :param stats: it samples its units' resource use (:meth:`Runtime.stats`): monitoring.
+    :param network_groups: sandboxes may join a ``network_group`` (a network of their own,
+        shared by the group's sandboxes only); the engine refuses one otherwise.
     """
 
     assign: bool
@@ -61,6 +63,7 @@ class RuntimeCapabilities:
     disk_usage: bool
     network_modes: tuple[str, ...]
     stats: bool = False
+    network_groups: bool = True
 
     def missing(self, capability: str, runtime: str) -> str:
         """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
@@ -77,6 +80,7 @@ _CAN = {
     "disk_usage": "measure its units' disk use",
     "network_modes": "give sandboxes that network",
     "stats": "measure its units' resource use",
+    "network_groups": "put sandboxes in a network group",
 }
 
 
@@ -127,6 +131,10 @@ class Runtime(abc.ABC):
     keeps_files_across_stop: ClassVar[bool] = False
     #: The ``network`` modes a sandbox may ask for; the first is what a spec without one gets.
     network_modes: ClassVar[tuple[str, ...]] = ("bridge",)
+    #: Whether sandboxes may join a ``network_group`` (``runtime_options["network_group"]``):
+    #: a runtime that cannot give a group a network of its own, apart from every other
+    #: sandbox, declares ``False`` and the engine refuses the field, naming the runtime.
+    network_groups: ClassVar[bool] = True
 
     def sandbox_id_problem(self, sandbox_id: str) -> str | None:
         """Why ``sandbox_id`` cannot name a sandbox on this runtime, in words; ``None`` if it can.
@@ -150,6 +158,7 @@ class Runtime(abc.ABC):
             disk_usage=type(self).disk_usage is not Runtime.disk_usage,
             network_modes=tuple(self.network_modes),
             stats=self.can_measure,
+            network_groups=self.network_groups,
         )
 
     @abc.abstractmethod

@@ -97,3 +97,22 @@ def test_a_misspelt_plugin_setting_is_named_with_its_table(config, said) -> None
 
     with pytest.raises(InvalidParameter, match=said):
         SandboxManager(EngineConfig(**config))
+
+
+async def test_a_network_group_is_refused_on_a_runtime_that_declares_it_cannot() -> None:
+    """``network_group`` on a runtime without the capability (Nomad's) is refused before any
+    unit is made, naming the field, the runtime and the capability."""
+
+    class NoGroups(NullRuntime):
+        name = "no-groups"
+        network_groups = False
+
+    assert NullRuntime().capabilities.network_groups and not NoGroups().capabilities.network_groups
+    async with SandboxManager(EngineConfig(), runtime=NoGroups()) as engine:
+        with pytest.raises(InvalidParameter, match=(
+            r"network_group: runtime 'no-groups' cannot put sandboxes in a network group "
+            r"\(capability network_groups\); got 'team-a'"
+        )) as info:
+            await engine.start_async(SandboxStartRequest(image="python:3.11", network_group="team-a"))
+        assert info.value.field == "network_group"
+        assert engine.list_records() == []

@@ -165,7 +165,7 @@ class NomadApi:
         except httpx.TransportError as exc:
             raise RuntimeFailure(
                 f"cannot reach the Nomad API at {self.address} ({type(exc).__name__}: {exc or 'no answer'}); "
-                f"check {self.settings['address']}",
+                f"check {self._transport_hint(exc)}",
                 sandbox_id=sandbox_id, attempted=attempted,
             ) from exc
         if response.status_code < 300:
@@ -176,6 +176,24 @@ class NomadApi:
             raise SandboxNotFound(not_found, sandbox_id=sandbox_id, attempted=attempted)
         raise NomadError(self._explain(status, text, method, path), status=status, text=text,
                          sandbox_id=sandbox_id, attempted=attempted)
+
+    def _transport_hint(self, exc: httpx.TransportError) -> str:
+        """The settings to check for a call that got no answer: the TLS ones when the TLS
+        handshake failed (Nomad's certificate not trusted, or ours refused), else the address."""
+        text = str(exc).lower()
+        address = self.settings["address"]
+        if "certificate verify failed" in text or "wrong version number" in text:
+            # Not signed by the CA we trust, not for this host name, or not TLS at all.
+            return f"{self.settings.get('ca_cert', 'plugins.nomad.ca_cert')} and {address}"
+        client_cert = f"{self.settings.get('client_cert', 'plugins.nomad.client_cert')} and client_key"
+        if "certificate required" in text or "bad certificate" in text or "unknown ca" in text:
+            # Nomad asks for a client certificate (verify_https_client) and ours is absent or refused.
+            return client_cert
+        if self.address.startswith("https://") and isinstance(exc, _DROPPED):
+            # The TLS alert of a refused client certificate often arrives as a closed connection.
+            return (f"{client_cert} (a Nomad with verify_https_client closes the connection of a caller without a "
+                    f"certificate its CA signed), and {address}")
+        return str(address)
 
     def _explain(self, status: int, text: str, method: str, path: str) -> str:
         said = f"Nomad at {self.address} answered {method} /v1/{path.split('?')[0]} with HTTP {status}: {text or '(empty)'}"

@@ -11,7 +11,14 @@ The job (one per sandbox; its ID is the unit id):
   with its SHA-256 and mounted read-only at ``/rock``; the sandbox's secret is not in the job:
   a template reads it from the job's own Nomad Variable (:func:`secret_path`, which the runtime
   writes before it registers the job) into ``/secrets`` and the task's environment;
-- two dynamic ports in host mode, ``rocklet`` (to 22555 in the container) and ``app`` (to 8080);
+- the container on the node's Docker network :data:`SANDBOX_NETWORK` (``network_mode``; made by
+  the node's operator with inter-container traffic disabled, deploy/nomad/client-setup.sh), so
+  no sandbox connects to another, and a constraint that places the job only on nodes whose
+  ``meta`` says they have it (:data:`NETWORK_META`): a node nobody prepared gets no sandbox;
+- one dynamic port in host mode, ``rocklet`` (to 22555 in the container), published on the
+  node's address: the rocklet refuses every caller without the sandbox's secret. Port 8080 is
+  not published: the engine forwards it (and 22555) from its own 127.0.0.1 through the rocklet
+  (:attr:`~rock_core.models.RuntimeStatus.forwarded_ports`), as on the Docker runtime;
 - ``Meta``: the unit's labels (``rock.sandbox_id``, ``rock.owner``, ...), so that a restarted
   admin finds its sandboxes again from one job listing.
 
@@ -37,6 +44,8 @@ __all__ = [
     "APP_PORT",
     "GROUP",
     "KEPT_CAPABILITIES",
+    "NETWORK_META",
+    "SANDBOX_NETWORK",
     "TASK",
     "describe_placement_failure",
     "job_for",
@@ -59,6 +68,12 @@ ROCKLET_MOUNT = "/rock"
 SECRET_FILE = "secrets/rocklet.env"
 #: The item of the job's Variable that holds the secret.
 SECRET_ITEM = "token"
+#: The Docker network a sandbox's container joins on its node (``plugins.nomad.sandbox_network``):
+#: made by the node's operator with inter-container traffic disabled (deploy/nomad/client-setup.sh).
+SANDBOX_NETWORK = "rock-sandboxes"
+#: The node ``meta`` key that says which network that is on a node prepared for rock; a sandbox's
+#: job is only placed on nodes whose value names its network.
+NETWORK_META = "rock_sandbox_network"
 
 
 def secret_path(job_id: str) -> str:
@@ -81,9 +96,13 @@ def job_for(
     kill_timeout: float,
     ephemeral_disk_mb: int,
     nofile_limit: int | None,
+    sandbox_network: str = SANDBOX_NETWORK,
 ) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
     """``(job, notes, security)`` for ``spec``: the job to register, what it cannot honour, and
-    the hardening it applies."""
+    the hardening it applies.
+
+    :param sandbox_network: the Docker network of every node that the sandbox's container joins.
+    """
     notes: list[str] = []
     cpu_mhz = max(1, round(spec.cpus * mhz_per_cpu))
     memory_mb = max(10, math.ceil(spec.memory / MiB))
@@ -95,7 +114,8 @@ def job_for(
         # The rocklet's folder of the task directory, read-only at /rock as on the Docker runtime
         # (a path relative to the task directory needs no docker.volumes on the client).
         "volumes": [f"{ROCKLET_DIR}:{ROCKLET_MOUNT}:ro"],
-        "ports": ["rocklet", "app"],
+        "network_mode": sandbox_network,
+        "ports": ["rocklet"],
         "cpu_hard_limit": spec.limit_cpus is None,
         "security_opt": ["no-new-privileges"],
         "cap_drop": ["ALL"],
@@ -150,8 +170,7 @@ def job_for(
         "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
         "PreventRescheduleOnLost": True,
         "EphemeralDisk": {"SizeMB": ephemeral_disk_mb},
-        "Networks": [{"Mode": "host", "DynamicPorts": [{"Label": "rocklet", "To": ROCKLET_PORT},
-                                                        {"Label": "app", "To": APP_PORT}]}],
+        "Networks": [{"Mode": "host", "DynamicPorts": [{"Label": "rocklet", "To": ROCKLET_PORT}]}],
         "Tasks": [task],
     }
     job: dict[str, Any] = {
@@ -165,10 +184,13 @@ def job_for(
     }
     if node_pool:
         job["NodePool"] = node_pool
+    constraints = [{"LTarget": f"${{meta.{NETWORK_META}}}", "RTarget": sandbox_network, "Operand": "="}]
     if spec.image_os and spec.image_os != "linux":
-        job["Constraints"] = [{"LTarget": "${attr.kernel.name}", "RTarget": spec.image_os, "Operand": "="}]
+        constraints.append({"LTarget": "${attr.kernel.name}", "RTarget": spec.image_os, "Operand": "="})
+    job["Constraints"] = constraints
     security = {
-        "network": "nomad host-mode ports",
+        "network": f"docker network {sandbox_network} of its Nomad node (no traffic between sandboxes); "
+                   "only the rocklet published on the node",
         "pids_limit": spec.pids_limit,
         "nofile_limit": nofile_limit,
         "no_new_privileges": True,
@@ -195,6 +217,12 @@ def describe_placement_failure(failed: Mapping[str, Any]) -> str:
             parts.append(f"class {key!r} filtered {count} node(s)")
         for key, count in sorted((metric.get("ConstraintFiltered") or {}).items()):
             parts.append(f"constraint {key!r} filtered {count} node(s)")
+            if f"meta.{NETWORK_META}" in key:
+                parts.append(
+                    f"a node takes rock's sandboxes once its operator made their isolated Docker network and set "
+                    f"its meta {NETWORK_META} to that network's name (deploy/nomad/client-setup.sh; the name is "
+                    "plugins.nomad.sandbox_network)"
+                )
         if metric.get("NodesExhausted"):
             parts.append(f"resources exhausted on {metric['NodesExhausted']} node(s)")
         for key, count in sorted((metric.get("DimensionExhausted") or {}).items()):
@@ -268,13 +296,14 @@ def status_of(alloc: Mapping[str, Any], *, ports: Sequence[Mapping[str, Any]] | 
     common: dict[str, Any] = {"node_name": node_name, "node_address": node_address,
                               "started_at": _time(state.get("StartedAt")), "finished_at": _time(state.get("FinishedAt"))}
     if client == "running" and desired == "run" and not stopped_by_us:
-        mapping = {Port(int(p.get("To") or p["Value"])): Port(int(p["Value"])) for p in by_label.values() if p.get("Value")}
+        # Only the rocklet is published on the node; the engine forwards 22555 and 8080 from
+        # its own host through it (``forwarded_ports``), as it does for Docker's sandboxes.
         rocklet = by_label.get("rocklet")
         return RuntimeStatus(
             state=UnitState.RUNNING,
             rocklet_host=rocklet.get("HostIP") if rocklet else None,
             rocklet_port=Port(int(rocklet["Value"])) if rocklet and rocklet.get("Value") else None,
-            port_mapping=mapping,
+            forwarded_ports=(Port(ROCKLET_PORT), Port(APP_PORT)),
             **common,
         )
     if client == "pending" and desired == "run" and not stopped_by_us:

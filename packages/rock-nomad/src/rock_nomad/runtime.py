@@ -22,8 +22,11 @@
 All calls are async HTTP on the event loop (:mod:`rock_nomad._api`); nothing blocks it.
 A Nomad unit cannot keep its files across a stop (a stopped allocation's container is gone), so
 ``restart()`` of a stopped sandbox is refused by the engine, naming the runtime; no warm-pool
-renaming (``assign``), snapshots or disk measures either; ``network`` is ``bridge`` only
-(the docker driver's default network, ports published on the node). ``watch`` reports units
+renaming (``assign``), snapshots or disk measures either. ``network`` is ``bridge`` only:
+each node's Docker network ``sandbox_network``, which its operator made with inter-container
+traffic disabled (deploy/nomad/client-setup.sh), only the rocklet published on the node and
+ports 22555 and 8080 forwarded by the engine through it; no ``network_group`` (the runtime
+declares it cannot, and the engine refuses one naming the field). ``watch`` reports units
 that stop or vanish as Nomad's event stream tells it (a lost node at once, not at the next
 reconcile).
 """
@@ -45,6 +48,7 @@ from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 from rock_nomad._api import NomadApi, NomadError, Setting
 from rock_nomad._events import EventFeed, JobWatch
 from rock_nomad._job import (
+    SANDBOX_NETWORK,
     SECRET_ITEM,
     describe_placement_failure,
     failure_of,
@@ -63,6 +67,9 @@ log = logging.getLogger("rock.nomad")
 _MAX_JOB_ID = 128 - len(secret_path(""))
 _JOB_PREFIX = re.compile(r"[A-Za-z0-9_~-]{1,32}")
 _VARIABLE_PATH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+_DOCKER_NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+#: Docker network modes that are not a network an operator made without inter-container traffic.
+_NOT_ISOLATED = ("bridge", "default", "host", "none")
 #: Seconds one blocking query waits before it is asked again.
 _BLOCK = 30.0
 
@@ -124,6 +131,10 @@ class NomadRuntime(Runtime):
     :param client_cert: / :param client_key: a client certificate for mutual TLS (default
         ``NOMAD_CLIENT_CERT`` / ``NOMAD_CLIENT_KEY``).
     :param tls_skip_verify: do not verify Nomad's certificate (tests only).
+    :param sandbox_network: the Docker network, on every client node, that sandboxes join: made
+        by the node's operator with inter-container traffic disabled, the node's ``meta``
+        ``rock_sandbox_network`` naming it (deploy/nomad/client-setup.sh); sandboxes are placed
+        only on such nodes.
     :param job_prefix: the prefix of every sandbox job's ID (``rock-<sandbox id>``); the runtime
         lists jobs by it.
     :param mhz_per_cpu: MHz of Nomad's ``CPU`` per CPU a sandbox asks for.
@@ -144,6 +155,9 @@ class NomadRuntime(Runtime):
     name: ClassVar[str] = "nomad"
     keeps_files_across_stop: ClassVar[bool] = False
     network_modes: ClassVar[tuple[str, ...]] = ("bridge",)
+    #: A network group's sandboxes would need a network of their own on one node, which Nomad's
+    #: docker driver cannot make; the engine refuses ``network_group``, naming this runtime.
+    network_groups: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -158,6 +172,7 @@ class NomadRuntime(Runtime):
         client_cert: str | None = None,
         client_key: str | None = None,
         tls_skip_verify: Any = False,
+        sandbox_network: str = SANDBOX_NETWORK,
         job_prefix: str = "rock-",
         mhz_per_cpu: Any = 1000,
         priority: Any = 50,
@@ -175,6 +190,8 @@ class NomadRuntime(Runtime):
             "token": _setting_source("token", token, "NOMAD_TOKEN"),
             "namespace": _setting_source("namespace", namespace, "NOMAD_NAMESPACE"),
             "region": _setting_source("region", region, "NOMAD_REGION"),
+            "ca_cert": _setting_source("ca_cert", ca_cert, "NOMAD_CACERT"),
+            "client_cert": _setting_source("client_cert", client_cert, "NOMAD_CLIENT_CERT"),
         }
         self.address = (address or os.environ.get("NOMAD_ADDR") or "http://127.0.0.1:4646").rstrip("/")
         if not self.address.startswith(("http://", "https://")):
@@ -193,6 +210,14 @@ class NomadRuntime(Runtime):
         self.tls_skip_verify = _as_bool(tls_skip_verify, "tls_skip_verify")
         if bool(self.client_cert) != bool(self.client_key):
             raise InvalidParameter("plugins.nomad.client_cert and client_key: set both or neither", field="client_cert")
+        if not isinstance(sandbox_network, str) or not _DOCKER_NETWORK.fullmatch(sandbox_network) \
+                or sandbox_network in _NOT_ISOLATED:
+            raise InvalidParameter(
+                "plugins.nomad.sandbox_network: expected the name of a Docker network the nodes' operator made "
+                "without inter-container traffic (deploy/nomad/client-setup.sh), not Docker's own bridge, host or "
+                f"none, got {sandbox_network!r}", field="sandbox_network", value=sandbox_network,
+            )
+        self.sandbox_network = sandbox_network
         if not isinstance(job_prefix, str) or not _JOB_PREFIX.fullmatch(job_prefix):
             raise InvalidParameter(
                 "plugins.nomad.job_prefix: expected 1 to 32 letters, digits, '-', '_' or '~' (it begins each "
@@ -246,17 +271,39 @@ class NomadRuntime(Runtime):
         if self._closed:
             raise RuntimeFailure("the nomad runtime is closed", attempted="nomad call")
         if self._api is None:
-            verify: ssl.SSLContext | bool = True
-            if self.tls_skip_verify:
-                verify = False
-            elif self.ca_cert:
-                verify = ssl.create_default_context(cafile=self.ca_cert)
-            cert = (self.client_cert, self.client_key) if self.client_cert and self.client_key else None
             self._api = NomadApi(
-                self.address, token=self._token, namespace=self.namespace, region=self.region, verify=verify,
-                cert=cert, timeout=self.api_timeout, max_connections=self.max_connections, settings=self.settings,
+                self.address, token=self._token, namespace=self.namespace, region=self.region, verify=self._tls(),
+                cert=None, timeout=self.api_timeout, max_connections=self.max_connections, settings=self.settings,
             )
         return self._api
+
+    def _tls(self) -> ssl.SSLContext | bool:
+        """The TLS context Nomad's API is called with: its certificate checked against
+        ``ca_cert`` (else the system's CAs), and ``client_cert``/``client_key`` shown when
+        Nomad asks for one (``verify_https_client``).
+
+        :raises RuntimeFailure: a file that cannot be read, naming its setting.
+        """
+        if not self.address.startswith("https://"):
+            return True
+        setting = "ca_cert"
+        try:
+            if self.tls_skip_verify:
+                context = ssl.create_default_context()
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            else:
+                context = ssl.create_default_context(cafile=self.ca_cert)
+            if self.client_cert and self.client_key:
+                setting = "client_cert"
+                context.load_cert_chain(self.client_cert, self.client_key)
+        except (OSError, ssl.SSLError) as exc:
+            value = self.ca_cert if setting == "ca_cert" else f"{self.client_cert}, key {self.client_key}"
+            raise RuntimeFailure(
+                f"cannot use the TLS files of {self.settings[setting]} and client_key ({value}): {exc}",
+                attempted="nomad call",
+            ) from exc
+        return context
 
     @property
     def feed(self) -> EventFeed:
@@ -326,6 +373,12 @@ class NomadRuntime(Runtime):
                 f"network: runtime 'nomad' cannot give sandboxes network {network!r} (it has: "
                 f"{', '.join(self.network_modes)})", field="network", value=network, sandbox_id=sandbox_id, attempted="create",
             )
+        group = spec.runtime_options.get("network_group")
+        if group is not None:
+            raise InvalidParameter(
+                f"network_group: runtime 'nomad' cannot give sandboxes a network group (got {group!r}): its sandboxes "
+                "are on no shared network", field="network_group", value=group, sandbox_id=sandbox_id, attempted="create",
+            )
         delivery = self.rocklet_delivery
         if delivery is None:
             raise RuntimeFailure(
@@ -346,6 +399,7 @@ class NomadRuntime(Runtime):
             datacenters=self.datacenters, node_pool=self.node_pool, priority=self.priority,
             mhz_per_cpu=self.mhz_per_cpu, kill_timeout=self.kill_timeout,
             ephemeral_disk_mb=self.ephemeral_disk_mb, nofile_limit=self.nofile_limit,
+            sandbox_network=self.sandbox_network,
         )
         self._created[job_id] = {"job": job, "image": spec.image, "token": rocklet_token}
         self._known[job_id] = (sandbox_id, dict(labels))

@@ -117,6 +117,13 @@ def validate(engine: SandboxManager, spec: SandboxSpec) -> None:
             f"network: expected one of {', '.join(modes)}, got {network!r} (what runtime {runtime.name!r} offers)",
             network,
         ))
+    group = spec.runtime_options.get("network_group")
+    if group is not None and not runtime.capabilities.network_groups:
+        problems.append((
+            "network_group",
+            f"network_group: {runtime.capabilities.missing('network_groups', runtime.name)}; got {group!r}",
+            group,
+        ))
     if spec.pids_limit is not None and spec.pids_limit > c.max_pids_limit:
         problems.append(("pids_limit", f"pids_limit: {spec.pids_limit} is above the maximum of {c.max_pids_limit}", spec.pids_limit))
     refused = [name for name in spec.cap_add if name not in c.allowed_cap_add]

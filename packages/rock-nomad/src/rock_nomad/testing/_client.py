@@ -6,6 +6,14 @@ the task's artifacts over HTTP and check their checksums, find or pull the image
 start the container with the task's resources and its ports published on its node's loopback
 address, watch it exit (Docker's ``die`` and ``oom`` events), apply the restart policy, and
 kill it when the server stops the allocation. Each step reports Nomad's task events.
+
+Each node has Docker networks of its own, as each real node has its own Docker engine: its
+``bridge`` (what a task without ``network_mode`` joins; Docker's defaults, so containers on it
+may connect to each other, as on a stock Docker engine) and those its operator made
+(:attr:`NodeSpec.docker_networks`, created with their driver options, e.g.
+``enable_icc=false``). They are real Docker bridge networks, one per node and name, made when a
+task first needs them (``nomad-stand-in-<server>-<node>-<name>``): containers of different nodes
+never share one. A ``network_mode`` the node lacks fails the task as Docker's 404 does.
 """
 
 from __future__ import annotations
@@ -42,6 +50,9 @@ log = logging.getLogger("rock_nomad.testing")
 #: look for those, and must leave the stand-in's containers alone).
 LABEL_SERVER = "nomad-stand-in.server"
 LABEL_OWNER = "nomad-stand-in.owner"
+#: Docker's built-in network, which every node has: what ``network_mode`` unset, ``bridge`` or
+#: ``default`` means. Made with Docker's default options (containers may connect to each other).
+DEFAULT_NETWORK = "bridge"
 
 #: The docker driver ``Config`` keys the stand-in understands. Any other key fails the task with
 #: "Failed Validation", as an unknown key fails Nomad's own config decoding.
@@ -476,8 +487,7 @@ class TaskRunner:
             kwargs["working_dir"] = config["work_dir"]
         if config.get("hostname"):
             kwargs["hostname"] = config["hostname"]
-        if config.get("network_mode"):
-            kwargs["network_mode"] = config["network_mode"]
+        kwargs["network_mode"] = await self._network_mode(config.get("network_mode") or "")
         if self.task.get("KillSignal"):
             kwargs["stop_signal"] = self.task["KillSignal"]
         if self.task.get("User"):
@@ -520,6 +530,20 @@ class TaskRunner:
             raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from exc
         self.container_id = container_id
         self.sim.containers[container_id] = self
+
+    async def _network_mode(self, mode: str) -> str:
+        """The Docker network mode of the task's container on this node (see the module docstring)."""
+        if mode == "none" or mode.startswith("container:"):
+            return mode
+        name = DEFAULT_NETWORK if mode in ("", "default", DEFAULT_NETWORK) else mode
+        if name != DEFAULT_NETWORK and name not in self.spec.docker_networks:
+            text = f"failed to create container: API error (404): network {name} not found"
+            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True))
+        try:
+            return await self.sim.node_network(self.node["Name"], name, self.spec.docker_networks.get(name, {}))
+        except docker.errors.DockerException as exc:
+            text = f"failed to create container: network {name}: {_docker_text(exc)}"
+            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from exc
 
     def _labels(self, config: dict[str, Any]) -> dict[str, str]:
         labels: dict[str, str] = {}
@@ -653,6 +677,9 @@ class DockerClientSim:
         self.runners: dict[str, list[TaskRunner]] = {}
         self.tasks: dict[str, list[asyncio.Task[None]]] = {}
         self.containers: dict[str, TaskRunner] = {}
+        #: (node name, network name) → the real Docker network made for it.
+        self.networks: dict[tuple[str, str], str] = {}
+        self._network_locks: dict[tuple[str, str], asyncio.Lock] = {}
 
     @property
     def http(self) -> httpx.AsyncClient:
@@ -667,6 +694,23 @@ class DockerClientSim:
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+
+    async def node_network(self, node: str, name: str, options: dict[str, str]) -> str:
+        """The real Docker network that stands for network ``name`` of node ``node``, made on
+        first use with ``options`` (Docker's defaults for the node's ``bridge``)."""
+        key = (node, name)
+        lock = self._network_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            if key not in self.networks:
+                real = f"nomad-stand-in-{self.server_id}-{node}-{name}"
+                labels = {LABEL_SERVER: self.server_id, LABEL_OWNER: self.owner,
+                          "nomad-stand-in.node": node, "nomad-stand-in.network": name}
+                # The bridge's interface name is the host's to choose (two nodes would clash).
+                driver_options = {k: v for k, v in options.items() if k != "com.docker.network.bridge.name"}
+                await self.call(self.docker.api.create_network, real, driver="bridge", options=driver_options,
+                                labels=labels, check_duplicate=True)
+                self.networks[key] = real
+            return self.networks[key]
 
     def run(self, alloc: dict[str, Any], node: dict[str, Any], spec: NodeSpec) -> None:
         group = next(g for g in alloc["Job"]["TaskGroups"] if g["Name"] == alloc["TaskGroup"])

@@ -74,6 +74,10 @@ class NodeSpec:
     meta: dict[str, str] = field(default_factory=dict)
     min_dynamic_port: int = 20000
     max_dynamic_port: int = 32000
+    #: The Docker networks the node's operator made, besides Docker's own ``bridge`` (name →
+    #: driver options, e.g. ``{"com.docker.network.bridge.enable_icc": "false"}``): what a
+    #: task's ``network_mode`` may name on this node.
+    docker_networks: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class Cluster:

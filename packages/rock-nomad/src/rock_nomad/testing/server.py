@@ -6,6 +6,12 @@ own loopback address (``127.0.0.2``, ``127.0.0.3``, …), and runs every task as
 on the local Docker engine with its ports published on its node's address. Test hooks inject
 faults (image pull failure, task exit, OOM kill, node lost) and add nodes or ACL tokens.
 
+Its nodes are prepared as ``deploy/nomad/`` prepares a real client for rock (unless told
+otherwise): a Docker network ``rock-sandboxes`` without inter-container traffic, and the node
+``meta`` ``rock_sandbox_network`` naming it. With ``tls`` it serves its API over HTTPS, and
+asks for a client certificate when given a CA for them, as a Nomad agent with
+``verify_https_client`` does.
+
 Every container it makes carries ``nomad-stand-in.server=<this server's id>`` and
 ``nomad-stand-in.owner=<host>:<pid>:<process start>``; :meth:`StandInNomad.close` removes its
 own, and :meth:`StandInNomad.start` removes those whose owning process is gone (a stand-in
@@ -31,6 +37,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
+from rock_nomad._job import NETWORK_META, SANDBOX_NETWORK
 from rock_nomad.testing._client import LABEL_OWNER, LABEL_SERVER, DockerClientSim, Faults, remove_dir
 from rock_nomad.testing._cluster import Cluster, NodeSpec
 
@@ -38,6 +45,10 @@ log = logging.getLogger("rock_nomad.testing")
 
 T = TypeVar("T")
 WORK_DIR_PREFIX = "nomad-stand-in-"
+#: The Docker networks of a node prepared for rock (deploy/nomad/client-setup.sh makes it).
+ROCK_NODE_NETWORKS = {SANDBOX_NETWORK: {"com.docker.network.bridge.enable_icc": "false"}}
+#: The node meta of a node prepared for rock: the sandboxes' jobs are constrained to it.
+ROCK_NODE_META = {NETWORK_META: SANDBOX_NETWORK}
 
 
 def _process_start(pid: int) -> str | None:
@@ -81,6 +92,10 @@ def remove_leftovers(client: docker.DockerClient, work_root: Path | None = None)
                 pass
             except docker.errors.APIError as exc:
                 log.warning("stand-in: could not remove leftover container %s: %s", container.id, exc)
+    for network in client.api.networks(filters={"label": LABEL_OWNER}):
+        owner = (network.get("Labels") or {}).get(LABEL_OWNER, "")
+        if owner and not owner_alive(owner):
+            _remove_network(client, network["Id"])
     root = work_root or Path(tempfile.gettempdir())
     for path in root.glob(f"{WORK_DIR_PREFIX}*"):
         owner_file = path / "owner"
@@ -91,6 +106,18 @@ def remove_leftovers(client: docker.DockerClient, work_root: Path | None = None)
         if not owner_alive(owner):
             remove_dir(path)
     return removed
+
+
+def _remove_network(client: docker.DockerClient, network_id: str) -> bool:
+    """Remove a network of a stand-in; ``False`` when Docker refused (still in use)."""
+    try:
+        client.api.remove_network(network_id)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        log.debug("stand-in: removing network %s: %s", network_id, exc)
+        return False
+    return True
 
 
 class StandInNomad:
@@ -112,6 +139,12 @@ class StandInNomad:
         ``"spread"`` (the emptiest node), as Nomad's scheduler configuration allows.
     :param scheduler_delay: seconds the scheduler waits before each evaluation (load).
     :param start_delay: seconds each client waits before it sets up a new allocation.
+    :param node_networks: each node's Docker networks besides ``bridge`` (name → driver
+        options); default :data:`ROCK_NODE_NETWORKS`, ``{}`` for a node nobody prepared.
+    :param node_meta: each node's ``meta``; default :data:`ROCK_NODE_META`.
+    :param tls: ``(certificate, key)`` files: serve the API over HTTPS (:attr:`address` says
+        ``https://``).
+    :param tls_client_ca: a CA file: require a client certificate it signed (mutual TLS).
     """
 
     def __init__(
@@ -135,6 +168,10 @@ class StandInNomad:
         start_delay: float = 0.0,
         docker_client: docker.DockerClient | None = None,
         seed: int | None = None,
+        node_networks: dict[str, dict[str, str]] | None = None,
+        node_meta: dict[str, str] | None = None,
+        tls: tuple[str, str] | None = None,
+        tls_client_ca: str | None = None,
     ) -> None:
         if algorithm not in ("binpack", "spread"):
             raise ValueError(f"algorithm must be 'binpack' or 'spread', not {algorithm!r}")
@@ -149,7 +186,13 @@ class StandInNomad:
         self.faults = Faults(start_delay=start_delay)
         self._initial_nodes = nodes
         self._node_defaults = {"cpu_mhz": node_cpu, "cores": node_cores, "memory_mb": node_memory,
-                               "disk_mb": node_disk, "datacenter": datacenter}
+                               "disk_mb": node_disk, "datacenter": datacenter,
+                               "docker_networks": ROCK_NODE_NETWORKS if node_networks is None else node_networks,
+                               "meta": ROCK_NODE_META if node_meta is None else node_meta}
+        if tls_client_ca is not None and tls is None:
+            raise ValueError("tls_client_ca needs tls: a client certificate is asked for in a TLS handshake")
+        self.tls = tls
+        self.tls_client_ca = tls_client_ca
         self._next_address = [int(p) for p in first_address.split(".")]
         self._cluster_args = {"region": region, "namespaces": tuple(namespaces), "algorithm": algorithm,
                               "scheduler_delay": scheduler_delay, "seed": seed}
@@ -174,7 +217,7 @@ class StandInNomad:
     @property
     def address(self) -> str:
         """The API's base URL, e.g. ``http://127.0.0.1:41234`` (what ``NOMAD_ADDR`` holds)."""
-        return f"http://{self.host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.host}:{self.port}"
 
     @property
     def docker(self) -> docker.DockerClient:
@@ -246,8 +289,15 @@ class StandInNomad:
         self.cluster.start()
         for _ in range(self._initial_nodes):
             self._add_node_now()
+        tls: dict[str, Any] = {}
+        if self.tls is not None:
+            import ssl
+
+            tls = {"ssl_certfile": self.tls[0], "ssl_keyfile": self.tls[1]}
+            if self.tls_client_ca is not None:
+                tls.update(ssl_ca_certs=self.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
         config = uvicorn.Config(Api(self).app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=1, server_header=False, date_header=True)
+                                timeout_graceful_shutdown=1, server_header=False, date_header=True, **tls)
         server = uvicorn.Server(config)
         serving = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not serving.done():
@@ -295,6 +345,7 @@ class StandInNomad:
                 pass
         try:
             self._remove_containers()
+            self._remove_networks()
         finally:
             if self.work_dir is not None:
                 remove_dir(self.work_dir)
@@ -320,6 +371,16 @@ class StandInNomad:
                     log.warning("stand-in: some containers of server %s could not be removed", self.server_id)
                 return
             time.sleep(0.2)
+
+    def _remove_networks(self) -> None:
+        """Remove the nodes' Docker networks this stand-in made (its containers are gone)."""
+        for network in self.docker.api.networks(filters={"label": f"{LABEL_SERVER}={self.server_id}"}):
+            if not _remove_network(self.docker, network["Id"]):
+                log.warning("stand-in: network %s of server %s could not be removed", network.get("Name"), self.server_id)
+
+    def networks(self) -> list[dict[str, Any]]:
+        """The Docker networks this stand-in made for its nodes (as Docker lists them)."""
+        return list(self.docker.api.networks(filters={"label": f"{LABEL_SERVER}={self.server_id}"}))
 
     # -- running on the server's loop ------------------------------------------------------------
 
@@ -347,13 +408,16 @@ class StandInNomad:
             self._next_address[2] += 1
             self._next_address[3] = 1
         spec = {**self._node_defaults, **overrides}
+        spec["docker_networks"] = {k: dict(v) for k, v in spec["docker_networks"].items()}
+        spec["meta"] = dict(spec["meta"])
         spec.setdefault("name", f"stand-in-{self._node_count}")
         node = self.cluster.add_node(NodeSpec(address=address, **spec))
         return node["ID"]
 
     def add_node(self, **spec: Any) -> str:
         """Add a ready node (``name``, ``cpu_mhz``, ``cores``, ``memory_mb``, ``disk_mb``,
-        ``datacenter``, ``meta``, ``node_class``); return its ID. Blocked evaluations retry."""
+        ``datacenter``, ``meta``, ``node_class``, ``docker_networks``); return its ID. Blocked
+        evaluations retry."""
         return self.call(lambda: self._add_node_now(**spec))
 
     def nodes(self) -> list[dict[str, Any]]:
