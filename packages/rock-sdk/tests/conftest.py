@@ -57,9 +57,6 @@ DOCKER_ONLY = {
     "test_restart_keeps_files_but_not_sessions": "a Nomad unit keeps no files across a stop (no restart)",
     "test_restart_keeps_files_and_delete_removes": "a Nomad unit keeps no files across a stop (no restart)",
     "test_status_reports_resources_ports_and_history": "it reads the container's Docker settings",
-    "test_port_mapping_reaches_a_web_server_in_the_sandbox": (
-        "Nomad publishes a sandbox's ports on its node's address, not through the engine's host"
-    ),
     "test_rock_base_url_alone_selects_the_admin": "it reads rock's labels on the container (Nomad keeps them in the job's Meta)",
     "test_sandboxes_of_a_killed_process_are_reaped_by_the_next_engine": "it runs embedded engines (the Docker runtime)",
     "test_delete": "a stopped Docker container stays until deleted; a stopped Nomad job's container is gone",
@@ -72,6 +69,7 @@ DOCKER_ONLY_MODULES = {
     "test_chat.py": "its sandboxes reach a mirror on the host's 127.0.0.1 with network 'host', which Nomad sandboxes do not get",
     "test_sdk_speedup.py": "speedups reach mirrors on the host with network 'host', and it checks Docker's network names",
     "test_sdk_network_none.py": "network 'none' is refused by the nomad runtime, naming it (rock-nomad's tests check that)",
+    "test_sdk_network_group.py": "network_group is refused by the nomad runtime, naming it (rock-nomad's tests check that)",
     "test_sdk_restart_policy.py": "a restart needs a unit that keeps its files across a stop",
 }
 
