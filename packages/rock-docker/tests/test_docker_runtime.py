@@ -107,7 +107,7 @@ async def test_container_settings(runtime, run_labels, docker_client):
     }
     assert "GREETING=hello rock" in config["Env"]
     assert config["Cmd"][:2] == ["/bin/sh", "-c"]
-    assert "exec python3 -I -S /rock/rocklet.pyz --unix /rock-run/rocklet.sock" in config["Cmd"][2]
+    assert "exec python3 -I -S /rock/rocklet.pyz --listen-fd-from /rock-run/handoff.sock" in config["Cmd"][2]
     assert not config["Entrypoint"]
     assert host["Memory"] == host["MemorySwap"] == 512 * MiB
     assert host["NanoCpus"] == 1_500_000_000
@@ -116,7 +116,9 @@ async def test_container_settings(runtime, run_labels, docker_client):
     assert host["Init"] is True
     assert not host["PortBindings"]  # no docker-proxy: the engine forwards 22555 and 8080
     mounts = {m["Destination"]: (m["Type"], m["Source"], m["RW"]) for m in doc["Mounts"]}
-    assert mounts == {"/rock": ("bind", mounts["/rock"][1], False), "/rock-run": ("bind", str(Path(socket_path).parent), True)}
+    # Both mounts read-only; the rocklet's socket is outside the one at /rock-run.
+    handoff_dir = Path(socket_path).parent / "handoff"
+    assert mounts == {"/rock": ("bind", mounts["/rock"][1], False), "/rock-run": ("bind", str(handoff_dir), False)}
 
 
 async def test_containers_are_hardened_and_say_how(runtime, run_labels, docker_client):

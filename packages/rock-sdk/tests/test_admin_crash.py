@@ -115,7 +115,7 @@ def test_graceful_stop_and_start_with_sandboxes_running_loses_none(
         with httpx.Client(base_url=first.url, timeout=60) as client:
             running = _start_running(client, 4)
             ports = {s: _status(client, s)["port_mapping"] for s in running}
-            assert all({"22555", "8080"} <= set(mapping) for mapping in ports.values()), ports
+            assert all("8080" in mapping for mapping in ports.values()), ports
             web = running[0]
             serve = "mkdir -p /srv && echo kept > /srv/index.html && (nohup python3 -m http.server 8080 -d /srv >/dev/null 2>&1 &)"
             _result(client.post(PREFIX + "/execute", json={"sandbox_id": web, "command": ["bash", "-c", serve]}))

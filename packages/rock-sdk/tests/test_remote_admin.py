@@ -46,7 +46,7 @@ async def test_start_run_status_stop_through_the_admin(remote: dict[str, Any], c
         assert status.state is State.RUNNING and status.is_alive
         # ROCK's identity headers reached the server and were stored with the sandbox.
         assert (status.user_id, status.experiment_id, status.namespace) == ("alice", "exp-7", "team")
-        assert 22555 in (status.port_mapping or {})
+        assert 8080 in (status.port_mapping or {})
     finally:
         await sandbox.stop()
     assert containers.gone(sandbox.sandbox_id)

@@ -56,7 +56,7 @@ async def test_status_reports_resources_ports_and_history(engine: Any, container
         assert status.state is State.RUNNING and status.is_alive
         assert (status.cpus, status.memory, status.image) == (1.0, "0.50g", "python:3.11")
         assert (status.user_id, status.experiment_id, status.namespace) == ("u1", "e1", "n1")
-        assert 22555 in status.port_mapping and 8000 not in status.port_mapping
+        assert 8080 in status.port_mapping and 8000 not in status.port_mapping
         assert status.status["image_pull"].status.value == "success"
         assert status.status["docker_run"].status.value == "success"
         assert [(h.from_state, h.to_state) for h in status.state_history] == [(State.PENDING, State.RUNNING)]

@@ -1,4 +1,5 @@
-"""``port_mapping``: host ports on 127.0.0.1 that reach a sandbox's ports 22555 and 8080.
+"""``port_mapping``: host ports on 127.0.0.1 that reach a sandbox's port 8080 (and 22555, the
+rocklet's own, only with the engine's ``forward_rocklet_port``).
 
 The engine serves them itself and carries each connection through the sandbox's rocklet (no
 ``docker-proxy``, no port published by Docker), so they behave as published ports do: a web
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -44,11 +46,9 @@ async def test_port_mapping_reaches_a_web_server_in_the_sandbox(engine: Any, sma
     sandbox = Sandbox(SandboxConfig(**small))
     async with sandbox:
         status = await sandbox.get_status()
-        assert {22555, 8080} <= set(status.port_mapping), status.port_mapping
-        web, rocklet = status.port_mapping[8080], status.port_mapping[22555]
-        # The rocklet itself, as ROCK's port 22555 (is_alive needs no secret).
-        alive = await _get_when_up(f"http://127.0.0.1:{rocklet}/is_alive")
-        assert alive.status_code == 200 and alive.json()["is_alive"] is True
+        # No client of rock's needs the rocklet's own port on the host: not forwarded by default.
+        assert set(status.port_mapping) == {8080}, status.port_mapping
+        web = status.port_mapping[8080]
         # Nothing listens on 8080 yet: the connection is accepted, then closed.
         async with httpx.AsyncClient(trust_env=False) as http:
             with pytest.raises(httpx.TransportError):
@@ -67,8 +67,28 @@ async def test_port_mapping_reaches_a_web_server_in_the_sandbox(engine: Any, sma
             big = await http.get(f"http://127.0.0.1:{web}/big.bin", timeout=60)
             digest = (await http.get(f"http://127.0.0.1:{web}/big.sha", timeout=10)).text.strip()
         assert len(big.content) == 8 * 1024 * 1024 and hashlib.sha256(big.content).hexdigest() == digest
-    # Stopped: nothing listens on its host ports any more.
+    # Stopped: nothing listens on its host port any more.
     async with httpx.AsyncClient(trust_env=False) as http:
-        for port in (web, rocklet):
-            with pytest.raises(httpx.ConnectError):
-                await http.get(f"http://127.0.0.1:{port}/", timeout=5)
+        with pytest.raises(httpx.ConnectError):
+            await http.get(f"http://127.0.0.1:{web}/", timeout=5)
+
+
+def test_forward_rocklet_port_gives_rocks_port_22555_back(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+    """``[engine] forward_rocklet_port = true``: ``port_mapping`` has 22555 again, as ROCK's,
+    reaching the sandbox's own rocklet, which asks for the sandbox's secret."""
+    launch_admin, stop_admin = admin_launcher
+    admin = launch_admin(tmp_path, config="[engine]\nforward_rocklet_port = true\n")
+    try:
+        with httpx.Client(base_url=f"{admin.url}/apis/envs/sandbox/v1", timeout=120, trust_env=False) as client:
+            started = client.post("/start_async", json={"image": "python:3.11", "memory": "512m", "cpus": 0.5}).json()
+            sandbox_id = started["result"]["sandbox_id"]
+            status = client.get("/get_status", params={"sandbox_id": sandbox_id, "wait": 60}).json()["result"]
+            assert status["is_alive"], status
+            assert {"22555", "8080"} <= set(status["port_mapping"]), status["port_mapping"]
+            rocklet = int(status["port_mapping"]["22555"])
+            assert httpx.get(f"http://127.0.0.1:{rocklet}/is_alive", timeout=10, trust_env=False).json()["is_alive"] is True
+            refused = httpx.post(f"http://127.0.0.1:{rocklet}/execute", json={"command": "id"}, timeout=10, trust_env=False)
+            assert refused.status_code == 401
+            client.post("/stop", json={"sandbox_id": sandbox_id})
+    finally:
+        stop_admin(admin, docker_client)

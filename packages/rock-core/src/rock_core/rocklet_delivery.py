@@ -111,10 +111,19 @@ def prepare_rocklet(root: str | os.PathLike[str] | None = None, *, url: str | No
 
 
 def launch_command(
-    pyz: str, *, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path: str | None = None, prelude: str = ""
+    pyz: str,
+    *,
+    host: str = "0.0.0.0",
+    port: int = ROCKLET_PORT,
+    unix_path: str | None = None,
+    listen_fd_from: str | None = None,
+    prelude: str = "",
 ) -> list[str]:
     """A unit's command: start the rocklet at ``pyz`` (its path in the unit) with the image's
-    ``python3``, listening on ``host:port`` or the unix socket ``unix_path``; or explain why not.
+    ``python3``, listening on ``host:port`` or the unix socket ``unix_path``, or serving on the
+    listening socket the engine hands over at ``listen_fd_from`` (:mod:`rock_core.rocklet_handoff`:
+    how a runtime on the engine's host keeps the sandbox from choosing what the engine connects
+    to); or explain why not.
 
     ``prelude`` is shell run first, once python3 is known to be there (a restored unit's
     deletions). ``exec`` makes the rocklet the shell's replacement, so signals reach it directly.
@@ -127,7 +136,12 @@ def launch_command(
     every caller for the sandbox's secret: the runtime must put ``ROCK_ROCKLET_TOKEN`` in the
     unit's environment (:data:`rock_core.rocklet.server.TOKEN_ENV`).
     """
-    listen = f"--unix {shlex.quote(unix_path)}" if unix_path else f"--host {shlex.quote(host)} --port {int(port)}"
+    if listen_fd_from:
+        listen = f"--listen-fd-from {shlex.quote(listen_fd_from)}"
+    elif unix_path:
+        listen = f"--unix {shlex.quote(unix_path)}"
+    else:
+        listen = f"--host {shlex.quote(host)} --port {int(port)}"
     script = (
         f"command -v python3 >/dev/null 2>&1 || {{ echo {shlex.quote(NO_PYTHON_LOG_LINE)} >&2; "
         f"exit {NO_PYTHON_EXIT_CODE}; }}; "

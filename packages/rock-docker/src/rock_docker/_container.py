@@ -33,6 +33,8 @@ __all__ = [
     "ROCKLET_PORT_LABEL",
     "FORWARD_PORTS_LABEL",
     "ROCKLET_PYZ",
+    "HANDOFF_DIR",
+    "HANDOFF_NAME",
     "ContainerConfig",
     "container_config",
     "group_network_name",
@@ -52,11 +54,17 @@ INIT_EXEC_FAILED = "exec /bin/sh failed"
 #: With ``network: host`` there is nothing to publish: the rocklet listens on a free host port,
 #: remembered in this label so that ``inspect`` can report it.
 ROCKLET_PORT_LABEL = "rock.docker.rocklet_port"
-#: With ``network: none`` the rocklet listens on a unix socket in a host directory mounted at
-#: :data:`SOCKET_MOUNT`; this label holds the socket's path on the host.
+#: Every network but ``host`` (unless ``publish_ports``): the rocklet serves on a unix socket the
+#: engine made (:mod:`rock_core.rocklet_handoff`), at ``<unit folder>/rocklet.sock`` on the host,
+#: in a folder no container mounts; this label holds that path.
 ROCKLET_SOCKET_LABEL = "rock.docker.rocklet_socket"
 SOCKET_MOUNT = "/rock-run"
+#: Where the unit folder's ``handoff`` folder is mounted, read-only: the rocklet takes its
+#: listening socket at ``/rock-run/handoff.sock`` when it starts.
 #: The container ports the engine forwards from its host for a sandbox reached on a unix
+#: The sub-folder of a unit folder that the container mounts, and the handoff socket in it.
+HANDOFF_DIR = "handoff"
+HANDOFF_NAME = "handoff.sock"
 #: socket (comma-separated; see :attr:`~rock_core.models.RuntimeStatus.forwarded_ports`).
 FORWARD_PORTS_LABEL = "rock.docker.forward_ports"
 SOCKET_NAME = "rocklet.sock"
@@ -85,14 +93,16 @@ _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
 def launch_command(
-    *, host: str = "0.0.0.0", port: int = ROCKLET_PORT, unix_path: str | None = None, prelude: str = ""
+    *, host: str = "0.0.0.0", port: int = ROCKLET_PORT, listen_fd_from: str | None = None, prelude: str = ""
 ) -> list[str]:
     """The container's command: rock-core's :func:`~rock_core.rocklet_delivery.launch_command`
     for the rocklet mounted at ``/rock``.
 
     Under Docker's init process, which reaps the orphans the sandbox's commands leave behind.
     """
-    return core_launch_command(f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host=host, port=port, unix_path=unix_path, prelude=prelude)
+    return core_launch_command(
+        f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host=host, port=port, listen_fd_from=listen_fd_from, prelude=prelude
+    )
 
 
 def no_python_error(image: str) -> str:
@@ -193,8 +203,9 @@ def container_config(
     :param disk_unsupported: why the storage driver cannot limit disk, or ``None`` when it can.
     :param host_cpus: the engine's CPU count; a larger CPU limit is lowered to it, with a note.
     :param host_rocklet_port: with ``network == "host"``, the host port the rocklet listens on.
-    :param socket_dir: the host directory for the rocklet's unix socket (every network but
-        ``host``, unless ``publish_ports``).
+    :param socket_dir: the unit's folder on the host (every network but ``host``, unless
+        ``publish_ports``): the rocklet's socket, made by the engine, and the ``handoff`` folder
+        the container mounts read-only at ``/rock-run`` to take it.
     :param publish_ports: publish ports 22555 and 8080 through Docker (a ``docker-proxy`` each)
         and reach the rocklet there, instead of a unix socket with the engine forwarding the
         ports (:data:`FORWARD_PORTS_LABEL`).
@@ -219,7 +230,7 @@ def container_config(
         )
     elif network == "none":
         assert socket_dir is not None, "a sandbox without a network needs a socket directory"
-        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}", prelude=prelude)
+        command = launch_command(listen_fd_from=f"{SOCKET_MOUNT}/{HANDOFF_NAME}", prelude=prelude)
         labels[ROCKLET_SOCKET_LABEL] = f"{socket_dir}/{SOCKET_NAME}"
         ports, bindings = [], {}
         notes.append(
@@ -235,13 +246,14 @@ def container_config(
         # The rocklet listens on a unix socket only; the engine serves host ports for 22555 and
         # 8080 and carries their connections through it (rock_core.engine.forwarding).
         assert socket_dir is not None, "a sandbox reached on a unix socket needs a socket directory"
-        command = launch_command(unix_path=f"{SOCKET_MOUNT}/{SOCKET_NAME}", prelude=prelude)
+        command = launch_command(listen_fd_from=f"{SOCKET_MOUNT}/{HANDOFF_NAME}", prelude=prelude)
         labels[ROCKLET_SOCKET_LABEL] = f"{socket_dir}/{SOCKET_NAME}"
         labels[FORWARD_PORTS_LABEL] = f"{ROCKLET_PORT},{APP_PORT}"
         ports, bindings = [], {}
     mounts = [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}]
     if socket_dir is not None:
-        mounts.append({"Type": "bind", "Source": socket_dir, "Target": SOCKET_MOUNT, "ReadOnly": False})
+        # Read-only: the sandbox writes nothing on the host through it, and cannot swap the socket.
+        mounts.append({"Type": "bind", "Source": f"{socket_dir}/{HANDOFF_DIR}", "Target": SOCKET_MOUNT, "ReadOnly": True})
     capabilities = [*KEPT_CAPABILITIES, *(c for c in spec.cap_add if c not in KEPT_CAPABILITIES)]
     host: dict[str, Any] = {
         "port_bindings": bindings,

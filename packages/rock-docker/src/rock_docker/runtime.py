@@ -2,10 +2,13 @@
 
 Each sandbox is a container named after its sandbox id, labelled as the engine asks, whose
 command starts the rocklet (``rocklet.pyz``, bind-mounted read-only at ``/rock``) with the image's
-own ``python3`` and the sandbox's secret. The rocklet listens on a unix socket in a host
-directory bind-mounted at ``/rock-run``; ports 22555 (rocklet) and 8080 are not published by
-Docker but listed for the engine to forward (``RuntimeStatus.forwarded_ports``), unless
-``publish_ports`` asks for Docker's publishing on 127.0.0.1. Memory is a hard limit without swap; CPUs are a quota (or
+own ``python3`` and the sandbox's secret. The rocklet serves on a unix socket this runtime
+makes before each start, in a folder of ``socket_dir`` that no container mounts, and hands in
+over a one-shot socket in a folder mounted read-only at ``/rock-run``
+(:mod:`rock_core.rocklet_handoff`): the sandbox can neither swap what the engine connects to nor
+write anything on the host. Ports 22555 (rocklet) and 8080 are not published by Docker but listed
+for the engine to forward (``RuntimeStatus.forwarded_ports``), unless ``publish_ports`` asks for
+Docker's publishing on 127.0.0.1. Memory is a hard limit without swap; CPUs are a quota (or
 shares plus a quota with ``limit_cpus``); disk is limited with ``--storage-opt size=`` where the
 storage driver can, and otherwise the handle says so in a note and :meth:`DockerRuntime.disk_usage`
 lets the engine watch it.
@@ -63,11 +66,15 @@ from rock_core.models import (
     UnitStats,
 )
 from rock_core.rocklet_delivery import default_rocklet_dir, prepare_rocklet
+from rock_core.private_paths import private_dir
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
+from rock_core.rocklet_handoff import HandoffDesk
 
 from rock_docker._container import (
     APP_PORT,
     INIT_EXEC_FAILED,
+    HANDOFF_DIR,
+    HANDOFF_NAME,
     LABEL_NETWORK,
     NETWORKS,
     LABEL_NETWORK_GROUP,
@@ -135,8 +142,10 @@ class DockerRuntime(Runtime):
     :param api_timeout: seconds to wait for the engine's answer to one call.
     :param init: run Docker's init as the container's first process, so that the orphans a
         sandbox's commands leave behind are reaped.
-    :param socket_dir: where the rocklets' unix sockets live on this host, one sub-directory per container (default ``$TMPDIR/rock-<uid>``; keep it
-        short: a socket path has at most 107 bytes).
+    :param socket_dir: where the rocklets' unix sockets live on this host, one sub-directory per
+        container (default ``$TMPDIR/rock-<uid>``; keep it short: a socket path has at most 107
+        bytes). Made mode 0700; an existing one must be a folder (not a link) of this user that
+        no one else may write, or every create is refused naming it.
     :param isolated_network: the Docker network that ``network: bridge`` means, one where
         inter-container communication is disabled, so sandboxes reach the outside but not each
         other. ``None`` (the default): Docker's default bridge when the engine runs with
@@ -208,7 +217,8 @@ class DockerRuntime(Runtime):
         self._network_lock = threading.Lock()  # one thread makes a missing network
         self._unit_groups: dict[str, str] = {}  # unit id -> its group's network, for removal
         self.socket_dir = Path(socket_dir) if socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
-        self._socket_dirs: dict[str, Path] = {}  # unit id -> its socket directory, for removal
+        self._socket_dirs: dict[str, Path | None] = {}  # unit id -> its folder (None: reached over TCP)
+        self._handoffs = HandoffDesk()  # each start's listening socket, until its rocklet takes it
         self._known_status: dict[str, RuntimeStatus] = {}  # unit id -> its status once started
         self._limiter = anyio.CapacityLimiter(max_concurrency)
         self._lock = threading.Lock()  # guards the lazily made client and the disk probe
@@ -353,7 +363,7 @@ class DockerRuntime(Runtime):
                 shutil.rmtree(socket_dir, ignore_errors=True)
             raise
         if socket_dir is not None:
-            self._socket_dirs[unit_id] = socket_dir
+        self._socket_dirs[unit_id] = socket_dir
             if network != "none":  # reached on its socket, its ports forwarded by the engine
                 self._known_status[unit_id] = RuntimeStatus(
                     state=UnitState.RUNNING,
@@ -403,16 +413,38 @@ class DockerRuntime(Runtime):
             self._networks.add(name)
 
     def _new_socket_dir(self) -> Path:
-        """A fresh directory for one container's rocklet socket (bind-mounted at /rock-run)."""
-        self.socket_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        """A fresh folder (0700) for one container: its rocklet socket, and the ``handoff``
+        folder it mounts read-only at /rock-run. ``socket_dir`` is checked first (a folder of
+        this user alone, see :func:`~rock_core.private_paths.private_dir`)."""
+        private_dir(self.socket_dir, setting="socket_dir")
         path = Path(tempfile.mkdtemp(prefix="", dir=self.socket_dir))
-        # The container's root may be another uid on the host (user namespaces): let it write.
-        # The parent (0700) keeps everyone else out.
-        path.chmod(0o777)
+        _make_handoff_dir(path)
         return path
 
     async def prepare(self, spec: SandboxSpec, on_phase: PhaseCallback | None = None) -> None:
         """Pull ``spec.image`` as ``spec.pull`` says (what ``create`` would do first)."""
+    def _offer_listener(self, handle: UnitHandle) -> None:
+        """Before a start (blocking): make the rocklet's listening socket and offer it on the
+        handoff socket, for a unit reached on a unix socket; nothing for the others."""
+        if handle.unit_id in self._socket_dirs:
+            unit_dir = self._socket_dirs[handle.unit_id]
+        else:  # made by an earlier process: its label says
+            labels = (self._docker().api.inspect_container(handle.unit_id).get("Config") or {}).get("Labels") or {}
+            label = labels.get(ROCKLET_SOCKET_LABEL)
+            unit_dir = Path(label).parent if label else None
+            if label is not None and (Path(label).name != SOCKET_NAME or Path(label).parent.parent != self.socket_dir):
+                raise RuntimeFailure(
+                    f"container {handle.unit_id[:12]} names a rocklet socket outside socket_dir {self.socket_dir}: {label}",
+                    sandbox_id=handle.sandbox_id, attempted="start",
+                )
+            self._socket_dirs[handle.unit_id] = unit_dir
+        if unit_dir is None:
+            return
+        private_dir(self.socket_dir, setting="socket_dir")
+        unit_dir.mkdir(mode=0o700, exist_ok=True)  # gone if the host's tmp was cleaned meanwhile
+        _make_handoff_dir(unit_dir)
+        self._handoffs.offer(handle.unit_id, unit_dir / SOCKET_NAME, unit_dir / HANDOFF_DIR / HANDOFF_NAME)
+
         await self._ensure_image(spec, on_phase)
 
     async def _ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> None:
@@ -531,6 +563,9 @@ class DockerRuntime(Runtime):
 
         An image without ``/bin/sh`` fails here with the fix when Docker runs the command itself
         (``init=False``); under Docker's init the container starts and exits at once with 127, and
+        A container reached on a unix socket gets a fresh listening socket first, which its
+        rocklet takes when it starts; connections made before then wait in its backlog.
+
         :meth:`inspect` gives the same fix as its ``error``.
         """
 
@@ -538,15 +573,21 @@ class DockerRuntime(Runtime):
             api = self._docker().api
             try:
                 api.start(handle.unit_id)
+            self._offer_listener(handle)
             except docker.errors.NotFound:
                 raise
             except docker.errors.APIError as exc:
+                self._handoffs.cancel(handle.unit_id)
                 message = explain_start_failure(_image_of(api, handle.unit_id), explain(exc))
                 if message is None:
+                self._handoffs.cancel(handle.unit_id)
                     raise
                 raise RuntimeFailure(message, sandbox_id=handle.sandbox_id, attempted="start") from exc
 
         await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
+            except BaseException:
+                self._handoffs.cancel(handle.unit_id)
+                raise
         return self._known_status.get(handle.unit_id)
 
     async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
@@ -575,6 +616,7 @@ class DockerRuntime(Runtime):
         await self._run(stop, attempted="stop", sandbox_id=handle.sandbox_id)
 
     async def remove(self, handle: UnitHandle) -> None:
+        self._handoffs.cancel(handle.unit_id)  # a rocklet that never took its socket
         """``docker rm -f -v``: the container and its anonymous volumes; a missing container is fine."""
 
         def remove() -> None:
@@ -602,6 +644,7 @@ class DockerRuntime(Runtime):
         if socket_path is not None:
             directory = Path(socket_path) if not str(socket_path).endswith(SOCKET_NAME) else Path(socket_path).parent
             if directory.parent == self.socket_dir:  # never remove anything else a label names
+        self._handoffs.cancel(handle.unit_id)
                 shutil.rmtree(directory, ignore_errors=True)
 
     async def discard(self, handles: Sequence[UnitHandle]) -> None:
@@ -679,8 +722,8 @@ class DockerRuntime(Runtime):
         return await self._run(sample, attempted="stats")
 
     async def disk_usage(self, labels: Mapping[str, str]) -> Mapping[str, int]:
-        """Bytes in the writable layer of each running container carrying ``labels`` (plus its
-        socket directory, for sandboxes without a network), in one ``docker ps --size`` call.
+        """Bytes in the writable layer of each running container carrying ``labels``, in one
+        ``docker ps --size`` call (its only mount from the host, ``/rock-run``, is read-only).
 
         Empty when the storage driver enforces disk limits itself.
         """
@@ -691,12 +734,7 @@ class DockerRuntime(Runtime):
             if self._disk_unsupported is None:
                 return {}
             rows = self._docker().api.containers(all=False, size=True, filters=filters)
-            sizes = {row["Id"]: int(row.get("SizeRw") or 0) for row in rows}
-            for row in rows:
-                socket = (row.get("Labels") or {}).get(ROCKLET_SOCKET_LABEL)
-                if socket:
-                    sizes[row["Id"]] += _tree_size(Path(socket).parent)
-            return sizes
+            return {row["Id"]: int(row.get("SizeRw") or 0) for row in rows}
 
         return await self._run(usage, attempted="disk_usage")
 
@@ -885,13 +923,15 @@ class DockerRuntime(Runtime):
     # -- closing --------------------------------------------------------------------------------
 
     async def aclose(self) -> None:
-        """Close the Docker client; the runtime refuses calls afterwards. Idempotent."""
+        """Close the Docker client and end the handoffs no rocklet took; the runtime refuses
+        calls afterwards. Idempotent."""
         with self._lock:
             client, self._client, self._closed = self._client, None, True
         if client is not None:
             await anyio.to_thread.run_sync(client.close)
 
 
+        self._handoffs.close()
 # `docker ps`'s State column, as a unit state (the rest, e.g. "removing", read as exited).
 _STATES = {
     "created": UnitState.CREATED,
@@ -939,16 +979,13 @@ def _is_storage_opt_refusal(exc: docker.errors.APIError) -> bool:
     return "storage-opt" in text or "storage opt" in text or "quota" in text
 
 
-def _tree_size(root: Path) -> int:
-    """Bytes of the regular files under ``root`` (0 if it is gone)."""
-    total = 0
-    for directory, _, files in os.walk(root):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(directory, name)).st_size
-            except OSError:
-                pass
-    return total
+def _make_handoff_dir(unit_dir: Path) -> None:
+    """The ``handoff`` folder of a unit folder, which its container mounts read-only: mode 0755,
+    so the rocklet reaches the handoff socket as whatever user the image runs it (the unit
+    folder, 0700, and ``socket_dir`` keep everyone else on the host out)."""
+    handoff = unit_dir / HANDOFF_DIR
+    handoff.mkdir(exist_ok=True)
+    handoff.chmod(0o755)
 
 
 def _free_port(host: str) -> int:

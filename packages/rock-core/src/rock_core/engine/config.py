@@ -144,6 +144,11 @@ class EngineConfig:
     :param rocklet_url: where runtimes whose units run on other hosts have them download
         ``rocklet.pyz`` (checked by its SHA-256); the admin sets its own ``/rocklet.pyz`` when
         this is not set. ``None``: nothing serves it (a runtime on this host mounts the file).
+    :param forward_rocklet_port: serve a host port on ``127.0.0.1`` for port 22555 (the
+        rocklet's own) of sandboxes whose runtime leaves forwarding to the engine, as ROCK's
+        ``port_mapping`` has it; off by default, since rock's own clients never use it (they
+        reach the rocklet through the engine) and it only gives every local process one more way
+        to the rocklet. Other ports (8080) are forwarded either way.
     :param disk_keep_seconds: how long a sandbox stopped for passing its disk limit keeps its
         unit (its files, for inspection or ``restart``) before it is deleted, when its own
         policy would delete it sooner.
@@ -183,6 +188,7 @@ class EngineConfig:
     rocklet_url: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     archive_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
     restore_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
+    forward_rocklet_port: bool = checked(bool, default=False)
 
     def __attrs_post_init__(self) -> None:
         if self.default_pids_limit > self.max_pids_limit:

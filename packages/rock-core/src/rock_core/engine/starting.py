@@ -328,18 +328,20 @@ async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletC
     """The sandbox's ``port_mapping``: the ports its runtime published, plus host ports the
     engine forwards through the rocklet for those the runtime lists in ``forwarded_ports``
     (keeping the host ports the record already names when they are free: a restart, an admin
-    that recovers its sandboxes)."""
+    that recovers its sandboxes). The rocklet's own port 22555 only with the engine's
+    ``forward_rocklet_port``: no client of rock's needs it."""
     assert status.rocklet_address is not None
     mapping = dict(status.port_mapping)
-    if status.forwarded_ports:
+    forwarded = tuple(
+        port for port in status.forwarded_ports if port != ROCKLET_PORT or engine.config.forward_rocklet_port
+    )
+    if forwarded:
         try:
             mapping.update(
-                await engine.forwards.open(
-                    live.record.sandbox_id, client, status.forwarded_ports, preferred=live.record.port_mapping
-                )
+                await engine.forwards.open(live.record.sandbox_id, client, forwarded, preferred=live.record.port_mapping)
             )
         except OSError as exc:  # out of file descriptors, say: the sandbox still works
-            note = f"ports {', '.join(map(str, status.forwarded_ports))} not forwarded to the host: {exc}"
+            note = f"ports {', '.join(map(str, forwarded))} not forwarded to the host: {exc}"
             log.warning("sandbox %s: %s", live.record.sandbox_id, note)
             engine._save(attrs.evolve(live.record, notes=(*live.record.notes, note)))
     port = status.rocklet_address[1]

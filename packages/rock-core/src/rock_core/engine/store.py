@@ -13,6 +13,7 @@ a newer rock's file.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from rock_core.converters import structure_store, unstructure_store
 from rock_core.models import SandboxRecord
+from rock_core.private_paths import private_file
 from rock_core.states import State
 
 __all__ = ["SandboxStore", "FILTER_FIELDS"]
@@ -51,14 +53,23 @@ class SandboxStore:
 
     :param path: a database file (created with its folder; WAL journal), or ``None`` for a
         private in-memory database (embedded mode, where nothing must outlive the process).
+        It holds every sandbox's rocklet secret: the file (and its ``-wal`` and ``-shm``) is
+        made mode 0600, or narrowed to it, and a missing folder is made 0700.
 
     Calls are short and synchronous; a lock makes the store safe to share between threads.
+
+    :raises InvalidParameter: naming ``store_path``: the file is a link or another user's.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path is None else Path(path)
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # SQLite makes the journal files with the database's mode: 0600 from here on.
+            private_file(self.path, setting="store_path")
+            for journal in ("-wal", "-shm"):
+                if os.path.lexists(f"{self.path}{journal}"):
+                    private_file(f"{self.path}{journal}", setting="store_path")
         self._lock = threading.Lock()
         self._db = sqlite3.connect(":memory:" if self.path is None else str(self.path), check_same_thread=False)
         if self.path is not None:

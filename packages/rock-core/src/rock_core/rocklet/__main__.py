@@ -1,4 +1,4 @@
-"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH] [--state-dir DIR] [--no-auth] [--sandbox]``.
+"""Command line: ``python3 rocklet.pyz [--host 0.0.0.0] [--port 22555 | --unix PATH | --listen-fd-from PATH] [--state-dir DIR] [--no-auth] [--sandbox]``.
 
 The sandbox's secret comes in the environment variable ``ROCK_ROCKLET_TOKEN`` (taken out of the
 rocklet's environment at once, so commands never inherit it); without it the rocklet refuses to
@@ -21,12 +21,16 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 
 from . import __version__
 
-USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH] [--state-dir DIR] [--no-auth] [--sandbox] [--version]
+USAGE = """usage: rocklet [--host HOST] [--port PORT | --unix PATH | --listen-fd-from PATH] [--state-dir DIR]
+               [--no-auth] [--sandbox] [--version]
 
 rock's in-sandbox agent: ROCK's rocklet HTTP API on HOST:PORT (default 0.0.0.0:22555).
 Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOKEN
 (header X-Rock-Rocklet-Token).
   --unix PATH      listen on a unix socket instead (a sandbox without a network)
+  --listen-fd-from PATH
+                   serve on the listening socket the engine hands over on the unix
+                   socket PATH (once, at start): how rock's Docker sandboxes are reached
   --state-dir DIR  session scratch files and background process output
                    (default: a new directory under $TMPDIR or /tmp, removed on exit)
   --no-auth        serve every caller without a secret (development only)
@@ -36,7 +40,10 @@ Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOK
 
 
 def _parse(argv: List[str]) -> dict:
-    opts = {"host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None, "no_auth": False, "sandbox": False}  # type: dict
+    opts = {
+        "host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None, "listen_fd_from": None,
+        "no_auth": False, "sandbox": False,
+    }  # type: dict
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -51,7 +58,7 @@ def _parse(argv: List[str]) -> dict:
             opts[key[2:].replace("-", "_")] = True
             i += 1
             continue
-        if key not in ("--host", "--port", "--state-dir", "--unix"):
+        if key not in ("--host", "--port", "--state-dir", "--unix", "--listen-fd-from"):
             sys.stderr.write("rocklet: unknown argument %r\n%s" % (arg, USAGE))
             raise SystemExit(2)
         if not eq:
@@ -137,9 +144,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         os.makedirs(state_dir, mode=0o711, exist_ok=True)
         try:
-            server = RockletServer(build_router(rocklet), opts["host"], opts["port"], opts["unix"], token)
+            handed = None
+            if opts["listen_fd_from"] is not None:
+                from .handoff import receive_listener
+
+                handed = receive_listener(opts["listen_fd_from"])
+            server = RockletServer(build_router(rocklet), opts["host"], opts["port"], opts["unix"], token, handed)
         except OSError as exc:
-            where = opts["unix"] or "%s:%s" % (opts["host"], opts["port"])
+            if opts["listen_fd_from"] is not None:
+                where = "the socket handed over on %s" % opts["listen_fd_from"]
+            else:
+                where = opts["unix"] or "%s:%s" % (opts["host"], opts["port"])
             sys.stderr.write("rocklet: cannot listen on %s: %s\n" % (where, exc))
             return 1
         auth = "secret required" if token else "no secret: every caller is served"

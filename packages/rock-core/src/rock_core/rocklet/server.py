@@ -324,9 +324,10 @@ class RockletServer:
     """Accepts connections on ``host:port`` (or the unix socket ``unix_path``) and serves each
     in its own thread through ``router``.
 
-    A unix socket is how a sandbox without a network (Docker's ``--network none``) is reached:
-    it lives in a directory the host bind-mounts, and is made connectable by any local user
-    (the directory is what guards it).
+    A socket bound at ``unix_path`` is made connectable by any local user (its directory is
+    what guards it). ``listen_socket``: a socket already listening, made by someone else (the
+    engine's, handed in by :func:`.handoff.receive_listener`: how Docker's sandboxes are
+    reached); ``host``, ``port`` and ``unix_path`` are then ignored.
 
     ``token``: the sandbox's secret; every request but ``GET /is_alive`` must carry it in the
     :data:`TOKEN_HEADER` header. ``None`` accepts every caller (``--no-auth``, for development).
@@ -339,30 +340,37 @@ class RockletServer:
         port: int = 22555,
         unix_path: Optional[str] = None,
         token: Optional[str] = None,
+        listen_socket: Optional[socket.socket] = None,
     ) -> None:
         self.router = router
         self.unix_path = unix_path
         self._token = token.encode("utf-8") if token else None
-        if unix_path is not None:
+        if listen_socket is not None:
+            sock = listen_socket
+            if sock.family == socket.AF_UNIX:
+                self.unix_path = sock.getsockname() or "(a socket handed in)"
+        elif unix_path is not None:
             if os.path.exists(unix_path):
                 os.unlink(unix_path)  # left by an earlier run of this container
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.bind(unix_path)
             os.chmod(unix_path, 0o666)
+            sock.listen(1024)
         else:
             family = socket.AF_INET6 if ":" in host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((host, port))
-        sock.listen(1024)
+            sock.listen(1024)
+        self._unix = sock.family == socket.AF_UNIX
         self._sock = sock
         self._closing = False
 
     @property
     def address(self) -> Tuple[str, int]:
         """The bound ``(host, port)`` (the real port when 0 was asked for); ``(path, 0)`` on a unix socket."""
-        if self.unix_path is not None:
-            return self.unix_path, 0
+        if self._unix:
+            return str(self.unix_path), 0
         addr = self._sock.getsockname()
         return addr[0], addr[1]
 
@@ -370,7 +378,7 @@ class RockletServer:
     def url(self) -> str:
         """Where it listens, for people: ``http://host:port`` or ``unix:PATH``."""
         host, port = self.address
-        return "unix:%s" % host if self.unix_path is not None else "http://%s:%d" % (host, port)
+        return "unix:%s" % host if self._unix else "http://%s:%d" % (host, port)
 
     def serve_forever(self) -> None:
         """Accept until :meth:`shutdown`; each connection runs in a daemon thread.
@@ -427,7 +435,7 @@ class RockletServer:
     # -- one connection -------------------------------------------------------------------
 
     def _serve_connection(self, conn: socket.socket) -> None:
-        if self.unix_path is None:
+        if not self._unix:
             try:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:

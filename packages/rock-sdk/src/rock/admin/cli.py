@@ -64,7 +64,7 @@ def serve(host: str | None, port: int | None, config_file: str | None) -> None:
     settings = _settings(config_file, host=host, port=port)
     try:
         code = daemon.serve(settings)
-    except (daemon.AdminAlreadyRunning, daemon.MissingServerLibraries) as exc:
+    except (daemon.AdminAlreadyRunning, daemon.MissingServerLibraries, daemon.UnsafeStateDir) as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
 

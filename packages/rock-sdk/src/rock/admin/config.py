@@ -42,6 +42,8 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     archive_store = "s3"               # where archive() stores sandboxes (rock-archive-s3; "fs": a folder)
     archive_timeout = 1800             # seconds an archive may take, then it fails (stopped again)
     restore_timeout = 1800             # seconds a restore may take, then it fails (archived again)
+    forward_rocklet_port = false       # true: port_mapping also has 22555 (the rocklet's own port,
+                                       # forwarded on 127.0.0.1), as ROCK's does; rock never needs it
     ...
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
@@ -227,6 +229,7 @@ _ENGINE_KEYS: Mapping[str, Any] = {
     "queue_aging_seconds": PositiveFloat,
     "archive_timeout": PositiveFloat,
     "restore_timeout": PositiveFloat,
+    "forward_rocklet_port": bool,
 }
 
 _FILE_TABLES: Mapping[str, Any] = {

@@ -28,6 +28,8 @@ from typing import Any
 import attrs
 
 from rock_core.engine.owners import proc_start_time, process_alive
+from rock_core.errors import InvalidParameter
+from rock_core.private_paths import private_dir
 
 from rock.admin.config import AdminSettings
 
@@ -43,6 +45,22 @@ log = logging.getLogger("rock.admin")
 
 class AdminAlreadyRunning(RuntimeError):
     """An admin already runs with this state directory."""
+
+
+class UnsafeStateDir(RuntimeError):
+    """The state directory (which holds the store, with every rocklet secret) is not the admin's
+    own: a link, another user's, or writable by others."""
+
+
+def _private_state_dir(settings: AdminSettings) -> None:
+    """Make the state directory mode 0700, or narrow an existing one of this user to it.
+
+    :raises UnsafeStateDir: naming the path, its owner and mode, and the setting.
+    """
+    try:
+        private_dir(settings.state_dir, setting="admin.state_dir (ROCK_ADMIN_STATE_DIR)")
+    except InvalidParameter as exc:
+        raise UnsafeStateDir(exc.message) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -70,7 +88,7 @@ def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
 
 
 def _claim_pid_file(settings: AdminSettings) -> None:
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    _private_state_dir(settings)
     running = read_pid_file(settings)
     if running is not None and running["pid"] != os.getpid():
         raise AdminAlreadyRunning(
@@ -194,7 +212,7 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
         raise AdminAlreadyRunning(
             f"rock admin already runs (pid {running['pid']}, {running.get('url')}); `rock admin stop` first"
         )
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    _private_state_dir(settings)
     command = [sys.executable, "-m", "rock.admin", "serve", "--host", settings.host, "--port", str(settings.port)]
     if config_file:
         command += ["--config", str(config_file)]
