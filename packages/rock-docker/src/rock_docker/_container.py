@@ -32,9 +32,9 @@ __all__ = [
     "ROCKLET_MOUNT",
     "ROCKLET_PORT_LABEL",
     "FORWARD_PORTS_LABEL",
-    "ROCKLET_PYZ",
     "HANDOFF_DIR",
     "HANDOFF_NAME",
+    "ROCKLET_PYZ",
     "ContainerConfig",
     "container_config",
     "group_network_name",
@@ -58,13 +58,13 @@ ROCKLET_PORT_LABEL = "rock.docker.rocklet_port"
 #: engine made (:mod:`rock_core.rocklet_handoff`), at ``<unit folder>/rocklet.sock`` on the host,
 #: in a folder no container mounts; this label holds that path.
 ROCKLET_SOCKET_LABEL = "rock.docker.rocklet_socket"
-SOCKET_MOUNT = "/rock-run"
 #: Where the unit folder's ``handoff`` folder is mounted, read-only: the rocklet takes its
 #: listening socket at ``/rock-run/handoff.sock`` when it starts.
-#: The container ports the engine forwards from its host for a sandbox reached on a unix
+SOCKET_MOUNT = "/rock-run"
 #: The sub-folder of a unit folder that the container mounts, and the handoff socket in it.
 HANDOFF_DIR = "handoff"
 HANDOFF_NAME = "handoff.sock"
+#: The container ports the engine forwards from its host for a sandbox reached on a unix
 #: socket (comma-separated; see :attr:`~rock_core.models.RuntimeStatus.forwarded_ports`).
 FORWARD_PORTS_LABEL = "rock.docker.forward_ports"
 SOCKET_NAME = "rocklet.sock"

@@ -65,16 +65,16 @@ from rock_core.models import (
     UnitState,
     UnitStats,
 )
-from rock_core.rocklet_delivery import default_rocklet_dir, prepare_rocklet
 from rock_core.private_paths import private_dir
-from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
+from rock_core.rocklet_delivery import default_rocklet_dir, prepare_rocklet
 from rock_core.rocklet_handoff import HandoffDesk
+from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_docker._container import (
     APP_PORT,
-    INIT_EXEC_FAILED,
     HANDOFF_DIR,
     HANDOFF_NAME,
+    INIT_EXEC_FAILED,
     LABEL_NETWORK,
     NETWORKS,
     LABEL_NETWORK_GROUP,
@@ -362,8 +362,8 @@ class DockerRuntime(Runtime):
             if socket_dir is not None:
                 shutil.rmtree(socket_dir, ignore_errors=True)
             raise
-        if socket_dir is not None:
         self._socket_dirs[unit_id] = socket_dir
+        if socket_dir is not None:
             if network != "none":  # reached on its socket, its ports forwarded by the engine
                 self._known_status[unit_id] = RuntimeStatus(
                     state=UnitState.RUNNING,
@@ -421,8 +421,6 @@ class DockerRuntime(Runtime):
         _make_handoff_dir(path)
         return path
 
-    async def prepare(self, spec: SandboxSpec, on_phase: PhaseCallback | None = None) -> None:
-        """Pull ``spec.image`` as ``spec.pull`` says (what ``create`` would do first)."""
     def _offer_listener(self, handle: UnitHandle) -> None:
         """Before a start (blocking): make the rocklet's listening socket and offer it on the
         handoff socket, for a unit reached on a unix socket; nothing for the others."""
@@ -445,6 +443,8 @@ class DockerRuntime(Runtime):
         _make_handoff_dir(unit_dir)
         self._handoffs.offer(handle.unit_id, unit_dir / SOCKET_NAME, unit_dir / HANDOFF_DIR / HANDOFF_NAME)
 
+    async def prepare(self, spec: SandboxSpec, on_phase: PhaseCallback | None = None) -> None:
+        """Pull ``spec.image`` as ``spec.pull`` says (what ``create`` would do first)."""
         await self._ensure_image(spec, on_phase)
 
     async def _ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> None:
@@ -561,33 +561,33 @@ class DockerRuntime(Runtime):
         the ports to forward were fixed at create). The image was had at :meth:`create`, so
         ``on_phase`` hears nothing here.
 
-        An image without ``/bin/sh`` fails here with the fix when Docker runs the command itself
-        (``init=False``); under Docker's init the container starts and exits at once with 127, and
         A container reached on a unix socket gets a fresh listening socket first, which its
         rocklet takes when it starts; connections made before then wait in its backlog.
 
+        An image without ``/bin/sh`` fails here with the fix when Docker runs the command itself
+        (``init=False``); under Docker's init the container starts and exits at once with 127, and
         :meth:`inspect` gives the same fix as its ``error``.
         """
 
         def start() -> None:
             api = self._docker().api
+            self._offer_listener(handle)
             try:
                 api.start(handle.unit_id)
-            self._offer_listener(handle)
             except docker.errors.NotFound:
+                self._handoffs.cancel(handle.unit_id)
                 raise
             except docker.errors.APIError as exc:
                 self._handoffs.cancel(handle.unit_id)
                 message = explain_start_failure(_image_of(api, handle.unit_id), explain(exc))
                 if message is None:
-                self._handoffs.cancel(handle.unit_id)
                     raise
                 raise RuntimeFailure(message, sandbox_id=handle.sandbox_id, attempted="start") from exc
-
-        await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
             except BaseException:
                 self._handoffs.cancel(handle.unit_id)
                 raise
+
+        await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
         return self._known_status.get(handle.unit_id)
 
     async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
@@ -614,9 +614,9 @@ class DockerRuntime(Runtime):
                 pass
 
         await self._run(stop, attempted="stop", sandbox_id=handle.sandbox_id)
+        self._handoffs.cancel(handle.unit_id)  # a rocklet that never took its socket
 
     async def remove(self, handle: UnitHandle) -> None:
-        self._handoffs.cancel(handle.unit_id)  # a rocklet that never took its socket
         """``docker rm -f -v``: the container and its anonymous volumes; a missing container is fine."""
 
         def remove() -> None:
@@ -640,11 +640,11 @@ class DockerRuntime(Runtime):
     def _remove_socket_dir(self, handle: UnitHandle) -> None:
         """Remove the unit's rocklet socket directory, if it has one."""
         self._known_status.pop(handle.unit_id, None)
+        self._handoffs.cancel(handle.unit_id)
         socket_path = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
         if socket_path is not None:
             directory = Path(socket_path) if not str(socket_path).endswith(SOCKET_NAME) else Path(socket_path).parent
             if directory.parent == self.socket_dir:  # never remove anything else a label names
-        self._handoffs.cancel(handle.unit_id)
                 shutil.rmtree(directory, ignore_errors=True)
 
     async def discard(self, handles: Sequence[UnitHandle]) -> None:
@@ -927,11 +927,11 @@ class DockerRuntime(Runtime):
         calls afterwards. Idempotent."""
         with self._lock:
             client, self._client, self._closed = self._client, None, True
+        self._handoffs.close()
         if client is not None:
             await anyio.to_thread.run_sync(client.close)
 
 
-        self._handoffs.close()
 # `docker ps`'s State column, as a unit state (the rest, e.g. "removing", read as exited).
 _STATES = {
     "created": UnitState.CREATED,
