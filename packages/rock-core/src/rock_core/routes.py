@@ -114,6 +114,9 @@ class AdminRoute:
     :param envelope: wrap the answer in ROCK's ``{status, message, error, result}`` envelope
         (the admin's sandbox routes do); by default the handler's JSON is the answer.
     :param summary: one line for the admin's OpenAPI document.
+    :param json_body: the route takes JSON: a request with a body must say
+        ``Content-Type: application/json``, else the admin answers HTTP 415 without calling the
+        handler (a web page's ``text/plain`` post never reaches it). ``False``: any body.
     """
 
     method: str = attrs.field(converter=str.upper, validator=_method)
@@ -121,3 +124,4 @@ class AdminRoute:
     handler: Callable[[RouteRequest], Awaitable[Any]]
     envelope: bool = False
     summary: str = ""
+    json_body: bool = True

@@ -149,6 +149,9 @@ class EngineConfig:
         ``port_mapping`` has it; off by default, since rock's own clients never use it (they
         reach the rocklet through the engine) and it only gives every local process one more way
         to the rocklet. Other ports (8080) are forwarded either way.
+    :param max_rocklet_answer: the largest answer read from a rocklet (a command's output, a
+        file read, a JSON answer; a streamed line): past it the call fails naming this setting,
+        since a sandbox's root can make its rocklet answer anything (64 MiB).
     :param disk_keep_seconds: how long a sandbox stopped for passing its disk limit keeps its
         unit (its files, for inspection or ``restart``) before it is deleted, when its own
         policy would delete it sooner.
@@ -188,6 +191,7 @@ class EngineConfig:
     rocklet_url: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     archive_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
     restore_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
+    max_rocklet_answer: ByteSize = checked(ByteSize, default=64 * 1024 * 1024)
     forward_rocklet_port: bool = checked(bool, default=False)
 
     def __attrs_post_init__(self) -> None:

@@ -4,6 +4,13 @@ The engine, the admin server and the embedded SDK all talk to a rocklet through 
 shares one :class:`httpx.AsyncClient` (one keep-alive pool per engine); a ``RockletClient`` is
 just the sandbox's base URL and id on top of it, so making one is free.
 
+A rocklet's answers are hostile input (a sandbox's root can replace its rocklet): every answer
+is read with a cap (:attr:`RockletClient.max_answer`, the engine's ``max_rocklet_answer``, 64 MiB
+by default; a process's output by its request's own ``limit``), a streamed line (``execute_stream``)
+too, and no compressed answer is accepted (the client asks for none). An answer past its cap is
+a clear :class:`~rock_core.errors.InternalServerRockError` naming the cap, never an engine out
+of memory.
+
 Rocklet errors (HTTP 511 ``rockletexception``) become the most specific rock error, once, here:
 an unknown session is :class:`~rock_core.errors.SessionNotFound`, a failed ``check="raise"``
 command :class:`~rock_core.errors.NonZeroExitCode`, and so on; a rocklet that does not answer is
@@ -19,7 +26,7 @@ import os
 import ssl
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import urlencode
 
 import anyio
@@ -60,7 +67,7 @@ from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.rocklet.terminal import UPGRADE as PTY_UPGRADE
 from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
 
-__all__ = ["RockletClient", "RockletTransport", "new_http_client", "process_request"]
+__all__ = ["DEFAULT_MAX_ANSWER", "RockletClient", "RockletHttp", "RockletTransport", "new_http_client", "process_request"]
 
 T = TypeVar("T")
 
@@ -121,16 +128,81 @@ class RockletTransport(httpx.AsyncBaseTransport):
         self._uds.clear()
 
 
-def new_http_client(max_connections: int = 1000) -> httpx.AsyncClient:
-    """The pooled client an engine shares across all its sandboxes' rocklets.
+#: The largest rocklet answer read by default (``EngineConfig.max_rocklet_answer``).
+DEFAULT_MAX_ANSWER = 64 * 1024 * 1024
+# Answers whose content is small by nature (liveness, errors of streamed routes).
+_SMALL_ANSWER = 65536
 
-    Rocklets listen on 127.0.0.1 (or a unix socket) only, so proxies from the environment never apply.
+
+class RockletHttp(httpx.AsyncClient):
+    """The engine's HTTP client of rocklets, with the cap on each answer it reads (``max_answer``)."""
+
+    def __init__(self, *, max_answer: int = DEFAULT_MAX_ANSWER, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_answer = max_answer
+
+
+def new_http_client(max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER) -> httpx.AsyncClient:
+    """The pooled client an engine shares across all its sandboxes' rocklets; no answer is read
+    past ``max_answer`` bytes.
+
+    Rocklets listen on 127.0.0.1 (or a unix socket) only, so proxies from the environment never
+    apply. Answers come unencoded (``Accept-Encoding: identity``): a compressed one could unpack
+    far beyond its cap.
     """
-    return httpx.AsyncClient(
+    return RockletHttp(
+        max_answer=max_answer,
         timeout=httpx.Timeout(30.0, connect=5.0),
         transport=RockletTransport(max_connections),
         trust_env=False,
+        headers={"Accept-Encoding": "identity"},
     )
+
+
+class _TooLarge(Exception):
+    """An answer passed its cap (``limit`` bytes)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> bytes:
+    """The body of a streamed ``response``, at most ``limit`` bytes.
+
+    :raises _TooLarge: it says or turns out to be larger.
+    :raises httpx.DecodingError: it is compressed (rock asks for no encoding).
+    """
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        raise httpx.DecodingError(f"the answer is {encoding}-encoded; rock asks rocklets for no encoding")
+    declared = response.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > limit:
+        raise _TooLarge(limit)
+    body = bytearray()
+    async for chunk in response.aiter_raw():
+        body += chunk
+        if len(body) > limit:
+            raise _TooLarge(limit)
+    return bytes(body)
+
+
+async def _capped_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]:
+    """The lines of a streamed ``response``, each at most ``limit`` bytes (:class:`_TooLarge` past it)."""
+    pending = bytearray()
+    async for chunk in response.aiter_raw():
+        pending += chunk
+        while True:
+            end = pending.find(b"\n")
+            if end < 0:
+                break
+            line = bytes(pending[:end])
+            del pending[: end + 1]
+            yield line.decode("utf-8", "replace").rstrip("\r")
+        if len(pending) > limit:
+            raise _TooLarge(limit)
+    if pending:
+        yield pending.decode("utf-8", "replace")
 
 
 def _rock_error(name: str, message: str, extra: Mapping[str, Any], sandbox_id: str | None, attempted: str) -> RockError:
@@ -203,6 +275,8 @@ class RockletClient:
             self.base_url = f"http://{host}:{port}"
             self.where = self.base_url
         self.sandbox_id = sandbox_id
+        #: The largest answer read from this rocklet (the engine's ``max_rocklet_answer``).
+        self.max_answer: int = getattr(http, "max_answer", DEFAULT_MAX_ANSWER)
 
     def __repr__(self) -> str:
         return f"RockletClient({self.where!r}, sandbox_id={self.sandbox_id!r})"
@@ -217,12 +291,32 @@ class RockletClient:
         *,
         json_body: Any = None,
         timeout: float | None | str = "default",
+        limit: int | None = None,
         **kw: Any,
     ) -> httpx.Response:
+        """Send a request and read its answer whole, at most ``limit`` bytes (default
+        :attr:`max_answer`); the answer comes back as a read :class:`httpx.Response`."""
         if timeout != "default":
             kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)  # type: ignore[arg-type]
+        cap = self.max_answer if limit is None else limit
         try:
-            response = await self.http.request(method, self.base_url + path, json=json_body, headers=self._headers, **kw)
+            request = self.http.build_request(method, self.base_url + path, json=json_body, headers=self._headers, **kw)
+            streamed = await self.http.send(request, stream=True)
+            try:
+                body = await _read_capped(streamed, cap)
+            finally:
+                await streamed.aclose()
+            response = httpx.Response(
+                streamed.status_code, content=body, request=request,
+                headers={"content-type": streamed.headers.get("content-type", "application/json")},
+            )
+        except _TooLarge as exc:
+            raise self._too_large(attempted, exc.limit, limit is not None) from None
+        except httpx.DecodingError as exc:
+            raise InternalServerRockError(
+                f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with an encoded body: {exc}",
+                sandbox_id=self.sandbox_id, attempted=attempted,
+            ) from exc
         except httpx.TimeoutException as exc:
             raise CommandTimeout(
                 f"the rocklet of sandbox {self.sandbox_id} did not answer {attempted} in time",
@@ -237,6 +331,23 @@ class RockletClient:
             ) from exc
         self._raise_for_status(response, attempted)
         return response
+
+    def _too_large(self, attempted: str, limit: int, asked: bool) -> InternalServerRockError:
+        """The error of an answer past its cap: which cap, and what to do instead."""
+        where = "the request's limit" if asked else "the engine's max_rocklet_answer"
+        hint = {
+            "execute": "; a command's output comes back whole in one answer: write large output to a file "
+                       "and download it, or run the command as a background process and read its output in pieces",
+            "run_in_session": "; a command's output comes back whole in one answer: write large output to a file "
+                              "and download it",
+            "execute_stream": "; one line of its output is that long",
+            "read_file": "; download reads a file of any size",
+        }.get(attempted, "")
+        return InternalServerRockError(
+            f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with more than {limit} bytes "
+            f"({where}){hint}",
+            sandbox_id=self.sandbox_id, attempted=attempted,
+        )
 
     def _raise_for_status(self, response: httpx.Response, attempted: str) -> None:
         if response.status_code < 400:
@@ -279,9 +390,9 @@ class RockletClient:
     async def is_alive(self, timeout: float = 2.0) -> bool:
         """Whether the rocklet answers ``/is_alive`` within ``timeout`` seconds."""
         try:
-            response = await self.http.get(self.base_url + "/is_alive", timeout=timeout, headers=self._headers)
-            return response.status_code == 200 and bool(response.json().get("is_alive"))
-        except (httpx.HTTPError, ValueError):
+            response = await self._request("GET", "/is_alive", "is_alive", timeout=timeout, limit=_SMALL_ANSWER)
+            return bool(response.json().get("is_alive"))
+        except (RockError, ValueError, AttributeError):
             return False
 
     async def probe(self, timeout: float = 1.0) -> bool:
@@ -317,7 +428,9 @@ class RockletClient:
         nothing in the sandbox runs on, while its unit stays for the runtime to remove. ``True``
         when the rocklet did so."""
         try:
-            response = await self.http.post(self.base_url + "/end_processes", headers=self._headers, timeout=timeout)
+            request = self.http.build_request("POST", self.base_url + "/end_processes", headers=self._headers, timeout=timeout)
+            response = await self.http.send(request, stream=True)  # the status is the answer: no body read
+            await response.aclose()
         except httpx.HTTPError:
             return False
         return response.status_code == 200
@@ -467,10 +580,12 @@ class RockletClient:
             raise self._unreachable(exc, attempted) from exc
         if response.status_code >= 400:
             try:
-                await response.aread()
+                body = await _read_capped(response, _SMALL_ANSWER)
+            except (_TooLarge, httpx.HTTPError):
+                body = b""
             finally:
                 await response.aclose()
-            self._raise_for_status(response, attempted)
+            self._raise_for_status(httpx.Response(response.status_code, content=body, request=request), attempted)
         return response
 
     def _unreachable(self, exc: Exception, attempted: str) -> RockletUnreachable:
@@ -489,13 +604,26 @@ class RockletClient:
         timeout = self._deadline_timeout(command.timeout)
         response = await self.open_stream("/execute_stream", unstructure_wire(command), "execute_stream", timeout)
         try:
-            async for line in response.aiter_lines():
+            async for line in _capped_lines(response, self.max_answer):
                 if line.strip():
                     yield json.loads(line)
+        except _TooLarge as exc:
+            raise self._too_large("execute_stream", exc.limit, False) from None
         except httpx.TransportError as exc:
             raise self._unreachable(exc, "execute_stream") from exc
         finally:
             await response.aclose()
+
+    async def stream_lines(self, response: httpx.Response, attempted: str) -> AsyncIterator[str]:
+        """The lines of a response of :meth:`open_stream`, each at most :attr:`max_answer` bytes.
+
+        :raises InternalServerRockError: a line is longer.
+        """
+        try:
+            async for line in _capped_lines(response, self.max_answer):
+                yield line
+        except _TooLarge as exc:
+            raise self._too_large(attempted, exc.limit, False) from None
 
     async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
         """Read a text file (``/read_file``)."""
@@ -505,10 +633,13 @@ class RockletClient:
         """Write a text file, creating parent directories (``/write_file``)."""
         return await self._call("/write_file", request, WriteFileResponse, "write_file")
 
-    async def upload(self, target_path: str, data: bytes | os.PathLike[str] | str, *, unzip: bool = False) -> UploadResponse:
-        """Upload bytes, or the local file at a path, to ``target_path`` (``/upload``)."""
-        if isinstance(data, (bytes, bytearray)):
-            content: Any = bytes(data)
+    async def upload(
+        self, target_path: str, data: bytes | os.PathLike[str] | str | BinaryIO, *, unzip: bool = False
+    ) -> UploadResponse:
+        """Upload bytes, an open binary file (streamed from where it stands; the admin's spooled
+        ``/upload`` body), or the local file at a path, to ``target_path`` (``/upload``)."""
+        if isinstance(data, (bytes, bytearray)) or hasattr(data, "read"):
+            content: Any = bytes(data) if isinstance(data, (bytes, bytearray)) else data
             name = os.path.basename(target_path) or "upload"
             response = await self._request(
                 "POST", "/upload", "upload",
@@ -538,7 +669,7 @@ class RockletClient:
         """Yield the raw bytes of the file at ``path`` in the sandbox (rock addition)."""
         response = await self.open_stream("/download", {"path": path}, "download")
         try:
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.aiter_raw():  # as it comes: never more than a read at once
                 yield chunk
         except httpx.TransportError as exc:
             raise self._unreachable(exc, "download") from exc
@@ -601,7 +732,10 @@ class RockletClient:
         params: dict[str, Any] = {"offset": offset}
         if limit is not None:
             params["limit"] = limit
-        response = await self._request("GET", f"/processes/{process_id}/output", "process_output", params=params)
+        response = await self._request(
+            "GET", f"/processes/{process_id}/output", "process_output", params=params,
+            limit=None if limit is None else min(limit, self.max_answer),
+        )
         return response.content
 
     async def kill_process(self, process_id: str, *, signal: int | str = 15, wait: float = 5.0) -> ProcessInfo:

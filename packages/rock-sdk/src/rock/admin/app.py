@@ -11,7 +11,9 @@ A request that does not fit its model (malformed JSON, an unknown or missing fie
 a wrong type, a bad query parameter) is answered ``Failed`` with ``message: "invalid parameter"``,
 ``error`` naming every bad field and ``result.code`` 4001. An unexpected exception is answered
 ``Failed`` with ``result: null`` (never an HTTP 500). A body above the configured limit (10 MiB of
-JSON, 100 MiB for ``/upload``) is answered with HTTP 413.
+JSON, 100 MiB for ``/upload``) is answered with HTTP 413, a JSON route's body sent with another
+``Content-Type`` than ``application/json`` with HTTP 415 (``result.code`` 4015), and a request
+with a foreign ``Origin`` or an unexpected ``Host`` with HTTP 403 (:mod:`rock.admin.origin_guard`).
 
 Besides ROCK's routes (:func:`build_routes` has the table, ``GET /openapi.json`` documents it),
 the app serves ``GET /`` (``{"message": "hello, ROCK!"}``), ``GET /healthz`` and ``GET /metrics``
@@ -35,7 +37,8 @@ This module is the app (reading requests, answering them, the layers around it) 
 table; the routes' handlers live by job in :mod:`rock.admin.lifecycle`, :mod:`rock.admin.commands`,
 :mod:`rock.admin.files` and :mod:`rock.admin.processes`, and the rest has a module of its own: ROCK's
 envelope (:mod:`rock.admin.envelope`), ``/metrics`` (:mod:`rock.admin.metrics`), the body limit
-(:mod:`rock.admin.body_limit`) and the API-key gate (:mod:`rock.admin.key_gate`).
+(:mod:`rock.admin.body_limit`), the API-key gate (:mod:`rock.admin.key_gate`) and the
+``Origin``/``Host`` guard (:mod:`rock.admin.origin_guard`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import attrs
@@ -80,7 +84,7 @@ from rock_core.actions import (
     WarmupRequest,
     WriteFileResponse,
 )
-from rock_core.converters import structure_wire
+from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.engine.manager import SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import (
@@ -93,6 +97,7 @@ from rock_core.errors import (
 from rock_core.plugins import Plugins, plugin_tables
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.runtime import Runtime
+from rock_core.states import State
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -108,9 +113,9 @@ from rock.admin.config import AdminSettings
 from rock.admin.envelope import BYTES, JSON, NDJSON, BadInput, failure, json_response, success
 from rock.admin.key_gate import OPEN_PATHS, UNAUTHORIZED_CODE, ApiKeyGate, scope_tenant, unknown_sandbox
 from rock.admin.metrics import Metrics
+from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
 from rock.admin.portforward import SandboxSockets
 from rock.admin.proxy import SandboxAccess, SandboxProxy
-from rock.admin.status import admin_status
 from rock.admin.models import (
     GetStatusQuery,
     InterruptSessionRequest,
@@ -219,6 +224,14 @@ def _unknown_keys(data: Any, cls: type) -> list[str]:
     return sorted(str(key) for key in data if key not in names)
 
 
+def _has_body(request: Request) -> bool:
+    """Whether the request carries a body (a ``Content-Length`` above 0, or a chunked one)."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        return length.strip() not in ("", "0")
+    return "chunked" in request.headers.get("transfer-encoding", "").lower()
+
+
 def _tenant(request: Request) -> str | None:
     """The tenant of the request's key (``None``: keys are off)."""
     return scope_tenant(request.scope)
@@ -317,6 +330,8 @@ class AdminApp:
             known_paths={r.path for r in self.routes if "{" not in r.path},
         )
         self.keys = KeyRing(settings.api_keys)
+        #: ``/upload`` bodies read at once (rock.admin.files.upload): the rest wait their turn.
+        self.upload_slots = anyio.Semaphore(settings.max_concurrent_uploads)
         # A sandbox's own services (rock.admin.proxy, rock.admin.portforward): in front of the
         # body limit (proxied bodies stream, of any size), behind the key gate.
         access = SandboxAccess(lambda: self.manager, TENANT_METADATA_KEY)
@@ -328,10 +343,23 @@ class AdminApp:
         self.asgi = self.proxy
         if self.keys:
             self.asgi = ApiKeyGate(self.asgi, keys=self.keys, metrics=self.metrics)
+        # Outermost, keys or not: a web page (foreign Origin, or a rebound DNS name) never
+        # reaches a route (rock.admin.origin_guard).
+        self.asgi = OriginGuard(
+            self.asgi, allowed_hosts=self._own_hosts(), allowed_origins=settings.allowed_origins, metrics=self.metrics
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point (so the instance itself can be served)."""
         await self.asgi(scope, receive, send)
+
+    def _own_hosts(self) -> list[str]:
+        """The host names that name this admin: ``allowed_hosts``, the name it is bound to and
+        the host of ``engine.rocklet_url`` (where units on other hosts download the rocklet)."""
+        hosts = [*self.settings.allowed_hosts, self.settings.host]
+        if self.settings.engine.rocklet_url:
+            hosts.append(urlsplit(self.settings.engine.rocklet_url).hostname or "")
+        return hosts
 
     def _is_key(self, authorization: str) -> bool:
         """Whether an ``Authorization`` value carries one of this admin's keys (never proxied on)."""
@@ -395,6 +423,8 @@ class AdminApp:
         async def endpoint(request: Request) -> Response:
             outcome = "success"
             try:
+                if route.json_body:
+                    require_json(request.headers, _has_body(request))
                 call = RouteRequest(
                     method=request.method,
                     path=request.url.path,
@@ -418,6 +448,13 @@ class AdminApp:
                     response.headers.update(answer.headers)
                     return response
                 return success(answer) if route.envelope else json_response(answer)
+            except UnsupportedMediaType as exc:
+                outcome = "invalid"
+                if route.envelope:
+                    response = failure(f"{route.method} {route.path} failed", exc)
+                    response.status_code = 415
+                    return response
+                return json_response({"detail": exc.message, "code": exc.code}, 415)
             except RockError as exc:
                 outcome = "invalid" if isinstance(exc, BadRequestRockError) else "failed"
                 if route.envelope:
@@ -455,6 +492,11 @@ class AdminApp:
             except BodyTooLarge as exc:
                 outcome = "too_large"
                 return too_large_response(exc.limit)
+            except UnsupportedMediaType as exc:
+                outcome = "invalid"
+                response = failure("unsupported media type", exc)
+                response.status_code = 415
+                return response
             except BadInput as exc:
                 outcome = "invalid"
                 return _warned(request, failure("invalid parameter", exc.error))
@@ -509,6 +551,7 @@ class AdminApp:
                 query = self._known_keys(request, route, given, route.query)
                 return structure_wire(query, route.query)
             if route.body is not None:
+                require_json(request.headers, _has_body(request))
                 raw = await request.body()
                 try:
                     data = json.loads(raw) if raw.strip() else {}
@@ -554,9 +597,16 @@ class AdminApp:
         self.metrics.attach(self._manager)
         return Response(self.metrics.render(), media_type=self.metrics.media_type)
 
-    async def _status(self, request: Request) -> Response:
-        """``GET /admin/status``: what ``rock admin status`` shows, as JSON (:mod:`rock.admin.status`)."""
-        return json_response(admin_status(self, request))
+    async def _status(self, _request: Request) -> Response:
+        """``GET /admin/status``: what ``rock admin status`` shows, as JSON."""
+        manager = self.manager
+        by_state = manager.count_by_state()
+        return json_response({
+            "version": __version__,
+            "sandboxes": {state.value: by_state.get(state, 0) for state in State},
+            "start_queue": {"depth": manager.queue.depth, "active": manager.queue.active},
+            "warm_pools": [unstructure_wire(pool) for pool in manager.warm_pools()],
+        })
 
     async def _openapi_json(self, _request: Request) -> Response:
         if self._openapi is None:

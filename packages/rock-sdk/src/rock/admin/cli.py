@@ -15,7 +15,6 @@ from typing import Any
 import attrs
 import click
 from rock_core.errors import InvalidParameter
-from rock_core.units import format_size
 
 from rock.admin import daemon
 from rock.admin.config import AdminSettings, load_settings
@@ -40,16 +39,23 @@ def admin() -> None:
     """Run rock's admin server (ROCK's HTTP API for remote trainers)."""
 
 
+_insecure_option = click.option(
+    "--insecure-no-keys", "insecure_no_keys", is_flag=True, default=False,
+    help="Serve without API keys on a non-loopback --host: anyone who reaches it drives every sandbox.",
+)
+
+
 @admin.command()
 @click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to listen on.  [default: 8080]")
 @_config_option
-def start(host: str | None, port: int | None, config_file: str | None) -> None:
+@_insecure_option
+def start(host: str | None, port: int | None, config_file: str | None, insecure_no_keys: bool) -> None:
     """Start the admin server in the background."""
-    settings = _settings(config_file, host=host, port=port)
+    settings = _settings(config_file, host=host, port=port, allow_keyless_remote=insecure_no_keys or None)
     try:
         data = daemon.start(settings, config_file)
-    except daemon.AdminAlreadyRunning as exc:
+    except (daemon.AdminAlreadyRunning, daemon.KeylessRemoteRefused) as exc:
         raise click.ClickException(str(exc)) from None
     except RuntimeError as exc:
         raise click.ClickException(str(exc)) from None
@@ -60,12 +66,15 @@ def start(host: str | None, port: int | None, config_file: str | None) -> None:
 @click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
 @click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to listen on.  [default: 8080]")
 @_config_option
-def serve(host: str | None, port: int | None, config_file: str | None) -> None:
+@_insecure_option
+def serve(host: str | None, port: int | None, config_file: str | None, insecure_no_keys: bool) -> None:
     """Run the admin server in the foreground until SIGTERM or Ctrl-C."""
-    settings = _settings(config_file, host=host, port=port)
+    settings = _settings(config_file, host=host, port=port, allow_keyless_remote=insecure_no_keys or None)
     try:
         code = daemon.serve(settings)
-    except (daemon.AdminAlreadyRunning, daemon.MissingServerLibraries, daemon.UnsafeStateDir) as exc:
+    except (
+        daemon.AdminAlreadyRunning, daemon.MissingServerLibraries, daemon.KeylessRemoteRefused, daemon.UnsafeStateDir
+    ) as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
 
@@ -104,23 +113,7 @@ def status(config_file: str | None, as_json: bool) -> None:
         else:
             counts = ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"
             click.echo(f"  sandboxes: {counts}")
-        for tenant, row in (found.tenants or {}).items():
-            click.echo(f"  tenant:    {tenant}: {_tenant_use(row)}")
         for key, pool in (found.warm_pools or {}).items():
             click.echo(f"  warm pool: {key} ({pool.get('image')}) {pool.get('ready', 0)}/{pool.get('size', 0)} ready")
     if found is None:
         sys.exit(3)
-
-def _tenant_use(row: dict[str, Any]) -> str:
-    """A tenant's row of ``/admin/status`` in words: ``2 sandboxes (max 5), 1.00g memory, 1 cpus (max 4)``."""
-    quota = row.get("quota") or {}
-
-    def part(value: Any, limit: Any, unit: str, show: Any) -> str:
-        text = f"{show(value)} {unit}"
-        return text if limit is None else f"{text} (max {show(limit)})"
-
-    return ", ".join([
-        part(row.get("sandboxes", 0), quota.get("max_sandboxes"), "sandboxes", str),
-        part(row.get("memory", 0), quota.get("max_memory"), "memory", lambda n: format_size(int(n))),
-        part(row.get("cpus", 0), quota.get("max_cpus"), "cpus", lambda n: f"{float(n):g}"),
-    ])

@@ -24,7 +24,7 @@ from rock_core.actions import (
     SandboxCreateBashSessionRequest,
 )
 from rock_core.converters import unstructure_wire
-from rock_core.errors import RockletUnreachable
+from rock_core.errors import RockError, RockletUnreachable
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -53,12 +53,14 @@ async def execute_stream(app: AdminApp, _request: Request, body: SandboxCommand)
         # The stream outlives the handler: it is a call of its own until it ends.
         async with manager.call(body.sandbox_id):
             try:
-                async for line in upstream.aiter_lines():
+                async for line in client.stream_lines(upstream, "execute_stream"):  # each line capped
                     if line.strip():
                         yield line.encode() + b"\n"
             except httpx.HTTPError as exc:
                 error = {"type": "error", "code": RockletUnreachable.code, "message": f"the stream broke: {exc!r}"}
                 yield json.dumps(error).encode() + b"\n"
+            except RockError as exc:
+                yield json.dumps({"type": "error", "code": exc.code, "message": exc.message}).encode() + b"\n"
             finally:
                 await upstream.aclose()
 

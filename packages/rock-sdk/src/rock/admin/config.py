@@ -27,6 +27,18 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     ws_max_message = "64m"             # largest WebSocket message the proxy and port-forward carry
     per_sandbox_metrics = false        # true: /metrics has each running sandbox's CPU, memory,
                                        # network and process gauges (a series set per sandbox)
+    allowed_hosts = []                 # DNS names the admin is served under, besides IP addresses
+                                       # and localhost (Host is checked: DNS rebinding); "*": any
+    allowed_origins = []               # web origins whose pages may call the admin (none: every
+                                       # request with an Origin header is refused); see
+                                       # rock.admin.origin_guard
+    allow_keyless_remote = false       # true: serve without api_keys on a non-loopback address
+                                       # (anyone who reaches the port drives every sandbox)
+    max_request_head = "64k"           # request line and headers; larger: HTTP 431
+    header_timeout = 30                # seconds a client may take to send its request's headers
+    max_connections = 2048             # open connections (WebSockets and held requests count);
+                                       # past it requests are answered HTTP 503
+    max_concurrent_uploads = 8         # /upload bodies read at once; the rest wait their turn
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
@@ -44,6 +56,7 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     restore_timeout = 1800             # seconds a restore may take, then it fails (archived again)
     forward_rocklet_port = false       # true: port_mapping also has 22555 (the rocklet's own port,
                                        # forwarded on 127.0.0.1), as ROCK's does; rock never needs it
+    max_rocklet_answer = "64m"         # largest answer read from a rocklet (a command's output...)
     ...
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
@@ -61,8 +74,9 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
 Environment variables: ``ROCK_ADMIN_<KEY>`` for each ``[admin]`` key (``ROCK_ADMIN_PORT=9000``,
 ``ROCK_ADMIN_STATE_DIR=/var/lib/rock``) and ``ROCK_ENGINE_<KEY>`` for each ``[engine]`` key
 (``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``; ``ROCK_ENGINE_WARM_POOLS`` takes the pools as a JSON
-list of tables, ``ROCK_ENGINE_RUNTIME_OPTIONS`` a JSON table, ``ROCK_ENGINE_ALLOWED_CAP_ADD``
-comma-separated names, and booleans are ``true`` or ``false``).
+list of tables, ``ROCK_ENGINE_RUNTIME_OPTIONS`` a JSON table, ``ROCK_ENGINE_ALLOWED_CAP_ADD``,
+``ROCK_ADMIN_ALLOWED_HOSTS`` and ``ROCK_ADMIN_ALLOWED_ORIGINS`` comma-separated names, and
+booleans are ``true`` or ``false``).
 
 Every value, from any source, is read by rock-core's wire converter as the type its key has in
 ``_ADMIN_KEYS``/``_ENGINE_KEYS`` (the checks a request's fields get: ``port`` 1..65535, sizes
@@ -149,6 +163,13 @@ class AdminSettings:
     proxy_timeout: float = 120.0
     ws_max_message: int = 64 * MiB
     per_sandbox_metrics: bool = False
+    allowed_hosts: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    allowed_origins: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    allow_keyless_remote: bool = False
+    max_request_head: int = 64 * 1024
+    header_timeout: float = 30.0
+    max_connections: int = 2048
+    max_concurrent_uploads: int = 8
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -196,6 +217,13 @@ _ADMIN_KEYS: Mapping[str, Any] = {
     "proxy_timeout": PositiveFloat,
     "ws_max_message": ByteSize,
     "per_sandbox_metrics": bool,
+    "allowed_hosts": list[NonBlankStr],
+    "allowed_origins": list[NonBlankStr],
+    "allow_keyless_remote": bool,
+    "max_request_head": ByteSize,
+    "header_timeout": PositiveFloat,
+    "max_connections": PositiveInt,
+    "max_concurrent_uploads": PositiveInt,
 }
 
 _ENGINE_KEYS: Mapping[str, Any] = {
@@ -230,6 +258,7 @@ _ENGINE_KEYS: Mapping[str, Any] = {
     "archive_timeout": PositiveFloat,
     "restore_timeout": PositiveFloat,
     "forward_rocklet_port": bool,
+    "max_rocklet_answer": ByteSize,
 }
 
 _FILE_TABLES: Mapping[str, Any] = {
@@ -251,6 +280,8 @@ def _json(text: str, path: str) -> Any:
 _TEXT_FORMS: Mapping[str, Callable[[str, str], Any]] = {
     "api_keys": lambda text, path: api_key_tables(text, path=path),
     "allowed_cap_add": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
+    "allowed_hosts": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
+    "allowed_origins": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
     "warm_pools": _json,
     "runtime_options": _json,
     "max_auto_delete_seconds": lambda text, _path: None if text.strip().lower() in ("", "none", "null") else text,

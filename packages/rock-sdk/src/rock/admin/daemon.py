@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import ipaddress
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ from rock_core.private_paths import private_dir
 
 from rock.admin.config import AdminSettings
 
-__all__ = ["AdminAlreadyRunning", "AdminStatus", "serve", "start", "stop", "status", "read_pid_file", "GRACEFUL_SECONDS"]
+__all__ = ["AdminAlreadyRunning", "AdminStatus", "KeylessRemoteRefused", "check_exposure", "is_loopback", "serve", "start", "stop", "status", "read_pid_file", "GRACEFUL_SECONDS"]
 
 #: Seconds requests in flight get to finish after SIGTERM before they are cut.
 GRACEFUL_SECONDS = 10.0
@@ -63,6 +64,36 @@ def _private_state_dir(settings: AdminSettings) -> None:
         raise UnsafeStateDir(exc.message) from None
 
 
+class KeylessRemoteRefused(RuntimeError):
+    """The admin would listen beyond this machine without API keys."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` reaches this machine only (``127.0.0.1``, ``::1``, ``localhost``)."""
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to any address
+
+
+def check_exposure(settings: AdminSettings) -> None:
+    """Refuse to serve without API keys on an address other machines reach, unless the operator
+    said so (``[admin] allow_keyless_remote = true`` or ``--insecure-no-keys``).
+
+    :raises KeylessRemoteRefused: naming the address and both ways out.
+    """
+    if settings.api_keys or settings.allow_keyless_remote or is_loopback(settings.host):
+        return
+    raise KeylessRemoteRefused(
+        f"refusing to serve on {settings.host!r} without API keys: anyone who reaches that address could "
+        "start sandboxes and run commands in every one. Configure [admin] api_keys (or ROCK_ADMIN_API_KEYS), "
+        "listen on 127.0.0.1, or accept the risk with --insecure-no-keys ([admin] allow_keyless_remote = true)"
+    )
+
+
 @attrs.frozen(kw_only=True)
 class AdminStatus:
     """What :func:`status` found: the running admin's pid file and its sandboxes by state."""
@@ -75,8 +106,6 @@ class AdminStatus:
     sandboxes: dict[str, int] | None = None  # None when the server did not answer
     #: Each warm pool's image, members ready and target size, by pool key.
     warm_pools: dict[str, dict[str, object]] | None = None
-    #: Each tenant's use (sandboxes, memory in bytes, cpus) and its quota, by tenant.
-    tenants: dict[str, dict[str, Any]] | None = None
 
 
 def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
@@ -154,9 +183,11 @@ def serve(settings: AdminSettings, *, runtime: Any = None) -> int:
     :raises MissingServerLibraries: ``rock-sdk[admin]`` is not installed.
     """
     require_server_libraries()
+    check_exposure(settings)
     import uvicorn
 
     from rock.admin.app import create_app
+    from rock.admin.http_limits import bounded_http_protocol
 
     _claim_pid_file(settings)
     try:
@@ -180,6 +211,11 @@ def serve(settings: AdminSettings, *, runtime: Any = None) -> int:
             # (ReadError) in a 1,000-sandbox run.
             timeout_keep_alive=KEEP_ALIVE_SECONDS,
             server_header=False,
+            # What a client may make the admin hold: a bounded request head, sent within
+            # header_timeout (rock.admin.http_limits), and at most max_connections connections
+            # (WebSockets and held get_status requests count; past it: HTTP 503).
+            http=bounded_http_protocol(settings.max_request_head, settings.header_timeout),
+            limit_concurrency=settings.max_connections,
             # WebSockets of the proxy, port-forward and shell: wsproto waits for the client in
             # both directions (back-pressure); messages up to ws_max_message.
             ws="wsproto",
@@ -209,6 +245,7 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
         end of its log).
     """
     require_server_libraries()
+    check_exposure(settings)
     running = read_pid_file(settings)
     if running is not None:
         raise AdminAlreadyRunning(
@@ -218,6 +255,8 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
     command = [sys.executable, "-m", "rock.admin", "serve", "--host", settings.host, "--port", str(settings.port)]
     if config_file:
         command += ["--config", str(config_file)]
+    if settings.allow_keyless_remote:
+        command.append("--insecure-no-keys")
     env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(settings.state_dir)}
     with open(settings.log_file, "ab") as log_out:
         process = subprocess.Popen(
@@ -314,5 +353,4 @@ def status(settings: AdminSettings) -> AdminStatus | None:
         started_at=float(data.get("started_at", 0.0)),
         sandboxes=dict(answer.get("sandboxes") or {}) if answer is not None else None,
         warm_pools=pools,
-        tenants=dict(answer.get("tenants") or {}) if answer is not None else None,
     )

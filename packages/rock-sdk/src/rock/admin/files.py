@@ -57,7 +57,17 @@ async def write_file(app: AdminApp, _request: Request, body: SandboxWriteFileReq
 
 async def upload(app: AdminApp, request: Request, _data: None) -> UploadResponse:
     """``POST /upload``: multipart ``file``, ``target_path``, ``sandbox_id`` (and rock's
-    optional ``unzip``: ``true`` extracts a zip archive at ``target_path``)."""
+    optional ``unzip``: ``true`` extracts a zip archive at ``target_path``).
+
+    At most ``max_concurrent_uploads`` bodies are read at once; the others wait their turn with
+    their body unread (the client's connection holds it). The file part is spooled to disk past
+    1 MiB (Starlette's parser) and streamed to the rocklet from there, never held whole.
+    """
+    async with app.upload_slots:
+        return await _upload(app, request)
+
+
+async def _upload(app: AdminApp, request: Request) -> UploadResponse:
     try:
         form = await request.form(max_files=1, max_fields=4)
     except BodyTooLarge:
@@ -88,11 +98,11 @@ async def upload(app: AdminApp, request: Request, _data: None) -> UploadResponse
         if not app.owns(request, sandbox_id.strip()):
             raise unknown_sandbox(sandbox_id.strip(), "upload")
         client = app.rocklet(sandbox_id.strip(), "upload")
-        content = await upload.read()
+        await upload.seek(0)
+        async with app.manager.call(sandbox_id.strip()):  # a form, so the endpoint could not
+            return await client.upload(target_path, upload.file, unzip=unzip == "true")
     finally:
         await form.close()
-    async with app.manager.call(sandbox_id.strip()):  # a form, so the endpoint could not
-        return await client.upload(target_path, content, unzip=unzip == "true")
 
 
 async def download(app: AdminApp, _request: Request, body: SandboxPathRequest) -> Response:

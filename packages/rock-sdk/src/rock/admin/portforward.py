@@ -111,8 +111,8 @@ class ServiceSocket:
                             response = event
                         else:
                             socket._pending.append(event)
-                    if not data and response is None:
-                        break
+                    if (not data or protocol.handshake_exc is not None) and response is None:
+                        break  # closed, or an answer websockets refused (its headers' own limits)
         except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             await stream.aclose()
             raise ProxyRefused(502, f"port {port}: the WebSocket handshake failed: {exc or type(exc).__name__}") from None

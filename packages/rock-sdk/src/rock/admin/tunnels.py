@@ -22,6 +22,7 @@ from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import InvalidParameter, RockError, RockletUnreachable
 
 __all__ = [
+    "MAX_ANSWER_HEAD",
     "WS_INTERNAL",
     "WS_POLICY",
     "ProxyRefused",
@@ -228,6 +229,8 @@ async def _read(conn: _Connection, timeout: float) -> bytes:
 
 
 _READ = 262144
+#: The largest head (status line and headers) of a proxied service's answer.
+MAX_ANSWER_HEAD = 256 * 1024
 
 
 class TunnelPool:
@@ -236,10 +239,13 @@ class TunnelPool:
     Idle connections are kept per sandbox and port (at most ``max_idle`` each, for at most
     ``keepalive_expiry`` seconds); one the service closed meanwhile is dropped when picked.
     A request on a reused connection that fails before any answer is sent again once, on a new
-    tunnel, when its body can be sent again (none).
+    tunnel, when its body can be sent again (none). An answer whose head (status line and
+    headers) passes ``max_head`` bytes is a 502: a sandbox's service cannot make the admin hold
+    more than that and one read.
     """
 
-    def __init__(self, max_idle: int = 32, keepalive_expiry: float = 30.0) -> None:
+    def __init__(self, max_idle: int = 32, keepalive_expiry: float = 30.0, max_head: int = MAX_ANSWER_HEAD) -> None:
+        self.max_head = max_head
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
@@ -347,12 +353,16 @@ class TunnelPool:
                     await stream.send(b"0\r\n\r\n")
             answer = _Answer()
             parser = answer.parser = httptools.HttpResponseParser(answer)
+            head = 0  # bytes read before the head ended: a service's endless headers stop at max_head
             while not answer.headers_done:
                 data = await _read(conn, timeout)
                 if not data:
                     raise _Stale()
                 answered = True
+                head += len(data)
                 _feed(parser, data)
+                if not answer.headers_done and head > self.max_head:
+                    raise UpstreamError(502, f"the service's answer headers are larger than {self.max_head} bytes")
                 if answer.headers_done and 100 <= parser.get_status_code() < 200 and parser.get_status_code() != 101:
                     # An interim answer (100 Continue): the real one follows.
                     rest = b"".join(answer.body)
@@ -360,7 +370,7 @@ class TunnelPool:
                     parser = answer.parser = httptools.HttpResponseParser(answer)
                     if rest:
                         _feed(parser, rest)
-        except _Stale:
+        except (_Stale, UpstreamError):
             await stream.aclose()
             raise
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
