@@ -196,6 +196,10 @@ class HandoffDesk:
                 return  # cancelled meanwhile: cancel ended it
             del self._offers[offer.key]
             self._unregister(offer)
+        # The handoff socket goes before the rocklet has its listener: once it has, the unit may
+        # be stopped and started again at once, and a new offer bind the same path.
+        offer.handoff.close()
+        _unlink(offer.handoff_path)
         try:
             if conn is not None:
                 with conn:
@@ -204,7 +208,7 @@ class HandoffDesk:
         except OSError as exc:
             log.warning("could not hand unit %s its rocklet socket: %s", offer.key, exc)
         finally:
-            offer.end()
+            offer.listener.close()
 
 
 def _listening(path: Path, *, backlog: int) -> socket.socket:
