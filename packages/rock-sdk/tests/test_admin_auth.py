@@ -133,7 +133,7 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_la
     server = launch_admin(
         tmp_path_factory.mktemp("admin-auth"),
         config='[admin]\nlog_level = "debug"\naccess_log = true\n'
-        f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }},\n'
+        f'api_keys = [{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}", allowed_cap_add = ["NET_RAW", "SYS_ADMIN"] }},\n'
         f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", allow_host_network = true, max_priority = 9 }}]\n',
         env={"ROCK_ADMIN_API_KEYS": f"team-b={KEY_B}"},
     )
@@ -318,7 +318,7 @@ def test_the_host_network_is_refused_unless_the_key_allows_it(http_a: httpx.Clie
     assert body["status"] == "Failed" and body["result"]["code"] == 4001
     assert "network: 'host'" in body["error"] and "tenant 'team-a'" in body["error"]
     assert "allow_host_network" in body["error"]
-    pool = envelope_of(http_a.post(f"{PREFIX}/warmup/tasks", json={**SMALL, "network": "host", "size": 1}))
+    pool = envelope_of(http_a.post(f"{PREFIX}/warmup/tasks", json={**SMALL, "network": "host"}))
     assert pool["status"] == "Failed" and "network: 'host'" in pool["error"]
     assert all(item["sandbox_id"].startswith("auth-a") for item in ok(http_a, "GET", "sandboxes")["items"])
     with client(admin, {"X-API-Key": KEY_OPS}) as ops:
@@ -329,6 +329,7 @@ def test_the_host_network_is_refused_unless_the_key_allows_it(http_a: httpx.Clie
 
 
 def test_pids_limit_and_capabilities_cross_the_wire(http_a: httpx.Client) -> None:
+    # Key A lists SYS_ADMIN, but the engine never grants it: its own allowed_cap_add bounds every key.
     refused = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "cap_add": ["SYS_ADMIN"]}))
     assert refused["status"] == "Failed" and "cap_add: SYS_ADMIN may not be added here" in refused["error"]
     started = ok(http_a, "POST", "start", json={**SMALL, "pids_limit": 128, "cap_add": ["NET_RAW"]})

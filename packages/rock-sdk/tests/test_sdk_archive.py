@@ -72,8 +72,10 @@ def bucket(s3: Any) -> str:
 
 
 def _objects(s3: Any, bucket: str, sandbox_id: str) -> list[str]:
-    listing = s3.client().list_objects_v2(Bucket=bucket, Prefix=f"rock-archives/{sandbox_id}/")
-    return sorted(item["Key"].rsplit("/", 1)[1] for item in listing.get("Contents", []))
+    """The parts stored for ``sandbox_id``, whose archive key is ``<its tenant's digest>-<id>``."""
+    listing = s3.client().list_objects_v2(Bucket=bucket, Prefix="rock-archives/")
+    keys = [item["Key"].split("/") for item in listing.get("Contents", [])]
+    return sorted(key[-1] for key in keys if len(key) == 3 and key[1].endswith(f"-{sandbox_id}"))
 
 
 async def _wait_state(sandbox: Sandbox, *states: str, timeout: float = 120) -> Any:

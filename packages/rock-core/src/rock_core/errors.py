@@ -33,6 +33,8 @@ __all__ = [
     "SessionAlreadyExists",
     "PayloadTooLarge",
     "NotSupported",
+    "Forbidden",
+    "QuotaExceeded",
     "InternalServerRockError",
     "RuntimeFailure",
     "ImagePullFailed",
@@ -175,6 +177,20 @@ class NotSupported(BadRequestRockError, NotImplementedError):
 
     # 4005 like HTTP 405: the operation exists, this backend does not allow it.
     code = 4005
+
+
+class Forbidden(BadRequestRockError):
+    """The caller's role does not allow this (a tenant's key managing the operator's warm pools)."""
+
+    # 4003 like HTTP 403: the caller is known, the act is not its to do.
+    code = 4003
+
+
+class QuotaExceeded(BadRequestRockError):
+    """A start would take a tenant past one of its quotas (sandboxes, memory or CPUs at once)."""
+
+    # 4029 like HTTP 429: asking again once some of the tenant's sandboxes stopped may succeed.
+    code = 4029
 
 
 # ---------------------------------------------------------------------------------------------

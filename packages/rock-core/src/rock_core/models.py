@@ -354,6 +354,9 @@ class SandboxSpec:
     ``priority`` orders the start queue (:mod:`rock_core.engine.start_queue`): higher first.
     ``restart_policy`` and ``max_restarts`` say whether a unit that dies is started again
     (:mod:`rock_core.engine.restarting`), and at most how many times.
+    ``tenant`` is the namespace the sandbox belongs to, set by the engine, never by a request
+    (:mod:`rock_core.tenancy`): the names it gives (its network group, its archive's key) are
+    its tenant's, and its tenant's quotas count it.
     """
 
     image: NonBlankStr = constrained(NonBlankStr)
@@ -384,6 +387,7 @@ class SandboxSpec:
     priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
     restart_policy: RestartPolicy = attrs.field(default=RestartPolicy.NEVER, converter=RestartPolicy)
     max_restarts: NonNegativeInt = constrained(NonNegativeInt, default=3)
+    tenant: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:

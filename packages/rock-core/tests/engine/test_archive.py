@@ -26,6 +26,7 @@ from rock_core.models import PhaseStatus
 from rock_core.responses import status_response
 from rock_core.states import Event, State
 from rock_core.testing import ScriptedRuntime
+from rock_core.tenancy import scoped_name
 
 pytestmark = pytest.mark.anyio
 
@@ -68,8 +69,14 @@ async def _settled(engine: SandboxManager, sandbox_id: str, *states: State) -> N
             await anyio.sleep(0.01)
 
 
+def _folder(archives: Path, sandbox_id: str, tenant: str = "test-owner") -> Path:
+    """Where the fs store keeps the archive of ``sandbox_id``, a sandbox of ``tenant`` (its
+    engine's owner): under a key of its tenant (rock_core.tenancy.archive_key)."""
+    return archives / f"{scoped_name(tenant, '', length=16)}-{sandbox_id}"
+
+
 def _parts(archives: Path, sandbox_id: str) -> list[str]:
-    folder = archives / sandbox_id
+    folder = _folder(archives, sandbox_id)
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
@@ -169,7 +176,7 @@ async def test_a_restore_from_a_missing_or_corrupt_archive_leaves_it_archived(
         sandbox_id = await _stopped(engine)
         await engine.archive(sandbox_id)
         await _settled(engine, sandbox_id, State.ARCHIVED)
-        rootfs = archives / sandbox_id / PART_ROOTFS
+        rootfs = _folder(archives, sandbox_id) / PART_ROOTFS
         if damage == "missing":
             rootfs.unlink()
         else:
@@ -232,7 +239,7 @@ async def test_delete_of_an_archived_sandbox_deletes_its_archive(runtime: Script
             await engine.archive(sandbox_id)
         await engine.delete(sandbox_id)
         assert engine.get_record(sandbox_id).state is State.DELETED
-        assert not (archives / sandbox_id).exists()
+        assert not _folder(archives, sandbox_id).exists()
 
 
 async def test_auto_archive_seconds_archives_at_its_time(runtime: ScriptedRuntime, archives: Path) -> None:
@@ -267,8 +274,8 @@ async def test_recovery_resolves_an_interrupted_archive_with_the_store(
         records.put(attrs.evolve(record, state=State.ARCHIVING))
     records.close()
     runtime.units["unit-left"] = type(next(iter(runtime.units.values())))(whole, {"rock.owner": "test-owner", "rock.sandbox_id": whole})
-    (archives / cut).mkdir(parents=True)
-    (archives / cut / PART_ROOTFS).write_bytes(b"half")
+    _folder(archives, cut).mkdir(parents=True)
+    (_folder(archives, cut) / PART_ROOTFS).write_bytes(b"half")
 
     async with _engine(runtime, archives, **fields) as engine:
         assert engine.get_record(whole).state is State.ARCHIVED

@@ -18,6 +18,7 @@ from rock_core.models import ROCKLET_PORT, Port, RuntimeStatus, SandboxSpec, Uni
 from rock_core.rocklet.server import TOKEN_ENV
 from rock_core.rocklet_delivery import NO_PYTHON_EXIT_CODE, NO_PYTHON_LOG_LINE, ROCKLET_PYZ
 from rock_core.rocklet_delivery import launch_command as core_launch_command
+from rock_core.tenancy import group_network_id
 from rock_core.units import format_size
 
 __all__ = [
@@ -79,15 +80,18 @@ KEPT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_B
 #: Label on the networks rock makes: ``isolated`` (the shared one, no traffic between its
 #: containers) or ``group`` (one per network group, whose containers may talk to each other).
 LABEL_NETWORK = "rock.network"
-#: Label on a group's network: the group's name.
+#: Label on a group's network and its containers: the group's name, as its tenant gave it.
 LABEL_NETWORK_GROUP = "rock.network_group"
+#: Label on a group's containers: the Docker network of their group (removed with its last one).
+LABEL_GROUP_NETWORK = "rock.group_network"
 #: What the ``network`` entry of a unit's ``security`` says for each Docker network mode.
 _NETWORK_SECURITY = {"host": "host (shares the host's network: trusted code only)", "none": "none (loopback only)"}
 
 
-def group_network_name(group: str) -> str:
-    """The Docker network of network group ``group``."""
-    return f"rock-group-{group}"
+def group_network_name(group_id: str) -> str:
+    """The Docker network of the network group whose id (within its tenant) is ``group_id``
+    (:func:`rock_core.tenancy.group_network_id`): two tenants' groups of one name are two networks."""
+    return f"rock-group-{group_id}"
 # Docker's "never set" time.
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -158,7 +162,9 @@ def network_for(spec: SandboxSpec, default: str) -> str:
     if group is not None:
         if network in ("host", "none"):
             raise refuse("network_group", f"a sandbox on network {network!r} cannot join a network group", group)
-        return group_network_name(str(group))
+        group_id = group_network_id(spec)
+        assert group_id is not None
+        return group_network_name(group_id)
     return str(network)
 
 
@@ -277,7 +283,7 @@ def container_config(
     if network == isolated_network:
         network_summary = "isolated"
     elif network.startswith("rock-group-"):
-        network_summary = "group:" + network.removeprefix("rock-group-")
+        network_summary = f"group:{spec.runtime_options.get('network_group')}"  # the name its tenant gave
     else:
         network_summary = _NETWORK_SECURITY.get(network, network)
     security: dict[str, Any] = {

@@ -16,7 +16,8 @@ lets the engine watch it.
 Containers are hardened (docs/security.md): a pids limit, ``no-new-privileges``, a reduced
 capability set, an open-files limit, and rock's own bridge network with inter-container traffic
 disabled, so no sandbox can open a connection to another; sandboxes of one network group share a
-network of their own instead.
+network of their own instead, one per tenant and group name (``rock-group-<id>``, the id from
+:func:`rock_core.tenancy.group_network_id`).
 
 The docker SDK blocks, so every call runs in a worker thread (:func:`anyio.to_thread.run_sync`)
 under the runtime's own :class:`anyio.CapacityLimiter`, and one :class:`docker.DockerClient`
@@ -77,6 +78,7 @@ from rock_docker._container import (
     INIT_EXEC_FAILED,
     LABEL_NETWORK,
     NETWORKS,
+    LABEL_GROUP_NETWORK,
     LABEL_NETWORK_GROUP,
     NO_PYTHON_EXIT_CODE,
     NO_PYTHON_LOG_LINE,
@@ -309,7 +311,7 @@ class DockerRuntime(Runtime):
         network = network_for(spec, self.network)
         group = spec.runtime_options.get("network_group")
         if group is not None:
-            labels = {**labels, LABEL_NETWORK_GROUP: str(group)}
+            labels = {**labels, LABEL_NETWORK_GROUP: str(group), LABEL_GROUP_NETWORK: network}
         await self._ensure_image(spec, on_phase)
 
         socket_dir = self._new_socket_dir() if network == "none" or (network != "host" and not self.publish_ports) else None
@@ -632,7 +634,9 @@ class DockerRuntime(Runtime):
         # or the reaper redoes it; a close must not wait for a dockerd that is busy with exits.
         await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
         group = handle.labels.get(LABEL_NETWORK_GROUP)
-        network = self._unit_groups.pop(handle.unit_id, None) or (group_network_name(group) if group else None)
+        network = self._unit_groups.pop(handle.unit_id, None) or handle.labels.get(LABEL_GROUP_NETWORK)
+        if network is None and group:
+            network = group_network_name(group)  # a container made before groups had tenants
         if network is not None:
             await self._run(lambda: self._remove_network_if_unused(network), attempted="remove", sandbox_id=handle.sandbox_id)
         self._remove_socket_dir(handle)

@@ -42,8 +42,10 @@ from rock_core.models import (
     PHASE_LOG_ARCHIVE,
     Phase,
     PhaseStatus,
+    SandboxRecord,
 )
 from rock_core.states import Event, State
+from rock_core.tenancy import Quota, archive_key
 
 if TYPE_CHECKING:
     from rock_core.archive import ArchiveStore
@@ -177,7 +179,7 @@ async def run_archive(engine: SandboxManager, live: LiveSandbox, store: ArchiveS
     async def put(part: str, phase: str, open_stream: Any) -> None:
         try:
             stream = await open_stream(handle)
-            await store.put(sandbox_id, part, stream)
+            await store.put(archive_key(live.record), part, stream)
         except RockError as exc:
             engine._set_phase(sandbox_id, phase, PhaseStatus.FAILED, exc.message)
             raise
@@ -243,7 +245,7 @@ async def _archive_failed(
     log.warning("archive of sandbox %s failed: %s", live.record.sandbox_id, reason)
     with anyio.move_on_after(_CLEANUP_TIMEOUT):
         try:
-            await store.delete(live.record.sandbox_id)
+            await store.delete(archive_key(live.record))
         except RockError as exc:
             reason += f" (its partial archive could not be deleted: {exc.message})"
     target, when = before
@@ -270,19 +272,20 @@ async def cancel_archive(live: LiveSandbox) -> None:
             await live.archive_done.wait()
 
 
-async def delete_archive(engine: SandboxManager, sandbox_id: str) -> None:
-    """Delete the sandbox's archive from the store.
+async def delete_archive(engine: SandboxManager, record: SandboxRecord) -> None:
+    """Delete the sandbox's archive (kept under its tenant's :func:`~rock_core.tenancy.archive_key`) from the store.
 
     :raises NotSupported: no store is configured (the archive cannot be reached).
     :raises InternalServerRockError: the store failed (the archive may still be there).
     """
+    sandbox_id = record.sandbox_id
     if engine.archive_store is None:
         raise NotSupported(
             f"Sandbox {sandbox_id} is archived but no archive store is configured to delete its archive from "
             "(set the engine's archive_store as when it was archived)",
             sandbox_id=sandbox_id, attempted="delete",
         )
-    await engine.archive_store.delete(sandbox_id)
+    await engine.archive_store.delete(archive_key(record))
 
 
 def archive_due(engine: SandboxManager, live: LiveSandbox, at: Any) -> bool:
@@ -301,8 +304,11 @@ def archive_due(engine: SandboxManager, live: LiveSandbox, at: Any) -> bool:
 # -- restore ----------------------------------------------------------------------------------
 
 
-async def restore(engine: SandboxManager, live: LiveSandbox) -> None:
-    """Fire ``restore`` on an archived sandbox and start :func:`run_restore` (``restart``)."""
+async def restore(engine: SandboxManager, live: LiveSandbox, quota: Quota | None = None) -> None:
+    """Fire ``restore`` on an archived sandbox and start :func:`run_restore` (``restart``),
+    within its tenant's ``quota``."""
+    from rock_core.engine.starting import check_quota
+
     sandbox_id = live.record.sandbox_id
     store = _store(engine, sandbox_id, "restore")
     async with live.lock:
@@ -311,6 +317,7 @@ async def restore(engine: SandboxManager, live: LiveSandbox) -> None:
                 f"Sandbox {sandbox_id} cannot be restored: current state is {live.record.state.value}",
                 sandbox_id=sandbox_id, attempted="restart",
             )
+        check_quota(engine, live.record.spec, quota, attempted="restart")
         engine._apply(
             live.record, Event.RESTORE,
             start_time=None, stop_time=None, reason=None, owner=engine.owner,
@@ -338,7 +345,7 @@ async def run_restore(engine: SandboxManager, live: LiveSandbox, store: ArchiveS
             with anyio.fail_after(budget):
                 engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "restoring the sandbox's files from its archive")
                 try:
-                    snapshot = await store.get(sandbox_id, PART_ROOTFS)
+                    snapshot = await store.get(archive_key(live.record), PART_ROOTFS)
                     live.handle = await engine.runtime.restore(
                         with_defaults(engine, live.record.spec),
                         snapshot,
@@ -402,7 +409,7 @@ def _restore_message(exc: RockError) -> str:
 async def _consume_archive(engine: SandboxManager, store: ArchiveStore, live: LiveSandbox) -> None:
     """The sandbox runs in its unit again: its archive is no longer needed."""
     try:
-        await store.delete(live.record.sandbox_id)
+        await store.delete(archive_key(live.record))
     except RockError as exc:
         log.warning("sandbox %s restored, but its archive could not be deleted: %s", live.record.sandbox_id, exc)
     engine._save(attrs.evolve(live.record, archive_time=None))
@@ -433,7 +440,7 @@ async def recover_archiving(engine: SandboxManager, live: LiveSandbox) -> None:
     whole = False
     if store is not None:
         try:
-            whole = all([await store.exists(sandbox_id, part) for part in (PART_ROOTFS, PART_LOGS)])
+            whole = all([await store.exists(archive_key(live.record), part) for part in (PART_ROOTFS, PART_LOGS)])
         except RockError as exc:
             log.warning("could not look for the archive of sandbox %s: %s", sandbox_id, exc)
     live.archive_done = anyio.Event()

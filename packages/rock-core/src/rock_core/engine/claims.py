@@ -37,13 +37,16 @@ __all__ = ["claim_warm", "remove_members", "set_warm_pool", "wait_warm", "warm_p
 log = logging.getLogger("rock.engine")
 
 
-async def set_warm_pool(engine: SandboxManager, request: SandboxStartRequest, size: int) -> str:
+async def set_warm_pool(
+    engine: SandboxManager, request: SandboxStartRequest, size: int, tenant: str | None = None
+) -> str:
     """:meth:`SandboxManager.set_warm_pool <rock_core.engine.manager.SandboxManager.set_warm_pool>`:
-    keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key."""
+    keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
+    ``tenant`` (default: the engine's owner) is whose network group its members join, if any."""
     tg = engine._open_task_group()
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidParameter(f"size: expected a whole number >= 0, got {size!r}", field="size", value=size)
-    spec = spec_from_start_request(request)
+    spec = attrs.evolve(spec_from_start_request(request), tenant=tenant or engine.owner)
     starting.validate(engine, spec)
     if spec.pull is PullPolicy.ALWAYS and size:
         raise InvalidParameter(
@@ -90,12 +93,14 @@ async def set_warm_pool(engine: SandboxManager, request: SandboxStartRequest, si
     return key
 
 
-async def warmup(engine: SandboxManager, request: SandboxStartRequest, size: int | None = None) -> str | None:
+async def warmup(
+    engine: SandboxManager, request: SandboxStartRequest, size: int | None = None, tenant: str | None = None
+) -> str | None:
     """:meth:`SandboxManager.warmup <rock_core.engine.manager.SandboxManager.warmup>`: pull the
     image of ``request`` in the background, or (with ``size``) keep a warm pool of that kind."""
     tg = engine._open_task_group()
     if size is not None:
-        return await set_warm_pool(engine, request, size)
+        return await set_warm_pool(engine, request, size, tenant)
     spec = spec_from_start_request(request)
     starting.validate(engine, spec)
 

@@ -81,6 +81,7 @@ from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, S
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, Event, State
+from rock_core.tenancy import Quota, Usage, usage_by_tenant
 
 __all__ = [
     "LABEL_ENGINE",
@@ -289,17 +290,23 @@ class SandboxManager:
         experiment_id: str | None = None,
         namespace: str | None = None,
         cluster: str | None = None,
+        tenant: str | None = None,
+        quota: Quota | None = None,
     ) -> SandboxRecord:
         """Accept a start: record it as ``pending``, queue it, and return at once.
 
-        The keyword arguments are ROCK's identity headers. Poll :meth:`get_status` or await
+        ``user_id`` ... ``cluster`` are ROCK's identity headers. ``tenant`` is the namespace the
+        sandbox belongs to (default: this engine's :attr:`owner`; see :mod:`rock_core.tenancy`),
+        ``quota`` what that tenant may hold at once. Poll :meth:`get_status` or await
         :meth:`wait_until_running` to see it become ``running``.
 
         :raises InvalidParameter: a bad size, CPU count, id, or a spec above the configured maximum.
         :raises SandboxAlreadyExists: a sandbox that is not deleted already has the requested id.
+        :raises QuotaExceeded: the start would take the tenant past ``quota``.
         """
         return await starting.start_async(
-            self, request, user_id=user_id, experiment_id=experiment_id, namespace=namespace, cluster=cluster
+            self, request, user_id=user_id, experiment_id=experiment_id, namespace=namespace, cluster=cluster,
+            tenant=tenant, quota=quota,
         )
 
     async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatus:
@@ -318,7 +325,7 @@ class SandboxManager:
         """
         return await starting.wait_until_running(self, sandbox_id, timeout)
 
-    async def restart(self, sandbox_id: str) -> SandboxRecord:
+    async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
         """Start a stopped sandbox again in its own unit: files kept, sessions gone. An archived
         sandbox is restored from its archive (``pending`` until it runs; a failed or timed-out
         restore leaves it ``archived`` with the reason, see :meth:`wait_until_running`).
@@ -326,8 +333,9 @@ class SandboxManager:
         :raises SandboxNotFound: unknown id.
         :raises BadRequestRockError: ``"cannot be restarted: current state is ..."``.
         :raises NotSupported: an archived sandbox, and no archive store configured.
+        :raises QuotaExceeded: the restart would take the sandbox's tenant past ``quota``.
         """
-        return await starting.restart(self, sandbox_id)
+        return await starting.restart(self, sandbox_id, quota)
 
     # -- archive and restore (engine/archiving.py) ---------------------------------------------
 
@@ -348,21 +356,26 @@ class SandboxManager:
 
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
-    async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> str:
+    async def set_warm_pool(self, request: SandboxStartRequest, size: int, *, tenant: str | None = None) -> str:
         """Keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
 
         Starts of that kind (same image, pull policy, sizes, CPUs, environment and runtime
         options) are then served from the pool: renamed and checked in one round trip. Calling
         again with another size resizes the pool (surplus members are removed); ``size`` 0
         removes it. Filling happens in the background, only while no ordinary start waits.
+        Any tenant's start may claim a member (members are fresh, never used); the claimed
+        sandbox is the claiming tenant's, counted by its quota. A pool of a network group
+        (``tenant``: whose, default this engine's owner) serves only that tenant's starts.
 
         :raises InvalidParameter: a bad request, a spec above the engine's maximum, or a size
             below 0.
         :raises NotSupported: the runtime cannot hand started units to sandboxes (its capability ``assign``).
         """
-        return await claims.set_warm_pool(self, request, size)
+        return await claims.set_warm_pool(self, request, size, tenant)
 
-    async def warmup(self, request: SandboxStartRequest, size: int | None = None) -> str | None:
+    async def warmup(
+        self, request: SandboxStartRequest, size: int | None = None, *, tenant: str | None = None
+    ) -> str | None:
         """ROCK's warm-up: get the image of ``request`` pulled in the background, ahead of starts.
 
         With ``size`` (rock), keep a warm pool of that many sandboxes of the kind ``request``
@@ -371,7 +384,7 @@ class SandboxManager:
 
         :raises InvalidParameter: a bad request or size, or a spec above the engine's maximum.
         """
-        return await claims.warmup(self, request, size)
+        return await claims.warmup(self, request, size, tenant)
 
     def warm_pools(self) -> list[WarmPoolStatus]:
         """The status of every warm pool: target size, ready members, claims, failures."""
@@ -616,6 +629,11 @@ class SandboxManager:
     def count_by_state(self) -> dict[State, int]:
         """Number of known sandboxes in each state (states with none are left out)."""
         return self.store.count_by_state()
+
+    def usage_by_tenant(self) -> dict[str, Usage]:
+        """What each tenant's pending and running sandboxes hold (count, memory, CPUs): what
+        quotas are checked against (:mod:`rock_core.tenancy`)."""
+        return usage_by_tenant(live.record for live in self._live.values())
 
     # -- calls to sandboxes ------------------------------------------------------------------
 

@@ -66,10 +66,14 @@ def pool_key(spec: SandboxSpec) -> str:
 
     Two specs share a key exactly when the units made for them would be the same: image, pull
     policy, sizes, CPU settings, accelerators, environment, registry credentials and runtime
-    options. Timeouts, identity headers, metadata and the sandbox id do not count.
+    options, and for a network group its tenant. Timeouts, identity headers, metadata and the
+    sandbox id do not count, nor the tenant otherwise: any tenant's start may claim a member.
     """
     fields = {name: getattr(spec, name) for name in _UNIT_FIELDS}
     fields["pull"] = str(fields["pull"].value)
+    if "network_group" in spec.runtime_options:
+        # A group's network is its tenant's: only that tenant's starts may claim its members.
+        fields["tenant"] = spec.tenant
     text = json.dumps(fields, sort_keys=True, default=str)
     return "pool-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 

@@ -26,7 +26,9 @@ from rock_core.engine.owners import owner_is_dead
 from rock_core.engine.pool import is_unclaimed_member
 from rock_core.engine.removals import END_TIMEOUT, end_processes
 from rock_core.errors import RockError
+from rock_core.models import SandboxRecord
 from rock_core.states import LIVE_STATES, Event, State
+from rock_core.tenancy import archive_key
 
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
@@ -112,7 +114,7 @@ async def remove_all_owned(engine: SandboxManager) -> None:
         if record.state is State.ARCHIVED:
             if keep_archives:
                 continue  # no unit; its archive and record wait for restart() or delete()
-            await _forget_archive(engine, record.sandbox_id)  # nobody could ever restore it
+            await _forget_archive(engine, record)  # nobody could ever restore it
         if record.state in LIVE_STATES:
             record = engine._apply(record, Event.STOP, reason="engine closed", stop_time=at)
         if record.state in (State.STOPPED, State.ARCHIVED):
@@ -120,11 +122,12 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     lives.clear()
 
 
-async def _forget_archive(engine: SandboxManager, sandbox_id: str) -> None:
+async def _forget_archive(engine: SandboxManager, record: SandboxRecord) -> None:
     if engine.archive_store is None:
         return
+    sandbox_id = record.sandbox_id
     with anyio.move_on_after(END_TIMEOUT * 10):
         try:
-            await engine.archive_store.delete(sandbox_id)
+            await engine.archive_store.delete(archive_key(record))
         except RockError as exc:
             log.warning("could not delete the archive of sandbox %s at close: %s", sandbox_id, exc)

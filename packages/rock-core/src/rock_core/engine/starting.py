@@ -33,6 +33,7 @@ from rock_core.errors import (
     ImagePullFailed,
     InternalServerRockError,
     InvalidParameter,
+    QuotaExceeded,
     RockError,
     SandboxAlreadyExists,
     StartupTimeout,
@@ -52,6 +53,7 @@ from rock_core.models import (
 )
 from rock_core.runtime import UnitHandle
 from rock_core.states import LIVE_STATES, Event, State
+from rock_core.tenancy import Quota, Usage, quota_refusal, usage_of
 from rock_core.units import format_size
 
 if TYPE_CHECKING:
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "became_ready",
+    "check_quota",
     "bring_up",
     "note_unit",
     "restart",
@@ -150,16 +153,42 @@ def validate(engine: SandboxManager, spec: SandboxSpec) -> None:
         raise InvalidParameter("; ".join(p[1] for p in problems), field=field, value=problems[0][2], attempted="start")
 
 
+def check_quota(engine: SandboxManager, spec: SandboxSpec, quota: Quota | None, *, attempted: str) -> None:
+    """Refuse a start of ``spec`` that would take its tenant past ``quota``, counted over the
+    tenant's pending and running sandboxes (:mod:`rock_core.tenancy`).
+
+    Synchronous, and the caller makes the sandbox pending before it next awaits: two starts
+    cannot both pass for the last slot.
+
+    :raises QuotaExceeded: naming the quota, the tenant's use and what was asked, e.g.
+        ``tenant 'team-a': max_memory 8.00g reached (using 6.00g, asked 4.00g)``.
+    """
+    if not quota or spec.tenant is None:
+        return
+    using = engine.usage_by_tenant().get(spec.tenant, Usage())
+    refusal = quota_refusal(spec.tenant, quota, using, usage_of(spec))
+    if refusal is not None:
+        _quota_field, message = refusal
+        raise QuotaExceeded(message, sandbox_id=spec.sandbox_id, attempted=attempted)
+
+
 async def start_async(
-    engine: SandboxManager, request: SandboxStartRequest, **identity: str | None
+    engine: SandboxManager,
+    request: SandboxStartRequest,
+    *,
+    tenant: str | None = None,
+    quota: Quota | None = None,
+    **identity: str | None,
 ) -> SandboxRecord:
     """:meth:`SandboxManager.start_async <rock_core.engine.manager.SandboxManager.start_async>`:
     record the start ``pending``, hand it to :func:`run_start`, and return at once.
 
-    ``identity``: ROCK's identity headers (``user_id``, ``experiment_id``, ``namespace``, ``cluster``).
+    ``tenant``: the sandbox's namespace (default: the engine's owner); ``quota``: what that
+    tenant may hold at once (:func:`check_quota`). ``identity``: ROCK's identity headers
+    (``user_id``, ``experiment_id``, ``namespace``, ``cluster``).
     """
     tg = engine._open_task_group()
-    spec = spec_from_start_request(request, **identity)
+    spec = attrs.evolve(spec_from_start_request(request, **identity), tenant=tenant or engine.owner)
     validate(engine, spec)
     sandbox_id = spec.sandbox_id or uuid.uuid4().hex
     why = engine.runtime.sandbox_id_problem(sandbox_id)
@@ -175,6 +204,8 @@ async def start_async(
     if spec.auto_clear_seconds is None:
         spec = attrs.evolve(spec, auto_clear_seconds=engine.config.default_auto_clear_seconds)
     spec = attrs.evolve(spec, sandbox_id=sandbox_id)
+    # No await from here until the record is live: the quota sees every start before this one.
+    check_quota(engine, spec, quota, attempted="start")
     record = SandboxRecord(
         sandbox_id=sandbox_id,
         spec=spec,
@@ -434,14 +465,14 @@ async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: f
     raise not_running_error(record, "wait_until_running")
 
 
-async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxRecord:
+async def restart(engine: SandboxManager, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
     """:meth:`SandboxManager.restart <rock_core.engine.manager.SandboxManager.restart>`: start a
     stopped sandbox again in its own unit (files kept, sessions gone), or restore an archived
-    one from its archive (:mod:`rock_core.engine.archiving`)."""
+    one from its archive (:mod:`rock_core.engine.archiving`); within its tenant's ``quota``."""
     live = archiving.live_or_load(engine, sandbox_id)
     record = live.record if live is not None else engine.get_record(sandbox_id)
     if live is not None and record.state is State.ARCHIVED:
-        await archiving.restore(engine, live)
+        await archiving.restore(engine, live, quota)
         return live.record
     runtime = engine.runtime
     if record.state is State.STOPPED and not runtime.keeps_files_across_stop:
@@ -461,6 +492,7 @@ async def restart(engine: SandboxManager, sandbox_id: str) -> SandboxRecord:
             f"Sandbox {sandbox_id} cannot be restarted: {why}", sandbox_id=sandbox_id, attempted="restart"
         )
     async with live.lock:
+        check_quota(engine, live.record.spec, quota, attempted="restart")
         engine._apply(
             live.record, Event.RESTART,
             start_time=None, stop_time=None, reason=None,

@@ -171,7 +171,7 @@ async def delete(engine: SandboxManager, sandbox_id: str) -> None:
         record = live.record
         record.lifecycle.apply(Event.DELETE, at=now(), sandbox_id=sandbox_id)  # raises if not allowed
         if record.state is State.ARCHIVED:
-            await archiving.delete_archive(engine, sandbox_id)  # raises: kept archived, nothing lost
+            await archiving.delete_archive(engine, record)  # raises: kept archived, nothing lost
         if live.handle is not None:
             await remove_quietly(engine.runtime, live.handle)
         engine._apply(record, Event.DELETE, delete_time=now(), auto_transition_state=None, auto_transition_time=None)

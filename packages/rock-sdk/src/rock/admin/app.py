@@ -84,7 +84,7 @@ from rock_core.actions import (
     WarmupRequest,
     WriteFileResponse,
 )
-from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.converters import structure_wire
 from rock_core.engine.manager import SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import (
@@ -97,7 +97,6 @@ from rock_core.errors import (
 from rock_core.plugins import Plugins, plugin_tables
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.runtime import Runtime
-from rock_core.states import State
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
@@ -116,6 +115,7 @@ from rock.admin.metrics import Metrics
 from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
 from rock.admin.portforward import SandboxSockets
 from rock.admin.proxy import SandboxAccess, SandboxProxy
+from rock.admin.status import admin_status
 from rock.admin.models import (
     GetStatusQuery,
     InterruptSessionRequest,
@@ -597,16 +597,9 @@ class AdminApp:
         self.metrics.attach(self._manager)
         return Response(self.metrics.render(), media_type=self.metrics.media_type)
 
-    async def _status(self, _request: Request) -> Response:
-        """``GET /admin/status``: what ``rock admin status`` shows, as JSON."""
-        manager = self.manager
-        by_state = manager.count_by_state()
-        return json_response({
-            "version": __version__,
-            "sandboxes": {state.value: by_state.get(state, 0) for state in State},
-            "start_queue": {"depth": manager.queue.depth, "active": manager.queue.active},
-            "warm_pools": [unstructure_wire(pool) for pool in manager.warm_pools()],
-        })
+    async def _status(self, request: Request) -> Response:
+        """``GET /admin/status``: what ``rock admin status`` shows, as JSON (:mod:`rock.admin.status`)."""
+        return json_response(admin_status(self, request))
 
     async def _openapi_json(self, _request: Request) -> Response:
         if self._openapi is None:

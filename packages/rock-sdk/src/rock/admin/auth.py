@@ -14,6 +14,10 @@ Configuring keys (both sources add up)::
         { tenant = "team-b", key = "a-long-random-token..." },   # hashed when the file is read
         { tenant = "ops", sha256 = "...", allow_host_network = true },  # may start network="host"
         { tenant = "eval", key = "...", max_priority = 9 },  # may ask for start priorities up to 9
+        { tenant = "pool-ops", sha256 = "...", operator = true },  # manages warm pools
+        { tenant = "team-c", sha256 = "...",                # what the tenant may hold at once
+          max_sandboxes = 50, max_memory = "64g", max_cpus = 32,
+          allowed_cap_add = ["NET_RAW"] },                  # capabilities its sandboxes may add
     ]
 
     ROCK_ADMIN_API_KEYS="team-a=sha256:9f86d0...,team-b=a-long-random-token..."
@@ -22,7 +26,25 @@ Configuring keys (both sources add up)::
 ``api_keys`` entry with its hash.
 
 A sandbox started with a key carries its tenant in ``spec.metadata["rock.tenant"]``
-(:data:`TENANT_METADATA_KEY`, reserved: a start request may not set it itself).
+(:data:`TENANT_METADATA_KEY`, reserved: a start request may not set it itself), and the engine
+knows it as the sandbox's tenant (:mod:`rock_core.tenancy`): its network group and archive are
+the tenant's, and the tenant's quotas count it.
+
+What an entry grants, each checked per key:
+
+- ``operator`` (default false): manages the warm pools (``POST /warmup/tasks`` with ``size``,
+  ``GET /warm_pools``) and sees every tenant in ``/admin/status``. Any key's starts may claim a
+  pool's members (fresh sandboxes nobody used), which then count for the claiming tenant.
+- ``max_sandboxes``, ``max_memory`` (a size: ``"16g"``), ``max_cpus``: quotas over the tenant's
+  pending and running sandboxes (stopped and archived ones hold neither memory nor CPU, and do
+  not count); a start or restart past one is refused with code 4029 naming the quota, the use
+  and what was asked. Memory counts each sandbox's ``memory``, CPUs its ``limit_cpus`` if set,
+  else its ``cpus``.
+- ``allowed_cap_add`` (default none): the capabilities (``NET_RAW``, ``SYS_PTRACE``, ...) the
+  key's starts may ask for in ``cap_add``, within the engine's own ``allowed_cap_add``.
+
+Without keys, whoever reaches the admin is its operator: every capability the engine allows, no
+quota, the warm pools.
 """
 
 from __future__ import annotations
@@ -35,9 +57,18 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
-from rock_core.converters import structure_value
+from rock_core.converters import capability_names, structure_value
 from rock_core.errors import InvalidParameter
-from rock_core.models import PRIORITY_NORMAL, Priority, constrained, must
+from rock_core.models import (
+    PRIORITY_NORMAL,
+    ByteSize,
+    PositiveFloat,
+    PositiveInt,
+    Priority,
+    constrained,
+    must,
+)
+from rock_core.tenancy import Quota
 
 __all__ = [
     "ApiKey",
@@ -70,12 +101,17 @@ class ApiKey:
     """One configured key: its tenant, the SHA-256 of the key (never the key itself), and what
     its tenant may do beyond the defaults (``allow_host_network``: start sandboxes on the
     host's network, which only trusted code should have; ``max_priority``: the highest start
-    priority its requests may ask for, 5 (normal) unless raised)."""
+    priority its requests may ask for, 5 (normal) unless raised; ``operator``: manages warm
+    pools; ``quota``: what the tenant may hold at once; ``allowed_cap_add``: the capabilities
+    its starts may add)."""
 
     tenant: str
     sha256: str = attrs.field(repr=lambda h: h[:8] + "...")
     allow_host_network: bool = False
     max_priority: int = PRIORITY_NORMAL
+    operator: bool = False
+    quota: Quota = attrs.field(factory=Quota)
+    allowed_cap_add: tuple[str, ...] = ()
 
 
 def _is_tenant(value: Any) -> bool:
@@ -92,6 +128,18 @@ def _is_digest(value: Any) -> bool:
 
 def _digest_text(value: Any) -> Any:
     return value.strip().lower() if isinstance(value, str) else value
+
+
+def _capabilities(value: Any) -> Any:
+    # Names as Docker takes them (upper case, no CAP_); anything else is left for the check to refuse.
+    try:
+        return capability_names(value)
+    except ValueError:
+        return value
+
+
+def _are_capabilities(value: Any) -> bool:
+    return isinstance(value, tuple) and all(isinstance(name, str) for name in value)
 
 
 @attrs.frozen(kw_only=True)
@@ -115,6 +163,15 @@ class ApiKeyEntry:
     )
     allow_host_network: bool = False
     max_priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
+    operator: bool = False
+    max_sandboxes: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
+    max_memory: ByteSize | None = constrained(ByteSize, optional=True, default=None)
+    max_cpus: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
+    # Any: a bare string must be refused as one, not read as a list of its letters.
+    allowed_cap_add: Any = attrs.field(
+        default=(), converter=_capabilities,
+        validator=must(_are_capabilities, "a list of capability names like ['NET_RAW'] (see capabilities(7))"),
+    )
 
     def __attrs_post_init__(self) -> None:
         if (self.key is None) == (self.sha256 is None):
@@ -124,7 +181,9 @@ class ApiKeyEntry:
         """The :class:`ApiKey` this entry configures (the key hashed, never kept)."""
         digest = self.sha256 if self.sha256 is not None else hash_key(self.key.strip())
         return ApiKey(
-            tenant=self.tenant, sha256=digest, allow_host_network=self.allow_host_network, max_priority=self.max_priority
+            tenant=self.tenant, sha256=digest, allow_host_network=self.allow_host_network, max_priority=self.max_priority,
+            operator=self.operator, allowed_cap_add=self.allowed_cap_add,
+            quota=Quota(max_sandboxes=self.max_sandboxes, max_memory=self.max_memory, max_cpus=self.max_cpus),
         )
 
 
@@ -171,11 +230,14 @@ class KeyRing:
 
     def __init__(self, keys: Iterable[ApiKey]) -> None:
         keys = tuple(keys)
+        self._keys = {k.sha256: k for k in keys}
         self._by_hash = {k.sha256: k.tenant for k in keys}
         #: Tenants whose keys may start sandboxes on the host's network.
         self.host_network_tenants = frozenset(k.tenant for k in keys if k.allow_host_network)
         #: The highest start priority each tenant may ask for.
         self.max_priority = {k.tenant: k.max_priority for k in keys}
+        #: Each tenant's quota (``/admin/status``; a start is checked against its own key's).
+        self.quotas = {k.tenant: k.quota for k in keys}
 
     def __bool__(self) -> bool:
         return bool(self._by_hash)
@@ -186,6 +248,10 @@ class KeyRing:
             return None
         # Looked up by hash: timing reveals at most something about a hash, not about a key.
         return self._by_hash.get(hash_key(key))
+
+    def key_of(self, key: str | None) -> ApiKey | None:
+        """The configured :class:`ApiKey` of ``key`` (what it grants), or ``None``."""
+        return self._keys.get(hash_key(key)) if key else None
 
 
 def _main(argv: list[str]) -> int:

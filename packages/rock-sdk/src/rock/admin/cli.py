@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 import click
 from rock_core.errors import InvalidParameter
+from rock_core.units import format_size
 
 from rock.admin import daemon
 from rock.admin.config import AdminSettings, load_settings
@@ -113,7 +114,23 @@ def status(config_file: str | None, as_json: bool) -> None:
         else:
             counts = ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"
             click.echo(f"  sandboxes: {counts}")
+        for tenant, row in (found.tenants or {}).items():
+            click.echo(f"  tenant:    {tenant}: {_tenant_use(row)}")
         for key, pool in (found.warm_pools or {}).items():
             click.echo(f"  warm pool: {key} ({pool.get('image')}) {pool.get('ready', 0)}/{pool.get('size', 0)} ready")
     if found is None:
         sys.exit(3)
+
+def _tenant_use(row: dict[str, Any]) -> str:
+    """A tenant's row of ``/admin/status`` in words: ``2 sandboxes (max 5), 1.00g memory, 1 cpus (max 4)``."""
+    quota = row.get("quota") or {}
+
+    def part(value: Any, limit: Any, unit: str, show: Any) -> str:
+        text = f"{show(value)} {unit}"
+        return text if limit is None else f"{text} (max {show(limit)})"
+
+    return ", ".join([
+        part(row.get("sandboxes", 0), quota.get("max_sandboxes"), "sandboxes", str),
+        part(row.get("memory", 0), quota.get("max_memory"), "memory", lambda n: format_size(int(n))),
+        part(row.get("cpus", 0), quota.get("max_cpus"), "cpus", lambda n: f"{float(n):g}"),
+    ])

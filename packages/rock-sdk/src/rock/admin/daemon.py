@@ -106,6 +106,8 @@ class AdminStatus:
     sandboxes: dict[str, int] | None = None  # None when the server did not answer
     #: Each warm pool's image, members ready and target size, by pool key.
     warm_pools: dict[str, dict[str, object]] | None = None
+    #: Each tenant's use (sandboxes, memory in bytes, cpus) and its quota, by tenant.
+    tenants: dict[str, dict[str, Any]] | None = None
 
 
 def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
@@ -353,4 +355,5 @@ def status(settings: AdminSettings) -> AdminStatus | None:
         started_at=float(data.get("started_at", 0.0)),
         sandboxes=dict(answer.get("sandboxes") or {}) if answer is not None else None,
         warm_pools=pools,
+        tenants=dict(answer.get("tenants") or {}) if answer is not None else None,
     )

@@ -14,11 +14,11 @@ from typing import Any
 from rock_core.errors import BadRequestRockError, SandboxNotFound
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rock.admin.auth import KeyRing, key_from_headers
+from rock.admin.auth import ApiKey, KeyRing, key_from_headers
 from rock.admin.envelope import failure
 from rock.admin.metrics import Metrics
 
-__all__ = ["ApiKeyGate", "OPEN_PATHS", "UNAUTHORIZED_CODE", "scope_tenant", "unknown_sandbox"]
+__all__ = ["ApiKeyGate", "OPEN_PATHS", "UNAUTHORIZED_CODE", "scope_key", "scope_tenant", "unknown_sandbox"]
 
 #: Paths served without a key: liveness probes and ROCK's greeting reveal nothing.
 OPEN_PATHS = frozenset({"/healthz", "/", "/rocklet.pyz"})
@@ -28,11 +28,18 @@ UNAUTHORIZED_CODE = 4011
 
 #: Where :class:`ApiKeyGate` leaves the request's tenant in the ASGI scope.
 _TENANT_SCOPE_KEY = "rock.tenant"
+#: Where :class:`ApiKeyGate` leaves the request's :class:`~rock.admin.auth.ApiKey` (what it grants).
+_KEY_SCOPE_KEY = "rock.api_key"
 
 
 def scope_tenant(scope: Mapping[str, Any]) -> str | None:
     """The tenant of the request's key, as the gate left it in its ASGI ``scope`` (``None``: keys are off)."""
     return scope.get(_TENANT_SCOPE_KEY)
+
+
+def scope_key(scope: Mapping[str, Any]) -> ApiKey | None:
+    """The configured key the request carried, as the gate left it (``None``: keys are off)."""
+    return scope.get(_KEY_SCOPE_KEY)
 
 
 class ApiKeyGate:
@@ -50,7 +57,8 @@ class ApiKeyGate:
             await self.app(scope, receive, send)
             return
         key = key_from_headers(scope["headers"])
-        tenant = self.keys.tenant_of(key)
+        api_key = self.keys.key_of(key)
+        tenant = None if api_key is None else api_key.tenant
         if tenant is None and scope["type"] == "websocket":
             self.metrics.count("(unauthorized)", "unauthorized")
             await receive()  # websocket.connect
@@ -68,7 +76,7 @@ class ApiKeyGate:
             response.headers["www-authenticate"] = 'Bearer realm="rock"'
             await response(scope, receive, send)
             return
-        await self.app({**scope, _TENANT_SCOPE_KEY: tenant}, receive, send)
+        await self.app({**scope, _TENANT_SCOPE_KEY: tenant, _KEY_SCOPE_KEY: api_key}, receive, send)
 
 
 def unknown_sandbox(sandbox_id: str, attempted: str) -> SandboxNotFound:

@@ -3,7 +3,10 @@
 ``/stop``, ``/delete``, ``/restart``, ``/sandboxes/{sandbox_id}/archive``,
 ``/warmup/tasks``, ``/warm_pools``, ``/sandboxes`` and ``/sandboxes/batch``, and what the admin
 checks of a start request before the engine sees it (the reserved tenant key, ``network="host"``,
-the key's highest priority).
+the key's highest priority, the capabilities the key may add). The engine gets the key's tenant
+(the sandbox's namespace) and quota with every start and restart, and checks the quota itself,
+atomically with recording the start. Warm pools are the operator's: only an ``operator`` key (or
+anyone, without keys) sizes, removes or lists them.
 
 Each handler takes the :class:`~rock.admin.app.AdminApp` first; the app's route table binds it.
 """
@@ -26,7 +29,8 @@ from rock_core.actions import (
     WarmPoolsResponse,
     WarmupRequest,
 )
-from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
+from rock_core.converters import capability_names
+from rock_core.errors import Forbidden, InvalidParameter, RockError, SandboxNotFound
 from rock_core.models import PRIORITY_NORMAL
 from rock_core.responses import start_response, statistics_response, status_response
 from rock_core.states import LIVE_STATES
@@ -35,7 +39,7 @@ from starlette.responses import Response
 
 from rock.admin.auth import TENANT_METADATA_KEY
 from rock.admin.envelope import BadInput, json_response
-from rock.admin.key_gate import scope_tenant
+from rock.admin.key_gate import scope_key, scope_tenant
 from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 
 if TYPE_CHECKING:
@@ -56,19 +60,22 @@ __all__ = [
     "warm_pools",
     "list_sandboxes",
     "batch_status",
+    "is_operator",
 ]
 
 
 async def start(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
     """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
-    started = await app.manager.start_async(_start_request(app, request, body), **_identity(request))
+    started = await app.manager.start_async(_start_request(app, request, body), **_tenancy(request), **_identity(request))
     await app.manager.wait_until_running(started.sandbox_id, timeout=app.settings.start_wait_seconds)
     return start_response(started)
 
 
 async def start_async(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
     """``POST /start_async``: accept the start and return at once."""
-    return start_response(await app.manager.start_async(_start_request(app, request, body), **_identity(request)))
+    return start_response(
+        await app.manager.start_async(_start_request(app, request, body), **_tenancy(request), **_identity(request))
+    )
 
 
 async def get_status(app: AdminApp, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
@@ -116,9 +123,9 @@ async def delete(app: AdminApp, _request: Request, body: SandboxIdRequest) -> st
     return f"{body.sandbox_id} deleted"
 
 
-async def restart(app: AdminApp, _request: Request, body: SandboxIdRequest) -> SandboxStartResponse:
-    """``POST /restart`` and ``POST /sandboxes/{sandbox_id}/restart``."""
-    return start_response(await app.manager.restart(body.sandbox_id))
+async def restart(app: AdminApp, request: Request, body: SandboxIdRequest) -> SandboxStartResponse:
+    """``POST /restart`` and ``POST /sandboxes/{sandbox_id}/restart`` (within the key's quota)."""
+    return start_response(await app.manager.restart(body.sandbox_id, _tenancy(request)["quota"]))
 
 
 async def archive(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:
@@ -128,15 +135,21 @@ async def archive(app: AdminApp, _request: Request, body: SandboxIdRequest) -> s
 
 
 async def warmup(app: AdminApp, request: Request, body: WarmupRequest) -> Response:
-    """``POST /warmup/tasks``: pull the image in the background (ROCK); with ``size``, keep a warm pool (rock)."""
-    _check_network(app, scope_tenant(request.scope), body)
-    key = await app.manager.warmup(body.start_request(), body.size)
+    """``POST /warmup/tasks``: pull the image in the background (ROCK); with ``size``, keep a
+    warm pool (rock: an operator's key only)."""
+    tenant = scope_tenant(request.scope)
+    if body.size is not None:
+        _require_operator(request, f"warm pools (size {body.size})")
+    _check_network(app, tenant, body)
+    _check_capabilities(request, body)
+    key = await app.manager.warmup(body.start_request(), body.size, tenant=tenant)
     message = "warmup task started" if key is None else f"warm pool {key} set to {body.size}"
     return json_response({"status": "Success", "message": message, "error": None, "result": None})
 
 
-async def warm_pools(app: AdminApp, _request: Request, _data: None) -> WarmPoolsResponse:
-    """``GET /warm_pools`` (rock addition): every warm pool and how full it is."""
+async def warm_pools(app: AdminApp, request: Request, _data: None) -> WarmPoolsResponse:
+    """``GET /warm_pools`` (rock addition): every warm pool and how full it is (an operator's key only)."""
+    _require_operator(request, "warm pools")
     return WarmPoolsResponse(pools=app.manager.warm_pools())
 
 
@@ -202,6 +215,7 @@ def _start_request(app: AdminApp, request: Request, body: SandboxStartRequest) -
     tenant = scope_tenant(request.scope)
     _check_network(app, tenant, body)
     _check_priority(app, tenant, body)
+    _check_capabilities(request, body)
     if tenant is None:
         return body
     metadata[TENANT_METADATA_KEY] = tenant
@@ -234,6 +248,50 @@ def _check_network(app: AdminApp, tenant: str | None, body: SandboxStartRequest)
         "tenant's api_keys entry; see docs/security.md)",
         field="network", value="host",
     ))
+
+
+def _tenancy(request: Request) -> dict[str, Any]:
+    """What the engine gets of the request's key: its tenant (the sandbox's namespace) and its
+    quota. Without keys: neither (the engine's owner is the tenant, with no quota)."""
+    key = scope_key(request.scope)
+    return {"tenant": None, "quota": None} if key is None else {"tenant": key.tenant, "quota": key.quota}
+
+
+def is_operator(request: Request) -> bool:
+    """Whether the request's key is an operator's (``operator = true``); without keys, everyone is."""
+    key = scope_key(request.scope)
+    return key is None or key.operator
+
+
+def _require_operator(request: Request, what: str) -> None:
+    """Refuse a non-operator key (:class:`~rock_core.errors.Forbidden`, code 4003), naming the role."""
+    if not is_operator(request):
+        tenant = scope_tenant(request.scope)
+        raise Forbidden(
+            f"{what}: managing warm pools needs the operator role, which tenant {tenant!r}'s key does not have "
+            "(operator = true on its api_keys entry); its starts are served from the pools without it",
+            attempted="warmup",
+        )
+
+
+def _check_capabilities(request: Request, body: SandboxStartRequest) -> None:
+    """Refuse capabilities the caller's key was not given (``allowed_cap_add`` of its api_keys
+    entry; none unless listed). Without keys the engine's own ``allowed_cap_add`` rules alone."""
+    key = scope_key(request.scope)
+    if key is None or not body.cap_add:
+        return
+    try:
+        asked = capability_names(body.cap_add)
+    except ValueError:
+        return  # not a list of capabilities: the engine names the field and the value
+    refused = [name for name in asked if name not in key.allowed_cap_add]
+    if refused:
+        allowed = ", ".join(key.allowed_cap_add) or "none"
+        raise BadInput(InvalidParameter(
+            f"invalid parameter: cap_add: {', '.join(refused)} not allowed for tenant {key.tenant!r} "
+            f"(allowed_cap_add on its api_keys entry: {allowed}; see docs/security.md)",
+            field="cap_add", value=refused,
+        ))
 
 
 def _identity(request: Request) -> dict[str, str | None]:

@@ -1,0 +1,60 @@
+"""``GET /admin/status``: the admin's state as JSON, what ``rock admin status`` shows.
+
+``version``; ``sandboxes`` by state; the ``start_queue`` (depth, active); ``tenants``: each
+tenant's use (its pending and running sandboxes, their memory in bytes and CPUs) with its quota
+(``max_sandboxes``, ``max_memory`` in bytes, ``max_cpus``; ``null``: none); ``warm_pools``.
+
+An operator's key (or anyone, without keys) sees every tenant, each configured one even with no
+sandbox, and the warm pools; another key sees its own tenant's row and no pools (they are the
+operator's). Counts by state and the queue are totals, as ``/metrics`` shows every key.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rock_core.converters import unstructure_wire
+from rock_core.states import State
+from rock_core.tenancy import Quota, Usage
+from starlette.requests import Request
+
+from rock import __version__
+from rock.admin.key_gate import scope_key
+from rock.admin.lifecycle import is_operator
+
+if TYPE_CHECKING:
+    from rock.admin.app import AdminApp
+
+__all__ = ["admin_status"]
+
+
+def _row(usage: Usage, quota: Quota | None) -> dict[str, Any]:
+    quota = quota or Quota()
+    return {
+        "sandboxes": usage.sandboxes,
+        "memory": usage.memory,
+        "cpus": usage.cpus,
+        "quota": {"max_sandboxes": quota.max_sandboxes, "max_memory": quota.max_memory, "max_cpus": quota.max_cpus},
+    }
+
+
+def admin_status(app: AdminApp, request: Request) -> dict[str, Any]:
+    """The ``/admin/status`` document for the request's key (see the module docstring)."""
+    manager = app.manager
+    by_state = manager.count_by_state()
+    use = manager.usage_by_tenant()
+    operator = is_operator(request)
+    key = scope_key(request.scope)
+    quotas = app.keys.quotas
+    if operator:
+        tenants = {t: _row(use.get(t, Usage()), quotas.get(t)) for t in sorted({*quotas, *use})}
+    else:
+        assert key is not None  # without keys, everyone is the operator
+        tenants = {key.tenant: _row(use.get(key.tenant, Usage()), key.quota)}
+    return {
+        "version": __version__,
+        "sandboxes": {state.value: by_state.get(state, 0) for state in State},
+        "start_queue": {"depth": manager.queue.depth, "active": manager.queue.active},
+        "tenants": tenants,
+        "warm_pools": [unstructure_wire(pool) for pool in manager.warm_pools()] if operator else [],
+    }
