@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from rock_core.rocklet.handoff import receive_listener
 from rock_core.rocklet_handoff import HandoffDesk
 
 from .conftest import system_python
@@ -119,3 +120,14 @@ def test_a_closed_desk_ends_every_offer_and_refuses_new_ones(tmp_path):
     with pytest.raises(RuntimeError, match="closed"):
         desk.offer("c", tmp_path / "c.sock", tmp_path / "c-handoff.sock")
     desk.close()  # idempotent
+
+
+def test_an_offer_made_right_after_a_handoff_is_not_undone_by_it(desk, tmp_path):
+    """A unit stopped and started again at once: the new handoff socket must survive the end of
+    the old offer (which once unlinked the path after the rocklet already had its socket)."""
+    listen_path, handoff_path = tmp_path / "rocklet.sock", tmp_path / "handoff.sock"
+    for _ in range(100):
+        desk.offer("unit-1", listen_path, handoff_path)
+        receive_listener(str(handoff_path)).close()  # raises if the new handoff socket is gone
+        # Gone before the rocklet has its socket, so nothing of the old offer is left to undo.
+        assert not handoff_path.exists()
