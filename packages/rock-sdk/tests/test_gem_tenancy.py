@@ -1,8 +1,9 @@
 """GEM envs and EnvHub are tenants' namespaces (issue #22 point 2), attacked through a real admin.
 
-One admin with two API keys (tenants ``a`` and ``b``) over a real socket, env sandboxes on the
-local Docker engine from ``rock-gem/python:3.11``, ``envs_per_sandbox = 4`` (so envs would share
-a sandbox if the provider let them). Each test is an attack tenant ``b`` makes on tenant ``a``.
+One admin over a real socket with API keys of tenants ``a`` and ``b``, of ``c`` (a quota of one
+sandbox) and of an operator, env sandboxes on the local Docker engine from
+``rock-gem/python:3.11``, ``envs_per_sandbox = 4`` (so envs would share a sandbox if the
+provider let them). Each attack test is one tenant ``b`` makes on tenant ``a``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 import rock
 
 ROOT = Path(__file__).resolve().parents[3]
-KEY_A, KEY_B = "key-a-" + uuid.uuid4().hex, "key-b-" + uuid.uuid4().hex
+KEY_A, KEY_B, KEY_C, KEY_OPS = (f"key-{t}-" + uuid.uuid4().hex for t in ("a", "b", "c", "ops"))
 
 # These tests run an admin of their own: once is enough (the remote pass repeats them as they are).
 pytestmark = pytest.mark.skipif(
@@ -36,12 +37,15 @@ def gem_image(docker_client: Any) -> str:
 
 @pytest.fixture(scope="module")
 def keyed_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any, gem_image: str) -> Iterator[Any]:
-    """An admin with tenants ``a`` and ``b``, GEM envs four to a sandbox."""
+    """An admin with tenants ``a``, ``b``, ``c`` (one sandbox at most) and ``ops`` (an operator),
+    GEM envs four to a sandbox."""
     from rock.admin.auth import hash_key
 
     launch_admin, stop_admin = admin_launcher
     config = (
-        f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, {{ tenant = "b", sha256 = "{hash_key(KEY_B)}" }}]\n'
+        f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, {{ tenant = "b", sha256 = "{hash_key(KEY_B)}" }},\n'
+        f'  {{ tenant = "c", sha256 = "{hash_key(KEY_C)}", max_sandboxes = 1 }},\n'
+        f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", operator = true }}]\n'
         f'[plugins.gem]\nimage = "{gem_image}"\nenvs_per_sandbox = 4\n'
     )
     server = launch_admin(tmp_path_factory.mktemp("gem-tenancy"), config=config)
@@ -122,6 +126,27 @@ def test_a_tenant_neither_deletes_the_operators_entries_nor_names_another_tenant
         assert a.post("/env/get", json={"env_name": "EnvhubDefaultDockerImage"}).status_code == 200
 
 
+
+def test_an_operator_key_writes_the_shared_entries_and_manages_any_tenants(keyed_admin: Any, gem_image: str) -> None:
+    name = "t-shared-" + uuid.uuid4().hex[:8]
+    with _hub(keyed_admin, KEY_OPS) as ops, _hub(keyed_admin, KEY_A) as a, _hub(keyed_admin, KEY_B) as b:
+        shared = ops.post("/env/register", json={"env_name": name, "image": gem_image})
+        assert shared.status_code == 200 and shared.json()["tenant"] is None
+        assert a.post("/env/get", json={"env_name": name}).json()["image"] == gem_image
+        assert b.post("/env/register", json={"env_name": name, "image": "b-image:own"}).json()["tenant"] == "b"
+        assert a.post("/env/get", json={"env_name": name}).json()["image"] == gem_image  # b's stays b's
+        assert b.post("/env/delete", json={"env_name": name}).json() is True
+        assert b.post("/env/delete", json={"env_name": name}).status_code == 403  # what is left is the operator's
+        b.post("/env/register", json={"env_name": name, "image": "b-image:own"})
+        listed = {(e["env_name"], e["tenant"]) for e in ops.post("/env/list", json={}).json()["envs"]}
+        assert {(name, None), (name, "b")} <= listed
+        assert ops.post("/env/get", json={"env_name": name, "tenant": "b"}).json()["image"] == "b-image:own"
+        assert ops.post("/env/delete", json={"env_name": name, "tenant": "b"}).json() is True
+        assert b.post("/env/get", json={"env_name": name}).json()["tenant"] is None
+        assert ops.post("/env/delete", json={"env_name": name}).json() is True
+        assert a.post("/env/get", json={"env_name": name}).status_code == 404
+
+
 # -- env sandboxes -------------------------------------------------------------------------------
 
 
@@ -188,3 +213,15 @@ def test_another_tenants_closed_env_is_answered_as_never_made(keyed_admin: Any) 
         closed = b.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle})
         assert closed.status_code == 500 and "no env was made with this id" in closed.json()["detail"]
         assert a.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle}).json() == {"sandbox_id": handle}
+
+
+def test_an_env_sandbox_counts_against_its_tenants_quota(keyed_admin: Any) -> None:
+    env_c = rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_C)
+    try:
+        with _hub(keyed_admin, KEY_C) as c:
+            refused = c.post("/apis/envs/sandbox/v1/start_async", json={"image": "python:3.11", "memory": "512m", "cpus": 0.5})
+            answer = refused.json()
+            assert answer["status"] == "Failed" and "max_sandboxes" in answer["error"] and "using 1" in answer["error"]
+        assert len(env_c.reset(seed=1)) == 2
+    finally:
+        env_c.close()

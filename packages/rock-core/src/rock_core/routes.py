@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 
 from rock_core.errors import InvalidParameter
+from rock_core.tenancy import Quota
 
 __all__ = ["AdminRoute", "RouteRequest", "RouteResponse", "ROUTE_METHODS"]
 
@@ -69,6 +70,9 @@ class RouteRequest:
     :param operator: whether the request acts as the admin's operator: the admin has no keys,
         or the request's key is an operator key. An operator may act on what every tenant named;
         a tenant only on its own.
+    :param quota: what the request's tenant may hold at once (``None``: no limit). A route that
+        starts sandboxes for its caller passes it, with ``tenant``, to
+        :meth:`~rock_core.engine.manager.SandboxManager.start_async`.
     """
 
     method: str
@@ -80,6 +84,7 @@ class RouteRequest:
     engine: Any
     tenant: str | None = None
     operator: bool = False
+    quota: Quota | None = None
 
     def json(self) -> Any:
         """The body as JSON (an empty body is ``{}``).

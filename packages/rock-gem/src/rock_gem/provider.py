@@ -24,6 +24,7 @@ import attrs
 from rock_core.actions import SandboxStartRequest
 from rock_core.envs import EnvFailed, EnvProvider, Environment
 from rock_core.errors import InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
+from rock_core.tenancy import Quota
 
 from rock_gem.channel import RockletChannel
 
@@ -78,6 +79,8 @@ class _Host:
     image: str
     #: Whose envs it hosts: an admin's tenant, or ``None`` for the engine's owner.
     tenant: str | None = None
+    #: What the tenant may hold at once, as the make that starts the sandbox was given it.
+    quota: Quota | None = None
     slots: int = 1  # envs placed on it or being placed
     sandbox_id: str | None = None
     ready: anyio.Event = attrs.field(factory=anyio.Event)
@@ -199,12 +202,15 @@ class GemProvider(EnvProvider):
         """Whether ``handle`` named an env of ``tenant`` that is closed now."""
         return handle in self._closed_handles and self._closed_handles[handle] == tenant
 
-    async def make(self, env_id: str, *, image: str | None = None, tenant: str | None = None, **kwargs: Any) -> GemEnv:
+    async def make(
+        self, env_id: str, *, image: str | None = None, tenant: str | None = None, quota: Quota | None = None, **kwargs: Any
+    ) -> GemEnv:
         """Make ``env_id`` in a sandbox of ``tenant`` with room (started when none has);
         ``kwargs`` go to GEM's constructor (``max_turns=...``); ``image`` overrides the provider's.
 
         ``tenant`` is the admin's tenant asking (``None``: the engine's owner, embedded or on an
-        admin without keys): its EnvHub entries resolve ``env_id``, its sandboxes host the env.
+        admin without keys): its EnvHub entries resolve ``env_id``, its sandboxes host the env,
+        and a sandbox started for it counts against its ``quota``.
 
         :raises EnvFailed: the id is unknown (the message lists close matches), a dependency or
             offline data is missing, the image cannot run GEM.
@@ -216,7 +222,7 @@ class GemProvider(EnvProvider):
         known = self._known_ids.get((tenant, image))
         if known is not None and env_id not in known:
             raise unknown_env(env_id, known)  # no sandbox is started for an id GEM does not have
-        host = await self._place(image, tenant)
+        host = await self._place(image, tenant, quota)
         assert host.sandbox_id is not None
         try:
             channel = self.channel(host, "env/make")
@@ -264,7 +270,7 @@ class GemProvider(EnvProvider):
             )
         return gem_id, image or info.image, {**defaults, **kwargs}
 
-    async def _place(self, image: str, tenant: str | None) -> _Host:
+    async def _place(self, image: str, tenant: str | None, quota: Quota | None = None) -> _Host:
         """A slot on a sandbox of ``tenant`` and ``image`` with room; the first make that finds
         none starts one, and makes that come meanwhile join it."""
         starting = False
@@ -280,7 +286,7 @@ class GemProvider(EnvProvider):
                     host.slots += 1
                     break
             else:
-                host = _Host(image, tenant)
+                host = _Host(image, tenant, quota)
                 self._hosts.append(host)
                 starting = True
         if starting:
@@ -309,7 +315,9 @@ class GemProvider(EnvProvider):
     async def _start_host(self, host: _Host) -> None:
         try:
             with anyio.fail_after(self.start_timeout):
-                started = await self.engine.start_async(self.start_request(host.image, host.tenant))
+                started = await self.engine.start_async(
+                    self.start_request(host.image, host.tenant), tenant=host.tenant, quota=host.quota
+                )
                 assert started.sandbox_id is not None
                 host.sandbox_id = started.sandbox_id
                 await self.engine.wait_until_running(started.sandbox_id)

@@ -135,11 +135,14 @@ async def _make(request: RouteRequest, body: dict[str, Any]) -> Any:
     image = body.get("image")
     if image is not None and (not isinstance(image, str) or not image.strip()):
         raise EnvFailed(f"image must be a non-blank string, got {_shown(image)}", kind="bad_request")
-    if "tenant" in kwargs:
-        raise EnvFailed("kwargs.tenant is not a constructor argument: the API key names the tenant", kind="bad_request")
-    # The API key's tenant: its EnvHub entries name the env, its own sandboxes host it, and only
-    # it may drive the env.
-    env = await request.engine.make_env(env_id, **({"image": image} if image else {}), tenant=request.tenant, **kwargs)
+    for reserved in ("tenant", "quota"):
+        if reserved in kwargs:
+            raise EnvFailed(f"kwargs.{reserved} is not a constructor argument: the API key says it", kind="bad_request")
+    # The API key's tenant: its EnvHub entries name the env, its own sandboxes host it (within
+    # its quota), and only it may drive the env.
+    env = await request.engine.make_env(
+        env_id, **({"image": image} if image else {}), tenant=request.tenant, quota=request.quota, **kwargs
+    )
     return {"sandbox_id": env.handle}
 
 

@@ -96,6 +96,7 @@ from rock_core.errors import (
 )
 from rock_core.plugins import Plugins, plugin_tables
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
+from rock_core.tenancy import Quota
 from rock_core.runtime import Runtime
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -110,7 +111,7 @@ from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
 from rock.admin.body_limit import BodyLimit, BodyTooLarge, too_large_response
 from rock.admin.config import AdminSettings
 from rock.admin.envelope import BYTES, JSON, NDJSON, BadInput, failure, json_response, success
-from rock.admin.key_gate import OPEN_PATHS, UNAUTHORIZED_CODE, ApiKeyGate, scope_tenant, unknown_sandbox
+from rock.admin.key_gate import OPEN_PATHS, UNAUTHORIZED_CODE, ApiKeyGate, scope_key, scope_tenant, unknown_sandbox
 from rock.admin.metrics import Metrics
 from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
 from rock.admin.portforward import SandboxSockets
@@ -235,6 +236,12 @@ def _has_body(request: Request) -> bool:
 def _tenant(request: Request) -> str | None:
     """The tenant of the request's key (``None``: keys are off)."""
     return scope_tenant(request.scope)
+
+
+def _quota(request: Request) -> Quota | None:
+    """The quota of the request's key (``None``: keys are off, no quota)."""
+    key = scope_key(request.scope)
+    return None if key is None else key.quota
 
 
 # ---------------------------------------------------------------------------------------------
@@ -434,8 +441,8 @@ class AdminApp:
                     body=await request.body(),
                     engine=self.manager,
                     tenant=_tenant(request),
-                    # Keyless, the caller is the operator. (Operator keys: once api_keys has them.)
-                    operator=_tenant(request) is None,
+                    operator=lifecycle.is_operator(request),
+                    quota=_quota(request),
                 )
                 answer = await _unless_disconnected(request, route.handler(call))
                 if answer is _DISCONNECTED:
