@@ -148,7 +148,7 @@ def test_root_health_and_every_route_documented_and_served(http: httpx.Client) -
 @pytest.mark.parametrize(
     ("method", "route", "kw", "named"),
     [
-        ("POST", "stop", {"content": b"{not json"}, "malformed JSON"),
+        ("POST", "stop", {"content": b"{not json", "headers": {"content-type": "application/json"}}, "malformed JSON"),
         ("POST", "stop", {"json": {"sandbox_id": "   "}}, "sandbox_id"),
         ("POST", "stop", {"json": {}}, "sandbox_id"),
         ("POST", "stop", {"json": ["a"]}, "expected an object"),
@@ -213,7 +213,7 @@ def test_bodies_over_the_limit_get_413(http: httpx.Client) -> None:
         for i in range(0, len(big), 65536):
             yield big[i : i + 65536]
 
-    chunked = http.post(f"{PREFIX}/write_file", content=chunks())
+    chunked = http.post(f"{PREFIX}/write_file", content=chunks(), headers={"content-type": "application/json"})
     assert chunked.status_code == 413
     upload = http.post(
         f"{PREFIX}/upload",
