@@ -464,3 +464,36 @@ def test_every_route_answers_another_tenants_sandbox_as_unknown(
         assert shell(http_a, mine, "test -e /tmp/x || test -e /tmp/a.txt; echo $?")["stdout"].strip() == "1"
     finally:
         stop(http_a, mine)
+
+
+def test_a_group_network_is_found_again_and_removed_after_the_admin_is_killed(
+    tmp_path: Path, admin_launcher: Any, docker_client: Any
+) -> None:
+    """A keyless admin's tenant is its store, the same after a restart: a sandbox started in a
+    group by the next admin joins the group's network, and the network goes with the last of
+    them, one started before the kill among them (its network known only by its labels)."""
+    launch_admin, stop_admin = admin_launcher
+    group = f"kept-{uuid.uuid4().hex[:6]}"
+    first = launch_admin(tmp_path)
+    try:
+        with httpx.Client(base_url=first.url, timeout=180) as http:
+            before = start(http, network_group=group)
+        network = _group_network(docker_client, before)
+        assert first.process is not None
+        first.process.kill()  # as kill -9: nothing is cleaned up
+        first.process.wait()
+        second = launch_admin(tmp_path)
+        try:
+            with httpx.Client(base_url=second.url, timeout=180) as http:
+                assert ok(http, "GET", "get_status", params={"sandbox_id": before})["state"] == "running"
+                after = start(http, network_group=group)
+                assert _group_network(docker_client, after) == network
+                stop(http, after, before)
+            deadline = time.monotonic() + 60
+            while docker_client.networks.list(names=[network]) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert not docker_client.networks.list(names=[network])
+        finally:
+            stop_admin(second, docker_client)
+    finally:
+        stop_admin(first, docker_client)
