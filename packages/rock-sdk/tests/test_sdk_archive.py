@@ -274,8 +274,9 @@ def test_a_missing_or_corrupt_object_at_restore_leaves_it_archived(
     async def scenario() -> None:
         sandbox = Sandbox(SandboxConfig(**KEPT), engine=engine)
         sandbox_id = await _archived_with_marker(sandbox, docker_client)
-        key = f"rock-archives/{sandbox_id}/rootfs"
         client = s3.client()
+        listing = client.list_objects_v2(Bucket=bucket, Prefix="rock-archives/")["Contents"]
+        (key,) = [item["Key"] for item in listing if item["Key"].endswith(f"-{sandbox_id}/rootfs")]
         if damage == "missing":
             client.delete_object(Bucket=bucket, Key=key)
         else:
