@@ -35,6 +35,7 @@ __all__ = [
     "group_network_id",
     "quota_refusal",
     "scoped_name",
+    "tenant_usage",
     "usage_by_tenant",
     "usage_of",
 ]
@@ -101,14 +102,31 @@ def usage_of(spec: SandboxSpec) -> Usage:
     return Usage(sandboxes=1, memory=spec.memory, cpus=float(cpus))
 
 
+def tenant_usage(records: Iterable[SandboxRecord], tenant: str) -> Usage:
+    """The use of ``tenant`` among ``records`` (only pending and running ones count): what a
+    start's quota check sums, once per start, so kept to plain arithmetic."""
+    sandboxes = memory = 0
+    cpus = 0.0
+    for record in records:
+        spec = record.spec
+        if spec.tenant == tenant and record.state in LIVE_STATES:
+            sandboxes += 1
+            memory += spec.memory
+            cpus += spec.limit_cpus if spec.limit_cpus is not None else spec.cpus
+    return Usage(sandboxes=sandboxes, memory=memory, cpus=cpus)
+
+
 def usage_by_tenant(records: Iterable[SandboxRecord]) -> dict[str, Usage]:
     """The use of each tenant among ``records`` (only pending and running ones count)."""
-    use: dict[str, Usage] = {}
+    sums: dict[str, list[float]] = {}
     for record in records:
-        tenant = record.spec.tenant
-        if tenant is not None and record.state in LIVE_STATES:
-            use[tenant] = use.get(tenant, Usage()) + usage_of(record.spec)
-    return use
+        spec = record.spec
+        if spec.tenant is not None and record.state in LIVE_STATES:
+            use = sums.setdefault(spec.tenant, [0, 0, 0.0])
+            use[0] += 1
+            use[1] += spec.memory
+            use[2] += spec.limit_cpus if spec.limit_cpus is not None else spec.cpus
+    return {t: Usage(sandboxes=int(n), memory=int(m), cpus=float(c)) for t, (n, m, c) in sums.items()}
 
 
 def _count(n: float) -> str:

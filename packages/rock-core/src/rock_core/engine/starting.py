@@ -53,7 +53,7 @@ from rock_core.models import (
 )
 from rock_core.runtime import UnitHandle
 from rock_core.states import LIVE_STATES, Event, State
-from rock_core.tenancy import Quota, Usage, quota_refusal, usage_of
+from rock_core.tenancy import Quota, quota_refusal, tenant_usage, usage_of
 from rock_core.units import format_size
 
 if TYPE_CHECKING:
@@ -165,7 +165,7 @@ def check_quota(engine: SandboxManager, spec: SandboxSpec, quota: Quota | None, 
     """
     if not quota or spec.tenant is None:
         return
-    using = engine.usage_by_tenant().get(spec.tenant, Usage())
+    using = tenant_usage((live.record for live in engine._live.values()), spec.tenant)
     refusal = quota_refusal(spec.tenant, quota, using, usage_of(spec))
     if refusal is not None:
         _quota_field, message = refusal
