@@ -22,6 +22,7 @@ from rock_core.engine.manager import LABEL_SANDBOX_ID, SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 from rock_core.states import State
+from rock_core.tenancy import group_network_id
 from rock_core.testing import eventually_empty
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -54,7 +55,11 @@ def anyio_backend():
 
 @pytest.fixture
 async def engine(docker_client):
-    config = EngineConfig(timer_interval=0.2, reconcile_interval=1.0, disk_check_interval=2.0)
+    # forward_rocklet_port: these tests attack the 127.0.0.1 forward of each rocklet's port 22555
+    # too (it exists only when the operator asks for it).
+    config = EngineConfig(
+        timer_interval=0.2, reconcile_interval=1.0, disk_check_interval=2.0, forward_rocklet_port=True
+    )
     async with SandboxManager(config) as manager:
         yield manager
     leftovers = eventually_empty(
@@ -134,7 +139,8 @@ async def test_sandboxes_of_one_network_group_reach_each_other_and_no_one_else(e
     outsider = await start(engine)
     await sh(engine, server, "nohup python3 -m http.server 8080 >/dev/null 2>&1 &")
     ip, _, network = bridge_address(docker_client, server)
-    assert network == "rock-group-pair-1"
+    group_network = f"rock-group-{group_network_id(engine.get_record(server).spec)}"
+    assert network == group_network  # named after the tenant (this engine's process) and the group
     assert engine.get_record(server).security["network"] == "group:pair-1"
     # By sandbox id as host name, on any port, from the same group.
     answer = await sh(engine, client, f"""python3 - <<'EOF'
@@ -153,7 +159,7 @@ EOF""")
     await anyio.sleep(0)
 
     def network_gone() -> bool:
-        return not [n for n in docker_client.networks.list(names=["rock-group-pair-1"]) if n.name == "rock-group-pair-1"]
+        return not [n for n in docker_client.networks.list(names=[group_network]) if n.name == group_network]
 
     deadline = time.monotonic() + 30
     while not network_gone():

@@ -121,6 +121,7 @@ def status(config_file: str | None, as_json: bool) -> None:
     if found is None:
         sys.exit(3)
 
+
 def _tenant_use(row: dict[str, Any]) -> str:
     """A tenant's row of ``/admin/status`` in words: ``2 sandboxes (max 5), 1.00g memory, 1 cpus (max 4)``."""
     quota = row.get("quota") or {}
