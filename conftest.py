@@ -6,6 +6,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# rock_core.testing's fixtures (``docker_client`` among them) for every package's tests and tests/.
+pytest_plugins = ["rock_core.testing.fixtures"]
+
 # Shared 2-core CI machines are slow and noisy: no per-example deadline there, and a fixed
 # number of examples so a run's length does not depend on the machine's load.
 settings.register_profile(

@@ -11,8 +11,6 @@ import io
 import tarfile
 import uuid
 
-import docker
-import docker.errors
 import pytest
 
 #: The image with python3 the tests run (ROCK's default), built offline by `make test`.
@@ -20,22 +18,6 @@ IMAGE = "python:3.11"
 NO_PYTHON_IMAGE = "rock-test/no-python:1"
 NO_SHELL_IMAGE = "rock-test/no-shell:1"
 RUN_LABEL = "rock.test.run"
-
-
-@pytest.fixture(scope="session")
-def docker_client():
-    """A docker SDK client for the local engine; fails with the fix when no engine answers."""
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no Docker engine answers ({exc}); `make test` starts one (scripts/ensure-docker.sh)")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
-    yield client
-    client.close()
 
 
 @pytest.fixture(scope="session")

@@ -12,8 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
 import pytest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
@@ -24,22 +22,6 @@ from rock_nomad.testing import StandInNomad
 from rock_nomad.testing.contract import ArtifactServer
 
 IMAGE = "rock-test/python:3.11"
-
-
-@pytest.fixture(scope="session")
-def docker_client():
-    """A docker SDK client for the local engine; fails with the fix when no engine answers."""
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"no Docker engine answers ({exc}); `make test` starts one (scripts/ensure-docker.sh)")
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
-    yield client
-    client.close()
 
 
 @pytest.fixture(scope="module")

@@ -290,19 +290,6 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_client() -> Iterator[Any]:
-    """A docker SDK client for the local engine (to check what really runs)."""
-    docker = pytest.importorskip("docker", reason="the docker SDK is a dev dependency")
-    client = docker.from_env()
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
-    yield client
-    client.close()
-
-
-@pytest.fixture(scope="session")
 def engine(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """The process-wide embedded engine (remote mode: the admin's ``RemoteEngine``); the embedded
     engine is closed at the end, which must leave no container behind."""

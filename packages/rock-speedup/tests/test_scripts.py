@@ -26,20 +26,16 @@ RUN_LABEL = "rock.test.speedup"
 APT_STATE = "find /etc/apt /var/lib/apt/lists -type f -exec md5sum {} + | sort; ls -A /etc/apt"
 
 
-@pytest.fixture(scope="module")
-def docker_client() -> Iterator[Any]:
-    docker = pytest.importorskip("docker", reason="the docker SDK is a dev dependency")
-    client = docker.from_env()
-    try:
-        client.images.get(IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.fail(f"image {IMAGE} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
-    run = uuid.uuid4().hex
-    client.rock_test_run = run
-    yield client
-    for container in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run}"}, ignore_removed=True):
+#: This module's run: every container it makes carries it, so all of them can be removed.
+RUN = uuid.uuid4().hex
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _remove_this_runs_containers(docker_client: Any) -> Iterator[None]:
+    """Remove whatever container of this module's run is left (a test that failed mid-way)."""
+    yield
+    for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={RUN}"}, ignore_removed=True):
         container.remove(force=True)
-    client.close()
 
 
 def in_container(client: Any, script: str) -> tuple[int, str]:
@@ -49,7 +45,7 @@ def in_container(client: Any, script: str) -> tuple[int, str]:
         ["bash", "-c", script],
         detach=True,
         network_mode="none",
-        labels={RUN_LABEL: client.rock_test_run},
+        labels={RUN_LABEL: RUN},
     )
     try:
         status = container.wait(timeout=60)

@@ -9,7 +9,10 @@
   during a block), :func:`read_part`.
 - :mod:`rock_core.testing.fixtures`: the helpers the suite is built from (:class:`Units`,
   :func:`wait_for_rocklet`, :func:`wait_for_unit`, :class:`PhaseLog`), and a pytest plugin
-  with a few fixtures.
+  with a few fixtures (:func:`~rock_core.testing.fixtures.docker_client` among them), loaded for
+  all of rock's tests by the root ``conftest.py``.
+- :mod:`rock_core.testing.waiting`: :func:`eventually` and :func:`eventually_async`, the one way
+  a test waits for a condition.
 - :mod:`rock_core.testing.plugin_site`: :class:`PluginSite` installs throwaway plugin
   distributions (a module and a ``rock`` entry point) into a folder, to load in-process or in a
   subprocess; :class:`NullRuntime` is a runtime that holds nothing, for such plugins to register.
@@ -26,7 +29,10 @@ import pytest
 # pytest rewrites asserts only in modules it is told about before they are imported: this way
 # a failing check in the suite shows the values it compared, not just "AssertionError".
 pytest.register_assert_rewrite(
-    "rock_core.testing.fixtures", "rock_core.testing.runtime_conformance", "rock_core.testing.archive_conformance"
+    "rock_core.testing.fixtures",
+    "rock_core.testing.runtime_conformance",
+    "rock_core.testing.archive_conformance",
+    "rock_core.testing.waiting",
 )
 
 from rock_core.testing.archive_conformance import (  # noqa: E402
@@ -50,6 +56,7 @@ from rock_core.testing.fixtures import (  # noqa: E402
 from rock_core.testing.plugin_site import NullRuntime, PluginSite  # noqa: E402
 from rock_core.testing.runtime_conformance import RuntimeConformance  # noqa: E402
 from rock_core.testing.scripted_runtime import Gate, ScriptedRuntime, rocklet_in_thread  # noqa: E402
+from rock_core.testing.waiting import eventually, eventually_async  # noqa: E402
 
 __all__ = [
     "ArchiveStoreConformance",
@@ -63,6 +70,8 @@ __all__ = [
     "ScriptedRuntime",
     "StartedUnit",
     "Units",
+    "eventually",
+    "eventually_async",
     "eventually_empty",
     "read_part",
     "rocklet_call",

@@ -11,7 +11,8 @@ usable on their own in a runtime's own tests:
 
 The module is also a pytest plugin (``pytest -p rock_core.testing.fixtures``, or
 ``pytest_plugins = ["rock_core.testing.fixtures"]`` in a root ``conftest.py`` or a test module)
-that provides the fixtures :func:`rock_test_labels`, :func:`phase_log` and :func:`plugin_site`.
+that provides the fixtures :func:`rock_test_labels`, :func:`phase_log`, :func:`plugin_site` and
+:func:`docker_client`. rock's root ``conftest.py`` loads it for every package's tests.
 """
 
 from __future__ import annotations
@@ -37,12 +38,14 @@ from rock_core.testing.plugin_site import PluginSite
 
 __all__ = [
     "LABEL_RUN",
+    "TEST_IMAGES",
     "LABEL_SANDBOX_ID",
     "PhaseLog",
     "StartedUnit",
     "eventually_empty",
     "upper_echo_server",
     "Units",
+    "docker_client",
     "phase_log",
     "plugin_site",
     "rock_test_labels",
@@ -57,6 +60,8 @@ __all__ = [
 LABEL_RUN = "rock.test.run"
 #: The label the engine puts on every unit (the sandbox id); the suite uses it the same way.
 LABEL_SANDBOX_ID = "rock.sandbox_id"
+#: The images rock's tests run, built offline by ``make test`` (scripts/ensure-test-images.sh).
+TEST_IMAGES = ("python:3.11", "rock-test/python:3.11")
 
 
 def unique_sandbox_id(prefix: str = "rockt") -> str:
@@ -270,6 +275,29 @@ class Units:
 def rock_test_labels() -> dict[str, str]:
     """Labels unique to this test session: ``{"rock.test.run": <uuid hex>}``."""
     return {LABEL_RUN: uuid.uuid4().hex}
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[Any]:
+    """A docker SDK client for the local engine, once the engine answers and has
+    :data:`TEST_IMAGES`; fails the test with the fix when either is missing."""
+    try:
+        import docker
+        import docker.errors
+    except ImportError:
+        pytest.fail("the docker SDK is missing: it is a dev dependency (run `make test`)")
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"no Docker engine answers ({exc}); `make test` starts one (scripts/ensure-docker.sh)")
+    for image in TEST_IMAGES:
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            pytest.fail(f"image {image} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
+    yield client
+    client.close()
 
 
 @pytest.fixture
