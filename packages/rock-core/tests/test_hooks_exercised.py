@@ -4,12 +4,19 @@
 call that reached at least one implementation, and fails the test at teardown when the declared
 hook was never called. The last test checks that the declared hooks are exactly the specs, so a
 new hook without a test fails the suite.
+
+Those tests call the hooks through the :class:`~rock_core.plugins.Plugins` facade. :data:`HOSTS`
+names, for every hook, the tests that call it through the program that calls it for real (the
+engine, the admin over a socket, the ``rock`` command as a subprocess, the SDK), each with a
+throwaway plugin installed as a distribution; a test checks that every hook has them.
 """
 
 from __future__ import annotations
 
+import ast
 import inspect
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -223,13 +230,68 @@ def test_rock_configure(calls: HookCalls) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_every_hookspec_has_an_exercising_test() -> None:
-    specs = {
+def _specs() -> set[str]:
+    return {
         name
         for name, fn in vars(hookspecs).items()
         if inspect.isfunction(fn) and getattr(fn, "rock_spec", None) is not None
     }
-    assert set(EXERCISED) == specs
+
+
+def test_every_hookspec_has_an_exercising_test() -> None:
+    assert set(EXERCISED) == _specs()
+
+
+_ENGINE_HOOKS = "packages/rock-core/tests/engine/test_hooks_in_the_engine.py"
+_ADMIN_PLUGINS = "packages/rock-sdk/tests/test_admin_plugins.py"
+
+#: Every hook, and the tests (``path::name`` from the repository's root) that call it through its
+#: real host with a throwaway plugin installed as a distribution.
+HOSTS: dict[str, list[str]] = {
+    # the engine builds its runtime from the plugin named by EngineConfig.runtime
+    "rock_register_runtimes": [
+        f"{_ENGINE_HOOKS}::test_the_engine_configures_the_plugin_and_places_sandboxes_with_its_runtime",
+    ],
+    # the engine builds its archive store and environment providers from plugins
+    "rock_register_archive_stores": [
+        f"{_ADMIN_PLUGINS}::test_the_engine_builds_its_archive_store_and_environment_providers_from_plugins",
+    ],
+    "rock_register_env_providers": [
+        f"{_ADMIN_PLUGINS}::test_the_engine_builds_its_archive_store_and_environment_providers_from_plugins",
+    ],
+    # the SDK's sandbox.network.speedup runs a strategy a plugin registered
+    "rock_register_speedups": [
+        "packages/rock-sdk/tests/test_sdk_speedup.py::test_a_third_party_strategy_is_found_and_run_the_same_way",
+    ],
+    # the engine, on every change of state it makes (and not on a no-op)
+    "rock_sandbox_transition": [
+        f"{_ENGINE_HOOKS}::test_the_engine_announces_each_transition_once_after_storing_it",
+        f"{_ENGINE_HOOKS}::test_two_deletes_at_once_delete_and_announce_once",
+    ],
+    # the admin server (`rock admin serve`, over a socket)
+    "rock_admin_routes": [f"{_ADMIN_PLUGINS}::test_the_admin_configures_the_plugin_and_serves_its_routes"],
+    # the `rock` command, run as a subprocess
+    "rock_cli_commands": ["packages/rock-sdk/tests/test_cli_plugins.py::test_a_plugin_command_runs"],
+    # the admin, and an embedded engine
+    "rock_configure": [
+        f"{_ADMIN_PLUGINS}::test_the_admin_configures_the_plugin_and_serves_its_routes",
+        f"{_ADMIN_PLUGINS}::test_an_embedded_engine_hands_the_plugin_its_table",
+        f"{_ENGINE_HOOKS}::test_the_engine_configures_the_plugin_and_places_sandboxes_with_its_runtime",
+    ],
+}
+
+
+def test_every_hook_is_tested_through_its_host() -> None:
+    assert set(HOSTS) == _specs()
+    root = Path(__file__).resolve().parents[3]
+    for hook, tests in HOSTS.items():
+        for test in tests:
+            path, name = test.split("::")
+            tree = ast.parse((root / path).read_text(encoding="utf-8"))
+            defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            assert name in defined, f"{hook}: {test} does not exist"
+            source = (root / path).read_text(encoding="utf-8")
+            assert f"def {hook}(" in source, f"{hook}: {path} installs no plugin implementing it"
 
 
 def test_a_test_that_does_not_call_its_hook_is_caught() -> None:

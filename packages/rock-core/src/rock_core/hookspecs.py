@@ -129,7 +129,8 @@ def rock_sandbox_transition(record: SandboxRecord, event: Event, old: State, new
     :param record: the sandbox's record as it is after the transition (read-only).
     :param event: the event that caused the transition (:class:`rock_core.states.Event`).
     :param old: the state before the transition (:class:`rock_core.states.State`).
-    :param new: the state after the transition; equal to ``old`` for a no-op event.
+    :param new: the state after the transition, never ``old``: a no-op event (a second stop
+        or delete) changes nothing and is not announced.
 
     The return value is ignored.
     """

@@ -517,8 +517,11 @@ class SandboxManager:
     def _apply(self, record: SandboxRecord, event: Event, **changes: Any) -> SandboxRecord:
         """Fire ``event`` on ``record``, save the result, announce it; a no-op changes nothing."""
         old = record.state
-        lifecycle = record.lifecycle.apply(event, at=now(), sandbox_id=record.sandbox_id)
-        if lifecycle is record.lifecycle:
+        # ``record.lifecycle`` builds a new value on every read: keep the one applied to, which
+        # a no-op (stop twice, delete twice) returns as it is.
+        current = record.lifecycle
+        lifecycle = current.apply(event, at=now(), sandbox_id=record.sandbox_id)
+        if lifecycle is current:
             return record
         new = attrs.evolve(record, state=lifecycle.state, state_history=lifecycle.history, **changes)
         self._save(new)
@@ -528,10 +531,10 @@ class SandboxManager:
     def _save(self, record: SandboxRecord) -> None:
         self.store.put(record)
         live = self._live.get(record.sandbox_id)
+        if live is not None:
+            live.record = record  # also once deleted: whoever holds it (a waiting delete) sees it
         if record.state is State.DELETED:
             self._live.pop(record.sandbox_id, None)
-        elif live is not None:
-            live.record = record
 
     def _set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
         live = self._live.get(sandbox_id)
