@@ -27,13 +27,15 @@ def test_the_rock_entry_point_registers_the_nomad_runtime():
 def test_the_testing_extra_names_the_stand_ins_libraries():
     requires = distribution("rock-nomad").requires or []
     testing = {r.split(">")[0].split("=")[0].strip() for r in requires if "extra == 'testing'" in r.replace('"', "'")}
-    assert testing == {"starlette", "uvicorn", "docker", "httpx", "pytest"}
+    # python-nomad: the contract suite also drives the API through it (python_nomad_contract).
+    assert testing == {"starlette", "uvicorn", "docker", "httpx", "pytest", "python-nomad"}
 
 
 def test_importing_rock_nomad_loads_no_testing_library():
     code = (
         "import sys, rock_nomad, rock_nomad.runtime, rock_nomad.plugin; "
-        "print(sorted(m for m in ('starlette', 'uvicorn', 'docker', 'rock_nomad.testing') if m in sys.modules))"
+        "print(sorted(m for m in ('starlette', 'uvicorn', 'docker', 'nomad', 'requests', 'rock_nomad.testing') "
+        "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
