@@ -30,12 +30,14 @@ import json
 import shlex
 import struct
 import tarfile
+import urllib.parse
 from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 import attrs
 import docker
 import docker.errors
+import requests
 from rock_core.errors import RuntimeFailure
 
 __all__ = [
@@ -141,9 +143,7 @@ def plan_snapshot(api: docker.APIClient, unit_id: str, *, sandbox_id: str) -> Sn
         )
     mounts = [m.get("Destination") or "" for m in doc.get("Mounts") or []]
     skipped = [*(m for m in mounts if m), *_DOCKER_PATHS, RESTORE_DIR]
-    changes = api.get(api._url("/containers/{0}/changes", unit_id))
-    api._raise_for_status(changes)
-    rows = changes.json() or []
+    rows = api.diff(unit_id) or []
     added = {row["Path"] for row in rows if row["Kind"] == _ADDED}
     whole: list[str] = []
     entry_only: list[str] = []
@@ -226,8 +226,10 @@ def _archived(api: docker.APIClient, unit_id: str, path: str, *, only_entry: boo
     """The entries of Docker's archive of ``path``, renamed relative to ``/``; of a directory
     with ``only_entry``, only its own entry (the rest of its archive is never read)."""
     # Docker gzips the archive for a client that accepts it: slower than the copy it saves here.
+    # docker-py's get_archive hides the response (no 404 to tell apart, no way to stop reading
+    # early and close it): the same request, through the public parts of its client.
     response = api.get(
-        api._url("/containers/{0}/archive", unit_id),
+        _api_url(api, "/containers/{0}/archive", unit_id),
         params={"path": path},
         headers={"Accept-Encoding": "identity"},
         stream=True,
@@ -235,7 +237,7 @@ def _archived(api: docker.APIClient, unit_id: str, path: str, *, only_entry: boo
     try:
         if response.status_code == 404:
             return  # gone since the listing (a race with nothing: the container is stopped)
-        api._raise_for_status(response)
+        _raise_for_status(response)
         # Docker names the entries after the path's last component; they go back where they were.
         prefix = path.strip("/").rsplit("/", 1)[0] + "/" if path.strip("/").count("/") else ""
         with tarfile.open(fileobj=response.raw, mode="r|", bufsize=_READ) as archive:
@@ -259,6 +261,20 @@ def _archived(api: docker.APIClient, unit_id: str, path: str, *, only_entry: boo
                     return
     finally:
         response.close()
+
+
+def _api_url(api: docker.APIClient, path: str, *args: str) -> str:
+    """The URL of a versioned Docker API ``path`` (``{0}`` ... filled with ``args``, quoted)."""
+    quoted = (urllib.parse.quote(arg, safe="/:") for arg in args)
+    return f"{api.base_url}/v{api.api_version}{path.format(*quoted)}"
+
+
+def _raise_for_status(response: requests.Response) -> None:
+    """Raise the :class:`docker.errors.APIError` (``NotFound``, ...) for a failed answer, as docker-py does."""
+    try:
+        response.raise_for_status()
+    except requests.exceptions.HTTPError as exc:
+        raise docker.errors.create_api_error_from_http_exception(exc) from exc
 
 
 def _header(member: tarfile.TarInfo) -> bytes:

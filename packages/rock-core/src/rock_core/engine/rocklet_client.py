@@ -135,11 +135,13 @@ _SMALL_ANSWER = 65536
 
 
 class RockletHttp(httpx.AsyncClient):
-    """The engine's HTTP client of rocklets, with the cap on each answer it reads (``max_answer``)."""
+    """The engine's HTTP client of rocklets, with the cap on each answer it reads (``max_answer``)
+    and the transport it was given (``rocklet_transport``: httpx keeps its own private)."""
 
     def __init__(self, *, max_answer: int = DEFAULT_MAX_ANSWER, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_answer = max_answer
+        self.rocklet_transport: httpx.AsyncBaseTransport | None = kwargs.get("transport")
 
 
 def new_http_client(max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER) -> httpx.AsyncClient:
@@ -419,7 +421,7 @@ class RockletClient:
     async def forget(self) -> None:
         """Close the engine's connection pool to this rocklet's unix socket (its sandbox
         stopped), so that a long-running engine keeps no pool per sandbox it ever ran."""
-        transport = getattr(self.http, "_transport", None)
+        transport = getattr(self.http, "rocklet_transport", None)
         if isinstance(transport, RockletTransport) and self.host.startswith("/"):
             await transport.forget(self.host)
 
