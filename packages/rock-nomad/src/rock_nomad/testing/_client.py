@@ -789,10 +789,9 @@ def _create_container(client: docker.DockerClient, image: str, kwargs: dict[str,
     """``containers.create(image, **kwargs)`` without the inspect that docker's SDK makes of the
     new container to return a model object: its id is all the stand-in keeps (one API call less
     per task, which counted when 100 tasks start at once)."""
-    from docker.models.containers import _create_container_args
+    from rock_nomad.testing._docker_private import create_container_args
 
-    args = _create_container_args({**kwargs, "image": image, "version": client.api._version})
-    return str(client.api.create_container(**args)["Id"])
+    return str(client.api.create_container(**create_container_args(client, image, kwargs))["Id"])
 
 
 def _image_present(client: docker.DockerClient, image: str) -> bool:
