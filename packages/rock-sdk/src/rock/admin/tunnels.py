@@ -21,6 +21,8 @@ import httptools
 from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import InvalidParameter, RockError, RockletUnreachable
 
+from rock.admin._anyio_private import close_now
+
 __all__ = [
     "MAX_ANSWER_HEAD",
     "WS_INTERNAL",
@@ -400,12 +402,4 @@ class _Stale(Exception):
 
 def anyio_close(stream: anyio.abc.ByteStream) -> None:
     """Close an idle ``stream`` from synchronous code: its transport, else its socket."""
-    inner = getattr(stream, "_stream", stream)
-    transport = getattr(inner, "_transport", None)
-    if transport is not None:
-        transport.close()
-        return
-    try:
-        inner.extra(anyio.abc.SocketAttribute.raw_socket).close()
-    except (anyio.TypedAttributeLookupError, AttributeError, OSError):
-        pass
+    close_now(getattr(stream, "_stream", stream))  # a tunnel whose answer carried bytes wraps the socket stream
