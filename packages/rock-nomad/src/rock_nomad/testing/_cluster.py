@@ -42,6 +42,8 @@ LOST_DESCRIPTION = "alloc is lost since its node is down"
 NOT_NEEDED_DESCRIPTION = "alloc not needed due to job update"
 RESCHEDULED_DESCRIPTION = "alloc was rescheduled because it failed"
 STOPPED_DESCRIPTION = "alloc was stopped by the client's request"  # POST /v1/allocation/:id/stop
+#: How many versions of a job Nomad keeps (its ``JobTrackedVersions``, the server's default).
+JOB_TRACKED_VERSIONS = 6
 
 
 def now_ns() -> int:
@@ -102,6 +104,8 @@ class Cluster:
         self.index = 1
         self.tables = {"jobs": 1, "evals": 1, "allocs": 1, "nodes": 1, "vars": 1}
         self.jobs: dict[tuple[str, str], dict[str, Any]] = {}
+        #: (namespace, job ID) → its versions as registered, newest first (Nomad keeps 6)
+        self.job_versions: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.evals: dict[str, dict[str, Any]] = {}
         self.allocs: dict[str, dict[str, Any]] = {}
         #: (namespace, job ID) → that job ID's allocations, oldest first (every version's)
@@ -331,6 +335,7 @@ class Cluster:
             job.update({"Version": old["Version"] + (1 if changed else 0), "CreateIndex": old["CreateIndex"],
                         "JobModifyIndex": index if changed else old["JobModifyIndex"], "Status": old["Status"]})
         self.jobs[key] = job
+        self._track_version(key, job)
         self.publish("Job", "JobRegistered", job, key=job["ID"], namespace=ns)
         eval_id, eval_index = "", 0
         if not job.get("Periodic") and not job.get("ParameterizedJob"):
@@ -349,9 +354,11 @@ class Cluster:
         index = self.bump("jobs")
         if purge:
             del self.jobs[key]
+            self.job_versions.pop(key, None)
             job_modify_index = index
         else:
             job.update({"Stop": True, "ModifyIndex": index, "JobModifyIndex": index, "Version": job["Version"] + 1})
+            self._track_version(key, job)
             job_modify_index = index
         self.publish("Job", "JobDeregistered", job, key=job_id, namespace=namespace)
         for ev in self.evals.values():
@@ -365,6 +372,20 @@ class Cluster:
         return {"EvalID": eval_id, "EvalCreateIndex": eval_index, "JobModifyIndex": job_modify_index,
                 "VolumeEvalID": "", "VolumeEvalIndex": 0, "Index": self.index, "LastContact": 0,
                 "KnownLeader": True, "NextToken": ""}
+
+    def _track_version(self, key: tuple[str, str], job: dict[str, Any]) -> None:
+        """Keep ``job`` as its version: an unchanged re-registration replaces the version it
+        repeats, a change or a stop adds one; the newest 6 are kept (Nomad's JobTrackedVersions)."""
+        kept = [v for v in self.job_versions.get(key, []) if v["Version"] != job["Version"]]
+        versions = sorted([copy.deepcopy(job), *kept], key=lambda v: v["Version"], reverse=True)
+        self.job_versions[key] = versions[:JOB_TRACKED_VERSIONS]
+
+    def versions(self, namespace: str, job_id: str) -> list[dict[str, Any]]:
+        """The job's kept versions, newest first (the current one as it is now); ``[]`` for a
+        job that is unknown or purged."""
+        current = self.jobs.get((namespace, job_id))
+        return [current if current is not None and v["Version"] == current["Version"] else v
+                for v in self.job_versions.get((namespace, job_id), [])]
 
     def evaluate(self, namespace: str, job_id: str) -> dict[str, Any]:
         job = self.jobs.get((namespace, job_id))

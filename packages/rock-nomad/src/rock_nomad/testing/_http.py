@@ -92,6 +92,7 @@ class Api:
             (rf"job/{j}/allocations", {"GET": (self.job_allocations, "read")}),
             (rf"job/{j}/evaluations", {"GET": (self.job_evaluations, "read")}),
             (rf"job/{j}/summary", {"GET": (self.job_summary, "read")}),
+            (rf"job/{j}/versions", {"GET": (self.job_versions, "read")}),
             (rf"job/{j}/evaluate", {"PUT": (self.job_evaluate, "write"), "POST": (self.job_evaluate, "write")}),
             (rf"job/{j}", {"GET": (self.get_job, "read"), "PUT": (self.register, "write"),
                            "POST": (self.register, "write"), "DELETE": (self.deregister, "write")}),
@@ -329,6 +330,22 @@ class Api:
         index = await self._block(request, lambda: max(self.cluster.tables["jobs"], self.cluster.tables["allocs"]))
         return _json(self.cluster.summary(self._namespace(request), params["id"]), index=index,
                      pretty=self._pretty(request))
+
+    async def job_versions(self, request: Request, params: dict[str, str]) -> Response:
+        diffs = request.query_params.get("diffs") or ""
+        try:
+            wanted = bool(parse_bool(diffs)) if diffs else False
+        except ValueError:
+            raise NomadError(500, f'Failed to parse value of "diffs" ({diffs}) as a bool') from None
+        if wanted:
+            raise NomadError(400, "the stand-in does not compute job diffs (diffs=true)")  # never silently left out
+        index = await self._block(request, lambda: self.cluster.tables["jobs"])
+        versions = self.cluster.versions(self._namespace(request), params["id"])
+        if not versions:
+            raise NomadError(404, "job versions not found")
+        body = {"Versions": [_public(v) for v in versions], "Diffs": None, "Index": index, "LastContact": 0,
+                "KnownLeader": True, "NextToken": ""}
+        return _json(body, index=index, pretty=self._pretty(request))
 
     # -- allocations and evaluations -------------------------------------------------------------
 

@@ -4,7 +4,7 @@
 returns a :class:`~rock_nomad.testing.contract.NomadTarget`, like
 :class:`~rock_nomad.testing.contract.NomadApiContract`. Its tests call the target only through
 python-nomad's synchronous client (``nomad.Nomad``, ``requests`` underneath): register a job
-through both register routes, read and list it, follow its allocation with the blocking query
+through both register routes, read and list it and its versions, follow its allocation with the blocking query
 python-nomad leaves to ``request()``, read the allocation's status and its task's log, list
 nodes and their allocations, follow the event stream on python-nomad's own thread, write, read,
 list and delete Variables (with check-and-set), deregister and purge; and the errors, which
@@ -205,6 +205,27 @@ class PythonNomadContract:
         with pytest.raises(nomad_errors.URLNotFoundNomadException) as missing:
             n.job.get_job(job_id)
         nomads_answer(missing.value, 404, "job not found")
+
+    def test_a_jobs_versions(self, py_nomad: PythonNomadClients, nomad_target: NomadTarget) -> None:
+        n = py_nomad.main
+        job_id = new_job_id("pynomad")
+        job = sandbox_job(job_id, nomad_target.image, count=0, meta={"owner": "first"})
+        py_nomad.register(job)
+        first = n.job.get_versions(job_id)
+        assert [v["Version"] for v in first["Versions"]] == [0] and first["Diffs"] is None
+        assert first["Versions"][0]["ID"] == job_id and first["Versions"][0]["Meta"] == {"owner": "first"}
+        job["Meta"]["owner"] = "second"
+        py_nomad.register(job)
+        py_nomad.register(job)  # unchanged: the same version again, not a new one
+        versions = n.job.get_versions(job_id)["Versions"]
+        assert [(v["Version"], v["Meta"]["owner"]) for v in versions] == [(1, "second"), (0, "first")]  # newest first
+        n.job.deregister_job(job_id)  # a stopped job is a new version
+        stopped = n.job.get_versions(job_id)["Versions"]
+        assert [(v["Version"], v["Stop"]) for v in stopped] == [(2, True), (1, False), (0, False)]
+        n.job.deregister_job(job_id, purge=True)
+        with pytest.raises(nomad_errors.URLNotFoundNomadException) as purged:
+            n.job.get_versions(job_id)
+        nomads_answer(purged.value, 404, "job versions not found")
 
     def test_a_tasks_log_and_its_exit(self, py_nomad: PythonNomadClients, nomad_target: NomadTarget) -> None:
         n = py_nomad.main
