@@ -27,7 +27,7 @@ from rock_core.errors import (
 )
 from rock_core.responses import start_response, status_response
 from rock_core.states import State
-from rock_core.testing import eventually_empty
+from rock_core.testing import eventually_async, eventually_empty
 from rock_docker import DockerRuntime
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -43,20 +43,6 @@ def anyio_backend():
 
 def containers_of(docker_client, sandbox_id):
     return docker_client.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX_ID}={sandbox_id}"}, ignore_removed=True)
-
-
-async def eventually(predicate, timeout=30.0, interval=0.05):
-    """Poll ``predicate`` (sync or async) until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if hasattr(value, "__await__"):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await anyio.sleep(interval)
 
 
 async def _queued(engine, sandbox_id):
@@ -91,7 +77,7 @@ async def test_start_run_and_stop_removes_the_container(engine, docker_client):
 
     await engine.stop(sandbox_id)
     # The container is removed in the background; the record turns deleted when it is gone.
-    await eventually(lambda: engine.get_record(sandbox_id).state is State.DELETED)
+    await eventually_async(lambda: engine.get_record(sandbox_id).state is State.DELETED)
     assert containers_of(docker_client, sandbox_id) == []
     record = engine.get_record(sandbox_id)
     assert [(h.from_state, h.to_state) for h in record.state_history] == [
@@ -141,7 +127,7 @@ async def test_a_burst_waits_in_the_fair_queue(docker_client):
     config = EngineConfig(max_concurrent_starts=1)
     async with SandboxManager(config) as engine:
         ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)]
-        status = await eventually(lambda: _queued(engine, ids[2]))
+        status = await eventually_async(lambda: _queued(engine, ids[2]))
         assert status.queue_position in (1, 2)
         shown = status_response(status)  # ROCK's clients see the wait as a phase
         assert shown.status["queued"].status.value == "waiting"
@@ -156,7 +142,7 @@ async def test_idle_sandbox_is_stopped_as_expired(engine):
     sandbox_id = started.sandbox_id
     status = await engine.wait_until_running(sandbox_id, timeout=120)
     assert status.idle_deadline is not None and status_response(status).auto_stop_time == status.idle_deadline
-    await eventually(lambda: engine.get_record(sandbox_id).state is State.STOPPED, timeout=30)
+    await eventually_async(lambda: engine.get_record(sandbox_id).state is State.STOPPED, timeout=30)
     assert engine.get_record(sandbox_id).reason == "expired"
 
 
@@ -167,11 +153,11 @@ async def test_a_killed_container_is_seen_as_stopped_with_its_reason(engine, doc
     await engine.wait_until_running(second, timeout=120)
 
     docker_client.containers.get(first).kill()
-    await eventually(lambda: engine.get_record(first).state is State.STOPPED, timeout=30)
+    await eventually_async(lambda: engine.get_record(first).state is State.STOPPED, timeout=30)
     assert "container exited with code 137" in engine.get_record(first).reason
 
     docker_client.containers.get(second).remove(force=True)
-    await eventually(lambda: engine.get_record(second).state is State.STOPPED, timeout=30)
+    await eventually_async(lambda: engine.get_record(second).state is State.STOPPED, timeout=30)
     assert engine.get_record(second).reason in (
         "container was removed outside rock",
         "container exited with code 137",
@@ -245,7 +231,7 @@ async def test_stop_while_starting_leaves_nothing(engine, docker_client):
     await engine.stop(started.sandbox_id)
     with pytest.raises(RockError):
         await engine.wait_until_running(started.sandbox_id, timeout=30)
-    await eventually(lambda: engine.get_record(started.sandbox_id).state is State.DELETED)
+    await eventually_async(lambda: engine.get_record(started.sandbox_id).state is State.DELETED)
     assert containers_of(docker_client, started.sandbox_id) == []
 
 
@@ -263,7 +249,7 @@ async def test_thirty_sandboxes_started_at_once_all_run(engine, docker_client):
     async with anyio.create_task_group() as tg:
         for sandbox_id in ids:
             tg.start_soon(engine.stop, sandbox_id)
-    await eventually(lambda: all(engine.get_record(s).state is State.DELETED for s in ids))
+    await eventually_async(lambda: all(engine.get_record(s).state is State.DELETED for s in ids))
     assert all(containers_of(docker_client, s) == [] for s in ids)
 
 
@@ -351,7 +337,7 @@ def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_
                 await engine.stop(sandbox_id)
                 if engine.get_record(sandbox_id).state is State.STOPPED:
                     await engine.delete(sandbox_id)  # kept a while to show why it stopped
-            await eventually(lambda: all(engine.get_record(s).state is State.DELETED for s in running + starting))
+            await eventually_async(lambda: all(engine.get_record(s).state is State.DELETED for s in running + starting))
 
     anyio.run(next_run)
     leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}, ignore_removed=True)
@@ -397,8 +383,8 @@ async def test_a_stop_ends_every_process_of_the_sandbox_before_it_returns(engine
                 pass
         return found
 
-    await eventually(lambda: len(running_with_marker()) == 2, timeout=10)
+    await eventually_async(lambda: len(running_with_marker()) == 2, timeout=10)
     await engine.stop(sandbox_id)
     assert running_with_marker() == []
-    await eventually(lambda: engine.get_record(sandbox_id).state is State.DELETED, timeout=60)
+    await eventually_async(lambda: engine.get_record(sandbox_id).state is State.DELETED, timeout=60)
     assert docker_client.containers.list(all=True, filters={"name": sandbox_id}) == []

@@ -19,7 +19,7 @@ from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InvalidParameter, StartupTimeout
-from rock_core.testing import unique_sandbox_id
+from rock_core.testing import eventually_async, unique_sandbox_id
 
 from rock_docker import DockerRuntime
 
@@ -48,13 +48,6 @@ def sleepy_image(docker_client):
 
 def _spec_request(image: str = IMAGE, **fields) -> SandboxStartRequest:
     return SandboxStartRequest(image=image, memory="256m", cpus=0.5, sandbox_id=unique_sandbox_id("chan"), **fields)
-
-
-async def _until(predicate, timeout: float = 60.0) -> None:
-    """Wait, without blocking the engine's loop, until ``predicate()`` (blocking) is true."""
-    with anyio.fail_after(timeout):
-        while not await anyio.to_thread.run_sync(predicate):
-            await anyio.sleep(0.05)
 
 
 async def _exec(docker_client, unit_id: str, script: str) -> tuple[int, str]:
@@ -144,7 +137,7 @@ async def test_a_rocklet_that_never_takes_its_socket_fails_the_start_and_leaves_
     assert caught.value.message == "Failed to start sandbox because docker_run: did not finish within 3s"
     (unit_dir,) = (tmp_path / "sockets").iterdir()
     # The stop goes on after the error is out (Docker stops the container): the offer ends with it.
-    await _until(lambda: not any((unit_dir / "handoff").iterdir()))
+    await eventually_async(lambda: not any((unit_dir / "handoff").iterdir()), what="the handoff folder empty")
     assert len(engine.runtime._handoffs) == 0, "an offer nobody took is still open"  # the one look inside
     await engine.delete(started.sandbox_id)
 
@@ -155,8 +148,8 @@ async def test_a_rocklet_that_never_takes_its_socket_fails_the_start_and_leaves_
             return True
         return False
 
-    await _until(container_gone)
-    await _until(lambda: not any((tmp_path / "sockets").iterdir()))
+    await eventually_async(lambda: anyio.to_thread.run_sync(container_gone), what="the container gone")
+    await eventually_async(lambda: not any((tmp_path / "sockets").iterdir()), what="the sockets folder empty")
 
 
 async def test_a_socket_dir_of_another_user_is_refused(tmp_path, run_labels, docker_client):

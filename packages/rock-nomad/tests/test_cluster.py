@@ -10,8 +10,6 @@ stand-in's nodes as a checksummed artifact.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -22,7 +20,7 @@ from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import InternalServerRockError, RockError
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
-from rock_core.testing import eventually_empty
+from rock_core.testing import eventually_async, eventually_empty
 
 from rock_nomad._job import secret_path
 from rock_nomad.testing import StandInNomad
@@ -51,17 +49,6 @@ def _variables(nomad: StandInNomad) -> list[dict[str, Any]]:
 def _running_allocs(nomad: StandInNomad) -> list[dict[str, Any]]:
     allocs = httpx.get(f"{nomad.address}/v1/allocations", headers={"X-Nomad-Token": nomad.management_token}).json()
     return [a for a in allocs if a["ClientStatus"] in ("pending", "running")]
-
-
-async def _eventually(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check() if callable(check) else check
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout:g}s")
-        await anyio.sleep(0.1)
 
 
 async def test_sandboxes_spread_across_the_nodes_and_show_their_node(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
@@ -118,7 +105,7 @@ async def test_a_lost_nodes_sandbox_is_stopped_node_lost_and_nothing_is_left(sta
             got = await engine.get_status(sandbox_id, include_all_states=True)
             return got if got.state is State.STOPPED else None
 
-        got = await _eventually(stopped, "the sandbox stopped")
+        got = await eventually_async(stopped, what="the sandbox stopped")
         assert "node lost" in (got.record.reason or ""), got.record.reason
         assert node in got.record.reason
         # Nomad placed no replacement elsewhere, and the job is deregistered: nothing runs.
@@ -251,6 +238,6 @@ async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(stand_i
         async def secret_gone() -> bool:
             return nomad.variable(secret_path(job_id)) is None
 
-        await _eventually(secret_gone, "the deleted sandbox's Variable went")
+        await eventually_async(secret_gone, what="the deleted sandbox's Variable went")
         assert _variables(nomad) == []
     reader.close()

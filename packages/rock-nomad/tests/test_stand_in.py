@@ -13,13 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+from rock_core.testing import eventually
 
 from rock_nomad.testing import LABEL_OWNER, LABEL_SERVER, StandInNomad
 from rock_nomad.testing.contract import (
@@ -55,18 +55,6 @@ def connect() -> Iterator[Callable[[StandInNomad], NomadApi]]:
         api.close()
 
 
-def eventually(check: Callable[[], Any], what: str) -> Any:
-    """``check()``'s first truthy answer; fails after the guard time (a hang guard, not a bound)."""
-    deadline = time.monotonic() + GUARD_SECONDS
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {GUARD_SECONDS:g}s")
-        time.sleep(0.1)
-
-
 def running(alloc: dict[str, Any]) -> bool:
     return alloc["ClientStatus"] != "pending"
 
@@ -99,7 +87,7 @@ def test_nodes_spread_tasks_each_on_its_own_loopback_address(stand_in_nomad_fact
         labels = container.labels
         assert labels[LABEL_SERVER] == nomad.server_id and labels["com.hashicorp.nomad.alloc_id"] == alloc["ID"]
         assert labels["team"] == "a" and not [k for k in labels if k.startswith("rock.")]
-        eventually(lambda: _answers(f"http://{port['HostIP']}:{port['Value']}/"), "the task's server answered")
+        eventually(lambda: _answers(f"http://{port['HostIP']}:{port['Value']}/"), what="the task's server answered", timeout=GUARD_SECONDS)
 
 
 def _answers(url: str) -> bool:
@@ -190,7 +178,7 @@ def test_a_lost_node_loses_its_allocations_and_nomad_replaces_them_unless_told_n
     assert lost["DesiredStatus"] == "stop"
     assert lost["DesiredDescription"] == "alloc is lost since its node is down"
     assert api.wait_job(kept_lost, lambda j: j["Status"] == "dead", "dead")["Status"] == "dead"
-    eventually(lambda: nomad.container_of(before["ID"], "main") is None, "the lost task's container removed")
+    eventually(lambda: nomad.container_of(before["ID"], "main") is None, what="the lost task's container removed", timeout=GUARD_SECONDS)
     down = api.ok("GET", f"/v1/node/{before['NodeID']}")
     assert down["Status"] == "down"
 
@@ -204,7 +192,7 @@ def test_a_lost_node_loses_its_allocations_and_nomad_replaces_them_unless_told_n
     assert second["NodeID"] not in (first["NodeID"], before["NodeID"])
     old = api.ok("GET", f"/v1/allocation/{first['ID']}")
     assert old["ClientStatus"] == "lost" and old["NextAllocation"] == second["ID"]
-    eventually(lambda: nomad.container_of(first["ID"], "main") is None, "the lost task's container removed")
+    eventually(lambda: nomad.container_of(first["ID"], "main") is None, what="the lost task's container removed", timeout=GUARD_SECONDS)
     nomad.restore_node(before["NodeName"])
     assert api.ok("GET", f"/v1/node/{before['NodeID']}")["Status"] == "ready"
 
@@ -354,7 +342,7 @@ def test_task_environment_and_logs(stand_in_nomad, connect) -> None:  # noqa: F8
                            params={"task": "main", "type": "stdout", "plain": "true"})
         return response.text if response.status_code == 200 else ""
 
-    text = eventually(stdout, "the task's output")
+    text = eventually(stdout, what="the task's output", timeout=GUARD_SECONDS)
     assert text.strip() == f"meta=sbx-1 alloc={alloc['ID']} dir=/local secret=s3cret greeting=hi-{job_id}"
     stderr = api.get(f"/v1/client/fs/logs/{alloc['ID']}", params={"task": "main", "type": "stderr", "plain": "true"})
     assert stderr.text.strip() == "oops"
@@ -392,7 +380,7 @@ def test_a_rocklet_delivered_as_an_artifact_serves_on_its_nodes_address(stand_in
         (port,) = alloc["AllocatedResources"]["Shared"]["Ports"]
         rocklet = f"http://{port['HostIP']}:{port['Value']}"
         assert port["HostIP"] == next(n["Address"] for n in stand_in_nomad.nodes() if n["ID"] == alloc["NodeID"])
-        eventually(lambda: _answers(f"{rocklet}/is_alive"), "the rocklet answered")
+        eventually(lambda: _answers(f"{rocklet}/is_alive"), what="the rocklet answered", timeout=GUARD_SECONDS)
         refused = httpx.post(f"{rocklet}/execute", json={"command": "true"})
         assert refused.status_code in (401, 403)
         done = httpx.post(f"{rocklet}/execute", json={"command": "echo $NOMAD_JOB_ID", "shell": True},

@@ -98,15 +98,6 @@ def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
     return docker_client.containers.list(all=True, filters={"label": f"{_SANDBOX_LABEL}={sandbox_id}"}, ignore_removed=True)
 
 
-def wait_for(predicate: Any, timeout: float = 30.0, interval: float = 0.1) -> None:
-    """Poll ``predicate()`` until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s: {predicate}")
-        time.sleep(interval)
-
-
 @attrs.frozen
 class AdminServer:
     """A ``rock admin serve`` process started by the tests: its URL, state directory and log."""

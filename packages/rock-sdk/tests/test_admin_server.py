@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from rock_core.testing import eventually
 
 IMAGE = "python:3.11"
 PREFIX = "/apis/envs/sandbox/v1"
@@ -48,15 +49,6 @@ EXPECTED_ROUTES = {
 def unique_id(prefix: str) -> str:
     """A sandbox id no other test run will use."""
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def wait_for(predicate: Any, timeout: float = 60.0) -> None:
-    """Poll ``predicate()`` until it is true; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
-        time.sleep(0.1)
 
 
 def admin_cli(admin: Any, *args: str) -> subprocess.CompletedProcess[str]:
@@ -393,7 +385,7 @@ def test_lifecycle_start_async_stop_delete(http: httpx.Client) -> None:
     def state() -> str:
         return str(ok(http, "GET", "get_status", params={"sandbox_id": sid, "include_all_states": "true"})["state"])
 
-    wait_for(lambda: state() == "running", timeout=120)
+    eventually(lambda: state() == "running", what="the sandbox running", timeout=120)
     not_now = call(http, "POST", "restart", json={"sandbox_id": sid})
     assert not_now["status"] == "Failed" and "cannot be restarted" in not_now["error"]
     running_delete = call(http, "POST", "delete", json={"sandbox_id": sid})
@@ -407,7 +399,7 @@ def test_lifecycle_start_async_stop_delete(http: httpx.Client) -> None:
 
     restarted = ok(http, "POST", "restart", json={"sandbox_id": sid})
     assert restarted["sandbox_id"] == sid
-    wait_for(lambda: state() == "running", timeout=120)
+    eventually(lambda: state() == "running", what="the sandbox running", timeout=120)
     ok(http, "POST", "stop", json={"sandbox_id": sid})
     assert ok(http, "POST", "delete", json={"sandbox_id": sid}) == f"{sid} deleted"
     assert state() == "deleted"

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from rock_core.testing import eventually
 
 pytestmark = [
     pytest.mark.docker,
@@ -36,16 +37,6 @@ def _result(response: httpx.Response) -> Any:
     return body["result"]
 
 
-def _until(predicate: Any, what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} did not happen within {timeout}s"
-        time.sleep(0.3)
-
-
 def test_usage_is_sampled_shown_warned_and_exported(tmp_path: Path, admin_launcher: Any, docker_client: Any) -> None:
     launch_admin, stop_admin = admin_launcher
     server = launch_admin(tmp_path, config="[admin]\nper_sandbox_metrics = true\n\n[engine]\nstats_interval = 0.5\n")
@@ -60,7 +51,7 @@ def test_usage_is_sampled_shown_warned_and_exported(tmp_path: Path, admin_launch
                 usage = stats["usage"]
                 return stats if usage and usage["memory_bytes"] > 190 * 2**20 and usage["cpu_percent"] > 5 else None
 
-            stats = _until(busy, "200 MiB and a busy core seen in the samples")
+            stats = eventually(busy, what="200 MiB and a busy core seen in the samples", interval=0.3)
             assert stats["mem"] > 70 and stats["cpu"] > 5 and stats["net"] is not None  # ROCK's figures
             usage = stats["usage"]
             assert usage["memory_limit_bytes"] == 256 * 2**20 and usage["pids"] >= 2 and usage["oom_kills"] == 0
@@ -84,18 +75,19 @@ def test_usage_is_sampled_shown_warned_and_exported(tmp_path: Path, admin_launch
             oom = {"sandbox_id": sandbox_id, "shell": True,
                    "command": "python3 -c 'b = [bytearray(16 * 2**20) for _ in range(40)]'; echo done"}
             _result(http.post(f"{PREFIX}/execute", json=oom))
-            _until(lambda: _result(http.get(f"{PREFIX}/sandboxes/{sandbox_id}/statistics"))["usage"]["oom_kills"] >= 1,
-                   "the OOM kill counted")
+            eventually(lambda: _result(http.get(f"{PREFIX}/sandboxes/{sandbox_id}/statistics"))["usage"]["oom_kills"] >= 1,
+                       what="the OOM kill counted", interval=0.3)
 
             near = {"sandbox_id": sandbox_id, "shell": True, "command":
                     "nohup python3 -c 'import time; b = bytearray(225 * 2**20); b[::4096] = b\"x\" * len(b[::4096]); "
                     "time.sleep(60)' >/dev/null 2>&1 &"}
             http.post(f"{PREFIX}/execute", json={"sandbox_id": sandbox_id, "command": "pkill -f bytearray; sleep 0.5", "shell": True})
             _result(http.post(f"{PREFIX}/execute", json=near))
-            stats = _until(
+            stats = eventually(
                 lambda: (s := _result(http.get(f"{PREFIX}/sandboxes/{sandbox_id}/statistics")))
                 and any(w.startswith("memory at") for w in s["warnings"]) and s,
-                "a warning near the memory limit",
+                what="a warning near the memory limit",
+                interval=0.3,
             )
             assert stats["mem"] >= 90, stats
 

@@ -8,7 +8,7 @@ the SDK's run unchanged.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -23,7 +23,7 @@ from rock_core.models import Phase, PhaseStatus, RuntimeStatus
 from rock_core.responses import status_response
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 from rock_core.states import State
-from rock_core.testing import ScriptedRuntime
+from rock_core.testing import ScriptedRuntime, eventually_async
 
 pytestmark = pytest.mark.anyio
 
@@ -121,9 +121,4 @@ async def test_warm_pools_work_on_a_runtime_that_cannot_rename_and_survive_a_res
             assert recovered.state is State.RUNNING  # found again by its unit id, not its name
             assert (await engine.rocklet(sandbox_id).execute(Command(command=["echo", "hi"]))).stdout.strip() == "hi"
             await engine.stop(sandbox_id)
-            await _eventually(lambda: member_unit not in runtime.units)
-
-
-async def _eventually(predicate: Callable[[], bool]) -> None:
-    while not predicate():
-        await anyio.sleep(0.01)
+            await eventually_async(lambda: member_unit not in runtime.units, what="the member's unit removed")

@@ -8,6 +8,7 @@ import threading
 import uuid
 
 import pytest
+from rock_core.testing import eventually
 
 
 def observation(response):
@@ -302,20 +303,20 @@ def test_remote_user_runs_the_shell_as_that_user(rocklet):
         subprocess.run(["userdel", "-r", user], check=False, capture_output=True)
 
 
+def _process_running(pattern: str) -> bool:
+    """Whether a process whose command line contains ``pattern`` exists."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                if pattern.encode() in f.read().replace(b"\0", b" "):
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def _wait_for_process(pattern: str) -> None:
     """Block until a process whose command line contains ``pattern`` exists."""
-    import time
-
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            try:
-                with open("/proc/%s/cmdline" % pid, "rb") as f:
-                    if pattern.encode() in f.read().replace(b"\0", b" "):
-                        return
-            except OSError:
-                continue
-        time.sleep(0.01)
-    raise AssertionError("no process matching %r appeared" % pattern)
+    eventually(lambda: _process_running(pattern), what=f"a process running {pattern!r}", timeout=30, interval=0.01)
