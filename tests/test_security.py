@@ -20,6 +20,7 @@ from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import LABEL_SANDBOX_ID, SandboxManager
 from rock_core.engine.rocklet_client import RockletClient
+from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 from rock_core.states import State
 from rock_core.tenancy import group_network_id
@@ -205,7 +206,7 @@ async def test_a_sandbox_that_knows_its_own_secret_gains_nothing_over_another(en
     assert seen[f"{b_ip}:22555"] != "connected"
     async with httpx.AsyncClient(timeout=30) as http:  # and even from where B is reachable
         client = RockletClient(http, "127.0.0.1", engine.get_record(b).port_mapping[22555], b, token=secret)
-        with pytest.raises(Exception, match="refused execute"):
+        with pytest.raises(InternalServerRockError, match="refused execute"):
             await client.execute(Command(command=["true"]))
 
 
@@ -235,10 +236,10 @@ async def test_a_capability_is_added_only_when_asked_and_allowed(engine):
     assert "NET_RAW" in engine.get_record(sandbox_id).security["capabilities"]
     raw = await sh(engine, sandbox_id, "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP); print(\"raw ok\")'")
     assert raw.stdout.strip() == "raw ok", raw.stderr
-    with pytest.raises(Exception, match=r"cap_add: SYS_ADMIN may not be added here") as refused:
+    with pytest.raises(InvalidParameter, match=r"cap_add: SYS_ADMIN may not be added here") as refused:
         await engine.start_async(SandboxStartRequest(**SMALL, cap_add=["SYS_ADMIN"]))
     assert getattr(refused.value, "field", None) == "cap_add"
-    with pytest.raises(Exception, match=r"cap_add: unknown capability 'FLY'"):
+    with pytest.raises(InvalidParameter, match=r"cap_add: unknown capability 'FLY'"):
         await engine.start_async(SandboxStartRequest(**SMALL, cap_add=["FLY"]))
 
 

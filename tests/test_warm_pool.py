@@ -8,6 +8,7 @@ import textwrap
 import time
 
 import anyio
+import docker.errors
 import httpx
 import pytest
 from rock_core.actions import Command, SandboxStartRequest
@@ -15,10 +16,10 @@ from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, SandboxManager
 from rock_core.engine.pool import LABEL_POOL, LABEL_POOL_MEMBER, pool_key
 from rock_core.converters import spec_from_start_request
-from rock_core.errors import InvalidParameter
+from rock_core.errors import InvalidParameter, SandboxAlreadyExists
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.states import State
-from rock_core.testing import eventually_empty
+from rock_core.testing import eventually_async, eventually_empty
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -30,17 +31,6 @@ OTHER_KIND = {"image": IMAGE, "memory": "300m", "cpus": 0.5}
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-async def eventually(predicate, timeout=60.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
-        await anyio.sleep(interval)
 
 
 def members(docker_client, engine):
@@ -86,13 +76,13 @@ async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, 
     result = await pooled.rocklet("claimed-1").execute(Command(command=["sh", "-c", "echo $HOSTNAME; ls /tmp"]))
     assert result.exit_code == 0
 
-    (pool,) = await eventually(lambda: [p for p in pooled.warm_pools() if p.ready == 2 and p.made == 3])
+    (pool,) = await eventually_async(lambda: [p for p in pooled.warm_pools() if p.ready == 2 and p.made == 3])
     assert pool.claimed == 1
     assert len(members(docker_client, pooled)) == 2
 
     await pooled.stop("claimed-1")
-    await eventually(lambda: pooled.get_record("claimed-1").state is State.DELETED)
-    with pytest.raises(Exception, match="No such container|404"):
+    await eventually_async(lambda: pooled.get_record("claimed-1").state is State.DELETED)
+    with pytest.raises(docker.errors.NotFound, match="No such container|404"):
         docker_client.containers.get(container.id)
 
 
@@ -137,8 +127,8 @@ async def test_a_member_removed_behind_rocks_back_is_replaced_and_never_handed_o
     assert status.state is State.RUNNING
     result = await pooled.rocklet(status.sandbox_id).execute(Command(command=["true"]))
     assert result.exit_code == 0
-    await eventually(lambda: len(members(docker_client, pooled)) == 2 and not doomed & {c.id for c in members(docker_client, pooled)})
-    await eventually(lambda: pooled.warm_pools()[0].ready == 2)
+    await eventually_async(lambda: len(members(docker_client, pooled)) == 2 and not doomed & {c.id for c in members(docker_client, pooled)})
+    await eventually_async(lambda: pooled.warm_pools()[0].ready == 2)
 
 
 async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_ordinary_way(pooled, docker_client):
@@ -155,7 +145,7 @@ async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_o
     assert (await pooled.rocklet("after-a-frozen-member").execute(Command(command=["true"]))).exit_code == 0
     left = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
     assert not frozen & left, "the frozen members were removed"
-    await eventually(lambda: pooled.warm_pools()[0].ready == 2 and all(c.status == "running" for c in members(docker_client, pooled)))
+    await eventually_async(lambda: pooled.warm_pools()[0].ready == 2 and all(c.status == "running" for c in members(docker_client, pooled)))
 
 
 async def test_stopping_starts_while_they_claim_leaves_no_container(pooled, docker_client):
@@ -164,27 +154,27 @@ async def test_stopping_starts_while_they_claim_leaves_no_container(pooled, dock
         started = await pooled.start_async(SandboxStartRequest(**KIND))
         await anyio.sleep(delay)
         await pooled.stop(started.sandbox_id)
-    await eventually(lambda: all(c.name == c.labels.get(LABEL_POOL_MEMBER) for c in engine_containers(docker_client, pooled)))
+    await eventually_async(lambda: all(c.name == c.labels.get(LABEL_POOL_MEMBER) for c in engine_containers(docker_client, pooled)))
 
 
 async def test_claiming_under_a_taken_name_fails_like_an_ordinary_start(pooled, docker_client):
     squatter = docker_client.containers.create(IMAGE, name="taken-name", labels={"rock.test": "squatter"})
     try:
-        with pytest.raises(Exception) as failure:
+        with pytest.raises(SandboxAlreadyExists) as failure:
             await pooled.start(SandboxStartRequest(**KIND, sandbox_id="taken-name"))
         assert "taken-name" in str(failure.value)
         assert docker_client.containers.get("taken-name").id == squatter.id
     finally:
         squatter.remove(force=True)
-    await eventually(lambda: pooled.warm_pools()[0].ready == 2)
+    await eventually_async(lambda: pooled.warm_pools()[0].ready == 2)
 
 
 async def test_resize_and_remove_a_pool(pooled, docker_client):
     await pooled.set_warm_pool(SandboxStartRequest(**KIND), 1)
-    await eventually(lambda: len(members(docker_client, pooled)) == 1)
+    await eventually_async(lambda: len(members(docker_client, pooled)) == 1)
     assert pooled.warm_pools()[0].size == 1
     await pooled.set_warm_pool(SandboxStartRequest(**KIND), 0)
-    await eventually(lambda: members(docker_client, pooled) == [])
+    await eventually_async(lambda: members(docker_client, pooled) == [])
     assert pooled.warm_pools() == []
     status = await pooled.start(SandboxStartRequest(**KIND))
     assert status.phases["docker_run"].message == "docker run success"
@@ -197,7 +187,7 @@ async def test_removing_a_pool_while_its_members_start_leaves_nothing(docker_cli
             await engine.set_warm_pool(SandboxStartRequest(**KIND), 2)
             await anyio.sleep(delay)
             await engine.set_warm_pool(SandboxStartRequest(**KIND), 0)
-            await eventually(lambda: engine_containers(docker_client, engine) == [], timeout=30)
+            await eventually_async(lambda: engine_containers(docker_client, engine) == [], timeout=30)
         assert engine.warm_pools() == []
 
 
@@ -248,7 +238,7 @@ async def test_stale_members_of_an_earlier_run_are_removed(docker_client):
         )
         async with SandboxManager(EngineConfig(remove_on_close=False, reap_orphans=False), owner=owner):
             # Removed in the background, so that starts never wait for it.
-            await eventually(lambda: not docker_client.containers.list(all=True, filters={"id": stale.id}, ignore_removed=True))
+            await eventually_async(lambda: not docker_client.containers.list(all=True, filters={"id": stale.id}, ignore_removed=True))
             # A claimed member is a sandbox, not a stale member: it stays.
             assert docker_client.containers.get(claimed.sandbox_id).status == "running"
     finally:
@@ -271,7 +261,7 @@ async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
             tg.start_soon(start, KIND)
             for _ in range(3):
                 tg.start_soon(start, OTHER_KIND)
-        await eventually(lambda: engine.warm_pools()[0].ready == 1)
+        await eventually_async(lambda: engine.warm_pools()[0].ready == 1)
         (refill,) = members(docker_client, engine)
         assert refill.id != first.id
         created = {c.name: c.attrs["Created"] for c in engine_containers(docker_client, engine)}

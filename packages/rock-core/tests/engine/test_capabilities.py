@@ -6,7 +6,7 @@ import pytest
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
-from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported
+from rock_core.errors import BadRequestRockError, InternalServerRockError, InvalidParameter, NotSupported
 from rock_core.runtime import RuntimeCapabilities
 from rock_core.states import State
 from rock_core.testing import NullRuntime
@@ -34,7 +34,7 @@ async def test_the_engine_refuses_what_its_runtime_cannot_do_naming_both() -> No
         # A start on a runtime that holds nothing fails and leaves the sandbox stopped; restarting
         # it would need its files, which this runtime does not keep.
         started = await engine.start_async(SandboxStartRequest(image="python:3.11", auto_delete_seconds=600))
-        with pytest.raises(Exception):
+        with pytest.raises(InternalServerRockError, match="Failed to start sandbox because docker_run"):
             await engine.wait_until_running(started.sandbox_id, timeout=30)
         assert engine.get_record(started.sandbox_id).state is State.STOPPED
         with pytest.raises(BadRequestRockError, match=r"cannot be restarted: runtime 'null' cannot keep a sandbox's files across a stop"):

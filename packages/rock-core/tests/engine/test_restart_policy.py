@@ -11,6 +11,7 @@ import pytest
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
+from rock_core.errors import SandboxNotFound
 from rock_core.models import RuntimeStatus, UnitState
 from rock_core.states import Event, State
 from rock_core.testing import ScriptedRuntime
@@ -100,5 +101,5 @@ async def test_a_stop_during_the_back_off_cancels_the_restart(runtime: ScriptedR
         record = engine.get_record(sandbox_id)
         assert record.state is State.STOPPED and record.restart_count == 0
         assert record.auto_transition_state is State.DELETED  # its post-stop policy applies now
-        with pytest.raises(Exception, match="not running"):
+        with pytest.raises(SandboxNotFound, match="not running"):
             await engine.wait_until_running(sandbox_id, timeout=5)
