@@ -6,9 +6,9 @@ import os
 import socket
 import subprocess
 import sys
-import time
 
 from rock_core.engine.owners import owner_is_dead, proc_start_time, process_alive, process_owner
+from rock_core.testing import eventually
 
 
 def _state(pid: int) -> str:
@@ -23,10 +23,7 @@ def test_a_running_owner_is_alive_and_a_zombie_is_dead() -> None:
         assert owner.endswith(f":{child.pid}:{proc_start_time(child.pid)}")
         assert not owner_is_dead(owner) and process_alive(child.pid)
         child.stdin.close()  # it exits; not reaped yet: a zombie
-        deadline = time.monotonic() + 30
-        while _state(child.pid) != "Z":
-            assert time.monotonic() < deadline, "the child never exited"
-            time.sleep(0.01)
+        eventually(lambda: _state(child.pid) == "Z", what="the child exiting (a zombie)", timeout=30, interval=0.01)
         assert owner_is_dead(owner) and not process_alive(child.pid)
     finally:
         child.wait()

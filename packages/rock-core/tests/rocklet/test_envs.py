@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+from rock_core.testing import eventually
 
 from .conftest import SRC, RockletProcess, system_python
 
@@ -296,10 +297,7 @@ def test_an_env_image_has_its_worker_started_with_the_rocklet(pyz: Path, tmp_pat
     env.update(ROCK_ENV_PYTHON=system_python(), ROCK_ENV_PYTHONPATH=str(fake_gem), ROCK_ENV_PRESTART="1")
     proc = RockletProcess([system_python(), "-I", str(pyz)], tmp_path, env)
     try:
-        deadline = time.monotonic() + 30
-        while not proc.client.get("/env").json()["workers"]:
-            assert time.monotonic() < deadline, "no worker was started"
-            time.sleep(0.05)
+        eventually(lambda: proc.client.get("/env").json()["workers"], what="a worker started", timeout=30)
         assert proc.client.get("/env").json()["workers"][0]["ready"] is True
         assert proc.client.get("/env").json()["envs"] == []
     finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rock_core.testing import eventually
 
 
 def zombies(rocklet) -> list[str]:
@@ -30,12 +31,11 @@ def test_pid_1_reaps_orphans_and_stops_cleanly(launch, pyz, plain_python):
     rocklet.ok("/create_session", session="s")
     rocklet.ok("/run_in_session", session="s", command="nohup sleep 0.2 >/dev/null 2>&1 & disown")
     rocklet.ok("/close_session", session="s")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        alive = rocklet.ok("/execute", command="pgrep -x sleep || true", shell=True)["stdout"].split()
-        if not alive:
-            break
-        time.sleep(0.05)
+    eventually(
+        lambda: not rocklet.ok("/execute", command="pgrep -x sleep || true", shell=True)["stdout"].split(),
+        what="every orphaned sleep ended",
+        timeout=30,
+    )
     assert zombies(rocklet) == []
     # SIGTERM to PID 1 reaches the rocklet, which shuts down with status 0.
     try:
@@ -66,9 +66,7 @@ def test_end_processes_kills_every_other_process_and_the_rocklet_stays(launch, p
     rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)")
     # Both shells run and each has exec'd its sleep (until then a shell's child, between its
     # fork and its exec, still carries the shell's command line).
-    deadline = time.monotonic() + 10
-    while len(sleeps := _sleeps_of(marker)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    sleeps = eventually(lambda: s if len(s := _sleeps_of(marker)) >= 2 else None, what="both sleeps running", timeout=10)
     assert len(sleeps) == 2
     answer = rocklet.post("/end_processes")
     assert answer.status_code == 200 and answer.json()["killed"] >= 5  # two shells, their sleeps, the session's bash
@@ -83,9 +81,7 @@ def test_a_rocklet_that_is_not_a_sandboxs_agent_ends_no_process(launch, pyz, pla
     marker = f"rock-keep-{time.monotonic_ns()}"
     rocklet.ok("/create_session", session="s")
     rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 30; : {marker}' &")
-    deadline = time.monotonic() + 10
-    while not _with_marker(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: _with_marker(marker), what="the session's sleep running", timeout=10)
     try:
         answer = rocklet.post("/end_processes")
         assert answer.status_code == 409 and "--sandbox" in answer.json()["detail"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 
@@ -10,6 +11,7 @@ import pytest
 
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.rocklet.terminal import DATA, EXIT, RESIZE, FrameReader, encode_frame, resize_payload
+from rock_core.testing import eventually
 
 from .conftest import RockletProcess
 
@@ -104,9 +106,4 @@ def test_a_client_that_goes_away_hangs_the_terminal_up(rocklet: RockletProcess, 
     term = Terminal(rocklet, f"command=trap%20%27touch%20{marker}%3B%20exit%27%20HUP%3B%20echo%20ready%3B%20sleep%20600%20%26%20wait")
     term.expect(b"ready")
     term.sock.close()
-    deadline = time.monotonic() + 20
-    import os
-
-    while not os.path.exists(marker):
-        assert time.monotonic() < deadline, "the program got no SIGHUP"
-        time.sleep(0.05)
+    eventually(lambda: os.path.exists(marker), what="the program's SIGHUP (its marker file)", timeout=20)
