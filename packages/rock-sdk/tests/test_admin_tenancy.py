@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from rock.admin.auth import hash_key
+from rock_core.testing import eventually
 
 pytestmark = [pytest.mark.docker]
 
@@ -190,9 +190,7 @@ def test_another_tenants_group_name_is_a_network_of_its_own(
         stop(http_a, server, member)
         stop(http_b, intruder)
     # A group's network goes with its last sandbox.
-    deadline = time.monotonic() + 60
-    while docker_client.networks.list(names=[network_a]) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    eventually(lambda: not docker_client.networks.list(names=[network_a]), what="the group's network removed", timeout=60, interval=0.2)
     assert not docker_client.networks.list(names=[network_a])
 
 
@@ -213,10 +211,13 @@ def test_warm_pools_are_managed_by_the_operator_only(
     ok(http_b, "POST", "warmup/tasks", json={"image": IMAGE})
     ok(http_ops, "POST", "warmup/tasks", json={**kind, "size": 1})
     try:
-        deadline = time.monotonic() + 180
-        while not any(p["ready"] == 1 for p in ok(http_ops, "GET", "warm_pools")["pools"]):
-            assert time.monotonic() < deadline, ok(http_ops, "GET", "warm_pools")
-            time.sleep(0.2)
+        eventually(
+            lambda: ok(http_ops, "GET", "warm_pools"),
+            until=lambda pools: any(p["ready"] == 1 for p in pools["pools"]),
+            what="a ready member in the operator's pool",
+            timeout=180,
+            interval=0.2,
+        )
         error = refused(http_b, "POST", "warmup/tasks", 4003, json={**kind, "size": 0})
         assert [p["size"] for p in ok(http_ops, "GET", "warm_pools")["pools"]] == [1], error
         # A tenant's start claims a member: it is the tenant's now, counted for it.
@@ -339,10 +340,13 @@ def test_another_tenants_archive_is_never_overwritten_restored_or_deleted(
         shell(http, sandbox_id, f"echo {mark} > /root/mark")
         stop(http, sandbox_id)
         ok(http, "POST", f"sandboxes/{sandbox_id}/archive", json={})
-        deadline = time.monotonic() + 300
-        while ok(http, "GET", "get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"})["state"] != "archived":
-            assert time.monotonic() < deadline
-            time.sleep(0.5)
+        eventually(
+            lambda: ok(http, "GET", "get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
+            until=lambda status: status["state"] == "archived",
+            what="the sandbox archived",
+            timeout=300,
+            interval=0.5,
+        )
 
     archive(http_a, "from-a")
     # B on this admin: A's archived sandbox is unknown to it, and stays.
@@ -357,10 +361,13 @@ def test_another_tenants_archive_is_never_overwritten_restored_or_deleted(
     finally:
         stop_admin(other, docker_client)
     ok(http_a, "POST", "restart", json={"sandbox_id": sandbox_id})
-    deadline = time.monotonic() + 300
-    while (status := ok(http_a, "GET", "get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}))["state"] == "pending":
-        assert time.monotonic() < deadline, status
-        time.sleep(0.5)
+    status = eventually(
+        lambda: ok(http_a, "GET", "get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
+        until=lambda status: status["state"] != "pending",
+        what="the restart settled",
+        timeout=300,
+        interval=0.5,
+    )
     assert status["state"] == "running", status  # a failed restore is archived again, with the reason
     try:
         assert shell(http_a, sandbox_id, "cat /root/mark")["stdout"].strip() == "from-a"
@@ -489,9 +496,7 @@ def test_a_group_network_is_found_again_and_removed_after_the_admin_is_killed(
                 after = start(http, network_group=group)
                 assert _group_network(docker_client, after) == network
                 stop(http, after, before)
-            deadline = time.monotonic() + 60
-            while docker_client.networks.list(names=[network]) and time.monotonic() < deadline:
-                time.sleep(0.2)
+            eventually(lambda: not docker_client.networks.list(names=[network]), what="the group's network removed", timeout=60, interval=0.2)
             assert not docker_client.networks.list(names=[network])
         finally:
             stop_admin(second, docker_client)

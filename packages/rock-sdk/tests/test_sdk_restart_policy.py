@@ -4,9 +4,7 @@ back with the same id, its files kept and its sessions gone; the status shows th
 
 from __future__ import annotations
 
-import asyncio
 import shlex
-import time
 from typing import Any
 
 import pytest
@@ -14,6 +12,7 @@ from rock.actions import BashAction, Command, CreateBashSessionRequest, ReadFile
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import RockError
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -24,13 +23,13 @@ def _kill_container(docker_client: Any, sandbox_id: str) -> None:
 
 
 async def _restarted(sandbox: Sandbox, count: int, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = await sandbox.get_status(include_all_states=True)
-        if status.restart_count >= count and status.state.value == "running":
-            return status
-        assert time.monotonic() < deadline, f"not restarted: {status.state.value}, {status.reason}, {status.notes}"
-        await asyncio.sleep(0.2)
+    return await eventually_async(
+        lambda: sandbox.get_status(include_all_states=True),
+        until=lambda status: status.restart_count >= count and status.state.value == "running",
+        what=f"restart {count} running",
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -54,10 +53,13 @@ async def test_a_killed_sandbox_comes_back_with_its_files_and_without_its_sessio
             await sandbox.run_in_session(BashAction(command="echo hi", session="work"))
         # Its one restart is used up: the next kill leaves it stopped, saying why.
         _kill_container(docker_client, sandbox.sandbox_id)
-        deadline = time.monotonic() + 60
-        while (status := await sandbox.get_status(include_all_states=True)).state.value != "stopped":
-            assert time.monotonic() < deadline, status
-            await asyncio.sleep(0.2)
+        status = await eventually_async(
+            lambda: sandbox.get_status(include_all_states=True),
+            until=lambda status: status.state.value == "stopped",
+            what="the sandbox stopped",
+            timeout=60,
+            interval=0.2,
+        )
         assert "gave up after 1 restart" in (status.reason or "")
     finally:
         await sandbox.stop()

@@ -3,7 +3,6 @@ and with ``ROCK_TEST_REMOTE=1`` through the admin's warm-up route)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from rock.sdk import warm_pool
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import InvalidParameter
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -37,10 +37,12 @@ async def test_a_pool_set_from_the_sdk_serves_starts_of_its_kind(engine: Any, sm
             assert (await cold.get_status()).status["docker_run"].message == "docker run success"
     finally:
         assert await warm_pool(config, size=0) is None
-    deadline = time.monotonic() + 60
-    while [c for c in _members(docker_client) if c.attrs["Config"]["Env"] and "ROCK_TEST=warm-pool" in c.attrs["Config"]["Env"]]:
-        assert time.monotonic() < deadline, "size 0 removes the pool's members"
-        time.sleep(0.2)
+    await eventually_async(
+        lambda: not [c for c in _members(docker_client) if c.attrs["Config"]["Env"] and "ROCK_TEST=warm-pool" in c.attrs["Config"]["Env"]],
+        what="size 0 removes the pool's members",
+        timeout=60,
+        interval=0.2,
+    )
 
 
 async def test_a_bad_size_is_refused_naming_it(engine: Any, small: dict[str, Any]) -> None:

@@ -27,8 +27,16 @@ def _failure(what: str, timeout: float, last: object) -> AssertionError:
     return AssertionError(f"{what} did not happen within {timeout:g}s (last seen: {last!r})")
 
 
-def eventually(probe: Callable[[], T], *, what: str = "the condition", timeout: float = DEFAULT_TIMEOUT, interval: float = 0.05) -> T:
-    """Call ``probe()`` until it returns a true value, and return that value.
+def eventually(
+    probe: Callable[[], T],
+    *,
+    until: Callable[[T], object] = bool,
+    what: str = "the condition",
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = 0.05,
+) -> T:
+    """Call ``probe()`` until ``until(value)`` holds for its answer (by default: the answer is
+    true), and return that answer.
 
     An exception from ``probe`` propagates at once. After ``timeout`` seconds raises
     :class:`AssertionError` naming ``what`` and showing the last value ``probe`` returned.
@@ -36,7 +44,7 @@ def eventually(probe: Callable[[], T], *, what: str = "the condition", timeout: 
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
-        if value:
+        if until(value):
             return value
         if time.monotonic() > deadline:
             raise _failure(what, timeout, value)
@@ -46,6 +54,7 @@ def eventually(probe: Callable[[], T], *, what: str = "the condition", timeout: 
 async def eventually_async(
     probe: Callable[[], T | Awaitable[T]],
     *,
+    until: Callable[[T], object] = bool,
     what: str = "the condition",
     timeout: float = DEFAULT_TIMEOUT,
     interval: float = 0.05,
@@ -58,7 +67,7 @@ async def eventually_async(
         value = probe()
         if inspect.isawaitable(value):
             value = await value
-        if value:
+        if until(value):  # type: ignore[arg-type]
             return value  # type: ignore[return-value]
         if time.monotonic() > deadline:
             raise _failure(what, timeout, value)
