@@ -45,7 +45,7 @@ async def _admin(tmp_path: Path, runtime: ScriptedRuntime, **config: Any) -> Asy
     async with SandboxManager(engine_config, runtime=runtime) as manager:
         try:
             app = create_app(load_settings(None, state_dir=str(tmp_path)), manager)
-            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://admin") as http:
+            async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
                 yield manager, http
         finally:
             runtime.open_gates()

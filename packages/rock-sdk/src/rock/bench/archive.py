@@ -157,10 +157,11 @@ def _container_of(sandbox_id: str) -> str:
     return ids[0]
 
 
-async def _stored_bytes(store: Any, sandbox_id: str, parts: tuple[str, ...]) -> int:
+async def _stored_bytes(store: Any, key: str, parts: tuple[str, ...]) -> int:
+    """The bytes the store holds of ``parts`` under ``key`` (the sandbox's archive key)."""
     total = 0
     for part in parts:
-        async for chunk in await store.get(sandbox_id, part):
+        async for chunk in await store.get(key, part):
             total += len(chunk)
     return total
 
@@ -172,6 +173,7 @@ async def _measure(settings: ArchiveSettings, table: Mapping[str, Any], say: Cal
     from rock_core.engine.manager import SandboxManager
     from rock_core.plugins import Plugins
     from rock_core.states import State
+    from rock_core.tenancy import archive_key
 
     plugins = Plugins.load()
     owner = plugins.registered_by("rock_register_archive_stores").get(settings.store, settings.store)
@@ -214,7 +216,7 @@ async def _measure(settings: ArchiveSettings, table: Mapping[str, Any], say: Cal
             archive_peak = rss.peak
             if record.state is not State.ARCHIVED:
                 raise RuntimeError(f"the archive failed: {record.reason}")
-            stored = await _stored_bytes(store, sandbox_id, (PART_ROOTFS, PART_LOGS))
+            stored = await _stored_bytes(store, archive_key(record), (PART_ROOTFS, PART_LOGS))
             figures["stored_mb"] = round(stored / _MiB, 1)
             figures["stored_ratio"] = round(stored / written, 4)
 
