@@ -46,7 +46,10 @@ def engine_containers(docker_client, engine):
 @pytest.fixture
 async def pooled(docker_client):
     """An engine keeping a warm pool of 2 sandboxes of ``KIND``, full before the test starts."""
-    config = EngineConfig(warm_pools=[{**KIND, "size": 2}], timer_interval=0.2, reconcile_interval=1.0)
+    # forward_rocklet_port: a claimed member's 22555 forward is checked, and opened to attack its secret
+    config = EngineConfig(
+        warm_pools=[{**KIND, "size": 2}], timer_interval=0.2, reconcile_interval=1.0, forward_rocklet_port=True
+    )
     async with SandboxManager(config) as engine:
         (status,) = await engine.wait_warm(timeout=120)
         assert (status.ready, status.size, status.last_error) == (2, 2, None)
