@@ -53,14 +53,19 @@ import os, random, time
 from gem.envs.registration import register
 
 class Coin:
-    def __init__(self, turns=5, slow_reset=0.0):
-        self.turns, self.slow_reset, self.turn = turns, slow_reset, 0
+    def __init__(self, turns=5, slow_reset=0.0, gate=None):
+        self.turns, self.slow_reset, self.turn, self.gate = turns, slow_reset, 0, None
         self.reset()
+        self.gate = gate  # a test's gate holds the resets after the constructor's own
 
     def reset(self, seed=None):
         if seed is not None:
             random.seed(seed)
         time.sleep(self.slow_reset)
+        if self.gate:  # say the reset is in, and hold it until the test lets it out
+            open(os.path.join(self.gate, "entered"), "w").close()
+            while not os.path.exists(os.path.join(self.gate, "release")):
+                time.sleep(0.01)
         self.turn = 0
         return "flip the coin", {"suffix": "turn 0"}
 
@@ -212,10 +217,12 @@ def test_dead_env_process_is_a_clear_error(rocklet: RockletProcess) -> None:
     rocklet.ok("/env/close", env=other)
 
 
-def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(rocklet: RockletProcess) -> None:
+def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(rocklet: RockletProcess, tmp_path: Path) -> None:
     import httpx
 
-    slow = rocklet.ok("/env/make", env_id="game:Slow-v0", kwargs={"slow_reset": 3.0}, timeout=30)["env"]
+    gate = tmp_path / "gate"  # the slow env's reset waits there until the test releases it
+    gate.mkdir()
+    slow = rocklet.ok("/env/make", env_id="game:Slow-v0", kwargs={"gate": str(gate)}, timeout=30)["env"]
     fast = rocklet.ok("/env/make", env_id="game:Coin-v0-hard")["env"]
     done = threading.Event()
 
@@ -226,7 +233,7 @@ def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(rocklet: RockletPr
     thread = threading.Thread(target=slow_reset)
     thread.start()
     try:
-        time.sleep(0.2)  # the slow reset is in flight
+        eventually(lambda: (gate / "entered").exists(), what="the slow reset in the env")  # in flight, held
         assert not done.is_set()
         with httpx.Client(base_url=rocklet.url, headers=dict(rocklet.client.headers), timeout=60) as other:
             assert other.get("/is_alive").json()["is_alive"] is True
@@ -234,6 +241,7 @@ def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(rocklet: RockletPr
             assert other.post("/execute", json={"command": "true"}).status_code == 200
         assert not done.is_set(), "the other calls were answered while the slow reset ran"
     finally:
+        (gate / "release").touch()
         thread.join()
         rocklet.ok("/env/close", env=slow)
         rocklet.ok("/env/close", env=fast)
