@@ -573,8 +573,8 @@ def _shell_session(proxy_admin: Any, sandbox_id: str) -> None:
             time.sleep(0.2)
         assert time.monotonic() <= deadline, "the new window size never arrived"
         # Ctrl-C interrupts the foreground program, not the shell.
-        term.send(b"time.sleep(120)\r")
-        time.sleep(0.5)
+        term.send(b"print('in ' + 'sleep'); time.sleep(120)\r")
+        term.expect(b"in sleep")  # the program's own output (the echoed line reads 'in ' + 'sleep'): it runs
         term.send(b"\x03")
         term.expect(b"KeyboardInterrupt")
         term.expect(b">>> ")
