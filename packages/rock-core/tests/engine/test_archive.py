@@ -25,7 +25,7 @@ from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported
 from rock_core.models import PhaseStatus
 from rock_core.responses import status_response
 from rock_core.states import Event, State
-from rock_core.testing import ScriptedRuntime
+from rock_core.testing import ScriptedRuntime, eventually_async
 from rock_core.tenancy import scoped_name
 
 pytestmark = pytest.mark.anyio
@@ -64,9 +64,13 @@ async def _stopped(engine: SandboxManager) -> str:
 
 
 async def _settled(engine: SandboxManager, sandbox_id: str, *states: State) -> None:
-    with anyio.fail_after(HANG):
-        while engine.get_record(sandbox_id).state not in states:
-            await anyio.sleep(0.01)
+    await eventually_async(
+        lambda: engine.get_record(sandbox_id),
+        until=lambda record: record.state in states,
+        what=f"sandbox {sandbox_id} {' or '.join(state.value for state in states)}",
+        timeout=HANG,
+        interval=0.01,
+    )
 
 
 def _folder(archives: Path, sandbox_id: str, tenant: str = "test-owner") -> Path:

@@ -52,7 +52,7 @@ async def test_turns_alternate_between_experiments():
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(holder)
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()
         # A big experiment floods the queue first, a small one arrives after it.
         for i in range(4):
             tg.start_soon(start, "big", f"big-{i}")
@@ -60,7 +60,7 @@ async def test_turns_alternate_between_experiments():
         for i in range(2):
             tg.start_soon(start, "small", f"small-{i}")
             await anyio.sleep(0)
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()
         assert queue.depth == 6
         assert [queue.position(x) for x in ("big-0", "small-0", "big-1", "small-1", "big-2", "big-3")] == [1, 2, 3, 4, 5, 6]
         assert queue.position("holder") is None
@@ -83,15 +83,15 @@ async def test_a_cancelled_waiter_leaves_no_trace():
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(holder)
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()
         with anyio.CancelScope() as scope:
             async with anyio.create_task_group() as inner:
                 inner.start_soon(start, "cancelled")
-                await anyio.sleep(0.01)
+                await anyio.wait_all_tasks_blocked()
                 assert queue.position("cancelled") == 1
                 scope.cancel()
         tg.start_soon(start, "next")
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()
         assert queue.position("cancelled") is None
         assert queue.position("next") == 1
         gate.set()
