@@ -12,14 +12,17 @@ import asyncio
 import os
 import random
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import rock
 from rock.sdk.envs import EnvFailed, VecEnvError
+from rock_core.testing import eventually_async
 
 pytestmark = pytest.mark.anyio
 
@@ -580,21 +583,39 @@ def test_envs_per_sandbox_is_a_setting_and_envs_share_sandboxes(tmp_path_factory
 
 
 @embedded_only
-async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(gem_image: str, engine: Any, containers: Any) -> None:
+async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(
+    gem_image: str, engine: Any, containers: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await asyncio.to_thread(engine.start)
-    first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
-    await asyncio.sleep(0.05)  # the first make is starting a sandbox
-    second = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
-    provider = engine.manager._env_providers["gem"]
-    for _ in range(200):  # until the second waits to join the starting sandbox
-        if any(host.slots == 2 and not host.ready.is_set() for host in provider._hosts):
-            break
-        await asyncio.sleep(0.005)
-    else:
-        pytest.skip("the sandbox started before the second make could join it")
-    second.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await second
+    # A gate: the engine's unit starts wait until the test lets them through, so the env
+    # sandbox is still starting when the second make joins it and is cancelled.
+    runtime = engine.manager.runtime
+    entered, released = threading.Event(), threading.Event()
+    start = runtime.start
+
+    async def held_start(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        await anyio.to_thread.run_sync(released.wait)
+        return await start(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "start", held_start)
+
+    def starting(slots: int) -> bool:
+        providers = engine.manager._env_providers  # made at the first make
+        hosts = providers["gem"]._hosts if providers else []
+        return any(host.slots == slots and not host.ready.is_set() for host in hosts)
+
+    try:
+        first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
+        await eventually_async(lambda: starting(1), what="the first make starting a sandbox")
+        second = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
+        await eventually_async(lambda: starting(2), what="the second make waiting to join the starting sandbox")
+        second.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        await eventually_async(entered.is_set, what="the env sandbox's start held at the gate")
+    finally:
+        released.set()
     env = await first
     sandbox_id = env.sandbox_id.split(".")[0]
     await env.aclose()  # its last env: the sandbox stops
