@@ -15,6 +15,7 @@ from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox import client as client_module
 from rock.sdk.sandbox.client import RunMode
 from rock_core.errors import CommandTimeout, InvalidParameter, NonZeroExitCode, SessionAlreadyExists, SessionNotFound
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -239,15 +240,15 @@ async def test_interrupt_a_running_command(sandbox: Any, session: str) -> None:
     marker = f"/tmp/interrupt-{session}"
     running = asyncio.create_task(sandbox.arun(f"echo started; touch {marker}; sleep 60", session=session))
     # Interrupt only once the command is surely running (past its echo), whatever the load.
-    for _ in range(600):
-        if (await sandbox.execute(Command(command=["test", "-f", marker]))).exit_code == 0:
-            break
-        await asyncio.sleep(0.05)
-    for _ in range(100):
-        result = await sandbox.interrupt(session)
-        if result.interrupted:
-            break
-        await asyncio.sleep(0.05)
+    await eventually_async(
+        lambda: sandbox.execute(Command(command=["test", "-f", marker])),
+        until=lambda result: result.exit_code == 0,
+        what="the command past its echo",
+        interval=0.05,
+    )
+    result = await eventually_async(
+        lambda: sandbox.interrupt(session), until=lambda result: result.interrupted, what="an interrupt that lands", interval=0.05
+    )
     assert (result.interrupted, result.exit_code) == (True, 130)
     with pytest.raises(NonZeroExitCode, match="exit code 130") as info:
         await running

@@ -21,6 +21,7 @@ from rock.sdk.common.exceptions import BadRequestRockError, InternalServerRockEr
 from rock.sdk.sandbox.client import Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
 from rock_core.errors import ImagePullFailed, InvalidParameter, InvalidTransition, SandboxAlreadyExists, SessionNotFound
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -222,11 +223,7 @@ async def test_idle_sandbox_is_stopped_but_a_long_command_keeps_it_alive(
     # A command running longer than the idle timeout is activity: the sandbox is not stopped under it.
     assert (await sandbox.arun("sleep 4; echo done")).output == "done"
     sandbox_id = sandbox.sandbox_id
-    for _ in range(300):  # then, left alone, it is stopped for being idle
-        if not containers(sandbox_id):
-            break
-        await asyncio.sleep(0.1)
-    assert containers.gone(sandbox_id)
+    assert containers.gone(sandbox_id, timeout=60)  # then, left alone, it is stopped for being idle
     alive = await sandbox.is_alive()
     assert not alive.is_alive and "expired" in alive.message
 
@@ -316,14 +313,9 @@ def test_sandboxes_of_a_killed_process_are_reaped_by_the_next_engine(containers:
 async def test_a_cancelled_start_leaves_nothing_running(engine: Any, small: dict[str, Any], containers: Any) -> None:
     sandbox = Sandbox(SandboxConfig(**small))
     starting = asyncio.create_task(sandbox.start())
-    while sandbox.sandbox_id is None and not starting.done():
-        await asyncio.sleep(0.001)
+    await eventually_async(lambda: sandbox.sandbox_id is not None or starting.done(), what="the start's id", interval=0.001)
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await starting
-    for _ in range(300):
-        if not containers(sandbox.sandbox_id):
-            break
-        await asyncio.sleep(0.1)
-    assert containers.gone(sandbox.sandbox_id)
+    assert containers.gone(sandbox.sandbox_id, timeout=60)
     assert (await sandbox.get_status(include_all_states=True)).state in (State.STOPPED, State.DELETED)
