@@ -27,7 +27,7 @@ from rock_core.engine.manager import SandboxManager
 from rock_core.engine.store import SandboxStore
 from rock_core.errors import RockError
 from rock_core.states import State
-from rock_core.testing import ScriptedRuntime
+from rock_core.testing import ScriptedRuntime, eventually_async
 
 pytestmark = pytest.mark.anyio
 
@@ -363,14 +363,12 @@ async def test_a_removal_that_fails_is_tried_again_and_the_record_turns_deleted_
     monkeypatch.setattr(removals, "RETRY_FIRST", 0.5)  # far longer than the look below takes
     with anyio.fail_after(HANG):
         sandbox_id = await _stopped_with_failing_removals(engine, runtime, 2)
-        while engine.removals.failed < 1:
-            await anyio.sleep(0.01)
+        await eventually_async(lambda: engine.removals.failed >= 1, what="a failed removal", timeout=HANG, interval=0.01)
         # Between two attempts: the unit is still there, the record says stopped, not deleted.
         assert engine.get_record(sandbox_id).state is State.STOPPED
         assert any(unit.sandbox_id == sandbox_id for unit in runtime.units.values())
         assert len(engine.removals) == 1
-        while engine.get_record(sandbox_id).state is not State.DELETED:
-            await anyio.sleep(0.01)
+        await eventually_async(lambda: engine.get_record(sandbox_id).state is State.DELETED, what="the record deleted", timeout=HANG, interval=0.01)
         assert engine.removals.failed == 2 and runtime.remove_failures == 0
         assert all(unit.sandbox_id != sandbox_id for unit in runtime.units.values())
 
@@ -383,8 +381,7 @@ async def test_a_removal_given_up_leaves_its_unit_to_the_engines_close(
     with anyio.fail_after(HANG):
         async with _engine(runtime) as engine:
             sandbox_id = await _stopped_with_failing_removals(engine, runtime, 2)
-            while engine.get_record(sandbox_id).state is not State.DELETED:
-                await anyio.sleep(0.01)
+            await eventually_async(lambda: engine.get_record(sandbox_id).state is State.DELETED, what="the record deleted", timeout=HANG, interval=0.01)
             assert engine.removals.failed == 2 and len(engine.removals) == 0
             assert any(unit.sandbox_id == sandbox_id for unit in runtime.units.values())  # given up
         # The close found it by the engine's label and removed it.
@@ -399,8 +396,7 @@ async def test_a_removal_waiting_for_its_next_attempt_at_close_is_handed_to_the_
         store = str(tmp_path / "records.db")
         async with _engine(runtime, remove_on_close=False, store_path=store) as engine:
             sandbox_id = await _stopped_with_failing_removals(engine, runtime, 1)
-            while engine.removals.failed < 1:
-                await anyio.sleep(0.01)
+            await eventually_async(lambda: engine.removals.failed >= 1, what="a failed removal", timeout=HANG, interval=0.01)
             assert len(engine.removals) == 1
         record = SandboxStore(store).get(sandbox_id)
         assert record is not None and record.state is State.DELETED
