@@ -10,7 +10,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import pytest
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.testing import eventually
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
@@ -46,13 +46,13 @@ def _metric(text: str, name: str) -> int:
 
 
 def _wait_ready(url: str, count: int, timeout: float = 120.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        text = httpx.get(url + "/metrics").text
-        if _metric(text, "rock_warm_pool_ready") == count:
-            return text
-        assert time.monotonic() < deadline, f"the pool did not reach {count} ready:\n{text}"
-        time.sleep(0.2)
+    return eventually(
+        lambda: httpx.get(url + "/metrics").text,
+        until=lambda text: _metric(text, "rock_warm_pool_ready") == count,
+        what=f"the pool reaching {count} ready",
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 def _members(docker_client: Any, owner: str) -> list[Any]:
@@ -111,10 +111,13 @@ def test_rocks_warmup_route_pulls_and_sizes_warm_pools(tmp_path: Path, docker_cl
             assert answer == {"status": "Success", "message": "warmup task started", "error": None, "result": None}
 
             client.post("/warmup/tasks", json={"image": "rock-test/not-pullable:1"})
-            deadline = time.monotonic() + 60
-            while "warm-up of image rock-test/not-pullable:1 failed: Failed to pull image" not in server.log_tail(200):
-                assert time.monotonic() < deadline, server.log_tail()
-                time.sleep(0.2)
+            eventually(
+                lambda: server.log_tail(200),
+                until=lambda log: "warm-up of image rock-test/not-pullable:1 failed: Failed to pull image" in log,
+                what="the failed warm-up in the admin's log",
+                timeout=60,
+                interval=0.2,
+            )
 
             kind = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
             sized = client.post("/warmup/tasks", json={**kind, "size": 2}).json()
@@ -128,10 +131,7 @@ def test_rocks_warmup_route_pulls_and_sizes_warm_pools(tmp_path: Path, docker_cl
 
             removed = client.post("/warmup/tasks", json={**kind, "size": 0}).json()
             assert removed["status"] == "Success", removed
-        deadline = time.monotonic() + 60
         owner = f"admin:{tmp_path / 'rock.db'}"
-        while _members(docker_client, owner):
-            assert time.monotonic() < deadline, "size 0 removes the pool's members"
-            time.sleep(0.2)
+        eventually(lambda: not _members(docker_client, owner), what="size 0 removes the pool's members", timeout=60, interval=0.2)
     finally:
         stop_admin(server, docker_client)
