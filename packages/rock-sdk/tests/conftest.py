@@ -260,12 +260,8 @@ class _Containers:
         return containers_of(self.docker_client, sandbox_id)
 
     def gone(self, sandbox_id: str, timeout: float = 30.0) -> bool:
-        deadline = time.monotonic() + timeout
-        while self(sandbox_id):
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
-        return True
+        """Whether every container of ``sandbox_id`` is gone within ``timeout`` seconds."""
+        return not eventually_empty(lambda: self(sandbox_id), timeout=timeout, interval=0.05)
 
 
 @pytest.fixture(scope="session")

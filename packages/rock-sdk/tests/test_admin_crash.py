@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from rock_core.testing import eventually
 
 PREFIX = "/apis/envs/sandbox/v1"
 SMALL = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
@@ -42,10 +43,7 @@ def _status(client: httpx.Client, sandbox_id: str) -> dict[str, Any]:
 def _start_running(client: httpx.Client, count: int) -> list[str]:
     """Start ``count`` sandboxes at once; return their ids once all run."""
     ids = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(count)]
-    deadline = time.monotonic() + 120
-    while not all(_status(client, s)["state"] == "running" for s in ids):
-        assert time.monotonic() < deadline, f"the {count} sandboxes did not start"
-        time.sleep(0.2)
+    eventually(lambda: all(_status(client, s)["state"] == "running" for s in ids), what=f"the {count} sandboxes running", timeout=120, interval=0.2)
     return ids
 
 
@@ -82,10 +80,12 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
                 _result(client.post(PREFIX + "/stop", json={"sandbox_id": sandbox_id}))
                 if _status(client, sandbox_id)["state"] == "stopped":
                     _result(client.post(PREFIX + "/delete", json={"sandbox_id": sandbox_id}))
-            deadline = time.monotonic() + 60
-            while docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}):
-                assert time.monotonic() < deadline, "containers left after stop and delete"
-                time.sleep(0.2)
+            eventually(
+                lambda: not docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}),
+                what="no container left after stop and delete",
+                timeout=60,
+                interval=0.2,
+            )
     finally:
         for server in (first, second):
             if server is not None:

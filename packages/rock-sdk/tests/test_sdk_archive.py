@@ -23,7 +23,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +37,7 @@ from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import BadRequestRockError, NotSupported, RockError
+from rock_core.testing import eventually_async
 
 
 pytestmark = pytest.mark.skipif(
@@ -79,13 +79,13 @@ def _objects(s3: Any, bucket: str, sandbox_id: str) -> list[str]:
 
 
 async def _wait_state(sandbox: Sandbox, *states: str, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = await sandbox.get_status(include_all_states=True)
-        if status.state.value in states:
-            return status
-        assert time.monotonic() < deadline, f"sandbox is {status.state.value}, not {states}: {status}"
-        await asyncio.sleep(0.2)
+    return await eventually_async(
+        lambda: sandbox.get_status(include_all_states=True),
+        until=lambda status: status.state.value in states,
+        what=f"the sandbox {' or '.join(states)}",
+        timeout=timeout,
+        interval=0.2,
+    )
 
 
 async def _archived_with_marker(sandbox: Sandbox, docker_client: Any) -> str:
