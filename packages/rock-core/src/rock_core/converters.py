@@ -71,6 +71,8 @@ __all__ = [
     "structure_value",
     "structure_fields",
     "checked",
+    "READ_AS",
+    "read_types",
     "spec_from_start_request",
     "NETWORK_MODES",
 ]
@@ -531,7 +533,26 @@ def checked(cls: Any, *, error: type[InvalidParameter] = InvalidParameter, **kwa
     def convert(value: Any, field: attrs.Attribute[Any]) -> Any:
         return structure_value(value, cls, path=field.name, error=error)
 
+    kwargs["metadata"] = {**kwargs.get("metadata", {}), READ_AS: cls}
     return attrs.field(converter=attrs.Converter(convert, takes_field=True), **kwargs)
+
+
+#: The ``attrs.field`` metadata key naming the type a field's value is read as from a settings
+#: table (set by :func:`checked`; a field with its own converter sets it by hand).
+READ_AS = "rock_core.read_as"
+
+
+def read_types(cls: type) -> dict[str, Any]:
+    """The type each field of the attrs class ``cls`` is read as from a settings table, by name:
+    what :func:`structure_fields` takes to read a TOML table or environment variables for ``cls``.
+
+    :raises TypeError: a field that says no type (neither :func:`checked` nor ``metadata``
+        with :data:`READ_AS`), so a new setting cannot be left unreadable.
+    """
+    missing = [field.name for field in attrs.fields(cls) if READ_AS not in field.metadata]
+    if missing:
+        raise TypeError(f"{_name(cls)}: no type to read {', '.join(missing)} as (use checked() or metadata={{READ_AS: ...}})")
+    return {field.name: field.metadata[READ_AS] for field in attrs.fields(cls)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from typing import Any, Optional
 import attrs
 
 from rock_core.actions import SandboxStartRequest
-from rock_core.converters import capability_names, checked, spec_from_start_request, structure_wire
+from rock_core.converters import READ_AS, capability_names, checked, spec_from_start_request, structure_wire
 from rock_core.errors import InvalidParameter
 from rock_core.models import ByteSize, NonBlankStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, PullPolicy
 from rock_core.units import GiB
@@ -177,12 +177,16 @@ class EngineConfig:
     engine_label: NonBlankStr = checked(NonBlankStr, default="rock")
     remove_on_close: bool = checked(bool, default=True)
     reap_orphans: bool = checked(bool, default=True)
-    warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(default=(), converter=warm_pools_from)
+    # Read as tables (a TOML file's [[engine.warm_pools]]), each then checked by WarmPoolConfig.
+    warm_pools: tuple[WarmPoolConfig, ...] = attrs.field(
+        default=(), converter=warm_pools_from, metadata={READ_AS: list[dict[str, Any]]}
+    )
     max_warm_pool_members: NonNegativeInt = checked(NonNegativeInt, default=64)
     default_pids_limit: PositiveInt = checked(PositiveInt, default=4096)
     max_pids_limit: PositiveInt = checked(PositiveInt, default=65536)
     allowed_cap_add: tuple[str, ...] = attrs.field(
-        default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"), converter=_capabilities
+        default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"),
+        converter=_capabilities, metadata={READ_AS: list[str]},  # the names checked by _capabilities
     )
     disk_check_interval: PositiveFloat = checked(PositiveFloat, default=5.0)
     disk_keep_seconds: NonNegativeInt = checked(NonNegativeInt, default=3600)

@@ -105,10 +105,10 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from rock_core.converters import structure_fields
+from rock_core.converters import read_types, structure_fields
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
-from rock_core.models import ByteSize, NonBlankStr, NonNegativeFloat, NonNegativeInt, Port, PositiveFloat, PositiveInt
+from rock_core.models import ByteSize, NonBlankStr, Port, PositiveFloat, PositiveInt
 
 from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables
 
@@ -226,39 +226,12 @@ _ADMIN_KEYS: Mapping[str, Any] = {
     "max_concurrent_uploads": PositiveInt,
 }
 
+#: Not keys of [engine]: fixed for the admin (see the module docstring), or the [plugins] tables.
+_NOT_ENGINE_KEYS = ("remove_on_close", "plugin_options")
+
+#: Every other field of EngineConfig, read as the type its field says (rock_core.converters.read_types).
 _ENGINE_KEYS: Mapping[str, Any] = {
-    "runtime": NonBlankStr,
-    "runtime_options": dict[str, Any],  # [engine.runtime_options]: the runtime's keyword arguments
-    "store_path": str | None,
-    "max_concurrent_starts": PositiveInt,
-    "default_auto_clear_seconds": NonNegativeInt,
-    "default_auto_delete_seconds": NonNegativeInt,
-    "max_auto_delete_seconds": NonNegativeInt | None,
-    "default_startup_timeout": PositiveFloat,
-    "max_cpus": PositiveFloat,
-    "max_memory": ByteSize,
-    "max_disk": ByteSize,
-    "stop_timeout": float,
-    "reconcile_interval": PositiveFloat,
-    "timer_interval": PositiveFloat,
-    "engine_label": NonBlankStr,
-    "reap_orphans": bool,
-    "warm_pools": list[dict[str, Any]],  # each pool checked by EngineConfig (WarmPoolConfig)
-    "max_warm_pool_members": NonNegativeInt,
-    "default_pids_limit": PositiveInt,
-    "max_pids_limit": PositiveInt,
-    "allowed_cap_add": list[str],  # the names checked by EngineConfig
-    "disk_check_interval": PositiveFloat,
-    "disk_keep_seconds": NonNegativeInt,
-    "archive_store": str | None,
-    "rocklet_url": str | None,
-    "stats_interval": NonNegativeFloat,
-    "restart_backoff_seconds": PositiveFloat,
-    "queue_aging_seconds": PositiveFloat,
-    "archive_timeout": PositiveFloat,
-    "restore_timeout": PositiveFloat,
-    "forward_rocklet_port": bool,
-    "max_rocklet_answer": ByteSize,
+    name: kind for name, kind in read_types(EngineConfig).items() if name not in _NOT_ENGINE_KEYS
 }
 
 _FILE_TABLES: Mapping[str, Any] = {
@@ -285,6 +258,7 @@ _TEXT_FORMS: Mapping[str, Callable[[str, str], Any]] = {
     "warm_pools": _json,
     "runtime_options": _json,
     "max_auto_delete_seconds": lambda text, _path: None if text.strip().lower() in ("", "none", "null") else text,
+    "archive_store": lambda text, _path: text or None,  # "": archiving off, as when unset
 }
 
 
@@ -381,7 +355,6 @@ def load_settings(
     admin, engine = tables["admin"], tables["engine"]
     state_dir = Path(admin.setdefault("state_dir", default_state_dir())).expanduser()
     engine["store_path"] = str(Path(engine.get("store_path") or state_dir / "rock.db").expanduser())
-    engine["archive_store"] = engine.get("archive_store") or None
     try:
         engine_config = EngineConfig(**engine, plugin_options=plugin_options, remove_on_close=False)
     except InvalidParameter as exc:
