@@ -7,7 +7,7 @@ from typing import Optional
 
 import attrs
 import pytest
-from rock_core.converters import READ_AS, checked, read_types, structure_fields
+from rock_core.converters import READ_AS, checked, read_types, structure_fields, structure_options
 from rock_core.errors import InvalidParameter
 from rock_core.models import ByteSize, PositiveInt
 
@@ -41,3 +41,24 @@ def test_a_field_without_a_type_is_refused_naming_it() -> None:
 
     with pytest.raises(TypeError, match="Forgotten: no type to read forgotten as"):
         read_types(Forgotten)
+
+
+@attrs.frozen(kw_only=True)
+class _Range:
+    low: PositiveInt = checked(PositiveInt, default=1)
+    high: PositiveInt = checked(PositiveInt, default=2)
+
+    def __attrs_post_init__(self) -> None:
+        if self.low > self.high:
+            raise InvalidParameter(f"low: {self.low} is above high {self.high}", field="low", value=self.low)
+
+
+def test_structure_options_builds_the_class_and_names_its_own_checks_under_the_path() -> None:
+    assert structure_options({"low": "2", "high": 3}, _Range, path="plugins.r") == _Range(low=2, high=3)
+    with pytest.raises(InvalidParameter) as info:
+        structure_options({"low": 5}, _Range, path="plugins.r")
+    assert (info.value.message, info.value.field, info.value.value) == (
+        "plugins.r.low: 5 is above high 2", "plugins.r.low", 5
+    )
+    with pytest.raises(InvalidParameter, match=r"^plugins\.r\.wide: not a known key \(known: high, low\)$"):
+        structure_options({"wide": 1}, _Range, path="plugins.r")

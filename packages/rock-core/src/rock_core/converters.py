@@ -73,6 +73,7 @@ __all__ = [
     "checked",
     "READ_AS",
     "read_types",
+    "structure_options",
     "spec_from_start_request",
     "NETWORK_MODES",
 ]
@@ -553,6 +554,23 @@ def read_types(cls: type) -> dict[str, Any]:
     if missing:
         raise TypeError(f"{_name(cls)}: no type to read {', '.join(missing)} as (use checked() or metadata={{READ_AS: ...}})")
     return {field.name: field.metadata[READ_AS] for field in attrs.fields(cls)}
+
+
+def structure_options(
+    table: Any, cls: type[T], *, path: str, error: type[InvalidParameter] = InvalidParameter
+) -> T:
+    """A plugin's options: ``table`` (its ``[plugins.<name>]`` table, keyword arguments) read
+    as the attrs class ``cls`` by :func:`structure_fields` with :func:`read_types`, then built.
+
+    :param path: the table's name (``plugins.gem``): a bad value is ``plugins.gem.cpus``.
+    :raises error: every bad or unknown key at once, by its path and value; or what ``cls``
+        itself refuses (its checks of several fields together), named under ``path``.
+    """
+    read = structure_fields(table, read_types(cls), path=path, error=error)
+    try:
+        return cls(**read)
+    except InvalidParameter as exc:
+        raise _invalid(_problems(exc, path), error=error, prefix="") from None
 
 
 # ---------------------------------------------------------------------------------------------

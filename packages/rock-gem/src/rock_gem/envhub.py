@@ -33,6 +33,8 @@ from typing import Any
 import attrs
 from rock_core.errors import BadRequestRockError, InvalidParameter
 
+from rock_gem.options import GemOptions
+
 __all__ = ["DEFAULT_ENV_NAME", "EnvHub", "EnvInfo", "EnvNotRegistered", "EnvNotYours", "database_path", "namespace_of"]
 
 #: The entry ROCK's EnvHub registers at start: the default image of env sandboxes.
@@ -275,8 +277,8 @@ class EnvHub:
 
 # -- where an engine's EnvHub is -----------------------------------------------------------------
 
-#: The ``[plugins.gem]`` table, as ``rock_configure`` handed it to this plugin.
-configured: dict[str, Any] = {}
+#: The ``[plugins.gem]`` table, as ``rock_configure`` read it.
+configured: GemOptions = GemOptions()
 _HUBS: dict[int, tuple[Any, EnvHub]] = {}
 _HUBS_LOCK = threading.Lock()
 
@@ -285,7 +287,7 @@ def envhub_for(engine: Any, *, create: bool = True) -> EnvHub | None:
     """The EnvHub of ``engine`` (one per engine and database file); ``None`` when ``create`` is
     false and the database does not exist yet."""
     store = getattr(getattr(engine, "config", None), "store_path", None)
-    path = database_path(configured.get("envhub_db"), store)
+    path = database_path(configured.envhub_db, store)
     with _HUBS_LOCK:
         held = _HUBS.get(id(engine))
         if held is not None and held[0] is engine and held[1].path == path:
@@ -294,7 +296,7 @@ def envhub_for(engine: Any, *, create: bool = True) -> EnvHub | None:
             return None
         from rock_gem.provider import default_image
 
-        hub = EnvHub(path, default_image=default_image(configured.get("image")))
+        hub = EnvHub(path, default_image=default_image(configured.image))
         _HUBS[id(engine)] = (engine, hub)
         return hub
 

@@ -18,10 +18,15 @@ __all__ = ["rock_admin_routes", "rock_cli_commands", "rock_configure", "rock_reg
 
 @hookimpl
 def rock_configure(config: Mapping[str, Any]) -> None:
-    """Keep ``[plugins.gem]`` for EnvHub (its database and default image)."""
-    from rock_gem import envhub
+    """Read ``[plugins.gem]`` (:class:`~rock_gem.options.GemOptions`) and keep it for EnvHub
+    (its database and default image).
 
-    envhub.configured = dict(config)
+    :raises InvalidParameter: a bad or unknown key, named ``plugins.gem.<key>`` with its value.
+    """
+    from rock_gem import envhub
+    from rock_gem.options import GemOptions
+
+    envhub.configured = GemOptions.from_table(config)
 
 
 @hookimpl

@@ -27,6 +27,7 @@ from rock_core.errors import InvalidParameter, RockError, RockletUnreachable, Sa
 from rock_core.tenancy import Quota
 
 from rock_gem.channel import RockletChannel
+from rock_gem.options import GemOptions
 
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
@@ -58,18 +59,6 @@ def default_image(configured: str | None = None) -> str:
 def provider_for(engine: Any) -> GemProvider | None:
     """The GEM provider an engine built, or ``None`` before its first GEM env."""
     return _PROVIDERS.get(engine)
-
-
-def _positive(name: str, value: Any, kind: type) -> Any:
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or number <= 0:
-        raise InvalidParameter(
-            f"plugins.gem.{name}: expected a positive {kind.__name__}, got {value!r}", field=f"plugins.gem.{name}", value=value
-        )
-    return number
 
 
 @attrs.define(eq=False)
@@ -115,49 +104,28 @@ class GemProvider(EnvProvider):
     """Serves every env id GEM may register (``game:*``, ``rg:*``, ``math:*``, a user's own).
 
     Built by the engine as ``GemProvider(engine, **table)``, the table being ``[plugins.gem]``
-    (or ``ROCK_PLUGIN_GEM_<KEY>``):
+    (or ``ROCK_PLUGIN_GEM_<KEY>``), read as :class:`~rock_gem.options.GemOptions` (each key is
+    described there: ``image``, ``envs_per_sandbox``, ``memory``, ``cpus``, ``timeout``,
+    ``start_timeout``, ``warm_sandboxes``, ``envhub_db``). A name registered in EnvHub is made
+    in its image, as the GEM id and constructor arguments its ``extra_spec`` says.
 
-    :param image: the sandboxes' image (default ``$ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``, else
-        :data:`DEFAULT_IMAGE`); it needs ``python3`` 3.10 to 3.12. When its Python cannot import
-        GEM (from ``$ROCK_ENV_PYTHONPATH`` or its site-packages), GEM's runtime is uploaded into
-        each of its sandboxes once.
-    :param envs_per_sandbox: how many envs one sandbox hosts, each in its own process.
-    :param memory: each sandbox's memory (``"4g"``).
-    :param cpus: each sandbox's CPUs.
-    :param timeout: seconds one make, reset or step may take (a Sokoban-hard reset takes seconds).
-    :param start_timeout: seconds a sandbox may take to start.
-    :param warm_sandboxes: keep this many started sandboxes of the default image in the engine's
-        warm pool, so that a make that needs a new sandbox claims one instead of starting it.
-    :param envhub_db: EnvHub's database (see :mod:`rock_gem.envhub`); a name registered there
-        is made in its image, as the GEM id and constructor arguments its ``extra_spec`` says.
+    :raises InvalidParameter: a bad or unknown option, named ``plugins.gem.<key>`` with its value.
     """
 
     name = "gem"
 
-    def __init__(
-        self,
-        engine: SandboxManager,
-        *,
-        image: str | None = None,
-        envs_per_sandbox: int = 32,
-        memory: str = "4g",
-        cpus: float = 2.0,
-        timeout: float = 300.0,
-        start_timeout: float = 300.0,
-        warm_sandboxes: int = 0,
-        envhub_db: str | None = None,
-    ) -> None:
+    def __init__(self, engine: SandboxManager, **options: Any) -> None:
+        read = GemOptions.from_table(options)
         self.engine = engine
-        self.image = default_image(image)
-        self.envhub_db = envhub_db
-        self.envs_per_sandbox = _positive("envs_per_sandbox", envs_per_sandbox, int)
-        self.memory = str(memory)
-        self.cpus = _positive("cpus", cpus, float)
-        self.timeout = _positive("timeout", timeout, float)
-        self.start_timeout = _positive("start_timeout", start_timeout, float)
-        self.warm_sandboxes = int(warm_sandboxes)
-        if isinstance(warm_sandboxes, bool) or self.warm_sandboxes < 0:
-            raise InvalidParameter(f"plugins.gem.warm_sandboxes: expected a count >= 0, got {warm_sandboxes!r}", field="plugins.gem.warm_sandboxes", value=warm_sandboxes)
+        self.options = read
+        self.image = default_image(read.image)
+        self.envhub_db = read.envhub_db
+        self.envs_per_sandbox: int = read.envs_per_sandbox
+        self.memory: str = read.memory
+        self.cpus: float = read.cpus
+        self.timeout: float = read.timeout
+        self.start_timeout: float = read.start_timeout
+        self.warm_sandboxes: int = read.warm_sandboxes
         self._hosts: list[_Host] = []
         self._envs: dict[str, GemEnv] = {}
         self._closed_handles: dict[str, str | None] = {}  # handle -> the tenant that made it
