@@ -93,6 +93,7 @@ from rock_docker._container import (
 )
 from rock_docker._errors import DOCKER_ERRORS, explain, translate
 from rock_docker._events import EventWatch
+from rock_docker._options import DockerOptions
 from rock_docker._snapshot import (
     APPLY_DELETIONS,
     SnapshotReader,
@@ -185,44 +186,33 @@ class DockerRuntime(Runtime):
         nofile_limit: int | None = 16384,
         publish_ports: bool = False,
     ) -> None:
-        if max_concurrency < 1:
-            raise InvalidParameter(
-                f"max_concurrency: expected an integer >= 1, got {max_concurrency!r}",
-                field="max_concurrency",
-                value=max_concurrency,
-            )
-        self.base_url = base_url
-        self.rocklet_dir = Path(rocklet_dir) if rocklet_dir is not None else default_rocklet_dir()
-        self._own_rocklet_dir = rocklet_dir is not None  # else the engine's delivery is used as it is
-        self.publish_host = publish_host
-        self.network = network
-        self.stop_timeout = stop_timeout
-        self.max_concurrency = max_concurrency
-        self.api_timeout = api_timeout
-        self.init = init
-        self._isolated_network = isolated_network
-        if nofile_limit is not None and (isinstance(nofile_limit, bool) or not isinstance(nofile_limit, int) or nofile_limit < 64):
-            raise InvalidParameter(
-                f"nofile_limit: expected a whole number >= 64 or None, got {nofile_limit!r}",
-                field="nofile_limit",
-                value=nofile_limit,
-            )
-        self.nofile_limit = nofile_limit
-        if not isinstance(publish_ports, bool):
-            # "false" from a text setting must not turn publishing on.
-            raise InvalidParameter(
-                f"publish_ports: expected true or false, got {publish_ports!r}", field="publish_ports", value=publish_ports
-            )
-        self.publish_ports = publish_ports
+        options = DockerOptions(
+            base_url=base_url, rocklet_dir=rocklet_dir, publish_host=publish_host, network=network,
+            stop_timeout=stop_timeout, max_concurrency=max_concurrency, api_timeout=api_timeout, init=init,
+            socket_dir=socket_dir, isolated_network=isolated_network, nofile_limit=nofile_limit,
+            publish_ports=publish_ports,
+        )  # every setting read and checked by rock-core's converters, named when bad
+        self.base_url = options.base_url
+        self.rocklet_dir = Path(options.rocklet_dir) if options.rocklet_dir is not None else default_rocklet_dir()
+        self._own_rocklet_dir = options.rocklet_dir is not None  # else the engine's delivery is used as it is
+        self.publish_host = options.publish_host
+        self.network = options.network
+        self.stop_timeout = options.stop_timeout
+        self.max_concurrency = options.max_concurrency
+        self.api_timeout = options.api_timeout
+        self.init = options.init
+        self._isolated_network = options.isolated_network
+        self.nofile_limit = options.nofile_limit
+        self.publish_ports = options.publish_ports
         self._chosen_network: str | None = None  # the isolated network found on first use
         self._networks: set[str] = set()  # networks known to exist (made or found)
         self._network_lock = threading.Lock()  # one thread makes a missing network
         self._unit_groups: dict[str, str] = {}  # unit id -> its group's network, for removal
-        self.socket_dir = Path(socket_dir) if socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
+        self.socket_dir = Path(options.socket_dir) if options.socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
         self._socket_dirs: dict[str, Path | None] = {}  # unit id -> its folder (None: reached over TCP)
         self._handoffs = HandoffDesk()  # each start's listening socket, until its rocklet takes it
         self._known_status: dict[str, RuntimeStatus] = {}  # unit id -> its status once started
-        self._limiter = anyio.CapacityLimiter(max_concurrency)
+        self._limiter = anyio.CapacityLimiter(options.max_concurrency)
         self._lock = threading.Lock()  # guards the lazily made client and the disk probe
         self._rocklet_lock = threading.Lock()  # held while the rocklet is built (the client stays usable)
         self._cgroups = CgroupFinder()  # where containers' cgroup files are (stats)
