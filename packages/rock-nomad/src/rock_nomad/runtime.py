@@ -47,6 +47,7 @@ from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 from rock_nomad._api import NomadApi, NomadError, Setting
 from rock_nomad._events import EventFeed, JobWatch
+from rock_nomad._options import PATH, NomadOptions
 from rock_nomad._job import (
     SANDBOX_NETWORK,
     SECRET_ITEM,
@@ -65,11 +66,7 @@ log = logging.getLogger("rock.nomad")
 # Nomad job ids: no spaces or NUL; rock narrows them to what a Nomad Variable's path holds, since
 # each sandbox's secret is the Variable nomad/jobs/<job id> (at most 128 characters in all).
 _MAX_JOB_ID = 128 - len(secret_path(""))
-_JOB_PREFIX = re.compile(r"[A-Za-z0-9_~-]{1,32}")
 _VARIABLE_PATH_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-_DOCKER_NETWORK = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-#: Docker network modes that are not a network an operator made without inter-container traffic.
-_NOT_ISOLATED = ("bridge", "default", "host", "none")
 #: Seconds one blocking query waits before it is asked again.
 _BLOCK = 30.0
 
@@ -80,37 +77,6 @@ def _setting_source(name: str, given: Any, env: str | None) -> Setting:
     if env and os.environ.get(env):
         return Setting(name, f"taken from {env}")
     return Setting(name, "not set: the default")
-
-
-def _as_list(value: Any, field: str) -> tuple[str, ...]:
-    if isinstance(value, str):
-        items = tuple(v.strip() for v in value.split(",") if v.strip())
-    elif isinstance(value, (list, tuple)):
-        items = tuple(str(v).strip() for v in value if str(v).strip())
-    else:
-        raise InvalidParameter(f"plugins.nomad.{field}: expected a list of names, got {value!r}", field=field, value=value)
-    if not items:
-        raise InvalidParameter(f"plugins.nomad.{field}: expected at least one name", field=field, value=value)
-    return items
-
-
-def _as_bool(value: Any, field: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    raise InvalidParameter(f"plugins.nomad.{field}: expected true or false, got {value!r}", field=field, value=value)
-
-
-def _as_number(value: Any, field: str, *, minimum: float, integer: bool = False) -> Any:
-    try:
-        number = int(value) if integer else float(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or number < minimum:
-        kind = "a whole number" if integer else "a number"
-        raise InvalidParameter(f"plugins.nomad.{field}: expected {kind} >= {minimum:g}, got {value!r}", field=field, value=value)
-    return number
 
 
 class NomadRuntime(Runtime):
@@ -193,50 +159,45 @@ class NomadRuntime(Runtime):
             "ca_cert": _setting_source("ca_cert", ca_cert, "NOMAD_CACERT"),
             "client_cert": _setting_source("client_cert", client_cert, "NOMAD_CLIENT_CERT"),
         }
-        self.address = (address or os.environ.get("NOMAD_ADDR") or "http://127.0.0.1:4646").rstrip("/")
+        options = NomadOptions.from_table({
+            "address": address, "token": token, "namespace": namespace, "region": region, "datacenters": datacenters,
+            "node_pool": node_pool, "ca_cert": ca_cert, "client_cert": client_cert, "client_key": client_key,
+            "tls_skip_verify": tls_skip_verify, "sandbox_network": sandbox_network, "job_prefix": job_prefix,
+            "mhz_per_cpu": mhz_per_cpu, "priority": priority, "kill_timeout": kill_timeout,
+            "ephemeral_disk_mb": ephemeral_disk_mb, "nofile_limit": nofile_limit, "rocklet_url": rocklet_url,
+            "api_timeout": api_timeout, "max_connections": max_connections, "event_stream": event_stream,
+            "poll_after": poll_after,
+        })  # every setting read and checked by rock-core's converters, named plugins.nomad.<key>
+        self.options = options
+        self.address = (options.address or os.environ.get("NOMAD_ADDR") or "http://127.0.0.1:4646").rstrip("/")
         if not self.address.startswith(("http://", "https://")):
             raise InvalidParameter(
-                f"plugins.nomad.address: expected http://host:port or https://host:port, got {self.address!r}",
-                field="address", value=self.address,
+                f"{PATH}.address: expected http://host:port or https://host:port, got {self.address!r}",
+                field=f"{PATH}.address", value=self.address,
             )
-        self._token = token if token is not None else os.environ.get("NOMAD_TOKEN") or None
-        self.namespace = namespace or os.environ.get("NOMAD_NAMESPACE") or "default"
-        self.region = region or os.environ.get("NOMAD_REGION") or None
-        self.datacenters = _as_list(datacenters, "datacenters")
-        self.node_pool = node_pool or None
-        self.ca_cert = ca_cert or os.environ.get("NOMAD_CACERT") or None
-        self.client_cert = client_cert or os.environ.get("NOMAD_CLIENT_CERT") or None
-        self.client_key = client_key or os.environ.get("NOMAD_CLIENT_KEY") or None
-        self.tls_skip_verify = _as_bool(tls_skip_verify, "tls_skip_verify")
+        self._token = options.token if options.token is not None else os.environ.get("NOMAD_TOKEN") or None
+        self.namespace = options.namespace or os.environ.get("NOMAD_NAMESPACE") or "default"
+        self.region = options.region or os.environ.get("NOMAD_REGION") or None
+        self.datacenters = options.datacenters
+        self.node_pool = options.node_pool or None
+        self.ca_cert = options.ca_cert or os.environ.get("NOMAD_CACERT") or None
+        self.client_cert = options.client_cert or os.environ.get("NOMAD_CLIENT_CERT") or None
+        self.client_key = options.client_key or os.environ.get("NOMAD_CLIENT_KEY") or None
+        self.tls_skip_verify = options.tls_skip_verify
         if bool(self.client_cert) != bool(self.client_key):
-            raise InvalidParameter("plugins.nomad.client_cert and client_key: set both or neither", field="client_cert")
-        if not isinstance(sandbox_network, str) or not _DOCKER_NETWORK.fullmatch(sandbox_network) \
-                or sandbox_network in _NOT_ISOLATED:
-            raise InvalidParameter(
-                "plugins.nomad.sandbox_network: expected the name of a Docker network the nodes' operator made "
-                "without inter-container traffic (deploy/nomad/client-setup.sh), not Docker's own bridge, host or "
-                f"none, got {sandbox_network!r}", field="sandbox_network", value=sandbox_network,
-            )
-        self.sandbox_network = sandbox_network
-        if not isinstance(job_prefix, str) or not _JOB_PREFIX.fullmatch(job_prefix):
-            raise InvalidParameter(
-                "plugins.nomad.job_prefix: expected 1 to 32 letters, digits, '-', '_' or '~' (it begins each "
-                f"sandbox's job id and the path of its Nomad Variable), got {job_prefix!r}",
-                field="job_prefix", value=job_prefix,
-            )
-        self.job_prefix = job_prefix
-        self.mhz_per_cpu = _as_number(mhz_per_cpu, "mhz_per_cpu", minimum=1, integer=True)
-        self.priority = _as_number(priority, "priority", minimum=1, integer=True)
-        if self.priority > 100:
-            raise InvalidParameter(f"plugins.nomad.priority: expected 1-100, got {priority!r}", field="priority", value=priority)
-        self.kill_timeout = _as_number(kill_timeout, "kill_timeout", minimum=0)
-        self.ephemeral_disk_mb = _as_number(ephemeral_disk_mb, "ephemeral_disk_mb", minimum=10, integer=True)
-        self.nofile_limit = None if nofile_limit is None else _as_number(nofile_limit, "nofile_limit", minimum=64, integer=True)
-        self.rocklet_url = rocklet_url or None
-        self.api_timeout = _as_number(api_timeout, "api_timeout", minimum=1)
-        self.max_connections = _as_number(max_connections, "max_connections", minimum=1, integer=True)
-        self.use_event_stream = _as_bool(event_stream, "event_stream")
-        self.poll_after = _as_number(poll_after, "poll_after", minimum=0.1)
+            raise InvalidParameter(f"{PATH}.client_cert and client_key: set both or neither", field=f"{PATH}.client_cert")
+        self.sandbox_network = options.sandbox_network
+        self.job_prefix = options.job_prefix
+        self.mhz_per_cpu = options.mhz_per_cpu
+        self.priority = options.priority
+        self.kill_timeout = options.kill_timeout
+        self.ephemeral_disk_mb = options.ephemeral_disk_mb
+        self.nofile_limit = options.nofile_limit
+        self.rocklet_url = options.rocklet_url or None
+        self.api_timeout = options.api_timeout
+        self.max_connections = options.max_connections
+        self.use_event_stream = options.event_stream
+        self.poll_after = options.poll_after
         self._api: NomadApi | None = None
         self._feed: EventFeed | None = None
         self._closed = False
