@@ -1,7 +1,7 @@
 """docs/architecture.md cites only what exists, and the import rules it states hold.
 
 The page names files (``rock_core/engine/starting.py``, ``admin/config.py``, ``scripts/...``),
-modules (``rock_core.tenancy``), and code (``SandboxManager.start_async``, ``_ENGINE_KEYS``). Each
+modules (``rock_core.tenancy``), and code (``SandboxManager.start_async``, ``converters.read_types``). Each
 is looked up here: a path among the repository's files, a dotted name by importing its module
 and following attributes, a bare name among the names the packages' sources define. A rename
 that leaves the page behind fails this test; what the page quotes but is no name of the code (a
@@ -202,7 +202,7 @@ def _follow(start: str, rest: list[str]) -> bool:
 
 def name_exists(dotted: str) -> bool:
     """``rock_core.tenancy``, ``SandboxManager.start_async``, ``stopping.stop_locked``,
-    ``manager.rocklet``, ``_ENGINE_KEYS``: resolved by importing and following attributes."""
+    ``manager.rocklet``, ``converters.read_types``: resolved by importing and following attributes."""
     head, *rest = dotted.split(".")
     if head in PACKAGES.values():
         return _follow(dotted, [])
@@ -289,8 +289,8 @@ def test_every_cited_name_exists():
     ("cited", "renamed", "check"),
     [
         ("rock_core/engine/starting.py", "rock_core/engine/launching.py", missing_paths),  # in a diagram
-        ("(admin/config.py: the key", "(admin/settings.py: the key", missing_paths),  # in prose, short
-        ("`_ENGINE_KEYS`", "`_ENGINE_SETTINGS`", missing_names),
+        ("the sample table in admin/config.py's", "the sample table in admin/settings.py's", missing_paths),  # in prose, short
+        ("`converters.read_types(EngineConfig)`", "`converters.read_kinds(EngineConfig)`", missing_names),
         ("`RockletClient.open_tunnel`", "`RockletClient.open_tunnels`", missing_names),
         ("`rock_core.testing.ScriptedRuntime`", "`rock_core.testing.ScriptRuntime`", missing_names),
         ("-> SandboxManager.start_async ", "-> SandboxManager.launch_async ", missing_names),  # in a diagram
