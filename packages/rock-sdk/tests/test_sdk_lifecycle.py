@@ -228,6 +228,38 @@ async def test_idle_sandbox_is_stopped_but_a_long_command_keeps_it_alive(
     assert not alive.is_alive and "expired" in alive.message
 
 
+async def test_status_reads_do_not_keep_an_idle_sandbox_alive(
+    engine: Any, small: dict[str, Any], containers: Any
+) -> None:
+    """Reads are not activity: a sandbox whose status is read every 0.5 s (a dashboard, a
+    trainer's waits) is still stopped for being idle. Before, every read restarted its idle timer
+    and it ran for ever."""
+    sandbox = Sandbox(SandboxConfig(**small, auto_clear_seconds=2))
+    await sandbox.start()
+    sandbox_id = sandbox.sandbox_id
+    reads = 0
+
+    async def poll() -> None:
+        nonlocal reads
+        while True:
+            try:
+                await sandbox.get_status()
+            except SandboxNotFoundRockError:
+                return  # stopped: no longer among the running ones
+            reads += 1
+            await asyncio.sleep(0.5)
+
+    poller = asyncio.ensure_future(poll())
+    try:
+        gone = await asyncio.to_thread(containers.gone, sandbox_id, 60)
+    finally:
+        poller.cancel()
+    assert gone, "a sandbox read every 0.5 s was never stopped for being idle"
+    assert reads >= 2  # it was read while it ran
+    alive = await sandbox.is_alive()
+    assert not alive.is_alive and "expired" in alive.message
+
+
 async def test_group_starts_and_stops_all(engine: Any, containers: Any) -> None:
     group = SandboxGroup(SandboxGroupConfig(image="python:3.11", memory="512m", cpus=0.5, size=2, start_concurrency=2))
     await group.start()

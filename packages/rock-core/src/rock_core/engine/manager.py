@@ -604,9 +604,8 @@ class SandboxManager:
                 sandbox_id=sandbox_id,
                 attempted="get_status",
             )
-        live = self._live.get(sandbox_id)
-        if live is not None and record.state in LIVE_STATES:
-            live.activity = time.time()
+        # A read is not activity (ROCK's get_status refreshes the idle timer): polling a
+        # sandbox's status must not keep an idle sandbox, and the machine, busy for ever.
         return self.status_of(record)
 
     def list_records(
@@ -640,8 +639,10 @@ class SandboxManager:
 
     # -- calls to sandboxes ------------------------------------------------------------------
 
-    def rocklet(self, sandbox_id: str, attempted: str = "call") -> RockletClient:
-        """The rocklet client of a running sandbox; counts as activity for its idle timer.
+    def rocklet(self, sandbox_id: str, attempted: str = "call", *, activity: bool = True) -> RockletClient:
+        """The rocklet client of a running sandbox; counts as activity for its idle timer unless
+        ``activity`` is false (a read of its liveness or figures: reads never keep a sandbox
+        alive).
 
         :raises SandboxNotFound: unknown id, or the sandbox is not running (with its state and reason).
         :raises BadRequestRockError: the sandbox is still starting.
@@ -650,7 +651,8 @@ class SandboxManager:
         if live is None or live.client is None or live.record.state is not State.RUNNING:
             record = live.record if live is not None else self.get_record(sandbox_id)
             raise not_running_error(record, attempted)
-        live.activity = time.time()
+        if activity:
+            live.activity = time.time()
         return live.client
 
     def call(self, sandbox_id: str) -> _Call:

@@ -162,6 +162,10 @@ class Route:
     :param result: the model in the envelope's ``result`` (or of the raw answer).
     :param kind: ``envelope`` (ROCK's JSON envelope), ``ndjson`` or ``bytes`` (streams).
     :param failure: the envelope's ``message`` when the engine fails (ROCK's wording).
+    :param activity: whether a call counts as activity of the sandbox it names (its idle timer
+        restarts, and it is never idle-stopped while the call runs). Reads (status, liveness,
+        statistics, listings) do not: a dashboard or a trainer's waits must not keep an idle
+        sandbox alive.
     """
 
     method: str
@@ -176,6 +180,7 @@ class Route:
     result: Any = None
     kind: str = "envelope"
     failure: str = ""
+    activity: bool = True
 
     @property
     def path_params(self) -> list[str]:
@@ -490,7 +495,7 @@ class AdminApp:
                 sandbox_id = getattr(data, "sandbox_id", None)
                 if isinstance(sandbox_id, str) and not self.owns(request, sandbox_id):
                     answer = self._foreign(route, sandbox_id)
-                elif not isinstance(sandbox_id, str) or self._manager is None:
+                elif not isinstance(sandbox_id, str) or self._manager is None or not route.activity:
                     answer = await route.handler(request, data)
                 else:
                     async with self.manager.call(sandbox_id):  # never idle-stopped under a running call
@@ -652,16 +657,16 @@ def build_routes(app: AdminApp) -> list[Route]:
               body=SandboxStartRequest, result=SandboxStartResponse, failure="start sandbox failed",
               summary="Accept a start and return at once; poll get_status.",
               description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded."),
-        Route(method="GET", path=f"{p}/get_status", name="get_status", handler=bound(lifecycle.get_status), query=GetStatusQuery,
+        Route(method="GET", path=f"{p}/get_status", name="get_status", activity=False, handler=bound(lifecycle.get_status), query=GetStatusQuery,
               result=SandboxStatusResponse, failure="get sandbox status failed",
               summary="A sandbox's state and phases; stopped ones only with include_all_states."),
-        Route(method="GET", path=f"{p}/is_alive", name="is_alive", handler=bound(lifecycle.is_alive), query=SandboxIdQuery,
+        Route(method="GET", path=f"{p}/is_alive", name="is_alive", activity=False, handler=bound(lifecycle.is_alive), query=SandboxIdQuery,
               result=IsAliveResponse, failure="check sandbox alive failed",
               summary="Whether the sandbox's agent answers (any failure: false)."),
-        Route(method="GET", path=f"{p}/get_sandbox_statistics", name="get_sandbox_statistics",
+        Route(method="GET", path=f"{p}/get_sandbox_statistics", name="get_sandbox_statistics", activity=False,
               handler=bound(lifecycle.get_statistics), query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
               summary="CPU, memory, disk and network figures of a running sandbox."),
-        Route(method="GET", path=f"{p}/sandboxes/{{sandbox_id}}/statistics", name="statistics",
+        Route(method="GET", path=f"{p}/sandboxes/{{sandbox_id}}/statistics", name="statistics", activity=False,
               handler=bound(lifecycle.statistics), query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
               summary="The sandbox's resource use as the engine last sampled it (no call into the sandbox).",
               description="ROCK's get_statistics figures cpu and mem (percent), disk (percent of its limit), net "

@@ -93,7 +93,7 @@ async def get_status(app: AdminApp, _request: Request, query: GetStatusQuery) ->
 async def is_alive(app: AdminApp, _request: Request, query: SandboxIdQuery) -> IsAliveResponse:
     """``GET /is_alive``: any failure is ``is_alive: false`` (ROCK)."""
     try:
-        client = app.manager.rocklet(query.sandbox_id, "is_alive")
+        client = app.manager.rocklet(query.sandbox_id, "is_alive", activity=False)
     except RockError as exc:
         return IsAliveResponse(is_alive=False, message=str(exc))
     alive = await client.is_alive()
@@ -108,7 +108,7 @@ async def statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) ->
 
 async def get_statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
     """``GET /get_sandbox_statistics``: the rocklet's CPU, memory, disk and network figures."""
-    return await app.rocklet(query.sandbox_id, "get_statistics").get_statistics()
+    return await app.manager.rocklet(query.sandbox_id, "get_statistics", activity=False).get_statistics()
 
 
 async def stop(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:
