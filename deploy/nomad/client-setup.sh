@@ -23,7 +23,7 @@
 # docker.service), or save them with your distribution's tool (netfilter-persistent save).
 # Docker keeps the network across restarts.
 #
-#   ADMIN_CIDR=10.0.0.5/32 sh deploy/nomad/client-setup.sh
+#   ADMIN_CIDR=192.0.2.5/32 sh deploy/nomad/client-setup.sh
 #
 # Settings (environment): NETWORK (rock-sandboxes), BRIDGE (rock-sbx0), SUBNET (a free /16
 # by default, chosen by Docker), ADMIN_CIDR (unset: any address may reach the rocklets),

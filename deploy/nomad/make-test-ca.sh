@@ -3,7 +3,7 @@
 # production, use your PKI, Vault's PKI engine, or `nomad tls ca create` / `nomad tls cert
 # create`, which make the same names). Run it once, then copy each file where it is used:
 #
-#   sh deploy/nomad/make-test-ca.sh ./tls server1.example,10.0.0.11 server2.example,10.0.0.12
+#   sh deploy/nomad/make-test-ca.sh ./tls server1.example,192.0.2.11 server2.example,192.0.2.12
 #
 # Arguments: the output folder, then for each Nomad server a comma-separated list of the
 # names and IP addresses its agents and the admin reach it by. It writes (keys 0600):

@@ -163,7 +163,7 @@ async def test_the_certificates_deploy_nomad_makes_work_for_nomad_and_the_admin(
     admin's client certificate is accepted, the CLI's too, and every key is 0600."""
     assert shutil.which("openssl"), "make-test-ca.sh needs openssl"
     tls = tmp_path / "tls"
-    subprocess.run(["sh", str(MAKE_TEST_CA), str(tls), "nomad1.example,10.0.0.11"], check=True, capture_output=True)
+    subprocess.run(["sh", str(MAKE_TEST_CA), str(tls), "nomad1.example,192.0.2.11"], check=True, capture_output=True)
     nomad = stand_in_nomad_factory(nodes=1, tls=(str(tls / "global-server-nomad.pem"), str(tls / "global-server-nomad-key.pem")),
                                    tls_client_ca=str(tls / "nomad-agent-ca.pem"))
     for who in ("rock-admin", "global-cli-nomad"):
