@@ -5,9 +5,10 @@ PYTEST_ARGS ?=
 
 .PHONY: test rollout prepare
 
-## make test: run every test of every package and of tests/, then the SDK's suite again in
+## make test: run ruff and mypy (scripts/check.sh), then every test of every package and of tests/, then the SDK's suite again in
 ## remote mode (through a real `rock admin` server) unless PYTEST_ARGS narrows the run
 test: prepare
+	scripts/check.sh
 	scripts/pytest-to-the-end.sh $(PYTEST_ARGS)
 	if [ -z "$(PYTEST_ARGS)" ]; then ROCK_TEST_REMOTE=1 scripts/pytest-to-the-end.sh packages/rock-sdk; fi
 

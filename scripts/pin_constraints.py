@@ -35,7 +35,11 @@ def locked_versions() -> list[str]:
 def build_versions() -> list[str]:
     out = subprocess.run(
         ["uv", "pip", "compile", "--no-header", "--no-annotate", "-"],
-        input=BUILD_BACKEND, text=True, capture_output=True, check=True, cwd=ROOT,
+        input=BUILD_BACKEND,
+        text=True,
+        capture_output=True,
+        check=True,
+        cwd=ROOT,
     ).stdout
     return sorted(line.strip() for line in out.splitlines() if "==" in line)
 

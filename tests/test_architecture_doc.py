@@ -80,7 +80,9 @@ ALIASES = {
     "network": "rock.sdk.sandbox.network.Network",
 }
 
-_PATH = re.compile(r"(?<![\w/.-])(?:\.\./)?[\w.-]+(?:/[\w.{},*-]+)*(?:\.(?:py|md|sh|txt|toml|json|pyz)|/)(?![\w/])")
+_PATH = re.compile(
+    r"(?<![\w/.-])(?:\.\./)?[\w.-]+(?:/[\w.{},*-]+)*(?:\.(?:py|md|sh|txt|toml|json|pyz)|/)(?![\w/])"
+)
 _CODE = re.compile(r"`([^`\n]+)`")
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _CAMEL = re.compile(
@@ -108,7 +110,11 @@ def _files() -> tuple[str, ...]:
     """The repository's files, from its root (hidden folders, caches and runs left out)."""
     found = []
     for folder, dirs, files in os.walk(ROOT):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("__pycache__", "runs", "node_modules")]
+        dirs[:] = [
+            d
+            for d in dirs
+            if not d.startswith(".") and d not in ("__pycache__", "runs", "node_modules")
+        ]
         found.extend(str((Path(folder) / name).relative_to(ROOT)) for name in files)
     return tuple(found)
 
@@ -229,7 +235,12 @@ def cited_names(text: str) -> list[str]:
     and a leading ``rock.`` SDK path included), and class-like and dotted names in its diagrams."""
     found = []
     for quoted in _CODE.findall(_prose(text)):
-        if " " in quoted.strip() or "/" in quoted or ":" in quoted or quoted.startswith(("-", ".", "/")):
+        if (
+            " " in quoted.strip()
+            or "/" in quoted
+            or ":" in quoted
+            or quoted.startswith(("-", ".", "/"))
+        ):
             continue  # commands, routes, paths, images, flags, an answer's wording
         match = _DOTTED.match(quoted)
         if match and not _FILE.fullmatch(match.group(0)):
@@ -237,7 +248,9 @@ def cited_names(text: str) -> list[str]:
     for block in _code_blocks(text):
         found.extend(_CAMEL.findall(block))
         found.extend(
-            name for name in _CALLED.findall(block) if name.split(".")[0] in _callables() and not _FILE.fullmatch(name)
+            name
+            for name in _CALLED.findall(block)
+            if name.split(".")[0] in _callables() and not _FILE.fullmatch(name)
         )
     return found
 
@@ -249,7 +262,11 @@ def _strings() -> tuple[str, ...]:
     for package, top in PACKAGES.items():
         for file in (ROOT / "packages" / package / "src" / top).rglob("*.py"):
             tree = ast.parse(file.read_text(), str(file))
-            found.extend(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str))
+            found.extend(
+                n.value
+                for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            )
     return tuple(found)
 
 
@@ -271,29 +288,51 @@ def missing_paths(text: str) -> list[str]:
 
 def missing_names(text: str) -> list[str]:
     """The names ``text`` quotes that the code does not define."""
-    return sorted({name for name in cited_names(text) if name not in NOT_NAMES and not name_exists(name)})
+    return sorted(
+        {name for name in cited_names(text) if name not in NOT_NAMES and not name_exists(name)}
+    )
 
 
 def test_every_cited_path_exists():
     """Every file and folder the page names is in the repository (bare file names such as
     ``store.py`` end some tracked file's path)."""
-    assert not (missing := missing_paths(_page())), f"docs/architecture.md cites paths that do not exist: {missing}"
+    assert not (missing := missing_paths(_page())), (
+        f"docs/architecture.md cites paths that do not exist: {missing}"
+    )
 
 
 def test_every_cited_name_exists():
     """Every module, class, function, attribute and setting the page quotes is one of the code."""
-    assert not (missing := missing_names(_page())), f"docs/architecture.md quotes names the code does not define: {missing}"
+    assert not (missing := missing_names(_page())), (
+        f"docs/architecture.md quotes names the code does not define: {missing}"
+    )
 
 
 @pytest.mark.parametrize(
     ("cited", "renamed", "check"),
     [
-        ("rock_core/engine/starting.py", "rock_core/engine/launching.py", missing_paths),  # in a diagram
-        ("the sample table in admin/config.py's", "the sample table in admin/settings.py's", missing_paths),  # in prose, short
-        ("`converters.read_types(EngineConfig)`", "`converters.read_kinds(EngineConfig)`", missing_names),
+        (
+            "rock_core/engine/starting.py",
+            "rock_core/engine/launching.py",
+            missing_paths,
+        ),  # in a diagram
+        (
+            "the sample table in admin/config.py's",
+            "the sample table in admin/settings.py's",
+            missing_paths,
+        ),  # in prose, short
+        (
+            "`converters.read_types(EngineConfig)`",
+            "`converters.read_kinds(EngineConfig)`",
+            missing_names,
+        ),
         ("`RockletClient.open_tunnel`", "`RockletClient.open_tunnels`", missing_names),
         ("`rock_core.testing.ScriptedRuntime`", "`rock_core.testing.ScriptRuntime`", missing_names),
-        ("-> SandboxManager.start_async ", "-> SandboxManager.launch_async ", missing_names),  # in a diagram
+        (
+            "-> SandboxManager.start_async ",
+            "-> SandboxManager.launch_async ",
+            missing_names,
+        ),  # in a diagram
         ("Event.ALIVE", "Event.LIVE", missing_names),
     ],
 )
@@ -376,7 +415,11 @@ def test_a_plugin_imports_no_other_plugin_nor_rock_sdk(plugin):
     for file in _sources(plugin):
         modules = _imported_modules(file)
         stray = {m for m in modules if m.split(".")[0] in others}
-        stray |= {m for m in modules if m.startswith("rock_core.") and any(p.startswith("_") for p in m.split("."))}
+        stray |= {
+            m
+            for m in modules
+            if m.startswith("rock_core.") and any(p.startswith("_") for p in m.split("."))
+        }
         if stray:
             wrong[str(file.relative_to(ROOT))] = sorted(stray)
     assert not wrong, f"{plugin} imports what the page says plugins do not: {wrong}"

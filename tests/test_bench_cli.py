@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from rock_core.testing import eventually_empty
 
 pytestmark = pytest.mark.docker
@@ -31,12 +32,25 @@ def test_rollout_writes_every_episode_and_refuses_to_overwrite(tmp_path, docker_
         assert row["ok"] and row["baseline_exit_code"] != 0 and row["test_exit_code"] == 0
         assert row["sandbox_created_at"] <= row["ready_at"] <= row["reward_at"] <= row["removed_at"]
     for key in (
-        "batch_to_all_ready_seconds", "sandbox_to_ready_p50_seconds", "sandbox_to_ready_p95_seconds",
-        "sandbox_to_ready_max_seconds", "batch_to_all_rewards_seconds", "client_job_complete_seconds",
+        "batch_to_all_ready_seconds",
+        "sandbox_to_ready_p50_seconds",
+        "sandbox_to_ready_p95_seconds",
+        "sandbox_to_ready_max_seconds",
+        "batch_to_all_rewards_seconds",
+        "client_job_complete_seconds",
     ):
         assert results[key] > 0
     for row in results["rows"]:
-        assert eventually_empty(lambda: docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={row['sandbox_id']}"}, ignore_removed=True)) == []
+        assert (
+            eventually_empty(
+                lambda: docker_client.containers.list(
+                    all=True,
+                    filters={"label": f"rock.sandbox_id={row['sandbox_id']}"},
+                    ignore_removed=True,
+                )
+            )
+            == []
+        )
 
     again = rock("bench", "rollout", "--count", "1", "--output", str(output))
     assert again.returncode == 2
@@ -46,41 +60,97 @@ def test_rollout_writes_every_episode_and_refuses_to_overwrite(tmp_path, docker_
 
 def test_rollout_with_a_warm_pool_fills_it_first_and_leaves_nothing(tmp_path, docker_client):
     output = tmp_path / "run"
-    done = rock("bench", "rollout", "--count", "3", "--parallelism", "3", "--warm-pool", "2", "--output", str(output))
+    done = rock(
+        "bench",
+        "rollout",
+        "--count",
+        "3",
+        "--parallelism",
+        "3",
+        "--warm-pool",
+        "2",
+        "--output",
+        str(output),
+    )
     assert done.returncode == 0, done.stderr
     assert "warm pool: 2 sandboxes ready" in done.stderr
     results = json.loads((output / "results.json").read_text())
     assert results["successful_episodes"] == 3 and results["settings"]["warm_pool"] == 2
     assert results["warm_pool_fill_seconds"] > 0
-    for row in results["rows"]:  # claimed sandboxes are found by name (they carry rock.pool, not rock.sandbox_id)
-        assert eventually_empty(lambda: docker_client.containers.list(all=True, filters={"name": f"^{row['sandbox_id']}$"}, ignore_removed=True)) == []
-    assert eventually_empty(lambda: docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True)) == []
+    for row in results[
+        "rows"
+    ]:  # claimed sandboxes are found by name (they carry rock.pool, not rock.sandbox_id)
+        assert (
+            eventually_empty(
+                lambda: docker_client.containers.list(
+                    all=True, filters={"name": f"^{row['sandbox_id']}$"}, ignore_removed=True
+                )
+            )
+            == []
+        )
+    assert (
+        eventually_empty(
+            lambda: docker_client.containers.list(
+                all=True, filters={"label": "rock.pool"}, ignore_removed=True
+            )
+        )
+        == []
+    )
 
 
 def test_rollout_measures_the_docker_run_floor_in_the_same_invocation(tmp_path, docker_client):
     output = tmp_path / "run"
-    done = rock("bench", "rollout", "--count", "2", "--parallelism", "2", "--baseline", "docker-run", "--output", str(output))
+    done = rock(
+        "bench",
+        "rollout",
+        "--count",
+        "2",
+        "--parallelism",
+        "2",
+        "--baseline",
+        "docker-run",
+        "--output",
+        str(output),
+    )
     assert done.returncode == 0, done.stderr
     assert "docker run baseline: 2/2 episodes" in done.stderr
     results = json.loads((output / "results.json").read_text())
     floor = results["baseline_docker_run"]
     assert floor["successful_episodes"] == 2 and floor["batch_to_all_rewards_seconds"] > 0
-    assert results["ratio_to_docker_run"] == round(results["batch_to_all_rewards_seconds"] / floor["batch_to_all_rewards_seconds"], 3)
+    assert results["ratio_to_docker_run"] == round(
+        results["batch_to_all_rewards_seconds"] / floor["batch_to_all_rewards_seconds"], 3
+    )
 
 
-def test_rollout_rounds_alternate_which_runs_first_and_report_the_median_ratio(tmp_path, docker_client):
+def test_rollout_rounds_alternate_which_runs_first_and_report_the_median_ratio(
+    tmp_path, docker_client
+):
     output = tmp_path / "run"
     done = rock(
-        "bench", "rollout", "--count", "1", "--parallelism", "1", "--baseline", "docker-run", "--rounds", "2",
-        "--output", str(output),
+        "bench",
+        "rollout",
+        "--count",
+        "1",
+        "--parallelism",
+        "1",
+        "--baseline",
+        "docker-run",
+        "--rounds",
+        "2",
+        "--output",
+        str(output),
     )
     assert done.returncode == 0, done.stderr
     results = json.loads((output / "results.json").read_text())
     rounds = results["rounds"]
     assert [r["first"] for r in rounds] == ["docker run", "rock"]
     for r in rounds:
-        assert r["ratio"] == round(r["rock_all_rewards_seconds"] / r["docker_run_all_rewards_seconds"], 3)
-    assert results["ratio_to_docker_run"] == pytest.approx((rounds[0]["ratio"] + rounds[1]["ratio"]) / 2)
+        assert r["ratio"] == round(
+            r["rock_all_rewards_seconds"] / r["docker_run_all_rewards_seconds"], 3
+        )
+    assert results["ratio_to_docker_run"] == pytest.approx(
+        (rounds[0]["ratio"] + rounds[1]["ratio"]) / 2
+    )
     assert results["ratio_to_docker_run_max"] == max(r["ratio"] for r in rounds)
     assert "round 2: rock" in done.stderr
 
@@ -88,7 +158,16 @@ def test_rollout_rounds_alternate_which_runs_first_and_report_the_median_ratio(t
 def test_rollout_fails_loudly_when_episodes_fail(tmp_path):
     # An image name that cannot be pulled: every episode fails, each is reported, the run fails.
     output = tmp_path / "run"
-    done = rock("bench", "rollout", "--count", "2", "--image", "rock-test/no-such-image:1", "--output", str(output))
+    done = rock(
+        "bench",
+        "rollout",
+        "--count",
+        "2",
+        "--image",
+        "rock-test/no-such-image:1",
+        "--output",
+        str(output),
+    )
     assert done.returncode == 1
     results = json.loads((output / "results.json").read_text())
     assert results["successful_episodes"] == 0 and len(results["rows"]) == 2
@@ -114,7 +193,9 @@ def test_rollout_refuses_bad_settings_before_starting_anything(tmp_path):
     assert done.returncode == 2 and "--cpus" in done.stderr
     assert not output.exists()
     done = rock("bench", "rollout", "--count", "1", "--rounds", "3", "--output", str(output))
-    assert done.returncode == 2 and "--rounds: pairs of runs need --baseline docker-run" in done.stderr
+    assert (
+        done.returncode == 2 and "--rounds: pairs of runs need --baseline docker-run" in done.stderr
+    )
     assert not output.exists()
 
 

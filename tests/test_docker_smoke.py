@@ -22,7 +22,9 @@ def test_python_image_runs_a_command(docker_client):
 def test_image_has_what_sandboxes_need(docker_client):
     # The rocklet needs python3; ROCK's scripts and the rollout benchmark use bash, ps and `python`.
     script = "command -v python3 && command -v python && command -v bash && command -v ps && python3 -m pip --version"
-    out = docker_client.containers.run(TEST_IMAGE, ["sh", "-c", script], remove=True, network_mode="none")
+    out = docker_client.containers.run(
+        TEST_IMAGE, ["sh", "-c", script], remove=True, network_mode="none"
+    )
     lines = out.decode().split("\n")
     assert lines[0] == "/usr/bin/python3" or lines[0].endswith("/python3")
     assert "pip" in out.decode()

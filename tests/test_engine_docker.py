@@ -11,7 +11,15 @@ import time
 
 import anyio
 import pytest
-from rock_core.actions import Command, CreateBashSessionRequest, SandboxStartRequest, WriteFileRequest, ReadFileRequest, BashAction
+
+from rock_core.actions import (
+    BashAction,
+    Command,
+    CreateBashSessionRequest,
+    ReadFileRequest,
+    SandboxStartRequest,
+    WriteFileRequest,
+)
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import LABEL_OWNER, LABEL_SANDBOX_ID, SandboxManager
 from rock_core.errors import (
@@ -42,7 +50,9 @@ def anyio_backend():
 
 
 def containers_of(docker_client, sandbox_id):
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX_ID}={sandbox_id}"}, ignore_removed=True)
+    return docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL_SANDBOX_ID}={sandbox_id}"}, ignore_removed=True
+    )
 
 
 async def _queued(engine, sandbox_id):
@@ -55,7 +65,9 @@ async def engine(docker_client):
     async with SandboxManager(EngineConfig(timer_interval=0.2, reconcile_interval=1.0)) as manager:
         yield manager
     leftovers = eventually_empty(
-        lambda: docker_client.containers.list(all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True)
+        lambda: docker_client.containers.list(
+            all=True, filters={"label": f"rock.engine_id={manager.engine_id}"}, ignore_removed=True
+        )
     )
     assert leftovers == [], "closing the engine must remove its containers"
 
@@ -63,10 +75,15 @@ async def engine(docker_client):
 async def test_start_run_and_stop_removes_the_container(engine, docker_client):
     started = await engine.start_async(SandboxStartRequest(**SMALL))
     sandbox_id = started.sandbox_id
-    assert start_response(started).memory == "0.25g" and start_response(started).cpus == 0.5  # ROCK's wire sizes
+    assert (
+        start_response(started).memory == "0.25g" and start_response(started).cpus == 0.5
+    )  # ROCK's wire sizes
     status = await engine.wait_until_running(sandbox_id, timeout=120)
     assert status.state is State.RUNNING and status_response(status).is_alive
-    assert {p: ph.status.value for p, ph in status.phases.items()} == {"image_pull": "success", "docker_run": "success"}
+    assert {p: ph.status.value for p, ph in status.phases.items()} == {
+        "image_pull": "success",
+        "docker_run": "success",
+    }
     assert set(status.port_mapping) == {8080}  # 22555 only with EngineConfig.forward_rocklet_port
     (container,) = containers_of(docker_client, sandbox_id)
     assert container.name == sandbox_id
@@ -81,7 +98,9 @@ async def test_start_run_and_stop_removes_the_container(engine, docker_client):
     assert containers_of(docker_client, sandbox_id) == []
     record = engine.get_record(sandbox_id)
     assert [(h.from_state, h.to_state) for h in record.state_history] == [
-        (State.PENDING, State.RUNNING), (State.RUNNING, State.STOPPED), (State.STOPPED, State.DELETED)
+        (State.PENDING, State.RUNNING),
+        (State.RUNNING, State.STOPPED),
+        (State.STOPPED, State.DELETED),
     ]
     with pytest.raises(SandboxNotFound, match="not found"):
         await engine.get_status(sandbox_id)
@@ -126,7 +145,9 @@ async def test_restart_keeps_files_and_drops_sessions(engine, docker_client):
 async def test_a_burst_waits_in_the_fair_queue(docker_client):
     config = EngineConfig(max_concurrent_starts=1)
     async with SandboxManager(config) as engine:
-        ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)]
+        ids = [
+            (await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)
+        ]
         status = await eventually_async(lambda: _queued(engine, ids[2]))
         assert status.queue_position in (1, 2)
         shown = status_response(status)  # ROCK's clients see the wait as a phase
@@ -138,10 +159,15 @@ async def test_a_burst_waits_in_the_fair_queue(docker_client):
 
 
 async def test_idle_sandbox_is_stopped_as_expired(engine):
-    started = await engine.start_async(SandboxStartRequest(**SMALL, auto_clear_seconds=1, auto_delete_seconds=60))
+    started = await engine.start_async(
+        SandboxStartRequest(**SMALL, auto_clear_seconds=1, auto_delete_seconds=60)
+    )
     sandbox_id = started.sandbox_id
     status = await engine.wait_until_running(sandbox_id, timeout=120)
-    assert status.idle_deadline is not None and status_response(status).auto_stop_time == status.idle_deadline
+    assert (
+        status.idle_deadline is not None
+        and status_response(status).auto_stop_time == status.idle_deadline
+    )
     await eventually_async(lambda: engine.get_record(sandbox_id).state is State.STOPPED, timeout=30)
     assert engine.get_record(sandbox_id).reason == "expired"
 
@@ -180,7 +206,9 @@ async def test_reconcile_lists_once_and_inspects_only_the_units_that_stopped(doc
 
     config = EngineConfig(timer_interval=0.2, reconcile_interval=3600)
     async with SandboxManager(config, runtime=Counting()) as engine:
-        ids = [(await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)]
+        ids = [
+            (await engine.start_async(SandboxStartRequest(**SMALL))).sandbox_id for _ in range(3)
+        ]
         for sandbox_id in ids:
             await engine.wait_until_running(sandbox_id, timeout=120)
         Counting.inspected.clear()
@@ -195,9 +223,13 @@ async def test_reconcile_lists_once_and_inspects_only_the_units_that_stopped(doc
 
 
 async def test_unknown_image_fails_fast_and_leaves_nothing(engine, docker_client):
-    started = await engine.start_async(SandboxStartRequest(image="rock-test/no-such-image:1", memory="256m", cpus=0.5))
+    started = await engine.start_async(
+        SandboxStartRequest(image="rock-test/no-such-image:1", memory="256m", cpus=0.5)
+    )
     # ImagePullFailed, not StartupTimeout: the failed pull ends the wait, not the wait's limit.
-    with pytest.raises(ImagePullFailed, match="Failed to start sandbox because image_pull: Failed to pull image"):
+    with pytest.raises(
+        ImagePullFailed, match="Failed to start sandbox because image_pull: Failed to pull image"
+    ):
         await engine.wait_until_running(started.sandbox_id, timeout=120)
     status = await engine.get_status(started.sandbox_id, include_all_states=True)
     assert status.state is State.STOPPED and status.phases["image_pull"].status.value == "failed"
@@ -254,7 +286,8 @@ async def test_thirty_sandboxes_started_at_once_all_run(engine, docker_client):
 
 def test_containers_of_a_killed_process_are_reaped_by_the_next_engine(docker_client, tmp_path):
     script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import anyio, sys
         from rock_core.actions import SandboxStartRequest
         from rock_core.engine.manager import SandboxManager
@@ -267,7 +300,8 @@ def test_containers_of_a_killed_process_are_reaped_by_the_next_engine(docker_cli
                 await anyio.sleep(3600)
 
         anyio.run(main)
-    """))
+    """)
+    )
     trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         sandbox_id = trainer.stdout.readline().strip()
@@ -291,7 +325,8 @@ def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_
     store = tmp_path / "rock.db"
     owner = f"admin:{store}"
     script = tmp_path / "admin.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import anyio
         from rock_core.actions import SandboxStartRequest
         from rock_core.engine.config import EngineConfig
@@ -310,7 +345,8 @@ def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_
                 await anyio.sleep(3600)
 
         anyio.run(main)
-    """))
+    """)
+    )
     admin = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
     try:
         running = admin.stdout.readline().split()
@@ -330,16 +366,22 @@ def test_a_killed_engine_with_a_store_recovers_its_sandboxes(docker_client, tmp_
                 assert result.stdout.strip() == "back"
             for sandbox_id in starting:
                 record = engine.get_record(sandbox_id)
-                assert record.state is State.RUNNING or (record.state in (State.STOPPED, State.DELETED) and record.reason)
+                assert record.state is State.RUNNING or (
+                    record.state in (State.STOPPED, State.DELETED) and record.reason
+                )
             assert engine.list_records(states=[State.PENDING]) == []
             for sandbox_id in running + starting:
                 await engine.stop(sandbox_id)
                 if engine.get_record(sandbox_id).state is State.STOPPED:
                     await engine.delete(sandbox_id)  # kept a while to show why it stopped
-            await eventually_async(lambda: all(engine.get_record(s).state is State.DELETED for s in running + starting))
+            await eventually_async(
+                lambda: all(engine.get_record(s).state is State.DELETED for s in running + starting)
+            )
 
     anyio.run(next_run)
-    leftovers = docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={owner}"}, ignore_removed=True)
+    leftovers = docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL_OWNER}={owner}"}, ignore_removed=True
+    )
     for container in leftovers:
         container.remove(force=True)
     assert leftovers == [], "every sandbox of the killed engine was taken back and removed"
@@ -351,9 +393,13 @@ async def test_keep_stopped_delay_is_capped_by_the_engine(docker_client):
         started = await engine.start_async(SandboxStartRequest(**SMALL, auto_delete_seconds=3600))
         await engine.wait_until_running(started.sandbox_id, timeout=120)
         await engine.stop(started.sandbox_id)
-        status = status_response(await engine.get_status(started.sandbox_id, include_all_states=True))
+        status = status_response(
+            await engine.get_status(started.sandbox_id, include_all_states=True)
+        )
         assert status.state is State.STOPPED
-        assert (status.auto_delete_time - status.stop_time).total_seconds() == pytest.approx(60, abs=1)
+        assert (status.auto_delete_time - status.stop_time).total_seconds() == pytest.approx(
+            60, abs=1
+        )
         assert status.auto_stop_time is None and status.auto_archive_time is None
 
 
@@ -368,15 +414,21 @@ async def test_a_stop_ends_every_process_of_the_sandbox_before_it_returns(engine
     marker = f"rock-stop-{time.monotonic_ns()}"
     client = engine.rocklet(sandbox_id)
     await client.create_session(CreateBashSessionRequest(session="s"))
-    await client.run_in_session(BashAction(
-        session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)"
-    ))
+    await client.run_in_session(
+        BashAction(
+            session="s",
+            command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)",
+        )
+    )
 
     def running_with_marker() -> list[str]:
         found = []
         for path in Path("/proc").glob("[0-9]*/cmdline"):
             try:
-                if marker.encode() in path.read_bytes() and (path.parent / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z":
+                if (
+                    marker.encode() in path.read_bytes()
+                    and (path.parent / "stat").read_bytes().rsplit(b")", 1)[1].split()[0] != b"Z"
+                ):
                     found.append(path.parent.name)
             except (OSError, IndexError):
                 pass

@@ -27,7 +27,9 @@ PACKAGES = {
 
 
 def _uv() -> str:
-    uv = shutil.which("uv") or shutil.which("uv", path=str(ROOT / ".rock-state" / "uv-venv" / "bin"))
+    uv = shutil.which("uv") or shutil.which(
+        "uv", path=str(ROOT / ".rock-state" / "uv-venv" / "bin")
+    )
     if uv is None:
         pytest.fail("uv is not on PATH; `make test` installs it (scripts/ensure-uv.sh)")
     return uv
@@ -41,7 +43,9 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
         # One build per package, as a user of that package alone would run it.
         subprocess.run(
             [_uv(), "build", "--package", dist, "--wheel", "--out-dir", str(out), "--quiet"],
-            cwd=ROOT, check=True, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+            cwd=ROOT,
+            check=True,
+            env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
         )
         (wheel,) = out.glob(f"{dist.replace('-', '_')}-*.whl")
         built[dist] = wheel
@@ -93,7 +97,9 @@ def _venv_with(tmp_path: Path, *requirements: str) -> Path:
     venv = tmp_path / "venv"
     subprocess.run([_uv(), "venv", "--quiet", "--python", sys.executable, str(venv)], check=True)
     python = venv / "bin" / "python"
-    subprocess.run([_uv(), "pip", "install", "--quiet", "--python", str(python), *requirements], check=True)
+    subprocess.run(
+        [_uv(), "pip", "install", "--quiet", "--python", str(python), *requirements], check=True
+    )
     return python
 
 
@@ -111,7 +117,9 @@ def _modules_of(wheel: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("dist", list(PACKAGES))
-def test_every_module_of_a_wheel_imports_with_its_declared_dependencies_alone(dist, wheels, tmp_path):
+def test_every_module_of_a_wheel_imports_with_its_declared_dependencies_alone(
+    dist, wheels, tmp_path
+):
     """Installed alone (with rock-core, and its own extras), every module of the wheel imports:
     each package declares everything it imports. Its command-line entry points run."""
     extra = f"[{EXTRAS[dist]}]" if dist in EXTRAS else ""
@@ -121,7 +129,9 @@ def test_every_module_of_a_wheel_imports_with_its_declared_dependencies_alone(di
     python = _venv_with(tmp_path, *requirements)
     modules = _modules_of(wheels[dist])
     probe = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)\nprint(len(sys.argv) - 1)\n"
-    out = subprocess.run([str(python), "-c", probe, *modules], capture_output=True, text=True, cwd=tmp_path)
+    out = subprocess.run(
+        [str(python), "-c", probe, *modules], capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == len(modules) > 0
     entry_points = configparser.ConfigParser()
@@ -129,29 +139,44 @@ def test_every_module_of_a_wheel_imports_with_its_declared_dependencies_alone(di
         for name in whl.namelist():
             if name.endswith(".dist-info/entry_points.txt"):
                 entry_points.read_string(whl.read(name).decode())
-    scripts = list(entry_points["console_scripts"]) if entry_points.has_section("console_scripts") else []
+    scripts = (
+        list(entry_points["console_scripts"]) if entry_points.has_section("console_scripts") else []
+    )
     assert scripts == (["rock"] if dist == "rock-sdk" else [])
     for script in scripts:
         for args in (["--version"], ["--help"]):
-            ran = subprocess.run([str(python.parent / script), *args], capture_output=True, text=True, timeout=120)
+            ran = subprocess.run(
+                [str(python.parent / script), *args], capture_output=True, text=True, timeout=120
+            )
             assert ran.returncode == 0, (script, args, ran.stderr)
 
 
 def test_rock_sdk_without_its_admin_extra_says_what_to_install(wheels, tmp_path):
     """The SDK and the CLI work without the web stack; the admin server names the extra."""
     python = _venv_with(
-        tmp_path, f"rock-sdk @ {wheels['rock-sdk'].as_uri()}", f"rock-core @ {wheels['rock-core'].as_uri()}"
+        tmp_path,
+        f"rock-sdk @ {wheels['rock-sdk'].as_uri()}",
+        f"rock-core @ {wheels['rock-core'].as_uri()}",
     )
     probe = "import rock.sdk, rock.sdk.sandbox.client, rock.admin.config, rock.admin.daemon; print('ok')"
     out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, cwd=tmp_path)
     assert out.stdout.strip() == "ok", out.stderr
     rock = python.parent / "rock"
-    assert subprocess.run([str(rock), "--version"], capture_output=True, text=True, timeout=120).returncode == 0
+    assert (
+        subprocess.run(
+            [str(rock), "--version"], capture_output=True, text=True, timeout=120
+        ).returncode
+        == 0
+    )
     env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path / "state")}
     for command in ("serve", "start"):
-        done = subprocess.run([str(rock), "admin", command], capture_output=True, text=True, timeout=120, env=env)
+        done = subprocess.run(
+            [str(rock), "admin", command], capture_output=True, text=True, timeout=120, env=env
+        )
         assert done.returncode != 0
-        assert "pip install 'rock-sdk[admin]'" in done.stderr and "starlette" in done.stderr, done.stderr
+        assert "pip install 'rock-sdk[admin]'" in done.stderr and "starlette" in done.stderr, (
+            done.stderr
+        )
 
 
 @pytest.mark.parametrize("dist", list(PACKAGES))
@@ -176,6 +201,8 @@ def test_wheel_installs_alone_into_a_fresh_venv(dist, wheels, tmp_path):
         f"assert missing == {others!r}, missing\n"
         f"print({module}.__version__)\n"
     )
-    out = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True)
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "0.1.0"

@@ -11,11 +11,12 @@ import anyio
 import docker.errors
 import httpx
 import pytest
+
 from rock_core.actions import Command, SandboxStartRequest
+from rock_core.converters import spec_from_start_request
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, SandboxManager
 from rock_core.engine.pool import LABEL_POOL, LABEL_POOL_MEMBER, pool_key
-from rock_core.converters import spec_from_start_request
 from rock_core.errors import InvalidParameter, SandboxAlreadyExists
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.states import State
@@ -35,12 +36,18 @@ def anyio_backend():
 
 def members(docker_client, engine):
     """The containers of ``engine`` that are pool members nobody has claimed."""
-    found = docker_client.containers.list(all=True, filters={"label": [f"{LABEL_ENGINE_ID}={engine.engine_id}", LABEL_POOL]}, ignore_removed=True)
+    found = docker_client.containers.list(
+        all=True,
+        filters={"label": [f"{LABEL_ENGINE_ID}={engine.engine_id}", LABEL_POOL]},
+        ignore_removed=True,
+    )
     return [c for c in found if c.name == c.labels.get(LABEL_POOL_MEMBER)]
 
 
 def engine_containers(docker_client, engine):
-    return docker_client.containers.list(all=True, filters={"label": f"{LABEL_ENGINE_ID}={engine.engine_id}"}, ignore_removed=True)
+    return docker_client.containers.list(
+        all=True, filters={"label": f"{LABEL_ENGINE_ID}={engine.engine_id}"}, ignore_removed=True
+    )
 
 
 @pytest.fixture
@@ -48,13 +55,18 @@ async def pooled(docker_client):
     """An engine keeping a warm pool of 2 sandboxes of ``KIND``, full before the test starts."""
     # forward_rocklet_port: a claimed member's 22555 forward is checked, and opened to attack its secret
     config = EngineConfig(
-        warm_pools=[{**KIND, "size": 2}], timer_interval=0.2, reconcile_interval=1.0, forward_rocklet_port=True
+        warm_pools=[{**KIND, "size": 2}],
+        timer_interval=0.2,
+        reconcile_interval=1.0,
+        forward_rocklet_port=True,
     )
     async with SandboxManager(config) as engine:
         (status,) = await engine.wait_warm(timeout=120)
         assert (status.ready, status.size, status.last_error) == (2, 2, None)
         yield engine
-    assert eventually_empty(lambda: engine_containers(docker_client, engine)) == [], "closing the engine must remove pool members too"
+    assert eventually_empty(lambda: engine_containers(docker_client, engine)) == [], (
+        "closing the engine must remove pool members too"
+    )
 
 
 async def test_members_are_running_unclaimed_containers(pooled, docker_client):
@@ -63,7 +75,9 @@ async def test_members_are_running_unclaimed_containers(pooled, docker_client):
     for container in found:
         assert container.status == "running"
         assert LABEL_SANDBOX_ID not in container.labels
-        assert container.labels[LABEL_POOL] == pool_key(spec_from_start_request(SandboxStartRequest(**KIND)))
+        assert container.labels[LABEL_POOL] == pool_key(
+            spec_from_start_request(SandboxStartRequest(**KIND))
+        )
         assert container.name.startswith("rock-pool-")
     assert pooled.list_records() == [], "members are not sandboxes: no record until claimed"
 
@@ -76,10 +90,14 @@ async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, 
     container = docker_client.containers.get("claimed-1")
     assert container.id in before, "the sandbox is one of the members, renamed"
     assert set(status.port_mapping) >= {22555, 8080}
-    result = await pooled.rocklet("claimed-1").execute(Command(command=["sh", "-c", "echo $HOSTNAME; ls /tmp"]))
+    result = await pooled.rocklet("claimed-1").execute(
+        Command(command=["sh", "-c", "echo $HOSTNAME; ls /tmp"])
+    )
     assert result.exit_code == 0
 
-    (pool,) = await eventually_async(lambda: [p for p in pooled.warm_pools() if p.ready == 2 and p.made == 3])
+    (pool,) = await eventually_async(
+        lambda: [p for p in pooled.warm_pools() if p.ready == 2 and p.made == 3]
+    )
     assert pool.claimed == 1
     assert len(members(docker_client, pooled)) == 2
 
@@ -92,8 +110,12 @@ async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, 
 async def test_two_claims_get_separate_containers(pooled):
     a = await pooled.start(SandboxStartRequest(**KIND))
     b = await pooled.start(SandboxStartRequest(**KIND))
-    assert a.phases["docker_run"].message.startswith("claimed") and b.phases["docker_run"].message.startswith("claimed")
-    await pooled.rocklet(a.sandbox_id).execute(Command(command=["sh", "-c", "echo secret > /tmp/mine"]))
+    assert a.phases["docker_run"].message.startswith("claimed") and b.phases[
+        "docker_run"
+    ].message.startswith("claimed")
+    await pooled.rocklet(a.sandbox_id).execute(
+        Command(command=["sh", "-c", "echo secret > /tmp/mine"])
+    )
     seen = await pooled.rocklet(b.sandbox_id).execute(Command(command=["ls", "/tmp"]))
     assert "mine" not in seen.stdout
 
@@ -121,7 +143,9 @@ async def test_an_empty_pool_falls_back_to_an_ordinary_start(docker_client):
         assert messages == ["claimed from warm pool", "docker run success", "docker run success"]
 
 
-async def test_a_member_removed_behind_rocks_back_is_replaced_and_never_handed_out(pooled, docker_client):
+async def test_a_member_removed_behind_rocks_back_is_replaced_and_never_handed_out(
+    pooled, docker_client
+):
     doomed = {c.id for c in members(docker_client, pooled)}
     for container in members(docker_client, pooled):
         container.remove(force=True)
@@ -130,11 +154,18 @@ async def test_a_member_removed_behind_rocks_back_is_replaced_and_never_handed_o
     assert status.state is State.RUNNING
     result = await pooled.rocklet(status.sandbox_id).execute(Command(command=["true"]))
     assert result.exit_code == 0
-    await eventually_async(lambda: len(members(docker_client, pooled)) == 2 and not doomed & {c.id for c in members(docker_client, pooled)})
+    await eventually_async(
+        lambda: (
+            len(members(docker_client, pooled)) == 2
+            and not doomed & {c.id for c in members(docker_client, pooled)}
+        )
+    )
     await eventually_async(lambda: pooled.warm_pools()[0].ready == 2)
 
 
-async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_ordinary_way(pooled, docker_client):
+async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_ordinary_way(
+    pooled, docker_client
+):
     """Frozen members (docker pause): each claim's one round trip fails and the member is removed
     before the next try, so the name is free for whatever serves the start (a refill or an
     ordinary start)."""
@@ -145,10 +176,17 @@ async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_o
     assert status.state is State.RUNNING
     container = docker_client.containers.get("after-a-frozen-member")
     assert container.status == "running" and container.id not in frozen
-    assert (await pooled.rocklet("after-a-frozen-member").execute(Command(command=["true"]))).exit_code == 0
+    assert (
+        await pooled.rocklet("after-a-frozen-member").execute(Command(command=["true"]))
+    ).exit_code == 0
     left = {c.id for c in docker_client.containers.list(all=True, ignore_removed=True)}
     assert not frozen & left, "the frozen members were removed"
-    await eventually_async(lambda: pooled.warm_pools()[0].ready == 2 and all(c.status == "running" for c in members(docker_client, pooled)))
+    await eventually_async(
+        lambda: (
+            pooled.warm_pools()[0].ready == 2
+            and all(c.status == "running" for c in members(docker_client, pooled))
+        )
+    )
 
 
 async def test_stopping_starts_while_they_claim_leaves_no_container(pooled, docker_client):
@@ -157,11 +195,18 @@ async def test_stopping_starts_while_they_claim_leaves_no_container(pooled, dock
         started = await pooled.start_async(SandboxStartRequest(**KIND))
         await anyio.sleep(delay)
         await pooled.stop(started.sandbox_id)
-    await eventually_async(lambda: all(c.name == c.labels.get(LABEL_POOL_MEMBER) for c in engine_containers(docker_client, pooled)))
+    await eventually_async(
+        lambda: all(
+            c.name == c.labels.get(LABEL_POOL_MEMBER)
+            for c in engine_containers(docker_client, pooled)
+        )
+    )
 
 
 async def test_claiming_under_a_taken_name_fails_like_an_ordinary_start(pooled, docker_client):
-    squatter = docker_client.containers.create(IMAGE, name="taken-name", labels={"rock.test": "squatter"})
+    squatter = docker_client.containers.create(
+        IMAGE, name="taken-name", labels={"rock.test": "squatter"}
+    )
     try:
         with pytest.raises(SandboxAlreadyExists) as failure:
             await pooled.start(SandboxStartRequest(**KIND, sandbox_id="taken-name"))
@@ -190,7 +235,9 @@ async def test_removing_a_pool_while_its_members_start_leaves_nothing(docker_cli
             await engine.set_warm_pool(SandboxStartRequest(**KIND), 2)
             await anyio.sleep(delay)
             await engine.set_warm_pool(SandboxStartRequest(**KIND), 0)
-            await eventually_async(lambda: engine_containers(docker_client, engine) == [], timeout=30)
+            await eventually_async(
+                lambda: engine_containers(docker_client, engine) == [], timeout=30
+            )
         assert engine.warm_pools() == []
 
 
@@ -205,8 +252,13 @@ async def test_a_pool_of_an_image_that_cannot_be_pulled_reports_why(docker_clien
 
 @pytest.mark.parametrize(
     ("pool", "field"),
-    [({**KIND, "memory": "8x", "size": 1}, "memory"), ({**KIND, "size": -1}, "size"), ({**KIND}, "size"),
-     ({**KIND, "size": 1, "colour": "red"}, "colour"), ({**KIND, "size": 1, "pull": "always"}, "pull")],
+    [
+        ({**KIND, "memory": "8x", "size": 1}, "memory"),
+        ({**KIND, "size": -1}, "size"),
+        ({**KIND}, "size"),
+        ({**KIND, "size": 1, "colour": "red"}, "colour"),
+        ({**KIND, "size": 1, "pull": "always"}, "pull"),
+    ],
 )
 def test_bad_pool_settings_name_the_field(pool, field):
     with pytest.raises(InvalidParameter, match=field) as failure:
@@ -226,26 +278,49 @@ async def test_set_warm_pool_refuses_what_the_engine_would_refuse(pooled):
 
 async def test_stale_members_of_an_earlier_run_are_removed(docker_client):
     owner = f"test-owner-{time.time_ns()}"
-    config = EngineConfig(warm_pools=[{**KIND, "size": 1}], remove_on_close=False, reap_orphans=False)
+    config = EngineConfig(
+        warm_pools=[{**KIND, "size": 1}], remove_on_close=False, reap_orphans=False
+    )
     async with SandboxManager(config, owner=owner) as first:
         await first.wait_warm(timeout=120)
         claimed = await first.start(SandboxStartRequest(**KIND))
     try:
         assert members(docker_client, first) == [], "idle members do not outlive their engine"
-        assert docker_client.containers.get(claimed.sandbox_id).status == "running", "sandboxes do (remove_on_close=False)"
+        assert docker_client.containers.get(claimed.sandbox_id).status == "running", (
+            "sandboxes do (remove_on_close=False)"
+        )
         # An engine killed before it could clean up leaves a member behind; make one the same way.
         name = f"rock-pool-stale{time.time_ns()}"
         stale = docker_client.containers.run(
-            IMAGE, ["sleep", "600"], name=name, detach=True,
-            labels={"rock.engine": "rock", "rock.owner": owner, "rock.engine_id": "gone", LABEL_POOL: "pool-x", LABEL_POOL_MEMBER: name},
+            IMAGE,
+            ["sleep", "600"],
+            name=name,
+            detach=True,
+            labels={
+                "rock.engine": "rock",
+                "rock.owner": owner,
+                "rock.engine_id": "gone",
+                LABEL_POOL: "pool-x",
+                LABEL_POOL_MEMBER: name,
+            },
         )
-        async with SandboxManager(EngineConfig(remove_on_close=False, reap_orphans=False), owner=owner):
+        async with SandboxManager(
+            EngineConfig(remove_on_close=False, reap_orphans=False), owner=owner
+        ):
             # Removed in the background, so that starts never wait for it.
-            await eventually_async(lambda: not docker_client.containers.list(all=True, filters={"id": stale.id}, ignore_removed=True))
+            await eventually_async(
+                lambda: (
+                    not docker_client.containers.list(
+                        all=True, filters={"id": stale.id}, ignore_removed=True
+                    )
+                )
+            )
             # A claimed member is a sandbox, not a stale member: it stays.
             assert docker_client.containers.get(claimed.sandbox_id).status == "running"
     finally:
-        for container in docker_client.containers.list(all=True, filters={"label": f"rock.owner={owner}"}, ignore_removed=True):
+        for container in docker_client.containers.list(
+            all=True, filters={"label": f"rock.owner={owner}"}, ignore_removed=True
+        ):
             container.remove(force=True)
 
 
@@ -268,7 +343,11 @@ async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
         (refill,) = members(docker_client, engine)
         assert refill.id != first.id
         created = {c.name: c.attrs["Created"] for c in engine_containers(docker_client, engine)}
-        cold = [created[s.sandbox_id] for s in statuses if s.phases["docker_run"].message == "docker run success"]
+        cold = [
+            created[s.sandbox_id]
+            for s in statuses
+            if s.phases["docker_run"].message == "docker run success"
+        ]
         assert len(cold) == 3
         assert created[refill.name] > max(cold), "the refill waited for the queued starts"
 
@@ -276,7 +355,8 @@ async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
 def test_the_readme_way_an_embedded_sdk_process_with_a_warm_pool(docker_client, tmp_path):
     """README "Warm pools": configure_embedded_engine(EngineConfig(warm_pools=[...])), then plain SDK code."""
     script = tmp_path / "trainer.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import asyncio, time
         from rock_core.engine.config import EngineConfig
         from rock.sdk import configure_embedded_engine, get_embedded_engine
@@ -296,11 +376,18 @@ def test_the_readme_way_an_embedded_sdk_process_with_a_warm_pool(docker_client, 
             await sandbox.stop()
 
         asyncio.run(main())
-    """))
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "claimed from warm pool"
-    left = eventually_empty(lambda: docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True))
+    left = eventually_empty(
+        lambda: docker_client.containers.list(
+            all=True, filters={"label": "rock.pool"}, ignore_removed=True
+        )
+    )
     assert [c.name for c in left] == [], "the process's engine removed its pool at exit"
 
 
@@ -309,15 +396,24 @@ async def test_each_claimed_member_keeps_a_secret_of_its_own(pooled):
     and no other sandbox's secret opens it."""
     a = await pooled.start(SandboxStartRequest(**KIND))
     b = await pooled.start(SandboxStartRequest(**KIND))
-    assert a.phases["docker_run"].message.startswith("claimed") and b.phases["docker_run"].message.startswith("claimed")
-    token_a, token_b = pooled.get_record(a.sandbox_id).rocklet_token, pooled.get_record(b.sandbox_id).rocklet_token
+    assert a.phases["docker_run"].message.startswith("claimed") and b.phases[
+        "docker_run"
+    ].message.startswith("claimed")
+    token_a, token_b = (
+        pooled.get_record(a.sandbox_id).rocklet_token,
+        pooled.get_record(b.sandbox_id).rocklet_token,
+    )
     assert token_a and token_b and token_a != token_b
     assert pooled.get_record(a.sandbox_id).security["rocklet_auth"] is True
     body = {"command": "true", "shell": True}
     async with httpx.AsyncClient(timeout=30) as http:
         url_b = f"http://127.0.0.1:{b.port_mapping[22555]}/execute"
-        assert (await http.post(url_b, json=body, headers={TOKEN_HEADER: token_a})).status_code == 401
+        assert (
+            await http.post(url_b, json=body, headers={TOKEN_HEADER: token_a})
+        ).status_code == 401
         assert (await http.post(url_b, json=body)).status_code == 401
-        assert (await http.post(url_b, json=body, headers={TOKEN_HEADER: token_b})).status_code == 200
+        assert (
+            await http.post(url_b, json=body, headers={TOKEN_HEADER: token_b})
+        ).status_code == 200
     # And the engine's own calls carry the right one.
     assert (await pooled.rocklet(a.sandbox_id).execute(Command(command=["true"]))).exit_code == 0

@@ -12,8 +12,8 @@ import pytest
 
 from rock_archive_s3 import S3ArchiveStore
 from rock_archive_s3.testing import MotoServer
+from rock_core.sizes import GiB
 from rock_core.testing import ArchiveStoreConformance
-from rock_core.units import GiB
 
 
 class TestS3ArchiveStore(ArchiveStoreConformance):

@@ -22,24 +22,42 @@ def test_version_matches_distribution():
 
 
 def test_the_plugin_is_announced_in_the_rock_group():
-    eps = [(ep.name, ep.value) for ep in distribution("rock-archive-s3").entry_points if ep.group == "rock"]
+    eps = [
+        (ep.name, ep.value)
+        for ep in distribution("rock-archive-s3").entry_points
+        if ep.group == "rock"
+    ]
     assert eps == [("archive-s3", "rock_archive_s3.plugin")]
 
 
 def test_loading_the_plugin_does_not_import_boto3():
     code = "import sys, rock_core.plugins as p; p.Plugins.load().archive_stores(); print('boto3' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "False"
 
 
 def test_the_engine_builds_the_store_from_the_plugin_table():
     plugins = Plugins.load()
     assert plugins.archive_stores()["s3"] is S3ArchiveStore
-    config = EngineConfig(archive_store="s3", plugin_options={"archive-s3": {"bucket": "archives", "prefix": "team/a/"}})
-    environ = {"ROCK_PLUGIN_ARCHIVE_S3_PART_SIZE": "16m", "ROCK_PLUGIN_ARCHIVE_S3_ENDPOINT": "http://127.0.0.1:9"}
-    store = build_archive_store(config, plugins, plugin_tables(config.plugin_options, environ, plugins.names()))
+    config = EngineConfig(
+        archive_store="s3",
+        plugin_options={"archive-s3": {"bucket": "archives", "prefix": "team/a/"}},
+    )
+    environ = {
+        "ROCK_PLUGIN_ARCHIVE_S3_PART_SIZE": "16m",
+        "ROCK_PLUGIN_ARCHIVE_S3_ENDPOINT": "http://127.0.0.1:9",
+    }
+    store = build_archive_store(
+        config, plugins, plugin_tables(config.plugin_options, environ, plugins.names())
+    )
     assert isinstance(store, S3ArchiveStore)
-    assert (store.bucket, store.endpoint, store.part_size) == ("archives", "http://127.0.0.1:9", 16 * 1024**2)
+    assert (store.bucket, store.endpoint, store.part_size) == (
+        "archives",
+        "http://127.0.0.1:9",
+        16 * 1024**2,
+    )
     assert store.key("sbx-1", "rootfs") == "team/a/sbx-1/rootfs"
 
 

@@ -13,8 +13,8 @@ import pytest
 from rock_archive_s3 import S3ArchiveStore
 from rock_archive_s3.testing import MotoServer
 from rock_core.errors import InternalServerRockError, SandboxNotFound
+from rock_core.sizes import MiB
 from rock_core.testing import GeneratedStream, read_part
-from rock_core.units import MiB
 
 
 @pytest.fixture(scope="module")
@@ -34,8 +34,12 @@ async def _chunks(data: bytes):
     yield data
 
 
-def test_parts_are_objects_under_prefix_sandbox_part_and_big_ones_are_multipart(moto_server: MotoServer, bucket: str):
-    store = S3ArchiveStore(**moto_server.settings(bucket, prefix="/team-a/archives/", part_size="5m"))
+def test_parts_are_objects_under_prefix_sandbox_part_and_big_ones_are_multipart(
+    moto_server: MotoServer, bucket: str
+):
+    store = S3ArchiveStore(
+        **moto_server.settings(bucket, prefix="/team-a/archives/", part_size="5m")
+    )
 
     async def scenario(store):
         await store.put("sbx-1", "rootfs", GeneratedStream(12 * MiB))
@@ -92,7 +96,10 @@ def test_refused_credentials_are_named(moto_server: MotoServer, bucket: str, sec
     settings = moto_server.settings(bucket, access_key_secret="wrong-secret")
     if not secret_only:
         settings["access_key_id"] = "AKIAUNKNOWNKEY000000"
-    for operation in (lambda s: s.put("sbx", "logs", _chunks(b"x")), lambda s: s.exists("sbx", "logs")):
+    for operation in (
+        lambda s: s.put("sbx", "logs", _chunks(b"x")),
+        lambda s: s.exists("sbx", "logs"),
+    ):
         with pytest.raises(InternalServerRockError) as info:
             run(S3ArchiveStore(**settings), operation)
         message = str(info.value)
@@ -105,8 +112,17 @@ def test_an_unreachable_endpoint_is_named():
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    settings = {"endpoint": endpoint, "bucket": "b", "access_key_id": "k", "access_key_secret": "s", "max_attempts": 1}
-    for operation in (lambda s: s.put("sbx", "logs", _chunks(b"x")), lambda s: s.get("sbx", "logs")):
+    settings = {
+        "endpoint": endpoint,
+        "bucket": "b",
+        "access_key_id": "k",
+        "access_key_secret": "s",
+        "max_attempts": 1,
+    }
+    for operation in (
+        lambda s: s.put("sbx", "logs", _chunks(b"x")),
+        lambda s: s.get("sbx", "logs"),
+    ):
         with pytest.raises(InternalServerRockError) as info:
             run(S3ArchiveStore(**settings), operation)
         assert f"cannot reach the endpoint {endpoint}" in str(info.value)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
@@ -47,7 +47,11 @@ from rock_core.states import Event, State, StateChange
 
 # (model, required keyword arguments, expected defaults) — rock-spec §2.6 and §4.2.
 DEFAULTS: list[tuple[type, dict[str, Any], dict[str, Any]]] = [
-    (Command, {"command": "ls"}, {"session_type": "bash", "timeout": 1200, "env": None, "cwd": None}),
+    (
+        Command,
+        {"command": "ls"},
+        {"session_type": "bash", "timeout": 1200, "env": None, "cwd": None},
+    ),
     (
         SandboxCommand,
         {"command": "ls", "sandbox_id": "s1"},
@@ -119,19 +123,35 @@ DEFAULTS: list[tuple[type, dict[str, Any], dict[str, Any]]] = [
     (
         BashObservation,
         {},
-        {"session_type": "bash", "output": "", "exit_code": None, "failure_reason": "", "expect_string": ""},
+        {
+            "session_type": "bash",
+            "output": "",
+            "exit_code": None,
+            "failure_reason": "",
+            "expect_string": "",
+        },
     ),
     (CreateBashSessionResponse, {}, {"output": "", "session_type": "bash"}),
     (WriteFileResponse, {}, {"success": False, "message": ""}),
     (UploadResponse, {}, {"success": False, "message": "", "file_name": ""}),
     (DownloadFileResponse, {}, {"success": False, "message": ""}),
     (IsAliveResponse, {"is_alive": True}, {"message": ""}),
-    (SandboxStatusResponse, {}, {"is_alive": True, "state_history": [], "status": None, "port_mapping": None}),
-    (EnvStepResponse, {"observation": "o", "reward": 1.0, "terminated": False, "truncated": False}, {"info": {}}),
+    (
+        SandboxStatusResponse,
+        {},
+        {"is_alive": True, "state_history": [], "status": None, "port_mapping": None},
+    ),
+    (
+        EnvStepResponse,
+        {"observation": "o", "reward": 1.0, "terminated": False, "truncated": False},
+        {"info": {}},
+    ),
 ]
 
 
-@pytest.mark.parametrize(("cls", "required", "defaults"), DEFAULTS, ids=lambda v: getattr(v, "__name__", ""))
+@pytest.mark.parametrize(
+    ("cls", "required", "defaults"), DEFAULTS, ids=lambda v: getattr(v, "__name__", "")
+)
 def test_rock_defaults(cls: type, required: dict[str, Any], defaults: dict[str, Any]) -> None:
     obj = cls(**required)
     for name, expected in defaults.items():
@@ -158,7 +178,9 @@ def test_construction_is_keyword_only_like_pydantic() -> None:
 
 
 @pytest.mark.parametrize(
-    "cls", [SandboxCommand, SandboxBashAction, SandboxCreateBashSessionRequest], ids=lambda c: c.__name__
+    "cls",
+    [SandboxCommand, SandboxBashAction, SandboxCreateBashSessionRequest],
+    ids=lambda c: c.__name__,
 )
 def test_server_variants_need_a_sandbox_id(cls: type) -> None:
     kwargs = {"command": "ls"} if cls is not SandboxCreateBashSessionRequest else {}
@@ -175,7 +197,13 @@ def test_server_variants_are_the_client_models_plus_fields() -> None:
     assert issubclass(SandboxBashAction, BashAction)
     client = {f.name for f in attrs.fields(BashAction)}
     server = {f.name for f in attrs.fields(SandboxBashAction)}
-    assert server - client == {"sandbox_id", "is_interactive_command", "is_interactive_quit", "error_msg", "expect"}
+    assert server - client == {
+        "sandbox_id",
+        "is_interactive_command",
+        "is_interactive_quit",
+        "error_msg",
+        "expect",
+    }
 
 
 def test_is_alive_response_is_truthy_when_alive() -> None:
@@ -184,7 +212,10 @@ def test_is_alive_response_is_truthy_when_alive() -> None:
 
 
 def test_upload_mode_accepts_text() -> None:
-    assert UploadRequest(source_path="a", target_path="b", upload_mode="oss").upload_mode is UploadMode.OSS  # type: ignore[arg-type]
+    assert (
+        UploadRequest(source_path="a", target_path="b", upload_mode="oss").upload_mode
+        is UploadMode.OSS
+    )  # type: ignore[arg-type]
     assert [m.value for m in UploadMode] == ["auto", "oss", "direct"]
 
 
@@ -193,10 +224,14 @@ def test_start_request_hides_the_registry_password() -> None:
 
 
 def test_state_history_entry_from_a_state_change() -> None:
-    at = datetime(2025, 5, 1, 12, 0, tzinfo=timezone.utc)
-    change = StateChange(from_state=State.RUNNING, to_state=State.STOPPED, event=Event.STOP, timestamp=at)
+    at = datetime(2025, 5, 1, 12, 0, tzinfo=UTC)
+    change = StateChange(
+        from_state=State.RUNNING, to_state=State.STOPPED, event=Event.STOP, timestamp=at
+    )
     entry = StateHistoryEntry.from_change(change)
-    assert entry == StateHistoryEntry(from_state=State.RUNNING, to_state=State.STOPPED, event="stop", timestamp=at)
+    assert entry == StateHistoryEntry(
+        from_state=State.RUNNING, to_state=State.STOPPED, event="stop", timestamp=at
+    )
 
 
 # --- bodies a real ROCK client sends (rock-spec §2.3) -----------------------------------------
@@ -224,7 +259,9 @@ def test_rock_sdk_start_body_is_accepted() -> None:
         "disk": "50G",
     }
     req = structure_wire(body, SandboxStartRequest)
-    assert req.auto_clear_time == 5 and req.auto_delete_seconds == 300 and req.startup_timeout == 180.0
+    assert (
+        req.auto_clear_time == 5 and req.auto_delete_seconds == 300 and req.startup_timeout == 180.0
+    )
 
 
 @pytest.mark.parametrize(
@@ -257,12 +294,18 @@ def test_rock_sdk_start_body_is_accepted() -> None:
                 "remote_user": None,
             },
         ),
-        (actions.SandboxCloseBashSessionRequest, {"session_type": "bash", "session": "bash-1", "sandbox_id": "s1"}),
+        (
+            actions.SandboxCloseBashSessionRequest,
+            {"session_type": "bash", "session": "bash-1", "sandbox_id": "s1"},
+        ),
         (
             actions.SandboxReadFileRequest,
             {"path": "/tmp/a", "encoding": None, "errors": None, "sandbox_id": "s1"},
         ),
-        (actions.SandboxWriteFileRequest, {"content": "hello world", "path": "/tmp/a", "sandbox_id": "s1"}),
+        (
+            actions.SandboxWriteFileRequest,
+            {"content": "hello world", "path": "/tmp/a", "sandbox_id": "s1"},
+        ),
         (actions.SandboxIdRequest, {"sandbox_id": "s1"}),
         (actions.EnvMakeRequest, {"env_id": "game:Sokoban-v0-easy"}),
         (actions.EnvResetRequest, {"sandbox_id": "s1", "seed": 42}),

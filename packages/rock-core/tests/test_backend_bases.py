@@ -7,6 +7,7 @@ from typing import Any
 import anyio
 import attrs
 import pytest
+
 from rock_core.archive import ArchiveStore
 from rock_core.errors import BadRequestRockError, InvalidParameter, RockError, error_for_code
 from rock_core.models import SandboxSpec

@@ -6,7 +6,7 @@ import enum
 import json
 import types
 import typing
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Literal, Union, get_args, get_origin
 
 import attrs
@@ -34,21 +34,25 @@ from rock_core.converters import (
 )
 from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.models import Phase, PhaseStatus, PullPolicy, SandboxRecord, SandboxSpec
+from rock_core.sizes import GiB, MiB
 from rock_core.states import Event, State, StateChange
-from rock_core.units import GiB, MiB
 
 # ---------------------------------------------------------------------------------------------
 # A hypothesis strategy for any annotated attrs class, built from its fields' types. An unknown
 # type is an error rather than a skipped field, so a new field type cannot go untested.
 
-_ZONES = st.sampled_from([timezone.utc, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))])
+_ZONES = st.sampled_from(
+    [UTC, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))]
+)
 
 _NEWTYPES: dict[Any, st.SearchStrategy[Any]] = {
     models.NonBlankStr: st.text(min_size=1, max_size=12).map(str.strip).filter(bool),
     models.SizeStr: st.builds(
         lambda n, unit: f"{n}{unit}",
         st.integers(min_value=1, max_value=4096),
-        st.sampled_from(["", "b", "k", "K", "kb", "Ki", "KiB", "m", "M", "mb", "g", "G", "Gi", "GB", "t"]),
+        st.sampled_from(
+            ["", "b", "k", "K", "kb", "Ki", "KiB", "m", "M", "mb", "g", "G", "Gi", "GB", "t"]
+        ),
     ),
     models.NonNegativeInt: st.integers(min_value=0, max_value=10**7),
     models.PositiveInt: st.integers(min_value=1, max_value=2**42),
@@ -59,8 +63,14 @@ _NEWTYPES: dict[Any, st.SearchStrategy[Any]] = {
 }
 
 _JSON = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
     max_leaves=6,
 )
 
@@ -78,7 +88,9 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
         bool: st.booleans(),
         type(None): st.none(),
         # Real timestamps: far-off years overflow when shifted to UTC, which no sandbox meets.
-        datetime: st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=_ZONES),
+        datetime: st.datetimes(
+            min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=_ZONES
+        ),
     }
     if tp in simple:
         return simple[tp]
@@ -191,7 +203,9 @@ def test_every_wire_model_is_round_tripped() -> None:
 
 def assert_plain_json(value: Any, path: str = "$") -> None:
     """``value`` is made only of JSON's own types (no enum members, tuples or datetimes)."""
-    assert type(value) in (dict, list, str, int, float, bool, type(None)), f"{path}: {type(value).__name__}"
+    assert type(value) in (dict, list, str, int, float, bool, type(None)), (
+        f"{path}: {type(value).__name__}"
+    )
     if isinstance(value, dict):
         for key, item in value.items():
             assert type(key) is str, f"{path}: key {key!r}"
@@ -231,7 +245,7 @@ def test_store_round_trip_of_runtime_status(status: models.RuntimeStatus) -> Non
 # ---------------------------------------------------------------------------------------------
 # The store: a record with history, exactly; unknown keys skipped; a bad blob is rock's fault
 
-T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 
 
 def _record_with_history() -> SandboxRecord:
@@ -247,9 +261,14 @@ def _record_with_history() -> SandboxRecord:
         runtime_options={"use_kata_runtime": True, "docker_args": ["--init"]},
     )
     history = (
-        StateChange(from_state=State.PENDING, to_state=State.RUNNING, event=Event.ALIVE, timestamp=T0),
         StateChange(
-            from_state=State.RUNNING, to_state=State.STOPPED, event=Event.STOP, timestamp=T0 + timedelta(minutes=5)
+            from_state=State.PENDING, to_state=State.RUNNING, event=Event.ALIVE, timestamp=T0
+        ),
+        StateChange(
+            from_state=State.RUNNING,
+            to_state=State.STOPPED,
+            event=Event.STOP,
+            timestamp=T0 + timedelta(minutes=5),
         ),
     )
     return SandboxRecord(
@@ -319,7 +338,10 @@ def test_an_unreadable_stored_blob_is_an_internal_error_naming_the_path() -> Non
     message = str(info.value)
     assert message.startswith("stored SandboxRecord is unreadable: ")
     assert "spec.memory: expected an integer, got 'lots'" in message
-    assert "state: expected one of 'pending', 'running', 'stopped', 'archiving', 'archived', 'deleted'" in message
+    assert (
+        "state: expected one of 'pending', 'running', 'stopped', 'archiving', 'archived', 'deleted'"
+        in message
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,14 +360,21 @@ def test_wire_writes_json_shapes() -> None:
     assert_plain_json(raw)
     assert raw["state"] == "running"
     assert raw["status"] == {
-        "image_pull": {"status": "success", "message": "ok", "started_at": None, "completed_at": None}
+        "image_pull": {
+            "status": "success",
+            "message": "ok",
+            "started_at": None,
+            "completed_at": None,
+        }
     }
     assert raw["port_mapping"] == {"22555": 40001}
     assert raw["start_time"] == "2025-03-04T05:06:07.891011+00:00"
 
 
 def test_wire_reads_port_maps_with_string_keys() -> None:
-    status = structure_wire({"port_mapping": {"22555": 40001, "8080": "40002"}}, SandboxStatusResponse)
+    status = structure_wire(
+        {"port_mapping": {"22555": 40001, "8080": "40002"}}, SandboxStatusResponse
+    )
     assert status.port_mapping == {22555: 40001, 8080: 40002}
 
 
@@ -366,12 +395,16 @@ def test_envelope_carries_a_model_as_json() -> None:
         },
     }
     envelope = structure_wire(raw, RockResponse)
-    assert structure_wire(envelope.result, CommandResponse) == CommandResponse(stdout="/root\n", exit_code=0)
+    assert structure_wire(envelope.result, CommandResponse) == CommandResponse(
+        stdout="/root\n", exit_code=0
+    )
 
 
 def test_wire_accepts_numbers_and_booleans_written_as_text() -> None:
     # pydantic (ROCK's server) accepts these; ROCK's SDK sends booleans as "True"/"False" in queries.
-    req = structure_wire({"image": "x", "cpus": "1.5", "auto_delete_seconds": "60"}, SandboxStartRequest)
+    req = structure_wire(
+        {"image": "x", "cpus": "1.5", "auto_delete_seconds": "60"}, SandboxStartRequest
+    )
     assert (req.cpus, req.auto_delete_seconds) == (1.5, 60)
     assert structure_wire({"is_alive": "True"}, IsAliveResponse).is_alive is True
     assert structure_wire({"is_alive": "false"}, IsAliveResponse).is_alive is False
@@ -381,14 +414,22 @@ def test_wire_accepts_numbers_and_booleans_written_as_text() -> None:
     ("cls", "body", "expected"),
     [
         (Command, {"command": 5}, "command: expected a string or a list of strings, got 5"),
-        (Command, {"command": ["ls", 3]}, "command: expected a string or a list of strings, got ['ls', 3]"),
+        (
+            Command,
+            {"command": ["ls", 3]},
+            "command: expected a string or a list of strings, got ['ls', 3]",
+        ),
         (BashAction, {"command": "ls", "session": 5}, "session: expected a string, got 5"),
         (
             BashAction,
             {"command": "ls", "check": "maybe"},
             "check: expected one of 'silent', 'raise', 'ignore', got 'maybe'",
         ),
-        (BashAction, {"command": "ls", "timeout": "soon"}, "timeout: expected a number, got 'soon'"),
+        (
+            BashAction,
+            {"command": "ls", "timeout": "soon"},
+            "timeout: expected a number, got 'soon'",
+        ),
         (IsAliveResponse, {"is_alive": "no"}, "is_alive: expected true or false, got 'no'"),
         (IsAliveResponse, {"is_alive": 2}, "is_alive: expected true or false, got 2"),
         (
@@ -396,16 +437,32 @@ def test_wire_accepts_numbers_and_booleans_written_as_text() -> None:
             {"image": "x", "pull": "sometimes"},
             "pull: expected one of 'missing', 'always', 'never', got 'sometimes'",
         ),
-        (SandboxStartRequest, {"image": "x", "num_gpus": True}, "num_gpus: expected an integer, got True"),
+        (
+            SandboxStartRequest,
+            {"image": "x", "num_gpus": True},
+            "num_gpus: expected an integer, got True",
+        ),
         (SandboxStartRequest, {"image": "x", "cpus": 0}, "cpus: expected a number > 0, got 0"),
         (
             SandboxStartRequest,
             {"image": "x", "startup_timeout": "inf"},
             "startup_timeout: expected a number, got 'inf'",
         ),
-        (SandboxStartRequest, {"image": "x", "limit_cpus": "-1"}, "limit_cpus: expected a number > 0, got '-1'"),
-        (actions.BatchSandboxStatusRequest, {"sandbox_ids": "s1"}, "sandbox_ids: expected a list, got 's1'"),
-        (actions.CreateBashSessionRequest, {"env": ["A=1"]}, "env: expected an object, got ['A=1']"),
+        (
+            SandboxStartRequest,
+            {"image": "x", "limit_cpus": "-1"},
+            "limit_cpus: expected a number > 0, got '-1'",
+        ),
+        (
+            actions.BatchSandboxStatusRequest,
+            {"sandbox_ids": "s1"},
+            "sandbox_ids: expected a list, got 's1'",
+        ),
+        (
+            actions.CreateBashSessionRequest,
+            {"env": ["A=1"]},
+            "env: expected an object, got ['A=1']",
+        ),
         (Command, "ls", "expected an object, got 'ls'"),
     ],
 )
@@ -468,8 +525,18 @@ def test_nested_errors_carry_their_path() -> None:
         "status": {"docker_run": {"status": "bogus", "message": "x", "extra": 1}},
         "port_mapping": {"ssh": 22, "22555": 70000},
         "state_history": [
-            {"from_state": "pending", "to_state": "running", "event": "alive", "timestamp": "2025-01-01T00:00:00Z"},
-            {"from_state": "running", "to_state": "gone", "event": "stop", "timestamp": "yesterday"},
+            {
+                "from_state": "pending",
+                "to_state": "running",
+                "event": "alive",
+                "timestamp": "2025-01-01T00:00:00Z",
+            },
+            {
+                "from_state": "running",
+                "to_state": "gone",
+                "event": "stop",
+                "timestamp": "yesterday",
+            },
         ],
     }
     with pytest.raises(InvalidParameter) as info:
@@ -491,11 +558,15 @@ def test_a_client_can_read_a_newer_servers_responses() -> None:
     body = {"is_alive": True, "message": "", "code": 2000, "added_later": [1]}
     with pytest.raises(InvalidParameter, match="extra field 'added_later' not allowed"):
         structure_wire(body, IsAliveResponse)
-    assert structure_wire(body, IsAliveResponse, forbid_extra_keys=False) == IsAliveResponse(is_alive=True)
+    assert structure_wire(body, IsAliveResponse, forbid_extra_keys=False) == IsAliveResponse(
+        is_alive=True
+    )
 
 
 def test_start_request_with_both_policies_passes_the_wire_but_not_the_spec() -> None:
-    req = structure_wire({"image": "x", "auto_archive_seconds": 60, "auto_delete_seconds": 0}, SandboxStartRequest)
+    req = structure_wire(
+        {"image": "x", "auto_archive_seconds": 60, "auto_delete_seconds": 0}, SandboxStartRequest
+    )
     with pytest.raises(InvalidParameter) as info:
         spec_from_start_request(req)
     assert str(info.value) == (
@@ -528,7 +599,9 @@ def test_spec_from_a_rock_sdk_start_request() -> None:
         },
         SandboxStartRequest,
     )
-    spec = spec_from_start_request(req, user_id="u1", experiment_id="e1", namespace="ns", cluster="c1")
+    spec = spec_from_start_request(
+        req, user_id="u1", experiment_id="e1", namespace="ns", cluster="c1"
+    )
     assert spec == SandboxSpec(
         image="python:3.11",
         memory=512 * MiB,
@@ -573,7 +646,9 @@ def test_spec_defaults_from_an_empty_request() -> None:
 
 
 def test_spec_keeps_env_metadata_and_kata() -> None:
-    req = SandboxStartRequest(image="x", env={"A": "1"}, metadata={"k": "v"}, use_kata_runtime=True, disk=None)
+    req = SandboxStartRequest(
+        image="x", env={"A": "1"}, metadata={"k": "v"}, use_kata_runtime=True, disk=None
+    )
     spec = spec_from_start_request(req)
     assert spec.env == {"A": "1"} and spec.metadata == {"k": "v"}
     assert spec.runtime_options == {"use_kata_runtime": True}
@@ -581,7 +656,9 @@ def test_spec_keeps_env_metadata_and_kata() -> None:
 
 
 def test_spec_lists_every_problem() -> None:
-    req = SandboxStartRequest(image="x", memory="0", disk="0k", auto_archive_seconds=1, auto_delete_seconds=2)
+    req = SandboxStartRequest(
+        image="x", memory="0", disk="0k", auto_archive_seconds=1, auto_delete_seconds=2
+    )
     with pytest.raises(InvalidParameter) as info:
         spec_from_start_request(req)
     assert str(info.value) == (
@@ -596,7 +673,12 @@ def test_spec_lists_every_problem() -> None:
 
 
 def test_pids_limit_capabilities_and_network_group_reach_the_spec() -> None:
-    request = SandboxStartRequest(image="python:3.11", pids_limit=128, cap_add=["net_raw", "CAP_SYS_PTRACE", "NET_RAW"], network_group="g-1")
+    request = SandboxStartRequest(
+        image="python:3.11",
+        pids_limit=128,
+        cap_add=["net_raw", "CAP_SYS_PTRACE", "NET_RAW"],
+        network_group="g-1",
+    )
     spec = spec_from_start_request(request)
     assert spec.pids_limit == 128
     assert spec.cap_add == ("NET_RAW", "SYS_PTRACE")  # upper case, without CAP_, each once
@@ -610,10 +692,16 @@ def test_pids_limit_capabilities_and_network_group_reach_the_spec() -> None:
         ({"cap_add": ["FLY"]}, "cap_add", "unknown capability 'FLY'"),
         ({"cap_add": "NET_RAW"}, "cap_add", "expected a list of capability names"),
         ({"network_group": "bad name!"}, "network_group", "expected a name of letters"),
-        ({"network_group": "g", "network": "host"}, "network_group", "on network 'host' cannot join a network group"),
+        (
+            {"network_group": "g", "network": "host"},
+            "network_group",
+            "on network 'host' cannot join a network group",
+        ),
     ],
 )
-def test_bad_hardening_fields_are_refused_naming_the_field(fields: dict[str, Any], field: str, says: str) -> None:
+def test_bad_hardening_fields_are_refused_naming_the_field(
+    fields: dict[str, Any], field: str, says: str
+) -> None:
     with pytest.raises(InvalidParameter, match=says) as info:
         spec_from_start_request(SandboxStartRequest(image="python:3.11", **fields))
     assert field in str(info.value.field)
@@ -626,8 +714,11 @@ def test_a_pids_limit_below_one_is_refused_on_the_wire() -> None:
 
 def test_the_rocklet_secret_is_stored_but_never_shown() -> None:
     record = SandboxRecord(
-        sandbox_id="s", spec=SandboxSpec(image="python:3.11"), create_time=datetime.now(timezone.utc),
-        rocklet_token="very-secret", security={"pids_limit": 4096},
+        sandbox_id="s",
+        spec=SandboxSpec(image="python:3.11"),
+        create_time=datetime.now(UTC),
+        rocklet_token="very-secret",
+        security={"pids_limit": 4096},
     )
     assert "very-secret" not in repr(record)
     assert structure_store(unstructure_store(record), SandboxRecord) == record

@@ -23,6 +23,7 @@ import click
 import click.testing
 import pluggy
 import pytest
+
 from rock_core import hookimpl, hookspecs
 from rock_core.archive import ArchiveStore
 from rock_core.envs import Environment, EnvProvider
@@ -149,7 +150,10 @@ def test_rock_register_speedups(calls: HookCalls) -> None:
 
     strategies = calls.plugins(Plugin()).speedups()
     assert strategies == {"pip": Pip}
-    assert strategies["pip"]().script("http://mirror") == "pip config set global.index-url http://mirror/pypi/simple/"
+    assert (
+        strategies["pip"]().script("http://mirror")
+        == "pip config set global.index-url http://mirror/pypi/simple/"
+    )
 
 
 @exercises("rock_register_env_providers")
@@ -170,7 +174,9 @@ def test_rock_sandbox_transition(calls: HookCalls) -> None:
 
     class Plugin:
         @hookimpl
-        def rock_sandbox_transition(self, record: object, event: Event, old: State, new: State) -> None:
+        def rock_sandbox_transition(
+            self, record: object, event: Event, old: State, new: State
+        ) -> None:
             seen.append((record, event, old, new))
 
     record = object()
@@ -269,9 +275,13 @@ HOSTS: dict[str, list[str]] = {
         f"{_ENGINE_HOOKS}::test_two_deletes_at_once_delete_and_announce_once",
     ],
     # the admin server (`rock admin serve`, over a socket)
-    "rock_admin_routes": [f"{_ADMIN_PLUGINS}::test_the_admin_configures_the_plugin_and_serves_its_routes"],
+    "rock_admin_routes": [
+        f"{_ADMIN_PLUGINS}::test_the_admin_configures_the_plugin_and_serves_its_routes"
+    ],
     # the `rock` command, run as a subprocess
-    "rock_cli_commands": ["packages/rock-sdk/tests/test_cli_plugins.py::test_a_plugin_command_runs"],
+    "rock_cli_commands": [
+        "packages/rock-sdk/tests/test_cli_plugins.py::test_a_plugin_command_runs"
+    ],
     # the admin, and an embedded engine
     "rock_configure": [
         f"{_ADMIN_PLUGINS}::test_the_admin_configures_the_plugin_and_serves_its_routes",
@@ -288,7 +298,11 @@ def test_every_hook_is_tested_through_its_host() -> None:
         for test in tests:
             path, name = test.split("::")
             tree = ast.parse((root / path).read_text(encoding="utf-8"))
-            defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            defined = {
+                node.name
+                for node in tree.body
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            }
             assert name in defined, f"{hook}: {test} does not exist"
             source = (root / path).read_text(encoding="utf-8")
             assert f"def {hook}(" in source, f"{hook}: {path} installs no plugin implementing it"

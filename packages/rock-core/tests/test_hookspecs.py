@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pluggy
 import pytest
+
 import rock_core
 from rock_core import hookspecs
 
@@ -48,12 +49,18 @@ def test_the_hooks_are_the_ones_the_architecture_lists() -> None:
 
 def test_every_function_in_the_spec_module_is_a_marked_hookspec() -> None:
     # A rock_ function without @hookspec would silently not be a hook.
-    functions = {name for name, fn in vars(hookspecs).items() if inspect.isfunction(fn) and name.startswith("rock_")}
+    functions = {
+        name
+        for name, fn in vars(hookspecs).items()
+        if inspect.isfunction(fn) and name.startswith("rock_")
+    }
     assert functions == set(_hookspecs())
 
 
 @pytest.mark.parametrize("name", sorted(_hookspecs()))
-def test_every_hook_docstring_says_when_it_is_called_its_parameters_and_its_return(name: str) -> None:
+def test_every_hook_docstring_says_when_it_is_called_its_parameters_and_its_return(
+    name: str,
+) -> None:
     fn = _hookspecs()[name]
     doc = inspect.getdoc(fn)
     assert doc, f"{name} has no docstring"
@@ -68,7 +75,9 @@ def test_every_hook_docstring_says_when_it_is_called_its_parameters_and_its_retu
 
 
 def test_docs_show_the_exact_signature_of_every_hook_and_no_other() -> None:
-    documented = re.findall(r"^### `(rock_\w+\(.*\).*)`$", DOCS.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    documented = re.findall(
+        r"^### `(rock_\w+\(.*\).*)`$", DOCS.read_text(encoding="utf-8"), flags=re.MULTILINE
+    )
     expected = [_render(name, fn) for name, fn in _hookspecs().items()]
     assert sorted(documented) == sorted(expected)
 
@@ -93,8 +102,11 @@ def _callers(method: str) -> list[str]:
     """Source files (outside tests and rock_core.plugins itself) that call ``.method(``."""
     pattern = re.compile(rf"\.{method}\(")
     return [
-        str(path) for path in SOURCES
-        if path.name != "plugins.py" and "/testing/" not in str(path) and pattern.search(path.read_text(encoding="utf-8"))
+        str(path)
+        for path in SOURCES
+        if path.name != "plugins.py"
+        and "/testing/" not in str(path)
+        and pattern.search(path.read_text(encoding="utf-8"))
     ]
 
 
@@ -105,9 +117,12 @@ def test_every_hook_has_a_host_that_calls_it(name: str) -> None:
     from rock_core.plugins import Plugins
 
     methods = [
-        method for method, fn in vars(Plugins).items()
+        method
+        for method, fn in vars(Plugins).items()
         if inspect.isfunction(fn) and re.search(rf"[\"']{name}[\"']", inspect.getsource(fn))
     ]
     assert methods, f"no method of Plugins calls {name}"
     hosts = {method: _callers(method) for method in methods}
-    assert any(hosts.values()), f"{name} is called by Plugins.{'/'.join(methods)}, which no host calls: {hosts}"
+    assert any(hosts.values()), (
+        f"{name} is called by Plugins.{'/'.join(methods)}, which no host calls: {hosts}"
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import attrs
 import pytest
@@ -18,10 +18,10 @@ from rock_core.models import (
     SandboxSpec,
     UnitState,
 )
+from rock_core.sizes import GiB
 from rock_core.states import Event, Lifecycle, State
-from rock_core.units import GiB
 
-T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 
 def test_spec_defaults_are_rocks() -> None:
@@ -113,7 +113,11 @@ def test_phase_from_text_and_failure() -> None:
 
 
 def _record(**kw: object) -> SandboxRecord:
-    base: dict[str, object] = {"sandbox_id": "abc123", "spec": SandboxSpec(image="python:3.11"), "create_time": T0}
+    base: dict[str, object] = {
+        "sandbox_id": "abc123",
+        "spec": SandboxSpec(image="python:3.11"),
+        "create_time": T0,
+    }
     base.update(kw)
     return SandboxRecord(**base)  # type: ignore[arg-type]
 
@@ -135,9 +139,15 @@ def test_record_needs_a_sandbox_id(bad: str) -> None:
 
 def test_record_lifecycle_round_trips_through_the_state_machine() -> None:
     record = _record()
-    lifecycle = record.lifecycle.apply(Event.ALIVE, at=T0).apply(Event.STOP, at=T0 + timedelta(seconds=5))
+    lifecycle = record.lifecycle.apply(Event.ALIVE, at=T0).apply(
+        Event.STOP, at=T0 + timedelta(seconds=5)
+    )
     stopped = attrs.evolve(
-        record, state=lifecycle.state, state_history=lifecycle.history, reason="expired", stop_time=T0
+        record,
+        state=lifecycle.state,
+        state_history=lifecycle.history,
+        reason="expired",
+        stop_time=T0,
     )
     assert stopped.state is State.STOPPED
     assert [c.event for c in stopped.state_history] == [Event.ALIVE, Event.STOP]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 import pytest
+
 from rock_core import hookimpl
 from rock_core.errors import InvalidParameter, PluginError
 from rock_core.plugins import PluginInfo, Plugins, get_plugin_manager, plugin_tables
@@ -77,7 +78,9 @@ def test_importing_rock_loads_no_plugin(tmp_path: Path) -> None:
 
 
 def test_entry_point_plugins_load_and_are_described(plugin_site: PluginSite) -> None:
-    module = plugin_site.install("rock-alpha", "2.5.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    module = plugin_site.install(
+        "rock-alpha", "2.5.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     plugins = Plugins(get_plugin_manager())
     assert [cls.__name__ for cls in plugins.runtimes().values()] == ["AlphaRuntime"]
     assert plugins.describe() == [
@@ -93,15 +96,21 @@ def test_entry_point_plugins_load_and_are_described(plugin_site: PluginSite) -> 
 
 
 def test_load_entrypoints_false_ignores_installed_plugins(plugin_site: PluginSite) -> None:
-    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     plugins = Plugins(get_plugin_manager(load_entrypoints=False))
     assert plugins.runtimes() == {}
     assert plugins.describe() == []
 
 
 @pytest.mark.parametrize("value", ["1", "true", "YES", "on", "all", "*"])
-def test_rock_disable_plugins_truthy_loads_no_entry_point(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    module = plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_rock_disable_plugins_truthy_loads_no_entry_point(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    module = plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", value)
     plugins = Plugins(get_plugin_manager())
     assert plugins.runtimes() == {}
@@ -110,8 +119,12 @@ def test_rock_disable_plugins_truthy_loads_no_entry_point(plugin_site: PluginSit
 
 
 @pytest.mark.parametrize("value", ["0", "false", "no", "off", ""])
-def test_rock_disable_plugins_falsy_loads_everything(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_rock_disable_plugins_falsy_loads_everything(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", value)
     assert set(Plugins(get_plugin_manager()).runtimes()) == {"alpha"}
 
@@ -120,8 +133,12 @@ def test_rock_disable_plugins_falsy_loads_everything(plugin_site: PluginSite, mo
 def test_rock_disable_plugins_list_blocks_by_entry_point_or_distribution_name(
     plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
-    plugin_site.install("rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta"))
+    plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
+    plugin_site.install(
+        "rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta")
+    )
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", value)
     plugins = Plugins(get_plugin_manager())
     assert set(plugins.runtimes()) == {"beta"}
@@ -131,9 +148,15 @@ def test_rock_disable_plugins_list_blocks_by_entry_point_or_distribution_name(
 
 
 @pytest.mark.parametrize("value", ["beta", "rock-beta", "beta,gamma"])
-def test_rock_plugins_is_an_allow_list(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
-    alpha = plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
-    plugin_site.install("rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta"))
+def test_rock_plugins_is_an_allow_list(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    alpha = plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
+    plugin_site.install(
+        "rock-beta", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="beta")
+    )
     monkeypatch.setenv("ROCK_PLUGINS", value)
     plugins = Plugins(get_plugin_manager())
     assert set(plugins.runtimes()) == {"beta"}
@@ -141,14 +164,20 @@ def test_rock_plugins_is_an_allow_list(plugin_site: PluginSite, monkeypatch: pyt
     assert alpha not in sys.modules
 
 
-def test_rock_disable_plugins_wins_over_the_allow_list(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch) -> None:
-    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_rock_disable_plugins_wins_over_the_allow_list(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     monkeypatch.setenv("ROCK_PLUGINS", "alpha")
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "alpha")
     assert Plugins(get_plugin_manager()).runtimes() == {}
 
 
-def test_environment_variables_do_not_filter_plugins_given_in_process(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_variables_do_not_filter_plugins_given_in_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     class Given:
         @hookimpl
         def rock_admin_routes(self) -> list[str]:
@@ -159,7 +188,9 @@ def test_environment_variables_do_not_filter_plugins_given_in_process(monkeypatc
     assert Plugins(get_plugin_manager(plugins=[Given()])).admin_routes() == ["/given"]
 
 
-def test_a_plugin_that_fails_to_import_names_entry_point_and_distribution(plugin_site: PluginSite) -> None:
+def test_a_plugin_that_fails_to_import_names_entry_point_and_distribution(
+    plugin_site: PluginSite,
+) -> None:
     plugin_site.install("rock-broken", "0.0.7", source="import rock_no_such_module_anywhere\n")
     with pytest.raises(PluginError) as info:
         get_plugin_manager()
@@ -169,9 +200,13 @@ def test_a_plugin_that_fails_to_import_names_entry_point_and_distribution(plugin
     assert isinstance(info.value.__cause__, ModuleNotFoundError)
 
 
-def test_a_broken_plugin_can_be_disabled(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_broken_plugin_can_be_disabled(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch
+) -> None:
     plugin_site.install("rock-broken", source="raise RuntimeError('boom')\n")
-    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "broken")
     assert set(Plugins(get_plugin_manager()).runtimes()) == {"alpha"}
 
@@ -179,7 +214,9 @@ def test_a_broken_plugin_can_be_disabled(plugin_site: PluginSite, monkeypatch: p
 def test_two_distributions_announcing_one_plugin_name_is_an_error(plugin_site: PluginSite) -> None:
     plugin_site.install("rock-one", entry_points={"same": "{module}"})
     plugin_site.install("rock-two", entry_points={"same": "{module}"})
-    with pytest.raises(PluginError, match=r"'same'.*rock-one 1.0.*rock-two 1.0|'same'.*rock-two 1.0.*rock-one 1.0"):
+    with pytest.raises(
+        PluginError, match=r"'same'.*rock-one 1.0.*rock-two 1.0|'same'.*rock-two 1.0.*rock-one 1.0"
+    ):
         get_plugin_manager()
 
 
@@ -189,7 +226,9 @@ def test_a_misspelt_hook_fails_loading(plugin_site: PluginSite) -> None:
         "3.0",
         source="from rock_core import hookimpl\n\n@hookimpl\ndef rock_register_runtime(register):\n    pass\n",
     )
-    with pytest.raises(PluginError, match=r"rock plugin 'typo' from rock-typo 3.0.*rock_register_runtime"):
+    with pytest.raises(
+        PluginError, match=r"rock plugin 'typo' from rock-typo 3.0.*rock_register_runtime"
+    ):
         get_plugin_manager()
 
 
@@ -206,7 +245,9 @@ def test_a_hook_asking_for_a_parameter_the_spec_lacks_fails_loading() -> None:
 def test_trace_shows_loading_and_hook_calls_on_stderr(
     plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    plugin_site.install("rock-alpha", "2.0", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+    plugin_site.install(
+        "rock-alpha", "2.0", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     monkeypatch.setenv("ROCK_TRACE_PLUGINS", "1")
     Plugins(get_plugin_manager()).runtimes()
     err = capsys.readouterr().err
@@ -215,8 +256,12 @@ def test_trace_shows_loading_and_hook_calls_on_stderr(
     assert "finish rock_register_runtimes" in err
 
 
-def test_no_trace_without_rock_trace_plugins(plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    plugin_site.install("rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha"))
+def test_no_trace_without_rock_trace_plugins(
+    plugin_site: PluginSite, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plugin_site.install(
+        "rock-alpha", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="alpha")
+    )
     monkeypatch.setenv("ROCK_TRACE_PLUGINS", "0")
     Plugins(get_plugin_manager()).runtimes()
     assert capsys.readouterr().err == ""
@@ -235,8 +280,12 @@ def _registering(name: object, cls: object, hook: str = "rock_register_runtimes"
 
 
 def test_registering_the_same_name_twice_names_both_distributions(plugin_site: PluginSite) -> None:
-    plugin_site.install("rock-alpha", "1.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="same"))
-    plugin_site.install("rock-beta", "2.2", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="same"))
+    plugin_site.install(
+        "rock-alpha", "1.1", source=RUNTIME_SOURCE.format(cls="AlphaRuntime", runtime="same")
+    )
+    plugin_site.install(
+        "rock-beta", "2.2", source=RUNTIME_SOURCE.format(cls="BetaRuntime", runtime="same")
+    )
     plugins = Plugins(get_plugin_manager())
     with pytest.raises(PluginError) as info:
         plugins.runtimes()
@@ -245,17 +294,24 @@ def test_registering_the_same_name_twice_names_both_distributions(plugin_site: P
 
 
 def test_registering_an_instance_instead_of_a_class_is_an_error() -> None:
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("fine", NullRuntime())]))
+    plugins = Plugins(
+        get_plugin_manager(load_entrypoints=False, plugins=[_registering("fine", NullRuntime())])
+    )
     with pytest.raises(PluginError, match="register the class itself"):
         plugins.runtimes()
 
 
 def test_registering_a_class_of_the_wrong_kind_is_an_error() -> None:
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("fine", dict)]))
+    plugins = Plugins(
+        get_plugin_manager(load_entrypoints=False, plugins=[_registering("fine", dict)])
+    )
     with pytest.raises(PluginError, match=r"not a subclass of rock_core.runtime.Runtime"):
         plugins.runtimes()
     speedup = Plugins(
-        get_plugin_manager(load_entrypoints=False, plugins=[_registering("apt", NullRuntime, "rock_register_speedups")])
+        get_plugin_manager(
+            load_entrypoints=False,
+            plugins=[_registering("apt", NullRuntime, "rock_register_speedups")],
+        )
     )
     with pytest.raises(PluginError, match=r"not a subclass of rock_core.speedup.SpeedupStrategy"):
         speedup.speedups()
@@ -268,26 +324,37 @@ def test_registering_an_abstract_class_lists_what_is_missing() -> None:
         async def create(self, spec: object, *, labels: object, rocklet_token: str) -> UnitHandle:
             raise AssertionError
 
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("half", Half)]))
-    with pytest.raises(PluginError, match=r"does not implement: inspect, list, logs, remove, start, stop"):
+    plugins = Plugins(
+        get_plugin_manager(load_entrypoints=False, plugins=[_registering("half", Half)])
+    )
+    with pytest.raises(
+        PluginError, match=r"does not implement: inspect, list, logs, remove, start, stop"
+    ):
         plugins.runtimes()
 
 
 @pytest.mark.parametrize("name", ["", None, 3])
 def test_registering_under_a_bad_name_is_an_error(name: object) -> None:
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering(name, NullRuntime)]))
+    plugins = Plugins(
+        get_plugin_manager(load_entrypoints=False, plugins=[_registering(name, NullRuntime)])
+    )
     with pytest.raises(PluginError, match="names are non-empty strings"):
         plugins.runtimes()
 
 
-def test_an_exception_in_a_hook_becomes_a_plugin_error_naming_the_plugin(plugin_site: PluginSite) -> None:
+def test_an_exception_in_a_hook_becomes_a_plugin_error_naming_the_plugin(
+    plugin_site: PluginSite,
+) -> None:
     plugin_site.install(
         "rock-faulty",
         "0.2",
         source="from rock_core import hookimpl\n\n@hookimpl\ndef rock_register_speedups(register):\n    {}['x']\n",
     )
     plugins = Plugins(get_plugin_manager())
-    with pytest.raises(PluginError, match=r"rock plugin 'faulty' from rock-faulty 0.2 failed in rock_register_speedups: KeyError") as info:
+    with pytest.raises(
+        PluginError,
+        match=r"rock plugin 'faulty' from rock-faulty 0.2 failed in rock_register_speedups: KeyError",
+    ) as info:
         plugins.speedups()
     assert isinstance(info.value.__cause__, KeyError)
 
@@ -296,16 +363,20 @@ def test_rock_errors_from_a_plugin_pass_through_unchanged() -> None:
     class Strict:
         @hookimpl
         def rock_configure(self, config: object) -> None:
-            raise InvalidParameter("docker.pull must be missing|always|never", field="docker.pull", value="sometimes")
+            raise InvalidParameter(
+                "docker.pull must be missing|always|never", field="docker.pull", value="sometimes"
+            )
 
     with pytest.raises(InvalidParameter) as info:
-        Plugins(get_plugin_manager(load_entrypoints=False, plugins=[("docker", Strict())])).configure(
-            {"docker": {"pull": "sometimes"}}
-        )
+        Plugins(
+            get_plugin_manager(load_entrypoints=False, plugins=[("docker", Strict())])
+        ).configure({"docker": {"pull": "sometimes"}})
     assert info.value.field == "docker.pull"
 
 
-def test_a_failing_transition_listener_is_logged_and_the_others_still_hear(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_failing_transition_listener_is_logged_and_the_others_still_hear(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     heard: list[str] = []
 
     class Failing:
@@ -348,14 +419,19 @@ def test_configure_hands_out_a_read_only_mapping() -> None:
 
     config = {"reader": {"level": 3}}
     with pytest.raises(PluginError, match="TypeError"):
-        Plugins(get_plugin_manager(load_entrypoints=False, plugins=[("reader", Reader())])).configure(config)
+        Plugins(
+            get_plugin_manager(load_entrypoints=False, plugins=[("reader", Reader())])
+        ).configure(config)
     assert seen == [{"level": 3}]
     assert config == {"reader": {"level": 3}}
 
 
 def test_a_table_for_a_plugin_that_is_not_loaded_is_refused_naming_it() -> None:
     plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[("known", object())]))
-    with pytest.raises(InvalidParameter, match=r"plugins\.unknwon: no plugin named 'unknwon' is installed \(loaded: known\)") as info:
+    with pytest.raises(
+        InvalidParameter,
+        match=r"plugins\.unknwon: no plugin named 'unknwon' is installed \(loaded: known\)",
+    ) as info:
         plugins.configure({"unknwon": {"x": 1}})
     assert info.value.field == "plugins.unknwon"
 
@@ -367,7 +443,9 @@ def test_plugin_tables_take_environment_variables_on_top() -> None:
         ["archive-s3", "s3"],
     )
     assert tables == {"archive-s3": {"bucket": "b", "region": "r"}, "s3": {"key": "k"}}
-    with pytest.raises(InvalidParameter, match=r"ROCK_PLUGIN_NOPE_X: names no installed plugin") as info:
+    with pytest.raises(
+        InvalidParameter, match=r"ROCK_PLUGIN_NOPE_X: names no installed plugin"
+    ) as info:
         plugin_tables({}, {"ROCK_PLUGIN_NOPE_X": "1"}, ["archive-s3"])
     assert info.value.field == "ROCK_PLUGIN_NOPE_X"
 
@@ -380,7 +458,9 @@ def test_add_cli_commands_puts_plugin_commands_in_the_group() -> None:
             cli.add_command(click.Command("two", callback=lambda: None))
 
     group = click.Group("rock")
-    Plugins(get_plugin_manager(load_entrypoints=False, plugins=[Commands()])).add_cli_commands(group)
+    Plugins(get_plugin_manager(load_entrypoints=False, plugins=[Commands()])).add_cli_commands(
+        group
+    )
     assert sorted(group.commands) == ["one", "two"]
 
 
@@ -397,7 +477,12 @@ def test_describe_lists_in_process_plugins_with_their_hooks() -> None:
     pm = get_plugin_manager(load_entrypoints=False, plugins=[Both()])
     (info,) = Plugins(pm).describe()
     assert info.hooks == ("rock_admin_routes", "rock_configure")
-    assert (info.distribution, info.version, info.entry_point, info.blocked) == (None, None, None, False)
+    assert (info.distribution, info.version, info.entry_point, info.blocked) == (
+        None,
+        None,
+        None,
+        False,
+    )
 
 
 def test_speedup_registration_roundtrip() -> None:
@@ -410,5 +495,9 @@ def test_speedup_registration_roundtrip() -> None:
         def script(self, value: str) -> str:
             return f"echo {value}"
 
-    plugins = Plugins(get_plugin_manager(load_entrypoints=False, plugins=[_registering("apt", Apt, "rock_register_speedups")]))
+    plugins = Plugins(
+        get_plugin_manager(
+            load_entrypoints=False, plugins=[_registering("apt", Apt, "rock_register_speedups")]
+        )
+    )
     assert plugins.speedups() == {"apt": Apt}

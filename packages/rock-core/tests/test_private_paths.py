@@ -17,7 +17,9 @@ from rock_core.private_paths import private_dir, private_file
 
 NOBODY = 65534
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user takes root")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="giving a folder to another user takes root"
+)
 
 
 def _mode(path: Path) -> int:
@@ -52,7 +54,9 @@ def test_a_store_path_that_is_a_link_is_refused(tmp_path):
     target = tmp_path / "elsewhere.db"
     target.write_bytes(b"")
     (tmp_path / "rock.db").symlink_to(target)
-    with pytest.raises(InvalidParameter, match=r"store_path: .*rock\.db is a symbolic link") as caught:
+    with pytest.raises(
+        InvalidParameter, match=r"store_path: .*rock\.db is a symbolic link"
+    ) as caught:
         SandboxStore(tmp_path / "rock.db")
     assert caught.value.field == "store_path"
 
@@ -89,7 +93,9 @@ def test_a_folder_of_another_user_is_refused_naming_owner_mode_and_setting(tmp_p
     with pytest.raises(InvalidParameter) as caught:
         private_dir(folder, setting="socket_dir")
     message = caught.value.message
-    assert message.startswith(f"socket_dir: {folder} belongs to another user (owner uid {NOBODY}, mode drwx------ 0o700)")
+    assert message.startswith(
+        f"socket_dir: {folder} belongs to another user (owner uid {NOBODY}, mode drwx------ 0o700)"
+    )
     assert "set socket_dir to a path of its own" in message
     assert caught.value.field == "socket_dir"
 
@@ -98,7 +104,9 @@ def test_a_folder_that_is_a_link_is_refused(tmp_path):
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     (tmp_path / "rock-0").symlink_to(real)
-    with pytest.raises(InvalidParameter, match=r"socket_dir: .*rock-0 is a symbolic link, not a folder"):
+    with pytest.raises(
+        InvalidParameter, match=r"socket_dir: .*rock-0 is a symbolic link, not a folder"
+    ):
         private_dir(tmp_path / "rock-0", setting="socket_dir")
 
 
@@ -107,7 +115,10 @@ def test_a_folder_others_may_write_is_refused_not_narrowed(tmp_path):
     folder = tmp_path / "shared"
     folder.mkdir()
     os.chmod(folder, 0o777)
-    with pytest.raises(InvalidParameter, match=r"is writable by other users \(owner uid \d+, mode drwxrwxrwx 0o777\)"):
+    with pytest.raises(
+        InvalidParameter,
+        match=r"is writable by other users \(owner uid \d+, mode drwxrwxrwx 0o777\)",
+    ):
         private_dir(folder, setting="socket_dir")
     assert _mode(folder) == 0o777
 

@@ -7,6 +7,7 @@ from typing import Optional
 
 import attrs
 import pytest
+
 from rock_core.converters import READ_AS, checked, read_types, structure_fields, structure_options
 from rock_core.errors import InvalidParameter
 from rock_core.models import ByteSize, PositiveInt
@@ -20,7 +21,11 @@ class _Options:
 
 
 def test_each_field_is_read_as_its_checked_type_or_its_metadata() -> None:
-    assert read_types(_Options) == {"workers": PositiveInt, "limit": Optional[ByteSize], "names": list[str]}
+    assert read_types(_Options) == {
+        "workers": PositiveInt,
+        "limit": Optional[ByteSize],
+        "names": list[str],
+    }
 
 
 def test_a_table_read_with_them_names_the_bad_field_by_its_path() -> None:
@@ -29,7 +34,9 @@ def test_a_table_read_with_them_names_the_bad_field_by_its_path() -> None:
     with pytest.raises(InvalidParameter) as info:
         structure_fields({"workers": 0}, read_types(_Options), path="plugins.x")
     assert (info.value.message, info.value.field, info.value.value) == (
-        "plugins.x.workers: expected an integer > 0, got 0", "plugins.x.workers", 0
+        "plugins.x.workers: expected an integer > 0, got 0",
+        "plugins.x.workers",
+        0,
     )
 
 
@@ -50,15 +57,23 @@ class _Range:
 
     def __attrs_post_init__(self) -> None:
         if self.low > self.high:
-            raise InvalidParameter(f"low: {self.low} is above high {self.high}", field="low", value=self.low)
+            raise InvalidParameter(
+                f"low: {self.low} is above high {self.high}", field="low", value=self.low
+            )
 
 
 def test_structure_options_builds_the_class_and_names_its_own_checks_under_the_path() -> None:
-    assert structure_options({"low": "2", "high": 3}, _Range, path="plugins.r") == _Range(low=2, high=3)
+    assert structure_options({"low": "2", "high": 3}, _Range, path="plugins.r") == _Range(
+        low=2, high=3
+    )
     with pytest.raises(InvalidParameter) as info:
         structure_options({"low": 5}, _Range, path="plugins.r")
     assert (info.value.message, info.value.field, info.value.value) == (
-        "plugins.r.low: 5 is above high 2", "plugins.r.low", 5
+        "plugins.r.low: 5 is above high 2",
+        "plugins.r.low",
+        5,
     )
-    with pytest.raises(InvalidParameter, match=r"^plugins\.r\.wide: not a known key \(known: high, low\)$"):
+    with pytest.raises(
+        InvalidParameter, match=r"^plugins\.r\.wide: not a known key \(known: high, low\)$"
+    ):
         structure_options({"wide": 1}, _Range, path="plugins.r")

@@ -8,9 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from rock_core._diagram import REGENERATE_COMMAND, main, update_document
 from rock_core.errors import InvalidTransition
-from rock_core.states import TRANSITIONS, Event, State, next_state, render_markdown_table, render_mermaid
+from rock_core.states import (
+    TRANSITIONS,
+    Event,
+    State,
+    next_state,
+    render_markdown_table,
+    render_mermaid,
+)
 
 
 def _repo_root() -> Path:
@@ -89,9 +97,18 @@ def test_markdown_table_states_every_pair() -> None:
 def test_update_replaces_only_the_generated_blocks() -> None:
     new = update_document(STALE_PAGE)
     assert "```mermaid\n" + render_mermaid() + "```\n<!-- END state-diagram -->" in new
-    assert "<!-- BEGIN state-table: generated -->\n" + render_markdown_table() + "<!-- END state-table -->" in new
+    assert (
+        "<!-- BEGIN state-table: generated -->\n"
+        + render_markdown_table()
+        + "<!-- END state-table -->"
+        in new
+    )
     assert "pending --> deleted" not in new and "| old | table |" not in new
-    for prose in ("# Lifecycle\n\nProse before.\n\n", "\n\nProse between.\n\n", "\n\nProse after.\n"):
+    for prose in (
+        "# Lifecycle\n\nProse before.\n\n",
+        "\n\nProse between.\n\n",
+        "\n\nProse after.\n",
+    ):
         assert prose in new
     assert update_document(new) == new
 
@@ -118,7 +135,9 @@ def test_check_reports_a_stale_page_and_the_command_fixes_it(
     assert main([str(page), "--check"]) == 0
 
 
-def test_without_a_path_the_nearest_docs_page_is_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_path_the_nearest_docs_page_is_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page = tmp_path / "docs" / "lifecycle.md"
     page.parent.mkdir()
     page.write_text(STALE_PAGE, encoding="utf-8")
@@ -130,7 +149,9 @@ def test_without_a_path_the_nearest_docs_page_is_used(tmp_path: Path, monkeypatc
     assert page.read_text(encoding="utf-8") == update_document(STALE_PAGE)
 
 
-def test_page_without_markers_is_an_error_not_a_rewrite(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_page_without_markers_is_an_error_not_a_rewrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     page = tmp_path / "lifecycle.md"
     page.write_text("# no markers here\n", encoding="utf-8")
     assert main([str(page)]) == 2
@@ -142,7 +163,10 @@ def test_python_m_rock_core_states_regenerates(tmp_path: Path) -> None:
     page = tmp_path / "lifecycle.md"
     page.write_text(STALE_PAGE, encoding="utf-8")
     done = subprocess.run(
-        [sys.executable, "-m", "rock_core.states", str(page)], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "rock_core.states", str(page)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     assert page.read_text(encoding="utf-8") == update_document(STALE_PAGE)

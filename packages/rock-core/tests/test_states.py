@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from rock_core.errors import BadRequestRockError, InvalidTransition
 from rock_core.states import (
     HISTORY_LIMIT,
@@ -53,8 +54,10 @@ def _parse_matrix(text: str) -> dict[tuple[State, Event], State | str]:
 
 
 EXPECTED = _parse_matrix(_MATRIX)
-T0 = datetime(2025, 1, 1, 12, 0, tzinfo=timezone.utc)
-EARLIER = StateChange(from_state=State.PENDING, to_state=State.RUNNING, event=Event.ALIVE, timestamp=T0)
+T0 = datetime(2025, 1, 1, 12, 0, tzinfo=UTC)
+EARLIER = StateChange(
+    from_state=State.PENDING, to_state=State.RUNNING, event=Event.ALIVE, timestamp=T0
+)
 
 
 def test_expectation_covers_every_pair() -> None:
@@ -63,7 +66,14 @@ def test_expectation_covers_every_pair() -> None:
 
 
 def test_wire_names_are_rocks() -> None:
-    assert [s.value for s in State] == ["pending", "running", "stopped", "archiving", "archived", "deleted"]
+    assert [s.value for s in State] == [
+        "pending",
+        "running",
+        "stopped",
+        "archiving",
+        "archived",
+        "deleted",
+    ]
     assert LIVE_STATES == {State.PENDING, State.RUNNING}
 
 
@@ -87,8 +97,15 @@ def test_every_event_in_every_state(state: State, event: Event) -> None:
             before.apply(event, at=at, sandbox_id="sb-1")
         err = info.value
         assert isinstance(err, BadRequestRockError)
-        assert (err.state, err.event, err.sandbox_id, err.attempted) == (state, event, "sb-1", event.value)
-        assert f"'{event.value}'" in str(err) and f"'{state.value}'" in str(err) and "sb-1" in str(err)
+        assert (err.state, err.event, err.sandbox_id, err.attempted) == (
+            state,
+            event,
+            "sb-1",
+            event.value,
+        )
+        assert (
+            f"'{event.value}'" in str(err) and f"'{state.value}'" in str(err) and "sb-1" in str(err)
+        )
         assert before == Lifecycle(state=state, history=(EARLIER,))
     elif expected == NOOP:
         assert event in allowed_events(state)
@@ -109,7 +126,10 @@ def test_rejection_without_sandbox_id_still_explains() -> None:
     with pytest.raises(InvalidTransition) as info:
         Lifecycle(state=State.RUNNING).apply(Event.RESTART, at=T0)
     assert info.value.sandbox_id is None
-    assert str(info.value) == "event 'restart' is not allowed for a sandbox in state 'running' (allowed: stop)"
+    assert (
+        str(info.value)
+        == "event 'restart' is not allowed for a sandbox in state 'running' (allowed: stop)"
+    )
 
 
 def test_deleted_accepts_only_delete() -> None:
@@ -148,7 +168,9 @@ def test_timestamps_must_be_timezone_aware_and_are_kept_in_utc() -> None:
 def test_history_keeps_the_last_hundred_transitions() -> None:
     lc = Lifecycle().apply(Event.STOP, at=T0)  # transition 1
     for i in range(2, 151):
-        lc = lc.apply(Event.RESTART if lc.state is State.STOPPED else Event.STOP, at=T0 + timedelta(seconds=i))
+        lc = lc.apply(
+            Event.RESTART if lc.state is State.STOPPED else Event.STOP, at=T0 + timedelta(seconds=i)
+        )
     assert len(lc.history) == HISTORY_LIMIT == 100
     # Transitions 51..150 remain, oldest first.
     assert lc.history[0].timestamp == T0 + timedelta(seconds=51)
@@ -159,7 +181,7 @@ def test_history_keeps_the_last_hundred_transitions() -> None:
 # ---------------------------------------------------------------------------------------------
 # Random sequences of events, valid and invalid
 
-ZONES = [timezone.utc, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))]
+ZONES = [UTC, timezone(timedelta(hours=8)), timezone(timedelta(hours=-5, minutes=-30))]
 
 
 class LifecycleMachine(RuleBasedStateMachine):
@@ -181,7 +203,11 @@ class LifecycleMachine(RuleBasedStateMachine):
         if expected == REJECT:
             with pytest.raises(InvalidTransition) as info:
                 before.apply(event, at=at, sandbox_id="sb-x")
-            assert (info.value.state, info.value.event, info.value.sandbox_id) == (state_before, event, "sb-x")
+            assert (info.value.state, info.value.event, info.value.sandbox_id) == (
+                state_before,
+                event,
+                "sb-x",
+            )
             assert (before.state, before.history) == (state_before, history_before)
             return
 
@@ -204,7 +230,9 @@ class LifecycleMachine(RuleBasedStateMachine):
     def any_event(self, event: Event, seconds: int, zone: timezone) -> None:
         self.fire(event, self.tick(seconds, zone))
 
-    @precondition(lambda self: self.lifecycle.state in {State.PENDING, State.RUNNING, State.STOPPED})
+    @precondition(
+        lambda self: self.lifecycle.state in {State.PENDING, State.RUNNING, State.STOPPED}
+    )
     @rule(cycles=st.integers(1, 70), zone=st.sampled_from(ZONES))
     def stop_restart_cycles(self, cycles: int, zone: timezone) -> None:
         # Many real transitions at once, so runs regularly pass the 100-entry cap.

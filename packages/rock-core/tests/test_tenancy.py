@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
+
 from rock_core.models import SandboxRecord, SandboxSpec
 from rock_core.states import State
-from rock_core.tenancy import Quota, Usage, archive_key, group_network_id, quota_refusal, tenant_usage, usage_by_tenant
+from rock_core.tenancy import (
+    Quota,
+    Usage,
+    archive_key,
+    group_network_id,
+    quota_refusal,
+    tenant_usage,
+    usage_by_tenant,
+)
 
 GiB = 2**30
 
@@ -17,8 +26,12 @@ def _spec(tenant: str | None, group: str | None = "g", **fields: object) -> Sand
     return SandboxSpec(image="python:3.11", tenant=tenant, runtime_options=options, **fields)  # type: ignore[arg-type]
 
 
-def _record(spec: SandboxSpec, state: State = State.RUNNING, sandbox_id: str = "x") -> SandboxRecord:
-    return SandboxRecord(sandbox_id=sandbox_id, spec=spec, create_time=datetime.now(timezone.utc), state=state)
+def _record(
+    spec: SandboxSpec, state: State = State.RUNNING, sandbox_id: str = "x"
+) -> SandboxRecord:
+    return SandboxRecord(
+        sandbox_id=sandbox_id, spec=spec, create_time=datetime.now(UTC), state=state
+    )
 
 
 def test_a_group_name_is_one_network_per_tenant() -> None:
@@ -39,17 +52,28 @@ def test_archive_keys_carry_the_tenant_but_records_without_one_keep_their_id() -
 @pytest.mark.parametrize(
     ("quota", "asked", "refusal"),
     [
-        (Quota(max_memory=8 * GiB), Usage(sandboxes=1, memory=4 * GiB, cpus=1),
-         ("max_memory", "tenant 'team-a': max_memory 8.00g reached (using 6.00g, asked 4.00g)")),
-        (Quota(max_sandboxes=3), Usage(sandboxes=1, memory=1, cpus=1),
-         ("max_sandboxes", "tenant 'team-a': max_sandboxes 3 reached (using 3, asked 1)")),
-        (Quota(max_cpus=4), Usage(sandboxes=1, memory=1, cpus=1.5),
-         ("max_cpus", "tenant 'team-a': max_cpus 4 reached (using 3, asked 1.5)")),
+        (
+            Quota(max_memory=8 * GiB),
+            Usage(sandboxes=1, memory=4 * GiB, cpus=1),
+            ("max_memory", "tenant 'team-a': max_memory 8.00g reached (using 6.00g, asked 4.00g)"),
+        ),
+        (
+            Quota(max_sandboxes=3),
+            Usage(sandboxes=1, memory=1, cpus=1),
+            ("max_sandboxes", "tenant 'team-a': max_sandboxes 3 reached (using 3, asked 1)"),
+        ),
+        (
+            Quota(max_cpus=4),
+            Usage(sandboxes=1, memory=1, cpus=1.5),
+            ("max_cpus", "tenant 'team-a': max_cpus 4 reached (using 3, asked 1.5)"),
+        ),
         (Quota(max_cpus=4.5, max_memory=7 * GiB), Usage(sandboxes=1, memory=GiB, cpus=1.5), None),
         (None, Usage(sandboxes=9, memory=9, cpus=9), None),
     ],
 )
-def test_a_refusal_names_the_quota_the_use_and_the_ask(quota: Quota | None, asked: Usage, refusal: object) -> None:
+def test_a_refusal_names_the_quota_the_use_and_the_ask(
+    quota: Quota | None, asked: Usage, refusal: object
+) -> None:
     using = Usage(sandboxes=3, memory=6 * GiB, cpus=3)
     assert quota_refusal("team-a", quota, using, asked) == refusal
 
@@ -62,4 +86,7 @@ def test_use_counts_pending_and_running_sandboxes_at_their_cpu_ceiling() -> None
         _record(_spec("b", cpus=1, memory=GiB), State.RUNNING, "o"),
     ]
     assert tenant_usage(records, "a") == Usage(sandboxes=2, memory=2 * GiB, cpus=3.0)
-    assert usage_by_tenant(records) == {"a": Usage(sandboxes=2, memory=2 * GiB, cpus=3.0), "b": Usage(sandboxes=1, memory=GiB, cpus=1.0)}
+    assert usage_by_tenant(records) == {
+        "a": Usage(sandboxes=2, memory=2 * GiB, cpus=3.0),
+        "b": Usage(sandboxes=1, memory=GiB, cpus=1.0),
+    }

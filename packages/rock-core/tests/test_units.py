@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rock_core.errors import BadRequestRockError, InvalidParameter
-from rock_core.units import (
+from rock_core.sizes import (
     GiB,
     KiB,
     MiB,
@@ -111,7 +111,9 @@ def test_size_to_bytes_gives_reason_without_field() -> None:
     suffix=st.sampled_from(["", "b", "i", "ib"]),
     upper=st.booleans(),
 )
-def test_every_unit_spelling_is_1024_based(number: int, unit: str, suffix: str, upper: bool) -> None:
+def test_every_unit_spelling_is_1024_based(
+    number: int, unit: str, suffix: str, upper: bool
+) -> None:
     if unit in ("", "b"):
         suffix = ""  # "bib" is not a unit
     text = f"{number}{unit}{suffix}"
@@ -123,7 +125,13 @@ def test_every_unit_spelling_is_1024_based(number: int, unit: str, suffix: str, 
 
 @pytest.mark.parametrize(
     ("n", "expected"),
-    [(8 * GiB, "8.00g"), (512 * MiB, "0.50g"), (int(1.5 * GiB), "1.50g"), (50 * GiB, "50.00g"), (0, "0.00g")],
+    [
+        (8 * GiB, "8.00g"),
+        (512 * MiB, "0.50g"),
+        (int(1.5 * GiB), "1.50g"),
+        (50 * GiB, "50.00g"),
+        (0, "0.00g"),
+    ],
 )
 def test_format_size_is_rocks_normalised_form(n: int, expected: str) -> None:
     assert format_size(n) == expected
@@ -136,13 +144,22 @@ def test_format_size_of_a_parsed_size() -> None:
 
 @pytest.mark.parametrize(
     ("n", "expected"),
-    [(0, "0 B"), (512, "512 B"), (1536, "1.5 KiB"), (8 * GiB, "8 GiB"), (int(2.5 * TiB), "2.5 TiB"), (MiB, "1 MiB")],
+    [
+        (0, "0 B"),
+        (512, "512 B"),
+        (1536, "1.5 KiB"),
+        (8 * GiB, "8 GiB"),
+        (int(2.5 * TiB), "2.5 TiB"),
+        (MiB, "1 MiB"),
+    ],
 )
 def test_format_bytes_for_people(n: int, expected: str) -> None:
     assert format_bytes(n) == expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [(2, 2.0), (0.5, 0.5), ("1.5", 1.5), ("4", 4.0), (16.0, 16.0)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [(2, 2.0), (0.5, 0.5), ("1.5", 1.5), ("4", 4.0), (16.0, 16.0)]
+)
 def test_parse_cpus_accepts_positive_numbers(value: object, expected: float) -> None:
     result = parse_cpus(value, field="cpus")
     assert result == expected
@@ -150,7 +167,9 @@ def test_parse_cpus_accepts_positive_numbers(value: object, expected: float) -> 
 
 
 @pytest.mark.parametrize(
-    "value", [0, -1, -0.5, "abc", "", float("nan"), float("inf"), "nan", "-inf", True, False, None, [1]], ids=repr
+    "value",
+    [0, -1, -0.5, "abc", "", float("nan"), float("inf"), "nan", "-inf", True, False, None, [1]],
+    ids=repr,
 )
 def test_parse_cpus_rejects_with_field_and_value(value: object) -> None:
     with pytest.raises(InvalidParameter) as info:

@@ -20,13 +20,13 @@ import uuid
 from collections.abc import AsyncIterator
 
 import anyio
-from rock_core.engine.rocklet_client import new_http_client
+
 from rock_core.models import SandboxSpec
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet_client import new_http_client
+from rock_core.sizes import MiB
 from rock_core.testing import wait_for_rocklet
 from rock_core.testing.fixtures import rocklet_call, rocklet_url
-from rock_core.units import MiB
-
 from rock_docker import DockerRuntime
 
 LABEL = "rock.bench.run"
@@ -40,7 +40,13 @@ async def main() -> None:
     args = parser.parse_args()
     labels = {LABEL: uuid.uuid4().hex}
     written = args.mb * MiB
-    spec = SandboxSpec(image=args.image, memory=512 * MiB, cpus=1.0, disk=None, sandbox_id=f"bench-{uuid.uuid4().hex[:12]}")
+    spec = SandboxSpec(
+        image=args.image,
+        memory=512 * MiB,
+        cpus=1.0,
+        disk=None,
+        sandbox_id=f"bench-{uuid.uuid4().hex[:12]}",
+    )
     committed = f"rock-bench-commit:{uuid.uuid4().hex[:12]}"
     async with DockerRuntime() as runtime, new_http_client() as http:
         http.headers[TOKEN_HEADER] = TOKEN
@@ -51,7 +57,12 @@ async def main() -> None:
             url = rocklet_url(await runtime.inspect(handle))
             await wait_for_rocklet(http, url)
             write = f"head -c {written} /dev/urandom > /root/written.bin"
-            await rocklet_call(http, url, "/execute", {"command": ["/bin/sh", "-c", write], "shell": False, "timeout": 600})
+            await rocklet_call(
+                http,
+                url,
+                "/execute",
+                {"command": ["/bin/sh", "-c", write], "shell": False, "timeout": 600},
+            )
             await runtime.stop(handle, timeout=5)
 
             began = time.perf_counter()
@@ -63,7 +74,9 @@ async def main() -> None:
             snapshot_s = time.perf_counter() - began
 
             began = time.perf_counter()
-            subprocess.run(["docker", "commit", handle.unit_id, committed], check=True, capture_output=True)
+            subprocess.run(
+                ["docker", "commit", handle.unit_id, committed], check=True, capture_output=True
+            )
             commit_s = time.perf_counter() - began
             await runtime.remove(handle)
 

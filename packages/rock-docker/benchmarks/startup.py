@@ -16,18 +16,26 @@ import uuid
 
 import anyio
 import httpx
-from rock_core.models import SandboxSpec
-from rock_core.testing import wait_for_rocklet
-from rock_core.units import MiB
 
+from rock_core.models import SandboxSpec
+from rock_core.sizes import MiB
+from rock_core.testing import wait_for_rocklet
 from rock_docker import DockerRuntime
 
 LABEL = "rock.bench.run"
 
 
-async def one(runtime: DockerRuntime, http: httpx.AsyncClient, image: str, labels: dict[str, str]) -> float:
+async def one(
+    runtime: DockerRuntime, http: httpx.AsyncClient, image: str, labels: dict[str, str]
+) -> float:
     """Create, start and wait for one sandbox; the seconds it took."""
-    spec = SandboxSpec(image=image, memory=256 * MiB, cpus=1.0, disk=None, sandbox_id=f"bench-{uuid.uuid4().hex[:12]}")
+    spec = SandboxSpec(
+        image=image,
+        memory=256 * MiB,
+        cpus=1.0,
+        disk=None,
+        sandbox_id=f"bench-{uuid.uuid4().hex[:12]}",
+    )
     began = time.perf_counter()
     handle = await runtime.create(spec, labels=labels)
     await runtime.start(handle)
@@ -44,7 +52,9 @@ async def main() -> None:
     labels = {LABEL: uuid.uuid4().hex}
     async with DockerRuntime() as runtime, httpx.AsyncClient() as http:
         try:
-            await one(runtime, http, args.image, labels)  # warm-up: builds the rocklet, primes caches
+            await one(
+                runtime, http, args.image, labels
+            )  # warm-up: builds the rocklet, primes caches
             sequential = [await one(runtime, http, args.image, labels) for _ in range(args.n)]
             times: list[float] = []
 
@@ -61,10 +71,14 @@ async def main() -> None:
             async with anyio.create_task_group() as tg:
                 for handle in handles:
                     tg.start_soon(runtime.remove, handle)
-    print(f"create -> start -> rocklet answering, {args.n} sequential: "
-          f"min {min(sequential):.3f}s  p50 {statistics.median(sequential):.3f}s  max {max(sequential):.3f}s")
-    print(f"{args.n} started concurrently: all answering after {burst:.3f}s "
-          f"(per sandbox p50 {statistics.median(times):.3f}s, max {max(times):.3f}s)")
+    print(
+        f"create -> start -> rocklet answering, {args.n} sequential: "
+        f"min {min(sequential):.3f}s  p50 {statistics.median(sequential):.3f}s  max {max(sequential):.3f}s"
+    )
+    print(
+        f"{args.n} started concurrently: all answering after {burst:.3f}s "
+        f"(per sandbox p50 {statistics.median(times):.3f}s, max {max(times):.3f}s)"
+    )
 
 
 if __name__ == "__main__":

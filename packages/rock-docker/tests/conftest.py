@@ -25,7 +25,9 @@ def run_labels(docker_client):
     """Labels unique to this session; every container carrying them is removed at its end."""
     labels = {RUN_LABEL: uuid.uuid4().hex}
     yield labels
-    for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={labels[RUN_LABEL]}"}, ignore_removed=True):
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{RUN_LABEL}={labels[RUN_LABEL]}"}, ignore_removed=True
+    ):
         container.remove(force=True, v=True)
 
 
@@ -36,7 +38,9 @@ def no_python_image(docker_client):
         f"FROM {IMAGE}\n"
         "RUN rm -f /usr/bin/python3* /usr/local/bin/python3* /usr/bin/python /usr/local/bin/python\n"
     )
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True, pull=False)
+    docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True, pull=False
+    )
     return NO_PYTHON_IMAGE
 
 
@@ -45,10 +49,15 @@ def no_shell_image(docker_client):
     """An image holding one text file and nothing else: no /bin/sh, no python3."""
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (("Dockerfile", b"FROM scratch\nCOPY hello.txt /hello.txt\n"), ("hello.txt", b"hello\n")):
+        for name, data in (
+            ("Dockerfile", b"FROM scratch\nCOPY hello.txt /hello.txt\n"),
+            ("hello.txt", b"hello\n"),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
-    docker_client.images.build(fileobj=context, custom_context=True, tag=NO_SHELL_IMAGE, rm=True, pull=False)
+    docker_client.images.build(
+        fileobj=context, custom_context=True, tag=NO_SHELL_IMAGE, rm=True, pull=False
+    )
     return NO_SHELL_IMAGE

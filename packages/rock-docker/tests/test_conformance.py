@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import anyio
 import pytest
+
 from rock_core.runtime import UnitHandle
 from rock_core.testing import RuntimeConformance
-
 from rock_docker import DockerRuntime
 
 from .conftest import IMAGE
@@ -20,7 +20,9 @@ class TestDockerRuntimeConformance(RuntimeConformance):
     @pytest.fixture(scope="class")
     @classmethod
     async def runtime(cls, tmp_path_factory):
-        async with DockerRuntime(rocklet_dir=tmp_path_factory.mktemp("rocklet"), publish_ports=False) as runtime:
+        async with DockerRuntime(
+            rocklet_dir=tmp_path_factory.mktemp("rocklet"), publish_ports=False
+        ) as runtime:
             yield runtime
 
     @pytest.fixture(scope="class")
@@ -41,7 +43,9 @@ class TestDockerRuntimeConformance(RuntimeConformance):
         await anyio.to_thread.run_sync(self.docker.api.kill, handle.unit_id)
 
     async def remove_behind_back(self, handle: UnitHandle) -> None:
-        await anyio.to_thread.run_sync(lambda: self.docker.api.remove_container(handle.unit_id, force=True))
+        await anyio.to_thread.run_sync(
+            lambda: self.docker.api.remove_container(handle.unit_id, force=True)
+        )
 
 
 class TestDockerRuntimePublishingConformance(TestDockerRuntimeConformance):
@@ -50,5 +54,7 @@ class TestDockerRuntimePublishingConformance(TestDockerRuntimeConformance):
     @pytest.fixture(scope="class")
     @classmethod
     async def runtime(cls, tmp_path_factory):
-        async with DockerRuntime(rocklet_dir=tmp_path_factory.mktemp("rocklet"), publish_ports=True) as runtime:
+        async with DockerRuntime(
+            rocklet_dir=tmp_path_factory.mktemp("rocklet"), publish_ports=True
+        ) as runtime:
             yield runtime

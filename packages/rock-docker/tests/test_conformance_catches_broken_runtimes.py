@@ -15,12 +15,12 @@ import pytest
 
 pytestmark = pytest.mark.docker
 
-BROKEN = '''
+BROKEN = """
 import attrs
 import pytest
 from rock_core.models import UnitState
 from rock_core.testing import RuntimeConformance
-from rock_core.units import GiB
+from rock_core.sizes import GiB
 from rock_docker import DockerRuntime
 
 
@@ -71,9 +71,13 @@ def suite_for(cls):
 TestMissingLooksExited = suite_for(MissingLooksExited)
 TestNoMemoryLimit = suite_for(NoMemoryLimit)
 TestHidesAppPort = suite_for(HidesAppPort)
-'''
+"""
 
-CHECKS = ("test_stop_and_remove", "test_memory_limit_is_enforced", "test_started_unit_runs_with_published_ports")
+CHECKS = (
+    "test_stop_and_remove",
+    "test_memory_limit_is_enforced",
+    "test_started_unit_runs_with_published_ports",
+)
 
 
 def test_each_broken_runtime_fails_the_check_for_its_flaw(tmp_path, docker_client):
@@ -81,14 +85,29 @@ def test_each_broken_runtime_fails_the_check_for_its_flaw(tmp_path, docker_clien
     (tmp_path / "test_broken.py").write_text(textwrap.dedent(BROKEN))
     report = tmp_path / "report.xml"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
-         "-k", " or ".join(CHECKS), "test_broken.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            "-k",
+            " or ".join(CHECKS),
+            "test_broken.py",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     outcomes = {}
     for case in ET.parse(report).getroot().iter("testcase"):
         failed = case.find("failure") is not None or case.find("error") is not None
-        outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = "failed" if failed else "passed"
+        outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = (
+            "failed" if failed else "passed"
+        )
     assert outcomes == {
         ("TestMissingLooksExited", "test_stop_and_remove"): "failed",
         ("TestMissingLooksExited", "test_memory_limit_is_enforced"): "passed",

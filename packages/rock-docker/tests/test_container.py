@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from rock_core.models import UnitState
-
 from rock_docker._container import NO_PYTHON_LOG_LINE, launch_command, status_from_inspect
 
 
@@ -27,13 +26,23 @@ def test_launch_command_execs_python3_with_the_rocklet(tmp_path):
     argv = launch_command(host="127.0.0.1", port=4242)
     result = subprocess.run(argv, env={"PATH": str(tmp_path)}, capture_output=True, text=True)
     assert result.returncode == 0
-    assert result.stdout.split(" ", 1)[1].strip() == "-I -S /rock/rocklet.pyz --host 127.0.0.1 --port 4242 --sandbox"
+    assert (
+        result.stdout.split(" ", 1)[1].strip()
+        == "-I -S /rock/rocklet.pyz --host 127.0.0.1 --port 4242 --sandbox"
+    )
 
 
 def _doc(status, **state):
     return {
-        "State": {"Status": status, "ExitCode": 0, "OOMKilled": False, "Error": "",
-                  "StartedAt": "0001-01-01T00:00:00Z", "FinishedAt": "0001-01-01T00:00:00Z", **state},
+        "State": {
+            "Status": status,
+            "ExitCode": 0,
+            "OOMKilled": False,
+            "Error": "",
+            "StartedAt": "0001-01-01T00:00:00Z",
+            "FinishedAt": "0001-01-01T00:00:00Z",
+            **state,
+        },
         "Config": {"Image": "python:3.11", "Labels": {}},
         "NetworkSettings": {"Ports": {}},
     }
@@ -51,7 +60,7 @@ def test_status_of_a_running_container():
     assert status.exit_code is None
     assert status.port_mapping == {22555: 32768, 8080: 32769}
     assert status.rocklet_address == ("127.0.0.1", 32768)
-    assert status.started_at == datetime(2025, 3, 4, 5, 6, 7, 123456, tzinfo=timezone.utc)
+    assert status.started_at == datetime(2025, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
     assert status.finished_at is None
 
 
@@ -60,9 +69,13 @@ def test_status_of_an_exited_container():
     status = status_from_inspect(doc, publish_host="127.0.0.1")
     assert (status.state, status.exit_code, status.oom_killed) == (UnitState.EXITED, 137, True)
     assert status.rocklet_address is None and status.port_mapping == {}
-    assert status.finished_at == datetime(2025, 3, 4, 5, 6, 8, tzinfo=timezone.utc)
+    assert status.finished_at == datetime(2025, 3, 4, 5, 6, 8, tzinfo=UTC)
 
 
 def test_status_of_a_created_container_has_no_exit_code():
     status = status_from_inspect(_doc("created"), publish_host="127.0.0.1")
-    assert (status.state, status.exit_code, status.rocklet_address) == (UnitState.CREATED, None, None)
+    assert (status.state, status.exit_code, status.rocklet_address) == (
+        UnitState.CREATED,
+        None,
+        None,
+    )

@@ -14,22 +14,28 @@ from pathlib import Path
 
 import anyio
 import docker.errors
-import httpx
 import pytest
+
 from rock_core.actions import Command
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.errors import (
     ImagePullFailed,
     InvalidParameter,
     RuntimeFailure,
     SandboxAlreadyExists,
 )
-from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, PullPolicy, SandboxSpec, UnitState
+from rock_core.models import (
+    PHASE_IMAGE_PULL,
+    ROCKLET_PORT,
+    PhaseStatus,
+    PullPolicy,
+    SandboxSpec,
+    UnitState,
+)
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet_client import RockletClient, new_http_client
+from rock_core.sizes import GiB, MiB
 from rock_core.testing import PhaseLog, unique_sandbox_id, wait_for_rocklet, wait_for_unit
 from rock_core.testing.fixtures import rocklet_url
-from rock_core.units import GiB, MiB
-
 from rock_docker import DockerRuntime
 
 from .conftest import IMAGE
@@ -60,7 +66,13 @@ async def http():
 
 
 def spec(**fields) -> SandboxSpec:
-    values = {"image": IMAGE, "memory": 256 * MiB, "cpus": 1.0, "disk": None, "sandbox_id": unique_sandbox_id("rockd")}
+    values = {
+        "image": IMAGE,
+        "memory": 256 * MiB,
+        "cpus": 1.0,
+        "disk": None,
+        "sandbox_id": unique_sandbox_id("rockd"),
+    }
     values.update(fields)
     return SandboxSpec(**values)
 
@@ -68,7 +80,9 @@ def spec(**fields) -> SandboxSpec:
 async def create(runtime, run_labels, the_spec=None, **kw):
     the_spec = the_spec or spec()
     kw.setdefault("rocklet_token", TOKEN)
-    return await runtime.create(the_spec, labels={**run_labels, "rock.sandbox_id": the_spec.sandbox_id}, **kw)
+    return await runtime.create(
+        the_spec, labels={**run_labels, "rock.sandbox_id": the_spec.sandbox_id}, **kw
+    )
 
 
 async def container_doc(docker_client, handle):
@@ -83,7 +97,9 @@ async def started(runtime, handle, http):
 
 
 async def exec_in(docker_client, handle, argv):
-    result = await anyio.to_thread.run_sync(lambda: docker_client.containers.get(handle.unit_id).exec_run(argv))
+    result = await anyio.to_thread.run_sync(
+        lambda: docker_client.containers.get(handle.unit_id).exec_run(argv)
+    )
     return result.exit_code, result.output.decode()
 
 
@@ -107,7 +123,10 @@ async def test_container_settings(runtime, run_labels, docker_client):
     }
     assert "GREETING=hello rock" in config["Env"]
     assert config["Cmd"][:2] == ["/bin/sh", "-c"]
-    assert "exec python3 -I -S /rock/rocklet.pyz --listen-fd-from /rock-run/handoff.sock" in config["Cmd"][2]
+    assert (
+        "exec python3 -I -S /rock/rocklet.pyz --listen-fd-from /rock-run/handoff.sock"
+        in config["Cmd"][2]
+    )
     assert not config["Entrypoint"]
     assert host["Memory"] == host["MemorySwap"] == 512 * MiB
     assert host["NanoCpus"] == 1_500_000_000
@@ -118,7 +137,10 @@ async def test_container_settings(runtime, run_labels, docker_client):
     mounts = {m["Destination"]: (m["Type"], m["Source"], m["RW"]) for m in doc["Mounts"]}
     # Both mounts read-only; the rocklet's socket is outside the one at /rock-run.
     handoff_dir = Path(socket_path).parent / "handoff"
-    assert mounts == {"/rock": ("bind", mounts["/rock"][1], False), "/rock-run": ("bind", str(handoff_dir), False)}
+    assert mounts == {
+        "/rock": ("bind", mounts["/rock"][1], False),
+        "/rock-run": ("bind", str(handoff_dir), False),
+    }
 
 
 async def test_containers_are_hardened_and_say_how(runtime, run_labels, docker_client):
@@ -132,19 +154,31 @@ async def test_containers_are_hardened_and_say_how(runtime, run_labels, docker_c
     assert "s3cret-token" not in str(config["Labels"]) and "s3cret-token" not in str(config["Cmd"])
     assert host["PidsLimit"] == 300
     assert host["SecurityOpt"] == ["no-new-privileges"]
-    assert host["CapDrop"] == ["ALL"] and "NET_RAW" in host["CapAdd"] and "SYS_ADMIN" not in host["CapAdd"]
+    assert (
+        host["CapDrop"] == ["ALL"]
+        and "NET_RAW" in host["CapAdd"]
+        and "SYS_ADMIN" not in host["CapAdd"]
+    )
     assert host["Ulimits"] == [{"Name": "nofile", "Soft": 16384, "Hard": 16384}]
     assert host["NetworkMode"] == runtime.isolated_network in ("bridge", "rock-sandboxes")
-    network = await anyio.to_thread.run_sync(docker_client.api.inspect_network, runtime.isolated_network)
+    network = await anyio.to_thread.run_sync(
+        docker_client.api.inspect_network, runtime.isolated_network
+    )
     assert network["Options"]["com.docker.network.bridge.enable_icc"] == "false"
     security = dict(handle.security)
     assert set(security.pop("capabilities")) == set(host["CapAdd"])
     assert security == {
-        "network": "isolated", "pids_limit": 300, "nofile_limit": 16384, "no_new_privileges": True, "rocklet_auth": True,
+        "network": "isolated",
+        "pids_limit": 300,
+        "nofile_limit": 16384,
+        "no_new_privileges": True,
+        "rocklet_auth": True,
     }
 
 
-async def test_an_isolated_network_is_made_without_inter_container_traffic(run_labels, docker_client, tmp_path):
+async def test_an_isolated_network_is_made_without_inter_container_traffic(
+    run_labels, docker_client, tmp_path
+):
     """A named isolated network is created on first use with inter-container traffic disabled;
     Docker's default bridge is taken only when its engine disables that traffic itself."""
     name = f"rock-test-isolated-{unique_sandbox_id('n')[-8:]}"
@@ -162,9 +196,14 @@ async def test_an_isolated_network_is_made_without_inter_container_traffic(run_l
             await anyio.to_thread.run_sync(docker_client.api.remove_network, name)
     bridge = await anyio.to_thread.run_sync(docker_client.api.inspect_network, "bridge")
     icc = bridge["Options"].get("com.docker.network.bridge.enable_icc", "true") != "false"
-    async with DockerRuntime(rocklet_dir=tmp_path / "rocklet", isolated_network="bridge") as runtime:
+    async with DockerRuntime(
+        rocklet_dir=tmp_path / "rocklet", isolated_network="bridge"
+    ) as runtime:
         if icc:
-            with pytest.raises(InvalidParameter, match="isolated_network: Docker's default bridge lets containers connect"):
+            with pytest.raises(
+                InvalidParameter,
+                match="isolated_network: Docker's default bridge lets containers connect",
+            ):
                 await create(runtime, run_labels)
         else:
             handle = await create(runtime, run_labels)
@@ -185,11 +224,15 @@ async def test_limit_cpus_gives_shares_and_a_ceiling(runtime, run_labels, docker
     assert host["NanoCpus"] == 2_000_000_000
 
 
-async def test_more_cpus_than_the_host_has_is_lowered_with_a_note(runtime, run_labels, docker_client):
+async def test_more_cpus_than_the_host_has_is_lowered_with_a_note(
+    runtime, run_labels, docker_client
+):
     """ROCK's default of 2 CPUs must still start on a smaller host: the quota becomes the whole host."""
     host_cpus = (await anyio.to_thread.run_sync(docker_client.info))["NCPU"]
     handle = await create(runtime, run_labels, spec(cpus=float(host_cpus + 6)))
-    assert handle.notes == (f"cpus {host_cpus + 6} lowered to {host_cpus}: the Docker host has only {host_cpus} CPUs",)
+    assert handle.notes == (
+        f"cpus {host_cpus + 6} lowered to {host_cpus}: the Docker host has only {host_cpus} CPUs",
+    )
     host = (await container_doc(docker_client, handle))["HostConfig"]
     assert host["NanoCpus"] == host_cpus * 1_000_000_000
 
@@ -214,7 +257,9 @@ async def test_limits_the_host_cannot_enforce_are_noted(run_labels, docker_clien
     )
 
 
-async def test_started_unit_publishes_nothing_and_lists_ports_to_forward(runtime, run_labels, docker_client, http):
+async def test_started_unit_publishes_nothing_and_lists_ports_to_forward(
+    runtime, run_labels, docker_client, http
+):
     """By default Docker publishes no port (no docker-proxy); inspect lists 22555 and 8080 for
     the engine to forward, and the rocklet answers on its unix socket."""
     handle = await create(runtime, run_labels)
@@ -227,7 +272,9 @@ async def test_started_unit_publishes_nothing_and_lists_ports_to_forward(runtime
     assert code == 0 and "eth0" in out.split()
 
 
-async def test_published_ports_are_bound_on_loopback_only(run_labels, docker_client, http, tmp_path):
+async def test_published_ports_are_bound_on_loopback_only(
+    run_labels, docker_client, http, tmp_path
+):
     """With ``publish_ports=True`` both ports are published on 127.0.0.1 only; inspect reports
     them and the rocklet answers there."""
     async with DockerRuntime(rocklet_dir=tmp_path, publish_ports=True) as runtime:
@@ -249,11 +296,15 @@ async def test_disk_limit_is_applied_or_noted(runtime, run_labels, docker_client
     handle = await create(runtime, run_labels, spec(disk=50 * GiB))
     host = (await container_doc(docker_client, handle))["HostConfig"]
     if info["Driver"] == "overlay2" and backing != "xfs":
-        assert handle.notes == (f"disk limit 50.00g not enforced: storage driver overlay2 on {backing} has no project quota",)
+        assert handle.notes == (
+            f"disk limit 50.00g not enforced: storage driver overlay2 on {backing} has no project quota",
+        )
         assert not host.get("StorageOpt")
     else:
         enforced = (host.get("StorageOpt") or {}).get("size") == str(50 * GiB)
-        assert enforced or any(note.startswith("disk limit 50.00g not enforced: ") for note in handle.notes)
+        assert enforced or any(
+            note.startswith("disk limit 50.00g not enforced: ") for note in handle.notes
+        )
     no_disk = await create(runtime, run_labels, spec(disk=None))
     assert no_disk.notes == ()
 
@@ -296,10 +347,15 @@ async def test_network_host_rocklet_listens_on_loopback(runtime, run_labels, doc
 
 @pytest.mark.parametrize(
     ("options", "field"),
-    [({"network": "overlay-of-doom"}, "runtime_options.network"), ({"gpu_model": "h100"}, "runtime_options.gpu_model"),
-     ({"use_kata_runtime": True}, "runtime_options.use_kata_runtime")],
+    [
+        ({"network": "overlay-of-doom"}, "runtime_options.network"),
+        ({"gpu_model": "h100"}, "runtime_options.gpu_model"),
+        ({"use_kata_runtime": True}, "runtime_options.use_kata_runtime"),
+    ],
 )
-async def test_runtime_options_it_cannot_honour_are_refused(runtime, run_labels, docker_client, options, field):
+async def test_runtime_options_it_cannot_honour_are_refused(
+    runtime, run_labels, docker_client, options, field
+):
     the_spec = spec(runtime_options=options)
     with pytest.raises(InvalidParameter) as caught:
         await create(runtime, run_labels, the_spec)
@@ -319,8 +375,15 @@ async def test_pull_policy_never(runtime, run_labels):
     assert phases.statuses(PHASE_IMAGE_PULL)[-1] is PhaseStatus.SUCCESS
 
     phases = PhaseLog()
-    with pytest.raises(ImagePullFailed, match="Failed to pull image rock-test/absent:1: .*pull policy is 'never'"):
-        await create(runtime, run_labels, spec(image="rock-test/absent:1", pull=PullPolicy.NEVER), on_phase=phases)
+    with pytest.raises(
+        ImagePullFailed, match="Failed to pull image rock-test/absent:1: .*pull policy is 'never'"
+    ):
+        await create(
+            runtime,
+            run_labels,
+            spec(image="rock-test/absent:1", pull=PullPolicy.NEVER),
+            on_phase=phases,
+        )
     assert phases.statuses(PHASE_IMAGE_PULL) == [PhaseStatus.RUNNING, PhaseStatus.FAILED]
 
 
@@ -335,13 +398,20 @@ async def test_pull_policy_always_pulls_even_a_present_image(runtime, run_labels
     docker_client.images.get("rock-test/python:3.11")
     phases = PhaseLog()
     with pytest.raises(ImagePullFailed, match="Failed to pull image rock-test/python:3.11: "):
-        await create(runtime, run_labels, spec(image="rock-test/python:3.11", pull=PullPolicy.ALWAYS), on_phase=phases)
+        await create(
+            runtime,
+            run_labels,
+            spec(image="rock-test/python:3.11", pull=PullPolicy.ALWAYS),
+            on_phase=phases,
+        )
     assert [p.message.split(" ")[0] for n, p in phases.events] == ["looking", "pulling", "Failed"]
 
 
 async def test_an_image_name_docker_cannot_parse_fails_the_pull_phase(runtime, run_labels):
     phases = PhaseLog()
-    with pytest.raises(ImagePullFailed, match="^Failed to pull image Not/Lower:1: invalid reference format"):
+    with pytest.raises(
+        ImagePullFailed, match="^Failed to pull image Not/Lower:1: invalid reference format"
+    ):
         await create(runtime, run_labels, spec(image="Not/Lower:1"), on_phase=phases)
     assert phases.statuses(PHASE_IMAGE_PULL) == [PhaseStatus.RUNNING, PhaseStatus.FAILED]
 
@@ -379,7 +449,9 @@ async def test_registry_credentials_are_sent_to_the_registry(runtime, run_labels
     try:
         image = f"127.0.0.1:{server.server_port}/private/app:1"
         the_spec = spec(image=image, registry_username="trainer", registry_password="s3cret")
-        with pytest.raises(ImagePullFailed, match=f"Failed to pull image {image}: .*manifest unknown"):
+        with pytest.raises(
+            ImagePullFailed, match=f"Failed to pull image {image}: .*manifest unknown"
+        ):
             await create(runtime, run_labels, the_spec)
     finally:
         server.shutdown()
@@ -391,14 +463,18 @@ async def test_image_without_a_shell_exits_with_the_fix(runtime, run_labels, no_
     """Under Docker's init (the default) the container exits at once; inspect's error is the fix."""
     handle = await create(runtime, run_labels, spec(image=no_shell_image))
     await runtime.start(handle)
-    status = await wait_for_unit(runtime, handle, lambda s: s.state is UnitState.EXITED, what="exited")
+    status = await wait_for_unit(
+        runtime, handle, lambda s: s.state is UnitState.EXITED, what="exited"
+    )
     assert status.exit_code == 127
     assert status.error.startswith(
         f"image {no_shell_image} has no /bin/sh and python3; rock needs python3 >= 3.8 in the image to run its agent"
     )
 
 
-async def test_image_without_a_shell_fails_to_start_without_init(run_labels, no_shell_image, tmp_path):
+async def test_image_without_a_shell_fails_to_start_without_init(
+    run_labels, no_shell_image, tmp_path
+):
     """Without Docker's init, Docker itself cannot start the command: start fails with the fix."""
     async with DockerRuntime(rocklet_dir=tmp_path, init=False) as runtime:
         handle = await create(runtime, run_labels, spec(image=no_shell_image))
@@ -415,7 +491,9 @@ async def test_image_without_a_shell_fails_to_start_without_init(run_labels, no_
 async def test_image_without_python_reports_the_fix(runtime, run_labels, no_python_image):
     handle = await create(runtime, run_labels, spec(image=no_python_image))
     await runtime.start(handle)
-    status = await wait_for_unit(runtime, handle, lambda s: s.state is UnitState.EXITED, what="exited")
+    status = await wait_for_unit(
+        runtime, handle, lambda s: s.state is UnitState.EXITED, what="exited"
+    )
     assert status.exit_code == 127
     assert status.error == (
         f"image {no_python_image} has no python3; rock needs python3 >= 3.8 in the image to run its agent "
@@ -441,7 +519,9 @@ async def test_a_name_docker_refuses_is_an_invalid_sandbox_id(runtime, run_label
 
 
 async def test_an_engine_that_does_not_answer_is_a_runtime_failure(tmp_path):
-    async with DockerRuntime(base_url=f"unix://{tmp_path}/no-docker.sock", rocklet_dir=tmp_path) as runtime:
+    async with DockerRuntime(
+        base_url=f"unix://{tmp_path}/no-docker.sock", rocklet_dir=tmp_path
+    ) as runtime:
         with pytest.raises(RuntimeFailure, match="cannot reach the Docker engine"):
             await runtime.list({"rock.test.run": "x"})
 
@@ -466,7 +546,9 @@ async def test_watch_reports_an_oom_kill_while_the_container_runs(runtime, run_l
     try:
         status = await started(runtime, handle, http)
         url = f"{rocklet_url(status)}/execute"
-        answer = await http.post(url, json={"command": ["python3", "-c", "b = b'x' * (256 << 20)"], "timeout": 60})
+        answer = await http.post(
+            url, json={"command": ["python3", "-c", "b = b'x' * (256 << 20)"], "timeout": 60}
+        )
         assert answer.json()["exit_code"] == -9
         with anyio.fail_after(30):
             got, reported = await watch.__anext__()
@@ -494,7 +576,9 @@ async def test_watch_ends_when_closed(runtime):
     assert results == []
 
 
-async def test_discard_hands_removal_to_a_reaper_that_outlives_the_call(runtime, run_labels, docker_client, http):
+async def test_discard_hands_removal_to_a_reaper_that_outlives_the_call(
+    runtime, run_labels, docker_client, http
+):
     """``discard`` returns at once; a reaper process removes the containers (running ones too)."""
     from rock_core.testing import eventually_empty
 
@@ -504,7 +588,13 @@ async def test_discard_hands_removal_to_a_reaper_that_outlives_the_call(runtime,
         await runtime.discard(handles)
     ids = {h.unit_id for h in handles}
     left = await anyio.to_thread.run_sync(
-        lambda: eventually_empty(lambda: [c for c in docker_client.containers.list(all=True, ignore_removed=True) if c.id in ids])
+        lambda: eventually_empty(
+            lambda: [
+                c
+                for c in docker_client.containers.list(all=True, ignore_removed=True)
+                if c.id in ids
+            ]
+        )
     )
     assert left == []
 
@@ -527,7 +617,9 @@ def test_bad_runtime_options_are_refused_through_the_engine_naming_them(options,
         SandboxManager(EngineConfig(runtime_options=options))
 
 
-async def test_a_docker_engine_that_never_answers_gives_an_error_that_says_what_to_do(tmp_path: Path) -> None:
+async def test_a_docker_engine_that_never_answers_gives_an_error_that_says_what_to_do(
+    tmp_path: Path,
+) -> None:
     """A wedged dockerd accepts connections and never answers (Docker 20.10's libnetwork
     deadlock): the call fails after ``api_timeout`` with a message saying so and what to do."""
     import socket

@@ -8,9 +8,8 @@ import sys
 from importlib.metadata import distribution
 from pathlib import Path
 
-from rock_core.plugins import Plugins, get_plugin_manager
-
 import rock_docker
+from rock_core.plugins import Plugins, get_plugin_manager
 from rock_docker import DockerRuntime
 
 
@@ -30,7 +29,9 @@ def test_disabling_the_plugin_hides_the_runtime(monkeypatch):
 
 def test_rock_plugins_lists_rock_docker():
     rock = Path(sys.executable).with_name("rock")
-    out = subprocess.run([str(rock), "plugins", "--json"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [str(rock), "plugins", "--json"], capture_output=True, text=True, check=True
+    ).stdout
     [entry] = [p for p in json.loads(out) if p["distribution"] == "rock-docker"]
     assert entry["plugin"] == "docker"
     assert entry["entry_point"] == "rock_docker.plugin"

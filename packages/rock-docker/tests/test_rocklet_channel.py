@@ -15,12 +15,12 @@ import stat
 import anyio
 import docker.errors
 import pytest
+
 from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InvalidParameter, StartupTimeout
 from rock_core.testing import eventually_async, unique_sandbox_id
-
 from rock_docker import DockerRuntime
 
 from .conftest import IMAGE, RUN_LABEL
@@ -42,16 +42,22 @@ def anyio_backend():
 def sleepy_image(docker_client):
     script = "printf '#!/bin/sh\\nexec sleep infinity\\n' > /usr/local/bin/python3 && chmod 755 /usr/local/bin/python3"
     dockerfile = f"FROM {IMAGE}\nRUN {script}\n"
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=SLEEPY_IMAGE, rm=True, pull=False)
+    docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=SLEEPY_IMAGE, rm=True, pull=False
+    )
     return SLEEPY_IMAGE
 
 
 def _spec_request(image: str = IMAGE, **fields) -> SandboxStartRequest:
-    return SandboxStartRequest(image=image, memory="256m", cpus=0.5, sandbox_id=unique_sandbox_id("chan"), **fields)
+    return SandboxStartRequest(
+        image=image, memory="256m", cpus=0.5, sandbox_id=unique_sandbox_id("chan"), **fields
+    )
 
 
 async def _exec(docker_client, unit_id: str, script: str) -> tuple[int, str]:
-    result = await anyio.to_thread.run_sync(lambda: docker_client.containers.get(unit_id).exec_run(["sh", "-c", script]))
+    result = await anyio.to_thread.run_sync(
+        lambda: docker_client.containers.get(unit_id).exec_run(["sh", "-c", script])
+    )
     return result.exit_code, result.output.decode()
 
 
@@ -72,12 +78,17 @@ async def test_the_sandbox_sees_only_a_read_only_handoff_folder(engine, docker_c
     0700 folder of a 0700 ``socket_dir``, and still the sandbox's own rocklet."""
     status = await engine.start(_spec_request())
     unit_id = engine.get_record(status.sandbox_id).unit_id
-    code, out = await _exec(docker_client, unit_id, "ls -A /rock-run; ln -s /var/run/docker.sock /rock-run/rocklet.sock")
+    code, out = await _exec(
+        docker_client, unit_id, "ls -A /rock-run; ln -s /var/run/docker.sock /rock-run/rocklet.sock"
+    )
     assert code != 0 and "Read-only file system" in out, out
     assert out.splitlines()[0].startswith("ln:"), f"/rock-run is not empty: {out}"
     socket_dir = tmp_path / "sockets"
     (unit_dir,) = socket_dir.iterdir()
-    assert stat.S_IMODE(socket_dir.stat().st_mode) == 0o700 and stat.S_IMODE(unit_dir.stat().st_mode) == 0o700
+    assert (
+        stat.S_IMODE(socket_dir.stat().st_mode) == 0o700
+        and stat.S_IMODE(unit_dir.stat().st_mode) == 0o700
+    )
     assert stat.S_ISSOCK(os.lstat(unit_dir / "rocklet.sock").st_mode)
     assert list((unit_dir / "handoff").iterdir()) == [], "the handoff socket is gone once used"
     result = await engine.rocklet(status.sandbox_id).execute(Command(command=["hostname"]))
@@ -119,7 +130,9 @@ async def test_a_restarted_engine_still_reaches_its_rocklets(tmp_path, run_label
     async with SandboxManager(config) as second:
         record = second.get_record(status.sandbox_id)
         assert record.state.value == "running", record
-        result = await second.rocklet(status.sandbox_id).execute(Command(command=["echo", "recovered"]))
+        result = await second.rocklet(status.sandbox_id).execute(
+            Command(command=["echo", "recovered"])
+        )
         assert result.stdout.strip() == "recovered"
         await second.stop(status.sandbox_id)
 
@@ -134,11 +147,18 @@ async def test_a_rocklet_that_never_takes_its_socket_fails_the_start_and_leaves_
     started = await engine.start_async(request)
     with pytest.raises(StartupTimeout) as caught:
         await engine.wait_until_running(started.sandbox_id)
-    assert caught.value.message == "Failed to start sandbox because docker_run: did not finish within 3s"
+    assert (
+        caught.value.message
+        == "Failed to start sandbox because docker_run: did not finish within 3s"
+    )
     (unit_dir,) = (tmp_path / "sockets").iterdir()
     # The stop goes on after the error is out (Docker stops the container): the offer ends with it.
-    await eventually_async(lambda: not any((unit_dir / "handoff").iterdir()), what="the handoff folder empty")
-    assert len(engine.runtime._handoffs) == 0, "an offer nobody took is still open"  # the one look inside
+    await eventually_async(
+        lambda: not any((unit_dir / "handoff").iterdir()), what="the handoff folder empty"
+    )
+    assert len(engine.runtime._handoffs) == 0, (
+        "an offer nobody took is still open"
+    )  # the one look inside
     await engine.delete(started.sandbox_id)
 
     def container_gone() -> bool:
@@ -148,8 +168,12 @@ async def test_a_rocklet_that_never_takes_its_socket_fails_the_start_and_leaves_
             return True
         return False
 
-    await eventually_async(lambda: anyio.to_thread.run_sync(container_gone), what="the container gone")
-    await eventually_async(lambda: not any((tmp_path / "sockets").iterdir()), what="the sockets folder empty")
+    await eventually_async(
+        lambda: anyio.to_thread.run_sync(container_gone), what="the container gone"
+    )
+    await eventually_async(
+        lambda: not any((tmp_path / "sockets").iterdir()), what="the sockets folder empty"
+    )
 
 
 async def test_a_socket_dir_of_another_user_is_refused(tmp_path, run_labels, docker_client):
@@ -166,7 +190,10 @@ async def test_a_socket_dir_of_another_user_is_refused(tmp_path, run_labels, doc
         with pytest.raises(InvalidParameter) as caught:
             await runtime.create(spec, labels=run_labels, rocklet_token=TOKEN)
     assert caught.value.field == "socket_dir"
-    assert f"socket_dir: {socket_dir} belongs to another user (owner uid {NOBODY}, mode drwx------" in caught.value.message
+    assert (
+        f"socket_dir: {socket_dir} belongs to another user (owner uid {NOBODY}, mode drwx------"
+        in caught.value.message
+    )
     with pytest.raises(docker.errors.NotFound):
         docker_client.containers.get(spec_request.sandbox_id)
 

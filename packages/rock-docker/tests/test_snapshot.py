@@ -13,14 +13,14 @@ import uuid
 import anyio
 import docker.errors
 import pytest
-from rock_core.engine.rocklet_client import new_http_client
+
 from rock_core.errors import ImagePullFailed, InvalidParameter, RuntimeFailure
 from rock_core.models import PullPolicy, SandboxSpec, UnitState
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet_client import new_http_client
+from rock_core.sizes import MiB
 from rock_core.testing import unique_sandbox_id, wait_for_rocklet
 from rock_core.testing.fixtures import rocklet_call, rocklet_url
-from rock_core.units import MiB
-
 from rock_docker import DockerRuntime
 from rock_docker._snapshot import SnapshotCorrupt
 
@@ -74,7 +74,13 @@ async def http():
 
 
 def spec(**fields) -> SandboxSpec:
-    values = {"image": IMAGE, "memory": 512 * MiB, "cpus": 1.0, "disk": None, "sandbox_id": unique_sandbox_id("rocks")}
+    values = {
+        "image": IMAGE,
+        "memory": 512 * MiB,
+        "cpus": 1.0,
+        "disk": None,
+        "sandbox_id": unique_sandbox_id("rocks"),
+    }
     values.update(fields)
     return SandboxSpec(**values)
 
@@ -84,7 +90,9 @@ def labels_for(run_labels, the_spec):
 
 
 async def launch(runtime, run_labels, http, the_spec):
-    handle = await runtime.create(the_spec, labels=labels_for(run_labels, the_spec), rocklet_token=TOKEN)
+    handle = await runtime.create(
+        the_spec, labels=labels_for(run_labels, the_spec), rocklet_token=TOKEN
+    )
     return handle, await ready(runtime, handle, http)
 
 
@@ -96,7 +104,12 @@ async def ready(runtime, handle, http):
 
 
 async def sh(http, url, script, timeout=120):
-    answer = await rocklet_call(http, url, "/execute", {"command": ["/bin/sh", "-c", script], "shell": False, "timeout": timeout})
+    answer = await rocklet_call(
+        http,
+        url,
+        "/execute",
+        {"command": ["/bin/sh", "-c", script], "shell": False, "timeout": timeout},
+    )
     assert answer["exit_code"] == 0, answer
     return answer["stdout"]
 
@@ -122,7 +135,9 @@ async def stopped_snapshot(runtime, handle):
     return await drain(await runtime.snapshot(handle))
 
 
-async def test_restore_brings_back_files_owners_modes_symlinks_and_deletions(runtime, run_labels, http, docker_client):
+async def test_restore_brings_back_files_owners_modes_symlinks_and_deletions(
+    runtime, run_labels, http, docker_client
+):
     """Every change is back after snapshot -> remove -> restore -> start; the deleted files stay
     deleted; the container is made as a new one would be (labels, limits, hardening, secret)."""
     the_spec = spec(env={"GREETING": "hi"})
@@ -136,7 +151,9 @@ async def test_restore_brings_back_files_owners_modes_symlinks_and_deletions(run
     logs = await drain(await runtime.snapshot_logs(handle))
     assert logs.strip(), "the logs part is empty"
     snapshot = await drain(await runtime.snapshot(handle))
-    assert len(snapshot) < 1 * MiB, f"the snapshot holds more than the changes: {len(snapshot)} bytes"
+    assert len(snapshot) < 1 * MiB, (
+        f"the snapshot holds more than the changes: {len(snapshot)} bytes"
+    )
     await runtime.remove(handle)
 
     restored = await runtime.restore(
@@ -145,8 +162,12 @@ async def test_restore_brings_back_files_owners_modes_symlinks_and_deletions(run
     assert (await runtime.inspect(restored)).state is UnitState.CREATED
     url = await ready(runtime, restored, http)
     assert await sh(http, url, MANIFEST) == before
-    gone = await sh(http, url, "for p in /etc/motd /usr/share/doc/tar /usr/share/doc/bash/copyright /.rock-restore/deleted; "
-                                'do [ -e "$p" ] && echo "$p is back"; done; true')
+    gone = await sh(
+        http,
+        url,
+        "for p in /etc/motd /usr/share/doc/tar /usr/share/doc/bash/copyright /.rock-restore/deleted; "
+        'do [ -e "$p" ] && echo "$p is back"; done; true',
+    )
     assert gone == ""
     assert (await sh(http, url, "/root/work/run.sh")).strip() == "ran"
     assert "appended" in await sh(http, url, "cat /etc/issue")
@@ -156,9 +177,23 @@ async def test_restore_brings_back_files_owners_modes_symlinks_and_deletions(run
     assert {k: v for k, v in again["Config"]["Labels"].items() if k != socket_label} == {
         k: v for k, v in first["Config"]["Labels"].items() if k != socket_label
     }
-    assert again["Config"]["Labels"][socket_label] != first["Config"]["Labels"][socket_label], "the socket is not fresh"
+    assert again["Config"]["Labels"][socket_label] != first["Config"]["Labels"][socket_label], (
+        "the socket is not fresh"
+    )
     assert again["Config"]["Env"] == first["Config"]["Env"]  # the secret and the spec's env
-    for key in ("Memory", "MemorySwap", "NanoCpus", "PidsLimit", "SecurityOpt", "CapAdd", "CapDrop", "Ulimits", "Init", "Privileged", "NetworkMode"):
+    for key in (
+        "Memory",
+        "MemorySwap",
+        "NanoCpus",
+        "PidsLimit",
+        "SecurityOpt",
+        "CapAdd",
+        "CapDrop",
+        "Ulimits",
+        "Init",
+        "Privileged",
+        "NetworkMode",
+    ):
         assert again["HostConfig"][key] == first["HostConfig"][key], key
     assert restored.security == handle.security
 
@@ -169,8 +204,10 @@ async def test_a_200_mb_write_makes_a_snapshot_of_at_most_1_1_times_that(runtime
     handle, url = await launch(runtime, run_labels, http, the_spec)
     written = 200 * MiB
     digest = await sh(
-        http, url, f"head -c {written // 2} /dev/urandom > /root/a.bin && mkdir -p /root/b && "
-        f"head -c {written // 2} /dev/urandom > /root/b/b.bin && cat /root/a.bin /root/b/b.bin | sha256sum"
+        http,
+        url,
+        f"head -c {written // 2} /dev/urandom > /root/a.bin && mkdir -p /root/b && "
+        f"head -c {written // 2} /dev/urandom > /root/b/b.bin && cat /root/a.bin /root/b/b.bin | sha256sum",
     )
     await runtime.stop(handle, timeout=5)
     size, _ = await drain(await runtime.snapshot(handle), keep=False)
@@ -179,7 +216,9 @@ async def test_a_200_mb_write_makes_a_snapshot_of_at_most_1_1_times_that(runtime
     # Restore streams it back in bounded pieces, from a second snapshot read as it is made.
     stream = await runtime.snapshot(handle)
     other = spec(sandbox_id=unique_sandbox_id("rocks"))
-    restored = await runtime.restore(other, stream, labels=labels_for(run_labels, other), rocklet_token=TOKEN)
+    restored = await runtime.restore(
+        other, stream, labels=labels_for(run_labels, other), rocklet_token=TOKEN
+    )
     await runtime.remove(handle)
     url = await ready(runtime, restored, http)
     assert await sh(http, url, "cat /root/a.bin /root/b/b.bin | sha256sum") == digest
@@ -199,16 +238,29 @@ async def test_a_cut_or_corrupted_snapshot_restores_nothing(runtime, run_labels,
         "not a snapshot": b"PK\x03\x04" + snapshot,
     }
     for what, data in broken.items():
-        with pytest.raises(SnapshotCorrupt, match=f"snapshot of sandbox {the_spec.sandbox_id} cannot be restored") as caught:
-            await runtime.restore(the_spec, chunks_of(data), labels=labels_for(run_labels, the_spec), rocklet_token=TOKEN)
+        with pytest.raises(
+            SnapshotCorrupt, match=f"snapshot of sandbox {the_spec.sandbox_id} cannot be restored"
+        ) as caught:
+            await runtime.restore(
+                the_spec,
+                chunks_of(data),
+                labels=labels_for(run_labels, the_spec),
+                rocklet_token=TOKEN,
+            )
         assert caught.value.attempted == "restore", what
-        assert await runtime.list(labels_for(run_labels, the_spec)) == [], f"{what}: a container was left"
+        assert await runtime.list(labels_for(run_labels, the_spec)) == [], (
+            f"{what}: a container was left"
+        )
     # The whole one still restores, under the same name.
-    restored = await runtime.restore(the_spec, chunks_of(snapshot), labels=labels_for(run_labels, the_spec), rocklet_token=TOKEN)
+    restored = await runtime.restore(
+        the_spec, chunks_of(snapshot), labels=labels_for(run_labels, the_spec), rocklet_token=TOKEN
+    )
     await runtime.remove(restored)
 
 
-async def test_an_image_gone_at_restore_time_is_pulled_by_the_policy_or_named(runtime, run_labels, http, docker_client):
+async def test_an_image_gone_at_restore_time_is_pulled_by_the_policy_or_named(
+    runtime, run_labels, http, docker_client
+):
     """The image is gone: pull ``never`` fails naming it; ``missing`` tries to pull it and fails
     with the registry's reason; no container is left either way."""
     image = f"127.0.0.1:9/rock-test/snapshot-gone:{uuid.uuid4().hex[:12]}"
@@ -230,7 +282,9 @@ async def test_an_image_gone_at_restore_time_is_pulled_by_the_policy_or_named(ru
                 rocklet_token=TOKEN,
             )
         message = str(caught.value)
-        assert f"cannot restore sandbox {the_spec.sandbox_id}" in message and image in message, message
+        assert f"cannot restore sandbox {the_spec.sandbox_id}" in message and image in message, (
+            message
+        )
         assert caught.value.attempted == "restore"
         assert await runtime.list(labels_for(run_labels, the_spec)) == []
 
@@ -243,13 +297,19 @@ async def test_a_running_container_is_not_snapshotted(runtime, run_labels, http)
     await runtime.remove(handle)
 
 
-async def test_restore_refuses_a_spec_of_another_image(runtime, run_labels, http, docker_client, no_python_image):
+async def test_restore_refuses_a_spec_of_another_image(
+    runtime, run_labels, http, docker_client, no_python_image
+):
     """A snapshot's changes belong on its own image: a spec naming another is refused, and nothing made."""
     handle, _ = await launch(runtime, run_labels, http, spec())
     snapshot = await stopped_snapshot(runtime, handle)
     await runtime.remove(handle)
     other = spec(image=no_python_image)
-    with pytest.raises(InvalidParameter, match=f"snapshotted on image {IMAGE}, not {no_python_image}"):
-        await runtime.restore(other, chunks_of(snapshot), labels=labels_for(run_labels, other), rocklet_token=TOKEN)
+    with pytest.raises(
+        InvalidParameter, match=f"snapshotted on image {IMAGE}, not {no_python_image}"
+    ):
+        await runtime.restore(
+            other, chunks_of(snapshot), labels=labels_for(run_labels, other), rocklet_token=TOKEN
+        )
     with pytest.raises(docker.errors.NotFound):
         await anyio.to_thread.run_sync(docker_client.api.inspect_container, other.sandbox_id)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+
 from rock_gem.cli import envhub
 
 
@@ -25,8 +26,19 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-unt
 
 
 def test_register_list_get_delete(run) -> None:  # type: ignore[no-untyped-def]
-    entry = json.loads(run("register", "my-sokoban", "img:1", "--gem-id", "game:Sokoban-v0-easy", "--tag", "games",
-                           "--extra-spec", '{"kwargs": {"max_turns": 5}}'))
+    entry = json.loads(
+        run(
+            "register",
+            "my-sokoban",
+            "img:1",
+            "--gem-id",
+            "game:Sokoban-v0-easy",
+            "--tag",
+            "games",
+            "--extra-spec",
+            '{"kwargs": {"max_turns": 5}}',
+        )
+    )
     assert entry["extra_spec"] == {"kwargs": {"max_turns": 5}, "env_id": "game:Sokoban-v0-easy"}
     assert [e["env_name"] for e in json.loads(run("list", "--tag", "games"))] == ["my-sokoban"]
     assert json.loads(run("list", "--tag", "nothing")) == []

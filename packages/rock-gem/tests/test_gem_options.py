@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from rock_core.errors import InvalidParameter
 from rock_core.plugins import Plugins, plugin_tables
 from rock_gem import envhub
@@ -16,11 +17,21 @@ from rock_gem.provider import GemProvider
 
 BAD = [
     ({"cpus": 0}, "plugins.gem.cpus", 0, "expected a number > 0, got 0"),
-    ({"envs_per_sandbox": True}, "plugins.gem.envs_per_sandbox", True, "expected an integer, got True"),
+    (
+        {"envs_per_sandbox": True},
+        "plugins.gem.envs_per_sandbox",
+        True,
+        "expected an integer, got True",
+    ),
     ({"timeout": "soon"}, "plugins.gem.timeout", "soon", "expected a number, got 'soon'"),
     ({"warm_sandboxes": -1}, "plugins.gem.warm_sandboxes", -1, "expected an integer >= 0, got -1"),
     ({"memory": "4q"}, "plugins.gem.memory", "4q", "invalid size '4q'"),
-    ({"colour": "red"}, "plugins.gem.colour", "red", "not a known key (known: cpus, envhub_db, envs_per_sandbox"),
+    (
+        {"colour": "red"},
+        "plugins.gem.colour",
+        "red",
+        "not a known key (known: cpus, envhub_db, envs_per_sandbox",
+    ),
 ]
 
 
@@ -61,19 +72,31 @@ def test_the_provider_refuses_the_same_values_the_same_way(
 
 
 def test_variables_are_read_as_the_file_would_hold_them(plugins: Plugins) -> None:
-    environ = {"ROCK_PLUGIN_GEM_ENVS_PER_SANDBOX": "4", "ROCK_PLUGIN_GEM_CPUS": "0.5", "ROCK_PLUGIN_GEM_IMAGE": "gem:1"}
+    environ = {
+        "ROCK_PLUGIN_GEM_ENVS_PER_SANDBOX": "4",
+        "ROCK_PLUGIN_GEM_CPUS": "0.5",
+        "ROCK_PLUGIN_GEM_IMAGE": "gem:1",
+    }
     plugins.configure(plugin_tables({}, environ, plugins.names()))
     assert envhub.configured == GemOptions(envs_per_sandbox=4, cpus=0.5, image="gem:1")
 
     bad = plugin_tables({}, {"ROCK_PLUGIN_GEM_ENVS_PER_SANDBOX": "0"}, plugins.names())
     error = _refused(lambda: plugins.configure(bad))
     assert (error.message, error.field, error.value) == (
-        "plugins.gem.envs_per_sandbox: expected an integer > 0, got '0'", "plugins.gem.envs_per_sandbox", "0"
+        "plugins.gem.envs_per_sandbox: expected an integer > 0, got '0'",
+        "plugins.gem.envs_per_sandbox",
+        "0",
     )
 
 
 def test_every_key_has_its_documented_default() -> None:
     assert GemOptions.from_table({}) == GemOptions(
-        image=None, envs_per_sandbox=32, memory="4g", cpus=2.0, timeout=300.0, start_timeout=300.0,
-        warm_sandboxes=0, envhub_db=None,
+        image=None,
+        envs_per_sandbox=32,
+        memory="4g",
+        cpus=2.0,
+        timeout=300.0,
+        start_timeout=300.0,
+        warm_sandboxes=0,
+        envhub_db=None,
     )

@@ -6,6 +6,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
 from rock_gem.runtime import REQUIREMENTS, runtime_zip
 
 
@@ -15,11 +16,15 @@ def test_a_python_gem_cannot_run_on_is_refused_naming_it() -> None:
 
 
 def test_requirements_are_pinned() -> None:
-    lines = [line for line in REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")]
+    lines = [
+        line for line in REQUIREMENTS.read_text().splitlines() if line and not line.startswith("#")
+    ]
     assert "gem-llm==0.1.0" in lines and all("==" in line for line in lines)
 
 
-def test_not_prepared_and_no_fetch_says_how(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_not_prepared_and_no_fetch_says_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(RuntimeError, match="python -m rock_gem.runtime 3.11"):
         runtime_zip("3.11", fetch=False)

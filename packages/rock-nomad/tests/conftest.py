@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.rocklet_delivery import prepare_rocklet
-
 from rock_nomad.runtime import NomadRuntime
 from rock_nomad.testing import StandInNomad
 from rock_nomad.testing.contract import ArtifactServer
@@ -39,10 +39,18 @@ def engine_on(rocklet_url: str, tmp_path: Path) -> Callable[..., Any]:
     ``nomad``, configured by its plugin table (``[plugins.nomad]``)."""
 
     @contextlib.asynccontextmanager
-    async def make(nomad: StandInNomad, *, store: str | None = None, keep: bool = False, **settings: Any) -> AsyncIterator[SandboxManager]:
+    async def make(
+        nomad: StandInNomad, *, store: str | None = None, keep: bool = False, **settings: Any
+    ) -> AsyncIterator[SandboxManager]:
         table = {"address": nomad.address, "rocklet_url": rocklet_url, **settings}
-        config = EngineConfig(runtime="nomad", plugin_options={"nomad": table}, reconcile_interval=0.5,
-                              store_path=store, stop_timeout=3.0, remove_on_close=not keep)
+        config = EngineConfig(
+            runtime="nomad",
+            plugin_options={"nomad": table},
+            reconcile_interval=0.5,
+            store_path=store,
+            stop_timeout=3.0,
+            remove_on_close=not keep,
+        )
         async with SandboxManager(config, owner=f"test-cluster-{tmp_path.name}") as engine:
             assert isinstance(engine.runtime, NomadRuntime)
             yield engine

@@ -12,11 +12,11 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
-from rock_core.errors import RuntimeFailure
 
+from rock_core.errors import RuntimeFailure
 from rock_nomad._api import NomadApi, Setting
 
-ANSWER = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Nomad-Index: 7\r\n\r\n[]'
+ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Nomad-Index: 7\r\n\r\n[]"
 
 
 class DroppingServer:
@@ -82,18 +82,34 @@ def dropping() -> Iterator[type[DroppingServer]]:
 
 
 def _api(address: str) -> NomadApi:
-    settings = {name: Setting(name, "set in the test") for name in ("address", "token", "namespace", "region")}
-    return NomadApi(address, token=None, namespace="default", region=None, verify=True, cert=None,
-                    timeout=5.0, max_connections=4, settings=settings)
+    settings = {
+        name: Setting(name, "set in the test")
+        for name in ("address", "token", "namespace", "region")
+    }
+    return NomadApi(
+        address,
+        token=None,
+        namespace="default",
+        region=None,
+        verify=True,
+        cert=None,
+        timeout=5.0,
+        max_connections=4,
+        settings=settings,
+    )
 
 
-def test_a_request_on_a_connection_the_server_dropped_is_sent_again_on_a_fresh_one(dropping) -> None:
+def test_a_request_on_a_connection_the_server_dropped_is_sent_again_on_a_fresh_one(
+    dropping,
+) -> None:
     server = dropping(answer_per_connection=1)
 
     async def main() -> list[int]:
         api = _api(server.address)
         try:
-            return [(await api.request("GET", "jobs", attempted="list")).status_code for _ in range(3)]
+            return [
+                (await api.request("GET", "jobs", attempted="list")).status_code for _ in range(3)
+            ]
         finally:
             await api.aclose()
 
@@ -102,7 +118,9 @@ def test_a_request_on_a_connection_the_server_dropped_is_sent_again_on_a_fresh_o
     assert (server.received, server.answered, server.connections) == (5, 3, 3)
 
 
-def test_a_server_that_drops_every_request_is_an_error_naming_the_address_after_one_more_try(dropping) -> None:
+def test_a_server_that_drops_every_request_is_an_error_naming_the_address_after_one_more_try(
+    dropping,
+) -> None:
     server = dropping(answer_per_connection=0)
 
     async def main() -> None:
@@ -115,5 +133,8 @@ def test_a_server_that_drops_every_request_is_an_error_naming_the_address_after_
     with pytest.raises(RuntimeFailure) as caught:
         anyio.run(main)
     message = caught.value.message
-    assert f"cannot reach the Nomad API at {server.address}" in message and "plugins.nomad.address" in message
+    assert (
+        f"cannot reach the Nomad API at {server.address}" in message
+        and "plugins.nomad.address" in message
+    )
     assert server.received == 2  # the request, and once more: no endless retries

@@ -15,13 +15,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+
 from rock_core.actions import Command, SandboxStartRequest
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import InternalServerRockError, RockError
+from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
 from rock_core.testing import eventually_async, eventually_empty
-
 from rock_nomad._job import secret_path
 from rock_nomad.testing import StandInNomad
 from rock_nomad.testing.fixtures import stand_in_nomad_factory  # noqa: F401 - fixture
@@ -39,27 +39,37 @@ def anyio_backend() -> str:
 
 
 def _jobs(nomad: StandInNomad) -> list[dict[str, Any]]:
-    return httpx.get(f"{nomad.address}/v1/jobs", headers={"X-Nomad-Token": nomad.management_token}).json()
+    return httpx.get(
+        f"{nomad.address}/v1/jobs", headers={"X-Nomad-Token": nomad.management_token}
+    ).json()
 
 
 def _variables(nomad: StandInNomad) -> list[dict[str, Any]]:
-    return httpx.get(f"{nomad.address}/v1/vars", headers={"X-Nomad-Token": nomad.management_token}).json()
+    return httpx.get(
+        f"{nomad.address}/v1/vars", headers={"X-Nomad-Token": nomad.management_token}
+    ).json()
 
 
 def _running_allocs(nomad: StandInNomad) -> list[dict[str, Any]]:
-    allocs = httpx.get(f"{nomad.address}/v1/allocations", headers={"X-Nomad-Token": nomad.management_token}).json()
+    allocs = httpx.get(
+        f"{nomad.address}/v1/allocations", headers={"X-Nomad-Token": nomad.management_token}
+    ).json()
     return [a for a in allocs if a["ClientStatus"] in ("pending", "running")]
 
 
-async def test_sandboxes_spread_across_the_nodes_and_show_their_node(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_sandboxes_spread_across_the_nodes_and_show_their_node(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=3, algorithm="spread")
     addresses = {n["Name"]: n["Address"] for n in nomad.nodes()}
     async with engine_on(nomad) as engine:
         started = [engine.start(SandboxStartRequest(**SMALL)) for _ in range(3)]
         statuses = []
         async with anyio.create_task_group() as tg:
+
             async def one(coro: Any) -> None:
                 statuses.append(await coro)
+
             for coro in started:
                 tg.start_soon(one, coro)
         assert {s.state for s in statuses} == {State.RUNNING}
@@ -69,14 +79,18 @@ async def test_sandboxes_spread_across_the_nodes_and_show_their_node(stand_in_no
             record = status.record
             assert record.host_ip == addresses[record.host_name]
             # SDK -> engine -> rocklet on that node's address: a command runs in the sandbox.
-            result = await engine.rocklet(record.sandbox_id).execute(Command(command=["sh", "-c", "echo $NOMAD_ALLOC_ID"]))
+            result = await engine.rocklet(record.sandbox_id).execute(
+                Command(command=["sh", "-c", "echo $NOMAD_ALLOC_ID"])
+            )
             assert result.exit_code == 0 and result.stdout.strip()
             await engine.stop(record.sandbox_id)
     assert eventually_empty(lambda: _running_allocs(nomad)) == []
     assert eventually_empty(nomad.containers) == []
 
 
-async def test_a_sandbox_that_fits_nowhere_fails_with_nomads_reason(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_a_sandbox_that_fits_nowhere_fails_with_nomads_reason(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=3, node_memory=1024)
     async with engine_on(nomad) as engine:
         with pytest.raises(InternalServerRockError) as caught:
@@ -88,11 +102,15 @@ async def test_a_sandbox_that_fits_nowhere_fails_with_nomads_reason(stand_in_nom
         status = await engine.get_status(sandbox_id, include_all_states=True)
         assert status.record.phases["docker_run"].status.value == "failed"
         assert "memory" in status.record.phases["docker_run"].message
-    assert _jobs(nomad) == [], "the unplaceable job was left registered (its blocked evaluation would place it later)"
+    assert _jobs(nomad) == [], (
+        "the unplaceable job was left registered (its blocked evaluation would place it later)"
+    )
     assert _variables(nomad) == [], "the unplaceable sandbox's secret was left in a Nomad Variable"
 
 
-async def test_a_lost_nodes_sandbox_is_stopped_node_lost_and_nothing_is_left(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_a_lost_nodes_sandbox_is_stopped_node_lost_and_nothing_is_left(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=3)
     async with engine_on(nomad) as engine:
         status = await engine.start(SandboxStartRequest(**SMALL, auto_delete_seconds=3600))
@@ -114,7 +132,9 @@ async def test_a_lost_nodes_sandbox_is_stopped_node_lost_and_nothing_is_left(sta
         assert eventually_empty(nomad.containers) == []
 
 
-async def test_a_wrong_token_is_a_clear_error_naming_the_setting(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_a_wrong_token_is_a_clear_error_naming_the_setting(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=1, acl=True)
     async with engine_on(nomad, token="not-a-token-nomad-knows") as engine:
         with pytest.raises(RockError) as caught:
@@ -130,18 +150,24 @@ async def test_a_wrong_token_is_a_clear_error_naming_the_setting(stand_in_nomad_
     assert "/v1/var/nomad/jobs/" in str(caught.value)
     # One that may write Variables but not submit jobs: the registration fails and the secret
     # it wrote first is deleted again.
-    async with engine_on(nomad, token=nomad.add_token(write=False, variables=("write", "destroy"))) as engine:
+    async with engine_on(
+        nomad, token=nomad.add_token(write=False, variables=("write", "destroy"))
+    ) as engine:
         with pytest.raises(RockError) as caught:
             await engine.start(SandboxStartRequest(**SMALL))
     assert "POST /v1/jobs" in str(caught.value) and "plugins.nomad.token" in str(caught.value)
-    assert _variables(nomad) == [], "a failed registration left the sandbox's secret in a Nomad Variable"
+    assert _variables(nomad) == [], (
+        "a failed registration left the sandbox's secret in a Nomad Variable"
+    )
     async with engine_on(nomad, token=nomad.management_token) as engine:
         status = await engine.start(SandboxStartRequest(**SMALL))
         assert status.state is State.RUNNING
         await engine.stop(status.sandbox_id)
 
 
-async def test_a_restarted_engine_finds_its_sandboxes_from_their_jobs(stand_in_nomad_factory, engine_on, tmp_path) -> None:  # noqa: F811
+async def test_a_restarted_engine_finds_its_sandboxes_from_their_jobs(
+    stand_in_nomad_factory, engine_on, tmp_path
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=2)
     store = str(tmp_path / "rock.db")
     async with engine_on(nomad, store=store, keep=True) as engine:
@@ -156,14 +182,19 @@ async def test_a_restarted_engine_finds_its_sandboxes_from_their_jobs(stand_in_n
         await engine.stop(sandbox_id)
 
 
-
-async def test_what_nomad_cannot_do_is_refused_naming_the_runtime(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_what_nomad_cannot_do_is_refused_naming_the_runtime(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     from rock_core.errors import InvalidParameter
 
     nomad = stand_in_nomad_factory(nodes=1)
     async with engine_on(nomad) as engine:
         for network in ("none", "host"):
-            with pytest.raises(InvalidParameter, match=r"network: expected one of bridge, got '%s' \(what runtime 'nomad' offers\)" % network):
+            with pytest.raises(
+                InvalidParameter,
+                match=r"network: expected one of bridge, got '%s' \(what runtime 'nomad' offers\)"
+                % network,
+            ):
                 await engine.start(SandboxStartRequest(**SMALL, network=network))
         status = await engine.start(SandboxStartRequest(**SMALL))
         await engine.stop(status.sandbox_id)
@@ -172,7 +203,9 @@ async def test_what_nomad_cannot_do_is_refused_naming_the_runtime(stand_in_nomad
     assert _jobs(nomad) == [] or all(job["Stop"] for job in _jobs(nomad))
 
 
-async def test_a_silent_event_stream_only_slows_starts_down(stand_in_nomad_factory, engine_on, monkeypatch) -> None:  # noqa: F811
+async def test_a_silent_event_stream_only_slows_starts_down(
+    stand_in_nomad_factory, engine_on, monkeypatch
+) -> None:  # noqa: F811
     """The stream is a help: a start that hears nothing of its job reads Nomad after poll_after."""
     from rock_nomad._events import EventFeed
 
@@ -185,7 +218,9 @@ async def test_a_silent_event_stream_only_slows_starts_down(stand_in_nomad_facto
         await engine.stop(status.sandbox_id)
 
 
-async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     """Anyone with read-job reads the job, its allocations and its events: none of them holds the
     sandbox's secret. The job's template reads it from the job's own Nomad Variable, the rocklet
     gets it, commands run, and a wrong secret is refused by the rocklet."""
@@ -207,7 +242,10 @@ async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(stand_i
         assert f'nomadVar "{secret_path(job_id)}"' in template
         allocs = reader.get(f"/v1/job/{job_id}/allocations").json()
         shown += [reader.get(f"/v1/allocation/{a['ID']}") for a in allocs]
-        shown += [reader.get(f"/v1/job/{job_id}/{what}") for what in ("allocations", "evaluations", "summary")]
+        shown += [
+            reader.get(f"/v1/job/{job_id}/{what}")
+            for what in ("allocations", "evaluations", "summary")
+        ]
         shown += [reader.get("/v1/jobs", params={"meta": "true"}), reader.get("/v1/allocations")]
         with reader.stream("GET", "/v1/event/stream", params={"index": "1"}, timeout=10) as events:
             for line in events.iter_lines():
@@ -224,15 +262,25 @@ async def test_the_secret_is_in_the_jobs_variable_and_nowhere_in_the_job(stand_i
         assert reader.get(f"/v1/var/{secret_path(job_id)}").status_code == 403
         # The sandbox works end to end: a command runs through its rocklet, which has the secret.
         result = await engine.rocklet(record.sandbox_id).execute(
-            Command(command=["sh", "-c", "echo ran; env | grep -c ROCK_ROCKLET_TOKEN || true"]))
-        assert result.exit_code == 0 and result.stdout.split() == ["ran", "0"]  # commands do not inherit it
+            Command(command=["sh", "-c", "echo ran; env | grep -c ROCK_ROCKLET_TOKEN || true"])
+        )
+        assert result.exit_code == 0 and result.stdout.split() == [
+            "ran",
+            "0",
+        ]  # commands do not inherit it
         # The rocklet where the node publishes it (the engine's port_mapping is its own forward).
-        unit = await engine.runtime.inspect(UnitHandle(runtime="nomad", unit_id=job_id, sandbox_id=record.sandbox_id))
+        unit = await engine.runtime.inspect(
+            UnitHandle(runtime="nomad", unit_id=job_id, sandbox_id=record.sandbox_id)
+        )
         assert unit.rocklet_host == record.host_ip
-        wrong = RockletClient(engine.http, unit.rocklet_host, unit.rocklet_port, record.sandbox_id, token="not-it")
+        wrong = RockletClient(
+            engine.http, unit.rocklet_host, unit.rocklet_port, record.sandbox_id, token="not-it"
+        )
         with pytest.raises(InternalServerRockError, match="refused .*secret for it is wrong"):
             await wrong.execute(Command(command=["echo", "no"]))
-        await engine.stop(record.sandbox_id)  # deleted at once (no auto_delete_seconds): the job purged
+        await engine.stop(
+            record.sandbox_id
+        )  # deleted at once (no auto_delete_seconds): the job purged
         await engine.delete(record.sandbox_id)
 
         async def secret_gone() -> bool:

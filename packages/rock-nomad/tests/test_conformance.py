@@ -11,10 +11,10 @@ import io
 import anyio
 import httpx
 import pytest
+
 from rock_core.rocklet_delivery import prepare_rocklet
 from rock_core.runtime import UnitHandle
 from rock_core.testing import RuntimeConformance
-
 from rock_nomad.runtime import NomadRuntime
 from rock_nomad.testing import StandInNomad
 from rock_nomad.testing.contract import ArtifactServer
@@ -46,13 +46,13 @@ class TestNomadRuntimeConformance(RuntimeConformance):
         served = tmp_path_factory.mktemp("rocklet")
         artifacts = ArtifactServer(served, "127.0.0.1")
         try:
-            delivery = await anyio.to_thread.run_sync(
-                lambda: prepare_rocklet(served, url=None)
-            )
+            delivery = await anyio.to_thread.run_sync(lambda: prepare_rocklet(served, url=None))
             # Serve the file where the delivery says: <served>/<hash>/rocklet.pyz.
             url = f"{artifacts.url}/{delivery.path.parent.name}/{delivery.path.name}"
             async with NomadRuntime(address=nomad.address) as runtime:
-                runtime.use_rocklet(type(delivery)(path=delivery.path, sha256=delivery.sha256, url=url))
+                runtime.use_rocklet(
+                    type(delivery)(path=delivery.path, sha256=delivery.sha256, url=url)
+                )
                 yield runtime
         finally:
             artifacts.close()
@@ -66,7 +66,9 @@ class TestNomadRuntimeConformance(RuntimeConformance):
     @classmethod
     def image_without_python(cls, docker_client):
         dockerfile = f"FROM {IMAGE}\nRUN rm -f /usr/bin/python3* /usr/local/bin/python3* /usr/bin/python /usr/local/bin/python\n"
-        docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True, pull=False)
+        docker_client.images.build(
+            fileobj=io.BytesIO(dockerfile.encode()), tag=NO_PYTHON_IMAGE, rm=True, pull=False
+        )
         return NO_PYTHON_IMAGE
 
     @pytest.fixture(autouse=True)
@@ -101,7 +103,9 @@ class TestNomadRuntimePollingConformance(TestNomadRuntimeConformance):
             delivery = await anyio.to_thread.run_sync(lambda: prepare_rocklet(served, url=None))
             url = f"{artifacts.url}/{delivery.path.parent.name}/{delivery.path.name}"
             async with NomadRuntime(address=nomad.address, event_stream=False) as runtime:
-                runtime.use_rocklet(type(delivery)(path=delivery.path, sha256=delivery.sha256, url=url))
+                runtime.use_rocklet(
+                    type(delivery)(path=delivery.path, sha256=delivery.sha256, url=url)
+                )
                 yield runtime
                 assert runtime._feed is None or runtime._feed.frames == 0
         finally:

@@ -27,16 +27,26 @@ def stand_in(docker_client):
 
 @pytest.fixture
 def stand_in_target(stand_in) -> NomadTarget:
-    return NomadTarget(address=stand_in.address, token=stand_in.management_token, acl=True,
-                       label="the stand-in", extra={"stand_in": stand_in})
+    return NomadTarget(
+        address=stand_in.address,
+        token=stand_in.management_token,
+        acl=True,
+        label="the stand-in",
+        extra={"stand_in": stand_in},
+    )
 
 
 @pytest.fixture
 def agent_target() -> NomadTarget:
     address = os.environ["NOMAD_ADDR"]
     token = os.environ.get("NOMAD_TOKEN") or None
-    return NomadTarget(address=address, token=token, acl=token is not None, label=f"the agent at {address}",
-                       image=os.environ.get("ROCK_NOMAD_TEST_IMAGE", "rock-test/python:3.11"))
+    return NomadTarget(
+        address=address,
+        token=token,
+        acl=token is not None,
+        label=f"the agent at {address}",
+        image=os.environ.get("ROCK_NOMAD_TEST_IMAGE", "rock-test/python:3.11"),
+    )
 
 
 class TestStandInContract(NomadApiContract):
@@ -66,9 +76,13 @@ if os.environ.get("NOMAD_ADDR"):
 else:
 
     def test_the_contract_against_a_real_nomad_agent() -> None:
-        pytest.skip("NOMAD_ADDR is not set: no real Nomad agent to check the contract against "
-                    "(TestStandInContract runs the same suite against the stand-in)")
+        pytest.skip(
+            "NOMAD_ADDR is not set: no real Nomad agent to check the contract against "
+            "(TestStandInContract runs the same suite against the stand-in)"
+        )
 
     def test_the_contract_through_python_nomad_against_a_real_nomad_agent() -> None:
-        pytest.skip("NOMAD_ADDR is not set: no real Nomad agent to drive through python-nomad "
-                    "(TestStandInThroughPythonNomad runs the same suite against the stand-in)")
+        pytest.skip(
+            "NOMAD_ADDR is not set: no real Nomad agent to drive through python-nomad "
+            "(TestStandInThroughPythonNomad runs the same suite against the stand-in)"
+        )

@@ -20,11 +20,11 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock_core.actions import Command, SandboxStartRequest
 from rock_core.errors import InvalidParameter, RockError
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.states import State
-
 from rock_nomad.testing import StandInNomad
 from rock_nomad.testing.fixtures import stand_in_nomad_factory  # noqa: F401 - fixture
 
@@ -34,8 +34,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 SMALL = {"image": IMAGE, "memory": "256m", "cpus": 0.5, "disk": None}
 #: A web server on every address of the sandbox, port 8080, serving a page only it has.
-_SERVE = ("mkdir -p /srv && cd /srv && echo 'secret page of {name}' > index.html && "
-          "(nohup python3 -m http.server 8080 --bind 0.0.0.0 >/tmp/web.log 2>&1 &) && echo started")
+_SERVE = (
+    "mkdir -p /srv && cd /srv && echo 'secret page of {name}' > index.html && "
+    "(nohup python3 -m http.server 8080 --bind 0.0.0.0 >/tmp/web.log 2>&1 &) && echo started"
+)
 #: Connect to argv[1]:argv[2] and GET /; print the answer's first line, or why it failed.
 _PROBE = """
 import socket, sys
@@ -78,13 +80,17 @@ def _address_on_its_network(container: Any) -> str:
 
 
 async def _probe(engine: Any, sandbox_id: str, host: str, port: int) -> str:
-    result = await engine.rocklet(sandbox_id).execute(Command(command=["python3", "-c", _PROBE, host, str(port)], timeout=30))
+    result = await engine.rocklet(sandbox_id).execute(
+        Command(command=["python3", "-c", _PROBE, host, str(port)], timeout=30)
+    )
     assert result.exit_code == 0, result.stderr
     return result.stdout.strip()
 
 
 async def _serve(engine: Any, sandbox_id: str) -> None:
-    started = await engine.rocklet(sandbox_id).execute(Command(command=["sh", "-c", _SERVE.format(name=sandbox_id)]))
+    started = await engine.rocklet(sandbox_id).execute(
+        Command(command=["sh", "-c", _SERVE.format(name=sandbox_id)])
+    )
     assert started.exit_code == 0, started.stderr
 
 
@@ -97,7 +103,9 @@ async def _answered_inside(engine: Any, sandbox_id: str, host: str) -> str:
     raise AssertionError(f"the web server of {sandbox_id} never answered at {host}:8080: {seen}")
 
 
-async def test_a_sandbox_cannot_reach_another_sandboxs_service(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_a_sandbox_cannot_reach_another_sandboxs_service(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=1)  # one node: both sandboxes on the same host's Docker
     async with engine_on(nomad) as engine:
         attacker = (await engine.start(SandboxStartRequest(**SMALL))).record
@@ -106,18 +114,26 @@ async def test_a_sandbox_cannot_reach_another_sandboxs_service(stand_in_nomad_fa
         await _serve(engine, victim.sandbox_id)
         victim_ip = _address_on_its_network(_container(nomad, victim.unit_id))
         # The victim's service answers on that address, inside the victim: it is there to reach.
-        assert (await _answered_inside(engine, victim.sandbox_id, victim_ip)).endswith(f"secret page of {victim.sandbox_id}")
+        assert (await _answered_inside(engine, victim.sandbox_id, victim_ip)).endswith(
+            f"secret page of {victim.sandbox_id}"
+        )
         # From the attacker's sandbox, the same address and port: no connection.
         seen = await _probe(engine, attacker.sandbox_id, victim_ip, 8080)
-        assert seen.startswith("failed"), f"a sandbox reached another sandbox's service on its node: {seen}"
+        assert seen.startswith("failed"), (
+            f"a sandbox reached another sandbox's service on its node: {seen}"
+        )
         # Nor the victim's rocklet (22555) on that address.
         seen = await _probe(engine, attacker.sandbox_id, victim_ip, 22555)
-        assert seen.startswith("failed"), f"a sandbox reached another sandbox's rocklet on its node: {seen}"
+        assert seen.startswith("failed"), (
+            f"a sandbox reached another sandbox's rocklet on its node: {seen}"
+        )
         for record in (attacker, victim):
             await engine.stop(record.sandbox_id)
 
 
-async def test_only_the_rocklet_is_published_on_the_node_address(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_only_the_rocklet_is_published_on_the_node_address(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=1)
     async with engine_on(nomad) as engine:
         status = await engine.start(SandboxStartRequest(**SMALL))
@@ -125,8 +141,14 @@ async def test_only_the_rocklet_is_published_on_the_node_address(stand_in_nomad_
         await _serve(engine, record.sandbox_id)
         await _answered_inside(engine, record.sandbox_id, "127.0.0.1")
         container = _container(nomad, record.unit_id)
-        bindings = {port: found for port, found in (container.attrs["NetworkSettings"]["Ports"] or {}).items() if found}
-        published = [(b["HostIp"], int(b["HostPort"])) for found in bindings.values() for b in found]
+        bindings = {
+            port: found
+            for port, found in (container.attrs["NetworkSettings"]["Ports"] or {}).items()
+            if found
+        }
+        published = [
+            (b["HostIp"], int(b["HostPort"])) for found in bindings.values() for b in found
+        ]
         # Every port the node publishes for the sandbox, asked as anyone on the network would.
         async with httpx.AsyncClient(trust_env=False) as http:
             for host, port in published:
@@ -134,30 +156,44 @@ async def test_only_the_rocklet_is_published_on_the_node_address(stand_in_nomad_
                     page = await http.get(f"http://{host}:{port}/index.html", timeout=10)
                 except httpx.TransportError:
                     continue
-                assert "secret page" not in page.text, f"the sandbox's 8080 is published on the node at {host}:{port}"
+                assert "secret page" not in page.text, (
+                    f"the sandbox's 8080 is published on the node at {host}:{port}"
+                )
         assert set(bindings) == {"22555/tcp"}, f"published on the node: {bindings}"
         [(host, port)] = published
         assert host == record.host_ip
         # The rocklet there refuses a caller without the sandbox's secret.
         async with httpx.AsyncClient(trust_env=False) as http:
-            refused = await http.post(f"http://{host}:{port}/execute", json={"command": ["id"]}, timeout=10)
+            refused = await http.post(
+                f"http://{host}:{port}/execute", json={"command": ["id"]}, timeout=10
+            )
             assert refused.status_code == 401
-            wrong = await http.post(f"http://{host}:{port}/execute", json={"command": ["id"]},
-                                    headers={TOKEN_HEADER: "not-the-secret"}, timeout=10)
+            wrong = await http.post(
+                f"http://{host}:{port}/execute",
+                json={"command": ["id"]},
+                headers={TOKEN_HEADER: "not-the-secret"},
+                timeout=10,
+            )
             assert wrong.status_code == 401
         # ROCK's port_mapping still has 8080 (and 22555 when the engine forwards it): the
         # engine's forwards on 127.0.0.1, carried through the rocklet; the page answers there.
         assert 8080 in record.port_mapping, record.port_mapping
         async with httpx.AsyncClient(trust_env=False) as http:
-            page = await http.get(f"http://127.0.0.1:{record.port_mapping[8080]}/index.html", timeout=10)
+            page = await http.get(
+                f"http://127.0.0.1:{record.port_mapping[8080]}/index.html", timeout=10
+            )
             assert page.text == f"secret page of {record.sandbox_id}\n"
             if 22555 in record.port_mapping:
-                alive = await http.get(f"http://127.0.0.1:{record.port_mapping[22555]}/is_alive", timeout=10)
+                alive = await http.get(
+                    f"http://127.0.0.1:{record.port_mapping[22555]}/is_alive", timeout=10
+                )
                 assert alive.json()["is_alive"] is True
         await engine.stop(record.sandbox_id)
 
 
-async def test_a_node_not_prepared_for_rock_gets_no_sandbox(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_a_node_not_prepared_for_rock_gets_no_sandbox(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     """A node without the isolated network (and its meta) would put the sandbox on Docker's
     bridge among others: the job is never placed there, and the start says which setting and
     which node meta are missing."""
@@ -167,18 +203,26 @@ async def test_a_node_not_prepared_for_rock_gets_no_sandbox(stand_in_nomad_facto
             await engine.start(SandboxStartRequest(**SMALL))
     message = str(caught.value)
     assert "${meta.rock_sandbox_network} = rock-sandboxes" in message, message
-    assert "filtered 2 node(s)" in message and "deploy/nomad" in message and "plugins.nomad.sandbox_network" in message
+    assert (
+        "filtered 2 node(s)" in message
+        and "deploy/nomad" in message
+        and "plugins.nomad.sandbox_network" in message
+    )
     assert nomad.containers() == []
 
 
-async def test_a_network_group_is_refused_naming_the_field_and_the_runtime(stand_in_nomad_factory, engine_on) -> None:  # noqa: F811
+async def test_a_network_group_is_refused_naming_the_field_and_the_runtime(
+    stand_in_nomad_factory, engine_on
+) -> None:  # noqa: F811
     nomad = stand_in_nomad_factory(nodes=1)
     async with engine_on(nomad) as engine:
         with pytest.raises(InvalidParameter) as caught:
             await engine.start(SandboxStartRequest(**SMALL, network_group="team-a"))
         message = str(caught.value)
         assert "network_group" in message and "'nomad'" in message, message
-        assert httpx.get(f"{nomad.address}/v1/jobs").json() == [], "a refused sandbox's job was registered"
+        assert httpx.get(f"{nomad.address}/v1/jobs").json() == [], (
+            "a refused sandbox's job was registered"
+        )
         # The same request without the group starts.
         status = await engine.start(SandboxStartRequest(**SMALL))
         assert status.state is State.RUNNING

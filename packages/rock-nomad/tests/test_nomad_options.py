@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InvalidParameter
@@ -25,12 +26,24 @@ def _engine(options: dict[str, Any]) -> SandboxManager:
         ({"api_timeout": "soon"}, "api_timeout", "soon", "expected a number, got 'soon'"),
         ({"event_stream": "maybe"}, "event_stream", "maybe", "expected true or false, got 'maybe'"),
         ({"datacenters": 5}, "datacenters", 5, "expected a list, got 5"),
-        ({"job_prefix": "a b"}, "job_prefix", "a b", "expected 1 to 32 letters, digits, '-', '_' or '~'"),
-        ({"sandbox_network": "bridge"}, "sandbox_network", "bridge", "not Docker's own bridge, host or none, got 'bridge'"),
+        (
+            {"job_prefix": "a b"},
+            "job_prefix",
+            "a b",
+            "expected 1 to 32 letters, digits, '-', '_' or '~'",
+        ),
+        (
+            {"sandbox_network": "bridge"},
+            "sandbox_network",
+            "bridge",
+            "not Docker's own bridge, host or none, got 'bridge'",
+        ),
         ({"namespace": 7}, "namespace", 7, "expected a string, got 7"),
     ],
 )
-def test_a_bad_setting_is_refused_by_the_engine_naming_it(options: dict[str, Any], key: str, value: object, said: str) -> None:
+def test_a_bad_setting_is_refused_by_the_engine_naming_it(
+    options: dict[str, Any], key: str, value: object, said: str
+) -> None:
     with pytest.raises(InvalidParameter) as info:
         _engine(options)
     assert info.value.message.startswith(f"plugins.nomad.{key}: ")
@@ -45,10 +58,22 @@ def test_every_bad_setting_is_named_at_once() -> None:
 
 
 def test_settings_given_as_text_are_read_as_their_types(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, text in {"PRIORITY": "70", "DATACENTERS": "dc1, dc2", "EVENT_STREAM": "off", "NOFILE_LIMIT": "4096",
-                      "KILL_TIMEOUT": "2.5", "TLS_SKIP_VERIFY": "yes"}.items():
+    for key, text in {
+        "PRIORITY": "70",
+        "DATACENTERS": "dc1, dc2",
+        "EVENT_STREAM": "off",
+        "NOFILE_LIMIT": "4096",
+        "KILL_TIMEOUT": "2.5",
+        "TLS_SKIP_VERIFY": "yes",
+    }.items():
         monkeypatch.setenv(f"ROCK_PLUGIN_NOMAD_{key}", text)
     runtime = _engine({}).runtime
     assert isinstance(runtime, NomadRuntime)
-    assert (runtime.priority, runtime.datacenters, runtime.use_event_stream, runtime.nofile_limit,
-            runtime.kill_timeout, runtime.tls_skip_verify) == (70, ("dc1", "dc2"), False, 4096, 2.5, True)
+    assert (
+        runtime.priority,
+        runtime.datacenters,
+        runtime.use_event_stream,
+        runtime.nofile_limit,
+        runtime.kill_timeout,
+        runtime.tls_skip_verify,
+    ) == (70, ("dc1", "dc2"), False, 4096, 2.5, True)

@@ -26,7 +26,11 @@ def test_the_rock_entry_point_registers_the_nomad_runtime():
 
 def test_the_testing_extra_names_the_stand_ins_libraries():
     requires = distribution("rock-nomad").requires or []
-    testing = {r.split(">")[0].split("=")[0].strip() for r in requires if "extra == 'testing'" in r.replace('"', "'")}
+    testing = {
+        r.split(">")[0].split("=")[0].strip()
+        for r in requires
+        if "extra == 'testing'" in r.replace('"', "'")
+    }
     # python-nomad: the contract suite also drives the API through it (python_nomad_contract).
     assert testing == {"starlette", "uvicorn", "docker", "httpx", "pytest", "python-nomad"}
 
@@ -37,5 +41,7 @@ def test_importing_rock_nomad_loads_no_testing_library():
         "print(sorted(m for m in ('starlette', 'uvicorn', 'docker', 'nomad', 'requests', 'rock_nomad.testing') "
         "if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"

@@ -26,7 +26,9 @@ def test_the_newest_six_versions_are_kept(stand_in_nomad: StandInNomad) -> None:
         response = http.get(f"/v1/job/{job_id}/versions")
         assert response.status_code == 200
         versions = response.json()["Versions"]
-        assert [(v["Version"], v["Meta"]["n"]) for v in versions] == [(7 - k, str(7 - k)) for k in range(6)]
+        assert [(v["Version"], v["Meta"]["n"]) for v in versions] == [
+            (7 - k, str(7 - k)) for k in range(6)
+        ]
         assert int(response.headers["X-Nomad-Index"]) > 0
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from rock.actions import CloseBashSessionRequest, CreateBashSessionRequest
 from rock.sdk import close_embedded_engine, get_embedded_engine
 from rock.sdk._engine import get_remote_engine
@@ -82,7 +83,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = item.name.split("[")[0]
         module = item.path.name
         if module in DOCKER_ONLY_MODULES:
-            item.add_marker(pytest.mark.skip(reason=f"Docker runtime only: {DOCKER_ONLY_MODULES[module]}"))
+            item.add_marker(
+                pytest.mark.skip(reason=f"Docker runtime only: {DOCKER_ONLY_MODULES[module]}")
+            )
         elif name in DOCKER_ONLY:
             item.add_marker(pytest.mark.skip(reason=f"Docker runtime only: {DOCKER_ONLY[name]}"))
 
@@ -95,7 +98,9 @@ def unique_id(prefix: str = "rock-sdk") -> str:
 def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
     """Every container (running or not) of ``sandbox_id``, found by rock's label."""
     # ignore_removed: a container removed between Docker's list and its inspect is simply gone.
-    return docker_client.containers.list(all=True, filters={"label": f"{_SANDBOX_LABEL}={sandbox_id}"}, ignore_removed=True)
+    return docker_client.containers.list(
+        all=True, filters={"label": f"{_SANDBOX_LABEL}={sandbox_id}"}, ignore_removed=True
+    )
 
 
 @attrs.frozen
@@ -140,7 +145,11 @@ def _healthy(url: str) -> bool:
 
 
 def launch_admin(
-    state_dir: Path, *, config: str | None = None, port: int | None = None, env: Mapping[str, str] | None = None
+    state_dir: Path,
+    *,
+    config: str | None = None,
+    port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> AdminServer:
     """Start ``rock admin serve`` on 127.0.0.1 with its state (and ``config`` TOML) in ``state_dir``.
 
@@ -157,8 +166,12 @@ def launch_admin(
     environ.pop("ROCK_BASE_URL", None)
     log_file = state_dir / "admin.log"
     with open(log_file, "ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True)
-    server = AdminServer(url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process)
+        process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=environ, start_new_session=True
+        )
+    server = AdminServer(
+        url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process
+    )
     deadline = time.monotonic() + 60
     while not _healthy(server.url):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -179,7 +192,9 @@ def stop_admin(server: AdminServer, docker_client: Any) -> None:
             process.kill()
             process.wait()
     owner = f"admin:{server.state_dir / 'rock.db'}"
-    for container in docker_client.containers.list(all=True, sparse=True, filters={"label": f"{LABEL_OWNER}={owner}"}):
+    for container in docker_client.containers.list(
+        all=True, sparse=True, filters={"label": f"{LABEL_OWNER}={owner}"}
+    ):
         try:
             container.remove(force=True)
         except Exception:  # noqa: BLE001 - removed by the admin meanwhile
@@ -213,7 +228,9 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Itera
         yield AdminServer(url=given.rstrip("/"), state_dir=Path(), log_file=Path(), process=None)
         return
     rock = _rock_command()
-    probe = subprocess.run([*rock, "admin", "serve", "--help"], capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [*rock, "admin", "serve", "--help"], capture_output=True, text=True, timeout=120
+    )
     if probe.returncode != 0:
         pytest.fail(
             "the `rock admin serve` command is missing, so the remote-mode tests cannot start an admin "
@@ -227,7 +244,9 @@ def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Itera
             from rock_nomad.testing import StandInNomad
 
             # Roomy nodes: the suite's sandboxes ask 512 MB each, several at once.
-            nomad = stack.enter_context(StandInNomad(nodes=3, node_cpu=64000, node_cores=16, node_memory=65536))
+            nomad = stack.enter_context(
+                StandInNomad(nodes=3, node_cpu=64000, node_cores=16, node_memory=65536)
+            )
             config += f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{nomad.address}"\n'
         server = launch_admin(tmp_path_factory.mktemp("rock-admin"), config=config)
         yield server
@@ -280,10 +299,14 @@ def anyio_backend() -> str:
 def engine(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     """The process-wide embedded engine (remote mode: the admin's ``RemoteEngine``); the embedded
     engine is closed at the end, which must leave no container behind."""
-    yield get_remote_engine(request.getfixturevalue("admin").url) if REMOTE else get_embedded_engine()
+    yield (
+        get_remote_engine(request.getfixturevalue("admin").url) if REMOTE else get_embedded_engine()
+    )
     close_embedded_engine()
     left = eventually_empty(
-        lambda: docker_client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"}, ignore_removed=True)
+        lambda: docker_client.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"}, ignore_removed=True
+        )
     )
     assert left == [], f"containers left behind by the SDK tests: {[c.name for c in left]}"
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock.admin.auth import TENANT_METADATA_KEY, hash_key
 from rock.admin.config import load_settings
 from rock_core.errors import InvalidParameter
@@ -33,8 +34,18 @@ KEY_A = "key-a-" + uuid.uuid4().hex  # configured in the file, as its sha256
 KEY_B = "key-b-" + uuid.uuid4().hex  # configured through ROCK_ADMIN_API_KEYS, as plain text
 KEY_OPS = "key-ops-" + uuid.uuid4().hex  # in the file, allowed the host's network
 WRONG_KEY = "key-x-" + uuid.uuid4().hex
-IDENTITY_A = {"X-User-Id": "ann", "X-Experiment-Id": "exp-a", "X-Namespace": "ns-a", "X-Cluster": "c-a"}
-IDENTITY_B = {"X-User-Id": "bob", "X-Experiment-Id": "exp-b", "X-Namespace": "ns-b", "X-Cluster": "c-b"}
+IDENTITY_A = {
+    "X-User-Id": "ann",
+    "X-Experiment-Id": "exp-a",
+    "X-Namespace": "ns-a",
+    "X-Cluster": "c-a",
+}
+IDENTITY_B = {
+    "X-User-Id": "bob",
+    "X-Experiment-Id": "exp-b",
+    "X-Namespace": "ns-b",
+    "X-Cluster": "c-b",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,20 +54,32 @@ IDENTITY_B = {"X-User-Id": "bob", "X-Experiment-Id": "exp-b", "X-Namespace": "ns
 
 def test_keys_from_file_and_environment_add_up_and_only_hashes_are_kept(tmp_path: Path) -> None:
     config = tmp_path / "admin.toml"
-    config.write_text(f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, '
-                      f'{{ tenant = "c", key = "{WRONG_KEY}" }}]\n')
-    settings = load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ADMIN_API_KEYS": f"b={KEY_B}"})
+    config.write_text(
+        f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, '
+        f'{{ tenant = "c", key = "{WRONG_KEY}" }}]\n'
+    )
+    settings = load_settings(
+        config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ADMIN_API_KEYS": f"b={KEY_B}"}
+    )
     assert {(k.tenant, k.sha256) for k in settings.api_keys} == {
-        ("a", hash_key(KEY_A)), ("b", hash_key(KEY_B)), ("c", hash_key(WRONG_KEY)),
+        ("a", hash_key(KEY_A)),
+        ("b", hash_key(KEY_B)),
+        ("c", hash_key(WRONG_KEY)),
     }
     for key in (KEY_B, WRONG_KEY):
         assert key not in repr(settings)
 
 
 def test_environment_accepts_hashes_too(tmp_path: Path) -> None:
-    env = {"ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_ADMIN_API_KEYS": f" a=sha256:{hash_key(KEY_A)} , b={KEY_B},"}
+    env = {
+        "ROCK_ADMIN_STATE_DIR": str(tmp_path),
+        "ROCK_ADMIN_API_KEYS": f" a=sha256:{hash_key(KEY_A)} , b={KEY_B},",
+    }
     settings = load_settings(environ=env)
-    assert [(k.tenant, k.sha256) for k in settings.api_keys] == [("a", hash_key(KEY_A)), ("b", hash_key(KEY_B))]
+    assert [(k.tenant, k.sha256) for k in settings.api_keys] == [
+        ("a", hash_key(KEY_A)),
+        ("b", hash_key(KEY_B)),
+    ]
 
 
 def test_no_keys_by_default(tmp_path: Path) -> None:
@@ -83,11 +106,18 @@ def test_bad_keys_are_refused_without_echoing_them(tmp_path: Path, value: str, n
 
 def test_allow_host_network_on_a_key_must_be_a_boolean(tmp_path: Path) -> None:
     config = tmp_path / "admin.toml"
-    config.write_text(f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = "yes" }}]\n')
-    with pytest.raises(InvalidParameter, match=r"admin\.api_keys\[0\]\.allow_host_network: expected true or false, got 'yes'") as info:
+    config.write_text(
+        f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = "yes" }}]\n'
+    )
+    with pytest.raises(
+        InvalidParameter,
+        match=r"admin\.api_keys\[0\]\.allow_host_network: expected true or false, got 'yes'",
+    ) as info:
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
     assert KEY_A not in str(info.value)
-    config.write_text(f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = true }}]\n')
+    config.write_text(
+        f'[admin]\napi_keys = [{{ tenant = "t", key = "{KEY_A}", allow_host_network = true }}]\n'
+    )
     (key,) = load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)}).api_keys
     assert key.allow_host_network is True
 
@@ -95,9 +125,13 @@ def test_allow_host_network_on_a_key_must_be_a_boolean(tmp_path: Path) -> None:
 def test_bad_file_entries_are_refused(tmp_path: Path) -> None:
     config = tmp_path / "admin.toml"
     config.write_text('[admin]\napi_keys = [{ tenant = "a", sha256 = "not-hex" }]\n')
-    with pytest.raises(InvalidParameter, match=r"admin\.api_keys\[0\]\.sha256: expected 64 hex digits"):
+    with pytest.raises(
+        InvalidParameter, match=r"admin\.api_keys\[0\]\.sha256: expected 64 hex digits"
+    ):
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
-    config.write_text(f'[admin]\napi_keys = [{{ tenant = "a", key = "{KEY_A}", sha256 = "{hash_key(KEY_A)}" }}]\n')
+    config.write_text(
+        f'[admin]\napi_keys = [{{ tenant = "a", key = "{KEY_A}", sha256 = "{hash_key(KEY_A)}" }}]\n'
+    )
     with pytest.raises(InvalidParameter, match="exactly one of") as info:
         load_settings(config, environ={"ROCK_ADMIN_STATE_DIR": str(tmp_path)})
     assert KEY_A not in str(info.value)
@@ -105,7 +139,11 @@ def test_bad_file_entries_are_refused(tmp_path: Path) -> None:
 
 def test_hash_helper_refuses_a_bad_tenant_naming_it() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rock.admin.auth", "team a"], input=KEY_A, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rock.admin.auth", "team a"],
+        input=KEY_A,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.startswith("tenant: expected a name of letters, digits")
@@ -114,7 +152,11 @@ def test_hash_helper_refuses_a_bad_tenant_naming_it() -> None:
 
 def test_hash_helper_prints_an_entry_for_a_key() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rock.admin.auth", "team-a"], input=KEY_A, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "rock.admin.auth", "team-a"],
+        input=KEY_A,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f'{{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }}'
@@ -126,7 +168,9 @@ def test_hash_helper_prints_an_entry_for_a_key() -> None:
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[Any]:
+def admin(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any
+) -> Iterator[Any]:
     """The module's admin, with key A in its config file and key B in its environment (its log
     at debug level, with the access log on); its sandboxes' containers are removed at the end."""
     launch_admin, stop_admin = admin_launcher
@@ -183,7 +227,10 @@ def sandboxes(admin: Any, http_a: httpx.Client, http_b: httpx.Client) -> tuple[s
     ids = []
     for http, prefix in ((http_a, "auth-a"), (http_b, "auth-b")):
         sandbox_id = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        assert ok(http, "POST", "start", json={**SMALL, "sandbox_id": sandbox_id})["sandbox_id"] == sandbox_id
+        assert (
+            ok(http, "POST", "start", json={**SMALL, "sandbox_id": sandbox_id})["sandbox_id"]
+            == sandbox_id
+        )
         ids.append(sandbox_id)
     return ids[0], ids[1]
 
@@ -206,13 +253,24 @@ def test_the_rocklet_is_served_to_any_host_with_its_checksum(admin: Any) -> None
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"X-API-Key": WRONG_KEY}, {"Authorization": f"Bearer {WRONG_KEY}"}, {"Authorization": f"Basic {KEY_A}"}],
+    [
+        {},
+        {"X-API-Key": WRONG_KEY},
+        {"Authorization": f"Bearer {WRONG_KEY}"},
+        {"Authorization": f"Basic {KEY_A}"},
+    ],
     ids=["none", "unknown", "unknown-bearer", "not-bearer"],
 )
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", f"{PREFIX}/sandboxes"), ("POST", f"{PREFIX}/start_async"), ("GET", f"{PREFIX}/get_status"),
-     ("GET", "/metrics"), ("GET", "/openapi.json"), ("GET", "/no/such/path")],
+    [
+        ("GET", f"{PREFIX}/sandboxes"),
+        ("POST", f"{PREFIX}/start_async"),
+        ("GET", f"{PREFIX}/get_status"),
+        ("GET", "/metrics"),
+        ("GET", "/openapi.json"),
+        ("GET", "/no/such/path"),
+    ],
 )
 def test_a_missing_or_unknown_key_is_401_with_rocks_envelope(
     admin: Any, headers: dict[str, str], method: str, path: str
@@ -230,17 +288,34 @@ def test_a_missing_or_unknown_key_is_401_with_rocks_envelope(
         assert secret not in str(response.headers)
 
 
-def test_each_key_sees_only_its_own_sandboxes(http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]) -> None:
+def test_each_key_sees_only_its_own_sandboxes(
+    http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]
+) -> None:
     a, b = sandboxes
     assert [s["sandbox_id"] for s in ok(http_a, "GET", "sandboxes")["items"]] == [a]
     listing = ok(http_b, "GET", "sandboxes")
-    assert ([s["sandbox_id"] for s in listing["items"]], listing["total"], listing["has_more"]) == ([b], 1, False)
-    assert ok(http_a, "GET", "get_status", params={"sandbox_id": a})["metadata"][TENANT_METADATA_KEY] == "team-a"
-    assert [s["sandbox_id"] for s in ok(http_a, "POST", "sandboxes/batch", json={"sandbox_ids": [a, b]})["statuses"]] == [a]
-    assert [s["sandbox_id"] for s in ok(http_b, "POST", "sandboxes/batch", json={"sandbox_ids": [a, b]})["statuses"]] == [b]
+    assert ([s["sandbox_id"] for s in listing["items"]], listing["total"], listing["has_more"]) == (
+        [b],
+        1,
+        False,
+    )
+    assert (
+        ok(http_a, "GET", "get_status", params={"sandbox_id": a})["metadata"][TENANT_METADATA_KEY]
+        == "team-a"
+    )
+    assert [
+        s["sandbox_id"]
+        for s in ok(http_a, "POST", "sandboxes/batch", json={"sandbox_ids": [a, b]})["statuses"]
+    ] == [a]
+    assert [
+        s["sandbox_id"]
+        for s in ok(http_b, "POST", "sandboxes/batch", json={"sandbox_ids": [a, b]})["statuses"]
+    ] == [b]
 
 
-def _same_answer(http: httpx.Client, method: str, route: str, foreign: str, **kw: Any) -> dict[str, Any]:
+def _same_answer(
+    http: httpx.Client, method: str, route: str, foreign: str, **kw: Any
+) -> dict[str, Any]:
     """Call ``route`` for ``foreign`` and for an id nobody has; the answers must match but for the id."""
     unknown = f"nobody-{uuid.uuid4().hex[:12]}"
 
@@ -253,7 +328,9 @@ def _same_answer(http: httpx.Client, method: str, route: str, foreign: str, **kw
         return envelope_of(http.request(method, f"{PREFIX}/{route}", **args))
 
     answer = ask(foreign)
-    assert json.dumps(answer).replace(foreign, "ID") == json.dumps(ask(unknown)).replace(unknown, "ID"), route
+    assert json.dumps(answer).replace(foreign, "ID") == json.dumps(ask(unknown)).replace(
+        unknown, "ID"
+    ), route
     return answer
 
 
@@ -262,41 +339,98 @@ def test_another_keys_sandbox_answers_as_an_unknown_id(
 ) -> None:
     a, b = sandboxes
     status = _same_answer(http_a, "GET", "get_status", b)
-    assert status["status"] == "Failed" and status["result"]["code"] == 4004 and "not found" in status["error"]
-    assert _same_answer(http_a, "GET", "get_status", b, params={"include_all_states": "true"})["result"]["code"] == 4004
-    assert _same_answer(http_a, "POST", "execute", b, json={"command": "echo hi"})["result"]["code"] == 4004
-    assert _same_answer(http_a, "POST", "create_session", b, json={"session": "s"})["result"]["code"] == 4004
-    assert _same_answer(http_a, "POST", "read_file", b, json={"path": "/etc/hostname"})["result"]["code"] == 4004
+    assert (
+        status["status"] == "Failed"
+        and status["result"]["code"] == 4004
+        and "not found" in status["error"]
+    )
+    assert (
+        _same_answer(http_a, "GET", "get_status", b, params={"include_all_states": "true"})[
+            "result"
+        ]["code"]
+        == 4004
+    )
+    assert (
+        _same_answer(http_a, "POST", "execute", b, json={"command": "echo hi"})["result"]["code"]
+        == 4004
+    )
+    assert (
+        _same_answer(http_a, "POST", "create_session", b, json={"session": "s"})["result"]["code"]
+        == 4004
+    )
+    assert (
+        _same_answer(http_a, "POST", "read_file", b, json={"path": "/etc/hostname"})["result"][
+            "code"
+        ]
+        == 4004
+    )
     assert _same_answer(http_a, "GET", "get_sandbox_statistics", b)["result"]["code"] == 4004
     assert _same_answer(http_a, "POST", "restart", b)["result"]["code"] == 4004
     assert _same_answer(http_a, "GET", "is_alive", b)["result"]["is_alive"] is False
     # ROCK answers stop and delete of an unknown id with success; they must not act.
     assert _same_answer(http_a, "POST", "stop", b)["status"] == "Success"
     assert _same_answer(http_a, "POST", "delete", b)["status"] == "Success"
-    upload = envelope_of(http_a.post(f"{PREFIX}/upload", files={"file": ("a.txt", b"x")},
-                                     data={"sandbox_id": b, "target_path": "/tmp/a.txt"}))
+    upload = envelope_of(
+        http_a.post(
+            f"{PREFIX}/upload",
+            files={"file": ("a.txt", b"x")},
+            data={"sandbox_id": b, "target_path": "/tmp/a.txt"},
+        )
+    )
     assert (upload["status"], upload["result"]["code"]) == ("Failed", 4004)
     # B's sandbox is untouched: still running, and B still uses it.
     assert ok(http_b, "GET", "get_status", params={"sandbox_id": b})["state"] == "running"
-    assert ok(http_b, "POST", "execute", json={"sandbox_id": b, "command": "echo mine", "shell": True})["stdout"].strip() == "mine"
-    assert [c.status for c in docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={b}"}, ignore_removed=True)] == ["running"]
+    assert (
+        ok(
+            http_b, "POST", "execute", json={"sandbox_id": b, "command": "echo mine", "shell": True}
+        )["stdout"].strip()
+        == "mine"
+    )
+    assert [
+        c.status
+        for c in docker_client.containers.list(
+            all=True, filters={"label": f"rock.sandbox_id={b}"}, ignore_removed=True
+        )
+    ] == ["running"]
     # And the owner acts on its own.
-    assert ok(http_a, "POST", "execute", json={"sandbox_id": a, "command": "echo a", "shell": True})["stdout"].strip() == "a"
+    assert (
+        ok(http_a, "POST", "execute", json={"sandbox_id": a, "command": "echo a", "shell": True})[
+            "stdout"
+        ].strip()
+        == "a"
+    )
 
 
-def test_identity_headers_are_stored_and_filterable(http_a: httpx.Client, sandboxes: tuple[str, str]) -> None:
+def test_identity_headers_are_stored_and_filterable(
+    http_a: httpx.Client, sandboxes: tuple[str, str]
+) -> None:
     a, _b = sandboxes
     status = ok(http_a, "GET", "get_status", params={"sandbox_id": a})
-    assert (status["user_id"], status["experiment_id"], status["namespace"]) == ("ann", "exp-a", "ns-a")
-    for field, value in (("user_id", "ann"), ("experiment_id", "exp-a"), ("namespace", "ns-a"), ("cluster", "c-a")):
-        assert [s["sandbox_id"] for s in ok(http_a, "GET", "sandboxes", params={field: value})["items"]] == [a], field
+    assert (status["user_id"], status["experiment_id"], status["namespace"]) == (
+        "ann",
+        "exp-a",
+        "ns-a",
+    )
+    for field, value in (
+        ("user_id", "ann"),
+        ("experiment_id", "exp-a"),
+        ("namespace", "ns-a"),
+        ("cluster", "c-a"),
+    ):
+        assert [
+            s["sandbox_id"] for s in ok(http_a, "GET", "sandboxes", params={field: value})["items"]
+        ] == [a], field
         assert ok(http_a, "GET", "sandboxes", params={field: "someone-else"})["items"] == [], field
     # B's identity is not a way into B's sandboxes.
     assert ok(http_a, "GET", "sandboxes", params={"user_id": "bob"})["items"] == []
 
 
 def test_the_tenant_metadata_key_is_reserved(http_a: httpx.Client) -> None:
-    body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "metadata": {TENANT_METADATA_KEY: "team-b"}}))
+    body = envelope_of(
+        http_a.post(
+            f"{PREFIX}/start_async", json={**SMALL, "metadata": {TENANT_METADATA_KEY: "team-b"}}
+        )
+    )
     assert (body["status"], body["result"]["code"]) == ("Failed", 4001)
     assert TENANT_METADATA_KEY in body["error"]
 
@@ -313,14 +447,18 @@ def test_metrics_and_openapi_with_a_key(http_a: httpx.Client, sandboxes: tuple[s
     assert document["paths"]["/healthz"]["get"]["security"] == []
 
 
-def test_the_host_network_is_refused_unless_the_key_allows_it(http_a: httpx.Client, admin: Any) -> None:
+def test_the_host_network_is_refused_unless_the_key_allows_it(
+    http_a: httpx.Client, admin: Any
+) -> None:
     body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "network": "host"}))
     assert body["status"] == "Failed" and body["result"]["code"] == 4001
     assert "network: 'host'" in body["error"] and "tenant 'team-a'" in body["error"]
     assert "allow_host_network" in body["error"]
     pool = envelope_of(http_a.post(f"{PREFIX}/warmup/tasks", json={**SMALL, "network": "host"}))
     assert pool["status"] == "Failed" and "network: 'host'" in pool["error"]
-    assert all(item["sandbox_id"].startswith("auth-a") for item in ok(http_a, "GET", "sandboxes")["items"])
+    assert all(
+        item["sandbox_id"].startswith("auth-a") for item in ok(http_a, "GET", "sandboxes")["items"]
+    )
     with client(admin, {"X-API-Key": KEY_OPS}) as ops:
         started = ok(ops, "POST", "start", json={**SMALL, "network": "host"})
         status = ok(ops, "GET", "get_status", params={"sandbox_id": started["sandbox_id"]})
@@ -330,8 +468,13 @@ def test_the_host_network_is_refused_unless_the_key_allows_it(http_a: httpx.Clie
 
 def test_pids_limit_and_capabilities_cross_the_wire(http_a: httpx.Client) -> None:
     # Key A lists SYS_ADMIN, but the engine never grants it: its own allowed_cap_add bounds every key.
-    refused = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "cap_add": ["SYS_ADMIN"]}))
-    assert refused["status"] == "Failed" and "cap_add: SYS_ADMIN may not be added here" in refused["error"]
+    refused = envelope_of(
+        http_a.post(f"{PREFIX}/start_async", json={**SMALL, "cap_add": ["SYS_ADMIN"]})
+    )
+    assert (
+        refused["status"] == "Failed"
+        and "cap_add: SYS_ADMIN may not be added here" in refused["error"]
+    )
     started = ok(http_a, "POST", "start", json={**SMALL, "pids_limit": 128, "cap_add": ["NET_RAW"]})
     try:
         status = ok(http_a, "GET", "get_status", params={"sandbox_id": started["sandbox_id"]})
@@ -343,7 +486,9 @@ def test_pids_limit_and_capabilities_cross_the_wire(http_a: httpx.Client) -> Non
         ok(http_a, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})
 
 
-def test_owners_stop_and_delete_their_own(http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str], docker_client: Any) -> None:
+def test_owners_stop_and_delete_their_own(
+    http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str], docker_client: Any
+) -> None:
     a, b = sandboxes
     for http, sandbox_id in ((http_a, a), (http_b, b)):
         assert ok(http, "POST", "stop", json={"sandbox_id": sandbox_id}) == f"{sandbox_id} stopped"
@@ -352,13 +497,17 @@ def test_owners_stop_and_delete_their_own(http_a: httpx.Client, http_b: httpx.Cl
     assert ok(http_b, "GET", "sandboxes")["items"] == []
 
 
-def test_the_log_holds_no_key(admin: Any, http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]) -> None:
+def test_the_log_holds_no_key(
+    admin: Any, http_a: httpx.Client, http_b: httpx.Client, sandboxes: tuple[str, str]
+) -> None:
     ok(http_a, "GET", "sandboxes")
     ok(http_b, "GET", "sandboxes")
     with client(admin, {"X-API-Key": WRONG_KEY}) as http:
         assert http.get(f"{PREFIX}/sandboxes").status_code == 401
     text = admin.log_file.read_text(errors="replace")
-    assert "GET /apis/envs/sandbox/v1/sandboxes" in text  # the access log was on: requests were logged
+    assert (
+        "GET /apis/envs/sandbox/v1/sandboxes" in text
+    )  # the access log was on: requests were logged
     for secret in (KEY_A, KEY_B, WRONG_KEY):
         assert secret not in text
 
@@ -366,7 +515,10 @@ def test_the_log_holds_no_key(admin: Any, http_a: httpx.Client, http_b: httpx.Cl
 def test_a_key_asks_for_at_most_its_max_priority(admin: Any, http_a: httpx.Client) -> None:
     """Key A has the default ceiling (5, normal); the ops key was raised to 9 in its entry."""
     body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "priority": 9}))
-    assert body["status"] == "Failed" and "priority: 9 is above the highest tenant 'team-a' may ask for (5" in body["error"]
+    assert (
+        body["status"] == "Failed"
+        and "priority: 9 is above the highest tenant 'team-a' may ask for (5" in body["error"]
+    )
     with client(admin, {"X-API-Key": KEY_OPS}) as http_ops:
         started = ok(http_ops, "POST", "start_async", json={**SMALL, "priority": 9})
         ok(http_ops, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})

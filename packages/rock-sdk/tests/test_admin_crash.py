@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock_core.testing import eventually
 
 PREFIX = "/apis/envs/sandbox/v1"
@@ -37,17 +38,31 @@ def _result(response: httpx.Response) -> Any:
 
 
 def _status(client: httpx.Client, sandbox_id: str) -> dict[str, Any]:
-    return _result(client.get(PREFIX + "/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}))
+    return _result(
+        client.get(
+            PREFIX + "/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}
+        )
+    )
 
 
 def _start_running(client: httpx.Client, count: int) -> list[str]:
     """Start ``count`` sandboxes at once; return their ids once all run."""
-    ids = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(count)]
-    eventually(lambda: all(_status(client, s)["state"] == "running" for s in ids), what=f"the {count} sandboxes running", timeout=120, interval=0.2)
+    ids = [
+        _result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"]
+        for _ in range(count)
+    ]
+    eventually(
+        lambda: all(_status(client, s)["state"] == "running" for s in ids),
+        what=f"the {count} sandboxes running",
+        timeout=120,
+        interval=0.2,
+    )
     return ids
 
 
-def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+def test_kill_9_while_sandboxes_run_and_start_loses_nothing(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
     launch_admin, stop_admin = admin_launcher
     owner = f"admin:{tmp_path / 'rock.db'}"
     first = launch_admin(tmp_path)
@@ -56,24 +71,39 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
     try:
         with httpx.Client(base_url=first.url, timeout=60) as client:
             running = _start_running(client, 5)
-            starting = [_result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"] for _ in range(3)]
+            starting = [
+                _result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"]
+                for _ in range(3)
+            ]
         admin.send_signal(signal.SIGKILL)
         admin.wait()
 
         second = launch_admin(tmp_path)
         with httpx.Client(base_url=second.url, timeout=60) as client:
-            listed = {item["sandbox_id"]: item for item in _result(client.get(PREFIX + "/sandboxes"))["items"]}
+            listed = {
+                item["sandbox_id"]: item
+                for item in _result(client.get(PREFIX + "/sandboxes"))["items"]
+            }
             for sandbox_id in running:
                 assert listed[sandbox_id]["state"] == "running"
-                answer = _result(client.post(PREFIX + "/execute", json={"sandbox_id": sandbox_id, "command": ["echo", "back"]}))
+                answer = _result(
+                    client.post(
+                        PREFIX + "/execute",
+                        json={"sandbox_id": sandbox_id, "command": ["echo", "back"]},
+                    )
+                )
                 assert answer["stdout"].strip() == "back"
             for sandbox_id in starting:
                 status = _status(client, sandbox_id)
-                assert status["state"] == "running" or (status["state"] in ("stopped", "deleted") and status["reason"]), status
+                assert status["state"] == "running" or (
+                    status["state"] in ("stopped", "deleted") and status["reason"]
+                ), status
             assert all(item["state"] in ("pending", "running") for item in listed.values())
             assert not any(item["state"] == "pending" for item in listed.values())
             # Every container of this admin belongs to a sandbox it knows.
-            containers = docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"})
+            containers = docker_client.containers.list(
+                all=True, sparse=True, filters={"label": f"rock.owner={owner}"}
+            )
             known = set(running) | {s for s in starting if _status(client, s)["state"] != "deleted"}
             assert {c.attrs["Labels"]["rock.sandbox_id"] for c in containers} <= known
             for sandbox_id in running + starting:
@@ -81,7 +111,11 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(tmp_path: Path, dock
                 if _status(client, sandbox_id)["state"] == "stopped":
                     _result(client.post(PREFIX + "/delete", json={"sandbox_id": sandbox_id}))
             eventually(
-                lambda: not docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}),
+                lambda: (
+                    not docker_client.containers.list(
+                        all=True, sparse=True, filters={"label": f"rock.owner={owner}"}
+                    )
+                ),
                 what="no container left after stop and delete",
                 timeout=60,
                 interval=0.2,
@@ -118,23 +152,37 @@ def test_graceful_stop_and_start_with_sandboxes_running_loses_none(
             assert all("8080" in mapping for mapping in ports.values()), ports
             web = running[0]
             serve = "mkdir -p /srv && echo kept > /srv/index.html && (nohup python3 -m http.server 8080 -d /srv >/dev/null 2>&1 &)"
-            _result(client.post(PREFIX + "/execute", json={"sandbox_id": web, "command": ["bash", "-c", serve]}))
+            _result(
+                client.post(
+                    PREFIX + "/execute", json={"sandbox_id": web, "command": ["bash", "-c", serve]}
+                )
+            )
             assert _web_page(ports[web]["8080"]).strip() == "kept"
         first.process.send_signal(signal.SIGTERM)
         # uvicorn ends by re-raising the SIGTERM it handled: -15, after its graceful shutdown.
         assert first.process.wait(60) in (0, -signal.SIGTERM)
         assert "Application shutdown complete" in first.log_file.read_text()  # graceful, not killed
         for sandbox_id in running:
-            containers = docker_client.containers.list(filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
+            containers = docker_client.containers.list(
+                filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True
+            )
             assert [c.status for c in containers] == ["running"], sandbox_id
 
         second = launch_admin(tmp_path)
         with httpx.Client(base_url=second.url, timeout=60) as client:
-            listed = {item["sandbox_id"]: item for item in _result(client.get(PREFIX + "/sandboxes"))["items"]}
+            listed = {
+                item["sandbox_id"]: item
+                for item in _result(client.get(PREFIX + "/sandboxes"))["items"]
+            }
             assert {s: listed[s]["state"] for s in running} == {s: "running" for s in running}
             for sandbox_id in running:
                 assert _status(client, sandbox_id)["port_mapping"] == ports[sandbox_id]
-                answer = _result(client.post(PREFIX + "/execute", json={"sandbox_id": sandbox_id, "command": ["echo", "back"]}))
+                answer = _result(
+                    client.post(
+                        PREFIX + "/execute",
+                        json={"sandbox_id": sandbox_id, "command": ["echo", "back"]},
+                    )
+                )
                 assert answer["stdout"].strip() == "back"
             assert _web_page(ports[web]["8080"]).strip() == "kept"  # the same host port, reopened
             for sandbox_id in running:

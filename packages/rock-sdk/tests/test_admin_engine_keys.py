@@ -8,6 +8,7 @@ from pathlib import Path
 
 import attrs
 import pytest
+
 from rock.admin.config import load_settings
 from rock_core.converters import unstructure_wire
 from rock_core.engine.config import EngineConfig
@@ -31,7 +32,9 @@ def test_every_engine_setting_is_a_known_engine_key(tmp_path: Path) -> None:
     assert _known_engine_keys(tmp_path) == {field.name for field in SETTINGS}
 
 
-@pytest.mark.parametrize("field", [f for f in SETTINGS if f.name != "store_path"], ids=lambda f: f.name)
+@pytest.mark.parametrize(
+    "field", [f for f in SETTINGS if f.name != "store_path"], ids=lambda f: f.name
+)
 def test_every_engine_setting_is_read_from_the_file(tmp_path: Path, field: attrs.Attribute) -> None:
     value = _a_value(field)
     config = tmp_path / "admin.toml"
@@ -40,8 +43,12 @@ def test_every_engine_setting_is_read_from_the_file(tmp_path: Path, field: attrs
     assert getattr(settings.engine, field.name) == value
 
 
-@pytest.mark.parametrize("field", [f for f in SETTINGS if f.name != "store_path"], ids=lambda f: f.name)
-def test_every_engine_setting_is_read_from_the_environment(tmp_path: Path, field: attrs.Attribute) -> None:
+@pytest.mark.parametrize(
+    "field", [f for f in SETTINGS if f.name != "store_path"], ids=lambda f: f.name
+)
+def test_every_engine_setting_is_read_from_the_environment(
+    tmp_path: Path, field: attrs.Attribute
+) -> None:
     value = _a_value(field)
     text = unstructure_wire(value)
     if isinstance(text, list) and field.name != "warm_pools":
@@ -67,8 +74,13 @@ def _toml(value: object) -> str:
 def _a_value(field: attrs.Attribute) -> object:
     """A value of ``field`` other than its default (so reading it is seen), or the default."""
     others = {
-        "runtime": "nomad", "runtime_options": {"a": 1}, "warm_pools": (), "allowed_cap_add": ("NET_RAW",),
-        "archive_store": "fs", "rocklet_url": "http://127.0.0.1:1/rocklet.pyz", "engine_label": "other",
+        "runtime": "nomad",
+        "runtime_options": {"a": 1},
+        "warm_pools": (),
+        "allowed_cap_add": ("NET_RAW",),
+        "archive_store": "fs",
+        "rocklet_url": "http://127.0.0.1:1/rocklet.pyz",
+        "engine_label": "other",
         "max_auto_delete_seconds": 7,
     }
     if field.name in others:

@@ -35,10 +35,15 @@ ENVELOPE_KEYS = {"status", "message", "error", "result"}
 
 
 @pytest.fixture(scope="module")
-def admin_url(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[str]:
+def admin_url(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any
+) -> Iterator[str]:
     """A ``rock admin serve`` of its own (small body limits so 413 can be reached), stopped at the end."""
     launch_admin, stop_admin = admin_launcher
-    server = launch_admin(tmp_path_factory.mktemp("fuzz-admin"), config='[admin]\nmax_json_body = "64k"\nmax_upload_body = "128k"\n')
+    server = launch_admin(
+        tmp_path_factory.mktemp("fuzz-admin"),
+        config='[admin]\nmax_json_body = "64k"\nmax_upload_body = "128k"\n',
+    )
     try:
         yield server.url
     finally:
@@ -51,15 +56,25 @@ def admin_url(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admi
 
 def _json_values() -> st.SearchStrategy[Any]:
     """Any JSON value (what a careless client might send instead of the documented body)."""
-    scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+    scalars = (
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=20)
+    )
     return st.recursive(
         scalars,
-        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+        lambda inner: (
+            st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+        ),
         max_leaves=10,
     )
 
 
-def _with_components(schema: Any, document: dict[str, Any], seen: frozenset[str] = frozenset()) -> Any:
+def _with_components(
+    schema: Any, document: dict[str, Any], seen: frozenset[str] = frozenset()
+) -> Any:
     """``schema`` with its ``#/components/schemas/...`` references inlined (a model that refers
     to itself is cut short as ``{}``, any value)."""
     if isinstance(schema, list):
@@ -106,7 +121,9 @@ def from_schema(schema: Any) -> st.SearchStrategy[Any]:
         required = set(schema.get("required", []))
         fixed = st.fixed_dictionaries(
             {name: from_schema(sub) for name, sub in properties.items() if name in required},
-            optional={name: from_schema(sub) for name, sub in properties.items() if name not in required},
+            optional={
+                name: from_schema(sub) for name, sub in properties.items() if name not in required
+            },
         )
         extra = schema.get("additionalProperties", True)
         if extra is False or not (extra is True or isinstance(extra, dict)):
@@ -131,27 +148,39 @@ def _query_text(value: Any) -> str | None:
 
 
 # h11 (rightly) refuses to send a header value with whitespace at either end.
-_HEADER_TEXT = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=16).map(str.strip)
+_HEADER_TEXT = st.text(
+    alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=16
+).map(str.strip)
 # "." and ".." are dot segments: every HTTP client removes them from a path (RFC 3986), so no
 # request can carry them as an id.
 _PATH_TEXT = st.text(
-    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/"), min_size=1, max_size=20
+    alphabet=st.characters(min_codepoint=0x21, max_codepoint=0x7E, exclude_characters="/"),
+    min_size=1,
+    max_size=20,
 ).filter(lambda text: text not in (".", ".."))
 
 
 @st.composite
-def _requests(draw: st.DrawFn, document: dict[str, Any], path: str, method: str, operation: dict[str, Any]) -> dict[str, Any]:
+def _requests(
+    draw: st.DrawFn, document: dict[str, Any], path: str, method: str, operation: dict[str, Any]
+) -> dict[str, Any]:
     """One request for ``operation``: ``{"method", "url", "kwargs"}`` for httpx."""
-    name = path[len(PREFIX) + 1:] if path.startswith(PREFIX) else path
+    name = path[len(PREFIX) + 1 :] if path.startswith(PREFIX) else path
     url = path
     params: dict[str, str] = {}
     for parameter in operation.get("parameters", []):
         if parameter["in"] == "path":
-            url = url.replace("{" + parameter["name"] + "}", urllib.parse.quote(draw(_PATH_TEXT), safe=""))
+            url = url.replace(
+                "{" + parameter["name"] + "}", urllib.parse.quote(draw(_PATH_TEXT), safe="")
+            )
             continue
         if not parameter.get("required") and draw(st.booleans()):
             continue
-        strategy = from_schema(_with_components(parameter["schema"], document)) if draw(st.integers(0, 3)) else _json_values()
+        strategy = (
+            from_schema(_with_components(parameter["schema"], document))
+            if draw(st.integers(0, 3))
+            else _json_values()
+        )
         text = _query_text(draw(strategy))
         if text is not None:
             params[parameter["name"]] = text
@@ -188,7 +217,9 @@ def _requests(draw: st.DrawFn, document: dict[str, Any], path: str, method: str,
         for field, field_schema in schema.get("properties", {}).items():
             if draw(st.integers(0, 4)) == 0:
                 continue
-            if field_schema.get("format") == "binary" or "contentMediaType" in field_schema:  # a file part
+            if (
+                field_schema.get("format") == "binary" or "contentMediaType" in field_schema
+            ):  # a file part
                 files[field] = (draw(_PATH_TEXT), draw(st.binary(max_size=256)))
             else:
                 value = draw(from_schema(field_schema) if draw(st.booleans()) else _json_values())
@@ -216,7 +247,9 @@ def _operations(document: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]
     ]
 
 
-def _check(response: httpx.Response, path: str, operation: dict[str, Any], request: dict[str, Any]) -> None:
+def _check(
+    response: httpx.Response, path: str, operation: dict[str, Any], request: dict[str, Any]
+) -> None:
     """The admin's answer to a fuzzed ``request``: never 5xx; a ROCK route answers its envelope."""
     shown = f"{request['method']} {request['url']} {request['kwargs']!r}"
     answer = f"HTTP {response.status_code} {response.headers.get('content-type')}: {response.text[:300]!r}"
@@ -233,22 +266,34 @@ def _check(response: httpx.Response, path: str, operation: dict[str, Any], reque
     content_type = response.headers.get("content-type", "")
     if content_type.startswith("application/json"):
         envelope = response.json()
-        assert isinstance(envelope, dict) and set(envelope) == ENVELOPE_KEYS, f"not ROCK's envelope\n{shown}\n  -> {answer}"
+        assert isinstance(envelope, dict) and set(envelope) == ENVELOPE_KEYS, (
+            f"not ROCK's envelope\n{shown}\n  -> {answer}"
+        )
         assert envelope["status"] in ("Success", "Failed"), f"{shown}\n  -> {answer}"
         if envelope["status"] == "Failed":
             assert envelope["error"], f"a failure that does not say why\n{shown}\n  -> {answer}"
     else:
-        streamed = {media for media in operation["responses"]["200"]["content"] if media != "application/json"}
+        streamed = {
+            media
+            for media in operation["responses"]["200"]["content"]
+            if media != "application/json"
+        }
         assert response.status_code == 200 and any(content_type.startswith(m) for m in streamed), (
             f"neither ROCK's envelope nor the documented stream\n{shown}\n  -> {answer}"
         )
 
 
-def _fuzzer(http: httpx.Client, document: dict[str, Any], path: str, method: str, operation: dict[str, Any]) -> Any:
+def _fuzzer(
+    http: httpx.Client, document: dict[str, Any], path: str, method: str, operation: dict[str, Any]
+) -> Any:
     """A hypothesis test sending ``EXAMPLES`` drawn requests for one operation."""
 
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
     @given(request=_requests(document, path, method, operation))
     def fuzz(request: dict[str, Any]) -> None:
         response = http.request(request["method"], request["url"], **request["kwargs"])

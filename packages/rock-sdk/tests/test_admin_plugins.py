@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
@@ -23,7 +24,7 @@ from .conftest import _rock_command
 # The embedded test installs its distribution with the `plugin_site` fixture of rock's testing plugin.
 pytest_plugins = ["rock_core.testing.fixtures"]
 
-PLUGIN = '''
+PLUGIN = """
 from rock_core import hookimpl
 from rock_core.errors import InvalidParameter
 from rock_core.routes import AdminRoute, RouteResponse
@@ -72,7 +73,7 @@ def rock_admin_routes():
         AdminRoute("POST", "/apis/v1/envs/invalid", invalid),
         AdminRoute("GET", "/apis/v1/envs/broken", broken),
     ]
-'''
+"""
 
 
 @pytest.fixture
@@ -84,7 +85,9 @@ def site(tmp_path: Path) -> PluginSite:
 
 
 @pytest.fixture
-def served(site: PluginSite, tmp_path: Path, admin_launcher: Any, docker_client: Any) -> Iterator[Any]:
+def served(
+    site: PluginSite, tmp_path: Path, admin_launcher: Any, docker_client: Any
+) -> Iterator[Any]:
     """An admin with the plugin on its path, its table in the TOML file and one key from the environment."""
     launch_admin, stop_admin = admin_launcher
     env = {"PYTHONPATH": str(site.path), "ROCK_PLUGIN_ECHO_COLOR": "blue"}
@@ -99,16 +102,27 @@ def served(site: PluginSite, tmp_path: Path, admin_launcher: Any, docker_client:
 
 def test_the_admin_configures_the_plugin_and_serves_its_routes(served: Any) -> None:
     with httpx.Client(base_url=served.url, timeout=60) as http:
-        answer = http.post("/apis/v1/envs/echo/sokoban?seed=42", json={"action": "up", "session": "ignored"})
+        answer = http.post(
+            "/apis/v1/envs/echo/sokoban?seed=42", json={"action": "up", "session": "ignored"}
+        )
         assert answer.status_code == 200
         assert answer.json() == {
-            "name": "sokoban", "body": {"action": "up", "session": "ignored"}, "query": {"seed": "42"},
-            "settings": {"greeting": "hi", "color": "blue"}, "sandboxes": 0, "tenant": None,
+            "name": "sokoban",
+            "body": {"action": "up", "session": "ignored"},
+            "query": {"seed": "42"},
+            "settings": {"greeting": "hi", "color": "blue"},
+            "sandboxes": 0,
+            "tenant": None,
         }
         teapot = http.get("/apis/v1/envs/teapot")
         assert (teapot.status_code, teapot.json()) == (418, {"detail": "short and stout"})
         wrapped = http.get("/apis/v1/envs/wrapped").json()
-        assert wrapped == {"status": "Success", "message": None, "error": None, "result": {"ok": True}}
+        assert wrapped == {
+            "status": "Success",
+            "message": None,
+            "error": None,
+            "result": {"ok": True},
+        }
         invalid = http.post("/apis/v1/envs/invalid", json={})
         assert invalid.status_code == 400 and invalid.json()["detail"] == "env_id: unknown"
         broken = http.get("/apis/v1/envs/broken")
@@ -117,14 +131,16 @@ def test_the_admin_configures_the_plugin_and_serves_its_routes(served: Any) -> N
         assert paths["/apis/v1/envs/echo/{name}"]["post"]["summary"] == "Echo what came"
         metrics = http.get("/metrics").text
         assert 'route="/apis/v1/envs/echo/{name}"' in metrics
-    assert "plugin route GET /apis/v1/envs/broken failed" in served.log_file.read_text(errors="replace")
+    assert "plugin route GET /apis/v1/envs/broken failed" in served.log_file.read_text(
+        errors="replace"
+    )
 
 
 @pytest.mark.parametrize(
     ("config", "said"),
     [
         ('[plugins.echo]\ngreeting = "forbidden"\n', "greeting: 'forbidden' is not a greeting"),
-        ('[plugins.nope]\nx = 1\n', "plugins.nope: no plugin named 'nope' is installed"),
+        ("[plugins.nope]\nx = 1\n", "plugins.nope: no plugin named 'nope' is installed"),
         ("[plugins]\necho = 3\n", "plugins['echo']: expected an object, got 3"),
     ],
 )
@@ -135,21 +151,45 @@ def test_a_bad_plugin_table_stops_the_admin_naming_it(
     env = {**os.environ, "PYTHONPATH": str(site.path), "ROCK_ADMIN_STATE_DIR": str(tmp_path)}
     env.pop("ROCK_BASE_URL", None)
     done = subprocess.run(
-        [*_rock_command(), "admin", "serve", "--port", str(free_port()), "--config", str(tmp_path / "admin.toml")],
-        env=env, capture_output=True, text=True, timeout=120,
+        [
+            *_rock_command(),
+            "admin",
+            "serve",
+            "--port",
+            str(free_port()),
+            "--config",
+            str(tmp_path / "admin.toml"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert said in done.stdout + done.stderr
 
 
-def test_a_variable_naming_no_plugin_stops_the_admin(site: PluginSite, tmp_path: Path, free_port: Any) -> None:
-    env = {**os.environ, "PYTHONPATH": str(site.path), "ROCK_ADMIN_STATE_DIR": str(tmp_path), "ROCK_PLUGIN_ECHOO_X": "1"}
+def test_a_variable_naming_no_plugin_stops_the_admin(
+    site: PluginSite, tmp_path: Path, free_port: Any
+) -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(site.path),
+        "ROCK_ADMIN_STATE_DIR": str(tmp_path),
+        "ROCK_PLUGIN_ECHOO_X": "1",
+    }
     env.pop("ROCK_BASE_URL", None)
     done = subprocess.run(
         [*_rock_command(), "admin", "serve", "--port", str(free_port())],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
-    assert done.returncode != 0 and "ROCK_PLUGIN_ECHOO_X: names no installed plugin" in done.stdout + done.stderr
+    assert (
+        done.returncode != 0
+        and "ROCK_PLUGIN_ECHOO_X: names no installed plugin" in done.stdout + done.stderr
+    )
 
 
 @pytest.mark.anyio
@@ -160,16 +200,20 @@ async def test_an_embedded_engine_hands_the_plugin_its_table(
     monkeypatch.setenv("ROCK_PLUGIN_ECHO_COLOR", "green")
     import rock_echo_embedded  # type: ignore[import-not-found]
 
-    async with SandboxManager(EngineConfig(plugin_options={"echo": {"greeting": "hello"}}), runtime=NullRuntime()):
+    async with SandboxManager(
+        EngineConfig(plugin_options={"echo": {"greeting": "hello"}}), runtime=NullRuntime()
+    ):
         pass
     assert rock_echo_embedded.CALLS == [{"greeting": "hello", "color": "green"}]
     with pytest.raises(InvalidParameter, match="greeting: 'forbidden'"):
-        SandboxManager(EngineConfig(plugin_options={"echo": {"greeting": "forbidden"}}), runtime=NullRuntime())
+        SandboxManager(
+            EngineConfig(plugin_options={"echo": {"greeting": "forbidden"}}), runtime=NullRuntime()
+        )
     with pytest.raises(InvalidParameter, match=r"plugins\.other: no plugin named 'other'"):
         SandboxManager(EngineConfig(plugin_options={"other": {}}), runtime=NullRuntime())
 
 
-STORE_AND_ENVS = '''
+STORE_AND_ENVS = """
 from rock_core import hookimpl
 from rock_core.archive import ArchiveStore
 from rock_core.envs import Environment, EnvProvider
@@ -233,7 +277,7 @@ def rock_register_archive_stores(register):
 @hookimpl
 def rock_register_env_providers(register):
     register("counters", Counters)
-'''
+"""
 
 
 @pytest.mark.anyio
@@ -247,12 +291,19 @@ async def test_the_engine_builds_its_archive_store_and_environment_providers_fro
         env = await engine.make_env("count:up")
         assert await env.reset() == (0, {})
         assert (await env.step("+1"))[0] == 1
-        with pytest.raises(InvalidParameter, match=r"env_id: no environment provider serves 'game:X' \(providers: counters") as info:
+        with pytest.raises(
+            InvalidParameter,
+            match=r"env_id: no environment provider serves 'game:X' \(providers: counters",
+        ) as info:
             await engine.make_env("game:X")
         assert info.value.field == "env_id"
         # A store is configured but this runtime cannot snapshot: auto-archive is refused, saying so.
-        with pytest.raises(InvalidParameter, match=r"auto_archive_seconds: .*the runtime 'null' cannot snapshot"):
-            await engine.start_async(SandboxStartRequest(image="python:3.11", auto_archive_seconds=60))
+        with pytest.raises(
+            InvalidParameter, match=r"auto_archive_seconds: .*the runtime 'null' cannot snapshot"
+        ):
+            await engine.start_async(
+                SandboxStartRequest(image="python:3.11", auto_archive_seconds=60)
+            )
         store = engine.archive_store
     assert store.closed
     # The plugin's variables go on top of its table, for what the engine builds too.
@@ -260,9 +311,15 @@ async def test_the_engine_builds_its_archive_store_and_environment_providers_fro
     async with SandboxManager(config, runtime=NullRuntime()) as engine:
         assert engine.archive_store.bucket == "from-the-environment"
     monkeypatch.delenv("ROCK_PLUGIN_KIT_BUCKET")
-    with pytest.raises(InvalidParameter, match=r"archive_store: no archive store named 's4' \(installed: memory") as info:
+    with pytest.raises(
+        InvalidParameter, match=r"archive_store: no archive store named 's4' \(installed: memory"
+    ) as info:
         SandboxManager(EngineConfig(archive_store="s4"), runtime=NullRuntime())
     assert info.value.field == "archive_store"
     async with SandboxManager(EngineConfig(), runtime=NullRuntime()) as engine:
-        with pytest.raises(InvalidParameter, match=r"auto_archive_seconds: .*no archive store is configured"):
-            await engine.start_async(SandboxStartRequest(image="python:3.11", auto_archive_seconds=60))
+        with pytest.raises(
+            InvalidParameter, match=r"auto_archive_seconds: .*no archive store is configured"
+        ):
+            await engine.start_async(
+                SandboxStartRequest(image="python:3.11", auto_archive_seconds=60)
+            )

@@ -15,12 +15,13 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 import httpx
 import pytest
+
 from rock_core.testing import eventually
 
 PREFIX = "/apis/envs/sandbox/v1"
@@ -47,7 +48,9 @@ def _available_memory() -> int:
 
 
 @pytest.fixture(scope="module")
-def queue_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[tuple[str, str]]:
+def queue_admin(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any
+) -> Iterator[tuple[str, str]]:
     """``(url, owner label)`` of an admin whose start queue holds most of a 100-start burst."""
     launch_admin, stop_admin = admin_launcher
     state_dir = tmp_path_factory.mktemp("queue-admin")
@@ -74,7 +77,9 @@ def test_100_starts_from_4_clients_all_run_and_are_served_fairly(
     url, owner = queue_admin
     needed = CLIENTS * PER_CLIENT * MEMORY_LIMIT
     if _available_memory() < needed:
-        pytest.skip(f"this machine has {_available_memory() >> 20} MiB available; 100 sandboxes of 128m need {needed >> 20} MiB")
+        pytest.skip(
+            f"this machine has {_available_memory() >> 20} MiB available; 100 sandboxes of 128m need {needed >> 20} MiB"
+        )
     experiments = [f"exp-queue-{n}-{uuid.uuid4().hex[:6]}" for n in range(CLIENTS)]
     submitted: dict[str, list[str]] = {e: [] for e in experiments}
 
@@ -85,11 +90,17 @@ def test_100_starts_from_4_clients_all_run_and_are_served_fairly(
         # others send theirs: a first-come-first-served queue would start all 25 of it first.
         if experiment != experiments[0]:
             await first_burst_in.wait()
-        async with httpx.AsyncClient(base_url=url, timeout=60, headers={"X-Experiment-Id": experiment}) as http:
+        async with httpx.AsyncClient(
+            base_url=url, timeout=60, headers={"X-Experiment-Id": experiment}
+        ) as http:
 
             async def start(n: int) -> None:
                 sandbox_id = f"{experiment}-{n:02d}"
-                started = _result(await http.post(f"{PREFIX}/start_async", json={**TINY, "sandbox_id": sandbox_id}))
+                started = _result(
+                    await http.post(
+                        f"{PREFIX}/start_async", json={**TINY, "sandbox_id": sandbox_id}
+                    )
+                )
                 assert started["sandbox_id"] == sandbox_id
                 submitted[experiment].append(sandbox_id)
 
@@ -105,16 +116,28 @@ def test_100_starts_from_4_clients_all_run_and_are_served_fairly(
                 tg.start_soon(client, experiment)
 
     with httpx.Client(base_url=url, timeout=60) as http:
+
         def status(sandbox_id: str) -> dict[str, Any]:
-            return dict(_result(http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"})))
+            return dict(
+                _result(
+                    http.get(
+                        f"{PREFIX}/get_status",
+                        params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+                    )
+                )
+            )
 
         try:
             anyio.run(submit_all)
-            all_in = datetime.now(timezone.utc)  # every burst is queued from here on
+            all_in = datetime.now(UTC)  # every burst is queued from here on
             assert sum(map(len, submitted.values())) == CLIENTS * PER_CLIENT
 
             # The last starts sent wait behind many others: queued, with their place.
-            queued = [s for s in (status(ids[-1]) for ids in submitted.values()) if s["queue_position"] is not None]
+            queued = [
+                s
+                for s in (status(ids[-1]) for ids in submitted.values())
+                if s["queue_position"] is not None
+            ]
             assert queued, "no start was waiting in the queue right after the burst"
             for seen in queued:
                 assert seen["state"] == "pending"
@@ -130,12 +153,18 @@ def test_100_starts_from_4_clients_all_run_and_are_served_fairly(
             while waiting:
                 for sandbox_id in sorted(waiting):
                     seen = status(sandbox_id)
-                    assert seen["state"] in ("pending", "running"), (sandbox_id, seen["state"], seen["reason"])
+                    assert seen["state"] in ("pending", "running"), (
+                        sandbox_id,
+                        seen["state"],
+                        seen["reason"],
+                    )
                     if seen["state"] == "running":
                         statuses[sandbox_id] = seen
                         waiting.discard(sandbox_id)
                 if waiting:
-                    assert time.monotonic() < deadline, f"{len(waiting)} sandboxes still not running after 600 s"
+                    assert time.monotonic() < deadline, (
+                        f"{len(waiting)} sandboxes still not running after 600 s"
+                    )
                     time.sleep(1)
 
             # Fairness: of the first 20 to start once every burst was in, every experiment had at
@@ -159,7 +188,11 @@ def test_100_starts_from_4_clients_all_run_and_are_served_fairly(
     # Stopping removes the containers (in the background): none may be left.
     # sparse: a plain listing (a full one inspects each container and fails on one just removed).
     eventually(
-        lambda: not docker_client.containers.list(all=True, sparse=True, filters={"label": f"rock.owner={owner}"}),
+        lambda: (
+            not docker_client.containers.list(
+                all=True, sparse=True, filters={"label": f"rock.owner={owner}"}
+            )
+        ),
         what="no container left after stopping every sandbox",
         timeout=120,
         interval=0.5,

@@ -21,7 +21,9 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def test_the_state_folder_is_0700_and_the_store_0600(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+def test_the_state_folder_is_0700_and_the_store_0600(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
     """A state folder that others could read (as ``mkdir`` makes it) is narrowed at start; the
     store and its journal are made readable by the admin's user alone."""
     launch_admin, stop_admin = admin_launcher
@@ -47,7 +49,10 @@ def test_a_state_folder_of_another_user_is_refused(tmp_path: Path) -> None:
     env.pop("ROCK_BASE_URL", None)
     done = subprocess.run(
         [*_rock_command(), "admin", "serve", "--host", "127.0.0.1", "--port", "1"],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode != 0
     assert (

@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock.admin.auth import hash_key
 from rock_core.testing import eventually
 
@@ -60,7 +61,12 @@ def archives(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any, archives: Path) -> Iterator[Any]:
+def admin(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    archives: Path,
+) -> Iterator[Any]:
     """The module's admin (see the module docstring); its containers are removed at the end."""
     launch_admin, stop_admin = admin_launcher
     server = launch_admin(tmp_path_factory.mktemp("admin-tenancy"), config=_config(archives))
@@ -128,7 +134,14 @@ def start(http: httpx.Client, **fields: Any) -> str:
 
 def shell(http: httpx.Client, sandbox_id: str, command: str) -> dict[str, Any]:
     """Run ``command`` with ``sh -c`` in the sandbox; its result (stdout, exit_code)."""
-    return dict(ok(http, "POST", "execute", json={"sandbox_id": sandbox_id, "command": command, "shell": True, "timeout": 120}))
+    return dict(
+        ok(
+            http,
+            "POST",
+            "execute",
+            json={"sandbox_id": sandbox_id, "command": command, "shell": True, "timeout": 120},
+        )
+    )
 
 
 def stop(http: httpx.Client, *sandbox_ids: str) -> None:
@@ -138,7 +151,7 @@ def stop(http: httpx.Client, *sandbox_ids: str) -> None:
 
 # A request to port 8000 of HOST from inside a sandbox: prints the status line, or fails.
 PROBE = (
-    "python3 -c \"import socket,sys; s=socket.create_connection((sys.argv[1], 8000), timeout=5); "
+    'python3 -c "import socket,sys; s=socket.create_connection((sys.argv[1], 8000), timeout=5); '
     "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(12).decode())\" {host}"
 )
 SERVE = "mkdir -p /srv && echo secret-of-a > /srv/index.html && (nohup python3 -m http.server 8000 -d /srv >/dev/null 2>&1 &)"
@@ -147,13 +160,17 @@ SERVE = "mkdir -p /srv && echo secret-of-a > /srv/index.html && (nohup python3 -
 def _ip_of(docker_client: Any, sandbox_id: str) -> str:
     """The address of the sandbox's container on its (only) network: only to prove, from inside
     another sandbox, that it cannot be reached."""
-    (container,) = docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"})
+    (container,) = docker_client.containers.list(
+        all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}
+    )
     (network,) = container.attrs["NetworkSettings"]["Networks"].values()
     return str(network["IPAddress"])
 
 
 def _group_network(docker_client: Any, sandbox_id: str) -> str:
-    (container,) = docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"})
+    (container,) = docker_client.containers.list(
+        all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}
+    )
     return str(container.attrs["HostConfig"]["NetworkMode"])
 
 
@@ -173,7 +190,11 @@ def test_another_tenants_group_name_is_a_network_of_its_own(
     try:
         shell(http_a, server, SERVE)
         # A's own member reaches the service by sandbox id (waiting for it to listen).
-        reached = shell(http_a, member, f"for i in $(seq 60); do {PROBE.format(host=server)} && exit 0; sleep 0.5; done; exit 1")
+        reached = shell(
+            http_a,
+            member,
+            f"for i in $(seq 60); do {PROBE.format(host=server)} && exit 0; sleep 0.5; done; exit 1",
+        )
         assert reached["exit_code"] == 0 and reached["stdout"].startswith("HTTP/1.0 200"), reached
         by_name = shell(http_b, intruder, PROBE.format(host=server))
         by_address = shell(http_b, intruder, PROBE.format(host=_ip_of(docker_client, server)))
@@ -190,7 +211,12 @@ def test_another_tenants_group_name_is_a_network_of_its_own(
         stop(http_a, server, member)
         stop(http_b, intruder)
     # A group's network goes with its last sandbox.
-    eventually(lambda: not docker_client.networks.list(names=[network_a]), what="the group's network removed", timeout=60, interval=0.2)
+    eventually(
+        lambda: not docker_client.networks.list(names=[network_a]),
+        what="the group's network removed",
+        timeout=60,
+        interval=0.2,
+    )
     assert not docker_client.networks.list(names=[network_a])
 
 
@@ -236,16 +262,28 @@ def test_warm_pools_are_managed_by_the_operator_only(
 # Point 6: capabilities per key
 
 
-def test_capabilities_only_for_keys_allowed_them(http_a: httpx.Client, http_b: httpx.Client) -> None:
+def test_capabilities_only_for_keys_allowed_them(
+    http_a: httpx.Client, http_b: httpx.Client
+) -> None:
     for cap in ("NET_RAW", "SYS_PTRACE"):
         error = refused(http_b, "POST", "start_async", 4001, json={**SMALL, "cap_add": [cap]})
-        assert f"cap_add: {cap} not allowed for tenant 'team-b'" in error and "allowed_cap_add" in error, error
-    error = refused(http_a, "POST", "start_async", 4001, json={**SMALL, "cap_add": ["NET_RAW", "SYS_PTRACE"]})
-    assert "cap_add: SYS_PTRACE not allowed for tenant 'team-a'" in error and "allowed_cap_add on its api_keys entry: NET_RAW" in error
+        assert (
+            f"cap_add: {cap} not allowed for tenant 'team-b'" in error
+            and "allowed_cap_add" in error
+        ), error
+    error = refused(
+        http_a, "POST", "start_async", 4001, json={**SMALL, "cap_add": ["NET_RAW", "SYS_PTRACE"]}
+    )
+    assert (
+        "cap_add: SYS_PTRACE not allowed for tenant 'team-a'" in error
+        and "allowed_cap_add on its api_keys entry: NET_RAW" in error
+    )
     sandbox_id = start(http_a, cap_add=["net_raw"])
     try:
         security = ok(http_a, "GET", "get_status", params={"sandbox_id": sandbox_id})["security"]
-        assert "NET_RAW" in security["capabilities"] and "SYS_PTRACE" not in security["capabilities"]
+        assert (
+            "NET_RAW" in security["capabilities"] and "SYS_PTRACE" not in security["capabilities"]
+        )
     finally:
         stop(http_a, sandbox_id)
 
@@ -265,14 +303,18 @@ def test_a_start_past_a_quota_is_refused_naming_it_and_the_use(admin: Any) -> No
             error = refused(http, "POST", "start_async", 4029, json={**SMALL, "cpus": 1})
             assert error == "tenant 'team-q': max_cpus 1.5 reached (using 1, asked 1)"
             # The CPU ceiling is what counts: limit_cpus, when set.
-            error = refused(http, "POST", "start_async", 4029, json={**SMALL, "cpus": 0.25, "limit_cpus": 2})
+            error = refused(
+                http, "POST", "start_async", 4029, json={**SMALL, "cpus": 0.25, "limit_cpus": 2}
+            )
             assert "max_cpus 1.5 reached (using 1, asked 2)" in error
             third = start(http)
             error = refused(http, "POST", "start_async", 4029, json=SMALL)
             assert error == "tenant 'team-q': max_sandboxes 3 reached (using 3, asked 1)"
             row = http.get("/admin/status").json()["tenants"]["team-q"]
             assert row == {
-                "sandboxes": 3, "memory": 3 * 256 * 2**20, "cpus": 1.5,
+                "sandboxes": 3,
+                "memory": 3 * 256 * 2**20,
+                "cpus": 1.5,
                 "quota": {"max_sandboxes": 3, "max_memory": 2**30, "max_cpus": 1.5},
             }
             # Stopped sandboxes hold nothing: a slot is free again, and a restart needs one.
@@ -288,16 +330,29 @@ def test_a_start_past_a_quota_is_refused_naming_it_and_the_use(admin: Any) -> No
             call(http, "POST", "delete", json={"sandbox_id": first})
 
 
-def test_rock_admin_status_shows_each_tenants_use_and_quota(admin: Any, http_ops: httpx.Client) -> None:
+def test_rock_admin_status_shows_each_tenants_use_and_quota(
+    admin: Any, http_ops: httpx.Client
+) -> None:
     with _client(admin, KEY_Q) as http:
         sandbox_id = start(http)
         try:
-            env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(admin.state_dir), "ROCK_API_KEY": KEY_OPS}
+            env = {
+                **os.environ,
+                "ROCK_ADMIN_STATE_DIR": str(admin.state_dir),
+                "ROCK_API_KEY": KEY_OPS,
+            }
             done = subprocess.run(
-                [os.path.join(os.path.dirname(sys.executable), "rock"), "admin", "status"], capture_output=True, text=True, env=env, timeout=120
+                [os.path.join(os.path.dirname(sys.executable), "rock"), "admin", "status"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
             )
             assert done.returncode == 0, done.stderr
-            assert "tenant:    team-q: 1 sandboxes (max 3), 0.25g memory (max 1.00g), 0.5 cpus (max 1.5)" in done.stdout, done.stdout
+            assert (
+                "tenant:    team-q: 1 sandboxes (max 3), 0.25g memory (max 1.00g), 0.5 cpus (max 1.5)"
+                in done.stdout
+            ), done.stdout
             assert "tenant:    team-b:" in done.stdout  # the operator sees every tenant
             # A tenant sees its own row only.
             assert list(http.get("/admin/status").json()["tenants"]) == ["team-q"]
@@ -308,6 +363,7 @@ def test_rock_admin_status_shows_each_tenants_use_and_quota(admin: Any, http_ops
 def test_parallel_starts_never_share_the_last_slot(admin: Any) -> None:
     """Twelve starts at once for three slots: exactly three pass, the others are refused."""
     with _client(admin, KEY_P) as http:
+
         def attempt(_: int) -> dict[str, Any]:
             return call(http, "POST", "start_async", json=SMALL)
 
@@ -327,8 +383,13 @@ def test_parallel_starts_never_share_the_last_slot(admin: Any) -> None:
 
 
 def test_another_tenants_archive_is_never_overwritten_restored_or_deleted(
-    admin: Any, http_a: httpx.Client, http_b: httpx.Client, admin_launcher: Any, archives: Path,
-    tmp_path: Path, docker_client: Any,
+    admin: Any,
+    http_a: httpx.Client,
+    http_b: httpx.Client,
+    admin_launcher: Any,
+    archives: Path,
+    tmp_path: Path,
+    docker_client: Any,
 ) -> None:
     """A archives sandbox X on this admin. On a second admin sharing the archive store, B starts,
     archives and deletes a sandbox of the same id X (ids are the client's to choose). Here, B
@@ -341,7 +402,12 @@ def test_another_tenants_archive_is_never_overwritten_restored_or_deleted(
         stop(http, sandbox_id)
         ok(http, "POST", f"sandboxes/{sandbox_id}/archive", json={})
         eventually(
-            lambda: ok(http, "GET", "get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
+            lambda: ok(
+                http,
+                "GET",
+                "get_status",
+                params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+            ),
             until=lambda status: status["state"] == "archived",
             what="the sandbox archived",
             timeout=300,
@@ -362,13 +428,20 @@ def test_another_tenants_archive_is_never_overwritten_restored_or_deleted(
         stop_admin(other, docker_client)
     ok(http_a, "POST", "restart", json={"sandbox_id": sandbox_id})
     status = eventually(
-        lambda: ok(http_a, "GET", "get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
+        lambda: ok(
+            http_a,
+            "GET",
+            "get_status",
+            params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+        ),
         until=lambda status: status["state"] != "pending",
         what="the restart settled",
         timeout=300,
         interval=0.5,
     )
-    assert status["state"] == "running", status  # a failed restore is archived again, with the reason
+    assert status["state"] == "running", (
+        status
+    )  # a failed restore is archived again, with the reason
     try:
         assert shell(http_a, sandbox_id, "cat /root/mark")["stdout"].strip() == "from-a"
     finally:
@@ -410,7 +483,10 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/write_file"): {"json": {**sid, "path": "/tmp/x", "content": "x"}},
         ("POST", f"{p}/download"): {"json": {**sid, "path": "/etc/hostname"}},
         ("POST", f"{p}/list_dir"): {"json": {**sid, "path": "/"}},
-        ("POST", f"{p}/upload"): {"files": {"file": ("a.txt", b"x")}, "data": {**sid, "target_path": "/tmp/a.txt"}},
+        ("POST", f"{p}/upload"): {
+            "files": {"file": ("a.txt", b"x")},
+            "data": {**sid, "target_path": "/tmp/a.txt"},
+        },
         ("POST", f"{p}/processes"): {"json": {**sid, "command": "echo hi"}},
         ("GET", f"{p}/processes/{{process_id}}"): query,
         ("GET", f"{p}/processes/{{process_id}}/output"): query,
@@ -426,7 +502,9 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
     }
 
 
-def _ask(http: httpx.Client, method: str, path: str, sandbox_id: str, request: dict[str, Any]) -> httpx.Response:
+def _ask(
+    http: httpx.Client, method: str, path: str, sandbox_id: str, request: dict[str, Any]
+) -> httpx.Response:
     url = path.replace("{sandbox_id}", sandbox_id).replace("{process_id}", "p-1")
     return http.request(method, url, **request)
 
@@ -447,7 +525,9 @@ def test_every_route_answers_another_tenants_sandbox_as_unknown(
             if path not in _NAMES_NOTHING and not path.startswith(_PLUGIN_PREFIXES)
         }
         walk = _requests_naming(mine)
-        assert routes <= set(walk), f"routes the tenancy walk does not know: {sorted(routes - set(walk))}"
+        assert routes <= set(walk), (
+            f"routes the tenancy walk does not know: {sorted(routes - set(walk))}"
+        )
         for (method, path), request in walk.items():
             answer = _ask(http_b, method, path, mine, request)
             text = answer.text
@@ -458,17 +538,33 @@ def test_every_route_answers_another_tenants_sandbox_as_unknown(
             elif path.endswith("/warm_pools"):
                 assert envelope(answer)["result"]["code"] == 4003, (path, text)
             elif path.endswith(("/sandboxes", "/sandboxes/batch", "/admin/status")):
-                assert answer.status_code == 200 and mine not in text and "team-a" not in text, (path, text)
+                assert answer.status_code == 200 and mine not in text and "team-a" not in text, (
+                    path,
+                    text,
+                )
             else:
-                unknown = _ask(http_b, method, path, nobody, {
-                    k: json.loads(json.dumps(v).replace(mine, nobody)) if k != "files" else v for k, v in request.items()
-                })
-                assert (answer.status_code, text.replace(mine, "ID")) == (unknown.status_code, unknown.text.replace(nobody, "ID")), path
+                unknown = _ask(
+                    http_b,
+                    method,
+                    path,
+                    nobody,
+                    {
+                        k: json.loads(json.dumps(v).replace(mine, nobody)) if k != "files" else v
+                        for k, v in request.items()
+                    },
+                )
+                assert (answer.status_code, text.replace(mine, "ID")) == (
+                    unknown.status_code,
+                    unknown.text.replace(nobody, "ID"),
+                ), path
         # The services of A's sandbox, over HTTP and WebSocket: unknown to B.
         assert http_b.get(f"/sandboxes/{mine}/proxy/").status_code == 404
         # A's sandbox is as it was.
         assert ok(http_a, "GET", "get_status", params={"sandbox_id": mine})["state"] == "running"
-        assert shell(http_a, mine, "test -e /tmp/x || test -e /tmp/a.txt; echo $?")["stdout"].strip() == "1"
+        assert (
+            shell(http_a, mine, "test -e /tmp/x || test -e /tmp/a.txt; echo $?")["stdout"].strip()
+            == "1"
+        )
     finally:
         stop(http_a, mine)
 
@@ -492,11 +588,19 @@ def test_a_group_network_is_found_again_and_removed_after_the_admin_is_killed(
         second = launch_admin(tmp_path)
         try:
             with httpx.Client(base_url=second.url, timeout=180) as http:
-                assert ok(http, "GET", "get_status", params={"sandbox_id": before})["state"] == "running"
+                assert (
+                    ok(http, "GET", "get_status", params={"sandbox_id": before})["state"]
+                    == "running"
+                )
                 after = start(http, network_group=group)
                 assert _group_network(docker_client, after) == network
                 stop(http, after, before)
-            eventually(lambda: not docker_client.networks.list(names=[network]), what="the group's network removed", timeout=60, interval=0.2)
+            eventually(
+                lambda: not docker_client.networks.list(names=[network]),
+                what="the group's network removed",
+                timeout=60,
+                interval=0.2,
+            )
             assert not docker_client.networks.list(names=[network])
         finally:
             stop_admin(second, docker_client)

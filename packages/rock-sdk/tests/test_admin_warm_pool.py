@@ -15,8 +15,9 @@ from typing import Any
 
 import anyio
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
@@ -62,25 +63,41 @@ def _members(docker_client: Any, owner: str) -> list[Any]:
     return [c for c in found if c.name == c.labels.get("rock.pool_member")]
 
 
-def test_the_sdk_claims_from_the_admins_warm_pool(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+def test_the_sdk_claims_from_the_admins_warm_pool(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
     launch_admin, stop_admin = admin_launcher
     owner = f"admin:{tmp_path / 'rock.db'}"
     server = launch_admin(tmp_path, config=CONFIG)
     try:
         text = _wait_ready(server.url, 2)
-        assert _metric(text, "rock_warm_pool_size") == 2 and _metric(text, "rock_warm_pool_claimed_total") == 0
+        assert (
+            _metric(text, "rock_warm_pool_size") == 2
+            and _metric(text, "rock_warm_pool_claimed_total") == 0
+        )
         shown = subprocess.run(
             [str(Path(sys.executable).with_name("rock")), "admin", "status"],
-            env={**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)}, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
-        assert re.search(r"warm pool: pool-\w+ \(python:3\.11\) 2/2 ready", shown.stdout), shown.stdout + shown.stderr
+        assert re.search(r"warm pool: pool-\w+ \(python:3\.11\) 2/2 ready", shown.stdout), (
+            shown.stdout + shown.stderr
+        )
 
         async def use() -> str:
-            sandbox = Sandbox(SandboxConfig(base_url=server.url, image="python:3.11", memory="256m", cpus=0.5))
+            sandbox = Sandbox(
+                SandboxConfig(base_url=server.url, image="python:3.11", memory="256m", cpus=0.5)
+            )
             await sandbox.start()
             status = await sandbox.get_status()
-            assert status.status["docker_run"].message.startswith("claimed from warm pool"), status.status
-            assert (await sandbox.execute(Command(command=["echo", "warm"]))).stdout.strip() == "warm"
+            assert status.status["docker_run"].message.startswith("claimed from warm pool"), (
+                status.status
+            )
+            assert (
+                await sandbox.execute(Command(command=["echo", "warm"]))
+            ).stdout.strip() == "warm"
             return sandbox.sandbox_id
 
         sandbox_id = anyio.run(use)
@@ -92,7 +109,9 @@ def test_the_sdk_claims_from_the_admins_warm_pool(tmp_path: Path, docker_client:
         server.process.terminate()
         server.process.wait(60)
         assert _members(docker_client, owner) == [], "idle members end with the admin"
-        assert docker_client.containers.get(sandbox_id).status == "running", "the claimed sandbox is a sandbox: it stays"
+        assert docker_client.containers.get(sandbox_id).status == "running", (
+            "the claimed sandbox is a sandbox: it stays"
+        )
     finally:
         stop_admin(server, docker_client)
 
@@ -100,7 +119,9 @@ def test_the_sdk_claims_from_the_admins_warm_pool(tmp_path: Path, docker_client:
 PREFIX = "/apis/envs/sandbox/v1"
 
 
-def test_rocks_warmup_route_pulls_and_sizes_warm_pools(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+def test_rocks_warmup_route_pulls_and_sizes_warm_pools(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
     """``POST /warmup/tasks``: ROCK's ``{"image"}`` answers as ROCK and pulls in the background; a
     failed pull is logged; rock's ``size`` sets a warm pool, within ``max_warm_pool_members``."""
     launch_admin, stop_admin = admin_launcher
@@ -108,12 +129,19 @@ def test_rocks_warmup_route_pulls_and_sizes_warm_pools(tmp_path: Path, docker_cl
     try:
         with httpx.Client(base_url=server.url + PREFIX, timeout=60) as client:
             answer = client.post("/warmup/tasks", json={"image": "python:3.11"}).json()
-            assert answer == {"status": "Success", "message": "warmup task started", "error": None, "result": None}
+            assert answer == {
+                "status": "Success",
+                "message": "warmup task started",
+                "error": None,
+                "result": None,
+            }
 
             client.post("/warmup/tasks", json={"image": "rock-test/not-pullable:1"})
             eventually(
                 lambda: server.log_tail(200),
-                until=lambda log: "warm-up of image rock-test/not-pullable:1 failed: Failed to pull image" in log,
+                until=lambda log: (
+                    "warm-up of image rock-test/not-pullable:1 failed: Failed to pull image" in log
+                ),
                 what="the failed warm-up in the admin's log",
                 timeout=60,
                 interval=0.2,
@@ -124,14 +152,23 @@ def test_rocks_warmup_route_pulls_and_sizes_warm_pools(tmp_path: Path, docker_cl
             assert sized["status"] == "Success" and sized["message"].endswith("set to 2"), sized
             _wait_ready(server.url, 2)
 
-            too_many = client.post("/warmup/tasks", json={**kind, "memory": "300m", "size": 3}).json()
-            assert too_many["status"] == "Failed" and "max_warm_pool_members" in too_many["error"], too_many
+            too_many = client.post(
+                "/warmup/tasks", json={**kind, "memory": "300m", "size": 3}
+            ).json()
+            assert (
+                too_many["status"] == "Failed" and "max_warm_pool_members" in too_many["error"]
+            ), too_many
             no_image = client.post("/warmup/tasks", json={"size": 1}).json()
             assert no_image["status"] == "Failed" and "image" in no_image["error"], no_image
 
             removed = client.post("/warmup/tasks", json={**kind, "size": 0}).json()
             assert removed["status"] == "Success", removed
         owner = f"admin:{tmp_path / 'rock.db'}"
-        eventually(lambda: not _members(docker_client, owner), what="size 0 removes the pool's members", timeout=60, interval=0.2)
+        eventually(
+            lambda: not _members(docker_client, owner),
+            what="size 0 removes the pool's members",
+            timeout=60,
+            interval=0.2,
+        )
     finally:
         stop_admin(server, docker_client)

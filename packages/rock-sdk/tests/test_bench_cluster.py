@@ -27,25 +27,43 @@ pytestmark = [
 
 ROCK = Path(sys.executable).with_name("rock")
 #: The bench at its smallest: 3 sandboxes on a 2-node stand-in Nomad, the nomad runtime only.
-SMALL_BENCH = [str(ROCK), "bench", "cluster", "-n", "3", "--nodes", "2", "--image", "rock-test/python:3.11",
-               "--runtime", "nomad"]
+SMALL_BENCH = [
+    str(ROCK),
+    "bench",
+    "cluster",
+    "-n",
+    "3",
+    "--nodes",
+    "2",
+    "--image",
+    "rock-test/python:3.11",
+    "--runtime",
+    "nomad",
+]
 
 
 def test_the_cluster_bench_measures_the_admin_and_the_stand_in_apart() -> None:
     pytest.importorskip("rock_nomad.testing", reason="rock-nomad's testing extra is not installed")
     run = subprocess.run(
         SMALL_BENCH,
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     figures = json.loads(run.stdout)["nomad"]
     assert figures["sandboxes_running"] == 3
     assert figures["all_running_s"] > 0
     # The stand-in runs in a process of its own: its CPU is told apart from the admin's.
-    assert figures["stand_in_cpu_s_to_all_running"] >= 0 and figures["admin_cpu_s_to_all_running"] > 0
+    assert (
+        figures["stand_in_cpu_s_to_all_running"] >= 0 and figures["admin_cpu_s_to_all_running"] > 0
+    )
     assert "stand-in Nomad CPU (s)" in run.stderr and "admin CPU (s)" in run.stderr
     # It waited for the admin to remove its sandboxes before it went on, and says how long that took.
-    assert isinstance(figures["all_removed_after_stop_s"], float) and "all removed after stop (s)" in run.stderr
+    assert (
+        isinstance(figures["all_removed_after_stop_s"], float)
+        and "all removed after stop (s)" in run.stderr
+    )
     # Its stand-in ended (on SIGTERM) and removed every container it made.
     pid = re.search(r"stand-in Nomad of 2 nodes at \S+ \(process (\d+)\)", run.stderr)
     assert pid, run.stderr[-2000:]
@@ -60,7 +78,9 @@ def test_a_cluster_bench_ended_with_sigterm_stops_what_it_started() -> None:
     pytest.importorskip("rock_nomad.testing", reason="rock-nomad's testing extra is not installed")
     bench = subprocess.Popen(
         SMALL_BENCH,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         said = []

@@ -25,18 +25,28 @@ pytestmark = [
 ROCK = Path(sys.executable).with_name("rock")
 
 FIGURES = (
-    "floor_first_start_seconds", "floor_first_command_seconds", "busy_floor_first_start_seconds",
-    "first_start_seconds", "first_command_seconds", "first_start_and_command_seconds",
-    "sweep_listed_orphans_seconds", "orphans_running_seconds", "orphans_gone_seconds",
+    "floor_first_start_seconds",
+    "floor_first_command_seconds",
+    "busy_floor_first_start_seconds",
+    "first_start_seconds",
+    "first_command_seconds",
+    "first_start_and_command_seconds",
+    "sweep_listed_orphans_seconds",
+    "orphans_running_seconds",
+    "orphans_gone_seconds",
     "orphans_removal_rate_per_second",
 )
 
 
-def test_orphans_of_a_killed_trainer_go_while_a_new_trainer_starts(tmp_path: Path, docker_client: Any) -> None:
+def test_orphans_of_a_killed_trainer_go_while_a_new_trainer_starts(
+    tmp_path: Path, docker_client: Any
+) -> None:
     output = tmp_path / "run"
     done = subprocess.run(
         [str(ROCK), "bench", "orphans", "--count", "3", "--output", str(output)],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     # Exit 1 only for a missed timing goal is not this test's business (timing goals live in
     # the bench's figures): anything else must have worked.
@@ -50,10 +60,15 @@ def test_orphans_of_a_killed_trainer_go_while_a_new_trainer_starts(tmp_path: Pat
     assert figures["orphan_owner_state"] == "zombie"  # a killed, unreaped owner counts as dead
     assert figures["leftovers"] == 0
     prefix = figures["containers_filter"].split("name=^")[1]
-    assert docker_client.containers.list(all=True, filters={"name": f"^{prefix}"}, ignore_removed=True) == []
+    assert (
+        docker_client.containers.list(all=True, filters={"name": f"^{prefix}"}, ignore_removed=True)
+        == []
+    )
     assert "3 orphans; their owner is zombie" in done.stderr and "removal rate" in done.stderr
 
 
 def test_orphans_refuses_a_bad_count_before_starting_anything() -> None:
-    done = subprocess.run([str(ROCK), "bench", "orphans", "--count", "0"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [str(ROCK), "bench", "orphans", "--count", "0"], capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and "--count" in done.stderr

@@ -24,23 +24,48 @@ pytestmark = [
 ROCK = Path(sys.executable).with_name("rock")
 
 FIGURES = (
-    "time_to_all_running_seconds", "start_rate_per_second", "get_status_p50_ms", "get_status_p99_ms",
-    "command_p50_ms", "command_p99_ms", "list_p50_ms", "engine_rss_idle_mb", "container_memory_per_sandbox_mb",
-    "proxy_shim_rss_per_sandbox_mb", "proxy_shim_pss_per_sandbox_mb", "host_memory_per_sandbox_mb",
-    "teardown_containers_gone_seconds", "teardown_processes_ended_seconds",
+    "time_to_all_running_seconds",
+    "start_rate_per_second",
+    "get_status_p50_ms",
+    "get_status_p99_ms",
+    "command_p50_ms",
+    "command_p99_ms",
+    "list_p50_ms",
+    "engine_rss_idle_mb",
+    "container_memory_per_sandbox_mb",
+    "proxy_shim_rss_per_sandbox_mb",
+    "proxy_shim_pss_per_sandbox_mb",
+    "host_memory_per_sandbox_mb",
+    "teardown_containers_gone_seconds",
+    "teardown_processes_ended_seconds",
 )
 
 
 def scale(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(ROCK), "bench", "scale", "--status-calls", "20", "--command-calls", "10", "--idle-seconds", "1", *args],
-        capture_output=True, text=True, timeout=300,
+        [
+            str(ROCK),
+            "bench",
+            "scale",
+            "--status-calls",
+            "20",
+            "--command-calls",
+            "10",
+            "--idle-seconds",
+            "1",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
 def left_behind(docker_client: Any, point: dict[str, Any]) -> list[Any]:
     prefix = point["containers_filter"].split("name=^")[1]
-    return docker_client.containers.list(all=True, filters={"name": f"^{prefix}"}, ignore_removed=True)
+    return docker_client.containers.list(
+        all=True, filters={"name": f"^{prefix}"}, ignore_removed=True
+    )
 
 
 def test_embedded_scale_holds_measures_and_leaves_nothing(tmp_path, docker_client):
@@ -50,12 +75,19 @@ def test_embedded_scale_holds_measures_and_leaves_nothing(tmp_path, docker_clien
     document = json.loads(done.stdout)
     assert json.loads((output / "results.json").read_text()) == document
     (point,) = document["points"]
-    assert (point["count"], point["mode"], point["running"], point["failed_starts"]) == (3, "embedded", 3, 0)
+    assert (point["count"], point["mode"], point["running"], point["failed_starts"]) == (
+        3,
+        "embedded",
+        3,
+        0,
+    )
     for key in (*FIGURES, "teardown_engine_closed_seconds"):
         assert point[key] > 0, key
     assert point["engine_cpu_idle_percent"] >= 0 and point["listed"] == 3
     assert point["leftovers"] == 0 and left_behind(docker_client, point) == []
-    assert "started 3/3" in done.stderr and "sandboxes running" in done.stderr  # progress, then the table
+    assert (
+        "started 3/3" in done.stderr and "sandboxes running" in done.stderr
+    )  # progress, then the table
 
 
 def test_the_docker_floor_is_measured_in_the_same_run_and_leaves_nothing(docker_client):
@@ -105,6 +137,8 @@ def test_a_docker_that_stops_answering_in_the_teardown_is_reported_not_a_crash(m
 
     monkeypatch.setattr(scale_module, "_containers", wedged)
     said: list[str] = []
-    gone, left, ended = asyncio.run(scale_module._wait_gone("p-", 0.0, 60, said.append, [], expected=5))
+    gone, left, ended = asyncio.run(
+        scale_module._wait_gone("p-", 0.0, 60, said.append, [], expected=5)
+    )
     assert (left, ended) == (3, None) and gone > 0
     assert "Docker does not answer" in said[-1] and "3 counted as left" in said[-1]

@@ -36,7 +36,9 @@ json.dump(sorted(sys.modules), sys.stderr)
 
 
 def _modules_after(*args: str) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", _RUN, *args], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN, *args], capture_output=True, text=True, timeout=120
+    )
     return set(json.loads(done.stderr.splitlines()[-1]))
 
 
@@ -44,8 +46,12 @@ def _loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return [name for name in names if name in modules]
 
 
-@pytest.mark.parametrize("args", [["sandbox", "list", "--json"], ["sandbox", "list"], ["sandbox", "status", "some-id"]])
-def test_sandbox_commands_against_an_admin_load_no_engine(args: list[str], free_port: object) -> None:
+@pytest.mark.parametrize(
+    "args", [["sandbox", "list", "--json"], ["sandbox", "list"], ["sandbox", "status", "some-id"]]
+)
+def test_sandbox_commands_against_an_admin_load_no_engine(
+    args: list[str], free_port: object
+) -> None:
     # Nothing listens there: the command fails, after importing all it needs to succeed.
     url = f"http://127.0.0.1:{free_port()}"  # type: ignore[operator]
     modules = _modules_after(*args, "--base-url", url)
@@ -55,7 +61,12 @@ def test_sandbox_commands_against_an_admin_load_no_engine(args: list[str], free_
 
 def test_version_loads_neither_http_nor_the_models() -> None:
     modules = _modules_after("--version")
-    assert _loaded(modules, (*HEAVY, "httpx", "rock_core.actions", "rock._cli_sandbox", "rock.admin.cli")) == []
+    assert (
+        _loaded(
+            modules, (*HEAVY, "httpx", "rock_core.actions", "rock._cli_sandbox", "rock.admin.cli")
+        )
+        == []
+    )
 
 
 def test_help_lists_every_command_without_loading_docker_or_the_engine() -> None:

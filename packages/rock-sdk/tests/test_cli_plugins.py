@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 import pytest
 from click.testing import CliRunner
+
 from rock.cli import main
 from rock_core.plugins import Plugins, get_plugin_manager
 from rock_core.testing import PluginSite
@@ -60,17 +61,25 @@ def rock_cli_commands(cli):
 def throwaway_site(tmp_path_factory: pytest.TempPathFactory) -> PluginSite:
     """A directory with rock-throwaway installed into it (its module is ``rock_throwaway``)."""
     site = PluginSite(tmp_path_factory.mktemp("throwaway"))
-    site.install("rock-throwaway", THROWAWAY_VERSION, module="rock_throwaway", source=THROWAWAY_MODULE)
+    site.install(
+        "rock-throwaway", THROWAWAY_VERSION, module="rock_throwaway", source=THROWAWAY_MODULE
+    )
     return site
 
 
-def _rock(*args: str, site: PluginSite | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+def _rock(
+    *args: str, site: PluginSite | None = None, **env: str
+) -> subprocess.CompletedProcess[str]:
     """Run the installed ``rock`` console script with rock's plugin variables cleared, plus ``env``."""
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("ROCK_") and k != "PYTHONPATH"}
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith("ROCK_") and k != "PYTHONPATH"
+    }
     if site is not None:
         environ["PYTHONPATH"] = str(site.path)
     environ.update(env)
-    return subprocess.run([str(ROCK), *args], env=environ, capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [str(ROCK), *args], env=environ, capture_output=True, text=True, check=False
+    )
 
 
 def _listed(proc: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:
@@ -100,7 +109,10 @@ def test_a_broken_plugin_does_not_break_version_or_builtins_but_is_reported(tmp_
     assert "broken on purpose" in listing.stderr
     unknown = _rock("hello", site=site, ROCK_PLUGINS="broken")
     assert unknown.returncode == 2
-    assert "plugin commands unavailable" in unknown.stderr and "No such command 'hello'" in unknown.stderr
+    assert (
+        "plugin commands unavailable" in unknown.stderr
+        and "No such command 'hello'" in unknown.stderr
+    )
     skipped = _rock("plugins", "--json", site=site, ROCK_DISABLE_PLUGINS="broken")
     assert _listed(skipped)["broken"]["blocked"] is True
 
@@ -121,13 +133,20 @@ def test_plugins_json_lists_the_installed_plugin_with_its_hooks(throwaway_site: 
     }
 
 
-def test_plugins_table_shows_plugin_distribution_version_and_hooks(throwaway_site: PluginSite) -> None:
+def test_plugins_table_shows_plugin_distribution_version_and_hooks(
+    throwaway_site: PluginSite,
+) -> None:
     proc = _rock("plugins", site=throwaway_site)
     assert proc.returncode == 0, proc.stderr
     header, *rows = proc.stdout.splitlines()
     assert header.split() == ["plugin", "distribution", "version", "hooks"]
     (row,) = [r for r in rows if r.startswith("throwaway ")]
-    assert row.split(None, 3) == ["throwaway", "rock-throwaway", THROWAWAY_VERSION, "rock_cli_commands, rock_register_runtimes"]
+    assert row.split(None, 3) == [
+        "throwaway",
+        "rock-throwaway",
+        THROWAWAY_VERSION,
+        "rock_cli_commands, rock_register_runtimes",
+    ]
 
 
 def test_a_plugin_command_runs(throwaway_site: PluginSite) -> None:
@@ -146,10 +165,16 @@ def test_a_plugin_command_runs(throwaway_site: PluginSite) -> None:
     ],
     ids=lambda env: "=".join(next(iter(env.items()))),
 )
-def test_a_blocked_plugin_is_listed_as_blocked_and_its_command_is_gone(throwaway_site: PluginSite, env: dict[str, str]) -> None:
+def test_a_blocked_plugin_is_listed_as_blocked_and_its_command_is_gone(
+    throwaway_site: PluginSite, env: dict[str, str]
+) -> None:
     entry = _listed(_rock("plugins", "--json", site=throwaway_site, **env))["throwaway"]
     assert (entry["blocked"], entry["hooks"]) == (True, [])
-    row = next(r for r in _rock("plugins", site=throwaway_site, **env).stdout.splitlines() if r.startswith("throwaway "))
+    row = next(
+        r
+        for r in _rock("plugins", site=throwaway_site, **env).stdout.splitlines()
+        if r.startswith("throwaway ")
+    )
     assert row.endswith("(blocked)")
     proc = _rock("hello", site=throwaway_site, **env)
     assert proc.returncode == 2 and "No such command 'hello'" in proc.stderr
@@ -172,7 +197,9 @@ def test_trace_names_the_plugin_and_the_hook_calls(throwaway_site: PluginSite) -
 def test_get_plugin_manager_in_process_finds_the_installed_plugin(
     throwaway_site: PluginSite, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("ROCK_PLUGINS", "throwaway")  # the workspace's own plugins are not under test here
+    monkeypatch.setenv(
+        "ROCK_PLUGINS", "throwaway"
+    )  # the workspace's own plugins are not under test here
     monkeypatch.delenv("ROCK_DISABLE_PLUGINS", raising=False)
     with throwaway_site.importable():
         plugins = Plugins(get_plugin_manager())
@@ -181,7 +208,11 @@ def test_get_plugin_manager_in_process_finds_the_installed_plugin(
         handle = anyio.run(lambda: runtime_cls().create(None, labels={}, rocklet_token="t"))
         assert (handle.runtime, handle.sandbox_id) == ("throwaway", "sandbox-1")
         info = next(i for i in plugins.describe() if i.name == "throwaway")
-        assert (info.distribution, info.version, info.blocked) == ("rock-throwaway", THROWAWAY_VERSION, False)
+        assert (info.distribution, info.version, info.blocked) == (
+            "rock-throwaway",
+            THROWAWAY_VERSION,
+            False,
+        )
 
 
 # ---------------------------------------------------------------------------------------------

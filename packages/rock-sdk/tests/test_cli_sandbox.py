@@ -22,9 +22,15 @@ ROCK = Path(sys.executable).with_name("rock")
 SMALL = ["--image", "python:3.11", "--memory", "256m", "--cpus", "0.5"]
 
 
-def run_rock(*args: str, state_dir: Path, base_url: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_rock(
+    *args: str, state_dir: Path, base_url: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """``rock ARGS`` with its own state directory (and ``ROCK_BASE_URL`` when given); never raises."""
-    env = {k: v for k, v in os.environ.items() if k not in ("ROCK_BASE_URL", "ROCK_API_KEY", "ROCK_CONFIG")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ROCK_BASE_URL", "ROCK_API_KEY", "ROCK_CONFIG")
+    }
     env["ROCK_ADMIN_STATE_DIR"] = str(state_dir)
     env["COLUMNS"] = "80"  # a narrow terminal width must not cut ids in piped tables
     if base_url is not None:
@@ -39,7 +45,9 @@ class Admin:
         self.state_dir = state_dir
         self.url = url
 
-    def rock(self, *args: str, base_url: str | None = "default") -> subprocess.CompletedProcess[str]:
+    def rock(
+        self, *args: str, base_url: str | None = "default"
+    ) -> subprocess.CompletedProcess[str]:
         """``rock ARGS`` against this admin (through ``ROCK_BASE_URL`` unless told otherwise)."""
         url = self.url if base_url == "default" else base_url
         return run_rock(*args, state_dir=self.state_dir, base_url=url)
@@ -52,11 +60,15 @@ class Admin:
 
 
 @pytest.fixture(scope="module")
-def admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any) -> Iterator[Admin]:
+def admin(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any
+) -> Iterator[Admin]:
     """A real admin (``rock admin serve``); stopped and its containers removed after."""
     launch_admin, stop_admin = admin_launcher
     # The tests stop several sandboxes: kill after 1 s, not 3.
-    server = launch_admin(tmp_path_factory.mktemp("cli-admin"), config="[engine]\nstop_timeout = 1\n")
+    server = launch_admin(
+        tmp_path_factory.mktemp("cli-admin"), config="[engine]\nstop_timeout = 1\n"
+    )
     try:
         yield Admin(server.state_dir, server.url)
     finally:
@@ -71,13 +83,17 @@ def sandbox_id(admin: Admin) -> str:
 
 def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
     """The containers Docker has for ``sandbox_id`` (any state)."""
-    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
+    return docker_client.containers.list(
+        all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True
+    )
 
 
 # -- create, list, status ------------------------------------------------------------------------------
 
 
-def test_create_prints_only_the_id_and_the_container_runs(admin: Admin, sandbox_id: str, docker_client: Any) -> None:
+def test_create_prints_only_the_id_and_the_container_runs(
+    admin: Admin, sandbox_id: str, docker_client: Any
+) -> None:
     assert len(sandbox_id) >= 8 and " " not in sandbox_id
     [container] = containers_of(docker_client, sandbox_id)
     assert container.status == "running"
@@ -122,7 +138,11 @@ def test_list_finds_the_local_admin_without_base_url(admin: Admin, sandbox_id: s
 def test_status_text_and_json(admin: Admin, sandbox_id: str) -> None:
     done = admin.rock("sandbox", "status", sandbox_id)
     assert done.returncode == 0, done.stderr
-    lines = dict(line.split(":", 1) for line in done.stdout.splitlines() if not line.startswith(("phase", "note")))
+    lines = dict(
+        line.split(":", 1)
+        for line in done.stdout.splitlines()
+        if not line.startswith(("phase", "note"))
+    )
     assert lines["state"].strip() == "running"
     assert lines["experiment"].strip() == "exp-cli"
     assert "phase docker_run: success" in done.stdout
@@ -135,17 +155,39 @@ def test_status_text_and_json(admin: Admin, sandbox_id: str) -> None:
 
 
 def test_exec_passes_output_and_exit_code_through(admin: Admin, sandbox_id: str) -> None:
-    done = admin.rock("sandbox", "exec", sandbox_id, "--", "bash", "-c", "echo to-out; echo to-err >&2; exit 7")
+    done = admin.rock(
+        "sandbox", "exec", sandbox_id, "--", "bash", "-c", "echo to-out; echo to-err >&2; exit 7"
+    )
     assert done.returncode == 7
     assert done.stdout == "to-out\n"
     assert done.stderr == "to-err\n"
 
-    ok = admin.rock("sandbox", "exec", "--cwd", "/tmp", "--env", "GREETING=hi", sandbox_id, "sh", "-c", 'echo "$GREETING $PWD"')
+    ok = admin.rock(
+        "sandbox",
+        "exec",
+        "--cwd",
+        "/tmp",
+        "--env",
+        "GREETING=hi",
+        sandbox_id,
+        "sh",
+        "-c",
+        'echo "$GREETING $PWD"',
+    )
     assert (ok.returncode, ok.stdout) == (0, "hi /tmp\n")
 
 
 def test_exec_json_reports_the_result(admin: Admin, sandbox_id: str) -> None:
-    done = admin.rock("sandbox", "exec", "--json", sandbox_id, "--", "python", "-c", "print(6 * 7); raise SystemExit(3)")
+    done = admin.rock(
+        "sandbox",
+        "exec",
+        "--json",
+        sandbox_id,
+        "--",
+        "python",
+        "-c",
+        "print(6 * 7); raise SystemExit(3)",
+    )
     assert done.returncode == 3
     data = json.loads(done.stdout)
     assert data["stdout"] == "42\n" and data["exit_code"] == 3
@@ -157,7 +199,9 @@ def test_exec_timeout_exits_124(admin: Admin, sandbox_id: str) -> None:
     assert done.stderr.startswith("rock: ")
 
 
-def test_logs_shows_the_lifecycle_and_says_there_are_no_unit_logs(admin: Admin, sandbox_id: str) -> None:
+def test_logs_shows_the_lifecycle_and_says_there_are_no_unit_logs(
+    admin: Admin, sandbox_id: str
+) -> None:
     done = admin.rock("sandbox", "logs", sandbox_id)
     assert done.returncode == 0, done.stderr
     assert "serves no unit logs" in done.stderr
@@ -175,7 +219,10 @@ def test_delete_refuses_a_running_sandbox(admin: Admin, sandbox_id: str) -> None
     done = admin.rock("sandbox", "delete", sandbox_id)
     assert done.returncode == 1
     assert "stop it first" in done.stderr
-    assert json.loads(admin.rock("sandbox", "status", "--json", sandbox_id).stdout)["state"] == "running"
+    assert (
+        json.loads(admin.rock("sandbox", "status", "--json", sandbox_id).stdout)["state"]
+        == "running"
+    )
 
 
 def test_stop_then_delete(admin: Admin, docker_client: Any) -> None:
@@ -184,7 +231,10 @@ def test_stop_then_delete(admin: Admin, docker_client: Any) -> None:
     stopped = admin.rock("sandbox", "stop", sandbox_id)
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.split()[:2] == [sandbox_id, "stopped"]
-    assert json.loads(admin.rock("sandbox", "status", "--json", sandbox_id).stdout)["state"] == "stopped"
+    assert (
+        json.loads(admin.rock("sandbox", "status", "--json", sandbox_id).stdout)["state"]
+        == "stopped"
+    )
     listed = json.loads(admin.rock("sandbox", "list", "--json").stdout)
     assert sandbox_id not in [i["sandbox_id"] for i in listed["items"]]
 
@@ -195,7 +245,10 @@ def test_stop_then_delete(admin: Admin, docker_client: Any) -> None:
     deleted = admin.rock("sandbox", "delete", sandbox_id)
     assert deleted.returncode == 0, deleted.stderr
     assert containers_of(docker_client, sandbox_id) == []
-    assert json.loads(admin.rock("sandbox", "status", "--json", sandbox_id).stdout)["state"] == "deleted"
+    assert (
+        json.loads(admin.rock("sandbox", "status", "--json", sandbox_id).stdout)["state"]
+        == "deleted"
+    )
     # Deleting again is not an error (scripts may retry).
     assert admin.rock("sandbox", "delete", sandbox_id).returncode == 0
 
@@ -210,13 +263,19 @@ def test_delete_force_stops_first(admin: Admin, docker_client: Any) -> None:
 # -- exit codes ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("command", [["status"], ["logs"], ["stop"], ["delete"], ["exec", "--", "true"]])
+@pytest.mark.parametrize(
+    "command", [["status"], ["logs"], ["stop"], ["delete"], ["exec", "--", "true"]]
+)
 def test_unknown_sandbox_exits_3(admin: Admin, command: list[str]) -> None:
     missing = f"no-such-{uuid.uuid4().hex[:8]}"
     args = [command[0], missing, *command[1:]]
     done = admin.rock("sandbox", *args)
     assert done.returncode == 3, done.stdout + done.stderr
-    assert done.stderr.startswith("rock: no sandbox") and missing in done.stderr and admin.url in done.stderr
+    assert (
+        done.stderr.startswith("rock: no sandbox")
+        and missing in done.stderr
+        and admin.url in done.stderr
+    )
 
 
 @pytest.mark.parametrize("command", [["list"], ["status", "abc"], ["create"]])
@@ -247,7 +306,9 @@ def test_embedded_mode_lists_nothing_and_finds_nothing(tmp_path: Path) -> None:
 def test_bad_usage_exits_2(tmp_path: Path) -> None:
     assert run_rock("sandbox", "exec", state_dir=tmp_path).returncode == 2
     assert run_rock("sandbox", "list", "--no-such-option", state_dir=tmp_path).returncode == 2
-    bad_env = run_rock("sandbox", "create", "--env", "NOEQUALS", "--base-url", "http://x", state_dir=tmp_path)
+    bad_env = run_rock(
+        "sandbox", "create", "--env", "NOEQUALS", "--base-url", "http://x", state_dir=tmp_path
+    )
     assert bad_env.returncode == 2 and "KEY=VALUE" in bad_env.stderr
 
 
@@ -269,7 +330,7 @@ def test_log_level_filters_records_and_keeps_their_tracebacks(tmp_path: Path) ->
         "2026-11-30 10:00:02,003 ERROR rock.admin: reconcile failed\n"
         "Traceback (most recent call last):\n"
         "  ValueError: boom\n"
-        "INFO:     127.0.0.1:5000 - \"GET /healthz HTTP/1.1\" 200 OK\n"
+        'INFO:     127.0.0.1:5000 - "GET /healthz HTTP/1.1" 200 OK\n'
         "ERROR:    Exception in ASGI application\n"
         "2026-11-30 10:00:03,004 DEBUG rock.engine: tick\n"
     )
@@ -282,7 +343,10 @@ def test_log_level_filters_records_and_keeps_their_tracebacks(tmp_path: Path) ->
         "ERROR:    Exception in ASGI application",
     ]
     warnings = run_rock("log", "--level", "WARNING", "-n", "2", state_dir=tmp_path)
-    assert warnings.stdout.splitlines() == ["  ValueError: boom", "ERROR:    Exception in ASGI application"]
+    assert warnings.stdout.splitlines() == [
+        "  ValueError: boom",
+        "ERROR:    Exception in ASGI application",
+    ]
     everything = run_rock("log", state_dir=tmp_path)
     assert len(everything.stdout.splitlines()) == 8
 

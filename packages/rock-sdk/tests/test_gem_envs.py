@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+
 import rock
 from rock.sdk.envs import EnvFailed, VecEnvError
 from rock_core.testing import eventually_async
@@ -69,7 +70,9 @@ def gem_image(docker_client: Any) -> str:
 
 
 @pytest.fixture(params=["embedded", "admin"])
-def where(request: pytest.FixtureRequest, gem_image: str, engine: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def where(
+    request: pytest.FixtureRequest, gem_image: str, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
     """``make``'s keyword for the mode: nothing (embedded) or the admin's ``base_url``."""
     monkeypatch.delenv("ROCK_BASE_URL", raising=False)
     if request.param == "admin":
@@ -132,10 +135,17 @@ def test_unknown_id_lists_close_matches(where: dict[str, Any]) -> None:
     ("env_id", "kind", "words"),
     # "not available offline" is rock's answer to nltk.download: NLTK's own would first ask the
     # network for its index (a 24 s stall here) and then say something else.
-    [("game:Wordle-v0-easy", "missing_data", "NLTK data 'words' is not available offline"), ("math:GSM8K", "missing_dependency", "'datasets'")],
+    [
+        ("game:Wordle-v0-easy", "missing_data", "NLTK data 'words' is not available offline"),
+        ("math:GSM8K", "missing_dependency", "'datasets'"),
+    ],
 )
-def test_missing_offline_data_fails_fast_with_the_reason(where: dict[str, Any], env_id: str, kind: str, words: str) -> None:
-    rock.make("game:GuessTheNumber-v0-easy", **where).close()  # the sandbox's start is not the point here
+def test_missing_offline_data_fails_fast_with_the_reason(
+    where: dict[str, Any], env_id: str, kind: str, words: str
+) -> None:
+    rock.make(
+        "game:GuessTheNumber-v0-easy", **where
+    ).close()  # the sandbox's start is not the point here
     with pytest.raises(EnvFailed) as caught:
         rock.make(env_id, **where)
     assert caught.value.kind == kind and words in str(caught.value)
@@ -144,7 +154,9 @@ def test_missing_offline_data_fails_fast_with_the_reason(where: dict[str, Any], 
 def test_step_after_the_episode_ended_is_refused_until_reset(where: dict[str, Any]) -> None:
     with rock.make("game:Sokoban-v0-easy", **where) as env:
         env.reset(seed=1)
-        observation, reward, terminated, truncated, info = env.step("not an action")  # ends the episode
+        observation, reward, terminated, truncated, info = env.step(
+            "not an action"
+        )  # ends the episode
         assert terminated and reward == -0.1
         with pytest.raises(EnvFailed) as caught:
             env.step("\\boxed{up}")
@@ -184,7 +196,9 @@ async def test_vector_env_partial_steps_and_explicit_resets(where: dict[str, Any
             assert solo.reset(seed=102)[1] == infos[2]  # env i gets seed + i
         finally:
             solo.close()
-        obs, rewards, terminations, truncations, infos = await vec.step({1: "\\boxed{up}", 3: "junk"})
+        obs, rewards, terminations, truncations, infos = await vec.step(
+            {1: "\\boxed{up}", 3: "junk"}
+        )
         assert len(obs) == 2 and terminations[1] is True  # junk ends env 3's episode
         with pytest.raises(VecEnvError) as caught:
             await vec.step(["\\boxed{up}"] * 4)
@@ -207,14 +221,20 @@ def test_every_numpy_only_game_makes_resets_and_steps(gem_image: str, engine: An
             name = env_id.split(":")[1].split("-")[0]
             result = env.step(ACTIONS[name])
             assert isinstance(result[0], str) and isinstance(result[1], float)
-            assert isinstance(result[2], bool) and isinstance(result[3], bool) and isinstance(result[4], dict)
+            assert (
+                isinstance(result[2], bool)
+                and isinstance(result[3], bool)
+                and isinstance(result[4], dict)
+            )
     finally:
         for env in vecs:
             env.close()
 
 
 @embedded_only
-def test_a_dead_env_process_is_a_clear_error_and_its_sandbox_is_stopped(gem_image: str, engine: Any, containers: Any) -> None:
+def test_a_dead_env_process_is_a_clear_error_and_its_sandbox_is_stopped(
+    gem_image: str, engine: Any, containers: Any
+) -> None:
     from rock_core.actions import Command
 
     env = rock.make("game:Sokoban-v0-easy")
@@ -273,18 +293,26 @@ async def _kill_the_env_process(base_url: str, sandbox_id: str) -> None:
     await sandbox.attach(sandbox_id)
     found = await sandbox.execute(Command(command=["python3", "-c", _ENV_PROCESSES]))
     pids = found.stdout.split()
-    assert len(pids) == 1, f"one env process in the env's own sandbox, found {found.stdout!r} {found.stderr!r}"
+    assert len(pids) == 1, (
+        f"one env process in the env's own sandbox, found {found.stdout!r} {found.stderr!r}"
+    )
     killed = await sandbox.execute(Command(command=["kill", "-9", pids[0]]))
     assert killed.exit_code == 0, killed.stderr
 
 
 def test_a_dead_env_process_is_a_clear_error_and_its_sandbox_is_stopped_through_the_admin(
-    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any, gem_image: str, containers: Any
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    gem_image: str,
+    containers: Any,
 ) -> None:
     """The test above through a real admin's GEM routes (an admin of its own: the env is alone in
     its sandbox), the env's process killed by its pid from inside the sandbox."""
     launch_admin, stop_admin = admin_launcher
-    server = launch_admin(tmp_path_factory.mktemp("gem-dead-env"), config=f'[plugins.gem]\nimage = "{gem_image}"\n')
+    server = launch_admin(
+        tmp_path_factory.mktemp("gem-dead-env"), config=f'[plugins.gem]\nimage = "{gem_image}"\n'
+    )
     try:
         env = rock.make("game:Sokoban-v0-easy", base_url=server.url)
         sandbox_id = env.sandbox_id.split(".")[0]
@@ -329,7 +357,9 @@ def test_rock_wire_shapes(gem_api: httpx.Client) -> None:
     handle = made.json()["sandbox_id"]
     reset = gem_api.post("/reset", json={"sandbox_id": handle, "seed": 42})
     assert reset.status_code == 200 and set(reset.json()) == {"observation", "info"}
-    step = gem_api.post("/step", json={"sandbox_id": handle, "action": "\\boxed{up}", "session": "ignored"})
+    step = gem_api.post(
+        "/step", json={"sandbox_id": handle, "action": "\\boxed{up}", "session": "ignored"}
+    )
     assert step.status_code == 200
     assert set(step.json()) == {"observation", "reward", "terminated", "truncated", "info"}
     listed = gem_api.post("/list", json={"sandbox_id": handle})
@@ -348,11 +378,17 @@ def test_rock_wire_shapes(gem_api: httpx.Client) -> None:
         ("/close", {}, "body.sandbox_id: Field required"),
     ],
 )
-def test_rock_validation_errors_are_http_200_failed(gem_api: httpx.Client, path: str, body: dict[str, Any], error: str) -> None:
+def test_rock_validation_errors_are_http_200_failed(
+    gem_api: httpx.Client, path: str, body: dict[str, Any], error: str
+) -> None:
     response = gem_api.post(path, json=body)
     assert response.status_code == 200
     answer = response.json()
-    assert answer["status"] == "Failed" and answer["message"] == "invalid parameter" and answer["result"] is None
+    assert (
+        answer["status"] == "Failed"
+        and answer["message"] == "invalid parameter"
+        and answer["result"] is None
+    )
     assert error in answer["error"]
 
 
@@ -364,24 +400,35 @@ def test_rock_validation_errors_are_http_200_failed(gem_api: httpx.Client, path:
         ("/step", {"sandbox_id": "nope.e1", "action": "x"}, "no GEM env"),
     ],
 )
-def test_rock_runtime_errors_are_http_500_detail(gem_api: httpx.Client, path: str, body: dict[str, Any], detail: str) -> None:
+def test_rock_runtime_errors_are_http_500_detail(
+    gem_api: httpx.Client, path: str, body: dict[str, Any], detail: str
+) -> None:
     response = gem_api.post(path, json=body)
     assert response.status_code == 500
     assert detail in response.json()["detail"] and isinstance(response.json()["traceback"], list)
 
 
 def test_a_batch_is_one_request(gem_api: httpx.Client) -> None:
-    made = gem_api.post("/batch", json={"calls": [{"op": "make", "env_id": "game:Sokoban-v0-easy"}] * 3}).json()["results"]
+    made = gem_api.post(
+        "/batch", json={"calls": [{"op": "make", "env_id": "game:Sokoban-v0-easy"}] * 3}
+    ).json()["results"]
     handles = [r["sandbox_id"] for r in made]
     results = gem_api.post(
         "/batch",
-        json={"calls": [{"op": "reset", "sandbox_id": h, "seed": 9} for h in handles] + [{"op": "step", "sandbox_id": "nope.e1", "action": "x"}]},
+        json={
+            "calls": [{"op": "reset", "sandbox_id": h, "seed": 9} for h in handles]
+            + [{"op": "step", "sandbox_id": "nope.e1", "action": "x"}]
+        },
     ).json()["results"]
     assert results[0] == results[1] == results[2]
     assert results[3]["error"]["kind"] == "no_env"
-    invalid = gem_api.post("/batch", json={"calls": [{"op": "step", "sandbox_id": handles[0]}]}).json()
+    invalid = gem_api.post(
+        "/batch", json={"calls": [{"op": "step", "sandbox_id": handles[0]}]}
+    ).json()
     assert invalid["status"] == "Failed" and "body.calls[0].action" in invalid["error"]
-    closed = gem_api.post("/batch", json={"calls": [{"op": "close", "sandbox_id": h} for h in handles]}).json()["results"]
+    closed = gem_api.post(
+        "/batch", json={"calls": [{"op": "close", "sandbox_id": h} for h in handles]}
+    ).json()["results"]
     assert closed == [{"sandbox_id": h} for h in handles]
 
 
@@ -393,14 +440,18 @@ async def test_rocks_envhub_client_against_the_admin(admin: Any) -> None:
 
     client = EnvHubClient(EnvHubClientConfig(base_url=admin.url))
     assert await client.health_check() == {"status": "ok"}
-    info = await client.register("t-hub-a", "img:1", owner="ann", tags=["games"], extra_spec={"k": 1})
+    info = await client.register(
+        "t-hub-a", "img:1", owner="ann", tags=["games"], extra_spec={"k": 1}
+    )
     assert info.env_name == "t-hub-a" and info.image == "img:1" and info.create_at
     await client.register("t-hub-b", "img:2", owner="bob", tags=["other"])
     assert (await client.get_env("t-hub-a")).extra_spec == {"k": 1}
     names = {e.env_name for e in await client.list_envs(owner="ann")}
     assert "t-hub-a" in names and "t-hub-b" not in names
     assert {e.env_name for e in await client.list_envs(tags=["other", "nothing"])} >= {"t-hub-b"}
-    assert "EnvhubDefaultDockerImage" in {e.env_name for e in await client.list_envs(tags=["system"])}
+    assert "EnvhubDefaultDockerImage" in {
+        e.env_name for e in await client.list_envs(tags=["system"])
+    }
     assert await client.delete_env("t-hub-a") is True
     assert await client.delete_env("t-hub-a") is False
     with pytest.raises(EnvHubError, match="t-hub-a"):
@@ -420,11 +471,32 @@ def test_make_resolves_an_envhub_name_to_its_image_and_defaults(admin: Any, gem_
     from rock_core.errors import InvalidParameter  # noqa: F401
 
     subprocess.run(
-        [*_rock(), "envhub", "register", "t-hub-sokoban", gem_image, "--gem-id", "game:Sokoban-v0-easy",
-         "--extra-spec", '{"kwargs": {"max_turns": 2}}', "--tag", "t-hub", "--base-url", admin.url],
-        check=True, capture_output=True, timeout=60,
+        [
+            *_rock(),
+            "envhub",
+            "register",
+            "t-hub-sokoban",
+            gem_image,
+            "--gem-id",
+            "game:Sokoban-v0-easy",
+            "--extra-spec",
+            '{"kwargs": {"max_turns": 2}}',
+            "--tag",
+            "t-hub",
+            "--base-url",
+            admin.url,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
     )
-    listed = subprocess.run([*_rock(), "envhub", "list", "--tag", "t-hub", "--base-url", admin.url], check=True, capture_output=True, text=True, timeout=60)
+    listed = subprocess.run(
+        [*_rock(), "envhub", "list", "--tag", "t-hub", "--base-url", admin.url],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "t-hub-sokoban" in listed.stdout
     env = rock.make("t-hub-sokoban", base_url=admin.url)
     try:
@@ -433,7 +505,12 @@ def test_make_resolves_an_envhub_name_to_its_image_and_defaults(admin: Any, gem_
         assert env.step("\\boxed{up}")[3] is True  # max_turns=2 from the entry's extra_spec
     finally:
         env.close()
-    subprocess.run([*_rock(), "envhub", "delete", "t-hub-sokoban", "--base-url", admin.url], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [*_rock(), "envhub", "delete", "t-hub-sokoban", "--base-url", admin.url],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     with pytest.raises(EnvFailed) as caught:
         rock.make("t-hub-sokoban", base_url=admin.url)
     assert caught.value.kind == "unknown_env" and "t-hub-sokoban" in str(caught.value)
@@ -449,14 +526,41 @@ def _rock() -> list[str]:
 
 def test_rock_bench_gem_prints_its_figures(gem_image: str) -> None:
     out = subprocess.run(
-        [*_rock(), "bench", "gem", "--steps", "20", "--envs", "4", "--groups", "2", "--seconds", "1", "--makes", "2", "--idle-envs", "2"],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            *_rock(),
+            "bench",
+            "gem",
+            "--steps",
+            "20",
+            "--envs",
+            "4",
+            "--groups",
+            "2",
+            "--seconds",
+            "1",
+            "--makes",
+            "2",
+            "--idle-envs",
+            "2",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     ).stdout
     import json
 
     figures = json.loads(out)
-    assert set(figures) >= {"step_round_trip", "batched", "make_to_first_observation", "idle_memory"}
-    assert figures["batched"]["env_steps_per_second"] > 0 and figures["idle_memory"]["pss_per_env_mb"] > 0
+    assert set(figures) >= {
+        "step_round_trip",
+        "batched",
+        "make_to_first_observation",
+        "idle_memory",
+    }
+    assert (
+        figures["batched"]["env_steps_per_second"] > 0
+        and figures["idle_memory"]["pss_per_env_mb"] > 0
+    )
 
 
 # -- rl-rock 1.11's own client (ROCK's SDK) against rock's admin --------------------------------
@@ -484,17 +588,45 @@ print("ok", turns, type(env).__module__)
 def rl_rock_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A throwaway venv with rl-rock 1.11.0 (its client's dependencies only: pydantic, httpx)."""
     venv = tmp_path_factory.mktemp("rl-rock") / "venv"
-    uv = subprocess.run([str(ROOT / "scripts" / "ensure-uv.sh")], capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run([uv, "venv", "-q", "--python", "python3", str(venv)], check=True, timeout=120, env=_no_python_env())
+    uv = subprocess.run(
+        [str(ROOT / "scripts" / "ensure-uv.sh")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    subprocess.run(
+        [uv, "venv", "-q", "--python", "python3", str(venv)],
+        check=True,
+        timeout=120,
+        env=_no_python_env(),
+    )
     installed = subprocess.run(
-        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "--no-deps", "rl-rock==1.11.0"],
-        capture_output=True, text=True, timeout=300,
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--no-deps",
+            "rl-rock==1.11.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if installed.returncode != 0:
         pytest.skip(f"rl-rock 1.11.0 cannot be installed here: {installed.stderr.strip()[-300:]}")
     subprocess.run(
-        [uv, "pip", "install", "-q", "--python", str(venv / "bin" / "python"), "pydantic==2.14.4", "httpx==0.28.1"],
-        check=True, timeout=300,
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            "pydantic==2.14.4",
+            "httpx==0.28.1",
+        ],
+        check=True,
+        timeout=300,
     )
     return str(venv / "bin" / "python")
 
@@ -505,9 +637,13 @@ def _no_python_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
 
 
-def test_rl_rocks_own_make_plays_the_sokoban_demo_against_rocks_admin(rl_rock_python: str, admin: Any, gem_image: str) -> None:
+def test_rl_rocks_own_make_plays_the_sokoban_demo_against_rocks_admin(
+    rl_rock_python: str, admin: Any, gem_image: str
+) -> None:
     env = {**_no_python_env(), "ROCK_BASE_URL": admin.url}
-    done = subprocess.run([rl_rock_python, "-c", ROCK_DEMO], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run(
+        [rl_rock_python, "-c", ROCK_DEMO], capture_output=True, text=True, timeout=300, env=env
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("ok ") and "rock.sdk.envs.rock_env" in done.stdout
 
@@ -523,12 +659,17 @@ def _requests_to(http: httpx.Client, route: str) -> float:
     return total
 
 
-async def test_a_vector_step_is_one_http_request_through_the_admin(admin: Any, gem_image: str) -> None:
+async def test_a_vector_step_is_one_http_request_through_the_admin(
+    admin: Any, gem_image: str
+) -> None:
     vec = await rock.amake_vec("game:Sokoban-v0-easy", 6, seed=1, base_url=admin.url)
     try:
         await vec.reset()
         with httpx.Client(base_url=admin.url, timeout=30) as http:
-            batch, step = _requests_to(http, "/apis/v1/envs/gem/batch"), _requests_to(http, "/apis/v1/envs/gem/step")
+            batch, step = (
+                _requests_to(http, "/apis/v1/envs/gem/batch"),
+                _requests_to(http, "/apis/v1/envs/gem/step"),
+            )
             await vec.step(["\\boxed{up}"] * 6)
             await vec.step({0: "\\boxed{left}", 5: "\\boxed{left}"})
             assert _requests_to(http, "/apis/v1/envs/gem/batch") == batch + 2
@@ -537,8 +678,12 @@ async def test_a_vector_step_is_one_http_request_through_the_admin(admin: Any, g
         await vec.aclose()
 
 
-def test_an_env_answers_only_the_api_key_that_made_it(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
-                                                       admin_launcher: Any, gem_image: str) -> None:
+def test_an_env_answers_only_the_api_key_that_made_it(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    gem_image: str,
+) -> None:
     import uuid
 
     from rock.admin.auth import hash_key
@@ -554,8 +699,12 @@ def test_an_env_answers_only_the_api_key_that_made_it(tmp_path_factory: pytest.T
         env = rock.make("game:GuessTheNumber-v0-easy", base_url=server.url, api_key=key_a)
         try:
             env.reset(seed=1)
-            with httpx.Client(base_url=server.url + "/apis/v1/envs/gem", headers={"X-API-Key": key_b}, timeout=60) as other:
-                answer = other.post("/step", json={"sandbox_id": env.sandbox_id, "action": "\\boxed{3}"})
+            with httpx.Client(
+                base_url=server.url + "/apis/v1/envs/gem", headers={"X-API-Key": key_b}, timeout=60
+            ) as other:
+                answer = other.post(
+                    "/step", json={"sandbox_id": env.sandbox_id, "action": "\\boxed{3}"}
+                )
                 assert answer.status_code == 500 and "no GEM env" in answer.json()["detail"]
             assert len(env.step("\\boxed{3}")) == 5  # its own key still drives it
         finally:
@@ -564,11 +713,16 @@ def test_an_env_answers_only_the_api_key_that_made_it(tmp_path_factory: pytest.T
         stop_admin(server, docker_client)
 
 
-def test_envs_per_sandbox_is_a_setting_and_envs_share_sandboxes(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
-                                                                 admin_launcher: Any, gem_image: str) -> None:
+def test_envs_per_sandbox_is_a_setting_and_envs_share_sandboxes(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    gem_image: str,
+) -> None:
     launch_admin, stop_admin = admin_launcher
     server = launch_admin(
-        tmp_path_factory.mktemp("gem-per-sandbox"), config=f'[plugins.gem]\nimage = "{gem_image}"\nenvs_per_sandbox = 2\n'
+        tmp_path_factory.mktemp("gem-per-sandbox"),
+        config=f'[plugins.gem]\nimage = "{gem_image}"\nenvs_per_sandbox = 2\n',
     )
     try:
         vec = rock.make_vec("game:GuessTheNumber-v0-easy", 5, base_url=server.url)
@@ -609,7 +763,9 @@ async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(
         first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
         await eventually_async(lambda: starting(1), what="the first make starting a sandbox")
         second = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", image=gem_image))
-        await eventually_async(lambda: starting(2), what="the second make waiting to join the starting sandbox")
+        await eventually_async(
+            lambda: starting(2), what="the second make waiting to join the starting sandbox"
+        )
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
@@ -639,40 +795,59 @@ async def _starting_sandbox(base_url: str, timeout: float = 60.0) -> str:
 
 async def _state_of(base_url: str, sandbox_id: str) -> str:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        answer = await http.get("/apis/envs/sandbox/v1/get_status", params={"sandbox_id": sandbox_id})
+        answer = await http.get(
+            "/apis/envs/sandbox/v1/get_status", params={"sandbox_id": sandbox_id}
+        )
         return str(answer.json()["result"]["state"])
 
 
 async def test_a_make_cancelled_through_the_client_while_its_sandbox_starts_leaves_nothing_behind(
-    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any, gem_image: str, containers: Any
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    gem_image: str,
+    containers: Any,
 ) -> None:
     """The test above through a real admin's GEM routes: the second make, sent while the first
     one's sandbox starts, is cancelled in the client (its HTTP request dropped); once the first
     env closes, its sandbox stops and nothing of the cancelled make keeps it."""
     launch_admin, stop_admin = admin_launcher
-    server = launch_admin(tmp_path_factory.mktemp("gem-cancel"), config=f'[plugins.gem]\nimage = "{gem_image}"\n')
+    server = launch_admin(
+        tmp_path_factory.mktemp("gem-cancel"), config=f'[plugins.gem]\nimage = "{gem_image}"\n'
+    )
     try:
         first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", base_url=server.url))
         sandbox_id = await _starting_sandbox(server.url)
         second = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", base_url=server.url))
-        await asyncio.sleep(0.2)  # the second make reaches the admin and waits for the starting sandbox
+        await asyncio.sleep(
+            0.2
+        )  # the second make reaches the admin and waits for the starting sandbox
         if await _state_of(server.url, sandbox_id) != "pending":
             first.cancel()
             second.cancel()
-            pytest.skip("the sandbox started before the second make could be cancelled while it waited")
+            pytest.skip(
+                "the sandbox started before the second make could be cancelled while it waited"
+            )
         second.cancel()
         with pytest.raises(asyncio.CancelledError):
             await second
         env = await first
         assert env.sandbox_id.split(".")[0] == sandbox_id
         await env.aclose()  # its last env: the sandbox stops
-        assert containers.gone(sandbox_id), "the cancelled make left an env that keeps the sandbox running"
+        assert containers.gone(sandbox_id), (
+            "the cancelled make left an env that keeps the sandbox running"
+        )
     finally:
         stop_admin(server, docker_client)
 
 
-def test_an_admin_restarted_stops_the_env_sandboxes_of_its_old_process(tmp_path_factory: pytest.TempPathFactory, docker_client: Any,
-                                                                       admin_launcher: Any, gem_image: str, containers: Any) -> None:
+def test_an_admin_restarted_stops_the_env_sandboxes_of_its_old_process(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    gem_image: str,
+    containers: Any,
+) -> None:
     import signal
 
     launch_admin, stop_admin = admin_launcher
@@ -694,7 +869,9 @@ def test_an_admin_restarted_stops_the_env_sandboxes_of_its_old_process(tmp_path_
         new = rock.make("game:GuessTheNumber-v0-easy", base_url=second.url)
         try:
             assert new.sandbox_id.split(".")[0] != old_sandbox
-            assert containers.gone(old_sandbox), "the old env sandbox is stopped at the new admin's first env"
+            assert containers.gone(old_sandbox), (
+                "the old env sandbox is stopped at the new admin's first env"
+            )
         finally:
             new.close()
     finally:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 import rock
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,7 +25,8 @@ KEY_A, KEY_B, KEY_C, KEY_OPS = (f"key-{t}-" + uuid.uuid4().hex for t in ("a", "b
 
 # These tests run an admin of their own: once is enough (the remote pass repeats them as they are).
 pytestmark = pytest.mark.skipif(
-    os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"), reason="runs an admin of its own; ran in the embedded pass"
+    os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+    reason="runs an admin of its own; ran in the embedded pass",
 )
 
 
@@ -36,7 +38,12 @@ def gem_image(docker_client: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def keyed_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any, gem_image: str) -> Iterator[Any]:
+def keyed_admin(
+    tmp_path_factory: pytest.TempPathFactory,
+    docker_client: Any,
+    admin_launcher: Any,
+    gem_image: str,
+) -> Iterator[Any]:
     """An admin with tenants ``a``, ``b``, ``c`` (one sandbox at most) and ``ops`` (an operator),
     GEM envs four to a sandbox."""
     from rock.admin.auth import hash_key
@@ -56,7 +63,9 @@ def keyed_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any, ad
 
 
 def _hub(server: Any, key: str) -> httpx.Client:
-    return httpx.Client(base_url=server.url, headers={"X-API-Key": key}, timeout=60, trust_env=False)
+    return httpx.Client(
+        base_url=server.url, headers={"X-API-Key": key}, timeout=60, trust_env=False
+    )
 
 
 def _sandbox_of(env: Any) -> str:
@@ -71,16 +80,29 @@ def _container(docker_client: Any, sandbox_id: str) -> Any:
 # -- EnvHub --------------------------------------------------------------------------------------
 
 
-def test_a_register_of_another_tenants_name_lands_in_the_callers_own_namespace(keyed_admin: Any, gem_image: str) -> None:
+def test_a_register_of_another_tenants_name_lands_in_the_callers_own_namespace(
+    keyed_admin: Any, gem_image: str
+) -> None:
     name = "t-tenancy-" + uuid.uuid4().hex[:8]
     with _hub(keyed_admin, KEY_A) as a, _hub(keyed_admin, KEY_B) as b:
-        assert a.post("/env/register", json={"env_name": name, "image": gem_image, "tags": ["t-tenancy"]}).status_code == 200
+        assert (
+            a.post(
+                "/env/register", json={"env_name": name, "image": gem_image, "tags": ["t-tenancy"]}
+            ).status_code
+            == 200
+        )
         # The attack: b registers a's name with its own image.
-        taken = b.post("/env/register", json={"env_name": name, "image": "b-image:evil", "tags": ["t-tenancy"]})
+        taken = b.post(
+            "/env/register", json={"env_name": name, "image": "b-image:evil", "tags": ["t-tenancy"]}
+        )
         assert taken.status_code == 200 and taken.json()["image"] == "b-image:evil"
         assert a.post("/env/get", json={"env_name": name}).json()["image"] == gem_image
         assert b.post("/env/get", json={"env_name": name}).json()["image"] == "b-image:evil"
-        assert [e["image"] for e in a.post("/env/list", json={"tags": ["t-tenancy"]}).json()["envs"] if e["env_name"] == name] == [gem_image]
+        assert [
+            e["image"]
+            for e in a.post("/env/list", json={"tags": ["t-tenancy"]}).json()["envs"]
+            if e["env_name"] == name
+        ] == [gem_image]
         # b deletes its own entry, then finds nothing of a's to delete.
         assert b.post("/env/delete", json={"env_name": name}).json() is True
         gone = b.post("/env/delete", json={"env_name": name})
@@ -90,11 +112,20 @@ def test_a_register_of_another_tenants_name_lands_in_the_callers_own_namespace(k
         assert a.post("/env/delete", json={"env_name": name}).json() is True
 
 
-def test_an_entry_named_like_a_gem_id_changes_only_its_own_tenants_make(keyed_admin: Any, gem_image: str) -> None:
+def test_an_entry_named_like_a_gem_id_changes_only_its_own_tenants_make(
+    keyed_admin: Any, gem_image: str
+) -> None:
     gem_id = "game:GuessTheNumber-v0-easy"
     with _hub(keyed_admin, KEY_B) as b:
         # The attack: b reroutes the GEM id to another game for whoever makes it.
-        registered = b.post("/env/register", json={"env_name": gem_id, "image": gem_image, "extra_spec": {"env_id": "game:Sokoban-v0-easy"}})
+        registered = b.post(
+            "/env/register",
+            json={
+                "env_name": gem_id,
+                "image": gem_image,
+                "extra_spec": {"env_id": "game:Sokoban-v0-easy"},
+            },
+        )
         assert registered.status_code == 200
         try:
             env_a = rock.make(gem_id, base_url=keyed_admin.url, api_key=KEY_A)
@@ -103,7 +134,9 @@ def test_an_entry_named_like_a_gem_id_changes_only_its_own_tenants_make(keyed_ad
                 assert "Sokoban" not in observation and "number" in observation.lower()
             finally:
                 env_a.close()
-            env_b = rock.make(gem_id, base_url=keyed_admin.url, api_key=KEY_B)  # b's own make follows b's entry
+            env_b = rock.make(
+                gem_id, base_url=keyed_admin.url, api_key=KEY_B
+            )  # b's own make follows b's entry
             try:
                 assert "Sokoban" in env_b.reset(seed=1)[0]
             finally:
@@ -112,35 +145,62 @@ def test_an_entry_named_like_a_gem_id_changes_only_its_own_tenants_make(keyed_ad
             b.post("/env/delete", json={"env_name": gem_id})
 
 
-
-def test_a_tenant_neither_deletes_the_operators_entries_nor_names_another_tenants(keyed_admin: Any) -> None:
+def test_a_tenant_neither_deletes_the_operators_entries_nor_names_another_tenants(
+    keyed_admin: Any,
+) -> None:
     with _hub(keyed_admin, KEY_B) as b:
         # The operator's entry (the admin's default image) is seen by every tenant, changed by none.
-        assert b.post("/env/get", json={"env_name": "EnvhubDefaultDockerImage"}).json()["tenant"] is None
+        assert (
+            b.post("/env/get", json={"env_name": "EnvhubDefaultDockerImage"}).json()["tenant"]
+            is None
+        )
         refused = b.post("/env/delete", json={"env_name": "EnvhubDefaultDockerImage"})
         assert refused.status_code == 403 and "operator" in refused.json()["detail"]
-        for path, body in (("/env/register", {"env_name": "x", "image": "i"}), ("/env/get", {"env_name": "x"}), ("/env/delete", {"env_name": "x"})):
+        for path, body in (
+            ("/env/register", {"env_name": "x", "image": "i"}),
+            ("/env/get", {"env_name": "x"}),
+            ("/env/delete", {"env_name": "x"}),
+        ):
             named = b.post(path, json={**body, "tenant": "a"})
             assert named.status_code == 403 and "tenant" in named.json()["detail"], path
     with _hub(keyed_admin, KEY_A) as a:
         assert a.post("/env/get", json={"env_name": "EnvhubDefaultDockerImage"}).status_code == 200
 
 
-
-def test_an_operator_key_writes_the_shared_entries_and_manages_any_tenants(keyed_admin: Any, gem_image: str) -> None:
+def test_an_operator_key_writes_the_shared_entries_and_manages_any_tenants(
+    keyed_admin: Any, gem_image: str
+) -> None:
     name = "t-shared-" + uuid.uuid4().hex[:8]
-    with _hub(keyed_admin, KEY_OPS) as ops, _hub(keyed_admin, KEY_A) as a, _hub(keyed_admin, KEY_B) as b:
+    with (
+        _hub(keyed_admin, KEY_OPS) as ops,
+        _hub(keyed_admin, KEY_A) as a,
+        _hub(keyed_admin, KEY_B) as b,
+    ):
         shared = ops.post("/env/register", json={"env_name": name, "image": gem_image})
         assert shared.status_code == 200 and shared.json()["tenant"] is None
         assert a.post("/env/get", json={"env_name": name}).json()["image"] == gem_image
-        assert b.post("/env/register", json={"env_name": name, "image": "b-image:own"}).json()["tenant"] == "b"
-        assert a.post("/env/get", json={"env_name": name}).json()["image"] == gem_image  # b's stays b's
+        assert (
+            b.post("/env/register", json={"env_name": name, "image": "b-image:own"}).json()[
+                "tenant"
+            ]
+            == "b"
+        )
+        assert (
+            a.post("/env/get", json={"env_name": name}).json()["image"] == gem_image
+        )  # b's stays b's
         assert b.post("/env/delete", json={"env_name": name}).json() is True
-        assert b.post("/env/delete", json={"env_name": name}).status_code == 403  # what is left is the operator's
+        assert (
+            b.post("/env/delete", json={"env_name": name}).status_code == 403
+        )  # what is left is the operator's
         b.post("/env/register", json={"env_name": name, "image": "b-image:own"})
-        listed = {(e["env_name"], e["tenant"]) for e in ops.post("/env/list", json={}).json()["envs"]}
+        listed = {
+            (e["env_name"], e["tenant"]) for e in ops.post("/env/list", json={}).json()["envs"]
+        }
         assert {(name, None), (name, "b")} <= listed
-        assert ops.post("/env/get", json={"env_name": name, "tenant": "b"}).json()["image"] == "b-image:own"
+        assert (
+            ops.post("/env/get", json={"env_name": name, "tenant": "b"}).json()["image"]
+            == "b-image:own"
+        )
         assert ops.post("/env/delete", json={"env_name": name, "tenant": "b"}).json() is True
         assert b.post("/env/get", json={"env_name": name}).json()["tenant"] is None
         assert ops.post("/env/delete", json={"env_name": name}).json() is True
@@ -151,8 +211,14 @@ def test_an_operator_key_writes_the_shared_entries_and_manages_any_tenants(keyed
 
 
 def test_envs_of_two_tenants_never_share_an_env_sandbox(keyed_admin: Any) -> None:
-    envs_a = [rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_A) for _ in range(2)]
-    envs_b = [rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_B) for _ in range(2)]
+    envs_a = [
+        rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_A)
+        for _ in range(2)
+    ]
+    envs_b = [
+        rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_B)
+        for _ in range(2)
+    ]
     try:
         hosts_a, hosts_b = {_sandbox_of(e) for e in envs_a}, {_sandbox_of(e) for e in envs_b}
         assert len(hosts_a) == 1 and len(hosts_b) == 1  # each tenant's envs still share its sandbox
@@ -162,7 +228,9 @@ def test_envs_of_two_tenants_never_share_an_env_sandbox(keyed_admin: Any) -> Non
             env.close()
 
 
-def test_code_run_in_one_tenants_env_sandbox_cannot_write_what_anothers_env_reads(keyed_admin: Any, docker_client: Any) -> None:
+def test_code_run_in_one_tenants_env_sandbox_cannot_write_what_anothers_env_reads(
+    keyed_admin: Any, docker_client: Any
+) -> None:
     """A ``code:*`` env runs the model's code in its env's process, as root in the env sandbox.
     The test stands in for that code with ``docker exec`` into b's env sandbox: it writes into
     GEM's runtime and ``/tmp``, which a's env process would read if they shared a sandbox."""
@@ -201,8 +269,15 @@ def test_an_env_sandbox_is_its_tenants_sandbox(keyed_admin: Any) -> None:
 
 def test_a_make_cannot_name_its_tenant(keyed_admin: Any) -> None:
     with _hub(keyed_admin, KEY_B) as b:
-        spoofed = b.post("/apis/v1/envs/gem/make", json={"env_id": "game:GuessTheNumber-v0-easy", "kwargs": {"tenant": "a"}})
-        assert spoofed.status_code == 500 and spoofed.json()["kind"] == "bad_request" and "kwargs.tenant" in spoofed.json()["detail"]
+        spoofed = b.post(
+            "/apis/v1/envs/gem/make",
+            json={"env_id": "game:GuessTheNumber-v0-easy", "kwargs": {"tenant": "a"}},
+        )
+        assert (
+            spoofed.status_code == 500
+            and spoofed.json()["kind"] == "bad_request"
+            and "kwargs.tenant" in spoofed.json()["detail"]
+        )
 
 
 def test_another_tenants_closed_env_is_answered_as_never_made(keyed_admin: Any) -> None:
@@ -211,17 +286,28 @@ def test_another_tenants_closed_env_is_answered_as_never_made(keyed_admin: Any) 
     env_a.close()
     with _hub(keyed_admin, KEY_B) as b, _hub(keyed_admin, KEY_A) as a:
         closed = b.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle})
-        assert closed.status_code == 500 and "no env was made with this id" in closed.json()["detail"]
-        assert a.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle}).json() == {"sandbox_id": handle}
+        assert (
+            closed.status_code == 500 and "no env was made with this id" in closed.json()["detail"]
+        )
+        assert a.post("/apis/v1/envs/gem/close", json={"sandbox_id": handle}).json() == {
+            "sandbox_id": handle
+        }
 
 
 def test_an_env_sandbox_counts_against_its_tenants_quota(keyed_admin: Any) -> None:
     env_c = rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_C)
     try:
         with _hub(keyed_admin, KEY_C) as c:
-            refused = c.post("/apis/envs/sandbox/v1/start_async", json={"image": "python:3.11", "memory": "512m", "cpus": 0.5})
+            refused = c.post(
+                "/apis/envs/sandbox/v1/start_async",
+                json={"image": "python:3.11", "memory": "512m", "cpus": 0.5},
+            )
             answer = refused.json()
-            assert answer["status"] == "Failed" and "max_sandboxes" in answer["error"] and "using 1" in answer["error"]
+            assert (
+                answer["status"] == "Failed"
+                and "max_sandboxes" in answer["error"]
+                and "using 1" in answer["error"]
+            )
         assert len(env_c.reset(seed=1)) == 2
     finally:
         env_c.close()

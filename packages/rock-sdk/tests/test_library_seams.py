@@ -31,7 +31,9 @@ def _version(dist: str) -> str:
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_anyio_socket_streams_keep_their_asyncio_transport_and_close_now_closes_them() -> None:
+async def test_anyio_socket_streams_keep_their_asyncio_transport_and_close_now_closes_them() -> (
+    None
+):
     closed = anyio.Event()
 
     async def serve(stream: anyio.abc.ByteStream) -> None:
@@ -64,14 +66,32 @@ def test_httpx_imports_without_its_command_line_behind_rocks_stub() -> None:
         "httpx.AsyncClient\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"{_version('httpx')}: rock.cli's httpx._main stub no longer works:\n{done.stderr}"
+    assert done.returncode == 0, (
+        f"{_version('httpx')}: rock.cli's httpx._main stub no longer works:\n{done.stderr}"
+    )
 
 
 def test_uvicorn_httptools_protocol_has_what_http_limits_overrides() -> None:
     where = f"{_version('uvicorn')}: HttpToolsProtocol"
-    for name in ("connection_made", "connection_lost", "data_received", "on_message_begin", "on_headers_complete"):
-        assert callable(getattr(HttpToolsProtocol, name, None)), f"{where} has no {name}; rock.admin.http_limits needs changing"
-    assert list(inspect.signature(HttpToolsProtocol.connection_made).parameters) == ["self", "transport"], where
-    assert list(inspect.signature(HttpToolsProtocol.data_received).parameters) == ["self", "data"], where
+    for name in (
+        "connection_made",
+        "connection_lost",
+        "data_received",
+        "on_message_begin",
+        "on_headers_complete",
+    ):
+        assert callable(getattr(HttpToolsProtocol, name, None)), (
+            f"{where} has no {name}; rock.admin.http_limits needs changing"
+        )
+    assert list(inspect.signature(HttpToolsProtocol.connection_made).parameters) == [
+        "self",
+        "transport",
+    ], where
+    assert list(inspect.signature(HttpToolsProtocol.data_received).parameters) == [
+        "self",
+        "data",
+    ], where
     assert "self.loop" in inspect.getsource(HttpToolsProtocol.__init__), f"{where} keeps no loop"
-    assert "self.transport" in inspect.getsource(HttpToolsProtocol.connection_made), f"{where} keeps no transport"
+    assert "self.transport" in inspect.getsource(HttpToolsProtocol.connection_made), (
+        f"{where} keeps no transport"
+    )

@@ -26,12 +26,13 @@ from typing import Any
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
 from rock.actions import Command, WriteFileRequest
 from rock.bench import sandbox_services
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
-from websockets.asyncio.client import connect as ws_connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -44,7 +45,9 @@ CLOSED_PORT = 8999  # nothing listens there
 
 
 @pytest.fixture(scope="module")
-def proxy_admin(tmp_path_factory: pytest.TempPathFactory, admin_launcher: Any, docker_client: Any) -> Iterator[Any]:
+def proxy_admin(
+    tmp_path_factory: pytest.TempPathFactory, admin_launcher: Any, docker_client: Any
+) -> Iterator[Any]:
     launch, stop = admin_launcher
     server = launch(
         tmp_path_factory.mktemp("proxy-admin"),
@@ -56,14 +59,16 @@ def proxy_admin(tmp_path_factory: pytest.TempPathFactory, admin_launcher: Any, d
 
 
 async def _start_services(sandbox: Sandbox) -> None:
-    await sandbox.write_file(WriteFileRequest(content=SERVICES.read_text(), path="/srv/services.py"))
+    await sandbox.write_file(
+        WriteFileRequest(content=SERVICES.read_text(), path="/srv/services.py")
+    )
     script = (
         "cd /srv && echo 'hello from the sandbox' > index.html && "
         f"(nohup python3 services.py http {HTTP_PORT} >/tmp/http.log 2>&1 &) && "
         f"(nohup python3 services.py ws {WS_PORT} >/tmp/ws.log 2>&1 &) && "
         f"(nohup python3 services.py tcp {TCP_PORT} >/tmp/tcp.log 2>&1 &) && "
         "(nohup python3 -m http.server 8080 --bind 127.0.0.1 >/tmp/web.log 2>&1 &) && "
-        "for i in $(seq 100); do python3 -c \"import socket,sys;"
+        'for i in $(seq 100); do python3 -c "import socket,sys;'
         f"[socket.create_connection(('127.0.0.1',p),1).close() for p in ({HTTP_PORT},{WS_PORT},{TCP_PORT},8080)]\" "
         "2>/dev/null && exit 0; sleep 0.1; done; exit 1"
     )
@@ -74,8 +79,15 @@ async def _start_services(sandbox: Sandbox) -> None:
 @pytest.fixture(scope="module")
 async def target(proxy_admin: Any) -> AsyncIterator[Sandbox]:
     """Tenant A's sandbox with the services running."""
-    sandbox = Sandbox(SandboxConfig(image="python:3.11", memory="512m", cpus=0.5, base_url=proxy_admin.url,
-                                    extra_headers={"X-API-Key": KEY_A}))
+    sandbox = Sandbox(
+        SandboxConfig(
+            image="python:3.11",
+            memory="512m",
+            cpus=0.5,
+            base_url=proxy_admin.url,
+            extra_headers={"X-API-Key": KEY_A},
+        )
+    )
     await sandbox.start()
     await _start_services(sandbox)
     yield sandbox
@@ -104,7 +116,9 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 # HTTP
 
 
-async def test_default_port_is_8080_served_by_python_http_server(base: str, http: httpx.AsyncClient) -> None:
+async def test_default_port_is_8080_served_by_python_http_server(
+    base: str, http: httpx.AsyncClient
+) -> None:
     page = await http.get(f"{base}/index.html")
     assert page.status_code == 200 and page.text == "hello from the sandbox\n"
     script = await http.get(f"{base}/services.py")
@@ -124,19 +138,34 @@ async def test_port_comes_from_path_header_or_query(base: str, http: httpx.Async
         assert "x-rock-target-port" not in seen["headers"]
 
 
-async def test_more_than_one_port_source_is_refused_naming_them(base: str, http: httpx.AsyncClient) -> None:
+async def test_more_than_one_port_source_is_refused_naming_them(
+    base: str, http: httpx.AsyncClient
+) -> None:
     answer = await http.get(f"{base}/port/{HTTP_PORT}/echo", headers={"X-ROCK-Target-Port": "8000"})
     assert answer.status_code == 400
-    assert answer.json()["detail"] == "Cannot specify target port via multiple sources: path, header"
-    answer = await http.get(f"{base}/echo?rock_target_port=8000", headers={"X-ROCK-Target-Port": "8000"})
+    assert (
+        answer.json()["detail"] == "Cannot specify target port via multiple sources: path, header"
+    )
+    answer = await http.get(
+        f"{base}/echo?rock_target_port=8000", headers={"X-ROCK-Target-Port": "8000"}
+    )
     assert answer.status_code == 400 and "header, query" in answer.json()["detail"]
 
 
-async def test_methods_bodies_query_and_headers_are_forwarded_hop_by_hop_dropped(base: str, http: httpx.AsyncClient) -> None:
+async def test_methods_bodies_query_and_headers_are_forwarded_hop_by_hop_dropped(
+    base: str, http: httpx.AsyncClient
+) -> None:
     for method in ("GET", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"):
         answer = await http.request(
-            method, f"{base}/port/{HTTP_PORT}/echo?x=1&y=two", content=b"payload-" + method.encode(),
-            headers={"X-Custom": "kept", "Connection": "keep-alive, X-Dropped", "X-Dropped": "no", "Keep-Alive": "timeout=5"},
+            method,
+            f"{base}/port/{HTTP_PORT}/echo?x=1&y=two",
+            content=b"payload-" + method.encode(),
+            headers={
+                "X-Custom": "kept",
+                "Connection": "keep-alive, X-Dropped",
+                "X-Dropped": "no",
+                "Keep-Alive": "timeout=5",
+            },
         )
         assert answer.status_code == 200, (method, answer.text)
         seen = answer.json()
@@ -159,7 +188,9 @@ async def test_methods_bodies_query_and_headers_are_forwarded_hop_by_hop_dropped
     assert chunked.json()["body"] == "one,two,three"
 
 
-async def test_redirects_are_rewritten_under_the_proxy_prefix(base: str, http: httpx.AsyncClient) -> None:
+async def test_redirects_are_rewritten_under_the_proxy_prefix(
+    base: str, http: httpx.AsyncClient
+) -> None:
     path_prefix = f"{PREFIX}/sandboxes/{base.rsplit('/sandboxes/', 1)[1].split('/')[0]}/proxy"
     relative = await http.get(f"{base}/port/{HTTP_PORT}/redirect")
     assert relative.status_code == 302
@@ -167,7 +198,10 @@ async def test_redirects_are_rewritten_under_the_proxy_prefix(base: str, http: h
     absolute = await http.get(f"{base}/port/{HTTP_PORT}/redirect-absolute")
     assert absolute.headers["location"] == f"{path_prefix}/port/{HTTP_PORT}/echo?from=absolute"
     by_query = await http.get(f"{base}/redirect?rock_target_port={HTTP_PORT}")
-    assert by_query.headers["location"] == f"{path_prefix}/echo?from=redirect&rock_target_port={HTTP_PORT}"
+    assert (
+        by_query.headers["location"]
+        == f"{path_prefix}/echo?from=redirect&rock_target_port={HTTP_PORT}"
+    )
     by_header = await http.get(f"{base}/redirect", headers={"X-ROCK-Target-Port": str(HTTP_PORT)})
     assert by_header.headers["location"] == f"{path_prefix}/echo?from=redirect"
     away = await http.get(f"{base}/port/{HTTP_PORT}/redirect-away")
@@ -185,17 +219,22 @@ async def test_server_sent_events_arrive_one_by_one(base: str, http: httpx.Async
         assert stream.headers["content-type"] == "text/event-stream"
         async for line in stream.aiter_lines():
             if line.startswith("data: "):
-                events.append(line[len("data: "):])
+                events.append(line[len("data: ") :])
                 if len(events) < 4:
                     release = await http.get(f"{base}/port/{HTTP_PORT}/sse-next")
                     assert release.status_code == 200
     assert events == ["event 0", "event 1", "event 2", "event 3"]
 
 
-async def test_bad_ports_unknown_sandboxes_and_closed_ports(base: str, http: httpx.AsyncClient, proxy_admin: Any) -> None:
+async def test_bad_ports_unknown_sandboxes_and_closed_ports(
+    base: str, http: httpx.AsyncClient, proxy_admin: Any
+) -> None:
     for bad in ("0", "65536", "abc", "-1"):
         answer = await http.get(f"{base}/port/{bad}/x")
-        assert answer.status_code == 400 and "expected a port number 1..65535" in answer.json()["detail"], answer.text
+        assert (
+            answer.status_code == 400
+            and "expected a port number 1..65535" in answer.json()["detail"]
+        ), answer.text
         answer = await http.get(f"{base}/x", headers={"X-ROCK-Target-Port": bad})
         assert answer.status_code == 400 and "X-ROCK-Target-Port" in answer.json()["detail"]
     rocklet = await http.get(f"{base}/port/22555/is_alive")
@@ -203,16 +242,25 @@ async def test_bad_ports_unknown_sandboxes_and_closed_ports(base: str, http: htt
     closed = await http.get(f"{base}/port/{CLOSED_PORT}/")
     assert closed.status_code == 502
     assert f"nothing listens on port {CLOSED_PORT}" in closed.json()["detail"]
-    unknown = await http.get(f"{proxy_admin.url}{PREFIX}/sandboxes/no-such-sandbox/proxy/port/{HTTP_PORT}/echo")
-    assert unknown.status_code == 404 and unknown.json()["detail"] == "Sandbox no-such-sandbox not found"
+    unknown = await http.get(
+        f"{proxy_admin.url}{PREFIX}/sandboxes/no-such-sandbox/proxy/port/{HTTP_PORT}/echo"
+    )
+    assert (
+        unknown.status_code == 404
+        and unknown.json()["detail"] == "Sandbox no-such-sandbox not found"
+    )
 
 
-async def test_a_request_past_proxy_timeout_is_answered_504(base: str, http: httpx.AsyncClient) -> None:
+async def test_a_request_past_proxy_timeout_is_answered_504(
+    base: str, http: httpx.AsyncClient
+) -> None:
     answer = await http.get(f"{base}/port/{HTTP_PORT}/slow?s=30")
     assert answer.status_code == 504 and "proxy_timeout" in answer.json()["detail"]
 
 
-async def test_each_proxied_request_counts_as_activity(base: str, http: httpx.AsyncClient, target: Sandbox) -> None:
+async def test_each_proxied_request_counts_as_activity(
+    base: str, http: httpx.AsyncClient, target: Sandbox
+) -> None:
     before = (await target.get_status()).auto_stop_time
     await asyncio.sleep(0.05)
     assert (await http.get(f"{base}/port/{HTTP_PORT}/echo")).status_code == 200
@@ -258,20 +306,28 @@ async def test_a_1gib_download_and_upload_stream_without_growing_the_admin(
         for _ in range(1024):
             yield block
 
-    answer = await http.post(f"{base}/port/{HTTP_PORT}/upload", content=upload(), headers={"Content-Length": str(size)})
+    answer = await http.post(
+        f"{base}/port/{HTTP_PORT}/upload", content=upload(), headers={"Content-Length": str(size)}
+    )
     assert answer.status_code == 200, answer.text
     assert answer.json() == {"bytes": size, "sha256": digest.hexdigest()}
     growth = _peak_rss(pid) - baseline
-    assert growth < 64 * 1024 * 1024, f"the admin grew by {growth / 2**20:.1f} MiB during 2 GiB of transfers"
+    assert growth < 64 * 1024 * 1024, (
+        f"the admin grew by {growth / 2**20:.1f} MiB during 2 GiB of transfers"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
 # WebSocket
 
 
-async def test_websocket_echo_text_binary_and_16mib_messages(proxy_admin: Any, target: Sandbox) -> None:
+async def test_websocket_echo_text_binary_and_16mib_messages(
+    proxy_admin: Any, target: Sandbox
+) -> None:
     url = _ws_base(proxy_admin, target.sandbox_id) + f"/port/{WS_PORT}/echo"
-    async with ws_connect(url, additional_headers=A, max_size=None, subprotocols=["chat"], proxy=None) as ws:
+    async with ws_connect(
+        url, additional_headers=A, max_size=None, subprotocols=["chat"], proxy=None
+    ) as ws:
         assert ws.subprotocol == "chat"
         await ws.send("hello, sandbox")
         assert await ws.recv() == "hello, sandbox"
@@ -284,7 +340,9 @@ async def test_websocket_echo_text_binary_and_16mib_messages(proxy_admin: Any, t
         await ws.send(text)
         assert await ws.recv() == text
     by_header = _ws_base(proxy_admin, target.sandbox_id) + "/echo"
-    async with ws_connect(by_header, additional_headers={**A, "X-ROCK-Target-Port": str(WS_PORT)}, proxy=None) as ws:
+    async with ws_connect(
+        by_header, additional_headers={**A, "X-ROCK-Target-Port": str(WS_PORT)}, proxy=None
+    ) as ws:
         await ws.send("via header")
         assert await ws.recv() == "via header"
 
@@ -302,7 +360,9 @@ async def test_websocket_back_pressure_a_client_that_does_not_read_holds_the_ser
         await ws.send("flood 512")
         await asyncio.sleep(3)
         held = _rss(pid) - before
-        assert held < 64 * 1024 * 1024, f"the admin holds {held / 2**20:.0f} MiB of a client's unread messages"
+        assert held < 64 * 1024 * 1024, (
+            f"the admin holds {held / 2**20:.0f} MiB of a client's unread messages"
+        )
         count = 0
         while (message := await ws.recv()) != "flood done":
             assert len(message) == 1 << 20
@@ -318,7 +378,9 @@ async def _close_of(url: str, headers: dict[str, str]) -> tuple[int, str]:
     return closed.value.rcvd.code, closed.value.rcvd.reason
 
 
-async def test_websocket_refusals_carry_rocks_close_codes(proxy_admin: Any, target: Sandbox) -> None:
+async def test_websocket_refusals_carry_rocks_close_codes(
+    proxy_admin: Any, target: Sandbox
+) -> None:
     ws = _ws_base(proxy_admin, target.sandbox_id)
     code, reason = await _close_of(f"{ws}/port/70000/", A)
     assert code == 1008 and "1..65535" in reason
@@ -330,7 +392,9 @@ async def test_websocket_refusals_carry_rocks_close_codes(proxy_admin: Any, targ
     assert code == 1011 and "nothing listens" in reason
     code, reason = await _close_of(f"{ws}/port/{HTTP_PORT}/echo", A)  # not a WebSocket service
     assert code == 1011 and "refused the WebSocket handshake" in reason
-    code, reason = await _close_of(_ws_base(proxy_admin, "no-such-sandbox") + f"/port/{WS_PORT}/", A)
+    code, reason = await _close_of(
+        _ws_base(proxy_admin, "no-such-sandbox") + f"/port/{WS_PORT}/", A
+    )
     assert code == 1008 and "not found" in reason
 
 
@@ -338,7 +402,9 @@ async def test_websocket_refusals_carry_rocks_close_codes(proxy_admin: Any, targ
 # Port-forward
 
 
-async def test_portforward_websocket_carries_raw_tcp_with_half_close(proxy_admin: Any, target: Sandbox) -> None:
+async def test_portforward_websocket_carries_raw_tcp_with_half_close(
+    proxy_admin: Any, target: Sandbox
+) -> None:
     url = _ws_base(proxy_admin, target.sandbox_id, "portforward") + f"?port={TCP_PORT}"
     async with ws_connect(url, additional_headers=A, max_size=None, proxy=None) as ws:
         payload = os.urandom(3 * 1024 * 1024 + 7)
@@ -367,7 +433,9 @@ def _rock(*args: str) -> list[str]:
     return [exe, *args]
 
 
-async def test_rock_sandbox_port_forward_serves_a_plain_socket_client(proxy_admin: Any, target: Sandbox) -> None:
+async def test_rock_sandbox_port_forward_serves_a_plain_socket_client(
+    proxy_admin: Any, target: Sandbox
+) -> None:
     await asyncio.to_thread(_port_forward_session, proxy_admin, str(target.sandbox_id))
 
 
@@ -375,18 +443,26 @@ def _port_forward_session(proxy_admin: Any, sandbox_id: str) -> None:
     env = {**os.environ, "ROCK_API_KEY": KEY_A, "ROCK_BASE_URL": proxy_admin.url}
     process = subprocess.Popen(
         _rock("sandbox", "port-forward", sandbox_id, f":{TCP_PORT}", f":{HTTP_PORT}"),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        text=True,
     )
     try:
         lines = [process.stdout.readline() for _ in range(2)]  # type: ignore[union-attr]
         ports = {}
         for line in lines:
-            assert line.startswith("Forwarding from 127.0.0.1:"), (line, process.stderr.read() if process.poll() is not None else "")  # type: ignore[union-attr]
+            assert line.startswith("Forwarding from 127.0.0.1:"), (
+                line,
+                process.stderr.read() if process.poll() is not None else "",
+            )  # type: ignore[union-attr]
             local, remote = line.split("127.0.0.1:", 1)[1].split(" -> ")
             ports[int(remote)] = int(local)
         # Two clients at once, each with its own connection in the sandbox.
-        with socket.create_connection(("127.0.0.1", ports[TCP_PORT]), timeout=30) as one, \
-                socket.create_connection(("127.0.0.1", ports[TCP_PORT]), timeout=30) as two:
+        with (
+            socket.create_connection(("127.0.0.1", ports[TCP_PORT]), timeout=30) as one,
+            socket.create_connection(("127.0.0.1", ports[TCP_PORT]), timeout=30) as two,
+        ):
             one.sendall(b"first client\n")
             two.sendall(b"second client\n")
             assert _read_exactly(one, 13) == b"first client\n"
@@ -396,7 +472,9 @@ def _port_forward_session(proxy_admin: Any, sandbox_id: str) -> None:
             one.shutdown(socket.SHUT_WR)
             assert _read_to_end(one) == payload
         # HTTP through the forward: what a browser would do.
-        answer = httpx.get(f"http://127.0.0.1:{ports[HTTP_PORT]}/echo?via=forward", trust_env=False, timeout=30)
+        answer = httpx.get(
+            f"http://127.0.0.1:{ports[HTTP_PORT]}/echo?via=forward", trust_env=False, timeout=30
+        )
         assert answer.json()["query"] == "via=forward"
     finally:
         process.terminate()
@@ -406,8 +484,13 @@ def _port_forward_session(proxy_admin: Any, sandbox_id: str) -> None:
 
 def test_rock_sandbox_port_forward_of_an_unknown_sandbox_exits_3(proxy_admin: Any) -> None:
     env = {**os.environ, "ROCK_API_KEY": KEY_A, "ROCK_BASE_URL": proxy_admin.url}
-    done = subprocess.run(_rock("sandbox", "port-forward", "no-such-sandbox", "9000"), capture_output=True, text=True,
-                          env=env, timeout=60)
+    done = subprocess.run(
+        _rock("sandbox", "port-forward", "no-such-sandbox", "9000"),
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 3 and "not found" in done.stderr
 
 
@@ -433,16 +516,29 @@ def _read_to_end(sock: socket.socket) -> bytes:
 # Sandboxes without a network, and tenancy
 
 
-async def test_proxy_reaches_a_sandbox_without_a_network(proxy_admin: Any, http: httpx.AsyncClient) -> None:
-    sandbox = Sandbox(SandboxConfig(image="python:3.11", memory="256m", cpus=0.5, base_url=proxy_admin.url,
-                                    network="none", extra_headers=A))
+async def test_proxy_reaches_a_sandbox_without_a_network(
+    proxy_admin: Any, http: httpx.AsyncClient
+) -> None:
+    sandbox = Sandbox(
+        SandboxConfig(
+            image="python:3.11",
+            memory="256m",
+            cpus=0.5,
+            base_url=proxy_admin.url,
+            network="none",
+            extra_headers=A,
+        )
+    )
     async with sandbox:
         await _start_services(sandbox)
         url = f"{proxy_admin.url}{PREFIX}/sandboxes/{sandbox.sandbox_id}/proxy"
         assert (await http.get(f"{url}/index.html")).text == "hello from the sandbox\n"
         assert (await http.get(f"{url}/port/{HTTP_PORT}/echo?n=1")).json()["query"] == "n=1"
-        async with ws_connect(_ws_base(proxy_admin, str(sandbox.sandbox_id)) + f"/port/{WS_PORT}/", additional_headers=A,
-                              proxy=None) as ws:
+        async with ws_connect(
+            _ws_base(proxy_admin, str(sandbox.sandbox_id)) + f"/port/{WS_PORT}/",
+            additional_headers=A,
+            proxy=None,
+        ) as ws:
             await ws.send("offline")
             assert await ws.recv() == "offline"
     stopped = await http.get(f"{url}/index.html")
@@ -454,22 +550,37 @@ async def client_get(url: str, headers: dict[str, str]) -> httpx.Response:
         return await client.get(url, headers=headers)
 
 
-async def test_another_tenants_key_reaches_nothing(proxy_admin: Any, target: Sandbox, base: str) -> None:
+async def test_another_tenants_key_reaches_nothing(
+    proxy_admin: Any, target: Sandbox, base: str
+) -> None:
     b = {"X-API-Key": KEY_B}
     async with httpx.AsyncClient(trust_env=False, timeout=30) as client:
         for headers in (b, {"Authorization": f"Bearer {KEY_B}"}):
             answer = await client.get(f"{base}/port/{HTTP_PORT}/echo", headers=headers)
             assert answer.status_code == 404
-            assert answer.json()["detail"] == f"Sandbox {target.sandbox_id} not found"  # as an unknown id
+            assert (
+                answer.json()["detail"] == f"Sandbox {target.sandbox_id} not found"
+            )  # as an unknown id
         assert (await client.get(f"{base}/port/{HTTP_PORT}/echo")).status_code == 401
-        assert (await client.get(f"{base}/port/{HTTP_PORT}/echo", headers={"X-API-Key": "wrong"})).status_code == 401
+        assert (
+            await client.get(f"{base}/port/{HTTP_PORT}/echo", headers={"X-API-Key": "wrong"})
+        ).status_code == 401
         # The admin's key is the admin's: a Bearer key is not passed on to the sandbox.
-        seen = (await client.get(f"{base}/port/{HTTP_PORT}/echo", headers={"Authorization": f"Bearer {KEY_A}"})).json()
+        seen = (
+            await client.get(
+                f"{base}/port/{HTTP_PORT}/echo", headers={"Authorization": f"Bearer {KEY_A}"}
+            )
+        ).json()
         assert "authorization" not in seen["headers"]
     sid = str(target.sandbox_id)
     vnc = await client_get(f"{proxy_admin.url}{PREFIX}/sandboxes/{sid}/vnc/", b)
     assert vnc.status_code == 404 and vnc.json()["detail"] == f"Sandbox {sid} not found"
-    for route, query in (("proxy", f"/port/{WS_PORT}/"), ("vnc", "/"), ("portforward", f"?port={TCP_PORT}"), ("shell", "")):
+    for route, query in (
+        ("proxy", f"/port/{WS_PORT}/"),
+        ("vnc", "/"),
+        ("portforward", f"?port={TCP_PORT}"),
+        ("shell", ""),
+    ):
         code, reason = await _close_of(_ws_base(proxy_admin, sid, route) + query, b)
         assert code == 1008 and reason == f"Sandbox {sid} not found", (route, code, reason)
         with pytest.raises(InvalidStatus) as refused:
@@ -484,8 +595,12 @@ async def test_another_tenants_key_reaches_nothing(proxy_admin: Any, target: San
         await other.attach(sid)
 
 
-async def test_json_routes_still_answer_beside_the_proxy(proxy_admin: Any, target: Sandbox, http: httpx.AsyncClient) -> None:
-    status = await http.get(f"{proxy_admin.url}{PREFIX}/get_status", params={"sandbox_id": target.sandbox_id})
+async def test_json_routes_still_answer_beside_the_proxy(
+    proxy_admin: Any, target: Sandbox, http: httpx.AsyncClient
+) -> None:
+    status = await http.get(
+        f"{proxy_admin.url}{PREFIX}/get_status", params={"sandbox_id": target.sandbox_id}
+    )
     assert status.json()["status"] == "Success"
     unknown = await http.get(f"{proxy_admin.url}{PREFIX}/sandboxes/{target.sandbox_id}/proxyish")
     assert unknown.status_code == 404
@@ -512,8 +627,15 @@ class _Pty:
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
-        self.process = subprocess.Popen(args, stdin=slave, stdout=slave, stderr=slave, env=env,
-                                        preexec_fn=controlling_terminal, close_fds=True)
+        self.process = subprocess.Popen(
+            args,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env=env,
+            preexec_fn=controlling_terminal,
+            close_fds=True,
+        )
         os.close(slave)
         self.output = b""
 
@@ -522,7 +644,9 @@ class _Pty:
         import struct
         import termios
 
-        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))  # SIGWINCH to rock
+        fcntl.ioctl(
+            self.master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0)
+        )  # SIGWINCH to rock
 
     def send(self, data: bytes) -> None:
         os.write(self.master, data)
@@ -539,10 +663,12 @@ class _Pty:
                     chunk = os.read(self.master, 65536)
                 except OSError:  # EIO: the command ended
                     chunk = b""
-                assert chunk or self.process.poll() is None, f"rock ended before {text!r}: {self.output[-800:]!r}"
+                assert chunk or self.process.poll() is None, (
+                    f"rock ended before {text!r}: {self.output[-800:]!r}"
+                )
                 self.output += chunk
         found = self.output
-        self.output = self.output[self.output.index(text) + len(text):]
+        self.output = self.output[self.output.index(text) + len(text) :]
         return found
 
     def close(self) -> None:
@@ -574,7 +700,9 @@ def _shell_session(proxy_admin: Any, sandbox_id: str) -> None:
         assert time.monotonic() <= deadline, "the new window size never arrived"
         # Ctrl-C interrupts the foreground program, not the shell.
         term.send(b"print('in ' + 'sleep'); time.sleep(120)\r")
-        term.expect(b"in sleep")  # the program's own output (the echoed line reads 'in ' + 'sleep'): it runs
+        term.expect(
+            b"in sleep"
+        )  # the program's own output (the echoed line reads 'in ' + 'sleep'): it runs
         term.send(b"\x03")
         term.expect(b"KeyboardInterrupt")
         term.expect(b">>> ")
@@ -585,27 +713,50 @@ def _shell_session(proxy_admin: Any, sandbox_id: str) -> None:
         term.close()
 
 
-async def test_rock_sandbox_shell_drives_python_interactively(proxy_admin: Any, target: Sandbox) -> None:
+async def test_rock_sandbox_shell_drives_python_interactively(
+    proxy_admin: Any, target: Sandbox
+) -> None:
     await asyncio.to_thread(_shell_session, proxy_admin, str(target.sandbox_id))
 
 
-async def test_rock_sandbox_shell_as_another_user_and_unknown_users(proxy_admin: Any, target: Sandbox) -> None:
-    created = await target.execute(Command(command=["useradd", "-m", "-s", "/bin/bash", "agent"], timeout=30))
+async def test_rock_sandbox_shell_as_another_user_and_unknown_users(
+    proxy_admin: Any, target: Sandbox
+) -> None:
+    created = await target.execute(
+        Command(command=["useradd", "-m", "-s", "/bin/bash", "agent"], timeout=30)
+    )
     assert created.exit_code in (0, 9), created.stderr  # 9: already there
     env = {**os.environ, "ROCK_API_KEY": KEY_A, "ROCK_BASE_URL": proxy_admin.url}
-    run = lambda *args: subprocess.run(_rock("sandbox", "shell", str(target.sandbox_id), *args),  # noqa: E731
-                                       capture_output=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    run = lambda *args: subprocess.run(
+        _rock("sandbox", "shell", str(target.sandbox_id), *args),  # noqa: E731
+        capture_output=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     done = await asyncio.to_thread(run, "--user", "agent", "--command", "id -un; pwd; exit 4")
     assert done.returncode == 4 and b"agent" in done.stdout and b"/home/agent" in done.stdout, done
     refused = await asyncio.to_thread(run, "--user", "nobody-here")
     assert refused.returncode == 1 and b"nobody-here" in refused.stderr, refused
 
 
-async def test_rocks_vnc_route_reaches_port_8006(proxy_admin: Any, target: Sandbox, http: httpx.AsyncClient) -> None:
-    started = await target.execute(Command(command=["sh", "-c", (
-        "cd /srv && (nohup python3 -m http.server 8006 --bind 127.0.0.1 >/tmp/vnc.log 2>&1 &) && "
-        "for i in $(seq 100); do python3 -c \"import socket;socket.create_connection(('127.0.0.1',8006),1)\" "
-        "2>/dev/null && exit 0; sleep 0.1; done; exit 1")], timeout=60))
+async def test_rocks_vnc_route_reaches_port_8006(
+    proxy_admin: Any, target: Sandbox, http: httpx.AsyncClient
+) -> None:
+    started = await target.execute(
+        Command(
+            command=[
+                "sh",
+                "-c",
+                (
+                    "cd /srv && (nohup python3 -m http.server 8006 --bind 127.0.0.1 >/tmp/vnc.log 2>&1 &) && "
+                    "for i in $(seq 100); do python3 -c \"import socket;socket.create_connection(('127.0.0.1',8006),1)\" "
+                    "2>/dev/null && exit 0; sleep 0.1; done; exit 1"
+                ),
+            ],
+            timeout=60,
+        )
+    )
     assert started.exit_code == 0, started.stderr
     page = await http.get(f"{proxy_admin.url}{PREFIX}/sandboxes/{target.sandbox_id}/vnc/index.html")
     assert page.status_code == 200 and page.text == "hello from the sandbox\n"

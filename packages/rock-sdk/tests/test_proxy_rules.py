@@ -7,6 +7,7 @@ import click
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from rock._cli_connect import parse_forward
 from rock.admin.proxy import _rewrite_location, check_port, choose_port
 from rock.admin.tunnels import ProxyRefused
@@ -20,7 +21,11 @@ def test_the_port_comes_from_exactly_one_source_else_8080() -> None:
     assert choose_port("/a", "3000", None) == (3000, "header", "/a")
     assert choose_port("/a", None, "3000") == (3000, "query", "/a")
     assert choose_port("", None, None) == (8080, "default", "/")
-    assert choose_port("/portal/x", None, None) == (8080, "default", "/portal/x")  # not a port prefix
+    assert choose_port("/portal/x", None, None) == (
+        8080,
+        "default",
+        "/portal/x",
+    )  # not a port prefix
 
 
 @pytest.mark.parametrize(
@@ -32,7 +37,9 @@ def test_the_port_comes_from_exactly_one_source_else_8080() -> None:
         ("/port/1/", "2", "3", "path, header, query"),
     ],
 )
-def test_more_than_one_source_is_refused_naming_them(path: str, header: str | None, query: str | None, named: str) -> None:
+def test_more_than_one_source_is_refused_naming_them(
+    path: str, header: str | None, query: str | None, named: str
+) -> None:
     with pytest.raises(ProxyRefused) as refused:
         choose_port(path, header, query)
     assert refused.value.status == 400 and refused.value.ws_code == 1008
@@ -65,7 +72,9 @@ def test_bad_ports_are_400_naming_the_source(bad: str) -> None:
         ("next-page", "path", "next-page"),  # relative: already under the prefix
     ],
 )
-def test_redirects_into_the_sandbox_are_rewritten_under_the_prefix(location: str, source: str, expected: str) -> None:
+def test_redirects_into_the_sandbox_are_rewritten_under_the_prefix(
+    location: str, source: str, expected: str
+) -> None:
     base = BASE + ("/port/3000" if source == "path" else "")
     assert _rewrite_location(location, 3000, source, base) == expected
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rock.actions import CreateBashSessionRequest, State
 from rock.sdk.sandbox.client import Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
@@ -35,8 +36,12 @@ def remote(admin: Any, small: dict[str, Any]) -> dict[str, Any]:
     return {**small, "base_url": admin.url}
 
 
-async def test_start_run_status_stop_through_the_admin(remote: dict[str, Any], containers: Any) -> None:
-    sandbox = Sandbox(SandboxConfig(**remote, user_id="alice", experiment_id="exp-7", namespace="team"))
+async def test_start_run_status_stop_through_the_admin(
+    remote: dict[str, Any], containers: Any
+) -> None:
+    sandbox = Sandbox(
+        SandboxConfig(**remote, user_id="alice", experiment_id="exp-7", namespace="team")
+    )
     await sandbox.start()
     try:
         assert sandbox.url == f"{remote['base_url']}/apis/envs/sandbox/v1"
@@ -45,7 +50,11 @@ async def test_start_run_status_stop_through_the_admin(remote: dict[str, Any], c
         status = await sandbox.get_status()
         assert status.state is State.RUNNING and status.is_alive
         # ROCK's identity headers reached the server and were stored with the sandbox.
-        assert (status.user_id, status.experiment_id, status.namespace) == ("alice", "exp-7", "team")
+        assert (status.user_id, status.experiment_id, status.namespace) == (
+            "alice",
+            "exp-7",
+            "team",
+        )
         assert 8080 in (status.port_mapping or {})
     finally:
         await sandbox.stop()
@@ -68,15 +77,23 @@ async def test_errors_cross_the_wire_with_their_types(remote: dict[str, Any]) ->
         assert info.value.exit_code == 3
 
 
-async def test_an_unknown_image_fails_naming_the_pull(admin: Any, new_id: Any, containers: Any) -> None:
+async def test_an_unknown_image_fails_naming_the_pull(
+    admin: Any, new_id: Any, containers: Any
+) -> None:
     sandbox_id = new_id("remote-pull")
     sandbox = Sandbox(
         SandboxConfig(
-            base_url=admin.url, image="rock-test/no-such-image:404", memory="512m", cpus=0.5,
-            startup_timeout=60, sandbox_id=sandbox_id,
+            base_url=admin.url,
+            image="rock-test/no-such-image:404",
+            memory="512m",
+            cpus=0.5,
+            startup_timeout=60,
+            sandbox_id=sandbox_id,
         )
     )
-    with pytest.raises(ImagePullFailed, match="Failed to start sandbox because image_pull: Failed to pull image"):
+    with pytest.raises(
+        ImagePullFailed, match="Failed to start sandbox because image_pull: Failed to pull image"
+    ):
         await sandbox.start()
     assert containers.gone(sandbox_id)
     status = await sandbox.get_status(include_all_states=True)
@@ -102,7 +119,9 @@ async def test_files_streams_and_processes(remote: dict[str, Any], tmp_path: Pat
         assert await sandbox.process_output(started.process_id) == b"bg\n"
 
 
-async def test_restart_keeps_files_and_delete_removes(remote: dict[str, Any], containers: Any) -> None:
+async def test_restart_keeps_files_and_delete_removes(
+    remote: dict[str, Any], containers: Any
+) -> None:
     sandbox = Sandbox(SandboxConfig(**remote, auto_delete_seconds=300))
     await sandbox.start()
     await sandbox.write_file_by_path("kept", "/root/note.txt")
@@ -124,7 +143,9 @@ def test_one_handle_serves_several_event_loops_and_threads(remote: dict[str, Any
         assert asyncio.run(sandbox.arun("echo second")).output == "second"
         outputs: list[str] = []
         threads = [
-            threading.Thread(target=lambda n=n: outputs.append(asyncio.run(sandbox.arun(f"echo t{n}")).output))
+            threading.Thread(
+                target=lambda n=n: outputs.append(asyncio.run(sandbox.arun(f"echo t{n}")).output)
+            )
             for n in range(4)
         ]
         for t in threads:
@@ -148,7 +169,6 @@ async def test_a_group_starts_and_stops_all(admin: Any, containers: Any) -> None
     assert all(containers.gone(i) for i in ids)
 
 
-
 async def test_rock_base_url_alone_selects_the_admin(
     admin: Any, small: dict[str, Any], containers: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -156,7 +176,9 @@ async def test_rock_base_url_alone_selects_the_admin(
     fields = {k: v for k, v in small.items() if k != "base_url"}
     async with Sandbox(SandboxConfig(**fields)) as sandbox:
         (container,) = containers(sandbox.sandbox_id)
-        assert container.labels[LABEL_OWNER].startswith("admin:")  # made by the server, not this process
+        assert container.labels[LABEL_OWNER].startswith(
+            "admin:"
+        )  # made by the server, not this process
         assert sandbox.url == f"{admin.url}/apis/envs/sandbox/v1"
 
 
@@ -165,5 +187,7 @@ async def test_waiting_on_a_stopped_sandbox_says_why(remote: dict[str, Any]) -> 
     await sandbox.start()
     await sandbox.stop()
     engine = sandbox._get_engine()
-    with pytest.raises(SandboxNotFound, match=rf"sandbox {sandbox.sandbox_id} is not running \(it is \w+: .+\)"):
+    with pytest.raises(
+        SandboxNotFound, match=rf"sandbox {sandbox.sandbox_id} is not running \(it is \w+: .+\)"
+    ):
         await engine.wait_until_running(sandbox.sandbox_id, timeout=30)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from rock.sdk._engine import RemoteEngine, get_remote_engine, remote
 from rock.sdk._engine.remote import error_from_envelope, remote_headers
 from rock.sdk.sandbox.client import Sandbox, SandboxGroup
@@ -92,10 +93,14 @@ def test_a_sandbox_sends_rocks_headers_to_the_server(monkeypatch: pytest.MonkeyP
 
 
 def test_sandboxes_of_one_server_and_identity_share_an_engine() -> None:
-    group = SandboxGroup(SandboxGroupConfig(base_url="http://admin.example:8080", size=3, experiment_id="e"))
+    group = SandboxGroup(
+        SandboxGroupConfig(base_url="http://admin.example:8080", size=3, experiment_id="e")
+    )
     engines = {id(s._get_engine()) for s in group.sandbox_list}
     assert len(engines) == 1
-    other = Sandbox(SandboxConfig(base_url="http://admin.example:8080", experiment_id="f"))._get_engine()
+    other = Sandbox(
+        SandboxConfig(base_url="http://admin.example:8080", experiment_id="f")
+    )._get_engine()
     assert id(other) not in engines
     assert get_remote_engine("http://admin.example:8080/", {"X-Cluster": "x"}) is get_remote_engine(
         "http://admin.example:8080", {"X-Cluster": "x"}
@@ -106,7 +111,12 @@ def test_sandboxes_of_one_server_and_identity_share_an_engine() -> None:
 
 
 def _failed(code: int | None, error: str, **result: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"status": "Failed", "message": "call failed", "error": error, "result": None}
+    body: dict[str, Any] = {
+        "status": "Failed",
+        "message": "call failed",
+        "error": error,
+        "result": None,
+    }
     if code is not None:
         body["result"] = {"code": code, "exit_code": None, "failure_reason": error, **result}
     return body
@@ -123,10 +133,17 @@ def _failed(code: int | None, error: str, **result: Any) -> dict[str, Any]:
         (5000, InternalServerRockError),
     ],
 )
-def test_a_failed_envelope_raises_the_class_of_its_code(code: int, expected: type[RockError]) -> None:
+def test_a_failed_envelope_raises_the_class_of_its_code(
+    code: int, expected: type[RockError]
+) -> None:
     err = error_from_envelope(_failed(code, "it went wrong"), sandbox_id="sb1", attempted="arun")
     assert type(err) is expected
-    assert (str(err), err.code, err.sandbox_id, err.attempted) == ("it went wrong", code, "sb1", "arun")
+    assert (str(err), err.code, err.sandbox_id, err.attempted) == (
+        "it went wrong",
+        code,
+        "sb1",
+        "arun",
+    )
 
 
 def test_a_non_zero_exit_keeps_its_exit_code_and_output() -> None:
@@ -136,9 +153,13 @@ def test_a_non_zero_exit_keeps_its_exit_code_and_output() -> None:
 
 
 def test_an_envelope_without_a_code_is_a_plain_rock_error() -> None:
-    err = error_from_envelope({"status": "Failed", "message": "start sandbox failed", "error": "boom", "result": None})
+    err = error_from_envelope(
+        {"status": "Failed", "message": "start sandbox failed", "error": "boom", "result": None}
+    )
     assert type(err) is RockError and str(err) == "boom"
-    invalid = error_from_envelope({"status": "Failed", "message": "invalid parameter", "error": "image: blank"})
+    invalid = error_from_envelope(
+        {"status": "Failed", "message": "invalid parameter", "error": "image: blank"}
+    )
     assert isinstance(invalid, InvalidParameter) and str(invalid) == "image: blank"
 
 
@@ -148,7 +169,9 @@ def test_an_envelope_without_a_code_is_a_plain_rock_error() -> None:
 async def test_an_unreachable_admin_is_named_with_the_fix() -> None:
     port = _closed_port()
     engine = RemoteEngine(f"http://127.0.0.1:{port}")
-    with pytest.raises(InternalServerRockError, match=rf"rock admin at http://127.0.0.1:{port} is unreachable") as info:
+    with pytest.raises(
+        InternalServerRockError, match=rf"rock admin at http://127.0.0.1:{port} is unreachable"
+    ) as info:
         await engine.get_status("sb1")
     assert "`rock admin start`" in str(info.value) and info.value.sandbox_id == "sb1"
 
@@ -185,11 +208,16 @@ def plain_http_server() -> Iterator[str]:
 
 async def test_a_server_that_is_not_rocks_admin_is_named(plain_http_server: str) -> None:
     engine = RemoteEngine(plain_http_server)
-    with pytest.raises(InvalidParameter, match=r"base_url http://127.0.0.1:\d+ does not point at a rock admin: it "
-                       r"answered GET /apis/envs/sandbox/v1/get_status with HTTP 404") as info:
+    with pytest.raises(
+        InvalidParameter,
+        match=r"base_url http://127.0.0.1:\d+ does not point at a rock admin: it "
+        r"answered GET /apis/envs/sandbox/v1/get_status with HTTP 404",
+    ) as info:
         await engine.get_status("sb1")
     assert info.value.field == "base_url"
-    with pytest.raises(InternalServerRockError, match=r"answered POST /apis/envs/sandbox/v1/stop with HTTP 501"):
+    with pytest.raises(
+        InternalServerRockError, match=r"answered POST /apis/envs/sandbox/v1/stop with HTTP 501"
+    ):
         await engine.stop("sb1")
 
 
@@ -197,11 +225,18 @@ async def test_an_older_rock_admin_is_told_apart_from_a_wrong_base_url() -> None
     """A rock admin (its /healthz answers) that lacks a route is older than the SDK: upgrade it."""
 
     def answer(path: str) -> tuple[int, bytes]:
-        return (200, b'{"status":"ok","version":"0.0.1"}') if path == "/healthz" else (404, b"Not Found")
+        return (
+            (200, b'{"status":"ok","version":"0.0.1"}')
+            if path == "/healthz"
+            else (404, b"Not Found")
+        )
 
     with _serving(answer) as url:
         engine = RemoteEngine(url)
-        with pytest.raises(NotSupported, match=r"\(version 0.0.1\) does not serve GET /apis/envs/sandbox/v1/get_status .*upgrade it"):
+        with pytest.raises(
+            NotSupported,
+            match=r"\(version 0.0.1\) does not serve GET /apis/envs/sandbox/v1/get_status .*upgrade it",
+        ):
             await engine.get_status("sb1")
 
 
@@ -230,7 +265,9 @@ def _serving(answer: Callable[[str], tuple[int, bytes]]) -> Iterator[str]:
         server.server_close()
 
 
-async def test_an_admin_that_does_not_hold_get_status_is_polled(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_admin_that_does_not_hold_get_status_is_polled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """ROCK's admin ignores rock's ``wait`` and answers at once: the SDK then polls, pausing
     between requests, until the sandbox runs."""
     asked: list[dict[str, list[str]]] = []
@@ -239,7 +276,9 @@ async def test_an_admin_that_does_not_hold_get_status_is_polled(monkeypatch: pyt
         asked.append(urllib.parse.parse_qs(urllib.parse.urlsplit(path).query))
         state = "running" if len(asked) > 3 else "pending"
         result = {"sandbox_id": "sb1", "state": state, "status": {}}
-        return 200, json.dumps({"status": "Success", "message": "", "error": None, "result": result}).encode()
+        return 200, json.dumps(
+            {"status": "Success", "message": "", "error": None, "result": result}
+        ).encode()
 
     # The engine's pauses, as it asks for them (the clock is not the witness: a loaded machine
     # only makes them longer). Only the remote engine's own: other tasks of the process (the
@@ -250,7 +289,11 @@ async def test_an_admin_that_does_not_hold_get_status_is_polled(monkeypatch: pyt
     async def recorded(seconds: float) -> None:
         frame = inspect.currentframe()
         caller = frame.f_back if frame is not None else None
-        if seconds > 0 and caller is not None and caller.f_globals.get("__name__") == remote.__name__:
+        if (
+            seconds > 0
+            and caller is not None
+            and caller.f_globals.get("__name__") == remote.__name__
+        ):
             pauses.append(seconds)
         await sleep(seconds)
 

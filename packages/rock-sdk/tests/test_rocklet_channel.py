@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
@@ -27,12 +28,15 @@ from .conftest import RUNTIME
 pytestmark = [
     pytest.mark.docker,
     pytest.mark.anyio,
-    pytest.mark.skipif(RUNTIME == "nomad", reason="Nomad sandboxes have no /rock-run: their rocklet is reached over TCP"),
+    pytest.mark.skipif(
+        RUNTIME == "nomad",
+        reason="Nomad sandboxes have no /rock-run: their rocklet is reached over TCP",
+    ),
 ]
 
 SWAP = "rm -f /rock-run/rocklet.sock; ln -sf /var/run/docker.sock /rock-run/rocklet.sock; ls -la /rock-run"
 # The bind mounts a sandbox gets from the host, with their options (fields of /proc/self/mountinfo).
-MOUNTS = "awk '$5 == \"/rock\" || $5 == \"/rock-run\" {print $5, $6}' /proc/self/mountinfo"
+MOUNTS = 'awk \'$5 == "/rock" || $5 == "/rock-run" {print $5, $6}\' /proc/self/mountinfo'
 
 
 def _ask_for_docker_version(port: int) -> bytes:
@@ -64,22 +68,30 @@ async def test_a_sandbox_cannot_point_its_rocklet_channel_at_the_hosts_docker(
         results: list[Any] = [None] * 8
 
         async def call(i: int) -> None:
-            results[i] = await sandbox.execute(Command(command=["sh", "-c", f"sleep 1; echo still-mine-{i}"], timeout=60))
+            results[i] = await sandbox.execute(
+                Command(command=["sh", "-c", f"sleep 1; echo still-mine-{i}"], timeout=60)
+            )
 
         async with anyio.create_task_group() as tg:
             for i in range(len(results)):
                 tg.start_soon(call, i)
-        assert [r.stdout.strip() for r in results] == [f"still-mine-{i}" for i in range(len(results))]
+        assert [r.stdout.strip() for r in results] == [
+            f"still-mine-{i}" for i in range(len(results))
+        ]
 
         # (b) No host port the engine forwards for the sandbox answers as Docker.
         status = await sandbox.get_status()
         for port in (status.port_mapping or {}).values():
             answer = await anyio.to_thread.run_sync(_ask_for_docker_version, port)
             head = answer.split(b"\r\n\r\n", 1)[0].lower()
-            assert b"api-version" not in head, f"127.0.0.1:{port} answered as Docker: {answer[:300]!r}"
+            assert b"api-version" not in head, (
+                f"127.0.0.1:{port} answered as Docker: {answer[:300]!r}"
+            )
 
         # (c) The mount from the host is read-only: nothing written there lands on the host.
-        written = await sandbox.execute(Command(command=["sh", "-c", "echo escape > /rock-run/escape"]))
+        written = await sandbox.execute(
+            Command(command=["sh", "-c", "echo escape > /rock-run/escape"])
+        )
         assert written.exit_code != 0 and "Read-only file system" in written.stderr, written
         mounts = await sandbox.execute(Command(command=["sh", "-c", MOUNTS]))
         options = dict(line.split() for line in mounts.stdout.splitlines())

@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 import rock_archive_s3.testing as rock_archive_s3_testing
 from rock.actions import ReadFileRequest, WriteFileRequest
 from rock.sdk._engine.embedded import EmbeddedEngine
@@ -38,7 +39,6 @@ from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import BadRequestRockError, NotSupported, RockError
 from rock_core.testing import eventually_async
-
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
@@ -54,7 +54,10 @@ def unique_id(prefix: str) -> str:
 
 
 def containers_of(docker_client: Any, sandbox_id: str) -> list[Any]:
-    return docker_client.containers.list(all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True)
+    return docker_client.containers.list(
+        all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True
+    )
+
 
 MARKER = "/tmp/archive-marker.txt"
 KEPT = {**SMALL, "auto_delete_seconds": 3600}
@@ -106,7 +109,10 @@ async def _archived_with_marker(sandbox: Sandbox, docker_client: Any) -> str:
 def _second_process(script: str, env: dict[str, str] | None = None) -> str:
     """Run ``script`` in a fresh Python process; return what it printed (fail with its output)."""
     done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, f"second process failed:\n{done.stdout}\n{done.stderr[-3000:]}"
@@ -138,7 +144,9 @@ def test_archive_and_restart_through_the_admin_from_a_second_process(
 ) -> None:
     launch_admin, stop_admin = admin_launcher
     table = "\n".join(f"{k} = {json.dumps(v)}" for k, v in s3.settings(bucket).items())
-    server = launch_admin(tmp_path, config=f'[engine]\narchive_store = "s3"\n\n[plugins.archive-s3]\n{table}\n')
+    server = launch_admin(
+        tmp_path, config=f'[engine]\narchive_store = "s3"\n\n[plugins.archive-s3]\n{table}\n'
+    )
     try:
         config = {**KEPT, "base_url": server.url}
 
@@ -148,9 +156,13 @@ def test_archive_and_restart_through_the_admin_from_a_second_process(
 
         sandbox_id = asyncio.run(first())
         assert _objects(s3, bucket, sandbox_id) == ["logs", "rootfs"]
-        script = RESTORE_SCRIPT.format(setup="", config=json.dumps(config), sandbox_id=sandbox_id, marker=MARKER)
+        script = RESTORE_SCRIPT.format(
+            setup="", config=json.dumps(config), sandbox_id=sandbox_id, marker=MARKER
+        )
         assert _second_process(script) == "keep me"
-        assert _objects(s3, bucket, sandbox_id) == []  # restored, then deleted: nothing left in the bucket
+        assert (
+            _objects(s3, bucket, sandbox_id) == []
+        )  # restored, then deleted: nothing left in the bucket
         assert containers_of(docker_client, sandbox_id) == []
     finally:
         stop_admin(server, docker_client)
@@ -160,10 +172,16 @@ def test_archive_and_restart_embedded_from_a_second_process_sharing_the_store(
     s3: Any, bucket: str, tmp_path: Path, docker_client: Any
 ) -> None:
     store_path = str(tmp_path / "records.db")
-    engine_config = EngineConfig(store_path=store_path, archive_store="s3", plugin_options={"archive-s3": s3.settings(bucket)})
+    engine_config = EngineConfig(
+        store_path=store_path,
+        archive_store="s3",
+        plugin_options={"archive-s3": s3.settings(bucket)},
+    )
     engine = EmbeddedEngine(engine_config)
     try:
-        sandbox_id = asyncio.run(_archived_with_marker(Sandbox(SandboxConfig(**KEPT), engine=engine), docker_client))
+        sandbox_id = asyncio.run(
+            _archived_with_marker(Sandbox(SandboxConfig(**KEPT), engine=engine), docker_client)
+        )
     finally:
         engine.close()  # the first process's engine ends; the archived sandbox stays in the store
     setup = (
@@ -172,7 +190,9 @@ def test_archive_and_restart_embedded_from_a_second_process_sharing_the_store(
         f"configure_embedded_engine(EngineConfig(store_path={store_path!r}, archive_store='s3', "
         f"plugin_options={{'archive-s3': {s3.settings(bucket)!r}}}))\n"
     )
-    script = RESTORE_SCRIPT.format(setup=setup, config=json.dumps(SMALL), sandbox_id=sandbox_id, marker=MARKER)
+    script = RESTORE_SCRIPT.format(
+        setup=setup, config=json.dumps(SMALL), sandbox_id=sandbox_id, marker=MARKER
+    )
     assert _second_process(script) == "keep me"
     assert _objects(s3, bucket, sandbox_id) == []
     assert containers_of(docker_client, sandbox_id) == []
@@ -236,8 +256,15 @@ def test_s3_unreachable_during_an_archive_leaves_it_stopped_and_a_retry_succeeds
     s3: Any, bucket: str, docker_client: Any
 ) -> None:
     relay = Relay(("127.0.0.1", s3.port))
-    settings = {**s3.settings(bucket), "endpoint": relay.endpoint, "max_attempts": 1, "connect_timeout": 2}
-    engine = EmbeddedEngine(EngineConfig(archive_store="s3", plugin_options={"archive-s3": settings}))
+    settings = {
+        **s3.settings(bucket),
+        "endpoint": relay.endpoint,
+        "max_attempts": 1,
+        "connect_timeout": 2,
+    }
+    engine = EmbeddedEngine(
+        EngineConfig(archive_store="s3", plugin_options={"archive-s3": settings})
+    )
 
     async def scenario() -> None:
         sandbox = Sandbox(SandboxConfig(**KEPT), engine=engine)
@@ -247,7 +274,9 @@ def test_s3_unreachable_during_an_archive_leaves_it_stopped_and_a_retry_succeeds
         relay.down()
         await sandbox.archive()
         status = await _wait_state(sandbox, "stopped")
-        assert "archive failed" in (status.reason or "") and "endpoint" in (status.reason or ""), status.reason
+        assert "archive failed" in (status.reason or "") and "endpoint" in (status.reason or ""), (
+            status.reason
+        )
         assert sandbox.sandbox_id is not None
         assert len(containers_of(docker_client, sandbox.sandbox_id)) == 1  # its container is kept
         relay.up()
@@ -269,7 +298,9 @@ def test_s3_unreachable_during_an_archive_leaves_it_stopped_and_a_retry_succeeds
 def test_a_missing_or_corrupt_object_at_restore_leaves_it_archived(
     s3: Any, bucket: str, docker_client: Any, damage: str
 ) -> None:
-    engine = EmbeddedEngine(EngineConfig(archive_store="s3", plugin_options={"archive-s3": s3.settings(bucket)}))
+    engine = EmbeddedEngine(
+        EngineConfig(archive_store="s3", plugin_options={"archive-s3": s3.settings(bucket)})
+    )
 
     async def scenario() -> None:
         sandbox = Sandbox(SandboxConfig(**KEPT), engine=engine)
@@ -287,7 +318,9 @@ def test_a_missing_or_corrupt_object_at_restore_leaves_it_archived(
         status = await sandbox.get_status(include_all_states=True)
         assert status.state.value == "archived"
         assert (status.reason or "").startswith("restore failed")
-        assert ("missing" if damage == "missing" else "corrupt") in caught.value.message.lower() or "cut short" in caught.value.message
+        assert (
+            "missing" if damage == "missing" else "corrupt"
+        ) in caught.value.message.lower() or "cut short" in caught.value.message
         assert containers_of(docker_client, sandbox_id) == []  # the half-made container is gone
         await sandbox.delete()
         assert _objects(s3, bucket, sandbox_id) == []
@@ -298,7 +331,9 @@ def test_a_missing_or_corrupt_object_at_restore_leaves_it_archived(
         engine.close()
 
 
-def test_archive_is_refused_clearly_without_a_store_and_while_running(docker_client: Any, admin_launcher: Any, tmp_path: Path) -> None:
+def test_archive_is_refused_clearly_without_a_store_and_while_running(
+    docker_client: Any, admin_launcher: Any, tmp_path: Path
+) -> None:
     engine = EmbeddedEngine(EngineConfig())
 
     async def embedded() -> None:
@@ -342,11 +377,21 @@ def test_an_admin_killed_while_archiving_leaves_it_archived_or_stopped(
         with httpx.Client(base_url=server.url, timeout=60) as client:
             sandbox_id = client.post(PREFIX + "/start", json=KEPT).json()["result"]["sandbox_id"]
             # Enough written that the archive is still running when the admin is killed.
-            command = {"sandbox_id": sandbox_id, "command": "head -c 150000000 /dev/urandom > /tmp/big", "shell": True}
+            command = {
+                "sandbox_id": sandbox_id,
+                "command": "head -c 150000000 /dev/urandom > /tmp/big",
+                "shell": True,
+            }
             assert client.post(PREFIX + "/execute", json=command).json()["result"]["exit_code"] == 0
             client.post(PREFIX + "/stop", json={"sandbox_id": sandbox_id})
-            assert client.post(f"{PREFIX}/sandboxes/{sandbox_id}/archive", json={}).json()["status"] == "Success"
-            status = client.get(PREFIX + "/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"})
+            assert (
+                client.post(f"{PREFIX}/sandboxes/{sandbox_id}/archive", json={}).json()["status"]
+                == "Success"
+            )
+            status = client.get(
+                PREFIX + "/get_status",
+                params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+            )
             assert status.json()["result"]["state"] == "archiving"
         assert server.process is not None
         os.kill(server.process.pid, signal.SIGKILL)
@@ -354,7 +399,10 @@ def test_an_admin_killed_while_archiving_leaves_it_archived_or_stopped(
 
         second = launch_admin(tmp_path, config=config)
         with httpx.Client(base_url=second.url, timeout=60) as client:
-            result = client.get(PREFIX + "/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}).json()["result"]
+            result = client.get(
+                PREFIX + "/get_status",
+                params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+            ).json()["result"]
             assert result["state"] in ("archived", "stopped"), result
             if result["state"] == "stopped":
                 assert "interrupted" in result["reason"]
@@ -362,7 +410,10 @@ def test_an_admin_killed_while_archiving_leaves_it_archived_or_stopped(
                 assert len(containers_of(docker_client, sandbox_id)) == 1
             else:
                 assert containers_of(docker_client, sandbox_id) == []
-            assert client.post(PREFIX + "/delete", json={"sandbox_id": sandbox_id}).json()["status"] == "Success"
+            assert (
+                client.post(PREFIX + "/delete", json={"sandbox_id": sandbox_id}).json()["status"]
+                == "Success"
+            )
         stop_admin(second, docker_client)
         assert _objects(s3, bucket, sandbox_id) == []
     finally:

@@ -10,11 +10,18 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from rock.actions import BashAction, CloseBashSessionRequest, Command, CreateBashSessionRequest
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox import client as client_module
 from rock.sdk.sandbox.client import RunMode
-from rock_core.errors import CommandTimeout, InvalidParameter, NonZeroExitCode, SessionAlreadyExists, SessionNotFound
+from rock_core.errors import (
+    CommandTimeout,
+    InvalidParameter,
+    NonZeroExitCode,
+    SessionAlreadyExists,
+    SessionNotFound,
+)
 from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -26,7 +33,11 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 async def test_arun_keeps_session_state(sandbox: Any, session: str) -> None:
     await sandbox.arun("cd /tmp && export GREETING=hi", session=session)
     observation = await sandbox.arun("echo $GREETING from $(pwd)", session=session)
-    assert (observation.output, observation.exit_code, observation.failure_reason) == ("hi from /tmp", 0, "")
+    assert (observation.output, observation.exit_code, observation.failure_reason) == (
+        "hi from /tmp",
+        0,
+        "",
+    )
 
 
 async def test_arun_without_a_session_uses_a_new_one_each_time(sandbox: Any) -> None:
@@ -44,7 +55,11 @@ async def test_a_non_zero_exit_raises_with_the_output(sandbox: Any, session: str
 async def test_the_rocklet_mount_is_read_only(sandbox: Any, session: str) -> None:
     """ROCK scenario 9: the agent's files are mounted read-only (rock-docker mounts them at /rock)."""
     assert "rocklet.pyz" in (await sandbox.arun("ls /rock", session=session)).output
-    for command in ("rm -rf /rock/rocklet.pyz", "chmod 777 /rock/rocklet.pyz", "touch /rock/new-file"):
+    for command in (
+        "rm -rf /rock/rocklet.pyz",
+        "chmod 777 /rock/rocklet.pyz",
+        "touch /rock/new-file",
+    ):
         with pytest.raises(NonZeroExitCode, match="Read-only file system"):
             await sandbox.arun(command, session=session)
 
@@ -63,7 +78,9 @@ async def test_unknown_and_closed_sessions_raise(sandbox: Any) -> None:
         await sandbox.close_session(CloseBashSessionRequest(session="closing"))
 
 
-async def test_a_session_timeout_raises_and_the_session_survives(sandbox: Any, session: str) -> None:
+async def test_a_session_timeout_raises_and_the_session_survives(
+    sandbox: Any, session: str
+) -> None:
     with pytest.warns(DeprecationWarning), pytest.raises(CommandTimeout, match="timeout after 1"):
         await sandbox.run_in_session(BashAction(command="sleep 30", session=session, timeout=1))
     assert (await sandbox.arun("echo alive", session=session)).output == "alive"
@@ -77,7 +94,11 @@ async def test_twenty_megabytes_of_output(sandbox: Any, session: str) -> None:
 async def test_binary_output_comes_back_as_text(sandbox: Any, session: str) -> None:
     observation = await sandbox.arun("printf 'ok\\377\\000\\201end'", session=session)
     assert observation.exit_code == 0
-    assert observation.output.startswith("ok") and observation.output.endswith("end") and "\\xff" in observation.output
+    assert (
+        observation.output.startswith("ok")
+        and observation.output.endswith("end")
+        and "\\xff" in observation.output
+    )
 
 
 async def test_session_env_and_remote_user(sandbox: Any) -> None:
@@ -108,12 +129,17 @@ async def test_nohup_heredoc_and_ignore_output(sandbox: Any, session: str) -> No
     assert "import os" in (await sandbox.arun("cat /tmp/nohup_test.txt", session=session)).output
 
     detached = await sandbox.arun(
-        "/bin/bash -c 'echo detached-output'", session=session, mode=RunMode.NOHUP, ignore_output=True
+        "/bin/bash -c 'echo detached-output'",
+        session=session,
+        mode=RunMode.NOHUP,
+        ignore_output=True,
     )
     lines = detached.output.splitlines()
     assert lines[0] == "Command executed in nohup mode without streaming the log content."
     assert "Status: completed" in lines and "File size: 16 bytes" in lines
-    output_file = next(line for line in lines if line.startswith("Output file:")).split(":", 1)[1].strip()
+    output_file = (
+        next(line for line in lines if line.startswith("Output file:")).split(":", 1)[1].strip()
+    )
     assert (await sandbox.arun(f"cat {output_file}", session=session)).output == "detached-output"
 
 
@@ -123,11 +149,15 @@ async def test_nohup_returns_the_real_exit_code(sandbox: Any, session: str) -> N
     assert "exited with code 3" in failed.failure_reason
     ok = await sandbox.arun("python3 -c 'print(6 * 7)'", session=session, mode="nohup")
     assert (ok.output, ok.exit_code, ok.failure_reason) == ("42", 0, "")
-    hinted = await sandbox.arun("bash -c 'exit 5'", session=session, mode="nohup", ignore_output=True)
+    hinted = await sandbox.arun(
+        "bash -c 'exit 5'", session=session, mode="nohup", ignore_output=True
+    )
     assert hinted.exit_code == 5 and "Status: finished with errors" in hinted.output
 
 
-async def test_nohup_runs_in_the_sessions_directory_and_environment(sandbox: Any, session: str) -> None:
+async def test_nohup_runs_in_the_sessions_directory_and_environment(
+    sandbox: Any, session: str
+) -> None:
     await sandbox.arun("mkdir -p /tmp/work && cd /tmp/work && export JOB=train", session=session)
     observation = await sandbox.arun("bash -c 'echo $JOB in $PWD'", session=session, mode="nohup")
     assert observation.output == "train in /tmp/work"
@@ -152,7 +182,10 @@ async def test_nohup_output_file_rules(sandbox: Any, session: str) -> None:
 
 async def test_nohup_limited_output(sandbox: Any, session: str) -> None:
     observation = await sandbox.arun(
-        "python3 -c \"print('x' * 5000)\"", session=session, mode="nohup", response_limited_bytes_in_nohup=100
+        "python3 -c \"print('x' * 5000)\"",
+        session=session,
+        mode="nohup",
+        response_limited_bytes_in_nohup=100,
     )
     assert observation.output == "x" * 100
 
@@ -160,17 +193,24 @@ async def test_nohup_limited_output(sandbox: Any, session: str) -> None:
 async def test_nohup_wait_timeout(sandbox: Any, session: str) -> None:
     observation = await sandbox.arun("sleep 30", session=session, mode="nohup", wait_timeout=1)
     assert observation.exit_code == 1
-    assert "did not complete within" in observation.failure_reason and "(timeout: 1s)" in observation.failure_reason
+    assert (
+        "did not complete within" in observation.failure_reason
+        and "(timeout: 1s)" in observation.failure_reason
+    )
 
 
 async def test_a_hanging_nohup_submission_times_out(
     sandbox: Any, session: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """ROCK scenario 6: the submission itself hangs (here "sleep" runs before the "&")."""
-    monkeypatch.setattr(client_module, "NOHUP_SUBMIT_TIMEOUT", 2.0)  # ROCK's 30 s, shortened for the test
+    monkeypatch.setattr(
+        client_module, "NOHUP_SUBMIT_TIMEOUT", 2.0
+    )  # ROCK's 30 s, shortened for the test
     observation = await sandbox.arun("sleep 60; true", session=session, mode="nohup")
     assert observation.exit_code == 1
-    assert observation.output.startswith("Command execution failed due to timeout: 'sleep 60; true'.")
+    assert observation.output.startswith(
+        "Command execution failed due to timeout: 'sleep 60; true'."
+    )
     assert observation.failure_reason == observation.output
     assert (await sandbox.arun("echo recovered", session=session)).output == "recovered"
 
@@ -198,9 +238,13 @@ async def test_deprecated_run_nohup_and_wait(sandbox: Any) -> None:
 
 
 async def test_execute_script(sandbox: Any) -> None:
-    observation = await sandbox.process.execute_script("echo $((2 + 3))\nexit 4\n", script_name="calc.sh")
+    observation = await sandbox.process.execute_script(
+        "echo $((2 + 3))\nexit 4\n", script_name="calc.sh"
+    )
     assert (observation.output, observation.exit_code) == ("5", 4)
-    assert (await sandbox.execute(Command(command=["test", "-e", "/tmp/calc.sh"]))).exit_code == 1  # cleaned up
+    assert (
+        await sandbox.execute(Command(command=["test", "-e", "/tmp/calc.sh"]))
+    ).exit_code == 1  # cleaned up
 
 
 # -- execute ---------------------------------------------------------------------------------------
@@ -210,13 +254,17 @@ async def test_execute_with_cwd_env_and_usage(sandbox: Any) -> None:
     """ROCK scenario 10: execute(Command(command="pwd", cwd="/root"))."""
     result = await sandbox.execute(Command(command="pwd", cwd="/root"))
     assert (result.stdout, result.exit_code) == ("/root\n", 0)
-    result = await sandbox.execute(Command(command=["sh", "-c", "echo $A >&2; exit 9"], env={"A": "from-env"}))
+    result = await sandbox.execute(
+        Command(command=["sh", "-c", "echo $A >&2; exit 9"], env={"A": "from-env"})
+    )
     assert (result.stderr, result.exit_code) == ("from-env\n", 9)
     assert result.wall_time is not None and result.max_rss_bytes
 
 
 async def test_execute_timeout_and_missing_program_answer_minus_one_like_rock(sandbox: Any) -> None:
-    timed_out = await sandbox.execute(Command(command=["sh", "-c", "echo started; sleep 30"], timeout=1))
+    timed_out = await sandbox.execute(
+        Command(command=["sh", "-c", "echo started; sleep 30"], timeout=1)
+    )
     assert (timed_out.exit_code, timed_out.stdout, timed_out.timed_out) == (-1, "started\n", True)
     assert "Timeout (1s) exceeded" in timed_out.stderr
     missing = await sandbox.execute(Command(command=["no-such-program"]))
@@ -238,7 +286,9 @@ async def test_execute_raises_when_asked(sandbox: Any) -> None:
 
 async def test_interrupt_a_running_command(sandbox: Any, session: str) -> None:
     marker = f"/tmp/interrupt-{session}"
-    running = asyncio.create_task(sandbox.arun(f"echo started; touch {marker}; sleep 60", session=session))
+    running = asyncio.create_task(
+        sandbox.arun(f"echo started; touch {marker}; sleep 60", session=session)
+    )
     # Interrupt only once the command is surely running (past its echo), whatever the load.
     await eventually_async(
         lambda: sandbox.execute(Command(command=["test", "-f", marker])),
@@ -247,7 +297,10 @@ async def test_interrupt_a_running_command(sandbox: Any, session: str) -> None:
         interval=0.05,
     )
     result = await eventually_async(
-        lambda: sandbox.interrupt(session), until=lambda result: result.interrupted, what="an interrupt that lands", interval=0.05
+        lambda: sandbox.interrupt(session),
+        until=lambda result: result.interrupted,
+        what="an interrupt that lands",
+        interval=0.05,
     )
     assert (result.interrupted, result.exit_code) == (True, 130)
     with pytest.raises(NonZeroExitCode, match="exit code 130") as info:
@@ -269,8 +322,14 @@ async def test_background_processes(sandbox: Any) -> None:
 
 
 async def test_execute_stream(sandbox: Any) -> None:
-    events = [e async for e in sandbox.execute_stream(["sh", "-c", "echo one; echo two >&2; exit 2"])]
-    assert events[0]["type"] == "start" and events[-1]["type"] == "exit" and events[-1]["exit_code"] == 2
+    events = [
+        e async for e in sandbox.execute_stream(["sh", "-c", "echo one; echo two >&2; exit 2"])
+    ]
+    assert (
+        events[0]["type"] == "start"
+        and events[-1]["type"] == "exit"
+        and events[-1]["exit_code"] == 2
+    )
     out = "".join(e["data"] for e in events if e["type"] == "output" and e["stream"] == "stdout")
     err = "".join(e["data"] for e in events if e["type"] == "output" and e["stream"] == "stderr")
     assert (out, err) == ("one\n", "two\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX, RunModeType
 from rock.sdk.common.exceptions import (
     BadRequestRockError,
@@ -25,7 +26,12 @@ def test_sandbox_config_has_rocks_defaults(monkeypatch: pytest.MonkeyPatch) -> N
     for name in ("ROCK_BASE_URL", "ROCK_DEFAULT_CLUSTER", "ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS"):
         monkeypatch.delenv(name, raising=False)
     cfg = SandboxConfig()
-    assert (cfg.image, cfg.image_os, cfg.auto_clear_seconds, cfg.startup_timeout) == ("python:3.11", "linux", 300, 180)
+    assert (cfg.image, cfg.image_os, cfg.auto_clear_seconds, cfg.startup_timeout) == (
+        "python:3.11",
+        "linux",
+        300,
+        180,
+    )
     assert (cfg.memory, cfg.cpus, cfg.limit_cpus, cfg.disk) == ("8g", 2, None, "50G")
     assert (cfg.cluster, cfg.sandbox_id, cfg.auto_archive_seconds, cfg.auto_delete_seconds) == (
         "vpc-nt-a",
@@ -49,7 +55,9 @@ def test_environment_variables_set_the_config_defaults(monkeypatch: pytest.Monke
     assert BaseConfig().base_url == "http://admin:8080"
 
 
-@pytest.mark.parametrize("field", ["auto_archive_seconds", "auto_delete_seconds", "auto_clear_seconds"])
+@pytest.mark.parametrize(
+    "field", ["auto_archive_seconds", "auto_delete_seconds", "auto_clear_seconds"]
+)
 def test_a_negative_lifetime_is_refused_naming_the_field_and_value(field: str) -> None:
     with pytest.raises(ValueError, match=f"{field}.*-5") as info:
         SandboxConfig(**{field: -5})
@@ -58,7 +66,9 @@ def test_a_negative_lifetime_is_refused_naming_the_field_and_value(field: str) -
 
 
 def test_archive_and_delete_together_are_refused() -> None:
-    with pytest.raises(ValueError, match="auto_archive_seconds and auto_delete_seconds cannot both be set"):
+    with pytest.raises(
+        ValueError, match="auto_archive_seconds and auto_delete_seconds cannot both be set"
+    ):
         SandboxConfig(auto_archive_seconds=10, auto_delete_seconds=20)
 
 
@@ -153,7 +163,9 @@ def test_rocks_import_paths_work() -> None:
 @pytest.mark.anyio
 async def test_remote_mode_says_what_is_missing() -> None:
     sandbox = Sandbox(SandboxConfig(base_url="http://127.0.0.1:9"))  # nothing listens on port 9
-    with pytest.raises(InternalServerRockError, match=r"127.0.0.1:9 is unreachable: is `rock admin start` running"):
+    with pytest.raises(
+        InternalServerRockError, match=r"127.0.0.1:9 is unreachable: is `rock admin start` running"
+    ):
         await sandbox.start()
     await sandbox.stop()  # never raises, as ROCK
 
@@ -172,9 +184,15 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 @pytest.mark.parametrize(
     ("fields", "field"),
-    [({"pids_limit": 0}, "pids_limit"), ({"pids_limit": True}, "pids_limit"), ({"cap_add": "NET_RAW"}, "cap_add"),
-     ({"cap_add": [1]}, "cap_add[0]"), ({"network_group": 7}, "network_group"), ({"priority": 10}, "priority"),
-     ({"priority": -1}, "priority")],
+    [
+        ({"pids_limit": 0}, "pids_limit"),
+        ({"pids_limit": True}, "pids_limit"),
+        ({"cap_add": "NET_RAW"}, "cap_add"),
+        ({"cap_add": [1]}, "cap_add[0]"),
+        ({"network_group": 7}, "network_group"),
+        ({"priority": 10}, "priority"),
+        ({"priority": -1}, "priority"),
+    ],
 )
 def test_hardening_fields_are_checked_naming_the_field(fields, field) -> None:
     with pytest.raises(InvalidConfig, match=rf"^{re.escape(field)}: ") as info:
@@ -185,38 +203,88 @@ def test_hardening_fields_are_checked_naming_the_field(fields, field) -> None:
 def test_hardening_fields_reach_the_start_request() -> None:
     config = SandboxConfig(pids_limit=64, cap_add=["NET_RAW"], network_group="pair", priority=8)
     request = Sandbox(config)._start_request()
-    assert (request.pids_limit, request.cap_add, request.network_group, request.priority) == (64, ["NET_RAW"], "pair", 8)
+    assert (request.pids_limit, request.cap_add, request.network_group, request.priority) == (
+        64,
+        ["NET_RAW"],
+        "pair",
+        8,
+    )
 
 
 @pytest.mark.parametrize(
     ("cls", "fields", "message", "field", "value"),
     [
         (SandboxConfig, {"image": 5}, "image: expected a string, got 5", "image", 5),
-        (SandboxConfig, {"use_kata_runtime": "perhaps"}, "use_kata_runtime: expected true or false, got 'perhaps'",
-         "use_kata_runtime", "perhaps"),
-        (SandboxConfig, {"num_gpus": -1}, "num_gpus: expected an integer >= 0, got -1", "num_gpus", -1),
-        (SandboxConfig, {"startup_timeout": "soon"}, "startup_timeout: expected a number, got 'soon'",
-         "startup_timeout", "soon"),
-        (SandboxConfig, {"env": {"HOME": 1}}, "env['HOME']: expected a string, got 1", "env['HOME']", 1),
-        (BaseConfig, {"extra_headers": ["X-Key"]}, "extra_headers: expected an object, got ['X-Key']",
-         "extra_headers", ["X-Key"]),
+        (
+            SandboxConfig,
+            {"use_kata_runtime": "perhaps"},
+            "use_kata_runtime: expected true or false, got 'perhaps'",
+            "use_kata_runtime",
+            "perhaps",
+        ),
+        (
+            SandboxConfig,
+            {"num_gpus": -1},
+            "num_gpus: expected an integer >= 0, got -1",
+            "num_gpus",
+            -1,
+        ),
+        (
+            SandboxConfig,
+            {"startup_timeout": "soon"},
+            "startup_timeout: expected a number, got 'soon'",
+            "startup_timeout",
+            "soon",
+        ),
+        (
+            SandboxConfig,
+            {"env": {"HOME": 1}},
+            "env['HOME']: expected a string, got 1",
+            "env['HOME']",
+            1,
+        ),
+        (
+            BaseConfig,
+            {"extra_headers": ["X-Key"]},
+            "extra_headers: expected an object, got ['X-Key']",
+            "extra_headers",
+            ["X-Key"],
+        ),
         (SandboxGroupConfig, {"size": 0}, "size: expected an integer > 0, got 0", "size", 0),
-        (SandboxGroupConfig, {"start_retry_times": 1.5}, "start_retry_times: expected an integer, got 1.5",
-         "start_retry_times", 1.5),
+        (
+            SandboxGroupConfig,
+            {"start_retry_times": 1.5},
+            "start_retry_times: expected an integer, got 1.5",
+            "start_retry_times",
+            1.5,
+        ),
     ],
 )
-def test_a_bad_config_value_names_the_field_and_the_value(cls, fields, message, field, value) -> None:
+def test_a_bad_config_value_names_the_field_and_the_value(
+    cls, fields, message, field, value
+) -> None:
     with pytest.raises(InvalidConfig) as info:
         cls(**fields)
     assert isinstance(info.value, ValueError)
     assert (info.value.message, info.value.field, info.value.value) == (message, field, value)
 
 
-def test_config_values_are_read_as_a_start_request_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
-    config = SandboxGroupConfig(auto_clear_seconds="600", pids_limit="64", size="3", cap_add=("NET_RAW",))
-    assert (config.auto_clear_seconds, config.pids_limit, config.size, config.cap_add) == (600, 64, 3, ["NET_RAW"])
+def test_config_values_are_read_as_a_start_request_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = SandboxGroupConfig(
+        auto_clear_seconds="600", pids_limit="64", size="3", cap_add=("NET_RAW",)
+    )
+    assert (config.auto_clear_seconds, config.pids_limit, config.size, config.cap_add) == (
+        600,
+        64,
+        3,
+        ["NET_RAW"],
+    )
     monkeypatch.setenv("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", "never")
     with pytest.raises(InvalidConfig) as info:
         SandboxConfig()
-    assert info.value.message == "ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS: expected a number, got 'never'"
+    assert (
+        info.value.message == "ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS: expected a number, got 'never'"
+    )
     assert (info.value.field, info.value.value) == ("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", "never")

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock.actions import Command, WriteFileRequest
 from rock.bench import sandbox_services
 from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
@@ -26,12 +27,16 @@ WEB_PORT, TCP_PORT = 8000, 9000
 
 @pytest.fixture(scope="module")
 async def services(sandbox: Any) -> Any:
-    await sandbox.write_file(WriteFileRequest(content=Path(sandbox_services.__file__).read_text(), path="/srv/services.py"))
+    await sandbox.write_file(
+        WriteFileRequest(
+            content=Path(sandbox_services.__file__).read_text(), path="/srv/services.py"
+        )
+    )
     script = (
         "cd /srv && echo 'page from the sandbox' > page.html && "
         f"(nohup python3 -m http.server {WEB_PORT} --bind 127.0.0.1 >/tmp/web.log 2>&1 &) && "
         f"(nohup python3 services.py tcp {TCP_PORT} >/tmp/tcp.log 2>&1 &) && "
-        "for i in $(seq 100); do python3 -c \"import socket;"
+        'for i in $(seq 100); do python3 -c "import socket;'
         f"[socket.create_connection(('127.0.0.1',p),1).close() for p in ({WEB_PORT},{TCP_PORT})]\" "
         "2>/dev/null && exit 0; sleep 0.1; done; exit 1"
     )
@@ -46,7 +51,9 @@ async def test_get_url_reaches_a_web_server_in_the_sandbox(services: Any) -> Non
         assert f"/sandboxes/{services.sandbox_id}/proxy/port/{WEB_PORT}/page.html" in url
     else:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/page.html")
-        assert await services.get_url(WEB_PORT) == url[: -len("page.html")]  # the same local port, reused
+        assert (
+            await services.get_url(WEB_PORT) == url[: -len("page.html")]
+        )  # the same local port, reused
     async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
         page = await http.get(url)
     assert page.status_code == 200 and page.text == "page from the sandbox\n"
@@ -84,7 +91,9 @@ async def test_open_shell_runs_a_terminal_with_its_size_and_exit_code(services: 
     assert b"33 111" in out and shell.exit_code == 9
     async with await services.open_shell(command="python3 -q") as shell:
         await shell.resize(50, 140)
-        await shell.send(b"import os; print('cols', os.get_terminal_size().columns); raise SystemExit(6)\r")
+        await shell.send(
+            b"import os; print('cols', os.get_terminal_size().columns); raise SystemExit(6)\r"
+        )
         out = await _drain(shell)
     assert b"cols 140" in out and shell.exit_code == 6
 
@@ -101,7 +110,9 @@ async def test_open_shell_refuses_unknown_users_and_sandboxes(services: Any, eng
 async def test_a_connection_through_get_url_counts_as_activity(services: Any) -> None:
     import asyncio
 
-    url = await services.get_url(WEB_PORT, "page.html")  # asking for the URL is activity too: before the clock
+    url = await services.get_url(
+        WEB_PORT, "page.html"
+    )  # asking for the URL is activity too: before the clock
     before = (await services.get_status()).auto_stop_time
     await asyncio.sleep(0.05)
     async with httpx.AsyncClient(trust_env=False, timeout=30) as http:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from rock.actions import (
     ChmodRequest,
     ChownRequest,
@@ -29,23 +30,39 @@ async def test_the_same_text_by_every_read_path(sandbox: Any, tmp_path: Path) ->
     """ROCK scenario 2."""
     local = tmp_path / "test.txt"
     local.write_text("uploaded")
-    uploaded = await sandbox.upload(UploadRequest(source_path=str(local), target_path="/root/test.txt"))
-    assert uploaded.success and uploaded.message == "Successfully uploaded file test.txt to /root/test.txt"
+    uploaded = await sandbox.upload(
+        UploadRequest(source_path=str(local), target_path="/root/test.txt")
+    )
+    assert (
+        uploaded.success
+        and uploaded.message == "Successfully uploaded file test.txt to /root/test.txt"
+    )
     assert (await sandbox.read_file(ReadFileRequest(path="/root/test.txt"))).content == "uploaded"
 
-    written = await sandbox.write_file(WriteFileRequest(content="hello world", path="/root/test.txt"))
-    assert (written.success, written.message) == (True, "Successfully write content to file /root/test.txt")
+    written = await sandbox.write_file(
+        WriteFileRequest(content="hello world", path="/root/test.txt")
+    )
+    assert (written.success, written.message) == (
+        True,
+        "Successfully write content to file /root/test.txt",
+    )
     content = (await sandbox.read_file(ReadFileRequest(path="/root/test.txt"))).content
-    by_lines = (await sandbox.read_file_by_line_range("/root/test.txt", start_line=1, end_line=1)).content
+    by_lines = (
+        await sandbox.read_file_by_line_range("/root/test.txt", start_line=1, end_line=1)
+    ).content
     await sandbox.create_session(CreateBashSessionRequest(session="files"))
     by_cat = (await sandbox.arun("cat /root/test.txt", session="files")).output
     assert content == by_lines == by_cat == "hello world"
 
 
 async def test_write_creates_parents_and_replaces(sandbox: Any) -> None:
-    assert (await sandbox.write_file_by_path("first version, longer", "/tmp/deep/er/file.txt")).success
+    assert (
+        await sandbox.write_file_by_path("first version, longer", "/tmp/deep/er/file.txt")
+    ).success
     assert (await sandbox.write_file_by_path("second", "/tmp/deep/er/file.txt")).success
-    assert (await sandbox.read_file(ReadFileRequest(path="/tmp/deep/er/file.txt"))).content == "second"
+    assert (
+        await sandbox.read_file(ReadFileRequest(path="/tmp/deep/er/file.txt"))
+    ).content == "second"
 
 
 async def test_a_failed_write_says_why(sandbox: Any) -> None:
@@ -65,8 +82,12 @@ async def test_reading_what_is_not_a_text_file_raises(sandbox: Any, tmp_path: Pa
     assert (await sandbox.upload_by_path(latin1, "/tmp/latin1.txt")).success
     with pytest.raises(InvalidParameter, match=r"not valid utf-8 text: byte 0xe9 at offset 3"):
         await sandbox.read_file(ReadFileRequest(path="/tmp/latin1.txt"))
-    assert (await sandbox.read_file(ReadFileRequest(path="/tmp/latin1.txt", encoding="latin-1"))).content == "caf\u00e9"
-    assert (await sandbox.read_file(ReadFileRequest(path="/tmp/latin1.txt", errors="replace"))).content == "caf\ufffd"
+    assert (
+        await sandbox.read_file(ReadFileRequest(path="/tmp/latin1.txt", encoding="latin-1"))
+    ).content == "caf\u00e9"
+    assert (
+        await sandbox.read_file(ReadFileRequest(path="/tmp/latin1.txt", errors="replace"))
+    ).content == "caf\ufffd"
 
 
 async def test_upload_failures_are_reported(sandbox: Any, tmp_path: Path) -> None:
@@ -78,7 +99,9 @@ async def test_upload_failures_are_reported(sandbox: Any, tmp_path: Path) -> Non
     local.write_text("x")
     read_only = await sandbox.upload_by_path(local, "/rock/f.txt")
     assert not read_only.success and "Read-only file system" in read_only.message
-    with pytest.raises(InvalidParameter, match="upload_mode: 'ftp' is not one of auto, oss, direct"):
+    with pytest.raises(
+        InvalidParameter, match="upload_mode: 'ftp' is not one of auto, oss, direct"
+    ):
         await sandbox.upload_by_path(local, "/tmp/f.txt", "ftp")
 
 
@@ -98,11 +121,15 @@ async def test_read_file_by_line_range(sandbox: Any) -> None:
     await sandbox.write_file_by_path("".join(f"line {n}\n" for n in range(1, 26)), "/tmp/lines.txt")
     middle = await sandbox.read_file_by_line_range("/tmp/lines.txt", start_line=3, end_line=5)
     assert middle.content == "line 3\nline 4\nline 5\n"
-    chunked = await sandbox.read_file_by_line_range("/tmp/lines.txt", start_line=20, lines_per_request=2)
+    chunked = await sandbox.read_file_by_line_range(
+        "/tmp/lines.txt", start_line=20, lines_per_request=2
+    )
     assert chunked.content == "".join(f"line {n}\n" for n in range(20, 26))
     with pytest.raises(InvalidParameter, match=r"start_line\(0\) must be positive"):
         await sandbox.read_file_by_line_range("/tmp/lines.txt", start_line=0)
-    with pytest.raises(InvalidParameter, match=r"end_line\(2\) must be greater than start_line\(3\)"):
+    with pytest.raises(
+        InvalidParameter, match=r"end_line\(2\) must be greater than start_line\(3\)"
+    ):
         await sandbox.read_file_by_line_range("/tmp/lines.txt", start_line=3, end_line=2)
     with pytest.raises(InvalidParameter, match="lines_per_request"):
         await sandbox.read_file_by_line_range("/tmp/lines.txt", lines_per_request=10001)
@@ -136,7 +163,9 @@ async def test_upload_dir_replaces_the_target(sandbox: Any, tmp_path: Path) -> N
         Command(command=["sh", "-c", "cd /opt/project && find . -type f | sort && ./run.sh"])
     )
     assert listing.stdout.split() == ["./README", "./pkg/mod.py", "./run.sh", "run"]
-    assert (await sandbox.execute(Command(command=["sh", "-c", "ls /tmp/rock_upload_* 2>/dev/null"]))).stdout == ""
+    assert (
+        await sandbox.execute(Command(command=["sh", "-c", "ls /tmp/rock_upload_* 2>/dev/null"]))
+    ).stdout == ""
 
     relative = await sandbox.fs.upload_dir(source, "opt/project")
     assert relative.exit_code == 1 and "absolute" in relative.failure_reason
@@ -147,9 +176,17 @@ async def test_upload_dir_replaces_the_target(sandbox: Any, tmp_path: Path) -> N
 async def test_chown_and_chmod(sandbox: Any) -> None:
     assert await sandbox.remote_user.create_remote_user("owner1")
     await sandbox.write_file_by_path("x", "/srv/owned/inner/file.txt")
-    assert (await sandbox.fs.chown(ChownRequest(remote_user="owner1", paths=["/srv/owned"], recursive=True))).success
-    assert (await sandbox.fs.chmod(ChmodRequest(paths=["/srv/owned/inner/file.txt"], mode="640"))).success
-    stat = await sandbox.execute(Command(command=["stat", "-c", "%U %G %a", "/srv/owned/inner/file.txt"]))
+    assert (
+        await sandbox.fs.chown(
+            ChownRequest(remote_user="owner1", paths=["/srv/owned"], recursive=True)
+        )
+    ).success
+    assert (
+        await sandbox.fs.chmod(ChmodRequest(paths=["/srv/owned/inner/file.txt"], mode="640"))
+    ).success
+    stat = await sandbox.execute(
+        Command(command=["stat", "-c", "%U %G %a", "/srv/owned/inner/file.txt"])
+    )
     assert stat.stdout.strip() == "owner1 owner1 640"
     failed = await sandbox.fs.chmod(ChmodRequest(paths=["/srv/absent"]))
     assert not failed.success and "No such file" in failed.message

@@ -16,11 +16,22 @@ import threading
 from typing import Any
 
 import pytest
+
 from rock.actions import CreateBashSessionRequest, State
-from rock.sdk.common.exceptions import BadRequestRockError, InternalServerRockError, SandboxNotFoundRockError
+from rock.sdk.common.exceptions import (
+    BadRequestRockError,
+    InternalServerRockError,
+    SandboxNotFoundRockError,
+)
 from rock.sdk.sandbox.client import Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
-from rock_core.errors import ImagePullFailed, InvalidParameter, InvalidTransition, SandboxAlreadyExists, SessionNotFound
+from rock_core.errors import (
+    ImagePullFailed,
+    InvalidParameter,
+    InvalidTransition,
+    SandboxAlreadyExists,
+    SessionNotFound,
+)
 from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
@@ -38,10 +49,14 @@ async def test_start_session_echo_stop(engine: Any, small: dict[str, Any], conta
     assert "Hello ROCK" in observation.output and observation.exit_code == 0
     assert (await sandbox.is_alive()).is_alive
     base_url = sandbox.config.base_url
-    expected_url = f"{base_url.rstrip('/')}/apis/envs/sandbox/v1" if base_url else None  # embedded: no server
+    expected_url = (
+        f"{base_url.rstrip('/')}/apis/envs/sandbox/v1" if base_url else None
+    )  # embedded: no server
     assert (sandbox.cluster, sandbox.url) == (sandbox.config.cluster, expected_url)
     await sandbox.close()  # ROCK's close() is stop()
-    assert containers.gone(sandbox.sandbox_id)  # the default lifecycle removes it at once (ROCK's --rm)
+    assert containers.gone(
+        sandbox.sandbox_id
+    )  # the default lifecycle removes it at once (ROCK's --rm)
     alive = await sandbox.is_alive()
     assert not alive.is_alive and "deleted" in alive.message
     await sandbox.stop()  # stopping again is not an error
@@ -50,7 +65,14 @@ async def test_start_session_echo_stop(engine: Any, small: dict[str, Any], conta
 async def test_status_reports_resources_ports_and_history(engine: Any, containers: Any) -> None:
     """ROCK scenario 10 (the CPUs asked for are reported back) and 11 (no port 8000)."""
     sandbox = Sandbox(
-        SandboxConfig(image="python:3.11", memory="512m", cpus=1, user_id="u1", experiment_id="e1", namespace="n1")
+        SandboxConfig(
+            image="python:3.11",
+            memory="512m",
+            cpus=1,
+            user_id="u1",
+            experiment_id="e1",
+            namespace="n1",
+        )
     )
     async with sandbox:
         status = await sandbox.get_status()
@@ -60,14 +82,18 @@ async def test_status_reports_resources_ports_and_history(engine: Any, container
         assert 8080 in status.port_mapping and 8000 not in status.port_mapping
         assert status.status["image_pull"].status.value == "success"
         assert status.status["docker_run"].status.value == "success"
-        assert [(h.from_state, h.to_state) for h in status.state_history] == [(State.PENDING, State.RUNNING)]
+        assert [(h.from_state, h.to_state) for h in status.state_history] == [
+            (State.PENDING, State.RUNNING)
+        ]
         assert status.auto_stop_time is not None
         inspected = containers(sandbox.sandbox_id)[0].attrs["HostConfig"]
         assert inspected["NanoCpus"] == 1_000_000_000 and inspected["Memory"] == 512 * 1024 * 1024
     assert containers.gone(sandbox.sandbox_id)
 
 
-async def test_restart_keeps_files_but_not_sessions(engine: Any, small: dict[str, Any], containers: Any) -> None:
+async def test_restart_keeps_files_but_not_sessions(
+    engine: Any, small: dict[str, Any], containers: Any
+) -> None:
     """ROCK scenario 3: with auto_delete_seconds the stopped sandbox is kept and can restart."""
     sandbox = Sandbox(SandboxConfig(**small, auto_delete_seconds=300))
     await sandbox.start()
@@ -87,7 +113,9 @@ async def test_restart_keeps_files_but_not_sessions(engine: Any, small: dict[str
             await sandbox.arun("true", session="before")
         await sandbox.create_session(CreateBashSessionRequest(session="after"))
         assert (await sandbox.arun("cat /root/kept.txt", session="after")).output == "kept"
-        history = [(h.event) for h in (await sandbox.get_status(include_all_states=True)).state_history]
+        history = [
+            (h.event) for h in (await sandbox.get_status(include_all_states=True)).state_history
+        ]
         assert history == ["alive", "stop", "restart", "alive"]
     finally:
         await sandbox.stop()
@@ -96,7 +124,9 @@ async def test_restart_keeps_files_but_not_sessions(engine: Any, small: dict[str
     assert (await sandbox.get_status(include_all_states=True)).state is State.DELETED
 
 
-async def test_restart_after_the_default_stop_explains_why_not(engine: Any, small: dict[str, Any]) -> None:
+async def test_restart_after_the_default_stop_explains_why_not(
+    engine: Any, small: dict[str, Any]
+) -> None:
     sandbox = Sandbox(SandboxConfig(**small))
     await sandbox.start()
     await sandbox.stop()
@@ -121,20 +151,27 @@ async def test_delete(engine: Any, small: dict[str, Any], containers: Any) -> No
     await sandbox.delete()  # deleting again is not an error
 
 
-async def test_async_with_starts_and_stops(engine: Any, small: dict[str, Any], containers: Any) -> None:
+async def test_async_with_starts_and_stops(
+    engine: Any, small: dict[str, Any], containers: Any
+) -> None:
     async with Sandbox(SandboxConfig(**small)) as sandbox:
         assert (await sandbox.arun("echo in", session=None)).output == "in"
         sandbox_id = sandbox.sandbox_id
     assert containers.gone(sandbox_id)
 
 
-async def test_a_second_start_of_a_running_sandbox_is_refused(engine: Any, small: dict[str, Any], containers: Any) -> None:
+async def test_a_second_start_of_a_running_sandbox_is_refused(
+    engine: Any, small: dict[str, Any], containers: Any
+) -> None:
     """ROCK would start another sandbox and lose the first one, still running; rock refuses."""
     sandbox = Sandbox(SandboxConfig(**small))
     await sandbox.start()
     first = sandbox.sandbox_id
     try:
-        with pytest.raises(BadRequestRockError, match=rf"already holds sandbox {first} \(running\).*stop\(\) it first"):
+        with pytest.raises(
+            BadRequestRockError,
+            match=rf"already holds sandbox {first} \(running\).*stop\(\) it first",
+        ):
             await sandbox.start()
         assert sandbox.sandbox_id == first and len(containers(first)) == 1
     finally:
@@ -146,29 +183,42 @@ async def test_a_second_start_of_a_running_sandbox_is_refused(engine: Any, small
         await sandbox.stop()
 
 
-async def test_attach_shares_the_sandbox_and_syncs_the_config(engine: Any, small: dict[str, Any]) -> None:
+async def test_attach_shares_the_sandbox_and_syncs_the_config(
+    engine: Any, small: dict[str, Any]
+) -> None:
     async with Sandbox(SandboxConfig(**small, user_id="alice")) as first:
         await first.create_session(CreateBashSessionRequest(session="shared"))
         await first.arun("export MARK=attached", session="shared")
         second = Sandbox(SandboxConfig())
         await second.attach(first.sandbox_id)
         assert second.sandbox_id == first.sandbox_id == second.config.sandbox_id
-        assert (second.config.memory, second.config.cpus, second.config.user_id) == ("0.50g", 0.5, "alice")
+        assert (second.config.memory, second.config.cpus, second.config.user_id) == (
+            "0.50g",
+            0.5,
+            "alice",
+        )
         assert (await second.arun("echo $MARK", session="shared")).output == "attached"
     with pytest.raises(SandboxNotFoundRockError):
         await Sandbox(SandboxConfig()).attach("no-such-sandbox")
 
 
-async def test_unknown_image_fails_fast_naming_the_pull(engine: Any, new_id: Any, containers: Any) -> None:
+async def test_unknown_image_fails_fast_naming_the_pull(
+    engine: Any, new_id: Any, containers: Any
+) -> None:
     """ROCK scenario 8."""
     sandbox_id = new_id()
     sandbox = Sandbox(
         SandboxConfig(
-            image="rock-test/no-such-image:404", memory="512m", cpus=0.5, startup_timeout=40, sandbox_id=sandbox_id
+            image="rock-test/no-such-image:404",
+            memory="512m",
+            cpus=0.5,
+            startup_timeout=40,
+            sandbox_id=sandbox_id,
         )
     )
     with pytest.raises(
-        InternalServerRockError, match="Failed to start sandbox because image_pull: Failed to pull image"
+        InternalServerRockError,
+        match="Failed to start sandbox because image_pull: Failed to pull image",
     ) as info:
         await sandbox.start()
     assert isinstance(info.value, ImagePullFailed)
@@ -261,7 +311,11 @@ async def test_status_reads_do_not_keep_an_idle_sandbox_alive(
 
 
 async def test_group_starts_and_stops_all(engine: Any, containers: Any) -> None:
-    group = SandboxGroup(SandboxGroupConfig(image="python:3.11", memory="512m", cpus=0.5, size=2, start_concurrency=2))
+    group = SandboxGroup(
+        SandboxGroupConfig(
+            image="python:3.11", memory="512m", cpus=0.5, size=2, start_concurrency=2
+        )
+    )
     await group.start()
     ids = [s.sandbox_id for s in group.sandbox_list]
     assert len(set(ids)) == 2
@@ -272,7 +326,9 @@ async def test_group_starts_and_stops_all(engine: Any, containers: Any) -> None:
 
 
 async def test_group_does_not_retry_a_bad_request_and_leaves_nothing(engine: Any) -> None:
-    group = SandboxGroup(SandboxGroupConfig(image="python:3.11", memory="512m", cpus=20, size=2, start_retry_times=3))
+    group = SandboxGroup(
+        SandboxGroupConfig(image="python:3.11", memory="512m", cpus=20, size=2, start_retry_times=3)
+    )
     with pytest.raises(BadRequestRockError, match="cpus"):
         await group.start()
     assert all(s.sandbox_id is None for s in group.sandbox_list)
@@ -288,7 +344,11 @@ def test_one_engine_serves_many_event_loops_threads_and_sync_code(
         assert asyncio.run(sandbox.arun("echo second loop")).output == "second loop"
         outputs: list[str] = []
         threads = [
-            threading.Thread(target=lambda n=n: outputs.append(asyncio.run(sandbox.arun(f"echo thread {n}")).output))
+            threading.Thread(
+                target=lambda n=n: outputs.append(
+                    asyncio.run(sandbox.arun(f"echo thread {n}")).output
+                )
+            )
             for n in range(4)
         ]
         for t in threads:
@@ -305,7 +365,9 @@ def test_one_engine_serves_many_event_loops_threads_and_sync_code(
 
 def _run_child(code: str) -> subprocess.Popen[str]:
     """A Python child process running ``code``, its stdout piped (use it as a context manager)."""
-    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True
+    )
 
 
 CHILD = """
@@ -324,7 +386,9 @@ CHILD = """
 
 
 def test_a_process_that_exits_removes_its_sandboxes(containers: Any) -> None:
-    with _run_child(CHILD.format(then="pass")) as child:  # no stop(): the engine's exit handler removes it
+    with _run_child(
+        CHILD.format(then="pass")
+    ) as child:  # no stop(): the engine's exit handler removes it
         sandbox_id = child.stdout.readline().strip()
         assert child.wait(60) == 0
     assert sandbox_id and containers.gone(sandbox_id)
@@ -342,12 +406,21 @@ def test_sandboxes_of_a_killed_process_are_reaped_by_the_next_engine(containers:
     assert containers.gone(sandbox_id)
 
 
-async def test_a_cancelled_start_leaves_nothing_running(engine: Any, small: dict[str, Any], containers: Any) -> None:
+async def test_a_cancelled_start_leaves_nothing_running(
+    engine: Any, small: dict[str, Any], containers: Any
+) -> None:
     sandbox = Sandbox(SandboxConfig(**small))
     starting = asyncio.create_task(sandbox.start())
-    await eventually_async(lambda: sandbox.sandbox_id is not None or starting.done(), what="the start's id", interval=0.001)
+    await eventually_async(
+        lambda: sandbox.sandbox_id is not None or starting.done(),
+        what="the start's id",
+        interval=0.001,
+    )
     starting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await starting
     assert containers.gone(sandbox.sandbox_id, timeout=60)
-    assert (await sandbox.get_status(include_all_states=True)).state in (State.STOPPED, State.DELETED)
+    assert (await sandbox.get_status(include_all_states=True)).state in (
+        State.STOPPED,
+        State.DELETED,
+    )

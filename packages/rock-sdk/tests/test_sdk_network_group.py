@@ -15,6 +15,7 @@ import uuid
 from typing import Any
 
 import pytest
+
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 SMALL: dict[str, Any] = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
 # A request to port 8000 of HOST from inside a sandbox: prints the status line, or fails.
 PROBE = (
-    "python3 -c \"import socket,sys; s=socket.create_connection((sys.argv[1], 8000), timeout=5); "
+    'python3 -c "import socket,sys; s=socket.create_connection((sys.argv[1], 8000), timeout=5); '
     "s.sendall(b'GET / HTTP/1.0\\r\\n\\r\\n'); print(s.recv(12).decode())\" {host}"
 )
 SERVE = "mkdir -p /srv && echo mine > /srv/index.html && (nohup python3 -m http.server 8000 -d /srv >/dev/null 2>&1 &)"
@@ -72,7 +73,9 @@ async def test_the_same_group_name_in_two_processes_is_two_networks(
         (network,) = container.attrs["NetworkSettings"]["Networks"].values()
         done = subprocess.run(
             [sys.executable, "-c", OTHER_PROCESS, group, server.sandbox_id, network["IPAddress"]],
-            capture_output=True, text=True, timeout=600,
+            capture_output=True,
+            text=True,
+            timeout=600,
         )
         assert done.returncode == 0, done.stderr[-2000:]
         seen = json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from rock.actions import Command, CreateBashSessionRequest, ReadFileRequest, WriteFileRequest
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
@@ -46,11 +47,15 @@ async def test_a_sandbox_without_a_network_is_driven_through_its_socket(
         probe = await sandbox.execute(Command(command=["python3", "-c", PROBE]))
         interfaces, routes, outcome = probe.stdout.split()
         assert (interfaces, routes) == ("lo", "0"), probe.stdout
-        assert outcome == "OSError:101", f"a connection out must fail with ENETUNREACH, got {outcome}"
+        assert outcome == "OSError:101", (
+            f"a connection out must fail with ENETUNREACH, got {outcome}"
+        )
 
         # Everything else works as with any sandbox: sessions, files, commands.
         await sandbox.create_session(CreateBashSessionRequest(session="offline"))
-        observation = await sandbox.arun("cd /tmp && echo quiet > note && cat note", session="offline")
+        observation = await sandbox.arun(
+            "cd /tmp && echo quiet > note && cat note", session="offline"
+        )
         assert observation.output.strip() == "quiet" and observation.exit_code == 0
         await sandbox.write_file(WriteFileRequest(path="/tmp/w.txt", content="written"))
         assert (await sandbox.read_file(ReadFileRequest(path="/tmp/w.txt"))).content == "written"

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
@@ -42,7 +43,9 @@ async def _sleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-async def test_port_mapping_reaches_a_web_server_in_the_sandbox(engine: Any, small: dict[str, Any]) -> None:
+async def test_port_mapping_reaches_a_web_server_in_the_sandbox(
+    engine: Any, small: dict[str, Any]
+) -> None:
     sandbox = Sandbox(SandboxConfig(**small))
     async with sandbox:
         status = await sandbox.get_status()
@@ -66,28 +69,49 @@ async def test_port_mapping_reaches_a_web_server_in_the_sandbox(engine: Any, sma
         async with httpx.AsyncClient(trust_env=False) as http:
             big = await http.get(f"http://127.0.0.1:{web}/big.bin", timeout=60)
             digest = (await http.get(f"http://127.0.0.1:{web}/big.sha", timeout=10)).text.strip()
-        assert len(big.content) == 8 * 1024 * 1024 and hashlib.sha256(big.content).hexdigest() == digest
+        assert (
+            len(big.content) == 8 * 1024 * 1024
+            and hashlib.sha256(big.content).hexdigest() == digest
+        )
     # Stopped: nothing listens on its host port any more.
     async with httpx.AsyncClient(trust_env=False) as http:
         with pytest.raises(httpx.ConnectError):
             await http.get(f"http://127.0.0.1:{web}/", timeout=5)
 
 
-def test_forward_rocklet_port_gives_rocks_port_22555_back(tmp_path: Path, docker_client: Any, admin_launcher: Any) -> None:
+def test_forward_rocklet_port_gives_rocks_port_22555_back(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
     """``[engine] forward_rocklet_port = true``: ``port_mapping`` has 22555 again, as ROCK's,
     reaching the sandbox's own rocklet, which asks for the sandbox's secret."""
     launch_admin, stop_admin = admin_launcher
     admin = launch_admin(tmp_path, config="[engine]\nforward_rocklet_port = true\n")
     try:
-        with httpx.Client(base_url=f"{admin.url}/apis/envs/sandbox/v1", timeout=120, trust_env=False) as client:
-            started = client.post("/start_async", json={"image": "python:3.11", "memory": "512m", "cpus": 0.5}).json()
+        with httpx.Client(
+            base_url=f"{admin.url}/apis/envs/sandbox/v1", timeout=120, trust_env=False
+        ) as client:
+            started = client.post(
+                "/start_async", json={"image": "python:3.11", "memory": "512m", "cpus": 0.5}
+            ).json()
             sandbox_id = started["result"]["sandbox_id"]
-            status = client.get("/get_status", params={"sandbox_id": sandbox_id, "wait": 60}).json()["result"]
+            status = client.get(
+                "/get_status", params={"sandbox_id": sandbox_id, "wait": 60}
+            ).json()["result"]
             assert status["is_alive"], status
             assert {"22555", "8080"} <= set(status["port_mapping"]), status["port_mapping"]
             rocklet = int(status["port_mapping"]["22555"])
-            assert httpx.get(f"http://127.0.0.1:{rocklet}/is_alive", timeout=10, trust_env=False).json()["is_alive"] is True
-            refused = httpx.post(f"http://127.0.0.1:{rocklet}/execute", json={"command": "id"}, timeout=10, trust_env=False)
+            assert (
+                httpx.get(
+                    f"http://127.0.0.1:{rocklet}/is_alive", timeout=10, trust_env=False
+                ).json()["is_alive"]
+                is True
+            )
+            refused = httpx.post(
+                f"http://127.0.0.1:{rocklet}/execute",
+                json={"command": "id"},
+                timeout=10,
+                trust_env=False,
+            )
             assert refused.status_code == 401
             client.post("/stop", json={"sandbox_id": sandbox_id})
     finally:

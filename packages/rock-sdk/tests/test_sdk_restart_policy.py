@@ -8,7 +8,14 @@ import shlex
 from typing import Any
 
 import pytest
-from rock.actions import BashAction, Command, CreateBashSessionRequest, ReadFileRequest, WriteFileRequest
+
+from rock.actions import (
+    BashAction,
+    Command,
+    CreateBashSessionRequest,
+    ReadFileRequest,
+    WriteFileRequest,
+)
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import RockError
@@ -36,7 +43,9 @@ async def _restarted(sandbox: Sandbox, count: int, timeout: float = 120) -> Any:
 async def test_a_killed_sandbox_comes_back_with_its_files_and_without_its_sessions(
     small: dict[str, Any], docker_client: Any
 ) -> None:
-    sandbox = Sandbox(SandboxConfig(**small, restart_policy="on-failure", max_restarts=1, auto_delete_seconds=600))
+    sandbox = Sandbox(
+        SandboxConfig(**small, restart_policy="on-failure", max_restarts=1, auto_delete_seconds=600)
+    )
     await sandbox.start()
     try:
         assert sandbox.sandbox_id is not None
@@ -45,10 +54,14 @@ async def test_a_killed_sandbox_comes_back_with_its_files_and_without_its_sessio
         _kill_container(docker_client, sandbox.sandbox_id)
         status = await _restarted(sandbox, 1)
         assert status.sandbox_id == sandbox.sandbox_id
-        assert any("restarted (1 of 1)" in note and "code 137" in note for note in status.notes), status.notes
+        assert any("restarted (1 of 1)" in note and "code 137" in note for note in status.notes), (
+            status.notes
+        )
         events = [entry.event for entry in status.state_history][-3:]
         assert [getattr(e, "value", e) for e in events] == ["stop", "restart", "alive"]
-        assert (await sandbox.read_file(ReadFileRequest(path="/root/kept.txt"))).content == "still here"
+        assert (
+            await sandbox.read_file(ReadFileRequest(path="/root/kept.txt"))
+        ).content == "still here"
         with pytest.raises(RockError, match="session"):
             await sandbox.run_in_session(BashAction(command="echo hi", session="work"))
         # Its one restart is used up: the next kill leaves it stopped, saying why.
@@ -70,14 +83,20 @@ async def test_a_killed_sandbox_comes_back_with_its_files_and_without_its_sessio
 async def test_an_oom_killed_sandbox_comes_back_and_says_why(small: dict[str, Any]) -> None:
     """Inside the sandbox, its agent is made the OOM killer's first choice and memory runs out: the
     kernel kills the agent, the container ends OOM-killed, and the engine starts it again."""
-    sandbox = Sandbox(SandboxConfig(**{**small, "memory": "128m"}, restart_policy="on-failure", auto_delete_seconds=600))
+    sandbox = Sandbox(
+        SandboxConfig(
+            **{**small, "memory": "128m"}, restart_policy="on-failure", auto_delete_seconds=600
+        )
+    )
     await sandbox.start()
     try:
         hog = (
             "echo 1000 > /proc/$(pgrep -f '^python3 .*rocklet[.]pyz' | head -n1)/oom_score_adj; "
             "python3 -c 'b = [bytearray(16 * 1024 * 1024) for _ in range(64)]'"
         )
-        await sandbox.execute(Command(command=["/bin/sh", "-c", f"nohup sh -c {shlex.quote(hog)} >/dev/null 2>&1 &"]))
+        await sandbox.execute(
+            Command(command=["/bin/sh", "-c", f"nohup sh -c {shlex.quote(hog)} >/dev/null 2>&1 &"])
+        )
         status = await _restarted(sandbox, 1)
         assert any("OOM killed" in note for note in status.notes), status.notes
         assert (await sandbox.execute(Command(command=["echo", "back"]))).stdout.strip() == "back"

@@ -41,6 +41,7 @@ from typing import Any
 
 import attrs
 import pytest
+
 from rock.actions import Command, CommandResponse
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
@@ -79,7 +80,9 @@ async def sh(sandbox: Sandbox, script: str, *, timeout: float = 120) -> CommandR
 async def ok(sandbox: Sandbox, script: str, *, timeout: float = 120) -> str:
     """``sh`` that must succeed; its stdout."""
     result = await sh(sandbox, script, timeout=timeout)
-    assert result.exit_code == 0, f"{script!r} exited {result.exit_code}:\n{result.stdout}\n{result.stderr}"
+    assert result.exit_code == 0, (
+        f"{script!r} exited {result.exit_code}:\n{result.stdout}\n{result.stderr}"
+    )
     return result.stdout
 
 
@@ -114,9 +117,17 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     server: _Server
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
-        status = code.value if isinstance(code, http.HTTPStatus) else int(code) if str(code).isdigit() else 0
+        status = (
+            code.value
+            if isinstance(code, http.HTTPStatus)
+            else int(code)
+            if str(code).isdigit()
+            else 0
+        )
         with self.server.lock:
-            self.server.requests.append(Request(self.path, self.headers.get("User-Agent", ""), status))
+            self.server.requests.append(
+                Request(self.path, self.headers.get("User-Agent", ""), status)
+            )
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         pass  # quiet: the requests are recorded instead
@@ -142,7 +153,9 @@ class MirrorServer:
         self._server = _Server(root)
         self.port = int(self._server.server_address[1])
         self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, name="rock-test-mirror", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="rock-test-mirror", daemon=True
+        )
 
     def __enter__(self) -> MirrorServer:
         self._thread.start()
@@ -163,7 +176,9 @@ class MirrorServer:
         return [
             r
             for r in self.requests()
-            if path_part in r.path and r.user_agent.startswith(agent_prefix) and 200 <= r.status < 300
+            if path_part in r.path
+            and r.user_agent.startswith(agent_prefix)
+            and 200 <= r.status < 300
         ]
 
 
@@ -221,9 +236,15 @@ def find_uv_binary() -> Path | None:
     script = Path(__file__).resolve().parents[3] / "scripts" / "ensure-uv.sh"
     if script.is_file():
         found = subprocess.run([str(script)], capture_output=True, text=True, timeout=300)
-        candidate = Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
+        candidate = (
+            Path(found.stdout.strip()) if found.returncode == 0 and found.stdout.strip() else None
+        )
         with contextlib.suppress(OSError):
-            if candidate is not None and candidate.is_file() and candidate.read_bytes()[:4] == b"\x7fELF":
+            if (
+                candidate is not None
+                and candidate.is_file()
+                and candidate.read_bytes()[:4] == b"\x7fELF"
+            ):
                 return candidate
     for entry in os.environ.get("PATH", "").split(os.pathsep):
         candidate = Path(entry) / "uv"
@@ -235,8 +256,18 @@ def find_uv_binary() -> Path | None:
         return None
     # A shim (pyenv): uv tells the programs it runs where it is, in UV.
     probe = subprocess.run(
-        [uv, "run", "--no-project", "--offline", "python3", "-c", "import os; print(os.environ.get('UV', ''))"],
-        capture_output=True, text=True, timeout=60,
+        [
+            uv,
+            "run",
+            "--no-project",
+            "--offline",
+            "python3",
+            "-c",
+            "import os; print(os.environ.get('UV', ''))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     path = Path(probe.stdout.strip()) if probe.returncode == 0 and probe.stdout.strip() else None
     return path if path is not None and path.is_file() else None
@@ -248,10 +279,14 @@ def find_uv_binary() -> Path | None:
 def download_deb(package: str, into: Path) -> Path:
     """``apt-get download package`` on the host (through the machine's own apt configuration)."""
     into.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["apt-get", "download", package], cwd=into, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        ["apt-get", "download", package], cwd=into, capture_output=True, text=True, timeout=120
+    )
     debs = sorted(into.glob(f"{package}_*.deb"))
     if done.returncode != 0 or not debs:
-        raise RuntimeError(f"apt-get download {package} failed ({done.returncode}): {done.stderr.strip()}")
+        raise RuntimeError(
+            f"apt-get download {package} failed ({done.returncode}): {done.stderr.strip()}"
+        )
     return debs[-1]
 
 
@@ -263,15 +298,23 @@ class SigningKey:
         self.home = Path(tempfile.mkdtemp(prefix="rock-gpg-"))
         self._env = {**os.environ, "GNUPGHOME": str(self.home)}
         self._gpg(
-            "--passphrase", "", "--quick-gen-key", "rock speedup test <speedup-test@rock.invalid>", "ed25519",
-            "sign", "never",
+            "--passphrase",
+            "",
+            "--quick-gen-key",
+            "rock speedup test <speedup-test@rock.invalid>",
+            "ed25519",
+            "sign",
+            "never",
         )
         self.public_armored = self._gpg("--armor", "--export").stdout
 
     def _gpg(self, *args: str) -> subprocess.CompletedProcess[str]:
         done = subprocess.run(
             ["gpg", "--batch", "--quiet", "--yes", "--pinentry-mode", "loopback", *args],
-            env=self._env, capture_output=True, text=True, timeout=60,
+            env=self._env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if done.returncode != 0:
             raise RuntimeError(f"gpg {' '.join(args)} failed: {done.stderr.strip()}")
@@ -283,22 +326,30 @@ class SigningKey:
 
     def close(self) -> None:
         """Stop this home's gpg-agent and delete the home."""
-        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=self._env, capture_output=True, timeout=30)
+        subprocess.run(
+            ["gpgconf", "--kill", "gpg-agent"], env=self._env, capture_output=True, timeout=30
+        )
         shutil.rmtree(self.home, ignore_errors=True)
 
 
 def _control(deb: Path) -> str:
-    return subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["dpkg-deb", "-f", str(deb)], capture_output=True, text=True, check=True
+    ).stdout
 
 
-def _write_suite(dists: Path, suite: str, arch: str, packages: dict[str, str], key: SigningKey) -> None:
+def _write_suite(
+    dists: Path, suite: str, arch: str, packages: dict[str, str], key: SigningKey
+) -> None:
     """``dists/{suite}``: a ``Packages`` index per component and a signed ``InRelease`` listing them."""
     sums = []
     for component, text in packages.items():
         index = dists / suite / component / f"binary-{arch}" / "Packages"
         index.parent.mkdir(parents=True, exist_ok=True)
         index.write_bytes(text.encode())
-        sums.append(f" {hashlib.sha256(text.encode()).hexdigest()} {len(text.encode())} {component}/binary-{arch}/Packages\n")
+        sums.append(
+            f" {hashlib.sha256(text.encode()).hexdigest()} {len(text.encode())} {component}/binary-{arch}/Packages\n"
+        )
     release = dists / suite / "Release"
     release.write_text(
         f"Origin: rock-test\nLabel: rock-test\nSuite: {suite}\nCodename: {suite}\n"
@@ -309,7 +360,9 @@ def _write_suite(dists: Path, suite: str, arch: str, packages: dict[str, str], k
     key.clearsign(release, dists / suite / "InRelease")
 
 
-def add_debian_repo(root: Path, debs: list[Path], codename: str, arch: str, key: SigningKey) -> None:
+def add_debian_repo(
+    root: Path, debs: list[Path], codename: str, arch: str, key: SigningKey
+) -> None:
     """Lay out the suites ``AptSpeedup`` writes for ``codename`` under ``root``, signed with ``key``.
 
     ``debian/`` gets ``{codename}`` (``debs`` in ``main``) and ``{codename}-updates`` (empty);
@@ -326,16 +379,24 @@ def add_debian_repo(root: Path, debs: list[Path], codename: str, arch: str, key:
             + f"\nFilename: pool/main/{deb.name}\nSize: {len(data)}\nSHA256: {hashlib.sha256(data).hexdigest()}\n"
         )
     empty = dict.fromkeys(("main", "contrib", "non-free", "non-free-firmware"), "")
-    _write_suite(root / "debian" / "dists", codename, arch, {**empty, "main": "\n".join(stanzas)}, key)
+    _write_suite(
+        root / "debian" / "dists", codename, arch, {**empty, "main": "\n".join(stanzas)}, key
+    )
     _write_suite(root / "debian" / "dists", f"{codename}-updates", arch, empty, key)
-    _write_suite(root / "debian-security" / "dists", f"{codename}-security", arch, {"main": ""}, key)
+    _write_suite(
+        root / "debian-security" / "dists", f"{codename}-security", arch, {"main": ""}, key
+    )
 
 
 # -- finding the strategies ----------------------------------------------------------------------
 
 
 def test_the_three_strategies_come_from_rock_speedups_entry_point() -> None:
-    eps = [ep for ep in importlib.metadata.distribution("rock-speedup").entry_points if ep.group == "rock"]
+    eps = [
+        ep
+        for ep in importlib.metadata.distribution("rock-speedup").entry_points
+        if ep.group == "rock"
+    ]
     assert [(ep.name, ep.value) for ep in eps] == [("speedup", "rock_speedup.plugin")]
     strategies = SpeedupExecutor.strategies()
     assert {t.value: strategies[t.value] for t in SpeedupType} == {
@@ -346,14 +407,20 @@ def test_the_three_strategies_come_from_rock_speedups_entry_point() -> None:
 
 
 def test_speedup_type_is_rocks_enum() -> None:
-    assert [(t.name, t.value) for t in SpeedupType] == [("APT", "apt"), ("PIP", "pip"), ("GITHUB", "github")]
+    assert [(t.name, t.value) for t in SpeedupType] == [
+        ("APT", "apt"),
+        ("PIP", "pip"),
+        ("GITHUB", "github"),
+    ]
     assert SpeedupType("pip") is SpeedupType.PIP and SpeedupType.PIP == "pip"
 
 
 # -- what each strategy writes -------------------------------------------------------------------
 
 
-async def test_apt_points_the_images_own_release_at_the_mirror_and_keeps_the_first_backup(sandbox: Sandbox) -> None:
+async def test_apt_points_the_images_own_release_at_the_mirror_and_keeps_the_first_backup(
+    sandbox: Sandbox,
+) -> None:
     original = await ok(sandbox, "cat /etc/apt/sources.list")
     codename = (await ok(sandbox, ". /etc/os-release && echo $VERSION_CODENAME")).strip()
     assert codename, "the test image names its release"
@@ -397,8 +464,12 @@ async def test_pip_writes_the_index_for_root_and_every_home_user(sandbox: Sandbo
             assert "trusted-host" not in text  # https: the certificate stays checked
     # What pip itself reads, as root and as the user.
     for command in ("pip config list", f"su {user} -c 'pip config list'"):
-        assert "global.index-url='https://mirror.example/pypi/simple/'" in await ok(sandbox, command)
-    assert 'index-url = "https://mirror.example/pypi/simple/"' in await ok(sandbox, "cat /etc/uv/uv.toml")
+        assert "global.index-url='https://mirror.example/pypi/simple/'" in await ok(
+            sandbox, command
+        )
+    assert 'index-url = "https://mirror.example/pypi/simple/"' in await ok(
+        sandbox, "cat /etc/uv/uv.toml"
+    )
 
     # A plain-http mirror replaces it, and is trusted (pip refuses plain http otherwise).
     obs = await sandbox.network.speedup(SpeedupType.PIP, "http://127.0.0.1:3141")
@@ -406,11 +477,16 @@ async def test_pip_writes_the_index_for_root_and_every_home_user(sandbox: Sandbo
     listed = await ok(sandbox, f"su {user} -c 'pip config list'")
     assert "global.index-url='http://127.0.0.1:3141/pypi/simple/'" in listed
     assert "global.trusted-host='127.0.0.1:3141'" in listed
-    assert "mirror.example" not in await ok(sandbox, f"cat /root/.pip/pip.conf /home/{user}/.pip/pip.conf /etc/uv/uv.toml")
+    assert "mirror.example" not in await ok(
+        sandbox, f"cat /root/.pip/pip.conf /home/{user}/.pip/pip.conf /etc/uv/uv.toml"
+    )
 
 
 async def test_github_maps_githubs_hosts_and_replaces_earlier_entries(sandbox: Sandbox) -> None:
-    await ok(sandbox, "echo '127.9.9.9 github.com' >> /etc/hosts && echo '127.0.0.2 keep.example' >> /etc/hosts")
+    await ok(
+        sandbox,
+        "echo '127.9.9.9 github.com' >> /etc/hosts && echo '127.0.0.2 keep.example' >> /etc/hosts",
+    )
     before = await ok(sandbox, "cat /etc/hosts")
 
     obs = await sandbox.network.speedup(SpeedupType.GITHUB, "127.0.0.11")
@@ -433,11 +509,23 @@ async def test_github_maps_githubs_hosts_and_replaces_earlier_entries(sandbox: S
 @pytest.mark.parametrize(
     ("speedup_type", "value", "reason"),
     [
-        ("nope", "http://mirror.example", r"Invalid speedup type: 'nope'; types available: apt, github, pip"),
+        (
+            "nope",
+            "http://mirror.example",
+            r"Invalid speedup type: 'nope'; types available: apt, github, pip",
+        ),
         (SpeedupType.APT, "mirror.example", r"speedup_value: 'mirror.example' .*needs a scheme"),
         (SpeedupType.PIP, "ftp://mirror.example", r"scheme must be http or https, not 'ftp'"),
-        (SpeedupType.PIP, "http://mirror.example/simple; rm -rf /", r"characters a mirror URL cannot have"),
-        (SpeedupType.GITHUB, "999.1.1.1", r"speedup_value: '999.1.1.1' is not an IPv4 or IPv6 address"),
+        (
+            SpeedupType.PIP,
+            "http://mirror.example/simple; rm -rf /",
+            r"characters a mirror URL cannot have",
+        ),
+        (
+            SpeedupType.GITHUB,
+            "999.1.1.1",
+            r"speedup_value: '999.1.1.1' is not an IPv4 or IPv6 address",
+        ),
         (SpeedupType.GITHUB, "github.com", r"'github.com' is not an IPv4 or IPv6 address"),
     ],
 )
@@ -460,7 +548,9 @@ def bare_image(docker_client: Any) -> str:
         "&& rm -rf /usr/lib/python3/dist-packages/pip && useradd -m agent\n"
         "USER agent\n"
     )
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=BARE_IMAGE, rm=True, pull=False)
+    docker_client.images.build(
+        fileobj=io.BytesIO(dockerfile.encode()), tag=BARE_IMAGE, rm=True, pull=False
+    )
     return BARE_IMAGE
 
 
@@ -487,7 +577,10 @@ async def test_a_failed_precheck_names_the_problem_and_changes_nothing(
     before = await snapshot(bare)
     obs = await bare.network.speedup(speedup_type, value)
     assert obs.exit_code == 1
-    assert obs.failure_reason == f"Precheck failed: {speedup_type.value!r} speedup cannot run in this sandbox: {reason}"
+    assert (
+        obs.failure_reason
+        == f"Precheck failed: {speedup_type.value!r} speedup cannot run in this sandbox: {reason}"
+    )
     assert await snapshot(bare) == before
 
 
@@ -499,8 +592,11 @@ async def test_without_rock_speedup_the_failure_names_the_package(
 ) -> None:
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "speedup")
     before = await snapshot(sandbox)
-    for speedup_type, value in ((SpeedupType.APT, "http://m.example"), (SpeedupType.PIP, "http://m.example"),
-                                (SpeedupType.GITHUB, "127.0.0.13")):
+    for speedup_type, value in (
+        (SpeedupType.APT, "http://m.example"),
+        (SpeedupType.PIP, "http://m.example"),
+        (SpeedupType.GITHUB, "127.0.0.13"),
+    ):
         obs = await sandbox.network.speedup(speedup_type=speedup_type, speedup_value=value)
         assert obs.exit_code == 1
         assert "`pip install rock-speedup`" in obs.failure_reason, obs.failure_reason
@@ -543,12 +639,16 @@ def rock_register_speedups(register):
 def npm_plugin(tmp_path: Path) -> Iterator[str]:
     """A third-party distribution, ``rock-npm-speedup``, installed (on sys.path) with a ``rock`` entry point."""
     site = PluginSite(tmp_path / "site")
-    module = site.install("rock-npm-speedup", "0.1", entry_points={"npm-speedup": "{module}"}, source=_NPM_PLUGIN)
+    module = site.install(
+        "rock-npm-speedup", "0.1", entry_points={"npm-speedup": "{module}"}, source=_NPM_PLUGIN
+    )
     with site.importable():
         yield module
 
 
-async def test_a_third_party_strategy_is_found_and_run_the_same_way(sandbox: Sandbox, npm_plugin: str) -> None:
+async def test_a_third_party_strategy_is_found_and_run_the_same_way(
+    sandbox: Sandbox, npm_plugin: str
+) -> None:
     assert set(SpeedupExecutor.strategies()) == {"apt", "pip", "github", "npm"}
     obs = await sandbox.network.speedup("npm", "http://mirror.example/")
     assert obs.exit_code == 0, obs.failure_reason
@@ -595,8 +695,13 @@ async def test_rocks_register_strategy_adds_a_type_in_process(
 # -- the sandbox's network -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("network", "said"), [("wifi", "expected one of bridge, host, none, got 'wifi'"),
-                                                ("None", "expected one of bridge, host, none, got 'None'")])
+@pytest.mark.parametrize(
+    ("network", "said"),
+    [
+        ("wifi", "expected one of bridge, host, none, got 'wifi'"),
+        ("None", "expected one of bridge, host, none, got 'None'"),
+    ],
+)
 async def test_a_bad_network_is_refused_naming_the_field(
     engine: Any, small: dict[str, Any], new_id: Any, containers: Any, network: str, said: str
 ) -> None:
@@ -613,10 +718,15 @@ async def test_a_bad_network_is_refused_naming_the_field(
     [
         ({}, {}),
         ({"network": "host"}, {"network": "host"}),
-        ({"network": "bridge", "use_kata_runtime": True}, {"network": "bridge", "use_kata_runtime": True}),
+        (
+            {"network": "bridge", "use_kata_runtime": True},
+            {"network": "bridge", "use_kata_runtime": True},
+        ),
     ],
 )
-def test_the_network_travels_on_the_wire_into_the_runtime_options(body: dict[str, Any], options: dict[str, Any]) -> None:
+def test_the_network_travels_on_the_wire_into_the_runtime_options(
+    body: dict[str, Any], options: dict[str, Any]
+) -> None:
     request = structure_wire({"image": "python:3.11", **body}, SandboxStartRequest)
     assert structure_wire(unstructure_wire(request), SandboxStartRequest) == request
     assert spec_from_start_request(request).runtime_options == options
@@ -635,51 +745,77 @@ def test_the_network_field_must_be_text() -> None:
 def mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MirrorServer]:
     """A mirror on 127.0.0.1 with a PEP 503 index of one wheel made here (the Debian part is added by the apt test)."""
     root = tmp_path_factory.mktemp("mirror")
-    wheel = build_wheel(tmp_path_factory.mktemp("wheels"), PROBE, "1.0", f"VALUE = {PROBE_VALUE!r}\n")
+    wheel = build_wheel(
+        tmp_path_factory.mktemp("wheels"), PROBE, "1.0", f"VALUE = {PROBE_VALUE!r}\n"
+    )
     add_simple_index(root, PROBE, [wheel])
     with MirrorServer(root) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
-async def host_sandbox(engine: Any, small: dict[str, Any], docker_client: Any) -> AsyncIterator[Sandbox]:
+async def host_sandbox(
+    engine: Any, small: dict[str, Any], docker_client: Any
+) -> AsyncIterator[Sandbox]:
     """A sandbox on the host's network: it reaches the test's mirror on 127.0.0.1."""
     sb = Sandbox(SandboxConfig(**small, network="host"))
     await sb.start()
     assert sb.sandbox_id is not None
-    (container,) = docker_client.containers.list(filters={"label": f"rock.sandbox_id={sb.sandbox_id}"}, ignore_removed=True)
+    (container,) = docker_client.containers.list(
+        filters={"label": f"rock.sandbox_id={sb.sandbox_id}"}, ignore_removed=True
+    )
     assert container.attrs["HostConfig"]["NetworkMode"] == "host"
     yield sb
     await sb.stop()
 
 
-async def test_pip_installs_from_the_mirror_after_pip_speedup(host_sandbox: Sandbox, mirror: MirrorServer) -> None:
+async def test_pip_installs_from_the_mirror_after_pip_speedup(
+    host_sandbox: Sandbox, mirror: MirrorServer
+) -> None:
     user = f"sp{uuid.uuid4().hex[:8]}"
     assert await host_sandbox.remote_user.create_remote_user(user)
     obs = await host_sandbox.network.speedup(SpeedupType.PIP, mirror.url)
     assert obs.exit_code == 0, obs.failure_reason
 
     # Debian's pip refuses to touch the system Python (PEP 668) unless told to.
-    await ok(host_sandbox, f"pip install --no-cache-dir --break-system-packages {PROBE}", timeout=120)
-    assert await ok(host_sandbox, "python3 -c 'import rock_mirror_probe as m; print(m.VALUE)'") == PROBE_VALUE + "\n"
-    await ok(host_sandbox, f"su {user} -c 'pip download --no-cache-dir --no-deps -d /tmp/{user} {PROBE}'")
+    await ok(
+        host_sandbox, f"pip install --no-cache-dir --break-system-packages {PROBE}", timeout=120
+    )
+    assert (
+        await ok(host_sandbox, "python3 -c 'import rock_mirror_probe as m; print(m.VALUE)'")
+        == PROBE_VALUE + "\n"
+    )
+    await ok(
+        host_sandbox, f"su {user} -c 'pip download --no-cache-dir --no-deps -d /tmp/{user} {PROBE}'"
+    )
     assert await ok(host_sandbox, f"ls /tmp/{user}") == "rock_mirror_probe-1.0-py3-none-any.whl\n"
-    assert len(mirror.served(f"/pypi/simple/{PROBE}/", "pip/")) >= 2  # root's install and the user's download
+    assert (
+        len(mirror.served(f"/pypi/simple/{PROBE}/", "pip/")) >= 2
+    )  # root's install and the user's download
     assert len(mirror.served("/pypi/packages/rock_mirror_probe-1.0-py3-none-any.whl", "pip/")) >= 2
 
 
-async def test_uv_in_the_sandbox_uses_the_same_index(host_sandbox: Sandbox, mirror: MirrorServer) -> None:
+async def test_uv_in_the_sandbox_uses_the_same_index(
+    host_sandbox: Sandbox, mirror: MirrorServer
+) -> None:
     uv = find_uv_binary()
     if uv is None:
-        pytest.fail("no uv executable on this machine to copy into the sandbox; `make test` installs uv")
+        pytest.fail(
+            "no uv executable on this machine to copy into the sandbox; `make test` installs uv"
+        )
     obs = await host_sandbox.network.speedup(SpeedupType.PIP, mirror.url + "/")
     assert obs.exit_code == 0, obs.failure_reason
     uploaded = await host_sandbox.upload_by_path(uv, "/usr/local/bin/uv")
     assert uploaded.success, uploaded.message
     await ok(host_sandbox, "chmod 755 /usr/local/bin/uv")
     # No --index-url: uv finds the mirror in /etc/uv/uv.toml.
-    await ok(host_sandbox, f"uv pip install --no-cache --target /tmp/uv-target {PROBE}", timeout=120)
-    assert await ok(host_sandbox, "cat /tmp/uv-target/rock_mirror_probe/__init__.py") == f"VALUE = {PROBE_VALUE!r}\n"
+    await ok(
+        host_sandbox, f"uv pip install --no-cache --target /tmp/uv-target {PROBE}", timeout=120
+    )
+    assert (
+        await ok(host_sandbox, "cat /tmp/uv-target/rock_mirror_probe/__init__.py")
+        == f"VALUE = {PROBE_VALUE!r}\n"
+    )
     assert mirror.served(f"/pypi/simple/{PROBE}/", "uv/")
     assert mirror.served("/pypi/packages/rock_mirror_probe-1.0-py3-none-any.whl", "uv/")
 
@@ -698,7 +834,9 @@ async def test_apt_installs_from_the_mirror_after_apt_speedup(
 ) -> None:
     codename = (await ok(host_sandbox, ". /etc/os-release && echo $VERSION_CODENAME")).strip()
     arch = (await ok(host_sandbox, "dpkg --print-architecture")).strip()
-    host_arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True).stdout.strip()
+    host_arch = subprocess.run(
+        ["dpkg", "--print-architecture"], capture_output=True, text=True
+    ).stdout.strip()
     assert arch == host_arch
     assert (await sh(host_sandbox, "command -v hello")).exit_code != 0
     key = SigningKey()
@@ -711,9 +849,13 @@ async def test_apt_installs_from_the_mirror_after_apt_speedup(
     obs = await host_sandbox.network.speedup(SpeedupType.APT, mirror.url)
     assert obs.exit_code == 0, obs.failure_reason
     # The mirror is signed by the test's own key: the sandbox trusts it, as images trust Debian's.
-    written = await host_sandbox.write_file_by_path(public_key, "/etc/apt/trusted.gpg.d/rock-speedup-test.asc")
+    written = await host_sandbox.write_file_by_path(
+        public_key, "/etc/apt/trusted.gpg.d/rock-speedup-test.asc"
+    )
     assert written.success, written.message
-    out = await ok(host_sandbox, "apt-get update 2>&1 && apt-get install -y hello 2>&1", timeout=180)
+    out = await ok(
+        host_sandbox, "apt-get update 2>&1 && apt-get install -y hello 2>&1", timeout=180
+    )
     assert f"Get:1 {mirror.url}/debian {codename} InRelease" in out
     # Signatures checked, every configured suite and component found: a clean update.
     assert not re.search(r"^(W|E):", out, re.MULTILINE), out

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from rock.actions import Command
 from rock.sdk import warm_pool
 from rock.sdk.sandbox.client import Sandbox
@@ -17,11 +18,15 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 
 def _members(docker_client: Any) -> list[Any]:
-    found = docker_client.containers.list(all=True, filters={"label": "rock.pool"}, ignore_removed=True)
+    found = docker_client.containers.list(
+        all=True, filters={"label": "rock.pool"}, ignore_removed=True
+    )
     return [c for c in found if c.name == c.labels.get("rock.pool_member")]
 
 
-async def test_a_pool_set_from_the_sdk_serves_starts_of_its_kind(engine: Any, small: dict[str, Any], docker_client: Any) -> None:
+async def test_a_pool_set_from_the_sdk_serves_starts_of_its_kind(
+    engine: Any, small: dict[str, Any], docker_client: Any
+) -> None:
     # A kind no other test starts (its own environment), so the pool serves only this test.
     config = SandboxConfig(**small, env={"ROCK_TEST": "warm-pool"})
     try:
@@ -38,7 +43,13 @@ async def test_a_pool_set_from_the_sdk_serves_starts_of_its_kind(engine: Any, sm
     finally:
         assert await warm_pool(config, size=0) is None
     await eventually_async(
-        lambda: not [c for c in _members(docker_client) if c.attrs["Config"]["Env"] and "ROCK_TEST=warm-pool" in c.attrs["Config"]["Env"]],
+        lambda: (
+            not [
+                c
+                for c in _members(docker_client)
+                if c.attrs["Config"]["Env"] and "ROCK_TEST=warm-pool" in c.attrs["Config"]["Env"]
+            ]
+        ),
         what="size 0 removes the pool's members",
         timeout=60,
         interval=0.2,

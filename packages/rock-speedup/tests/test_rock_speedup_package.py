@@ -15,7 +15,11 @@ def test_version_matches_distribution() -> None:
 
 
 def test_the_rock_entry_point_is_the_plugin_module() -> None:
-    eps = [(ep.name, ep.value) for ep in distribution("rock-speedup").entry_points if ep.group == "rock"]
+    eps = [
+        (ep.name, ep.value)
+        for ep in distribution("rock-speedup").entry_points
+        if ep.group == "rock"
+    ]
     assert eps == [("speedup", "rock_speedup.plugin")]
 
 
@@ -36,6 +40,10 @@ def test_the_entry_point_loads_through_rocks_plugin_manager(monkeypatch) -> None
     for var in ("ROCK_DISABLE_PLUGINS", "ROCK_PLUGINS"):
         monkeypatch.delenv(var, raising=False)
     info = {i.name: i for i in Plugins.load().describe()}["speedup"]
-    assert (info.distribution, info.hooks, info.blocked) == ("rock-speedup", ("rock_register_speedups",), False)
+    assert (info.distribution, info.hooks, info.blocked) == (
+        "rock-speedup",
+        ("rock_register_speedups",),
+        False,
+    )
     monkeypatch.setenv("ROCK_DISABLE_PLUGINS", "rock-speedup")
     assert Plugins.load().speedups() == {}

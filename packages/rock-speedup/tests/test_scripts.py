@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from rock_speedup import GITHUB_HOSTS, AptSpeedup, GitHubSpeedup, PipSpeedup
 from rock_speedup.apt import APT_CONF
 from rock_speedup.github import HOSTS_MARKER
@@ -34,7 +35,9 @@ RUN = uuid.uuid4().hex
 def _remove_this_runs_containers(docker_client: Any) -> Iterator[None]:
     """Remove whatever container of this module's run is left (a test that failed mid-way)."""
     yield
-    for container in docker_client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={RUN}"}, ignore_removed=True):
+    for container in docker_client.containers.list(
+        all=True, filters={"label": f"{RUN_LABEL}={RUN}"}, ignore_removed=True
+    ):
         container.remove(force=True)
 
 
@@ -71,15 +74,24 @@ DEBIAN = "main non-free non-free-firmware contrib"
     [
         (
             'ID=ubuntu\nVERSION_ID="22.04"\nVERSION_CODENAME=jammy\nUBUNTU_CODENAME=jammy\n',
-            [f"deb http://m.example/ubuntu/ {s} {UBUNTU}" for s in ("jammy", "jammy-security", "jammy-updates", "jammy-backports")],
+            [
+                f"deb http://m.example/ubuntu/ {s} {UBUNTU}"
+                for s in ("jammy", "jammy-security", "jammy-updates", "jammy-backports")
+            ],
         ),
         (  # Linux Mint: its own codename, Ubuntu's in UBUNTU_CODENAME
             'ID=linuxmint\nID_LIKE="ubuntu debian"\nVERSION_CODENAME=virginia\nUBUNTU_CODENAME=jammy\n',
-            [f"deb http://m.example/ubuntu/ {s} {UBUNTU}" for s in ("jammy", "jammy-security", "jammy-updates", "jammy-backports")],
+            [
+                f"deb http://m.example/ubuntu/ {s} {UBUNTU}"
+                for s in ("jammy", "jammy-security", "jammy-updates", "jammy-backports")
+            ],
         ),
         (
             'ID=ubuntu\nVERSION_ID="24.04"\n',
-            [f"deb http://m.example/ubuntu/ {s} {UBUNTU}" for s in ("noble", "noble-security", "noble-updates", "noble-backports")],
+            [
+                f"deb http://m.example/ubuntu/ {s} {UBUNTU}"
+                for s in ("noble", "noble-security", "noble-updates", "noble-backports")
+            ],
         ),
         (
             'ID=debian\nVERSION_ID="11"\n',
@@ -106,9 +118,18 @@ DEBIAN = "main non-free non-free-firmware contrib"
             ],
         ),
     ],
-    ids=["ubuntu-jammy", "mint", "ubuntu-version-only", "debian-11-version-only", "debian-buster", "debian-trixie"],
+    ids=[
+        "ubuntu-jammy",
+        "mint",
+        "ubuntu-version-only",
+        "debian-11-version-only",
+        "debian-buster",
+        "debian-trixie",
+    ],
 )
-def test_apt_writes_the_sources_of_the_release_it_finds(docker_client: Any, os_release: str, expected: list[str]) -> None:
+def test_apt_writes_the_sources_of_the_release_it_finds(
+    docker_client: Any, os_release: str, expected: list[str]
+) -> None:
     apt = AptSpeedup()
     code, out = in_container(
         docker_client,
@@ -123,13 +144,24 @@ def test_apt_writes_the_sources_of_the_release_it_finds(docker_client: Any, os_r
 @pytest.mark.parametrize(
     ("setup", "said"),
     [
-        ("printf 'ID=alpine\\nVERSION_ID=3.20\\n' > /etc/os-release", "this image is alpine (ID in /etc/os-release), not Debian or Ubuntu"),
-        ("printf 'ID=debian\\nPRETTY_NAME=sid\\n' > /etc/os-release", "cannot tell the debian release (no VERSION_CODENAME in /etc/os-release)"),
-        ("rm -f /etc/os-release /usr/lib/os-release", "no /etc/os-release, so the distribution and release are unknown"),
+        (
+            "printf 'ID=alpine\\nVERSION_ID=3.20\\n' > /etc/os-release",
+            "this image is alpine (ID in /etc/os-release), not Debian or Ubuntu",
+        ),
+        (
+            "printf 'ID=debian\\nPRETTY_NAME=sid\\n' > /etc/os-release",
+            "cannot tell the debian release (no VERSION_CODENAME in /etc/os-release)",
+        ),
+        (
+            "rm -f /etc/os-release /usr/lib/os-release",
+            "no /etc/os-release, so the distribution and release are unknown",
+        ),
     ],
     ids=["not-debian", "no-codename", "no-os-release"],
 )
-def test_apt_fails_before_changing_anything_when_the_release_is_unknown(docker_client: Any, setup: str, said: str) -> None:
+def test_apt_fails_before_changing_anything_when_the_release_is_unknown(
+    docker_client: Any, setup: str, said: str
+) -> None:
     apt = AptSpeedup()
     code, out = in_container(
         docker_client,
@@ -143,7 +175,9 @@ def test_apt_fails_before_changing_anything_when_the_release_is_unknown(docker_c
     assert "UNCHANGED" in out
 
 
-def test_apt_keeps_the_images_sources_once_and_writes_the_retry_settings(docker_client: Any) -> None:
+def test_apt_keeps_the_images_sources_once_and_writes_the_retry_settings(
+    docker_client: Any,
+) -> None:
     apt = AptSpeedup()
     code, out = in_container(
         docker_client,
@@ -158,7 +192,9 @@ def test_apt_keeps_the_images_sources_once_and_writes_the_retry_settings(docker_
     )
     assert code == 0, out
     assert out == (
-        "BACKUP-IS-ORIGINAL\ndeb http://image.example/debian bookworm main\n0\n" + APT_CONF + "3\n0\n"
+        "BACKUP-IS-ORIGINAL\ndeb http://image.example/debian bookworm main\n0\n"
+        + APT_CONF
+        + "3\n0\n"
     )
 
 
@@ -173,10 +209,15 @@ def test_pip_conf_trusts_plain_http_mirrors_only() -> None:
         "# written by rock speedup pip\n[global]\nindex-url = http://user:pw@m.example:3141/base/pypi/simple/\n"
         "trusted-host = m.example:3141\ntimeout = 120\n"
     )
-    assert uv_conf("http://m.example") == '# written by rock speedup pip\nindex-url = "http://m.example/pypi/simple/"\n'
+    assert (
+        uv_conf("http://m.example")
+        == '# written by rock speedup pip\nindex-url = "http://m.example/pypi/simple/"\n'
+    )
 
 
-def test_pip_writes_every_home_owned_by_its_owner_and_replaces_the_previous_mirror(docker_client: Any) -> None:
+def test_pip_writes_every_home_owned_by_its_owner_and_replaces_the_previous_mirror(
+    docker_client: Any,
+) -> None:
     pip = PipSpeedup()
     code, out = in_container(
         docker_client,

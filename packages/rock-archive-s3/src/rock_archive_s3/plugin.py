@@ -8,10 +8,9 @@ constructor as keyword arguments. boto3 is imported only when a store is built.
 
 from __future__ import annotations
 
+from rock_archive_s3.store import S3ArchiveStore
 from rock_core import hookimpl
 from rock_core.hookspecs import Register
-
-from rock_archive_s3.store import S3ArchiveStore
 
 __all__ = ["rock_register_archive_stores"]
 

@@ -33,7 +33,7 @@ from rock_core.archive import ArchiveStore, check_archive_address
 from rock_core.converters import structure_value
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockError, SandboxNotFound
 from rock_core.models import ByteSize, NonBlankStr, PositiveFloat, PositiveInt
-from rock_core.units import GiB, MiB
+from rock_core.sizes import GiB, MiB
 
 __all__ = ["S3ArchiveStore"]
 
@@ -48,11 +48,28 @@ MAX_PARTS = 10_000
 #: How much a get reads at once.
 READ_CHUNK = 1 * MiB
 
-_CREDENTIAL_CODES = frozenset({
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken", "ExpiredToken", "TokenRefreshRequired",
-    "InvalidClientTokenId", "AccessDenied", "AllAccessDisabled", "403", "Forbidden",
-})
-_REGION_CODES = frozenset({"AuthorizationHeaderMalformed", "PermanentRedirect", "IllegalLocationConstraintException", "301"})
+_CREDENTIAL_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "InvalidToken",
+        "ExpiredToken",
+        "TokenRefreshRequired",
+        "InvalidClientTokenId",
+        "AccessDenied",
+        "AllAccessDisabled",
+        "403",
+        "Forbidden",
+    }
+)
+_REGION_CODES = frozenset(
+    {
+        "AuthorizationHeaderMalformed",
+        "PermanentRedirect",
+        "IllegalLocationConstraintException",
+        "301",
+    }
+)
 _MISSING_OBJECT_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 
 
@@ -105,14 +122,16 @@ class S3ArchiveStore(ArchiveStore):
         if bucket is None:
             raise InvalidParameter(
                 f"{TABLE}.bucket: required: the S3 bucket archived sandboxes are kept in",
-                field=f"{TABLE}.bucket", value=None,
+                field=f"{TABLE}.bucket",
+                value=None,
             )
         self.bucket: str = _setting(bucket, NonBlankStr, "bucket")
         self.endpoint: str | None = _setting(endpoint, Optional[NonBlankStr], "endpoint")
         if self.endpoint is not None and not re.fullmatch(r"https?://[^/\s]+/?", self.endpoint):
             raise InvalidParameter(
                 f"{TABLE}.endpoint: expected a URL like http://host:port, got {self.endpoint!r}",
-                field=f"{TABLE}.endpoint", value=self.endpoint,
+                field=f"{TABLE}.endpoint",
+                value=self.endpoint,
             )
         self.prefix: str = _setting(prefix, str, "prefix").strip("/")
         self.region: str = (
@@ -122,19 +141,25 @@ class S3ArchiveStore(ArchiveStore):
             or "us-east-1"
         )
         self._access_key_id = _setting(access_key_id, Optional[NonBlankStr], "access_key_id")
-        self._access_key_secret = _setting(access_key_secret, Optional[NonBlankStr], "access_key_secret")
+        self._access_key_secret = _setting(
+            access_key_secret, Optional[NonBlankStr], "access_key_secret"
+        )
         self._session_token = _setting(session_token, Optional[NonBlankStr], "session_token")
         if (self._access_key_id is None) != (self._access_key_secret is None):
-            given, missing = ("access_key_id", "access_key_secret")[:: 1 if self._access_key_id else -1]
+            given, missing = ("access_key_id", "access_key_secret")[
+                :: 1 if self._access_key_id else -1
+            ]
             raise InvalidParameter(
                 f"{TABLE}.{missing}: required with {given} (or set neither, to use the AWS variables)",
-                field=f"{TABLE}.{missing}", value=None,
+                field=f"{TABLE}.{missing}",
+                value=None,
             )
         self.part_size: int = _setting(part_size, ByteSize, "part_size")
         if not MIN_PART_SIZE <= self.part_size <= MAX_PART_SIZE:
             raise InvalidParameter(
                 f"{TABLE}.part_size: S3 takes parts of 5 MiB to 5 GiB, got {self.part_size} bytes",
-                field=f"{TABLE}.part_size", value=self.part_size,
+                field=f"{TABLE}.part_size",
+                value=self.part_size,
             )
         self.max_concurrency: int = _setting(max_concurrency, PositiveInt, "max_concurrency")
         self.connect_timeout: float = _setting(connect_timeout, PositiveFloat, "connect_timeout")
@@ -144,7 +169,8 @@ class S3ArchiveStore(ArchiveStore):
         if self.addressing_style not in ("auto", "path", "virtual"):
             raise InvalidParameter(
                 f"{TABLE}.addressing_style: expected auto, path or virtual, got {self.addressing_style!r}",
-                field=f"{TABLE}.addressing_style", value=self.addressing_style,
+                field=f"{TABLE}.addressing_style",
+                value=self.addressing_style,
             )
         self._client: Any = None
         self._client_lock = anyio.Lock()
@@ -170,17 +196,27 @@ class S3ArchiveStore(ArchiveStore):
             first = await anext(parts, None)
             if first is None or first.size < self.part_size:
                 # The whole stream fits in one part: one PutObject, atomic like a completed upload.
-                await self._call(*where, client.put_object, Bucket=self.bucket, Key=key, Body=first or b"")
+                await self._call(
+                    *where, client.put_object, Bucket=self.bucket, Key=key, Body=first or b""
+                )
                 return
-            created = await self._call(*where, client.create_multipart_upload, Bucket=self.bucket, Key=key)
+            created = await self._call(
+                *where, client.create_multipart_upload, Bucket=self.bucket, Key=key
+            )
             upload_id = created["UploadId"]
             try:
                 held = [first]
                 del first  # the upload holds it once it starts; keep no second reference
                 etags = await self._upload_parts(client, key, upload_id, held, parts, where)
                 await self._call(
-                    *where, client.complete_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id,
-                    MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etags[n]} for n in sorted(etags)]},
+                    *where,
+                    client.complete_multipart_upload,
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={
+                        "Parts": [{"PartNumber": n, "ETag": etags[n]} for n in sorted(etags)]
+                    },
                 )
             except BaseException:
                 with anyio.CancelScope(shield=True):
@@ -188,7 +224,13 @@ class S3ArchiveStore(ArchiveStore):
                 raise
 
     async def _upload_parts(
-        self, client: Any, key: str, upload_id: str, held: list[_Part], parts: AsyncIterator[_Part], where: tuple[str, str, str]
+        self,
+        client: Any,
+        key: str,
+        upload_id: str,
+        held: list[_Part],
+        parts: AsyncIterator[_Part],
+        where: tuple[str, str, str],
     ) -> dict[int, str]:
         """Upload the part in ``held`` and the rest of ``parts``, ``max_concurrency`` at once; the
         ETags by part number.
@@ -204,8 +246,13 @@ class S3ArchiveStore(ArchiveStore):
         async def upload(number: int, body: _Part) -> None:
             try:
                 answer = await self._call(
-                    *where, client.upload_part, Bucket=self.bucket, Key=key, UploadId=upload_id,
-                    PartNumber=number, Body=body,
+                    *where,
+                    client.upload_part,
+                    Bucket=self.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=body,
                 )
                 etags[number] = answer["ETag"]
             except Exception as exc:
@@ -232,7 +279,8 @@ class S3ArchiveStore(ArchiveStore):
                         raise InternalServerRockError(
                             f"archive-s3: part {where[1]!r} of sandbox {where[0]} is larger than "
                             f"{MAX_PARTS} parts of {self.part_size} bytes; raise `part_size` in [{TABLE}]",
-                            sandbox_id=where[0], attempted="archive put",
+                            sandbox_id=where[0],
+                            attempted="archive put",
                         )
                     tg.start_soon(upload, number, body)
                     del body
@@ -248,17 +296,27 @@ class S3ArchiveStore(ArchiveStore):
     async def _abort(self, client: Any, key: str, upload_id: str) -> None:
         try:
             await anyio.to_thread.run_sync(
-                functools.partial(client.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id)
+                functools.partial(
+                    client.abort_multipart_upload, Bucket=self.bucket, Key=key, UploadId=upload_id
+                )
             )
         except Exception as exc:  # already aborted by a delete, or the endpoint is gone
             if _code(exc) != "NoSuchUpload":
-                log.warning("archive-s3: could not abort the upload of s3://%s/%s (%s): %s", self.bucket, key, upload_id, exc)
+                log.warning(
+                    "archive-s3: could not abort the upload of s3://%s/%s (%s): %s",
+                    self.bucket,
+                    key,
+                    upload_id,
+                    exc,
+                )
 
     async def get(self, sandbox_id: str, part: str) -> AsyncIterator[bytes]:
         check_archive_address(sandbox_id, part)
         key = self.key(sandbox_id, part)
         client = await self._get_client()
-        answer = await self._call(sandbox_id, part, "get", client.get_object, Bucket=self.bucket, Key=key)
+        answer = await self._call(
+            sandbox_id, part, "get", client.get_object, Bucket=self.bucket, Key=key
+        )
         return self._read(answer["Body"], sandbox_id, part)
 
     async def _read(self, body: Any, sandbox_id: str, part: str) -> AsyncIterator[bytes]:
@@ -272,7 +330,14 @@ class S3ArchiveStore(ArchiveStore):
         check_archive_address(sandbox_id, part)
         client = await self._get_client()
         try:
-            await self._call(sandbox_id, part, "exists", client.head_object, Bucket=self.bucket, Key=self.key(sandbox_id, part))
+            await self._call(
+                sandbox_id,
+                part,
+                "exists",
+                client.head_object,
+                Bucket=self.bucket,
+                Key=self.key(sandbox_id, part),
+            )
         except SandboxNotFound:
             return False
         return True
@@ -285,7 +350,9 @@ class S3ArchiveStore(ArchiveStore):
 
         def listing(operation: str, field: str, **kwargs: Any) -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = []
-            for page in client.get_paginator(operation).paginate(Bucket=self.bucket, Prefix=prefix, **kwargs):
+            for page in client.get_paginator(operation).paginate(
+                Bucket=self.bucket, Prefix=prefix, **kwargs
+            ):
                 found.extend(page.get(field, []))
             return found
 
@@ -294,9 +361,12 @@ class S3ArchiveStore(ArchiveStore):
             await self._abort(client, upload["Key"], upload["UploadId"])
         objects = await self._call(*where, listing, "list_objects_v2", "Contents")
         for start in range(0, len(objects), 1000):
-            batch = [{"Key": o["Key"]} for o in objects[start:start + 1000]]
+            batch = [{"Key": o["Key"]} for o in objects[start : start + 1000]]
             answer = await self._call(
-                *where, client.delete_objects, Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True}
+                *where,
+                client.delete_objects,
+                Bucket=self.bucket,
+                Delete={"Objects": batch, "Quiet": True},
             )
             errors = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if errors:
@@ -304,7 +374,8 @@ class S3ArchiveStore(ArchiveStore):
                 raise InternalServerRockError(
                     f"archive-s3: could not delete s3://{self.bucket}/{first.get('Key')} "
                     f"({first.get('Code')}: {first.get('Message')}) and {len(errors) - 1} more",
-                    sandbox_id=sandbox_id, attempted="archive delete",
+                    sandbox_id=sandbox_id,
+                    attempted="archive delete",
                 )
 
     async def aclose(self) -> None:
@@ -347,7 +418,13 @@ class S3ArchiveStore(ArchiveStore):
         return session.client("s3", endpoint_url=self.endpoint, config=config)
 
     async def _call(
-        self, sandbox_id: str, part: str | None, attempted: str, call: Callable[..., Any], *args: Any, **kwargs: Any
+        self,
+        sandbox_id: str,
+        part: str | None,
+        attempted: str,
+        call: Callable[..., Any],
+        *args: Any,
+        **kwargs: Any,
     ) -> Any:
         """Run a boto3 call in a worker thread; what it raises becomes a rock error, once, here."""
         try:
@@ -357,7 +434,9 @@ class S3ArchiveStore(ArchiveStore):
         except Exception as exc:
             raise await self._translate(exc, sandbox_id, part, attempted) from exc
 
-    async def _translate(self, exc: Exception, sandbox_id: str, part: str | None, attempted: str) -> RockError:
+    async def _translate(
+        self, exc: Exception, sandbox_id: str, part: str | None, attempted: str
+    ) -> RockError:
         from botocore.exceptions import (
             ClientError,
             ConnectionClosedError,
@@ -368,12 +447,20 @@ class S3ArchiveStore(ArchiveStore):
             ReadTimeoutError,
         )
 
-        what = f"part {part!r} of sandbox {sandbox_id}" if part else f"the archive of sandbox {sandbox_id}"
+        what = (
+            f"part {part!r} of sandbox {sandbox_id}"
+            if part
+            else f"the archive of sandbox {sandbox_id}"
+        )
         context = {"sandbox_id": sandbox_id, "attempted": f"archive {attempted}"}
         code = _code(exc)
         if isinstance(exc, ClientError):
             message = exc.response.get("Error", {}).get("Message") or code
-            if code == "NoSuchBucket" or (code in _MISSING_OBJECT_CODES and attempted == "exists" and not await self._bucket_exists()):
+            if code == "NoSuchBucket" or (
+                code in _MISSING_OBJECT_CODES
+                and attempted == "exists"
+                and not await self._bucket_exists()
+            ):
                 return InternalServerRockError(
                     f"archive-s3: the bucket {self.bucket!r} does not exist at {self._where()}; "
                     f"create it or fix the setting `bucket` in [{TABLE}]",
@@ -381,7 +468,8 @@ class S3ArchiveStore(ArchiveStore):
                 )
             if code in _MISSING_OBJECT_CODES and attempted in ("get", "exists"):
                 return SandboxNotFound(
-                    f"archive-s3: no {what} is stored (s3://{self.bucket}/{self.key(sandbox_id, part)})", **context
+                    f"archive-s3: no {what} is stored (s3://{self.bucket}/{self.key(sandbox_id, part)})",
+                    **context,
                 )
             if code in _CREDENTIAL_CODES:
                 return InternalServerRockError(
@@ -398,28 +486,37 @@ class S3ArchiveStore(ArchiveStore):
                 )
             if code == "NoSuchUpload":
                 return InternalServerRockError(
-                    f"archive-s3: the upload of {what} was aborted (its archive was deleted meanwhile?)", **context
+                    f"archive-s3: the upload of {what} was aborted (its archive was deleted meanwhile?)",
+                    **context,
                 )
-            return InternalServerRockError(f"archive-s3: cannot {attempted} {what}: {code}: {message}", **context)
+            return InternalServerRockError(
+                f"archive-s3: cannot {attempted} {what}: {code}: {message}", **context
+            )
         if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
             return InternalServerRockError(
                 f"archive-s3: no credentials for {self._where()}: set `access_key_id` and `access_key_secret` "
                 f"in [{TABLE}], or AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY ({exc})",
                 **context,
             )
-        if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, ReadTimeoutError)):
+        if isinstance(
+            exc,
+            (EndpointConnectionError, ConnectTimeoutError, ConnectionClosedError, ReadTimeoutError),
+        ):
             return InternalServerRockError(
                 f"archive-s3: cannot reach the endpoint {self._where()} to {attempted} {what}: {exc}; "
                 f"check the setting `endpoint` in [{TABLE}]",
                 **context,
             )
         return InternalServerRockError(
-            f"archive-s3: cannot {attempted} {what} at {self._where()}: {type(exc).__name__}: {exc}", **context
+            f"archive-s3: cannot {attempted} {what} at {self._where()}: {type(exc).__name__}: {exc}",
+            **context,
         )
 
     async def _bucket_exists(self) -> bool:
         try:
-            await anyio.to_thread.run_sync(functools.partial(self._client.head_bucket, Bucket=self.bucket))
+            await anyio.to_thread.run_sync(
+                functools.partial(self._client.head_bucket, Bucket=self.bucket)
+            )
         except Exception as exc:
             return _code(exc) not in ("404", "NoSuchBucket", "NotFound")
         return True
@@ -490,7 +587,7 @@ class _Part(io.RawIOBase):
             return 0
         index = bisect.bisect_right(self._starts, self._pos) - 1
         offset = self._pos - self._starts[index]
-        piece = self._views[index][offset:offset + len(buffer)]
+        piece = self._views[index][offset : offset + len(buffer)]
         n = len(piece)
         memoryview(buffer).cast("B")[:n] = piece
         self._pos += n

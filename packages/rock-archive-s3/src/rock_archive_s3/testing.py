@@ -71,7 +71,9 @@ class MotoServer:
             self._log = tempfile.TemporaryFile()
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 # Objects stay in moto's memory, not on this machine's disk (each part and each
                 # completed object would otherwise be written to a temporary file).
                 env={**os.environ, "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(64 * 1024**3)},
@@ -106,12 +108,21 @@ class MotoServer:
         self.access_key_id, self.access_key_secret = key["AccessKeyId"], key["SecretAccessKey"]
         # From now on every request is authenticated (0 more unauthenticated actions).
         request = urllib.request.Request(
-            f"{self.endpoint}/moto-api/reset-auth", data=b"0", method="POST", headers={"Content-Type": "text/plain"}
+            f"{self.endpoint}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
         )
         with urllib.request.urlopen(request, timeout=10):
             pass
 
-    def client(self, service: str = "s3", *, access_key_id: str | None = None, access_key_secret: str | None = None) -> Any:
+    def client(
+        self,
+        service: str = "s3",
+        *,
+        access_key_id: str | None = None,
+        access_key_secret: str | None = None,
+    ) -> Any:
         """A boto3 client of this server, with its credentials unless others are given."""
         import boto3.session
 
@@ -163,5 +174,10 @@ class MotoServer:
     def __enter__(self) -> MotoServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()

@@ -84,8 +84,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m rock_core.states",
         description="Regenerate the state diagram and table in docs/lifecycle.md from rock_core.states.TRANSITIONS.",
     )
-    parser.add_argument("path", nargs="?", type=Path, help="the page (default: the nearest docs/lifecycle.md)")
-    parser.add_argument("--check", action="store_true", help="only report whether the page is stale")
+    parser.add_argument(
+        "path", nargs="?", type=Path, help="the page (default: the nearest docs/lifecycle.md)"
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="only report whether the page is stale"
+    )
     args = parser.parse_args(argv)
 
     try:

@@ -347,8 +347,12 @@ class SandboxStartRequest:
 
     image: NonBlankStr = constrained(NonBlankStr)
     image_os: str = "linux"
-    auto_clear_time_minutes: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
-    auto_clear_time: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    auto_clear_time_minutes: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
+    auto_clear_time: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
     pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=PullPolicy)
     memory: SizeStr = constrained(SizeStr, default="8g")
     cpus: PositiveFloat = constrained(PositiveFloat, default=2)
@@ -358,13 +362,19 @@ class SandboxStartRequest:
     registry_password: str | None = attrs.field(default=None, repr=False)
     startup_timeout: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
     use_kata_runtime: bool = False
-    auto_archive_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
-    auto_delete_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    auto_archive_seconds: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
+    auto_delete_seconds: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
     disk: SizeStr | None = constrained(SizeStr, optional=True, default="50G")
     num_gpus: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
     accelerator_type: str | None = None
     # rock additions (see the module docstring)
-    auto_clear_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    auto_clear_seconds: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
     env: dict[str, str] | None = None
     metadata: dict[str, str] | None = None
     network: str | None = None
@@ -372,7 +382,9 @@ class SandboxStartRequest:
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     cap_add: list[str] | None = None
     priority: Priority | None = constrained(Priority, optional=True, default=None)
-    restart_policy: RestartPolicy | None = attrs.field(default=None, converter=attrs.converters.optional(RestartPolicy))
+    restart_policy: RestartPolicy | None = attrs.field(
+        default=None, converter=attrs.converters.optional(RestartPolicy)
+    )
     max_restarts: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
 
 
@@ -387,7 +399,9 @@ class WarmupRequest(SandboxStartRequest):
 
     def start_request(self) -> SandboxStartRequest:
         """The start request this warmup prepares for (every field but ``size``)."""
-        return SandboxStartRequest(**{f.name: getattr(self, f.name) for f in attrs.fields(SandboxStartRequest)})
+        return SandboxStartRequest(
+            **{f.name: getattr(self, f.name) for f in attrs.fields(SandboxStartRequest)}
+        )
 
 
 @attrs.frozen(kw_only=True)
@@ -699,7 +713,12 @@ class StateHistoryEntry:
     def from_change(cls, change: Any) -> StateHistoryEntry:
         """The entry for a :class:`~rock_core.states.StateChange`."""
         event = change.event.value if isinstance(change.event, enum.Enum) else str(change.event)
-        return cls(from_state=change.from_state, to_state=change.to_state, event=event, timestamp=change.timestamp)
+        return cls(
+            from_state=change.from_state,
+            to_state=change.to_state,
+            event=event,
+            timestamp=change.timestamp,
+        )
 
 
 @attrs.frozen(kw_only=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, ClassVar
 from rock_core.errors import InvalidParameter
 
 if TYPE_CHECKING:
-    from typing_extensions import Self
+    from typing import Self
 
 __all__ = ["ArchiveStore", "check_archive_address"]
 
@@ -46,7 +46,9 @@ def check_archive_address(sandbox_id: str, part: str | None = None) -> None:
             raise InvalidParameter(
                 f"{field}: {value!r} cannot name an archive: it must be one non-empty path segment, "
                 "without '/', '\\' or NUL, not starting with '.'",
-                field=field, value=value, sandbox_id=sandbox_id if field == "part" else None,
+                field=field,
+                value=value,
+                sandbox_id=sandbox_id if field == "part" else None,
                 attempted="archive",
             )
 

@@ -30,7 +30,7 @@ from rock_core.converters import structure_value
 from rock_core.errors import InternalServerRockError, SandboxNotFound
 from rock_core.hookspecs import Register, hookimpl
 from rock_core.models import NonBlankStr
-from rock_core.units import MiB
+from rock_core.sizes import MiB
 
 __all__ = ["FilesystemArchiveStore", "default_root", "rock_register_archive_stores"]
 
@@ -44,7 +44,9 @@ _TRASH = ".deleted-"
 
 def default_root() -> Path:
     """``$XDG_DATA_HOME/rock/archives``, else ``~/.local/share/rock/archives``."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return Path(base) / "rock" / "archives"
 
 
@@ -61,7 +63,9 @@ class FilesystemArchiveStore(ArchiveStore):
         if root is None:
             self.root = default_root()
         else:
-            self.root = Path(structure_value(os.fspath(root), NonBlankStr, path="root")).expanduser()
+            self.root = Path(
+                structure_value(os.fspath(root), NonBlankStr, path="root")
+            ).expanduser()
 
     def __repr__(self) -> str:
         return f"FilesystemArchiveStore(root={str(self.root)!r})"
@@ -112,7 +116,8 @@ class FilesystemArchiveStore(ArchiveStore):
                 raise InternalServerRockError(
                     f"archive-fs: part {part!r} of sandbox {sandbox_id} was not stored: the sandbox's "
                     f"archive was deleted while it was being written",
-                    sandbox_id=sandbox_id, attempted="archive put",
+                    sandbox_id=sandbox_id,
+                    attempted="archive put",
                 ) from exc.__cause__
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -128,7 +133,8 @@ class FilesystemArchiveStore(ArchiveStore):
             if isinstance(exc.__cause__, (FileNotFoundError, NotADirectoryError)):
                 raise SandboxNotFound(
                     f"archive-fs: no part {part!r} of sandbox {sandbox_id} is stored under {self.root}",
-                    sandbox_id=sandbox_id, attempted="archive get",
+                    sandbox_id=sandbox_id,
+                    attempted="archive get",
                 ) from None
             raise
         return self._read(file, sandbox_id, part)
@@ -161,17 +167,24 @@ class FilesystemArchiveStore(ArchiveStore):
 
     # -- helpers -----------------------------------------------------------------------------
 
-    async def _io(self, call: Callable[[], T], attempted: str, sandbox_id: str, part: str | None) -> T:
+    async def _io(
+        self, call: Callable[[], T], attempted: str, sandbox_id: str, part: str | None
+    ) -> T:
         """Run a blocking file call in a worker thread; an ``OSError`` becomes a rock error."""
         try:
             return await anyio.to_thread.run_sync(call)
         except OSError as exc:
-            what = f"part {part!r} of sandbox {sandbox_id}" if part else f"the archive of sandbox {sandbox_id}"
+            what = (
+                f"part {part!r} of sandbox {sandbox_id}"
+                if part
+                else f"the archive of sandbox {sandbox_id}"
+            )
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise InternalServerRockError(
                 f"archive-fs: cannot {attempted} {what} under {self.root}: {reason}"
                 + (" (the disk is full)" if exc.errno == errno.ENOSPC else ""),
-                sandbox_id=sandbox_id, attempted=f"archive {attempted}",
+                sandbox_id=sandbox_id,
+                attempted=f"archive {attempted}",
             ) from exc
 
 
@@ -182,7 +195,7 @@ class _DeletedMeanwhile(Exception):
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -57,7 +57,7 @@ from cattrs.gen import make_dict_structure_fn
 from rock_core.actions import CommandLine, SandboxStartRequest
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockError
 from rock_core.models import CHECKS, ByteSize, SandboxSpec, SizeStr
-from rock_core.units import cpus_to_float, describe_value, size_to_bytes
+from rock_core.sizes import cpus_to_float, describe_value, size_to_bytes
 
 __all__ = [
     "wire",
@@ -327,7 +327,9 @@ def make_converter(*, forbid_extra_keys: bool) -> cattrs.Converter:
     converter.register_structure_hook_factory(_is_literal, _literal_hook)
     converter.register_structure_hook_factory(is_sequence, _sequence_hook_factory)
     converter.register_structure_hook_factory(is_mapping, _mapping_hook_factory)
-    converter.register_unstructure_hook_factory(_is_int_keyed_mapping, _int_keyed_unstructure_factory)
+    converter.register_unstructure_hook_factory(
+        _is_int_keyed_mapping, _int_keyed_unstructure_factory
+    )
     converter.register_structure_hook_factory(attrs.has, _attrs_hook_factory)
     return converter
 
@@ -358,15 +360,21 @@ def _problems(exc: BaseException, path: str) -> list[tuple[str, str, Any]]:
                 sub_path = _join(path, note.name)
             else:
                 sub_path = f"{path}[{note.index!r}]"
-                if isinstance(note, IterableValidationNote) and note.startswith("Structuring mapping key"):
-                    found.extend((p, f"invalid key: {m}", v) for p, m, v in _problems(sub, sub_path))
+                if isinstance(note, IterableValidationNote) and note.startswith(
+                    "Structuring mapping key"
+                ):
+                    found.extend(
+                        (p, f"invalid key: {m}", v) for p, m, v in _problems(sub, sub_path)
+                    )
                     continue
             found.extend(_problems(sub, sub_path))
         for sub in without:
             found.extend(_problems(sub, path))
         return found
     if isinstance(exc, ForbiddenExtraKeysError):
-        return [(path, f"extra field {name!r} not allowed", None) for name in sorted(exc.extra_fields)]
+        return [
+            (path, f"extra field {name!r} not allowed", None) for name in sorted(exc.extra_fields)
+        ]
     if isinstance(exc, KeyError):
         return [(path, "required field missing", None)]
     if isinstance(exc, _Invalid):
@@ -376,7 +384,7 @@ def _problems(exc: BaseException, path: str) -> list[tuple[str, str, Any]]:
         # field goes on the path, so a nested one reads "pools[1].size: ...".
         prefix = f"{exc.field}: "
         if exc.field and exc.message.startswith(prefix):
-            return [(_join(path, exc.field), exc.message[len(prefix):], exc.value)]
+            return [(_join(path, exc.field), exc.message[len(prefix) :], exc.value)]
         return [(path, exc.message, exc.value)]
     return [(path, str(exc) or type(exc).__name__, None)]
 
@@ -405,7 +413,14 @@ def _raise_invalid(exc: BaseException) -> NoReturn:
 
 
 # What structuring can raise on bad data (anything else is a bug and propagates unchanged).
-_BAD_DATA = (cattrs.BaseValidationError, ForbiddenExtraKeysError, ValueError, TypeError, KeyError, RockError)
+_BAD_DATA = (
+    cattrs.BaseValidationError,
+    ForbiddenExtraKeysError,
+    ValueError,
+    TypeError,
+    KeyError,
+    RockError,
+)
 
 
 def _name(cls: Any) -> str:
@@ -459,7 +474,9 @@ def unstructure_store(obj: Any) -> Any:
 # keyword arguments of the SDK's configs.
 
 
-def structure_value(value: Any, cls: Any, *, path: str, error: type[InvalidParameter] = InvalidParameter) -> Any:
+def structure_value(
+    value: Any, cls: Any, *, path: str, error: type[InvalidParameter] = InvalidParameter
+) -> Any:
     """``value`` as a ``cls``, read and checked as the wire converter reads a field of that type.
 
     So a setting is refused or accepted exactly as the same value in a request would be
@@ -481,7 +498,11 @@ def structure_value(value: Any, cls: Any, *, path: str, error: type[InvalidParam
 
 
 def structure_fields(
-    data: Any, types: Mapping[str, Any], *, path: str = "", error: type[InvalidParameter] = InvalidParameter
+    data: Any,
+    types: Mapping[str, Any],
+    *,
+    path: str = "",
+    error: type[InvalidParameter] = InvalidParameter,
 ) -> dict[str, Any]:
     """A table of settings (a TOML table, variables from the environment), each value read as
     :func:`structure_value` reads it, as the type ``types`` gives for its key; where that is
@@ -501,7 +522,9 @@ def structure_fields(
     return out
 
 
-def _table_problems(data: Any, types: Mapping[str, Any], path: str, out: dict[str, Any]) -> list[tuple[str, str, Any]]:
+def _table_problems(
+    data: Any, types: Mapping[str, Any], path: str, out: dict[str, Any]
+) -> list[tuple[str, str, Any]]:
     if not isinstance(data, Mapping):
         return [(path, f"expected a table, got {describe_value(data)}", data)]
     problems: list[tuple[str, str, Any]] = []
@@ -552,7 +575,9 @@ def read_types(cls: type) -> dict[str, Any]:
     """
     missing = [field.name for field in attrs.fields(cls) if READ_AS not in field.metadata]
     if missing:
-        raise TypeError(f"{_name(cls)}: no type to read {', '.join(missing)} as (use checked() or metadata={{READ_AS: ...}})")
+        raise TypeError(
+            f"{_name(cls)}: no type to read {', '.join(missing)} as (use checked() or metadata={{READ_AS: ...}})"
+        )
     return {field.name: field.metadata[READ_AS] for field in attrs.fields(cls)}
 
 
@@ -625,7 +650,13 @@ def spec_from_start_request(
     group = take("network_group", _network_group, req.network_group)
     cap_add = take("cap_add", capability_names, req.cap_add)
     if group is not None and network in ("host", "none"):
-        problems.append(("network_group", f"a sandbox on network {network!r} cannot join a network group", group))
+        problems.append(
+            (
+                "network_group",
+                f"a sandbox on network {network!r} cannot join a network group",
+                group,
+            )
+        )
     if req.auto_archive_seconds is not None and req.auto_delete_seconds is not None:
         problems.append(
             (
@@ -691,7 +722,9 @@ NETWORK_MODES = ("bridge", "host", "none")
 
 def _network_mode(value: str) -> str:
     if not isinstance(value, str) or not value.strip() or any(ch.isspace() for ch in value):
-        raise ValueError(f"expected a network mode such as {', '.join(NETWORK_MODES)}, got {describe_value(value)}")
+        raise ValueError(
+            f"expected a network mode such as {', '.join(NETWORK_MODES)}, got {describe_value(value)}"
+        )
     return value
 
 
@@ -723,12 +756,16 @@ def capability_names(value: Any) -> tuple[str, ...]:
     :raises ValueError: ``value`` is not a list of names, or names an unknown capability.
     """
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ValueError(f"expected a list of capability names like ['NET_RAW'], got {describe_value(value)}")
+        raise ValueError(
+            f"expected a list of capability names like ['NET_RAW'], got {describe_value(value)}"
+        )
     names: list[str] = []
     for item in value:
         name = item.strip().upper().removeprefix("CAP_") if isinstance(item, str) else None
         if name not in CAPABILITIES:
-            raise ValueError(f"unknown capability {describe_value(item)} (see capabilities(7), e.g. 'NET_RAW')")
+            raise ValueError(
+                f"unknown capability {describe_value(item)} (see capabilities(7), e.g. 'NET_RAW')"
+            )
         if name not in names:
             names.append(name)
     return tuple(names)

@@ -39,7 +39,13 @@ class EnvFailed(InternalServerRockError):
     """
 
     def __init__(
-        self, message: str, *, kind: str = "env_error", env_id: str | None = None, traceback: Sequence[str] = (), **kw: Any
+        self,
+        message: str,
+        *,
+        kind: str = "env_error",
+        env_id: str | None = None,
+        traceback: Sequence[str] = (),
+        **kw: Any,
     ) -> None:
         super().__init__(message, **kw)
         self.kind = kind

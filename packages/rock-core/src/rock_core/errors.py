@@ -79,7 +79,9 @@ class RockError(Exception):
         self.attempted = attempted
         if code is not None:
             if code // 1000 != type(self).code // 1000:
-                raise ValueError(f"code {code} is outside the {type(self).code // 1000}xxx range of {type(self).__name__}")
+                raise ValueError(
+                    f"code {code} is outside the {type(self).code // 1000}xxx range of {type(self).__name__}"
+                )
             self.code = code
 
     def __str__(self) -> str:
@@ -87,7 +89,9 @@ class RockError(Exception):
 
     def __repr__(self) -> str:
         extra = "".join(
-            f", {k}={v!r}" for k, v in (("sandbox_id", self.sandbox_id), ("attempted", self.attempted)) if v
+            f", {k}={v!r}"
+            for k, v in (("sandbox_id", self.sandbox_id), ("attempted", self.attempted))
+            if v
         )
         return f"{type(self).__name__}({self.message!r}{extra})"
 
@@ -96,7 +100,9 @@ class RockError(Exception):
         return (_rebuild, (type(self), self.message, self.sandbox_id, self.attempted, self.code))
 
 
-def _rebuild(cls: type[RockError], message: str, sandbox_id: str | None, attempted: str | None, code: int) -> RockError:
+def _rebuild(
+    cls: type[RockError], message: str, sandbox_id: str | None, attempted: str | None, code: int
+) -> RockError:
     err = cls.__new__(cls)
     RockError.__init__(err, message, sandbox_id=sandbox_id, attempted=attempted)
     err.code = code
@@ -118,7 +124,9 @@ class InvalidParameter(BadRequestRockError):
 
     code = 4001
 
-    def __init__(self, message: str, *, field: str | None = None, value: Any = None, **kw: Any) -> None:
+    def __init__(
+        self, message: str, *, field: str | None = None, value: Any = None, **kw: Any
+    ) -> None:
         super().__init__(message, **kw)
         self.field = field
         self.value = value
@@ -248,7 +256,9 @@ class NonZeroExitCode(CommandRockError):
 
     code = 6001
 
-    def __init__(self, message: str, *, exit_code: int | None = None, output: str = "", **kw: Any) -> None:
+    def __init__(
+        self, message: str, *, exit_code: int | None = None, output: str = "", **kw: Any
+    ) -> None:
         super().__init__(message, **kw)
         self.exit_code = exit_code
         self.output = output

@@ -34,8 +34,8 @@ from typing import Any, NewType, NoReturn
 import attrs
 
 from rock_core.errors import InvalidParameter
+from rock_core.sizes import GiB, describe_value, size_to_bytes
 from rock_core.states import Lifecycle, State, StateChange
-from rock_core.units import GiB, describe_value, size_to_bytes
 
 __all__ = [
     "NonBlankStr",
@@ -79,7 +79,7 @@ __all__ = [
 #: ROCK's ``NonBlankStr`` for sandbox ids and image names.
 NonBlankStr = NewType("NonBlankStr", str)
 #: A size as the user wrote it (``"8g"``, ``"512m"``); kept as text, checked with
-#: :func:`rock_core.units.size_to_bytes`.
+#: :func:`rock_core.sizes.size_to_bytes`.
 SizeStr = NewType("SizeStr", str)
 #: A count of bytes that may be written as a size (``"10m"``) or as a number (``10485760``);
 #: kept as the count. For settings (``max_json_body``), where a size is only ever used as bytes.
@@ -126,7 +126,9 @@ def _check_size(value: Any) -> str:
 
 def _check_byte_size(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(f"expected a size like '10m' or a number of bytes, got {describe_value(value)}")
+        raise ValueError(
+            f"expected a size like '10m' or a number of bytes, got {describe_value(value)}"
+        )
     return size_to_bytes(value)  # its ValueError quotes the value and says what is expected
 
 
@@ -206,10 +208,16 @@ def _byte_count(value: Any) -> Any:
         return value
 
 
-_CONVERTERS: Mapping[Any, Callable[[Any], Any]] = {NonBlankStr: _strip, SizeStr: _size_text, ByteSize: _byte_count}
+_CONVERTERS: Mapping[Any, Callable[[Any], Any]] = {
+    NonBlankStr: _strip,
+    SizeStr: _size_text,
+    ByteSize: _byte_count,
+}
 
 
-def _refuse(error: type[InvalidParameter], attribute: attrs.Attribute[Any], reason: str, value: Any) -> NoReturn:
+def _refuse(
+    error: type[InvalidParameter], attribute: attrs.Attribute[Any], reason: str, value: Any
+) -> NoReturn:
     raise error(f"{attribute.name}: {reason}", field=attribute.name, value=value)
 
 
@@ -242,7 +250,11 @@ def constrained(kind: Any, *, optional: bool = False, **kwargs: Any) -> Any:
 
 
 def must(
-    test: Callable[[Any], bool], expected: str, *, error: type[InvalidParameter] = InvalidParameter, secret: bool = False
+    test: Callable[[Any], bool],
+    expected: str,
+    *,
+    error: type[InvalidParameter] = InvalidParameter,
+    secret: bool = False,
 ) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     """An attrs validator for a rule no type says (a name's pattern, a digest's form).
 
@@ -258,7 +270,9 @@ def must(
     def validate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not test(value):
             shown = "a value not shown (a secret)" if secret else describe_value(value)
-            _refuse(error, attribute, f"expected {expected}, got {shown}", None if secret else value)
+            _refuse(
+                error, attribute, f"expected {expected}, got {shown}", None if secret else value
+            )
 
     return validate
 
@@ -369,9 +383,15 @@ class SandboxSpec:
     accelerator_type: str | None = None
     pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=PullPolicy)
     startup_timeout: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
-    auto_clear_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
-    auto_delete_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
-    auto_archive_seconds: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    auto_clear_seconds: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
+    auto_delete_seconds: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
+    auto_archive_seconds: NonNegativeInt | None = constrained(
+        NonNegativeInt, optional=True, default=None
+    )
     registry_username: str | None = None
     registry_password: str | None = attrs.field(default=None, repr=False)
     env: dict[str, str] = attrs.field(factory=dict)
@@ -385,14 +405,19 @@ class SandboxSpec:
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     cap_add: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
-    restart_policy: RestartPolicy = attrs.field(default=RestartPolicy.NEVER, converter=RestartPolicy)
+    restart_policy: RestartPolicy = attrs.field(
+        default=RestartPolicy.NEVER, converter=RestartPolicy
+    )
     max_restarts: NonNegativeInt = constrained(NonNegativeInt, default=3)
     tenant: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:
             raise _both_set_error(
-                "auto_archive_seconds", "auto_delete_seconds", self.auto_archive_seconds, self.auto_delete_seconds
+                "auto_archive_seconds",
+                "auto_delete_seconds",
+                self.auto_archive_seconds,
+                self.auto_delete_seconds,
             )
 
 
@@ -602,7 +627,7 @@ class RuntimeStatus:
     def rocklet_address(self) -> tuple[str, int] | None:
         """``(host, port)`` of the in-sandbox agent, ``(socket path, 0)`` when it is reached
         through a unix socket, or ``None`` while it is not known. Either form is what
-        :class:`~rock_core.engine.rocklet_client.RockletClient` takes."""
+        :class:`~rock_core.rocklet_client.RockletClient` takes."""
         if self.rocklet_socket is not None:
             return (self.rocklet_socket, 0)
         if self.rocklet_host is None or self.rocklet_port is None:

@@ -83,6 +83,7 @@ log = logging.getLogger("rock.plugins")
 _ALL = frozenset({"1", "true", "yes", "on", "all", "*"})
 _NONE = frozenset({"", "0", "false", "no", "off"})
 
+
 @attrs.frozen
 class _EntryPoint:
     """One entry point of the ``rock`` group as the manager saw it."""
@@ -145,7 +146,9 @@ def _describe_in_process(pm: pluggy.PluginManager, name: str) -> str:
     return f"rock plugin {plugin!r}"  # pluggy names other objects by id(), which says nothing
 
 
-def get_plugin_manager(load_entrypoints: bool = True, plugins: Iterable[object] = ()) -> RockPluginManager:
+def get_plugin_manager(
+    load_entrypoints: bool = True, plugins: Iterable[object] = ()
+) -> RockPluginManager:
     """Build a new plugin manager for rock's hooks.
 
     :param load_entrypoints: load the plugins announced in the entry-point group ``rock``,
@@ -269,7 +272,9 @@ def _register(pm: pluggy.PluginManager, plugin: object, name: str | None, where:
     try:
         pm.register(plugin, name=name)
     except pluggy.PluginValidationError as exc:
-        raise PluginError(f"{where} has an invalid hook implementation: {exc}", attempted="load plugins") from exc
+        raise PluginError(
+            f"{where} has an invalid hook implementation: {exc}", attempted="load plugins"
+        ) from exc
     except ValueError as exc:  # pluggy: name or object already registered
         raise PluginError(f"{where} cannot be registered: {exc}", attempted="load plugins") from exc
 
@@ -294,8 +299,13 @@ def plugin_tables(
     :param names: the plugins that may be configured (a variable must name one of them).
     :raises InvalidParameter: a ``ROCK_PLUGIN_`` variable names no such plugin, or names no key.
     """
-    tables = {name: dict(table) if isinstance(table, Mapping) else table for name, table in options.items()}
-    prefixes = {PLUGIN_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_": name for name in names}
+    tables = {
+        name: dict(table) if isinstance(table, Mapping) else table
+        for name, table in options.items()
+    }
+    prefixes = {
+        PLUGIN_ENV_PREFIX + re.sub(r"[^A-Za-z0-9]", "_", name).upper() + "_": name for name in names
+    }
     for variable, value in sorted(environ.items()):
         if not variable.startswith(PLUGIN_ENV_PREFIX):
             continue
@@ -306,12 +316,15 @@ def plugin_tables(
             raise InvalidParameter(
                 f"{variable}: names no installed plugin (plugins: {known}; the variable is "
                 f"{PLUGIN_ENV_PREFIX}<NAME>_<KEY>, the name upper-cased with '-' as '_')",
-                field=variable, value=value,
+                field=variable,
+                value=value,
             )
         prefix = max(matches, key=len)
-        key = variable[len(prefix):].lower()
+        key = variable[len(prefix) :].lower()
         if not key:
-            raise InvalidParameter(f"{variable}: names no key after the plugin's name", field=variable, value=value)
+            raise InvalidParameter(
+                f"{variable}: names no key after the plugin's name", field=variable, value=value
+            )
         table = tables.setdefault(prefixes[prefix], {})
         if isinstance(table, dict):
             table[key] = value
@@ -360,12 +373,19 @@ class Plugins:
         the plugin that registered it: whose configuration table builds it."""
         owners: dict[str, str] = {}
         for plugin_name, call in self._each(hook_name):
-            self._guarded(plugin_name, hook_name, call, register=lambda name, cls, _p=plugin_name: owners.setdefault(name, _p))
+            self._guarded(
+                plugin_name,
+                hook_name,
+                call,
+                register=lambda name, cls, _p=plugin_name: owners.setdefault(name, _p),
+            )
         return owners
 
     # -- notifications and surfaces -----------------------------------------------------------
 
-    def notify_transition(self, record: SandboxRecord, event: Event, old: State, new: State) -> None:
+    def notify_transition(
+        self, record: SandboxRecord, event: Event, old: State, new: State
+    ) -> None:
         """Call ``rock_sandbox_transition`` of every plugin; a failing plugin is logged and skipped."""
         for plugin_name, call in self._each("rock_sandbox_transition"):
             try:
@@ -416,11 +436,14 @@ class Plugins:
                 known = ", ".join(sorted(loaded)) or "none"
                 raise InvalidParameter(
                     f"plugins.{name}: no plugin named {name!r} is installed (loaded: {known})",
-                    field=f"plugins.{name}", value=dict(table) if isinstance(table, Mapping) else table,
+                    field=f"plugins.{name}",
+                    value=dict(table) if isinstance(table, Mapping) else table,
                 )
             if not isinstance(table, Mapping):
                 raise InvalidParameter(
-                    f"plugins.{name}: expected a table of settings, got {table!r}", field=f"plugins.{name}", value=table
+                    f"plugins.{name}: expected a table of settings, got {table!r}",
+                    field=f"plugins.{name}",
+                    value=table,
                 )
         for plugin_name, call in self._each("rock_configure"):
             frozen = types.MappingProxyType(dict(tables.get(plugin_name, {})))
@@ -480,12 +503,18 @@ class Plugins:
         Each caller runs one plugin's implementation (plus any wrappers) through the manager, so
         tracing and monitoring still see the call.
         """
-        impls = [i for i in getattr(self.pm.hook, hook_name).get_hookimpls() if not (i.hookwrapper or i.wrapper)]
+        impls = [
+            i
+            for i in getattr(self.pm.hook, hook_name).get_hookimpls()
+            if not (i.hookwrapper or i.wrapper)
+        ]
         for impl in reversed(impls):  # pluggy calls the last registered first
             others = [i.plugin for i in impls if i.plugin is not impl.plugin]
             yield impl.plugin_name, self.pm.subset_hook_caller(hook_name, others)
 
-    def _guarded(self, plugin_name: str, hook_name: str, call: Callable[..., list[Any]], **kwargs: Any) -> list[Any]:
+    def _guarded(
+        self, plugin_name: str, hook_name: str, call: Callable[..., list[Any]], **kwargs: Any
+    ) -> list[Any]:
         try:
             return call(**kwargs)
         except RockError:
@@ -512,10 +541,14 @@ class Plugins:
 
         def register(name: str, cls: type) -> None:
             if not isinstance(name, str) or not name:
-                raise PluginError(f"{where} registered a {kind} under {name!r}; names are non-empty strings", attempted=attempted)
+                raise PluginError(
+                    f"{where} registered a {kind} under {name!r}; names are non-empty strings",
+                    attempted=attempted,
+                )
             if not inspect.isclass(cls):
                 raise PluginError(
-                    f"{where} registered {cls!r} as {kind} {name!r}; register the class itself", attempted=attempted
+                    f"{where} registered {cls!r} as {kind} {name!r}; register the class itself",
+                    attempted=attempted,
                 )
             if not issubclass(cls, base):
                 raise PluginError(

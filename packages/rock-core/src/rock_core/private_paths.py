@@ -25,8 +25,14 @@ from rock_core.errors import InvalidParameter
 __all__ = ["private_dir", "private_file"]
 
 
-def _refuse(path: Path, setting: str, problem: str, found: os.stat_result | None) -> InvalidParameter:
-    seen = f" (owner uid {found.st_uid}, mode {stat.filemode(found.st_mode)} {oct(stat.S_IMODE(found.st_mode))})" if found else ""
+def _refuse(
+    path: Path, setting: str, problem: str, found: os.stat_result | None
+) -> InvalidParameter:
+    seen = (
+        f" (owner uid {found.st_uid}, mode {stat.filemode(found.st_mode)} {oct(stat.S_IMODE(found.st_mode))})"
+        if found
+        else ""
+    )
     return InvalidParameter(
         f"{setting}: {path} {problem}{seen}; rock keeps secrets and sockets there and needs it to belong to uid "
         f"{os.geteuid()} alone: remove it, or set {setting} to a path of its own",
@@ -76,7 +82,11 @@ def private_file(path: str | os.PathLike[str], *, setting: str) -> Path:
     """
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0), 0o600)
+        fd = os.open(
+            path,
+            os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0),
+            0o600,
+        )
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise _refuse(path, setting, "is a symbolic link", None) from exc

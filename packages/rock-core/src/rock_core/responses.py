@@ -15,8 +15,8 @@ from typing import Any
 from rock_core import __version__
 from rock_core.actions import SandboxStartResponse, SandboxStatusResponse, StateHistoryEntry
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus, SandboxUsage
+from rock_core.sizes import format_size
 from rock_core.states import LIVE_STATES, State
-from rock_core.units import format_size
 
 __all__ = ["PHASE_QUEUED", "start_response", "statistics_response", "status_response", "usage_view"]
 
@@ -139,7 +139,9 @@ def statistics_response(status: SandboxStatus) -> dict[str, Any]:
     return {
         "cpu": usage.cpu_percent,
         "mem": None if usage.memory_percent is None else round(usage.memory_percent, 1),
-        "disk": round(100.0 * usage.disk_bytes / disk_limit, 1) if usage.disk_bytes is not None and disk_limit else None,
+        "disk": round(100.0 * usage.disk_bytes / disk_limit, 1)
+        if usage.disk_bytes is not None and disk_limit
+        else None,
         "net": net,
         "usage": usage_view(usage),
         "warnings": list(usage.warnings),

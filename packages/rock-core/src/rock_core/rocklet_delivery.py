@@ -39,7 +39,9 @@ __all__ = [
 ROCKLET_PYZ = "rocklet.pyz"
 #: The exit code of a unit whose image has no ``python3``, and the line it prints.
 NO_PYTHON_EXIT_CODE = 127
-NO_PYTHON_LOG_LINE = "rock: this image has no python3; rock needs python3 >= 3.8 in the image to run its agent"
+NO_PYTHON_LOG_LINE = (
+    "rock: this image has no python3; rock needs python3 >= 3.8 in the image to run its agent"
+)
 
 
 def default_rocklet_dir() -> Path:
@@ -74,7 +76,9 @@ class RockletDelivery:
         return self.path.read_bytes()
 
 
-def prepare_rocklet(root: str | os.PathLike[str] | None = None, *, url: str | None = None) -> RockletDelivery:
+def prepare_rocklet(
+    root: str | os.PathLike[str] | None = None, *, url: str | None = None
+) -> RockletDelivery:
     """Build ``rocklet.pyz`` into ``root/<content hash>/`` (once per content) and describe it.
 
     Each version gets its own folder, so that a newer rock never changes the agent under units an

@@ -45,7 +45,9 @@ class _Offer:
 
     __slots__ = ("key", "listener", "handoff", "handoff_path")
 
-    def __init__(self, key: str, listener: socket.socket, handoff: socket.socket, handoff_path: Path) -> None:
+    def __init__(
+        self, key: str, listener: socket.socket, handoff: socket.socket, handoff_path: Path
+    ) -> None:
         self.key = key
         self.listener = listener
         self.handoff = handoff
@@ -77,7 +79,9 @@ class HandoffDesk:
     def __len__(self) -> int:
         return len(self._offers)
 
-    def offer(self, key: str, listen_path: str | os.PathLike[str], handoff_path: str | os.PathLike[str]) -> None:
+    def offer(
+        self, key: str, listen_path: str | os.PathLike[str], handoff_path: str | os.PathLike[str]
+    ) -> None:
         """Listen at ``listen_path`` for the rocklet of unit ``key``, and offer that socket once
         on a new socket at ``handoff_path`` (mode 0666: any user of the unit may take it).
 
@@ -204,7 +208,16 @@ class HandoffDesk:
             if conn is not None:
                 with conn:
                     conn.settimeout(5.0)
-                    conn.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [offer.listener.fileno()]))])
+                    conn.sendmsg(
+                        [b"\0"],
+                        [
+                            (
+                                socket.SOL_SOCKET,
+                                socket.SCM_RIGHTS,
+                                array.array("i", [offer.listener.fileno()]),
+                            )
+                        ],
+                    )
         except OSError as exc:
             log.warning("could not hand unit %s its rocklet socket: %s", offer.key, exc)
         finally:

@@ -48,13 +48,17 @@ ROUTE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 def _method(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in ROUTE_METHODS:
         raise InvalidParameter(
-            f"method: expected one of {', '.join(ROUTE_METHODS)}, got {value!r}", field="method", value=value
+            f"method: expected one of {', '.join(ROUTE_METHODS)}, got {value!r}",
+            field="method",
+            value=value,
         )
 
 
 def _path(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not value.startswith("/") or " " in value:
-        raise InvalidParameter(f"path: expected a path starting with '/', got {value!r}", field="path", value=value)
+        raise InvalidParameter(
+            f"path: expected a path starting with '/', got {value!r}", field="path", value=value
+        )
 
 
 @attrs.frozen

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 import attrs
@@ -24,10 +24,10 @@ import attrs
 from rock_core.errors import NotSupported
 
 if TYPE_CHECKING:
-    from rock_core.rocklet_delivery import RockletDelivery
-    from typing_extensions import Self
+    from typing import Self
 
     from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState, UnitStats
+    from rock_core.rocklet_delivery import RockletDelivery
 
 #: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
 PhaseCallback = Callable[[str, "Phase"], None]
@@ -192,7 +192,9 @@ class Runtime(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> RuntimeStatus | None:
+    async def start(
+        self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None
+    ) -> RuntimeStatus | None:
         """Start the unit; return once the runtime has started it (not when the rocklet answers).
 
         A runtime that knows the started unit's status without asking (its rocklet's address
@@ -225,6 +227,7 @@ class Runtime(abc.ABC):
         requests over and returns (Docker: dockerd completes a removal whose caller left).
         The default removes them all, concurrently, and returns when they are gone.
         """
+
         async def remove(handle: UnitHandle) -> None:
             try:
                 await self.remove(handle)
@@ -286,7 +289,11 @@ class Runtime(abc.ABC):
 
         :raises SandboxAlreadyExists: another unit already goes by ``sandbox_id``.
         """
-        raise NotSupported(f"runtime {self.name!r} cannot assign pooled units", sandbox_id=sandbox_id, attempted="assign")
+        raise NotSupported(
+            f"runtime {self.name!r} cannot assign pooled units",
+            sandbox_id=sandbox_id,
+            attempted="assign",
+        )
 
     @property
     def can_assign(self) -> bool:
@@ -302,7 +309,9 @@ class Runtime(abc.ABC):
         ``stats_interval`` seconds. Optional: the default raises :class:`NotSupported`, and
         sandboxes then show no usage.
         """
-        raise NotSupported(f"runtime {self.name!r} cannot measure its units' resource use", attempted="stats")
+        raise NotSupported(
+            f"runtime {self.name!r} cannot measure its units' resource use", attempted="stats"
+        )
 
     @property
     def can_measure(self) -> bool:
@@ -318,12 +327,17 @@ class Runtime(abc.ABC):
         the runtime enforces (a storage quota) may be left out. Optional: the default raises
         :class:`NotSupported`, and such limits then stay unenforced (the handle's notes say so).
         """
-        raise NotSupported(f"runtime {self.name!r} cannot measure its units' disk use", attempted="disk_usage")
+        raise NotSupported(
+            f"runtime {self.name!r} cannot measure its units' disk use", attempted="disk_usage"
+        )
 
     @property
     def can_snapshot(self) -> bool:
         """Whether this runtime implements :meth:`snapshot` and :meth:`restore` (so archiving works)."""
-        return type(self).snapshot is not Runtime.snapshot and type(self).restore is not Runtime.restore
+        return (
+            type(self).snapshot is not Runtime.snapshot
+            and type(self).restore is not Runtime.restore
+        )
 
     async def snapshot(self, handle: UnitHandle) -> AsyncIterator[bytes]:
         """Snapshot the stopped unit's filesystem and return it as a stream of bytes.

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import MappingProxyType
 
 import attrs
@@ -150,7 +150,7 @@ def _utc(value: datetime) -> datetime:
     # A naive time is ambiguous once stored or sent, so refuse it instead of guessing a zone.
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"timestamp must be timezone-aware, got naive {value.isoformat()}")
-    return value.astimezone(timezone.utc)
+    return value.astimezone(UTC)
 
 
 def _history(entries: Iterable[StateChange]) -> tuple[StateChange, ...]:

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable
 import attrs
 
 from rock_core.models import SandboxRecord, SandboxSpec
+from rock_core.sizes import format_size
 from rock_core.states import LIVE_STATES
-from rock_core.units import format_size
 
 __all__ = [
     "Quota",
@@ -92,7 +92,9 @@ class Usage:
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            sandboxes=self.sandboxes + other.sandboxes, memory=self.memory + other.memory, cpus=self.cpus + other.cpus
+            sandboxes=self.sandboxes + other.sandboxes,
+            memory=self.memory + other.memory,
+            cpus=self.cpus + other.cpus,
         )
 
 
@@ -126,7 +128,9 @@ def usage_by_tenant(records: Iterable[SandboxRecord]) -> dict[str, Usage]:
             use[0] += 1
             use[1] += spec.memory
             use[2] += spec.limit_cpus if spec.limit_cpus is not None else spec.cpus
-    return {t: Usage(sandboxes=int(n), memory=int(m), cpus=float(c)) for t, (n, m, c) in sums.items()}
+    return {
+        t: Usage(sandboxes=int(n), memory=int(m), cpus=float(c)) for t, (n, m, c) in sums.items()
+    }
 
 
 def _count(n: float) -> str:
@@ -137,7 +141,9 @@ def _bytes(n: float) -> str:
     return format_size(int(n))
 
 
-def quota_refusal(tenant: str, quota: Quota | None, using: Usage, asked: Usage) -> tuple[str, str] | None:
+def quota_refusal(
+    tenant: str, quota: Quota | None, using: Usage, asked: Usage
+) -> tuple[str, str] | None:
     """Why ``asked`` on top of ``using`` takes ``tenant`` past ``quota``: ``(field, message)``,
     e.g. ``("max_memory", "tenant 'team-a': max_memory 8g reached (using 6g, asked 4g)")``;
     ``None`` when it fits."""
@@ -150,5 +156,8 @@ def quota_refusal(tenant: str, quota: Quota | None, using: Usage, asked: Usage) 
     ]
     for field, limit, used, more, show in checks:
         if limit is not None and used + more > limit + 1e-9:
-            return field, f"tenant {tenant!r}: {field} {show(limit)} reached (using {show(used)}, asked {show(more)})"
+            return (
+                field,
+                f"tenant {tenant!r}: {field} {show(limit)} reached (using {show(used)}, asked {show(more)})",
+            )
     return None

@@ -12,7 +12,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import attrs
 import pytest
 
@@ -25,8 +24,8 @@ from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported
 from rock_core.models import PhaseStatus
 from rock_core.responses import status_response
 from rock_core.states import Event, State
-from rock_core.testing import ScriptedRuntime, eventually_async
 from rock_core.tenancy import scoped_name
+from rock_core.testing import ScriptedRuntime, eventually_async
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +38,11 @@ def archives(tmp_path: Path) -> Path:
 
 
 def _config(archives: Path | None, **fields: object) -> EngineConfig:
-    store = {"archive_store": "fs", "plugin_options": {"archive-fs": {"root": str(archives)}}} if archives else {}
+    store = (
+        {"archive_store": "fs", "plugin_options": {"archive-fs": {"root": str(archives)}}}
+        if archives
+        else {}
+    )
     return EngineConfig(**{"timer_interval": 3600, "reconcile_interval": 3600, **store, **fields})  # type: ignore[arg-type]
 
 
@@ -84,7 +87,9 @@ def _parts(archives: Path, sandbox_id: str) -> list[str]:
     return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
 
 
-async def test_archive_then_restart_restores_the_sandbox(runtime: ScriptedRuntime, archives: Path) -> None:
+async def test_archive_then_restart_restores_the_sandbox(
+    runtime: ScriptedRuntime, archives: Path
+) -> None:
     async with _engine(runtime, archives) as engine:
         sandbox_id = await _stopped(engine)
         snapshot = runtime.hold("snapshot")
@@ -99,10 +104,15 @@ async def test_archive_then_restart_restores_the_sandbox(runtime: ScriptedRuntim
         assert record.phases["image_archive"].status is PhaseStatus.SUCCESS
         assert record.phases["log_archive"].status is PhaseStatus.SUCCESS
         assert record.archive_time is not None
-        assert [u.sandbox_id for u in runtime.units.values()] == []  # the unit went after both parts were stored
+        assert [
+            u.sandbox_id for u in runtime.units.values()
+        ] == []  # the unit went after both parts were stored
         assert _parts(archives, sandbox_id) == [PART_LOGS, PART_ROOTFS]
         status = await engine.get_status(sandbox_id, include_all_states=True)
-        assert status.state is State.ARCHIVED and status.phases["image_archive"].status is PhaseStatus.SUCCESS
+        assert (
+            status.state is State.ARCHIVED
+            and status.phases["image_archive"].status is PhaseStatus.SUCCESS
+        )
 
         await engine.restart(sandbox_id)
         assert engine.get_record(sandbox_id).state is State.PENDING
@@ -114,7 +124,9 @@ async def test_archive_then_restart_restores_the_sandbox(runtime: ScriptedRuntim
         assert events[-4:] == [Event.ARCHIVE, Event.ARCHIVE_DONE, Event.RESTORE, Event.ALIVE]
 
 
-async def test_archive_is_refused_unless_stopped_with_its_unit(runtime: ScriptedRuntime, archives: Path) -> None:
+async def test_archive_is_refused_unless_stopped_with_its_unit(
+    runtime: ScriptedRuntime, archives: Path
+) -> None:
     async with _engine(runtime, archives) as engine:
         running = await engine.start(KEPT)
         with pytest.raises(BadRequestRockError, match="current state is running.*stop it first"):
@@ -128,14 +140,20 @@ async def test_archive_is_refused_unless_stopped_with_its_unit(runtime: Scripted
             await engine.archive("no-such-sandbox")
 
 
-async def test_archive_without_a_store_names_the_setting_and_the_plugin(runtime: ScriptedRuntime) -> None:
+async def test_archive_without_a_store_names_the_setting_and_the_plugin(
+    runtime: ScriptedRuntime,
+) -> None:
     async with _engine(runtime, None) as engine:
         sandbox_id = await _stopped(engine)
-        with pytest.raises(NotSupported, match="no archive store is configured.*archive_store.*rock-archive-s3"):
+        with pytest.raises(
+            NotSupported, match="no archive store is configured.*archive_store.*rock-archive-s3"
+        ):
             await engine.archive(sandbox_id)
         assert engine.get_record(sandbox_id).state is State.STOPPED
         with pytest.raises(InvalidParameter, match="auto_archive_seconds.*no archive store"):
-            await engine.start_async(SandboxStartRequest(image="scripted:1", auto_archive_seconds=5))
+            await engine.start_async(
+                SandboxStartRequest(image="scripted:1", auto_archive_seconds=5)
+            )
 
 
 async def test_a_failed_archive_leaves_the_sandbox_stopped_with_its_unit_and_no_objects(
@@ -159,7 +177,9 @@ async def test_a_failed_archive_leaves_the_sandbox_stopped_with_its_unit_and_no_
         assert _parts(archives, sandbox_id) == [PART_LOGS, PART_ROOTFS]
 
 
-async def test_an_archive_past_its_timeout_is_stopped_again(runtime: ScriptedRuntime, archives: Path) -> None:
+async def test_an_archive_past_its_timeout_is_stopped_again(
+    runtime: ScriptedRuntime, archives: Path
+) -> None:
     async with _engine(runtime, archives, archive_timeout=0.2) as engine:
         sandbox_id = await _stopped(engine)
         runtime.hold("snapshot")  # never let through: the archive cannot finish
@@ -184,7 +204,7 @@ async def test_a_restore_from_a_missing_or_corrupt_archive_leaves_it_archived(
         if damage == "missing":
             rootfs.unlink()
         else:
-            rootfs.write_bytes(rootfs.read_bytes()[: 100_000])
+            rootfs.write_bytes(rootfs.read_bytes()[:100_000])
         await engine.restart(sandbox_id)
         with pytest.raises(RockError, match="image_pull") as caught:
             await engine.wait_until_running(sandbox_id, timeout=HANG)
@@ -222,7 +242,9 @@ async def test_a_restore_past_its_timeout_and_a_stop_while_restoring_leave_it_ar
         assert _parts(archives, sandbox_id) == [PART_LOGS, PART_ROOTFS]
 
 
-async def test_delete_while_archiving_cancels_the_archive_then_deletes(runtime: ScriptedRuntime, archives: Path) -> None:
+async def test_delete_while_archiving_cancels_the_archive_then_deletes(
+    runtime: ScriptedRuntime, archives: Path
+) -> None:
     async with _engine(runtime, archives) as engine:
         sandbox_id = await _stopped(engine)
         snapshot = runtime.hold("snapshot")
@@ -234,7 +256,9 @@ async def test_delete_while_archiving_cancels_the_archive_then_deletes(runtime: 
         assert runtime.units == {}
 
 
-async def test_delete_of_an_archived_sandbox_deletes_its_archive(runtime: ScriptedRuntime, archives: Path) -> None:
+async def test_delete_of_an_archived_sandbox_deletes_its_archive(
+    runtime: ScriptedRuntime, archives: Path
+) -> None:
     async with _engine(runtime, archives) as engine:
         sandbox_id = await _stopped(engine)
         await engine.archive(sandbox_id)
@@ -246,13 +270,17 @@ async def test_delete_of_an_archived_sandbox_deletes_its_archive(runtime: Script
         assert not _folder(archives, sandbox_id).exists()
 
 
-async def test_auto_archive_seconds_archives_at_its_time(runtime: ScriptedRuntime, archives: Path) -> None:
+async def test_auto_archive_seconds_archives_at_its_time(
+    runtime: ScriptedRuntime, archives: Path
+) -> None:
     async with _engine(runtime, archives) as engine:
         status = await engine.start(SandboxStartRequest(image="scripted:1", auto_archive_seconds=0))
         await engine.stop(status.sandbox_id)
         record = engine.get_record(status.sandbox_id)
         assert record.state is State.STOPPED and record.auto_transition_state is State.ARCHIVED
-        assert [u.sandbox_id for u in runtime.units.values()] == [status.sandbox_id]  # kept for the archive
+        assert [u.sandbox_id for u in runtime.units.values()] == [
+            status.sandbox_id
+        ]  # kept for the archive
         shown = status_response(await engine.get_status(status.sandbox_id, include_all_states=True))
         assert shown.auto_archive_time is not None  # ROCK's field, from the record's deadline
         await engine.run_timers()
@@ -277,7 +305,9 @@ async def test_recovery_resolves_an_interrupted_archive_with_the_store(
         assert record is not None
         records.put(attrs.evolve(record, state=State.ARCHIVING))
     records.close()
-    runtime.units["unit-left"] = type(next(iter(runtime.units.values())))(whole, {"rock.owner": "test-owner", "rock.sandbox_id": whole})
+    runtime.units["unit-left"] = type(next(iter(runtime.units.values())))(
+        whole, {"rock.owner": "test-owner", "rock.sandbox_id": whole}
+    )
     _folder(archives, cut).mkdir(parents=True)
     (_folder(archives, cut) / PART_ROOTFS).write_bytes(b"half")
 

@@ -16,10 +16,10 @@ import anyio
 import pytest
 
 from rock_core.engine.forwarding import PortForwards
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.rocklet.api import Rocklet, build_router
 from rock_core.rocklet.server import RockletServer
+from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.testing import upper_echo_server
 
 pytestmark = pytest.mark.anyio
@@ -69,7 +69,9 @@ async def _exchange(port: int, data: bytes) -> bytes:
             return received
 
 
-async def test_a_forwarded_port_reaches_the_service_and_the_rocklet(client: RockletClient, echo_port: int) -> None:
+async def test_a_forwarded_port_reaches_the_service_and_the_rocklet(
+    client: RockletClient, echo_port: int
+) -> None:
     async with anyio.create_task_group() as tg:
         forwards = PortForwards(tg)
         mapping = await forwards.open("sbx-1", client, [22555, echo_port])
@@ -78,8 +80,12 @@ async def test_a_forwarded_port_reaches_the_service_and_the_rocklet(client: Rock
         # a service in the sandbox
         assert await _exchange(mapping[echo_port], b"ping") == b"PING"
         # the rocklet itself (ROCK's 22555)
-        answer = await _exchange(mapping[22555], b"GET /is_alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        assert answer.startswith(b"HTTP/1.1 200 ") and b'"is_alive":true' in answer.replace(b" ", b"")
+        answer = await _exchange(
+            mapping[22555], b"GET /is_alive HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert answer.startswith(b"HTTP/1.1 200 ") and b'"is_alive":true' in answer.replace(
+            b" ", b""
+        )
         forwards.close("sbx-1")
         await anyio.wait_all_tasks_blocked()
         with pytest.raises(OSError):
@@ -88,7 +94,9 @@ async def test_a_forwarded_port_reaches_the_service_and_the_rocklet(client: Rock
         tg.cancel_scope.cancel()
 
 
-async def test_a_preferred_host_port_is_kept_when_free(client: RockletClient, echo_port: int) -> None:
+async def test_a_preferred_host_port_is_kept_when_free(
+    client: RockletClient, echo_port: int
+) -> None:
     async with anyio.create_task_group() as tg:
         forwards = PortForwards(tg)
         first = await forwards.open("sbx-1", client, [echo_port])
@@ -111,7 +119,9 @@ async def test_a_port_nobody_listens_on_closes_the_connection(client: RockletCli
     probe.bind(("127.0.0.1", 0))
     dead = probe.getsockname()[1]
     probe.close()
-    with pytest.raises(InternalServerRockError, match=f"nothing listens on port {dead} in the sandbox"):
+    with pytest.raises(
+        InternalServerRockError, match=f"nothing listens on port {dead} in the sandbox"
+    ):
         await client.open_tunnel(dead)
     with pytest.raises(InvalidParameter, match="port: expected a port number 1..65535, got 0"):
         await client.open_tunnel(0)
@@ -157,4 +167,6 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
         assert raise_open_files_limit() == resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == hard
     finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), hard))
+        resource.setrlimit(
+            resource.RLIMIT_NOFILE, (max(soft, resource.getrlimit(resource.RLIMIT_NOFILE)[0]), hard)
+        )

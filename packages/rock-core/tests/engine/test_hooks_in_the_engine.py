@@ -31,7 +31,7 @@ pytestmark = pytest.mark.anyio
 
 HANG = 30  # a guard against a hang (the engine regressed); nothing waits for it to pass
 
-LISTENER = '''
+LISTENER = """
 from rock_core import hookimpl
 from rock_core.testing import ScriptedRuntime
 
@@ -64,7 +64,7 @@ def rock_register_runtimes(register):
 def rock_sandbox_transition(record, event, old, new):
     stored = ENGINE["engine"].store.get(record.sandbox_id)
     HEARD.append((record.sandbox_id, event, old, new, record.state, stored.state, stored.delete_time))
-'''
+"""
 
 REQUEST = SandboxStartRequest(image="scripted:1")
 
@@ -88,8 +88,11 @@ async def _engine(
     host, port = rocklet
     # Stopped sandboxes stay stopped (their unit kept) until deleted; the timers never fire.
     config = EngineConfig(
-        runtime="listener", plugin_options={"listener": {"rocklet_host": host, "rocklet_port": str(port)}},
-        timer_interval=3600, reconcile_interval=3600, default_auto_delete_seconds=3600,
+        runtime="listener",
+        plugin_options={"listener": {"rocklet_host": host, "rocklet_port": str(port)}},
+        timer_interval=3600,
+        reconcile_interval=3600,
+        default_auto_delete_seconds=3600,
         store_path=str(tmp_path / "store.db"),
     )
     async with SandboxManager(config, plugins=plugins) as engine:
@@ -128,7 +131,11 @@ async def test_the_engine_announces_each_transition_once_after_storing_it(
             await engine.stop(sandbox_id)  # again: stopping twice is harmless, and silent
             await engine.delete(sandbox_id)
             await engine.delete(sandbox_id)  # again: likewise
-    heard = [(event, old, new, told, stored) for (sid, event, old, new, told, stored, _) in module.HEARD if sid == sandbox_id]
+    heard = [
+        (event, old, new, told, stored)
+        for (sid, event, old, new, told, stored, _) in module.HEARD
+        if sid == sandbox_id
+    ]
     assert heard == [
         (Event.ALIVE, State.PENDING, State.RUNNING, State.RUNNING, State.RUNNING),
         (Event.STOP, State.RUNNING, State.STOPPED, State.STOPPED, State.STOPPED),
@@ -159,6 +166,8 @@ async def test_two_deletes_at_once_delete_and_announce_once(
                 remove.open()
             record = engine.store.get(sandbox_id)
             assert record is not None and record.state is State.DELETED
-    deletions = [entry for entry in module.HEARD if entry[0] == sandbox_id and entry[1] is Event.DELETE]
+    deletions = [
+        entry for entry in module.HEARD if entry[0] == sandbox_id and entry[1] is Event.DELETE
+    ]
     assert [(old, new) for (_, _, old, new, *_) in deletions] == [(State.STOPPED, State.DELETED)]
     assert deletions[0][6] == record.delete_time  # the record the plugin saw is the one kept

@@ -17,13 +17,20 @@ def _state(pid: int) -> str:
 
 
 def test_a_running_owner_is_alive_and_a_zombie_is_dead() -> None:
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
         owner = process_owner(child.pid)
         assert owner.endswith(f":{child.pid}:{proc_start_time(child.pid)}")
         assert not owner_is_dead(owner) and process_alive(child.pid)
         child.stdin.close()  # it exits; not reaped yet: a zombie
-        eventually(lambda: _state(child.pid) == "Z", what="the child exiting (a zombie)", timeout=30, interval=0.01)
+        eventually(
+            lambda: _state(child.pid) == "Z",
+            what="the child exiting (a zombie)",
+            timeout=30,
+            interval=0.01,
+        )
         assert owner_is_dead(owner) and not process_alive(child.pid)
     finally:
         child.wait()

@@ -59,7 +59,9 @@ async def engine(runtime: ScriptedRuntime) -> AsyncIterator[SandboxManager]:
 REQUEST = SandboxStartRequest(image="scripted:1")
 
 
-async def test_a_stop_racing_a_warm_pool_claim_removes_the_claimed_unit(engine: SandboxManager, runtime: ScriptedRuntime) -> None:
+async def test_a_stop_racing_a_warm_pool_claim_removes_the_claimed_unit(
+    engine: SandboxManager, runtime: ScriptedRuntime
+) -> None:
     with anyio.fail_after(HANG):
         await engine.set_warm_pool(REQUEST, 1)
         await engine.wait_warm()
@@ -105,7 +107,10 @@ async def test_starts_go_through_the_queue_in_fair_order_at_most_limit_at_once(
             # A big experiment submits four starts, then a small one submits two.
             for name in ["big-0", "big-1", "big-2", "big-3", "small-0", "small-1"]:
                 experiment = name.split("-")[0]
-                await engine.start_async(SandboxStartRequest(image="scripted:1", sandbox_id=name), experiment_id=experiment)
+                await engine.start_async(
+                    SandboxStartRequest(image="scripted:1", sandbox_id=name),
+                    experiment_id=experiment,
+                )
             await anyio.wait_all_tasks_blocked()
             assert create.waiting == order[:limit]  # as many creating as the limit allows, no more
             waiting = order[limit:]
@@ -130,7 +135,9 @@ async def test_timers_stop_every_expired_sandbox_at_once_and_spare_a_busy_one(
         ids = []
         for _ in range(4):
             started = await engine.start_async(
-                SandboxStartRequest(image="scripted:1", auto_clear_seconds=60, auto_delete_seconds=600)
+                SandboxStartRequest(
+                    image="scripted:1", auto_clear_seconds=60, auto_delete_seconds=600
+                )
             )
             assert started.sandbox_id is not None
             ids.append(started.sandbox_id)
@@ -170,7 +177,9 @@ async def _orphans(runtime: ScriptedRuntime, count: int) -> list[str]:
     dead = f"proc:{socket.gethostname()}:{os.getpid()}:1"
     ids = [f"orphan-{i:02d}" for i in range(count)]
     for sandbox_id in ids:
-        spec = spec_from_start_request(SandboxStartRequest(image="scripted:1", sandbox_id=sandbox_id))
+        spec = spec_from_start_request(
+            SandboxStartRequest(image="scripted:1", sandbox_id=sandbox_id)
+        )
         labels = {LABEL_ENGINE: "rock", LABEL_OWNER: dead, LABEL_SANDBOX_ID: sandbox_id}
         await runtime.start(await runtime.create(spec, labels=labels, rocklet_token="orphan"))
     return ids
@@ -180,7 +189,9 @@ def _orphans_left(runtime: ScriptedRuntime) -> list[str]:
     return [u.sandbox_id for u in runtime.units.values() if u.sandbox_id.startswith("orphan-")]
 
 
-async def test_the_sweep_begins_no_removal_while_the_first_start_is_in_flight(runtime: ScriptedRuntime) -> None:
+async def test_the_sweep_begins_no_removal_while_the_first_start_is_in_flight(
+    runtime: ScriptedRuntime,
+) -> None:
     with anyio.fail_after(HANG):
         orphans = await _orphans(runtime, 20)
         start, remove = runtime.hold("start"), runtime.hold("remove")
@@ -249,7 +260,9 @@ async def test_the_sweep_removes_one_at_a_time_when_starts_never_pause(
             assert _orphans_left(runtime) == []
 
 
-async def test_sixty_queued_starts_in_three_priorities_are_created_highest_first(runtime: ScriptedRuntime) -> None:
+async def test_sixty_queued_starts_in_three_priorities_are_created_highest_first(
+    runtime: ScriptedRuntime,
+) -> None:
     create = runtime.hold("create")
     async with _engine(runtime, max_concurrent_starts=1) as engine:
         with anyio.fail_after(HANG):
@@ -259,7 +272,9 @@ async def test_sixty_queued_starts_in_three_priorities_are_created_highest_first
             for priority, name in ((1, "low"), (5, "normal"), (9, "urgent")):
                 for i in range(20):
                     names.append(f"{name}-{i:02d}")
-                    request = SandboxStartRequest(image="scripted:1", sandbox_id=names[-1], priority=priority)
+                    request = SandboxStartRequest(
+                        image="scripted:1", sandbox_id=names[-1], priority=priority
+                    )
                     await engine.start_async(request, experiment_id=f"exp-{i % 3}")
             await anyio.wait_all_tasks_blocked()
             assert (await engine.get_status("urgent-00")).queue_position == 1
@@ -268,7 +283,9 @@ async def test_sixty_queued_starts_in_three_priorities_are_created_highest_first
             for name in names:
                 assert (await engine.wait_until_running(name)).state is State.RUNNING
         arrived = [a for a in create.arrived if a != "holder"]
-        assert [a.split("-")[0] for a in arrived] == ["urgent"] * 20 + ["normal"] * 20 + ["low"] * 20
+        assert [a.split("-")[0] for a in arrived] == ["urgent"] * 20 + ["normal"] * 20 + [
+            "low"
+        ] * 20
         assert arrived[:3] == ["urgent-00", "urgent-01", "urgent-02"]  # experiments take turns
 
 
@@ -331,7 +348,9 @@ async def test_a_start_waiting_longer_than_its_idle_limit_is_not_stopped_as_idle
     image) is bounded by its startup budget, not expired as idle before it ever ran."""
     with anyio.fail_after(HANG):
         create = runtime.hold("create")
-        sandbox_id = (await engine.start_async(SandboxStartRequest(image="scripted:1", auto_clear_seconds=1))).sandbox_id
+        sandbox_id = (
+            await engine.start_async(SandboxStartRequest(image="scripted:1", auto_clear_seconds=1))
+        ).sandbox_id
         assert sandbox_id is not None
         await create.arrivals(1)
         await engine.run_timers(at=time.time() + 30)
@@ -343,7 +362,9 @@ async def test_a_start_waiting_longer_than_its_idle_limit_is_not_stopped_as_idle
         assert record.state in (State.STOPPED, State.DELETED) and record.reason == "expired"
 
 
-async def _stopped_with_failing_removals(engine: SandboxManager, runtime: ScriptedRuntime, failures: int) -> str:
+async def _stopped_with_failing_removals(
+    engine: SandboxManager, runtime: ScriptedRuntime, failures: int
+) -> str:
     """A sandbox started, running, then stopped (deleted at its stop) while the runtime's next
     ``failures`` removals fail; its id. Its removal attempts run on the queue's own timers, so
     these tests wait for conditions rather than for all tasks blocked."""
@@ -363,12 +384,22 @@ async def test_a_removal_that_fails_is_tried_again_and_the_record_turns_deleted_
     monkeypatch.setattr(removals, "RETRY_FIRST", 0.5)  # far longer than the look below takes
     with anyio.fail_after(HANG):
         sandbox_id = await _stopped_with_failing_removals(engine, runtime, 2)
-        await eventually_async(lambda: engine.removals.failed >= 1, what="a failed removal", timeout=HANG, interval=0.01)
+        await eventually_async(
+            lambda: engine.removals.failed >= 1,
+            what="a failed removal",
+            timeout=HANG,
+            interval=0.01,
+        )
         # Between two attempts: the unit is still there, the record says stopped, not deleted.
         assert engine.get_record(sandbox_id).state is State.STOPPED
         assert any(unit.sandbox_id == sandbox_id for unit in runtime.units.values())
         assert len(engine.removals) == 1
-        await eventually_async(lambda: engine.get_record(sandbox_id).state is State.DELETED, what="the record deleted", timeout=HANG, interval=0.01)
+        await eventually_async(
+            lambda: engine.get_record(sandbox_id).state is State.DELETED,
+            what="the record deleted",
+            timeout=HANG,
+            interval=0.01,
+        )
         assert engine.removals.failed == 2 and runtime.remove_failures == 0
         assert all(unit.sandbox_id != sandbox_id for unit in runtime.units.values())
 
@@ -381,7 +412,12 @@ async def test_a_removal_given_up_leaves_its_unit_to_the_engines_close(
     with anyio.fail_after(HANG):
         async with _engine(runtime) as engine:
             sandbox_id = await _stopped_with_failing_removals(engine, runtime, 2)
-            await eventually_async(lambda: engine.get_record(sandbox_id).state is State.DELETED, what="the record deleted", timeout=HANG, interval=0.01)
+            await eventually_async(
+                lambda: engine.get_record(sandbox_id).state is State.DELETED,
+                what="the record deleted",
+                timeout=HANG,
+                interval=0.01,
+            )
             assert engine.removals.failed == 2 and len(engine.removals) == 0
             assert any(unit.sandbox_id == sandbox_id for unit in runtime.units.values())  # given up
         # The close found it by the engine's label and removed it.
@@ -391,12 +427,19 @@ async def test_a_removal_given_up_leaves_its_unit_to_the_engines_close(
 async def test_a_removal_waiting_for_its_next_attempt_at_close_is_handed_to_the_runtime(
     runtime: ScriptedRuntime, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setattr(removals, "RETRY_FIRST", 3600.0)  # the next attempt would come after the close
+    monkeypatch.setattr(
+        removals, "RETRY_FIRST", 3600.0
+    )  # the next attempt would come after the close
     with anyio.fail_after(HANG):
         store = str(tmp_path / "records.db")
         async with _engine(runtime, remove_on_close=False, store_path=store) as engine:
             sandbox_id = await _stopped_with_failing_removals(engine, runtime, 1)
-            await eventually_async(lambda: engine.removals.failed >= 1, what="a failed removal", timeout=HANG, interval=0.01)
+            await eventually_async(
+                lambda: engine.removals.failed >= 1,
+                what="a failed removal",
+                timeout=HANG,
+                interval=0.01,
+            )
             assert len(engine.removals) == 1
         record = SandboxStore(store).get(sandbox_id)
         assert record is not None and record.state is State.DELETED

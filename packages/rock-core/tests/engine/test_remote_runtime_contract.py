@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
-
 import pytest
 
 from rock_core.actions import Command, SandboxStartRequest
@@ -35,25 +34,40 @@ class PlacingRuntime(ScriptedRuntime):
 
     name = "placing"
 
-    async def create(self, spec, *, labels, rocklet_token, on_phase: PhaseCallback | None = None) -> UnitHandle:  # type: ignore[no-untyped-def]
+    async def create(
+        self, spec, *, labels, rocklet_token, on_phase: PhaseCallback | None = None
+    ) -> UnitHandle:  # type: ignore[no-untyped-def]
         if on_phase is not None:
-            on_phase("image_pull", Phase(status=PhaseStatus.WAITING, message="pulled on the node it is placed on"))
+            on_phase(
+                "image_pull",
+                Phase(status=PhaseStatus.WAITING, message="pulled on the node it is placed on"),
+            )
         self._images = getattr(self, "_images", {})
-        handle = await super().create(spec, labels=labels, rocklet_token=rocklet_token, on_phase=on_phase)
+        handle = await super().create(
+            spec, labels=labels, rocklet_token=rocklet_token, on_phase=on_phase
+        )
         self._images[handle.unit_id] = spec.image
         return handle
 
-    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> RuntimeStatus:
+    async def start(
+        self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None
+    ) -> RuntimeStatus:
         assert on_phase is not None, "the engine must hear of a pull at start"
         on_phase("image_pull", Phase(status=PhaseStatus.RUNNING, message="pulling on node-2"))
         if self._images[handle.unit_id] == MISSING:
-            raise ImagePullFailed(f"Failed to pull image {MISSING} on node-2: manifest unknown", sandbox_id=handle.sandbox_id)
+            raise ImagePullFailed(
+                f"Failed to pull image {MISSING} on node-2: manifest unknown",
+                sandbox_id=handle.sandbox_id,
+            )
         on_phase("image_pull", Phase(status=PhaseStatus.SUCCESS, message="pulled on node-2"))
         await super().start(handle)
         status = await self.inspect(handle)
         return RuntimeStatus(
-            state=status.state, rocklet_host=status.rocklet_host, rocklet_port=status.rocklet_port,
-            node_name="node-2", node_address="127.0.0.2",
+            state=status.state,
+            rocklet_host=status.rocklet_host,
+            rocklet_port=status.rocklet_port,
+            node_name="node-2",
+            node_address="127.0.0.2",
         )
 
 
@@ -73,9 +87,13 @@ async def test_the_record_shows_the_node_the_runtime_placed_it_on(engine: Sandbo
     assert shown.status["image_pull"].message == "pulled on node-2"
 
 
-async def test_an_image_pull_that_fails_at_start_fails_the_image_pull_phase(engine: SandboxManager) -> None:
+async def test_an_image_pull_that_fails_at_start_fails_the_image_pull_phase(
+    engine: SandboxManager,
+) -> None:
     started = await engine.start_async(SandboxStartRequest(image=MISSING))
-    with pytest.raises(InternalServerRockError, match=r"because image_pull: Failed to pull image .* on node-2"):
+    with pytest.raises(
+        InternalServerRockError, match=r"because image_pull: Failed to pull image .* on node-2"
+    ):
         await engine.wait_until_running(started.sandbox_id, timeout=30)
     record = engine.get_record(started.sandbox_id)
     assert record.phases["image_pull"].status is PhaseStatus.FAILED
@@ -95,7 +113,10 @@ async def test_warm_pools_work_on_a_runtime_that_cannot_rename_and_survive_a_res
     runtime = FixedNameRuntime(rocklet)
     assert not runtime.can_assign
     config = EngineConfig(
-        timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "records.db"), remove_on_close=False,
+        timer_interval=3600,
+        reconcile_interval=3600,
+        store_path=str(tmp_path / "records.db"),
+        remove_on_close=False,
     )
     request = SandboxStartRequest(image="scripted:1")
     with anyio.fail_after(30):
@@ -119,6 +140,10 @@ async def test_warm_pools_work_on_a_runtime_that_cannot_rename_and_survive_a_res
             assert list(runtime.units) == [member_unit]
             recovered = await engine.get_status(sandbox_id)
             assert recovered.state is State.RUNNING  # found again by its unit id, not its name
-            assert (await engine.rocklet(sandbox_id).execute(Command(command=["echo", "hi"]))).stdout.strip() == "hi"
+            assert (
+                await engine.rocklet(sandbox_id).execute(Command(command=["echo", "hi"]))
+            ).stdout.strip() == "hi"
             await engine.stop(sandbox_id)
-            await eventually_async(lambda: member_unit not in runtime.units, what="the member's unit removed")
+            await eventually_async(
+                lambda: member_unit not in runtime.units, what="the member's unit removed"
+            )

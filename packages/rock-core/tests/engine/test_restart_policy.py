@@ -26,7 +26,9 @@ CLEAN_EXIT = RuntimeStatus(state=UnitState.EXITED, exit_code=0)
 
 @pytest.fixture
 async def engine(runtime: ScriptedRuntime) -> AsyncIterator[SandboxManager]:
-    config = EngineConfig(timer_interval=3600, reconcile_interval=3600, restart_backoff_seconds=0.01)
+    config = EngineConfig(
+        timer_interval=3600, reconcile_interval=3600, restart_backoff_seconds=0.01
+    )
     async with SandboxManager(config, runtime=runtime) as engine:
         yield engine
 
@@ -36,7 +38,9 @@ async def _running(engine: SandboxManager, **fields: object) -> str:
     return status.sandbox_id
 
 
-async def _crash(engine: SandboxManager, runtime: ScriptedRuntime, sandbox_id: str, status: RuntimeStatus) -> None:
+async def _crash(
+    engine: SandboxManager, runtime: ScriptedRuntime, sandbox_id: str, status: RuntimeStatus
+) -> None:
     unit = engine.get_record(sandbox_id).unit_id
     assert unit is not None
     runtime.units[unit].state = UnitState.EXITED
@@ -72,15 +76,22 @@ async def test_on_failure_leaves_a_clean_exit_stopped_and_always_restarts_it(
         assert (await engine.wait_until_running(eager)).record.restart_count == 1
 
 
-async def test_it_gives_up_after_max_restarts_saying_so(engine: SandboxManager, runtime: ScriptedRuntime) -> None:
-    sandbox_id = await _running(engine, restart_policy="on-failure", max_restarts=1, auto_delete_seconds=600)
+async def test_it_gives_up_after_max_restarts_saying_so(
+    engine: SandboxManager, runtime: ScriptedRuntime
+) -> None:
+    sandbox_id = await _running(
+        engine, restart_policy="on-failure", max_restarts=1, auto_delete_seconds=600
+    )
     await _crash(engine, runtime, sandbox_id, KILLED)
     with anyio.fail_after(HANG):
         await engine.wait_until_running(sandbox_id)
     await _crash(engine, runtime, sandbox_id, KILLED)
     record = engine.get_record(sandbox_id)
     assert record.state is State.STOPPED
-    assert record.reason == "container exited with code 137 (not restarted: gave up after 1 restart, max_restarts)"
+    assert (
+        record.reason
+        == "container exited with code 137 (not restarted: gave up after 1 restart, max_restarts)"
+    )
 
 
 async def test_never_is_the_default(engine: SandboxManager, runtime: ScriptedRuntime) -> None:

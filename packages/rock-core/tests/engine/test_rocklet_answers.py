@@ -20,9 +20,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from rock_core.actions import Command, ReadFileRequest
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.errors import InternalServerRockError
+from rock_core.rocklet_client import RockletClient, new_http_client
 
 pytestmark = pytest.mark.anyio
 
@@ -55,26 +56,53 @@ class _Hostile(socketserver.BaseRequestHandler):
         path = head.split(b" ", 2)[1].decode()
         try:
             if path == "/execute":  # a JSON answer of 256 MiB, its length declared
-                self._send(sock, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                           % ENDLESS + b'{"stdout": "', ENDLESS)
+                self._send(
+                    sock,
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                    % ENDLESS
+                    + b'{"stdout": "',
+                    ENDLESS,
+                )
             elif path == "/read_file":  # no length: chunked, without end
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+                sock.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
                 block = b"a" * 65536
                 for _ in range(ENDLESS // len(block)):
                     sock.sendall(b"%x\r\n%s\r\n" % (len(block), block))
             elif path == "/is_alive":  # liveness answering without end
-                self._send(sock, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n" + b'{"is_alive": true, "x": "', ENDLESS)
+                self._send(
+                    sock,
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n"
+                    + b'{"is_alive": true, "x": "',
+                    ENDLESS,
+                )
             elif path == "/execute_stream":  # one NDJSON line that never ends
-                self._send(sock, b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n" + b'{"type": "output", "data": "', ENDLESS)
+                self._send(
+                    sock,
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n\r\n"
+                    + b'{"type": "output", "data": "',
+                    ENDLESS,
+                )
             elif path.startswith("/processes/p/output"):  # more output than the request's limit
-                self._send(sock, b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n", 64 * MiB)
+                self._send(
+                    sock,
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n",
+                    64 * MiB,
+                )
             elif path == "/list_dir":  # a small compressed answer that unpacks to 256 MiB
                 bomb = _bomb()
-                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(bomb) + bomb)
+                sock.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Encoding: gzip\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(bomb) + bomb
+                )
             elif path == "/download":  # an error whose detail never ends
-                self._send(sock, b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\r\n"
-                           + b'{"detail": "', ENDLESS)
+                self._send(
+                    sock,
+                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n\r\n"
+                    + b'{"detail": "',
+                    ENDLESS,
+                )
         except OSError:
             pass
 
@@ -121,11 +149,17 @@ def flat() -> Iterator[None]:
     assert growth < 32 * MiB, f"the process grew by {growth / MiB:.1f} MiB"
 
 
-async def test_a_256mib_command_answer_is_an_error_naming_the_cap(client: RockletClient, flat: None) -> None:
+async def test_a_256mib_command_answer_is_an_error_naming_the_cap(
+    client: RockletClient, flat: None
+) -> None:
     with pytest.raises(InternalServerRockError) as caught:
         await client.execute(Command(command="yes"))
     message = caught.value.message
-    assert "execute" in message and f"more than {CAP} bytes" in message and "max_rocklet_answer" in message
+    assert (
+        "execute" in message
+        and f"more than {CAP} bytes" in message
+        and "max_rocklet_answer" in message
+    )
     assert "download" in message  # what to do instead
 
 
@@ -144,7 +178,9 @@ async def test_an_endless_stream_line_is_an_error(client: RockletClient, flat: N
             pass
 
 
-async def test_process_output_is_read_up_to_the_requests_own_limit(client: RockletClient, flat: None) -> None:
+async def test_process_output_is_read_up_to_the_requests_own_limit(
+    client: RockletClient, flat: None
+) -> None:
     with pytest.raises(InternalServerRockError, match="more than 1000 bytes .the request's limit"):
         await client.process_output("p", limit=1000)
 
@@ -154,7 +190,9 @@ async def test_a_compressed_answer_is_refused_unread(client: RockletClient, flat
         await client.list_dir("/")
 
 
-async def test_an_endless_error_answer_is_read_only_so_far(client: RockletClient, flat: None) -> None:
+async def test_an_endless_error_answer_is_read_only_so_far(
+    client: RockletClient, flat: None
+) -> None:
     with pytest.raises(InternalServerRockError, match="HTTP 500"):
         async for _chunk in client.download("/x"):
             pass

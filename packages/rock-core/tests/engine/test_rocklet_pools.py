@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
+from rock_core.rocklet_client import RockletClient, new_http_client
 
 pytestmark = pytest.mark.anyio
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import types
 
 import pytest
+
 from rock_core import hookimpl
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
@@ -38,20 +39,34 @@ def _plugins() -> Plugins:
 def test_the_runtime_takes_its_plugins_table_with_runtime_options_on_top(monkeypatch) -> None:
     monkeypatch.setenv("ROCK_PLUGIN_TABLED_PLUGIN_TOKEN", "from-the-environment")
     engine = SandboxManager(
-        EngineConfig(runtime="tabled", plugin_options={"tabled-plugin": {"address": "http://table:4646", "token": "t"}}),
+        EngineConfig(
+            runtime="tabled",
+            plugin_options={"tabled-plugin": {"address": "http://table:4646", "token": "t"}},
+        ),
         plugins=_plugins(),
     )
     assert isinstance(engine.runtime, TabledRuntime)
-    assert (engine.runtime.address, engine.runtime.token) == ("http://table:4646", "from-the-environment")
+    assert (engine.runtime.address, engine.runtime.token) == (
+        "http://table:4646",
+        "from-the-environment",
+    )
 
     engine = SandboxManager(
-        EngineConfig(runtime="tabled", plugin_options={"tabled-plugin": {"address": "http://table:4646"}},
-                     runtime_options={"address": "http://options:4646"}),
+        EngineConfig(
+            runtime="tabled",
+            plugin_options={"tabled-plugin": {"address": "http://table:4646"}},
+            runtime_options={"address": "http://options:4646"},
+        ),
         plugins=_plugins(),
     )
     assert engine.runtime.address == "http://options:4646"
 
 
 def test_a_misspelt_key_of_the_runtimes_table_is_named_with_the_table() -> None:
-    with pytest.raises(InvalidParameter, match=r"plugins\.tabled-plugin .*unexpected keyword argument 'adress'"):
-        SandboxManager(EngineConfig(runtime="tabled", plugin_options={"tabled-plugin": {"adress": "x"}}), plugins=_plugins())
+    with pytest.raises(
+        InvalidParameter, match=r"plugins\.tabled-plugin .*unexpected keyword argument 'adress'"
+    ):
+        SandboxManager(
+            EngineConfig(runtime="tabled", plugin_options={"tabled-plugin": {"adress": "x"}}),
+            plugins=_plugins(),
+        )

@@ -62,7 +62,9 @@ async def test_turns_alternate_between_experiments():
             await anyio.sleep(0)
         await anyio.wait_all_tasks_blocked()
         assert queue.depth == 6
-        assert [queue.position(x) for x in ("big-0", "small-0", "big-1", "small-1", "big-2", "big-3")] == [1, 2, 3, 4, 5, 6]
+        assert [
+            queue.position(x) for x in ("big-0", "small-0", "big-1", "small-1", "big-2", "big-3")
+        ] == [1, 2, 3, 4, 5, 6]
         assert queue.position("holder") is None
         gate.set()
     assert order == ["big-0", "small-0", "big-1", "small-1", "big-2", "big-3"]
@@ -138,9 +140,15 @@ async def test_sixty_starts_in_three_priorities_go_highest_first_fair_within_eac
                 await anyio.wait_all_tasks_blocked()
         assert queue.depth == 60
         positions = queue.positions()
-        assert positions["urgent-00"] == 1 and positions["normal-00"] == 21 and positions["low-00"] == 41
+        assert (
+            positions["urgent-00"] == 1
+            and positions["normal-00"] == 21
+            and positions["low-00"] == 41
+        )
         release.set()
-    assert [item.split("-")[0] for item in order] == ["urgent"] * 20 + ["normal"] * 20 + ["low"] * 20
+    assert [item.split("-")[0] for item in order] == ["urgent"] * 20 + ["normal"] * 20 + [
+        "low"
+    ] * 20
     # Within a priority, turns alternate between experiments, first come first served in each.
     urgent = order[:20]
     assert urgent[:4] == ["urgent-00", "urgent-01", "urgent-02", "urgent-03"]

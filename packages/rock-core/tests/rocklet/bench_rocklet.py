@@ -37,7 +37,11 @@ def free_port() -> int:
 def start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, int, float]:
     port = free_port()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv + ["--host", "127.0.0.1", "--port", str(port), "--no-auth"], env=env, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        argv + ["--host", "127.0.0.1", "--port", str(port), "--no-auth"],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -103,7 +107,11 @@ def main() -> None:
         clean = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         measure("pyz", [python, str(pyz)], clean)
         measure("pyz -S", [python, "-I", "-S", str(pyz)], clean)
-        measure("source", [sys.executable, "-m", "rock_core.rocklet"], dict(os.environ, PYTHONPATH=str(SRC)))
+        measure(
+            "source",
+            [sys.executable, "-m", "rock_core.rocklet"],
+            dict(os.environ, PYTHONPATH=str(SRC)),
+        )
 
 
 if __name__ == "__main__":

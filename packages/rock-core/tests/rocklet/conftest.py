@@ -15,8 +15,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -54,7 +55,9 @@ class RockletProcess:
         )
         self.port = self._wait_for_port()
         self.url = "http://127.0.0.1:%d" % self.port
-        self.client = httpx.Client(base_url=self.url, timeout=120, headers={TOKEN_HEADER: self.token})
+        self.client = httpx.Client(
+            base_url=self.url, timeout=120, headers={TOKEN_HEADER: self.token}
+        )
 
     def _wait_for_port(self) -> int:
         deadline = time.monotonic() + 30
@@ -107,7 +110,9 @@ class RockletProcess:
 def _children(pid: int) -> list[int]:
     """The direct children of ``pid`` (Linux's ``/proc/<pid>/task/<pid>/children``)."""
     try:
-        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [
+            int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        ]
     except OSError:
         return []
 
@@ -144,7 +149,9 @@ def start_rocklet(kind: str, pyz: Path, tmp: Path) -> RockletProcess:
 
 
 @pytest.fixture(scope="session", params=["source", "pyz"])
-def rocklet(request: pytest.FixtureRequest, pyz: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RockletProcess]:
+def rocklet(
+    request: pytest.FixtureRequest, pyz: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RockletProcess]:
     """A rocklet shared by the tests of one kind; stopped (and checked) at the end."""
     proc = start_rocklet(request.param, pyz, tmp_path_factory.mktemp("rocklet-" + request.param))
     yield proc
@@ -169,7 +176,6 @@ def run(rocklet: RockletProcess, session: str) -> Any:
         return rocklet.post("/run_in_session", session=session, command=command, **fields)
 
     return _run
-
 
 
 @pytest.fixture

@@ -12,11 +12,12 @@ import os
 import sys
 import textwrap
 import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
+
 from rock_core.testing import eventually
 
 from .conftest import SRC, RockletProcess, system_python
@@ -100,7 +101,12 @@ def fake_gem(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module", params=["source", "pyz"])
-def rocklet(request: pytest.FixtureRequest, fake_gem: Path, pyz: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RockletProcess]:
+def rocklet(
+    request: pytest.FixtureRequest,
+    fake_gem: Path,
+    pyz: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[RockletProcess]:
     """A rocklet whose env worker finds the stand-in gem through ``$ROCK_ENV_PYTHONPATH``."""
     tmp = tmp_path_factory.mktemp("rocklet-envs-" + request.param)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
@@ -126,7 +132,10 @@ def test_make_reset_step_close(rocklet: RockletProcess) -> None:
     made = rocklet.ok("/env/make", env_id="game:Coin-v0-easy")
     assert made["env_id"] == "game:Coin-v0-easy" and made["env"].startswith("e")
     assert made["pid"] != rocklet.proc.pid
-    assert rocklet.ok("/env/reset", env=made["env"], seed=1) == {"observation": "flip the coin", "info": {"suffix": "turn 0"}}
+    assert rocklet.ok("/env/reset", env=made["env"], seed=1) == {
+        "observation": "flip the coin",
+        "info": {"suffix": "turn 0"},
+    }
     step = rocklet.ok("/env/step", env=made["env"], action="flip")
     assert set(step) == {"observation", "reward", "terminated", "truncated", "info"}
     assert step["terminated"] is False and step["info"] == {"turn": 1}
@@ -217,12 +226,16 @@ def test_dead_env_process_is_a_clear_error(rocklet: RockletProcess) -> None:
     rocklet.ok("/env/close", env=other)
 
 
-def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(rocklet: RockletProcess, tmp_path: Path) -> None:
+def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(
+    rocklet: RockletProcess, tmp_path: Path
+) -> None:
     import httpx
 
     gate = tmp_path / "gate"  # the slow env's reset waits there until the test releases it
     gate.mkdir()
-    slow = rocklet.ok("/env/make", env_id="game:Slow-v0", kwargs={"gate": str(gate)}, timeout=30)["env"]
+    slow = rocklet.ok("/env/make", env_id="game:Slow-v0", kwargs={"gate": str(gate)}, timeout=30)[
+        "env"
+    ]
     fast = rocklet.ok("/env/make", env_id="game:Coin-v0-hard")["env"]
     done = threading.Event()
 
@@ -233,9 +246,13 @@ def test_slow_reset_blocks_neither_the_rocklet_nor_other_envs(rocklet: RockletPr
     thread = threading.Thread(target=slow_reset)
     thread.start()
     try:
-        eventually(lambda: (gate / "entered").exists(), what="the slow reset in the env")  # in flight, held
+        eventually(
+            lambda: (gate / "entered").exists(), what="the slow reset in the env"
+        )  # in flight, held
         assert not done.is_set()
-        with httpx.Client(base_url=rocklet.url, headers=dict(rocklet.client.headers), timeout=60) as other:
+        with httpx.Client(
+            base_url=rocklet.url, headers=dict(rocklet.client.headers), timeout=60
+        ) as other:
             assert other.get("/is_alive").json()["is_alive"] is True
             assert other.post("/env/step", json={"env": fast, "action": "x"}).status_code == 200
             assert other.post("/execute", json={"command": "true"}).status_code == 200
@@ -282,7 +299,9 @@ def test_bad_requests_name_the_field(rocklet: RockletProcess) -> None:
     assert response.status_code == 400 and "'env'" in response.json()["detail"]
 
 
-def test_a_python_without_gem_is_a_clear_error_and_a_pythonpath_brings_it(pyz: Path, tmp_path: Path, fake_gem: Path) -> None:
+def test_a_python_without_gem_is_a_clear_error_and_a_pythonpath_brings_it(
+    pyz: Path, tmp_path: Path, fake_gem: Path
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     env["ROCK_ENV_PYTHON"] = system_python()
     env["ROCK_ENV_PYTHONPATH"] = str(tmp_path / "nothing-here")
@@ -300,12 +319,18 @@ def test_a_python_without_gem_is_a_clear_error_and_a_pythonpath_brings_it(pyz: P
         assert proc.stop() == 0
 
 
-def test_an_env_image_has_its_worker_started_with_the_rocklet(pyz: Path, tmp_path: Path, fake_gem: Path) -> None:
+def test_an_env_image_has_its_worker_started_with_the_rocklet(
+    pyz: Path, tmp_path: Path, fake_gem: Path
+) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env.update(ROCK_ENV_PYTHON=system_python(), ROCK_ENV_PYTHONPATH=str(fake_gem), ROCK_ENV_PRESTART="1")
+    env.update(
+        ROCK_ENV_PYTHON=system_python(), ROCK_ENV_PYTHONPATH=str(fake_gem), ROCK_ENV_PRESTART="1"
+    )
     proc = RockletProcess([system_python(), "-I", str(pyz)], tmp_path, env)
     try:
-        eventually(lambda: proc.client.get("/env").json()["workers"], what="a worker started", timeout=30)
+        eventually(
+            lambda: proc.client.get("/env").json()["workers"], what="a worker started", timeout=30
+        )
         assert proc.client.get("/env").json()["workers"][0]["ready"] is True
         assert proc.client.get("/env").json()["envs"] == []
     finally:
@@ -316,10 +341,16 @@ def test_an_env_past_its_timeout_is_ended_with_a_clear_error(rocklet: RockletPro
     key = rocklet.ok("/env/make", env_id="game:Coin-v0-easy")["env"]
     try:
         # The stand-in's reset sleeps slow_reset seconds (its constructor resets too).
-        slow = rocklet.ok("/env/make", env_id="game:Slow-v0", kwargs={"slow_reset": 5.0}, timeout=30)["env"]
+        slow = rocklet.ok(
+            "/env/make", env_id="game:Slow-v0", kwargs={"slow_reset": 5.0}, timeout=30
+        )["env"]
         err = env_error(rocklet, "/env/reset", env=slow, timeout=0.5)
         assert err["extra_info"]["kind"] == "timeout" and "did not answer in time" in err["message"]
-        assert env_error(rocklet, "/env/step", env=slow, action="x")["extra_info"]["kind"] == "no_env"
-        assert rocklet.ok("/env/step", env=key, action="x")["info"] == {"turn": 1}  # the others go on
+        assert (
+            env_error(rocklet, "/env/step", env=slow, action="x")["extra_info"]["kind"] == "no_env"
+        )
+        assert rocklet.ok("/env/step", env=key, action="x")["info"] == {
+            "turn": 1
+        }  # the others go on
     finally:
         rocklet.ok("/env/close", env=key)

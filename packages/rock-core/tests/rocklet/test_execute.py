@@ -50,7 +50,9 @@ def test_a_missing_program_raises_with_check(rocklet):
 
 def test_timeout_kills_the_command_and_answers_minus_one_like_rock(rocklet, tmp_path):
     marker = tmp_path / "late"
-    answer = rocklet.ok("/execute", command="echo early; sleep 30; touch %s" % marker, shell=True, timeout=0.5)
+    answer = rocklet.ok(
+        "/execute", command="echo early; sleep 30; touch %s" % marker, shell=True, timeout=0.5
+    )
     assert answer["exit_code"] == -1 and answer["stdout"] == "early\n"
     assert "Timeout (0.5s) exceeded" in answer["stderr"] and "killed" in answer["stderr"]
     assert not marker.exists()
@@ -58,7 +60,13 @@ def test_timeout_kills_the_command_and_answers_minus_one_like_rock(rocklet, tmp_
 
 def test_timeout_raises_with_check(rocklet, tmp_path):
     marker = tmp_path / "late"
-    err = rocklet.error("/execute", command="echo early; sleep 30; touch %s" % marker, shell=True, timeout=0.5, check=True)
+    err = rocklet.error(
+        "/execute",
+        command="echo early; sleep 30; touch %s" % marker,
+        shell=True,
+        timeout=0.5,
+        check=True,
+    )
     assert err["class_path"] == "rock.rocklet.exceptions.CommandTimeoutError"
     assert err["extra_info"]["stdout"] == "early\n"
     assert not marker.exists()
@@ -86,7 +94,14 @@ def test_usage_figures(rocklet):
     assert body["stdout"] == "allocated\n"
     assert body["max_rss_bytes"] >= 50 * 1024 * 1024
     assert body["wall_time"] > 0
-    busy = rocklet.ok("/execute", command=[sys.executable, "-c", "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"])
+    busy = rocklet.ok(
+        "/execute",
+        command=[
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass",
+        ],
+    )
     assert busy["cpu_time"] >= 0.3
     assert busy["wall_time"] >= busy["cpu_time"] * 0.5
 
@@ -105,7 +120,9 @@ def test_stream_yields_output_before_the_command_ends(rocklet, tmp_path):
     flag = tmp_path / "go"
     command = "echo ready; while [ ! -e %s ]; do sleep 0.01; done; echo done >&2; exit 5" % flag
     with httpx.Client(base_url=rocklet.url, timeout=60, headers=rocklet.client.headers) as client:
-        with client.stream("POST", "/execute_stream", json={"command": command, "shell": True}) as response:
+        with client.stream(
+            "POST", "/execute_stream", json={"command": command, "shell": True}
+        ) as response:
             assert response.status_code == 200
             assert response.headers["content-type"] == "application/x-ndjson"
             lines = response.iter_lines()

@@ -10,7 +10,10 @@ import zipfile
 
 def test_write_creates_parents_and_read_returns_it(rocklet, tmp_path):
     target = tmp_path / "a" / "b" / "note.txt"
-    assert rocklet.ok("/write_file", path=str(target), content="héllo\r\nworld\n") == {"success": True, "message": ""}
+    assert rocklet.ok("/write_file", path=str(target), content="héllo\r\nworld\n") == {
+        "success": True,
+        "message": "",
+    }
     assert target.read_bytes() == "héllo\r\nworld\n".encode()
     assert rocklet.ok("/read_file", path=str(target)) == {"content": "héllo\r\nworld\n"}
     rocklet.ok("/write_file", path=str(target), content="short")
@@ -62,10 +65,14 @@ def test_upload_with_the_file_part_first(rocklet, tmp_path):
     target = tmp_path / "late.txt"
     boundary = "XyZbOuNdArY"
     body = (
-        "--{b}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.txt\"\r\n\r\nfile body\r\n"
-        "--{b}\r\nContent-Disposition: form-data; name=\"target_path\"\r\n\r\n{t}\r\n--{b}--\r\n"
-    ).format(b=boundary, t=target)
-    response = rocklet.client.post("/upload", content=body.encode(), headers={"content-type": "multipart/form-data; boundary=" + boundary})
+        f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="x.txt"\r\n\r\nfile body\r\n'
+        f'--{boundary}\r\nContent-Disposition: form-data; name="target_path"\r\n\r\n{target}\r\n--{boundary}--\r\n'
+    )
+    response = rocklet.client.post(
+        "/upload",
+        content=body.encode(),
+        headers={"content-type": "multipart/form-data; boundary=" + boundary},
+    )
     assert response.status_code == 200, response.text
     assert target.read_text() == "file body"
 

@@ -5,7 +5,6 @@ listening socket (:class:`rock_core.rocklet_handoff.HandoffDesk`) and the rockle
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -31,7 +30,9 @@ def _rocklet(pyz: Path, handoff: Path, tmp: Path) -> tuple[subprocess.Popen[byte
     stderr = tmp / "rocklet.stderr"
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [system_python(), "-I", str(pyz), "--listen-fd-from", str(handoff), "--no-auth"], stderr=err, cwd=str(tmp)
+            [system_python(), "-I", str(pyz), "--listen-fd-from", str(handoff), "--no-auth"],
+            stderr=err,
+            cwd=str(tmp),
         )
     return proc, stderr
 
@@ -44,7 +45,10 @@ def _stop(proc: subprocess.Popen[bytes], stderr: Path) -> None:
 
 def _refused(path: Path) -> None:
     """Nothing listens at ``path`` any more (its socket file may stay)."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe, pytest.raises(ConnectionRefusedError):
+    with (
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe,
+        pytest.raises(ConnectionRefusedError),
+    ):
         probe.connect(str(path))
 
 
@@ -64,13 +68,21 @@ def test_the_rocklet_serves_on_the_socket_the_engine_made(desk, pyz, tmp_path):
     proc, stderr = _rocklet(pyz, handoff_path, tmp_path)
     try:
         early.settimeout(30)
-        assert b'"is_alive": true' in early.recv(65536).replace(b'"is_alive":true', b'"is_alive": true')
+        assert b'"is_alive": true' in early.recv(65536).replace(
+            b'"is_alive":true', b'"is_alive": true'
+        )
         early.close()
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(listen_path)), base_url="http://rocklet") as client:
-            answer = client.post("/execute", json={"command": ["echo", "handed over"], "shell": False}).json()
+        with httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(listen_path)), base_url="http://rocklet"
+        ) as client:
+            answer = client.post(
+                "/execute", json={"command": ["echo", "handed over"], "shell": False}
+            ).json()
             assert answer["stdout"].strip() == "handed over"
             # A command run by the rocklet does not hold its listening socket.
-            fds = client.post("/execute", json={"command": "ls -l /proc/self/fd", "shell": True}).json()["stdout"]
+            fds = client.post(
+                "/execute", json={"command": "ls -l /proc/self/fd", "shell": True}
+            ).json()["stdout"]
             assert "socket:" not in fds, fds
         assert not handoff_path.exists()
         assert len(desk) == 0
@@ -108,7 +120,9 @@ def test_a_rocklet_whose_handoff_was_cancelled_exits_with_a_clear_message(desk, 
     desk.cancel("unit-1")
     proc, stderr = _rocklet(pyz, handoff_path, tmp_path)
     assert proc.wait(30) == 1
-    assert f"rocklet: cannot listen on the socket handed over on {handoff_path}" in stderr.read_text()
+    assert (
+        f"rocklet: cannot listen on the socket handed over on {handoff_path}" in stderr.read_text()
+    )
 
 
 def test_a_closed_desk_ends_every_offer_and_refuses_new_ones(tmp_path):
@@ -116,7 +130,11 @@ def test_a_closed_desk_ends_every_offer_and_refuses_new_ones(tmp_path):
     desk.offer("a", tmp_path / "a.sock", tmp_path / "a-handoff.sock")
     desk.offer("b", tmp_path / "b.sock", tmp_path / "b-handoff.sock")
     desk.close()
-    assert len(desk) == 0 and not (tmp_path / "a-handoff.sock").exists() and not (tmp_path / "b-handoff.sock").exists()
+    assert (
+        len(desk) == 0
+        and not (tmp_path / "a-handoff.sock").exists()
+        and not (tmp_path / "b-handoff.sock").exists()
+    )
     with pytest.raises(RuntimeError, match="closed"):
         desk.offer("c", tmp_path / "c.sock", tmp_path / "c-handoff.sock")
     desk.close()  # idempotent

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+
 from rock_core.testing import eventually
 
 
 def zombies(rocklet) -> list[str]:
-    script = "for f in /proc/[0-9]*/stat; do read -r line < $f 2>/dev/null && echo \"$line\"; done"
+    script = 'for f in /proc/[0-9]*/stat; do read -r line < $f 2>/dev/null && echo "$line"; done'
     out = rocklet.ok("/execute", command=script, shell=True)["stdout"]
     return [line for line in out.splitlines() if line.rsplit(")", 1)[-1].split()[0:1] == ["Z"]]
 
@@ -23,7 +24,9 @@ def zombies(rocklet) -> list[str]:
 def test_pid_1_reaps_orphans_and_stops_cleanly(launch, pyz, plain_python):
     unshare = shutil.which("unshare")
     if unshare is None:
-        pytest.fail("util-linux unshare is needed to run the rocklet as PID 1 of a new PID namespace")
+        pytest.fail(
+            "util-linux unshare is needed to run the rocklet as PID 1 of a new PID namespace"
+        )
     rocklet = launch([unshare, "--fork", "--pid", "--mount-proc", plain_python, "-I", str(pyz)])
     assert rocklet.ok("/execute", command="echo $$ $PPID", shell=True)["stdout"].split()[1] != "1"
     # Orphan a job: its parent shell exits at once, the job is re-parented to PID 1.
@@ -32,7 +35,11 @@ def test_pid_1_reaps_orphans_and_stops_cleanly(launch, pyz, plain_python):
     rocklet.ok("/run_in_session", session="s", command="nohup sleep 0.2 >/dev/null 2>&1 & disown")
     rocklet.ok("/close_session", session="s")
     eventually(
-        lambda: not rocklet.ok("/execute", command="pgrep -x sleep || true", shell=True)["stdout"].split(),
+        lambda: (
+            not rocklet.ok("/execute", command="pgrep -x sleep || true", shell=True)[
+                "stdout"
+            ].split()
+        ),
         what="every orphaned sleep ended",
         timeout=30,
     )
@@ -59,21 +66,36 @@ def test_end_processes_kills_every_other_process_and_the_rocklet_stays(launch, p
     unshare = shutil.which("unshare")
     if unshare is None:
         pytest.fail("util-linux unshare is needed to run the rocklet in a new PID namespace")
-    rocklet = launch([unshare, "--fork", "--pid", "--mount-proc", plain_python, "-I", str(pyz), "--sandbox"])
+    rocklet = launch(
+        [unshare, "--fork", "--pid", "--mount-proc", plain_python, "-I", str(pyz), "--sandbox"]
+    )
     marker = f"rock-end-{time.monotonic_ns()}"
     rocklet.ok("/create_session", session="s")
     # A job of the session, and an orphan in a session of its own (re-parented to PID 1).
-    rocklet.ok("/run_in_session", session="s", command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)")
+    rocklet.ok(
+        "/run_in_session",
+        session="s",
+        command=f"sh -c 'sleep 300; : {marker}' & (setsid sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &)",
+    )
     # Both shells run and each has exec'd its sleep (until then a shell's child, between its
     # fork and its exec, still carries the shell's command line).
-    sleeps = eventually(lambda: s if len(s := _sleeps_of(marker)) >= 2 else None, what="both sleeps running", timeout=10)
+    sleeps = eventually(
+        lambda: s if len(s := _sleeps_of(marker)) >= 2 else None,
+        what="both sleeps running",
+        timeout=10,
+    )
     assert len(sleeps) == 2
     answer = rocklet.post("/end_processes")
-    assert answer.status_code == 200 and answer.json()["killed"] >= 5  # two shells, their sleeps, the session's bash
+    assert (
+        answer.status_code == 200 and answer.json()["killed"] >= 5
+    )  # two shells, their sleeps, the session's bash
     assert _with_marker(marker) == []
     assert not [pid for pid in sleeps if _alive(pid)]
     assert rocklet.proc.poll() is None
-    assert rocklet.ok("/execute", command="echo still here", shell=True)["stdout"].strip() == "still here"
+    assert (
+        rocklet.ok("/execute", command="echo still here", shell=True)["stdout"].strip()
+        == "still here"
+    )
 
 
 def test_a_rocklet_that_is_not_a_sandboxs_agent_ends_no_process(launch, pyz, plain_python):

@@ -45,7 +45,9 @@ def test_running_then_killed_by_signal(rocklet):
 def test_output_from_an_offset(rocklet):
     started = start(rocklet, command="printf 0123456789")
     status(rocklet, started["process_id"])
-    response = rocklet.client.get("/processes/%s/output" % started["process_id"], params={"offset": 4})
+    response = rocklet.client.get(
+        "/processes/%s/output" % started["process_id"], params={"offset": 4}
+    )
     assert response.content == b"456789"
     assert response.headers["x-rock-next-offset"] == "10"
     assert response.headers["x-rock-running"] == "false"
@@ -55,7 +57,15 @@ def test_output_from_an_offset(rocklet):
 
 
 def test_cpu_time_and_peak_memory(rocklet):
-    started = start(rocklet, command=[sys.executable, "-c", ALLOCATE_50MB + "\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"])
+    started = start(
+        rocklet,
+        command=[
+            sys.executable,
+            "-c",
+            ALLOCATE_50MB
+            + "\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass",
+        ],
+    )
     final = status(rocklet, started["process_id"], wait=60)
     assert final["exit_code"] == 0
     assert final["max_rss_bytes"] >= 50 * 1024 * 1024
@@ -75,6 +85,9 @@ def test_listing_and_unknown_ids(rocklet):
     assert started["process_id"] in [p["process_id"] for p in listed]
     response = rocklet.client.get("/processes/does-not-exist")
     assert response.status_code == 511
-    assert response.json()["rockletexception"]["class_path"] == "rock.rocklet.exceptions.ProcessDoesNotExistError"
+    assert (
+        response.json()["rockletexception"]["class_path"]
+        == "rock.rocklet.exceptions.ProcessDoesNotExistError"
+    )
     response = rocklet.post("/processes/%s/kill" % started["process_id"], signal="NOPE")
     assert response.status_code == 400

@@ -14,8 +14,8 @@ import anyio
 import httpx
 import pytest
 
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
+from rock_core.rocklet_client import RockletClient, new_http_client
 
 from .conftest import system_python
 
@@ -104,7 +104,9 @@ def test_chunked_request_body_is_accepted(rocklet):
         yield b'{"command": ["echo",'
         yield b' "chunked"]}'
 
-    response = rocklet.client.post("/execute", content=body(), headers={"content-type": "application/json"})
+    response = rocklet.client.post(
+        "/execute", content=body(), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 200
     assert response.json()["stdout"] == "chunked\n"
 
@@ -116,8 +118,12 @@ def test_concurrent_requests_are_served_in_parallel(rocklet):
     results = {}
 
     def slow():
-        with httpx.Client(base_url=rocklet.url, timeout=60, headers=rocklet.client.headers) as client:
-            results["slow"] = client.post("/execute", json={"command": "sleep 1; echo slow", "shell": True}).json()
+        with httpx.Client(
+            base_url=rocklet.url, timeout=60, headers=rocklet.client.headers
+        ) as client:
+            results["slow"] = client.post(
+                "/execute", json={"command": "sleep 1; echo slow", "shell": True}
+            ).json()
 
     thread = threading.Thread(target=slow)
     thread.start()
@@ -135,7 +141,9 @@ def test_listens_on_a_unix_socket_that_any_local_user_may_connect_to(pyz, tmp_pa
     stderr = tmp_path / "stderr"
     with open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [system_python(), "-I", str(pyz), "--unix", str(path), "--no-auth"], stderr=err, cwd=str(tmp_path)
+            [system_python(), "-I", str(pyz), "--unix", str(path), "--no-auth"],
+            stderr=err,
+            cwd=str(tmp_path),
         )
     try:
         deadline = time.monotonic() + 30
@@ -143,9 +151,13 @@ def test_listens_on_a_unix_socket_that_any_local_user_may_connect_to(pyz, tmp_pa
             assert proc.poll() is None and time.monotonic() < deadline, stderr.read_text()
             time.sleep(0.01)
         assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o666
-        with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://rocklet") as client:
+        with httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(path)), base_url="http://rocklet"
+        ) as client:
             assert client.get("/is_alive").json()["is_alive"] is True
-            answer = client.post("/execute", json={"command": ["echo", "over unix"], "shell": False}).json()
+            answer = client.post(
+                "/execute", json={"command": ["echo", "over unix"], "shell": False}
+            ).json()
             assert answer["stdout"].strip() == "over unix" and answer["exit_code"] == 0
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -179,7 +191,9 @@ def test_readiness_probe_says_yes_only_for_an_answering_rocklet(rocklet):
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(anyio.to_thread.run_sync, accept_and_drop)
-                assert not await RockletClient(http, "127.0.0.1", drops.getsockname()[1]).probe(timeout=5)
+                assert not await RockletClient(http, "127.0.0.1", drops.getsockname()[1]).probe(
+                    timeout=5
+                )
             drops.close()
             errors = dropper()
 
@@ -191,7 +205,9 @@ def test_readiness_probe_says_yes_only_for_an_answering_rocklet(rocklet):
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(anyio.to_thread.run_sync, answer_500)
-                assert not await RockletClient(http, "127.0.0.1", errors.getsockname()[1]).probe(timeout=5)
+                assert not await RockletClient(http, "127.0.0.1", errors.getsockname()[1]).probe(
+                    timeout=5
+                )
             errors.close()
 
     anyio.run(check)
@@ -235,7 +251,10 @@ def test_a_rocklet_without_a_secret_refuses_to_start_unless_told_no_auth(pyz, tm
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON") and k != TOKEN_ENV}
     result = subprocess.run(
         [system_python(), "-I", str(pyz), "--host", "127.0.0.1", "--port", "0"],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 2
     assert TOKEN_ENV in result.stderr and "--no-auth" in result.stderr

@@ -8,6 +8,7 @@ import threading
 import uuid
 
 import pytest
+
 from rock_core.testing import eventually
 
 
@@ -23,7 +24,13 @@ def error_of(response):
 
 def test_output_and_exit_code_come_back(run):
     obs = observation(run("echo hello; echo world"))
-    assert obs == {"session_type": "bash", "output": "hello\nworld", "exit_code": 0, "failure_reason": "", "expect_string": ""}
+    assert obs == {
+        "session_type": "bash",
+        "output": "hello\nworld",
+        "exit_code": 0,
+        "failure_reason": "",
+        "expect_string": "",
+    }
 
 
 def test_state_persists_between_commands(run):
@@ -55,7 +62,10 @@ def test_check_raise_fails_on_non_zero_exit(run):
 
 def test_multi_line_commands_and_heredocs(run, tmp_path):
     target = tmp_path / "heredoc.txt"
-    command = "cat > %s <<'EOF'\nliteral $HOME\n  indented\nEOF\necho written \\\n  on two lines\ncat %s" % (target, target)
+    command = (
+        "cat > %s <<'EOF'\nliteral $HOME\n  indented\nEOF\necho written \\\n  on two lines\ncat %s"
+        % (target, target)
+    )
     obs = observation(run(command))
     assert obs["output"] == "written on two lines\nliteral $HOME\n  indented"
     assert target.read_text() == "literal $HOME\n  indented\n"
@@ -97,13 +107,18 @@ def test_syntax_error_raises_and_runs_nothing(run, tmp_path, command):
     marker = tmp_path / "ran"
     err = error_of(run(command.format(marker=marker)))
     assert err["class_path"] == "rock.rocklet.exceptions.BashIncorrectSyntaxError"
-    assert "syntax error" in err["extra_info"]["bash_stderr"] or "unexpected" in err["extra_info"]["bash_stderr"]
+    assert (
+        "syntax error" in err["extra_info"]["bash_stderr"]
+        or "unexpected" in err["extra_info"]["bash_stderr"]
+    )
     assert not marker.exists()
     assert observation(run("echo fine"))["output"] == "fine"
 
 
 def test_braces_and_functions_are_fine(run):
-    command = "greet() {\n  echo \"hi $1\"\n}\ngreet you; { echo grouped; }; echo ${HOME:+home}; echo '}'"
+    command = (
+        "greet() {\n  echo \"hi $1\"\n}\ngreet you; { echo grouped; }; echo ${HOME:+home}; echo '}'"
+    )
     assert observation(run(command))["output"] == "hi you\ngrouped\nhome\n}"
 
 
@@ -123,7 +138,9 @@ def test_no_timeout_by_default(run):
 
 def test_interrupt_stops_the_running_command(rocklet, run, session):
     result = {}
-    thread = threading.Thread(target=lambda: result.update(r=run("echo begin; sleep 100", check="silent")))
+    thread = threading.Thread(
+        target=lambda: result.update(r=run("echo begin; sleep 100", check="silent"))
+    )
     thread.start()
     # Wait until the command is running: a second interrupt-free request on the same session
     # would queue, so look for the sleep instead.
@@ -158,7 +175,13 @@ def test_interrupt_of_an_idle_session_does_nothing(rocklet, session):
 
 
 def test_expect_returns_early_and_input_goes_to_the_program(rocklet, run, session):
-    obs = observation(run('read -p "name? " who; echo "hello $who"; exit_status=4; (exit 4)', expect=["name? "], check="silent"))
+    obs = observation(
+        run(
+            'read -p "name? " who; echo "hello $who"; exit_status=4; (exit 4)',
+            expect=["name? "],
+            check="silent",
+        )
+    )
     assert obs["expect_string"] == "name? "
     assert obs["exit_code"] is None
     obs = observation(run("world", check="silent"))
@@ -179,7 +202,9 @@ def test_env_and_env_enable(rocklet):
     name = "env-" + uuid.uuid4().hex[:8]
     out = rocklet.ok("/create_session", session=name, env={"FOO": "bar baz"})
     assert out == {"output": "", "session_type": "bash"}
-    obs = rocklet.ok("/run_in_session", session=name, command="echo $FOO; echo ${ROCKLET_TEST_MARKER:-absent}")
+    obs = rocklet.ok(
+        "/run_in_session", session=name, command="echo $FOO; echo ${ROCKLET_TEST_MARKER:-absent}"
+    )
     assert obs["output"] == "bar baz\nabsent"
     rocklet.ok("/close_session", session=name)
 
@@ -195,7 +220,9 @@ def test_startup_source(rocklet, tmp_path):
     name = "src-" + uuid.uuid4().hex[:8]
     out = rocklet.ok("/create_session", session=name, startup_source=[str(script)])
     assert "sourced-output" in out["output"]
-    assert rocklet.ok("/run_in_session", session=name, command="echo $FROM_SOURCE")["output"] == "yes"
+    assert (
+        rocklet.ok("/run_in_session", session=name, command="echo $FROM_SOURCE")["output"] == "yes"
+    )
     rocklet.ok("/close_session", session=name)
 
 
@@ -246,13 +273,19 @@ def test_nohup_jobs_survive_closing_the_session(rocklet, tmp_path):
     obs = rocklet.ok(
         "/run_in_session",
         session=name,
-        command="nohup bash -c 'while [ ! -e %s ]; do sleep 0.05; done; echo survived' < /dev/null > %s 2>&1 & echo PIDSTART${!}PIDEND; disown" % (flag, out),
+        command="nohup bash -c 'while [ ! -e %s ]; do sleep 0.05; done; echo survived' < /dev/null > %s 2>&1 & echo PIDSTART${!}PIDEND; disown"
+        % (flag, out),
     )
     pid = int(obs["output"].split("PIDSTART")[1].split("PIDEND")[0])
     rocklet.ok("/close_session", session=name)
     os.kill(pid, 0)  # still alive after the session is gone
     flag.touch()
-    rocklet.ok("/execute", command="while kill -0 %d 2>/dev/null; do sleep 0.05; done" % pid, shell=True, timeout=30)
+    rocklet.ok(
+        "/execute",
+        command="while kill -0 %d 2>/dev/null; do sleep 0.05; done" % pid,
+        shell=True,
+        timeout=30,
+    )
     assert out.read_text().strip() == "survived"
 
 
@@ -291,9 +324,13 @@ def test_remote_user_runs_the_shell_as_that_user(rocklet):
         rocklet.ok("/create_session", session=name, remote_user=user)
         obs = rocklet.ok("/run_in_session", session=name, command="whoami; echo $HOME")
         assert obs["output"].splitlines()[0] == user
-        obs = rocklet.ok("/run_in_session", session=name, command="for i in 1 2; do\n echo line$i\ndone")
+        obs = rocklet.ok(
+            "/run_in_session", session=name, command="for i in 1 2; do\n echo line$i\ndone"
+        )
         assert obs["output"] == "line1\nline2"
-        err = rocklet.error("/run_in_session", session=name, command="touch /root/forbidden-by-user")
+        err = rocklet.error(
+            "/run_in_session", session=name, command="touch /root/forbidden-by-user"
+        )
         assert err["class_path"] == "rock.rocklet.exceptions.NonZeroExitCodeError"
         rocklet.ok("/close_session", session=name)
         err = rocklet.error("/create_session", session="ghost", remote_user="no_such_user_" + user)
@@ -319,4 +356,9 @@ def _process_running(pattern: str) -> bool:
 
 def _wait_for_process(pattern: str) -> None:
     """Block until a process whose command line contains ``pattern`` exists."""
-    eventually(lambda: _process_running(pattern), what=f"a process running {pattern!r}", timeout=30, interval=0.01)
+    eventually(
+        lambda: _process_running(pattern),
+        what=f"a process running {pattern!r}",
+        timeout=30,
+        interval=0.01,
+    )

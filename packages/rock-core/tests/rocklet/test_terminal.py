@@ -54,7 +54,9 @@ class Terminal:
     def expect(self, text: bytes, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         while text not in self.output:
-            assert self.exit_code is None, f"the program ended ({self.exit_code}) before {text!r}: {self.output[-500:]!r}"
+            assert self.exit_code is None, (
+                f"the program ended ({self.exit_code}) before {text!r}: {self.output[-500:]!r}"
+            )
             assert time.monotonic() < deadline, f"no {text!r} in {self.output[-500:]!r}"
             self.sock.settimeout(max(deadline - time.monotonic(), 0.01))
             chunk = self.sock.recv(65536)
@@ -72,7 +74,9 @@ class Terminal:
         return self.exit_code
 
 
-def test_python_runs_interactively_with_resize_ctrl_c_and_exit_code(rocklet: RockletProcess, plain_python: str) -> None:
+def test_python_runs_interactively_with_resize_ctrl_c_and_exit_code(
+    rocklet: RockletProcess, plain_python: str
+) -> None:
     term = Terminal(rocklet, f"rows=30&cols=90&command={plain_python}%20-q")
     assert term.head.startswith(b"HTTP/1.1 101 "), term.head
     term.expect(b">>> ")
@@ -82,7 +86,9 @@ def test_python_runs_interactively_with_resize_ctrl_c_and_exit_code(rocklet: Roc
     term.send(b"print('size', tuple(os.get_terminal_size()))\r")
     term.expect(b"size (120, 40)")
     term.send(b"print('in ' + 'sleep'); time.sleep(60)\r")
-    term.expect(b"in sleep")  # the program's own output (the echoed line reads 'in ' + 'sleep'): it runs
+    term.expect(
+        b"in sleep"
+    )  # the program's own output (the echoed line reads 'in ' + 'sleep'): it runs
     term.send(b"\x03")  # Ctrl-C: the terminal's line discipline interrupts the foreground program
     term.expect(b"KeyboardInterrupt")
     term.send(b"raise SystemExit(7)\r")
@@ -101,9 +107,16 @@ def test_refusals_come_before_the_switch(rocklet: RockletProcess) -> None:
     assert b" 401 " in Terminal(rocklet, "", token=None).head.split(b"\r\n")[0]
 
 
-def test_a_client_that_goes_away_hangs_the_terminal_up(rocklet: RockletProcess, tmp_path: pytest.TempPathFactory) -> None:
+def test_a_client_that_goes_away_hangs_the_terminal_up(
+    rocklet: RockletProcess, tmp_path: pytest.TempPathFactory
+) -> None:
     marker = f"{tmp_path}/hup"
-    term = Terminal(rocklet, f"command=trap%20%27touch%20{marker}%3B%20exit%27%20HUP%3B%20echo%20ready%3B%20sleep%20600%20%26%20wait")
+    term = Terminal(
+        rocklet,
+        f"command=trap%20%27touch%20{marker}%3B%20exit%27%20HUP%3B%20echo%20ready%3B%20sleep%20600%20%26%20wait",
+    )
     term.expect(b"ready")
     term.sock.close()
-    eventually(lambda: os.path.exists(marker), what="the program's SIGHUP (its marker file)", timeout=20)
+    eventually(
+        lambda: os.path.exists(marker), what="the program's SIGHUP (its marker file)", timeout=20
+    )

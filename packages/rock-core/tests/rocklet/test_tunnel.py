@@ -21,7 +21,9 @@ def echo_port() -> Iterator[int]:
         yield port
 
 
-def _tunnel(rocklet: RockletProcess, port: object, *, token: str | None = "ok", upgrade: bool = True) -> tuple[socket.socket, bytes]:
+def _tunnel(
+    rocklet: RockletProcess, port: object, *, token: str | None = "ok", upgrade: bool = True
+) -> tuple[socket.socket, bytes]:
     sock = socket.create_connection(("127.0.0.1", rocklet.port), timeout=10)
     headers = f"{TOKEN_HEADER}: {rocklet.token if token == 'ok' else token}\r\n" if token else ""
     if upgrade:
@@ -36,7 +38,9 @@ def _tunnel(rocklet: RockletProcess, port: object, *, token: str | None = "ok", 
     return sock, head
 
 
-def test_a_tunnel_carries_bytes_both_ways_until_closed(rocklet: RockletProcess, echo_port: int) -> None:
+def test_a_tunnel_carries_bytes_both_ways_until_closed(
+    rocklet: RockletProcess, echo_port: int
+) -> None:
     sock, head = _tunnel(rocklet, echo_port)
     with sock:
         assert head.startswith(b"HTTP/1.1 101 "), head
@@ -45,7 +49,9 @@ def test_a_tunnel_carries_bytes_both_ways_until_closed(rocklet: RockletProcess, 
         assert sock.recv(100) == b"HELLO"
         payload = bytes(range(256)) * 4096  # 1 MiB, more than any buffer
         received = bytearray()
-        sender = threading.Thread(target=lambda: (sock.sendall(payload.lower()), sock.shutdown(socket.SHUT_WR)))
+        sender = threading.Thread(
+            target=lambda: (sock.sendall(payload.lower()), sock.shutdown(socket.SHUT_WR))
+        )
         sender.start()
         while data := sock.recv(65536):
             received += data
@@ -72,7 +78,9 @@ def test_a_bad_port_is_a_400(rocklet: RockletProcess, port: str) -> None:
     assert b"port: expected a port number 1..65535" in head
 
 
-def test_a_tunnel_needs_the_secret_and_the_upgrade_header(rocklet: RockletProcess, echo_port: int) -> None:
+def test_a_tunnel_needs_the_secret_and_the_upgrade_header(
+    rocklet: RockletProcess, echo_port: int
+) -> None:
     sock, head = _tunnel(rocklet, echo_port, token="wrong")
     sock.close()
     assert head.startswith(b"HTTP/1.1 401 "), head

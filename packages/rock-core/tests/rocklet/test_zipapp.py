@@ -17,13 +17,44 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "rock_core" / "rocklet"
 # Names that exist only in Python 3.9+ (attributes, functions, keyword arguments); a module of
 # the rocklet must not use them, because the sandbox's python3 may be 3.8.
 NEWER_THAN_38 = {
-    "removeprefix", "removesuffix", "waitstatus_to_exitcode", "pidfd_open", "is_relative_to",
-    "with_stem", "bit_count", "stdlib_module_names", "cache", "pairwise",
-    "process_group", "extra_groups", "pipesize", "zoneinfo", "graphlib", "TypeAlias", "ParamSpec",
+    "removeprefix",
+    "removesuffix",
+    "waitstatus_to_exitcode",
+    "pidfd_open",
+    "is_relative_to",
+    "with_stem",
+    "bit_count",
+    "stdlib_module_names",
+    "cache",
+    "pairwise",
+    "process_group",
+    "extra_groups",
+    "pipesize",
+    "zoneinfo",
+    "graphlib",
+    "TypeAlias",
+    "ParamSpec",
 }
 # Keyword arguments added in 3.9+ to functions the rocklet calls (subprocess, zip, hashlib).
-NEWER_KEYWORDS = {"strict", "process_group", "user", "group", "extra_groups", "pipesize", "usedforsecurity"}
-CALLS_WITH_NEWER_KEYWORDS = {"Popen", "run", "call", "check_call", "check_output", "zip", "sha256", "md5"}
+NEWER_KEYWORDS = {
+    "strict",
+    "process_group",
+    "user",
+    "group",
+    "extra_groups",
+    "pipesize",
+    "usedforsecurity",
+}
+CALLS_WITH_NEWER_KEYWORDS = {
+    "Popen",
+    "run",
+    "call",
+    "check_call",
+    "check_output",
+    "zip",
+    "sha256",
+    "md5",
+}
 BUILTIN_GENERICS = {"list", "dict", "tuple", "set", "frozenset", "type"}
 
 
@@ -63,7 +94,9 @@ def test_only_standard_library_imports(pyz):
                 roots = [alias.name.split(".")[0] for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
-                    assert name.startswith("rocklet/"), "relative import outside the package in %s" % name
+                    assert name.startswith("rocklet/"), (
+                        "relative import outside the package in %s" % name
+                    )
                     continue
                 roots = [node.module.split(".")[0]]
             else:
@@ -80,7 +113,9 @@ def test_package_uses_relative_imports_only():
     for path in sorted(PACKAGE.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
-                assert not node.module.startswith(("rock_core", "rocklet")), "%s: absolute import of %s" % (path.name, node.module)
+                assert not node.module.startswith(("rock_core", "rocklet")), (
+                    "%s: absolute import of %s" % (path.name, node.module)
+                )
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.glob("*.py")), ids=lambda p: p.name)
@@ -95,26 +130,45 @@ def test_sources_are_python_38(path):
                 annotation_nodes.update(id(n) for n in ast.walk(ann))
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute):
-            assert node.attr not in NEWER_THAN_38, "%s:%d uses .%s (Python 3.9+)" % (path.name, node.lineno, node.attr)
+            assert node.attr not in NEWER_THAN_38, "%s:%d uses .%s (Python 3.9+)" % (
+                path.name,
+                node.lineno,
+                node.attr,
+            )
         if isinstance(node, ast.Call):
             func = node.func
             fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
             if fname in CALLS_WITH_NEWER_KEYWORDS:
                 for kw in node.keywords:
-                    assert kw.arg not in NEWER_KEYWORDS, "%s:%d uses %s(%s=) (Python 3.9+)" % (path.name, node.lineno, fname, kw.arg)
+                    assert kw.arg not in NEWER_KEYWORDS, "%s:%d uses %s(%s=) (Python 3.9+)" % (
+                        path.name,
+                        node.lineno,
+                        fname,
+                        kw.arg,
+                    )
         if isinstance(node, ast.Subscript) and id(node) not in annotation_nodes:
             value = node.value
             assert not (isinstance(value, ast.Name) and value.id in BUILTIN_GENERICS), (
-                "%s:%d subscripts builtin %s at run time (Python 3.9+)" % (path.name, node.lineno, value.id)
+                "%s:%d subscripts builtin %s at run time (Python 3.9+)"
+                % (path.name, node.lineno, value.id)
             )
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-            assert not (isinstance(node.left, ast.Dict) or isinstance(node.right, ast.Dict)), "%s:%d dict | dict" % (path.name, node.lineno)
+            assert not (isinstance(node.left, ast.Dict) or isinstance(node.right, ast.Dict)), (
+                "%s:%d dict | dict" % (path.name, node.lineno)
+            )
 
 
 def test_pyz_runs_with_a_plain_python(pyz, plain_python):
-    out = subprocess.run([plain_python, "-I", "-S", str(pyz), "--version"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [plain_python, "-I", "-S", str(pyz), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == __version__
-    bad = subprocess.run([plain_python, "-I", str(pyz), "--bogus"], capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [plain_python, "-I", str(pyz), "--bogus"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2
     assert "unknown argument" in bad.stderr

@@ -9,17 +9,18 @@ calls few and readable, and lets them be checked without an engine.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import attrs
+
 from rock_core.errors import InvalidParameter
 from rock_core.models import ROCKLET_PORT, Port, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.rocklet.server import TOKEN_ENV
 from rock_core.rocklet_delivery import NO_PYTHON_EXIT_CODE, NO_PYTHON_LOG_LINE, ROCKLET_PYZ
 from rock_core.rocklet_delivery import launch_command as core_launch_command
+from rock_core.sizes import format_size
 from rock_core.tenancy import group_network_id
-from rock_core.units import format_size
 
 __all__ = [
     "APP_PORT",
@@ -76,7 +77,17 @@ _OPTIONS = ("network", "network_group", "use_kata_runtime")
 #: The capabilities every sandbox keeps: Docker's default set without NET_RAW (raw packets:
 #: spoofing on the shared bridge), MKNOD (device nodes), AUDIT_WRITE, SETFCAP and SYS_CHROOT.
 #: Enough for package managers (apt drops to its ``_apt`` user), chown and binding low ports.
-KEPT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETPCAP", "SETUID")
+KEPT_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+)
 #: Label on the networks rock makes: ``isolated`` (the shared one, no traffic between its
 #: containers) or ``group`` (one per network group, whose containers may talk to each other).
 LABEL_NETWORK = "rock.network"
@@ -85,19 +96,28 @@ LABEL_NETWORK_GROUP = "rock.network_group"
 #: Label on a group's containers: the Docker network of their group (removed with its last one).
 LABEL_GROUP_NETWORK = "rock.group_network"
 #: What the ``network`` entry of a unit's ``security`` says for each Docker network mode.
-_NETWORK_SECURITY = {"host": "host (shares the host's network: trusted code only)", "none": "none (loopback only)"}
+_NETWORK_SECURITY = {
+    "host": "host (shares the host's network: trusted code only)",
+    "none": "none (loopback only)",
+}
 
 
 def group_network_name(group_id: str) -> str:
     """The Docker network of the network group whose id (within its tenant) is ``group_id``
     (:func:`rock_core.tenancy.group_network_id`): two tenants' groups of one name are two networks."""
     return f"rock-group-{group_id}"
+
+
 # Docker's "never set" time.
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
 def launch_command(
-    *, host: str = "0.0.0.0", port: int = ROCKLET_PORT, listen_fd_from: str | None = None, prelude: str = ""
+    *,
+    host: str = "0.0.0.0",
+    port: int = ROCKLET_PORT,
+    listen_fd_from: str | None = None,
+    prelude: str = "",
 ) -> list[str]:
     """The container's command: rock-core's :func:`~rock_core.rocklet_delivery.launch_command`
     for the rocklet mounted at ``/rock``.
@@ -105,7 +125,11 @@ def launch_command(
     Under Docker's init process, which reaps the orphans the sandbox's commands leave behind.
     """
     return core_launch_command(
-        f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host=host, port=port, listen_fd_from=listen_fd_from, prelude=prelude
+        f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}",
+        host=host,
+        port=port,
+        listen_fd_from=listen_fd_from,
+        prelude=prelude,
     )
 
 
@@ -147,21 +171,36 @@ def network_for(spec: SandboxSpec, default: str) -> str:
     def refuse(key: str, why: str, value: Any) -> InvalidParameter:
         return InvalidParameter(
             f"runtime_options.{key}: {why}",
-            field=f"runtime_options.{key}", value=value, sandbox_id=spec.sandbox_id, attempted="create",
+            field=f"runtime_options.{key}",
+            value=value,
+            sandbox_id=spec.sandbox_id,
+            attempted="create",
         )
 
     for key, value in options.items():
         if key not in _OPTIONS:
-            raise refuse(key, f"the docker runtime has no option {key!r} (it knows {', '.join(_OPTIONS)})", value)
+            raise refuse(
+                key,
+                f"the docker runtime has no option {key!r} (it knows {', '.join(_OPTIONS)})",
+                value,
+            )
     if options.get("use_kata_runtime"):
-        raise refuse("use_kata_runtime", "the docker runtime cannot run Kata containers", options["use_kata_runtime"])
+        raise refuse(
+            "use_kata_runtime",
+            "the docker runtime cannot run Kata containers",
+            options["use_kata_runtime"],
+        )
     network = options.get("network", default)
     if "network" in options and network not in NETWORKS:
         raise refuse("network", f"expected one of {', '.join(NETWORKS)}, got {network!r}", network)
     group = options.get("network_group")
     if group is not None:
         if network in ("host", "none"):
-            raise refuse("network_group", f"a sandbox on network {network!r} cannot join a network group", group)
+            raise refuse(
+                "network_group",
+                f"a sandbox on network {network!r} cannot join a network group",
+                group,
+            )
         group_id = group_network_id(spec)
         assert group_id is not None
         return group_network_name(group_id)
@@ -259,7 +298,14 @@ def container_config(
     mounts = [{"Type": "bind", "Source": rocklet_dir, "Target": ROCKLET_MOUNT, "ReadOnly": True}]
     if socket_dir is not None:
         # Read-only: the sandbox writes nothing on the host through it, and cannot swap the socket.
-        mounts.append({"Type": "bind", "Source": f"{socket_dir}/{HANDOFF_DIR}", "Target": SOCKET_MOUNT, "ReadOnly": True})
+        mounts.append(
+            {
+                "Type": "bind",
+                "Source": f"{socket_dir}/{HANDOFF_DIR}",
+                "Target": SOCKET_MOUNT,
+                "ReadOnly": True,
+            }
+        )
     capabilities = [*KEPT_CAPABILITIES, *(c for c in spec.cap_add if c not in KEPT_CAPABILITIES)]
     host: dict[str, Any] = {
         "port_bindings": bindings,
@@ -283,7 +329,9 @@ def container_config(
     if network == isolated_network:
         network_summary = "isolated"
     elif network.startswith("rock-group-"):
-        network_summary = f"group:{spec.runtime_options.get('network_group')}"  # the name its tenant gave
+        network_summary = (
+            f"group:{spec.runtime_options.get('network_group')}"  # the name its tenant gave
+        )
     else:
         network_summary = _NETWORK_SECURITY.get(network, network)
     security: dict[str, Any] = {
@@ -298,7 +346,9 @@ def container_config(
     if host_cpus is not None and ceiling > host_cpus:
         # Docker refuses a quota above the host's CPU count; the whole host is the most it can get.
         which = "limit_cpus" if spec.limit_cpus is not None else "cpus"
-        notes.append(f"{which} {ceiling:g} lowered to {host_cpus}: the Docker host has only {host_cpus} CPUs")
+        notes.append(
+            f"{which} {ceiling:g} lowered to {host_cpus}: the Docker host has only {host_cpus} CPUs"
+        )
         ceiling = float(host_cpus)
     if spec.limit_cpus is not None:
         # ROCK's overcommit: a share proportional to what was asked, a ceiling at limit_cpus.
@@ -310,7 +360,9 @@ def container_config(
         else:
             notes.append(f"disk limit {format_size(spec.disk)} not enforced: {disk_unsupported}")
     if spec.num_gpus:
-        notes.append(f"{spec.num_gpus} GPU(s) requested but the docker runtime does not attach GPUs")
+        notes.append(
+            f"{spec.num_gpus} GPU(s) requested but the docker runtime does not attach GPUs"
+        )
     create: dict[str, Any] = {
         "image": spec.image,
         "name": spec.sandbox_id,
@@ -339,7 +391,7 @@ def _parse_time(text: str | None) -> datetime | None:
         value = datetime.fromisoformat(text)
     except ValueError:
         return None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 _STATES = {

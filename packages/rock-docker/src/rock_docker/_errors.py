@@ -6,6 +6,7 @@ from typing import Any
 
 import docker.errors
 import requests.exceptions
+
 from rock_core.errors import (
     InvalidParameter,
     RockError,
@@ -42,16 +43,22 @@ def translate(exc: BaseException, *, sandbox_id: str | None, attempted: str) -> 
     kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
     detail = explain(exc)
     if isinstance(exc, docker.errors.NotFound) and attempted not in ("create", "restore"):
-        return SandboxNotFound(f"Sandbox {sandbox_id}: its container does not exist (docker: {detail})", **kw)
+        return SandboxNotFound(
+            f"Sandbox {sandbox_id}: its container does not exist (docker: {detail})", **kw
+        )
     if isinstance(exc, docker.errors.APIError):
         if attempted in ("create", "restore", "assign") and exc.status_code == 409:
             return SandboxAlreadyExists(
-                f"Sandbox {sandbox_id} already exists: a container with that name exists (docker: {detail})", **kw
+                f"Sandbox {sandbox_id} already exists: a container with that name exists (docker: {detail})",
+                **kw,
             )
         if attempted in ("create", "restore") and exc.status_code == 400:
             field = _field_named_by(detail)
             return InvalidParameter(
-                f"Docker refused the sandbox's settings{where}: {detail}", field=field, value=None, **kw
+                f"Docker refused the sandbox's settings{where}: {detail}",
+                field=field,
+                value=None,
+                **kw,
             )
         return RuntimeFailure(f"docker {attempted} failed{where}: {detail}", **kw)
     # A timeout, also one met by the client's first call (the API version) and so wrapped.

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.to_thread
 import attrs
+
 from rock_core.errors import RuntimeFailure
 from rock_core.models import RuntimeStatus, UnitState
 from rock_core.runtime import UnitHandle
-
 from rock_docker._errors import DOCKER_ERRORS, translate
 
 if TYPE_CHECKING:
@@ -55,7 +55,9 @@ class EventWatch:
                 raise StopAsyncIteration
             if self._stream is None:
                 self._stream = await runtime._run(
-                    lambda: runtime._docker().events(decode=True, filters=self._filters, since=self._since),
+                    lambda: runtime._docker().events(
+                        decode=True, filters=self._filters, since=self._since
+                    ),
                     attempted="watch",
                 )
             try:
@@ -92,7 +94,9 @@ class EventWatch:
                 pass  # already closed by the engine
 
 
-async def event_status(runtime: DockerRuntime, event: Mapping[str, Any]) -> tuple[UnitHandle, RuntimeStatus] | None:
+async def event_status(
+    runtime: DockerRuntime, event: Mapping[str, Any]
+) -> tuple[UnitHandle, RuntimeStatus] | None:
     """The ``(handle, status)`` a Docker event stands for, or ``None`` for an event to skip."""
     action = event.get("status") or event.get("Action") or ""
     actor = event.get("Actor") or {}
@@ -100,7 +104,9 @@ async def event_status(runtime: DockerRuntime, event: Mapping[str, Any]) -> tupl
     unit_id = event.get("id") or actor.get("ID")
     if not unit_id or action not in ("die", "oom", "destroy"):
         return None
-    handle = UnitHandle(runtime=runtime.name, unit_id=unit_id, sandbox_id=attributes.get("name") or unit_id)
+    handle = UnitHandle(
+        runtime=runtime.name, unit_id=unit_id, sandbox_id=attributes.get("name") or unit_id
+    )
     if action == "destroy":
         return handle, RuntimeStatus(state=UnitState.MISSING, error="container removed")
     status = await runtime.inspect(handle)

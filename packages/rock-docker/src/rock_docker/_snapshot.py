@@ -31,13 +31,14 @@ import shlex
 import struct
 import tarfile
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import attrs
 import docker
 import docker.errors
 import requests
+
 from rock_core.errors import RuntimeFailure
 
 __all__ = [
@@ -66,7 +67,15 @@ _DIGEST = 32
 _BLOCK = tarfile.BLOCKSIZE
 # Paths Docker itself puts into a container's filesystem (mount points of the files it manages,
 # its init binary): never the sandbox's doing, and Docker puts them there again.
-_DOCKER_PATHS = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/usr/sbin/docker-init", "/dev", "/proc", "/sys")
+_DOCKER_PATHS = (
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/usr/sbin/docker-init",
+    "/dev",
+    "/proc",
+    "/sys",
+)
 # The kinds of GET /containers/{id}/changes.
 _CHANGED, _ADDED, _DELETED = 0, 1, 2
 
@@ -92,9 +101,7 @@ except OSError as exc:
     sys.stderr.write("rock: restore could not remove %s: %s\\n" % (listed, exc))
 """
 #: The shell step a restored container runs before it execs its rocklet.
-APPLY_DELETIONS = (
-    f"[ ! -e {DELETIONS_PATH} ] || python3 -I -S -c {shlex.quote(_DELETE_SCRIPT)} {DELETIONS_PATH}; "
-)
+APPLY_DELETIONS = f"[ ! -e {DELETIONS_PATH} ] || python3 -I -S -c {shlex.quote(_DELETE_SCRIPT)} {DELETIONS_PATH}; "
 
 
 class SnapshotCorrupt(RuntimeFailure):
@@ -216,13 +223,16 @@ def _tar_pieces(api: docker.APIClient, unit_id: str, plan: SnapshotPlan) -> Iter
         yield _header(listed)
         yield listing + _padding(len(listing))
     for path, only_entry in sorted(
-        [*((p, False) for p in plan.whole), *((p, True) for p in plan.entry_only)], key=lambda item: _depth_first(item[0])
+        [*((p, False) for p in plan.whole), *((p, True) for p in plan.entry_only)],
+        key=lambda item: _depth_first(item[0]),
     ):
         yield from _archived(api, unit_id, path, only_entry=only_entry)
     yield b"\0" * (2 * _BLOCK)
 
 
-def _archived(api: docker.APIClient, unit_id: str, path: str, *, only_entry: bool) -> Iterator[bytes]:
+def _archived(
+    api: docker.APIClient, unit_id: str, path: str, *, only_entry: bool
+) -> Iterator[bytes]:
     """The entries of Docker's archive of ``path``, renamed relative to ``/``; of a directory
     with ``only_entry``, only its own entry (the rest of its archive is never read)."""
     # Docker gzips the archive for a client that accepts it: slower than the copy it saves here.
@@ -253,7 +263,10 @@ def _archived(api: docker.APIClient, unit_id: str, path: str, *, only_entry: boo
                     while left:
                         chunk = source.read(min(left, FRAME))
                         if not chunk:
-                            raise RuntimeFailure(f"docker's archive of {path} ended inside {member.name}", attempted="snapshot")
+                            raise RuntimeFailure(
+                                f"docker's archive of {path} ended inside {member.name}",
+                                attempted="snapshot",
+                            )
                         left -= len(chunk)
                         yield chunk
                     yield _padding(member.size)
@@ -386,4 +399,3 @@ class ThreadedIterator:
         if not self._done:
             self._done = True
             await self._run(self._generator.close)
-

@@ -30,7 +30,11 @@ def reap(ids: Iterable[str], *, base_url: str | None = None, concurrency: int = 
     import docker
     import docker.errors
 
-    client = docker.DockerClient(base_url=base_url, timeout=120) if base_url else docker.from_env(timeout=120)
+    client = (
+        docker.DockerClient(base_url=base_url, timeout=120)
+        if base_url
+        else docker.from_env(timeout=120)
+    )
 
     def remove(unit_id: str) -> str | None:
         for attempt in range(_TRIES):

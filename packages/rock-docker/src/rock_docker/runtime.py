@@ -37,7 +37,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -48,6 +48,7 @@ import attrs
 import docker
 import docker.errors
 from docker.utils import parse_repository_tag
+
 from rock_core.errors import (
     ImagePullFailed,
     InvalidParameter,
@@ -70,16 +71,15 @@ from rock_core.private_paths import private_dir
 from rock_core.rocklet_delivery import default_rocklet_dir, prepare_rocklet
 from rock_core.rocklet_handoff import HandoffDesk
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
-
 from rock_docker._container import (
     APP_PORT,
     HANDOFF_DIR,
     HANDOFF_NAME,
     INIT_EXEC_FAILED,
-    LABEL_NETWORK,
-    NETWORKS,
     LABEL_GROUP_NETWORK,
+    LABEL_NETWORK,
     LABEL_NETWORK_GROUP,
+    NETWORKS,
     NO_PYTHON_EXIT_CODE,
     NO_PYTHON_LOG_LINE,
     ROCKLET_SOCKET_LABEL,
@@ -123,7 +123,7 @@ _ENGINE_LIMITS = (
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class DockerRuntime(Runtime):
@@ -187,14 +187,26 @@ class DockerRuntime(Runtime):
         publish_ports: bool = False,
     ) -> None:
         options = DockerOptions(
-            base_url=base_url, rocklet_dir=rocklet_dir, publish_host=publish_host, network=network,
-            stop_timeout=stop_timeout, max_concurrency=max_concurrency, api_timeout=api_timeout, init=init,
-            socket_dir=socket_dir, isolated_network=isolated_network, nofile_limit=nofile_limit,
+            base_url=base_url,
+            rocklet_dir=rocklet_dir,
+            publish_host=publish_host,
+            network=network,
+            stop_timeout=stop_timeout,
+            max_concurrency=max_concurrency,
+            api_timeout=api_timeout,
+            init=init,
+            socket_dir=socket_dir,
+            isolated_network=isolated_network,
+            nofile_limit=nofile_limit,
             publish_ports=publish_ports,
         )  # every setting read and checked by rock-core's converters, named when bad
         self.base_url = options.base_url
-        self.rocklet_dir = Path(options.rocklet_dir) if options.rocklet_dir is not None else default_rocklet_dir()
-        self._own_rocklet_dir = options.rocklet_dir is not None  # else the engine's delivery is used as it is
+        self.rocklet_dir = (
+            Path(options.rocklet_dir) if options.rocklet_dir is not None else default_rocklet_dir()
+        )
+        self._own_rocklet_dir = (
+            options.rocklet_dir is not None
+        )  # else the engine's delivery is used as it is
         self.publish_host = options.publish_host
         self.network = options.network
         self.stop_timeout = options.stop_timeout
@@ -208,13 +220,21 @@ class DockerRuntime(Runtime):
         self._networks: set[str] = set()  # networks known to exist (made or found)
         self._network_lock = threading.Lock()  # one thread makes a missing network
         self._unit_groups: dict[str, str] = {}  # unit id -> its group's network, for removal
-        self.socket_dir = Path(options.socket_dir) if options.socket_dir is not None else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
-        self._socket_dirs: dict[str, Path | None] = {}  # unit id -> its folder (None: reached over TCP)
+        self.socket_dir = (
+            Path(options.socket_dir)
+            if options.socket_dir is not None
+            else Path(tempfile.gettempdir()) / f"rock-{os.getuid()}"
+        )
+        self._socket_dirs: dict[
+            str, Path | None
+        ] = {}  # unit id -> its folder (None: reached over TCP)
         self._handoffs = HandoffDesk()  # each start's listening socket, until its rocklet takes it
         self._known_status: dict[str, RuntimeStatus] = {}  # unit id -> its status once started
         self._limiter = anyio.CapacityLimiter(options.max_concurrency)
         self._lock = threading.Lock()  # guards the lazily made client and the disk probe
-        self._rocklet_lock = threading.Lock()  # held while the rocklet is built (the client stays usable)
+        self._rocklet_lock = (
+            threading.Lock()
+        )  # held while the rocklet is built (the client stays usable)
         self._cgroups = CgroupFinder()  # where containers' cgroup files are (stats)
         self._client: docker.DockerClient | None = None
         self._closed = False
@@ -242,7 +262,10 @@ class DockerRuntime(Runtime):
             if self._closed:
                 raise RuntimeFailure("the docker runtime is closed", attempted="docker call")
             if self._client is None:
-                kwargs: dict[str, Any] = {"timeout": self.api_timeout, "max_pool_size": self.max_concurrency}
+                kwargs: dict[str, Any] = {
+                    "timeout": self.api_timeout,
+                    "max_pool_size": self.max_concurrency,
+                }
                 if self.base_url:
                     self._client = docker.DockerClient(base_url=self.base_url, **kwargs)
                 else:
@@ -259,9 +282,13 @@ class DockerRuntime(Runtime):
     ) -> T:
         """Run blocking ``func`` in a worker thread; docker's exceptions become rock's."""
         if self._closed:
-            raise RuntimeFailure("the docker runtime is closed", sandbox_id=sandbox_id, attempted=attempted)
+            raise RuntimeFailure(
+                "the docker runtime is closed", sandbox_id=sandbox_id, attempted=attempted
+            )
         try:
-            return await anyio.to_thread.run_sync(func, limiter=self._limiter, abandon_on_cancel=abandon_on_cancel)
+            return await anyio.to_thread.run_sync(
+                func, limiter=self._limiter, abandon_on_cancel=abandon_on_cancel
+            )
         except DOCKER_ERRORS as exc:
             raise translate(exc, sandbox_id=sandbox_id, attempted=attempted) from exc
 
@@ -276,7 +303,9 @@ class DockerRuntime(Runtime):
         on_phase: PhaseCallback | None = None,
     ) -> UnitHandle:
         """Pull the image as ``spec.pull`` says, then create the sandbox's container (not started)."""
-        return await self._create_unit(spec, labels=labels, rocklet_token=rocklet_token, on_phase=on_phase)
+        return await self._create_unit(
+            spec, labels=labels, rocklet_token=rocklet_token, on_phase=on_phase
+        )
 
     async def _create_unit(
         self,
@@ -291,12 +320,16 @@ class DockerRuntime(Runtime):
         """``create``, and ``restore``'s container: ``prelude`` is shell its command runs first."""
         if not rocklet_token:
             raise InvalidParameter(
-                "rocklet_token: the engine must give every sandbox a secret", field="rocklet_token", attempted=attempted
+                "rocklet_token: the engine must give every sandbox a secret",
+                field="rocklet_token",
+                attempted=attempted,
             )
         sandbox_id = spec.sandbox_id
         if sandbox_id is None:
             raise InvalidParameter(
-                f"sandbox_id: the engine must choose one before {attempted}", field="sandbox_id", attempted=attempted
+                f"sandbox_id: the engine must choose one before {attempted}",
+                field="sandbox_id",
+                attempted=attempted,
             )
         network = network_for(spec, self.network)
         group = spec.runtime_options.get("network_group")
@@ -304,7 +337,11 @@ class DockerRuntime(Runtime):
             labels = {**labels, LABEL_NETWORK_GROUP: str(group), LABEL_GROUP_NETWORK: network}
         await self._ensure_image(spec, on_phase)
 
-        socket_dir = self._new_socket_dir() if network == "none" or (network != "host" and not self.publish_ports) else None
+        socket_dir = (
+            self._new_socket_dir()
+            if network == "none" or (network != "host" and not self.publish_ports)
+            else None
+        )
 
         def create_container(retry: bool = True) -> tuple[str, tuple[str, ...], dict[str, Any]]:
             host_cpus, disk_unsupported = self._probe_engine()
@@ -332,7 +369,9 @@ class DockerRuntime(Runtime):
             )
             api = self._docker().api
             try:
-                container = api.create_container(host_config=api.create_host_config(**config.host), **config.create)
+                container = api.create_container(
+                    host_config=api.create_host_config(**config.host), **config.create
+                )
             except docker.errors.APIError as exc:
                 if retry and exc.status_code == 404 and "network" in explain(exc).lower():
                     # A group's network removed with its last member just now: make it again.
@@ -349,7 +388,9 @@ class DockerRuntime(Runtime):
             return container["Id"], (*self._engine_notes, *config.notes), config.security
 
         try:
-            unit_id, notes, security = await self._run(create_container, attempted=attempted, sandbox_id=sandbox_id)
+            unit_id, notes, security = await self._run(
+                create_container, attempted=attempted, sandbox_id=sandbox_id
+            )
         except BaseException:
             if socket_dir is not None:
                 shutil.rmtree(socket_dir, ignore_errors=True)
@@ -364,7 +405,13 @@ class DockerRuntime(Runtime):
                 )
         if group is not None:
             self._unit_groups[unit_id] = network
-        return UnitHandle(runtime=self.name, unit_id=unit_id, sandbox_id=sandbox_id, notes=notes, security=security)
+        return UnitHandle(
+            runtime=self.name,
+            unit_id=unit_id,
+            sandbox_id=sandbox_id,
+            notes=notes,
+            security=security,
+        )
 
     @property
     def isolated_network(self) -> str | None:
@@ -380,7 +427,9 @@ class DockerRuntime(Runtime):
                 raise InvalidParameter(
                     "isolated_network: Docker's default bridge lets containers connect to each other "
                     "(its engine runs without --icc=false); leave isolated_network unset for rock's own network",
-                    field="isolated_network", value="bridge", attempted="create",
+                    field="isolated_network",
+                    value="bridge",
+                    attempted="create",
                 )
             self._chosen_network = self._isolated_network or ("rock-sandboxes" if icc else "bridge")
         return self._chosen_network
@@ -393,12 +442,16 @@ class DockerRuntime(Runtime):
             if name in self._networks:
                 return
             if not any(found.get("Name") == name for found in api.networks(names=[name])):
-                options = {} if group is not None else {"com.docker.network.bridge.enable_icc": "false"}
+                options = (
+                    {} if group is not None else {"com.docker.network.bridge.enable_icc": "false"}
+                )
                 labels = {LABEL_NETWORK: "group" if group is not None else "isolated"}
                 if group is not None:
                     labels[LABEL_NETWORK_GROUP] = group
                 try:
-                    api.create_network(name, driver="bridge", options=options, labels=labels, check_duplicate=True)
+                    api.create_network(
+                        name, driver="bridge", options=options, labels=labels, check_duplicate=True
+                    )
                 except docker.errors.APIError as exc:
                     if exc.status_code != 409:  # made meanwhile by another process: fine
                         raise
@@ -419,13 +472,18 @@ class DockerRuntime(Runtime):
         if handle.unit_id in self._socket_dirs:
             unit_dir = self._socket_dirs[handle.unit_id]
         else:  # made by an earlier process: its label says
-            labels = (self._docker().api.inspect_container(handle.unit_id).get("Config") or {}).get("Labels") or {}
+            labels = (self._docker().api.inspect_container(handle.unit_id).get("Config") or {}).get(
+                "Labels"
+            ) or {}
             label = labels.get(ROCKLET_SOCKET_LABEL)
             unit_dir = Path(label).parent if label else None
-            if label is not None and (Path(label).name != SOCKET_NAME or Path(label).parent.parent != self.socket_dir):
+            if label is not None and (
+                Path(label).name != SOCKET_NAME or Path(label).parent.parent != self.socket_dir
+            ):
                 raise RuntimeFailure(
                     f"container {handle.unit_id[:12]} names a rocklet socket outside socket_dir {self.socket_dir}: {label}",
-                    sandbox_id=handle.sandbox_id, attempted="start",
+                    sandbox_id=handle.sandbox_id,
+                    attempted="start",
                 )
             self._socket_dirs[handle.unit_id] = unit_dir
         if unit_dir is None:
@@ -433,7 +491,9 @@ class DockerRuntime(Runtime):
         private_dir(self.socket_dir, setting="socket_dir")
         unit_dir.mkdir(mode=0o700, exist_ok=True)  # gone if the host's tmp was cleaned meanwhile
         _make_handoff_dir(unit_dir)
-        self._handoffs.offer(handle.unit_id, unit_dir / SOCKET_NAME, unit_dir / HANDOFF_DIR / HANDOFF_NAME)
+        self._handoffs.offer(
+            handle.unit_id, unit_dir / SOCKET_NAME, unit_dir / HANDOFF_DIR / HANDOFF_NAME
+        )
 
     async def prepare(self, spec: SandboxSpec, on_phase: PhaseCallback | None = None) -> None:
         """Pull ``spec.image`` as ``spec.pull`` says (what ``create`` would do first)."""
@@ -447,7 +507,9 @@ class DockerRuntime(Runtime):
         def report(status: PhaseStatus, message: str) -> None:
             if on_phase is not None:
                 done = None if status is PhaseStatus.RUNNING else _now()
-                on_phase(PHASE_IMAGE_PULL, Phase(status, message, started_at=started, completed_at=done))
+                on_phase(
+                    PHASE_IMAGE_PULL, Phase(status, message, started_at=started, completed_at=done)
+                )
 
         kw: dict[str, Any] = {"attempted": "image_pull", "sandbox_id": spec.sandbox_id}
         report(PhaseStatus.RUNNING, f"looking for image {image}")
@@ -467,9 +529,14 @@ class DockerRuntime(Runtime):
             report(PhaseStatus.RUNNING, f"pulling image {image}")
             auth = None
             if spec.registry_username:
-                auth = {"username": spec.registry_username, "password": spec.registry_password or ""}
+                auth = {
+                    "username": spec.registry_username,
+                    "password": spec.registry_password or "",
+                }
             # A pull may outlast a cancelled start; the engine finishes it on its own.
-            await self._run(lambda: self._pull(image, auth, spec.sandbox_id), abandon_on_cancel=True, **kw)
+            await self._run(
+                lambda: self._pull(image, auth, spec.sandbox_id), abandon_on_cancel=True, **kw
+            )
         except RockError as exc:
             report(PhaseStatus.FAILED, exc.message)
             raise
@@ -486,7 +553,9 @@ class DockerRuntime(Runtime):
                 raise
             reason = explain(exc).removeprefix(f"no such image: {image}: ")
             raise ImagePullFailed(
-                f"Failed to pull image {image}: {reason}", sandbox_id=sandbox_id, attempted="image_pull"
+                f"Failed to pull image {image}: {reason}",
+                sandbox_id=sandbox_id,
+                attempted="image_pull",
             ) from exc
         return True
 
@@ -501,11 +570,15 @@ class DockerRuntime(Runtime):
                 if isinstance(chunk, dict) and chunk.get("error"):
                     detail = (chunk.get("errorDetail") or {}).get("message") or chunk["error"]
                     raise ImagePullFailed(
-                        f"Failed to pull image {image}: {detail}", sandbox_id=sandbox_id, attempted="image_pull"
+                        f"Failed to pull image {image}: {detail}",
+                        sandbox_id=sandbox_id,
+                        attempted="image_pull",
                     )
         except DOCKER_ERRORS as exc:
             raise ImagePullFailed(
-                f"Failed to pull image {image}: {explain(exc)}", sandbox_id=sandbox_id, attempted="image_pull"
+                f"Failed to pull image {image}: {explain(exc)}",
+                sandbox_id=sandbox_id,
+                attempted="image_pull",
             ) from exc
 
     def _prepare_rocklet(self) -> Path:
@@ -513,7 +586,9 @@ class DockerRuntime(Runtime):
         with self._rocklet_lock:
             if self._rocklet_source is None:
                 delivery = self.rocklet_delivery
-                if delivery is None or (self._own_rocklet_dir and delivery.path.parent.parent != self.rocklet_dir):
+                if delivery is None or (
+                    self._own_rocklet_dir and delivery.path.parent.parent != self.rocklet_dir
+                ):
                     delivery = prepare_rocklet(self.rocklet_dir)
                 self._rocklet_source = delivery.path.parent
             return self._rocklet_source
@@ -527,9 +602,16 @@ class DockerRuntime(Runtime):
         # Limits the kernel cannot enforce are said once per sandbox, not silently dropped.
         missing = [(key, what) for key, what in _ENGINE_LIMITS if info.get(key) is False]
         driver = info.get("Driver") or "unknown"
-        backing = dict(info.get("DriverStatus") or []).get("Backing Filesystem") or "an unknown filesystem"
+        backing = (
+            dict(info.get("DriverStatus") or []).get("Backing Filesystem")
+            or "an unknown filesystem"
+        )
         if driver == "overlay2":
-            reason = None if backing == "xfs" else f"storage driver overlay2 on {backing} has no project quota"
+            reason = (
+                None
+                if backing == "xfs"
+                else f"storage driver overlay2 on {backing} has no project quota"
+            )
         elif driver in _QUOTA_DRIVERS:
             reason = None
         else:
@@ -547,7 +629,9 @@ class DockerRuntime(Runtime):
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None) -> RuntimeStatus | None:
+    async def start(
+        self, handle: UnitHandle, *, on_phase: PhaseCallback | None = None
+    ) -> RuntimeStatus | None:
         """Start the container; return its status when it is known without an inspect (a
         container this runtime created to be reached on a unix socket: the socket's path and
         the ports to forward were fixed at create). The image was had at :meth:`create`, so
@@ -574,7 +658,9 @@ class DockerRuntime(Runtime):
                 message = explain_start_failure(_image_of(api, handle.unit_id), explain(exc))
                 if message is None:
                     raise
-                raise RuntimeFailure(message, sandbox_id=handle.sandbox_id, attempted="start") from exc
+                raise RuntimeFailure(
+                    message, sandbox_id=handle.sandbox_id, attempted="start"
+                ) from exc
             except BaseException:
                 self._handoffs.cancel(handle.unit_id)
                 raise
@@ -622,22 +708,36 @@ class DockerRuntime(Runtime):
 
         # Cancelled (an engine closing), the call is abandoned, not awaited: dockerd finishes it
         # or the reaper redoes it; a close must not wait for a dockerd that is busy with exits.
-        await self._run(remove, attempted="remove", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
+        await self._run(
+            remove, attempted="remove", sandbox_id=handle.sandbox_id, abandon_on_cancel=True
+        )
         group = handle.labels.get(LABEL_NETWORK_GROUP)
-        network = self._unit_groups.pop(handle.unit_id, None) or handle.labels.get(LABEL_GROUP_NETWORK)
+        network = self._unit_groups.pop(handle.unit_id, None) or handle.labels.get(
+            LABEL_GROUP_NETWORK
+        )
         if network is None and group:
             network = group_network_name(group)  # a container made before groups had tenants
         if network is not None:
-            await self._run(lambda: self._remove_network_if_unused(network), attempted="remove", sandbox_id=handle.sandbox_id)
+            await self._run(
+                lambda: self._remove_network_if_unused(network),
+                attempted="remove",
+                sandbox_id=handle.sandbox_id,
+            )
         self._remove_socket_dir(handle)
 
     def _remove_socket_dir(self, handle: UnitHandle) -> None:
         """Remove the unit's rocklet socket directory, if it has one."""
         self._known_status.pop(handle.unit_id, None)
         self._handoffs.cancel(handle.unit_id)
-        socket_path = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(ROCKLET_SOCKET_LABEL)
+        socket_path = self._socket_dirs.pop(handle.unit_id, None) or handle.labels.get(
+            ROCKLET_SOCKET_LABEL
+        )
         if socket_path is not None:
-            directory = Path(socket_path) if not str(socket_path).endswith(SOCKET_NAME) else Path(socket_path).parent
+            directory = (
+                Path(socket_path)
+                if not str(socket_path).endswith(SOCKET_NAME)
+                else Path(socket_path).parent
+            )
             if directory.parent == self.socket_dir:  # never remove anything else a label names
                 shutil.rmtree(directory, ignore_errors=True)
 
@@ -658,8 +758,12 @@ class DockerRuntime(Runtime):
 
         def spawn() -> None:
             reaper = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True,
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
             )
             assert reaper.stdin is not None
             reaper.stdin.write(ids)
@@ -668,7 +772,9 @@ class DockerRuntime(Runtime):
         try:
             await anyio.to_thread.run_sync(spawn)
         except OSError as exc:
-            log.warning("could not start the reaper (%s); removing %d container(s) here", exc, len(handles))
+            log.warning(
+                "could not start the reaper (%s); removing %d container(s) here", exc, len(handles)
+            )
             await super().discard(handles)
         for handle in handles:
             self._unit_groups.pop(handle.unit_id, None)
@@ -695,7 +801,10 @@ class DockerRuntime(Runtime):
         """A sample of every running container carrying ``labels``: one ``docker ps`` call, then
         each container's cgroup files read on this host (``_stats``); a container whose cgroup is
         not here (a remote daemon) is asked through the API (``stats``, one-shot)."""
-        filters = {"label": [f"{key}={value}" for key, value in labels.items()], "status": ["running"]}
+        filters = {
+            "label": [f"{key}={value}" for key, value in labels.items()],
+            "status": ["running"],
+        }
 
         def sample() -> dict[str, UnitStats]:
             api = self._docker().api
@@ -721,7 +830,10 @@ class DockerRuntime(Runtime):
 
         Empty when the storage driver enforces disk limits itself.
         """
-        filters = {"label": [f"{key}={value}" for key, value in labels.items()], "status": ["running"]}
+        filters = {
+            "label": [f"{key}={value}" for key, value in labels.items()],
+            "status": ["running"],
+        }
 
         def usage() -> dict[str, int]:
             self._probe_engine()
@@ -740,7 +852,9 @@ class DockerRuntime(Runtime):
             try:
                 doc = api.inspect_container(handle.unit_id)
             except docker.errors.NotFound:
-                return RuntimeStatus(state=UnitState.MISSING, error=f"container {handle.unit_id[:12]} does not exist")
+                return RuntimeStatus(
+                    state=UnitState.MISSING, error=f"container {handle.unit_id[:12]} does not exist"
+                )
             status = status_from_inspect(doc, publish_host=self.publish_host)
             image = (doc.get("Config") or {}).get("Image") or "?"
             if status.error:
@@ -750,7 +864,9 @@ class DockerRuntime(Runtime):
             if status.state is UnitState.EXITED and status.exit_code == NO_PYTHON_EXIT_CODE:
                 # 127: the launch command found no python3, or (under Docker's init, which
                 # execs the command itself) there was no /bin/sh to run it with.
-                tail = api.logs(handle.unit_id, stdout=True, stderr=True, tail=20).decode("utf-8", "replace")
+                tail = api.logs(handle.unit_id, stdout=True, stderr=True, tail=20).decode(
+                    "utf-8", "replace"
+                )
                 if NO_PYTHON_LOG_LINE in tail:
                     status = attrs.evolve(status, error=no_python_error(image))
                 else:
@@ -760,7 +876,9 @@ class DockerRuntime(Runtime):
                         status = attrs.evolve(status, error=better)
             return status
 
-        return await self._run(inspect, attempted="inspect", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
+        return await self._run(
+            inspect, attempted="inspect", sandbox_id=handle.sandbox_id, abandon_on_cancel=True
+        )
 
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
         """Every container, running or not, carrying all of ``labels``."""
@@ -777,7 +895,10 @@ class DockerRuntime(Runtime):
 
         def logs() -> bytes:
             return self._docker().api.logs(
-                handle.unit_id, stdout=True, stderr=True, tail="all" if tail is None else max(0, tail)
+                handle.unit_id,
+                stdout=True,
+                stderr=True,
+                tail="all" if tail is None else max(0, tail),
             )
 
         data = await self._run(logs, attempted="logs", sandbox_id=handle.sandbox_id)
@@ -798,22 +919,34 @@ class DockerRuntime(Runtime):
         :raises RuntimeFailure: the container is running (stop it first), or Docker failed.
         :raises SandboxNotFound: the container is gone.
         """
+
         def plan() -> Iterator[bytes]:
             api = self._docker().api
-            return snapshot_frames(api, handle.unit_id, plan_snapshot(api, handle.unit_id, sandbox_id=handle.sandbox_id))
+            return snapshot_frames(
+                api,
+                handle.unit_id,
+                plan_snapshot(api, handle.unit_id, sandbox_id=handle.sandbox_id),
+            )
 
         frames = await self._run(plan, attempted="snapshot", sandbox_id=handle.sandbox_id)
-        return ThreadedIterator(frames, lambda step: self._run(step, attempted="snapshot", sandbox_id=handle.sandbox_id))
+        return ThreadedIterator(
+            frames, lambda step: self._run(step, attempted="snapshot", sandbox_id=handle.sandbox_id)
+        )
 
     async def snapshot_logs(self, handle: UnitHandle) -> AsyncIterator[bytes]:
         """The container's whole output (stdout and stderr, in order), streamed from Docker."""
 
         def open_logs() -> Iterator[bytes]:
-            return iter(self._docker().api.logs(handle.unit_id, stdout=True, stderr=True, stream=True, follow=False))
+            return iter(
+                self._docker().api.logs(
+                    handle.unit_id, stdout=True, stderr=True, stream=True, follow=False
+                )
+            )
 
         chunks = await self._run(open_logs, attempted="snapshot_logs", sandbox_id=handle.sandbox_id)
         return ThreadedIterator(
-            _batched(chunks), lambda step: self._run(step, attempted="snapshot_logs", sandbox_id=handle.sandbox_id)
+            _batched(chunks),
+            lambda step: self._run(step, attempted="snapshot_logs", sandbox_id=handle.sandbox_id),
         )
 
     async def restore(
@@ -844,7 +977,10 @@ class DockerRuntime(Runtime):
             raise InvalidParameter(
                 f"image: sandbox {sandbox_id} was snapshotted on image {header['image']}, not {spec.image}; "
                 "its changes only make sense on top of that image",
-                field="image", value=spec.image, sandbox_id=sandbox_id, attempted="restore",
+                field="image",
+                value=spec.image,
+                sandbox_id=sandbox_id,
+                attempted="restore",
             )
         try:
             handle = await self._create_unit(
@@ -856,7 +992,9 @@ class DockerRuntime(Runtime):
             )
         except ImagePullFailed as exc:
             raise ImagePullFailed(
-                f"cannot restore sandbox {sandbox_id}: {exc.message}", sandbox_id=sandbox_id, attempted="restore"
+                f"cannot restore sandbox {sandbox_id}: {exc.message}",
+                sandbox_id=sandbox_id,
+                attempted="restore",
             ) from exc
         try:
             image_id = await self._run(
@@ -892,14 +1030,18 @@ class DockerRuntime(Runtime):
                 if frame is None:
                     return
                 yield frame
-            raise RuntimeFailure("the restore was abandoned", sandbox_id=handle.sandbox_id, attempted="restore")
+            raise RuntimeFailure(
+                "the restore was abandoned", sandbox_id=handle.sandbox_id, attempted="restore"
+            )
 
         def put() -> None:
             self._docker().api.put_archive(handle.unit_id, "/", body())
 
         try:
             # A snapshot failing its check ends the upload with SnapshotCorrupt, raised as it is.
-            await self._run(put, attempted="restore", sandbox_id=handle.sandbox_id, abandon_on_cancel=True)
+            await self._run(
+                put, attempted="restore", sandbox_id=handle.sandbox_id, abandon_on_cancel=True
+            )
         finally:
             stop.set()
 
@@ -945,7 +1087,11 @@ def _handle_of(runtime: str, row: Mapping[str, Any]) -> UnitHandle:
     sandbox_id = names[0].lstrip("/") if names else row["Id"]
     state = _STATES.get(str(row.get("State") or "").lower())
     return UnitHandle(
-        runtime=runtime, unit_id=row["Id"], sandbox_id=sandbox_id, labels=dict(row.get("Labels") or {}), state=state
+        runtime=runtime,
+        unit_id=row["Id"],
+        sandbox_id=sandbox_id,
+        labels=dict(row.get("Labels") or {}),
+        state=state,
     )
 
 
@@ -987,5 +1133,3 @@ def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
-
-

@@ -1,6 +1,6 @@
 """A lean client of one rocklet's ``/env/*`` routes: keep-alive HTTP/1.1 on anyio streams.
 
-Why not the engine's :class:`~rock_core.engine.rocklet_client.RockletClient` (httpx): an env
+Why not the engine's :class:`~rock_core.rocklet_client.RockletClient` (httpx): an env
 step is some 0.25 ms inside the sandbox, and httpx's own work per request was about four times
 that on this machine; a step is the hot path of a trainer. Everything else (addresses, the
 sandbox's secret, its state) still comes from the engine: a channel is made from the
@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
+
 from rock_core.envs import EnvFailed
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockletUnreachable
 
@@ -62,7 +63,9 @@ class RockletChannel:
                 stream = await anyio.connect_tcp(self.host, self.port)
         except OSError as exc:
             raise RockletUnreachable(
-                f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}", sandbox_id=self.sandbox_id, attempted="env"
+                f"the rocklet of sandbox {self.sandbox_id} is unreachable: {exc!r}",
+                sandbox_id=self.sandbox_id,
+                attempted="env",
             ) from exc
         return _Connection(stream)
 
@@ -71,7 +74,12 @@ class RockletChannel:
         if timeout is not None:
             body = {**body, "timeout": timeout}
         data = json.dumps(body, separators=(",", ":")).encode()
-        request = b"POST /env/%s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (op.encode(), self._head, len(data), data)
+        request = b"POST /env/%s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+            op.encode(),
+            self._head,
+            len(data),
+            data,
+        )
         conn = self._idle.pop() if self._idle else None
         reused = conn is not None
         if conn is None:
@@ -80,22 +88,37 @@ class RockletChannel:
             with anyio.fail_after(None if timeout is None else timeout + 30.0):
                 try:
                     status, payload, keep = await self._exchange(conn, request)
-                except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                except (
+                    anyio.EndOfStream,
+                    anyio.BrokenResourceError,
+                    anyio.ClosedResourceError,
+                    OSError,
+                ):
                     if not reused:
                         raise
-                    await conn.stream.aclose()  # a kept-alive connection the rocklet closed: once more, fresh
+                    await (
+                        conn.stream.aclose()
+                    )  # a kept-alive connection the rocklet closed: once more, fresh
                     conn = await self._connect()
                     status, payload, keep = await self._exchange(conn, request)
         except TimeoutError:
             await conn.stream.aclose()
             raise EnvFailed(
-                f"the rocklet of sandbox {self.sandbox_id} did not answer env/{op} in time", kind="timeout", sandbox_id=self.sandbox_id
+                f"the rocklet of sandbox {self.sandbox_id} did not answer env/{op} in time",
+                kind="timeout",
+                sandbox_id=self.sandbox_id,
             ) from None
-        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+        except (
+            anyio.EndOfStream,
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            OSError,
+        ) as exc:
             await conn.stream.aclose()
             raise RockletUnreachable(
                 f"the rocklet of sandbox {self.sandbox_id} closed the connection during env/{op}: {exc!r}",
-                sandbox_id=self.sandbox_id, attempted=f"env/{op}",
+                sandbox_id=self.sandbox_id,
+                attempted=f"env/{op}",
             ) from exc
         except BaseException:
             with anyio.CancelScope(shield=True):
@@ -143,28 +166,41 @@ class RockletChannel:
             message = str(info.get("message", ""))
             if name == "EnvError":
                 failed = EnvFailed(
-                    message, kind=str(extra.get("kind", "env_error")), env_id=extra.get("env_id"),
-                    traceback=extra.get("traceback") or (), sandbox_id=self.sandbox_id, attempted=attempted,
+                    message,
+                    kind=str(extra.get("kind", "env_error")),
+                    env_id=extra.get("env_id"),
+                    traceback=extra.get("traceback") or (),
+                    sandbox_id=self.sandbox_id,
+                    attempted=attempted,
                 )
                 failed.details = dict(extra)  # type: ignore[attr-defined] # the rocklet's extra_info (python, pythonpath)
                 raise failed
-            raise InternalServerRockError(f"rocklet error ({name}): {message}", sandbox_id=self.sandbox_id, attempted=attempted)
+            raise InternalServerRockError(
+                f"rocklet error ({name}): {message}",
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
+            )
         detail = body.get("detail") if isinstance(body, dict) else body
         if status == 400:
-            raise InvalidParameter(f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted)
+            raise InvalidParameter(
+                f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted
+            )
         if status == 401:
             raise InternalServerRockError(
                 f"the rocklet of sandbox {self.sandbox_id} refused {attempted}: rock's secret for it is wrong",
-                sandbox_id=self.sandbox_id, attempted=attempted,
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
             )
         if status == 404:
             raise EnvFailed(
-                f"the rocklet of sandbox {self.sandbox_id} has no env channel (an older rocklet?)", kind="runtime",
+                f"the rocklet of sandbox {self.sandbox_id} has no env channel (an older rocklet?)",
+                kind="runtime",
                 sandbox_id=self.sandbox_id,
             )
         raise InternalServerRockError(
             f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with HTTP {status}: {detail}",
-            sandbox_id=self.sandbox_id, attempted=attempted,
+            sandbox_id=self.sandbox_id,
+            attempted=attempted,
         )
 
     async def aclose(self) -> None:

@@ -19,7 +19,12 @@ __all__ = ["envhub"]
 
 
 def _url(base_url: str | None) -> str | None:
-    return base_url or os.environ.get("ROCK_ENVHUB_BASE_URL") or os.environ.get("ROCK_BASE_URL") or None
+    return (
+        base_url
+        or os.environ.get("ROCK_ENVHUB_BASE_URL")
+        or os.environ.get("ROCK_BASE_URL")
+        or None
+    )
 
 
 def _remote(base_url: str, path: str, body: dict[str, Any]) -> Any:
@@ -30,7 +35,9 @@ def _remote(base_url: str, path: str, body: dict[str, Any]) -> Any:
     if key:
         headers["X-API-Key"] = key
     try:
-        response = httpx.post(base_url.rstrip("/") + path, json=body, headers=headers, timeout=60, trust_env=False)
+        response = httpx.post(
+            base_url.rstrip("/") + path, json=body, headers=headers, timeout=60, trust_env=False
+        )
     except httpx.HTTPError as exc:
         raise click.ClickException(f"EnvHub at {base_url} is unreachable: {exc}") from None
     try:
@@ -53,7 +60,11 @@ def _emit(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False))
 
 
-_base_url = click.option("--base-url", default=None, help="The EnvHub server [default: $ROCK_ENVHUB_BASE_URL, else $ROCK_BASE_URL, else the local database].")
+_base_url = click.option(
+    "--base-url",
+    default=None,
+    help="The EnvHub server [default: $ROCK_ENVHUB_BASE_URL, else $ROCK_BASE_URL, else the local database].",
+)
 
 
 @click.group()
@@ -67,11 +78,23 @@ def envhub() -> None:
 @click.option("--owner", default="", help="Who owns the env.")
 @click.option("--description", default="", help="One line about it.")
 @click.option("--tag", "tags", multiple=True, help="A tag (repeatable).")
-@click.option("--gem-id", default=None, help="The GEM id rock.make(ENV_NAME) makes [default: ENV_NAME].")
-@click.option("--extra-spec", default=None, help='extra_spec as JSON, e.g. \'{"kwargs": {"max_turns": 5}}\'.')
+@click.option(
+    "--gem-id", default=None, help="The GEM id rock.make(ENV_NAME) makes [default: ENV_NAME]."
+)
+@click.option(
+    "--extra-spec", default=None, help='extra_spec as JSON, e.g. \'{"kwargs": {"max_turns": 5}}\'.'
+)
 @_base_url
-def register(env_name: str, image: str, owner: str, description: str, tags: tuple[str, ...], gem_id: str | None,
-             extra_spec: str | None, base_url: str | None) -> None:
+def register(
+    env_name: str,
+    image: str,
+    owner: str,
+    description: str,
+    tags: tuple[str, ...],
+    gem_id: str | None,
+    extra_spec: str | None,
+    base_url: str | None,
+) -> None:
     """Register ENV_NAME (or update it) with its IMAGE."""
     from rock_core.errors import RockError
 
@@ -85,13 +108,26 @@ def register(env_name: str, image: str, owner: str, description: str, tags: tupl
             raise click.BadParameter("must be a JSON object", param_hint="--extra-spec")
     if gem_id is not None:
         spec = {**(spec or {}), "env_id": gem_id}
-    body = {"env_name": env_name, "image": image, "owner": owner, "description": description, "tags": list(tags), "extra_spec": spec}
+    body = {
+        "env_name": env_name,
+        "image": image,
+        "owner": owner,
+        "description": description,
+        "tags": list(tags),
+        "extra_spec": spec,
+    }
     url = _url(base_url)
     if url:
         _emit(_remote(url, "/env/register", body))
         return
     try:
-        _emit(_local().register(env_name, image, owner=owner, description=description, tags=tags, extra_spec=spec).to_json())
+        _emit(
+            _local()
+            .register(
+                env_name, image, owner=owner, description=description, tags=tags, extra_spec=spec
+            )
+            .to_json()
+        )
     except RockError as exc:
         raise click.ClickException(exc.message) from None
 

@@ -26,16 +26,24 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import attrs
-from rock_core.errors import BadRequestRockError, InvalidParameter
 
+from rock_core.errors import BadRequestRockError, InvalidParameter
 from rock_gem.options import GemOptions
 
-__all__ = ["DEFAULT_ENV_NAME", "EnvHub", "EnvInfo", "EnvNotRegistered", "EnvNotYours", "database_path", "namespace_of"]
+__all__ = [
+    "DEFAULT_ENV_NAME",
+    "EnvHub",
+    "EnvInfo",
+    "EnvNotRegistered",
+    "EnvNotYours",
+    "database_path",
+    "namespace_of",
+]
 
 #: The entry ROCK's EnvHub registers at start: the default image of env sandboxes.
 DEFAULT_ENV_NAME = "EnvhubDefaultDockerImage"
@@ -104,7 +112,11 @@ def database_path(configured: str | None = None, store_path: str | None = None) 
         if url.startswith("sqlite:///"):
             url = url[len("sqlite:///") :]
         elif "://" in url:
-            raise InvalidParameter(f"envhub_db: only sqlite:///PATH or a file path is supported, got {url!r}", field="envhub_db", value=url)
+            raise InvalidParameter(
+                f"envhub_db: only sqlite:///PATH or a file path is supported, got {url!r}",
+                field="envhub_db",
+                value=url,
+            )
         return Path(os.path.expanduser(url))
     if store_path:
         return Path(store_path).expanduser().parent / "envhub.sqlite"
@@ -113,7 +125,11 @@ def database_path(configured: str | None = None, store_path: str | None = None) 
 
 def _text(name: str, value: Any, *, blank: bool = True) -> str:
     if not isinstance(value, str) or (not blank and not value.strip()):
-        raise InvalidParameter(f"{name}: expected a {'' if blank else 'non-blank '}string, got {value!r}", field=name, value=value)
+        raise InvalidParameter(
+            f"{name}: expected a {'' if blank else 'non-blank '}string, got {value!r}",
+            field=name,
+            value=value,
+        )
     return value if blank else value.strip()
 
 
@@ -139,7 +155,10 @@ class EnvHub:
             self._migrate()
         if default_image:
             self.register(
-                DEFAULT_ENV_NAME, default_image, owner="ENVHUB", description="the default image of env sandboxes",
+                DEFAULT_ENV_NAME,
+                default_image,
+                owner="ENVHUB",
+                description="the default image of env sandboxes",
                 tags=["default", "system", "envhub"],
             )
 
@@ -174,7 +193,14 @@ class EnvHub:
     def _row(row: tuple[Any, ...]) -> EnvInfo:
         tenant, name, image, owner, description, tags, extra, created, updated = row
         return EnvInfo(
-            name, image, owner, description, json.loads(tags), json.loads(extra) if extra else None, created, updated,
+            name,
+            image,
+            owner,
+            description,
+            json.loads(tags),
+            json.loads(extra) if extra else None,
+            created,
+            updated,
             tenant or None,
         )
 
@@ -204,23 +230,41 @@ class EnvHub:
         _text("description", description)
         tag_list = list(tags or [])
         if not all(isinstance(t, str) for t in tag_list):
-            raise InvalidParameter(f"tags: expected a list of strings, got {tag_list!r}", field="tags", value=tag_list)
+            raise InvalidParameter(
+                f"tags: expected a list of strings, got {tag_list!r}", field="tags", value=tag_list
+            )
         if extra_spec is not None and not isinstance(extra_spec, Mapping):
-            raise InvalidParameter(f"extra_spec: expected an object or null, got {extra_spec!r}", field="extra_spec", value=extra_spec)
-        now = datetime.now(timezone.utc).isoformat()
+            raise InvalidParameter(
+                f"extra_spec: expected an object or null, got {extra_spec!r}",
+                field="extra_spec",
+                value=extra_spec,
+            )
+        now = datetime.now(UTC).isoformat()
         extra = json.dumps(dict(extra_spec)) if extra_spec is not None else None
         with self._lock, self._db:
             self._db.execute(
                 f"INSERT INTO envs ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(tenant, env_name) "
                 "DO UPDATE SET image=excluded.image, owner=excluded.owner, description=excluded.description, "
                 "tags=excluded.tags, extra_spec=excluded.extra_spec, update_at=excluded.update_at",
-                (namespace, env_name, image, owner, description, json.dumps(tag_list), extra, now, now),
+                (
+                    namespace,
+                    env_name,
+                    image,
+                    owner,
+                    description,
+                    json.dumps(tag_list),
+                    extra,
+                    now,
+                    now,
+                ),
             )
         info = self.find(env_name, tenant=tenant, shared=False)
         assert info is not None
         return info
 
-    def find(self, env_name: str, *, tenant: str | None = None, shared: bool = True) -> EnvInfo | None:
+    def find(
+        self, env_name: str, *, tenant: str | None = None, shared: bool = True
+    ) -> EnvInfo | None:
         """The entry ``tenant`` sees as ``env_name``: its own, else (with ``shared``) the
         operator's; ``None`` when there is none. Another tenant's entry is never found."""
         namespaces = [self._namespace(tenant)]
@@ -245,14 +289,21 @@ class EnvHub:
         return info
 
     def list(
-        self, owner: str | None = None, tags: Iterable[str] | None = None, *, tenant: str | None = None, everyone: bool = False
+        self,
+        owner: str | None = None,
+        tags: Iterable[str] | None = None,
+        *,
+        tenant: str | None = None,
+        everyone: bool = False,
     ) -> list[EnvInfo]:
         """The entries ``tenant`` sees (its own, and the operator's it has none of the same name
         of), or with ``everyone`` those of every namespace; only ``owner``'s (when given) that
         have any of ``tags`` (when given), by name."""
         namespace = self._namespace(tenant)
         with self._lock:
-            rows = self._db.execute(f"SELECT {_COLUMNS} FROM envs ORDER BY env_name, tenant").fetchall()
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM envs ORDER BY env_name, tenant"
+            ).fetchall()
         if everyone:
             visible = [self._row(row) for row in rows]
         else:
@@ -263,15 +314,19 @@ class EnvHub:
             visible = [self._row(row) for row in by_name.values()]
         wanted = set(tags or [])
         return [
-            info for info in visible
-            if (owner is None or info.owner == owner) and (not wanted or wanted.intersection(info.tags))
+            info
+            for info in visible
+            if (owner is None or info.owner == owner)
+            and (not wanted or wanted.intersection(info.tags))
         ]
 
     def delete(self, env_name: str, *, tenant: str | None = None) -> bool:
         """Remove ``env_name`` from ``tenant``'s namespace; ``False`` when it has none there."""
         namespace = self._namespace(tenant)
         with self._lock, self._db:
-            cursor = self._db.execute("DELETE FROM envs WHERE env_name = ? AND tenant = ?", (env_name, namespace))
+            cursor = self._db.execute(
+                "DELETE FROM envs WHERE env_name = ? AND tenant = ?", (env_name, namespace)
+            )
         return cursor.rowcount > 0
 
 
@@ -318,7 +373,9 @@ def namespace_of(request: Any, body: Mapping[str, Any]) -> str | None:
     if request.operator:
         return named
     if named is not None and named != request.tenant:
-        raise EnvNotYours(f"tenant: only an operator key may name another tenant's EnvHub entries, got {named!r}")
+        raise EnvNotYours(
+            f"tenant: only an operator key may name another tenant's EnvHub entries, got {named!r}"
+        )
     return request.tenant
 
 
@@ -336,7 +393,9 @@ def routes() -> list[Any]:
     def body_of(request: RouteRequest) -> dict[str, Any]:
         body = request.json()
         if not isinstance(body, dict):
-            raise InvalidParameter(f"body: expected an object, got {type(body).__name__}", field="body")
+            raise InvalidParameter(
+                f"body: expected an object, got {type(body).__name__}", field="body"
+            )
         return body
 
     def handler(call: Any) -> Any:
@@ -362,8 +421,13 @@ def routes() -> list[Any]:
             if name not in body:
                 raise InvalidParameter(f"{name}: field required", field=name)
         return hub.register(
-            body["env_name"], body["image"], owner=body.get("owner") or "", description=body.get("description") or "",
-            tags=body.get("tags") or [], extra_spec=body.get("extra_spec"), tenant=tenant,
+            body["env_name"],
+            body["image"],
+            owner=body.get("owner") or "",
+            description=body.get("description") or "",
+            tags=body.get("tags") or [],
+            extra_spec=body.get("extra_spec"),
+            tenant=tenant,
         ).to_json()
 
     def name_of(body: dict[str, Any]) -> str:
@@ -379,24 +443,41 @@ def routes() -> list[Any]:
         tags = body.get("tags")
         if owner is not None:
             _text("owner", owner)
-        if tags is not None and (not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)):
-            raise InvalidParameter(f"tags: expected a list of strings or null, got {tags!r}", field="tags", value=tags)
+        if tags is not None and (
+            not isinstance(tags, list) or not all(isinstance(t, str) for t in tags)
+        ):
+            raise InvalidParameter(
+                f"tags: expected a list of strings or null, got {tags!r}", field="tags", value=tags
+            )
         # An operator not naming a tenant sees every namespace (each entry says whose it is).
         everyone = operator and body.get("tenant") is None
-        return {"envs": [info.to_json() for info in hub.list(owner, tags, tenant=tenant, everyone=everyone)]}
+        return {
+            "envs": [
+                info.to_json() for info in hub.list(owner, tags, tenant=tenant, everyone=everyone)
+            ]
+        }
 
     def delete(hub: EnvHub, body: dict[str, Any], tenant: str | None, operator: bool) -> Any:
         name = name_of(body)
         if hub.delete(name, tenant=tenant):
             return True
         if not operator and hub.find(name, tenant=None) is not None:
-            raise EnvNotYours(f"env {name!r} is the operator's (every tenant sees it): only an operator key may delete it")
+            raise EnvNotYours(
+                f"env {name!r} is the operator's (every tenant sees it): only an operator key may delete it"
+            )
         raise EnvNotRegistered(f"Environment {name} not found or already deleted")
 
     return [
-        AdminRoute("POST", "/env/register", handler(register), summary="Register or update an EnvHub env (ROCK)"),
+        AdminRoute(
+            "POST",
+            "/env/register",
+            handler(register),
+            summary="Register or update an EnvHub env (ROCK)",
+        ),
         AdminRoute("POST", "/env/get", handler(get), summary="An EnvHub env by name (ROCK)"),
-        AdminRoute("POST", "/env/list", handler(list_envs), summary="EnvHub envs by owner and tags (ROCK)"),
+        AdminRoute(
+            "POST", "/env/list", handler(list_envs), summary="EnvHub envs by owner and tags (ROCK)"
+        ),
         AdminRoute("POST", "/env/delete", handler(delete), summary="Delete an EnvHub env (ROCK)"),
         AdminRoute("GET", "/health", lambda request: _health(), summary="EnvHub's health (ROCK)"),
     ]

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import attrs
+
 from rock_core.converters import checked, structure_options
 from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, SizeStr
 
@@ -35,14 +36,14 @@ class GemOptions:
         ``$ROCK_ENVHUB_DB_URL``, else a file beside the engine's store).
     """
 
-    image: Optional[str] = checked(Optional[str], default=None)
+    image: str | None = checked(Optional[str], default=None)
     envs_per_sandbox: PositiveInt = checked(PositiveInt, default=32)
     memory: SizeStr = checked(SizeStr, default="4g")
     cpus: PositiveFloat = checked(PositiveFloat, default=2.0)
     timeout: PositiveFloat = checked(PositiveFloat, default=300.0)
     start_timeout: PositiveFloat = checked(PositiveFloat, default=300.0)
     warm_sandboxes: NonNegativeInt = checked(NonNegativeInt, default=0)
-    envhub_db: Optional[str] = checked(Optional[str], default=None)
+    envhub_db: str | None = checked(Optional[str], default=None)
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> GemOptions:

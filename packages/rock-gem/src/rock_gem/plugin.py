@@ -13,7 +13,12 @@ from typing import Any
 from rock_core import hookimpl
 from rock_core.hookspecs import Register
 
-__all__ = ["rock_admin_routes", "rock_cli_commands", "rock_configure", "rock_register_env_providers"]
+__all__ = [
+    "rock_admin_routes",
+    "rock_cli_commands",
+    "rock_configure",
+    "rock_register_env_providers",
+]
 
 
 @hookimpl

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
+
 from rock_core.actions import SandboxStartRequest
-from rock_core.envs import EnvFailed, EnvProvider, Environment
+from rock_core.envs import EnvFailed, Environment, EnvProvider
 from rock_core.errors import InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
 from rock_core.tenancy import Quota
-
 from rock_gem.channel import RockletChannel
 from rock_gem.options import GemOptions
 
@@ -93,7 +93,11 @@ def unknown_env(env_id: str, known: frozenset[str] | set[str]) -> EnvFailed:
     if not close:
         close = [i for i in ids if i.startswith(env_id) or env_id.lower() in i.lower()][:5]
     hint = f"; close matches: {', '.join(close)}" if close else ""
-    return EnvFailed(f"env_id {env_id!r} is not a registered GEM environment{hint} ({len(ids)} ids registered)", kind="unknown_env", env_id=env_id)
+    return EnvFailed(
+        f"env_id {env_id!r} is not a registered GEM environment{hint} ({len(ids)} ids registered)",
+        kind="unknown_env",
+        env_id=env_id,
+    )
 
 
 def _gem_missing(exc: EnvFailed) -> bool:
@@ -143,13 +147,17 @@ class GemProvider(EnvProvider):
         """Any non-blank id: GEM's registry is open (ROLL and users register their own)."""
         return isinstance(env_id, str) and bool(env_id.strip())
 
-    def start_request(self, image: str | None = None, tenant: str | None = None) -> SandboxStartRequest:
+    def start_request(
+        self, image: str | None = None, tenant: str | None = None
+    ) -> SandboxStartRequest:
         """The start request of an env sandbox of ``tenant`` (``None``: the engine's owner; also
         the warm pool's kind, whose members any tenant may claim: the metadata is not part of it)."""
         metadata = {ENV_SANDBOX_TAG: "env"}
         if tenant is not None:
             metadata[TENANT_METADATA_KEY] = tenant
-        return SandboxStartRequest(image=image or self.image, memory=self.memory, cpus=self.cpus, metadata=metadata)
+        return SandboxStartRequest(
+            image=image or self.image, memory=self.memory, cpus=self.cpus, metadata=metadata
+        )
 
     # -- envs --------------------------------------------------------------------------------
 
@@ -171,7 +179,13 @@ class GemProvider(EnvProvider):
         return handle in self._closed_handles and self._closed_handles[handle] == tenant
 
     async def make(
-        self, env_id: str, *, image: str | None = None, tenant: str | None = None, quota: Quota | None = None, **kwargs: Any
+        self,
+        env_id: str,
+        *,
+        image: str | None = None,
+        tenant: str | None = None,
+        quota: Quota | None = None,
+        **kwargs: Any,
     ) -> GemEnv:
         """Make ``env_id`` in a sandbox of ``tenant`` with room (started when none has);
         ``kwargs`` go to GEM's constructor (``max_turns=...``); ``image`` overrides the provider's.
@@ -184,7 +198,9 @@ class GemProvider(EnvProvider):
             offline data is missing, the image cannot run GEM.
         """
         if not self.accepts(env_id):
-            raise InvalidParameter(f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id)
+            raise InvalidParameter(
+                f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id
+            )
         env_id, image, kwargs = self._resolve(env_id, image, kwargs, tenant)
         image = image or self.image
         known = self._known_ids.get((tenant, image))
@@ -195,7 +211,11 @@ class GemProvider(EnvProvider):
         try:
             channel = self.channel(host, "env/make")
             async with self.engine.call(host.sandbox_id):
-                made = await channel.post("make", {"env_id": env_id, "kwargs": dict(kwargs), **host.worker_args()}, self.timeout)
+                made = await channel.post(
+                    "make",
+                    {"env_id": env_id, "kwargs": dict(kwargs), **host.worker_args()},
+                    self.timeout,
+                )
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._release(host)
@@ -233,8 +253,9 @@ class GemProvider(EnvProvider):
         defaults = spec.get("kwargs") or {}
         if not isinstance(gem_id, str) or not isinstance(defaults, dict):
             raise EnvFailed(
-                f"EnvHub env {env_id!r}: extra_spec must be {{\"env_id\": str, \"kwargs\": object}}, got {spec!r}",
-                kind="bad_request", env_id=env_id,
+                f'EnvHub env {env_id!r}: extra_spec must be {{"env_id": str, "kwargs": object}}, got {spec!r}',
+                kind="bad_request",
+                env_id=env_id,
             )
         return gem_id, image or info.image, {**defaults, **kwargs}
 
@@ -250,7 +271,12 @@ class GemProvider(EnvProvider):
                 self._warm_set = True
                 await self.engine.set_warm_pool(self.start_request(), self.warm_sandboxes)
             for host in self._hosts:
-                if host.tenant == tenant and host.image == image and host.slots < self.envs_per_sandbox and host.error is None:
+                if (
+                    host.tenant == tenant
+                    and host.image == image
+                    and host.slots < self.envs_per_sandbox
+                    and host.error is None
+                ):
                     host.slots += 1
                     break
             else:
@@ -276,7 +302,9 @@ class GemProvider(EnvProvider):
         from rock_core.states import State
 
         # Only this engine's own (a record store may be shared by several processes).
-        for record in self.engine.list_records(states=[State.PENDING, State.RUNNING], filters={"owner": self.engine.owner}):
+        for record in self.engine.list_records(
+            states=[State.PENDING, State.RUNNING], filters={"owner": self.engine.owner}
+        ):
             if record.spec.metadata.get(ENV_SANDBOX_TAG) == "env":
                 await self._stop(record.sandbox_id)
 
@@ -284,17 +312,24 @@ class GemProvider(EnvProvider):
         try:
             with anyio.fail_after(self.start_timeout):
                 started = await self.engine.start_async(
-                    self.start_request(host.image, host.tenant), tenant=host.tenant, quota=host.quota
+                    self.start_request(host.image, host.tenant),
+                    tenant=host.tenant,
+                    quota=host.quota,
                 )
                 assert started.sandbox_id is not None
                 host.sandbox_id = started.sandbox_id
                 await self.engine.wait_until_running(started.sandbox_id)
             await self._learn_ids(host)
         except BaseException as exc:
-            host.error = exc if isinstance(exc, Exception) else EnvFailed("the env sandbox's start was cancelled", kind="runtime")
+            host.error = (
+                exc
+                if isinstance(exc, Exception)
+                else EnvFailed("the env sandbox's start was cancelled", kind="runtime")
+            )
             if isinstance(exc, TimeoutError):
                 host.error = EnvFailed(
-                    f"the env sandbox (image {host.image}) did not start within {self.start_timeout:g}s", kind="runtime"
+                    f"the env sandbox (image {host.image}) did not start within {self.start_timeout:g}s",
+                    kind="runtime",
                 )
             async with self._lock:
                 if host in self._hosts:
@@ -324,7 +359,9 @@ class GemProvider(EnvProvider):
                 return  # GEM is there but failed: the make says why
             python = getattr(exc, "details", {}).get("python")
             await self._install_runtime(host, python)
-            answer = await self.channel(host, "env/list").post("list", host.worker_args(), self.timeout)
+            answer = await self.channel(host, "env/list").post(
+                "list", host.worker_args(), self.timeout
+            )
             self._python[kind] = python
         self._needs_runtime[kind] = host.pythonpath is not None
         self._known_ids[kind] = frozenset(answer["env_id"])
@@ -336,11 +373,17 @@ class GemProvider(EnvProvider):
 
         assert host.sandbox_id is not None
         if python is None:
-            raise EnvFailed(f"image {host.image}: GEM is not importable and its Python version is unknown", kind="missing_dependency")
+            raise EnvFailed(
+                f"image {host.image}: GEM is not importable and its Python version is unknown",
+                kind="missing_dependency",
+            )
         try:
             path = await anyio.to_thread.run_sync(runtime_zip, python)
         except (ValueError, RuntimeError) as exc:
-            raise EnvFailed(f"image {host.image} has no GEM, and rock cannot add it: {exc}", kind="missing_dependency") from None
+            raise EnvFailed(
+                f"image {host.image} has no GEM, and rock cannot add it: {exc}",
+                kind="missing_dependency",
+            ) from None
         client = self.engine.rocklet(host.sandbox_id, "upload")
         async with self.engine.call(host.sandbox_id):
             await client.upload(RUNTIME_DIR, path, unzip=True)
@@ -385,7 +428,7 @@ class GemProvider(EnvProvider):
         its :class:`EnvFailed`."""
         results: list[Any] = [None] * len(calls)
         by_host: dict[str, list[int]] = {}
-        for i, (env, op, args) in enumerate(calls):
+        for i, (env, _op, _args) in enumerate(calls):
             if env.closed:
                 results[i] = env.closed_error()
                 continue
@@ -400,14 +443,23 @@ class GemProvider(EnvProvider):
                     answer = await channel.post("batch", {"calls": body}, self.timeout)
                 items = answer["results"]
             except (SandboxNotFound, RockletUnreachable) as exc:
-                items = [{"error": {"kind": "env_died", "message": f"the env's sandbox {sandbox_id} is gone: {exc}"}}] * len(indexes)
+                items = [
+                    {
+                        "error": {
+                            "kind": "env_died",
+                            "message": f"the env's sandbox {sandbox_id} is gone: {exc}",
+                        }
+                    }
+                ] * len(indexes)
             for i, item in zip(indexes, items):
                 env = calls[i][0]
                 if "ok" in item:
                     results[i] = item["ok"]
                     continue
                 err = item.get("error") or {}
-                results[i] = env.failure(str(err.get("kind", "env_error")), str(err.get("message", "")))
+                results[i] = env.failure(
+                    str(err.get("kind", "env_error")), str(err.get("message", ""))
+                )
                 if results[i].kind in ("env_died", "timeout", "no_env"):
                     await self.forget(env, end_process=False)
 
@@ -433,7 +485,9 @@ class GemEnv(Environment):
     :attr handle: its id on ROCK's wire (``sandbox_id``): ``<sandbox id>.<env key>``.
     """
 
-    def __init__(self, provider: GemProvider, host: _Host, key: str, env_id: str, pid: int | None = None) -> None:
+    def __init__(
+        self, provider: GemProvider, host: _Host, key: str, env_id: str, pid: int | None = None
+    ) -> None:
         assert host.sandbox_id is not None
         #: The env's process id inside its sandbox.
         self.pid = pid
@@ -481,7 +535,9 @@ class GemEnv(Environment):
             raise self.failure(exc.kind, exc.message) from None
         except (SandboxNotFound, RockletUnreachable) as exc:
             await self._lost()
-            raise self.failure("env_died", f"the env's sandbox {self.sandbox_id} is gone: {exc}") from exc
+            raise self.failure(
+                "env_died", f"the env's sandbox {self.sandbox_id} is gone: {exc}"
+            ) from exc
 
     async def _lost(self) -> None:
         self.closed = True

@@ -38,10 +38,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+
 from rock_core.envs import EnvFailed
 from rock_core.errors import RockError
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
-
 from rock_gem.provider import GemEnv, GemProvider, provider_for
 
 __all__ = ["PREFIX", "routes"]
@@ -59,13 +59,24 @@ class _Invalid(Exception):
 
 
 def _invalid(errors: list[str]) -> RouteResponse:
-    return RouteResponse({"status": "Failed", "message": "invalid parameter", "error": "; ".join(errors), "result": None})
+    return RouteResponse(
+        {
+            "status": "Failed",
+            "message": "invalid parameter",
+            "error": "; ".join(errors),
+            "result": None,
+        }
+    )
 
 
 def _failed(exc: BaseException) -> RouteResponse:
     detail = exc.message if isinstance(exc, RockError) else f"{type(exc).__name__}: {exc}"
-    lines = list(getattr(exc, "traceback", None) or []) or traceback.format_exception_only(type(exc), exc)
-    kind = getattr(exc, "kind", None) or ("invalid_parameter" if isinstance(exc, RockError) and exc.code // 1000 == 4 else "error")
+    lines = list(getattr(exc, "traceback", None) or []) or traceback.format_exception_only(
+        type(exc), exc
+    )
+    kind = getattr(exc, "kind", None) or (
+        "invalid_parameter" if isinstance(exc, RockError) and exc.code // 1000 == 4 else "error"
+    )
     return RouteResponse({"detail": detail, "traceback": lines, "kind": kind}, status=500)
 
 
@@ -88,14 +99,20 @@ def _seed(body: dict[str, Any], where: str = "body") -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_SEED:
-        raise _Invalid([f"{where}.seed: must be an integer from 0 to {_MAX_SEED} or null, got {_shown(value)}"])
+        raise _Invalid(
+            [f"{where}.seed: must be an integer from 0 to {_MAX_SEED} or null, got {_shown(value)}"]
+        )
     return value
 
 
 def _action(body: dict[str, Any], where: str = "body") -> str:
     value = body.get("action")
     if not isinstance(value, str):
-        raise _Invalid([f"{where}.action: must be a string, got {_shown(value)}"] if "action" in body else [f"{where}.action: Field required"])
+        raise _Invalid(
+            [f"{where}.action: must be a string, got {_shown(value)}"]
+            if "action" in body
+            else [f"{where}.action: Field required"]
+        )
     return value
 
 
@@ -116,8 +133,12 @@ def _provider(request: RouteRequest) -> GemProvider | None:
 def _env(request: RouteRequest, handle: str) -> GemEnv:
     provider = _provider(request)
     if provider is None:
-        raise EnvFailed(f"sandbox_id {handle!r}: no GEM env (no env was made with this id)", kind="no_env")
-    return provider.get(handle, tenant=request.tenant)  # another API key's env: as if it did not exist
+        raise EnvFailed(
+            f"sandbox_id {handle!r}: no GEM env (no env was made with this id)", kind="no_env"
+        )
+    return provider.get(
+        handle, tenant=request.tenant
+    )  # another API key's env: as if it did not exist
 
 
 # -- one call each -------------------------------------------------------------------------------
@@ -134,14 +155,23 @@ async def _make(request: RouteRequest, body: dict[str, Any]) -> Any:
         raise EnvFailed(f"kwargs must be an object, got {_shown(kwargs)}", kind="bad_request")
     image = body.get("image")
     if image is not None and (not isinstance(image, str) or not image.strip()):
-        raise EnvFailed(f"image must be a non-blank string, got {_shown(image)}", kind="bad_request")
+        raise EnvFailed(
+            f"image must be a non-blank string, got {_shown(image)}", kind="bad_request"
+        )
     for reserved in ("tenant", "quota"):
         if reserved in kwargs:
-            raise EnvFailed(f"kwargs.{reserved} is not a constructor argument: the API key says it", kind="bad_request")
+            raise EnvFailed(
+                f"kwargs.{reserved} is not a constructor argument: the API key says it",
+                kind="bad_request",
+            )
     # The API key's tenant: its EnvHub entries name the env, its own sandboxes host it (within
     # its quota), and only it may drive the env.
     env = await request.engine.make_env(
-        env_id, **({"image": image} if image else {}), tenant=request.tenant, quota=request.quota, **kwargs
+        env_id,
+        **({"image": image} if image else {}),
+        tenant=request.tenant,
+        quota=request.quota,
+        **kwargs,
     )
     return {"sandbox_id": env.handle}
 
@@ -155,7 +185,13 @@ async def _reset(request: RouteRequest, body: dict[str, Any]) -> Any:
 async def _step(request: RouteRequest, body: dict[str, Any]) -> Any:
     handle, action = _handle(body), _action(body)
     observation, reward, terminated, truncated, info = await _env(request, handle).step(action)
-    return {"observation": observation, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info}
+    return {
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": info,
+    }
 
 
 async def _close(request: RouteRequest, body: dict[str, Any]) -> Any:
@@ -172,7 +208,9 @@ async def _list(request: RouteRequest, body: dict[str, Any]) -> Any:
     return {"env_id": await env.provider.list_ids(env.handle, tenant=request.tenant)}
 
 
-def _route(call: Callable[[RouteRequest, dict[str, Any]], Awaitable[Any]]) -> Callable[[RouteRequest], Awaitable[Any]]:
+def _route(
+    call: Callable[[RouteRequest, dict[str, Any]], Awaitable[Any]],
+) -> Callable[[RouteRequest], Awaitable[Any]]:
     async def handler(request: RouteRequest) -> Any:
         try:
             return await call(request, _object(request))
@@ -193,7 +231,13 @@ _OPS = ("make", "reset", "step", "close")
 async def _batch(request: RouteRequest, body: dict[str, Any]) -> Any:
     calls = body.get("calls")
     if not isinstance(calls, list):
-        raise _Invalid([f"body.calls: must be a list, got {_shown(calls)}" if "calls" in body else "body.calls: Field required"])
+        raise _Invalid(
+            [
+                f"body.calls: must be a list, got {_shown(calls)}"
+                if "calls" in body
+                else "body.calls: Field required"
+            ]
+        )
     errors: list[str] = []
     parsed: list[tuple[str, dict[str, Any]]] = []
     for i, call in enumerate(calls):
@@ -242,7 +286,9 @@ async def _batch(request: RouteRequest, body: dict[str, Any]) -> Any:
             provider = stepped[0][1].provider
             answers = await provider.batch([(env, op, args) for _, env, op, args in stepped])
             for (i, _, op, _), answer in zip(stepped, answers):
-                results[i] = _error_item(answer) if isinstance(answer, BaseException) else _shape(op, answer)
+                results[i] = (
+                    _error_item(answer) if isinstance(answer, BaseException) else _shape(op, answer)
+                )
     return {"results": results}
 
 
@@ -260,10 +306,19 @@ def _error_item(exc: BaseException) -> dict[str, Any]:
 def routes() -> list[AdminRoute]:
     """The admin routes of ROCK's GEM API (and rock's ``batch``)."""
     return [
-        AdminRoute("POST", f"{PREFIX}/make", _route(_make), summary="Make a GEM env in a sandbox (ROCK)"),
+        AdminRoute(
+            "POST", f"{PREFIX}/make", _route(_make), summary="Make a GEM env in a sandbox (ROCK)"
+        ),
         AdminRoute("POST", f"{PREFIX}/reset", _route(_reset), summary="Reset a GEM env (ROCK)"),
         AdminRoute("POST", f"{PREFIX}/step", _route(_step), summary="Step a GEM env (ROCK)"),
         AdminRoute("POST", f"{PREFIX}/close", _route(_close), summary="Close a GEM env (ROCK)"),
-        AdminRoute("POST", f"{PREFIX}/list", _route(_list), summary="The ids GEM registered (ROCK)"),
-        AdminRoute("POST", f"{PREFIX}/batch", _route(_batch), summary="Make, reset, step and close many GEM envs in one request (rock)"),
+        AdminRoute(
+            "POST", f"{PREFIX}/list", _route(_list), summary="The ids GEM registered (ROCK)"
+        ),
+        AdminRoute(
+            "POST",
+            f"{PREFIX}/batch",
+            _route(_batch),
+            summary="Make, reset, step and close many GEM envs in one request (rock)",
+        ),
     ]

@@ -47,18 +47,55 @@ def _name(python: str, arch: str) -> str:
 def _fetch(site: Path, python: str, arch: str) -> None:
     uv = os.environ.get("ROCK_UV") or shutil.which("uv")
     if uv:
-        command = [uv, "pip", "install", "--quiet", "--target", str(site), "--no-deps", "--only-binary", ":all:",
-                   "--python-version", python, "--python-platform", f"{arch}-manylinux_2_28", "-r", str(REQUIREMENTS)]
+        command = [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--target",
+            str(site),
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "--python-version",
+            python,
+            "--python-platform",
+            f"{arch}-manylinux_2_28",
+            "-r",
+            str(REQUIREMENTS),
+        ]
     else:
-        command = [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(site), "--no-deps", "--only-binary=:all:",
-                   "--python-version", python, "--implementation", "cp", "--platform", f"manylinux_2_28_{arch}",
-                   "--platform", f"manylinux2014_{arch}", "-r", str(REQUIREMENTS)]
+        command = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--target",
+            str(site),
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python,
+            "--implementation",
+            "cp",
+            "--platform",
+            f"manylinux_2_28_{arch}",
+            "--platform",
+            f"manylinux2014_{arch}",
+            "-r",
+            str(REQUIREMENTS),
+        ]
     try:
         subprocess.run(command, check=True, capture_output=True, text=True, timeout=900)
     except FileNotFoundError as exc:
-        raise RuntimeError(f"cannot prepare GEM's runtime: neither uv (ROCK_UV, PATH) nor pip is available ({exc})") from None
+        raise RuntimeError(
+            f"cannot prepare GEM's runtime: neither uv (ROCK_UV, PATH) nor pip is available ({exc})"
+        ) from None
     except subprocess.CalledProcessError as exc:
-        raise RuntimeError(f"cannot prepare GEM's runtime for Python {python} ({arch}): {exc.stderr.strip()[-500:]}") from None
+        raise RuntimeError(
+            f"cannot prepare GEM's runtime for Python {python} ({arch}): {exc.stderr.strip()[-500:]}"
+        ) from None
 
 
 def runtime_zip(python: str, arch: str | None = None, *, fetch: bool = True) -> Path:
@@ -68,13 +105,17 @@ def runtime_zip(python: str, arch: str | None = None, *, fetch: bool = True) -> 
     :raises RuntimeError: not prepared and ``fetch`` is false, or fetching failed.
     """
     if python not in SUPPORTED:
-        raise ValueError(f"GEM (gem-llm 0.1.0) needs Python {', '.join(SUPPORTED)}; the image has Python {python}")
+        raise ValueError(
+            f"GEM (gem-llm 0.1.0) needs Python {', '.join(SUPPORTED)}; the image has Python {python}"
+        )
     arch = arch or _arch()
     target = cache_dir() / (_name(python, arch) + ".zip")
     if target.is_file():
         return target
     if not fetch:
-        raise RuntimeError(f"GEM's runtime for Python {python} ({arch}) is not prepared: run `python -m rock_gem.runtime {python}`")
+        raise RuntimeError(
+            f"GEM's runtime for Python {python} ({arch}) is not prepared: run `python -m rock_gem.runtime {python}`"
+        )
     work = target.with_name(target.stem + f".{os.getpid()}.tmp")
     shutil.rmtree(work, ignore_errors=True)
     site = work / "site"
@@ -89,7 +130,9 @@ def runtime_zip(python: str, arch: str | None = None, *, fetch: bool = True) -> 
             import compileall
             import py_compile
 
-            compileall.compile_dir(str(site), quiet=1, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            compileall.compile_dir(
+                str(site), quiet=1, invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH
+            )
         partial = work / "runtime.zip"
         # Stored, not deflated: the sandbox's rocklet unpacks it with zipfile, where inflating
         # ~90 MB cost 1.5 s; over the rocklet's socket the bytes themselves are cheap.

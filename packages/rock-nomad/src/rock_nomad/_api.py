@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
+
 from rock_core.errors import RuntimeFailure, SandboxNotFound
 
 __all__ = ["NomadApi", "NomadError", "Setting"]
@@ -112,7 +113,9 @@ class NomadApi:
             verify=verify,
             cert=cert,
             timeout=timeout,
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
             trust_env=False,
         )
 
@@ -149,24 +152,37 @@ class NomadApi:
         :param not_found: a 404 raises :class:`SandboxNotFound` with these words (else a failure).
         :param wait: a blocking query's wait: the read timeout is stretched to cover it.
         """
-        timeout = httpx.Timeout(self.timeout if wait is None else wait + _WAIT_MARGIN, connect=self.timeout)
+        timeout = httpx.Timeout(
+            self.timeout if wait is None else wait + _WAIT_MARGIN, connect=self.timeout
+        )
         try:
             for attempt in range(2):
                 try:
                     response = await self._http.request(
-                        method, f"/v1/{path}", params=self._params(params, namespaced), json=json, timeout=timeout
+                        method,
+                        f"/v1/{path}",
+                        params=self._params(params, namespaced),
+                        json=json,
+                        timeout=timeout,
                     )
                     break
                 except _DROPPED as exc:
                     if attempt:
                         raise
-                    log.info("Nomad at %s dropped the connection of %s /v1/%s (%s: %s); sending it again",
-                             self.address, method, path, type(exc).__name__, exc or "no answer")
+                    log.info(
+                        "Nomad at %s dropped the connection of %s /v1/%s (%s: %s); sending it again",
+                        self.address,
+                        method,
+                        path,
+                        type(exc).__name__,
+                        exc or "no answer",
+                    )
         except httpx.TransportError as exc:
             raise RuntimeFailure(
                 f"cannot reach the Nomad API at {self.address} ({type(exc).__name__}: {exc or 'no answer'}); "
                 f"check {self._transport_hint(exc)}",
-                sandbox_id=sandbox_id, attempted=attempted,
+                sandbox_id=sandbox_id,
+                attempted=attempted,
             ) from exc
         if response.status_code < 300:
             return response
@@ -174,8 +190,13 @@ class NomadApi:
         status = response.status_code
         if status == 404 and not_found is not None and text != "404 page not found":
             raise SandboxNotFound(not_found, sandbox_id=sandbox_id, attempted=attempted)
-        raise NomadError(self._explain(status, text, method, path), status=status, text=text,
-                         sandbox_id=sandbox_id, attempted=attempted)
+        raise NomadError(
+            self._explain(status, text, method, path),
+            status=status,
+            text=text,
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        )
 
     def _transport_hint(self, exc: httpx.TransportError) -> str:
         """The settings to check for a call that got no answer: the TLS ones when the TLS
@@ -185,14 +206,18 @@ class NomadApi:
         if "certificate verify failed" in text or "wrong version number" in text:
             # Not signed by the CA we trust, not for this host name, or not TLS at all.
             return f"{self.settings.get('ca_cert', 'plugins.nomad.ca_cert')} and {address}"
-        client_cert = f"{self.settings.get('client_cert', 'plugins.nomad.client_cert')} and client_key"
+        client_cert = (
+            f"{self.settings.get('client_cert', 'plugins.nomad.client_cert')} and client_key"
+        )
         if "certificate required" in text or "bad certificate" in text or "unknown ca" in text:
             # Nomad asks for a client certificate (verify_https_client) and ours is absent or refused.
             return client_cert
         if self.address.startswith("https://") and isinstance(exc, _DROPPED):
             # The TLS alert of a refused client certificate often arrives as a closed connection.
-            return (f"{client_cert} (a Nomad with verify_https_client closes the connection of a caller without a "
-                    f"certificate its CA signed), and {address}")
+            return (
+                f"{client_cert} (a Nomad with verify_https_client closes the connection of a caller without a "
+                f"certificate its CA signed), and {address}"
+            )
         return str(address)
 
     def _explain(self, status: int, text: str, method: str, path: str) -> str:
@@ -200,9 +225,11 @@ class NomadApi:
         lowered = text.lower()
         if status == 403 or "acl token not found" in lowered or "permission denied" in lowered:
             token = self.settings["token"]
-            return (f"{said}; the ACL token is refused or lacks a right: check {token} "
-                    f"(it needs submit-job, read-job and read-logs in namespace {self.namespace!r}, and "
-                    f"variables write and destroy on the sandboxes' nomad/jobs/<job id> paths there)")
+            return (
+                f"{said}; the ACL token is refused or lacks a right: check {token} "
+                f"(it needs submit-job, read-job and read-logs in namespace {self.namespace!r}, and "
+                f"variables write and destroy on the sandboxes' nomad/jobs/<job id> paths there)"
+            )
         if "no path to region" in lowered:
             return f"{said}; check {self.settings['region']}"
         if "nonexistent namespace" in lowered or "namespace not found" in lowered:
@@ -212,20 +239,30 @@ class NomadApi:
         return said
 
     @contextlib.asynccontextmanager
-    async def stream(self, path: str, params: list[tuple[str, str]]) -> AsyncIterator[httpx.Response]:
+    async def stream(
+        self, path: str, params: list[tuple[str, str]]
+    ) -> AsyncIterator[httpx.Response]:
         """A streamed GET (the event stream): the response, its body read as it comes."""
         query = list(self._params(None, True).items()) + params
         timeout = httpx.Timeout(None, connect=self.timeout)
         try:
-            async with self._http.stream("GET", f"/v1/{path}", params=query, timeout=timeout) as response:
+            async with self._http.stream(
+                "GET", f"/v1/{path}", params=query, timeout=timeout
+            ) as response:
                 if response.status_code >= 300:
                     text = (await response.aread()).decode(errors="replace").strip()
-                    raise NomadError(self._explain(response.status_code, text, "GET", path), status=response.status_code,
-                                     text=text, attempted="events")
+                    raise NomadError(
+                        self._explain(response.status_code, text, "GET", path),
+                        status=response.status_code,
+                        text=text,
+                        attempted="events",
+                    )
                 yield response
         except httpx.TransportError as exc:
-            raise RuntimeFailure(f"the event stream of the Nomad API at {self.address} broke ({type(exc).__name__}: {exc})",
-                                 attempted="events") from exc
+            raise RuntimeFailure(
+                f"the event stream of the Nomad API at {self.address} broke ({type(exc).__name__}: {exc})",
+                attempted="events",
+            ) from exc
 
     async def get_json(self, path: str, **kw: Any) -> Any:
         response = await self.request("GET", path, **kw)
@@ -237,7 +274,9 @@ class NomadApi:
         params = dict(kw.pop("params", None) or {})
         if index > 0:
             params.update(index=index, wait=f"{max(1, int(wait))}s")
-        response = await self.request("GET", path, params=params, wait=wait if index > 0 else None, **kw)
+        response = await self.request(
+            "GET", path, params=params, wait=wait if index > 0 else None, **kw
+        )
         try:
             new_index = int(response.headers.get("X-Nomad-Index") or 0)
         except ValueError:

@@ -49,7 +49,7 @@ class JobWatch:
         """Wait until something new is told of the job, or ``timeout`` seconds; whether it was."""
         try:
             await asyncio.wait_for(self._changed.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         finally:
             self._changed.clear()
@@ -107,14 +107,16 @@ class EventFeed:
     async def ready(self, timeout: float = 5.0) -> bool:
         """Start the stream if it is not running; wait (at most ``timeout``) until it is connected."""
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="rock-nomad event stream")
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="rock-nomad event stream"
+            )
         if self._connected.is_set():
             return True
         try:
             # Until the first attempt is over: a refused token or a missing API fails it at once,
             # and starts then read Nomad themselves instead of waiting for the stream.
             await asyncio.wait_for(self._attempted.wait(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return self._connected.is_set()
 
@@ -131,10 +133,19 @@ class EventFeed:
             try:
                 if self._index == 0:
                     # From now on: the stream replays what its buffer holds from ``index``.
-                    response = await self._api.request("GET", "jobs", params={"prefix": "rock-nomad-index-probe-"}, attempted="events")
+                    response = await self._api.request(
+                        "GET",
+                        "jobs",
+                        params={"prefix": "rock-nomad-index-probe-"},
+                        attempted="events",
+                    )
                     self._index = int(response.headers.get("X-Nomad-Index") or 0)
-                params = [("topic", "Evaluation:*"), ("topic", "Allocation:*"), ("topic", "Job:*"),
-                          ("index", str(self._index + 1))]
+                params = [
+                    ("topic", "Evaluation:*"),
+                    ("topic", "Allocation:*"),
+                    ("topic", "Job:*"),
+                    ("index", str(self._index + 1)),
+                ]
                 async with self._api.stream("event/stream", params) as response:
                     self._connected.set()
                     self._attempted.set()
@@ -146,7 +157,11 @@ class EventFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the stream is a help: starts poll without it
-                log.warning("Nomad's event stream failed (%s); starts poll meanwhile, reconnecting in %.1fs", exc, delay)
+                log.warning(
+                    "Nomad's event stream failed (%s); starts poll meanwhile, reconnecting in %.1fs",
+                    exc,
+                    delay,
+                )
             self._connected.clear()
             self._attempted.set()
             await asyncio.sleep(delay)
@@ -179,7 +194,8 @@ class EventFeed:
                 watch.update(topic, payload)
             if topic == "Allocation" and job_id in self._tracked:
                 known = self.latest.get(job_id)
-                if known is None or (known.get("CreateIndex") or 0, known.get("ModifyIndex") or 0) <= (
-                    payload.get("CreateIndex") or 0, payload.get("ModifyIndex") or 0
-                ):
+                if known is None or (
+                    known.get("CreateIndex") or 0,
+                    known.get("ModifyIndex") or 0,
+                ) <= (payload.get("CreateIndex") or 0, payload.get("ModifyIndex") or 0):
                     self.latest[job_id] = payload

@@ -37,8 +37,14 @@ from typing import Any
 
 from rock_core.models import ROCKLET_PORT, Port, PullPolicy, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.rocklet.server import TOKEN_ENV
-from rock_core.rocklet_delivery import NO_PYTHON_EXIT_CODE, NO_PYTHON_LOG_LINE, ROCKLET_PYZ, RockletDelivery, launch_command
-from rock_core.units import MiB, format_size
+from rock_core.rocklet_delivery import (
+    NO_PYTHON_EXIT_CODE,
+    NO_PYTHON_LOG_LINE,
+    ROCKLET_PYZ,
+    RockletDelivery,
+    launch_command,
+)
+from rock_core.sizes import MiB, format_size
 
 __all__ = [
     "APP_PORT",
@@ -59,7 +65,17 @@ TASK = "rocklet"
 APP_PORT = 8080
 #: The capabilities a sandbox keeps (as on the Docker runtime); all are in the Docker driver's
 #: default ``allow_caps``, so a Nomad client needs no configuration for them.
-KEPT_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETPCAP", "SETUID")
+KEPT_CAPABILITIES = (
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+)
 _SECOND = 1_000_000_000
 #: Where the artifact puts the rocklet (relative to the task directory) and where the sandbox sees it.
 ROCKLET_DIR = "local/rock"
@@ -110,7 +126,9 @@ def job_for(
     config: dict[str, Any] = {
         "image": spec.image,
         "command": "/bin/sh",
-        "args": launch_command(f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host="0.0.0.0", port=ROCKLET_PORT)[1:],
+        "args": launch_command(f"{ROCKLET_MOUNT}/{ROCKLET_PYZ}", host="0.0.0.0", port=ROCKLET_PORT)[
+            1:
+        ],
         # The rocklet's folder of the task directory, read-only at /rock as on the Docker runtime
         # (a path relative to the task directory needs no docker.volumes on the client).
         "volumes": [f"{ROCKLET_DIR}:{ROCKLET_MOUNT}:ro"],
@@ -125,13 +143,18 @@ def job_for(
     if spec.pull is PullPolicy.ALWAYS:
         config["force_pull"] = True
     elif spec.pull is PullPolicy.NEVER:
-        notes.append("pull policy 'never' not honoured: a Nomad node pulls an image it does not have")
+        notes.append(
+            "pull policy 'never' not honoured: a Nomad node pulls an image it does not have"
+        )
     if spec.pids_limit is not None:
         config["pids_limit"] = spec.pids_limit
     if nofile_limit is not None:
         config["ulimit"] = {"nofile": f"{nofile_limit}:{nofile_limit}"}
     if spec.registry_username or spec.registry_password:
-        config["auth"] = {"username": spec.registry_username or "", "password": spec.registry_password or ""}
+        config["auth"] = {
+            "username": spec.registry_username or "",
+            "password": spec.registry_password or "",
+        }
     if spec.limit_cpus is not None:
         notes.append(
             f"limit_cpus {spec.limit_cpus:g} not enforced as a ceiling: on Nomad the sandbox reserves "
@@ -143,7 +166,9 @@ def job_for(
             f"container's writable layer (the group reserves {ephemeral_disk_mb} MB of ephemeral disk)"
         )
     if spec.num_gpus:
-        notes.append(f"{spec.num_gpus} GPU(s) requested but the nomad runtime does not ask Nomad for devices")
+        notes.append(
+            f"{spec.num_gpus} GPU(s) requested but the nomad runtime does not ask Nomad for devices"
+        )
     task: dict[str, Any] = {
         "Name": TASK,
         "Driver": "docker",
@@ -151,14 +176,23 @@ def job_for(
         "Env": dict(spec.env) or None,
         "Resources": {"CPU": cpu_mhz, "MemoryMB": memory_mb},
         "Artifacts": [
-            {"GetterSource": rocklet_url, "GetterOptions": {"checksum": rocklet.checksum}, "GetterMode": "file",
-             "RelativeDest": f"{ROCKLET_DIR}/{ROCKLET_PYZ}"}
+            {
+                "GetterSource": rocklet_url,
+                "GetterOptions": {"checksum": rocklet.checksum},
+                "GetterMode": "file",
+                "RelativeDest": f"{ROCKLET_DIR}/{ROCKLET_PYZ}",
+            }
         ],
         # The secret is nowhere in the job (not in Env, Meta or the template's text): the
         # template reads it from the job's Variable when the task starts (see the README).
         "Templates": [
-            {"EmbeddedTmpl": f'{TOKEN_ENV}={{{{ with nomadVar "{secret_path(job_id)}" }}}}{{{{ .{SECRET_ITEM} }}}}{{{{ end }}}}\n',
-             "DestPath": SECRET_FILE, "Envvars": True, "Perms": "0600", "ChangeMode": "noop"}
+            {
+                "EmbeddedTmpl": f'{TOKEN_ENV}={{{{ with nomadVar "{secret_path(job_id)}" }}}}{{{{ .{SECRET_ITEM} }}}}{{{{ end }}}}\n',
+                "DestPath": SECRET_FILE,
+                "Envvars": True,
+                "Perms": "0600",
+                "ChangeMode": "noop",
+            }
         ],
         "KillTimeout": int(kill_timeout * _SECOND),
         "LogConfig": {"MaxFiles": 2, "MaxFileSizeMB": 10},
@@ -166,7 +200,12 @@ def job_for(
     group: dict[str, Any] = {
         "Name": GROUP,
         "Count": 1,
-        "RestartPolicy": {"Attempts": 0, "Mode": "fail", "Interval": 60 * _SECOND, "Delay": 15 * _SECOND},
+        "RestartPolicy": {
+            "Attempts": 0,
+            "Mode": "fail",
+            "Interval": 60 * _SECOND,
+            "Delay": 15 * _SECOND,
+        },
         "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
         "PreventRescheduleOnLost": True,
         "EphemeralDisk": {"SizeMB": ephemeral_disk_mb},
@@ -184,13 +223,17 @@ def job_for(
     }
     if node_pool:
         job["NodePool"] = node_pool
-    constraints = [{"LTarget": f"${{meta.{NETWORK_META}}}", "RTarget": sandbox_network, "Operand": "="}]
+    constraints = [
+        {"LTarget": f"${{meta.{NETWORK_META}}}", "RTarget": sandbox_network, "Operand": "="}
+    ]
     if spec.image_os and spec.image_os != "linux":
-        constraints.append({"LTarget": "${attr.kernel.name}", "RTarget": spec.image_os, "Operand": "="})
+        constraints.append(
+            {"LTarget": "${attr.kernel.name}", "RTarget": spec.image_os, "Operand": "="}
+        )
     job["Constraints"] = constraints
     security = {
         "network": f"docker network {sandbox_network} of its Nomad node (no traffic between sandboxes); "
-                   "only the rocklet published on the node",
+        "only the rocklet published on the node",
         "pids_limit": spec.pids_limit,
         "nofile_limit": nofile_limit,
         "no_new_privileges": True,
@@ -260,12 +303,24 @@ def failure_of(alloc: Mapping[str, Any]) -> tuple[str | None, bool]:
     for event in _events(alloc):
         kind = event.get("Type")
         if kind == "Driver Failure":
-            reason = str(event.get("DriverError") or event.get("DisplayMessage") or "driver failure")
-            image_failed = image_failed or "failed to pull" in reason.lower() or "pull" in reason.lower() and "image" in reason.lower()
+            reason = str(
+                event.get("DriverError") or event.get("DisplayMessage") or "driver failure"
+            )
+            image_failed = (
+                image_failed
+                or "failed to pull" in reason.lower()
+                or "pull" in reason.lower()
+                and "image" in reason.lower()
+            )
         elif kind == "Failed Artifact Download":
             reason = f"the node could not fetch the rocklet: {event.get('DownloadError') or event.get('DisplayMessage')}"
         elif kind in ("Setup Failure", "Failed Validation"):
-            reason = str(event.get("SetupError") or event.get("ValidationError") or event.get("DisplayMessage") or kind)
+            reason = str(
+                event.get("SetupError")
+                or event.get("ValidationError")
+                or event.get("DisplayMessage")
+                or kind
+            )
     return reason, image_failed
 
 
@@ -276,11 +331,16 @@ def _exit(alloc: Mapping[str, Any]) -> tuple[int | None, bool]:
         if event.get("Type") == "Terminated":
             code = event.get("ExitCode")
             details = event.get("Details") or {}
-            oom = str(details.get("oom_killed", "")).lower() == "true" or event.get("Message") == "OOM Killed"
+            oom = (
+                str(details.get("oom_killed", "")).lower() == "true"
+                or event.get("Message") == "OOM Killed"
+            )
     return code, oom
 
 
-def status_of(alloc: Mapping[str, Any], *, ports: Sequence[Mapping[str, Any]] | None, stopped_by_us: bool) -> RuntimeStatus:
+def status_of(
+    alloc: Mapping[str, Any], *, ports: Sequence[Mapping[str, Any]] | None, stopped_by_us: bool
+) -> RuntimeStatus:
     """The unit status an allocation stands for.
 
     :param ports: the allocation's ``AllocatedResources.Shared.Ports`` (a running one's address).
@@ -293,8 +353,12 @@ def status_of(alloc: Mapping[str, Any], *, ports: Sequence[Mapping[str, Any]] | 
     node_name = alloc.get("NodeName") or None
     by_label = {p.get("Label"): p for p in ports or ()}
     node_address = next((p.get("HostIP") for p in by_label.values() if p.get("HostIP")), None)
-    common: dict[str, Any] = {"node_name": node_name, "node_address": node_address,
-                              "started_at": _time(state.get("StartedAt")), "finished_at": _time(state.get("FinishedAt"))}
+    common: dict[str, Any] = {
+        "node_name": node_name,
+        "node_address": node_address,
+        "started_at": _time(state.get("StartedAt")),
+        "finished_at": _time(state.get("FinishedAt")),
+    }
     if client == "running" and desired == "run" and not stopped_by_us:
         # Only the rocklet is published on the node; the engine forwards 22555 and 8080 from
         # its own host through it (``forwarded_ports``), as it does for Docker's sandboxes.
@@ -322,4 +386,6 @@ def status_of(alloc: Mapping[str, Any], *, ports: Sequence[Mapping[str, Any]] | 
             error = reason
         elif desired in ("stop", "evict") and alloc.get("DesiredDescription"):
             error = f"stopped by Nomad: {alloc['DesiredDescription']}"
-    return RuntimeStatus(state=UnitState.EXITED, exit_code=code, oom_killed=oom, error=error, **common)
+    return RuntimeStatus(
+        state=UnitState.EXITED, exit_code=code, oom_killed=oom, error=error, **common
+    )

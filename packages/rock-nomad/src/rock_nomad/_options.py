@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import attrs
+
 from rock_core.converters import READ_AS, checked, structure_options, structure_value
 from rock_core.models import must
-
 from rock_nomad._job import SANDBOX_NETWORK
 
 __all__ = ["NomadOptions", "PATH"]
@@ -48,7 +48,10 @@ def _flag(value: Any, field: attrs.Attribute[Any]) -> bool:
 
 def _read_by(convert: Any, default: Any, validator: Any = None) -> Any:
     return attrs.field(
-        default=default, converter=attrs.Converter(convert, takes_field=True), validator=validator, metadata={READ_AS: Any}
+        default=default,
+        converter=attrs.Converter(convert, takes_field=True),
+        validator=validator,
+        metadata={READ_AS: Any},
     )
 
 
@@ -67,18 +70,19 @@ class NomadOptions:
     """What :class:`~rock_nomad.runtime.NomadRuntime` is built with; ``None``: not set (the
     runtime then reads ``NOMAD_*`` or takes its default)."""
 
-    address: Optional[str] = checked(Optional[str], default=None)
-    token: Optional[str] = checked(Optional[str], default=None)
-    namespace: Optional[str] = checked(Optional[str], default=None)
-    region: Optional[str] = checked(Optional[str], default=None)
+    address: str | None = checked(Optional[str], default=None)
+    token: str | None = checked(Optional[str], default=None)
+    namespace: str | None = checked(Optional[str], default=None)
+    region: str | None = checked(Optional[str], default=None)
     datacenters: tuple[str, ...] = _read_by(_names, ("*",), must(bool, "at least one name"))
-    node_pool: Optional[str] = checked(Optional[str], default=None)
-    ca_cert: Optional[str] = checked(Optional[str], default=None)
-    client_cert: Optional[str] = checked(Optional[str], default=None)
-    client_key: Optional[str] = checked(Optional[str], default=None)
+    node_pool: str | None = checked(Optional[str], default=None)
+    ca_cert: str | None = checked(Optional[str], default=None)
+    client_cert: str | None = checked(Optional[str], default=None)
+    client_key: str | None = checked(Optional[str], default=None)
     tls_skip_verify: bool = _read_by(_flag, False)
     sandbox_network: str = checked(
-        str, default=SANDBOX_NETWORK,
+        str,
+        default=SANDBOX_NETWORK,
         validator=must(
             _network_ok,
             "the name of a Docker network the nodes' operator made without inter-container traffic "
@@ -86,18 +90,23 @@ class NomadOptions:
         ),
     )
     job_prefix: str = checked(
-        str, default="rock-",
+        str,
+        default="rock-",
         validator=must(
             lambda v: bool(_JOB_PREFIX.fullmatch(v)),
             "1 to 32 letters, digits, '-', '_' or '~' (it begins each sandbox's job id and the path of its Nomad Variable)",
         ),
     )
     mhz_per_cpu: int = checked(int, default=1000, validator=_at_least(1, int))
-    priority: int = checked(int, default=50, validator=must(lambda v: 1 <= v <= 100, "a whole number 1..100"))
+    priority: int = checked(
+        int, default=50, validator=must(lambda v: 1 <= v <= 100, "a whole number 1..100")
+    )
     kill_timeout: float = checked(float, default=5.0, validator=_at_least(0, float))
     ephemeral_disk_mb: int = checked(int, default=300, validator=_at_least(10, int))
-    nofile_limit: Optional[int] = checked(Optional[int], default=16384, validator=_at_least(64, int, optional=True))
-    rocklet_url: Optional[str] = checked(Optional[str], default=None)
+    nofile_limit: int | None = checked(
+        Optional[int], default=16384, validator=_at_least(64, int, optional=True)
+    )
+    rocklet_url: str | None = checked(Optional[str], default=None)
     api_timeout: float = checked(float, default=30.0, validator=_at_least(1, float))
     max_connections: int = checked(int, default=512, validator=_at_least(1, int))
     event_stream: bool = _read_by(_flag, True)

@@ -42,13 +42,31 @@ __all__ = ["chat_command"]
 @click.argument("sandbox_id")
 @click.argument("prompt")
 @_base_url_option
-@click.option("--yes", "-y", "confirm", is_flag=True, help="Allow destructive actions (delete, stop, rm -rf).")
+@click.option(
+    "--yes", "-y", "confirm", is_flag=True, help="Allow destructive actions (delete, stop, rm -rf)."
+)
 @click.option("--dry-run", is_flag=True, help="Show what would run; run nothing.")
-@click.option("--pip-mirror", default=None, metavar="URL", help="PyPI mirror for installs [default: $ROCK_CHAT_PIP_MIRROR].")
-@click.option("--apt-mirror", default=None, metavar="URL", help="Debian mirror for installs [default: $ROCK_CHAT_APT_MIRROR].")
-@click.option("--llm-base-url", default=None, metavar="URL",
-              help="An OpenAI-compatible API for free-form prompts [default: $ROCK_CHAT_LLM_BASE_URL].")
-@click.option("--llm-model", default=None, help="The model's name there [default: $ROCK_CHAT_LLM_MODEL].")
+@click.option(
+    "--pip-mirror",
+    default=None,
+    metavar="URL",
+    help="PyPI mirror for installs [default: $ROCK_CHAT_PIP_MIRROR].",
+)
+@click.option(
+    "--apt-mirror",
+    default=None,
+    metavar="URL",
+    help="Debian mirror for installs [default: $ROCK_CHAT_APT_MIRROR].",
+)
+@click.option(
+    "--llm-base-url",
+    default=None,
+    metavar="URL",
+    help="An OpenAI-compatible API for free-form prompts [default: $ROCK_CHAT_LLM_BASE_URL].",
+)
+@click.option(
+    "--llm-model", default=None, help="The model's name there [default: $ROCK_CHAT_LLM_MODEL]."
+)
 @_json_option
 def chat_command(
     sandbox_id: str,
@@ -68,9 +86,9 @@ def chat_command(
     `rock sandbox chat ID --yes "delete /tmp/old"`.
     """
     import attrs
-    from rock_core.errors import InvalidParameter
 
     from rock.sdk.chat import ChatConfig, LLMConfig
+    from rock_core.errors import InvalidParameter
 
     try:
         config = ChatConfig.from_env()
@@ -86,9 +104,12 @@ def chat_command(
             if not (url and model):
                 raise InvalidParameter(
                     f"--llm-{'model' if url else 'base-url'}: required with the other --llm-* option, got None",
-                    field="llm", value=None,
+                    field="llm",
+                    value=None,
                 )
-            changes["llm"] = LLMConfig(base_url=url, model=model, api_key=current.api_key if current else None)
+            changes["llm"] = LLMConfig(
+                base_url=url, model=model, api_key=current.api_key if current else None
+            )
         config = attrs.evolve(config, **changes)
     except InvalidParameter as exc:
         _fail(str(exc), EXIT_USAGE)
@@ -101,7 +122,9 @@ def chat_command(
         await _status(target, sandbox_id)  # unknown id: exit 3 with the target named
         handle = target.sandbox()
         await handle.attach(sandbox_id)
-        return await handle.chat(prompt, confirm=confirm, dry_run=dry_run, config=config, on_action=announce)
+        return await handle.chat(
+            prompt, confirm=confirm, dry_run=dry_run, config=config, on_action=announce
+        )
 
     response = _run(go)
     if as_json:

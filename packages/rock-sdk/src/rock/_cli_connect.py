@@ -26,7 +26,15 @@ from typing import Any
 
 import click
 
-from rock._cli_sandbox import EXIT_USAGE, _base_url_option, _Failure, _resolve_target, _run, _status, sandbox
+from rock._cli_sandbox import (
+    EXIT_USAGE,
+    _base_url_option,
+    _Failure,
+    _resolve_target,
+    _run,
+    _status,
+    sandbox,
+)
 
 __all__ = ["parse_forward", "port_forward", "shell"]
 
@@ -49,9 +57,13 @@ def parse_forward(spec: str) -> tuple[int, int]:
 @sandbox.command("port-forward")
 @click.argument("sandbox_id")
 @click.argument("ports", nargs=-1, required=True, metavar="[LOCAL:]REMOTE...")
-@click.option("--address", default="127.0.0.1", show_default=True, help="The local address to listen on.")
+@click.option(
+    "--address", default="127.0.0.1", show_default=True, help="The local address to listen on."
+)
 @_base_url_option
-def port_forward(sandbox_id: str, ports: tuple[str, ...], address: str, base_url: str | None) -> None:
+def port_forward(
+    sandbox_id: str, ports: tuple[str, ...], address: str, base_url: str | None
+) -> None:
     """Forward local ports to ports inside the sandbox (as `kubectl port-forward`)."""
     pairs = [parse_forward(spec) for spec in ports]
     target = _resolve_target(base_url)
@@ -76,7 +88,9 @@ def port_forward(sandbox_id: str, ports: tuple[str, ...], address: str, base_url
                 try:
                     listener = await anyio.create_tcp_listener(local_host=address, local_port=local)
                 except OSError as exc:
-                    raise _Failure(f"cannot listen on {address}:{local}: {exc.strerror or exc}") from None
+                    raise _Failure(
+                        f"cannot listen on {address}:{local}: {exc.strerror or exc}"
+                    ) from None
                 bound = listener.extra(anyio.abc.SocketAttribute.local_port)  # type: ignore[attr-defined]
                 click.echo(f"Forwarding from {address}:{bound} -> {remote}")
                 tg.start_soon(_serve_forward, listener, handle, remote)
@@ -125,7 +139,13 @@ async def _serve_forward(listener: Any, handle: Any, remote: int) -> None:
 @sandbox.command("shell")
 @click.argument("sandbox_id")
 @click.option("--user", "-u", default=None, help="Run as this user in the sandbox [default: root].")
-@click.option("--command", "-c", "command", default=None, help="Run this command line instead of the user's shell.")
+@click.option(
+    "--command",
+    "-c",
+    "command",
+    default=None,
+    help="Run this command line instead of the user's shell.",
+)
 @_base_url_option
 def shell(sandbox_id: str, user: str | None, command: str | None, base_url: str | None) -> None:
     """Open a terminal in the sandbox; exit with its program's exit code."""
@@ -167,7 +187,9 @@ async def _shell(target: Any, sandbox_id: str, user: str | None, command: str | 
             except OSError:
                 data = b""
             if not data:
-                loop.call_soon_threadsafe(keys.put_nowait, b"\x04")  # end of input: Ctrl-D, as a terminal sends it
+                loop.call_soon_threadsafe(
+                    keys.put_nowait, b"\x04"
+                )  # end of input: Ctrl-D, as a terminal sends it
                 return
             loop.call_soon_threadsafe(keys.put_nowait, data)
 

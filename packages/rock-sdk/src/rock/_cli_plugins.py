@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+
 from rock_core.errors import PluginError
 from rock_core.plugins import PluginInfo, Plugins
 
@@ -63,5 +64,6 @@ def _table(infos: list[PluginInfo]) -> str:
         rows.append((info.name, info.distribution or "-", info.version or "-", hooks))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3] for row in rows
+        "  ".join(cell.ljust(width) for cell, width in zip(row[:3], widths)) + "  " + row[3]
+        for row in rows
     )

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import click
+
 from rock_core.actions import Command, SandboxStatusResponse
 from rock_core.converters import unstructure_wire
 from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
@@ -55,7 +56,9 @@ _EXIT_TIMEOUT = 124  # as timeout(1)
 _DELETE_WAIT = 60.0  # seconds `delete` waits for the container to be gone
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # "2026-11-30 22:15:03,123 INFO rock.admin: ..." (the admin's logging) or uvicorn's "INFO:     ...".
-_LOG_LEVEL = re.compile(r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+\s+)?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b:?")
+_LOG_LEVEL = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+\s+)?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b:?"
+)
 
 T = TypeVar("T")
 
@@ -117,7 +120,9 @@ _base_url_option = click.option(
     metavar="URL",
     help="The admin server [default: $ROCK_BASE_URL, else the local `rock admin start`, else embedded].",
 )
-_json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON instead of a table."
+)
 
 
 # -- running a command --------------------------------------------------------------------------------
@@ -167,7 +172,10 @@ def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     are long), no trailing blanks. Plain text, not rich's tables: those took a second for 1,000
     sandboxes."""
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in (header, *rows)]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in (header, *rows)
+    ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     click.echo("\n".join(lines))
 
@@ -184,7 +192,9 @@ async def _status(target: _Target, sandbox_id: str) -> SandboxStatusResponse:
             if target.embedded
             else ""
         )
-        raise _Failure(f"no sandbox {sandbox_id!r} at {target.describe()}: {exc}{hint}", EXIT_NOT_FOUND) from exc
+        raise _Failure(
+            f"no sandbox {sandbox_id!r} at {target.describe()}: {exc}{hint}", EXIT_NOT_FOUND
+        ) from exc
     return status
 
 
@@ -240,7 +250,12 @@ def sandbox() -> None:
 @click.option("--experiment-id", default=None, help="Only this experiment's sandboxes.")
 @click.option("--namespace", default=None, help="Only this namespace's sandboxes.")
 @click.option("--image", default=None, help="Only sandboxes of this image.")
-@click.option("--state", type=click.Choice(sorted(s.value for s in LIVE_STATES)), default=None, help="Only this state.")
+@click.option(
+    "--state",
+    type=click.Choice(sorted(s.value for s in LIVE_STATES)),
+    default=None,
+    help="Only this state.",
+)
 def list_command(
     base_url: str | None,
     as_json: bool,
@@ -255,8 +270,11 @@ def list_command(
     filters = {
         key: value
         for key, value in (
-            ("user_id", user_id), ("experiment_id", experiment_id), ("namespace", namespace),
-            ("image", image), ("state", state),
+            ("user_id", user_id),
+            ("experiment_id", experiment_id),
+            ("namespace", namespace),
+            ("image", image),
+            ("state", state),
         )
         if value is not None
     }
@@ -265,7 +283,11 @@ def list_command(
         # One item a line: still readable, and written by json's C encoder (indent=2 is its
         # pure-Python one, a large part of the command's time at 1,000 sandboxes).
         items = ",\n".join(f"  {json.dumps(s, default=str)}" for s in statuses)
-        click.echo(f'{{"items": [\n{items}\n], "total": {len(statuses)}}}' if statuses else '{"items": [], "total": 0}')
+        click.echo(
+            f'{{"items": [\n{items}\n], "total": {len(statuses)}}}'
+            if statuses
+            else '{"items": [], "total": 0}'
+        )
         return
     if target.embedded:
         click.echo(
@@ -276,9 +298,14 @@ def list_command(
     header = ("SANDBOX ID", "STATE", "IMAGE", "CPUS", "MEMORY", "USER", "EXPERIMENT", "STARTED")
     rows = [
         (
-            s.get("sandbox_id") or "", s.get("state") or "unknown", s.get("image") or "",
-            "" if s.get("cpus") is None else f"{s['cpus']:g}", s.get("memory") or "", s.get("user_id") or "",
-            s.get("experiment_id") or "", _when_text(s.get("start_time") or s.get("create_time")),
+            s.get("sandbox_id") or "",
+            s.get("state") or "unknown",
+            s.get("image") or "",
+            "" if s.get("cpus") is None else f"{s['cpus']:g}",
+            s.get("memory") or "",
+            s.get("user_id") or "",
+            s.get("experiment_id") or "",
+            _when_text(s.get("start_time") or s.get("create_time")),
         )
         for s in statuses
     ]
@@ -334,14 +361,31 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str] | None:
 @click.option("--memory", default="2g", show_default=True, help="Memory limit (512m, 8g).")
 @click.option("--cpus", type=float, default=1.0, show_default=True, help="CPUs.")
 @click.option("--disk", default=None, help="Disk limit (50G) [default: the SDK's].")
-@click.option("--id", "sandbox_id", default=None, help="Ask for this sandbox id (also the container name).")
-@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable).")
-@click.option("--auto-clear-seconds", type=click.IntRange(0), default=3600, show_default=True,
-              help="Stop the sandbox after this many idle seconds.")
-@click.option("--auto-delete-seconds", type=click.IntRange(0), default=None,
-              help="After a stop, keep it this many seconds (for restart) [default: delete at once].")
-@click.option("--startup-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds to wait for it to run [default: 180].")
+@click.option(
+    "--id", "sandbox_id", default=None, help="Ask for this sandbox id (also the container name)."
+)
+@click.option(
+    "--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable)."
+)
+@click.option(
+    "--auto-clear-seconds",
+    type=click.IntRange(0),
+    default=3600,
+    show_default=True,
+    help="Stop the sandbox after this many idle seconds.",
+)
+@click.option(
+    "--auto-delete-seconds",
+    type=click.IntRange(0),
+    default=None,
+    help="After a stop, keep it this many seconds (for restart) [default: delete at once].",
+)
+@click.option(
+    "--startup-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds to wait for it to run [default: 180].",
+)
 @click.option("--user-id", default=None, help="User label (X-User-Id).")
 @click.option("--experiment-id", default=None, help="Experiment label (X-Experiment-Id).")
 @click.option("--namespace", default=None, help="Namespace label (X-Namespace).")
@@ -384,9 +428,18 @@ def create(
         extra["startup_timeout"] = startup_timeout
     try:
         config = SandboxConfig(
-            base_url=target.url, image=image, memory=memory, cpus=cpus, sandbox_id=sandbox_id, env=environment,
-            auto_clear_seconds=auto_clear_seconds, auto_delete_seconds=auto_delete_seconds, user_id=user_id,
-            experiment_id=experiment_id, namespace=namespace, **extra,
+            base_url=target.url,
+            image=image,
+            memory=memory,
+            cpus=cpus,
+            sandbox_id=sandbox_id,
+            env=environment,
+            auto_clear_seconds=auto_clear_seconds,
+            auto_delete_seconds=auto_delete_seconds,
+            user_id=user_id,
+            experiment_id=experiment_id,
+            namespace=namespace,
+            **extra,
         )
     except InvalidParameter as exc:  # the options contradict each other: a usage error
         _fail(str(exc), EXIT_USAGE)
@@ -452,14 +505,22 @@ def _echo_phases(found: SandboxStatusResponse) -> None:
         click.echo(f"phase {name}: {phase.status.value}{message}")
 
 
-@sandbox.command("exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@sandbox.command(
+    "exec", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
 @click.argument("sandbox_id")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @_base_url_option
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Seconds the command may run (exit 124 past it) [default: no limit].")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds the command may run (exit 124 past it) [default: no limit].",
+)
 @click.option("--cwd", default=None, help="Working directory inside the sandbox.")
-@click.option("--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable).")
+@click.option(
+    "--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable)."
+)
 @_json_option
 def exec_command(
     sandbox_id: str,
@@ -479,14 +540,18 @@ def exec_command(
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
-        raise click.UsageError("no command given: rock sandbox exec SANDBOX_ID -- COMMAND [ARGS]...")
+        raise click.UsageError(
+            "no command given: rock sandbox exec SANDBOX_ID -- COMMAND [ARGS]..."
+        )
     target = _resolve_target(base_url)
 
     async def go() -> Any:
         await _status(target, sandbox_id)  # unknown id: exit 3 with the target named
         handle = target.sandbox()
         await handle.attach(sandbox_id)
-        return await handle.execute(Command(command=list(argv), timeout=timeout, cwd=cwd, env=environment))
+        return await handle.execute(
+            Command(command=list(argv), timeout=timeout, cwd=cwd, env=environment)
+        )
 
     result = _run(go)
     # Killed at its timeout: the command's own outcome, exiting as timeout(1) does.
@@ -517,22 +582,27 @@ def logs(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
     found = _run(lambda: _status(target, sandbox_id))
     if as_json:
         data = unstructure_wire(found)
-        _print_json({
-            "sandbox_id": found.sandbox_id,
-            "unit_logs": None,
-            "phases": data.get("status"),
-            "state_history": data.get("state_history"),
-            "state": _state(found),
-            "reason": found.reason,
-            "notes": found.notes,
-        })
+        _print_json(
+            {
+                "sandbox_id": found.sandbox_id,
+                "unit_logs": None,
+                "phases": data.get("status"),
+                "state_history": data.get("state_history"),
+                "state": _state(found),
+                "reason": found.reason,
+                "notes": found.notes,
+            }
+        )
         return
     click.echo(
-        f"rock: {target.describe()} serves no unit logs; showing the sandbox's lifecycle instead", err=True
+        f"rock: {target.describe()} serves no unit logs; showing the sandbox's lifecycle instead",
+        err=True,
     )
     _echo_phases(found)
     for entry in found.state_history:
-        click.echo(f"{_when(entry.timestamp)} {entry.from_state.value} -> {entry.to_state.value} ({entry.event})")
+        click.echo(
+            f"{_when(entry.timestamp)} {entry.from_state.value} -> {entry.to_state.value} ({entry.event})"
+        )
     click.echo(f"state: {_state(found)}" + (f" ({found.reason})" if found.reason else ""))
     for note in found.notes:
         click.echo(f"note: {note}")
@@ -592,7 +662,9 @@ def delete(sandbox_id: str, base_url: str | None, force: bool) -> None:
                 deadline = time.monotonic() + _DELETE_WAIT
                 while (await _status(target, sandbox_id)).state is not State.DELETED:
                     if time.monotonic() > deadline:
-                        raise _Failure(f"sandbox {sandbox_id} was not deleted within {_DELETE_WAIT:g}s")
+                        raise _Failure(
+                            f"sandbox {sandbox_id} was not deleted within {_DELETE_WAIT:g}s"
+                        )
                     await asyncio.sleep(0.1)
 
     _run(go)
@@ -621,12 +693,24 @@ def _filtered(lines: Iterator[str], minimum: int, state: list[bool]) -> Iterator
 
 
 @click.command("log")
-@click.option("--level", type=click.Choice(_LEVELS, case_sensitive=False), default="DEBUG", show_default=True,
-              help="Show records at this level and above.")
+@click.option(
+    "--level",
+    type=click.Choice(_LEVELS, case_sensitive=False),
+    default="DEBUG",
+    show_default=True,
+    help="Show records at this level and above.",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records until Ctrl-C.")
-@click.option("--lines", "-n", type=click.IntRange(0), default=None, help="Only the last N matching lines.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="The admin's TOML settings file (for its state directory).")
+@click.option(
+    "--lines", "-n", type=click.IntRange(0), default=None, help="Only the last N matching lines."
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The admin's TOML settings file (for its state directory).",
+)
 def log_command(level: str, follow: bool, lines: int | None, config_file: str | None) -> None:
     """Print the admin server's log (<state dir>/admin.log), filtered by level.
 
@@ -644,7 +728,10 @@ def log_command(level: str, follow: bool, lines: int | None, config_file: str | 
     try:
         handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - kept open to follow
     except FileNotFoundError:
-        _fail(f"no admin log at {path}: has `rock admin start` run with this state directory?", EXIT_NOT_FOUND)
+        _fail(
+            f"no admin log at {path}: has `rock admin start` run with this state directory?",
+            EXIT_NOT_FOUND,
+        )
     except OSError as exc:
         _fail(f"cannot read {path}: {exc}", EXIT_ERROR)
     state = [True]
@@ -676,10 +763,6 @@ def log_command(level: str, follow: bool, lines: int | None, config_file: str | 
 
 # `rock sandbox port-forward` and `rock sandbox shell` live in their own module; importing it
 # adds them to the group above.
-from rock import _cli_connect  # noqa: E402,F401
-
 # `rock sandbox chat` (the Chat protocol) lives in its own module; importing it adds it to the group above.
-from rock import _cli_chat  # noqa: E402,F401
-
 # `rock sandbox top` (live resource use) lives in its own module; importing it adds it to the group above.
-from rock import _cli_top  # noqa: E402,F401
+from rock import _cli_chat, _cli_connect, _cli_top  # noqa: E402, F401

@@ -17,7 +17,15 @@ from typing import Any
 
 import click
 
-from rock._cli_sandbox import _base_url_option, _json_option, _list_items, _print_table, _resolve_target, _run, sandbox
+from rock._cli_sandbox import (
+    _base_url_option,
+    _json_option,
+    _list_items,
+    _print_table,
+    _resolve_target,
+    _run,
+    sandbox,
+)
 
 __all__ = ["top_command"]
 
@@ -42,8 +50,12 @@ def _size(value: int | None) -> str:
 
 def _rows(statuses: list[Any], sort: str) -> list[dict[str, Any]]:
     rows = [
-        {"sandbox_id": s.get("sandbox_id"), "image": s.get("image"), "warnings": list(s.get("warnings") or []),
-         **(s.get("usage") or {})}
+        {
+            "sandbox_id": s.get("sandbox_id"),
+            "image": s.get("image"),
+            "warnings": list(s.get("warnings") or []),
+            **(s.get("usage") or {}),
+        }
         for s in statuses
         if s.get("state") == "running"
     ]
@@ -53,35 +65,66 @@ def _rows(statuses: list[Any], sort: str) -> list[dict[str, Any]]:
 
 
 def _table(rows: list[dict[str, Any]]) -> None:
-    header = ("SANDBOX ID", "CPU %", "MEM USAGE / LIMIT", "MEM %", "NET I/O", "PIDS", "OOM", "WARNING")
+    header = (
+        "SANDBOX ID",
+        "CPU %",
+        "MEM USAGE / LIMIT",
+        "MEM %",
+        "NET I/O",
+        "PIDS",
+        "OOM",
+        "WARNING",
+    )
     table = []
     for r in rows:
         sampled = "cpu_percent" in r
-        table.append((
-            r["sandbox_id"] or "",
-            f"{r['cpu_percent']:.1f}" if sampled else "-",
-            f"{_size(r.get('memory_bytes'))} / {_size(r.get('memory_limit_bytes'))}" if sampled else "-",
-            f"{r['memory_percent']:.1f}" if r.get("memory_percent") is not None else "-",
-            f"{_size(r.get('network_rx_bytes'))} / {_size(r.get('network_tx_bytes'))}" if sampled else "-",
-            str(r["pids"]) if r.get("pids") is not None else "-",
-            str(r.get("oom_kills", "-")),
-            "; ".join(r["warnings"]),
-        ))
+        table.append(
+            (
+                r["sandbox_id"] or "",
+                f"{r['cpu_percent']:.1f}" if sampled else "-",
+                f"{_size(r.get('memory_bytes'))} / {_size(r.get('memory_limit_bytes'))}"
+                if sampled
+                else "-",
+                f"{r['memory_percent']:.1f}" if r.get("memory_percent") is not None else "-",
+                f"{_size(r.get('network_rx_bytes'))} / {_size(r.get('network_tx_bytes'))}"
+                if sampled
+                else "-",
+                str(r["pids"]) if r.get("pids") is not None else "-",
+                str(r.get("oom_kills", "-")),
+                "; ".join(r["warnings"]),
+            )
+        )
     _print_table(header, table)
 
 
 @sandbox.command("top")
 @_base_url_option
 @_json_option
-@click.option("--sort", type=click.Choice(["cpu", "mem", "mem%", "net", "pids", "id"]), default="cpu", show_default=True,
-              help="Order of the rows (largest first).")
-@click.option("--interval", type=click.FloatRange(min=0.5), default=2.0, show_default=True, help="Seconds between refreshes.")
+@click.option(
+    "--sort",
+    type=click.Choice(["cpu", "mem", "mem%", "net", "pids", "id"]),
+    default="cpu",
+    show_default=True,
+    help="Order of the rows (largest first).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.5),
+    default=2.0,
+    show_default=True,
+    help="Seconds between refreshes.",
+)
 @click.option("--once", is_flag=True, help="Print one table and exit.")
-def top_command(base_url: str | None, as_json: bool, sort: str, interval: float, once: bool) -> None:
+def top_command(
+    base_url: str | None, as_json: bool, sort: str, interval: float, once: bool
+) -> None:
     """Show the running sandboxes' CPU, memory, network and processes, live (as `docker stats`)."""
     target = _resolve_target(base_url)
     if target.embedded:
-        click.echo("rock: `rock sandbox top` needs an admin: set ROCK_BASE_URL or run `rock admin start`", err=True)
+        click.echo(
+            "rock: `rock sandbox top` needs an admin: set ROCK_BASE_URL or run `rock admin start`",
+            err=True,
+        )
         sys.exit(2)
     if as_json:
         rows = _rows(_run(lambda: _list_items(target, {"state": "running"})), sort)
@@ -94,7 +137,9 @@ def top_command(base_url: str | None, as_json: bool, sort: str, interval: float,
             if live:
                 click.echo("\x1b[H\x1b[2J", nl=False)  # home, clear: redraw in place
             _table(rows)
-            click.echo(f"{len(rows)} running sandbox{'es' if len(rows) != 1 else ''}; sorted by {sort}")
+            click.echo(
+                f"{len(rows)} running sandbox{'es' if len(rows) != 1 else ''}; sorted by {sort}"
+            )
             if once or not live:
                 return
             time.sleep(interval)

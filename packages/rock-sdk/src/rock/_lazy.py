@@ -11,7 +11,9 @@ from typing import Any
 __all__ = ["lazy_names"]
 
 
-def lazy_names(package: str, where: Mapping[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+def lazy_names(
+    package: str, where: Mapping[str, str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``, whose names are found in the modules
     ``where`` says (name -> module) and imported when first asked for."""
 

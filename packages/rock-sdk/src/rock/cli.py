@@ -65,9 +65,8 @@ class RockGroup(click.Group):
 
     def _load_plugin_commands(self, ctx: click.Context) -> dict[str, click.Command]:
         # A broken plugin costs its own commands, with a warning, never the whole CLI.
-        from rock_core.errors import PluginError
-
         from rock._cli_plugins import get_plugins
+        from rock_core.errors import PluginError
 
         collected = click.Group("rock")
         try:
@@ -78,7 +77,10 @@ class RockGroup(click.Group):
         commands: dict[str, click.Command] = {}
         for name, command in collected.commands.items():
             if name in self.commands or name in BUILT_IN:
-                click.echo(f"rock: warning: a plugin's command {name!r} is ignored: it is built in", err=True)
+                click.echo(
+                    f"rock: warning: a plugin's command {name!r} is ignored: it is built in",
+                    err=True,
+                )
             else:
                 commands[name] = command
         return commands
@@ -115,4 +117,3 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 )
 def main() -> None:
     """rock: sandboxes for agentic reinforcement learning."""
-

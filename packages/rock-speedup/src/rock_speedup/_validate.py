@@ -43,7 +43,9 @@ def mirror_url(value: str, strategy: str) -> str:
     text = value.strip()
     bad = sorted({c for c in text if not _URL_CHARS.fullmatch(c)} - {"?", "#"})
     if bad:
-        raise _invalid(value, f"it contains characters a mirror URL cannot have: {''.join(bad)!r}", strategy)
+        raise _invalid(
+            value, f"it contains characters a mirror URL cannot have: {''.join(bad)!r}", strategy
+        )
     try:
         parts = urllib.parse.urlsplit(text)
     except ValueError as exc:  # e.g. "[not-v6]": Python checks bracketed hosts
@@ -64,7 +66,9 @@ def mirror_url(value: str, strategy: str) -> str:
         try:
             ipaddress.IPv6Address(parts.hostname)
         except ValueError:
-            raise _invalid(value, f"{parts.hostname!r} in brackets is not an IPv6 address", strategy) from None
+            raise _invalid(
+                value, f"{parts.hostname!r} in brackets is not an IPv6 address", strategy
+            ) from None
     # The scheme is case-insensitive; tools compare it in lower case.
     return (parts.scheme + text[len(parts.scheme) :]).rstrip("/")
 

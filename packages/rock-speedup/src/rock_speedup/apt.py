@@ -13,7 +13,6 @@ import shlex
 from typing import ClassVar
 
 from rock_core.speedup import SpeedupStrategy
-
 from rock_speedup._validate import mirror_url
 
 __all__ = ["APT_CONF", "APT_CONF_PATH", "AptSpeedup"]

@@ -13,7 +13,6 @@ import shlex
 from typing import ClassVar
 
 from rock_core.speedup import SpeedupStrategy
-
 from rock_speedup._validate import ip_address
 
 __all__ = ["GITHUB_HOSTS", "HOSTS_MARKER", "GitHubSpeedup"]

@@ -15,7 +15,6 @@ import urllib.parse
 from typing import ClassVar
 
 from rock_core.speedup import SpeedupStrategy
-
 from rock_speedup._validate import mirror_url
 
 __all__ = ["PipSpeedup", "UV_CONF_PATH", "index_url", "pip_conf", "uv_conf"]

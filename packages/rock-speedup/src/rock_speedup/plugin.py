@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from rock_core import hookimpl
 from rock_core.hookspecs import Register
-
 from rock_speedup.apt import AptSpeedup
 from rock_speedup.github import GitHubSpeedup
 from rock_speedup.pip import PipSpeedup

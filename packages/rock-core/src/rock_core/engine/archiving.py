@@ -32,9 +32,15 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from rock_core.engine.live import LiveSandbox, now
 from rock_core.engine import stopping
-from rock_core.errors import BadRequestRockError, InternalServerRockError, NotSupported, RockError, SandboxNotFound
+from rock_core.engine.live import LiveSandbox, now
+from rock_core.errors import (
+    BadRequestRockError,
+    InternalServerRockError,
+    NotSupported,
+    RockError,
+    SandboxNotFound,
+)
 from rock_core.models import (
     PHASE_DOCKER_RUN,
     PHASE_IMAGE_ARCHIVE,
@@ -83,12 +89,15 @@ def _store(engine: SandboxManager, sandbox_id: str, attempted: str) -> ArchiveSt
             f"Sandbox {sandbox_id} cannot be {attempted}d: no archive store is configured "
             "(set the engine's archive_store, e.g. 's3' with pip install rock-archive-s3, "
             "or 'fs' for a local folder)",
-            sandbox_id=sandbox_id, attempted=attempted,
+            sandbox_id=sandbox_id,
+            attempted=attempted,
         )
     if not runtime.can_snapshot:
         raise NotSupported(
-            f"Sandbox {sandbox_id} cannot be {attempted}d: " + runtime.capabilities.missing("snapshot", runtime.name),
-            sandbox_id=sandbox_id, attempted=attempted,
+            f"Sandbox {sandbox_id} cannot be {attempted}d: "
+            + runtime.capabilities.missing("snapshot", runtime.name),
+            sandbox_id=sandbox_id,
+            attempted=attempted,
         )
     return engine.archive_store
 
@@ -112,7 +121,9 @@ def live_or_load(engine: SandboxManager, sandbox_id: str) -> LiveSandbox | None:
 def is_restoring(live: LiveSandbox) -> bool:
     """Whether the sandbox's current start is a restore from its archive."""
     history = live.record.state_history
-    return live.record.state is State.PENDING and bool(history) and history[-1].event is Event.RESTORE
+    return (
+        live.record.state is State.PENDING and bool(history) and history[-1].event is Event.RESTORE
+    )
 
 
 # -- archive ----------------------------------------------------------------------------------
@@ -122,12 +133,15 @@ async def archive(engine: SandboxManager, sandbox_id: str) -> None:
     """:meth:`SandboxManager.archive <rock_core.engine.manager.SandboxManager.archive>`: start
     archiving a stopped sandbox; return at once."""
     live = live_or_load(engine, sandbox_id)
-    record = live.record if live is not None else engine.get_record(sandbox_id)  # unknown: SandboxNotFound
+    record = (
+        live.record if live is not None else engine.get_record(sandbox_id)
+    )  # unknown: SandboxNotFound
     if live is None and record.state is State.STOPPED:
         raise BadRequestRockError(
             f"Sandbox {sandbox_id} cannot be archived here: it is stopped in the care of another rock process "
             f"({record.owner}), which holds its container",
-            sandbox_id=sandbox_id, attempted="archive",
+            sandbox_id=sandbox_id,
+            attempted="archive",
         )
     if live is None or record.state is not State.STOPPED:
         hint = {
@@ -140,32 +154,44 @@ async def archive(engine: SandboxManager, sandbox_id: str) -> None:
         raise BadRequestRockError(
             f"Sandbox {sandbox_id} cannot be archived: current state is {record.state.value}; "
             f"only a stopped sandbox can be archived ({hint})",
-            sandbox_id=sandbox_id, attempted="archive",
+            sandbox_id=sandbox_id,
+            attempted="archive",
         )
     store = _store(engine, sandbox_id, "archive")
     async with live.lock:
         if live.record.state is not State.STOPPED:
             raise BadRequestRockError(
                 f"Sandbox {sandbox_id} cannot be archived: current state is {live.record.state.value}",
-                sandbox_id=sandbox_id, attempted="archive",
+                sandbox_id=sandbox_id,
+                attempted="archive",
             )
         if live.handle is None or live.removing:
             raise BadRequestRockError(
                 f"Sandbox {sandbox_id} cannot be archived: its container is removed already "
                 "(a sandbox is kept after its stop only with auto_delete_seconds > 0 or auto_archive_seconds)",
-                sandbox_id=sandbox_id, attempted="archive",
+                sandbox_id=sandbox_id,
+                attempted="archive",
             )
         phases = dict(live.record.phases)
         at = now()
         for name in (PHASE_IMAGE_ARCHIVE, PHASE_LOG_ARCHIVE):
             phases[name] = Phase(status=PhaseStatus.RUNNING, message="", started_at=at)
         before = (live.record.auto_transition_state, live.record.auto_transition_time)
-        engine._apply(live.record, Event.ARCHIVE, phases=phases, reason=None, auto_transition_state=None, auto_transition_time=None)
+        engine._apply(
+            live.record,
+            Event.ARCHIVE,
+            phases=phases,
+            reason=None,
+            auto_transition_state=None,
+            auto_transition_time=None,
+        )
         live.archive_done = anyio.Event()
     engine._open_task_group().start_soon(run_archive, engine, live, store, before)
 
 
-async def run_archive(engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, before: tuple[Any, Any]) -> None:
+async def run_archive(
+    engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, before: tuple[Any, Any]
+) -> None:
     """The task behind :func:`archive`: both parts stored, then the unit removed and ``archive_done``;
     else the objects deleted and ``archive_failed`` with the reason."""
     sandbox_id = live.record.sandbox_id
@@ -199,10 +225,14 @@ async def run_archive(engine: SandboxManager, live: LiveSandbox, store: ArchiveS
             failure = f"archive did not finish within {timeout:g}s (archive_timeout)"
             for name in (PHASE_IMAGE_ARCHIVE, PHASE_LOG_ARCHIVE):
                 if live.record.phases[name].status is PhaseStatus.RUNNING:
-                    engine._set_phase(sandbox_id, name, PhaseStatus.TIMEOUT, f"did not finish within {timeout:g}s")
+                    engine._set_phase(
+                        sandbox_id, name, PhaseStatus.TIMEOUT, f"did not finish within {timeout:g}s"
+                    )
         except Exception as exc:  # a group may wrap both parts' errors: report the first
             first = _first_error(exc)
-            failure = first.message if isinstance(first, RockError) else f"unexpected error: {first!r}"
+            failure = (
+                first.message if isinstance(first, RockError) else f"unexpected error: {first!r}"
+            )
             if not isinstance(first, RockError):
                 log.error("archive of sandbox %s failed", sandbox_id, exc_info=first)
     live.archive_scope = None
@@ -234,13 +264,23 @@ async def _archived(engine: SandboxManager, live: LiveSandbox) -> None:
     async with live.lock:
         if live.record.state is State.ARCHIVING:
             engine._apply(
-                live.record, Event.ARCHIVE_DONE, archive_time=now(), reason=None,
-                auto_transition_state=None, auto_transition_time=None, port_mapping={}, unit_id=None,
+                live.record,
+                Event.ARCHIVE_DONE,
+                archive_time=now(),
+                reason=None,
+                auto_transition_state=None,
+                auto_transition_time=None,
+                port_mapping={},
+                unit_id=None,
             )
 
 
 async def _archive_failed(
-    engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, reason: str, before: tuple[Any, Any]
+    engine: SandboxManager,
+    live: LiveSandbox,
+    store: ArchiveStore,
+    reason: str,
+    before: tuple[Any, Any],
 ) -> None:
     log.warning("archive of sandbox %s failed: %s", live.record.sandbox_id, reason)
     with anyio.move_on_after(_CLEANUP_TIMEOUT):
@@ -253,12 +293,17 @@ async def _archive_failed(
         # A failed auto-archive is not retried: the sandbox is kept stopped for the longest
         # time a stopped sandbox may be kept, then deleted.
         cap = engine.config.max_auto_delete_seconds
-        target, when = (State.DELETED, now() + timedelta(seconds=cap)) if cap is not None else (None, None)
+        target, when = (
+            (State.DELETED, now() + timedelta(seconds=cap)) if cap is not None else (None, None)
+        )
     async with live.lock:
         if live.record.state is State.ARCHIVING:
             engine._apply(
-                live.record, Event.ARCHIVE_FAILED, reason=f"archive failed: {reason}",
-                auto_transition_state=target, auto_transition_time=when,
+                live.record,
+                Event.ARCHIVE_FAILED,
+                reason=f"archive failed: {reason}",
+                auto_transition_state=target,
+                auto_transition_time=when,
             )
 
 
@@ -283,7 +328,8 @@ async def delete_archive(engine: SandboxManager, record: SandboxRecord) -> None:
         raise NotSupported(
             f"Sandbox {sandbox_id} is archived but no archive store is configured to delete its archive from "
             "(set the engine's archive_store as when it was archived)",
-            sandbox_id=sandbox_id, attempted="delete",
+            sandbox_id=sandbox_id,
+            attempted="delete",
         )
     await engine.archive_store.delete(archive_key(record))
 
@@ -315,23 +361,35 @@ async def restore(engine: SandboxManager, live: LiveSandbox, quota: Quota | None
         if live.record.state is not State.ARCHIVED:
             raise BadRequestRockError(
                 f"Sandbox {sandbox_id} cannot be restored: current state is {live.record.state.value}",
-                sandbox_id=sandbox_id, attempted="restart",
+                sandbox_id=sandbox_id,
+                attempted="restart",
             )
         check_quota(engine, live.record.spec, quota, attempted="restart")
         engine._apply(
-            live.record, Event.RESTORE,
-            start_time=None, stop_time=None, reason=None, owner=engine.owner,
-            auto_transition_state=None, auto_transition_time=None,
+            live.record,
+            Event.RESTORE,
+            start_time=None,
+            stop_time=None,
+            reason=None,
+            owner=engine.owner,
+            auto_transition_state=None,
+            auto_transition_time=None,
             phases={
-                PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING, message="restore from the archive"),
+                PHASE_IMAGE_PULL: Phase(
+                    status=PhaseStatus.WAITING, message="restore from the archive"
+                ),
                 PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING),
             },
         )
         live.begin_start()
-    engine._open_task_group().start_soon(run_restore, engine, live, store, engine.config.restore_timeout)
+    engine._open_task_group().start_soon(
+        run_restore, engine, live, store, engine.config.restore_timeout
+    )
 
 
-async def run_restore(engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, budget: float) -> None:
+async def run_restore(
+    engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, budget: float
+) -> None:
     """The task behind :func:`restore`: a unit built from the archive, started, its rocklet
     answering (``running``, the archive deleted); else ``restore_failed``."""
     from rock_core.engine.starting import bring_up, with_defaults
@@ -343,7 +401,12 @@ async def run_restore(engine: SandboxManager, live: LiveSandbox, store: ArchiveS
         live.start_scope = scope
         try:
             with anyio.fail_after(budget):
-                engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "restoring the sandbox's files from its archive")
+                engine._set_phase(
+                    sandbox_id,
+                    PHASE_IMAGE_PULL,
+                    PhaseStatus.RUNNING,
+                    "restoring the sandbox's files from its archive",
+                )
                 try:
                     snapshot = await store.get(archive_key(live.record), PART_ROOTFS)
                     live.handle = await engine.runtime.restore(
@@ -353,31 +416,53 @@ async def run_restore(engine: SandboxManager, live: LiveSandbox, store: ArchiveS
                         rocklet_token=_token(engine, live),
                     )
                 except RockError as exc:
-                    engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, _restore_message(exc))
+                    engine._set_phase(
+                        sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, _restore_message(exc)
+                    )
                     raise
                 engine._save(attrs.evolve(live.record, unit_id=live.handle.unit_id))
-                engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "files restored from the archive")
+                engine._set_phase(
+                    sandbox_id,
+                    PHASE_IMAGE_PULL,
+                    PhaseStatus.SUCCESS,
+                    "files restored from the archive",
+                )
                 await bring_up(engine, live, reuse=True)
         except TimeoutError:
             error = InternalServerRockError(
-                f"restore did not finish within {budget:g}s (restore_timeout)", sandbox_id=sandbox_id, attempted="restart"
+                f"restore did not finish within {budget:g}s (restore_timeout)",
+                sandbox_id=sandbox_id,
+                attempted="restart",
             )
             for name in (PHASE_IMAGE_PULL, PHASE_DOCKER_RUN):
                 if live.record.phases[name].status in (PhaseStatus.WAITING, PhaseStatus.RUNNING):
-                    engine._set_phase(sandbox_id, name, PhaseStatus.TIMEOUT, f"restore did not finish within {budget:g}s")
+                    engine._set_phase(
+                        sandbox_id,
+                        name,
+                        PhaseStatus.TIMEOUT,
+                        f"restore did not finish within {budget:g}s",
+                    )
                     break
         except RockError as exc:
             # Whatever the store or runtime said (a missing part is its SandboxNotFound), the
             # restart failed on the server's side, not for a bad request.
-            error = exc if isinstance(exc, InternalServerRockError) else InternalServerRockError(
-                _restore_message(exc), sandbox_id=sandbox_id, attempted="restart"
+            error = (
+                exc
+                if isinstance(exc, InternalServerRockError)
+                else InternalServerRockError(
+                    _restore_message(exc), sandbox_id=sandbox_id, attempted="restart"
+                )
             )
         except Exception as exc:  # a runtime or store bug must not leave the sandbox pending
             log.exception("restore of sandbox %s failed", sandbox_id)
-            error = InternalServerRockError(f"restore failed: {exc!r}", sandbox_id=sandbox_id, attempted="restart")
+            error = InternalServerRockError(
+                f"restore failed: {exc!r}", sandbox_id=sandbox_id, attempted="restart"
+            )
     live.start_scope = None
     if scope.cancelled_caught and error is None:
-        error = InternalServerRockError("restore cancelled", sandbox_id=sandbox_id, attempted="restart")
+        error = InternalServerRockError(
+            "restore cancelled", sandbox_id=sandbox_id, attempted="restart"
+        )
     with anyio.CancelScope(shield=True):
         try:
             if error is None and live.record.state is State.RUNNING:
@@ -411,7 +496,11 @@ async def _consume_archive(engine: SandboxManager, store: ArchiveStore, live: Li
     try:
         await store.delete(archive_key(live.record))
     except RockError as exc:
-        log.warning("sandbox %s restored, but its archive could not be deleted: %s", live.record.sandbox_id, exc)
+        log.warning(
+            "sandbox %s restored, but its archive could not be deleted: %s",
+            live.record.sandbox_id,
+            exc,
+        )
     engine._save(attrs.evolve(live.record, archive_time=None))
 
 
@@ -426,7 +515,12 @@ async def _restore_failed(engine: SandboxManager, live: LiveSandbox, reason: str
         await stopping.remove_quietly(engine.runtime, handle)
     async with live.lock:
         if live.record.state is State.PENDING:
-            engine._apply(live.record, Event.RESTORE_FAILED, reason=f"restore failed: {reason}", port_mapping={})
+            engine._apply(
+                live.record,
+                Event.RESTORE_FAILED,
+                reason=f"restore failed: {reason}",
+                port_mapping={},
+            )
 
 
 # -- recovery ---------------------------------------------------------------------------------
@@ -440,18 +534,33 @@ async def recover_archiving(engine: SandboxManager, live: LiveSandbox) -> None:
     whole = False
     if store is not None:
         try:
-            whole = all([await store.exists(archive_key(live.record), part) for part in (PART_ROOTFS, PART_LOGS)])
+            whole = all(
+                [
+                    await store.exists(archive_key(live.record), part)
+                    for part in (PART_ROOTFS, PART_LOGS)
+                ]
+            )
         except RockError as exc:
             log.warning("could not look for the archive of sandbox %s: %s", sandbox_id, exc)
     live.archive_done = anyio.Event()
     if whole:
         await _archived(engine, live)
     elif store is not None:
-        await _archive_failed(engine, live, store, "archive interrupted: rock was restarted while it ran", (None, None))
+        await _archive_failed(
+            engine,
+            live,
+            store,
+            "archive interrupted: rock was restarted while it ran",
+            (None, None),
+        )
     else:
         async with live.lock:
-            engine._apply(live.record, Event.ARCHIVE_FAILED, reason="archive interrupted: rock was restarted while it ran, "
-                          "and no archive store is configured now")
+            engine._apply(
+                live.record,
+                Event.ARCHIVE_FAILED,
+                reason="archive interrupted: rock was restarted while it ran, "
+                "and no archive store is configured now",
+            )
     live.archive_done.set()
     if live.record.state is State.STOPPED and live.handle is None:
         reason = (live.record.reason or "") + "; its container is gone"

@@ -24,10 +24,10 @@ from rock_core.converters import spec_from_start_request
 from rock_core.engine import starting
 from rock_core.engine.live import LABEL_ENGINE_ID, LiveSandbox
 from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.stopping import remove_quietly
 from rock_core.errors import InvalidParameter, RockError, StartupTimeout
 from rock_core.models import PHASE_IMAGE_PULL, PhaseStatus, PullPolicy
+from rock_core.rocklet_client import RockletClient
 
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
@@ -45,14 +45,18 @@ async def set_warm_pool(
     ``tenant`` (default: the engine's owner) is whose network group its members join, if any."""
     tg = engine._open_task_group()
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-        raise InvalidParameter(f"size: expected a whole number >= 0, got {size!r}", field="size", value=size)
+        raise InvalidParameter(
+            f"size: expected a whole number >= 0, got {size!r}", field="size", value=size
+        )
     spec = attrs.evolve(spec_from_start_request(request), tenant=tenant or engine.owner)
     starting.validate(engine, spec)
     if spec.pull is PullPolicy.ALWAYS and size:
         raise InvalidParameter(
             "pull: 'always' asks for a fresh pull at every start, which sandboxes started ahead of "
             "time cannot honour; keep warm pools with pull 'missing' or 'never'",
-            field="pull", value=spec.pull.value, attempted="set_warm_pool",
+            field="pull",
+            value=spec.pull.value,
+            attempted="set_warm_pool",
         )
     key = pool_key(spec)
     pools = engine._pools
@@ -61,7 +65,9 @@ async def set_warm_pool(
         raise InvalidParameter(
             f"size: {size} would keep {others + size} sandboxes ready in warm pools, above the engine's "
             f"maximum of {engine.config.max_warm_pool_members} (max_warm_pool_members)",
-            field="size", value=size, attempted="set_warm_pool",
+            field="size",
+            value=size,
+            attempted="set_warm_pool",
         )
     pool = pools.get(key)
     if pool is not None:
@@ -78,8 +84,13 @@ async def set_warm_pool(
         return key
     runtime = engine.runtime
     pool = WarmPool(
-        starting.with_defaults(engine, spec), size, key=key,
-        runtime=runtime, labels=engine._labels(None), http=engine.http, queue=engine.queue,
+        starting.with_defaults(engine, spec),
+        size,
+        key=key,
+        runtime=runtime,
+        labels=engine._labels(None),
+        http=engine.http,
+        queue=engine.queue,
         startup_timeout=starting.startup_timeout(engine, spec),
     )
     pools[key] = pool
@@ -94,7 +105,10 @@ async def set_warm_pool(
 
 
 async def warmup(
-    engine: SandboxManager, request: SandboxStartRequest, size: int | None = None, tenant: str | None = None
+    engine: SandboxManager,
+    request: SandboxStartRequest,
+    size: int | None = None,
+    tenant: str | None = None,
 ) -> str | None:
     """:meth:`SandboxManager.warmup <rock_core.engine.manager.SandboxManager.warmup>`: pull the
     image of ``request`` in the background, or (with ``size``) keep a warm pool of that kind."""
@@ -132,7 +146,9 @@ async def wait_warm(engine: SandboxManager, timeout: float | None = None) -> lis
                 break
             await pending[0].wait_changed()
     if scope.cancelled_caught:
-        raise StartupTimeout(f"warm pools not full within {timeout:g}s: {warm_pools(engine)}", attempted="wait_warm")
+        raise StartupTimeout(
+            f"warm pools not full within {timeout:g}s: {warm_pools(engine)}", attempted="wait_warm"
+        )
     return warm_pools(engine)
 
 
@@ -158,7 +174,11 @@ async def claim_warm(engine: SandboxManager, live: LiveSandbox) -> bool:
     while (member := pool.take()) is not None:
         if await _claim(engine, live, pool, member):
             return True
-    log.debug("warm pool %s is empty: starting sandbox %s the ordinary way", pool.key, live.record.sandbox_id)
+    log.debug(
+        "warm pool %s is empty: starting sandbox %s the ordinary way",
+        pool.key,
+        live.record.sandbox_id,
+    )
     return False
 
 
@@ -172,7 +192,12 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
             with anyio.CancelScope(shield=True):
                 handle = await runtime.assign(member.handle, sandbox_id)
         except RockError as exc:
-            log.warning("could not claim pool member %s for %s: %s", member.handle.sandbox_id, sandbox_id, exc)
+            log.warning(
+                "could not claim pool member %s for %s: %s",
+                member.handle.sandbox_id,
+                sandbox_id,
+                exc,
+            )
             engine._tg.start_soon(remove_quietly, runtime, member.handle)
             return False
     else:
@@ -182,9 +207,13 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
     assert member.status.rocklet_address is not None
     # The member's secret was made for it alone and never handed out: it becomes the sandbox's.
     engine._save(attrs.evolve(live.record, rocklet_token=member.token))
-    client = RockletClient(engine.http, *member.status.rocklet_address, sandbox_id, token=member.token)
+    client = RockletClient(
+        engine.http, *member.status.rocklet_address, sandbox_id, token=member.token
+    )
     if not await client.is_alive(timeout=2.0):
-        log.warning("pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id)
+        log.warning(
+            "pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id
+        )
         live.handle = None
         # Removed before the ordinary start, which needs the name the member now has.
         with anyio.CancelScope(shield=True):
@@ -193,5 +222,7 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
     message = f"warm pool {pool.key}: image present"
     engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
     starting.note_unit(engine, live, attrs.evolve(handle, security=member.handle.security))
-    await starting.became_ready(engine, live, client, member.status, f"claimed from warm pool {pool.key}")
+    await starting.became_ready(
+        engine, live, client, member.status, f"claimed from warm pool {pool.key}"
+    )
     return True

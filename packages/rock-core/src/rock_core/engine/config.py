@@ -9,10 +9,24 @@ from typing import Any, Optional
 import attrs
 
 from rock_core.actions import SandboxStartRequest
-from rock_core.converters import READ_AS, capability_names, checked, spec_from_start_request, structure_wire
+from rock_core.converters import (
+    READ_AS,
+    capability_names,
+    checked,
+    spec_from_start_request,
+    structure_wire,
+)
 from rock_core.errors import InvalidParameter
-from rock_core.models import ByteSize, NonBlankStr, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt, PullPolicy
-from rock_core.units import GiB
+from rock_core.models import (
+    ByteSize,
+    NonBlankStr,
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    PullPolicy,
+)
+from rock_core.sizes import GiB
 
 __all__ = ["EngineConfig", "WarmPoolConfig", "default_start_concurrency", "warm_pools_from"]
 
@@ -38,12 +52,15 @@ class WarmPoolConfig:
     size: NonNegativeInt = checked(NonNegativeInt)
 
     def __attrs_post_init__(self) -> None:
-        spec = spec_from_start_request(self.request)  # bad sizes or CPUs fail here, naming the field
+        spec = spec_from_start_request(
+            self.request
+        )  # bad sizes or CPUs fail here, naming the field
         if spec.pull is PullPolicy.ALWAYS and self.size:
             raise InvalidParameter(
                 "pull: 'always' asks for a fresh pull at every start, which a warm pool cannot honour; "
                 "use 'missing' or 'never'",
-                field="pull", value="always",
+                field="pull",
+                value="always",
             )
 
     @classmethod
@@ -55,28 +72,46 @@ class WarmPoolConfig:
         :raises InvalidParameter: naming ``where`` and the bad key.
         """
         if not isinstance(data, Mapping):
-            raise InvalidParameter(f"{where}: expected a table of start-request fields and 'size', got {data!r}", field=where, value=data)
+            raise InvalidParameter(
+                f"{where}: expected a table of start-request fields and 'size', got {data!r}",
+                field=where,
+                value=data,
+            )
         fields = dict(data)
         if "size" not in fields:
-            raise InvalidParameter(f"{where}.size: missing (how many sandboxes to keep ready)", field=f"{where}.size")
+            raise InvalidParameter(
+                f"{where}.size: missing (how many sandboxes to keep ready)", field=f"{where}.size"
+            )
         size = fields.pop("size")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise InvalidParameter(f"{where}.size: expected a whole number >= 0, got {size!r}", field=f"{where}.size", value=size)
+            raise InvalidParameter(
+                f"{where}.size: expected a whole number >= 0, got {size!r}",
+                field=f"{where}.size",
+                value=size,
+            )
         try:
             return cls(request=structure_wire(fields, SandboxStartRequest), size=size)
         except InvalidParameter as exc:
-            raise InvalidParameter(f"{where}: {exc.message}", field=f"{where}.{exc.field or 'size'}", value=size) from exc
+            raise InvalidParameter(
+                f"{where}: {exc.message}", field=f"{where}.{exc.field or 'size'}", value=size
+            ) from exc
 
 
-def warm_pools_from(value: Iterable[WarmPoolConfig | Mapping[str, Any]]) -> tuple[WarmPoolConfig, ...]:
+def warm_pools_from(
+    value: Iterable[WarmPoolConfig | Mapping[str, Any]],
+) -> tuple[WarmPoolConfig, ...]:
     """:attr:`EngineConfig.warm_pools` from pool configs or tables (``[[engine.warm_pools]]`` in TOML).
 
     :raises InvalidParameter: naming the pool (``warm_pools[1].memory``) and the bad value.
     """
     if isinstance(value, (str, bytes, Mapping)):
-        raise InvalidParameter(f"warm_pools: expected a list of pools, got {value!r}", field="warm_pools", value=value)
+        raise InvalidParameter(
+            f"warm_pools: expected a list of pools, got {value!r}", field="warm_pools", value=value
+        )
     return tuple(
-        item if isinstance(item, WarmPoolConfig) else WarmPoolConfig.from_mapping(item, f"warm_pools[{i}]")
+        item
+        if isinstance(item, WarmPoolConfig)
+        else WarmPoolConfig.from_mapping(item, f"warm_pools[{i}]")
         for i, item in enumerate(value)
     )
 
@@ -85,7 +120,9 @@ def _capabilities(value: Any) -> tuple[str, ...]:
     try:
         return capability_names(value)
     except ValueError as exc:
-        raise InvalidParameter(f"allowed_cap_add: {exc}", field="allowed_cap_add", value=value) from None
+        raise InvalidParameter(
+            f"allowed_cap_add: {exc}", field="allowed_cap_add", value=value
+        ) from None
 
 
 @attrs.frozen(kw_only=True)
@@ -166,7 +203,9 @@ class EngineConfig:
     stats_interval: NonNegativeFloat = checked(NonNegativeFloat, default=5.0)
     default_auto_clear_seconds: NonNegativeInt = checked(NonNegativeInt, default=360 * 60)
     default_auto_delete_seconds: NonNegativeInt = checked(NonNegativeInt, default=0)
-    max_auto_delete_seconds: NonNegativeInt | None = checked(Optional[NonNegativeInt], default=24 * 3600)
+    max_auto_delete_seconds: NonNegativeInt | None = checked(
+        Optional[NonNegativeInt], default=24 * 3600
+    )
     default_startup_timeout: PositiveFloat = checked(PositiveFloat, default=180.0)
     max_cpus: PositiveFloat = checked(PositiveFloat, default=16.0)
     max_memory: ByteSize = checked(ByteSize, default=64 * GiB)
@@ -186,11 +225,14 @@ class EngineConfig:
     max_pids_limit: PositiveInt = checked(PositiveInt, default=65536)
     allowed_cap_add: tuple[str, ...] = attrs.field(
         default=("NET_RAW", "MKNOD", "AUDIT_WRITE", "SETFCAP", "SYS_CHROOT", "SYS_PTRACE"),
-        converter=_capabilities, metadata={READ_AS: list[str]},  # the names checked by _capabilities
+        converter=_capabilities,
+        metadata={READ_AS: list[str]},  # the names checked by _capabilities
     )
     disk_check_interval: PositiveFloat = checked(PositiveFloat, default=5.0)
     disk_keep_seconds: NonNegativeInt = checked(NonNegativeInt, default=3600)
-    plugin_options: Mapping[str, Mapping[str, Any]] = checked(dict[str, dict[str, Any]], factory=dict)
+    plugin_options: Mapping[str, Mapping[str, Any]] = checked(
+        dict[str, dict[str, Any]], factory=dict
+    )
     archive_store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     rocklet_url: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     archive_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
@@ -202,5 +244,6 @@ class EngineConfig:
         if self.default_pids_limit > self.max_pids_limit:
             raise InvalidParameter(
                 f"default_pids_limit: {self.default_pids_limit} is above max_pids_limit {self.max_pids_limit}",
-                field="default_pids_limit", value=self.default_pids_limit,
+                field="default_pids_limit",
+                value=self.default_pids_limit,
             )

@@ -28,7 +28,9 @@ def _build(cls: Any, where: str, args: tuple[Any, ...], options: Mapping[str, An
     try:
         inspect.signature(cls).bind(*args, **options)
     except TypeError as exc:
-        raise InvalidParameter(f"{where}: {exc} (given: {', '.join(sorted(options)) or 'nothing'})", field=where) from None
+        raise InvalidParameter(
+            f"{where}: {exc} (given: {', '.join(sorted(options)) or 'nothing'})", field=where
+        ) from None
     except ValueError:  # no signature to check (a builtin): let the call say
         pass
     return cls(*args, **options)
@@ -79,7 +81,8 @@ def build_archive_store(config: EngineConfig, plugins: Any, tables: Tables) -> A
         known = ", ".join(sorted(stores)) or "none installed"
         raise InvalidParameter(
             f"archive_store: no archive store named {name!r} (installed: {known}); for S3, pip install rock-archive-s3",
-            field="archive_store", value=name,
+            field="archive_store",
+            value=name,
         )
     owner = plugins.registered_by("rock_register_archive_stores").get(name, name)
     return _build(stores[name], f"plugins.{owner}", (), dict(tables.get(owner, {})))
@@ -97,7 +100,12 @@ async def make_env(engine: SandboxManager, env_id: str, **kwargs: Any) -> Any:
         classes = plugins.env_providers()
         owners = plugins.registered_by("rock_register_env_providers")
         engine._env_providers = {
-            name: _build(cls, f"plugins.{owners.get(name, name)}", (engine,), dict(engine._tables.get(owners.get(name, name), {})))
+            name: _build(
+                cls,
+                f"plugins.{owners.get(name, name)}",
+                (engine,),
+                dict(engine._tables.get(owners.get(name, name), {})),
+            )
             for name, cls in classes.items()
         }
     for provider in engine._env_providers.values():
@@ -106,5 +114,6 @@ async def make_env(engine: SandboxManager, env_id: str, **kwargs: Any) -> Any:
     known = ", ".join(sorted(engine._env_providers)) or "none installed"
     raise InvalidParameter(
         f"env_id: no environment provider serves {env_id!r} (providers: {known}; for GEM, pip install rock-gem)",
-        field="env_id", value=env_id,
+        field="env_id",
+        value=env_id,
     )

@@ -22,9 +22,9 @@ from collections.abc import Iterable, Mapping
 import anyio
 import anyio.abc
 
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import RockError
 from rock_core.models import ROCKLET_PORT, Port
+from rock_core.rocklet_client import RockletClient
 
 __all__ = ["PortForwards", "raise_open_files_limit"]
 
@@ -41,7 +41,9 @@ class PortForwards:
     :param host: the address listened on.
     """
 
-    def __init__(self, task_group: anyio.abc.TaskGroup | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, task_group: anyio.abc.TaskGroup | None = None, host: str = "127.0.0.1"
+    ) -> None:
         self._tg = task_group
         self.host = host
         self._scopes: dict[str, anyio.CancelScope] = {}
@@ -90,7 +92,10 @@ class PortForwards:
                 await listener.aclose()
             raise
         scope = anyio.CancelScope()
-        mapping = {port: Port(listener.extra(anyio.abc.SocketAttribute.local_port)) for port, listener in listeners}
+        mapping = {
+            port: Port(listener.extra(anyio.abc.SocketAttribute.local_port))
+            for port, listener in listeners
+        }
         self._scopes[sandbox_id] = scope
         self._mappings[sandbox_id] = mapping
         self._tg.start_soon(self._serve, scope, listeners, client, name=f"forwards of {sandbox_id}")
@@ -127,7 +132,9 @@ class PortForwards:
         """Accept on every listener of one sandbox until ``scope`` is cancelled, then close them
         (and the connections they carry)."""
 
-        async def accept(port: Port, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup) -> None:
+        async def accept(
+            port: Port, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup
+        ) -> None:
             async with listener:
                 while True:
                     stream = await listener.accept()
@@ -146,11 +153,15 @@ async def _carry(stream: anyio.abc.SocketStream, client: RockletClient, port: Po
     """Carry one accepted connection to ``port`` of the sandbox until either side is done."""
     async with stream:
         try:
-            stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            stream.extra(anyio.abc.SocketAttribute.raw_socket).setsockopt(
+                socket.IPPROTO_TCP, socket.TCP_NODELAY, 1
+            )
         except (OSError, anyio.TypedAttributeLookupError):
             pass
         try:
-            upstream = await (client.connect() if port == ROCKLET_PORT else client.open_tunnel(int(port)))
+            upstream = await (
+                client.connect() if port == ROCKLET_PORT else client.open_tunnel(int(port))
+            )
         except (RockError, OSError) as exc:
             log.debug("forward to port %s of %s failed: %s", port, client.sandbox_id, exc)
             return

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import secrets
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import anyio
 import attrs
 
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import BadRequestRockError, RockError, SandboxNotFound
 from rock_core.models import RuntimeStatus, SandboxRecord, SandboxUsage, UnitState
+from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
 
@@ -46,7 +46,7 @@ LABEL_ENGINE_ID = "rock.engine_id"
 
 def now() -> datetime:
     """The current time, in UTC, as records keep it."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def new_rocklet_token() -> str:
@@ -74,12 +74,14 @@ def not_running_error(record: SandboxRecord, attempted: str) -> RockError:
     if record.state is State.PENDING:
         return BadRequestRockError(
             f"sandbox {record.sandbox_id} is not running yet (pending); wait for it to start",
-            sandbox_id=record.sandbox_id, attempted=attempted,
+            sandbox_id=record.sandbox_id,
+            attempted=attempted,
         )
     why = f": {record.reason}" if record.reason else ""
     return SandboxNotFound(
         f"sandbox {record.sandbox_id} is not running (it is {record.state.value}{why})",
-        sandbox_id=record.sandbox_id, attempted=attempted,
+        sandbox_id=record.sandbox_id,
+        attempted=attempted,
     )
 
 
@@ -106,7 +108,9 @@ class LiveSandbox:
     removing: bool = False  # the unit is being removed in the background; then deleted
     archive_scope: anyio.CancelScope | None = None  # cancels the archive under way
     archive_done: anyio.Event = attrs.field(factory=anyio.Event)  # the last archive has settled
-    restart_scope: anyio.CancelScope | None = None  # cancels a crash restart waiting out its back-off
+    restart_scope: anyio.CancelScope | None = (
+        None  # cancels a crash restart waiting out its back-off
+    )
     usage: SandboxUsage | None = None  # its resource use, last sampled (engine/monitoring.py)
 
     def begin_start(self, *, keep_settled: bool = False) -> None:

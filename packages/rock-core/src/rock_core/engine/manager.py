@@ -36,7 +36,7 @@ It answers with its own types, :class:`~rock_core.models.SandboxRecord` and
 :class:`~rock_core.models.SandboxStatus`; the admin and the SDK build ROCK's wire models from them
 (:mod:`rock_core.responses`). Commands, files and
 sessions do not pass through here: :meth:`SandboxManager.rocklet` hands out a
-:class:`~rock_core.engine.rocklet_client.RockletClient` for the sandbox (and counts the call as
+:class:`~rock_core.rocklet_client.RockletClient` for the sandbox (and counts the call as
 activity for the idle timer).
 """
 
@@ -48,8 +48,8 @@ import os
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import anyio
@@ -57,7 +57,18 @@ import attrs
 import httpx
 
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
-from rock_core.engine import archiving, claims, extensions, monitoring, reaping, reconcile, recovery, starting, stopping, timers
+from rock_core.engine import (
+    archiving,
+    claims,
+    extensions,
+    monitoring,
+    reaping,
+    reconcile,
+    recovery,
+    starting,
+    stopping,
+    timers,
+)
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.live import (
@@ -73,11 +84,18 @@ from rock_core.engine.live import (
 from rock_core.engine.owners import process_owner
 from rock_core.engine.pool import WarmPool
 from rock_core.engine.removals import Removals
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.start_queue import StartQueue
 from rock_core.engine.store import SandboxStore
 from rock_core.errors import RockError, SandboxNotFound
-from rock_core.models import Phase, PhaseStatus, RuntimeStatus, SandboxRecord, SandboxStatus, SandboxUsage
+from rock_core.models import (
+    Phase,
+    PhaseStatus,
+    RuntimeStatus,
+    SandboxRecord,
+    SandboxStatus,
+    SandboxUsage,
+)
+from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, Event, State
@@ -156,12 +174,16 @@ class SandboxManager:
             plugins.configure(self._tables)
         self.archive_store = extensions.build_archive_store(self.config, plugins, self._tables)
         self._env_providers: dict[str, Any] | None = None
-        self.runtime = runtime if runtime is not None else extensions.build_runtime(self.config, plugins)
+        self.runtime = (
+            runtime if runtime is not None else extensions.build_runtime(self.config, plugins)
+        )
         self.owner = owner or process_owner()
         # Tells this engine's units from those of another engine in the same process.
         self.engine_id = uuid.uuid4().hex
         self.store = SandboxStore(self.config.store_path)
-        self.queue = StartQueue(self.config.max_concurrent_starts, aging_seconds=self.config.queue_aging_seconds)
+        self.queue = StartQueue(
+            self.config.max_concurrent_starts, aging_seconds=self.config.queue_aging_seconds
+        )
         self._live: dict[str, LiveSandbox] = {}
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
         self._in_flight_lock = threading.Lock()  # calls begin and end in callers' threads too
@@ -208,7 +230,11 @@ class SandboxManager:
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
         for loop in (
-            timers.timer_loop, reconcile.reconcile_loop, reconcile.watch_loop, timers.disk_loop, monitoring.monitor_loop,
+            timers.timer_loop,
+            reconcile.reconcile_loop,
+            reconcile.watch_loop,
+            timers.disk_loop,
+            monitoring.monitor_loop,
         ):
             self._tg.start_soon(loop, self)
         return self
@@ -234,7 +260,9 @@ class SandboxManager:
             else:
                 await self._hand_over_removals()
                 if self._pools:
-                    await claims.remove_members(self)  # sandboxes outlive the engine; idle pool members do not
+                    await claims.remove_members(
+                        self
+                    )  # sandboxes outlive the engine; idle pool members do not
             if self._http is not None:
                 await self._http.aclose()
             if self.archive_store is not None:
@@ -251,7 +279,11 @@ class SandboxManager:
         try:
             await self.runtime.discard([handle for handle, _ in waiting])
         except RockError as exc:
-            log.warning("could not hand %d unit(s) to the runtime for removal at close: %s", len(waiting), exc)
+            log.warning(
+                "could not hand %d unit(s) to the runtime for removal at close: %s",
+                len(waiting),
+                exc,
+            )
             return  # their records stay stopped; the next sweep finds the units
         for _, then in waiting:
             if then is not None:
@@ -305,8 +337,14 @@ class SandboxManager:
         :raises QuotaExceeded: the start would take the tenant past ``quota``.
         """
         return await starting.start_async(
-            self, request, user_id=user_id, experiment_id=experiment_id, namespace=namespace, cluster=cluster,
-            tenant=tenant, quota=quota,
+            self,
+            request,
+            user_id=user_id,
+            experiment_id=experiment_id,
+            namespace=namespace,
+            cluster=cluster,
+            tenant=tenant,
+            quota=quota,
         )
 
     async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatus:
@@ -315,7 +353,9 @@ class SandboxManager:
         assert started.sandbox_id is not None
         return await self.wait_until_running(started.sandbox_id)
 
-    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatus:
+    async def wait_until_running(
+        self, sandbox_id: str, timeout: float | None = None
+    ) -> SandboxStatus:
         """Wait for the current start of ``sandbox_id`` to finish; return its running status.
 
         :raises InternalServerRockError: the start failed: ``"Failed to start sandbox because
@@ -356,7 +396,9 @@ class SandboxManager:
 
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
-    async def set_warm_pool(self, request: SandboxStartRequest, size: int, *, tenant: str | None = None) -> str:
+    async def set_warm_pool(
+        self, request: SandboxStartRequest, size: int, *, tenant: str | None = None
+    ) -> str:
         """Keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
 
         Starts of that kind (same image, pull policy, sizes, CPUs, environment and runtime
@@ -495,7 +537,11 @@ class SandboxManager:
         a warm-pool unit among them is claimed even where the runtime did not rename it."""
         held = {live.handle.unit_id for live in self._live.values() if live.handle is not None}
         states = [State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING]
-        held.update(r.unit_id for r in self.store.list(states=states, filters={"owner": self.owner}) if r.unit_id)
+        held.update(
+            r.unit_id
+            for r in self.store.list(states=states, filters={"owner": self.owner})
+            if r.unit_id
+        )
         return held
 
     def sandbox_of_unit(self, unit_id: str, hint: str | None = None) -> str | None:
@@ -523,7 +569,9 @@ class SandboxManager:
         lifecycle = current.apply(event, at=now(), sandbox_id=record.sandbox_id)
         if lifecycle is current:
             return record
-        new = attrs.evolve(record, state=lifecycle.state, state_history=lifecycle.history, **changes)
+        new = attrs.evolve(
+            record, state=lifecycle.state, state_history=lifecycle.history, **changes
+        )
         self._save(new)
         self.plugins.notify_transition(new, event, old, new.state)
         return new
@@ -536,7 +584,9 @@ class SandboxManager:
         if record.state is State.DELETED:
             self._live.pop(record.sandbox_id, None)
 
-    def _set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
+    def _set_phase(
+        self, sandbox_id: str, name: str, status: PhaseStatus, message: str = ""
+    ) -> None:
         live = self._live.get(sandbox_id)
         if live is None:
             return
@@ -546,8 +596,12 @@ class SandboxManager:
         started = old.started_at if old is not None and old.started_at is not None else None
         if status is PhaseStatus.RUNNING or (started is None and status is not PhaseStatus.WAITING):
             started = started or at
-        completed = at if status in (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT) else None
-        phases[name] = Phase(status=status, message=message, started_at=started, completed_at=completed)
+        completed = (
+            at if status in (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT) else None
+        )
+        phases[name] = Phase(
+            status=status, message=message, started_at=started, completed_at=completed
+        )
         self._save(attrs.evolve(live.record, phases=phases))
 
     def get_record(self, sandbox_id: str) -> SandboxRecord:
@@ -560,7 +614,9 @@ class SandboxManager:
             return live.record
         record = self.store.get(sandbox_id)
         if record is None:
-            raise SandboxNotFound(f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted="get_status")
+            raise SandboxNotFound(
+                f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted="get_status"
+            )
         return record
 
     # -- status ------------------------------------------------------------------------------
@@ -581,11 +637,13 @@ class SandboxManager:
         if record.state in LIVE_STATES and clear:
             live = self._live.get(record.sandbox_id)
             activity = live.activity if live is not None else time.time()
-            deadline = datetime.fromtimestamp(activity + clear, timezone.utc)
+            deadline = datetime.fromtimestamp(activity + clear, UTC)
         if record.state is State.RUNNING:
             live = self._live.get(record.sandbox_id)
             usage = live.usage if live is not None else None
-        return SandboxStatus(record=record, queue_position=position, idle_deadline=deadline, usage=usage)
+        return SandboxStatus(
+            record=record, queue_position=position, idle_deadline=deadline, usage=usage
+        )
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatus:
         """ROCK's ``get_status``: a pending or running sandbox's status and phases.
@@ -618,13 +676,17 @@ class SandboxManager:
     ) -> list[SandboxRecord]:
         """Records from the store, restricted to ``states`` and exact-match ``filters``; a live
         sandbox's is the current one the engine holds (not read back from the store)."""
-        return self.store.list(states=states, filters=filters, limit=limit, offset=offset, known=self._known)
+        return self.store.list(
+            states=states, filters=filters, limit=limit, offset=offset, known=self._known
+        )
 
     def _known(self, sandbox_id: str) -> SandboxRecord | None:
         live = self._live.get(sandbox_id)
         return None if live is None else live.record
 
-    def count_records(self, *, states: list[State] | None = None, filters: Mapping[str, str] | None = None) -> int:
+    def count_records(
+        self, *, states: list[State] | None = None, filters: Mapping[str, str] | None = None
+    ) -> int:
         """How many records :meth:`list_records` would return without a limit."""
         return self.store.count(states=states, filters=filters)
 
@@ -639,7 +701,9 @@ class SandboxManager:
 
     # -- calls to sandboxes ------------------------------------------------------------------
 
-    def rocklet(self, sandbox_id: str, attempted: str = "call", *, activity: bool = True) -> RockletClient:
+    def rocklet(
+        self, sandbox_id: str, attempted: str = "call", *, activity: bool = True
+    ) -> RockletClient:
         """The rocklet client of a running sandbox; counts as activity for its idle timer unless
         ``activity`` is false (a read of its liveness or figures: reads never keep a sandbox
         alive).

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -29,8 +29,8 @@ import anyio
 from rock_core.engine.live import LABEL_OWNER
 from rock_core.errors import NotSupported, RockError
 from rock_core.models import SandboxUsage, UnitStats
+from rock_core.sizes import format_bytes
 from rock_core.states import State
-from rock_core.units import format_bytes
 
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
@@ -52,7 +52,9 @@ class Sampler:
     and the CPU time spent sampling (for ``rock bench monitor``)."""
 
     def __init__(self) -> None:
-        self.previous: dict[str, tuple[float, float]] = {}  # unit id -> (monotonic time, cpu seconds)
+        self.previous: dict[
+            str, tuple[float, float]
+        ] = {}  # unit id -> (monotonic time, cpu seconds)
         self.disk: Mapping[str, int] = {}
         self.samples = 0
         #: The process's CPU seconds during :func:`sample` calls (all its threads: the runtime's
@@ -102,7 +104,7 @@ async def sample(engine: SandboxManager) -> int:
             sampler.disk = {}
     sampler.samples += 1
     now_mono = time.monotonic()
-    at = datetime.now(timezone.utc)
+    at = datetime.now(UTC)
     measured = 0
     for unit_id, live in running.items():
         unit = stats.get(unit_id)
@@ -114,7 +116,9 @@ async def sample(engine: SandboxManager) -> int:
             cpu = max(0.0, 100.0 * (unit.cpu_seconds - before[1]) / (now_mono - before[0]))
         sampler.previous[unit_id] = (now_mono, unit.cpu_seconds)
         old_ooms = live.usage.oom_kills if live.usage is not None else unit.oom_kills
-        live.usage = usage_of(unit, cpu, at, disk=sampler.disk.get(unit_id), new_ooms=unit.oom_kills - old_ooms)
+        live.usage = usage_of(
+            unit, cpu, at, disk=sampler.disk.get(unit_id), new_ooms=unit.oom_kills - old_ooms
+        )
         measured += 1
     for unit_id in [u for u in sampler.previous if u not in running]:
         del sampler.previous[unit_id]
@@ -122,7 +126,9 @@ async def sample(engine: SandboxManager) -> int:
     return measured
 
 
-def usage_of(unit: UnitStats, cpu_percent: float, at: datetime, *, disk: int | None = None, new_ooms: int = 0) -> SandboxUsage:
+def usage_of(
+    unit: UnitStats, cpu_percent: float, at: datetime, *, disk: int | None = None, new_ooms: int = 0
+) -> SandboxUsage:
     """A sandbox's :class:`~rock_core.models.SandboxUsage` from its unit's sample."""
     warnings: list[str] = []
     limit = unit.memory_limit_bytes
@@ -132,7 +138,9 @@ def usage_of(unit: UnitStats, cpu_percent: float, at: datetime, *, disk: int | N
             f"({format_bytes(unit.memory_bytes)} of {format_bytes(limit)}): near an OOM kill"
         )
     if new_ooms > 0:
-        warnings.append(f"the OOM killer ended {new_ooms} process{'es' if new_ooms != 1 else ''} in it since the last sample")
+        warnings.append(
+            f"the OOM killer ended {new_ooms} process{'es' if new_ooms != 1 else ''} in it since the last sample"
+        )
     return SandboxUsage(
         sampled_at=at,
         cpu_percent=round(cpu_percent, 1),

@@ -28,17 +28,25 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Container, Mapping
 
 import anyio
+import anyio.lowlevel
 import attrs
 import httpx
 
 from rock_core.actions import WarmPoolStatus
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import RockError
 from rock_core.models import PRIORITY_MIN, RuntimeStatus, SandboxSpec, UnitState
+from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import Runtime, UnitHandle
 
-__all__ = ["LABEL_POOL", "LABEL_POOL_MEMBER", "Member", "WarmPool", "is_unclaimed_member", "pool_key"]
+__all__ = [
+    "LABEL_POOL",
+    "LABEL_POOL_MEMBER",
+    "Member",
+    "WarmPool",
+    "is_unclaimed_member",
+    "pool_key",
+]
 
 log = logging.getLogger("rock.engine.pool")
 
@@ -52,8 +60,21 @@ QUEUE_KEY = "rock:warm-pool"
 # Spec fields that decide what the unit is; everything else (timeouts, identity, metadata,
 # the id) belongs to the sandbox and is applied when a member is claimed.
 _UNIT_FIELDS = (
-    "image", "image_os", "memory", "cpus", "limit_cpus", "disk", "num_gpus", "accelerator_type",
-    "pull", "registry_username", "registry_password", "env", "runtime_options", "pids_limit", "cap_add",
+    "image",
+    "image_os",
+    "memory",
+    "cpus",
+    "limit_cpus",
+    "disk",
+    "num_gpus",
+    "accelerator_type",
+    "pull",
+    "registry_username",
+    "registry_password",
+    "env",
+    "runtime_options",
+    "pids_limit",
+    "cap_add",
 )
 # Refill retry delays after failures: 1 s, 2 s, 4 s, ... at most a minute.
 _MAX_BACKOFF = 60.0
@@ -231,12 +252,16 @@ class WarmPool:
                 elif now < self._retry_at:
                     with anyio.move_on_after(self._retry_at - now):
                         await self._changed.wait()
-                elif self._is_busy() or self._starting >= (1 if self._claimed else self._fill_concurrency):
+                elif self._is_busy() or self._starting >= (
+                    1 if self._claimed else self._fill_concurrency
+                ):
                     await anyio.sleep(_QUEUE_POLL)
                 else:
                     self._starting += 1
                     tg.start_soon(self._make_member, remove)
-                    await anyio.sleep(0)  # let it take its queue slot before counting again
+                    await (
+                        anyio.lowlevel.checkpoint()
+                    )  # let it take its queue slot before counting again
 
     async def _make_member(self, remove: Callable[[UnitHandle], Awaitable[None]]) -> None:
         name = f"rock-pool-{uuid.uuid4().hex[:12]}"
@@ -249,13 +274,21 @@ class WarmPool:
                     handle = await self._runtime.create(
                         spec, labels={**self._labels, LABEL_POOL_MEMBER: name}, rocklet_token=token
                     )
-                    status = await self._runtime.start(handle) or await self._runtime.inspect(handle)
+                    status = await self._runtime.start(handle) or await self._runtime.inspect(
+                        handle
+                    )
                     if status.state is not UnitState.RUNNING or status.rocklet_address is None:
-                        raise _MemberFailed(f"its unit is {status.state.value} (exit code {status.exit_code})")
+                        raise _MemberFailed(
+                            f"its unit is {status.state.value} (exit code {status.exit_code})"
+                        )
                     client = RockletClient(self._http, *status.rocklet_address, name, token=token)
                     await _wait_alive(client)
         except (RockError, _MemberFailed, TimeoutError) as exc:
-            message = exc.message if isinstance(exc, RockError) else str(exc) or f"no answer within {self._startup_timeout:g}s"
+            message = (
+                exc.message
+                if isinstance(exc, RockError)
+                else str(exc) or f"no answer within {self._startup_timeout:g}s"
+            )
             self._failed(name, message)
             if handle is not None:
                 with anyio.CancelScope(shield=True):
@@ -288,7 +321,12 @@ class WarmPool:
             try:
                 handles = list(await self._runtime.list({LABEL_POOL_MEMBER: name}))
             except RockError as exc:
-                log.warning("warm pool %s: could not look for member %s to remove it: %s", self.key, name, exc)
+                log.warning(
+                    "warm pool %s: could not look for member %s to remove it: %s",
+                    self.key,
+                    name,
+                    exc,
+                )
         for found in handles:
             await remove(found)
 
@@ -298,7 +336,14 @@ class WarmPool:
         self.last_error = message
         delay = min(_MAX_BACKOFF, 2.0 ** (self._failures - 1))
         self._retry_at = time.monotonic() + delay
-        log.warning("warm pool %s (%s): member %s failed: %s; retrying in %gs", self.key, self.spec.image, name, message, delay)
+        log.warning(
+            "warm pool %s (%s): member %s failed: %s; retrying in %gs",
+            self.key,
+            self.spec.image,
+            name,
+            message,
+            delay,
+        )
         self._wake()
 
 

@@ -37,6 +37,7 @@ __all__ = ["background_sweep", "reap_orphans", "remove_all_owned", "sweep"]
 
 log = logging.getLogger("rock.engine")
 
+
 async def reap_orphans(engine: SandboxManager) -> int:
     """Remove units of ``engine``'s kind whose owning process has died; return how many."""
     return await sweep(engine, reap=True)
@@ -55,13 +56,18 @@ async def sweep(engine: SandboxManager, *, reap: bool) -> int:
     owner = engine.owner
     claimed = engine.claimed_units()
     stale = [
-        h for h in handles
+        h
+        for h in handles
         if h.labels.get(LABEL_OWNER, "") == owner
-        and is_unclaimed_member(h, claimed) and h.labels.get(LABEL_ENGINE_ID) != engine.engine_id
+        and is_unclaimed_member(h, claimed)
+        and h.labels.get(LABEL_ENGINE_ID) != engine.engine_id
     ]
     orphans = [
-        h for h in handles
-        if reap and h.labels.get(LABEL_OWNER, "") != owner and owner_is_dead(h.labels.get(LABEL_OWNER, ""))
+        h
+        for h in handles
+        if reap
+        and h.labels.get(LABEL_OWNER, "") != owner
+        and owner_is_dead(h.labels.get(LABEL_OWNER, ""))
     ]
     if orphans:
         log.info("removing %d sandbox(es) whose owner has died", len(orphans))
@@ -98,7 +104,11 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     handles += [handle for handle, _ in engine.removals.hand_over()]
     known = {handle.unit_id for handle in handles}
     try:
-        handles += [h for h in await engine.runtime.list({LABEL_ENGINE_ID: engine.engine_id}) if h.unit_id not in known]
+        handles += [
+            h
+            for h in await engine.runtime.list({LABEL_ENGINE_ID: engine.engine_id})
+            if h.unit_id not in known
+        ]
     except RockError as exc:
         log.warning("could not list this engine's units at close: %s", exc)
     async with anyio.create_task_group() as tg:

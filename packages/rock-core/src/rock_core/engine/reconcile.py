@@ -70,7 +70,9 @@ async def reconcile(engine: SandboxManager) -> None:
     if not running:
         return
     try:
-        listed = {h.unit_id: h.state for h in await engine.runtime.list({LABEL_OWNER: engine.owner})}
+        listed = {
+            h.unit_id: h.state for h in await engine.runtime.list({LABEL_OWNER: engine.owner})
+        }
     except RockError as exc:
         log.warning("could not list units to reconcile: %s", exc)
         return
@@ -98,7 +100,12 @@ async def watch_loop(engine: SandboxManager) -> None:
                 if status.state is not UnitState.RUNNING:
                     if any(pool.forget(handle.unit_id) for pool in engine._pools.values()):
                         continue
-                    await unit_gone(engine, engine.sandbox_of_unit(handle.unit_id, handle.sandbox_id) or handle.sandbox_id, status)
+                    await unit_gone(
+                        engine,
+                        engine.sandbox_of_unit(handle.unit_id, handle.sandbox_id)
+                        or handle.sandbox_id,
+                        status,
+                    )
         except NotSupported:
             return  # the reconcile loop polls instead
         except RockError as exc:

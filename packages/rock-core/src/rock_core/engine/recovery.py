@@ -20,11 +20,11 @@ import attrs
 
 from rock_core.engine import archiving
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.engine.starting import open_ports
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import RockError
 from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, UnitState
+from rock_core.rocklet_client import RockletClient
 from rock_core.states import Event, State
 
 if TYPE_CHECKING:
@@ -39,7 +39,10 @@ async def recover(engine: SandboxManager) -> int:
     """:meth:`SandboxManager.recover <rock_core.engine.manager.SandboxManager.recover>`: take back
     this owner's sandboxes that are not deleted; return how many."""
     records = [
-        r for r in engine.store.list(states=[State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING, State.ARCHIVED])
+        r
+        for r in engine.store.list(
+            states=[State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING, State.ARCHIVED]
+        )
         if r.owner == engine.owner and r.sandbox_id not in engine._live
     ]
     if not records:
@@ -56,7 +59,9 @@ async def recover(engine: SandboxManager) -> int:
         if handle is None:
             handle = by_id.get(record.sandbox_id)
         if handle is not None:
-            handle = attrs.evolve(handle, sandbox_id=record.sandbox_id)  # a claimed pool unit keeps its name
+            handle = attrs.evolve(
+                handle, sandbox_id=record.sandbox_id
+            )  # a claimed pool unit keeps its name
         live = LiveSandbox(record=record, handle=handle)
         live.start_done.set()
         engine._live[record.sandbox_id] = live
@@ -89,7 +94,9 @@ async def adopt(engine: SandboxManager, live: LiveSandbox) -> str | None:
         return f"could not inspect its container after a restart: {exc.message}"
     if status.state is not UnitState.RUNNING or status.rocklet_address is None:
         return describe_exit(status) + " while rock was not running"
-    client = RockletClient(engine.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token)
+    client = RockletClient(
+        engine.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token
+    )
     if not await client.is_alive(timeout=5.0):
         return "its rocklet did not answer after rock restarted"
     live.client = client
@@ -97,6 +104,11 @@ async def adopt(engine: SandboxManager, live: LiveSandbox) -> str | None:
     mapping = await open_ports(engine, live, client, status)
     engine._save(attrs.evolve(record, port_mapping=mapping or dict(record.port_mapping)))
     if record.state is State.PENDING:  # its start was cut short just before the end: finish it
-        engine._set_phase(record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, "docker run success (recovered)")
+        engine._set_phase(
+            record.sandbox_id,
+            PHASE_DOCKER_RUN,
+            PhaseStatus.SUCCESS,
+            "docker run success (recovered)",
+        )
         engine._apply(live.record, Event.ALIVE, start_time=now(), reason=None)
     return None

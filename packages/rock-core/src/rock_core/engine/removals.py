@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import RockError
+from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
 
@@ -68,13 +68,19 @@ def starts_in_flight(engine: SandboxManager) -> bool:
     """Whether ``engine`` is starting a sandbox now: a start-queue slot held or awaited (warm-pool
     refills too), or a sandbox still pending (a warm-pool claim, a start not yet queued)."""
     queue = engine.queue
-    return queue.active > 0 or queue.depth > 0 or any(live.record.state is State.PENDING for live in engine._live.values())
+    return (
+        queue.active > 0
+        or queue.depth > 0
+        or any(live.record.state is State.PENDING for live in engine._live.values())
+    )
 
 
 async def _a_start_settles(engine: SandboxManager) -> None:
     """Return when a start in flight may have ended: the oldest pending sandbox settled, or
     (none pending: warm-pool refills hold the queue) a start-queue slot was freed."""
-    pending = next((live for live in engine._live.values() if live.record.state is State.PENDING), None)
+    pending = next(
+        (live for live in engine._live.values() if live.record.state is State.PENDING), None
+    )
     if pending is None:
         await engine.queue.freed()
     elif not pending.settled.is_set():
@@ -128,7 +134,9 @@ class Removals:
         """Units waiting for their turn or for another attempt (not those being removed)."""
         return len(self._waiting) + len(self._retrying)
 
-    def submit(self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None) -> None:
+    def submit(
+        self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Queue ``handle`` for removal and return at once; ``then`` runs after it is gone."""
         self._enqueue(_Removal(handle, then))
 
@@ -201,8 +209,12 @@ class Removals:
                     self.failed += 1
                     again = removal.attempts < ATTEMPTS
                     log.warning(
-                        "could not remove unit of sandbox %s (attempt %d of %d): %s%s", removal.handle.sandbox_id,
-                        removal.attempts, ATTEMPTS, exc, "" if again else "; giving up until the engine closes",
+                        "could not remove unit of sandbox %s (attempt %d of %d): %s%s",
+                        removal.handle.sandbox_id,
+                        removal.attempts,
+                        ATTEMPTS,
+                        exc,
+                        "" if again else "; giving up until the engine closes",
                     )
                     done = not again  # given up: what was to follow goes on
                 if done and removal.then is not None:

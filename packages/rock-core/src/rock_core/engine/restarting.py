@@ -59,7 +59,10 @@ def wants_restart(record: SandboxRecord, status: RuntimeStatus) -> bool:
 
 def gave_up(record: SandboxRecord, reason: str) -> str:
     """``reason``, with why it was not restarted when its policy would have."""
-    if record.spec.restart_policy is RestartPolicy.NEVER or record.restart_count < record.spec.max_restarts:
+    if (
+        record.spec.restart_policy is RestartPolicy.NEVER
+        or record.restart_count < record.spec.max_restarts
+    ):
         return reason
     count = record.restart_count
     return f"{reason} (not restarted: gave up after {count} restart{'s' if count != 1 else ''}, max_restarts)"
@@ -69,13 +72,20 @@ async def crashed(engine: SandboxManager, live: LiveSandbox, reason: str) -> Non
     """Record the crash as a stop (the unit kept) and start the sandbox again after the back-off.
     The sandbox's lock is held."""
     record = engine._apply(
-        live.record, Event.STOP, stop_time=now(), reason=reason, auto_transition_state=None, auto_transition_time=None
+        live.record,
+        Event.STOP,
+        stop_time=now(),
+        reason=reason,
+        auto_transition_state=None,
+        auto_transition_time=None,
     )
     engine.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
     if client is not None:
         await client.forget()
-    delay = min(MAX_BACKOFF_SECONDS, engine.config.restart_backoff_seconds * 2 ** record.restart_count)
+    delay = min(
+        MAX_BACKOFF_SECONDS, engine.config.restart_backoff_seconds * 2**record.restart_count
+    )
     log.warning("sandbox %s crashed (%s); restarting it in %gs", record.sandbox_id, reason, delay)
     live.settled = anyio.Event()  # a wait_until_running now waits for the restart
     scope = anyio.CancelScope()
@@ -83,7 +93,9 @@ async def crashed(engine: SandboxManager, live: LiveSandbox, reason: str) -> Non
     engine._open_task_group().start_soon(_restart_later, engine, live, reason, delay, scope)
 
 
-async def _restart_later(engine: SandboxManager, live: LiveSandbox, reason: str, delay: float, scope: anyio.CancelScope) -> None:
+async def _restart_later(
+    engine: SandboxManager, live: LiveSandbox, reason: str, delay: float, scope: anyio.CancelScope
+) -> None:
     from rock_core.engine.starting import run_start, waiting_phases
 
     with scope:
@@ -95,9 +107,13 @@ async def _restart_later(engine: SandboxManager, live: LiveSandbox, reason: str,
         from rock_core.engine.stopping import post_stop_plan
 
         target, keep = post_stop_plan(engine, live.record.spec)
-        engine._save(attrs.evolve(
-            live.record, auto_transition_state=target, auto_transition_time=now() + timedelta(seconds=max(keep, 60)),
-        ))
+        engine._save(
+            attrs.evolve(
+                live.record,
+                auto_transition_state=target,
+                auto_transition_time=now() + timedelta(seconds=max(keep, 60)),
+            )
+        )
     if scope.cancelled_caught or live.removing or live.record.state is not State.STOPPED:
         live.settled.set()
         return
@@ -116,12 +132,18 @@ async def _restart_later(engine: SandboxManager, live: LiveSandbox, reason: str,
         count = record.restart_count + 1
         note = f"restarted ({count} of {record.spec.max_restarts}) at {now():%Y-%m-%d %H:%M:%S}Z after: {reason}"
         others = [n for n in record.notes if not n.startswith("restarted (")]
-        restarts = [n for n in record.notes if n.startswith("restarted (")][-(_NOTES_KEPT - 1):]
+        restarts = [n for n in record.notes if n.startswith("restarted (")][-(_NOTES_KEPT - 1) :]
         engine._apply(
-            record, Event.RESTART,
-            start_time=None, stop_time=None, reason=None, restart_count=count,
-            notes=(*others, *restarts, note), phases=waiting_phases(),
-            auto_transition_state=None, auto_transition_time=None,
+            record,
+            Event.RESTART,
+            start_time=None,
+            stop_time=None,
+            reason=None,
+            restart_count=count,
+            notes=(*others, *restarts, note),
+            phases=waiting_phases(),
+            auto_transition_state=None,
+            auto_transition_time=None,
         )
         live.begin_start(keep_settled=True)  # made fresh when the restart was planned
     await run_start(engine, live.record.sandbox_id, time.monotonic(), reuse)
@@ -131,4 +153,3 @@ def cancel_restart(live: LiveSandbox) -> None:
     """Cancel a restart waiting out its back-off (a ``stop()`` or ``delete()`` meanwhile)."""
     if live.restart_scope is not None:
         live.restart_scope.cancel()
-

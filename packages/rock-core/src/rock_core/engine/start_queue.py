@@ -161,10 +161,14 @@ class StartQueue:
     def _next_priority(self, bands: dict[int, _Band], now: float) -> int:
         """The band whose turn it is: the highest priority once each is raised by its oldest
         request's wait (a level per ``aging_seconds``); ties go to the higher base priority."""
-        return max(bands, key=lambda p: (p + int((now - bands[p].oldest()) // self.aging_seconds), p))
+        return max(
+            bands, key=lambda p: (p + int((now - bands[p].oldest()) // self.aging_seconds), p)
+        )
 
     @contextlib.asynccontextmanager
-    async def slot(self, key: str, item: str, priority: int = PRIORITY_NORMAL) -> AsyncIterator[None]:
+    async def slot(
+        self, key: str, item: str, priority: int = PRIORITY_NORMAL
+    ) -> AsyncIterator[None]:
         """Wait for a slot for ``item`` under fairness ``key`` at ``priority``, hold it for the
         block, release it.
 

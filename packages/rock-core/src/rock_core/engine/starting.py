@@ -25,8 +25,13 @@ import attrs
 from rock_core.actions import SandboxStartRequest
 from rock_core.converters import spec_from_start_request
 from rock_core.engine import archiving, claims
-from rock_core.engine.live import LiveSandbox, describe_exit, new_rocklet_token, not_running_error, now
-from rock_core.engine.rocklet_client import RockletClient
+from rock_core.engine.live import (
+    LiveSandbox,
+    describe_exit,
+    new_rocklet_token,
+    not_running_error,
+    now,
+)
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import (
     BadRequestRockError,
@@ -51,10 +56,11 @@ from rock_core.models import (
     SandboxStatus,
     UnitState,
 )
+from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import UnitHandle
+from rock_core.sizes import format_size
 from rock_core.states import LIVE_STATES, Event, State
 from rock_core.tenancy import Quota, quota_refusal, tenant_usage, usage_of
-from rock_core.units import format_size
 
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
@@ -79,7 +85,10 @@ log = logging.getLogger("rock.engine")
 
 def waiting_phases() -> dict[str, Phase]:
     """The phases of a start that has not begun: ``image_pull`` and ``docker_run`` waiting."""
-    return {PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING), PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING)}
+    return {
+        PHASE_IMAGE_PULL: Phase(status=PhaseStatus.WAITING),
+        PHASE_DOCKER_RUN: Phase(status=PhaseStatus.WAITING),
+    }
 
 
 def with_defaults(engine: SandboxManager, spec: SandboxSpec) -> SandboxSpec:
@@ -105,55 +114,95 @@ def validate(engine: SandboxManager, spec: SandboxSpec) -> None:
     runtime = engine.runtime
     problems = []
     if spec.cpus > c.max_cpus:
-        problems.append(("cpus", f"cpus: {spec.cpus:g} is above the maximum of {c.max_cpus:g}", spec.cpus))
+        problems.append(
+            ("cpus", f"cpus: {spec.cpus:g} is above the maximum of {c.max_cpus:g}", spec.cpus)
+        )
     if spec.limit_cpus is not None and spec.limit_cpus > c.max_cpus:
-        problems.append(("limit_cpus", f"limit_cpus: {spec.limit_cpus:g} is above the maximum of {c.max_cpus:g}", spec.limit_cpus))
+        problems.append(
+            (
+                "limit_cpus",
+                f"limit_cpus: {spec.limit_cpus:g} is above the maximum of {c.max_cpus:g}",
+                spec.limit_cpus,
+            )
+        )
     if spec.memory > c.max_memory:
-        problems.append(("memory", f"memory: {format_size(spec.memory)} is above the maximum of {format_size(c.max_memory)}", spec.memory))
+        problems.append(
+            (
+                "memory",
+                f"memory: {format_size(spec.memory)} is above the maximum of {format_size(c.max_memory)}",
+                spec.memory,
+            )
+        )
     if spec.disk is not None and spec.disk > c.max_disk:
-        problems.append(("disk", f"disk: {format_size(spec.disk)} is above the maximum of {format_size(c.max_disk)}", spec.disk))
+        problems.append(
+            (
+                "disk",
+                f"disk: {format_size(spec.disk)} is above the maximum of {format_size(c.max_disk)}",
+                spec.disk,
+            )
+        )
     network = spec.runtime_options.get("network")
     modes = runtime.network_modes
     if network is not None and network not in modes:
-        problems.append((
-            "network",
-            f"network: expected one of {', '.join(modes)}, got {network!r} (what runtime {runtime.name!r} offers)",
-            network,
-        ))
+        problems.append(
+            (
+                "network",
+                f"network: expected one of {', '.join(modes)}, got {network!r} (what runtime {runtime.name!r} offers)",
+                network,
+            )
+        )
     group = spec.runtime_options.get("network_group")
     if group is not None and not runtime.capabilities.network_groups:
-        problems.append((
-            "network_group",
-            f"network_group: {runtime.capabilities.missing('network_groups', runtime.name)}; got {group!r}",
-            group,
-        ))
+        problems.append(
+            (
+                "network_group",
+                f"network_group: {runtime.capabilities.missing('network_groups', runtime.name)}; got {group!r}",
+                group,
+            )
+        )
     if spec.pids_limit is not None and spec.pids_limit > c.max_pids_limit:
-        problems.append(("pids_limit", f"pids_limit: {spec.pids_limit} is above the maximum of {c.max_pids_limit}", spec.pids_limit))
+        problems.append(
+            (
+                "pids_limit",
+                f"pids_limit: {spec.pids_limit} is above the maximum of {c.max_pids_limit}",
+                spec.pids_limit,
+            )
+        )
     refused = [name for name in spec.cap_add if name not in c.allowed_cap_add]
     if refused:
         allowed = ", ".join(c.allowed_cap_add) or "none"
-        problems.append((
-            "cap_add",
-            f"cap_add: {', '.join(refused)} may not be added here (allowed: {allowed}; see docs/security.md)",
-            list(spec.cap_add),
-        ))
-    if spec.auto_archive_seconds is not None and (engine.archive_store is None or not runtime.can_snapshot):
+        problems.append(
+            (
+                "cap_add",
+                f"cap_add: {', '.join(refused)} may not be added here (allowed: {allowed}; see docs/security.md)",
+                list(spec.cap_add),
+            )
+        )
+    if spec.auto_archive_seconds is not None and (
+        engine.archive_store is None or not runtime.can_snapshot
+    ):
         why = (
             "no archive store is configured (archive_store; rock-archive-s3)"
             if engine.archive_store is None
             else f"the runtime {runtime.name!r} cannot snapshot sandboxes"
         )
-        problems.append((
-            "auto_archive_seconds",
-            f"auto_archive_seconds: sandboxes cannot be archived here: {why}; unset it",
-            spec.auto_archive_seconds,
-        ))
+        problems.append(
+            (
+                "auto_archive_seconds",
+                f"auto_archive_seconds: sandboxes cannot be archived here: {why}; unset it",
+                spec.auto_archive_seconds,
+            )
+        )
     if problems:
         field = ", ".join(p[0] for p in problems)
-        raise InvalidParameter("; ".join(p[1] for p in problems), field=field, value=problems[0][2], attempted="start")
+        raise InvalidParameter(
+            "; ".join(p[1] for p in problems), field=field, value=problems[0][2], attempted="start"
+        )
 
 
-def check_quota(engine: SandboxManager, spec: SandboxSpec, quota: Quota | None, *, attempted: str) -> None:
+def check_quota(
+    engine: SandboxManager, spec: SandboxSpec, quota: Quota | None, *, attempted: str
+) -> None:
     """Refuse a start of ``spec`` that would take its tenant past ``quota``, counted over the
     tenant's pending and running sandboxes (:mod:`rock_core.tenancy`).
 
@@ -195,12 +244,16 @@ async def start_async(
     if why is not None:
         raise InvalidParameter(
             f"sandbox_id: {sandbox_id!r} is not a valid id ({why})",
-            field="sandbox_id", value=sandbox_id, attempted="start",
+            field="sandbox_id",
+            value=sandbox_id,
+            attempted="start",
         )
     if sandbox_id in engine._live or (
         (old := engine.store.get(sandbox_id)) is not None and old.state is not State.DELETED
     ):
-        raise SandboxAlreadyExists(f"Sandbox {sandbox_id} already exists", sandbox_id=sandbox_id, attempted="start")
+        raise SandboxAlreadyExists(
+            f"Sandbox {sandbox_id} already exists", sandbox_id=sandbox_id, attempted="start"
+        )
     if spec.auto_clear_seconds is None:
         spec = attrs.evolve(spec, auto_clear_seconds=engine.config.default_auto_clear_seconds)
     spec = attrs.evolve(spec, sandbox_id=sandbox_id)
@@ -248,15 +301,21 @@ async def run_start(engine: SandboxManager, sandbox_id: str, t0: float, reuse: b
                         await bring_up(engine, live, reuse)
         except TimeoutError:
             error = StartupTimeout(
-                f"Failed to start sandbox within {budget:g}s", sandbox_id=sandbox_id, attempted="start"
+                f"Failed to start sandbox within {budget:g}s",
+                sandbox_id=sandbox_id,
+                attempted="start",
             )
             phase = _first_unfinished_phase(live)
-            engine._set_phase(sandbox_id, phase, PhaseStatus.TIMEOUT, f"did not finish within {budget:g}s")
+            engine._set_phase(
+                sandbox_id, phase, PhaseStatus.TIMEOUT, f"did not finish within {budget:g}s"
+            )
         except RockError as exc:
             error = exc
         except Exception as exc:  # a runtime bug must not leave the sandbox pending forever
             log.exception("start of sandbox %s failed", sandbox_id)
-            error = InternalServerRockError(f"start failed: {exc!r}", sandbox_id=sandbox_id, attempted="start")
+            error = InternalServerRockError(
+                f"start failed: {exc!r}", sandbox_id=sandbox_id, attempted="start"
+            )
     live.start_scope = None
     live.start_done.set()
     if scope.cancelled_caught:
@@ -296,7 +355,12 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
     if reuse and live.handle is not None:
         pulled = live.record.phases.get(PHASE_IMAGE_PULL)
         if pulled is None or pulled.status is not PhaseStatus.SUCCESS:  # a restore set it already
-            engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "restart: reuse the existing container")
+            engine._set_phase(
+                sandbox_id,
+                PHASE_IMAGE_PULL,
+                PhaseStatus.SUCCESS,
+                "restart: reuse the existing container",
+            )
         handle = live.handle
     else:
         engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "")
@@ -313,7 +377,9 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
         except RockError as exc:
             engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
             raise
-        if live.record.phases[PHASE_IMAGE_PULL].status is PhaseStatus.RUNNING:  # the runtime said nothing
+        if (
+            live.record.phases[PHASE_IMAGE_PULL].status is PhaseStatus.RUNNING
+        ):  # the runtime said nothing
             engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
         live.handle = handle
         note_unit(engine, live, handle)
@@ -323,7 +389,9 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
         status = await runtime.start(handle, on_phase=on_phase) or await runtime.inspect(handle)
     except ImagePullFailed as exc:
         engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, exc.message)
-        engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, "the image could not be had")
+        engine._set_phase(
+            sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, "the image could not be had"
+        )
         raise
     except RockError as exc:
         engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
@@ -331,10 +399,20 @@ async def bring_up(engine: SandboxManager, live: LiveSandbox, reuse: bool) -> No
     if live.record.phases[PHASE_IMAGE_PULL].status is not PhaseStatus.SUCCESS:
         engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
     if status.rocklet_address is None:
-        message = describe_exit(status) if status.state is not UnitState.RUNNING else "the runtime reported no rocklet address"
+        message = (
+            describe_exit(status)
+            if status.state is not UnitState.RUNNING
+            else "the runtime reported no rocklet address"
+        )
         engine._set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
-        raise InternalServerRockError(f"Failed to start sandbox because docker_run: {message}", sandbox_id=sandbox_id, attempted="start")
-    client = RockletClient(engine.http, *status.rocklet_address, sandbox_id, token=live.record.rocklet_token)
+        raise InternalServerRockError(
+            f"Failed to start sandbox because docker_run: {message}",
+            sandbox_id=sandbox_id,
+            attempted="start",
+        )
+    client = RockletClient(
+        engine.http, *status.rocklet_address, sandbox_id, token=live.record.rocklet_token
+    )
     await _wait_for_rocklet(engine, live, handle, client)
     await became_ready(engine, live, client, status, "docker run success")
 
@@ -351,11 +429,19 @@ def note_unit(engine: SandboxManager, live: LiveSandbox, handle: UnitHandle) -> 
     """Record what the runtime said of a new unit: its id, notes, and the hardening it applied."""
     notes = tuple(dict.fromkeys((*live.record.notes, *handle.notes)))
     security = dict(handle.security) or dict(live.record.security)
-    if notes != live.record.notes or security != live.record.security or handle.unit_id != live.record.unit_id:
-        engine._save(attrs.evolve(live.record, notes=notes, security=security, unit_id=handle.unit_id))
+    if (
+        notes != live.record.notes
+        or security != live.record.security
+        or handle.unit_id != live.record.unit_id
+    ):
+        engine._save(
+            attrs.evolve(live.record, notes=notes, security=security, unit_id=handle.unit_id)
+        )
 
 
-async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletClient, status: RuntimeStatus) -> dict[Port, Port]:
+async def open_ports(
+    engine: SandboxManager, live: LiveSandbox, client: RockletClient, status: RuntimeStatus
+) -> dict[Port, Port]:
     """The sandbox's ``port_mapping``: the ports its runtime published, plus host ports the
     engine forwards through the rocklet for those the runtime lists in ``forwarded_ports``
     (keeping the host ports the record already names when they are free: a restart, an admin
@@ -364,12 +450,16 @@ async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletC
     assert status.rocklet_address is not None
     mapping = dict(status.port_mapping)
     forwarded = tuple(
-        port for port in status.forwarded_ports if port != ROCKLET_PORT or engine.config.forward_rocklet_port
+        port
+        for port in status.forwarded_ports
+        if port != ROCKLET_PORT or engine.config.forward_rocklet_port
     )
     if forwarded:
         try:
             mapping.update(
-                await engine.forwards.open(live.record.sandbox_id, client, forwarded, preferred=live.record.port_mapping)
+                await engine.forwards.open(
+                    live.record.sandbox_id, client, forwarded, preferred=live.record.port_mapping
+                )
             )
         except OSError as exc:  # out of file descriptors, say: the sandbox still works
             note = f"ports {', '.join(map(str, forwarded))} not forwarded to the host: {exc}"
@@ -380,13 +470,19 @@ async def open_ports(engine: SandboxManager, live: LiveSandbox, client: RockletC
 
 
 async def became_ready(
-    engine: SandboxManager, live: LiveSandbox, client: RockletClient, status: RuntimeStatus, message: str
+    engine: SandboxManager,
+    live: LiveSandbox,
+    client: RockletClient,
+    status: RuntimeStatus,
+    message: str,
 ) -> None:
     """A started sandbox's rocklet answered: record its ports and make it running (unless it
     was stopped meanwhile)."""
     mapping = await open_ports(engine, live, client, status)
     placed = {"host_name": status.node_name, "host_ip": status.node_address}
-    engine._save(attrs.evolve(live.record, port_mapping=mapping, **{k: v for k, v in placed.items() if v}))
+    engine._save(
+        attrs.evolve(live.record, port_mapping=mapping, **{k: v for k, v in placed.items() if v})
+    )
     live.client = client
     live.activity = time.time()
     async with live.lock:
@@ -395,9 +491,12 @@ async def became_ready(
             return  # stopped meanwhile
         engine._set_phase(live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, message)
         engine._apply(
-            live.record, Event.ALIVE,
+            live.record,
+            Event.ALIVE,
             start_time=now(),
-            auto_transition_state=None, auto_transition_time=None, reason=None,
+            auto_transition_state=None,
+            auto_transition_time=None,
+            reason=None,
         )
 
 
@@ -409,7 +508,9 @@ _LAST_POLL_UNIX = 0.004
 _LAST_POLL_TCP = 0.05
 
 
-async def _wait_for_rocklet(engine: SandboxManager, live: LiveSandbox, handle: UnitHandle, client: RockletClient) -> None:
+async def _wait_for_rocklet(
+    engine: SandboxManager, live: LiveSandbox, handle: UnitHandle, client: RockletClient
+) -> None:
     """Poll the rocklet until it answers (the caller's deadline bounds it); between polls,
     notice a unit that died."""
     unix_path = client.host if client.host.startswith("/") else None
@@ -418,7 +519,8 @@ async def _wait_for_rocklet(engine: SandboxManager, live: LiveSandbox, handle: U
     last_inspect = time.monotonic()
     while True:
         # No socket file yet: nothing listens, and a probe would only fail.
-        if (unix_path is None or os.path.exists(unix_path)) and await client.probe(timeout=1.0):
+        exists = unix_path is None or os.path.exists(unix_path)  # noqa: ASYNC240 - a stat
+        if exists and await client.probe(timeout=1.0):
             return
         if time.monotonic() - last_inspect >= 0.5:  # every half second: did it die?
             last_inspect = time.monotonic()
@@ -431,16 +533,21 @@ async def _wait_for_rocklet(engine: SandboxManager, live: LiveSandbox, handle: U
                     tail = ""
                 if tail and tail not in message:
                     message += f"; output: {tail}"
-                engine._set_phase(live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message)
+                engine._set_phase(
+                    live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, message
+                )
                 raise InternalServerRockError(
                     f"Failed to start sandbox because docker_run: {message}",
-                    sandbox_id=live.record.sandbox_id, attempted="start",
+                    sandbox_id=live.record.sandbox_id,
+                    attempted="start",
                 )
         await anyio.sleep(delay)
         delay = min(delay * 1.5, longest)
 
 
-async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: float | None = None) -> SandboxStatus:
+async def wait_until_running(
+    engine: SandboxManager, sandbox_id: str, timeout: float | None = None
+) -> SandboxStatus:
     """:meth:`SandboxManager.wait_until_running <rock_core.engine.manager.SandboxManager.wait_until_running>`:
     wait for the current start of ``sandbox_id`` to finish; its running status, or why it is not running."""
     live = engine._live.get(sandbox_id)
@@ -449,23 +556,35 @@ async def wait_until_running(engine: SandboxManager, sandbox_id: str, timeout: f
     with anyio.move_on_after(timeout) as scope:
         await live.settled.wait()
     if scope.cancelled_caught:
-        raise StartupTimeout(f"Failed to start sandbox within {timeout:g}s", sandbox_id=sandbox_id, attempted="start")
+        raise StartupTimeout(
+            f"Failed to start sandbox within {timeout:g}s", sandbox_id=sandbox_id, attempted="start"
+        )
     record = engine.get_record(sandbox_id)
     if record.state is State.RUNNING:
         return engine.status_of(record)
     error = live.start_error
     if error is not None:
-        failed = [(n, p) for n, p in record.phases.items() if p.status in (PhaseStatus.FAILED, PhaseStatus.TIMEOUT)]
+        failed = [
+            (n, p)
+            for n, p in record.phases.items()
+            if p.status in (PhaseStatus.FAILED, PhaseStatus.TIMEOUT)
+        ]
         if failed:
             name, phase = failed[0]
             message = f"Failed to start sandbox because {name}: {phase.message}"
         else:
             message = error.message
-        raise type(error)(message, sandbox_id=sandbox_id, attempted="start") if isinstance(error, InternalServerRockError) else error
+        raise (
+            type(error)(message, sandbox_id=sandbox_id, attempted="start")
+            if isinstance(error, InternalServerRockError)
+            else error
+        )
     raise not_running_error(record, "wait_until_running")
 
 
-async def restart(engine: SandboxManager, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
+async def restart(
+    engine: SandboxManager, sandbox_id: str, quota: Quota | None = None
+) -> SandboxRecord:
     """:meth:`SandboxManager.restart <rock_core.engine.manager.SandboxManager.restart>`: start a
     stopped sandbox again in its own unit (files kept, sessions gone), or restore an archived
     one from its archive (:mod:`rock_core.engine.archiving`); within its tenant's ``quota``."""
@@ -479,24 +598,34 @@ async def restart(engine: SandboxManager, sandbox_id: str, quota: Quota | None =
         raise BadRequestRockError(
             f"Sandbox {sandbox_id} cannot be restarted: "
             + runtime.capabilities.missing("keeps_files_across_stop", runtime.name),
-            sandbox_id=sandbox_id, attempted="restart",
+            sandbox_id=sandbox_id,
+            attempted="restart",
         )
     if live is None or record.state is not State.STOPPED or live.handle is None:
         why = f"current state is {record.state.value}"
-        if record.state in (State.STOPPED, State.DELETED) and record.spec.auto_delete_seconds in (None, 0):
+        if record.state in (State.STOPPED, State.DELETED) and record.spec.auto_delete_seconds in (
+            None,
+            0,
+        ):
             why += (
                 " and its container is removed at stop (auto_delete_seconds=0, the default); "
                 "start it with auto_delete_seconds > 0 to keep it restartable"
             )
         raise BadRequestRockError(
-            f"Sandbox {sandbox_id} cannot be restarted: {why}", sandbox_id=sandbox_id, attempted="restart"
+            f"Sandbox {sandbox_id} cannot be restarted: {why}",
+            sandbox_id=sandbox_id,
+            attempted="restart",
         )
     async with live.lock:
         check_quota(engine, live.record.spec, quota, attempted="restart")
         engine._apply(
-            live.record, Event.RESTART,
-            start_time=None, stop_time=None, reason=None,
-            auto_transition_state=None, auto_transition_time=None,
+            live.record,
+            Event.RESTART,
+            start_time=None,
+            stop_time=None,
+            reason=None,
+            auto_transition_state=None,
+            auto_transition_time=None,
             phases=waiting_phases(),
         )
         live.begin_start()

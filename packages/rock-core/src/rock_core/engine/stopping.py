@@ -54,7 +54,11 @@ def post_stop_plan(engine: SandboxManager, spec: SandboxSpec) -> tuple[State, in
     config = engine.config
     if spec.auto_archive_seconds is not None:
         return State.ARCHIVED, spec.auto_archive_seconds  # ROCK: an archive policy wins
-    delay = spec.auto_delete_seconds if spec.auto_delete_seconds is not None else config.default_auto_delete_seconds
+    delay = (
+        spec.auto_delete_seconds
+        if spec.auto_delete_seconds is not None
+        else config.default_auto_delete_seconds
+    )
     if config.max_auto_delete_seconds is not None:
         delay = min(delay, config.max_auto_delete_seconds)
     return State.DELETED, delay
@@ -87,7 +91,12 @@ async def stop(engine: SandboxManager, sandbox_id: str, reason: str = "manual") 
 
 
 async def stop_locked(
-    engine: SandboxManager, live: LiveSandbox, reason: str, *, unexpected: bool = False, keep_seconds: int = 0
+    engine: SandboxManager,
+    live: LiveSandbox,
+    reason: str,
+    *,
+    unexpected: bool = False,
+    keep_seconds: int = 0,
 ) -> None:
     """Stop the sandbox, its lock held; ``unexpected``: it died (its record is kept a grace
     period to be read); ``keep_seconds``: keep its unit at least that long (files for inspection)."""
@@ -99,9 +108,12 @@ async def stop_locked(
     removed_now = delay == 0 and target is State.DELETED
     at = now()
     record = engine._apply(
-        record, Event.STOP,
-        stop_time=at, reason=reason,
-        auto_transition_state=target, auto_transition_time=at + timedelta(seconds=delay),
+        record,
+        Event.STOP,
+        stop_time=at,
+        reason=reason,
+        auto_transition_state=target,
+        auto_transition_time=at + timedelta(seconds=delay),
     )
     engine.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
@@ -109,7 +121,9 @@ async def stop_locked(
     if live.handle is None:
         # Stopped while starting: find a unit the start may have made (by its labels).
         try:
-            found = await engine.runtime.list({LABEL_SANDBOX_ID: record.sandbox_id, LABEL_ENGINE_ID: engine.engine_id})
+            found = await engine.runtime.list(
+                {LABEL_SANDBOX_ID: record.sandbox_id, LABEL_ENGINE_ID: engine.engine_id}
+            )
         except RockError:
             found = []
         for handle in found:
@@ -149,7 +163,13 @@ async def _delete_unlocked(engine: SandboxManager, live: LiveSandbox) -> None:
 
 def _delete_record(engine: SandboxManager, live: LiveSandbox) -> None:
     if live.record.state is State.STOPPED:
-        engine._apply(live.record, Event.DELETE, delete_time=now(), auto_transition_state=None, auto_transition_time=None)
+        engine._apply(
+            live.record,
+            Event.DELETE,
+            delete_time=now(),
+            auto_transition_state=None,
+            auto_transition_time=None,
+        )
 
 
 async def delete(engine: SandboxManager, sandbox_id: str) -> None:
@@ -169,9 +189,17 @@ async def delete(engine: SandboxManager, sandbox_id: str) -> None:
         await archiving.cancel_archive(live)
     async with live.lock:
         record = live.record
-        record.lifecycle.apply(Event.DELETE, at=now(), sandbox_id=sandbox_id)  # raises if not allowed
+        record.lifecycle.apply(
+            Event.DELETE, at=now(), sandbox_id=sandbox_id
+        )  # raises if not allowed
         if record.state is State.ARCHIVED:
             await archiving.delete_archive(engine, record)  # raises: kept archived, nothing lost
         if live.handle is not None:
             await remove_quietly(engine.runtime, live.handle)
-        engine._apply(record, Event.DELETE, delete_time=now(), auto_transition_state=None, auto_transition_time=None)
+        engine._apply(
+            record,
+            Event.DELETE,
+            delete_time=now(),
+            auto_transition_state=None,
+            auto_transition_time=None,
+        )

@@ -71,7 +71,9 @@ class SandboxStore:
                 if os.path.lexists(f"{self.path}{journal}"):
                     private_file(f"{self.path}{journal}", setting="store_path")
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(":memory:" if self.path is None else str(self.path), check_same_thread=False)
+        self._db = sqlite3.connect(
+            ":memory:" if self.path is None else str(self.path), check_same_thread=False
+        )
         if self.path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives a process crash (not a power cut) without an fsync per commit.
@@ -109,7 +111,9 @@ class SandboxStore:
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record of ``sandbox_id``, or ``None``."""
         with self._lock:
-            row = self._db.execute("SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)).fetchone()
+            row = self._db.execute(
+                "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
+            ).fetchone()
         return None if row is None else structure_store(json.loads(row[0]), SandboxRecord)
 
     def list(
@@ -138,10 +142,14 @@ class SandboxStore:
         records = []
         for sandbox_id, data in rows:
             record = known(sandbox_id) if known is not None else None
-            records.append(record if record is not None else structure_store(json.loads(data), SandboxRecord))
+            records.append(
+                record if record is not None else structure_store(json.loads(data), SandboxRecord)
+            )
         return records
 
-    def count(self, *, states: Iterable[State] | None = None, filters: Mapping[str, str] | None = None) -> int:
+    def count(
+        self, *, states: Iterable[State] | None = None, filters: Mapping[str, str] | None = None
+    ) -> int:
         """How many records :meth:`list` would return without a limit."""
         where, args = self._where(states, filters)
         with self._lock:
@@ -159,12 +167,16 @@ class SandboxStore:
         for record in self.list(states=[State.DELETED]):
             if record.delete_time is not None and record.delete_time < before:
                 with self._lock, self._db:
-                    self._db.execute("DELETE FROM sandbox WHERE sandbox_id = ?", (record.sandbox_id,))
+                    self._db.execute(
+                        "DELETE FROM sandbox WHERE sandbox_id = ?", (record.sandbox_id,)
+                    )
                 dropped += 1
         return dropped
 
     @staticmethod
-    def _where(states: Iterable[State] | None, filters: Mapping[str, str] | None) -> tuple[str, list[object]]:
+    def _where(
+        states: Iterable[State] | None, filters: Mapping[str, str] | None
+    ) -> tuple[str, list[object]]:
         clauses: list[str] = []
         args: list[object] = []
         if states is not None:
@@ -173,7 +185,9 @@ class SandboxStore:
             args.extend(values)
         for field, value in (filters or {}).items():
             if field not in FILTER_FIELDS:
-                raise ValueError(f"cannot filter sandboxes on {field!r}; filters: {', '.join(FILTER_FIELDS)}")
+                raise ValueError(
+                    f"cannot filter sandboxes on {field!r}; filters: {', '.join(FILTER_FIELDS)}"
+                )
             clauses.append(f"{field} = ?")
             args.append(value)
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import anyio
@@ -23,8 +23,8 @@ from rock_core.engine import archiving
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
 from rock_core.errors import NotSupported, RockError
+from rock_core.sizes import format_bytes
 from rock_core.states import State
-from rock_core.units import format_bytes
 
 if TYPE_CHECKING:
     from rock_core.engine.manager import SandboxManager
@@ -48,7 +48,7 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
     :param at: the moment (``time.time()``) the deadlines are judged at (default: now).
     """
     now_ts = time.time() if at is None else at
-    now = datetime.fromtimestamp(now_ts, timezone.utc)
+    now = datetime.fromtimestamp(now_ts, UTC)
     expired: list[str] = []
     due: list[str] = []
     archives: list[str] = []
@@ -104,7 +104,10 @@ async def disk_loop(engine: SandboxManager) -> None:
         try:
             await check_disk(engine)
         except NotSupported:
-            log.info("runtime %r cannot measure disk use: disk limits it cannot enforce stay unenforced", runtime.name)
+            log.info(
+                "runtime %r cannot measure disk use: disk limits it cannot enforce stay unenforced",
+                runtime.name,
+            )
             return
 
 
@@ -117,7 +120,9 @@ async def check_disk(engine: SandboxManager) -> list[str]:
     watched = {
         live.handle.unit_id: live
         for live in engine._live.values()
-        if live.record.state is State.RUNNING and live.handle is not None and live.record.spec.disk is not None
+        if live.record.state is State.RUNNING
+        and live.handle is not None
+        and live.record.spec.disk is not None
     }
     if not watched:
         return []
@@ -129,7 +134,8 @@ async def check_disk(engine: SandboxManager) -> list[str]:
         log.warning("could not measure the disk use of sandboxes: %s", exc)
         return []
     over = [
-        (watched[unit_id], used) for unit_id, used in usage.items()
+        (watched[unit_id], used)
+        for unit_id, used in usage.items()
         if unit_id in watched and used > (watched[unit_id].record.spec.disk or 0)
     ]
     async with anyio.create_task_group() as tg:

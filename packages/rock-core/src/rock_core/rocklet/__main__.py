@@ -17,7 +17,7 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import List, Optional
+    pass
 
 from . import __version__
 
@@ -39,10 +39,15 @@ Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOK
 """
 
 
-def _parse(argv: List[str]) -> dict:
+def _parse(argv: list[str]) -> dict:
     opts = {
-        "host": "0.0.0.0", "port": 22555, "state_dir": None, "unix": None, "listen_fd_from": None,
-        "no_auth": False, "sandbox": False,
+        "host": "0.0.0.0",
+        "port": 22555,
+        "state_dir": None,
+        "unix": None,
+        "listen_fd_from": None,
+        "no_auth": False,
+        "sandbox": False,
     }  # type: dict
     i = 0
     while i < len(argv):
@@ -112,7 +117,7 @@ def _serve_as_init() -> None:
             os._exit(128 + (os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0))
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the rocklet until SIGTERM/SIGINT; the exit status."""
     opts = _parse(sys.argv[1:] if argv is None else argv)
     from .server import TOKEN_ENV
@@ -120,7 +125,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Out of the environment before anything starts: commands must not inherit the secret.
     token = os.environ.pop(TOKEN_ENV, "") or None
     if token is None and not opts["no_auth"]:
-        sys.stderr.write("rocklet: no secret in $%s; pass --no-auth to serve every caller\n" % TOKEN_ENV)
+        sys.stderr.write(
+            "rocklet: no secret in $%s; pass --no-auth to serve every caller\n" % TOKEN_ENV
+        )
         return 2
     _serve_as_init()
     from .api import Rocklet, build_router
@@ -149,7 +156,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 from .handoff import receive_listener
 
                 handed = receive_listener(opts["listen_fd_from"])
-            server = RockletServer(build_router(rocklet), opts["host"], opts["port"], opts["unix"], token, handed)
+            server = RockletServer(
+                build_router(rocklet), opts["host"], opts["port"], opts["unix"], token, handed
+            )
         except OSError as exc:
             if opts["listen_fd_from"] is not None:
                 where = "the socket handed over on %s" % opts["listen_fd_from"]
@@ -158,7 +167,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stderr.write("rocklet: cannot listen on %s: %s\n" % (where, exc))
             return 1
         auth = "secret required" if token else "no secret: every caller is served"
-        sys.stderr.write("rocklet %s listening on %s (state in %s; %s)\n" % (__version__, server.url, state_dir, auth))
+        sys.stderr.write(
+            "rocklet %s listening on %s (state in %s; %s)\n"
+            % (__version__, server.url, state_dir, auth)
+        )
         sys.stderr.flush()
         threading.Thread(target=rocklet.warm_up, daemon=True).start()
         server.serve_forever()
@@ -171,6 +183,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if own_state:
             rocklet.remove_state()
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

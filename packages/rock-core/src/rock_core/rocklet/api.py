@@ -19,7 +19,8 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Callable, Dict, List, Optional, Tuple
+    from collections.abc import Callable
+    from typing import Any
 
 from .errors import BadRequest
 from .server import Request, Response, Router
@@ -50,7 +51,9 @@ def _is_str_list(v: Any) -> bool:
 
 
 def _is_str_dict(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+    return isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()
+    )
 
 
 def _is_command(v: Any) -> bool:
@@ -68,7 +71,7 @@ _KINDS = {
 }  # type: Dict[str, Tuple[Callable[[Any], bool], str]]
 
 
-def field(body: Dict[str, Any], name: str, kind: str, default: Any = _MISSING) -> Any:
+def field(body: dict[str, Any], name: str, kind: str, default: Any = _MISSING) -> Any:
     """``body[name]`` checked to be of ``kind``; ``default`` when absent or null.
 
     Without a default the field is required. A wrong type or a missing required field is a 400.
@@ -87,21 +90,21 @@ def field(body: Dict[str, Any], name: str, kind: str, default: Any = _MISSING) -
     return value
 
 
-def _choice(body: Dict[str, Any], name: str, choices: Tuple[str, ...], default: str) -> str:
+def _choice(body: dict[str, Any], name: str, choices: tuple[str, ...], default: str) -> str:
     value = field(body, name, "str", default)
     if value not in choices:
         raise BadRequest("field %r must be one of %s, got %r" % (name, ", ".join(choices), value))
     return value
 
 
-def _non_negative(body: Dict[str, Any], name: str, default: Any) -> Optional[float]:
+def _non_negative(body: dict[str, Any], name: str, default: Any) -> float | None:
     value = field(body, name, "number", default)
     if value is not None and value < 0:
         raise BadRequest("field %r must not be negative, got %r" % (name, value))
     return value
 
 
-def _path(body: Dict[str, Any]) -> str:
+def _path(body: dict[str, Any]) -> str:
     path = field(body, "path", "str")
     if not path:
         raise BadRequest("field 'path' must not be empty")
@@ -119,7 +122,9 @@ class Rocklet:
     :param state_dir: a private directory for session scratch files and process output.
     """
 
-    def __init__(self, state_dir: str, *, owns_process: bool = False, sandbox_agent: bool = False) -> None:
+    def __init__(
+        self, state_dir: str, *, owns_process: bool = False, sandbox_agent: bool = False
+    ) -> None:
         self.state_dir = state_dir
         #: Whether this rocklet is its own program; one served inside another program (tests)
         #: is never a sandbox's agent, whatever it was told.
@@ -176,9 +181,11 @@ class Rocklet:
         """Import (compile) the endpoint modules so the first requests do not pay for it."""
         from . import execute, files, processes, sessions, stats  # noqa: F401
 
-        self.sessions
-        self.processes
-        if os.environ.get("ROCK_ENV_PRESTART"):  # an env image: GEM's worker ready before the first env
+        _ = self.sessions
+        _ = self.processes
+        if os.environ.get(
+            "ROCK_ENV_PRESTART"
+        ):  # an env image: GEM's worker ready before the first env
             self.envs.prestart()
 
     def shutdown(self) -> None:
@@ -214,7 +221,10 @@ class Rocklet:
         rock's launch command does, serves it; its PID namespace is the sandbox's.
         """
         if not self.sandbox_agent:
-            raise BadRequest("this rocklet is not a sandbox's agent (started without --sandbox): it ends no process", status=409)
+            raise BadRequest(
+                "this rocklet is not a sandbox's agent (started without --sandbox): it ends no process",
+                status=409,
+            )
         from .processes import end_other_processes
 
         return {"killed": end_other_processes()}
@@ -258,7 +268,9 @@ class Rocklet:
         check = _choice(body, "check", ("silent", "raise", "ignore"), "raise")
         expect = field(body, "expect", "str_list", [])
         error_msg = field(body, "error_msg", "str", "")
-        interactive = field(body, "is_interactive_command", "bool", False) or field(body, "is_interactive_quit", "bool", False)
+        interactive = field(body, "is_interactive_command", "bool", False) or field(
+            body, "is_interactive_quit", "bool", False
+        )
         return self.sessions.run(
             name,
             command,
@@ -287,7 +299,9 @@ class Rocklet:
         from .files import read_file
 
         body = req.json()
-        return read_file(_path(body), field(body, "encoding", "str", None), field(body, "errors", "str", None))
+        return read_file(
+            _path(body), field(body, "encoding", "str", None), field(body, "errors", "str", None)
+        )
 
     def write_file(self, req: Request) -> Any:
         """``POST /write_file``."""
@@ -324,7 +338,9 @@ class Rocklet:
         args.pop("check")
         args.pop("error_msg")
         run = CommandRun(**args)
-        return Response(None, content_type="application/x-ndjson", stream=_ndjson(stream_events(run)))
+        return Response(
+            None, content_type="application/x-ndjson", stream=_ndjson(stream_events(run))
+        )
 
     def download(self, req: Request) -> Any:
         """``POST /download {path}`` or ``GET /download?path=``: the file's raw bytes."""
@@ -370,7 +386,9 @@ class Rocklet:
         proc = self.processes.get(req.params["id"])
         offset = int(_query_number(req, "offset", 0))
         limit = req.query.get("limit")
-        data, size = proc.read_output(offset, int(_query_number(req, "limit", 0)) if limit else None)
+        data, size = proc.read_output(
+            offset, int(_query_number(req, "limit", 0)) if limit else None
+        )
         headers = {
             "x-rock-output-size": str(size),
             "x-rock-next-offset": str(offset + len(data) if offset >= 0 else size),
@@ -386,7 +404,9 @@ class Rocklet:
         body = req.json()
         raw = body.get("signal")
         if isinstance(raw, bool) or (raw is not None and not isinstance(raw, (int, str))):
-            raise BadRequest("field 'signal' must be a signal number or name, got %s" % json.dumps(raw))
+            raise BadRequest(
+                "field 'signal' must be a signal number or name, got %s" % json.dumps(raw)
+            )
         try:
             sig = parse_signal(raw)
         except ValueError as exc:
@@ -400,14 +420,16 @@ class Rocklet:
     # -- helpers ------------------------------------------------------------------------
 
     @staticmethod
-    def _command_args(body: Dict[str, Any]) -> Dict[str, Any]:
+    def _command_args(body: dict[str, Any]) -> dict[str, Any]:
         return {
             "command": field(body, "command", "command"),
             "shell": field(body, "shell", "bool", False),
             "cwd": field(body, "cwd", "str", None),
             "env": field(body, "env", "str_dict", None),
             # ROCK's default is 1200 s; an explicit null means no limit.
-            "timeout": None if "timeout" in body and body["timeout"] is None else _non_negative(body, "timeout", 1200),
+            "timeout": None
+            if "timeout" in body and body["timeout"] is None
+            else _non_negative(body, "timeout", 1200),
             "check": field(body, "check", "bool", False),
             "error_msg": field(body, "error_msg", "str", ""),
         }

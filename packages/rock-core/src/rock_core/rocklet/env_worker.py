@@ -42,7 +42,7 @@ import traceback
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any
 
 # Seeds are what GEM accepts: non-negative integers numpy can take.
 _MAX_SEED = 2**32 - 1
@@ -146,7 +146,7 @@ def import_gem() -> Any:
     return gem
 
 
-def _registry() -> Dict[str, Any]:
+def _registry() -> dict[str, Any]:
     from gem.envs.registration import ENV_REGISTRY
 
     return ENV_REGISTRY
@@ -160,10 +160,14 @@ def _unknown(env_id: str) -> EnvFailure:
     if not close:  # a family or a name without its difficulty: game:Sokoban-v0
         close = [i for i in ids if i.startswith(env_id) or env_id.lower() in i.lower()][:5]
     hint = ("; close matches: %s" % ", ".join(close)) if close else ""
-    return EnvFailure("unknown_env", "env_id %r is not a registered GEM environment%s (%d ids registered)" % (env_id, hint, len(ids)))
+    return EnvFailure(
+        "unknown_env",
+        "env_id %r is not a registered GEM environment%s (%d ids registered)"
+        % (env_id, hint, len(ids)),
+    )
 
 
-def make_env(gem: Any, env_id: str, kwargs: Dict[str, Any]) -> Any:
+def make_env(gem: Any, env_id: str, kwargs: dict[str, Any]) -> Any:
     """``gem.make(env_id, **kwargs)`` with its failures sorted into kinds."""
     if env_id not in _registry():
         raise _unknown(env_id)
@@ -183,9 +187,15 @@ def make_env(gem: Any, env_id: str, kwargs: Dict[str, Any]) -> Any:
             % (env_id, missing.split(".")[0], str(exc).strip()),
         ) from None
     except LookupError as exc:
-        raise EnvFailure("missing_data", "env %r needs data that is not available offline: %s" % (env_id, exc)) from None
+        raise EnvFailure(
+            "missing_data", "env %r needs data that is not available offline: %s" % (env_id, exc)
+        ) from None
     except (ConnectionError, OSError) as exc:
-        if type(exc).__name__ in ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError") or "offline" in str(exc).lower():
+        if (
+            type(exc).__name__
+            in ("ConnectionError", "OfflineModeIsEnabled", "LocalEntryNotFoundError")
+            or "offline" in str(exc).lower()
+        ):
             raise EnvFailure(
                 "missing_data",
                 "env %r needs a dataset that is not available offline: %s" % (env_id, exc),
@@ -211,7 +221,10 @@ def _jsonable(value: Any) -> Any:
 
 def dumps(obj: Any) -> bytes:
     """One protocol line."""
-    return json.dumps(obj, default=_jsonable, ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+    return (
+        json.dumps(obj, default=_jsonable, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+        + b"\n"
+    )
 
 
 class EnvSession:
@@ -224,16 +237,20 @@ class EnvSession:
         self.ended = None  # type: Optional[Tuple[bool, bool]]
         self.turn = 0
 
-    def handle(self, request: Dict[str, Any]) -> Any:
+    def handle(self, request: dict[str, Any]) -> Any:
         """The answer to one request (raises :class:`EnvFailure`)."""
         op = request.get("op")
         if op == "make":
             env_id = request.get("env_id")
             if not isinstance(env_id, str) or not env_id.strip():
-                raise EnvFailure("bad_request", "env_id must be a non-empty string, got %s" % json.dumps(env_id))
+                raise EnvFailure(
+                    "bad_request", "env_id must be a non-empty string, got %s" % json.dumps(env_id)
+                )
             kwargs = request.get("kwargs") or {}
             if not isinstance(kwargs, dict):
-                raise EnvFailure("bad_request", "kwargs must be an object, got %s" % json.dumps(kwargs))
+                raise EnvFailure(
+                    "bad_request", "kwargs must be an object, got %s" % json.dumps(kwargs)
+                )
             self.env = make_env(self.gem, env_id, kwargs)
             self.env_id = env_id
             self.ended = None
@@ -245,8 +262,14 @@ class EnvSession:
             raise EnvFailure("no_env", "no env was made in this process yet")
         if op == "reset":
             seed = request.get("seed")
-            if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED):
-                raise EnvFailure("bad_request", "seed must be an integer from 0 to %d or null, got %s" % (_MAX_SEED, json.dumps(seed)))
+            if seed is not None and (
+                isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED
+            ):
+                raise EnvFailure(
+                    "bad_request",
+                    "seed must be an integer from 0 to %d or null, got %s"
+                    % (_MAX_SEED, json.dumps(seed)),
+                )
             observation, info = self.env.reset(seed=seed)
             self.ended = None
             self.turn = 0
@@ -254,12 +277,19 @@ class EnvSession:
         if op == "step":
             action = request.get("action")
             if not isinstance(action, str):
-                raise EnvFailure("bad_request", "action must be a string, got %s" % json.dumps(action))
+                raise EnvFailure(
+                    "bad_request", "action must be a string, got %s" % json.dumps(action)
+                )
             if self.ended is not None:
                 raise EnvFailure(
                     "episode_ended",
                     "the episode of env %r ended at turn %d (terminated=%s, truncated=%s); call reset() before step()"
-                    % (self.env_id, self.turn, json.dumps(self.ended[0]), json.dumps(self.ended[1])),
+                    % (
+                        self.env_id,
+                        self.turn,
+                        json.dumps(self.ended[0]),
+                        json.dumps(self.ended[1]),
+                    ),
                 )
             observation, reward, terminated, truncated, info = self.env.step(action)
             self.turn += 1
@@ -299,7 +329,15 @@ def serve_env(gem: Any, conn: socket.socket) -> None:
         try:
             data = dumps(answer)
         except (TypeError, ValueError) as exc:
-            data = dumps({"error": {"kind": "env_error", "message": "the env's answer is not JSON: %s" % exc, "traceback": []}})
+            data = dumps(
+                {
+                    "error": {
+                        "kind": "env_error",
+                        "message": "the env's answer is not JSON: %s" % exc,
+                        "traceback": [],
+                    }
+                }
+            )
         conn.sendall(data)
 
 
@@ -389,7 +427,7 @@ def serve(control_fd: int) -> int:
             os.close(fd)
 
 
-def _dist_version(name: str) -> Optional[str]:
+def _dist_version(name: str) -> str | None:
     try:
         from importlib.metadata import version
 

@@ -42,7 +42,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any
 
 from .errors import BadRequest, EnvError
 
@@ -69,7 +69,7 @@ class _Reader:
         self.sock = sock
         self.buf = b""
 
-    def line(self, deadline: Optional[float]) -> Optional[bytes]:
+    def line(self, deadline: float | None) -> bytes | None:
         """The next line, ``None`` at EOF; raises :class:`socket.timeout` past ``deadline``."""
         while True:
             end = self.buf.find(b"\n")
@@ -79,7 +79,7 @@ class _Reader:
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                    raise socket.timeout()
+                    raise TimeoutError()
             try:
                 chunk = self.sock.recv(1 << 16)
             except (ConnectionResetError, BrokenPipeError):
@@ -104,7 +104,7 @@ class EnvProcess:
     def describe(self) -> str:
         return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
 
-    def send(self, request: Dict[str, Any]) -> None:
+    def send(self, request: dict[str, Any]) -> None:
         """Write one request; a dead process raises ``env_died``."""
         if self.dead is not None:
             raise _error("env_died", self.dead, env=self.key)
@@ -113,13 +113,13 @@ class EnvProcess:
         except OSError:
             raise self._died() from None
 
-    def receive(self, deadline: Optional[float]) -> Dict[str, Any]:
+    def receive(self, deadline: float | None) -> dict[str, Any]:
         """Read one answer: ``{"ok": ...}`` or ``{"error": ...}``; EOF or timeout raise."""
         if self.dead is not None:
             raise _error("env_died", self.dead, env=self.key)
         try:
             line = self.reader.line(deadline)
-        except socket.timeout:
+        except TimeoutError:
             self.kill()
             self.dead = "%s did not answer in time and was ended" % self.describe()
             raise _error("timeout", self.dead, env=self.key) from None
@@ -127,7 +127,7 @@ class EnvProcess:
             raise self._died()
         return json.loads(line)
 
-    def call(self, request: Dict[str, Any], timeout: Optional[float]) -> Any:
+    def call(self, request: dict[str, Any], timeout: float | None) -> Any:
         """Send ``request`` and return its ``ok`` result (raises the env's error)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self.lock:
@@ -155,7 +155,7 @@ class EnvProcess:
             pass
 
 
-def result_of(answer: Dict[str, Any], env: EnvProcess) -> Any:
+def result_of(answer: dict[str, Any], env: EnvProcess) -> Any:
     """The result of an answer, or its error raised as :class:`EnvError`."""
     if "error" in answer:
         err = answer["error"] or {}
@@ -172,7 +172,9 @@ def result_of(answer: Dict[str, Any], env: EnvProcess) -> Any:
 class _Worker:
     """The fork server for one Python executable."""
 
-    def __init__(self, python: str, process: subprocess.Popen, control: socket.socket, hello: Dict[str, Any]) -> None:
+    def __init__(
+        self, python: str, process: subprocess.Popen, control: socket.socket, hello: dict[str, Any]
+    ) -> None:
         self.python = python
         self.process = process
         self.control = control
@@ -193,10 +195,14 @@ class EnvChannel:
         ``$ROCK_ENV_PYTHONPATH``).
     """
 
-    def __init__(self, state_dir: str, python: Optional[str] = None, pythonpath: Optional[str] = None) -> None:
+    def __init__(
+        self, state_dir: str, python: str | None = None, pythonpath: str | None = None
+    ) -> None:
         self.state_dir = os.path.join(state_dir, "envs")
         self.python = python or os.environ.get(_PYTHON_ENV) or "python3"
-        self.pythonpath = pythonpath if pythonpath is not None else os.environ.get(_PYTHONPATH_ENV, "")
+        self.pythonpath = (
+            pythonpath if pythonpath is not None else os.environ.get(_PYTHONPATH_ENV, "")
+        )
         self._lock = threading.Lock()
         self._workers = {}  # type: Dict[str, _Worker]
         self._worker_lock = threading.Lock()
@@ -246,16 +252,21 @@ class EnvChannel:
                 )
         except OSError as exc:
             ours.close()
-            raise _error("runtime", "cannot start the env worker %r: %s" % (self.python, exc)) from None
+            raise _error(
+                "runtime", "cannot start the env worker %r: %s" % (self.python, exc)
+            ) from None
         finally:
             theirs.close()
         reader = _Reader(ours)
         try:
             line = reader.line(time.monotonic() + START_TIMEOUT)
-        except socket.timeout:
+        except TimeoutError:
             process.kill()
             ours.close()
-            raise _error("runtime", "the env worker (%s) did not start within %gs" % (self.python, START_TIMEOUT)) from None
+            raise _error(
+                "runtime",
+                "the env worker (%s) did not start within %gs" % (self.python, START_TIMEOUT),
+            ) from None
         if line is None:
             process.wait()
             ours.close()
@@ -278,7 +289,7 @@ class EnvChannel:
         worker.log_path = log_path
         return worker
 
-    def worker(self, pythonpath: Optional[str] = None) -> _Worker:
+    def worker(self, pythonpath: str | None = None) -> _Worker:
         """The running fork server of ``pythonpath`` (default: the channel's), started (again)
         when needed."""
         path = self.pythonpath if pythonpath is None else pythonpath
@@ -301,14 +312,16 @@ class EnvChannel:
         except EnvError:
             pass
 
-    def _fork(self, pythonpath: Optional[str] = None) -> Tuple[socket.socket, int]:
+    def _fork(self, pythonpath: str | None = None) -> tuple[socket.socket, int]:
         """A new env process and the socket to it."""
         for attempt in (0, 1):
             worker = self.worker(pythonpath)
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 with worker.lock:
-                    worker.control.sendmsg([b"s"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_bytes(theirs.fileno()))])
+                    worker.control.sendmsg(
+                        [b"s"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _fd_bytes(theirs.fileno()))]
+                    )
             except OSError:
                 ours.close()
                 if attempt:
@@ -319,11 +332,15 @@ class EnvChannel:
             reader = _Reader(ours)
             try:
                 line = reader.line(time.monotonic() + 30.0)
-            except socket.timeout:
+            except TimeoutError:
                 line = None
             if line is None:
                 ours.close()
-                raise _error("runtime", "the env worker did not fork a process for the env: %s" % _tail(worker.log_path))
+                raise _error(
+                    "runtime",
+                    "the env worker did not fork a process for the env: %s"
+                    % _tail(worker.log_path),
+                )
             pid = int(json.loads(line)["pid"])
             return ours, pid
         raise AssertionError("unreachable")
@@ -335,10 +352,20 @@ class EnvChannel:
         env = self._envs.get(key)
         if env is None:
             why = self._gone.get(key)
-            raise _error("no_env", "no env %r in this sandbox%s" % (key, (": " + why) if why else ""), env=key)
+            raise _error(
+                "no_env",
+                "no env %r in this sandbox%s" % (key, (": " + why) if why else ""),
+                env=key,
+            )
         return env
 
-    def make(self, env_id: str, kwargs: Dict[str, Any], timeout: Optional[float], pythonpath: Optional[str] = None) -> Dict[str, Any]:
+    def make(
+        self,
+        env_id: str,
+        kwargs: dict[str, Any],
+        timeout: float | None,
+        pythonpath: str | None = None,
+    ) -> dict[str, Any]:
         """Fork a process and make ``env_id`` in it (GEM found on ``pythonpath`` first, default
         the channel's)."""
         sock, pid = self._fork(pythonpath)
@@ -359,7 +386,7 @@ class EnvChannel:
             self._envs[key] = env
         return {"env": key, "env_id": env_id, "pid": pid}
 
-    def close(self, key: str) -> Dict[str, Any]:
+    def close(self, key: str) -> dict[str, Any]:
         """End the env's process; an env closed before is fine."""
         with self._lock:
             env = self._envs.pop(key, None)
@@ -372,7 +399,7 @@ class EnvChannel:
         env.kill()
         return {"env": key, "closed": True}
 
-    def call(self, key: str, request: Dict[str, Any], timeout: Optional[float]) -> Any:
+    def call(self, key: str, request: dict[str, Any], timeout: float | None) -> Any:
         """One request to one env; an env whose process died is dropped from the table."""
         env = self.get(key)
         try:
@@ -388,7 +415,9 @@ class EnvChannel:
                 del self._envs[env.key]
                 self._gone[env.key] = env.dead or "its process ended"
 
-    def list_ids(self, key: Optional[str], timeout: Optional[float], pythonpath: Optional[str] = None) -> Any:
+    def list_ids(
+        self, key: str | None, timeout: float | None, pythonpath: str | None = None
+    ) -> Any:
         """The registered ids, asked of env ``key`` or of a short-lived process."""
         if key is not None:
             return self.call(key, {"op": "list"}, timeout)
@@ -399,7 +428,7 @@ class EnvChannel:
         finally:
             env.kill()
 
-    def batch(self, calls: List[Dict[str, Any]], timeout: Optional[float]) -> List[Dict[str, Any]]:
+    def batch(self, calls: list[dict[str, Any]], timeout: float | None) -> list[dict[str, Any]]:
         """Run ``calls`` (``{env, op, ...}``) concurrently across envs; one result per call."""
         deadline = None if timeout is None else time.monotonic() + timeout
         results = [None] * len(calls)  # type: List[Any]
@@ -408,9 +437,16 @@ class EnvChannel:
             key = call.get("env")
             try:
                 if not isinstance(key, str):
-                    raise _error("bad_request", "calls[%d].env must be a string, got %s" % (i, json.dumps(key)))
+                    raise _error(
+                        "bad_request",
+                        "calls[%d].env must be a string, got %s" % (i, json.dumps(key)),
+                    )
                 if call.get("op") not in ("reset", "step"):
-                    raise _error("bad_request", "calls[%d].op must be 'reset' or 'step', got %s" % (i, json.dumps(call.get("op"))))
+                    raise _error(
+                        "bad_request",
+                        "calls[%d].op must be 'reset' or 'step', got %s"
+                        % (i, json.dumps(call.get("op"))),
+                    )
                 self.get(key)
             except EnvError as exc:
                 results[i] = _failure(exc)
@@ -450,12 +486,20 @@ class EnvChannel:
                     self._forget(env)
         return results
 
-    def describe(self) -> Dict[str, Any]:
+    def describe(self) -> dict[str, Any]:
         """``GET /env``: the envs and the worker."""
         return {
-            "envs": [{"env": e.key, "env_id": e.env_id, "pid": e.pid} for e in list(self._envs.values())],
+            "envs": [
+                {"env": e.key, "env_id": e.env_id, "pid": e.pid} for e in list(self._envs.values())
+            ],
             "workers": [
-                dict(w.hello, pid=w.process.pid, executable=w.python, pythonpath=path, alive=w.alive())
+                dict(
+                    w.hello,
+                    pid=w.process.pid,
+                    executable=w.python,
+                    pythonpath=path,
+                    alive=w.alive(),
+                )
                 for path, w in list(self._workers.items())
             ],
         }
@@ -475,7 +519,7 @@ class EnvChannel:
                 worker.process.kill()
 
 
-def _failure(exc: EnvError) -> Dict[str, Any]:
+def _failure(exc: EnvError) -> dict[str, Any]:
     return {"error": {"kind": exc.extra_info.get("kind", "env_error"), "message": exc.message}}
 
 
@@ -500,23 +544,25 @@ def _tail(path: str, limit: int = 2000) -> str:
 # -- the routes --------------------------------------------------------------------------------
 
 
-def _timeout(body: Dict[str, Any]) -> Optional[float]:
+def _timeout(body: dict[str, Any]) -> float | None:
     value = body.get("timeout", DEFAULT_TIMEOUT)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise BadRequest("field 'timeout' must be a positive number or null, got %s" % json.dumps(value))
+        raise BadRequest(
+            "field 'timeout' must be a positive number or null, got %s" % json.dumps(value)
+        )
     return float(value)
 
 
-def _pythonpath(body: Dict[str, Any]) -> Optional[str]:
+def _pythonpath(body: dict[str, Any]) -> str | None:
     value = body.get("pythonpath")
     if value is not None and not isinstance(value, str):
         raise BadRequest("field 'pythonpath' must be a string, got %s" % json.dumps(value))
     return value
 
 
-def _key(body: Dict[str, Any]) -> str:
+def _key(body: dict[str, Any]) -> str:
     key = body.get("env")
     if not isinstance(key, str) or not key:
         raise BadRequest("field 'env' must be a non-empty string, got %s" % json.dumps(key))
@@ -544,7 +590,9 @@ def reset(rocklet: Any, req: Any) -> Any:
 def step(rocklet: Any, req: Any) -> Any:
     """``POST /env/step``."""
     body = req.json()
-    return rocklet.envs.call(_key(body), {"op": "step", "action": body.get("action")}, _timeout(body))
+    return rocklet.envs.call(
+        _key(body), {"op": "step", "action": body.get("action")}, _timeout(body)
+    )
 
 
 def close(rocklet: Any, req: Any) -> Any:
@@ -556,7 +604,9 @@ def list_ids(rocklet: Any, req: Any) -> Any:
     """``POST /env/list``."""
     body = req.json()
     key = body.get("env")
-    return rocklet.envs.list_ids(None if key is None else _key(body), _timeout(body), _pythonpath(body))
+    return rocklet.envs.list_ids(
+        None if key is None else _key(body), _timeout(body), _pythonpath(body)
+    )
 
 
 def batch(rocklet: Any, req: Any) -> Any:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Dict, Optional
+    from typing import Any
 
 # ROCK raises its rocklet exceptions from this module; class_path keeps naming it.
 ROCK_EXCEPTIONS_MODULE = "rock.rocklet.exceptions"
@@ -25,7 +25,7 @@ class RockletError(Exception):
     :param extra_info: structured details sent in ``rockletexception.extra_info``.
     """
 
-    def __init__(self, message: str, *, extra_info: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(self, message: str, *, extra_info: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.extra_info = dict(extra_info or {})

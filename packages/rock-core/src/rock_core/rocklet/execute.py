@@ -27,7 +27,8 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+    from collections.abc import Iterator
+    from typing import Any
 
 from .errors import CommandTimeoutError, NonZeroExitCodeError
 
@@ -38,7 +39,7 @@ __all__ = ["CommandRun", "execute", "exit_code_of", "resource_usage"]
 _LINGER = 0.1
 
 
-def exit_code_of(status: int) -> Tuple[int, Optional[int]]:
+def exit_code_of(status: int) -> tuple[int, int | None]:
     """``(exit code, signal)`` from a wait status; a signal death is ``-signal`` as in subprocess."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -48,14 +49,14 @@ def exit_code_of(status: int) -> Tuple[int, Optional[int]]:
     return -1, None
 
 
-def resource_usage(rusage: Any) -> Tuple[float, int]:
+def resource_usage(rusage: Any) -> tuple[float, int]:
     """``(cpu seconds, peak RSS bytes)`` from ``os.wait4``'s rusage (``ru_maxrss`` is KiB on Linux)."""
     if rusage is None:
         return 0.0, 0
     return round(rusage.ru_utime + rusage.ru_stime, 6), int(rusage.ru_maxrss) * 1024
 
 
-def reap(pid: int, started: float) -> Tuple[int, Optional[int], float, float, int]:
+def reap(pid: int, started: float) -> tuple[int, int | None, float, float, int]:
     """Wait for child ``pid`` to end: ``(exit code, signal, wall s, cpu s, peak RSS bytes)``.
 
     ``started`` is its ``time.monotonic()`` start. A pid that is not our child (already reaped)
@@ -86,12 +87,12 @@ class CommandRun:
 
     def __init__(
         self,
-        command: Union[str, List[str]],
+        command: str | list[str],
         *,
         shell: bool = False,
-        cwd: Optional[str] = None,
-        env: Optional[Dict[str, str]] = None,
-        timeout: Optional[float] = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.command = command
         self.timeout = timeout
@@ -122,7 +123,9 @@ class CommandRun:
         threading.Thread(target=self._reap, daemon=True).start()
 
     def _reap(self) -> None:
-        self.exit_code, self.signal, self.wall_time, self.cpu_time, self.max_rss_bytes = reap(self.pid, self._start)
+        self.exit_code, self.signal, self.wall_time, self.cpu_time, self.max_rss_bytes = reap(
+            self.pid, self._start
+        )
         # Popen must not try to reap the pid again (it may belong to someone else by then).
         self._proc.returncode = self.exit_code
         self._done.set()
@@ -134,7 +137,7 @@ class CommandRun:
         except OSError:
             pass
 
-    def events(self) -> Iterator[Tuple[str, bytes]]:
+    def events(self) -> Iterator[tuple[str, bytes]]:
         """Yield ``("stdout"|"stderr", bytes)`` as output arrives, until the command is done.
 
         When the generator ends, ``exit_code``, ``wall_time``, ``cpu_time``, ``max_rss_bytes``
@@ -191,21 +194,25 @@ class CommandRun:
                 if pipe is not None and not pipe.closed:
                     pipe.close()
 
-    def usage(self) -> Dict[str, Any]:
+    def usage(self) -> dict[str, Any]:
         """The extras rock adds to ROCK's answer."""
-        return {"wall_time": self.wall_time, "cpu_time": self.cpu_time, "max_rss_bytes": self.max_rss_bytes}
+        return {
+            "wall_time": self.wall_time,
+            "cpu_time": self.cpu_time,
+            "max_rss_bytes": self.max_rss_bytes,
+        }
 
 
 def execute(
-    command: Union[str, List[str]],
+    command: str | list[str],
     *,
     shell: bool = False,
-    cwd: Optional[str] = None,
-    env: Optional[Dict[str, str]] = None,
-    timeout: Optional[float] = 1200,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float | None = 1200,
     check: bool = False,
     error_msg: str = "",
-) -> Dict[str, Any]:
+) -> dict[str, Any]:
     """Run ``command`` to completion: ROCK's ``CommandResponse`` plus the resource usage.
 
     As ROCK, a program that cannot be run (missing, not executable, a bad ``cwd``) and a command
@@ -221,7 +228,14 @@ def execute(
         reason = "rock: cannot run %r: %s" % (command, exc.strerror or exc)
         if exc.filename:
             reason += ": %r" % exc.filename
-        return {"stdout": "", "stderr": reason + "\n", "exit_code": -1, "wall_time": 0.0, "cpu_time": 0.0, "max_rss_bytes": 0}
+        return {
+            "stdout": "",
+            "stderr": reason + "\n",
+            "exit_code": -1,
+            "wall_time": 0.0,
+            "cpu_time": 0.0,
+            "max_rss_bytes": 0,
+        }
     out = bytearray()
     err = bytearray()
     for name, data in run.events():
@@ -231,23 +245,35 @@ def execute(
     if run.timed_out:
         message = "Timeout (%gs) exceeded while running command %r" % (timeout, command)
         if check:
-            raise CommandTimeoutError(message, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr))
+            raise CommandTimeoutError(
+                message, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr)
+            )
         result = {
-            "stdout": stdout, "stderr": stderr + "rock: %s; the command was killed\n" % message, "exit_code": -1, "timed_out": True,
+            "stdout": stdout,
+            "stderr": stderr + "rock: %s; the command was killed\n" % message,
+            "exit_code": -1,
+            "timed_out": True,
         }
         result.update(run.usage())
         return result
     if check and run.exit_code != 0:
-        msg = "Command %r failed with exit code %s. Stdout:\n%r\nStderr:\n%r" % (command, run.exit_code, stdout, stderr)
+        msg = "Command %r failed with exit code %s. Stdout:\n%r\nStderr:\n%r" % (
+            command,
+            run.exit_code,
+            stdout,
+            stderr,
+        )
         if error_msg:
             msg = "%s: %s" % (error_msg, msg)
-        raise NonZeroExitCodeError(msg, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr, exit_code=run.exit_code))
+        raise NonZeroExitCodeError(
+            msg, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr, exit_code=run.exit_code)
+        )
     result = {"stdout": stdout, "stderr": stderr, "exit_code": run.exit_code}  # type: Dict[str, Any]
     result.update(run.usage())
     return result
 
 
-def stream_events(run: CommandRun) -> Iterator[Dict[str, Any]]:
+def stream_events(run: CommandRun) -> Iterator[dict[str, Any]]:
     """The events of ``/execute_stream`` for ``run``: start, output chunks, exit."""
     yield {"type": "start", "pid": run.pid}
     decoders = {
@@ -262,6 +288,11 @@ def stream_events(run: CommandRun) -> Iterator[Dict[str, Any]]:
         tail = decoder.decode(b"", final=True)
         if tail:
             yield {"type": "output", "stream": name, "data": tail}
-    event = {"type": "exit", "exit_code": run.exit_code, "signal": run.signal, "timed_out": run.timed_out}  # type: Dict[str, Any]
+    event = {
+        "type": "exit",
+        "exit_code": run.exit_code,
+        "signal": run.signal,
+        "timed_out": run.timed_out,
+    }  # type: Dict[str, Any]
     event.update(run.usage())
     yield event

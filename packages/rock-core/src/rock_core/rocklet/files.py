@@ -15,7 +15,8 @@ import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+    from collections.abc import Callable, Iterator
+    from typing import Any
 
 from .errors import BadRequest, FileDecodeError
 
@@ -24,10 +25,12 @@ __all__ = ["read_file", "write_file", "open_download", "list_dir", "MultipartPar
 _CHUNK = 1 << 18
 
 
-def read_file(path: str, encoding: Optional[str] = None, errors: Optional[str] = None) -> Dict[str, Any]:
+def read_file(path: str, encoding: str | None = None, errors: str | None = None) -> dict[str, Any]:
     """ROCK's ``ReadFileResponse``: the text of ``path``."""
     if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a file (use /list_dir to list it)", path)
+        raise IsADirectoryError(
+            errno.EISDIR, "Is a directory, not a file (use /list_dir to list it)", path
+        )
     with open(path, "rb") as f:
         data = f.read()
     enc = encoding or "utf-8"
@@ -42,11 +45,13 @@ def read_file(path: str, encoding: Optional[str] = None, errors: Optional[str] =
             extra_info={"path": path, "encoding": enc, "offset": exc.start},
         ) from None
     except LookupError:
-        raise BadRequest("unknown encoding or errors handler: encoding=%r errors=%r" % (encoding, errors)) from None
+        raise BadRequest(
+            "unknown encoding or errors handler: encoding=%r errors=%r" % (encoding, errors)
+        ) from None
     return {"content": content}
 
 
-def write_file(path: str, content: str) -> Dict[str, Any]:
+def write_file(path: str, content: str) -> dict[str, Any]:
     """ROCK's ``WriteFileResponse``: ``content`` written to ``path`` (parents created, overwritten)."""
     parent = os.path.dirname(path)
     if parent:
@@ -56,10 +61,12 @@ def write_file(path: str, content: str) -> Dict[str, Any]:
     return {"success": True, "message": ""}
 
 
-def open_download(path: str) -> Tuple[Iterator[bytes], int]:
+def open_download(path: str) -> tuple[Iterator[bytes], int]:
     """The bytes of ``path`` as chunks, and its size (errors raise before anything is sent)."""
     if os.path.isdir(path):
-        raise IsADirectoryError(errno.EISDIR, "Is a directory, not a file (use /list_dir to list it)", path)
+        raise IsADirectoryError(
+            errno.EISDIR, "Is a directory, not a file (use /list_dir to list it)", path
+        )
     f = open(path, "rb")
     size = os.fstat(f.fileno()).st_size
 
@@ -90,7 +97,7 @@ def _kind(mode: int) -> str:
     return "other"
 
 
-def list_dir(path: str) -> Dict[str, Any]:
+def list_dir(path: str) -> dict[str, Any]:
     """The entries of directory ``path``: name, type, size, mode, mtime (symlinks not followed)."""
     entries = []  # type: List[Dict[str, Any]]
     with os.scandir(path) as it:
@@ -119,7 +126,7 @@ def list_dir(path: str) -> Dict[str, Any]:
 # -- multipart/form-data ----------------------------------------------------------------------
 
 
-def _header_params(value: str) -> Tuple[str, Dict[str, str]]:
+def _header_params(value: str) -> tuple[str, dict[str, str]]:
     """``form-data; name="file"; filename="a b.txt"`` → ``("form-data", {...})``."""
     parts = []  # type: List[str]
     current = []  # type: List[str]
@@ -162,7 +169,7 @@ class MultipartParser:
     def __init__(
         self,
         boundary: bytes,
-        open_part: Callable[[Dict[str, str]], Callable[[bytes], Any]],
+        open_part: Callable[[dict[str, str]], Callable[[bytes], Any]],
         close_part: Callable[[], None],
     ) -> None:
         self._delim = b"--" + boundary
@@ -246,7 +253,7 @@ def _truthy(text: str) -> bool:
     raise BadRequest("field 'unzip' must be a boolean, got %r" % text)
 
 
-def save_upload(reader: Any, content_type: str, scratch_dir: str) -> Dict[str, Any]:
+def save_upload(reader: Any, content_type: str, scratch_dir: str) -> dict[str, Any]:
     """ROCK's ``/upload``: parts ``file``, ``target_path``, ``unzip`` → ``UploadResponse``.
 
     The file streams to a temporary file (next to the target when ``target_path`` came first,
@@ -260,7 +267,7 @@ def save_upload(reader: Any, content_type: str, scratch_dir: str) -> Dict[str, A
     fields = {}  # type: Dict[str, str]
     state = {"tmp": None, "file": None, "name": None, "filename": None, "field": None}  # type: Dict[str, Any]
 
-    def open_part(headers: Dict[str, str]) -> Callable[[bytes], Any]:
+    def open_part(headers: dict[str, str]) -> Callable[[bytes], Any]:
         _, disp = _header_params(headers.get("content-disposition", ""))
         name = disp.get("name", "")
         if "filename" in disp and name == "file":

@@ -41,7 +41,9 @@ def receive_listener(path: str, timeout: float = 60.0) -> socket.socket:
     if len(fds) != 1:
         for fd in fds:
             os.close(fd)
-        raise OSError("the engine sent %d descriptors on %s, not one listening socket" % (len(fds), path))
+        raise OSError(
+            "the engine sent %d descriptors on %s, not one listening socket" % (len(fds), path)
+        )
     os.set_inheritable(fds[0], False)
     listener = socket.socket(fileno=fds[0])  # family and type are read from the descriptor
     if listener.type != socket.SOCK_STREAM:

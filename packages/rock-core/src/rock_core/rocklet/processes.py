@@ -20,7 +20,7 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Dict, List, Optional, Tuple, Union
+    from typing import Any
 
 from .errors import ProcessDoesNotExistError
 from .execute import reap
@@ -30,7 +30,7 @@ __all__ = ["BackgroundProcess", "ProcessTable", "end_other_processes", "parse_si
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def parse_signal(value: Union[int, str, None]) -> int:
+def parse_signal(value: int | str | None) -> int:
     """A signal number from ``15``, ``"15"``, ``"TERM"`` or ``"SIGTERM"`` (default SIGTERM)."""
     if value is None:
         return int(signals.SIGTERM)
@@ -61,13 +61,13 @@ class BackgroundProcess:
     def __init__(
         self,
         process_id: str,
-        command: Union[str, List[str]],
+        command: str | list[str],
         output_path: str,
         *,
         shell: bool,
-        cwd: Optional[str],
-        env: Optional[Dict[str, str]],
-        timeout: Optional[float],
+        cwd: str | None,
+        env: dict[str, str] | None,
+        timeout: float | None,
     ) -> None:
         self.id = process_id
         self.command = command
@@ -104,7 +104,9 @@ class BackgroundProcess:
             timer.start()
 
     def _reap(self) -> None:
-        self.exit_code, self.signal, self.wall_time, self.cpu_time, self.max_rss_bytes = reap(self.pid, self._start)
+        self.exit_code, self.signal, self.wall_time, self.cpu_time, self.max_rss_bytes = reap(
+            self.pid, self._start
+        )
         self._proc.returncode = self.exit_code
         self._done.set()
 
@@ -118,7 +120,7 @@ class BackgroundProcess:
         """Whether the process has not been reaped yet."""
         return not self._done.is_set()
 
-    def wait(self, timeout: Optional[float]) -> bool:
+    def wait(self, timeout: float | None) -> bool:
         """Wait up to ``timeout`` seconds for the process to end; whether it has."""
         return self._done.wait(timeout)
 
@@ -141,7 +143,7 @@ class BackgroundProcess:
         except OSError:
             return 0
 
-    def read_output(self, offset: int = 0, limit: Optional[int] = None) -> Tuple[bytes, int]:
+    def read_output(self, offset: int = 0, limit: int | None = None) -> tuple[bytes, int]:
         """Output bytes from ``offset`` (at most ``limit``) and the total size so far."""
         try:
             with open(self.output_path, "rb") as f:
@@ -149,12 +151,14 @@ class BackgroundProcess:
                 if offset < 0:
                     offset = max(0, size + offset)
                 f.seek(offset)
-                data = f.read(max(0, size - offset) if limit is None else max(0, min(limit, size - offset)))
+                data = f.read(
+                    max(0, size - offset) if limit is None else max(0, min(limit, size - offset))
+                )
         except OSError:
             return b"", 0
         return data, size
 
-    def _live_usage(self) -> Tuple[Optional[float], Optional[int]]:
+    def _live_usage(self) -> tuple[float | None, int | None]:
         try:
             with open("/proc/%d/stat" % self.pid, "rb") as f:
                 fields = f.read().rsplit(b")", 1)[1].split()
@@ -172,7 +176,7 @@ class BackgroundProcess:
             pass
         return cpu, rss
 
-    def status(self, tail_bytes: int = 4096) -> Dict[str, Any]:
+    def status(self, tail_bytes: int = 4096) -> dict[str, Any]:
         """What a client sees at ``GET /processes/{id}``."""
         running = self.running
         if running:
@@ -211,12 +215,12 @@ class ProcessTable:
 
     def start(
         self,
-        command: Union[str, List[str]],
+        command: str | list[str],
         *,
-        shell: Optional[bool] = None,
-        cwd: Optional[str] = None,
-        env: Optional[Dict[str, str]] = None,
-        timeout: Optional[float] = None,
+        shell: bool | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
     ) -> BackgroundProcess:
         """Start ``command``; a string runs through ``/bin/sh -c`` unless ``shell`` is False."""
         if shell is None:
@@ -244,7 +248,7 @@ class ProcessTable:
             raise ProcessDoesNotExistError("background process %r does not exist" % process_id)
         return proc
 
-    def all(self) -> List[BackgroundProcess]:
+    def all(self) -> list[BackgroundProcess]:
         """Every process started, oldest first."""
         with self._lock:
             return sorted(self._procs.values(), key=lambda p: p.started_at)

@@ -32,7 +32,8 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+    from collections.abc import Callable, Iterable
+    from typing import Any
 
     Handler = Callable[["Request"], Any]
 
@@ -42,7 +43,15 @@ from _operator import _compare_digest
 
 from .errors import BadRequest, class_path_of
 
-__all__ = ["Request", "Response", "Router", "RockletServer", "json_response", "TOKEN_HEADER", "TOKEN_ENV"]
+__all__ = [
+    "Request",
+    "Response",
+    "Router",
+    "RockletServer",
+    "json_response",
+    "TOKEN_HEADER",
+    "TOKEN_ENV",
+]
 
 #: The request header that carries a sandbox's rocklet secret (lower case, as headers are kept).
 TOKEN_HEADER = "x-rock-rocklet-token"
@@ -92,7 +101,7 @@ def _unquote(text: str, plus: bool = True) -> str:
     return out.decode("utf-8", "replace")
 
 
-def _parse_query(query: str) -> Dict[str, str]:
+def _parse_query(query: str) -> dict[str, str]:
     """``a=1&b=x`` → ``{"a": "1", "b": "x"}`` (the last value of a repeated key wins)."""
     result = {}  # type: Dict[str, str]
     for pair in query.split("&"):
@@ -106,7 +115,7 @@ def _parse_query(query: str) -> Dict[str, str]:
 class BodyReader:
     """Reads one request body from the connection, by length or chunked, never past its end."""
 
-    def __init__(self, rfile: Any, length: Optional[int], chunked: bool) -> None:
+    def __init__(self, rfile: Any, length: int | None, chunked: bool) -> None:
         self._rfile = rfile
         self._remaining = length if length is not None else 0
         self._chunked = chunked
@@ -170,7 +179,14 @@ class Request:
 
     __slots__ = ("method", "path", "query", "headers", "body", "reader", "params")
 
-    def __init__(self, method: str, path: str, query: Dict[str, str], headers: Dict[str, str], reader: BodyReader) -> None:
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        query: dict[str, str],
+        headers: dict[str, str],
+        reader: BodyReader,
+    ) -> None:
         self.method = method
         self.path = path
         self.query = query
@@ -179,7 +195,7 @@ class Request:
         self.body = b""
         self.params = {}  # type: Dict[str, str]
 
-    def json(self) -> Dict[str, Any]:
+    def json(self) -> dict[str, Any]:
         """The body as a JSON object (an empty body is ``{}``); anything else is a 400."""
         if not self.body.strip():
             return {}
@@ -204,13 +220,13 @@ class Response:
 
     def __init__(
         self,
-        body: Optional[bytes] = b"",
+        body: bytes | None = b"",
         *,
         status: int = 200,
         content_type: str = "application/json",
-        headers: Optional[Dict[str, str]] = None,
-        stream: Optional[Iterable[bytes]] = None,
-        length: Optional[int] = None,
+        headers: dict[str, str] | None = None,
+        stream: Iterable[bytes] | None = None,
+        length: int | None = None,
     ) -> None:
         self.status = status
         self.body = body
@@ -263,7 +279,7 @@ class Route:
         self.raw_body = raw_body
         self.parts = pattern.strip("/").split("/")
 
-    def match(self, segments: List[str]) -> Optional[Dict[str, str]]:
+    def match(self, segments: list[str]) -> dict[str, str] | None:
         """The ``{name}`` parameters if ``segments`` fit this template, else ``None``."""
         if len(segments) != len(self.parts):
             return None
@@ -298,11 +314,14 @@ class Router:
             self._exact[(route.method, pattern)] = route
             self._paths.add(pattern)
 
-    def routes(self) -> List[Tuple[str, str]]:
+    def routes(self) -> list[tuple[str, str]]:
         """Every ``(method, pattern)`` served, for documentation and tests."""
-        return sorted([(r.method, r.pattern) for r in self._exact.values()] + [(r.method, r.pattern) for r in self._templates])
+        return sorted(
+            [(r.method, r.pattern) for r in self._exact.values()]
+            + [(r.method, r.pattern) for r in self._templates]
+        )
 
-    def resolve(self, method: str, path: str) -> Tuple[Route, Dict[str, str]]:
+    def resolve(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
         """The route for ``method path`` and its parameters; 404/405 as :class:`BadRequest`."""
         route = self._exact.get((method, path))
         if route is not None:
@@ -338,9 +357,9 @@ class RockletServer:
         router: Router,
         host: str = "0.0.0.0",
         port: int = 22555,
-        unix_path: Optional[str] = None,
-        token: Optional[str] = None,
-        listen_socket: Optional[socket.socket] = None,
+        unix_path: str | None = None,
+        token: str | None = None,
+        listen_socket: socket.socket | None = None,
     ) -> None:
         self.router = router
         self.unix_path = unix_path
@@ -367,7 +386,7 @@ class RockletServer:
         self._closing = False
 
     @property
-    def address(self) -> Tuple[str, int]:
+    def address(self) -> tuple[str, int]:
         """The bound ``(host, port)`` (the real port when 0 was asked for); ``(path, 0)`` on a unix socket."""
         if self._unix:
             return str(self.unix_path), 0
@@ -505,7 +524,9 @@ class RockletServer:
             conn.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
 
         path, _, query = target.partition("?")
-        request = Request(method.upper(), _unquote(path, plus=False), _parse_query(query), headers, reader)
+        request = Request(
+            method.upper(), _unquote(path, plus=False), _parse_query(query), headers, reader
+        )
         if not self._authorized(request):
             # Nothing about the request is looked at, and its body is not read: close instead.
             self._send(conn, json_response({"detail": "Unauthorized"}, 401), False)

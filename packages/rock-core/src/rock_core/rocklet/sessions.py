@@ -45,7 +45,8 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Dict, List, Optional, Sequence, Tuple
+    from collections.abc import Sequence
+    from typing import Any
 
 from .errors import (
     BashIncorrectSyntaxError,
@@ -89,7 +90,9 @@ def _find_bash() -> str:
         return "/bin/bash"
     found = shutil.which("bash")
     if not found:
-        raise SessionNotInitializedError("bash is not installed in this sandbox: sessions need /bin/bash")
+        raise SessionNotInitializedError(
+            "bash is not installed in this sandbox: sessions need /bin/bash"
+        )
     return found
 
 
@@ -106,7 +109,7 @@ class _Expect:
         except re.error:
             self.regex = None
 
-    def search(self, buf: bytearray, start: int) -> Optional[Tuple[int, int]]:
+    def search(self, buf: bytearray, start: int) -> tuple[int, int] | None:
         """The earliest ``(start, end)`` match at or after ``start``."""
         best = None
         if self.literal:
@@ -129,7 +132,9 @@ class BashSession:
     :param remote_user: run the shell as this user (through ``su``) unless ``None``/``root``.
     """
 
-    def __init__(self, name: str, scratch_dir: str, env: Dict[str, str], remote_user: Optional[str] = None) -> None:
+    def __init__(
+        self, name: str, scratch_dir: str, env: dict[str, str], remote_user: str | None = None
+    ) -> None:
         self.name = name
         self._dir = scratch_dir
         self._env = env
@@ -169,7 +174,9 @@ class BashSession:
             try:
                 pw = pwd.getpwnam(self._user)
             except KeyError:
-                raise SessionNotInitializedError("remote_user %r does not exist in this sandbox" % self._user) from None
+                raise SessionNotInitializedError(
+                    "remote_user %r does not exist in this sandbox" % self._user
+                ) from None
             os.chown(self._dir, pw.pw_uid, pw.pw_gid)
             su = shutil.which("su") or "/bin/su"
             argv = [su, self._user, "-c", bash + " --noediting"]
@@ -223,7 +230,8 @@ class BashSession:
             "  fi",
             '  if [ "$__rock_a" = 1 ]; then shopt -s expand_aliases; fi',
             "  IFS= read -r -d '' __rock_m <\"$__rock_e\" || :",
-            "  printf '%%s%%s%%s' %s \"$__rock_m\" %s" % (_quote(self._syntax_start.decode()), _quote(self._syntax_end.decode())),
+            "  printf '%%s%%s%%s' %s \"$__rock_m\" %s"
+            % (_quote(self._syntax_start.decode()), _quote(self._syntax_end.decode())),
             "  return 1",
             "}",
         ]
@@ -234,23 +242,30 @@ class BashSession:
             "__rock_x=; PS1=$__rock_ps1",
         ]
         self._write_command(("\n".join(lines) + "\n").encode("utf-8"))
-        init = "__rock_cf=%s; IFS= read -r -d '' __rock_c <\"$__rock_cf\" || :; eval \"$__rock_c\"\n" % _quote(cmd_path)
+        init = (
+            '__rock_cf=%s; IFS= read -r -d \'\' __rock_c <"$__rock_cf" || :; eval "$__rock_c"\n'
+            % _quote(cmd_path)
+        )
 
         deadline = time.monotonic() + timeout
         try:
             self._type(init.encode("utf-8"))
             with self._lock:
-                data, code, _, timed_out = self._collect(deadline, (), None, interrupt_on_timeout=False)
+                data, code, _, timed_out = self._collect(
+                    deadline, (), None, interrupt_on_timeout=False
+                )
         except SessionExitedError as exc:
             self.close()
             raise SessionNotInitializedError(
-                "the shell of session %r exited while starting: %s" % (self.name, exc.extra_info.get("output", "")),
+                "the shell of session %r exited while starting: %s"
+                % (self.name, exc.extra_info.get("output", "")),
                 extra_info=exc.extra_info,
             ) from None
         if timed_out:
             self.close()
             raise SessionNotInitializedError(
-                "session %r did not reach its prompt within %s s (startup_source or .bashrc still running?)" % (self.name, timeout),
+                "session %r did not reach its prompt within %s s (startup_source or .bashrc still running?)"
+                % (self.name, timeout),
                 extra_info={"output": _text(bytes(data))},
             )
         i = data.rfind(self._pid_mark)
@@ -269,12 +284,12 @@ class BashSession:
         self,
         command: str,
         *,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
         check: str = "raise",
         expect: Sequence[str] = (),
         error_msg: str = "",
         interactive: bool = False,
-    ) -> Dict[str, Any]:
+    ) -> dict[str, Any]:
         """Run ``command`` and return ROCK's ``BashObservation`` as a dict.
 
         :param timeout: seconds, ``None`` for no limit; past it the command is interrupted and
@@ -287,7 +302,9 @@ class BashSession:
             match reports exit code 0.
         """
         if "\x00" in command:
-            raise BashIncorrectSyntaxError("the command contains a NUL character, which bash cannot represent")
+            raise BashIncorrectSyntaxError(
+                "the command contains a NUL character, which bash cannot represent"
+            )
         patterns = [_Expect(e) for e in expect if e]
         with self._lock:
             self._check_usable()
@@ -329,13 +346,17 @@ class BashSession:
         if check == "ignore":
             return _observation(output, None, "")
         if check == "raise" and code != 0:
-            msg = "Command %r failed with exit code %s. Here is the output:\n%r" % (command, code, output)
+            msg = "Command %r failed with exit code %s. Here is the output:\n%r" % (
+                command,
+                code,
+                output,
+            )
             if error_msg:
                 msg = "%s: %s" % (error_msg, msg)
             raise NonZeroExitCodeError(msg, extra_info={"output": output, "exit_code": code})
         return _observation(output, code, "")
 
-    def interrupt(self) -> Dict[str, Any]:
+    def interrupt(self) -> dict[str, Any]:
         """Ctrl-C the running command (escalating to SIGKILL) and wait for the prompt.
 
         Works both while another request is running a command in this session (that request
@@ -350,11 +371,21 @@ class BashSession:
                 waited = False
         if waited:
             with self._lock:  # the running request sees the prompt and releases the session
-                return {"session_type": "bash", "interrupted": True, "output": "", "exit_code": self.last_exit_code}
+                return {
+                    "session_type": "bash",
+                    "interrupted": True,
+                    "output": "",
+                    "exit_code": self.last_exit_code,
+                }
         with self._lock:
             self._check_usable()
             if not self._foreground:
-                return {"session_type": "bash", "interrupted": False, "output": "", "exit_code": None}
+                return {
+                    "session_type": "bash",
+                    "interrupted": False,
+                    "output": "",
+                    "exit_code": None,
+                }
             with self._state:
                 self._inflight = True
                 self._begin_interrupt()
@@ -366,7 +397,12 @@ class BashSession:
                     self._interrupt_at = None
             self._foreground = False
             self.last_exit_code = code
-        return {"session_type": "bash", "interrupted": True, "output": _text(bytes(data)), "exit_code": code}
+        return {
+            "session_type": "bash",
+            "interrupted": True,
+            "output": _text(bytes(data)),
+            "exit_code": code,
+        }
 
     def close(self) -> None:
         """Hang up the shell (as closing a terminal does) and free the session's resources.
@@ -402,15 +438,15 @@ class BashSession:
         while offset < len(payload):
             offset += os.pwrite(self._cmd_fd, view[offset:], offset)
 
-    def _prepare(self, command: str) -> Tuple[bytes, bytes]:
+    def _prepare(self, command: str) -> tuple[bytes, bytes]:
         """Store ``command`` for the shell; the trigger line to type and its begin mark."""
         self._seq += 1
-        check = "if __rock_chk; then eval \"$__rock_c\"; fi"
+        check = 'if __rock_chk; then eval "$__rock_c"; fi'
         if not command.strip():
-            check = "eval \"$__rock_c\""
+            check = 'eval "$__rock_c"'
         elif _BRACE_WORD.search(command):
             self._syntax_check_with_bash_n(command)
-            check = "eval \"$__rock_c\""
+            check = 'eval "$__rock_c"'
         self._write_command(command.encode("utf-8"))
         begin = "%s%d__" % (self._begin_mark, self._seq)
         line = (
@@ -423,19 +459,25 @@ class BashSession:
         proc = subprocess.run(
             [_find_bash(), "-n"],
             input=command.encode("utf-8") + b"\n",
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            capture_output=True,
             env={"PATH": DEFAULT_PATH},
         )
         if proc.returncode != 0:
-            raise _syntax_error(command, proc.returncode, proc.stdout.decode("utf-8", "backslashreplace"), proc.stderr.decode("utf-8", "backslashreplace"))
+            raise _syntax_error(
+                command,
+                proc.returncode,
+                proc.stdout.decode("utf-8", "backslashreplace"),
+                proc.stderr.decode("utf-8", "backslashreplace"),
+            )
 
     def _raise_syntax_error(self, data: bytearray, command: str) -> None:
         i = data.find(self._syntax_start)
         if i == -1:
             return
         j = data.find(self._syntax_end, i)
-        stderr = bytes(data[i + len(self._syntax_start) : j if j != -1 else len(data)]).decode("utf-8", "backslashreplace")
+        stderr = bytes(data[i + len(self._syntax_start) : j if j != -1 else len(data)]).decode(
+            "utf-8", "backslashreplace"
+        )
         raise _syntax_error(command, 2, "", stderr.replace("__rock_f", "command"))
 
     def _type(self, payload: bytes) -> None:
@@ -460,7 +502,7 @@ class BashSession:
             self._stage = 0
             self._type(b"\x03")
 
-    def _escalate(self, now: float) -> Optional[float]:
+    def _escalate(self, now: float) -> float | None:
         """Run the interrupt escalation due at ``now``; the time of the next step."""
         with self._state:
             start = self._interrupt_at
@@ -496,11 +538,11 @@ class BashSession:
 
     def _collect(
         self,
-        deadline: Optional[float],
+        deadline: float | None,
         patterns: Sequence[_Expect],
-        begin: Optional[bytes],
+        begin: bytes | None,
         interrupt_on_timeout: bool = True,
-    ) -> Tuple[bytearray, Optional[int], Optional[str], bool]:
+    ) -> tuple[bytearray, int | None, str | None, bool]:
         """Read until this command's prompt (the first after ``begin``) or an expect match.
 
         :returns: ``(output bytes, exit code or None, matched expect text or None, timed out)``.
@@ -614,9 +656,13 @@ class BashSession:
         self.dead = True
         output = _text(bytes(buf))
         if self._closing:
-            raise SessionDoesNotExistError("session %r was closed while running a command" % self.name, extra_info={"output": output})
+            raise SessionDoesNotExistError(
+                "session %r was closed while running a command" % self.name,
+                extra_info={"output": output},
+            )
         raise SessionExitedError(
-            "the shell of session %r exited (status %s); create a new session" % (self.name, status),
+            "the shell of session %r exited (status %s); create a new session"
+            % (self.name, status),
             extra_info={"output": output, "exit_code": status},
         )
 
@@ -654,7 +700,7 @@ def _take_controlling_tty() -> None:
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def _observation(output: str, exit_code: Optional[int], expect_string: str) -> Dict[str, Any]:
+def _observation(output: str, exit_code: int | None, expect_string: str) -> dict[str, Any]:
     return {
         "session_type": "bash",
         "output": output,
@@ -665,11 +711,14 @@ def _observation(output: str, exit_code: Optional[int], expect_string: str) -> D
 
 
 def _syntax_error(command: str, code: int, stdout: str, stderr: str) -> BashIncorrectSyntaxError:
-    msg = "Error (exit code %d) while checking bash command \n%r\n---- Stderr ----\n%s\n---- Stdout ----\n%s" % (
-        code,
-        command,
-        stderr,
-        stdout,
+    msg = (
+        "Error (exit code %d) while checking bash command \n%r\n---- Stderr ----\n%s\n---- Stdout ----\n%s"
+        % (
+            code,
+            command,
+            stderr,
+            stdout,
+        )
     )
     return BashIncorrectSyntaxError(msg, extra_info={"bash_stdout": stdout, "bash_stderr": stderr})
 
@@ -689,8 +738,8 @@ class SessionManager:
         *,
         startup_source: Sequence[str] = (),
         env_enable: bool = False,
-        env: Optional[Dict[str, str]] = None,
-        remote_user: Optional[str] = None,
+        env: dict[str, str] | None = None,
+        remote_user: str | None = None,
         startup_timeout: float = 30.0,
     ) -> str:
         """Start session ``name``; its startup output. A taken name is :class:`SessionExistsError`."""
@@ -719,7 +768,7 @@ class SessionManager:
             raise SessionDoesNotExistError("session %r does not exist" % name)
         return session
 
-    def run(self, name: str, command: str, **kwargs: Any) -> Dict[str, Any]:
+    def run(self, name: str, command: str, **kwargs: Any) -> dict[str, Any]:
         """Run ``command`` in session ``name`` (see :meth:`BashSession.run`)."""
         session = self.get(name)
         try:
@@ -728,7 +777,7 @@ class SessionManager:
             if session.dead:
                 self._forget(name, session)
 
-    def interrupt(self, name: str) -> Dict[str, Any]:
+    def interrupt(self, name: str) -> dict[str, Any]:
         """Interrupt the command running in session ``name``."""
         session = self.get(name)
         try:
@@ -757,7 +806,7 @@ class SessionManager:
         for t in threads:
             t.join()
 
-    def names(self) -> List[str]:
+    def names(self) -> list[str]:
         """Names of the live sessions."""
         with self._lock:
             return sorted(n for n, s in self._sessions.items() if s is not None and not s.dead)
@@ -769,7 +818,7 @@ class SessionManager:
         session.close()
 
 
-def _session_env(env_enable: bool, env: Optional[Dict[str, str]]) -> Dict[str, str]:
+def _session_env(env_enable: bool, env: dict[str, str] | None) -> dict[str, str]:
     """The environment of a new shell: the rocklet's own when ``env_enable``, else a minimal one."""
     if env_enable:
         result = dict(os.environ)

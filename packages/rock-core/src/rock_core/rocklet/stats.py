@@ -17,12 +17,12 @@ import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from typing import Any, Dict, Optional, Tuple
+    from typing import Any
 
 __all__ = ["Statistics"]
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str) -> str | None:
     try:
         with open(path) as f:
             return f.read().strip()
@@ -30,7 +30,7 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _int(text: Optional[str]) -> Optional[int]:
+def _int(text: str | None) -> int | None:
     try:
         return int(text) if text is not None else None
     except ValueError:
@@ -41,7 +41,7 @@ def _cgroup_v2() -> bool:
     return os.path.exists("/sys/fs/cgroup/cgroup.controllers")
 
 
-def _cpu_usage_seconds() -> Optional[float]:
+def _cpu_usage_seconds() -> float | None:
     """CPU seconds used by this cgroup (or the whole machine when no cgroup file is readable)."""
     if _cgroup_v2():
         text = _read("/sys/fs/cgroup/cpu.stat")
@@ -49,7 +49,10 @@ def _cpu_usage_seconds() -> Optional[float]:
             for line in text.splitlines():
                 if line.startswith("usage_usec "):
                     return int(line.split()[1]) / 1e6
-    for path in ("/sys/fs/cgroup/cpuacct/cpuacct.usage", "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage"):
+    for path in (
+        "/sys/fs/cgroup/cpuacct/cpuacct.usage",
+        "/sys/fs/cgroup/cpu,cpuacct/cpuacct.usage",
+    ):
         value = _int(_read(path))
         if value is not None:
             return value / 1e9
@@ -77,7 +80,7 @@ def _cpu_limit() -> float:
     return count
 
 
-def _memory() -> Tuple[Optional[int], Optional[int]]:
+def _memory() -> tuple[int | None, int | None]:
     """(bytes in use, limit in bytes) of the cgroup, falling back to the machine's figures."""
     used = limit = None
     if _cgroup_v2():
@@ -112,7 +115,7 @@ def _memory() -> Tuple[Optional[int], Optional[int]]:
     return used, limit
 
 
-def _disk(path: str) -> Tuple[Optional[float], Optional[int], Optional[int]]:
+def _disk(path: str) -> tuple[float | None, int | None, int | None]:
     try:
         st = os.statvfs(path)
     except OSError:
@@ -125,7 +128,7 @@ def _disk(path: str) -> Tuple[Optional[float], Optional[int], Optional[int]]:
     return percent, used, total
 
 
-def _net_bytes() -> Optional[int]:
+def _net_bytes() -> int | None:
     text = _read("/proc/net/dev")
     if not text:
         return None
@@ -147,7 +150,7 @@ class Statistics:
         self._lock = threading.Lock()
         self._last = None  # type: Optional[Tuple[float, float]]
 
-    def _cpu_percent(self) -> Optional[float]:
+    def _cpu_percent(self) -> float | None:
         with self._lock:
             now = time.monotonic()
             usage = _cpu_usage_seconds()
@@ -165,7 +168,7 @@ class Statistics:
                 return 0.0
             return round(max(0.0, 100.0 * (usage - last[1]) / elapsed / _cpu_limit()), 1)
 
-    def collect(self) -> Dict[str, Any]:
+    def collect(self) -> dict[str, Any]:
         """The statistics answer."""
         used, limit = _memory()
         disk, disk_used, disk_total = _disk("/")
@@ -183,6 +186,8 @@ class Statistics:
         log_dir = os.environ.get("ROCK_LOGGING_PATH") or "/data/logs"
         if os.path.isdir(log_dir):
             result["disk_log_percent"] = _disk(log_dir)[0]
-        if os.environ.get("ROCK_KATA_RUNTIME", "").lower() == "true" and os.path.isdir("/var/lib/docker"):
+        if os.environ.get("ROCK_KATA_RUNTIME", "").lower() == "true" and os.path.isdir(
+            "/var/lib/docker"
+        ):
             result["disk_dind_percent"] = _disk("/var/lib/docker")[0]
         return result

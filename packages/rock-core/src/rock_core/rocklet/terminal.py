@@ -32,7 +32,7 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any
 
 from .errors import BadRequest
 from .server import Request, Response
@@ -71,7 +71,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._buffer = b""
 
-    def feed(self, data: bytes) -> "List[Tuple[bytes, bytes]]":
+    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
         """Add ``data``; return the frames now complete, as ``(kind, payload)``."""
         self._buffer += data
         frames = []
@@ -82,7 +82,7 @@ class FrameReader:
             end = _HEADER.size + length
             if len(self._buffer) < end:
                 break
-            frames.append((kind, self._buffer[_HEADER.size:end]))
+            frames.append((kind, self._buffer[_HEADER.size : end]))
             self._buffer = self._buffer[end:]
         return frames
 
@@ -117,7 +117,7 @@ class Terminal(Response):
         self.pid = pid
         self.master = master
 
-    def splice(self, conn: socket.socket, rfile: "Any") -> None:
+    def splice(self, conn: socket.socket, rfile: Any) -> None:
         """Carry frames between the client and the terminal until the program ends (or the
         client goes away: then the terminal is hung up)."""
         master, pid = self.master, self.pid
@@ -134,7 +134,7 @@ class Terminal(Response):
                         if kind == DATA:
                             view = memoryview(payload)
                             while view:
-                                view = view[os.write(master, view):]
+                                view = view[os.write(master, view) :]
                         elif kind == RESIZE and len(payload) == 4:
                             rows, cols = struct.unpack(">HH", payload)
                             _set_size(master, rows, cols)
@@ -200,7 +200,7 @@ class Terminal(Response):
 
 def _wait(pid: int, hang_up: bool) -> int:
     """Reap ``pid``: at once if it has ended; after SIGHUP (then SIGKILL) when ``hang_up``."""
-    for sig in ((signal.SIGHUP, signal.SIGKILL) if hang_up else ()):
+    for sig in (signal.SIGHUP, signal.SIGKILL) if hang_up else ():
         for _ in range(20):
             done, status = os.waitpid(pid, os.WNOHANG)
             if done:
@@ -224,7 +224,7 @@ def _exit_code(status: int) -> int:
     return 1
 
 
-def _account(user: str) -> "Tuple[Optional[Any], str]":
+def _account(user: str) -> tuple[Any | None, str]:
     """The password entry of ``user`` ('' = the rocklet's own) and the shell to start."""
     import pwd
 
@@ -271,7 +271,9 @@ def open_pty(request: Request) -> Terminal:
     master, slave = os.openpty()
     _set_size(slave, rows, cols)
     pid = os.fork()
-    if pid == 0:  # the child: a session on the terminal, become the user, then the program; never return
+    if (
+        pid == 0
+    ):  # the child: a session on the terminal, become the user, then the program; never return
         try:
             import fcntl
             import termios

@@ -99,7 +99,9 @@ def open_tunnel(request: Request) -> Upgrade:
     except ConnectionRefusedError:
         raise BadRequest("nothing listens on port %d in the sandbox" % port, status=502) from None
     except OSError as exc:
-        raise BadRequest("could not connect to port %d in the sandbox: %s" % (port, exc), status=502) from None
+        raise BadRequest(
+            "could not connect to port %d in the sandbox: %s" % (port, exc), status=502
+        ) from None
     target.settimeout(None)
     try:
         target.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -19,7 +19,6 @@ import os
 import sys
 import zipfile
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
 
 __all__ = ["build_zipapp", "PACKAGE_NAME"]
 
@@ -35,7 +34,7 @@ _MAIN = (
 )
 
 
-def _sources() -> List[Tuple[str, bytes]]:
+def _sources() -> list[tuple[str, bytes]]:
     """``(archive name, bytes)`` of every module shipped in the pyz, sorted."""
     here = Path(__file__).resolve().parent
     entries = []
@@ -51,10 +50,15 @@ def _pyc(source: bytes, name: str) -> bytes:
     """An unchecked hash-based pyc (PEP 552) of ``source`` for the running interpreter."""
     code = compile(source, name, "exec", dont_inherit=True)
     flags = 0b01  # hash-based, unchecked: no mtime to compare, valid as long as it is in the pyz
-    return importlib.util.MAGIC_NUMBER + flags.to_bytes(4, "little") + importlib.util.source_hash(source) + marshal.dumps(code)
+    return (
+        importlib.util.MAGIC_NUMBER
+        + flags.to_bytes(4, "little")
+        + importlib.util.source_hash(source)
+        + marshal.dumps(code)
+    )
 
 
-def _archive(entries: List[Tuple[str, bytes]]) -> bytes:
+def _archive(entries: list[tuple[str, bytes]]) -> bytes:
     files = {}  # type: Dict[str, bytes]
     for name, data in entries:
         files[name] = data
@@ -81,7 +85,7 @@ def content_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def build_zipapp(dest: Path, cache_dir: Optional[Path] = None) -> Path:
+def build_zipapp(dest: Path, cache_dir: Path | None = None) -> Path:
     """Write ``rocklet.pyz`` and return its path.
 
     :param dest: the file to write, or an existing directory to write ``rocklet.pyz`` into.

@@ -47,8 +47,8 @@ import pytest
 
 from rock_core.archive import ArchiveStore
 from rock_core.errors import InvalidParameter, SandboxNotFound
+from rock_core.sizes import GiB, MiB
 from rock_core.testing.fixtures import unique_sandbox_id
-from rock_core.units import GiB, MiB
 
 __all__ = ["ArchiveStoreConformance", "GeneratedStream", "HeldStream", "PeakMemory", "read_part"]
 
@@ -104,7 +104,7 @@ class HeldStream:
 
     async def _chunks(self) -> AsyncIterator[bytes]:
         for start in range(0, len(self.head), MiB):
-            yield self.head[start:start + MiB]
+            yield self.head[start : start + MiB]
         self.reached.set()
         await self.release.wait()
         if self.fail is not None:
@@ -119,7 +119,7 @@ async def chunks_of(data: bytes, sizes: Sequence[int] = (MiB,)) -> AsyncIterator
     while start < len(data):
         size = sizes[i % len(sizes)]
         i += 1
-        yield data[start:start + size]
+        yield data[start : start + size]
         start += size
 
 
@@ -175,7 +175,12 @@ class PeakMemory:
             if rss is not None and rss > self._peak:
                 self._peak = rss
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self._stop.set()
         self._thread.join()
         if self._start is None:
@@ -219,7 +224,9 @@ class ArchiveStoreConformance:
     @classmethod
     def store(cls) -> ArchiveStore:
         """The store under test (class-scoped). Subclasses must override this fixture."""
-        pytest.fail(f"{cls.__name__} must define a class-scoped `store` fixture returning the archive store to test")
+        pytest.fail(
+            f"{cls.__name__} must define a class-scoped `store` fixture returning the archive store to test"
+        )
 
     async def residue(self, store: Any, sandbox_id: str) -> list[str] | None:
         """Every name the backend holds for ``sandbox_id``, hidden and unfinished ones included
@@ -240,9 +247,13 @@ class ArchiveStoreConformance:
         sandbox_ids.append(sandbox_id)
         return sandbox_id
 
-    async def assert_nothing_stored(self, store: ArchiveStore, sandbox_id: str, parts: Sequence[str]) -> None:
+    async def assert_nothing_stored(
+        self, store: ArchiveStore, sandbox_id: str, parts: Sequence[str]
+    ) -> None:
         for part in parts:
-            assert not await store.exists(sandbox_id, part), f"part {part!r} of {sandbox_id} is still visible"
+            assert not await store.exists(sandbox_id, part), (
+                f"part {part!r} of {sandbox_id} is still visible"
+            )
             with pytest.raises(SandboxNotFound):
                 await store.get(sandbox_id, part)
         left = await self.residue(store, sandbox_id)
@@ -250,22 +261,30 @@ class ArchiveStoreConformance:
 
     # -- round trips -----------------------------------------------------------------------------
 
-    async def test_put_then_get_returns_the_same_bytes(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_put_then_get_returns_the_same_bytes(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         data = payload(3 * MiB + 17, seed=1)
         with anyio.fail_after(self.timeout):
-            await store.put(sandbox_id, "rootfs", chunks_of(data, (1, 0, 4096, 65536, 2 * MiB, 333)))
+            await store.put(
+                sandbox_id, "rootfs", chunks_of(data, (1, 0, 4096, 65536, 2 * MiB, 333))
+            )
             assert await store.exists(sandbox_id, "rootfs")
             assert await read_part(store, sandbox_id, "rootfs") == data
 
-    async def test_an_empty_stream_is_an_empty_part(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_an_empty_stream_is_an_empty_part(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         with anyio.fail_after(self.timeout):
             await store.put(sandbox_id, "logs", chunks_of(b""))
             assert await store.exists(sandbox_id, "logs")
             assert await read_part(store, sandbox_id, "logs") == b""
 
-    async def test_parts_of_one_sandbox_are_kept_apart(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_parts_of_one_sandbox_are_kept_apart(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         rootfs, logs = payload(MiB, seed=2), payload(1000, seed=3)
         with anyio.fail_after(self.timeout):
@@ -288,8 +307,13 @@ class ArchiveStoreConformance:
             with pytest.raises(SandboxNotFound):
                 await store.get(sandbox_id, "logs")
 
-    @pytest.mark.parametrize("sandbox_id, part", [("a/b", "rootfs"), ("", "rootfs"), ("..", "rootfs"), ("ok", "a/b"), ("ok", ".hidden")])
-    async def test_names_that_cannot_name_an_archive_are_refused(self, store: ArchiveStore, sandbox_id: str, part: str) -> None:
+    @pytest.mark.parametrize(
+        "sandbox_id, part",
+        [("a/b", "rootfs"), ("", "rootfs"), ("..", "rootfs"), ("ok", "a/b"), ("ok", ".hidden")],
+    )
+    async def test_names_that_cannot_name_an_archive_are_refused(
+        self, store: ArchiveStore, sandbox_id: str, part: str
+    ) -> None:
         with anyio.fail_after(self.timeout):
             with pytest.raises(InvalidParameter):
                 await store.put(sandbox_id, part, chunks_of(b"x"))
@@ -300,7 +324,9 @@ class ArchiveStoreConformance:
 
     # -- size and memory -------------------------------------------------------------------------
 
-    async def test_a_big_stream_goes_both_ways_in_bounded_memory(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_a_big_stream_goes_both_ways_in_bounded_memory(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         size = self.big_size
         stream = GeneratedStream(size, self.chunk_size, seed=4)
@@ -320,7 +346,10 @@ class ArchiveStoreConformance:
             get_seconds = time.monotonic() - started
 
         name = type(store).__name__
-        for what, seconds, memory in (("put", put_seconds, put_memory), ("get", get_seconds, get_memory)):
+        for what, seconds, memory in (
+            ("put", put_seconds, put_memory),
+            ("get", get_seconds, get_memory),
+        ):
             grew = "unknown" if memory.growth is None else f"{memory.growth / MiB:.1f} MiB"
             print(
                 f"\n{name}: {what} {size / GiB:.2f} GiB in {seconds:.2f} s "
@@ -337,7 +366,9 @@ class ArchiveStoreConformance:
 
     # -- visibility --------------------------------------------------------------------------
 
-    async def test_nothing_is_visible_while_a_put_is_in_flight(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_nothing_is_visible_while_a_put_is_in_flight(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         stream = HeldStream(payload(self.head_size, seed=5), tail=payload(1234, seed=6))
         with anyio.fail_after(self.timeout):
@@ -355,14 +386,18 @@ class ArchiveStoreConformance:
         self, store: ArchiveStore, sandbox_ids: list[str]
     ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
-        stream = HeldStream(payload(self.head_size, seed=7), fail=StreamBroke("the snapshot broke off"))
+        stream = HeldStream(
+            payload(self.head_size, seed=7), fail=StreamBroke("the snapshot broke off")
+        )
         stream.release.set()
         with anyio.fail_after(self.timeout):
             with pytest.raises(StreamBroke):
                 await store.put(sandbox_id, "rootfs", stream)
             await self.assert_nothing_stored(store, sandbox_id, ["rootfs"])
 
-    async def test_a_cancelled_put_leaves_nothing(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_a_cancelled_put_leaves_nothing(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         stream = HeldStream(payload(self.head_size, seed=8))
         with anyio.fail_after(self.timeout):
@@ -372,7 +407,9 @@ class ArchiveStoreConformance:
                 tg.cancel_scope.cancel()
             await self.assert_nothing_stored(store, sandbox_id, ["rootfs"])
 
-    async def test_a_failed_replacement_leaves_the_previous_part(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_a_failed_replacement_leaves_the_previous_part(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         old = payload(2 * MiB, seed=9)
         stream = HeldStream(payload(self.head_size, seed=10), fail=StreamBroke("broke off"))
@@ -402,7 +439,9 @@ class ArchiveStoreConformance:
 
     # -- delete ------------------------------------------------------------------------------
 
-    async def test_delete_removes_every_part(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_delete_removes_every_part(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         neighbour = sandbox_id + "x"  # shares a prefix: must be untouched
         sandbox_ids.append(neighbour)
@@ -415,7 +454,9 @@ class ArchiveStoreConformance:
             assert await read_part(store, neighbour, "logs") == b"log line\n"
             assert await store.exists(neighbour, "rootfs")
 
-    async def test_deleting_what_is_not_there_is_fine(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_deleting_what_is_not_there_is_fine(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         with anyio.fail_after(self.timeout):
             await store.delete(sandbox_id)
@@ -424,7 +465,9 @@ class ArchiveStoreConformance:
             await store.delete(sandbox_id)
             await self.assert_nothing_stored(store, sandbox_id, ["logs"])
 
-    async def test_delete_removes_a_half_written_archive(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_delete_removes_a_half_written_archive(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         # One part stored, the other still being written (as when the engine died mid-archive).
         sandbox_id = self.new_id(sandbox_ids)
         stream = HeldStream(payload(self.head_size, seed=14))
@@ -439,7 +482,9 @@ class ArchiveStoreConformance:
 
     # -- concurrency -------------------------------------------------------------------------
 
-    async def test_concurrent_puts_of_different_parts_and_sandboxes(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_concurrent_puts_of_different_parts_and_sandboxes(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         ids = [self.new_id(sandbox_ids) for _ in range(self.concurrent_sandboxes)]
         expected = {
             (sid, part): payload(size, seed=100 + i * 2 + j)
@@ -453,7 +498,9 @@ class ArchiveStoreConformance:
             for (sid, part), data in expected.items():
                 assert await read_part(store, sid, part) == data, f"part {part} of {sid}"
 
-    async def test_concurrent_puts_of_one_part_leave_one_of_them_whole(self, store: ArchiveStore, sandbox_ids: list[str]) -> None:
+    async def test_concurrent_puts_of_one_part_leave_one_of_them_whole(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
         sandbox_id = self.new_id(sandbox_ids)
         versions = [payload(2 * MiB + i, seed=200 + i) for i in range(3)]
         with anyio.fail_after(self.timeout):
@@ -463,7 +510,9 @@ class ArchiveStoreConformance:
             assert await read_part(store, sandbox_id, "rootfs") in versions
             left = await self.residue(store, sandbox_id)
             if left is not None:
-                assert len(left) == 1, f"the backend holds {left} for {sandbox_id}: one part expected"
+                assert len(left) == 1, (
+                    f"the backend holds {left} for {sandbox_id}: one part expected"
+                )
 
 
 async def _swallow(awaitable: Any) -> None:

@@ -102,13 +102,15 @@ def rocklet_url(status: RuntimeStatus) -> str:
     """``http://host:port`` of the rocklet a status reports; fails the test when it reports none.
 
     A rocklet on a unix socket gets the made-up host name that the engine's HTTP client
-    (:func:`~rock_core.engine.rocklet_client.new_http_client`) sends over that socket.
+    (:func:`~rock_core.rocklet_client.new_http_client`) sends over that socket.
     """
-    from rock_core.engine.rocklet_client import RockletClient
+    from rock_core.rocklet_client import RockletClient
 
     address = status.rocklet_address
     if address is None:
-        pytest.fail(f"the runtime reports no rocklet address for a {status.state.value} unit: {status!r}")
+        pytest.fail(
+            f"the runtime reports no rocklet address for a {status.state.value} unit: {status!r}"
+        )
     host, port = address
     if host.startswith("/"):
         return RockletClient(None, host, port).base_url  # type: ignore[arg-type]
@@ -116,7 +118,9 @@ def rocklet_url(status: RuntimeStatus) -> str:
     return f"http://{host}:{port}"
 
 
-async def wait_for_rocklet(http: httpx.AsyncClient, url: str, *, timeout: float = 60.0) -> dict[str, Any]:
+async def wait_for_rocklet(
+    http: httpx.AsyncClient, url: str, *, timeout: float = 60.0
+) -> dict[str, Any]:
     """Poll ``GET {url}/is_alive`` until it answers ``is_alive: true``; return the answer.
 
     The backoff starts at 5 ms and doubles up to 100 ms, so readiness is seen within moments of
@@ -135,16 +139,22 @@ async def wait_for_rocklet(http: httpx.AsyncClient, url: str, *, timeout: float 
         except (httpx.TransportError, ValueError) as exc:
             last = exc
         if time.monotonic() > deadline:
-            pytest.fail(f"the rocklet at {url} did not answer /is_alive within {timeout:.0f}s (last: {last!r})")
+            pytest.fail(
+                f"the rocklet at {url} did not answer /is_alive within {timeout:.0f}s (last: {last!r})"
+            )
         await anyio.sleep(delay)
         delay = min(delay * 2, 0.1)
 
 
-async def rocklet_call(http: httpx.AsyncClient, url: str, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
+async def rocklet_call(
+    http: httpx.AsyncClient, url: str, endpoint: str, body: Mapping[str, Any]
+) -> dict[str, Any]:
     """``POST {url}{endpoint}`` with a JSON body; the JSON answer (fails the test on a non-200)."""
     response = await http.post(f"{url}{endpoint}", json=dict(body), timeout=120.0)
     if response.status_code != 200:
-        pytest.fail(f"rocklet {endpoint} answered HTTP {response.status_code}: {response.text[:500]}")
+        pytest.fail(
+            f"rocklet {endpoint} answered HTTP {response.status_code}: {response.text[:500]}"
+        )
     return dict(response.json())
 
 
@@ -167,7 +177,9 @@ async def wait_for_unit(
         if condition(status):
             return status
         if time.monotonic() > deadline:
-            pytest.fail(f"unit of sandbox {handle.sandbox_id} never became {what} within {timeout:.0f}s: {status!r}")
+            pytest.fail(
+                f"unit of sandbox {handle.sandbox_id} never became {what} within {timeout:.0f}s: {status!r}"
+            )
         await anyio.sleep(delay)
         delay = min(delay * 2, 0.2)
 
@@ -222,12 +234,17 @@ class Units:
         """The labels a unit of ``sandbox_id`` is created with."""
         return {**self.labels, LABEL_SANDBOX_ID: sandbox_id}
 
-    async def create(self, spec: SandboxSpec | None = None, *, on_phase: PhaseCallback | None = None) -> UnitHandle:
+    async def create(
+        self, spec: SandboxSpec | None = None, *, on_phase: PhaseCallback | None = None
+    ) -> UnitHandle:
         """Create (not start) a unit for ``spec`` (default :meth:`spec`)."""
         spec = spec if spec is not None else self.spec()
         assert spec.sandbox_id is not None
         return await self.runtime.create(
-            spec, labels=self.labels_for(spec.sandbox_id), rocklet_token=self.token, on_phase=on_phase
+            spec,
+            labels=self.labels_for(spec.sandbox_id),
+            rocklet_token=self.token,
+            on_phase=on_phase,
         )
 
     async def start_ready(
@@ -247,9 +264,21 @@ class Units:
             timeout=self.startup_timeout,
         )
         if told is not None:
-            said = (told.state, told.rocklet_address, dict(told.port_mapping), tuple(told.forwarded_ports))
-            seen = (status.state, status.rocklet_address, dict(status.port_mapping), tuple(status.forwarded_ports))
-            assert said == seen, f"start() returned a status that inspect() contradicts: {said} != {seen}"
+            said = (
+                told.state,
+                told.rocklet_address,
+                dict(told.port_mapping),
+                tuple(told.forwarded_ports),
+            )
+            seen = (
+                status.state,
+                status.rocklet_address,
+                dict(status.port_mapping),
+                tuple(status.forwarded_ports),
+            )
+            assert said == seen, (
+                f"start() returned a status that inspect() contradicts: {said} != {seen}"
+            )
         url = rocklet_url(status)
         await wait_for_rocklet(self.http, url, timeout=self.startup_timeout)
         return status, url
@@ -290,12 +319,16 @@ def docker_client() -> Iterator[Any]:
         client = docker.from_env()
         client.ping()
     except docker.errors.DockerException as exc:
-        pytest.fail(f"no Docker engine answers ({exc}); `make test` starts one (scripts/ensure-docker.sh)")
+        pytest.fail(
+            f"no Docker engine answers ({exc}); `make test` starts one (scripts/ensure-docker.sh)"
+        )
     for image in TEST_IMAGES:
         try:
             client.images.get(image)
         except docker.errors.ImageNotFound:
-            pytest.fail(f"image {image} is missing; `make test` builds it (scripts/ensure-test-images.sh)")
+            pytest.fail(
+                f"image {image} is missing; `make test` builds it (scripts/ensure-test-images.sh)"
+            )
     yield client
     client.close()
 
@@ -320,7 +353,9 @@ def plugin_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plu
         yield site
 
 
-def eventually_empty(probe: Callable[[], Sequence[Any]], timeout: float = 60.0, interval: float = 0.1) -> list[Any]:
+def eventually_empty(
+    probe: Callable[[], Sequence[Any]], timeout: float = 60.0, interval: float = 0.1
+) -> list[Any]:
     """Call ``probe()`` until it returns nothing; return its last answer (``[]``, or what was
     still there after ``timeout`` seconds, for the caller's assertion to show).
 

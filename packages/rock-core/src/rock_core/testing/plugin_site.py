@@ -43,7 +43,12 @@ class NullRuntime(Runtime):
     name = "null"
 
     async def create(
-        self, spec: Any, *, labels: Mapping[str, str], rocklet_token: str, on_phase: PhaseCallback | None = None
+        self,
+        spec: Any,
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+        on_phase: PhaseCallback | None = None,
     ) -> UnitHandle:
         """Make nothing; return the same handle every time."""
         return UnitHandle(self.name, "unit-1", "sandbox-1")
@@ -105,10 +110,14 @@ class PluginSite:
         self.modules.append(module)
         info = self.path / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8")
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n", encoding="utf-8"
+        )
         if entry_points is None:
             entry_points = {dist.removeprefix("rock-"): "{module}"}
-        lines = "".join(f"{name} = {target.format(module=module)}\n" for name, target in entry_points.items())
+        lines = "".join(
+            f"{name} = {target.format(module=module)}\n" for name, target in entry_points.items()
+        )
         (info / "entry_points.txt").write_text(f"[rock]\n{lines}", encoding="utf-8")
         importlib.invalidate_caches()  # import and importlib.metadata must see the new files
         return module

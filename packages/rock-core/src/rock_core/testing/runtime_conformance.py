@@ -46,11 +46,18 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from rock_core.errors import ImagePullFailed, NotSupported, RockError, SandboxAlreadyExists, SandboxNotFound
-from rock_core.engine.rocklet_client import new_http_client
+from rock_core.errors import (
+    ImagePullFailed,
+    NotSupported,
+    RockError,
+    SandboxAlreadyExists,
+    SandboxNotFound,
+)
 from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, Port, UnitState
 from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.rocklet_client import new_http_client
 from rock_core.runtime import Runtime, UnitHandle
+from rock_core.sizes import MiB
 from rock_core.testing.fixtures import (
     LABEL_RUN,
     PhaseLog,
@@ -60,7 +67,6 @@ from rock_core.testing.fixtures import (
     unique_sandbox_id,
     wait_for_unit,
 )
-from rock_core.units import MiB
 
 __all__ = ["RuntimeConformance"]
 
@@ -100,19 +106,25 @@ class RuntimeConformance:
     @classmethod
     def runtime(cls) -> Runtime:
         """The runtime under test (class-scoped). Subclasses must override this fixture."""
-        pytest.fail(f"{cls.__name__} must define a class-scoped `runtime` fixture returning the runtime to test")
+        pytest.fail(
+            f"{cls.__name__} must define a class-scoped `runtime` fixture returning the runtime to test"
+        )
 
     @pytest.fixture(scope="class")
     @classmethod
     def image(cls) -> str:
         """An image with ``python3`` (>= 3.8) and ``/bin/sh``. Subclasses must override this fixture."""
-        pytest.fail(f"{cls.__name__} must define a class-scoped `image` fixture naming an image with python3")
+        pytest.fail(
+            f"{cls.__name__} must define a class-scoped `image` fixture naming an image with python3"
+        )
 
     @pytest.fixture(scope="class")
     @classmethod
     def image_without_python(cls) -> str:
         """An image with ``/bin/sh`` but no ``python3``; override to run the check that needs it."""
-        pytest.skip("provide an `image_without_python` fixture to check the error for images without python3")
+        pytest.skip(
+            "provide an `image_without_python` fixture to check the error for images without python3"
+        )
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -126,7 +138,9 @@ class RuntimeConformance:
 
     async def remove_behind_back(self, handle: UnitHandle) -> None:
         """Remove the unit without the runtime (``docker rm -f``)."""
-        pytest.skip("override remove_behind_back() to check units removed behind the runtime's back")
+        pytest.skip(
+            "override remove_behind_back() to check units removed behind the runtime's back"
+        )
 
     # -- the suite's own fixtures ----------------------------------------------------------------
 
@@ -163,14 +177,18 @@ class RuntimeConformance:
     async def test_create_reports_image_pull_phases(self, shared: StartedUnit) -> None:
         """``create`` (or, on a runtime whose nodes pull the image when the unit is placed,
         ``start``) reports ``image_pull`` as running, then success; ``waiting`` before that is allowed."""
-        statuses = [s for s in shared.phases.statuses(PHASE_IMAGE_PULL) if s is not PhaseStatus.WAITING]
+        statuses = [
+            s for s in shared.phases.statuses(PHASE_IMAGE_PULL) if s is not PhaseStatus.WAITING
+        ]
         assert statuses, f"no image_pull phase reported: {shared.phases.events!r}"
         assert statuses[0] is PhaseStatus.RUNNING
         assert statuses[-1] is PhaseStatus.SUCCESS
         last = shared.phases.last(PHASE_IMAGE_PULL)
         assert last is not None and last.message, "the final image_pull phase has no message"
 
-    async def test_started_unit_runs_with_published_ports(self, runtime: Runtime, shared: StartedUnit) -> None:
+    async def test_started_unit_runs_with_published_ports(
+        self, runtime: Runtime, shared: StartedUnit
+    ) -> None:
         """A started unit is ``running``, with each of its ports either published by the runtime
         or listed for the engine to forward, and the rocklet reachable: at its published port,
         or (when the engine forwards 22555) at a unix socket."""
@@ -188,13 +206,17 @@ class RuntimeConformance:
         if self.rocklet_host is not None:
             assert status.rocklet_host == self.rocklet_host
 
-    async def test_rocklet_answers_at_the_reported_address(self, units: Units, shared: StartedUnit) -> None:
+    async def test_rocklet_answers_at_the_reported_address(
+        self, units: Units, shared: StartedUnit
+    ) -> None:
         """The rocklet answers ``GET /is_alive`` at the address ``inspect`` reports."""
         response = await units.http.get(f"{shared.url}/is_alive")
         assert response.status_code == 200
         assert response.json()["is_alive"] is True
 
-    async def test_list_finds_units_by_their_labels(self, runtime: Runtime, units: Units, shared: StartedUnit) -> None:
+    async def test_list_finds_units_by_their_labels(
+        self, runtime: Runtime, units: Units, shared: StartedUnit
+    ) -> None:
         """``list`` finds a unit by any subset of its labels, and nothing for labels it lacks."""
         found = await runtime.list(units.labels_for(shared.handle.sandbox_id))
         assert [(h.unit_id, h.sandbox_id, h.runtime) for h in found] == [
@@ -203,7 +225,9 @@ class RuntimeConformance:
         assert shared.handle.unit_id in {h.unit_id for h in await runtime.list(units.labels)}
         assert await runtime.list({**units.labels, LABEL_RUN: "no-such-run"}) == []
 
-    async def test_logs_hold_the_rocklets_output(self, runtime: Runtime, shared: StartedUnit) -> None:
+    async def test_logs_hold_the_rocklets_output(
+        self, runtime: Runtime, shared: StartedUnit
+    ) -> None:
         """``logs`` returns the unit's output (the rocklet writes a line when it listens); ``tail`` cuts it."""
         text = await runtime.logs(shared.handle)
         assert text.strip(), "the logs of a unit whose rocklet started are empty"
@@ -220,7 +244,9 @@ class RuntimeConformance:
         stopped = await runtime.inspect(handle)
         assert stopped.state in (UnitState.EXITED, UnitState.MISSING)
         assert stopped.rocklet_address is None, "a stopped unit reports a rocklet address"
-        await runtime.stop(handle, timeout=self.stop_timeout)  # stopping a stopped unit does nothing
+        await runtime.stop(
+            handle, timeout=self.stop_timeout
+        )  # stopping a stopped unit does nothing
         await runtime.remove(handle)
         assert (await runtime.inspect(handle)).state is UnitState.MISSING
         assert await runtime.list(units.labels_for(handle.sandbox_id)) == []
@@ -232,15 +258,24 @@ class RuntimeConformance:
         with pytest.raises(SandboxNotFound):
             await runtime.logs(handle)
 
-    async def test_a_stopped_unit_keeps_its_files_and_starts_again(self, runtime: Runtime, units: Units) -> None:
+    async def test_a_stopped_unit_keeps_its_files_and_starts_again(
+        self, runtime: Runtime, units: Units
+    ) -> None:
         """Capability ``keeps_files_across_stop``: a stopped unit is ``exited`` with an exit code
         and, started again, has the files written before the stop (``restart()``)."""
         if not runtime.keeps_files_across_stop:
-            pytest.skip(f"runtime {runtime.name!r} declares keeps_files_across_stop=False (no restart of stopped sandboxes)")
+            pytest.skip(
+                f"runtime {runtime.name!r} declares keeps_files_across_stop=False (no restart of stopped sandboxes)"
+            )
         unit = await units.launch()
         handle = unit.handle
         content = f"written before the stop {uuid.uuid4().hex}"
-        await rocklet_call(units.http, unit.url, "/write_file", {"path": "/tmp/rock-conformance.txt", "content": content})
+        await rocklet_call(
+            units.http,
+            unit.url,
+            "/write_file",
+            {"path": "/tmp/rock-conformance.txt", "content": content},
+        )
 
         await runtime.stop(handle, timeout=self.stop_timeout)
         stopped = await runtime.inspect(handle)
@@ -249,7 +284,9 @@ class RuntimeConformance:
 
         status, url = await units.start_ready(handle)
         assert status.state is UnitState.RUNNING
-        answer = await rocklet_call(units.http, url, "/read_file", {"path": "/tmp/rock-conformance.txt"})
+        answer = await rocklet_call(
+            units.http, url, "/read_file", {"path": "/tmp/rock-conformance.txt"}
+        )
         assert answer["content"] == content
         await runtime.remove(handle)
 
@@ -265,7 +302,9 @@ class RuntimeConformance:
 
     # -- failures --------------------------------------------------------------------------------
 
-    async def test_unknown_image_fails_fast_with_the_reason(self, runtime: Runtime, units: Units, unknown_image: str) -> None:
+    async def test_unknown_image_fails_fast_with_the_reason(
+        self, runtime: Runtime, units: Units, unknown_image: str
+    ) -> None:
         """An image nobody has fails ``create`` (or ``start``, where the unit's node pulls it)
         with ImagePullFailed, phase ``failed``, no unit left."""
         phases = PhaseLog()
@@ -309,7 +348,10 @@ class RuntimeConformance:
         unit = await units.launch(units.spec(memory=self.oom_limit))
         script = f"data = b'x' * {self.oom_attempt}; print(len(data))"
         answer = await rocklet_call(
-            units.http, unit.url, "/execute", {"command": ["python3", "-c", script], "shell": False, "timeout": 120}
+            units.http,
+            unit.url,
+            "/execute",
+            {"command": ["python3", "-c", script], "shell": False, "timeout": 120},
         )
         assert answer["exit_code"] in (-9, 137), f"the allocation was not killed: {answer!r}"
         await runtime.stop(unit.handle, timeout=self.stop_timeout)
@@ -317,21 +359,31 @@ class RuntimeConformance:
         assert status.state is UnitState.EXITED
         assert status.oom_killed is True
 
-    async def test_unit_killed_behind_the_back_is_exited_then_missing(self, runtime: Runtime, units: Units) -> None:
+    async def test_unit_killed_behind_the_back_is_exited_then_missing(
+        self, runtime: Runtime, units: Units
+    ) -> None:
         """A unit killed outside the runtime is ``exited``; removed outside it, ``missing``."""
         unit = await units.launch()
         await self.kill_behind_back(unit.handle)
-        status = await wait_for_unit(runtime, unit.handle, lambda s: s.state is UnitState.EXITED, what="exited")
+        status = await wait_for_unit(
+            runtime, unit.handle, lambda s: s.state is UnitState.EXITED, what="exited"
+        )
         assert status.exit_code is not None
         await self.remove_behind_back(unit.handle)
-        await wait_for_unit(runtime, unit.handle, lambda s: s.state is UnitState.MISSING, what="missing")
+        await wait_for_unit(
+            runtime, unit.handle, lambda s: s.state is UnitState.MISSING, what="missing"
+        )
 
-    async def test_assign_gives_a_running_unit_a_new_sandbox_id(self, runtime: Runtime, units: Units) -> None:
+    async def test_assign_gives_a_running_unit_a_new_sandbox_id(
+        self, runtime: Runtime, units: Units
+    ) -> None:
         """``assign`` (when supported, for warm pools): the running unit is known by the new id
         (``list``, ``inspect``), its rocklet keeps answering at the same address, and a taken id
         is refused with :class:`~rock_core.errors.SandboxAlreadyExists`."""
         if not runtime.can_assign:
-            pytest.skip(f"runtime {runtime.name!r} does not support assign() (claimed warm-pool units keep their names)")
+            pytest.skip(
+                f"runtime {runtime.name!r} does not support assign() (claimed warm-pool units keep their names)"
+            )
         unit = await units.launch()
         other = await units.launch()
         new_id = unique_sandbox_id()
@@ -369,7 +421,9 @@ class RuntimeConformance:
 
     # -- archiving -------------------------------------------------------------------------------
 
-    async def test_snapshot_and_restore_bring_back_a_sandboxs_files(self, runtime: Runtime, units: Units) -> None:
+    async def test_snapshot_and_restore_bring_back_a_sandboxs_files(
+        self, runtime: Runtime, units: Units
+    ) -> None:
         """Capability ``snapshot``: a stopped unit's snapshot, restored into a new unit of the
         same spec after the old one is removed, starts with the files it wrote and without the
         image's file it deleted; its ``logs`` part holds the unit's output."""
@@ -379,11 +433,19 @@ class RuntimeConformance:
         assert spec.sandbox_id is not None
         unit = await units.launch(spec)
         content = f"kept across the archive {uuid.uuid4().hex}"
-        await rocklet_call(units.http, unit.url, "/write_file", {"path": "/tmp/rock-archive/kept.txt", "content": content})
+        await rocklet_call(
+            units.http,
+            unit.url,
+            "/write_file",
+            {"path": "/tmp/rock-archive/kept.txt", "content": content},
+        )
         # A file of the image every sandbox image has: a module of python3's standard library.
         script = "import importlib.util, os; p = importlib.util.find_spec('this').origin; os.remove(p); print(p)"
         answer = await rocklet_call(
-            units.http, unit.url, "/execute", {"command": ["python3", "-c", script], "shell": False, "timeout": 60}
+            units.http,
+            unit.url,
+            "/execute",
+            {"command": ["python3", "-c", script], "shell": False, "timeout": 60},
         )
         assert answer["exit_code"] == 0, answer
         deleted = answer["stdout"].strip()
@@ -397,15 +459,26 @@ class RuntimeConformance:
             for chunk in snapshot:
                 yield chunk
 
-        handle = await runtime.restore(spec, replay(), labels=units.labels_for(spec.sandbox_id), rocklet_token=units.token)
-        assert (await runtime.inspect(handle)).state is UnitState.CREATED, "restore started the unit"
+        handle = await runtime.restore(
+            spec, replay(), labels=units.labels_for(spec.sandbox_id), rocklet_token=units.token
+        )
+        assert (await runtime.inspect(handle)).state is UnitState.CREATED, (
+            "restore started the unit"
+        )
         _, url = await units.start_ready(handle)
-        answer = await rocklet_call(units.http, url, "/read_file", {"path": "/tmp/rock-archive/kept.txt"})
+        answer = await rocklet_call(
+            units.http, url, "/read_file", {"path": "/tmp/rock-archive/kept.txt"}
+        )
         assert answer["content"] == content
         answer = await rocklet_call(
-            units.http, url, "/execute", {"command": ["test", "!", "-e", deleted], "shell": False, "timeout": 60}
+            units.http,
+            url,
+            "/execute",
+            {"command": ["test", "!", "-e", deleted], "shell": False, "timeout": 60},
         )
-        assert answer["exit_code"] == 0, f"{deleted}, deleted before the snapshot, is back after the restore"
+        assert answer["exit_code"] == 0, (
+            f"{deleted}, deleted before the snapshot, is back after the restore"
+        )
         await runtime.remove(handle)
 
 
@@ -417,4 +490,6 @@ async def _next_state(watch: Any, handle: UnitHandle, state: UnitState, timeout:
             seen.append((got.sandbox_id, status.state.value))
             if got.sandbox_id == handle.sandbox_id and status.state is state:
                 return status
-    pytest.fail(f"watch() did not report sandbox {handle.sandbox_id} {state.value} within {timeout:.0f}s (saw {seen})")
+    pytest.fail(
+        f"watch() did not report sandbox {handle.sandbox_id} {state.value} within {timeout:.0f}s (saw {seen})"
+    )

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterator, Mapping, Seq
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from rock_core.errors import RuntimeFailure
@@ -167,10 +168,17 @@ class ScriptedRuntime(Runtime):
             await gate.enter(sandbox_id)
 
     def _handle(self, unit_id: str, unit: _Unit) -> UnitHandle:
-        return UnitHandle(self.name, unit_id, unit.sandbox_id, labels=dict(unit.labels), state=unit.state)
+        return UnitHandle(
+            self.name, unit_id, unit.sandbox_id, labels=dict(unit.labels), state=unit.state
+        )
 
     async def create(
-        self, spec: SandboxSpec, *, labels: Mapping[str, str], rocklet_token: str, on_phase: PhaseCallback | None = None
+        self,
+        spec: SandboxSpec,
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
+        on_phase: PhaseCallback | None = None,
     ) -> UnitHandle:
         """Make a unit (created, not started) for ``spec``."""
         assert spec.sandbox_id is not None
@@ -196,7 +204,9 @@ class ScriptedRuntime(Runtime):
         await self._gate("remove", handle.sandbox_id)
         if self.remove_failures > 0:
             self.remove_failures -= 1
-            raise RuntimeFailure("the runtime did not answer", sandbox_id=handle.sandbox_id, attempted="remove")
+            raise RuntimeFailure(
+                "the runtime did not answer", sandbox_id=handle.sandbox_id, attempted="remove"
+            )
         self.units.pop(handle.unit_id, None)
 
     async def inspect(self, handle: UnitHandle) -> RuntimeStatus:
@@ -205,14 +215,17 @@ class ScriptedRuntime(Runtime):
         if unit is None:
             return RuntimeStatus(state=UnitState.MISSING)
         if unit.state is not UnitState.RUNNING:
-            return RuntimeStatus(state=unit.state, exit_code=0 if unit.state is UnitState.EXITED else None)
+            return RuntimeStatus(
+                state=unit.state, exit_code=0 if unit.state is UnitState.EXITED else None
+            )
         host, port = self.rocklet_address
         return RuntimeStatus(state=UnitState.RUNNING, rocklet_host=host, rocklet_port=port)
 
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
         """The units carrying every one of ``labels``, with their labels and state."""
         return [
-            self._handle(unit_id, unit) for unit_id, unit in self.units.items()
+            self._handle(unit_id, unit)
+            for unit_id, unit in self.units.items()
             if all(unit.labels.get(k) == v for k, v in labels.items())
         ]
 
@@ -231,7 +244,9 @@ class ScriptedRuntime(Runtime):
         """:data:`SNAPSHOT_SIZE` bytes naming the unit's sandbox, in 64 KiB chunks."""
         await self._gate("snapshot", handle.sandbox_id)
         if handle.unit_id not in self.units:
-            raise RuntimeFailure(f"unit {handle.unit_id} is gone", sandbox_id=handle.sandbox_id, attempted="snapshot")
+            raise RuntimeFailure(
+                f"unit {handle.unit_id} is gone", sandbox_id=handle.sandbox_id, attempted="snapshot"
+            )
         header = _SNAPSHOT_MAGIC + handle.sandbox_id.encode() + b"\n"
         failure = self.snapshot_failure
 
@@ -244,12 +259,17 @@ class ScriptedRuntime(Runtime):
                 n = min(left, 64 * 1024)
                 yield b"\0" * n
                 left -= n
-                await anyio.sleep(0)
+                await anyio.lowlevel.checkpoint()
 
         return chunks()
 
     async def restore(
-        self, spec: SandboxSpec, snapshot: AsyncIterable[bytes], *, labels: Mapping[str, str], rocklet_token: str
+        self,
+        spec: SandboxSpec,
+        snapshot: AsyncIterable[bytes],
+        *,
+        labels: Mapping[str, str],
+        rocklet_token: str,
     ) -> UnitHandle:
         """A created unit for ``spec``, if ``snapshot`` is a whole snapshot of its sandbox."""
         assert spec.sandbox_id is not None
@@ -260,10 +280,14 @@ class ScriptedRuntime(Runtime):
             if len(head) < 256:
                 head += chunk[:256]
             size += len(chunk)
-        if not head.startswith(_SNAPSHOT_MAGIC + spec.sandbox_id.encode() + b"\n") or size != SNAPSHOT_SIZE:
+        if (
+            not head.startswith(_SNAPSHOT_MAGIC + spec.sandbox_id.encode() + b"\n")
+            or size != SNAPSHOT_SIZE
+        ):
             raise RuntimeFailure(
                 f"snapshot of sandbox {spec.sandbox_id} is corrupt ({size} bytes, starting {head[:32]!r})",
-                sandbox_id=spec.sandbox_id, attempted="restore",
+                sandbox_id=spec.sandbox_id,
+                attempted="restore",
             )
         unit_id = f"unit-{next(self._ids)}"
         unit = self.units[unit_id] = _Unit(spec.sandbox_id, dict(labels))

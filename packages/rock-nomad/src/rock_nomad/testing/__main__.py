@@ -15,28 +15,51 @@ from rock_nomad.testing.server import StandInNomad
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rock_nomad.testing", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rock_nomad.testing", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--nodes", type=int, default=3, help="client nodes to simulate (default 3)")
-    parser.add_argument("--cpu", type=int, default=4000, help="each node's CPU in MHz (default 4000)")
+    parser.add_argument(
+        "--cpu", type=int, default=4000, help="each node's CPU in MHz (default 4000)"
+    )
     parser.add_argument("--cores", type=int, default=4, help="each node's cores (default 4)")
-    parser.add_argument("--memory", type=int, default=4096, help="each node's memory in MB (default 4096)")
-    parser.add_argument("--disk", type=int, default=100_000, help="each node's disk in MB (default 100000)")
+    parser.add_argument(
+        "--memory", type=int, default=4096, help="each node's memory in MB (default 4096)"
+    )
+    parser.add_argument(
+        "--disk", type=int, default=100_000, help="each node's disk in MB (default 100000)"
+    )
     parser.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="API port (default: a free one)")
-    parser.add_argument("--first-address", default="127.0.0.2", help="first node's loopback address")
+    parser.add_argument(
+        "--first-address", default="127.0.0.2", help="first node's loopback address"
+    )
     parser.add_argument("--acl", action="store_true", help="require ACL tokens")
     parser.add_argument("--token", default=None, help="the management token's secret (with --acl)")
     parser.add_argument("--algorithm", choices=("binpack", "spread"), default="binpack")
-    parser.add_argument("--scheduler-delay", type=float, default=0.0, help="seconds before each evaluation")
-    parser.add_argument("--start-delay", type=float, default=0.0, help="seconds before each allocation's setup")
+    parser.add_argument(
+        "--scheduler-delay", type=float, default=0.0, help="seconds before each evaluation"
+    )
+    parser.add_argument(
+        "--start-delay", type=float, default=0.0, help="seconds before each allocation's setup"
+    )
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     nomad = StandInNomad(
-        nodes=args.nodes, node_cpu=args.cpu, node_cores=args.cores, node_memory=args.memory, node_disk=args.disk,
-        host=args.host, port=args.port, first_address=args.first_address, acl=args.acl,
-        management_token=args.token, algorithm=args.algorithm, scheduler_delay=args.scheduler_delay,
+        nodes=args.nodes,
+        node_cpu=args.cpu,
+        node_cores=args.cores,
+        node_memory=args.memory,
+        node_disk=args.disk,
+        host=args.host,
+        port=args.port,
+        first_address=args.first_address,
+        acl=args.acl,
+        management_token=args.token,
+        algorithm=args.algorithm,
+        scheduler_delay=args.scheduler_delay,
         start_delay=args.start_delay,
     )
     with nomad:
@@ -44,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.acl:
             print(f"NOMAD_TOKEN={nomad.management_token}", flush=True)
         for node in nomad.nodes():
-            print(f"node {node['Name']} {node['ID']} {node['Address']}", file=sys.stderr, flush=True)
+            print(
+                f"node {node['Name']} {node['ID']} {node['Address']}", file=sys.stderr, flush=True
+            )
         while not stop.wait(1.0):
             pass
     return 0

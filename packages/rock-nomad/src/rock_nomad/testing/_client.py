@@ -57,14 +57,54 @@ DEFAULT_NETWORK = "bridge"
 #: The docker driver ``Config`` keys the stand-in understands. Any other key fails the task with
 #: "Failed Validation", as an unknown key fails Nomad's own config decoding.
 KNOWN_CONFIG = {
-    "image", "command", "args", "entrypoint", "work_dir", "ports", "labels", "network_mode", "hostname",
-    "volumes", "mount", "mounts", "cap_add", "cap_drop", "init", "tty", "interactive", "shm_size", "pids_limit",
-    "security_opt", "sysctl", "ulimit", "readonly_rootfs", "dns_servers", "extra_hosts", "runtime",
-    "oom_score_adj", "force_pull", "image_pull_timeout", "cpu_hard_limit", "cpu_cfs_period", "memory_hard_limit",
-    "privileged", "auth_soft_fail", "logging", "healthchecks", "labels", "group_add", "ipc_mode", "pid_mode",
-    "uts_mode", "userns_mode",
+    "image",
+    "command",
+    "args",
+    "entrypoint",
+    "work_dir",
+    "ports",
+    "labels",
+    "network_mode",
+    "hostname",
+    "volumes",
+    "mount",
+    "mounts",
+    "cap_add",
+    "cap_drop",
+    "init",
+    "tty",
+    "interactive",
+    "shm_size",
+    "pids_limit",
+    "security_opt",
+    "sysctl",
+    "ulimit",
+    "readonly_rootfs",
+    "dns_servers",
+    "extra_hosts",
+    "runtime",
+    "oom_score_adj",
+    "force_pull",
+    "image_pull_timeout",
+    "cpu_hard_limit",
+    "cpu_cfs_period",
+    "memory_hard_limit",
+    "privileged",
+    "auth_soft_fail",
+    "logging",
+    "healthchecks",
+    "group_add",
+    "ipc_mode",
+    "pid_mode",
+    "uts_mode",
+    "userns_mode",
 }
-_CHECKSUMS = {"md5": hashlib.md5, "sha1": hashlib.sha1, "sha256": hashlib.sha256, "sha512": hashlib.sha512}
+_CHECKSUMS = {
+    "md5": hashlib.md5,
+    "sha1": hashlib.sha1,
+    "sha256": hashlib.sha256,
+    "sha512": hashlib.sha512,
+}
 _INTERPOLATION = re.compile(r"\$\{([^}]+)\}")
 _LOG_KEEP = 256 * 1024
 
@@ -90,8 +130,14 @@ class Faults:
 class TaskRunner:
     """One task of one allocation: setup, container, restarts, kill."""
 
-    def __init__(self, sim: DockerClientSim, alloc: dict[str, Any], task: dict[str, Any], node: dict[str, Any],
-                 spec: NodeSpec) -> None:
+    def __init__(
+        self,
+        sim: DockerClientSim,
+        alloc: dict[str, Any],
+        task: dict[str, Any],
+        node: dict[str, Any],
+        spec: NodeSpec,
+    ) -> None:
         self.sim = sim
         self.alloc_id = alloc["ID"]
         self.alloc = alloc
@@ -113,12 +159,22 @@ class TaskRunner:
     def report(self, kind: str, message: str, **fields: Any) -> None:
         details = fields.pop("details", {})
         state_fields = fields.pop("state", {})
-        self.sim.cluster.client_update(self.alloc_id, task=self.name,
-                                       event=task_event(kind, message, Details=details, **fields), **state_fields)
+        self.sim.cluster.client_update(
+            self.alloc_id,
+            task=self.name,
+            event=task_event(kind, message, Details=details, **fields),
+            **state_fields,
+        )
 
     def fail(self, event: dict[str, Any]) -> None:
-        self.sim.cluster.client_update(self.alloc_id, task=self.name, event=event, State="dead", Failed=True,
-                                       FinishedAt=rfc3339())
+        self.sim.cluster.client_update(
+            self.alloc_id,
+            task=self.name,
+            event=event,
+            State="dead",
+            Failed=True,
+            FinishedAt=rfc3339(),
+        )
 
     # -- the task's life -----------------------------------------------------------------------
 
@@ -131,7 +187,14 @@ class TaskRunner:
             self.fail(failure.event)
         except Exception as exc:  # noqa: BLE001 - a stand-in bug must show in the task's events
             log.exception("stand-in task runner for %s/%s failed", self.alloc_id, self.name)
-            self.fail(task_event("Driver Failure", f"stand-in client error: {exc}", DriverError=str(exc), FailsTask=True))
+            self.fail(
+                task_event(
+                    "Driver Failure",
+                    f"stand-in client error: {exc}",
+                    DriverError=str(exc),
+                    FailsTask=True,
+                )
+            )
         finally:
             await self._remove_container()
 
@@ -169,11 +232,18 @@ class TaskRunner:
             details = {"exit_code": str(exit_code)}
             if oom:
                 details["oom_killed"] = "true"
-            self.report("Terminated", display, ExitCode=exit_code, Signal=0, details=details,
-                        Message="OOM Killed" if oom else "")
+            self.report(
+                "Terminated",
+                display,
+                ExitCode=exit_code,
+                Signal=0,
+                details=details,
+                Message="OOM Killed" if oom else "",
+            )
             if self.job_type == "batch" and exit_code == 0 and not oom:
-                self.sim.cluster.client_update(self.alloc_id, task=self.name, State="dead", Failed=False,
-                                               FinishedAt=rfc3339())
+                self.sim.cluster.client_update(
+                    self.alloc_id, task=self.name, State="dead", Failed=False, FinishedAt=rfc3339()
+                )
                 return
             delay = self._restart_delay(attempts)
             if delay is None:
@@ -181,12 +251,19 @@ class TaskRunner:
                 if int(policy["Attempts"]) == 0:
                     why = "Policy allows no restarts"
                 else:
-                    why = (f"Exceeded allowed attempts {policy['Attempts']} in interval "
-                           f"{int(policy['Interval']) // SECOND}s and mode is \"fail\"")
+                    why = (
+                        f"Exceeded allowed attempts {policy['Attempts']} in interval "
+                        f'{int(policy["Interval"]) // SECOND}s and mode is "fail"'
+                    )
                 self.fail(task_event("Not Restarting", why, FailsTask=True, RestartReason=why))
                 return
-            self.report("Restarting", f"Task restarting in {delay / SECOND:g}s", StartDelay=delay,
-                        RestartReason="Restart within policy", state={"State": "pending"})
+            self.report(
+                "Restarting",
+                f"Task restarting in {delay / SECOND:g}s",
+                StartDelay=delay,
+                RestartReason="Restart within policy",
+                state={"State": "pending"},
+            )
             await self._sleep_or_kill(delay / SECOND)
             if self.kill_requested.is_set():
                 return self._killed_before_start()
@@ -197,7 +274,11 @@ class TaskRunner:
 
     def _restart_delay(self, attempts: list[int]) -> int | None:
         policy = self.group["RestartPolicy"]
-        limit, interval, delay = int(policy["Attempts"]), int(policy["Interval"]), int(policy["Delay"])
+        limit, interval, delay = (
+            int(policy["Attempts"]),
+            int(policy["Interval"]),
+            int(policy["Delay"]),
+        )
         now = now_ns()
         recent = [t for t in attempts if now - t <= interval]
         if len(recent) < limit:
@@ -208,13 +289,16 @@ class TaskRunner:
         return None
 
     def _killed_before_start(self) -> None:
-        self.report("Killed", "Task successfully killed", state={"State": "dead", "Failed": False,
-                                                                 "FinishedAt": rfc3339()})
+        self.report(
+            "Killed",
+            "Task successfully killed",
+            state={"State": "dead", "Failed": False, "FinishedAt": rfc3339()},
+        )
 
     async def _sleep_or_kill(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self.kill_requested.wait(), seconds)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
     # -- setup -----------------------------------------------------------------------------------
@@ -223,7 +307,12 @@ class TaskRunner:
         root = self.sim.work_dir / self.alloc_id
         alloc_dir = root / "alloc"
         task_dir = root / self.name
-        dirs = {"alloc": alloc_dir, "task": task_dir, "local": task_dir / "local", "secrets": task_dir / "secrets"}
+        dirs = {
+            "alloc": alloc_dir,
+            "task": task_dir,
+            "local": task_dir / "local",
+            "secrets": task_dir / "secrets",
+        }
         for sub in ("data", "logs", "tmp"):
             (alloc_dir / sub).mkdir(parents=True, exist_ok=True)
         for key in ("local", "secrets"):
@@ -234,13 +323,23 @@ class TaskRunner:
         alloc, job, task = self.alloc, self.alloc["Job"], self.task
         res = alloc["AllocatedResources"]["Tasks"][self.name]
         env = {
-            "NOMAD_ALLOC_DIR": "/alloc", "NOMAD_TASK_DIR": "/local", "NOMAD_SECRETS_DIR": "/secrets",
-            "NOMAD_ALLOC_ID": alloc["ID"], "NOMAD_SHORT_ALLOC_ID": alloc["ID"][:8], "NOMAD_ALLOC_NAME": alloc["Name"],
-            "NOMAD_ALLOC_INDEX": alloc["Name"].rsplit("[", 1)[-1].rstrip("]"), "NOMAD_JOB_ID": job["ID"],
-            "NOMAD_JOB_NAME": job["Name"], "NOMAD_JOB_PARENT_ID": job.get("ParentID") or "",
-            "NOMAD_GROUP_NAME": alloc["TaskGroup"], "NOMAD_TASK_NAME": self.name, "NOMAD_NAMESPACE": alloc["Namespace"],
-            "NOMAD_REGION": job["Region"], "NOMAD_DC": self.node["Datacenter"],
-            "NOMAD_CPU_LIMIT": str(res["Cpu"]["CpuShares"]), "NOMAD_MEMORY_LIMIT": str(res["Memory"]["MemoryMB"]),
+            "NOMAD_ALLOC_DIR": "/alloc",
+            "NOMAD_TASK_DIR": "/local",
+            "NOMAD_SECRETS_DIR": "/secrets",
+            "NOMAD_ALLOC_ID": alloc["ID"],
+            "NOMAD_SHORT_ALLOC_ID": alloc["ID"][:8],
+            "NOMAD_ALLOC_NAME": alloc["Name"],
+            "NOMAD_ALLOC_INDEX": alloc["Name"].rsplit("[", 1)[-1].rstrip("]"),
+            "NOMAD_JOB_ID": job["ID"],
+            "NOMAD_JOB_NAME": job["Name"],
+            "NOMAD_JOB_PARENT_ID": job.get("ParentID") or "",
+            "NOMAD_GROUP_NAME": alloc["TaskGroup"],
+            "NOMAD_TASK_NAME": self.name,
+            "NOMAD_NAMESPACE": alloc["Namespace"],
+            "NOMAD_REGION": job["Region"],
+            "NOMAD_DC": self.node["Datacenter"],
+            "NOMAD_CPU_LIMIT": str(res["Cpu"]["CpuShares"]),
+            "NOMAD_MEMORY_LIMIT": str(res["Memory"]["MemoryMB"]),
         }
         if res["Memory"]["MemoryMaxMB"]:
             env["NOMAD_MEMORY_MAX_LIMIT"] = str(res["Memory"]["MemoryMaxMB"])
@@ -277,9 +376,14 @@ class TaskRunner:
                 return node["Attributes"].get(name[5:], match.group(0))
             if name.startswith("meta."):
                 return (node.get("Meta") or {}).get(name[5:], match.group(0))
-            known = {"node.unique.id": node["ID"], "node.unique.name": node["Name"],
-                     "node.datacenter": node["Datacenter"], "node.class": node["NodeClass"],
-                     "node.region": self.alloc["Job"]["Region"], "node.pool": node["NodePool"]}
+            known = {
+                "node.unique.id": node["ID"],
+                "node.unique.name": node["Name"],
+                "node.datacenter": node["Datacenter"],
+                "node.class": node["NodeClass"],
+                "node.region": self.alloc["Job"]["Region"],
+                "node.pool": node["NodePool"],
+            }
             return known.get(name, match.group(0))
 
         return _INTERPOLATION.sub(value, text)
@@ -287,17 +391,32 @@ class TaskRunner:
     def _config(self, env: dict[str, str]) -> dict[str, Any]:
         config = dict(self.task.get("Config") or {})
         if self.task["Driver"] != "docker":
-            raise TaskFailed(task_event("Failed Validation", f"driver {self.task['Driver']!r} is not run by the stand-in",
-                                        ValidationError="unsupported driver", FailsTask=True))
+            raise TaskFailed(
+                task_event(
+                    "Failed Validation",
+                    f"driver {self.task['Driver']!r} is not run by the stand-in",
+                    ValidationError="unsupported driver",
+                    FailsTask=True,
+                )
+            )
         unknown = sorted(set(config) - KNOWN_CONFIG)
-        problems = [f'Unsupported argument; An argument named "{key}" is not expected here.' for key in unknown]
+        problems = [
+            f'Unsupported argument; An argument named "{key}" is not expected here.'
+            for key in unknown
+        ]
         if not config.get("image"):
-            problems.append('Missing required argument; The argument "image" is required, but no definition was found.')
+            problems.append(
+                'Missing required argument; The argument "image" is required, but no definition was found.'
+            )
         if config.get("network_mode") == "host":
-            problems.append('network_mode "host" is refused by the stand-in: its traffic stays on loopback addresses')
+            problems.append(
+                'network_mode "host" is refused by the stand-in: its traffic stays on loopback addresses'
+            )
         if problems:
             text = "; ".join(problems)
-            raise TaskFailed(task_event("Failed Validation", text, ValidationError=text, FailsTask=True))
+            raise TaskFailed(
+                task_event("Failed Validation", text, ValidationError=text, FailsTask=True)
+            )
         for key in ("image", "command", "entrypoint", "work_dir", "hostname"):
             if isinstance(config.get(key), str):
                 config[key] = self.interpolate(config[key], env)
@@ -306,14 +425,18 @@ class TaskRunner:
                 config[key] = [self.interpolate(str(a), env) for a in config[key]]
         return config
 
-    async def _download(self, artifact: dict[str, Any], task_dir: Path, env: dict[str, str]) -> None:
+    async def _download(
+        self, artifact: dict[str, Any], task_dir: Path, env: dict[str, str]
+    ) -> None:
         source = self.interpolate(artifact["GetterSource"], env)
         options = dict(artifact.get("GetterOptions") or {})
         mode = artifact.get("GetterMode") or "any"
 
         def failed(reason: str) -> TaskFailed:
             text = f"GET error: error downloading '{source}': {reason}"
-            return TaskFailed(task_event("Failed Artifact Download", text, DownloadError=text, FailsTask=True))
+            return TaskFailed(
+                task_event("Failed Artifact Download", text, DownloadError=text, FailsTask=True)
+            )
 
         if urlsplit(source).scheme not in ("http", "https"):
             raise failed("the stand-in downloads only http and https artifacts")
@@ -333,8 +456,9 @@ class TaskRunner:
         target = dest if mode == "file" else dest / filename
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            async with self.sim.http.stream("GET", source, params=options or None,
-                                            headers=artifact.get("GetterHeaders") or None) as response:
+            async with self.sim.http.stream(
+                "GET", source, params=options or None, headers=artifact.get("GetterHeaders") or None
+            ) as response:
                 if response.status_code != 200:
                     raise failed(f"bad response code: {response.status_code}")
                 with open(target, "wb") as out:
@@ -359,10 +483,19 @@ class TaskRunner:
                 with tarfile.open(target) as tf:
                     try:
                         tf.extractall(dest, filter="data")  # no links or paths out of dest
-                    except TypeError:  # a Python without extraction filters: keep plain members inside dest
-                        tf.extractall(dest, members=[
-                            m for m in tf.getmembers() if (m.isfile() or m.isdir()) and not m.name.startswith("/")
-                            and ".." not in PurePosixPath(m.name).parts])
+                    except (
+                        TypeError
+                    ):  # a Python without extraction filters: keep plain members inside dest
+                        tf.extractall(
+                            dest,
+                            members=[
+                                m
+                                for m in tf.getmembers()
+                                if (m.isfile() or m.isdir())
+                                and not m.name.startswith("/")
+                                and ".." not in PurePosixPath(m.name).parts
+                            ],
+                        )
                 target.unlink()
 
     async def _render(self, template: dict[str, Any], task_dir: Path, env: dict[str, str]) -> None:
@@ -387,8 +520,14 @@ class TaskRunner:
         told_missing = False
         while True:
             try:
-                rendered = render(text, env=env, variable=self._variable, namespace=self.alloc["Namespace"],
-                                  left=left, right=right)
+                rendered = render(
+                    text,
+                    env=env,
+                    variable=self._variable,
+                    namespace=self.alloc["Namespace"],
+                    left=left,
+                    right=right,
+                )
                 break
             except TemplateError as exc:
                 raise failed(str(exc)) from None
@@ -396,7 +535,10 @@ class TaskRunner:
                 if not told_missing:
                     told_missing = True
                     region = self.alloc["Job"]["Region"]
-                    self.report("Template", f"Missing: nomad.var.block({missing.path}@{missing.namespace}.{region})")
+                    self.report(
+                        "Template",
+                        f"Missing: nomad.var.block({missing.path}@{missing.namespace}.{region})",
+                    )
                 changed = self.sim.cluster.changed
                 waiting = asyncio.ensure_future(changed.wait())
                 killed = asyncio.ensure_future(self.kill_requested.wait())
@@ -426,32 +568,48 @@ class TaskRunner:
         if namespace != own_namespace or not workload_may_read(
             path, job_id=self.alloc["JobID"], group=self.alloc["TaskGroup"], task=self.name
         ):
-            raise TemplateError(f"nomad.var.block({path}@{namespace}): Permission denied: the task's workload "
-                                f"identity reads only nomad/jobs/{self.alloc['JobID']} (and below) in {own_namespace!r}")
+            raise TemplateError(
+                f"nomad.var.block({path}@{namespace}): Permission denied: the task's workload "
+                f"identity reads only nomad/jobs/{self.alloc['JobID']} (and below) in {own_namespace!r}"
+            )
         var = self.sim.cluster.variables.get(namespace, path)
         return dict(var["Items"]) if var is not None else None
 
     async def _ensure_image(self, image: str, config: dict[str, Any]) -> None:
         for pattern, reason in list(self.sim.faults.image_pull_failures.items()):
             if fnmatch.fnmatchcase(image, pattern):
-                self.report("Driver", f"Downloading image {image}", DriverMessage=f"Downloading image {image}")
+                self.report(
+                    "Driver",
+                    f"Downloading image {image}",
+                    DriverMessage=f"Downloading image {image}",
+                )
                 text = f"Failed to pull `{image}`: {reason}"
-                raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True))
+                raise TaskFailed(
+                    task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+                )
         present = await self.sim.call(_image_present, self.sim.docker, image)
         if present and not config.get("force_pull"):
             return
-        self.report("Driver", f"Downloading image {image}", DriverMessage=f"Downloading image {image}")
+        self.report(
+            "Driver", f"Downloading image {image}", DriverMessage=f"Downloading image {image}"
+        )
         timeout = parse_duration(str(config.get("image_pull_timeout") or "5m"))
         try:
             await asyncio.wait_for(self.sim.call(self.sim.docker.images.pull, image), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             text = f"Failed to pull `{image}`: image pull did not finish within {timeout:g}s"
-            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from None
+            raise TaskFailed(
+                task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+            ) from None
         except docker.errors.DockerException as exc:
             text = f"Failed to pull `{image}`: {_docker_text(exc)}"
-            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from exc
+            raise TaskFailed(
+                task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+            ) from exc
 
-    async def _create(self, config: dict[str, Any], env: dict[str, str], dirs: dict[str, Path]) -> None:
+    async def _create(
+        self, config: dict[str, Any], env: dict[str, str], dirs: dict[str, Path]
+    ) -> None:
         res = self.alloc["AllocatedResources"]["Tasks"][self.name]
         cpu = max(2, int(res["Cpu"]["CpuShares"]))
         memory = int(res["Memory"]["MemoryMB"])
@@ -463,19 +621,25 @@ class TaskRunner:
             "labels": self._labels(config),
             "detach": True,
             "cpu_shares": cpu,
-            "volumes": {str(dirs["alloc"]): {"bind": "/alloc", "mode": "rw"},
-                        str(dirs["local"]): {"bind": "/local", "mode": "rw"},
-                        str(dirs["secrets"]): {"bind": "/secrets", "mode": "rw"}},
+            "volumes": {
+                str(dirs["alloc"]): {"bind": "/alloc", "mode": "rw"},
+                str(dirs["local"]): {"bind": "/local", "mode": "rw"},
+                str(dirs["secrets"]): {"bind": "/secrets", "mode": "rw"},
+            },
         }
         if memory_max > 0 or hard > 0:
             limit = max(hard, memory_max)
-            kwargs.update(mem_limit=f"{limit}m", memswap_limit=f"{limit}m", mem_reservation=f"{memory}m")
+            kwargs.update(
+                mem_limit=f"{limit}m", memswap_limit=f"{limit}m", mem_reservation=f"{memory}m"
+            )
         else:
             kwargs.update(mem_limit=f"{memory}m", memswap_limit=f"{memory}m")
         if config.get("cpu_hard_limit"):
             period = int(config.get("cpu_cfs_period") or 100_000)
             share = cpu / max(1, self.spec.cpu_mhz)
-            kwargs.update(cpu_period=period, cpu_quota=max(1000, int(share * period * self.spec.cores)))
+            kwargs.update(
+                cpu_period=period, cpu_quota=max(1000, int(share * period * self.spec.cores))
+            )
         command = config.get("command")
         args = list(config.get("args") or [])
         cmd = ([command] if command else []) + args
@@ -492,12 +656,25 @@ class TaskRunner:
             kwargs["stop_signal"] = self.task["KillSignal"]
         if self.task.get("User"):
             kwargs["user"] = self.task["User"]
-        for key, arg in (("cap_add", "cap_add"), ("cap_drop", "cap_drop"), ("init", "init"), ("tty", "tty"),
-                         ("interactive", "stdin_open"), ("pids_limit", "pids_limit"), ("security_opt", "security_opt"),
-                         ("readonly_rootfs", "read_only"), ("dns_servers", "dns"), ("runtime", "runtime"),
-                         ("oom_score_adj", "oom_score_adj"), ("shm_size", "shm_size"), ("group_add", "group_add"),
-                         ("ipc_mode", "ipc_mode"), ("pid_mode", "pid_mode"), ("uts_mode", "uts_mode"),
-                         ("userns_mode", "userns_mode")):
+        for key, arg in (
+            ("cap_add", "cap_add"),
+            ("cap_drop", "cap_drop"),
+            ("init", "init"),
+            ("tty", "tty"),
+            ("interactive", "stdin_open"),
+            ("pids_limit", "pids_limit"),
+            ("security_opt", "security_opt"),
+            ("readonly_rootfs", "read_only"),
+            ("dns_servers", "dns"),
+            ("runtime", "runtime"),
+            ("oom_score_adj", "oom_score_adj"),
+            ("shm_size", "shm_size"),
+            ("group_add", "group_add"),
+            ("ipc_mode", "ipc_mode"),
+            ("pid_mode", "pid_mode"),
+            ("uts_mode", "uts_mode"),
+            ("userns_mode", "userns_mode"),
+        ):
             if config.get(key) is not None:
                 kwargs[arg] = config[key]
         if config.get("sysctl"):
@@ -510,24 +687,38 @@ class TaskRunner:
         for volume in config.get("volumes") or []:
             parts = volume.split(":")
             host = parts[0] if parts[0].startswith("/") else str(dirs["task"] / parts[0])
-            kwargs["volumes"][host] = {"bind": parts[1], "mode": parts[2] if len(parts) > 2 else "rw"}
+            kwargs["volumes"][host] = {
+                "bind": parts[1],
+                "mode": parts[2] if len(parts) > 2 else "rw",
+            }
         ports = {}
         published = config.get("ports") or []
-        by_label = {p["Label"]: p for p in self.alloc["AllocatedResources"]["Shared"]["Ports"] or []}
+        by_label = {
+            p["Label"]: p for p in self.alloc["AllocatedResources"]["Shared"]["Ports"] or []
+        }
         for label in published:
             port = by_label.get(label)
             if port is None:
                 text = f'Port "{label}" not found, check network block'
-                raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True))
+                raise TaskFailed(
+                    task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+                )
             inside = port["To"] if port["To"] and port["To"] > 0 else port["Value"]
-            ports[f"{inside}/tcp"] = (port["HostIP"], port["Value"])  # Nomad also publishes udp; tcp is enough here
+            ports[f"{inside}/tcp"] = (
+                port["HostIP"],
+                port["Value"],
+            )  # Nomad also publishes udp; tcp is enough here
         if ports and config.get("network_mode") != "none":
             kwargs["ports"] = ports
         try:
-            container_id = await self.sim.call(_create_container, self.sim.docker, config["image"], kwargs)
+            container_id = await self.sim.call(
+                _create_container, self.sim.docker, config["image"], kwargs
+            )
         except docker.errors.DockerException as exc:
             text = f"failed to create container: {_docker_text(exc)}"
-            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from exc
+            raise TaskFailed(
+                task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+            ) from exc
         self.container_id = container_id
         self.sim.containers[container_id] = self
 
@@ -540,24 +731,37 @@ class TaskRunner:
             text = f"failed to create container: API error (404): network {name} not found"
             raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True))
         try:
-            return await self.sim.node_network(self.node["Name"], name, self.spec.docker_networks.get(name, {}))
+            return await self.sim.node_network(
+                self.node["Name"], name, self.spec.docker_networks.get(name, {})
+            )
         except docker.errors.DockerException as exc:
             text = f"failed to create container: network {name}: {_docker_text(exc)}"
-            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from exc
+            raise TaskFailed(
+                task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+            ) from exc
 
     def _labels(self, config: dict[str, Any]) -> dict[str, str]:
         labels: dict[str, str] = {}
         for key, value in _one_map(config.get("labels") or {}).items():
-            if not key.startswith("rock."):  # rock's reapers own rock.* labels; never copy them here
+            if not key.startswith(
+                "rock."
+            ):  # rock's reapers own rock.* labels; never copy them here
                 labels[key] = str(value)
         job = self.alloc["Job"]
-        labels.update({
-            "com.hashicorp.nomad.alloc_id": self.alloc_id, "com.hashicorp.nomad.job_id": job["ID"],
-            "com.hashicorp.nomad.job_name": job["Name"], "com.hashicorp.nomad.task_group_name": self.alloc["TaskGroup"],
-            "com.hashicorp.nomad.task_name": self.name, "com.hashicorp.nomad.namespace": self.alloc["Namespace"],
-            "com.hashicorp.nomad.node_id": self.node["ID"], "com.hashicorp.nomad.node_name": self.node["Name"],
-            LABEL_SERVER: self.sim.server_id, LABEL_OWNER: self.sim.owner,
-        })
+        labels.update(
+            {
+                "com.hashicorp.nomad.alloc_id": self.alloc_id,
+                "com.hashicorp.nomad.job_id": job["ID"],
+                "com.hashicorp.nomad.job_name": job["Name"],
+                "com.hashicorp.nomad.task_group_name": self.alloc["TaskGroup"],
+                "com.hashicorp.nomad.task_name": self.name,
+                "com.hashicorp.nomad.namespace": self.alloc["Namespace"],
+                "com.hashicorp.nomad.node_id": self.node["ID"],
+                "com.hashicorp.nomad.node_name": self.node["Name"],
+                LABEL_SERVER: self.sim.server_id,
+                LABEL_OWNER: self.sim.owner,
+            }
+        )
         return labels
 
     async def _start(self) -> None:
@@ -568,8 +772,12 @@ class TaskRunner:
             await self.sim.call(self.sim.docker.api.start, self.container_id)
         except docker.errors.DockerException as exc:
             text = f"failed to start container {self.container_id}: {_docker_text(exc)}"
-            raise TaskFailed(task_event("Driver Failure", text, DriverError=text, FailsTask=True)) from exc
-        self.report("Started", "Task started by client", state={"State": "running", "StartedAt": rfc3339()})
+            raise TaskFailed(
+                task_event("Driver Failure", text, DriverError=text, FailsTask=True)
+            ) from exc
+        self.report(
+            "Started", "Task started by client", state={"State": "running", "StartedAt": rfc3339()}
+        )
 
     async def _wait(self) -> tuple[int, bool] | None:
         assert self.exited is not None
@@ -592,39 +800,58 @@ class TaskRunner:
 
     async def _kill(self) -> None:
         timeout = int(self.task.get("KillTimeout") or 5 * SECOND)
-        self.report("Killing", f"Sent interrupt. Waiting {timeout / SECOND:g}s before force killing",
-                    KillTimeout=timeout)
+        self.report(
+            "Killing",
+            f"Sent interrupt. Waiting {timeout / SECOND:g}s before force killing",
+            KillTimeout=timeout,
+        )
         if self.exited is not None and not self.exited.done():
             try:
-                await self.sim.call(self.sim.docker.api.stop, self.container_id, timeout=max(1, timeout // SECOND))
+                await self.sim.call(
+                    self.sim.docker.api.stop, self.container_id, timeout=max(1, timeout // SECOND)
+                )
             except docker.errors.NotFound:
                 pass
             except docker.errors.DockerException as exc:
                 log.warning("stand-in: stopping %s: %s", self.container_id, _docker_text(exc))
             try:  # Docker's die event tells the exit code the kill gave
                 exit_code = await asyncio.wait_for(asyncio.shield(self.exited), 5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             else:
                 # As Nomad's docker driver: the exit result says whether the kernel OOM-killed a
                 # process of the container, whatever ended it.
-                oom = self.oom_seen or await self.sim.call(_oom_killed, self.sim.docker, self.container_id)
+                oom = self.oom_seen or await self.sim.call(
+                    _oom_killed, self.sim.docker, self.container_id
+                )
                 details = {"exit_code": str(exit_code)}
                 if oom:
                     details["oom_killed"] = "true"
-                self.report("Terminated", f"Exit Code: {exit_code}" + (', Exit Message: "OOM Killed"' if oom else ""),
-                            ExitCode=exit_code, details=details, Message="OOM Killed" if oom else "")
+                self.report(
+                    "Terminated",
+                    f"Exit Code: {exit_code}" + (', Exit Message: "OOM Killed"' if oom else ""),
+                    ExitCode=exit_code,
+                    details=details,
+                    Message="OOM Killed" if oom else "",
+                )
         await self._capture_logs()
-        self.report("Killed", "Task successfully killed", state={"State": "dead", "Failed": False,
-                                                                 "FinishedAt": rfc3339()})
+        self.report(
+            "Killed",
+            "Task successfully killed",
+            state={"State": "dead", "Failed": False, "FinishedAt": rfc3339()},
+        )
 
     async def _capture_logs(self) -> None:
         if self.container_id is None:
             return
         for kind in ("stdout", "stderr"):
             try:
-                data = await self.sim.call(self.sim.docker.api.logs, self.container_id,
-                                           stdout=kind == "stdout", stderr=kind == "stderr")
+                data = await self.sim.call(
+                    self.sim.docker.api.logs,
+                    self.container_id,
+                    stdout=kind == "stdout",
+                    stderr=kind == "stderr",
+                )
             except docker.errors.DockerException:
                 continue
             self.logs[kind] = data[-_LOG_KEEP:]
@@ -639,7 +866,9 @@ class TaskRunner:
             return
         container_id, self.container_id = self.container_id, None
         try:
-            await self.sim.call(self.sim.docker.api.remove_container, container_id, force=True, v=True)
+            await self.sim.call(
+                self.sim.docker.api.remove_container, container_id, force=True, v=True
+            )
         except docker.errors.NotFound:
             pass
         except docker.errors.DockerException as exc:
@@ -664,8 +893,16 @@ class TaskRunner:
 class DockerClientSim:
     """The client half of every simulated node: runs allocations' tasks on the local Docker."""
 
-    def __init__(self, cluster: Cluster, docker_client: docker.DockerClient, *, server_id: str, owner: str,
-                 work_dir: Path, faults: Faults) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        docker_client: docker.DockerClient,
+        *,
+        server_id: str,
+        owner: str,
+        work_dir: Path,
+        faults: Faults,
+    ) -> None:
         self.cluster = cluster
         self.docker = docker_client
         self.server_id = server_id
@@ -687,8 +924,11 @@ class DockerClientSim:
         download: making an httpx client builds a TLS context, some 20 ms of CPU here, which
         was a quarter of the stand-in's CPU when 100 tasks started at once."""
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=30, follow_redirects=True,
-                                           limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
+            self._http = httpx.AsyncClient(
+                timeout=30,
+                follow_redirects=True,
+                limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
+            )
         return self._http
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -703,12 +943,24 @@ class DockerClientSim:
         async with lock:
             if key not in self.networks:
                 real = f"nomad-stand-in-{self.server_id}-{node}-{name}"
-                labels = {LABEL_SERVER: self.server_id, LABEL_OWNER: self.owner,
-                          "nomad-stand-in.node": node, "nomad-stand-in.network": name}
+                labels = {
+                    LABEL_SERVER: self.server_id,
+                    LABEL_OWNER: self.owner,
+                    "nomad-stand-in.node": node,
+                    "nomad-stand-in.network": name,
+                }
                 # The bridge's interface name is the host's to choose (two nodes would clash).
-                driver_options = {k: v for k, v in options.items() if k != "com.docker.network.bridge.name"}
-                await self.call(self.docker.api.create_network, real, driver="bridge", options=driver_options,
-                                labels=labels, check_duplicate=True)
+                driver_options = {
+                    k: v for k, v in options.items() if k != "com.docker.network.bridge.name"
+                }
+                await self.call(
+                    self.docker.api.create_network,
+                    real,
+                    driver="bridge",
+                    options=driver_options,
+                    labels=labels,
+                    check_duplicate=True,
+                )
                 self.networks[key] = real
             return self.networks[key]
 
@@ -717,8 +969,9 @@ class DockerClientSim:
         runners = [TaskRunner(self, alloc, task, node, spec) for task in group["Tasks"]]
         self.runners[alloc["ID"]] = runners
         loop = asyncio.get_running_loop()
-        self.tasks[alloc["ID"]] = [loop.create_task(self._run_task(alloc["ID"], r), name=f"task {r.name}")
-                                   for r in runners]
+        self.tasks[alloc["ID"]] = [
+            loop.create_task(self._run_task(alloc["ID"], r), name=f"task {r.name}") for r in runners
+        ]
 
     async def _run_task(self, alloc_id: str, runner: TaskRunner) -> None:
         await runner.run()
@@ -756,15 +1009,20 @@ class DockerClientSim:
         for runner in runners:
             if runner.inject(kind, code):
                 asyncio.get_running_loop().create_task(
-                    self.call(self.docker.api.kill, runner.container_id, signal="SIGKILL"))
+                    self.call(self.docker.api.kill, runner.container_id, signal="SIGKILL")
+                )
                 return
-        raise KeyError(f"allocation {alloc_id} has no running task{'' if task is None else ' ' + task}")
+        raise KeyError(
+            f"allocation {alloc_id} has no running task{'' if task is None else ' ' + task}"
+        )
 
     def on_docker_event(self, event: dict[str, Any]) -> None:
         actor = event.get("Actor") or {}
         runner = self.containers.get(actor.get("ID") or event.get("id") or "")
         if runner is not None:
-            runner.on_event(event.get("Action") or event.get("status") or "", actor.get("Attributes") or {})
+            runner.on_event(
+                event.get("Action") or event.get("status") or "", actor.get("Attributes") or {}
+            )
 
     def runner(self, alloc_id: str, task: str) -> TaskRunner | None:
         return next((r for r in self.runners.get(alloc_id, []) if r.name == task), None)

@@ -97,8 +97,17 @@ class Cluster:
         if algorithm not in ("binpack", "spread"):
             raise ValueError(f"algorithm must be 'binpack' or 'spread', not {algorithm!r}")
         self.region = region
-        self.namespaces = {ns: {"Name": ns, "Description": "", "Quota": "", "Meta": None, "CreateIndex": 1,
-                                "ModifyIndex": 1} for ns in namespaces}
+        self.namespaces = {
+            ns: {
+                "Name": ns,
+                "Description": "",
+                "Quota": "",
+                "Meta": None,
+                "CreateIndex": 1,
+                "ModifyIndex": 1,
+            }
+            for ns in namespaces
+        }
         self.algorithm = algorithm
         self.scheduler_delay = scheduler_delay
         self.index = 1
@@ -136,17 +145,42 @@ class Cluster:
         old.set()
         return self.index
 
-    def publish(self, topic: str, kind: str, obj: dict[str, Any], *, key: str, namespace: str = "",
-                filter_keys: list[str] | None = None) -> None:
+    def publish(
+        self,
+        topic: str,
+        kind: str,
+        obj: dict[str, Any],
+        *,
+        key: str,
+        namespace: str = "",
+        filter_keys: list[str] | None = None,
+    ) -> None:
         """Record an event for ``/v1/event/stream`` (the object as it is now)."""
         payload = {k: v for k, v in obj.items() if not k.startswith("_")}
-        event = {"Topic": topic, "Type": kind, "Key": key, "Namespace": namespace, "FilterKeys": filter_keys,
-                 "Index": self.index, "Payload": {topic: payload}}
-        self.events.append((self.index, topic, key, namespace, filter_keys or [],
-                            json.dumps(event, separators=(",", ":"))))
+        event = {
+            "Topic": topic,
+            "Type": kind,
+            "Key": key,
+            "Namespace": namespace,
+            "FilterKeys": filter_keys,
+            "Index": self.index,
+            "Payload": {topic: payload},
+        }
+        self.events.append(
+            (
+                self.index,
+                topic,
+                key,
+                namespace,
+                filter_keys or [],
+                json.dumps(event, separators=(",", ":")),
+            )
+        )
 
     def start(self) -> None:
-        self._worker = asyncio.get_running_loop().create_task(self._run_scheduler(), name="stand-in scheduler")
+        self._worker = asyncio.get_running_loop().create_task(
+            self._run_scheduler(), name="stand-in scheduler"
+        )
 
     async def close(self) -> None:
         self.closing = True
@@ -188,19 +222,47 @@ class Cluster:
                 "nomad.version": "1.10.5",
             },
             "NodeResources": {
-                "Cpu": {"CpuShares": spec.cpu_mhz, "TotalCpuCores": spec.cores, "ReservableCpuCores": list(range(spec.cores))},
+                "Cpu": {
+                    "CpuShares": spec.cpu_mhz,
+                    "TotalCpuCores": spec.cores,
+                    "ReservableCpuCores": list(range(spec.cores)),
+                },
                 "Memory": {"MemoryMB": spec.memory_mb},
                 "Disk": {"DiskMB": spec.disk_mb},
-                "Networks": [{"Mode": "host", "Device": "lo", "CIDR": f"{spec.address}/32", "IP": spec.address,
-                              "MBits": 1000}],
-                "NodeNetworks": [{"Mode": "host", "Device": "lo", "Addresses": [
-                    {"Family": "ipv4", "Alias": "default", "Address": spec.address, "ReservedPorts": "", "Gateway": ""}]}],
+                "Networks": [
+                    {
+                        "Mode": "host",
+                        "Device": "lo",
+                        "CIDR": f"{spec.address}/32",
+                        "IP": spec.address,
+                        "MBits": 1000,
+                    }
+                ],
+                "NodeNetworks": [
+                    {
+                        "Mode": "host",
+                        "Device": "lo",
+                        "Addresses": [
+                            {
+                                "Family": "ipv4",
+                                "Alias": "default",
+                                "Address": spec.address,
+                                "ReservedPorts": "",
+                                "Gateway": "",
+                            }
+                        ],
+                    }
+                ],
                 "Devices": None,
                 "MinDynamicPort": spec.min_dynamic_port,
                 "MaxDynamicPort": spec.max_dynamic_port,
             },
-            "ReservedResources": {"Cpu": {"CpuShares": 0}, "Memory": {"MemoryMB": 0}, "Disk": {"DiskMB": 0},
-                                  "Networks": {"ReservedHostPorts": ""}},
+            "ReservedResources": {
+                "Cpu": {"CpuShares": 0},
+                "Memory": {"MemoryMB": 0},
+                "Disk": {"DiskMB": 0},
+                "Networks": {"ReservedHostPorts": ""},
+            },
             "Links": None,
             "Meta": dict(spec.meta) or None,
             "NodeClass": spec.node_class,
@@ -212,10 +274,24 @@ class Cluster:
             "Status": "ready",
             "StatusDescription": "",
             "StatusUpdatedAt": int(time.time()),
-            "Events": [{"Message": "Node registered", "Subsystem": "Cluster", "Details": None,
-                        "Timestamp": rfc3339(), "CreateIndex": 0}],
-            "Drivers": {"docker": {"Attributes": {"driver.docker": "true"}, "Detected": True, "Healthy": True,
-                                   "HealthDescription": "Healthy", "UpdateTime": rfc3339()}},
+            "Events": [
+                {
+                    "Message": "Node registered",
+                    "Subsystem": "Cluster",
+                    "Details": None,
+                    "Timestamp": rfc3339(),
+                    "CreateIndex": 0,
+                }
+            ],
+            "Drivers": {
+                "docker": {
+                    "Attributes": {"driver.docker": "true"},
+                    "Detected": True,
+                    "Healthy": True,
+                    "HealthDescription": "Healthy",
+                    "UpdateTime": rfc3339(),
+                }
+            },
             "HostVolumes": None,
             "HostNetworks": None,
             "LastDrain": None,
@@ -234,10 +310,29 @@ class Cluster:
                 return node
         raise KeyError(f"no node {name_or_id!r}")
 
-    def node_stub(self, node: dict[str, Any], *, resources: bool = False, os: bool = False) -> dict[str, Any]:
-        stub = {k: node[k] for k in ("Address", "ID", "Datacenter", "Name", "NodeClass", "NodePool", "Drain",
-                                     "SchedulingEligibility", "Status", "StatusDescription", "Drivers",
-                                     "HostVolumes", "LastDrain", "CreateIndex", "ModifyIndex")}
+    def node_stub(
+        self, node: dict[str, Any], *, resources: bool = False, os: bool = False
+    ) -> dict[str, Any]:
+        stub = {
+            k: node[k]
+            for k in (
+                "Address",
+                "ID",
+                "Datacenter",
+                "Name",
+                "NodeClass",
+                "NodePool",
+                "Drain",
+                "SchedulingEligibility",
+                "Status",
+                "StatusDescription",
+                "Drivers",
+                "HostVolumes",
+                "LastDrain",
+                "CreateIndex",
+                "ModifyIndex",
+            )
+        }
         stub["Version"] = node["Attributes"]["nomad.version"]
         stub["Attributes"] = {"os.name": "linux"} if os else None
         stub["NodeResources"] = node["NodeResources"] if resources else None
@@ -259,8 +354,13 @@ class Cluster:
                 continue
             lost.append(alloc["ID"])
             jobs.add((alloc["Namespace"], alloc["JobID"]))
-            self._update_alloc(alloc, DesiredStatus="stop", DesiredDescription=LOST_DESCRIPTION, ClientStatus="lost",
-                               ClientDescription="")
+            self._update_alloc(
+                alloc,
+                DesiredStatus="stop",
+                DesiredDescription=LOST_DESCRIPTION,
+                ClientStatus="lost",
+                ClientDescription="",
+            )
             if self.client is not None:
                 self.client.forget(alloc["ID"])
         for ns, job_id in jobs:
@@ -292,7 +392,9 @@ class Cluster:
 
     # -- jobs -----------------------------------------------------------------------------------
 
-    def register(self, body: dict[str, Any], *, namespace: str | None, path_id: str | None) -> dict[str, Any]:
+    def register(
+        self, body: dict[str, Any], *, namespace: str | None, path_id: str | None
+    ) -> dict[str, Any]:
         job = body.get("Job")
         if not isinstance(job, dict):
             raise NomadError(400, "Job must be specified")
@@ -310,7 +412,9 @@ class Cluster:
             errors = validate_job(job)
         except (TypeError, AttributeError, KeyError, ValueError) as exc:
             # A field of the wrong JSON type: Nomad's decoder refuses the body.
-            raise NomadError(400, f"json: cannot unmarshal the job: a field has the wrong type ({exc})") from None
+            raise NomadError(
+                400, f"json: cannot unmarshal the job: a field has the wrong type ({exc})"
+            ) from None
         if errors:
             raise NomadError(500, multierror(errors))
         key = (ns, job["ID"])
@@ -322,18 +426,36 @@ class Cluster:
             if expected != 0 and old is None:
                 raise NomadError(500, f"Enforcing job modify index {expected}: job does not exist")
             if old is not None and expected != old["JobModifyIndex"]:
-                raise NomadError(500, f"Enforcing job modify index {expected}: job exists with conflicting job modify index: {old['JobModifyIndex']}")
+                raise NomadError(
+                    500,
+                    f"Enforcing job modify index {expected}: job exists with conflicting job modify index: {old['JobModifyIndex']}",
+                )
         index = self.bump("jobs")
         changed = old is None or job_spec(old) != job_spec(job) or old["Stop"]
-        job.update({
-            "Stop": False, "ParentID": job.get("ParentID") or "", "Dispatched": False, "Stable": False,
-            "StatusDescription": "", "SubmitTime": now_ns(), "ModifyIndex": index,
-        })
+        job.update(
+            {
+                "Stop": False,
+                "ParentID": job.get("ParentID") or "",
+                "Dispatched": False,
+                "Stable": False,
+                "StatusDescription": "",
+                "SubmitTime": now_ns(),
+                "ModifyIndex": index,
+            }
+        )
         if old is None:
-            job.update({"Version": 0, "CreateIndex": index, "JobModifyIndex": index, "Status": "pending"})
+            job.update(
+                {"Version": 0, "CreateIndex": index, "JobModifyIndex": index, "Status": "pending"}
+            )
         else:
-            job.update({"Version": old["Version"] + (1 if changed else 0), "CreateIndex": old["CreateIndex"],
-                        "JobModifyIndex": index if changed else old["JobModifyIndex"], "Status": old["Status"]})
+            job.update(
+                {
+                    "Version": old["Version"] + (1 if changed else 0),
+                    "CreateIndex": old["CreateIndex"],
+                    "JobModifyIndex": index if changed else old["JobModifyIndex"],
+                    "Status": old["Status"],
+                }
+            )
         self.jobs[key] = job
         self._track_version(key, job)
         self.publish("Job", "JobRegistered", job, key=job["ID"], namespace=ns)
@@ -342,22 +464,46 @@ class Cluster:
             ev = self._create_eval(job, "job-register")
             eval_id, eval_index = ev["ID"], ev["CreateIndex"]
         self._refresh_job_status(*key)
-        return {"EvalID": eval_id, "EvalCreateIndex": eval_index, "JobModifyIndex": job["JobModifyIndex"],
-                "Warnings": "", "Index": self.index, "LastContact": 0, "KnownLeader": True, "NextToken": ""}
+        return {
+            "EvalID": eval_id,
+            "EvalCreateIndex": eval_index,
+            "JobModifyIndex": job["JobModifyIndex"],
+            "Warnings": "",
+            "Index": self.index,
+            "LastContact": 0,
+            "KnownLeader": True,
+            "NextToken": "",
+        }
 
     def deregister(self, namespace: str, job_id: str, *, purge: bool) -> dict[str, Any]:
         key = (namespace, job_id)
         job = self.jobs.get(key)
         if job is None:
-            return {"EvalID": "", "EvalCreateIndex": 0, "JobModifyIndex": 0, "VolumeEvalID": "",
-                    "VolumeEvalIndex": 0, "Index": 0, "LastContact": 0, "KnownLeader": True, "NextToken": ""}
+            return {
+                "EvalID": "",
+                "EvalCreateIndex": 0,
+                "JobModifyIndex": 0,
+                "VolumeEvalID": "",
+                "VolumeEvalIndex": 0,
+                "Index": 0,
+                "LastContact": 0,
+                "KnownLeader": True,
+                "NextToken": "",
+            }
         index = self.bump("jobs")
         if purge:
             del self.jobs[key]
             self.job_versions.pop(key, None)
             job_modify_index = index
         else:
-            job.update({"Stop": True, "ModifyIndex": index, "JobModifyIndex": index, "Version": job["Version"] + 1})
+            job.update(
+                {
+                    "Stop": True,
+                    "ModifyIndex": index,
+                    "JobModifyIndex": index,
+                    "Version": job["Version"] + 1,
+                }
+            )
             self._track_version(key, job)
             job_modify_index = index
         self.publish("Job", "JobDeregistered", job, key=job_id, namespace=namespace)
@@ -369,9 +515,17 @@ class Cluster:
             ev = self._create_eval(job, "job-deregister", job_modify_index=job_modify_index)
             eval_id, eval_index = ev["ID"], ev["CreateIndex"]
         self._refresh_job_status(*key)
-        return {"EvalID": eval_id, "EvalCreateIndex": eval_index, "JobModifyIndex": job_modify_index,
-                "VolumeEvalID": "", "VolumeEvalIndex": 0, "Index": self.index, "LastContact": 0,
-                "KnownLeader": True, "NextToken": ""}
+        return {
+            "EvalID": eval_id,
+            "EvalCreateIndex": eval_index,
+            "JobModifyIndex": job_modify_index,
+            "VolumeEvalID": "",
+            "VolumeEvalIndex": 0,
+            "Index": self.index,
+            "LastContact": 0,
+            "KnownLeader": True,
+            "NextToken": "",
+        }
 
     def _track_version(self, key: tuple[str, str], job: dict[str, Any]) -> None:
         """Keep ``job`` as its version: an unchanged re-registration replaces the version it
@@ -384,25 +538,43 @@ class Cluster:
         """The job's kept versions, newest first (the current one as it is now); ``[]`` for a
         job that is unknown or purged."""
         current = self.jobs.get((namespace, job_id))
-        return [current if current is not None and v["Version"] == current["Version"] else v
-                for v in self.job_versions.get((namespace, job_id), [])]
+        return [
+            current if current is not None and v["Version"] == current["Version"] else v
+            for v in self.job_versions.get((namespace, job_id), [])
+        ]
 
     def evaluate(self, namespace: str, job_id: str) -> dict[str, Any]:
         job = self.jobs.get((namespace, job_id))
         if job is None:
             raise NomadError(404, "job not found")
         ev = self._create_eval(job, "job-register")
-        return {"EvalID": ev["ID"], "EvalCreateIndex": ev["CreateIndex"], "JobModifyIndex": job["JobModifyIndex"],
-                "Warnings": "", "Index": self.index, "LastContact": 0, "KnownLeader": True, "NextToken": ""}
+        return {
+            "EvalID": ev["ID"],
+            "EvalCreateIndex": ev["CreateIndex"],
+            "JobModifyIndex": job["JobModifyIndex"],
+            "Warnings": "",
+            "Index": self.index,
+            "LastContact": 0,
+            "KnownLeader": True,
+            "NextToken": "",
+        }
 
     def stop_alloc(self, alloc_id: str) -> dict[str, Any]:
         """``POST /v1/allocation/:id/stop``: stop this alloc, and place a replacement."""
         alloc = self.allocs.get(alloc_id)
         if alloc is None:
             raise NomadError(404, "alloc not found")
-        self._update_alloc(alloc, DesiredStatus="stop", DesiredDescription=STOPPED_DESCRIPTION,
-                           DesiredTransition={"Migrate": None, "Reschedule": True, "ForceReschedule": None,
-                                              "NoShutdownDelay": None})
+        self._update_alloc(
+            alloc,
+            DesiredStatus="stop",
+            DesiredDescription=STOPPED_DESCRIPTION,
+            DesiredTransition={
+                "Migrate": None,
+                "Reschedule": True,
+                "ForceReschedule": None,
+                "NoShutdownDelay": None,
+            },
+        )
         if self.client is not None:
             self.client.kill(alloc_id)
         job = self.jobs.get((alloc["Namespace"], alloc["JobID"]))
@@ -413,8 +585,11 @@ class Cluster:
 
     def job_status(self, namespace: str, job_id: str) -> str:
         job = self.jobs[(namespace, job_id)]
-        allocs = [a for a in self.job_allocs.get((namespace, job_id), ())
-                  if a["Job"]["CreateIndex"] == job["CreateIndex"]]
+        allocs = [
+            a
+            for a in self.job_allocs.get((namespace, job_id), ())
+            if a["Job"]["CreateIndex"] == job["CreateIndex"]
+        ]
         if any(not server_terminal(a) for a in allocs):
             return "running"
         if job["Stop"]:
@@ -435,17 +610,27 @@ class Cluster:
             job["ModifyIndex"] = self.bump("jobs")
 
     def _evals_of(self, namespace: str, job_id: str) -> list[dict[str, Any]]:
-        return [e for e in self.evals.values() if e["JobID"] == job_id and e["Namespace"] == namespace]
+        return [
+            e for e in self.evals.values() if e["JobID"] == job_id and e["Namespace"] == namespace
+        ]
 
-    def allocs_of(self, namespace: str, job_id: str, *, all_versions: bool = False) -> list[dict[str, Any]]:
+    def allocs_of(
+        self, namespace: str, job_id: str, *, all_versions: bool = False
+    ) -> list[dict[str, Any]]:
         job = self.jobs.get((namespace, job_id))
         if job is None and not all_versions:
             return []
         if namespace == "*":
-            found = [a for (ns, jid), allocs in self.job_allocs.items() if jid == job_id for a in allocs]
+            found = [
+                a for (ns, jid), allocs in self.job_allocs.items() if jid == job_id for a in allocs
+            ]
         else:
             found = list(self.job_allocs.get((namespace, job_id), ()))
-        return [a for a in found if all_versions or (job is not None and a["Job"]["CreateIndex"] == job["CreateIndex"])]
+        return [
+            a
+            for a in found
+            if all_versions or (job is not None and a["Job"]["CreateIndex"] == job["CreateIndex"])
+        ]
 
     def summary(self, namespace: str, job_id: str) -> dict[str, Any]:
         job = self.jobs.get((namespace, job_id))
@@ -458,39 +643,95 @@ class Cluster:
                 for tg, n in (ev.get("QueuedAllocations") or {}).items():
                     queued[tg] = n
         for group in job["TaskGroups"]:
-            counts = {"Queued": queued.get(group["Name"], 0), "Complete": 0, "Failed": 0, "Running": 0,
-                      "Starting": 0, "Lost": 0, "Unknown": 0}
+            counts = {
+                "Queued": queued.get(group["Name"], 0),
+                "Complete": 0,
+                "Failed": 0,
+                "Running": 0,
+                "Starting": 0,
+                "Lost": 0,
+                "Unknown": 0,
+            }
             for alloc in self.allocs_of(namespace, job_id):
                 if alloc["TaskGroup"] != group["Name"]:
                     continue
-                key = {"pending": "Starting", "running": "Running", "complete": "Complete", "failed": "Failed",
-                       "lost": "Lost", "unknown": "Unknown"}[alloc["ClientStatus"]]
+                key = {
+                    "pending": "Starting",
+                    "running": "Running",
+                    "complete": "Complete",
+                    "failed": "Failed",
+                    "lost": "Lost",
+                    "unknown": "Unknown",
+                }[alloc["ClientStatus"]]
                 counts[key] += 1
             summary[group["Name"]] = counts
-        return {"JobID": job_id, "Namespace": namespace, "Summary": summary, "Children": {"Pending": 0, "Running": 0,
-                "Dead": 0}, "CreateIndex": job["CreateIndex"], "ModifyIndex": job["ModifyIndex"]}
+        return {
+            "JobID": job_id,
+            "Namespace": namespace,
+            "Summary": summary,
+            "Children": {"Pending": 0, "Running": 0, "Dead": 0},
+            "CreateIndex": job["CreateIndex"],
+            "ModifyIndex": job["ModifyIndex"],
+        }
 
     # -- evaluations -----------------------------------------------------------------------------
 
-    def _create_eval(self, job: dict[str, Any], triggered_by: str, *, status: str = "pending",
-                     node_id: str = "", wait_until_ns: int = 0, previous: str = "",
-                     job_modify_index: int | None = None) -> dict[str, Any]:
+    def _create_eval(
+        self,
+        job: dict[str, Any],
+        triggered_by: str,
+        *,
+        status: str = "pending",
+        node_id: str = "",
+        wait_until_ns: int = 0,
+        previous: str = "",
+        job_modify_index: int | None = None,
+    ) -> dict[str, Any]:
         index = self.bump("evals")
         created = now_ns()
         ev = {
-            "ID": str(uuid.uuid4()), "Namespace": job["Namespace"], "Priority": job["Priority"], "Type": job["Type"],
-            "TriggeredBy": triggered_by, "JobID": job["ID"],
-            "JobModifyIndex": job["JobModifyIndex"] if job_modify_index is None else job_modify_index,
-            "NodeID": node_id, "NodeModifyIndex": 0, "DeploymentID": "", "Status": status, "StatusDescription": "",
-            "Wait": 0, "WaitUntil": rfc3339(wait_until_ns) if wait_until_ns else ZERO_TIME, "NextEval": "",
-            "PreviousEval": previous, "BlockedEval": "", "RelatedEvals": None, "FailedTGAllocs": None,
-            "ClassEligibility": None, "QuotaLimitReached": "", "EscapedComputedClass": False, "AnnotatePlan": False,
-            "QueuedAllocations": None, "LeaderACL": "", "SnapshotIndex": 0, "CreateIndex": index,
-            "ModifyIndex": index, "CreateTime": created, "ModifyTime": created,
+            "ID": str(uuid.uuid4()),
+            "Namespace": job["Namespace"],
+            "Priority": job["Priority"],
+            "Type": job["Type"],
+            "TriggeredBy": triggered_by,
+            "JobID": job["ID"],
+            "JobModifyIndex": job["JobModifyIndex"]
+            if job_modify_index is None
+            else job_modify_index,
+            "NodeID": node_id,
+            "NodeModifyIndex": 0,
+            "DeploymentID": "",
+            "Status": status,
+            "StatusDescription": "",
+            "Wait": 0,
+            "WaitUntil": rfc3339(wait_until_ns) if wait_until_ns else ZERO_TIME,
+            "NextEval": "",
+            "PreviousEval": previous,
+            "BlockedEval": "",
+            "RelatedEvals": None,
+            "FailedTGAllocs": None,
+            "ClassEligibility": None,
+            "QuotaLimitReached": "",
+            "EscapedComputedClass": False,
+            "AnnotatePlan": False,
+            "QueuedAllocations": None,
+            "LeaderACL": "",
+            "SnapshotIndex": 0,
+            "CreateIndex": index,
+            "ModifyIndex": index,
+            "CreateTime": created,
+            "ModifyTime": created,
         }
         self.evals[ev["ID"]] = ev
-        self.publish("Evaluation", "EvaluationUpdated", ev, key=ev["ID"], namespace=ev["Namespace"],
-                     filter_keys=[ev["JobID"], ""])
+        self.publish(
+            "Evaluation",
+            "EvaluationUpdated",
+            ev,
+            key=ev["ID"],
+            namespace=ev["Namespace"],
+            filter_keys=[ev["JobID"], ""],
+        )
         if status == "pending":
             delay = max(0.0, (wait_until_ns - created) / SECOND) if wait_until_ns else 0.0
             if delay > 0:
@@ -504,8 +745,14 @@ class Cluster:
         ev.update(fields)
         ev["ModifyIndex"] = self.bump("evals")
         ev["ModifyTime"] = now_ns()
-        self.publish("Evaluation", "EvaluationUpdated", ev, key=ev["ID"], namespace=ev["Namespace"],
-                     filter_keys=[ev["JobID"], ""])
+        self.publish(
+            "Evaluation",
+            "EvaluationUpdated",
+            ev,
+            key=ev["ID"],
+            namespace=ev["Namespace"],
+            filter_keys=[ev["JobID"], ""],
+        )
 
     def _enqueue(self, eval_id: str) -> None:
         if eval_id not in self._queued and not self.closing:
@@ -614,32 +861,49 @@ class Cluster:
             if missing:
                 failed_tg[name] = metrics
         if failed_tg:
-            blocked = next((e for e in self._evals_of(ns, job_id) if e["Status"] == "blocked"), None)
+            blocked = next(
+                (e for e in self._evals_of(ns, job_id) if e["Status"] == "blocked"), None
+            )
             if blocked is ev:
                 self._update_eval(ev, QueuedAllocations=queued, FailedTGAllocs=failed_tg)
             else:
                 if blocked is not None:
-                    self._update_eval(blocked, Status="canceled", StatusDescription="superseded by a newer evaluation")
+                    self._update_eval(
+                        blocked,
+                        Status="canceled",
+                        StatusDescription="superseded by a newer evaluation",
+                    )
                 new = self._create_eval(job, "queued-allocs", status="blocked", previous=ev["ID"])
                 new["StatusDescription"] = "created to place remaining allocations"
                 new["QueuedAllocations"] = dict(queued)
                 new["FailedTGAllocs"] = failed_tg
-                self._update_eval(ev, Status="complete", FailedTGAllocs=failed_tg, BlockedEval=new["ID"],
-                                  QueuedAllocations=queued)
+                self._update_eval(
+                    ev,
+                    Status="complete",
+                    FailedTGAllocs=failed_tg,
+                    BlockedEval=new["ID"],
+                    QueuedAllocations=queued,
+                )
         else:
             self._update_eval(ev, Status="complete", QueuedAllocations=queued)
             for other in self._evals_of(ns, job_id):
                 if other["Status"] == "blocked" and other is not ev:
-                    self._update_eval(other, Status="canceled", StatusDescription="job's allocations were placed")
+                    self._update_eval(
+                        other, Status="canceled", StatusDescription="job's allocations were placed"
+                    )
         self._refresh_job_status(ns, job_id)
         if freed:
             self._capacity_changed()
 
     def _reschedule_due(self, group: dict[str, Any], alloc: dict[str, Any], now: int) -> bool:
         eligible, wait_until = self._reschedule_eligible(group, alloc, now)
-        return eligible and wait_until <= now + 100_000_000  # the follow-up eval's timer may fire a hair early
+        return (
+            eligible and wait_until <= now + 100_000_000
+        )  # the follow-up eval's timer may fire a hair early
 
-    def _reschedule_eligible(self, group: dict[str, Any], alloc: dict[str, Any], now: int) -> tuple[bool, int]:
+    def _reschedule_eligible(
+        self, group: dict[str, Any], alloc: dict[str, Any], now: int
+    ) -> tuple[bool, int]:
         policy = group["ReschedulePolicy"]
         events = (alloc.get("RescheduleTracker") or {}).get("Events") or []
         if not policy.get("Unlimited"):
@@ -651,7 +915,7 @@ class Cluster:
         delay = int(policy.get("Delay") or 0)
         n = len(events)
         if policy.get("DelayFunction") == "exponential":
-            delay = delay * (2 ** n)
+            delay = delay * (2**n)
         elif policy.get("DelayFunction") == "fibonacci":
             a, b = delay, delay
             for _ in range(n):
@@ -675,7 +939,9 @@ class Cluster:
                 mem += alloc["Resources"]["MemoryMB"]
                 disk += alloc["Resources"]["DiskMB"]
             if not server_terminal(alloc) or alloc["ClientStatus"] not in TERMINAL_CLIENT:
-                ports.update(p["Value"] for p in alloc["AllocatedResources"]["Shared"]["Ports"] or [])
+                ports.update(
+                    p["Value"] for p in alloc["AllocatedResources"]["Shared"]["Ports"] or []
+                )
         return cpu, mem, disk, ports
 
     @staticmethod
@@ -690,12 +956,25 @@ class Cluster:
             mem += int(res["MemoryMB"])
         return cpu, mem, int(group["EphemeralDisk"]["SizeMB"])
 
-    def _select_node(self, job: dict[str, Any], group: dict[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def _select_node(
+        self, job: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
         metric: dict[str, Any] = {
-            "NodesEvaluated": 0, "NodesFiltered": 0, "NodesInPool": 0, "NodesAvailable": {}, "ClassFiltered": None,
-            "ConstraintFiltered": None, "NodesExhausted": 0, "ClassExhausted": None, "DimensionExhausted": None,
-            "QuotaExhausted": None, "ResourcesExhausted": None, "Scores": None, "ScoreMetaData": None,
-            "AllocationTime": 0, "CoalescedFailures": 0,
+            "NodesEvaluated": 0,
+            "NodesFiltered": 0,
+            "NodesInPool": 0,
+            "NodesAvailable": {},
+            "ClassFiltered": None,
+            "ConstraintFiltered": None,
+            "NodesExhausted": 0,
+            "ClassExhausted": None,
+            "DimensionExhausted": None,
+            "QuotaExhausted": None,
+            "ResourcesExhausted": None,
+            "Scores": None,
+            "ScoreMetaData": None,
+            "AllocationTime": 0,
+            "CoalescedFailures": 0,
         }
         drivers = {t["Driver"] for t in group["Tasks"]}
         constraints = (job.get("Constraints") or []) + (group.get("Constraints") or [])
@@ -703,14 +982,19 @@ class Cluster:
             constraints += task.get("Constraints") or []
         candidates = []
         for node in self.nodes.values():
-            if node["NodePool"] != job.get("NodePool", "default") and job.get("NodePool") not in ("all", None):
+            if node["NodePool"] != job.get("NodePool", "default") and job.get("NodePool") not in (
+                "all",
+                None,
+            ):
                 continue
             metric["NodesInPool"] += 1
             if node["Status"] != "ready" or node["SchedulingEligibility"] != "eligible":
                 continue
             if not any(fnmatch.fnmatchcase(node["Datacenter"], dc) for dc in job["Datacenters"]):
                 continue
-            metric["NodesAvailable"][node["Datacenter"]] = metric["NodesAvailable"].get(node["Datacenter"], 0) + 1
+            metric["NodesAvailable"][node["Datacenter"]] = (
+                metric["NodesAvailable"].get(node["Datacenter"], 0) + 1
+            )
             metric["NodesEvaluated"] += 1
             missing = [d for d in drivers if d not in node["Drivers"]]
             if missing:
@@ -719,8 +1003,12 @@ class Cluster:
                 continue
             failed = next((c for c in constraints if not _constraint_holds(c, node)), None)
             if failed is not None:
-                _count(metric, "ConstraintFiltered", f"{failed.get('LTarget', '')} {failed.get('Operand', '=')} "
-                       f"{failed.get('RTarget', '')}".strip())
+                _count(
+                    metric,
+                    "ConstraintFiltered",
+                    f"{failed.get('LTarget', '')} {failed.get('Operand', '=')} "
+                    f"{failed.get('RTarget', '')}".strip(),
+                )
                 metric["NodesFiltered"] += 1
                 continue
             spec = self.node_specs[node["ID"]]
@@ -750,7 +1038,9 @@ class Cluster:
         else:
             util, node = min(candidates, key=lambda c: c[0])
         score = util if self.algorithm == "binpack" else 1 - util
-        metric["ScoreMetaData"] = [{"NodeID": node["ID"], "Scores": {self.algorithm: score}, "NormScore": score}]
+        metric["ScoreMetaData"] = [
+            {"NodeID": node["ID"], "Scores": {self.algorithm: score}, "NormScore": score}
+        ]
         return node, metric
 
     def _pick_port(self, node: dict[str, Any], used: set[int]) -> int:
@@ -764,8 +1054,16 @@ class Cluster:
                 return port
         raise NomadError(500, f"no free dynamic port on node {node['Name']}")
 
-    def _place(self, job: dict[str, Any], group: dict[str, Any], slot: int, node: dict[str, Any],
-               ev: dict[str, Any], metric: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    def _place(
+        self,
+        job: dict[str, Any],
+        group: dict[str, Any],
+        slot: int,
+        node: dict[str, Any],
+        ev: dict[str, Any],
+        metric: dict[str, Any],
+        previous: dict[str, Any] | None,
+    ) -> dict[str, Any]:
         spec = self.node_specs[node["ID"]]
         _, _, _, used_ports = self._used(node["ID"])
         shared_networks = []
@@ -774,28 +1072,59 @@ class Cluster:
             net = copy.deepcopy(net)
             net["IP"] = spec.address
             for port in net.get("ReservedPorts") or []:
-                ports.append({"Label": port["Label"], "Value": port["Value"], "To": port["To"], "HostIP": spec.address})
+                ports.append(
+                    {
+                        "Label": port["Label"],
+                        "Value": port["Value"],
+                        "To": port["To"],
+                        "HostIP": spec.address,
+                    }
+                )
             for port in net.get("DynamicPorts") or []:
                 port["Value"] = self._pick_port(node, used_ports)
                 if net["Mode"] == "bridge" and not port["To"]:
                     port["To"] = -1
-                ports.append({"Label": port["Label"], "Value": port["Value"], "To": port["To"], "HostIP": spec.address})
+                ports.append(
+                    {
+                        "Label": port["Label"],
+                        "Value": port["Value"],
+                        "To": port["To"],
+                        "HostIP": spec.address,
+                    }
+                )
             shared_networks.append(net)
         tasks_res = {}
         task_legacy = {}
         total_cpu = total_mem = 0
         for task in group["Tasks"]:
             res = task["Resources"]
-            cpu = int(res["Cores"]) * (spec.cpu_mhz // max(1, spec.cores)) if res.get("Cores") else int(res["CPU"])
+            cpu = (
+                int(res["Cores"]) * (spec.cpu_mhz // max(1, spec.cores))
+                if res.get("Cores")
+                else int(res["CPU"])
+            )
             total_cpu += cpu
             total_mem += int(res["MemoryMB"])
             tasks_res[task["Name"]] = {
-                "Cpu": {"CpuShares": cpu, "ReservedCores": list(range(int(res["Cores"]))) if res.get("Cores") else None},
-                "Memory": {"MemoryMB": int(res["MemoryMB"]), "MemoryMaxMB": int(res.get("MemoryMaxMB") or 0)},
-                "Networks": None, "Devices": None,
+                "Cpu": {
+                    "CpuShares": cpu,
+                    "ReservedCores": list(range(int(res["Cores"]))) if res.get("Cores") else None,
+                },
+                "Memory": {
+                    "MemoryMB": int(res["MemoryMB"]),
+                    "MemoryMaxMB": int(res.get("MemoryMaxMB") or 0),
+                },
+                "Networks": None,
+                "Devices": None,
             }
-            task_legacy[task["Name"]] = {"CPU": cpu, "Cores": int(res.get("Cores") or 0), "MemoryMB": int(res["MemoryMB"]),
-                                         "MemoryMaxMB": int(res.get("MemoryMaxMB") or 0), "DiskMB": 0, "Networks": None}
+            task_legacy[task["Name"]] = {
+                "CPU": cpu,
+                "Cores": int(res.get("Cores") or 0),
+                "MemoryMB": int(res["MemoryMB"]),
+                "MemoryMaxMB": int(res.get("MemoryMaxMB") or 0),
+                "DiskMB": 0,
+                "Networks": None,
+            }
         disk = int(group["EphemeralDisk"]["SizeMB"])
         index = self.bump("allocs")
         created = now_ns()
@@ -803,38 +1132,99 @@ class Cluster:
         tracker = None
         if previous is not None and previous["ClientStatus"] == "failed":
             events = list((previous.get("RescheduleTracker") or {}).get("Events") or [])
-            events.append({"PrevAllocID": previous["ID"], "PrevNodeID": previous["NodeID"], "RescheduleTime": created,
-                           "Delay": 0})
+            events.append(
+                {
+                    "PrevAllocID": previous["ID"],
+                    "PrevNodeID": previous["NodeID"],
+                    "RescheduleTime": created,
+                    "Delay": 0,
+                }
+            )
             tracker = {"Events": events}
         alloc = {
-            "ID": alloc_id, "Namespace": job["Namespace"], "EvalID": ev["ID"],
-            "Name": f"{job['ID']}.{group['Name']}[{slot}]", "NodeID": node["ID"], "NodeName": node["Name"],
-            "JobID": job["ID"], "Job": copy.deepcopy(job), "TaskGroup": group["Name"],
-            "Resources": {"CPU": total_cpu, "Cores": 0, "MemoryMB": total_mem, "MemoryMaxMB": 0, "DiskMB": disk,
-                          "Networks": shared_networks or None, "Devices": None},
-            "SharedResources": {"CPU": 0, "MemoryMB": 0, "DiskMB": disk, "Networks": shared_networks or None},
+            "ID": alloc_id,
+            "Namespace": job["Namespace"],
+            "EvalID": ev["ID"],
+            "Name": f"{job['ID']}.{group['Name']}[{slot}]",
+            "NodeID": node["ID"],
+            "NodeName": node["Name"],
+            "JobID": job["ID"],
+            "Job": copy.deepcopy(job),
+            "TaskGroup": group["Name"],
+            "Resources": {
+                "CPU": total_cpu,
+                "Cores": 0,
+                "MemoryMB": total_mem,
+                "MemoryMaxMB": 0,
+                "DiskMB": disk,
+                "Networks": shared_networks or None,
+                "Devices": None,
+            },
+            "SharedResources": {
+                "CPU": 0,
+                "MemoryMB": 0,
+                "DiskMB": disk,
+                "Networks": shared_networks or None,
+            },
             "TaskResources": task_legacy,
-            "AllocatedResources": {"Tasks": tasks_res, "TaskLifecycles": {t["Name"]: None for t in group["Tasks"]},
-                                   "Shared": {"DiskMB": disk, "Networks": shared_networks or None,
-                                              "Ports": ports or None}},
+            "AllocatedResources": {
+                "Tasks": tasks_res,
+                "TaskLifecycles": {t["Name"]: None for t in group["Tasks"]},
+                "Shared": {
+                    "DiskMB": disk,
+                    "Networks": shared_networks or None,
+                    "Ports": ports or None,
+                },
+            },
             "Metrics": metric,
-            "DesiredStatus": "run", "DesiredDescription": "",
-            "DesiredTransition": {"Migrate": None, "Reschedule": None, "ForceReschedule": None, "NoShutdownDelay": None},
-            "ClientStatus": "pending", "ClientDescription": "No tasks have started",
-            "TaskStates": {t["Name"]: {"State": "pending", "Failed": False, "Restarts": 0, "LastRestart": ZERO_TIME,
-                                       "StartedAt": ZERO_TIME, "FinishedAt": ZERO_TIME, "Paused": None,
-                                       "Events": [task_event("Received", "Task received by client")]}
-                           for t in group["Tasks"]},
-            "DeploymentID": "", "DeploymentStatus": None, "FollowupEvalID": "",
-            "PreviousAllocation": previous["ID"] if previous else "", "NextAllocation": "",
-            "RescheduleTracker": tracker, "NetworkStatus": None, "PreemptedAllocations": None,
-            "PreemptedByAllocation": "", "CreateIndex": index, "ModifyIndex": index, "AllocModifyIndex": index,
-            "CreateTime": created, "ModifyTime": created,
+            "DesiredStatus": "run",
+            "DesiredDescription": "",
+            "DesiredTransition": {
+                "Migrate": None,
+                "Reschedule": None,
+                "ForceReschedule": None,
+                "NoShutdownDelay": None,
+            },
+            "ClientStatus": "pending",
+            "ClientDescription": "No tasks have started",
+            "TaskStates": {
+                t["Name"]: {
+                    "State": "pending",
+                    "Failed": False,
+                    "Restarts": 0,
+                    "LastRestart": ZERO_TIME,
+                    "StartedAt": ZERO_TIME,
+                    "FinishedAt": ZERO_TIME,
+                    "Paused": None,
+                    "Events": [task_event("Received", "Task received by client")],
+                }
+                for t in group["Tasks"]
+            },
+            "DeploymentID": "",
+            "DeploymentStatus": None,
+            "FollowupEvalID": "",
+            "PreviousAllocation": previous["ID"] if previous else "",
+            "NextAllocation": "",
+            "RescheduleTracker": tracker,
+            "NetworkStatus": None,
+            "PreemptedAllocations": None,
+            "PreemptedByAllocation": "",
+            "CreateIndex": index,
+            "ModifyIndex": index,
+            "AllocModifyIndex": index,
+            "CreateTime": created,
+            "ModifyTime": created,
         }
         self.allocs[alloc_id] = alloc
         self.job_allocs.setdefault((job["Namespace"], job["ID"]), []).append(alloc)
-        self.publish("Allocation", "AllocationCreated", alloc, key=alloc_id, namespace=job["Namespace"],
-                     filter_keys=[job["ID"], ""])
+        self.publish(
+            "Allocation",
+            "AllocationCreated",
+            alloc,
+            key=alloc_id,
+            namespace=job["Namespace"],
+            filter_keys=[job["ID"], ""],
+        )
         if previous is not None:
             fields: dict[str, Any] = {"NextAllocation": alloc_id}
             if previous["ClientStatus"] == "failed":
@@ -855,8 +1245,14 @@ class Cluster:
             alloc["AllocModifyIndex"] = index
         alloc["ModifyTime"] = now_ns()
         kind = "AllocationUpdateDesiredStatus" if "DesiredStatus" in fields else "AllocationUpdated"
-        self.publish("Allocation", kind, alloc, key=alloc["ID"], namespace=alloc["Namespace"],
-                     filter_keys=[alloc["JobID"], ""])
+        self.publish(
+            "Allocation",
+            kind,
+            alloc,
+            key=alloc["ID"],
+            namespace=alloc["Namespace"],
+            filter_keys=[alloc["JobID"], ""],
+        )
         if not was_terminal and server_terminal(alloc):
             self._capacity_changed()
 
@@ -865,8 +1261,14 @@ class Cluster:
         if self.client is not None:
             self.client.kill(alloc["ID"])
 
-    def client_update(self, alloc_id: str, *, task: str | None = None, event: dict[str, Any] | None = None,
-                      **task_fields: Any) -> None:
+    def client_update(
+        self,
+        alloc_id: str,
+        *,
+        task: str | None = None,
+        event: dict[str, Any] | None = None,
+        **task_fields: Any,
+    ) -> None:
         """The simulated client reports: a task event and task state fields; the alloc's client
         status follows from its tasks' states."""
         alloc = self.allocs.get(alloc_id)
@@ -917,11 +1319,30 @@ class Cluster:
 def task_event(kind: str, message: str, **details: Any) -> dict[str, Any]:
     """A TaskEvent as Nomad reports it (Time in Unix nanoseconds)."""
     event = {
-        "Type": kind, "Time": now_ns(), "Message": "", "DisplayMessage": message, "Details": {},
-        "FailsTask": False, "RestartReason": "", "SetupError": "", "DriverError": "", "DriverMessage": "",
-        "ExitCode": 0, "Signal": 0, "KillReason": "", "KillTimeout": 0, "KillError": "", "StartDelay": 0,
-        "DownloadError": "", "ValidationError": "", "DiskLimit": 0, "FailedSibling": "", "VaultError": "",
-        "TaskSignalReason": "", "TaskSignal": "", "GenericSource": "",
+        "Type": kind,
+        "Time": now_ns(),
+        "Message": "",
+        "DisplayMessage": message,
+        "Details": {},
+        "FailsTask": False,
+        "RestartReason": "",
+        "SetupError": "",
+        "DriverError": "",
+        "DriverMessage": "",
+        "ExitCode": 0,
+        "Signal": 0,
+        "KillReason": "",
+        "KillTimeout": 0,
+        "KillError": "",
+        "StartDelay": 0,
+        "DownloadError": "",
+        "ValidationError": "",
+        "DiskLimit": 0,
+        "FailedSibling": "",
+        "VaultError": "",
+        "TaskSignalReason": "",
+        "TaskSignal": "",
+        "GenericSource": "",
     }
     event.update(details)
     return event
@@ -936,7 +1357,9 @@ def _destructive(old: dict[str, Any], new: dict[str, Any], group: str) -> bool:
     after = next((g for g in new["TaskGroups"] if g["Name"] == group), None)
     if before is None or after is None:
         return True
-    return {k: v for k, v in before.items() if k != "Count"} != {k: v for k, v in after.items() if k != "Count"}
+    return {k: v for k, v in before.items() if k != "Count"} != {
+        k: v for k, v in after.items() if k != "Count"
+    }
 
 
 def _slot(name: str) -> int:
@@ -960,8 +1383,13 @@ def _node_value(target: str, node: dict[str, Any]) -> str | None:
         return node["Attributes"].get(name[5:])
     if name.startswith("meta."):
         return (node.get("Meta") or {}).get(name[5:])
-    return {"node.unique.id": node["ID"], "node.unique.name": node["Name"], "node.datacenter": node["Datacenter"],
-            "node.class": node["NodeClass"], "node.pool": node["NodePool"]}.get(name)
+    return {
+        "node.unique.id": node["ID"],
+        "node.unique.name": node["Name"],
+        "node.datacenter": node["Datacenter"],
+        "node.class": node["NodeClass"],
+        "node.pool": node["NodePool"],
+    }.get(name)
 
 
 def _constraint_holds(constraint: dict[str, Any], node: dict[str, Any]) -> bool:
@@ -983,7 +1411,9 @@ def _constraint_holds(constraint: dict[str, Any], node: dict[str, Any]) -> bool:
         import re
 
         return left is not None and re.search(right or "", left) is not None
-    return False  # an operand the stand-in does not know filters the node out, never silently passes
+    return (
+        False  # an operand the stand-in does not know filters the node out, never silently passes
+    )
 
 
 def _port_free(address: str, port: int) -> bool:

@@ -17,7 +17,9 @@ import docker
 __all__ = ["create_container_args"]
 
 
-def create_container_args(client: docker.DockerClient, image: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+def create_container_args(
+    client: docker.DockerClient, image: str, kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """The arguments of ``client.api.create_container`` for ``containers.create(image, **kwargs)``.
 
     :raises RuntimeError: this docker-py has no ``_create_container_args`` (naming its version).
@@ -30,5 +32,7 @@ def create_container_args(client: docker.DockerClient, image: str, kwargs: dict[
             f"which rock_nomad.testing._docker_private relies on: pin docker to a release that has it "
             f"or replace the adapter"
         ) from exc
-    args: dict[str, Any] = _create_container_args({**kwargs, "image": image, "version": client.api.api_version})
+    args: dict[str, Any] = _create_container_args(
+        {**kwargs, "image": image, "version": client.api.api_version}
+    )
     return args

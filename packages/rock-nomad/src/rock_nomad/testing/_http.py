@@ -31,14 +31,25 @@ NOMAD_VERSION = "1.10.5"
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response]]
 
 
-def _json(data: Any, *, index: int | None = None, pretty: bool = False, headers: dict[str, str] | None = None,
-          status: int = 200) -> Response:
+def _json(
+    data: Any,
+    *,
+    index: int | None = None,
+    pretty: bool = False,
+    headers: dict[str, str] | None = None,
+    status: int = 200,
+) -> Response:
     body = json.dumps(data, indent=4 if pretty else None, separators=None if pretty else (",", ":"))
     out = {"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"}
     if index is not None:
         out["X-Nomad-Index"] = str(index)
     out.update(headers or {})
-    return Response(body + ("\n" if pretty else ""), status_code=status, media_type="application/json", headers=out)
+    return Response(
+        body + ("\n" if pretty else ""),
+        status_code=status,
+        media_type="application/json",
+        headers=out,
+    )
 
 
 def _text(status: int, text: str) -> Response:
@@ -50,14 +61,37 @@ def _public(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 ALLOC_STUB_FIELDS = (
-    "ID", "EvalID", "Name", "Namespace", "NodeID", "NodeName", "JobID", "TaskGroup", "DesiredStatus",
-    "DesiredDescription", "ClientStatus", "ClientDescription", "DesiredTransition", "TaskStates", "DeploymentStatus",
-    "FollowupEvalID", "NextAllocation", "RescheduleTracker", "PreemptedAllocations", "PreemptedByAllocation",
-    "NetworkStatus", "CreateIndex", "ModifyIndex", "CreateTime", "ModifyTime",
+    "ID",
+    "EvalID",
+    "Name",
+    "Namespace",
+    "NodeID",
+    "NodeName",
+    "JobID",
+    "TaskGroup",
+    "DesiredStatus",
+    "DesiredDescription",
+    "ClientStatus",
+    "ClientDescription",
+    "DesiredTransition",
+    "TaskStates",
+    "DeploymentStatus",
+    "FollowupEvalID",
+    "NextAllocation",
+    "RescheduleTracker",
+    "PreemptedAllocations",
+    "PreemptedByAllocation",
+    "NetworkStatus",
+    "CreateIndex",
+    "ModifyIndex",
+    "CreateTime",
+    "ModifyTime",
 )
 
 
-def alloc_stub(alloc: dict[str, Any], *, resources: bool = False, task_states: bool = True) -> dict[str, Any]:
+def alloc_stub(
+    alloc: dict[str, Any], *, resources: bool = False, task_states: bool = True
+) -> dict[str, Any]:
     stub = {k: alloc.get(k) for k in ALLOC_STUB_FIELDS}
     stub["JobType"] = alloc["Job"]["Type"]
     stub["JobVersion"] = alloc["Job"]["Version"]
@@ -68,9 +102,27 @@ def alloc_stub(alloc: dict[str, Any], *, resources: bool = False, task_states: b
 
 
 def job_stub(job: dict[str, Any], summary: dict[str, Any], *, meta: bool) -> dict[str, Any]:
-    stub = {k: job.get(k) for k in ("ID", "ParentID", "Name", "Namespace", "Datacenters", "NodePool", "Multiregion",
-                                    "Type", "Priority", "Stop", "Status", "StatusDescription", "CreateIndex",
-                                    "ModifyIndex", "JobModifyIndex", "SubmitTime")}
+    stub = {
+        k: job.get(k)
+        for k in (
+            "ID",
+            "ParentID",
+            "Name",
+            "Namespace",
+            "Datacenters",
+            "NodePool",
+            "Multiregion",
+            "Type",
+            "Priority",
+            "Stop",
+            "Status",
+            "StatusDescription",
+            "CreateIndex",
+            "ModifyIndex",
+            "JobModifyIndex",
+            "SubmitTime",
+        )
+    }
     stub["Periodic"] = bool(job.get("Periodic"))
     stub["ParameterizedJob"] = bool(job.get("ParameterizedJob"))
     stub["JobSummary"] = summary
@@ -87,16 +139,35 @@ class Api:
         c = r"(?P<id>[^/]+)"
         j = r"(?P<id>.+)"
         self.routes: list[tuple[re.Pattern[str], dict[str, tuple[Handler, str]]]] = [
-            (r"jobs", {"GET": (self.list_jobs, "read"), "PUT": (self.register, "write"),
-                       "POST": (self.register, "write")}),
+            (
+                r"jobs",
+                {
+                    "GET": (self.list_jobs, "read"),
+                    "PUT": (self.register, "write"),
+                    "POST": (self.register, "write"),
+                },
+            ),
             (rf"job/{j}/allocations", {"GET": (self.job_allocations, "read")}),
             (rf"job/{j}/evaluations", {"GET": (self.job_evaluations, "read")}),
             (rf"job/{j}/summary", {"GET": (self.job_summary, "read")}),
             (rf"job/{j}/versions", {"GET": (self.job_versions, "read")}),
-            (rf"job/{j}/evaluate", {"PUT": (self.job_evaluate, "write"), "POST": (self.job_evaluate, "write")}),
-            (rf"job/{j}", {"GET": (self.get_job, "read"), "PUT": (self.register, "write"),
-                           "POST": (self.register, "write"), "DELETE": (self.deregister, "write")}),
-            (rf"allocation/{c}/stop", {"PUT": (self.stop_alloc, "write"), "POST": (self.stop_alloc, "write")}),
+            (
+                rf"job/{j}/evaluate",
+                {"PUT": (self.job_evaluate, "write"), "POST": (self.job_evaluate, "write")},
+            ),
+            (
+                rf"job/{j}",
+                {
+                    "GET": (self.get_job, "read"),
+                    "PUT": (self.register, "write"),
+                    "POST": (self.register, "write"),
+                    "DELETE": (self.deregister, "write"),
+                },
+            ),
+            (
+                rf"allocation/{c}/stop",
+                {"PUT": (self.stop_alloc, "write"), "POST": (self.stop_alloc, "write")},
+            ),
             (rf"allocation/{c}", {"GET": (self.get_alloc, "read")}),
             (r"allocations", {"GET": (self.list_allocs, "read")}),
             (rf"evaluation/{c}/allocations", {"GET": (self.eval_allocations, "read")}),
@@ -104,8 +175,10 @@ class Api:
             (r"evaluations", {"GET": (self.list_evals, "read")}),
             (r"nodes", {"GET": (self.list_nodes, "read")}),
             (rf"node/{c}/allocations", {"GET": (self.node_allocations, "read")}),
-            (rf"node/{c}/eligibility", {"PUT": (self.node_eligibility, "write"),
-                                        "POST": (self.node_eligibility, "write")}),
+            (
+                rf"node/{c}/eligibility",
+                {"PUT": (self.node_eligibility, "write"), "POST": (self.node_eligibility, "write")},
+            ),
             (rf"node/{c}", {"GET": (self.get_node, "read")}),
             (r"namespaces", {"GET": (self.list_namespaces, "read")}),
             (rf"namespace/{c}", {"GET": (self.get_namespace, "read")}),
@@ -119,12 +192,24 @@ class Api:
             (r"event/stream", {"GET": (self.event_stream, "read")}),
             (r"vars", {"GET": (self.list_variables, "var-list")}),
             # Nomad answers a wrong method here with 400, not 405: the handler checks it.
-            (r"var/(?P<path>.*)", {m: (self.variable, "none") for m in
-                                   ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS")}),
+            (
+                r"var/(?P<path>.*)",
+                {
+                    m: (self.variable, "none")
+                    for m in ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS")
+                },
+            ),
         ]
         self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in self.routes]  # type: ignore[misc]
-        self.app = Starlette(routes=[Route("/{path:path}", self.dispatch,
-                                           methods=["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"])])
+        self.app = Starlette(
+            routes=[
+                Route(
+                    "/{path:path}",
+                    self.dispatch,
+                    methods=["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"],
+                )
+            ]
+        )
 
     @property
     def cluster(self):  # noqa: ANN201
@@ -180,8 +265,11 @@ class Api:
         if need.startswith("var-"):
             allowed = need[4:] in token["_variables"]
         else:
-            allowed = need == "token" or (need == "write" and "write" in token["_rights"]) or (
-                need == "read" and bool(token["_rights"]))
+            allowed = (
+                need == "token"
+                or (need == "write" and "write" in token["_rights"])
+                or (need == "read" and bool(token["_rights"]))
+            )
         if not allowed:
             raise NomadError(403, "Permission denied")
 
@@ -201,11 +289,17 @@ class Api:
         try:
             return bool(parse_bool(request.query_params.get(name)))
         except ValueError:
-            raise NomadError(400, f"Failed to parse value of {name!r} ({request.query_params.get(name)!r}) as a boolean") from None
+            raise NomadError(
+                400,
+                f"Failed to parse value of {name!r} ({request.query_params.get(name)!r}) as a boolean",
+            ) from None
 
     @staticmethod
     def _pretty(request: Request) -> bool:
-        return "pretty" in request.query_params and request.query_params.get("pretty") not in ("false", "0")
+        return "pretty" in request.query_params and request.query_params.get("pretty") not in (
+            "false",
+            "0",
+        )
 
     async def _body(self, request: Request) -> dict[str, Any]:
         raw = await request.body()
@@ -251,18 +345,27 @@ class Api:
                     break
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
         return max(1, current())
 
-    def _page(self, request: Request, items: list[dict[str, Any]], key: str = "ID") -> tuple[list[dict[str, Any]], dict[str, str]]:
+    def _page(
+        self, request: Request, items: list[dict[str, Any]], key: str = "ID"
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         if request.query_params.get("filter"):
-            raise NomadError(400, "failed to read filter expression: the stand-in Nomad server does not evaluate "
-                                  "filter expressions; list with prefix and filter on the client")
+            raise NomadError(
+                400,
+                "failed to read filter expression: the stand-in Nomad server does not evaluate "
+                "filter expressions; list with prefix and filter on the client",
+            )
         items = sorted(items, key=lambda o: o[key], reverse=self._flag(request, "reverse"))
         token = request.query_params.get("next_token")
         if token:
-            items = [o for o in items if (o[key] <= token if self._flag(request, "reverse") else o[key] >= token)]
+            items = [
+                o
+                for o in items
+                if (o[key] <= token if self._flag(request, "reverse") else o[key] >= token)
+            ]
         per_page = request.query_params.get("per_page")
         headers = {}
         if per_page:
@@ -279,11 +382,15 @@ class Api:
 
     async def register(self, request: Request, params: dict[str, str]) -> Response:
         body = await self._body(request)
-        out = self.cluster.register(body, namespace=request.query_params.get("namespace"), path_id=params.get("id"))
+        out = self.cluster.register(
+            body, namespace=request.query_params.get("namespace"), path_id=params.get("id")
+        )
         return _json(out, index=out["Index"], pretty=self._pretty(request))
 
     async def deregister(self, request: Request, params: dict[str, str]) -> Response:
-        out = self.cluster.deregister(self._namespace(request), params["id"], purge=self._flag(request, "purge"))
+        out = self.cluster.deregister(
+            self._namespace(request), params["id"], purge=self._flag(request, "purge")
+        )
         return _json(out, index=out["Index"], pretty=self._pretty(request))
 
     async def job_evaluate(self, request: Request, params: dict[str, str]) -> Response:
@@ -295,8 +402,11 @@ class Api:
         ns = self._namespace(request)
         prefix = request.query_params.get("prefix") or ""
         meta = self._flag(request, "meta")
-        jobs = [job_stub(_public(j), self.cluster.summary(j["Namespace"], j["ID"]), meta=meta)
-                for (jns, jid), j in self.cluster.jobs.items() if (ns == "*" or jns == ns) and jid.startswith(prefix)]
+        jobs = [
+            job_stub(_public(j), self.cluster.summary(j["Namespace"], j["ID"]), meta=meta)
+            for (jns, jid), j in self.cluster.jobs.items()
+            if (ns == "*" or jns == ns) and jid.startswith(prefix)
+        ]
         jobs, headers = self._page(request, jobs)
         return _json(jobs, index=index, pretty=self._pretty(request), headers=headers)
 
@@ -315,21 +425,32 @@ class Api:
 
     async def job_allocations(self, request: Request, params: dict[str, str]) -> Response:
         index = await self._block(request, lambda: self.cluster.tables["allocs"])
-        allocs = self.cluster.allocs_of(self._namespace(request), params["id"], all_versions=self._flag(request, "all"))
+        allocs = self.cluster.allocs_of(
+            self._namespace(request), params["id"], all_versions=self._flag(request, "all")
+        )
         allocs.sort(key=lambda a: a["CreateIndex"], reverse=True)
         return _json([alloc_stub(a) for a in allocs], index=index, pretty=self._pretty(request))
 
     async def job_evaluations(self, request: Request, params: dict[str, str]) -> Response:
         index = await self._block(request, lambda: self.cluster.tables["evals"])
         ns = self._namespace(request)
-        evals = [e for e in self.cluster.evals.values() if e["JobID"] == params["id"] and e["Namespace"] == ns]
+        evals = [
+            e
+            for e in self.cluster.evals.values()
+            if e["JobID"] == params["id"] and e["Namespace"] == ns
+        ]
         evals.sort(key=lambda e: e["CreateIndex"], reverse=True)
         return _json(evals, index=index, pretty=self._pretty(request))
 
     async def job_summary(self, request: Request, params: dict[str, str]) -> Response:
-        index = await self._block(request, lambda: max(self.cluster.tables["jobs"], self.cluster.tables["allocs"]))
-        return _json(self.cluster.summary(self._namespace(request), params["id"]), index=index,
-                     pretty=self._pretty(request))
+        index = await self._block(
+            request, lambda: max(self.cluster.tables["jobs"], self.cluster.tables["allocs"])
+        )
+        return _json(
+            self.cluster.summary(self._namespace(request), params["id"]),
+            index=index,
+            pretty=self._pretty(request),
+        )
 
     async def job_versions(self, request: Request, params: dict[str, str]) -> Response:
         diffs = request.query_params.get("diffs") or ""
@@ -338,13 +459,21 @@ class Api:
         except ValueError:
             raise NomadError(500, f'Failed to parse value of "diffs" ({diffs}) as a bool') from None
         if wanted:
-            raise NomadError(400, "the stand-in does not compute job diffs (diffs=true)")  # never silently left out
+            raise NomadError(
+                400, "the stand-in does not compute job diffs (diffs=true)"
+            )  # never silently left out
         index = await self._block(request, lambda: self.cluster.tables["jobs"])
         versions = self.cluster.versions(self._namespace(request), params["id"])
         if not versions:
             raise NomadError(404, "job versions not found")
-        body = {"Versions": [_public(v) for v in versions], "Diffs": None, "Index": index, "LastContact": 0,
-                "KnownLeader": True, "NextToken": ""}
+        body = {
+            "Versions": [_public(v) for v in versions],
+            "Diffs": None,
+            "Index": index,
+            "LastContact": 0,
+            "KnownLeader": True,
+            "NextToken": "",
+        }
         return _json(body, index=index, pretty=self._pretty(request))
 
     # -- allocations and evaluations -------------------------------------------------------------
@@ -369,9 +498,14 @@ class Api:
         ns = self._namespace(request)
         prefix = request.query_params.get("prefix") or ""
         resources = self._flag(request, "resources")
-        task_states = request.query_params.get("task_states") is None or self._flag(request, "task_states")
-        allocs = [alloc_stub(a, resources=resources, task_states=task_states) for a in self.cluster.allocs.values()
-                  if (ns == "*" or a["Namespace"] == ns) and a["ID"].startswith(prefix)]
+        task_states = request.query_params.get("task_states") is None or self._flag(
+            request, "task_states"
+        )
+        allocs = [
+            alloc_stub(a, resources=resources, task_states=task_states)
+            for a in self.cluster.allocs.values()
+            if (ns == "*" or a["Namespace"] == ns) and a["ID"].startswith(prefix)
+        ]
         allocs, headers = self._page(request, allocs)
         return _json(allocs, index=index, pretty=self._pretty(request), headers=headers)
 
@@ -388,7 +522,9 @@ class Api:
 
     async def eval_allocations(self, request: Request, params: dict[str, str]) -> Response:
         index = await self._block(request, lambda: self.cluster.tables["allocs"])
-        allocs = [alloc_stub(a) for a in self.cluster.allocs.values() if a["EvalID"] == params["id"]]
+        allocs = [
+            alloc_stub(a) for a in self.cluster.allocs.values() if a["EvalID"] == params["id"]
+        ]
         return _json(allocs, index=index, pretty=self._pretty(request))
 
     async def list_evals(self, request: Request, params: dict[str, str]) -> Response:
@@ -397,8 +533,14 @@ class Api:
         prefix = request.query_params.get("prefix") or ""
         job = request.query_params.get("job")
         status = request.query_params.get("status")
-        evals = [e for e in self.cluster.evals.values() if (ns == "*" or e["Namespace"] == ns)
-                 and e["ID"].startswith(prefix) and (not job or e["JobID"] == job) and (not status or e["Status"] == status)]
+        evals = [
+            e
+            for e in self.cluster.evals.values()
+            if (ns == "*" or e["Namespace"] == ns)
+            and e["ID"].startswith(prefix)
+            and (not job or e["JobID"] == job)
+            and (not status or e["Status"] == status)
+        ]
         evals, headers = self._page(request, evals)
         return _json(evals, index=index, pretty=self._pretty(request), headers=headers)
 
@@ -407,8 +549,13 @@ class Api:
     async def list_nodes(self, request: Request, params: dict[str, str]) -> Response:
         index = await self._block(request, lambda: self.cluster.tables["nodes"])
         prefix = request.query_params.get("prefix") or ""
-        nodes = [self.cluster.node_stub(n, resources=self._flag(request, "resources"), os=self._flag(request, "os"))
-                 for n in self.cluster.nodes.values() if n["ID"].startswith(prefix)]
+        nodes = [
+            self.cluster.node_stub(
+                n, resources=self._flag(request, "resources"), os=self._flag(request, "os")
+            )
+            for n in self.cluster.nodes.values()
+            if n["ID"].startswith(prefix)
+        ]
         nodes, headers = self._page(request, nodes)
         return _json(nodes, index=index, pretty=self._pretty(request), headers=headers)
 
@@ -437,8 +584,17 @@ class Api:
         if body.get("NodeID") not in (None, "", params["id"]):
             raise NomadError(400, "ID in request body doesn't match URL")
         index = self.cluster.set_node_eligibility(params["id"], body.get("Eligibility") or "")
-        return _json({"EvalIDs": None, "EvalCreateIndex": 0, "NodeModifyIndex": index, "Index": index,
-                      "LastContact": 0, "KnownLeader": True}, index=index)
+        return _json(
+            {
+                "EvalIDs": None,
+                "EvalCreateIndex": 0,
+                "NodeModifyIndex": index,
+                "Index": index,
+                "LastContact": 0,
+                "KnownLeader": True,
+            },
+            index=index,
+        )
 
     # -- agent, status, namespaces, ACL ------------------------------------------------------------
 
@@ -461,18 +617,50 @@ class Api:
         return _json([f"{self.s.host}:4647"])
 
     async def agent_self(self, request: Request, params: dict[str, str]) -> Response:
-        member = {"Name": "stand-in.global", "Addr": self.s.host, "Port": 4648,
-                  "Tags": {"region": self.cluster.region, "dc": "dc1", "role": "nomad", "build": NOMAD_VERSION},
-                  "Status": "alive", "ProtocolMin": 1, "ProtocolMax": 5, "ProtocolCur": 2, "DelegateMin": 2,
-                  "DelegateMax": 5, "DelegateCur": 2}
-        config = {"Region": self.cluster.region, "Datacenter": "dc1", "NodeName": "stand-in",
-                  "Version": {"Version": NOMAD_VERSION, "VersionPrerelease": "", "VersionMetadata": "stand-in"},
-                  "ACL": {"Enabled": self.s.acl}, "Server": {"Enabled": True}, "Client": {"Enabled": True}}
-        return _json({"config": config, "member": member, "stats": {"nomad": {"server": "true", "leader": "true"}}},
-                     pretty=self._pretty(request))
+        member = {
+            "Name": "stand-in.global",
+            "Addr": self.s.host,
+            "Port": 4648,
+            "Tags": {
+                "region": self.cluster.region,
+                "dc": "dc1",
+                "role": "nomad",
+                "build": NOMAD_VERSION,
+            },
+            "Status": "alive",
+            "ProtocolMin": 1,
+            "ProtocolMax": 5,
+            "ProtocolCur": 2,
+            "DelegateMin": 2,
+            "DelegateMax": 5,
+            "DelegateCur": 2,
+        }
+        config = {
+            "Region": self.cluster.region,
+            "Datacenter": "dc1",
+            "NodeName": "stand-in",
+            "Version": {
+                "Version": NOMAD_VERSION,
+                "VersionPrerelease": "",
+                "VersionMetadata": "stand-in",
+            },
+            "ACL": {"Enabled": self.s.acl},
+            "Server": {"Enabled": True},
+            "Client": {"Enabled": True},
+        }
+        return _json(
+            {
+                "config": config,
+                "member": member,
+                "stats": {"nomad": {"server": "true", "leader": "true"}},
+            },
+            pretty=self._pretty(request),
+        )
 
     async def agent_health(self, request: Request, params: dict[str, str]) -> Response:
-        return _json({"client": {"message": "ok", "ok": True}, "server": {"message": "ok", "ok": True}})
+        return _json(
+            {"client": {"message": "ok", "ok": True}, "server": {"message": "ok", "ok": True}}
+        )
 
     async def token_self(self, request: Request, params: dict[str, str]) -> Response:
         if not self.s.acl:
@@ -489,7 +677,7 @@ class Api:
             raise NomadError(400, "must provide task name")
         kind = request.query_params.get("type") or ""
         if kind not in ("stdout", "stderr"):
-            raise NomadError(400, 'must provide log type (stdout or stderr)')
+            raise NomadError(400, "must provide log type (stdout or stderr)")
         runner = self.s.client.runner(params["id"], task) if self.s.client else None
         if task not in alloc["TaskStates"]:
             raise NomadError(400, f'unknown task name "{task}"')
@@ -502,22 +690,26 @@ class Api:
         if origin not in ("start", "end"):
             raise NomadError(400, 'origin must be "start" or "end"')
         if origin == "end":
-            data = data[len(data) - min(len(data), max(0, offset)):]
+            data = data[len(data) - min(len(data), max(0, offset)) :]
         else:
-            data = data[max(0, offset):]
+            data = data[max(0, offset) :]
         if self._flag(request, "plain"):
             return Response(data, media_type="text/plain; charset=utf-8")
-        frame = {"File": f"alloc/logs/{task}.{kind}.0", "Offset": len(data),
-                 "Data": base64.b64encode(data).decode()}
+        frame = {
+            "File": f"alloc/logs/{task}.{kind}.0",
+            "Offset": len(data),
+            "Data": base64.b64encode(data).decode(),
+        }
         return _json(frame if data else {})
-
 
     # -- variables -------------------------------------------------------------------------------
 
     async def list_variables(self, request: Request, params: dict[str, str]) -> Response:
         """``GET /v1/vars``: the metadata (never the items) of the variables under ``prefix``."""
         index = await self._block(request, lambda: self.cluster.tables["vars"])
-        found = self.cluster.variables.list(self._namespace(request), request.query_params.get("prefix") or "")
+        found = self.cluster.variables.list(
+            self._namespace(request), request.query_params.get("prefix") or ""
+        )
         found, headers = self._page(request, found, key="Path")
         return _json(found, index=index, pretty=self._pretty(request), headers=headers)
 
@@ -563,7 +755,9 @@ class Api:
         assert conflict is not None
         if not self._may(request, "var-read"):
             conflict = {**conflict, "Items": None}  # a caller who may not read it sees no items
-        return _json(conflict, index=conflict["ModifyIndex"], pretty=self._pretty(request), status=409)
+        return _json(
+            conflict, index=conflict["ModifyIndex"], pretty=self._pretty(request), status=409
+        )
 
     @staticmethod
     def _cas(request: Request) -> int | None:
@@ -575,7 +769,9 @@ class Api:
             if cas < 0:
                 raise ValueError
         except ValueError:
-            raise NomadError(400, f"can not parse cas: the value {raw!r} is not an unsigned integer") from None
+            raise NomadError(
+                400, f"can not parse cas: the value {raw!r} is not an unsigned integer"
+            ) from None
         return cas
 
     async def event_stream(self, request: Request, params: dict[str, str]) -> Response:
@@ -598,7 +794,9 @@ class Api:
         def wanted(topic: str, key: str, event_ns: str, filter_keys: list[str]) -> bool:
             if namespace != "*" and event_ns and event_ns != namespace:
                 return False
-            return any(t in ("*", topic) and (k == "*" or k == key or k in filter_keys) for t, k in topics)
+            return any(
+                t in ("*", topic) and (k == "*" or k == key or k in filter_keys) for t, k in topics
+            )
 
         async def frames():  # noqa: ANN202
             last = start
@@ -621,11 +819,14 @@ class Api:
                     continue
                 try:
                     await asyncio.wait_for(changed.wait(), 10)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     yield "{}\n"
 
-        return StreamingResponse(frames(), media_type="application/json",
-                                 headers={"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"})
+        return StreamingResponse(
+            frames(),
+            media_type="application/json",
+            headers={"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"},
+        )
 
 
 __all__ = ["Api", "alloc_stub", "job_stub"]

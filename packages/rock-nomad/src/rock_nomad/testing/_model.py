@@ -23,17 +23,37 @@ ALL_JOB_TYPES = ("service", "batch", "system", "sysbatch")
 # Per job type defaults of a group's restart and reschedule policies (documented in the
 # ``restart`` and ``reschedule`` blocks of the job specification).
 RESTART_DEFAULTS = {
-    "service": {"Attempts": 2, "Interval": 30 * MINUTE, "Delay": 15 * SECOND, "Mode": "fail", "RenderTemplates": False},
-    "batch": {"Attempts": 3, "Interval": 24 * HOUR, "Delay": 15 * SECOND, "Mode": "fail", "RenderTemplates": False},
+    "service": {
+        "Attempts": 2,
+        "Interval": 30 * MINUTE,
+        "Delay": 15 * SECOND,
+        "Mode": "fail",
+        "RenderTemplates": False,
+    },
+    "batch": {
+        "Attempts": 3,
+        "Interval": 24 * HOUR,
+        "Delay": 15 * SECOND,
+        "Mode": "fail",
+        "RenderTemplates": False,
+    },
 }
 RESCHEDULE_DEFAULTS = {
     "service": {
-        "Attempts": 0, "Interval": 0, "Delay": 30 * SECOND, "DelayFunction": "exponential",
-        "MaxDelay": HOUR, "Unlimited": True,
+        "Attempts": 0,
+        "Interval": 0,
+        "Delay": 30 * SECOND,
+        "DelayFunction": "exponential",
+        "MaxDelay": HOUR,
+        "Unlimited": True,
     },
     "batch": {
-        "Attempts": 1, "Interval": 24 * HOUR, "Delay": 5 * SECOND, "DelayFunction": "constant",
-        "MaxDelay": 0, "Unlimited": False,
+        "Attempts": 1,
+        "Interval": 24 * HOUR,
+        "Delay": 5 * SECOND,
+        "DelayFunction": "constant",
+        "MaxDelay": 0,
+        "Unlimited": False,
     },
 }
 
@@ -106,8 +126,12 @@ def _default(obj: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _canonical_port(port: dict[str, Any]) -> dict[str, Any]:
-    return {"Label": port.get("Label") or "", "Value": int(port.get("Value") or 0), "To": int(port.get("To") or 0),
-            "HostNetwork": port.get("HostNetwork") or "default"}
+    return {
+        "Label": port.get("Label") or "",
+        "Value": int(port.get("Value") or 0),
+        "To": int(port.get("To") or 0),
+        "HostNetwork": port.get("HostNetwork") or "default",
+    }
 
 
 def _canonical_network(net: dict[str, Any]) -> dict[str, Any]:
@@ -137,8 +161,19 @@ def canonicalize_job(job: dict[str, Any], namespace: str) -> dict[str, Any]:
     if not job.get("Datacenters"):
         job["Datacenters"] = ["*"]
     _default(job, "NodePool", "default")
-    for key in ("Constraints", "Affinities", "Spreads", "Periodic", "ParameterizedJob", "Meta", "Payload",
-                "Multiregion", "Update", "Migrate", "UI"):
+    for key in (
+        "Constraints",
+        "Affinities",
+        "Spreads",
+        "Periodic",
+        "ParameterizedJob",
+        "Meta",
+        "Payload",
+        "Multiregion",
+        "Update",
+        "Migrate",
+        "UI",
+    ):
         _default(job, key, None)
     job_type = job["Type"] if job["Type"] in RESTART_DEFAULTS else "service"
     job_reschedule = job.get("Reschedule")
@@ -149,13 +184,26 @@ def canonicalize_job(job: dict[str, Any], namespace: str) -> dict[str, Any]:
         group["RestartPolicy"] = _merge(RESTART_DEFAULTS[job_type], group.get("RestartPolicy"))
         reschedule = _merge(RESCHEDULE_DEFAULTS[job_type], job_reschedule)
         group["ReschedulePolicy"] = _merge(reschedule, group.get("ReschedulePolicy"))
-        group["EphemeralDisk"] = _merge({"Sticky": False, "SizeMB": 300, "Migrate": False}, group.get("EphemeralDisk"))
+        group["EphemeralDisk"] = _merge(
+            {"Sticky": False, "SizeMB": 300, "Migrate": False}, group.get("EphemeralDisk")
+        )
         _default(group, "PreventRescheduleOnLost", False)
-        group["Networks"] = [_canonical_network(n) for n in group["Networks"]] if group.get("Networks") else None
+        group["Networks"] = (
+            [_canonical_network(n) for n in group["Networks"]] if group.get("Networks") else None
+        )
         for task in group.get("Tasks") or []:
             _default(task, "Driver", "")
             _default(task, "User", "")
-            for key in ("Config", "Env", "Meta", "Services", "Artifacts", "Templates", "Constraints", "Lifecycle"):
+            for key in (
+                "Config",
+                "Env",
+                "Meta",
+                "Services",
+                "Artifacts",
+                "Templates",
+                "Constraints",
+                "Lifecycle",
+            ):
                 _default(task, key, None)
             resources = dict(task.get("Resources") or {})
             cores = int(resources.get("Cores") or 0)
@@ -174,19 +222,43 @@ def canonicalize_job(job: dict[str, Any], namespace: str) -> dict[str, Any]:
             _default(task, "KillSignal", "")
             _default(task, "ShutdownDelay", 0)
             _default(task, "Leader", False)
-            task["LogConfig"] = _merge({"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False}, task.get("LogConfig"))
+            task["LogConfig"] = _merge(
+                {"MaxFiles": 10, "MaxFileSizeMB": 10, "Disabled": False}, task.get("LogConfig")
+            )
             templates = task.get("Templates")
             if templates:
                 task["Templates"] = [
-                    _merge({"SourcePath": "", "DestPath": "", "EmbeddedTmpl": "", "ChangeMode": "restart",
-                            "ChangeSignal": "", "Splay": 5 * SECOND, "Perms": "0644", "LeftDelim": "{{",
-                            "RightDelim": "}}", "Envvars": False}, t) for t in templates
+                    _merge(
+                        {
+                            "SourcePath": "",
+                            "DestPath": "",
+                            "EmbeddedTmpl": "",
+                            "ChangeMode": "restart",
+                            "ChangeSignal": "",
+                            "Splay": 5 * SECOND,
+                            "Perms": "0644",
+                            "LeftDelim": "{{",
+                            "RightDelim": "}}",
+                            "Envvars": False,
+                        },
+                        t,
+                    )
+                    for t in templates
                 ]
             arts = task.get("Artifacts")
             if arts:
                 task["Artifacts"] = [
-                    _merge({"GetterSource": "", "GetterOptions": None, "GetterHeaders": None, "GetterMode": "any",
-                            "RelativeDest": "local/"}, a) for a in arts
+                    _merge(
+                        {
+                            "GetterSource": "",
+                            "GetterOptions": None,
+                            "GetterHeaders": None,
+                            "GetterMode": "any",
+                            "RelativeDest": "local/",
+                        },
+                        a,
+                    )
+                    for a in arts
                 ]
     return job
 
@@ -202,7 +274,9 @@ def validate_job(job: dict[str, Any]) -> list[str]:
     if job.get("Type") not in ALL_JOB_TYPES:
         errors.append(f"Invalid job type: {job.get('Type')!r}")
     elif job["Type"] not in JOB_TYPES:
-        errors.append(f"Job type {job['Type']!r} is not supported by the stand-in Nomad server (service and batch are)")
+        errors.append(
+            f"Job type {job['Type']!r} is not supported by the stand-in Nomad server (service and batch are)"
+        )
     priority = job.get("Priority")
     if not isinstance(priority, int) or not 1 <= priority <= 100:
         errors.append("Job priority must be between [1, 100]")
@@ -227,7 +301,9 @@ def validate_job(job: dict[str, Any]) -> list[str]:
         labels: set[str] = set()
         for net in group.get("Networks") or []:
             if net.get("Mode") not in ("host", "bridge"):
-                errors.append(f"{where}: network mode {net.get('Mode')!r} is not supported by the stand-in (host and bridge are)")
+                errors.append(
+                    f"{where}: network mode {net.get('Mode')!r} is not supported by the stand-in (host and bridge are)"
+                )
             for port in (net.get("ReservedPorts") or []) + (net.get("DynamicPorts") or []):
                 if not port["Label"]:
                     errors.append(f"{where}: a port has no label")
@@ -236,7 +312,9 @@ def validate_job(job: dict[str, Any]) -> list[str]:
                 labels.add(port["Label"])
             for port in net.get("ReservedPorts") or []:
                 if not 0 < port["Value"] < 65536:
-                    errors.append(f"{where}: reserved port {port['Label']!r} needs a Value between 1 and 65535")
+                    errors.append(
+                        f"{where}: reserved port {port['Label']!r} needs a Value between 1 and 65535"
+                    )
         tasks = group.get("Tasks") or []
         if not tasks:
             errors.append(f"{where}: missing tasks for task group")
@@ -253,7 +331,9 @@ def validate_job(job: dict[str, Any]) -> list[str]:
                 errors.append(f"{twhere}: missing task driver")
             res = task["Resources"]
             if res.get("Cores") and res.get("CPU"):
-                errors.append(f"{twhere}: task can only ask for 'cpu' or 'cores' resource, not both")
+                errors.append(
+                    f"{twhere}: task can only ask for 'cpu' or 'cores' resource, not both"
+                )
             if not res.get("Cores") and int(res.get("CPU") or 0) < 1:
                 errors.append(f"{twhere}: minimum CPU value is 1; got {res.get('CPU')}")
             if int(res.get("MemoryMB") or 0) < 10:
@@ -276,7 +356,11 @@ def _restart_errors(policy: dict[str, Any]) -> list[str]:
     mode = policy.get("Mode")
     if mode not in ("delay", "fail"):
         errors.append(f"restart mode {mode!r} is not one of delay or fail")
-    attempts, interval, delay = int(policy.get("Attempts") or 0), int(policy.get("Interval") or 0), int(policy.get("Delay") or 0)
+    attempts, interval, delay = (
+        int(policy.get("Attempts") or 0),
+        int(policy.get("Interval") or 0),
+        int(policy.get("Delay") or 0),
+    )
     if attempts == 0 and mode != "fail":
         errors.append(f"restart policy with 0 attempts must use mode 'fail', not {mode!r}")
     if attempts < 0:
@@ -284,7 +368,9 @@ def _restart_errors(policy: dict[str, Any]) -> list[str]:
     if interval < 5 * SECOND:
         errors.append(f"restart interval must be at least 5s; got {interval / SECOND:g}s")
     if attempts * delay > interval:
-        errors.append(f"restart attempts ({attempts}) times delay ({delay / SECOND:g}s) exceeds the interval ({interval / SECOND:g}s)")
+        errors.append(
+            f"restart attempts ({attempts}) times delay ({delay / SECOND:g}s) exceeds the interval ({interval / SECOND:g}s)"
+        )
     return errors
 
 
@@ -299,7 +385,9 @@ def _reschedule_errors(policy: dict[str, Any]) -> list[str]:
     if attempts > 0 and interval <= 0:
         errors.append("reschedule policy with attempts needs a positive interval")
     if policy.get("DelayFunction") not in ("constant", "exponential", "fibonacci"):
-        errors.append(f"reschedule delay function {policy.get('DelayFunction')!r} is not one of constant, exponential or fibonacci")
+        errors.append(
+            f"reschedule delay function {policy.get('DelayFunction')!r} is not one of constant, exponential or fibonacci"
+        )
     # Nomad also asks for a delay of at least 5 s; the stand-in accepts shorter ones, so that
     # tests of rescheduling need not wait.
     return errors
@@ -308,8 +396,17 @@ def _reschedule_errors(policy: dict[str, Any]) -> list[str]:
 #: The fields that are the job's specification (what a re-register compares to decide whether
 #: the job changed and its Version goes up); the rest are set by the server.
 SERVER_JOB_FIELDS = (
-    "Stop", "Status", "StatusDescription", "Stable", "Version", "SubmitTime", "CreateIndex", "ModifyIndex",
-    "JobModifyIndex", "ParentID", "Dispatched",
+    "Stop",
+    "Status",
+    "StatusDescription",
+    "Stable",
+    "Version",
+    "SubmitTime",
+    "CreateIndex",
+    "ModifyIndex",
+    "JobModifyIndex",
+    "ParentID",
+    "Dispatched",
 )
 
 

@@ -53,13 +53,15 @@ def render(
     :raises VariableMissing: a variable does not exist yet.
     :raises TemplateError: what the stand-in does not render, or a variable the task may not read.
     """
-    action = re.compile(re.escape(left) + r"(?:(-)\s)?\s*(.*?)\s*(?:\s(-))?" + re.escape(right), re.S)
+    action = re.compile(
+        re.escape(left) + r"(?:(-)\s)?\s*(.*?)\s*(?:\s(-))?" + re.escape(right), re.S
+    )
     out: list[str] = []
     scopes: list[Mapping[str, str] | None] = []  # each open ``with``'s items (None: skipped)
     pos = 0
     trim_next = False
     for match in action.finditer(text):
-        literal = text[pos:match.start()]
+        literal = text[pos : match.start()]
         if trim_next:
             literal = literal.lstrip()
         if match.group(1):
@@ -90,8 +92,8 @@ def render(
             out.append(str(scopes[-1].get(field.group(1), NO_VALUE)))  # type: ignore[union-attr]
         else:
             raise TemplateError(
-                f"the stand-in renders only literal text, {left} env \"NAME\" {right} and "
-                f"{left} with nomadVar \"PATH\" {right}...{left} .KEY {right}...{left} end {right}; not {left} {body} {right}"
+                f'the stand-in renders only literal text, {left} env "NAME" {right} and '
+                f'{left} with nomadVar "PATH" {right}...{left} .KEY {right}...{left} end {right}; not {left} {body} {right}'
             )
     if scopes:
         raise TemplateError(f"a {left} with {right} has no {left} end {right}")
@@ -100,7 +102,9 @@ def render(
     return "".join(out)
 
 
-def _read(variable: Callable[[str, str], Mapping[str, str] | None], path: str, namespace: str) -> Mapping[str, str]:
+def _read(
+    variable: Callable[[str, str], Mapping[str, str] | None], path: str, namespace: str
+) -> Mapping[str, str]:
     items = variable(path, namespace)
     if items is None:
         raise VariableMissing(path, namespace)

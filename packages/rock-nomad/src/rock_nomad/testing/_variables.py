@@ -39,8 +39,10 @@ def path_problem(path: str) -> str | None:
     if parts[0] != "nomad":
         return None
     if len(parts) == 1:
-        return ('"nomad" is a reserved top-level directory path, but you may write variables to "nomad/jobs", '
-                '"nomad/job-templates", or below')
+        return (
+            '"nomad" is a reserved top-level directory path, but you may write variables to "nomad/jobs", '
+            '"nomad/job-templates", or below'
+        )
     if parts[1] == "jobs" or parts[1] == "job-templates" and len(parts) == 3:
         return None
     if parts[1] == "job-templates":
@@ -73,11 +75,16 @@ class VariableStore:
     def list(self, namespace: str, prefix: str) -> list[dict[str, Any]]:
         """Metadata of the variables of ``namespace`` (``*``: all) whose path starts with ``prefix``,
         by namespace and path."""
-        found = [self.metadata(v) for (ns, path), v in self.items.items()
-                 if (namespace == "*" or ns == namespace) and path.startswith(prefix)]
+        found = [
+            self.metadata(v)
+            for (ns, path), v in self.items.items()
+            if (namespace == "*" or ns == namespace) and path.startswith(prefix)
+        ]
         return sorted(found, key=lambda v: (v["Namespace"], v["Path"]))
 
-    def put(self, namespace: str, path: str, items: Any, *, cas: int | None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    def put(
+        self, namespace: str, path: str, items: Any, *, cas: int | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         """Write ``items`` at ``path``: ``(the variable written, None)``, or ``(None, the
         conflicting variable)`` when ``cas`` does not match.
 
@@ -104,10 +111,14 @@ class VariableStore:
         index = self._bump()
         now = time.time_ns()
         var = {
-            "Namespace": namespace, "Path": path, "Lock": None,
+            "Namespace": namespace,
+            "Path": path,
+            "Lock": None,
             "CreateIndex": existing["CreateIndex"] if existing else index,
             "CreateTime": existing["CreateTime"] if existing else now,
-            "ModifyIndex": index, "ModifyTime": now, "Items": dict(items),
+            "ModifyIndex": index,
+            "ModifyTime": now,
+            "Items": dict(items),
         }
         self.items[key] = var
         return dict(var), None
@@ -126,7 +137,9 @@ class VariableStore:
         return None
 
     @staticmethod
-    def _conflict(namespace: str, path: str, existing: dict[str, Any] | None, cas: int | None) -> dict[str, Any] | None:
+    def _conflict(
+        namespace: str, path: str, existing: dict[str, Any] | None, cas: int | None
+    ) -> dict[str, Any] | None:
         """What a check-and-set against ``cas`` conflicts with (``0``: "only if absent"); ``None``
         when it may go ahead."""
         if cas is None:
@@ -135,8 +148,16 @@ class VariableStore:
             if cas == 0:
                 return None
             # Expected a variable that is not there: a zero value is the conflict.
-            return {"Namespace": namespace, "Path": path, "Lock": None, "CreateIndex": 0, "CreateTime": 0,
-                    "ModifyIndex": 0, "ModifyTime": 0, "Items": None}
+            return {
+                "Namespace": namespace,
+                "Path": path,
+                "Lock": None,
+                "CreateIndex": 0,
+                "CreateTime": 0,
+                "ModifyIndex": 0,
+                "ModifyTime": 0,
+                "Items": None,
+            }
         if existing["ModifyIndex"] != cas:
             return dict(existing)
         return None

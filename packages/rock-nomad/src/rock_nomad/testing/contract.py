@@ -61,7 +61,9 @@ class NomadApi:
     def __init__(self, target: NomadTarget) -> None:
         self.target = target
         headers = {"X-Nomad-Token": target.token} if target.token else {}
-        self.http = httpx.Client(base_url=target.address, headers=headers, timeout=GUARD_SECONDS + 30)
+        self.http = httpx.Client(
+            base_url=target.address, headers=headers, timeout=GUARD_SECONDS + 30
+        )
         self.jobs: set[str] = set()
         self.variables: set[str] = set()
 
@@ -73,7 +75,9 @@ class NomadApi:
 
     def ok(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
-        assert response.status_code == 200, f"{method} {path}: {response.status_code} {response.text}"
+        assert response.status_code == 200, (
+            f"{method} {path}: {response.status_code} {response.text}"
+        )
         return response.json()
 
     def register(self, job: dict[str, Any], **body: Any) -> dict[str, Any]:
@@ -86,7 +90,9 @@ class NomadApi:
     def put_variable(self, path: str, items: dict[str, str], **params: Any) -> httpx.Response:
         """``PUT /v1/var/<path>`` (deleted again when the test ends)."""
         self.variables.add(path)
-        return self.request("PUT", f"/v1/var/{path}", params=params, json={"Path": path, "Items": items})
+        return self.request(
+            "PUT", f"/v1/var/{path}", params=params, json={"Path": path, "Items": items}
+        )
 
     def close(self) -> None:
         for job_id in self.jobs:
@@ -101,7 +107,14 @@ class NomadApi:
                 pass
         self.http.close()
 
-    def wait(self, path: str, until: Callable[[Any], bool], what: str, *, params: dict[str, Any] | None = None) -> Any:
+    def wait(
+        self,
+        path: str,
+        until: Callable[[Any], bool],
+        what: str,
+        *,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
         """Blocking queries on ``path`` until ``until(body)`` holds; the body."""
         index = 0
         deadline = time.monotonic() + GUARD_SECONDS
@@ -114,12 +127,17 @@ class NomadApi:
                     return last
                 index = int(response.headers["X-Nomad-Index"])
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what} did not happen within {GUARD_SECONDS:g}s; last answer: {last!r}")
+                raise AssertionError(
+                    f"{what} did not happen within {GUARD_SECONDS:g}s; last answer: {last!r}"
+                )
             if response.status_code != 200:
                 time.sleep(0.2)
 
-    def wait_alloc(self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    def wait_alloc(
+        self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
         """The newest allocation of ``job_id`` once ``until`` holds for it (full object)."""
+
         def newest_ok(allocs: list[dict[str, Any]]) -> bool:
             return bool(allocs) and until(max(allocs, key=lambda a: a["CreateIndex"]))
 
@@ -127,10 +145,14 @@ class NomadApi:
         newest = max(allocs, key=lambda a: a["CreateIndex"])
         return self.ok("GET", f"/v1/allocation/{newest['ID']}")
 
-    def wait_eval(self, eval_id: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    def wait_eval(
+        self, eval_id: str, until: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
         return self.wait(f"/v1/evaluation/{eval_id}", until, what)
 
-    def wait_job(self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    def wait_job(
+        self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
         return self.wait(f"/v1/job/{job_id}", until, what)
 
 
@@ -155,14 +177,27 @@ def sandbox_job(
 ) -> dict[str, Any]:
     """A job shaped as a rock sandbox's: one group of ``count``, one docker task, no restarts,
     no rescheduling, a short kill timeout."""
-    config: dict[str, Any] = {"image": image, "command": command, "args": args if args is not None else ["3600"]}
+    config: dict[str, Any] = {
+        "image": image,
+        "command": command,
+        "args": args if args is not None else ["3600"],
+    }
     group: dict[str, Any] = {
-        "Name": "sandbox", "Count": count,
+        "Name": "sandbox",
+        "Count": count,
         "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
         "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
         "EphemeralDisk": {"SizeMB": 10},
-        "Tasks": [{"Name": "main", "Driver": driver, "Config": config, "KillTimeout": 1_000_000_000,
-                   "Resources": {"CPU": cpu, "MemoryMB": memory}, "Artifacts": artifacts}],
+        "Tasks": [
+            {
+                "Name": "main",
+                "Driver": driver,
+                "Config": config,
+                "KillTimeout": 1_000_000_000,
+                "Resources": {"CPU": cpu, "MemoryMB": memory},
+                "Artifacts": artifacts,
+            }
+        ],
     }
     if ports:
         config["ports"] = ports
@@ -265,7 +300,9 @@ class NomadApiContract:
             ("/v1/node/{uuid}", "node not found"),
         ],
     )
-    def test_unknown_objects_are_404_in_plain_text(self, api: NomadApi, path: str, text: str) -> None:
+    def test_unknown_objects_are_404_in_plain_text(
+        self, api: NomadApi, path: str, text: str
+    ) -> None:
         response = api.get(path.format(missing=new_job_id("missing"), uuid=uuid.uuid4()))
         assert response.status_code == 404
         assert is_plain_text(response)
@@ -279,13 +316,21 @@ class NomadApiContract:
         assert wrong.status_code == 405
         assert "Invalid method" in wrong.text
 
-    def test_malformed_registrations_are_400_with_nomads_reason(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_malformed_registrations_are_400_with_nomads_reason(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
         job = sandbox_job(job_id, nomad_target.image)
         cases = [
             (api.request("POST", "/v1/jobs", json={"Meta": {}}), "Job must be specified"),
-            (api.request("POST", "/v1/jobs", json={"Job": {**job, "ID": ""}}), "Job ID hasn't been provided"),
-            (api.request("POST", f"/v1/job/{job_id}-other", json={"Job": job}), "Job ID does not match name"),
+            (
+                api.request("POST", "/v1/jobs", json={"Job": {**job, "ID": ""}}),
+                "Job ID hasn't been provided",
+            ),
+            (
+                api.request("POST", f"/v1/job/{job_id}-other", json={"Job": job}),
+                "Job ID does not match name",
+            ),
             (api.request("POST", "/v1/jobs", content=b""), "Request body is empty"),
         ]
         for response, text in cases:
@@ -294,7 +339,9 @@ class NomadApiContract:
             assert text in response.text
         assert api.get(f"/v1/job/{job_id}").status_code == 404
 
-    def test_a_job_that_fails_validation_is_500_with_the_reasons(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_job_that_fails_validation_is_500_with_the_reasons(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job = sandbox_job(new_job_id(), nomad_target.image)
         job["TaskGroups"][0]["RestartPolicy"] = {"Attempts": 0, "Mode": "delay"}
         response = api.request("POST", "/v1/jobs", json={"Job": job})
@@ -313,9 +360,16 @@ class NomadApiContract:
         assert response.status_code == 500
         assert "No path to region" in response.text
 
-    def test_registering_into_an_unknown_namespace_is_500(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_registering_into_an_unknown_namespace_is_500(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job = sandbox_job(new_job_id(), nomad_target.image)
-        response = api.request("POST", "/v1/jobs", params={"namespace": f"ns-{uuid.uuid4().hex[:8]}"}, json={"Job": job})
+        response = api.request(
+            "POST",
+            "/v1/jobs",
+            params={"namespace": f"ns-{uuid.uuid4().hex[:8]}"},
+            json={"Job": job},
+        )
         assert response.status_code == 500
         assert "nonexistent namespace" in response.text
 
@@ -328,17 +382,28 @@ class NomadApiContract:
 
     # -- register, versions, list ----------------------------------------------------------------
 
-    def test_register_canonicalizes_and_reregister_keeps_the_version(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_register_canonicalizes_and_reregister_keeps_the_version(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
-        job = sandbox_job(job_id, nomad_target.image, count=0, meta={"sandbox_id": job_id, "owner": "contract"})
+        job = sandbox_job(
+            job_id, nomad_target.image, count=0, meta={"sandbox_id": job_id, "owner": "contract"}
+        )
         first = api.register(job)
-        assert first["EvalID"] and first["JobModifyIndex"] > 0 and first["Index"] >= first["EvalCreateIndex"]
+        assert (
+            first["EvalID"]
+            and first["JobModifyIndex"] > 0
+            and first["Index"] >= first["EvalCreateIndex"]
+        )
         stored = api.ok("GET", f"/v1/job/{job_id}")
         assert stored["Namespace"] == nomad_target.namespace and stored["Region"] == "global"
         assert stored["Priority"] == 50 and stored["Version"] == 0 and stored["Stop"] is False
         group = stored["TaskGroups"][0]
         assert group["RestartPolicy"]["Attempts"] == 0 and group["RestartPolicy"]["Mode"] == "fail"
-        assert group["ReschedulePolicy"]["Attempts"] == 0 and group["ReschedulePolicy"]["Unlimited"] is False
+        assert (
+            group["ReschedulePolicy"]["Attempts"] == 0
+            and group["ReschedulePolicy"]["Unlimited"] is False
+        )
         assert stored["Meta"] == {"sandbox_id": job_id, "owner": "contract"}
         again = api.register(job)
         assert again["EvalID"] and again["EvalID"] != first["EvalID"]
@@ -347,17 +412,23 @@ class NomadApiContract:
         api.register(job)
         assert api.ok("GET", f"/v1/job/{job_id}")["Version"] == 1
 
-    def test_enforce_index_zero_registers_only_once(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_enforce_index_zero_registers_only_once(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job = sandbox_job(new_job_id(), nomad_target.image, count=0)
         api.register(job, EnforceIndex=True, JobModifyIndex=0)
-        again = api.request("POST", "/v1/jobs", json={"Job": job, "EnforceIndex": True, "JobModifyIndex": 0})
+        again = api.request(
+            "POST", "/v1/jobs", json={"Job": job, "EnforceIndex": True, "JobModifyIndex": 0}
+        )
         assert again.status_code == 500
         assert "job already exists" in again.text
 
     def test_jobs_list_by_prefix_with_meta(self, api: NomadApi, nomad_target: NomadTarget) -> None:
         prefix = new_job_id("listing")
         for n in range(2):
-            api.register(sandbox_job(f"{prefix}-{n}", nomad_target.image, count=0, meta={"n": str(n)}))
+            api.register(
+                sandbox_job(f"{prefix}-{n}", nomad_target.image, count=0, meta={"n": str(n)})
+            )
         listed = api.ok("GET", "/v1/jobs", params={"prefix": prefix, "meta": "true"})
         assert sorted(j["ID"] for j in listed) == [f"{prefix}-0", f"{prefix}-1"]
         assert sorted(j["Meta"]["n"] for j in listed) == ["0", "1"]
@@ -365,19 +436,29 @@ class NomadApiContract:
 
     # -- an allocation's life --------------------------------------------------------------------
 
-    def test_a_sandbox_job_runs_with_its_artifact_and_its_port(self, api: NomadApi, nomad_target: NomadTarget,
-                                                               artifacts: ArtifactServer) -> None:
+    def test_a_sandbox_job_runs_with_its_artifact_and_its_port(
+        self, api: NomadApi, nomad_target: NomadTarget, artifacts: ArtifactServer
+    ) -> None:
         payload = uuid.uuid4().hex.encode() * 100
         url, checksum = artifacts.add("payload.bin", payload)
         job_id = new_job_id()
-        job = sandbox_job(job_id, nomad_target.image, command="python3",
-                          args=["-m", "http.server", "${NOMAD_PORT_http}", "--directory", "${NOMAD_TASK_DIR}"],
-                          ports=["http"], meta={"sandbox_id": job_id},
-                          artifacts=[{"GetterSource": url, "GetterOptions": {"checksum": checksum}}])
+        job = sandbox_job(
+            job_id,
+            nomad_target.image,
+            command="python3",
+            args=["-m", "http.server", "${NOMAD_PORT_http}", "--directory", "${NOMAD_TASK_DIR}"],
+            ports=["http"],
+            meta={"sandbox_id": job_id},
+            artifacts=[{"GetterSource": url, "GetterOptions": {"checksum": checksum}}],
+        )
         out = api.register(job)
-        ev = api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed")
+        ev = api.wait_eval(
+            out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed"
+        )
         assert not ev["FailedTGAllocs"] and not ev["BlockedEval"]
-        alloc = api.wait_alloc(job_id, lambda a: a["ClientStatus"] != "pending", "the allocation started")
+        alloc = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] != "pending", "the allocation started"
+        )
         assert alloc["ClientStatus"] == "running", event_types(alloc)
         assert alloc["DesiredStatus"] == "run"
         assert alloc["Name"] == f"{job_id}.sandbox[0]"
@@ -396,22 +477,37 @@ class NomadApiContract:
         assert served == payload
         stub = api.ok("GET", f"/v1/job/{job_id}/allocations")[0]
         assert stub["ID"] == alloc["ID"]
-        assert stub.get("AllocatedResources") is None  # list stubs carry no resources: GET the alloc
-        assert api.wait_job(job_id, lambda j: j["Status"] == "running", "the job ran")["Status"] == "running"
+        assert (
+            stub.get("AllocatedResources") is None
+        )  # list stubs carry no resources: GET the alloc
+        assert (
+            api.wait_job(job_id, lambda j: j["Status"] == "running", "the job ran")["Status"]
+            == "running"
+        )
         summary = api.ok("GET", f"/v1/job/{job_id}/summary")
         assert summary["Summary"]["sandbox"]["Running"] == 1
 
-    def test_deregister_stops_the_job_and_purge_removes_it(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_deregister_stops_the_job_and_purge_removes_it(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
         api.register(sandbox_job(job_id, nomad_target.image))
-        running = api.wait_alloc(job_id, lambda a: a["ClientStatus"] != "pending", "the allocation started")
+        running = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] != "pending", "the allocation started"
+        )
         assert running["ClientStatus"] == "running", event_types(running)
         out = api.ok("DELETE", f"/v1/job/{job_id}")
         assert out["EvalID"]
-        api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "the deregister evaluation completed")
+        api.wait_eval(
+            out["EvalID"],
+            lambda e: e["Status"] == "complete",
+            "the deregister evaluation completed",
+        )
         job = api.wait_job(job_id, lambda j: j["Status"] == "dead", "the job died")
         assert job["Stop"] is True
-        stopped = api.wait_alloc(job_id, lambda a: a["ClientStatus"] == "complete", "the allocation completed")
+        stopped = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] == "complete", "the allocation completed"
+        )
         assert stopped["ID"] == running["ID"]
         assert stopped["DesiredStatus"] == "stop"
         assert stopped["DesiredDescription"] == "alloc not needed due to job update"
@@ -419,23 +515,34 @@ class NomadApiContract:
         assert stopped["TaskStates"]["main"]["Failed"] is False
         types = event_types(stopped)
         assert types.index("Killing") < types.index("Killed") == len(types) - 1
-        purged = api.ok("DELETE", f"/v1/job/{job_id}", params={"purge": "True"})  # Go's ParseBool, as python-nomad sends it
+        purged = api.ok(
+            "DELETE", f"/v1/job/{job_id}", params={"purge": "True"}
+        )  # Go's ParseBool, as python-nomad sends it
         assert purged["JobModifyIndex"] > 0
         missing = api.get(f"/v1/job/{job_id}")
         assert missing.status_code == 404 and "job not found" in missing.text
 
-    def test_a_blocking_query_returns_when_the_job_changes(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_blocking_query_returns_when_the_job_changes(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
         out = api.register(sandbox_job(job_id, nomad_target.image, count=0))
-        api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed")
-        first = api.get(f"/v1/job/{job_id}")  # settled: nothing changes the job until the deregister
+        api.wait_eval(
+            out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed"
+        )
+        first = api.get(
+            f"/v1/job/{job_id}"
+        )  # settled: nothing changes the job until the deregister
         index = int(first.headers["X-Nomad-Index"])
         assert index == first.json()["ModifyIndex"]
         unchanged = api.get(f"/v1/job/{job_id}", params={"index": index, "wait": "100ms"})
         assert unchanged.status_code == 200 and int(unchanged.headers["X-Nomad-Index"]) == index
         answers: list[httpx.Response] = []
-        waiter = threading.Thread(target=lambda: answers.append(
-            api.get(f"/v1/job/{job_id}", params={"index": index, "wait": "60s"})))
+        waiter = threading.Thread(
+            target=lambda: answers.append(
+                api.get(f"/v1/job/{job_id}", params={"index": index, "wait": "60s"})
+            )
+        )
         waiter.start()
         api.ok("DELETE", f"/v1/job/{job_id}")
         waiter.join(GUARD_SECONDS)
@@ -451,49 +558,88 @@ class NomadApiContract:
         params = [("topic", f"Job:{job_id}"), ("topic", f"Allocation:{job_id}")]
         with api.http.stream("GET", "/v1/event/stream", params=params, timeout=30) as stream:
             assert stream.status_code == 200
-            api.register(sandbox_job(job_id, nomad_target.image, command="sh", args=["-c", "exit 0"],
-                                     job_type="batch"))
+            api.register(
+                sandbox_job(
+                    job_id,
+                    nomad_target.image,
+                    command="sh",
+                    args=["-c", "exit 0"],
+                    job_type="batch",
+                )
+            )
             deadline = time.monotonic() + GUARD_SECONDS
             for line in stream.iter_lines():
                 frame = json.loads(line) if line.strip() else {}
                 for event in frame.get("Events") or []:
                     assert event["Index"] == frame["Index"]
                     seen.setdefault(event["Type"], event)
-                if "JobRegistered" in seen and "AllocationUpdated" in seen or time.monotonic() > deadline:
+                if (
+                    "JobRegistered" in seen
+                    and "AllocationUpdated" in seen
+                    or time.monotonic() > deadline
+                ):
                     break
         job_event = seen["JobRegistered"]
         assert job_event["Topic"] == "Job" and job_event["Key"] == job_id
         assert job_event["Payload"]["Job"]["ID"] == job_id
         alloc_event = seen["AllocationUpdated"]
-        assert alloc_event["Topic"] == "Allocation" and alloc_event["Payload"]["Allocation"]["JobID"] == job_id
+        assert (
+            alloc_event["Topic"] == "Allocation"
+            and alloc_event["Payload"]["Allocation"]["JobID"] == job_id
+        )
         assert job_id in alloc_event["FilterKeys"]
 
     # -- failures a real container produces ------------------------------------------------------
 
-    def test_a_task_exit_code_fails_the_allocation_without_restart(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_task_exit_code_fails_the_allocation_without_restart(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
-        api.register(sandbox_job(job_id, nomad_target.image, command="sh", args=["-c", "exit 3"], job_type="batch"))
-        alloc = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended")
+        api.register(
+            sandbox_job(
+                job_id, nomad_target.image, command="sh", args=["-c", "exit 3"], job_type="batch"
+            )
+        )
+        alloc = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended"
+        )
         assert alloc["ClientStatus"] == "failed", event_types(alloc)
         state = alloc["TaskStates"]["main"]
         assert state["State"] == "dead" and state["Failed"] is True
         terminated = [e for e in state["Events"] if e["Type"] == "Terminated"]
         assert terminated and terminated[-1]["ExitCode"] == 3
         assert event_types(alloc)[-1] == "Not Restarting"
-        assert api.wait_job(job_id, lambda j: j["Status"] == "dead", "the job died")["Status"] == "dead"
+        assert (
+            api.wait_job(job_id, lambda j: j["Status"] == "dead", "the job died")["Status"]
+            == "dead"
+        )
 
-    def test_a_batch_task_that_exits_zero_completes(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_batch_task_that_exits_zero_completes(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
-        api.register(sandbox_job(job_id, nomad_target.image, command="sh", args=["-c", "exit 0"], job_type="batch"))
-        alloc = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended")
+        api.register(
+            sandbox_job(
+                job_id, nomad_target.image, command="sh", args=["-c", "exit 0"], job_type="batch"
+            )
+        )
+        alloc = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended"
+        )
         assert alloc["ClientStatus"] == "complete", event_types(alloc)
         assert alloc["TaskStates"]["main"]["Failed"] is False
 
-    def test_a_task_over_its_memory_is_oom_killed(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_task_over_its_memory_is_oom_killed(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
         hog = "b = bytearray(400 * 1024 * 1024); import time; time.sleep(60)"
-        api.register(sandbox_job(job_id, nomad_target.image, command="python3", args=["-c", hog], memory=32))
-        alloc = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended")
+        api.register(
+            sandbox_job(job_id, nomad_target.image, command="python3", args=["-c", hog], memory=32)
+        )
+        alloc = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended"
+        )
         assert alloc["ClientStatus"] == "failed", event_types(alloc)
         terminated = [e for e in events(alloc) if e["Type"] == "Terminated"]
         assert terminated, event_types(alloc)
@@ -505,20 +651,30 @@ class NomadApiContract:
         job_id = new_job_id()
         image = f"rock-test/absent-{uuid.uuid4().hex[:8]}:0"
         api.register(sandbox_job(job_id, image))
-        alloc = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task failed")
+        alloc = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task failed"
+        )
         assert alloc["ClientStatus"] == "failed"
         failure = [e for e in events(alloc) if e["Type"] == "Driver Failure"]
         assert failure, event_types(alloc)
         assert image in failure[-1]["DriverError"] and failure[-1]["FailsTask"] is True
 
-    def test_an_artifact_with_the_wrong_checksum_fails_the_task(self, api: NomadApi, nomad_target: NomadTarget,
-                                                                artifacts: ArtifactServer) -> None:
+    def test_an_artifact_with_the_wrong_checksum_fails_the_task(
+        self, api: NomadApi, nomad_target: NomadTarget, artifacts: ArtifactServer
+    ) -> None:
         url, _ = artifacts.add("tampered.bin", b"what was served")
         wrong = "sha256:" + hashlib.sha256(b"what was meant").hexdigest()
         job_id = new_job_id()
-        api.register(sandbox_job(job_id, nomad_target.image,
-                                 artifacts=[{"GetterSource": url, "GetterOptions": {"checksum": wrong}}]))
-        alloc = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task failed")
+        api.register(
+            sandbox_job(
+                job_id,
+                nomad_target.image,
+                artifacts=[{"GetterSource": url, "GetterOptions": {"checksum": wrong}}],
+            )
+        )
+        alloc = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task failed"
+        )
         assert alloc["ClientStatus"] == "failed"
         failure = [e for e in events(alloc) if e["Type"] == "Failed Artifact Download"]
         assert failure, event_types(alloc)
@@ -527,10 +683,14 @@ class NomadApiContract:
 
     # -- placement failures ------------------------------------------------------------------------
 
-    def test_a_job_that_fits_nowhere_is_blocked_with_the_reason(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_job_that_fits_nowhere_is_blocked_with_the_reason(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
         out = api.register(sandbox_job(job_id, nomad_target.image, memory=64 * 1024 * 1024))
-        ev = api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed")
+        ev = api.wait_eval(
+            out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed"
+        )
         metric = ev["FailedTGAllocs"]["sandbox"]
         assert metric["NodesEvaluated"] > 0
         assert metric["NodesExhausted"] > 0
@@ -543,9 +703,13 @@ class NomadApiContract:
         assert api.ok("GET", f"/v1/job/{job_id}/allocations") == []
         assert api.ok("GET", f"/v1/job/{job_id}/summary")["Summary"]["sandbox"]["Queued"] == 1
 
-    def test_a_missing_driver_filters_every_node(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_a_missing_driver_filters_every_node(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         out = api.register(sandbox_job(new_job_id(), nomad_target.image, driver="no-such-driver"))
-        ev = api.wait_eval(out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed")
+        ev = api.wait_eval(
+            out["EvalID"], lambda e: e["Status"] == "complete", "the evaluation completed"
+        )
         metric = ev["FailedTGAllocs"]["sandbox"]
         assert (metric["ConstraintFiltered"] or {}).get("missing drivers", 0) > 0
         assert metric["NodesFiltered"] == metric["NodesEvaluated"] > 0
@@ -566,15 +730,25 @@ class NomadApiContract:
         assert int(read.headers["X-Nomad-Index"]) == var["ModifyIndex"]
         listed = api.ok("GET", "/v1/vars", params={"prefix": path})
         assert [v["Path"] for v in listed] == [path]
-        assert "Items" not in listed[0] or listed[0]["Items"] is None  # a listing never shows the items
+        assert (
+            "Items" not in listed[0] or listed[0]["Items"] is None
+        )  # a listing never shows the items
         assert listed[0]["ModifyIndex"] == var["ModifyIndex"]
         again = api.put_variable(path, {"token": "other"}).json()
-        assert again["ModifyIndex"] > var["ModifyIndex"] and again["CreateIndex"] == var["CreateIndex"]
-        assert api.ok("GET", f"/v1/var/{path}")["Items"] == {"token": "other"}  # items are replaced, not merged
+        assert (
+            again["ModifyIndex"] > var["ModifyIndex"] and again["CreateIndex"] == var["CreateIndex"]
+        )
+        assert api.ok("GET", f"/v1/var/{path}")["Items"] == {
+            "token": "other"
+        }  # items are replaced, not merged
         deleted = api.request("DELETE", f"/v1/var/{path}")
         assert deleted.status_code == 204 and not deleted.content
         missing = api.get(f"/v1/var/{path}")
-        assert missing.status_code == 404 and is_plain_text(missing) and "variable not found" in missing.text
+        assert (
+            missing.status_code == 404
+            and is_plain_text(missing)
+            and "variable not found" in missing.text
+        )
         assert api.request("DELETE", f"/v1/var/{path}").status_code == 204  # gone already is fine
         assert api.ok("GET", "/v1/vars", params={"prefix": path}) == []
 
@@ -585,7 +759,9 @@ class NomadApiContract:
         index = created.json()["ModifyIndex"]
         refused = api.put_variable(path, {"token": "second"}, cas=0)
         assert refused.status_code == 409
-        assert refused.json()["ModifyIndex"] == index and refused.json()["Path"] == path  # the variable as it is
+        assert (
+            refused.json()["ModifyIndex"] == index and refused.json()["Path"] == path
+        )  # the variable as it is
         stale = api.put_variable(path, {"token": "second"}, cas=index + 1000)
         assert stale.status_code == 409
         assert api.ok("GET", f"/v1/var/{path}")["Items"] == {"token": "first"}
@@ -593,7 +769,12 @@ class NomadApiContract:
         assert updated.status_code == 200 and updated.json()["ModifyIndex"] > index
         not_deleted = api.request("DELETE", f"/v1/var/{path}", params={"cas": index})
         assert not_deleted.status_code == 409
-        assert api.request("DELETE", f"/v1/var/{path}", params={"cas": updated.json()["ModifyIndex"]}).status_code == 204
+        assert (
+            api.request(
+                "DELETE", f"/v1/var/{path}", params={"cas": updated.json()["ModifyIndex"]}
+            ).status_code
+            == 204
+        )
         assert api.get(f"/v1/var/{path}").status_code == 404
 
     def test_variable_errors_are_nomads(self, api: NomadApi) -> None:
@@ -603,10 +784,16 @@ class NomadApiContract:
         assert "variable missing required Items object" in no_items.text
         empty = api.request("PUT", f"/v1/var/{path}", content=b"")
         assert empty.status_code == 400
-        bad_cas = api.request("PUT", f"/v1/var/{path}", params={"cas": "soon"}, json={"Items": {"a": "b"}})
+        bad_cas = api.request(
+            "PUT", f"/v1/var/{path}", params={"cas": "soon"}, json={"Items": {"a": "b"}}
+        )
         assert bad_cas.status_code == 400 and "can not parse cas" in bad_cas.text
         reserved = api.request("PUT", "/v1/var/nomad/elsewhere", json={"Items": {"a": "b"}})
-        assert reserved.status_code == 500 and is_plain_text(reserved) and "nomad/jobs" in reserved.text
+        assert (
+            reserved.status_code == 500
+            and is_plain_text(reserved)
+            and "nomad/jobs" in reserved.text
+        )
         bad_path = api.request("PUT", "/v1/var/has.a.dot", json={"Items": {"a": "b"}})
         assert bad_path.status_code == 500 and 'invalid path "has.a.dot"' in bad_path.text
         wrong_method = api.request("PATCH", f"/v1/var/{path}")
@@ -614,19 +801,29 @@ class NomadApiContract:
         assert api.request("PUT", "/v1/vars").status_code == 405
         assert api.get(f"/v1/var/{path}").status_code == 404
 
-    def test_a_template_reads_its_jobs_own_variable_and_waits_for_it(self, api: NomadApi,
-                                                                      nomad_target: NomadTarget) -> None:
+    def test_a_template_reads_its_jobs_own_variable_and_waits_for_it(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id()
         path = f"nomad/jobs/{job_id}"
         secret = uuid.uuid4().hex
         digest = hashlib.sha256(f"{secret}\n".encode()).hexdigest()  # the job holds only its digest
-        job = sandbox_job(job_id, nomad_target.image, command="sh", job_type="batch",
-                          args=["-c", f'echo "$SANDBOX_SECRET" | sha256sum | grep -q {digest} || exit 3'])
+        job = sandbox_job(
+            job_id,
+            nomad_target.image,
+            command="sh",
+            job_type="batch",
+            args=["-c", f'echo "$SANDBOX_SECRET" | sha256sum | grep -q {digest} || exit 3'],
+        )
         task = job["TaskGroups"][0]["Tasks"][0]
-        task["Templates"] = [{
-            "EmbeddedTmpl": f'SANDBOX_SECRET={{{{ with nomadVar "{path}" }}}}{{{{ .token }}}}{{{{ end }}}}\n',
-            "DestPath": "secrets/sandbox.env", "Envvars": True, "ChangeMode": "noop",
-        }]
+        task["Templates"] = [
+            {
+                "EmbeddedTmpl": f'SANDBOX_SECRET={{{{ with nomadVar "{path}" }}}}{{{{ .token }}}}{{{{ end }}}}\n',
+                "DestPath": "secrets/sandbox.env",
+                "Envvars": True,
+                "ChangeMode": "noop",
+            }
+        ]
         api.register(job)
         # Its Variable does not exist yet: the template holds the task back.
         pending = api.wait_alloc(job_id, lambda a: True, "the allocation was placed")
@@ -635,30 +832,47 @@ class NomadApiContract:
         assert held["ClientStatus"] == "pending", event_types(held)
         assert "Started" not in event_types(held)
         api.put_variable(path, {"token": secret})
-        done = api.wait_alloc(job_id, lambda a: a["ClientStatus"] in ("complete", "failed"), "the task ended")
-        assert done["ClientStatus"] == "complete", event_types(done)  # exit 3 had it not read the item
+        done = api.wait_alloc(
+            job_id, lambda a: a["ClientStatus"] in ("complete", "failed"), "the task ended"
+        )
+        assert done["ClientStatus"] == "complete", event_types(
+            done
+        )  # exit 3 had it not read the item
         assert secret not in api.get(f"/v1/job/{job_id}").text
         assert secret not in api.get(f"/v1/allocation/{done['ID']}").text
 
     def test_variables_need_a_token_with_acls_on(self, nomad_target: NomadTarget) -> None:
         if not nomad_target.acl:
-            pytest.skip(f"{nomad_target.label} runs without ACLs (set NOMAD_TOKEN for an agent with ACLs on)")
+            pytest.skip(
+                f"{nomad_target.label} runs without ACLs (set NOMAD_TOKEN for an agent with ACLs on)"
+            )
         path = f"nomad/jobs/{new_job_id('var')}"
         anonymous = httpx.put(f"{nomad_target.address}/v1/var/{path}", json={"Items": {"a": "b"}})
         assert anonymous.status_code == 403 and "Permission denied" in anonymous.text
-        unknown = httpx.get(f"{nomad_target.address}/v1/vars", headers={"X-Nomad-Token": str(uuid.uuid4())})
+        unknown = httpx.get(
+            f"{nomad_target.address}/v1/vars", headers={"X-Nomad-Token": str(uuid.uuid4())}
+        )
         assert unknown.status_code == 403 and "ACL token not found" in unknown.text
 
     # -- ACL --------------------------------------------------------------------------------------
 
-    def test_acl_tokens_are_required_and_checked(self, api: NomadApi, nomad_target: NomadTarget) -> None:
+    def test_acl_tokens_are_required_and_checked(
+        self, api: NomadApi, nomad_target: NomadTarget
+    ) -> None:
         if not nomad_target.acl:
-            pytest.skip(f"{nomad_target.label} runs without ACLs (set NOMAD_TOKEN for an agent with ACLs on)")
+            pytest.skip(
+                f"{nomad_target.label} runs without ACLs (set NOMAD_TOKEN for an agent with ACLs on)"
+            )
         anonymous = httpx.get(f"{nomad_target.address}/v1/jobs")
         assert anonymous.status_code == 403 and "Permission denied" in anonymous.text
-        wrong = httpx.get(f"{nomad_target.address}/v1/jobs", headers={"X-Nomad-Token": str(uuid.uuid4())})
+        wrong = httpx.get(
+            f"{nomad_target.address}/v1/jobs", headers={"X-Nomad-Token": str(uuid.uuid4())}
+        )
         assert wrong.status_code == 403 and "ACL token not found" in wrong.text
-        bearer = httpx.get(f"{nomad_target.address}/v1/jobs", headers={"Authorization": f"Bearer {nomad_target.token}"})
+        bearer = httpx.get(
+            f"{nomad_target.address}/v1/jobs",
+            headers={"Authorization": f"Bearer {nomad_target.token}"},
+        )
         assert bearer.status_code == 200
         me = api.ok("GET", "/v1/acl/token/self")
         assert me["SecretID"] == nomad_target.token

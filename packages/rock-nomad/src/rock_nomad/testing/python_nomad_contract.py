@@ -34,8 +34,14 @@ from rock_nomad.testing.contract import GUARD_SECONDS, NomadTarget, new_job_id, 
 
 #: The environment python-nomad reads in ``Nomad()``, over what the test passes (``NOMAD_ADDR``
 #: wins over ``host``/``port``, ``NOMAD_TOKEN`` fills a missing token): cleared for each test.
-NOMAD_ENVIRONMENT = ("NOMAD_ADDR", "NOMAD_TOKEN", "NOMAD_NAMESPACE", "NOMAD_REGION", "NOMAD_CLIENT_CERT",
-                     "NOMAD_CLIENT_KEY")
+NOMAD_ENVIRONMENT = (
+    "NOMAD_ADDR",
+    "NOMAD_TOKEN",
+    "NOMAD_NAMESPACE",
+    "NOMAD_REGION",
+    "NOMAD_CLIENT_CERT",
+    "NOMAD_CLIENT_KEY",
+)
 
 
 class PythonNomadClients:
@@ -49,7 +55,9 @@ class PythonNomadClients:
 
     def client(self, token: str | None, **settings: Any) -> nomad.Nomad:
         """A python-nomad client of the target holding ``token`` (none when ``None``)."""
-        return nomad.Nomad(address=self.target.address, token=token, timeout=int(GUARD_SECONDS), **settings)
+        return nomad.Nomad(
+            address=self.target.address, token=token, timeout=int(GUARD_SECONDS), **settings
+        )
 
     def register(self, job: dict[str, Any], **body: Any) -> dict[str, Any]:
         """``jobs.register_job`` (``POST /v1/jobs``), the job purged at close."""
@@ -61,7 +69,9 @@ class PythonNomadClients:
         self.variables.add(path)
         return self.main.variable.create_variable(path, {"Path": path, "Items": items}, **kwargs)
 
-    def wait_allocation(self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    def wait_allocation(
+        self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
         """The newest allocation of ``job_id`` (``allocation.get_allocation``) once ``until`` holds.
 
         python-nomad has no blocking queries; ``request()`` with ``index``/``wait`` is its way to
@@ -70,18 +80,25 @@ class PythonNomadClients:
         deadline = time.monotonic() + GUARD_SECONDS
         last: Any = None
         while True:
-            response = self.main.job.request(job_id, "allocations", method="get",
-                                             params={"index": index, "wait": "5s"})
+            response = self.main.job.request(
+                job_id, "allocations", method="get", params={"index": index, "wait": "5s"}
+            )
             last = response.json()
             if last:
-                newest = self.main.allocation.get_allocation(max(last, key=lambda a: a["CreateIndex"])["ID"])
+                newest = self.main.allocation.get_allocation(
+                    max(last, key=lambda a: a["CreateIndex"])["ID"]
+                )
                 if until(newest):
                     return newest
             index = int(response.headers["X-Nomad-Index"])
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what} ({job_id}) did not happen within {GUARD_SECONDS:g}s; last: {last!r}")
+                raise AssertionError(
+                    f"{what} ({job_id}) did not happen within {GUARD_SECONDS:g}s; last: {last!r}"
+                )
 
-    def wait_job(self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str) -> dict[str, Any]:
+    def wait_job(
+        self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str
+    ) -> dict[str, Any]:
         """``job.get_job`` once ``until`` holds."""
         deadline = time.monotonic() + GUARD_SECONDS
         while True:
@@ -89,7 +106,9 @@ class PythonNomadClients:
             if until(job):
                 return job
             if time.monotonic() > deadline:
-                raise AssertionError(f"{what} ({job_id}) did not happen within {GUARD_SECONDS:g}s; last: {job!r}")
+                raise AssertionError(
+                    f"{what} ({job_id}) did not happen within {GUARD_SECONDS:g}s; last: {job!r}"
+                )
             time.sleep(0.2)
 
     def close(self) -> None:
@@ -105,7 +124,9 @@ class PythonNomadClients:
                 pass
 
 
-def nomads_answer(error: nomad_errors.BaseNomadException, status: int, text: str) -> requests.Response:
+def nomads_answer(
+    error: nomad_errors.BaseNomadException, status: int, text: str
+) -> requests.Response:
     """The response a python-nomad exception carries, checked to be Nomad's plain-text answer."""
     response = error.nomad_resp
     assert isinstance(response, requests.Response), response
@@ -124,7 +145,9 @@ class PythonNomadContract:
     """The contract tests through python-nomad; subclass with a ``nomad_target`` fixture."""
 
     @pytest.fixture
-    def py_nomad(self, nomad_target: NomadTarget, monkeypatch: pytest.MonkeyPatch) -> Iterator[PythonNomadClients]:
+    def py_nomad(
+        self, nomad_target: NomadTarget, monkeypatch: pytest.MonkeyPatch
+    ) -> Iterator[PythonNomadClients]:
         for name in NOMAD_ENVIRONMENT:
             monkeypatch.delenv(name, raising=False)
         clients = PythonNomadClients(nomad_target)
@@ -150,18 +173,24 @@ class PythonNomadContract:
         assert all(s.get("NodeResources") is None for s in stubs)
         with_resources = {s["ID"]: s for s in n.nodes.get_nodes(resources=True)}  # sent as "True"
         for stub in stubs:
-            assert stub["Drivers"]["docker"]["Detected"] and stub["SchedulingEligibility"] == "eligible"
+            assert (
+                stub["Drivers"]["docker"]["Detected"]
+                and stub["SchedulingEligibility"] == "eligible"
+            )
             assert with_resources[stub["ID"]]["NodeResources"]["Memory"]["MemoryMB"] > 0
             node = n.node.get_node(stub["ID"])
             assert node["Name"] == stub["Name"] and node["Attributes"]["kernel.name"] == "linux"
             assert isinstance(n.node.get_allocations(stub["ID"]), list)
-        assert stubs[0]["ID"] in n.nodes and stubs[0]["Name"] in n.nodes  # by ID or name, from the listing
+        assert (
+            stubs[0]["ID"] in n.nodes and stubs[0]["Name"] in n.nodes
+        )  # by ID or name, from the listing
         assert n.nodes.get_nodes(prefix=stubs[0]["ID"][:8])[0]["ID"] == stubs[0]["ID"]
 
     # -- a job's life ------------------------------------------------------------------------------
 
-    def test_register_read_run_list_deregister_and_purge(self, py_nomad: PythonNomadClients,
-                                                          nomad_target: NomadTarget) -> None:
+    def test_register_read_run_list_deregister_and_purge(
+        self, py_nomad: PythonNomadClients, nomad_target: NomadTarget
+    ) -> None:
         n = py_nomad.main
         job_id = new_job_id("pynomad")
         job = sandbox_job(job_id, nomad_target.image, meta={"sandbox_id": job_id})
@@ -171,22 +200,31 @@ class PythonNomadContract:
         stored = n.job.get_job(job_id)
         assert stored["Meta"] == {"sandbox_id": job_id} and stored["Version"] == 0
         assert stored["TaskGroups"][0]["RestartPolicy"]["Mode"] == "fail"
-        listed = n.jobs.get_jobs(prefix=job_id, meta=True)  # meta sent as "True": Go's ParseBool takes it
+        listed = n.jobs.get_jobs(
+            prefix=job_id, meta=True
+        )  # meta sent as "True": Go's ParseBool takes it
         assert [j["ID"] for j in listed] == [job_id] and listed[0]["Meta"] == {"sandbox_id": job_id}
         assert job_id in n.jobs
         evaluation = n.evaluation.get_evaluation(registered["EvalID"])
         assert evaluation["JobID"] == job_id and evaluation["TriggeredBy"] == "job-register"
 
-        alloc = py_nomad.wait_allocation(job_id, lambda a: a["ClientStatus"] != "pending", "the allocation started")
+        alloc = py_nomad.wait_allocation(
+            job_id, lambda a: a["ClientStatus"] != "pending", "the allocation started"
+        )
         assert alloc["ClientStatus"] == "running", task_events(alloc)
         assert alloc["DesiredStatus"] == "run" and alloc["TaskStates"]["main"]["State"] == "running"
         assert alloc["Name"] == f"{job_id}.sandbox[0]" and alloc["NodeID"]
         assert alloc["ID"] in n.allocation and n.allocation[alloc["ID"]]["JobID"] == job_id
         assert [a["ID"] for a in n.job.get_allocations(job_id)] == [alloc["ID"]]
-        assert [a["ID"] for a in n.allocations.get_allocations(prefix=alloc["ID"][:8])] == [alloc["ID"]]
+        assert [a["ID"] for a in n.allocations.get_allocations(prefix=alloc["ID"][:8])] == [
+            alloc["ID"]
+        ]
         assert alloc["ID"] in [a["ID"] for a in n.node.get_allocations(alloc["NodeID"])]
         assert registered["EvalID"] in [e["ID"] for e in n.job.get_evaluations(job_id)]
-        assert py_nomad.wait_job(job_id, lambda j: j["Status"] == "running", "the job ran")["Status"] == "running"
+        assert (
+            py_nomad.wait_job(job_id, lambda j: j["Status"] == "running", "the job ran")["Status"]
+            == "running"
+        )
         assert n.job.get_summary(job_id)["Summary"]["sandbox"]["Running"] == 1
 
         # Re-registered through the job's own route (POST /v1/job/<id>) with a change: a new version.
@@ -198,9 +236,13 @@ class PythonNomadContract:
         assert stopped["EvalID"] and stopped["JobModifyIndex"] > 0
         dead = py_nomad.wait_job(job_id, lambda j: j["Status"] == "dead", "the job died")
         assert dead["Stop"] is True
-        done = py_nomad.wait_allocation(job_id, lambda a: a["ClientStatus"] == "complete", "the allocation ended")
+        done = py_nomad.wait_allocation(
+            job_id, lambda a: a["ClientStatus"] == "complete", "the allocation ended"
+        )
         assert done["DesiredStatus"] == "stop" and done["TaskStates"]["main"]["State"] == "dead"
-        assert n.job.deregister_job(job_id, purge=True)["JobModifyIndex"] > 0  # purge sent as "True"
+        assert (
+            n.job.deregister_job(job_id, purge=True)["JobModifyIndex"] > 0
+        )  # purge sent as "True"
         assert job_id not in n.job
         with pytest.raises(nomad_errors.URLNotFoundNomadException) as missing:
             n.job.get_job(job_id)
@@ -213,12 +255,17 @@ class PythonNomadContract:
         py_nomad.register(job)
         first = n.job.get_versions(job_id)
         assert [v["Version"] for v in first["Versions"]] == [0] and first["Diffs"] is None
-        assert first["Versions"][0]["ID"] == job_id and first["Versions"][0]["Meta"] == {"owner": "first"}
+        assert first["Versions"][0]["ID"] == job_id and first["Versions"][0]["Meta"] == {
+            "owner": "first"
+        }
         job["Meta"]["owner"] = "second"
         py_nomad.register(job)
         py_nomad.register(job)  # unchanged: the same version again, not a new one
         versions = n.job.get_versions(job_id)["Versions"]
-        assert [(v["Version"], v["Meta"]["owner"]) for v in versions] == [(1, "second"), (0, "first")]  # newest first
+        assert [(v["Version"], v["Meta"]["owner"]) for v in versions] == [
+            (1, "second"),
+            (0, "first"),
+        ]  # newest first
         n.job.deregister_job(job_id)  # a stopped job is a new version
         stopped = n.job.get_versions(job_id)["Versions"]
         assert [(v["Version"], v["Stop"]) for v in stopped] == [(2, True), (1, False), (0, False)]
@@ -227,25 +274,40 @@ class PythonNomadContract:
             n.job.get_versions(job_id)
         nomads_answer(purged.value, 404, "job versions not found")
 
-    def test_a_tasks_log_and_its_exit(self, py_nomad: PythonNomadClients, nomad_target: NomadTarget) -> None:
+    def test_a_tasks_log_and_its_exit(
+        self, py_nomad: PythonNomadClients, nomad_target: NomadTarget
+    ) -> None:
         n = py_nomad.main
         job_id = new_job_id("pynomad")
         word = uuid.uuid4().hex
-        py_nomad.register(sandbox_job(job_id, nomad_target.image, command="sh", job_type="batch",
-                                      args=["-c", f"echo {word}; echo to-stderr >&2; exit 3"]))
-        alloc = py_nomad.wait_allocation(job_id, lambda a: a["ClientStatus"] in ("failed", "complete"),
-                                         "the task ended")
+        py_nomad.register(
+            sandbox_job(
+                job_id,
+                nomad_target.image,
+                command="sh",
+                job_type="batch",
+                args=["-c", f"echo {word}; echo to-stderr >&2; exit 3"],
+            )
+        )
+        alloc = py_nomad.wait_allocation(
+            job_id, lambda a: a["ClientStatus"] in ("failed", "complete"), "the task ended"
+        )
         assert alloc["ClientStatus"] == "failed", task_events(alloc)
         terminated = [e for e in alloc["TaskStates"]["main"]["Events"] if e["Type"] == "Terminated"]
         assert terminated and terminated[-1]["ExitCode"] == 3
         stdout = n.client.stream_logs.stream(alloc["ID"], "main", "stdout", plain=True)
         assert stdout == f"{word}\n"
-        assert n.client.stream_logs.stream(alloc["ID"], "main", "stderr", plain=True) == "to-stderr\n"
+        assert (
+            n.client.stream_logs.stream(alloc["ID"], "main", "stderr", plain=True) == "to-stderr\n"
+        )
 
-    def test_the_event_stream_on_python_nomads_thread(self, py_nomad: PythonNomadClients,
-                                                      nomad_target: NomadTarget) -> None:
+    def test_the_event_stream_on_python_nomads_thread(
+        self, py_nomad: PythonNomadClients, nomad_target: NomadTarget
+    ) -> None:
         job_id = new_job_id("pynomad")
-        thread, stop, frames = py_nomad.main.event.stream.get_stream(topic=[f"Job:{job_id}"], timeout=60)
+        thread, stop, frames = py_nomad.main.event.stream.get_stream(
+            topic=[f"Job:{job_id}"], timeout=60
+        )
         thread.daemon = True
         thread.start()
         try:
@@ -253,11 +315,15 @@ class PythonNomadContract:
             deadline = time.monotonic() + GUARD_SECONDS
             seen: list[dict[str, Any]] = []
             while not any(e["Type"] == "JobRegistered" for e in seen):
-                assert thread.is_alive(), "python-nomad's stream thread died (an answer it could not parse?)"
+                assert thread.is_alive(), (
+                    "python-nomad's stream thread died (an answer it could not parse?)"
+                )
                 try:
                     frame = frames.get(timeout=1)
                 except queue.Empty:
-                    assert time.monotonic() < deadline, f"no JobRegistered within {GUARD_SECONDS:g}s: {seen!r}"
+                    assert time.monotonic() < deadline, (
+                        f"no JobRegistered within {GUARD_SECONDS:g}s: {seen!r}"
+                    )
                     continue
                 assert frame["Index"] > 0
                 seen.extend(frame["Events"])
@@ -269,7 +335,9 @@ class PythonNomadContract:
 
     # -- variables -------------------------------------------------------------------------------
 
-    def test_variables_write_read_list_check_and_set_and_delete(self, py_nomad: PythonNomadClients) -> None:
+    def test_variables_write_read_list_check_and_set_and_delete(
+        self, py_nomad: PythonNomadClients
+    ) -> None:
         n = py_nomad.main
         path = f"nomad/jobs/{new_job_id('pynomad-var')}"
         created = py_nomad.put_variable(path, {"token": "first"}, cas=0)
@@ -282,7 +350,9 @@ class PythonNomadContract:
         with pytest.raises(nomad_errors.VariableConflict) as conflict:
             py_nomad.put_variable(path, {"token": "second"}, cas=0)
         held = conflict.value.nomad_resp
-        assert held.status_code == 409 and held.json()["ModifyIndex"] == index  # the variable as it is
+        assert (
+            held.status_code == 409 and held.json()["ModifyIndex"] == index
+        )  # the variable as it is
         updated = py_nomad.put_variable(path, {"token": "second"}, cas=index)
         assert updated["ModifyIndex"] > index
         with pytest.raises(nomad_errors.VariableConflict):
@@ -308,13 +378,17 @@ class PythonNomadContract:
 
     # -- errors ----------------------------------------------------------------------------------
 
-    def test_unknown_objects_raise_not_found_with_nomads_text(self, py_nomad: PythonNomadClients) -> None:
+    def test_unknown_objects_raise_not_found_with_nomads_text(
+        self, py_nomad: PythonNomadClients
+    ) -> None:
         n = py_nomad.main
         unknown = str(uuid.uuid4())
-        for read, text in [(n.allocation.get_allocation, "alloc not found"),
-                           (n.evaluation.get_evaluation, "eval not found"),
-                           (n.node.get_node, "node not found"),
-                           (n.job.get_job, "job not found")]:
+        for read, text in [
+            (n.allocation.get_allocation, "alloc not found"),
+            (n.evaluation.get_evaluation, "eval not found"),
+            (n.node.get_node, "node not found"),
+            (n.job.get_job, "job not found"),
+        ]:
             with pytest.raises(nomad_errors.URLNotFoundNomadException) as missing:
                 read(unknown)
             nomads_answer(missing.value, 404, text)
@@ -323,8 +397,9 @@ class PythonNomadContract:
         assert n.job.deregister_job(unknown, purge=True)["EvalID"] == ""
         assert n.job.get_allocations(unknown) == [] and n.job.get_evaluations(unknown) == []
 
-    def test_bad_registrations_raise_by_nomads_status(self, py_nomad: PythonNomadClients,
-                                                      nomad_target: NomadTarget) -> None:
+    def test_bad_registrations_raise_by_nomads_status(
+        self, py_nomad: PythonNomadClients, nomad_target: NomadTarget
+    ) -> None:
         n = py_nomad.main
         job_id = new_job_id("pynomad")
         job = sandbox_job(job_id, nomad_target.image, count=0)
@@ -334,10 +409,17 @@ class PythonNomadContract:
         with pytest.raises(nomad_errors.BadRequestNomadException) as mismatch:
             n.job.register_job(f"{job_id}-other", {"Job": job})
         nomads_answer(mismatch.value, 400, "Job ID does not match name")
-        invalid = {**job, "TaskGroups": [{**job["TaskGroups"][0], "RestartPolicy": {"Attempts": 0, "Mode": "delay"}}]}
+        invalid = {
+            **job,
+            "TaskGroups": [
+                {**job["TaskGroups"][0], "RestartPolicy": {"Attempts": 0, "Mode": "delay"}}
+            ],
+        }
         with pytest.raises(nomad_errors.BaseNomadException) as refused:
             n.jobs.register_job({"Job": invalid})
-        assert type(refused.value) is nomad_errors.BaseNomadException  # a validation failure is a 500
+        assert (
+            type(refused.value) is nomad_errors.BaseNomadException
+        )  # a validation failure is a 500
         nomads_answer(refused.value, 500, "error occurred")
         assert job_id not in n.job
         py_nomad.register(job, EnforceIndex=True, JobModifyIndex=0)
@@ -345,7 +427,9 @@ class PythonNomadContract:
             py_nomad.register(job, EnforceIndex=True, JobModifyIndex=0)
         nomads_answer(exists.value, 500, "job already exists")
 
-    def test_wrong_method_region_and_namespace(self, py_nomad: PythonNomadClients, nomad_target: NomadTarget) -> None:
+    def test_wrong_method_region_and_namespace(
+        self, py_nomad: PythonNomadClients, nomad_target: NomadTarget
+    ) -> None:
         with pytest.raises(nomad_errors.BaseNomadException) as wrong:
             py_nomad.main.status.leader.request(method="delete")
         nomads_answer(wrong.value, 405, "Invalid method")
@@ -353,7 +437,9 @@ class PythonNomadContract:
         with pytest.raises(nomad_errors.BaseNomadException) as no_path:
             elsewhere.jobs.get_jobs()
         nomads_answer(no_path.value, 500, "No path to region")
-        missing_namespace = py_nomad.client(nomad_target.token, namespace=f"ns-{uuid.uuid4().hex[:8]}")
+        missing_namespace = py_nomad.client(
+            nomad_target.token, namespace=f"ns-{uuid.uuid4().hex[:8]}"
+        )
         job = sandbox_job(new_job_id("pynomad"), nomad_target.image, count=0)
         with pytest.raises(nomad_errors.BaseNomadException) as nonexistent:
             missing_namespace.jobs.register_job({"Job": job})
@@ -361,9 +447,13 @@ class PythonNomadContract:
 
     # -- ACL --------------------------------------------------------------------------------------
 
-    def test_acl_token_header(self, py_nomad: PythonNomadClients, nomad_target: NomadTarget) -> None:
+    def test_acl_token_header(
+        self, py_nomad: PythonNomadClients, nomad_target: NomadTarget
+    ) -> None:
         if not nomad_target.acl:
-            pytest.skip(f"{nomad_target.label} runs without ACLs (set NOMAD_TOKEN for an agent with ACLs on)")
+            pytest.skip(
+                f"{nomad_target.label} runs without ACLs (set NOMAD_TOKEN for an agent with ACLs on)"
+            )
         me = py_nomad.main.acl.get_self_token()  # the token travels as X-Nomad-Token
         assert me["SecretID"] == nomad_target.token
         anonymous = py_nomad.client(None)
@@ -371,7 +461,9 @@ class PythonNomadContract:
             anonymous.jobs.get_jobs()
         nomads_answer(denied.value, 403, "Permission denied")
         with pytest.raises(nomad_errors.URLNotAuthorizedNomadException) as no_var:
-            anonymous.variable.create_variable(f"nomad/jobs/{new_job_id('pynomad-var')}", {"Items": {"a": "b"}})
+            anonymous.variable.create_variable(
+                f"nomad/jobs/{new_job_id('pynomad-var')}", {"Items": {"a": "b"}}
+            )
         nomads_answer(no_var.value, 403, "Permission denied")
         stranger = py_nomad.client(str(uuid.uuid4()))
         with pytest.raises(nomad_errors.URLNotAuthorizedNomadException) as unknown:

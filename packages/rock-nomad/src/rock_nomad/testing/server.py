@@ -38,7 +38,13 @@ import docker
 import docker.errors
 
 from rock_nomad._job import NETWORK_META, SANDBOX_NETWORK
-from rock_nomad.testing._client import LABEL_OWNER, LABEL_SERVER, DockerClientSim, Faults, remove_dir
+from rock_nomad.testing._client import (
+    LABEL_OWNER,
+    LABEL_SERVER,
+    DockerClientSim,
+    Faults,
+    remove_dir,
+)
 from rock_nomad.testing._cluster import Cluster, NodeSpec
 
 log = logging.getLogger("rock_nomad.testing")
@@ -82,7 +88,9 @@ def remove_leftovers(client: docker.DockerClient, work_root: Path | None = None)
     """Remove containers (and work directories) of stand-ins whose process is gone; return the
     container ids removed."""
     removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL_OWNER}, ignore_removed=True):
+    for container in client.containers.list(
+        all=True, filters={"label": LABEL_OWNER}, ignore_removed=True
+    ):
         owner = container.labels.get(LABEL_OWNER, "")
         if owner and not owner_alive(owner):
             try:
@@ -91,7 +99,9 @@ def remove_leftovers(client: docker.DockerClient, work_root: Path | None = None)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
-                log.warning("stand-in: could not remove leftover container %s: %s", container.id, exc)
+                log.warning(
+                    "stand-in: could not remove leftover container %s: %s", container.id, exc
+                )
     for network in client.api.networks(filters={"label": LABEL_OWNER}):
         owner = (network.get("Labels") or {}).get(LABEL_OWNER, "")
         if owner and not owner_alive(owner):
@@ -185,17 +195,29 @@ class StandInNomad:
         self.tokens: dict[str, dict[str, Any]] = {}
         self.faults = Faults(start_delay=start_delay)
         self._initial_nodes = nodes
-        self._node_defaults = {"cpu_mhz": node_cpu, "cores": node_cores, "memory_mb": node_memory,
-                               "disk_mb": node_disk, "datacenter": datacenter,
-                               "docker_networks": ROCK_NODE_NETWORKS if node_networks is None else node_networks,
-                               "meta": ROCK_NODE_META if node_meta is None else node_meta}
+        self._node_defaults = {
+            "cpu_mhz": node_cpu,
+            "cores": node_cores,
+            "memory_mb": node_memory,
+            "disk_mb": node_disk,
+            "datacenter": datacenter,
+            "docker_networks": ROCK_NODE_NETWORKS if node_networks is None else node_networks,
+            "meta": ROCK_NODE_META if node_meta is None else node_meta,
+        }
         if tls_client_ca is not None and tls is None:
-            raise ValueError("tls_client_ca needs tls: a client certificate is asked for in a TLS handshake")
+            raise ValueError(
+                "tls_client_ca needs tls: a client certificate is asked for in a TLS handshake"
+            )
         self.tls = tls
         self.tls_client_ca = tls_client_ca
         self._next_address = [int(p) for p in first_address.split(".")]
-        self._cluster_args = {"region": region, "namespaces": tuple(namespaces), "algorithm": algorithm,
-                              "scheduler_delay": scheduler_delay, "seed": seed}
+        self._cluster_args = {
+            "region": region,
+            "namespaces": tuple(namespaces),
+            "algorithm": algorithm,
+            "scheduler_delay": scheduler_delay,
+            "seed": seed,
+        }
         self._docker = docker_client
         self._own_docker = docker_client is None
         self.cluster: Cluster | None = None
@@ -210,7 +232,12 @@ class StandInNomad:
         self._failure: BaseException | None = None
         self._closed = False
         self._node_count = 0
-        self._add_token(self.management_token, "management", name="stand-in management token", rights=("read", "write"))
+        self._add_token(
+            self.management_token,
+            "management",
+            name="stand-in management token",
+            rights=("read", "write"),
+        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -241,16 +268,27 @@ class StandInNomad:
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
         self._events = self.docker.events(
-            decode=True, filters={"type": "container", "label": f"{LABEL_SERVER}={self.server_id}",
-                                  "event": ["die", "oom"]})
+            decode=True,
+            filters={
+                "type": "container",
+                "label": f"{LABEL_SERVER}={self.server_id}",
+                "event": ["die", "oom"],
+            },
+        )
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._serve, args=(sock,), name="stand-in nomad", daemon=True)
+        self._thread = threading.Thread(
+            target=self._serve, args=(sock,), name="stand-in nomad", daemon=True
+        )
         self._thread.start()
         self._ready.wait()
         if self._failure is not None:
             self.close()
-            raise RuntimeError(f"the stand-in Nomad server did not start: {self._failure}") from self._failure
-        self._events_thread = threading.Thread(target=self._pump_events, name="stand-in docker events", daemon=True)
+            raise RuntimeError(
+                f"the stand-in Nomad server did not start: {self._failure}"
+            ) from self._failure
+        self._events_thread = threading.Thread(
+            target=self._pump_events, name="stand-in docker events", daemon=True
+        )
         self._events_thread.start()
         atexit.register(self.close)  # a process that forgets close() still removes its containers
         return self
@@ -283,8 +321,14 @@ class StandInNomad:
         assert self.work_dir is not None
         self._stop = asyncio.Event()
         self.cluster = Cluster(**self._cluster_args)
-        self.client = DockerClientSim(self.cluster, self.docker, server_id=self.server_id, owner=self.owner,
-                                      work_dir=self.work_dir, faults=self.faults)
+        self.client = DockerClientSim(
+            self.cluster,
+            self.docker,
+            server_id=self.server_id,
+            owner=self.owner,
+            work_dir=self.work_dir,
+            faults=self.faults,
+        )
         self.cluster.client = self.client
         self.cluster.start()
         for _ in range(self._initial_nodes):
@@ -296,8 +340,16 @@ class StandInNomad:
             tls = {"ssl_certfile": self.tls[0], "ssl_keyfile": self.tls[1]}
             if self.tls_client_ca is not None:
                 tls.update(ssl_ca_certs=self.tls_client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
-        config = uvicorn.Config(Api(self).app, log_level="warning", lifespan="off", access_log=False,
-                                timeout_graceful_shutdown=1, server_header=False, date_header=True, **tls)
+        config = uvicorn.Config(
+            Api(self).app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            timeout_graceful_shutdown=1,
+            server_header=False,
+            date_header=True,
+            **tls,
+        )
         server = uvicorn.Server(config)
         serving = asyncio.ensure_future(server.serve(sockets=[sock]))
         while not server.started and not serving.done():
@@ -335,7 +387,12 @@ class StandInNomad:
             return
         self._closed = True
         atexit.unregister(self.close)
-        if self._loop is not None and self._thread is not None and self._thread.is_alive() and self._stop is not None:
+        if (
+            self._loop is not None
+            and self._thread is not None
+            and self._thread.is_alive()
+            and self._stop is not None
+        ):
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(30)
         if self._events is not None:
@@ -368,15 +425,24 @@ class StandInNomad:
                     log.debug("stand-in: removing %s at close: %s", container.id, exc)
             if not busy or time.monotonic() > deadline:
                 if busy:
-                    log.warning("stand-in: some containers of server %s could not be removed", self.server_id)
+                    log.warning(
+                        "stand-in: some containers of server %s could not be removed",
+                        self.server_id,
+                    )
                 return
             time.sleep(0.2)
 
     def _remove_networks(self) -> None:
         """Remove the nodes' Docker networks this stand-in made (its containers are gone)."""
-        for network in self.docker.api.networks(filters={"label": f"{LABEL_SERVER}={self.server_id}"}):
+        for network in self.docker.api.networks(
+            filters={"label": f"{LABEL_SERVER}={self.server_id}"}
+        ):
             if not _remove_network(self.docker, network["Id"]):
-                log.warning("stand-in: network %s of server %s could not be removed", network.get("Name"), self.server_id)
+                log.warning(
+                    "stand-in: network %s of server %s could not be removed",
+                    network.get("Name"),
+                    self.server_id,
+                )
 
     def networks(self) -> list[dict[str, Any]]:
         """The Docker networks this stand-in made for its nodes (as Docker lists them)."""
@@ -423,8 +489,12 @@ class StandInNomad:
     def nodes(self) -> list[dict[str, Any]]:
         """Each node's ``ID``, ``Name``, ``Address`` and ``Status``."""
         assert self.cluster is not None
-        return self.call(lambda: [{k: n[k] for k in ("ID", "Name", "Address", "Status")}
-                                  for n in self.cluster.nodes.values()])
+        return self.call(
+            lambda: [
+                {k: n[k] for k in ("ID", "Name", "Address", "Status")}
+                for n in self.cluster.nodes.values()
+            ]
+        )
 
     def lose_node(self, node: str) -> list[str]:
         """The node (name, ID or address) goes ``down``: its allocations turn ``lost`` with
@@ -443,12 +513,17 @@ class StandInNomad:
         """Mark the node (name, ID or address) eligible or not for new placements, as
         ``POST /v1/node/:id/eligibility`` does; its running allocations stay."""
         assert self.cluster is not None
-        self.call(lambda: self.cluster.set_node_eligibility(self.cluster.find_node(node)["ID"],
-                                                            "eligible" if eligible else "ineligible"))
+        self.call(
+            lambda: self.cluster.set_node_eligibility(
+                self.cluster.find_node(node)["ID"], "eligible" if eligible else "ineligible"
+            )
+        )
 
     # -- faults ----------------------------------------------------------------------------------
 
-    def fail_image_pull(self, image: str, reason: str = "manifest unknown: injected by the stand-in") -> None:
+    def fail_image_pull(
+        self, image: str, reason: str = "manifest unknown: injected by the stand-in"
+    ) -> None:
         """Pulling images matching ``image`` (fnmatch pattern) fails from now on, even present ones."""
         self.faults.image_pull_failures[image] = reason
 
@@ -473,17 +548,40 @@ class StandInNomad:
 
     # -- ACL -----------------------------------------------------------------------------------
 
-    def _add_token(self, secret: str, kind: str, *, name: str, rights: tuple[str, ...],
-                   variables: tuple[str, ...] = ()) -> None:
+    def _add_token(
+        self,
+        secret: str,
+        kind: str,
+        *,
+        name: str,
+        rights: tuple[str, ...],
+        variables: tuple[str, ...] = (),
+    ) -> None:
         self.tokens[secret] = {
-            "AccessorID": str(uuid.uuid4()), "SecretID": secret, "Name": name, "Type": kind,
-            "Policies": None if kind == "management" else [f"stand-in-{'-'.join(rights) or 'none'}"],
-            "Roles": None, "Global": False, "CreateTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "ExpirationTime": None, "CreateIndex": 1, "ModifyIndex": 1, "_rights": rights, "_variables": variables,
+            "AccessorID": str(uuid.uuid4()),
+            "SecretID": secret,
+            "Name": name,
+            "Type": kind,
+            "Policies": None
+            if kind == "management"
+            else [f"stand-in-{'-'.join(rights) or 'none'}"],
+            "Roles": None,
+            "Global": False,
+            "CreateTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "ExpirationTime": None,
+            "CreateIndex": 1,
+            "ModifyIndex": 1,
+            "_rights": rights,
+            "_variables": variables,
         }
 
-    def add_token(self, *, write: bool = True, variables: tuple[str, ...] | None = None,
-                  name: str = "stand-in client token") -> str:
+    def add_token(
+        self,
+        *,
+        write: bool = True,
+        variables: tuple[str, ...] | None = None,
+        name: str = "stand-in client token",
+    ) -> str:
         """A client token (its secret) that may read, and write unless ``write`` is false.
 
         :param variables: its capabilities on Nomad Variables (``read``, ``list``, ``write``,
@@ -493,8 +591,13 @@ class StandInNomad:
         if variables is None:
             variables = ("read", "list", "write", "destroy") if write else ("read", "list")
         secret = str(uuid.uuid4())
-        self._add_token(secret, "client", name=name, rights=("read", "write") if write else ("read",),
-                        variables=tuple(variables))
+        self._add_token(
+            secret,
+            "client",
+            name=name,
+            rights=("read", "write") if write else ("read",),
+            variables=tuple(variables),
+        )
         return secret
 
     def variable(self, path: str, namespace: str = "default") -> dict[str, Any] | None:
@@ -506,8 +609,9 @@ class StandInNomad:
 
     def containers(self) -> list[Any]:
         """The Docker containers this stand-in made that still exist."""
-        return self.docker.containers.list(all=True, filters={"label": f"{LABEL_SERVER}={self.server_id}"},
-                                           ignore_removed=True)
+        return self.docker.containers.list(
+            all=True, filters={"label": f"{LABEL_SERVER}={self.server_id}"}, ignore_removed=True
+        )
 
     def container_of(self, alloc_id: str, task: str) -> Any | None:
         """The Docker container of an allocation's task, if it exists."""

@@ -58,7 +58,10 @@ class _Schemas:
         if origin in (list, tuple, set, frozenset) or t in (list, tuple):
             return {"type": "array", "items": self.of(args[0]) if args else {}}
         if origin in (dict, Mapping) or t is dict:
-            return {"type": "object", "additionalProperties": self.of(args[1]) if len(args) == 2 else {}}
+            return {
+                "type": "object",
+                "additionalProperties": self.of(args[1]) if len(args) == 2 else {},
+            }
         return {}
 
     def _object(self, cls: type) -> dict[str, Any]:
@@ -78,7 +81,11 @@ class _Schemas:
                 if isinstance(default, (str, int, float, bool, list, dict, type(None))):
                     schema = {**schema, "default": default}
             properties[field.name] = schema
-        out: dict[str, Any] = {"type": "object", "properties": properties, "additionalProperties": False}
+        out: dict[str, Any] = {
+            "type": "object",
+            "properties": properties,
+            "additionalProperties": False,
+        }
         if cls.__doc__:
             out["description"] = " ".join(cls.__doc__.split())
         if required:
@@ -99,7 +106,13 @@ def _envelope(result: dict[str, Any]) -> dict[str, Any]:
             "status": {"enum": ["Success", "Failed"]},
             "message": {"type": ["string", "null"]},
             "error": {"type": ["string", "null"]},
-            "result": {"anyOf": [result, {"$ref": "#/components/schemas/SandboxResponse"}, {"type": "null"}]},
+            "result": {
+                "anyOf": [
+                    result,
+                    {"$ref": "#/components/schemas/SandboxResponse"},
+                    {"type": "null"},
+                ]
+            },
         },
         "required": ["status", "message", "error", "result"],
     }
@@ -124,7 +137,9 @@ def openapi_document(routes: Iterable[Any], *, title: str, version: str) -> dict
             query_schema = schemas._object(route.query)
             required = set(query_schema.get("required", []))
             for name, schema in query_schema["properties"].items():
-                parameters.append({"name": name, "in": "query", "required": name in required, "schema": schema})
+                parameters.append(
+                    {"name": name, "in": "query", "required": name in required, "schema": schema}
+                )
         if parameters:
             operation["parameters"] = parameters
         if route.body is not None:
@@ -133,17 +148,26 @@ def openapi_document(routes: Iterable[Any], *, title: str, version: str) -> dict
                 "content": {"application/json": {"schema": schemas.of(route.body)}},
             }
         elif route.form is not None:
-            operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": route.form}}}
+            operation["requestBody"] = {
+                "required": True,
+                "content": {"multipart/form-data": {"schema": route.form}},
+            }
         if route.kind == "envelope":
             result = schemas.of(route.result) if route.result is not None else {}
             content = {"application/json": {"schema": _envelope(result)}}
             description = "ROCK's envelope (HTTP 200 on success and on failure)"
         else:
-            content = {route.media_type: {"schema": schemas.of(route.result) if route.result is not None else {}}}
+            content = {
+                route.media_type: {
+                    "schema": schemas.of(route.result) if route.result is not None else {}
+                }
+            }
             description = route.kind_description
         operation["responses"] = {"200": {"description": description, "content": content}}
         if route.limited:
-            operation["responses"]["413"] = {"description": "the request body is larger than the configured limit"}
+            operation["responses"]["413"] = {
+                "description": "the request body is larger than the configured limit"
+            }
         paths.setdefault(route.path, {})[route.method.lower()] = operation
     return {
         "openapi": "3.1.0",

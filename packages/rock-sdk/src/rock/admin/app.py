@@ -56,6 +56,43 @@ from urllib.parse import urlsplit
 
 import anyio
 import attrs
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, Response
+from starlette.routing import Route as StarletteRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from rock import __version__
+from rock.admin import commands, files, lifecycle, processes
+from rock.admin._openapi import openapi_document
+from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
+from rock.admin.body_limit import BodyLimit, BodyTooLarge, too_large_response
+from rock.admin.config import AdminSettings
+from rock.admin.envelope import BYTES, JSON, NDJSON, BadInput, failure, json_response, success
+from rock.admin.key_gate import (
+    OPEN_PATHS,
+    UNAUTHORIZED_CODE,
+    ApiKeyGate,
+    scope_key,
+    scope_tenant,
+    unknown_sandbox,
+)
+from rock.admin.metrics import Metrics
+from rock.admin.models import (
+    GetStatusQuery,
+    InterruptSessionRequest,
+    KillProcessRequest,
+    ListSandboxesQuery,
+    ProcessOutputQuery,
+    ProcessStatusQuery,
+    SandboxIdQuery,
+    SandboxPathRequest,
+    StartProcessRequest,
+)
+from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
+from rock.admin.portforward import SandboxSockets
+from rock.admin.proxy import SandboxAccess, SandboxProxy
+from rock.admin.status import admin_status
 from rock_core.actions import (
     BashObservation,
     BatchSandboxStatusRequest,
@@ -86,7 +123,6 @@ from rock_core.actions import (
 )
 from rock_core.converters import structure_wire
 from rock_core.engine.manager import SandboxManager
-from rock_core.engine.rocklet_client import RockletClient
 from rock_core.errors import (
     BadRequestRockError,
     InvalidParameter,
@@ -95,41 +131,21 @@ from rock_core.errors import (
     SandboxNotFound,
 )
 from rock_core.plugins import Plugins, plugin_tables
+from rock_core.rocklet_client import RockletClient
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
-from rock_core.tenancy import Quota
 from rock_core.runtime import Runtime
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import FileResponse, Response
-from starlette.routing import Route as StarletteRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from rock_core.tenancy import Quota
 
-from rock import __version__
-from rock.admin import commands, files, lifecycle, processes
-from rock.admin._openapi import openapi_document
-from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
-from rock.admin.body_limit import BodyLimit, BodyTooLarge, too_large_response
-from rock.admin.config import AdminSettings
-from rock.admin.envelope import BYTES, JSON, NDJSON, BadInput, failure, json_response, success
-from rock.admin.key_gate import OPEN_PATHS, UNAUTHORIZED_CODE, ApiKeyGate, scope_key, scope_tenant, unknown_sandbox
-from rock.admin.metrics import Metrics
-from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
-from rock.admin.portforward import SandboxSockets
-from rock.admin.proxy import SandboxAccess, SandboxProxy
-from rock.admin.status import admin_status
-from rock.admin.models import (
-    GetStatusQuery,
-    InterruptSessionRequest,
-    KillProcessRequest,
-    ListSandboxesQuery,
-    ProcessOutputQuery,
-    ProcessStatusQuery,
-    SandboxIdQuery,
-    SandboxPathRequest,
-    StartProcessRequest,
-)
-
-__all__ = ["PREFIX", "Route", "AdminApp", "create_app", "Metrics", "ApiKeyGate", "OPEN_PATHS", "UNAUTHORIZED_CODE"]
+__all__ = [
+    "PREFIX",
+    "Route",
+    "AdminApp",
+    "create_app",
+    "Metrics",
+    "ApiKeyGate",
+    "OPEN_PATHS",
+    "UNAUTHORIZED_CODE",
+]
 
 log = logging.getLogger("rock.admin")
 
@@ -142,11 +158,22 @@ _PATH_PARAM = re.compile(r"{(\w+)}")
 _PLAIN_ROUTES = (
     ("/", 'Greeting: {"message": "hello, ROCK!"}.', JSON),
     ("/healthz", 'Liveness: {"status": "ok", "version"} (503 while starting).', JSON),
-    ("/metrics", "Prometheus text: sandboxes by state, start latency, queue, requests.", "text/plain"),
-    ("/admin/status", "The admin's state as JSON: version, sandboxes by state, start queue, warm pools.", JSON),
+    (
+        "/metrics",
+        "Prometheus text: sandboxes by state, start latency, queue, requests.",
+        "text/plain",
+    ),
+    (
+        "/admin/status",
+        "The admin's state as JSON: version, sandboxes by state, start queue, warm pools.",
+        JSON,
+    ),
     ("/openapi.json", "This document.", JSON),
-    ("/rocklet.pyz", "The rocklet units on other hosts download (no key needed); X-Checksum-Sha256 is its digest.",
-     "application/zip"),
+    (
+        "/rocklet.pyz",
+        "The rocklet units on other hosts download (no key needed); X-Checksum-Sha256 is its digest.",
+        "application/zip",
+    ),
 )
 
 Handler = Callable[[Request, Any], Awaitable[Any]]
@@ -216,9 +243,13 @@ def _warned(request: Request, response: Response) -> Response:
     ignored = getattr(request.state, "ignored_keys", None)
     if ignored:
         # A header is printable ASCII: JSON's escapes for anything else, at most 20 names.
-        names = [json.dumps(k)[1:-1].replace('\\"', "'").replace("\x7f", "\\u007f") for k in ignored[:20]]
+        names = [
+            json.dumps(k)[1:-1].replace('\\"', "'").replace("\x7f", "\\u007f") for k in ignored[:20]
+        ]
         more = f" and {len(ignored) - 20} more" if len(ignored) > 20 else ""
-        response.headers["Warning"] = f'299 rock "unknown field(s) ignored: {", ".join(names)}{more}"'
+        response.headers["Warning"] = (
+            f'299 rock "unknown field(s) ignored: {", ".join(names)}{more}"'
+        )
     return response
 
 
@@ -315,14 +346,18 @@ class AdminApp:
             # The admin owns rock's configuration: each plugin gets its table before anything
             # it registered is used, and the engine started at startup does not do it again.
             plugins = Plugins.load()
-            plugins.configure(plugin_tables(settings.engine.plugin_options, os.environ, plugins.names()))
+            plugins.configure(
+                plugin_tables(settings.engine.plugin_options, os.environ, plugins.names())
+            )
         self.plugins = plugins
         self.plugin_routes = self._check_plugin_routes(plugins.admin_routes())
         starlette_routes = [
-            StarletteRoute(r.path, self._endpoint(r), methods=[r.method], name=r.name) for r in self.routes
+            StarletteRoute(r.path, self._endpoint(r), methods=[r.method], name=r.name)
+            for r in self.routes
         ]
         starlette_routes += [
-            StarletteRoute(r.path, self._plugin_endpoint(r), methods=[r.method]) for r in self.plugin_routes
+            StarletteRoute(r.path, self._plugin_endpoint(r), methods=[r.method])
+            for r in self.plugin_routes
         ]
         starlette_routes += [
             StarletteRoute("/", self._hello, methods=["GET"]),
@@ -348,9 +383,14 @@ class AdminApp:
         # body limit (proxied bodies stream, of any size), behind the key gate.
         access = SandboxAccess(lambda: self.manager, TENANT_METADATA_KEY)
         self.proxy = SandboxProxy(
-            self.asgi, access=access, prefix=PREFIX, timeout=settings.proxy_timeout,
-            max_message=settings.ws_max_message, credentials=self._is_key,
-            tenant_of_scope=scope_tenant, sockets=SandboxSockets(access),
+            self.asgi,
+            access=access,
+            prefix=PREFIX,
+            timeout=settings.proxy_timeout,
+            max_message=settings.ws_max_message,
+            credentials=self._is_key,
+            tenant_of_scope=scope_tenant,
+            sockets=SandboxSockets(access),
         )
         self.asgi = self.proxy
         if self.keys:
@@ -358,7 +398,10 @@ class AdminApp:
         # Outermost, keys or not: a web page (foreign Origin, or a rebound DNS name) never
         # reaches a route (rock.admin.origin_guard).
         self.asgi = OriginGuard(
-            self.asgi, allowed_hosts=self._own_hosts(), allowed_origins=settings.allowed_origins, metrics=self.metrics
+            self.asgi,
+            allowed_hosts=self._own_hosts(),
+            allowed_origins=settings.allowed_origins,
+            metrics=self.metrics,
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -375,7 +418,13 @@ class AdminApp:
 
     def _is_key(self, authorization: str) -> bool:
         """Whether an ``Authorization`` value carries one of this admin's keys (never proxied on)."""
-        return bool(self.keys) and self.keys.tenant_of(key_from_headers([(b"authorization", authorization.encode("latin-1"))])) is not None
+        return (
+            bool(self.keys)
+            and self.keys.tenant_of(
+                key_from_headers([(b"authorization", authorization.encode("latin-1"))])
+            )
+            is not None
+        )
 
     @property
     def manager(self) -> SandboxManager:
@@ -394,14 +443,24 @@ class AdminApp:
             Path(store).parent.mkdir(parents=True, exist_ok=True)
         engine_config = self.settings.engine
         if engine_config.rocklet_url is None:  # units on other hosts fetch the rocklet from here
-            engine_config = attrs.evolve(engine_config, rocklet_url=f"{self.settings.url}/rocklet.pyz")
+            engine_config = attrs.evolve(
+                engine_config, rocklet_url=f"{self.settings.url}/rocklet.pyz"
+            )
         async with SandboxManager(
-            engine_config, runtime=self._runtime, owner=self.settings.owner, plugins=self.plugins,
+            engine_config,
+            runtime=self._runtime,
+            owner=self.settings.owner,
+            plugins=self.plugins,
             configured=True,
         ) as manager:
             self._manager = manager
             self.metrics.attach(manager)
-            log.info("rock admin %s: engine ready (store %s), serving %s", __version__, store, self.settings.url)
+            log.info(
+                "rock admin %s: engine ready (store %s), serving %s",
+                __version__,
+                store,
+                self.settings.url,
+            )
             try:
                 yield
             finally:
@@ -498,7 +557,9 @@ class AdminApp:
                 elif not isinstance(sandbox_id, str) or self._manager is None or not route.activity:
                     answer = await route.handler(request, data)
                 else:
-                    async with self.manager.call(sandbox_id):  # never idle-stopped under a running call
+                    async with self.manager.call(
+                        sandbox_id
+                    ):  # never idle-stopped under a running call
                         answer = await route.handler(request, data)
                 return _warned(request, answer if isinstance(answer, Response) else success(answer))
             except BodyTooLarge as exc:
@@ -550,7 +611,9 @@ class AdminApp:
         if route.name == "delete":
             return f"{sandbox_id} deleted"
         if route.name == "is_alive":
-            return IsAliveResponse(is_alive=False, message=str(unknown_sandbox(sandbox_id, "is_alive")))
+            return IsAliveResponse(
+                is_alive=False, message=str(unknown_sandbox(sandbox_id, "is_alive"))
+            )
         raise unknown_sandbox(sandbox_id, route.name)
 
     async def _read(self, request: Request, route: Route) -> Any:
@@ -559,7 +622,9 @@ class AdminApp:
             if route.query is not None:
                 given = {k: v for k, v in request.query_params.items()}
                 if "sandbox_id" in request.path_params:
-                    given["sandbox_id"] = str(request.path_params["sandbox_id"])  # the path names it
+                    given["sandbox_id"] = str(
+                        request.path_params["sandbox_id"]
+                    )  # the path names it
                 query = self._known_keys(request, route, given, route.query)
                 return structure_wire(query, route.query)
             if route.body is not None:
@@ -568,10 +633,17 @@ class AdminApp:
                 try:
                     data = json.loads(raw) if raw.strip() else {}
                 except (ValueError, UnicodeDecodeError) as exc:
-                    raise InvalidParameter(f"invalid parameter: body: malformed JSON: {exc}", field="body") from None
+                    raise InvalidParameter(
+                        f"invalid parameter: body: malformed JSON: {exc}", field="body"
+                    ) from None
                 if "sandbox_id" in request.path_params and isinstance(data, dict):
-                    data = {**data, "sandbox_id": str(request.path_params["sandbox_id"])}  # the path names it
-                return structure_wire(self._known_keys(request, route, data, route.body), route.body)
+                    data = {
+                        **data,
+                        "sandbox_id": str(request.path_params["sandbox_id"]),
+                    }  # the path names it
+                return structure_wire(
+                    self._known_keys(request, route, data, route.body), route.body
+                )
         except InvalidParameter as exc:
             raise BadInput(exc) from None
         return None
@@ -584,7 +656,9 @@ class AdminApp:
         if not ignored or self.settings.strict_fields:
             return data
         request.state.ignored_keys = ignored
-        log.warning("%s %s: ignored unknown field(s) %s", route.method, route.path, ", ".join(ignored))
+        log.warning(
+            "%s %s: ignored unknown field(s) %s", route.method, route.path, ", ".join(ignored)
+        )
         return {k: v for k, v in data.items() if k not in ignored}
 
     async def _hello(self, _request: Request) -> Response:
@@ -597,7 +671,9 @@ class AdminApp:
         if delivery is None:
             return json_response({"detail": "the engine is starting"}, status_code=503)
         return FileResponse(
-            delivery.path, media_type="application/zip", headers={"X-Checksum-Sha256": delivery.sha256}
+            delivery.path,
+            media_type="application/zip",
+            headers={"X-Checksum-Sha256": delivery.sha256},
         )
 
     async def _healthz(self, _request: Request) -> Response:
@@ -617,17 +693,24 @@ class AdminApp:
         if self._openapi is None:
             document = openapi_document(self.routes, title="rock admin", version=__version__)
             for path, summary, media in _PLAIN_ROUTES:
-                document["paths"][path] = {"get": {
-                    "operationId": path.strip("/").replace(".", "_") or "hello",
-                    "summary": summary,
-                    "responses": {"200": {"description": summary, "content": {media: {"schema": {}}}}},
-                }}
+                document["paths"][path] = {
+                    "get": {
+                        "operationId": path.strip("/").replace(".", "_") or "hello",
+                        "summary": summary,
+                        "responses": {
+                            "200": {"description": summary, "content": {media: {"schema": {}}}}
+                        },
+                    }
+                }
             for route in self.plugin_routes:
                 summary = route.summary or f"{route.method} {route.path} (plugin route)"
                 document["paths"].setdefault(route.path, {})[route.method.lower()] = {
-                    "operationId": f"plugin_{route.method.lower()}_" + re.sub(r"[^A-Za-z0-9]+", "_", route.path).strip("_"),
+                    "operationId": f"plugin_{route.method.lower()}_"
+                    + re.sub(r"[^A-Za-z0-9]+", "_", route.path).strip("_"),
                     "summary": summary,
-                    "responses": {"200": {"description": summary, "content": {JSON: {"schema": {}}}}},
+                    "responses": {
+                        "200": {"description": summary, "content": {JSON: {"schema": {}}}}
+                    },
                 }
             if self.keys:
                 document.setdefault("components", {})["securitySchemes"] = {
@@ -649,107 +732,328 @@ def build_routes(app: AdminApp) -> list[Route]:
         return partial(handler, app)  # a route module's handler, given this app
 
     return [
-        Route(method="POST", path=f"{p}/start", name="start", handler=bound(lifecycle.start), body=SandboxStartRequest,
-              result=SandboxStartResponse, failure="start sandbox failed",
-              summary="Start a sandbox and wait until it runs.",
-              description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded."),
-        Route(method="POST", path=f"{p}/start_async", name="start_async", handler=bound(lifecycle.start_async),
-              body=SandboxStartRequest, result=SandboxStartResponse, failure="start sandbox failed",
-              summary="Accept a start and return at once; poll get_status.",
-              description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded."),
-        Route(method="GET", path=f"{p}/get_status", name="get_status", activity=False, handler=bound(lifecycle.get_status), query=GetStatusQuery,
-              result=SandboxStatusResponse, failure="get sandbox status failed",
-              summary="A sandbox's state and phases; stopped ones only with include_all_states."),
-        Route(method="GET", path=f"{p}/is_alive", name="is_alive", activity=False, handler=bound(lifecycle.is_alive), query=SandboxIdQuery,
-              result=IsAliveResponse, failure="check sandbox alive failed",
-              summary="Whether the sandbox's agent answers (any failure: false)."),
-        Route(method="GET", path=f"{p}/get_sandbox_statistics", name="get_sandbox_statistics", activity=False,
-              handler=bound(lifecycle.get_statistics), query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
-              summary="CPU, memory, disk and network figures of a running sandbox."),
-        Route(method="GET", path=f"{p}/sandboxes/{{sandbox_id}}/statistics", name="statistics", activity=False,
-              handler=bound(lifecycle.statistics), query=SandboxIdQuery, result=dict, failure="get sandbox statistics failed",
-              summary="The sandbox's resource use as the engine last sampled it (no call into the sandbox).",
-              description="ROCK's get_statistics figures cpu and mem (percent), disk (percent of its limit), net "
-                          "(bytes received plus sent), and usage (every figure, sampled_at) and warnings."),
-        Route(method="POST", path=f"{p}/stop", name="stop", handler=bound(lifecycle.stop), body=SandboxIdRequest, result=str,
-              failure="stop sandbox failed", summary="Stop a sandbox (unknown or stopped: no error)."),
-        Route(method="POST", path=f"{p}/delete", name="delete", handler=bound(lifecycle.delete), body=SandboxIdRequest, result=str,
-              failure="delete sandbox failed", summary="Delete a stopped sandbox (unknown: no error)."),
-        Route(method="POST", path=f"{p}/restart", name="restart", handler=bound(lifecycle.restart), body=SandboxIdRequest,
-              result=SandboxStartResponse, failure="restart sandbox failed",
-              summary="Start a stopped sandbox again in its own container (restore an archived one)."),
-        Route(method="POST", path=f"{p}/sandboxes/{{sandbox_id}}/restart", name="restart_by_path", handler=bound(lifecycle.restart),
-              body=SandboxIdRequest, result=SandboxStartResponse, failure="restart sandbox failed",
-              summary="ROCK's alias of /restart, the sandbox named in the path."),
-        Route(method="POST", path=f"{p}/sandboxes/{{sandbox_id}}/archive", name="archive", handler=bound(lifecycle.archive),
-              body=SandboxIdRequest, result=str, failure="archive sandbox failed",
-              summary="Archive a stopped sandbox into the archive store (in the background); restart restores it.",
-              description="Returns at once; get_status(include_all_states=true) shows archiving, then archived "
-                          "(phases image_archive, log_archive), or stopped with the reason."),
-        Route(method="POST", path=f"{p}/warmup/tasks", name="warmup", handler=bound(lifecycle.warmup), body=WarmupRequest,
-              result=None, failure="warmup failed",
-              summary="Pull an image ahead of the starts that need it (in the background).",
-              description="rock addition: with size > 0 the engine keeps that many sandboxes of the kind the "
-                          "other start-request fields describe started in a warm pool (0 removes the pool)."),
-        Route(method="GET", path=f"{p}/warm_pools", name="warm_pools", handler=bound(lifecycle.warm_pools),
-              result=WarmPoolsResponse, failure="list warm pools failed",
-              summary="(rock) The warm pools: target size, members ready and starting, claims, failures."),
-        Route(method="POST", path=f"{p}/execute", name="execute", handler=bound(commands.execute), body=SandboxCommand,
-              result=CommandResponse, failure="execute command failed", summary="Run a one-shot command."),
-        Route(method="POST", path=f"{p}/create_session", name="create_session", handler=bound(commands.create_session),
-              body=SandboxCreateBashSessionRequest, result=CreateBashSessionResponse,
-              failure="create session failed", summary="Open a persistent bash session."),
-        Route(method="POST", path=f"{p}/run_in_session", name="run_in_session", handler=bound(commands.run_in_session),
-              body=SandboxBashAction, result=BashObservation, failure="run in session failed",
-              summary="Run a command in a bash session."),
-        Route(method="POST", path=f"{p}/close_session", name="close_session", handler=bound(commands.close_session),
-              body=SandboxCloseBashSessionRequest, result=CloseBashSessionResponse, failure="close session failed",
-              summary="Close a bash session."),
-        Route(method="POST", path=f"{p}/read_file", name="read_file", handler=bound(files.read_file),
-              body=SandboxReadFileRequest, result=ReadFileResponse, failure="read file failed",
-              summary="Read a text file."),
-        Route(method="POST", path=f"{p}/write_file", name="write_file", handler=bound(files.write_file),
-              body=SandboxWriteFileRequest, result=WriteFileResponse, failure="write file failed",
-              summary="Write a text file, creating parent directories."),
-        Route(method="POST", path=f"{p}/upload", name="upload", handler=bound(files.upload), form=files.UPLOAD_FORM,
-              result=UploadResponse, failure="upload file failed",
-              summary="Upload a file (multipart: file, target_path, sandbox_id)."),
-        Route(method="GET", path=f"{p}/sandboxes", name="list_sandboxes", handler=bound(lifecycle.list_sandboxes),
-              query=ListSandboxesQuery, result=SandboxListResponse, failure="list sandboxes failed",
-              summary="A page of pending and running sandboxes, with exact-match filters (page_size at most 2000)."),
-        Route(method="POST", path=f"{p}/sandboxes/batch", name="batch_status", handler=bound(lifecycle.batch_status),
-              body=BatchSandboxStatusRequest, result=BatchSandboxStatusResponse, failure="batch get status failed",
-              summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000)."),
+        Route(
+            method="POST",
+            path=f"{p}/start",
+            name="start",
+            handler=bound(lifecycle.start),
+            body=SandboxStartRequest,
+            result=SandboxStartResponse,
+            failure="start sandbox failed",
+            summary="Start a sandbox and wait until it runs.",
+            description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/start_async",
+            name="start_async",
+            handler=bound(lifecycle.start_async),
+            body=SandboxStartRequest,
+            result=SandboxStartResponse,
+            failure="start sandbox failed",
+            summary="Accept a start and return at once; poll get_status.",
+            description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded.",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/get_status",
+            name="get_status",
+            activity=False,
+            handler=bound(lifecycle.get_status),
+            query=GetStatusQuery,
+            result=SandboxStatusResponse,
+            failure="get sandbox status failed",
+            summary="A sandbox's state and phases; stopped ones only with include_all_states.",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/is_alive",
+            name="is_alive",
+            activity=False,
+            handler=bound(lifecycle.is_alive),
+            query=SandboxIdQuery,
+            result=IsAliveResponse,
+            failure="check sandbox alive failed",
+            summary="Whether the sandbox's agent answers (any failure: false).",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/get_sandbox_statistics",
+            name="get_sandbox_statistics",
+            activity=False,
+            handler=bound(lifecycle.get_statistics),
+            query=SandboxIdQuery,
+            result=dict,
+            failure="get sandbox statistics failed",
+            summary="CPU, memory, disk and network figures of a running sandbox.",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/sandboxes/{{sandbox_id}}/statistics",
+            name="statistics",
+            activity=False,
+            handler=bound(lifecycle.statistics),
+            query=SandboxIdQuery,
+            result=dict,
+            failure="get sandbox statistics failed",
+            summary="The sandbox's resource use as the engine last sampled it (no call into the sandbox).",
+            description="ROCK's get_statistics figures cpu and mem (percent), disk (percent of its limit), net "
+            "(bytes received plus sent), and usage (every figure, sampled_at) and warnings.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/stop",
+            name="stop",
+            handler=bound(lifecycle.stop),
+            body=SandboxIdRequest,
+            result=str,
+            failure="stop sandbox failed",
+            summary="Stop a sandbox (unknown or stopped: no error).",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/delete",
+            name="delete",
+            handler=bound(lifecycle.delete),
+            body=SandboxIdRequest,
+            result=str,
+            failure="delete sandbox failed",
+            summary="Delete a stopped sandbox (unknown: no error).",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/restart",
+            name="restart",
+            handler=bound(lifecycle.restart),
+            body=SandboxIdRequest,
+            result=SandboxStartResponse,
+            failure="restart sandbox failed",
+            summary="Start a stopped sandbox again in its own container (restore an archived one).",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/sandboxes/{{sandbox_id}}/restart",
+            name="restart_by_path",
+            handler=bound(lifecycle.restart),
+            body=SandboxIdRequest,
+            result=SandboxStartResponse,
+            failure="restart sandbox failed",
+            summary="ROCK's alias of /restart, the sandbox named in the path.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/sandboxes/{{sandbox_id}}/archive",
+            name="archive",
+            handler=bound(lifecycle.archive),
+            body=SandboxIdRequest,
+            result=str,
+            failure="archive sandbox failed",
+            summary="Archive a stopped sandbox into the archive store (in the background); restart restores it.",
+            description="Returns at once; get_status(include_all_states=true) shows archiving, then archived "
+            "(phases image_archive, log_archive), or stopped with the reason.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/warmup/tasks",
+            name="warmup",
+            handler=bound(lifecycle.warmup),
+            body=WarmupRequest,
+            result=None,
+            failure="warmup failed",
+            summary="Pull an image ahead of the starts that need it (in the background).",
+            description="rock addition: with size > 0 the engine keeps that many sandboxes of the kind the "
+            "other start-request fields describe started in a warm pool (0 removes the pool).",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/warm_pools",
+            name="warm_pools",
+            handler=bound(lifecycle.warm_pools),
+            result=WarmPoolsResponse,
+            failure="list warm pools failed",
+            summary="(rock) The warm pools: target size, members ready and starting, claims, failures.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/execute",
+            name="execute",
+            handler=bound(commands.execute),
+            body=SandboxCommand,
+            result=CommandResponse,
+            failure="execute command failed",
+            summary="Run a one-shot command.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/create_session",
+            name="create_session",
+            handler=bound(commands.create_session),
+            body=SandboxCreateBashSessionRequest,
+            result=CreateBashSessionResponse,
+            failure="create session failed",
+            summary="Open a persistent bash session.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/run_in_session",
+            name="run_in_session",
+            handler=bound(commands.run_in_session),
+            body=SandboxBashAction,
+            result=BashObservation,
+            failure="run in session failed",
+            summary="Run a command in a bash session.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/close_session",
+            name="close_session",
+            handler=bound(commands.close_session),
+            body=SandboxCloseBashSessionRequest,
+            result=CloseBashSessionResponse,
+            failure="close session failed",
+            summary="Close a bash session.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/read_file",
+            name="read_file",
+            handler=bound(files.read_file),
+            body=SandboxReadFileRequest,
+            result=ReadFileResponse,
+            failure="read file failed",
+            summary="Read a text file.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/write_file",
+            name="write_file",
+            handler=bound(files.write_file),
+            body=SandboxWriteFileRequest,
+            result=WriteFileResponse,
+            failure="write file failed",
+            summary="Write a text file, creating parent directories.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/upload",
+            name="upload",
+            handler=bound(files.upload),
+            form=files.UPLOAD_FORM,
+            result=UploadResponse,
+            failure="upload file failed",
+            summary="Upload a file (multipart: file, target_path, sandbox_id).",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/sandboxes",
+            name="list_sandboxes",
+            handler=bound(lifecycle.list_sandboxes),
+            query=ListSandboxesQuery,
+            result=SandboxListResponse,
+            failure="list sandboxes failed",
+            summary="A page of pending and running sandboxes, with exact-match filters (page_size at most 2000).",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/sandboxes/batch",
+            name="batch_status",
+            handler=bound(lifecycle.batch_status),
+            body=BatchSandboxStatusRequest,
+            result=BatchSandboxStatusResponse,
+            failure="batch get status failed",
+            summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000).",
+        ),
         # rock additions
-        Route(method="POST", path=f"{p}/interrupt_session", name="interrupt_session", handler=bound(commands.interrupt_session),
-              body=InterruptSessionRequest, result=InterruptSessionResponse, failure="interrupt session failed",
-              summary="Ctrl-C the command running in a session; the session stays usable."),
-        Route(method="POST", path=f"{p}/execute_stream", name="execute_stream", handler=bound(commands.execute_stream),
-              body=SandboxCommand, kind="ndjson", failure="execute command failed",
-              summary="Run a one-shot command and stream its events as NDJSON.",
-              description='Events: {"type":"start","pid"}, {"type":"output","stream","data"}..., '
-                          '{"type":"exit","exit_code",...}; a broken stream ends with {"type":"error","code","message"}.'),
-        Route(method="POST", path=f"{p}/download", name="download", handler=bound(files.download), body=SandboxPathRequest,
-              kind="bytes", failure="download file failed", summary="The raw bytes of a file in the sandbox."),
-        Route(method="POST", path=f"{p}/list_dir", name="list_dir", handler=bound(files.list_dir), body=SandboxPathRequest,
-              result=ListDirResponse, failure="list directory failed", summary="List a directory in the sandbox."),
-        Route(method="POST", path=f"{p}/processes", name="start_process", handler=bound(processes.start_process),
-              body=StartProcessRequest, result=ProcessInfo, failure="start process failed",
-              summary="Start a background command; its exit code, usage and output stay readable."),
-        Route(method="GET", path=f"{p}/processes/{{process_id}}", name="process_status", handler=bound(processes.process_status),
-              query=ProcessStatusQuery, result=ProcessInfo, failure="get process status failed",
-              summary="The state of a background process, waiting up to `wait` seconds for its end."),
-        Route(method="GET", path=f"{p}/processes/{{process_id}}/output", name="process_output",
-              handler=bound(processes.process_output), query=ProcessOutputQuery, kind="bytes", failure="get process output failed",
-              summary="Raw output bytes of a background process from `offset`."),
-        Route(method="POST", path=f"{p}/processes/{{process_id}}/kill", name="kill_process", handler=bound(processes.kill_process),
-              body=KillProcessRequest, result=ProcessInfo, failure="kill process failed",
-              summary="Signal a background process and wait for it to end."),
+        Route(
+            method="POST",
+            path=f"{p}/interrupt_session",
+            name="interrupt_session",
+            handler=bound(commands.interrupt_session),
+            body=InterruptSessionRequest,
+            result=InterruptSessionResponse,
+            failure="interrupt session failed",
+            summary="Ctrl-C the command running in a session; the session stays usable.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/execute_stream",
+            name="execute_stream",
+            handler=bound(commands.execute_stream),
+            body=SandboxCommand,
+            kind="ndjson",
+            failure="execute command failed",
+            summary="Run a one-shot command and stream its events as NDJSON.",
+            description='Events: {"type":"start","pid"}, {"type":"output","stream","data"}..., '
+            '{"type":"exit","exit_code",...}; a broken stream ends with {"type":"error","code","message"}.',
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/download",
+            name="download",
+            handler=bound(files.download),
+            body=SandboxPathRequest,
+            kind="bytes",
+            failure="download file failed",
+            summary="The raw bytes of a file in the sandbox.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/list_dir",
+            name="list_dir",
+            handler=bound(files.list_dir),
+            body=SandboxPathRequest,
+            result=ListDirResponse,
+            failure="list directory failed",
+            summary="List a directory in the sandbox.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/processes",
+            name="start_process",
+            handler=bound(processes.start_process),
+            body=StartProcessRequest,
+            result=ProcessInfo,
+            failure="start process failed",
+            summary="Start a background command; its exit code, usage and output stay readable.",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/processes/{{process_id}}",
+            name="process_status",
+            handler=bound(processes.process_status),
+            query=ProcessStatusQuery,
+            result=ProcessInfo,
+            failure="get process status failed",
+            summary="The state of a background process, waiting up to `wait` seconds for its end.",
+        ),
+        Route(
+            method="GET",
+            path=f"{p}/processes/{{process_id}}/output",
+            name="process_output",
+            handler=bound(processes.process_output),
+            query=ProcessOutputQuery,
+            kind="bytes",
+            failure="get process output failed",
+            summary="Raw output bytes of a background process from `offset`.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/processes/{{process_id}}/kill",
+            name="kill_process",
+            handler=bound(processes.kill_process),
+            body=KillProcessRequest,
+            result=ProcessInfo,
+            failure="kill process failed",
+            summary="Signal a background process and wait for it to end.",
+        ),
     ]
 
 
 def create_app(
-    settings: AdminSettings, manager: SandboxManager | None = None, *, runtime: Runtime | None = None
+    settings: AdminSettings,
+    manager: SandboxManager | None = None,
+    *,
+    runtime: Runtime | None = None,
 ) -> AdminApp:
     """The admin app for ``settings`` (see :class:`AdminApp`)."""
     return AdminApp(settings, manager, runtime=runtime)

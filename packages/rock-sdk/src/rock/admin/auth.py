@@ -57,6 +57,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import attrs
+
 from rock_core.converters import capability_names, structure_value
 from rock_core.errors import InvalidParameter
 from rock_core.models import (
@@ -152,14 +153,21 @@ class ApiKeyEntry:
     """
 
     tenant: str = attrs.field(
-        validator=must(_is_tenant, "a name of letters, digits, '_', '.', '@', ':', '-' (at most 128)")
+        validator=must(
+            _is_tenant, "a name of letters, digits, '_', '.', '@', ':', '-' (at most 128)"
+        )
     )
     # Any: a key of the wrong type must not be quoted by the converter's "expected a string".
     key: Any = attrs.field(
-        default=None, repr=False, validator=must(_is_key, f"a key of at least {MIN_KEY_LENGTH} characters", secret=True)
+        default=None,
+        repr=False,
+        validator=must(_is_key, f"a key of at least {MIN_KEY_LENGTH} characters", secret=True),
     )
     sha256: Any = attrs.field(
-        default=None, repr=False, converter=_digest_text, validator=must(_is_digest, "64 hex digits", secret=True)
+        default=None,
+        repr=False,
+        converter=_digest_text,
+        validator=must(_is_digest, "64 hex digits", secret=True),
     )
     allow_host_network: bool = False
     max_priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
@@ -169,21 +177,32 @@ class ApiKeyEntry:
     max_cpus: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
     # Any: a bare string must be refused as one, not read as a list of its letters.
     allowed_cap_add: Any = attrs.field(
-        default=(), converter=_capabilities,
-        validator=must(_are_capabilities, "a list of capability names like ['NET_RAW'] (see capabilities(7))"),
+        default=(),
+        converter=_capabilities,
+        validator=must(
+            _are_capabilities, "a list of capability names like ['NET_RAW'] (see capabilities(7))"
+        ),
     )
 
     def __attrs_post_init__(self) -> None:
         if (self.key is None) == (self.sha256 is None):
-            raise InvalidParameter(f"the key of tenant {self.tenant!r} needs exactly one of 'key' or 'sha256'")
+            raise InvalidParameter(
+                f"the key of tenant {self.tenant!r} needs exactly one of 'key' or 'sha256'"
+            )
 
     def api_key(self) -> ApiKey:
         """The :class:`ApiKey` this entry configures (the key hashed, never kept)."""
         digest = self.sha256 if self.sha256 is not None else hash_key(self.key.strip())
         return ApiKey(
-            tenant=self.tenant, sha256=digest, allow_host_network=self.allow_host_network, max_priority=self.max_priority,
-            operator=self.operator, allowed_cap_add=self.allowed_cap_add,
-            quota=Quota(max_sandboxes=self.max_sandboxes, max_memory=self.max_memory, max_cpus=self.max_cpus),
+            tenant=self.tenant,
+            sha256=digest,
+            allow_host_network=self.allow_host_network,
+            max_priority=self.max_priority,
+            operator=self.operator,
+            allowed_cap_add=self.allowed_cap_add,
+            quota=Quota(
+                max_sandboxes=self.max_sandboxes, max_memory=self.max_memory, max_cpus=self.max_cpus
+            ),
         )
 
 
@@ -201,7 +220,9 @@ def api_key_tables(text: str, *, path: str = "api_keys") -> list[dict[str, str]]
         tenant, sep, secret = part.partition("=")
         if not sep:
             where = f"{path}[{len(tables)}]"
-            raise InvalidParameter(f"{where}: each entry is TENANT=KEY or TENANT=sha256:HEX", field=where)
+            raise InvalidParameter(
+                f"{where}: each entry is TENANT=KEY or TENANT=sha256:HEX", field=where
+            )
         secret = secret.strip()
         if secret.lower().startswith("sha256:") and _HEX64.match(secret[7:].strip().lower()):
             tables.append({"tenant": tenant.strip(), "sha256": secret[7:]})
@@ -258,7 +279,10 @@ def _main(argv: list[str]) -> int:
     """``python -m rock.admin.auth TENANT``: print an ``api_keys`` entry for a key read from
     stdin, or for a new random key (printed once, to stderr)."""
     if len(argv) != 1:
-        print("usage: python -m rock.admin.auth TENANT  (key on stdin, or none to make one)", file=sys.stderr)
+        print(
+            "usage: python -m rock.admin.auth TENANT  (key on stdin, or none to make one)",
+            file=sys.stderr,
+        )
         return 2
     key = "" if sys.stdin.isatty() else sys.stdin.read().strip()
     made = not key

@@ -7,12 +7,12 @@ A body above its limit (``max_json_body``, 10 MiB by default; ``max_upload_body`
 
 from __future__ import annotations
 
-from rock_core.errors import PayloadTooLarge
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rock.admin.envelope import failure
 from rock.admin.metrics import Metrics
+from rock_core.errors import PayloadTooLarge
 
 __all__ = ["BodyLimit", "BodyTooLarge", "too_large_response"]
 

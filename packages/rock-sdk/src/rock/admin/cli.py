@@ -14,16 +14,19 @@ from typing import Any
 
 import attrs
 import click
-from rock_core.errors import InvalidParameter
-from rock_core.units import format_size
 
 from rock.admin import daemon
 from rock.admin.config import AdminSettings, load_settings
+from rock_core.errors import InvalidParameter
+from rock_core.sizes import format_size
 
 __all__ = ["admin"]
 
 _config_option = click.option(
-    "--config", "config_file", type=click.Path(dir_okay=False), default=None,
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
     help="TOML settings file (default: $ROCK_CONFIG); see rock.admin.config.",
 )
 
@@ -41,19 +44,31 @@ def admin() -> None:
 
 
 _insecure_option = click.option(
-    "--insecure-no-keys", "insecure_no_keys", is_flag=True, default=False,
+    "--insecure-no-keys",
+    "insecure_no_keys",
+    is_flag=True,
+    default=False,
     help="Serve without API keys on a non-loopback --host: anyone who reaches it drives every sandbox.",
 )
 
 
 @admin.command()
 @click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to listen on.  [default: 8080]")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port to listen on.  [default: 8080]",
+)
 @_config_option
 @_insecure_option
-def start(host: str | None, port: int | None, config_file: str | None, insecure_no_keys: bool) -> None:
+def start(
+    host: str | None, port: int | None, config_file: str | None, insecure_no_keys: bool
+) -> None:
     """Start the admin server in the background."""
-    settings = _settings(config_file, host=host, port=port, allow_keyless_remote=insecure_no_keys or None)
+    settings = _settings(
+        config_file, host=host, port=port, allow_keyless_remote=insecure_no_keys or None
+    )
     try:
         data = daemon.start(settings, config_file)
     except (daemon.AdminAlreadyRunning, daemon.KeylessRemoteRefused) as exc:
@@ -65,16 +80,28 @@ def start(host: str | None, port: int | None, config_file: str | None, insecure_
 
 @admin.command()
 @click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
-@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port to listen on.  [default: 8080]")
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Port to listen on.  [default: 8080]",
+)
 @_config_option
 @_insecure_option
-def serve(host: str | None, port: int | None, config_file: str | None, insecure_no_keys: bool) -> None:
+def serve(
+    host: str | None, port: int | None, config_file: str | None, insecure_no_keys: bool
+) -> None:
     """Run the admin server in the foreground until SIGTERM or Ctrl-C."""
-    settings = _settings(config_file, host=host, port=port, allow_keyless_remote=insecure_no_keys or None)
+    settings = _settings(
+        config_file, host=host, port=port, allow_keyless_remote=insecure_no_keys or None
+    )
     try:
         code = daemon.serve(settings)
     except (
-        daemon.AdminAlreadyRunning, daemon.MissingServerLibraries, daemon.KeylessRemoteRefused, daemon.UnsafeStateDir
+        daemon.AdminAlreadyRunning,
+        daemon.MissingServerLibraries,
+        daemon.KeylessRemoteRefused,
+        daemon.UnsafeStateDir,
     ) as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
@@ -82,7 +109,9 @@ def serve(host: str | None, port: int | None, config_file: str | None, insecure_
 
 @admin.command()
 @_config_option
-@click.option("--timeout", type=float, default=30.0, show_default=True, help="Seconds before SIGKILL.")
+@click.option(
+    "--timeout", type=float, default=30.0, show_default=True, help="Seconds before SIGKILL."
+)
 def stop(config_file: str | None, timeout: float) -> None:
     """Stop the background admin server; its sandboxes keep running."""
     settings = _settings(config_file)
@@ -101,7 +130,9 @@ def status(config_file: str | None, as_json: bool) -> None:
     settings = _settings(config_file)
     found = daemon.status(settings)
     if as_json:
-        click.echo(json.dumps({"running": found is not None, **(attrs.asdict(found) if found else {})}))
+        click.echo(
+            json.dumps({"running": found is not None, **(attrs.asdict(found) if found else {})})
+        )
     elif found is None:
         click.echo("rock admin is not running")
     else:
@@ -112,12 +143,16 @@ def status(config_file: str | None, as_json: bool) -> None:
         if found.sandboxes is None:
             click.echo("  sandboxes: unknown (the server did not answer /admin/status)")
         else:
-            counts = ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"
+            counts = (
+                ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"
+            )
             click.echo(f"  sandboxes: {counts}")
         for tenant, row in (found.tenants or {}).items():
             click.echo(f"  tenant:    {tenant}: {_tenant_use(row)}")
         for key, pool in (found.warm_pools or {}).items():
-            click.echo(f"  warm pool: {key} ({pool.get('image')}) {pool.get('ready', 0)}/{pool.get('size', 0)} ready")
+            click.echo(
+                f"  warm pool: {key} ({pool.get('image')}) {pool.get('ready', 0)}/{pool.get('size', 0)} ready"
+            )
     if found is None:
         sys.exit(3)
 
@@ -130,8 +165,15 @@ def _tenant_use(row: dict[str, Any]) -> str:
         text = f"{show(value)} {unit}"
         return text if limit is None else f"{text} (max {show(limit)})"
 
-    return ", ".join([
-        part(row.get("sandboxes", 0), quota.get("max_sandboxes"), "sandboxes", str),
-        part(row.get("memory", 0), quota.get("max_memory"), "memory", lambda n: format_size(int(n))),
-        part(row.get("cpus", 0), quota.get("max_cpus"), "cpus", lambda n: f"{float(n):g}"),
-    ])
+    return ", ".join(
+        [
+            part(row.get("sandboxes", 0), quota.get("max_sandboxes"), "sandboxes", str),
+            part(
+                row.get("memory", 0),
+                quota.get("max_memory"),
+                "memory",
+                lambda n: format_size(int(n)),
+            ),
+            part(row.get("cpus", 0), quota.get("max_cpus"), "cpus", lambda n: f"{float(n):g}"),
+        ]
+    )

@@ -99,23 +99,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
+import tomllib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import attrs
+
+from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables
 from rock_core.converters import read_types, structure_fields
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
 from rock_core.models import ByteSize, NonBlankStr, Port, PositiveFloat, PositiveInt
-
-from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 __all__ = ["AdminSettings", "load_settings", "default_state_dir", "MiB"]
 
@@ -131,7 +126,9 @@ def _api_keys(entries: Iterable[ApiKey | ApiKeyEntry]) -> tuple[ApiKey, ...]:
     return tuple(entry.api_key() if isinstance(entry, ApiKeyEntry) else entry for entry in entries)
 
 
-def _one_tenant_per_key(instance: Any, attribute: attrs.Attribute[Any], keys: tuple[ApiKey, ...]) -> None:
+def _one_tenant_per_key(
+    instance: Any, attribute: attrs.Attribute[Any], keys: tuple[ApiKey, ...]
+) -> None:
     tenants: dict[str, str] = {}
     for key in keys:
         if tenants.setdefault(key.sha256, key.tenant) != key.tenant:
@@ -150,14 +147,18 @@ class AdminSettings:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    state_dir: Path = attrs.field(factory=default_state_dir, converter=lambda value: Path(value).expanduser())
+    state_dir: Path = attrs.field(
+        factory=default_state_dir, converter=lambda value: Path(value).expanduser()
+    )
     max_json_body: int = 10 * MiB
     max_upload_body: int = 100 * MiB
     start_wait_seconds: float = 85.0
     batch_max_count: int = 2000
     log_level: str = "info"
     access_log: bool = False
-    api_keys: tuple[ApiKey, ...] = attrs.field(default=(), converter=_api_keys, validator=_one_tenant_per_key)
+    api_keys: tuple[ApiKey, ...] = attrs.field(
+        default=(), converter=_api_keys, validator=_one_tenant_per_key
+    )
     allow_host_network: bool = False
     strict_fields: bool = False
     proxy_timeout: float = 120.0
@@ -237,7 +238,9 @@ _ENGINE_KEYS: Mapping[str, Any] = {
 _FILE_TABLES: Mapping[str, Any] = {
     "admin": _ADMIN_KEYS,
     "engine": _ENGINE_KEYS,
-    "plugins": dict[str, dict[str, Any]],  # each plugin's table is its own to check (rock_configure)
+    "plugins": dict[
+        str, dict[str, Any]
+    ],  # each plugin's table is its own to check (rock_configure)
 }
 
 
@@ -245,19 +248,27 @@ def _json(text: str, path: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise InvalidParameter(f"{path}: expected JSON ({exc}), got {text!r}", field=path, value=text) from None
+        raise InvalidParameter(
+            f"{path}: expected JSON ({exc}), got {text!r}", field=path, value=text
+        ) from None
 
 
 # Keys whose value may also be written as text (as environment variables must): the text form
 # becomes what a TOML file would hold, and is then read like it.
 _TEXT_FORMS: Mapping[str, Callable[[str, str], Any]] = {
     "api_keys": lambda text, path: api_key_tables(text, path=path),
-    "allowed_cap_add": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
+    "allowed_cap_add": lambda text, _path: [
+        part.strip() for part in text.split(",") if part.strip()
+    ],
     "allowed_hosts": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
-    "allowed_origins": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
+    "allowed_origins": lambda text, _path: [
+        part.strip() for part in text.split(",") if part.strip()
+    ],
     "warm_pools": _json,
     "runtime_options": _json,
-    "max_auto_delete_seconds": lambda text, _path: None if text.strip().lower() in ("", "none", "null") else text,
+    "max_auto_delete_seconds": lambda text, _path: (
+        None if text.strip().lower() in ("", "none", "null") else text
+    ),
     "archive_store": lambda text, _path: text or None,  # "": archiving off, as when unset
 }
 
@@ -270,7 +281,9 @@ def _from_text(table: Any, path: str) -> Any:
     if not isinstance(table, Mapping):
         return table
     return {
-        key: _TEXT_FORMS[key](value, f"{path}.{key}") if key in _TEXT_FORMS and isinstance(value, str) else value
+        key: _TEXT_FORMS[key](value, f"{path}.{key}")
+        if key in _TEXT_FORMS and isinstance(value, str)
+        else value
         for key, value in table.items()
     }
 
@@ -290,10 +303,16 @@ def _in_table(exc: InvalidParameter, table: str, origin: Mapping[str, str]) -> I
     """An error of :class:`EngineConfig` or :class:`AdminSettings` (which name their own fields),
     named by its dotted path in the settings and by the source of the bad key."""
     name = re.split(r"[.\[, ]", exc.field or "", maxsplit=1)[0]
-    message = f"{table}.{exc.message}" if name and exc.message.startswith(name) else f"{table}: {exc.message}"
+    message = (
+        f"{table}.{exc.message}"
+        if name and exc.message.startswith(name)
+        else f"{table}: {exc.message}"
+    )
     source = origin.get(f"{table}.{name}")
     field = f"{table}.{exc.field}" if exc.field else table
-    return InvalidParameter(f"{source}: {message}" if source else message, field=field, value=exc.value)
+    return InvalidParameter(
+        f"{source}: {message}" if source else message, field=field, value=exc.value
+    )
 
 
 def _read_file(path: Path, source: str) -> dict[str, Any]:
@@ -301,11 +320,18 @@ def _read_file(path: Path, source: str) -> dict[str, Any]:
         with open(path, "rb") as f:
             data = tomllib.load(f)
     except OSError as exc:
-        raise InvalidParameter(f"{source}: {exc.strerror}", field="config", value=str(path)) from exc
+        raise InvalidParameter(
+            f"{source}: {exc.strerror}", field="config", value=str(path)
+        ) from exc
     except tomllib.TOMLDecodeError as exc:
-        raise InvalidParameter(f"{source}: not valid TOML: {exc}", field="config", value=str(path)) from exc
+        raise InvalidParameter(
+            f"{source}: not valid TOML: {exc}", field="config", value=str(path)
+        ) from exc
     try:
-        data = {name: _from_text(table, name) if name != "plugins" else table for name, table in data.items()}
+        data = {
+            name: _from_text(table, name) if name != "plugins" else table
+            for name, table in data.items()
+        }
     except InvalidParameter as exc:
         raise _from(source, exc) from None
     return _read(source, data, _FILE_TABLES, "")

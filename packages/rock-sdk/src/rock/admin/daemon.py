@@ -28,13 +28,24 @@ from typing import Any
 
 import attrs
 
+from rock.admin.config import AdminSettings
 from rock_core.engine.owners import proc_start_time, process_alive
 from rock_core.errors import InvalidParameter
 from rock_core.private_paths import private_dir
 
-from rock.admin.config import AdminSettings
-
-__all__ = ["AdminAlreadyRunning", "AdminStatus", "KeylessRemoteRefused", "check_exposure", "is_loopback", "serve", "start", "stop", "status", "read_pid_file", "GRACEFUL_SECONDS"]
+__all__ = [
+    "AdminAlreadyRunning",
+    "AdminStatus",
+    "KeylessRemoteRefused",
+    "check_exposure",
+    "is_loopback",
+    "serve",
+    "start",
+    "stop",
+    "status",
+    "read_pid_file",
+    "GRACEFUL_SECONDS",
+]
 
 #: Seconds requests in flight get to finish after SIGTERM before they are cut.
 GRACEFUL_SECONDS = 10.0
@@ -153,7 +164,13 @@ def _release_pid_file(settings: AdminSettings) -> None:
 
 
 #: The libraries of the admin server (module names), installed by ``rock-sdk[admin]``.
-SERVER_MODULES = (("starlette",), ("uvicorn",), ("prometheus_client",), ("python_multipart", "multipart"), ("wsproto",))
+SERVER_MODULES = (
+    ("starlette",),
+    ("uvicorn",),
+    ("prometheus_client",),
+    ("python_multipart", "multipart"),
+    ("wsproto",),
+)
 #: What to run when they are missing.
 INSTALL_HINT = "pip install 'rock-sdk[admin]'"
 
@@ -163,7 +180,9 @@ def require_server_libraries() -> None:
 
     :raises MissingServerLibraries: naming the missing ones and the install command.
     """
-    missing = [names[0] for names in SERVER_MODULES if not any(importlib.util.find_spec(n) for n in names)]
+    missing = [
+        names[0] for names in SERVER_MODULES if not any(importlib.util.find_spec(n) for n in names)
+    ]
     if missing:
         raise MissingServerLibraries(
             f"the admin server needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
@@ -237,7 +256,9 @@ def _tail(path: Path, lines: int = 20) -> str:
         return ""
 
 
-def start(settings: AdminSettings, config_file: str | None = None, *, wait: float = 60.0) -> dict[str, Any]:
+def start(
+    settings: AdminSettings, config_file: str | None = None, *, wait: float = 60.0
+) -> dict[str, Any]:
     """Start the admin as a background process and wait until it answers ``/healthz``.
 
     Its output goes to ``settings.log_file``. Returns the pid file's content.
@@ -254,7 +275,16 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
             f"rock admin already runs (pid {running['pid']}, {running.get('url')}); `rock admin stop` first"
         )
     _private_state_dir(settings)
-    command = [sys.executable, "-m", "rock.admin", "serve", "--host", settings.host, "--port", str(settings.port)]
+    command = [
+        sys.executable,
+        "-m",
+        "rock.admin",
+        "serve",
+        "--host",
+        settings.host,
+        "--port",
+        str(settings.port),
+    ]
     if config_file:
         command += ["--config", str(config_file)]
     if settings.allow_keyless_remote:
@@ -262,8 +292,13 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
     env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(settings.state_dir)}
     with open(settings.log_file, "ab") as log_out:
         process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=log_out, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True, close_fds=True,
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log_out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            close_fds=True,
         )
     deadline = time.monotonic() + wait
     import httpx  # here: finding the admin (`rock sandbox list`) needs no HTTP client
@@ -286,7 +321,8 @@ def start(settings: AdminSettings, config_file: str | None = None, *, wait: floa
         time.sleep(0.05)
     process.terminate()
     raise RuntimeError(
-        f"rock admin did not answer within {wait:g}s; the end of {settings.log_file}:\n" + _tail(settings.log_file)
+        f"rock admin did not answer within {wait:g}s; the end of {settings.log_file}:\n"
+        + _tail(settings.log_file)
     )
 
 
@@ -344,7 +380,11 @@ def status(settings: AdminSettings) -> AdminStatus | None:
     pools = None
     if answer is not None:
         pools = {
-            str(p.get("key")): {"image": p.get("image"), "ready": p.get("ready"), "size": p.get("size")}
+            str(p.get("key")): {
+                "image": p.get("image"),
+                "ready": p.get("ready"),
+                "size": p.get("size"),
+            }
             for p in answer.get("warm_pools") or []
         }
     return AdminStatus(

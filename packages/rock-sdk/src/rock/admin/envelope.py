@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from starlette.responses import Response
+
 from rock_core.converters import unstructure_wire
 from rock_core.errors import InvalidParameter, RockError
-from starlette.responses import Response
 
 __all__ = ["JSON", "NDJSON", "BYTES", "json_response", "success", "failure", "BadInput"]
 
@@ -26,12 +27,16 @@ BYTES = "application/octet-stream"
 
 def json_response(data: Any, status_code: int = 200) -> Response:
     """``data`` as compact JSON."""
-    return Response(json.dumps(data, separators=(",", ":")).encode(), status_code=status_code, media_type=JSON)
+    return Response(
+        json.dumps(data, separators=(",", ":")).encode(), status_code=status_code, media_type=JSON
+    )
 
 
 def success(result: Any) -> Response:
     """ROCK's envelope of a successful call."""
-    return json_response({"status": "Success", "message": None, "error": None, "result": unstructure_wire(result)})
+    return json_response(
+        {"status": "Success", "message": None, "error": None, "result": unstructure_wire(result)}
+    )
 
 
 def failure(message: str, exc: BaseException) -> Response:
@@ -39,7 +44,11 @@ def failure(message: str, exc: BaseException) -> Response:
     text = str(exc) or type(exc).__name__
     result = None
     if isinstance(exc, RockError):
-        result = {"code": exc.code, "exit_code": getattr(exc, "exit_code", None), "failure_reason": text}
+        result = {
+            "code": exc.code,
+            "exit_code": getattr(exc, "exit_code", None),
+            "failure_reason": text,
+        }
     return json_response({"status": "Failed", "message": message, "error": text, "result": result})
 
 

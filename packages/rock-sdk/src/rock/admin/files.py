@@ -9,6 +9,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from rock.admin.body_limit import BodyTooLarge
+from rock.admin.envelope import BYTES, BadInput
+from rock.admin.key_gate import unknown_sandbox
+from rock.admin.models import SandboxPathRequest
 from rock_core.actions import (
     ListDirResponse,
     ReadFileResponse,
@@ -18,13 +25,6 @@ from rock_core.actions import (
     WriteFileResponse,
 )
 from rock_core.errors import InvalidParameter
-from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
-
-from rock.admin.body_limit import BodyTooLarge
-from rock.admin.envelope import BYTES, BadInput
-from rock.admin.key_gate import unknown_sandbox
-from rock.admin.models import SandboxPathRequest
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -45,12 +45,16 @@ UPLOAD_FORM = {
 }
 
 
-async def read_file(app: AdminApp, _request: Request, body: SandboxReadFileRequest) -> ReadFileResponse:
+async def read_file(
+    app: AdminApp, _request: Request, body: SandboxReadFileRequest
+) -> ReadFileResponse:
     """``POST /read_file``."""
     return await app.rocklet(body.sandbox_id, "read_file").read_file(body)
 
 
-async def write_file(app: AdminApp, _request: Request, body: SandboxWriteFileRequest) -> WriteFileResponse:
+async def write_file(
+    app: AdminApp, _request: Request, body: SandboxWriteFileRequest
+) -> WriteFileResponse:
     """``POST /write_file``."""
     return await app.rocklet(body.sandbox_id, "write_file").write_file(body)
 
@@ -73,7 +77,11 @@ async def _upload(app: AdminApp, request: Request) -> UploadResponse:
     except BodyTooLarge:
         raise
     except Exception as exc:  # the multipart parser's own errors: the caller's fault
-        raise BadInput(InvalidParameter(f"invalid parameter: body: not a valid multipart form: {exc}", field="body")) from None
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: body: not a valid multipart form: {exc}", field="body"
+            )
+        ) from None
     try:
         problems = []
         unknown = sorted(set(form.keys()) - {"file", "target_path", "sandbox_id", "unzip"})
@@ -82,19 +90,39 @@ async def _upload(app: AdminApp, request: Request) -> UploadResponse:
         target_path = form.get("target_path")
         upload = form.get("file")
         if not isinstance(sandbox_id, str) or not sandbox_id.strip():
-            problems.append("sandbox_id: " + ("required field missing" if sandbox_id is None else "must be a non-blank string"))
+            problems.append(
+                "sandbox_id: "
+                + ("required field missing" if sandbox_id is None else "must be a non-blank string")
+            )
         if not isinstance(target_path, str) or not target_path.strip():
-            problems.append("target_path: " + ("required field missing" if target_path is None else "must be a non-blank string"))
+            problems.append(
+                "target_path: "
+                + (
+                    "required field missing"
+                    if target_path is None
+                    else "must be a non-blank string"
+                )
+            )
         if upload is None or isinstance(upload, str):
-            problems.append("file: " + ("required field missing" if upload is None else "must be a file part"))
+            problems.append(
+                "file: " + ("required field missing" if upload is None else "must be a file part")
+            )
         unzip_text = form.get("unzip", "false")
         unzip = str(unzip_text).strip().lower() if isinstance(unzip_text, str) else ""
         if unzip not in ("true", "false"):
             problems.append(f"unzip: expected true or false, got {unzip_text!r}")
         if problems:
             fields = [p.split(":")[0] for p in problems if not p.startswith("extra")]
-            raise BadInput(InvalidParameter("invalid parameter: " + "; ".join(problems), field=", ".join(fields) or None))
-        assert isinstance(sandbox_id, str) and isinstance(target_path, str) and not isinstance(upload, str)
+            raise BadInput(
+                InvalidParameter(
+                    "invalid parameter: " + "; ".join(problems), field=", ".join(fields) or None
+                )
+            )
+        assert (
+            isinstance(sandbox_id, str)
+            and isinstance(target_path, str)
+            and not isinstance(upload, str)
+        )
         if not app.owns(request, sandbox_id.strip()):
             raise unknown_sandbox(sandbox_id.strip(), "upload")
         client = app.rocklet(sandbox_id.strip(), "upload")

@@ -35,7 +35,8 @@ def _answer(transport: Transport, status: str, message: str) -> None:
     body = message.encode()
     transport.write(
         f"HTTP/1.1 {status}\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {len(body)}\r\n"
-        "connection: close\r\n\r\n".encode() + body
+        "connection: close\r\n\r\n".encode()
+        + body
     )
     transport.close()
 
@@ -75,7 +76,8 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self._head_bytes is not None and not self.transport.is_closing():
             _answer(
-                self.transport, "408 Request Timeout",
+                self.transport,
+                "408 Request Timeout",
                 f"the request's headers did not arrive within {self.header_timeout:g}s (admin.header_timeout)",
             )
 
@@ -105,7 +107,8 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
                 return
             if self._head_bytes > self.max_head:
                 _answer(
-                    self.transport, "431 Request Header Fields Too Large",
+                    self.transport,
+                    "431 Request Header Fields Too Large",
                     f"the request line and headers are larger than {self.max_head} bytes (admin.max_request_head)",
                 )
                 return
@@ -115,6 +118,7 @@ def bounded_http_protocol(max_head: int, header_timeout: float) -> type[HttpTool
     """uvicorn's httptools protocol class, refusing heads above ``max_head`` bytes (431) and
     heads not complete within ``header_timeout`` seconds (408); pass it as ``uvicorn.Config(http=...)``."""
     return type(
-        "BoundedHttpToolsProtocol", (_BoundedHttpToolsProtocol,),
+        "BoundedHttpToolsProtocol",
+        (_BoundedHttpToolsProtocol,),
         {"max_head": max_head, "header_timeout": header_timeout},
     )

@@ -11,14 +11,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rock_core.errors import BadRequestRockError, SandboxNotFound
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rock.admin.auth import ApiKey, KeyRing, key_from_headers
 from rock.admin.envelope import failure
 from rock.admin.metrics import Metrics
+from rock_core.errors import BadRequestRockError, SandboxNotFound
 
-__all__ = ["ApiKeyGate", "OPEN_PATHS", "UNAUTHORIZED_CODE", "scope_key", "scope_tenant", "unknown_sandbox"]
+__all__ = [
+    "ApiKeyGate",
+    "OPEN_PATHS",
+    "UNAUTHORIZED_CODE",
+    "scope_key",
+    "scope_tenant",
+    "unknown_sandbox",
+]
 
 #: Paths served without a key: liveness probes and ROCK's greeting reveal nothing.
 OPEN_PATHS = frozenset({"/healthz", "/", "/rocklet.pyz"})
@@ -62,14 +69,21 @@ class ApiKeyGate:
         if tenant is None and scope["type"] == "websocket":
             self.metrics.count("(unauthorized)", "unauthorized")
             await receive()  # websocket.connect
-            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized: no valid API key"})
+            await send(
+                {
+                    "type": "websocket.close",
+                    "code": 1008,
+                    "reason": "unauthorized: no valid API key",
+                }
+            )
             return
         if tenant is None:
             # One label for every refusal: a stranger must not grow the metrics with paths.
             self.metrics.count("(unauthorized)", "unauthorized")
             why = "no API key given" if key is None else "the API key is not valid"
             exc = BadRequestRockError(
-                f"{why}: send X-API-Key: <key> or Authorization: Bearer <key>", code=UNAUTHORIZED_CODE
+                f"{why}: send X-API-Key: <key> or Authorization: Bearer <key>",
+                code=UNAUTHORIZED_CODE,
             )
             response = failure("unauthorized", exc)
             response.status_code = 401
@@ -82,4 +96,6 @@ class ApiKeyGate:
 def unknown_sandbox(sandbox_id: str, attempted: str) -> SandboxNotFound:
     """What a key is told of another tenant's sandbox: word for word what the engine says of an
     id it never saw."""
-    return SandboxNotFound(f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted=attempted)
+    return SandboxNotFound(
+        f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted=attempted
+    )

@@ -17,6 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
+from starlette.requests import Request
+from starlette.responses import Response
+
+from rock.admin.auth import TENANT_METADATA_KEY
+from rock.admin.envelope import BadInput, json_response
+from rock.admin.key_gate import scope_key, scope_tenant
+from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock_core.actions import (
     BatchSandboxStatusRequest,
     BatchSandboxStatusResponse,
@@ -34,13 +41,6 @@ from rock_core.errors import Forbidden, InvalidParameter, RockError, SandboxNotF
 from rock_core.models import PRIORITY_NORMAL
 from rock_core.responses import start_response, statistics_response, status_response
 from rock_core.states import LIVE_STATES
-from starlette.requests import Request
-from starlette.responses import Response
-
-from rock.admin.auth import TENANT_METADATA_KEY
-from rock.admin.envelope import BadInput, json_response
-from rock.admin.key_gate import scope_key, scope_tenant
-from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -66,19 +66,29 @@ __all__ = [
 
 async def start(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
     """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
-    started = await app.manager.start_async(_start_request(app, request, body), **_tenancy(request), **_identity(request))
-    await app.manager.wait_until_running(started.sandbox_id, timeout=app.settings.start_wait_seconds)
+    started = await app.manager.start_async(
+        _start_request(app, request, body), **_tenancy(request), **_identity(request)
+    )
+    await app.manager.wait_until_running(
+        started.sandbox_id, timeout=app.settings.start_wait_seconds
+    )
     return start_response(started)
 
 
-async def start_async(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
+async def start_async(
+    app: AdminApp, request: Request, body: SandboxStartRequest
+) -> SandboxStartResponse:
     """``POST /start_async``: accept the start and return at once."""
     return start_response(
-        await app.manager.start_async(_start_request(app, request, body), **_tenancy(request), **_identity(request))
+        await app.manager.start_async(
+            _start_request(app, request, body), **_tenancy(request), **_identity(request)
+        )
     )
 
 
-async def get_status(app: AdminApp, _request: Request, query: GetStatusQuery) -> SandboxStatusResponse:
+async def get_status(
+    app: AdminApp, _request: Request, query: GetStatusQuery
+) -> SandboxStatusResponse:
     """``GET /get_status``; with rock's ``wait``, once the sandbox's start settled or the wait
     is up (see :class:`~rock.admin.models.GetStatusQuery`)."""
     if query.wait > 0:
@@ -97,7 +107,9 @@ async def is_alive(app: AdminApp, _request: Request, query: SandboxIdQuery) -> I
     except RockError as exc:
         return IsAliveResponse(is_alive=False, message=str(exc))
     alive = await client.is_alive()
-    return IsAliveResponse(is_alive=alive, message="" if alive else "the sandbox's rocklet does not answer")
+    return IsAliveResponse(
+        is_alive=alive, message="" if alive else "the sandbox's rocklet does not answer"
+    )
 
 
 async def statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
@@ -108,7 +120,9 @@ async def statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) ->
 
 async def get_statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
     """``GET /get_sandbox_statistics``: the rocklet's CPU, memory, disk and network figures."""
-    return await app.manager.rocklet(query.sandbox_id, "get_statistics", activity=False).get_statistics()
+    return await app.manager.rocklet(
+        query.sandbox_id, "get_statistics", activity=False
+    ).get_statistics()
 
 
 async def stop(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:
@@ -153,14 +167,19 @@ async def warm_pools(app: AdminApp, request: Request, _data: None) -> WarmPoolsR
     return WarmPoolsResponse(pools=app.manager.warm_pools())
 
 
-async def list_sandboxes(app: AdminApp, request: Request, query: ListSandboxesQuery) -> SandboxListResponse:
+async def list_sandboxes(
+    app: AdminApp, request: Request, query: ListSandboxesQuery
+) -> SandboxListResponse:
     """``GET /sandboxes``: a page of pending and running sandboxes."""
     limit = app.settings.batch_max_count
     if query.page_size > limit:
-        raise BadInput(InvalidParameter(
-            f"invalid parameter: page_size: at most {limit}, got {query.page_size}",
-            field="page_size", value=query.page_size,
-        ))
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: page_size: at most {limit}, got {query.page_size}",
+                field="page_size",
+                value=query.page_size,
+            )
+        )
     filters = {
         name: value
         for name in ("user_id", "experiment_id", "namespace", "cluster", "image", "state")
@@ -171,28 +190,36 @@ async def list_sandboxes(app: AdminApp, request: Request, query: ListSandboxesQu
     offset = (query.page - 1) * query.page_size
     tenant = scope_tenant(request.scope)
     if tenant is None:
-        records = manager.list_records(states=states, filters=filters, limit=query.page_size, offset=offset)
+        records = manager.list_records(
+            states=states, filters=filters, limit=query.page_size, offset=offset
+        )
         total = manager.count_records(states=states, filters=filters)
     else:
         # The tenant lives in the spec's metadata, which the store cannot filter on; live
         # sandboxes are few enough to filter here.
         mine = [
-            r for r in manager.list_records(states=states, filters=filters)
+            r
+            for r in manager.list_records(states=states, filters=filters)
             if r.spec.metadata.get(TENANT_METADATA_KEY) == tenant
         ]
-        records, total = mine[offset:offset + query.page_size], len(mine)
+        records, total = mine[offset : offset + query.page_size], len(mine)
     items = [status_response(s) for s in manager.statuses_of(records)]
     return SandboxListResponse(items=items, total=total, has_more=offset + len(items) < total)
 
 
-async def batch_status(app: AdminApp, request: Request, body: BatchSandboxStatusRequest) -> BatchSandboxStatusResponse:
+async def batch_status(
+    app: AdminApp, request: Request, body: BatchSandboxStatusRequest
+) -> BatchSandboxStatusResponse:
     """``POST /sandboxes/batch``: statuses of the pending and running sandboxes among those asked."""
     limit = app.settings.batch_max_count
     if len(body.sandbox_ids) > limit:
-        raise BadInput(InvalidParameter(
-            f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(body.sandbox_ids)}",
-            field="sandbox_ids", value=len(body.sandbox_ids),
-        ))
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(body.sandbox_ids)}",
+                field="sandbox_ids",
+                value=len(body.sandbox_ids),
+            )
+        )
     records = []
     for sandbox_id in dict.fromkeys(body.sandbox_ids):
         try:
@@ -201,17 +228,24 @@ async def batch_status(app: AdminApp, request: Request, body: BatchSandboxStatus
             continue
         if record.state in LIVE_STATES and app.owns(request, sandbox_id):
             records.append(record)
-    return BatchSandboxStatusResponse(statuses=[status_response(s) for s in app.manager.statuses_of(records)])
+    return BatchSandboxStatusResponse(
+        statuses=[status_response(s) for s in app.manager.statuses_of(records)]
+    )
 
 
-def _start_request(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartRequest:
+def _start_request(
+    app: AdminApp, request: Request, body: SandboxStartRequest
+) -> SandboxStartRequest:
     """``body`` with the key's tenant in its metadata; the reserved key is refused from callers."""
     metadata = dict(body.metadata or {})
     if TENANT_METADATA_KEY in metadata:
-        raise BadInput(InvalidParameter(
-            f"invalid parameter: metadata: {TENANT_METADATA_KEY!r} is reserved for the admin",
-            field="metadata", value=TENANT_METADATA_KEY,
-        ))
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: metadata: {TENANT_METADATA_KEY!r} is reserved for the admin",
+                field="metadata",
+                value=TENANT_METADATA_KEY,
+            )
+        )
     tenant = scope_tenant(request.scope)
     _check_network(app, tenant, body)
     _check_priority(app, tenant, body)
@@ -229,32 +263,46 @@ def _check_priority(app: AdminApp, tenant: str | None, body: SandboxStartRequest
         return
     limit = app.keys.max_priority.get(tenant, PRIORITY_NORMAL)
     if body.priority > limit:
-        raise BadInput(InvalidParameter(
-            f"invalid parameter: priority: {body.priority} is above the highest tenant {tenant!r} may ask "
-            f"for ({limit}; raise max_priority on its api_keys entry)",
-            field="priority", value=body.priority,
-        ))
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: priority: {body.priority} is above the highest tenant {tenant!r} may ask "
+                f"for ({limit}; raise max_priority on its api_keys entry)",
+                field="priority",
+                value=body.priority,
+            )
+        )
 
 
 def _check_network(app: AdminApp, tenant: str | None, body: SandboxStartRequest) -> None:
     """Refuse ``network="host"`` unless this admin, or the caller's key, allows it: a sandbox on
     the host's network reaches everything the host does (trusted code only)."""
-    if body.network != "host" or app.settings.allow_host_network or tenant in app.keys.host_network_tenants:
+    if (
+        body.network != "host"
+        or app.settings.allow_host_network
+        or tenant in app.keys.host_network_tenants
+    ):
         return
     who = f"tenant {tenant!r}" if tenant is not None else "callers"
-    raise BadInput(InvalidParameter(
-        f"invalid parameter: network: 'host' shares the host's network and is for trusted code only; "
-        f"this admin does not allow it for {who} (set allow_host_network in [admin], or on the "
-        "tenant's api_keys entry; see docs/security.md)",
-        field="network", value="host",
-    ))
+    raise BadInput(
+        InvalidParameter(
+            f"invalid parameter: network: 'host' shares the host's network and is for trusted code only; "
+            f"this admin does not allow it for {who} (set allow_host_network in [admin], or on the "
+            "tenant's api_keys entry; see docs/security.md)",
+            field="network",
+            value="host",
+        )
+    )
 
 
 def _tenancy(request: Request) -> dict[str, Any]:
     """What the engine gets of the request's key: its tenant (the sandbox's namespace) and its
     quota. Without keys: neither (the engine's owner is the tenant, with no quota)."""
     key = scope_key(request.scope)
-    return {"tenant": None, "quota": None} if key is None else {"tenant": key.tenant, "quota": key.quota}
+    return (
+        {"tenant": None, "quota": None}
+        if key is None
+        else {"tenant": key.tenant, "quota": key.quota}
+    )
 
 
 def is_operator(request: Request) -> bool:
@@ -287,11 +335,14 @@ def _check_capabilities(request: Request, body: SandboxStartRequest) -> None:
     refused = [name for name in asked if name not in key.allowed_cap_add]
     if refused:
         allowed = ", ".join(key.allowed_cap_add) or "none"
-        raise BadInput(InvalidParameter(
-            f"invalid parameter: cap_add: {', '.join(refused)} not allowed for tenant {key.tenant!r} "
-            f"(allowed_cap_add on its api_keys entry: {allowed}; see docs/security.md)",
-            field="cap_add", value=refused,
-        ))
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: cap_add: {', '.join(refused)} not allowed for tenant {key.tenant!r} "
+                f"(allowed_cap_add on its api_keys entry: {allowed}; see docs/security.md)",
+                field="cap_add",
+                value=refused,
+            )
+        )
 
 
 def _identity(request: Request) -> dict[str, str | None]:

@@ -19,6 +19,7 @@ from prometheus_client import (
 )
 from prometheus_client import Counter as PromCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
 from rock_core.engine.manager import SandboxManager
 from rock_core.states import State
 
@@ -49,12 +50,16 @@ class Metrics:
         self.per_sandbox = per_sandbox
         self.registry = CollectorRegistry(auto_describe=False)
         self.requests = PromCounter(
-            "rock_http_requests", "Requests answered, by route template and outcome.", ["route", "outcome"],
+            "rock_http_requests",
+            "Requests answered, by route template and outcome.",
+            ["route", "outcome"],
             registry=self.registry,
         )
         self.start_seconds = Histogram(
-            "rock_sandbox_start_seconds", "Seconds from a start request to running.",
-            buckets=_LATENCY_BUCKETS, registry=self.registry,
+            "rock_sandbox_start_seconds",
+            "Seconds from a start request to running.",
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
         )
         self._manager: SandboxManager | None = None
         self.registry.register(_EngineFigures(self))
@@ -86,12 +91,20 @@ class _EngineFigures:
         if manager is None:
             return
         by_state = manager.count_by_state()
-        sandboxes = GaugeMetricFamily("rock_sandboxes", "Sandboxes known to the admin, by state.", labels=["state"])
+        sandboxes = GaugeMetricFamily(
+            "rock_sandboxes", "Sandboxes known to the admin, by state.", labels=["state"]
+        )
         for state in State:
             sandboxes.add_metric([state.value], by_state.get(state, 0))
         yield sandboxes
-        yield GaugeMetricFamily("rock_start_queue_depth", "Starts waiting for a slot in the start queue.", value=manager.queue.depth)
-        yield GaugeMetricFamily("rock_start_queue_active", "Starts holding a slot now.", value=manager.queue.active)
+        yield GaugeMetricFamily(
+            "rock_start_queue_depth",
+            "Starts waiting for a slot in the start queue.",
+            value=manager.queue.depth,
+        )
+        yield GaugeMetricFamily(
+            "rock_start_queue_active", "Starts holding a slot now.", value=manager.queue.active
+        )
         pools = manager.warm_pools()
         for name, family, help_text in (
             ("ready", GaugeMetricFamily, "Started sandboxes waiting in a warm pool."),
@@ -122,15 +135,18 @@ def _usage_figures(manager: SandboxManager, *, per_sandbox: bool) -> Iterator[An
     (bounded by the running sandboxes: a sandbox's series go with it)."""
     sampled = list(manager.usages().items())
     yield GaugeMetricFamily(
-        "rock_sandboxes_cpu_percent", "Summed CPU use of the running sandboxes, in percent of one core.",
+        "rock_sandboxes_cpu_percent",
+        "Summed CPU use of the running sandboxes, in percent of one core.",
         value=sum(u.cpu_percent for _, u in sampled),
     )
     yield GaugeMetricFamily(
-        "rock_sandboxes_memory_bytes", "Summed memory in use by the running sandboxes.",
+        "rock_sandboxes_memory_bytes",
+        "Summed memory in use by the running sandboxes.",
         value=sum(u.memory_bytes for _, u in sampled),
     )
     yield GaugeMetricFamily(
-        "rock_sandboxes_near_memory_limit", "Running sandboxes whose memory is near their limit.",
+        "rock_sandboxes_near_memory_limit",
+        "Running sandboxes whose memory is near their limit.",
         value=sum(1 for _, u in sampled if any(w.startswith("memory at") for w in u.warnings)),
     )
     if not per_sandbox:

@@ -3,7 +3,7 @@
 Query strings are read through models too, so a missing, blank or mistyped query parameter is
 reported by name exactly like a bad JSON field, and an unknown one is rejected. The bodies of
 rock's extra routes (interrupt, download, directory listing, background processes) mirror the
-methods of :class:`~rock_core.engine.rocklet_client.RockletClient`, plus ``sandbox_id``.
+methods of :class:`~rock_core.rocklet_client.RockletClient`, plus ``sandbox_id``.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+
 from rock_core.actions import CommandLine
 from rock_core.errors import InvalidParameter
 from rock_core.models import NonBlankStr, NonNegativeFloat, NonNegativeInt, PositiveInt, constrained

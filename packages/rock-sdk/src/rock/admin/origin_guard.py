@@ -34,11 +34,11 @@ import re
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from rock_core.errors import BadRequestRockError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rock.admin.envelope import failure
 from rock.admin.metrics import Metrics
+from rock_core.errors import BadRequestRockError
 
 __all__ = [
     "FORBIDDEN_CODE",
@@ -79,10 +79,12 @@ def require_json(headers: Mapping[str, str], has_body: bool) -> None:
     if given is None and not has_body:
         return
     media = (given or "").split(";", 1)[0].strip().lower()
-    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+    if media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    ):
         return
     raise UnsupportedMediaType(
-        f"unsupported media type: this route takes Content-Type: application/json, got "
+        "unsupported media type: this route takes Content-Type: application/json, got "
         + (repr(given) if given is not None else "a body without Content-Type")
     )
 
@@ -117,11 +119,20 @@ class OriginGuard:
     """
 
     def __init__(
-        self, app: ASGIApp, *, allowed_hosts: Iterable[str], allowed_origins: Iterable[str], metrics: Metrics
+        self,
+        app: ASGIApp,
+        *,
+        allowed_hosts: Iterable[str],
+        allowed_origins: Iterable[str],
+        metrics: Metrics,
     ) -> None:
         self.app = app
-        self.allowed_hosts = frozenset(host_name(h) for h in allowed_hosts if h.strip()) | {"localhost"}
-        self.allowed_origins = frozenset(o.strip().rstrip("/").lower() for o in allowed_origins if o.strip())
+        self.allowed_hosts = frozenset(host_name(h) for h in allowed_hosts if h.strip()) | {
+            "localhost"
+        }
+        self.allowed_origins = frozenset(
+            o.strip().rstrip("/").lower() for o in allowed_origins if o.strip()
+        )
         self.metrics = metrics
 
     def host_allowed(self, host: str) -> bool:
@@ -165,7 +176,9 @@ class OriginGuard:
         self.metrics.count("(forbidden)", "forbidden")
         if scope["type"] == "websocket":
             await receive()  # websocket.connect
-            reason = why.encode()[:120].decode("utf-8", "ignore")  # a close reason fits in 123 bytes
+            reason = why.encode()[:120].decode(
+                "utf-8", "ignore"
+            )  # a close reason fits in 123 bytes
             await send({"type": "websocket.close", "code": 1008, "reason": reason})
             return
         response = failure("forbidden", BadRequestRockError(why, code=FORBIDDEN_CODE))

@@ -25,9 +25,6 @@ from typing import Any
 
 import anyio
 import anyio.abc
-from rock_core.engine.rocklet_client import RockletClient
-from rock_core.errors import InvalidParameter, RockError, RockletUnreachable
-from rock_core.rocklet.terminal import DATA, EXIT, RESIZE, FrameReader, encode_frame, resize_payload
 from starlette.types import Receive, Scope, Send
 from websockets.client import ClientProtocol
 from websockets.frames import Opcode
@@ -38,6 +35,9 @@ from websockets.uri import parse_uri
 
 from rock.admin.proxy import SandboxAccess, check_port, refuse_websocket
 from rock.admin.tunnels import WS_INTERNAL, ProxyRefused, open_port
+from rock_core.errors import InvalidParameter, RockError, RockletUnreachable
+from rock_core.rocklet.terminal import DATA, EXIT, RESIZE, FrameReader, encode_frame, resize_payload
+from rock_core.rocklet_client import RockletClient
 
 __all__ = ["SandboxSockets", "ServiceSocket"]
 
@@ -58,7 +58,9 @@ class ServiceSocket:
     """A WebSocket client connection to a service in a sandbox, over a tunnel (websockets'
     sans-I/O client). :meth:`relay` carries an ASGI WebSocket's messages to it and back."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, protocol: ClientProtocol, subprotocol: str | None) -> None:
+    def __init__(
+        self, stream: anyio.abc.ByteStream, protocol: ClientProtocol, subprotocol: str | None
+    ) -> None:
         self.stream = stream
         self.protocol = protocol
         self.subprotocol = subprotocol
@@ -115,13 +117,17 @@ class ServiceSocket:
                         break  # closed, or an answer websockets refused (its headers' own limits)
         except (TimeoutError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             await stream.aclose()
-            raise ProxyRefused(502, f"port {port}: the WebSocket handshake failed: {exc or type(exc).__name__}") from None
+            raise ProxyRefused(
+                502, f"port {port}: the WebSocket handshake failed: {exc or type(exc).__name__}"
+            ) from None
         if response is None or protocol.state is not WsState.OPEN:
             await stream.aclose()
             status = f"HTTP {response.status_code}" if response is not None else "no answer"
             if protocol.handshake_exc is not None:
                 status += f": {protocol.handshake_exc}"
-            raise ProxyRefused(502, f"port {port}: the service refused the WebSocket handshake ({status})")
+            raise ProxyRefused(
+                502, f"port {port}: the service refused the WebSocket handshake ({status})"
+            )
         socket.subprotocol = protocol.subprotocol
         return socket
 
@@ -139,7 +145,12 @@ class ServiceSocket:
                 else:
                     try:
                         await self.stream.send_eof()
-                    except (NotImplementedError, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    except (
+                        NotImplementedError,
+                        OSError,
+                        anyio.BrokenResourceError,
+                        anyio.ClosedResourceError,
+                    ):
                         pass
 
     async def relay(self, receive: Receive, send: Send) -> None:
@@ -162,7 +173,9 @@ class ServiceSocket:
                     elif kind == "websocket.disconnect":
                         client_closed = True
                         if self.protocol.state is WsState.OPEN:
-                            self.protocol.send_close(_close_code(message.get("code")), message.get("reason") or "")
+                            self.protocol.send_close(
+                                _close_code(message.get("code")), message.get("reason") or ""
+                            )
                             await self._flush()
                         with anyio.move_on_after(5):  # the service's close answer, then the end
                             await anyio.sleep_forever()
@@ -210,7 +223,10 @@ class ServiceSocket:
             if not client_closed:
                 code, reason = WS_INTERNAL, "the service's connection broke off"
                 if self.protocol.close_rcvd is not None:
-                    code, reason = _close_code(self.protocol.close_rcvd.code), self.protocol.close_rcvd.reason
+                    code, reason = (
+                        _close_code(self.protocol.close_rcvd.code),
+                        self.protocol.close_rcvd.reason,
+                    )
                 await send({"type": "websocket.close", "code": code, "reason": reason})
             tg.cancel_scope.cancel()
 
@@ -221,7 +237,15 @@ class SandboxSockets:
     def __init__(self, access: SandboxAccess) -> None:
         self.access = access
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, route: str, tenant: str | None) -> None:
+    async def __call__(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        sandbox_id: str,
+        route: str,
+        tenant: str | None,
+    ) -> None:
         message = await receive()
         if message["type"] != "websocket.connect":
             return
@@ -241,7 +265,9 @@ class SandboxSockets:
             else:
                 await self._shell(client, options, receive, send)
 
-    async def _forward(self, client: RockletClient, port: int, receive: Receive, send: Send) -> None:
+    async def _forward(
+        self, client: RockletClient, port: int, receive: Receive, send: Send
+    ) -> None:
         try:
             stream = await open_port(client, port)
         except ProxyRefused as exc:
@@ -267,7 +293,13 @@ class SandboxSockets:
                         return
                     data = message.get("bytes")
                     if data is None:
-                        await send({"type": "websocket.close", "code": 1003, "reason": "port-forward carries binary messages only"})
+                        await send(
+                            {
+                                "type": "websocket.close",
+                                "code": 1003,
+                                "reason": "port-forward carries binary messages only",
+                            }
+                        )
                         client_closed = True
                         tg.cancel_scope.cancel()
                         return
@@ -278,7 +310,12 @@ class SandboxSockets:
                             await stream.send_eof()
                             finished("client")
                             return
-                    except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, NotImplementedError):
+                    except (
+                        OSError,
+                        anyio.BrokenResourceError,
+                        anyio.ClosedResourceError,
+                        NotImplementedError,
+                    ):
                         tg.cancel_scope.cancel()
                         return
 
@@ -296,11 +333,19 @@ class SandboxSockets:
                 tg.cancel_scope.cancel()
         if not client_closed:
             if broken:
-                await send({"type": "websocket.close", "code": WS_INTERNAL, "reason": "the connection in the sandbox broke off"})
+                await send(
+                    {
+                        "type": "websocket.close",
+                        "code": WS_INTERNAL,
+                        "reason": "the connection in the sandbox broke off",
+                    }
+                )
             else:
                 await send({"type": "websocket.close", "code": 1000})
 
-    async def _shell(self, client: RockletClient, options: dict[str, Any], receive: Receive, send: Send) -> None:
+    async def _shell(
+        self, client: RockletClient, options: dict[str, Any], receive: Receive, send: Send
+    ) -> None:
         try:
             stream = await client.open_pty(**options)
         except InvalidParameter as exc:
@@ -330,7 +375,9 @@ class SandboxSockets:
                             continue
                         control = json.loads(message.get("text") or "{}")
                         rows, cols = control["resize"]
-                        await stream.send(encode_frame(RESIZE, resize_payload(int(rows), int(cols))))
+                        await stream.send(
+                            encode_frame(RESIZE, resize_payload(int(rows), int(cols)))
+                        )
                     except (ValueError, KeyError, TypeError):
                         continue  # a control message this admin does not know: ignored
                     except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -346,12 +393,24 @@ class SandboxSockets:
                             await send({"type": "websocket.send", "bytes": payload})
                         elif kind == EXIT:
                             exit_code = int.from_bytes(payload, "big", signed=True)
-            except (anyio.EndOfStream, OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, ValueError):
+            except (
+                anyio.EndOfStream,
+                OSError,
+                anyio.BrokenResourceError,
+                anyio.ClosedResourceError,
+                ValueError,
+            ):
                 pass
             tg.cancel_scope.cancel()
         if not client_closed:
             if exit_code is None:
-                await send({"type": "websocket.close", "code": WS_INTERNAL, "reason": "the terminal broke off"})
+                await send(
+                    {
+                        "type": "websocket.close",
+                        "code": WS_INTERNAL,
+                        "reason": "the terminal broke off",
+                    }
+                )
             else:
                 await send({"type": "websocket.send", "text": json.dumps({"exit": exit_code})})
                 await send({"type": "websocket.close", "code": 1000})
@@ -378,4 +437,3 @@ def _shell_options(query: dict[str, str]) -> dict[str, Any]:
         if query.get(name):
             options[name] = query[name]
     return options
-

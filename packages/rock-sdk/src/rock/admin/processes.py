@@ -10,13 +10,18 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from rock_core.actions import ProcessInfo
-from rock_core.errors import InvalidParameter
 from starlette.requests import Request
 from starlette.responses import Response
 
 from rock.admin.envelope import BYTES, BadInput
-from rock.admin.models import KillProcessRequest, ProcessOutputQuery, ProcessStatusQuery, StartProcessRequest
+from rock.admin.models import (
+    KillProcessRequest,
+    ProcessOutputQuery,
+    ProcessStatusQuery,
+    StartProcessRequest,
+)
+from rock_core.actions import ProcessInfo
+from rock_core.errors import InvalidParameter
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -29,9 +34,13 @@ _PROCESS_ID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 def _process_id(request: Request) -> str:
     value = str(request.path_params["process_id"])
     if not _PROCESS_ID.match(value) or value in (".", ".."):
-        raise BadInput(InvalidParameter(
-            f"invalid parameter: process_id: {value!r} is not a process id", field="process_id", value=value
-        ))
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: process_id: {value!r} is not a process id",
+                field="process_id",
+                value=value,
+            )
+        )
     return value
 
 

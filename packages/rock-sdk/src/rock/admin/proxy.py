@@ -39,14 +39,14 @@ from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
 
 import anyio
 import anyio.abc
-from rock_core.engine.manager import SandboxManager
-from rock_core.engine.rocklet_client import RockletClient
-from rock_core.errors import BadRequestRockError, SandboxNotFound
-from rock_core.models import ROCKLET_PORT
-from rock_core.states import State
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rock.admin.tunnels import ProxyRefused, Response, TunnelPool, UpstreamError
+from rock_core.engine.manager import SandboxManager
+from rock_core.errors import BadRequestRockError, SandboxNotFound
+from rock_core.models import ROCKLET_PORT
+from rock_core.rocklet_client import RockletClient
+from rock_core.states import State
 
 __all__ = [
     "DEFAULT_PORT",
@@ -65,15 +65,29 @@ PORT_HEADER = "x-rock-target-port"
 PORT_QUERY = "rock_target_port"
 
 # Headers that belong to one connection, not to the message (RFC 9110 section 7.6.1).
-_HOP_BY_HOP = frozenset({
-    b"connection", b"keep-alive", b"proxy-authenticate", b"proxy-authorization", b"proxy-connection",
-    b"te", b"trailer", b"transfer-encoding", b"upgrade",
-})
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
 # Request headers of the WebSocket handshake: the proxy makes its own upstream.
-_WS_HANDSHAKE = frozenset({
-    b"sec-websocket-key", b"sec-websocket-version", b"sec-websocket-extensions", b"sec-websocket-accept",
-    b"sec-websocket-protocol",
-})
+_WS_HANDSHAKE = frozenset(
+    {
+        b"sec-websocket-key",
+        b"sec-websocket-version",
+        b"sec-websocket-extensions",
+        b"sec-websocket-accept",
+        b"sec-websocket-protocol",
+    }
+)
 _PORT_PREFIX = re.compile(r"^/port/([^/]*)(/.*)?$", re.S)
 _CHUNK = 65536
 # ---------------------------------------------------------------------------------------------
@@ -85,11 +99,15 @@ def check_port(value: str | int, source: str) -> int:
     try:
         port = int(value)
     except (TypeError, ValueError):
-        raise ProxyRefused(400, f"{source}: expected a port number 1..65535, got {str(value)!r}") from None
+        raise ProxyRefused(
+            400, f"{source}: expected a port number 1..65535, got {str(value)!r}"
+        ) from None
     if not 1 <= port <= 65535:
         raise ProxyRefused(400, f"{source}: expected a port number 1..65535, got {port}")
     if port == ROCKLET_PORT:
-        raise ProxyRefused(400, f"{source}: port {ROCKLET_PORT} is the rocklet's own and cannot be proxied")
+        raise ProxyRefused(
+            400, f"{source}: port {ROCKLET_PORT} is the rocklet's own and cannot be proxied"
+        )
     return port
 
 
@@ -100,11 +118,21 @@ def choose_port(path: str, header: str | None, query: str | None) -> tuple[int, 
     :raises ProxyRefused: more than one source, or a bad port.
     """
     match = _PORT_PREFIX.match(path)
-    sources = [name for name, given in (("path", match), ("header", header), ("query", query)) if given is not None]
+    sources = [
+        name
+        for name, given in (("path", match), ("header", header), ("query", query))
+        if given is not None
+    ]
     if len(sources) > 1:
-        raise ProxyRefused(400, f"Cannot specify target port via multiple sources: {', '.join(sources)}")
+        raise ProxyRefused(
+            400, f"Cannot specify target port via multiple sources: {', '.join(sources)}"
+        )
     if match is not None:
-        return check_port(unquote(match.group(1)), "port/{N}/ prefix"), "path", match.group(2) or "/"
+        return (
+            check_port(unquote(match.group(1)), "port/{N}/ prefix"),
+            "path",
+            match.group(2) or "/",
+        )
     if header is not None:
         return check_port(header.strip(), "X-ROCK-Target-Port"), "header", path or "/"
     if query is not None:
@@ -148,7 +176,8 @@ class SandboxAccess:
             raise unknown
         if record.spec.runtime_options.get("network") == "host":
             raise ProxyRefused(
-                403, f"sandbox {sandbox_id} shares the host's network: its ports are the host's, which the proxy does not reach"
+                403,
+                f"sandbox {sandbox_id} shares the host's network: its ports are the host's, which the proxy does not reach",
             )
         if record.state != State.RUNNING:
             raise ProxyRefused(409, f"sandbox {sandbox_id} is {record.state.value}, not running")
@@ -163,7 +192,9 @@ class SandboxAccess:
 # ---------------------------------------------------------------------------------------------
 # The ASGI layer
 
-_ROUTE = re.compile(r"^/sandboxes/(?P<id>[^/]+)/(?P<kind>proxy|vnc|portforward|shell)(?P<rest>/.*)?$", re.S)
+_ROUTE = re.compile(
+    r"^/sandboxes/(?P<id>[^/]+)/(?P<kind>proxy|vnc|portforward|shell)(?P<rest>/.*)?$", re.S
+)
 #: The port of ROCK's ``/sandboxes/{id}/vnc`` route (a noVNC desktop in the sandbox).
 VNC_PORT = 8006
 
@@ -226,7 +257,7 @@ class SandboxProxy:
             return
         raw = _raw_path(scope)
         raw_prefix = quote(self.prefix)
-        match = _ROUTE.match(raw[len(raw_prefix):]) if raw.startswith(raw_prefix) else None
+        match = _ROUTE.match(raw[len(raw_prefix) :]) if raw.startswith(raw_prefix) else None
         if match is None:
             await self.app(scope, receive, send)
             return
@@ -238,7 +269,9 @@ class SandboxProxy:
             elif kind == "websocket":
                 await self.sockets(scope, receive, send, sandbox_id, route, self._tenant(scope))
             else:
-                await _plain(send, 400, f"{route} is a WebSocket: connect with 'Upgrade: websocket'")
+                await _plain(
+                    send, 400, f"{route} is a WebSocket: connect with 'Upgrade: websocket'"
+                )
             return
         if kind == "http":
             await self._http(scope, receive, send, sandbox_id, rest, base, route)
@@ -256,27 +289,41 @@ class SandboxProxy:
     ) -> tuple[int, str, str, list[tuple[str, str]], str]:
         """Port, its source, path, the query pairs to send on, and the prefix a ``Location``
         is rewritten under. ROCK's ``vnc`` route always goes to port 8006."""
-        query = [(k, v) for k, v in parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)]
+        query = [
+            (k, v)
+            for k, v in parse_qsl(
+                scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True
+            )
+        ]
         if route == "vnc":
             return VNC_PORT, "vnc", rest or "/", query, base
         given = [v for k, v in query if k == PORT_QUERY]
-        port, source, path = choose_port(rest, _header(scope, PORT_HEADER.encode()), given[0] if given else None)
+        port, source, path = choose_port(
+            rest, _header(scope, PORT_HEADER.encode()), given[0] if given else None
+        )
         if len(given) > 1:
             raise ProxyRefused(400, f"{PORT_QUERY}: given {len(given)} times")
         query = [(k, v) for k, v in query if k != PORT_QUERY]
         location_base = base + (f"/port/{port}" if source == "path" else "")
         return port, source, path, query, location_base
 
-    def _request_headers(self, scope: Scope, port: int, location_base: str) -> list[tuple[bytes, bytes]]:
+    def _request_headers(
+        self, scope: Scope, port: int, location_base: str
+    ) -> list[tuple[bytes, bytes]]:
         named = {
             token.strip().lower().encode("latin-1")
-            for key, value in scope["headers"] if key == b"connection"
+            for key, value in scope["headers"]
+            if key == b"connection"
             for token in value.decode("latin-1").split(",")
         }
         headers = [(b"host", f"localhost:{port}".encode())]
         forwarded_for = None
         for key, value in scope["headers"]:
-            if key in _HOP_BY_HOP or key in named or key in (b"host", PORT_HEADER.encode(), b"x-api-key", b"expect"):
+            if (
+                key in _HOP_BY_HOP
+                or key in named
+                or key in (b"host", PORT_HEADER.encode(), b"x-api-key", b"expect")
+            ):
                 continue
             if key == b"authorization" and self._is_credential(value.decode("latin-1")):
                 continue
@@ -289,7 +336,9 @@ class SandboxProxy:
         client = scope.get("client")
         if client:
             peer = str(client[0]).encode()
-            headers.append((b"x-forwarded-for", forwarded_for + b", " + peer if forwarded_for else peer))
+            headers.append(
+                (b"x-forwarded-for", forwarded_for + b", " + peer if forwarded_for else peer)
+            )
         host = _header(scope, b"host")
         if host:
             headers.append((b"x-forwarded-host", host.encode("latin-1")))
@@ -299,7 +348,14 @@ class SandboxProxy:
         return headers
 
     async def _http(
-        self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str, route: str = "proxy"
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        sandbox_id: str,
+        rest: str,
+        base: str,
+        route: str = "proxy",
     ) -> None:
         try:
             port, source, path, query, location_base = self._target(scope, rest, base, route)
@@ -309,7 +365,9 @@ class SandboxProxy:
             return
         manager = self.access.manager
         async with manager.call(sandbox_id):
-            await self._forward(scope, receive, send, client, port, source, path, query, location_base)
+            await self._forward(
+                scope, receive, send, client, port, source, path, query, location_base
+            )
 
     async def _forward(
         self,
@@ -336,25 +394,44 @@ class SandboxProxy:
             headers.append((b"transfer-encoding", b"chunked"))
             body = _request_body(receive)
         try:
-            response = await self.pool.request(client, port, scope["method"], target, headers, body, chunked and length is None, self.timeout)
+            response = await self.pool.request(
+                client,
+                port,
+                scope["method"],
+                target,
+                headers,
+                body,
+                chunked and length is None,
+                self.timeout,
+            )
         except UpstreamError as exc:
-            await _plain(send, exc.status, exc.detail if exc.detail.startswith("sandbox ") else
-                         f"sandbox {client.sandbox_id}, port {port}: {exc.detail}")
+            await _plain(
+                send,
+                exc.status,
+                exc.detail
+                if exc.detail.startswith("sandbox ")
+                else f"sandbox {client.sandbox_id}, port {port}: {exc.detail}",
+            )
             return
         try:
-            await send({
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": self._response_headers(response, port, source, location_base),
-            })
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status,
+                    "headers": self._response_headers(response, port, source, location_base),
+                }
+            )
             await _stream_response(response, receive, send)
         finally:
             await response.aclose()
 
-    def _response_headers(self, response: Response, port: int, source: str, location_base: str) -> list[tuple[bytes, bytes]]:
+    def _response_headers(
+        self, response: Response, port: int, source: str, location_base: str
+    ) -> list[tuple[bytes, bytes]]:
         named = {
             token.strip().lower().encode("latin-1")
-            for key, value in response.headers if key.lower() == b"connection"
+            for key, value in response.headers
+            if key.lower() == b"connection"
             for token in value.decode("latin-1").split(",")
         }
         headers = []
@@ -363,14 +440,23 @@ class SandboxProxy:
             if low in _HOP_BY_HOP or low in named:
                 continue
             if low == b"location" and 300 <= response.status < 400:
-                value = _rewrite_location(value.decode("latin-1"), port, source, location_base).encode("latin-1")
+                value = _rewrite_location(
+                    value.decode("latin-1"), port, source, location_base
+                ).encode("latin-1")
             headers.append((low, value))
         return headers
 
     # -- WebSocket ------------------------------------------------------------------------------
 
     async def _websocket(
-        self, scope: Scope, receive: Receive, send: Send, sandbox_id: str, rest: str, base: str, route: str = "proxy"
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        sandbox_id: str,
+        rest: str,
+        base: str,
+        route: str = "proxy",
     ) -> None:
         from rock.admin.portforward import ServiceSocket
 
@@ -389,7 +475,13 @@ class SandboxProxy:
             subprotocols = list(scope.get("subprotocols") or ())
             try:
                 upstream = await ServiceSocket.connect(
-                    client, port, target, headers, subprotocols, max_message=self.max_message, timeout=self.timeout
+                    client,
+                    port,
+                    target,
+                    headers,
+                    subprotocols,
+                    max_message=self.max_message,
+                    timeout=self.timeout,
                 )
             except ProxyRefused as exc:
                 await refuse_websocket(send, exc)
@@ -408,11 +500,16 @@ async def _plain(send: Send, status: int, detail: str) -> None:
     import json
 
     body = json.dumps({"detail": detail}).encode()
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-    })
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -443,7 +540,9 @@ async def _stream_response(response: Response, receive: Receive, send: Send) -> 
     while it is sent the client's disconnect is watched for, and ends the copy; a body with a
     length ends on its own (and costs no watcher: the round trip is the proxy's hot path).
     """
-    endless = not any(k.lower() == b"content-length" for k, _ in response.headers) and response.status not in (204, 304)
+    endless = not any(
+        k.lower() == b"content-length" for k, _ in response.headers
+    ) and response.status not in (204, 304)
     try:
         if not endless:
             async for chunk in response.body():
@@ -477,7 +576,12 @@ def _rewrite_location(location: str, port: int, source: str, location_base: str)
     """A ``Location`` pointing into the sandbox, under the proxy's prefix; others unchanged."""
     parts = urlsplit(location)
     if parts.scheme or parts.netloc:
-        if parts.scheme not in ("http", "https", "ws", "wss") or parts.hostname not in ("localhost", "127.0.0.1", "0.0.0.0", "::1"):
+        if parts.scheme not in ("http", "https", "ws", "wss") or parts.hostname not in (
+            "localhost",
+            "127.0.0.1",
+            "0.0.0.0",
+            "::1",
+        ):
             return location  # somewhere else: the client goes there itself
         if (parts.port or (443 if parts.scheme in ("https", "wss") else 80)) != port:
             return location

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rock_core.converters import unstructure_wire
-from rock_core.states import State
-from rock_core.tenancy import Quota, Usage
 from starlette.requests import Request
 
 from rock import __version__
 from rock.admin.key_gate import scope_key
 from rock.admin.lifecycle import is_operator
+from rock_core.converters import unstructure_wire
+from rock_core.states import State
+from rock_core.tenancy import Quota, Usage
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -34,7 +34,11 @@ def _row(usage: Usage, quota: Quota | None) -> dict[str, Any]:
         "sandboxes": usage.sandboxes,
         "memory": usage.memory,
         "cpus": usage.cpus,
-        "quota": {"max_sandboxes": quota.max_sandboxes, "max_memory": quota.max_memory, "max_cpus": quota.max_cpus},
+        "quota": {
+            "max_sandboxes": quota.max_sandboxes,
+            "max_memory": quota.max_memory,
+            "max_cpus": quota.max_cpus,
+        },
     }
 
 

@@ -18,10 +18,10 @@ from typing import Any
 import anyio
 import anyio.abc
 import httptools
-from rock_core.engine.rocklet_client import RockletClient
-from rock_core.errors import InvalidParameter, RockError, RockletUnreachable
 
 from rock.admin._anyio_private import close_now
+from rock_core.errors import InvalidParameter, RockError, RockletUnreachable
+from rock_core.rocklet_client import RockletClient
 
 __all__ = [
     "MAX_ANSWER_HEAD",
@@ -59,7 +59,9 @@ async def open_port(client: RockletClient, port: int) -> anyio.abc.ByteStream:
     try:
         return await client.open_tunnel(port)
     except RockletUnreachable as exc:
-        raise ProxyRefused(502, f"the rocklet of sandbox {client.sandbox_id} cannot be reached: {exc.message}") from None
+        raise ProxyRefused(
+            502, f"the rocklet of sandbox {client.sandbox_id} cannot be reached: {exc.message}"
+        ) from None
     except InvalidParameter as exc:
         raise ProxyRefused(400, exc.message) from None
     except RockError as exc:
@@ -109,7 +111,9 @@ class _Connection:
 
     def __init__(self, stream: anyio.abc.ByteStream) -> None:
         self.stream = stream
-        inner = getattr(stream, "_stream", stream)  # a tunnel whose answer carried bytes wraps the socket stream
+        inner = getattr(
+            stream, "_stream", stream
+        )  # a tunnel whose answer carried bytes wraps the socket stream
         try:
             self.sock: socket.socket | None = inner.extra(anyio.abc.SocketAttribute.raw_socket)
         except (anyio.TypedAttributeLookupError, AttributeError):
@@ -129,11 +133,25 @@ class _Connection:
 class Response:
     """A service's answer: status, headers, and :meth:`body` (an async iterator of pieces)."""
 
-    def __init__(self, pool: TunnelPool, key: tuple[str, int], conn: _Connection, parser: Any, answer: _Answer,
-                 head: bool, timeout: float) -> None:
+    def __init__(
+        self,
+        pool: TunnelPool,
+        key: tuple[str, int],
+        conn: _Connection,
+        parser: Any,
+        answer: _Answer,
+        head: bool,
+        timeout: float,
+    ) -> None:
         self.status = parser.get_status_code()
         self.headers = answer.headers
-        self._pool, self._key, self._conn, self._parser, self._answer = pool, key, conn, parser, answer
+        self._pool, self._key, self._conn, self._parser, self._answer = (
+            pool,
+            key,
+            conn,
+            parser,
+            answer,
+        )
         self._head, self._timeout = head, timeout
         self._finished = False
         # A body of known length is counted, not parsed: the copy's hot path is read, then send.
@@ -149,7 +167,9 @@ class Response:
         """The body as it arrives. :class:`UpstreamError` when the service breaks off."""
         answer = self._answer
         if self._head or self.status in (204, 304):
-            self._finish(reusable=not self._head and answer.done)  # HEAD: the parser would wait for a body
+            self._finish(
+                reusable=not self._head and answer.done
+            )  # HEAD: the parser would wait for a body
             return
         if self._length is not None:
             remaining = self._length
@@ -161,7 +181,9 @@ class Response:
                 data = await _read(self._conn, self._timeout)
                 if not data:
                     await self.aclose()
-                    raise UpstreamError(502, "the service closed the connection before its answer ended")
+                    raise UpstreamError(
+                        502, "the service closed the connection before its answer ended"
+                    )
                 if len(data) > remaining:  # more than the answer: the connection is not reusable
                     data = data[:remaining]
                     answer.keep_alive = False
@@ -188,7 +210,9 @@ class Response:
                 await self.aclose()
                 if _delimited_by_close(self.headers):
                     return
-                raise UpstreamError(502, "the service closed the connection before its answer ended")
+                raise UpstreamError(
+                    502, "the service closed the connection before its answer ended"
+                )
             _feed(self._parser, data)
 
     def _finish(self, reusable: bool) -> None:
@@ -246,7 +270,9 @@ class TunnelPool:
     more than that and one read.
     """
 
-    def __init__(self, max_idle: int = 32, keepalive_expiry: float = 30.0, max_head: int = MAX_ANSWER_HEAD) -> None:
+    def __init__(
+        self, max_idle: int = 32, keepalive_expiry: float = 30.0, max_head: int = MAX_ANSWER_HEAD
+    ) -> None:
         self.max_head = max_head
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
@@ -311,8 +337,11 @@ class TunnelPool:
         :raises UpstreamError: 502 (no connection, or the service broke off), 504 (no answer in time).
         """
         key = (str(client.sandbox_id), port)
-        head = (f"{method} {target} HTTP/1.1\r\n".encode("latin-1")
-                + b"".join(k + b": " + v + b"\r\n" for k, v in headers) + b"\r\n")
+        head = (
+            f"{method} {target} HTTP/1.1\r\n".encode("latin-1")
+            + b"".join(k + b": " + v + b"\r\n" for k, v in headers)
+            + b"\r\n"
+        )
         for attempt in (0, 1):
             conn = self._idle_connection(key) if attempt == 0 else None
             reused = conn is not None
@@ -321,15 +350,22 @@ class TunnelPool:
                     with anyio.fail_after(min(timeout, 15.0)):
                         conn = _Connection(await open_port(client, port))
                 except TimeoutError:
-                    raise UpstreamError(504, f"sandbox {client.sandbox_id}, port {port}: no connection in time") from None
+                    raise UpstreamError(
+                        504, f"sandbox {client.sandbox_id}, port {port}: no connection in time"
+                    ) from None
                 except ProxyRefused as exc:
                     raise UpstreamError(exc.status, exc.detail) from None
             try:
-                return await self._exchange(conn, key, head, body, chunked, method == "HEAD", timeout)
+                return await self._exchange(
+                    conn, key, head, body, chunked, method == "HEAD", timeout
+                )
             except _Stale:
                 if reused and body is None:
                     continue
-                raise UpstreamError(502, f"sandbox {client.sandbox_id}, port {port}: the service closed the connection") from None
+                raise UpstreamError(
+                    502,
+                    f"sandbox {client.sandbox_id}, port {port}: the service closed the connection",
+                ) from None
         raise AssertionError("unreachable")
 
     async def _exchange(
@@ -350,12 +386,16 @@ class TunnelPool:
             if body is not None:
                 async for piece in body:
                     with anyio.fail_after(timeout):
-                        await stream.send(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                        await stream.send(
+                            b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
+                        )
                 if chunked:
                     await stream.send(b"0\r\n\r\n")
             answer = _Answer()
             parser = answer.parser = httptools.HttpResponseParser(answer)
-            head = 0  # bytes read before the head ended: a service's endless headers stop at max_head
+            head = (
+                0  # bytes read before the head ended: a service's endless headers stop at max_head
+            )
             while not answer.headers_done:
                 data = await _read(conn, timeout)
                 if not data:
@@ -364,8 +404,14 @@ class TunnelPool:
                 head += len(data)
                 _feed(parser, data)
                 if not answer.headers_done and head > self.max_head:
-                    raise UpstreamError(502, f"the service's answer headers are larger than {self.max_head} bytes")
-                if answer.headers_done and 100 <= parser.get_status_code() < 200 and parser.get_status_code() != 101:
+                    raise UpstreamError(
+                        502, f"the service's answer headers are larger than {self.max_head} bytes"
+                    )
+                if (
+                    answer.headers_done
+                    and 100 <= parser.get_status_code() < 200
+                    and parser.get_status_code() != 101
+                ):
                     # An interim answer (100 Continue): the real one follows.
                     rest = b"".join(answer.body)
                     answer = _Answer()
@@ -379,7 +425,9 @@ class TunnelPool:
             await stream.aclose()
             if not answered:
                 raise _Stale() from None
-            raise UpstreamError(502, f"the service broke off: {exc or type(exc).__name__}") from None
+            raise UpstreamError(
+                502, f"the service broke off: {exc or type(exc).__name__}"
+            ) from None
         except TimeoutError:
             await stream.aclose()
             raise UpstreamError(504, f"no answer within {timeout:g}s (proxy_timeout)") from None
@@ -402,4 +450,6 @@ class _Stale(Exception):
 
 def anyio_close(stream: anyio.abc.ByteStream) -> None:
     """Close an idle ``stream`` from synchronous code: its transport, else its socket."""
-    close_now(getattr(stream, "_stream", stream))  # a tunnel whose answer carried bytes wraps the socket stream
+    close_now(
+        getattr(stream, "_stream", stream)
+    )  # a tunnel whose answer carried bytes wraps the socket stream

@@ -51,7 +51,9 @@ def claim(output: Path) -> None:
     try:
         output.mkdir(parents=True, exist_ok=False)
     except FileExistsError:
-        raise click.UsageError(f"--output {str(output)!r} already exists; rock never overwrites results") from None
+        raise click.UsageError(
+            f"--output {str(output)!r} already exists; rock never overwrites results"
+        ) from None
 
 
 def write_results(output: Path, document: dict[str, Any]) -> Path:
@@ -68,7 +70,9 @@ def stderr_console() -> Console:
     return Console(stderr=True)
 
 
-def print_table(console: Console, title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+def print_table(
+    console: Console, title: str, columns: Sequence[str], rows: Iterable[Sequence[str]]
+) -> None:
     """A table of figures: the first column (the figure's name) left-aligned, the others right."""
     from rich import box
     from rich.table import Table
@@ -100,4 +104,6 @@ def report(
 
 def leftovers_alarm(console: Console, leftovers: int) -> None:
     """Say, in red, that containers of this run were still there at its end."""
-    console.print(f"[bold red]LEFTOVERS: {leftovers} container(s) of this run were still there at the end[/]")
+    console.print(
+        f"[bold red]LEFTOVERS: {leftovers} container(s) of this run were still there at the end[/]"
+    )

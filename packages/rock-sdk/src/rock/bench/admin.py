@@ -47,7 +47,15 @@ import httpx
 
 from rock.bench.rollout import percentile
 
-__all__ = ["AdminBenchSettings", "BenchAdmin", "proc_kib_bytes", "run_admin_bench", "running_admin", "rss_bytes", "started_admin"]
+__all__ = [
+    "AdminBenchSettings",
+    "BenchAdmin",
+    "proc_kib_bytes",
+    "run_admin_bench",
+    "running_admin",
+    "rss_bytes",
+    "started_admin",
+]
 
 PREFIX = "/apis/envs/sandbox/v1"
 
@@ -135,7 +143,10 @@ class BenchAdmin:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [*self.command, "--host", "127.0.0.1", "--port", str(self.port)],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                start_new_session=True,
             )
         deadline = time.monotonic() + 60
         async with httpx.AsyncClient(timeout=1) as probe:
@@ -144,7 +155,9 @@ class BenchAdmin:
                     if (await probe.get(self.url + "/healthz")).status_code == 200:
                         return
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the admin did not come up:\n{self.log_path.read_text(errors='replace')[-2000:]}")
+                    raise RuntimeError(
+                        f"the admin did not come up:\n{self.log_path.read_text(errors='replace')[-2000:]}"
+                    )
                 await asyncio.sleep(0.1)
 
     async def stop(self, timeout: float = 60) -> None:
@@ -171,7 +184,9 @@ class BenchAdmin:
 
 
 @contextlib.asynccontextmanager
-async def running_admin(concurrent_starts: int | None = None, scripted: bool = False) -> AsyncIterator[BenchAdmin]:
+async def running_admin(
+    concurrent_starts: int | None = None, scripted: bool = False
+) -> AsyncIterator[BenchAdmin]:
     """Run ``rock admin serve`` on a free port with a temporary state directory; yield it; stop
     it (SIGTERM) and delete the directory at the end.
 
@@ -181,7 +196,11 @@ async def running_admin(concurrent_starts: int | None = None, scripted: bool = F
     env.pop("ROCK_BASE_URL", None)
     if concurrent_starts:
         env["ROCK_ENGINE_MAX_CONCURRENT_STARTS"] = str(concurrent_starts)
-    command = [sys.executable, "-m", "rock.bench.scripted_admin"] if scripted else [*_rock_command(), "admin", "serve"]
+    command = (
+        [sys.executable, "-m", "rock.bench.scripted_admin"]
+        if scripted
+        else [*_rock_command(), "admin", "serve"]
+    )
     admin = BenchAdmin(state_dir, _free_port(), env, command)
     try:
         await admin.start()
@@ -192,7 +211,9 @@ async def running_admin(concurrent_starts: int | None = None, scripted: bool = F
 
 
 @contextlib.asynccontextmanager
-async def started_admin(concurrent_starts: int | None = None, scripted: bool = False) -> AsyncIterator[tuple[str, int]]:
+async def started_admin(
+    concurrent_starts: int | None = None, scripted: bool = False
+) -> AsyncIterator[tuple[str, int]]:
     """:func:`running_admin`, yielding its ``(url, pid)``."""
     async with running_admin(concurrent_starts, scripted) as admin:
         yield admin.url, admin.pid
@@ -202,7 +223,9 @@ class _RawClient:
     """One HTTP/1.1 keep-alive connection written with asyncio streams (responses must carry
     ``Content-Length``, as the admin's envelopes do): the least client time per request."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str
+    ) -> None:
         self.reader, self.writer, self.host = reader, writer, host
 
     @classmethod
@@ -218,7 +241,9 @@ class _RawClient:
         head = f"{method} {target} HTTP/1.1\r\nHost: {self.host}\r\n"
         if body is None:
             return (head + "\r\n").encode()
-        return (head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+        return (
+            head + f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
 
     async def send(self, request: bytes) -> tuple[bytes, bytes]:
         """Send ``request``; return the response's status line and body."""
@@ -245,7 +270,9 @@ def _envelope_result(response: httpx.Response, what: str) -> Any:
     return envelope["result"]
 
 
-async def _get_status_load(url: str, sandbox_id: str, clients: int, seconds: float) -> dict[str, Any]:
+async def _get_status_load(
+    url: str, sandbox_id: str, clients: int, seconds: float
+) -> dict[str, Any]:
     """``get_status`` requests/s over ``clients`` raw keep-alive connections for ``seconds``."""
     query = urllib.parse.urlencode({"sandbox_id": sandbox_id})
     counts = [0] * clients
@@ -279,14 +306,23 @@ async def _get_status_load(url: str, sandbox_id: str, clients: int, seconds: flo
     }
 
 
-async def _echo_round_trips(http: httpx.AsyncClient, sandbox_id: str, echoes: int) -> dict[str, Any]:
+async def _echo_round_trips(
+    http: httpx.AsyncClient, sandbox_id: str, echoes: int
+) -> dict[str, Any]:
     """p50/p95 of ``echo`` through ``/run_in_session`` in one session."""
-    _envelope_result(await http.post(f"{PREFIX}/create_session", json={"sandbox_id": sandbox_id, "session": "bench"}), "create_session")
+    _envelope_result(
+        await http.post(
+            f"{PREFIX}/create_session", json={"sandbox_id": sandbox_id, "session": "bench"}
+        ),
+        "create_session",
+    )
 
     raw = await _RawClient.connect(str(http.base_url))
 
     async def echo(text: str) -> float:
-        body = json.dumps({"sandbox_id": sandbox_id, "session": "bench", "command": f"echo {text}"}).encode()
+        body = json.dumps(
+            {"sandbox_id": sandbox_id, "session": "bench", "command": f"echo {text}"}
+        ).encode()
         request = raw.encode("POST", f"{PREFIX}/run_in_session", body)
         t = time.perf_counter()
         status_line, answer = await raw.send(request)
@@ -318,13 +354,18 @@ async def _wait_running(http: httpx.AsyncClient, sandbox_ids: list[str], timeout
     while waiting:
         for sandbox_id in sorted(waiting):
             status = _envelope_result(
-                await http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
+                await http.get(
+                    f"{PREFIX}/get_status",
+                    params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+                ),
                 "get_status",
             )
             if status["state"] == "running":
                 waiting.discard(sandbox_id)
             elif status["state"] != "pending":
-                raise RuntimeError(f"sandbox {sandbox_id} ended {status['state']}: {status.get('reason')}")
+                raise RuntimeError(
+                    f"sandbox {sandbox_id} ended {status['state']}: {status.get('reason')}"
+                )
         if waiting:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{len(waiting)} sandboxes not running after {timeout:g}s")
@@ -349,7 +390,9 @@ async def _get_status_latency(url: str, sandbox_ids: list[str], calls: int) -> d
     """p50/p99 of ``get_status`` one after another over ``sandbox_ids`` on one raw connection."""
     raw = await _RawClient.connect(url)
     requests = [
-        raw.encode("GET", f"{PREFIX}/get_status?" + urllib.parse.urlencode({"sandbox_id": sandbox_id}))
+        raw.encode(
+            "GET", f"{PREFIX}/get_status?" + urllib.parse.urlencode({"sandbox_id": sandbox_id})
+        )
         for sandbox_id in sandbox_ids
     ]
     took = []
@@ -362,7 +405,11 @@ async def _get_status_latency(url: str, sandbox_ids: list[str], calls: int) -> d
                 raise RuntimeError(f"get_status answered {status_line!r}")
     finally:
         await raw.close()
-    return {"get_status_p50_ms": _ms(took, 50), "get_status_p99_ms": _ms(took, 99), "get_status_calls": calls}
+    return {
+        "get_status_p50_ms": _ms(took, 50),
+        "get_status_p99_ms": _ms(took, 99),
+        "get_status_calls": calls,
+    }
 
 
 async def _listing_latency(http: httpx.AsyncClient, calls: int) -> dict[str, Any]:
@@ -374,29 +421,45 @@ async def _listing_latency(http: httpx.AsyncClient, calls: int) -> dict[str, Any
         listed, page = 0, 1
         while True:
             result = _envelope_result(
-                await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}), "list_sandboxes"
+                await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}),
+                "list_sandboxes",
             )
             listed += len(result["items"])
             if not result["has_more"] or not result["items"]:
                 break
             page += 1
         took.append(time.perf_counter() - t)
-    return {"list_p50_ms": _ms(took, 50), "list_p99_ms": _ms(took, 99), "listed": listed, "list_calls": calls}
+    return {
+        "list_p50_ms": _ms(took, 50),
+        "list_p99_ms": _ms(took, 99),
+        "listed": listed,
+        "list_calls": calls,
+    }
 
 
-async def _measure(settings: AdminBenchSettings, url: str, pid: int | None, say: Callable[[str], None]) -> dict[str, Any]:
+async def _measure(
+    settings: AdminBenchSettings, url: str, pid: int | None, say: Callable[[str], None]
+) -> dict[str, Any]:
     figures: dict[str, Any] = {"admin_url": url}
     figures["admin_rss_idle_mb"] = _mb(rss_bytes(pid)) if pid else None
     sandbox = {"image": settings.image, "memory": settings.memory, "cpus": settings.cpus}
     run = f"bench-{os.getpid()}-{int(time.time())}"
     started: list[str] = []
-    async with httpx.AsyncClient(base_url=url, timeout=600, headers={"X-Experiment-Id": run}) as http:
+    async with httpx.AsyncClient(
+        base_url=url, timeout=600, headers={"X-Experiment-Id": run}
+    ) as http:
         try:
             say("starting one sandbox")
             first = f"{run}-main"
             started.append(first)
-            measured = {"image": settings.image, "memory": settings.echo_memory, "cpus": settings.echo_cpus}
-            _envelope_result(await http.post(f"{PREFIX}/start", json={**measured, "sandbox_id": first}), "start")
+            measured = {
+                "image": settings.image,
+                "memory": settings.echo_memory,
+                "cpus": settings.echo_cpus,
+            }
+            _envelope_result(
+                await http.post(f"{PREFIX}/start", json={**measured, "sandbox_id": first}), "start"
+            )
             say(f"get_status: {settings.clients} clients for {settings.seconds:g}s")
             figures.update(await _get_status_load(url, first, settings.clients, settings.seconds))
             say(f"echo: {settings.echoes} round trips in a session")
@@ -404,18 +467,29 @@ async def _measure(settings: AdminBenchSettings, url: str, pid: int | None, say:
             figures["admin_rss_one_sandbox_mb"] = _mb(rss_bytes(pid)) if pid else None
             figures["metrics_bytes_one_sandbox"] = await _metrics_size(http)
             if settings.sandboxes > 1:
-                say(f"starting {settings.sandboxes - 1} more sandboxes ({settings.memory}, {settings.cpus:g} cpus)")
+                say(
+                    f"starting {settings.sandboxes - 1} more sandboxes ({settings.memory}, {settings.cpus:g} cpus)"
+                )
                 more = [f"{run}-{n:03d}" for n in range(settings.sandboxes - 1)]
                 for sandbox_id in more:
-                    _envelope_result(await http.post(f"{PREFIX}/start_async", json={**sandbox, "sandbox_id": sandbox_id}), "start_async")
+                    _envelope_result(
+                        await http.post(
+                            f"{PREFIX}/start_async", json={**sandbox, "sandbox_id": sandbox_id}
+                        ),
+                        "start_async",
+                    )
                     started.append(sandbox_id)
                 t = time.monotonic()
                 await _wait_running(http, more, timeout=1200)
                 figures["sandboxes_running"] = settings.sandboxes
                 figures["sandboxes_start_seconds"] = round(time.monotonic() - t, 1)
                 await asyncio.sleep(2)  # let the start bursts' garbage settle before reading memory
-                figures[f"admin_rss_{settings.sandboxes}_sandboxes_mb"] = _mb(rss_bytes(pid)) if pid else None
-            say(f"with {len(started)} sandboxes: get_status, listing, `rock sandbox list`, /metrics")
+                figures[f"admin_rss_{settings.sandboxes}_sandboxes_mb"] = (
+                    _mb(rss_bytes(pid)) if pid else None
+                )
+            say(
+                f"with {len(started)} sandboxes: get_status, listing, `rock sandbox list`, /metrics"
+            )
             figures.update(await _get_status_latency(url, started, settings.status_calls))
             figures.update(await _listing_latency(http, settings.list_calls))
             from rock.bench.scale import _list_cli  # here: rock.bench.scale imports this module
@@ -431,11 +505,16 @@ async def _measure(settings: AdminBenchSettings, url: str, pid: int | None, say:
     return figures
 
 
-async def run_admin_bench(settings: AdminBenchSettings, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+async def run_admin_bench(
+    settings: AdminBenchSettings, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Measure and return the figures (see the module docstring); ``say`` gets progress lines."""
     if settings.base_url:
         return await _measure(settings, settings.base_url.rstrip("/"), settings.admin_pid, say)
-    say("starting an admin" + (" on a scripted runtime (no containers)" if settings.scripted else ""))
+    say(
+        "starting an admin"
+        + (" on a scripted runtime (no containers)" if settings.scripted else "")
+    )
     async with started_admin(scripted=settings.scripted) as (url, pid):
         figures = await _measure(settings, url, pid, say)
     figures["admin_started_by_bench"] = True

@@ -109,12 +109,16 @@ def _moto(say: Callable[[str], None]) -> Iterator[dict[str, Any]]:
     try:
         import moto  # noqa: F401 - only to say what is missing
     except ImportError:
-        raise RuntimeError("the s3 store's benchmark starts moto's S3 server: pip install 'rock-archive-s3[testing]' "
-                           "(or pass --store-option endpoint=... for a running S3, or --store fs)") from None
+        raise RuntimeError(
+            "the s3 store's benchmark starts moto's S3 server: pip install 'rock-archive-s3[testing]' "
+            "(or pass --store-option endpoint=... for a running S3, or --store fs)"
+        ) from None
     port = _free_port()
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
         env={**os.environ, "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE": str(64 * 1024**3)},
     )
     endpoint = f"http://127.0.0.1:{port}"
@@ -122,16 +126,25 @@ def _moto(say: Callable[[str], None]) -> Iterator[dict[str, Any]]:
         deadline = time.monotonic() + 60
         while True:
             try:
-                httpx.put(f"{endpoint}/rock-bench", timeout=2).raise_for_status()  # creates the bucket
+                httpx.put(
+                    f"{endpoint}/rock-bench", timeout=2
+                ).raise_for_status()  # creates the bucket
                 break
             except httpx.HTTPError:
                 if process.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
-                    raise RuntimeError(f"moto's S3 server did not start: {log.read().decode(errors='replace')[-2000:]}") from None
+                    raise RuntimeError(
+                        f"moto's S3 server did not start: {log.read().decode(errors='replace')[-2000:]}"
+                    ) from None
                 time.sleep(0.1)
         say(f"moto's S3 server on {endpoint}")
-        yield {"endpoint": endpoint, "bucket": "rock-bench", "region": "us-east-1",
-               "access_key_id": "bench", "access_key_secret": "bench"}
+        yield {
+            "endpoint": endpoint,
+            "bucket": "rock-bench",
+            "region": "us-east-1",
+            "access_key_id": "bench",
+            "access_key_secret": "bench",
+        }
     finally:
         process.terminate()
         try:
@@ -149,7 +162,10 @@ async def _file_chunks(path: Path) -> AsyncIterator[bytes]:
 
 def _container_of(sandbox_id: str) -> str:
     done = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=rock.sandbox_id={sandbox_id}"], capture_output=True, text=True, check=True
+        ["docker", "ps", "-aq", "--filter", f"label=rock.sandbox_id={sandbox_id}"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     ids = done.stdout.split()
     if len(ids) != 1:
@@ -166,7 +182,9 @@ async def _stored_bytes(store: Any, key: str, parts: tuple[str, ...]) -> int:
     return total
 
 
-async def _measure(settings: ArchiveSettings, table: Mapping[str, Any], say: Callable[[str], None]) -> dict[str, Any]:
+async def _measure(
+    settings: ArchiveSettings, table: Mapping[str, Any], say: Callable[[str], None]
+) -> dict[str, Any]:
     from rock_core.actions import Command, SandboxStartRequest
     from rock_core.engine.archiving import PART_LOGS, PART_ROOTFS
     from rock_core.engine.config import EngineConfig
@@ -176,30 +194,45 @@ async def _measure(settings: ArchiveSettings, table: Mapping[str, Any], say: Cal
     from rock_core.tenancy import archive_key
 
     plugins = Plugins.load()
-    owner = plugins.registered_by("rock_register_archive_stores").get(settings.store, settings.store)
-    config = EngineConfig(archive_store=settings.store, plugin_options={owner: dict(table)}, reap_orphans=False)
+    owner = plugins.registered_by("rock_register_archive_stores").get(
+        settings.store, settings.store
+    )
+    config = EngineConfig(
+        archive_store=settings.store, plugin_options={owner: dict(table)}, reap_orphans=False
+    )
     written = settings.mb * _MiB
     figures: dict[str, Any] = {"written_mb": settings.mb, "store": settings.store}
     with _PeakRss() as rss, tempfile.TemporaryDirectory(prefix="rock-bench-archive-") as scratch:
         async with SandboxManager(config, plugins=plugins) as engine:
             store = engine.archive_store
             request = SandboxStartRequest(
-                image=settings.image, memory=settings.memory, cpus=settings.cpus, auto_delete_seconds=3600
+                image=settings.image,
+                memory=settings.memory,
+                cpus=settings.cpus,
+                auto_delete_seconds=3600,
             )
             status = await engine.start(request)
             sandbox_id = status.sandbox_id
             assert sandbox_id is not None
             say(f"sandbox {sandbox_id} writes {settings.mb} MiB")
             write = f"head -c {written} /dev/urandom > /root/written.bin && sync"
-            result = await engine.rocklet(sandbox_id).execute(Command(command=["/bin/sh", "-c", write], timeout=600))
+            result = await engine.rocklet(sandbox_id).execute(
+                Command(command=["/bin/sh", "-c", write], timeout=600)
+            )
             if result.exit_code != 0:
-                raise RuntimeError(f"writing {settings.mb} MiB in the sandbox failed: {result.stderr}")
+                raise RuntimeError(
+                    f"writing {settings.mb} MiB in the sandbox failed: {result.stderr}"
+                )
             await engine.stop(sandbox_id)
 
             say("floor: docker commit of the stopped container")
             committed = f"rock-bench-commit:{uuid.uuid4().hex[:12]}"
             began = time.perf_counter()
-            subprocess.run(["docker", "commit", _container_of(sandbox_id), committed], check=True, capture_output=True)
+            subprocess.run(
+                ["docker", "commit", _container_of(sandbox_id), committed],
+                check=True,
+                capture_output=True,
+            )
             figures["docker_commit_seconds"] = round(time.perf_counter() - began, 2)
             subprocess.run(["docker", "rmi", committed], capture_output=True)
 
@@ -241,7 +274,9 @@ async def _measure(settings: ArchiveSettings, table: Mapping[str, Any], say: Cal
             await engine.wait_until_running(sandbox_id)
             figures["restore_seconds"] = round(time.perf_counter() - began, 2)
             restore_peak = rss.peak
-            check = await engine.rocklet(sandbox_id).execute(Command(command=["stat", "-c", "%s", "/root/written.bin"]))
+            check = await engine.rocklet(sandbox_id).execute(
+                Command(command=["stat", "-c", "%s", "/root/written.bin"])
+            )
             figures["file_intact"] = check.exit_code == 0 and check.stdout.strip() == str(written)
             await engine.stop(sandbox_id)
             await engine.delete(sandbox_id)
@@ -254,14 +289,21 @@ async def _measure(settings: ArchiveSettings, table: Mapping[str, Any], say: Cal
     figures["restore_memory_growth_mb"] = round((restore_peak - base) / _MiB, 1)
     figures["goals"] = {
         "stored_ratio": figures["stored_ratio"] <= GOAL_STORED_RATIO,
-        "memory_growth": max(figures["archive_memory_growth_mb"], figures["restore_memory_growth_mb"]) <= GOAL_MEMORY_GROWTH_MB,
-        "archive_to_floor": figures["archive_to_floor"] is not None and figures["archive_to_floor"] <= GOAL_FLOOR_RATIO,
-        "restore_to_floor": figures["restore_to_floor"] is not None and figures["restore_to_floor"] <= GOAL_FLOOR_RATIO,
+        "memory_growth": max(
+            figures["archive_memory_growth_mb"], figures["restore_memory_growth_mb"]
+        )
+        <= GOAL_MEMORY_GROWTH_MB,
+        "archive_to_floor": figures["archive_to_floor"] is not None
+        and figures["archive_to_floor"] <= GOAL_FLOOR_RATIO,
+        "restore_to_floor": figures["restore_to_floor"] is not None
+        and figures["restore_to_floor"] <= GOAL_FLOOR_RATIO,
     }
     return figures
 
 
-def run_archive(settings: ArchiveSettings, say: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+def run_archive(
+    settings: ArchiveSettings, say: Callable[[str], None] = lambda _line: None
+) -> dict[str, Any]:
     """Run the benchmark; return ``{"machine", "settings", "figures"}``.
 
     :raises RuntimeError: the store cannot be set up, or the sandbox, archive or restore failed.
@@ -271,11 +313,16 @@ def run_archive(settings: ArchiveSettings, say: Callable[[str], None] = lambda _
         if settings.store == "s3" and "endpoint" not in table:
             table = {**stack.enter_context(_moto(say)), **table}
         elif settings.store == "fs" and "root" not in table:
-            table["root"] = stack.enter_context(tempfile.TemporaryDirectory(prefix="rock-bench-archives-"))
+            table["root"] = stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="rock-bench-archives-")
+            )
         figures = anyio.run(_measure, settings, table, say)
     return {
         "machine": machine_info(),
-        "settings": {**attrs.asdict(settings), "store_options": {k: v for k, v in table.items() if "secret" not in k}},
+        "settings": {
+            **attrs.asdict(settings),
+            "store_options": {k: v for k, v in table.items() if "secret" not in k},
+        },
         "figures": figures,
     }
 
@@ -284,12 +331,27 @@ def table_rows(figures: Mapping[str, Any]) -> list[tuple[str, str, str]]:
     """(what, measured, goal) rows for the printed table."""
     return [
         ("written", f"{figures['written_mb']} MiB", ""),
-        ("stored", f"{figures['stored_mb']} MiB ({figures['stored_ratio']} x)", f"<= {GOAL_STORED_RATIO} x"),
+        (
+            "stored",
+            f"{figures['stored_mb']} MiB ({figures['stored_ratio']} x)",
+            f"<= {GOAL_STORED_RATIO} x",
+        ),
         ("docker commit", f"{figures['docker_commit_seconds']} s", ""),
         ("upload of the same bytes", f"{figures['upload_seconds']} s", ""),
-        ("archive", f"{figures['archive_seconds']} s ({figures['archive_to_floor']} x floor)", f"<= {GOAL_FLOOR_RATIO} x"),
-        ("restore", f"{figures['restore_seconds']} s ({figures['restore_to_floor']} x floor)", f"<= {GOAL_FLOOR_RATIO} x"),
-        ("engine memory growth", f"{figures['archive_memory_growth_mb']} / {figures['restore_memory_growth_mb']} MiB",
-         f"<= {GOAL_MEMORY_GROWTH_MB} MiB"),
+        (
+            "archive",
+            f"{figures['archive_seconds']} s ({figures['archive_to_floor']} x floor)",
+            f"<= {GOAL_FLOOR_RATIO} x",
+        ),
+        (
+            "restore",
+            f"{figures['restore_seconds']} s ({figures['restore_to_floor']} x floor)",
+            f"<= {GOAL_FLOOR_RATIO} x",
+        ),
+        (
+            "engine memory growth",
+            f"{figures['archive_memory_growth_mb']} / {figures['restore_memory_growth_mb']} MiB",
+            f"<= {GOAL_MEMORY_GROWTH_MB} MiB",
+        ),
         ("file intact after restore", str(figures["file_intact"]), "True"),
     ]

@@ -30,27 +30,70 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 @bench.command()
-@click.option("--count", "-n", type=click.IntRange(min=1), default=10, show_default=True, help="Episodes to run.")
-@click.option("--parallelism", "-p", type=click.IntRange(min=1), default=10, show_default=True, help="Episodes at once.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), required=True, help="New folder for results.json.")
-@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
-@click.option("--memory", default="512m", show_default=True, help="Memory limit per sandbox.")
-@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True, help="CPUs per sandbox.")
 @click.option(
-    "--warm-pool", type=click.IntRange(min=0), default=0, show_default=True,
+    "--count",
+    "-n",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Episodes to run.",
+)
+@click.option(
+    "--parallelism",
+    "-p",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Episodes at once.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="New folder for results.json.",
+)
+@click.option(
+    "--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3)."
+)
+@click.option("--memory", default="512m", show_default=True, help="Memory limit per sandbox.")
+@click.option(
+    "--cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="CPUs per sandbox.",
+)
+@click.option(
+    "--warm-pool",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
     help="Sandboxes the engine starts before the clock starts and keeps ready (0: every episode starts cold).",
 )
 @click.option(
-    "--baseline", type=click.Choice(["docker-run"]), default=None,
+    "--baseline",
+    type=click.Choice(["docker-run"]),
+    default=None,
     help="Also run the same episodes as one `docker run` each, in this invocation, and report rock's ratio to it.",
 )
 @click.option(
-    "--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
     help="With --baseline: pairs of runs (the floor and rock), the floor first in odd rounds, rock first in even ones.",
 )
 def rollout(
-    count: int, parallelism: int, output: Path, image: str, memory: str, cpus: float, warm_pool: int,
-    baseline: str | None, rounds: int,
+    count: int,
+    parallelism: int,
+    output: Path,
+    image: str,
+    memory: str,
+    cpus: float,
+    warm_pool: int,
+    baseline: str | None,
+    rounds: int,
 ) -> None:
     """The batch RL rollout: each episode gets a sandbox, fails a test, patches the code, passes it.
 
@@ -72,14 +115,28 @@ def rollout(
     # Bad settings are refused before anything starts, naming the option and the value.
     _check_memory(memory)
     if rounds > 1 and baseline is None:
-        raise click.UsageError("--rounds: pairs of runs need --baseline docker-run (got --rounds %d alone)" % rounds)
+        raise click.UsageError(
+            "--rounds: pairs of runs need --baseline docker-run (got --rounds %d alone)" % rounds
+        )
     claim(output)
-    settings = RolloutSettings(count=count, parallelism=parallelism, image=image, memory=memory, cpus=cpus, warm_pool=warm_pool)
+    settings = RolloutSettings(
+        count=count,
+        parallelism=parallelism,
+        image=image,
+        memory=memory,
+        cpus=cpus,
+        warm_pool=warm_pool,
+    )
     console = stderr_console()
     failed = 0
     with Progress(
-        TextColumn("[bold]rollout"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(), console=console, transient=False,
+        TextColumn("[bold]rollout"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
         refresh_per_second=2,  # the bar shares the machine with the batch it measures
     ) as progress:
         task = progress.add_task("episodes", total=count, status="")
@@ -87,9 +144,13 @@ def rollout(
         def on_progress(result) -> None:  # type: ignore[no-untyped-def]
             nonlocal failed
             failed += not result.ok
-            progress.update(task, advance=1, status=f"[red]{failed} failed" if failed else "[green]all ok")
+            progress.update(
+                task, advance=1, status=f"[red]{failed} failed" if failed else "[green]all ok"
+            )
             if not result.ok:
-                progress.console.print(f"[red]episode {result.episode} failed:[/red] {result.error}")
+                progress.console.print(
+                    f"[red]episode {result.episode} failed:[/red] {result.error}"
+                )
 
         # The engine is the service the batch is submitted to: it starts before the clock does,
         # and its own start-up is reported on its own line.
@@ -110,7 +171,9 @@ def rollout(
             if warm_pool:
                 progress.update(task, status=f"filling a warm pool of {warm_pool}")
                 fill_seconds = _fill_warm_pool(settings)
-                progress.console.print(f"warm pool: {warm_pool} sandboxes ready in {fill_seconds:.2f}s (before the clock)")
+                progress.console.print(
+                    f"warm pool: {warm_pool} sandboxes ready in {fill_seconds:.2f}s (before the clock)"
+                )
             if round_ > 1:
                 failed = 0
                 progress.reset(task, total=count, status="")
@@ -120,14 +183,24 @@ def rollout(
             if baseline == "docker-run" and not floor_first:
                 floors.append(_docker_run_floor(settings, progress, task))
             if floors:
-                floor, ours = floors[-1]["batch_to_all_rewards_seconds"], document["batch_to_all_rewards_seconds"]
+                floor, ours = (
+                    floors[-1]["batch_to_all_rewards_seconds"],
+                    document["batch_to_all_rewards_seconds"],
+                )
                 ratio = round(ours / floor, 3) if floor and ours else None
-                paired.append({
-                    "round": round_, "first": "docker run" if floor_first else "rock",
-                    "docker_run_all_rewards_seconds": floor, "rock_all_rewards_seconds": ours, "ratio": ratio,
-                })
+                paired.append(
+                    {
+                        "round": round_,
+                        "first": "docker run" if floor_first else "rock",
+                        "docker_run_all_rewards_seconds": floor,
+                        "rock_all_rewards_seconds": ours,
+                        "ratio": ratio,
+                    }
+                )
                 if rounds > 1:
-                    progress.console.print(f"round {round_}: rock {ours}s, docker run {floor}s, ratio {ratio}")
+                    progress.console.print(
+                        f"round {round_}: rock {ours}s, docker run {floor}s, ratio {ratio}"
+                    )
             if document["successful_episodes"] != document["episodes"]:
                 break
     document["engine_start_seconds"] = round(engine_seconds, 4)
@@ -141,20 +214,25 @@ def rollout(
     if fill_seconds is not None:
         document["warm_pool_fill_seconds"] = round(fill_seconds, 4)
     # The embedded engine runs in this process: its peak memory is the process's.
-    document["engine_process_peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    document["engine_process_peak_rss_mb"] = round(
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+    )
     path = write_results(output, document)
     figures = {k: v for k, v in document.items() if k not in ("rows", "settings", "machine")}
     print_json(figures)
     click.echo(f"results: {path}", err=True)
     if document["successful_episodes"] != document["episodes"]:
-        click.echo(f"rock bench rollout: {document['episodes'] - document['successful_episodes']} episode(s) failed", err=True)
+        click.echo(
+            f"rock bench rollout: {document['episodes'] - document['successful_episodes']} episode(s) failed",
+            err=True,
+        )
         sys.exit(1)
 
 
 def _check_memory(memory: str) -> None:
     """Refuse a bad ``--memory`` before anything starts."""
     from rock_core.errors import InvalidParameter
-    from rock_core.units import parse_size
+    from rock_core.sizes import parse_size
 
     try:
         parse_size(memory, field="--memory")
@@ -185,16 +263,34 @@ def _fill_warm_pool(settings) -> float:  # type: ignore[no-untyped-def]
     from rock.sdk import warm_pool
 
     t = time.perf_counter()
-    status = asyncio.run(warm_pool(settings.sandbox_config(), settings.warm_pool, wait=settings.startup_timeout))
+    status = asyncio.run(
+        warm_pool(settings.sandbox_config(), settings.warm_pool, wait=settings.startup_timeout)
+    )
     if status is None or status.ready < status.size:
-        raise click.ClickException(f"the warm pool could not be filled: {status.last_error if status else 'gone'}")
+        raise click.ClickException(
+            f"the warm pool could not be filled: {status.last_error if status else 'gone'}"
+        )
     return time.perf_counter() - t
 
 
 @bench.command()
-@click.option("--starts", type=click.IntRange(min=1), default=10, show_default=True, help="Sandboxes started one after another.")
-@click.option("--echoes", type=click.IntRange(min=1), default=500, show_default=True, help="echo round trips in one session.")
-@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+@click.option(
+    "--starts",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Sandboxes started one after another.",
+)
+@click.option(
+    "--echoes",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="echo round trips in one session.",
+)
+@click.option(
+    "--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3)."
+)
 @click.option("--memory", default="512m", show_default=True, help="Memory limit per sandbox.")
 @click.option("--cpus", type=float, default=1.0, show_default=True, help="CPUs per sandbox.")
 def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> None:
@@ -205,24 +301,89 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
     click.echo("starting the engine", err=True)
     get_embedded_engine().start()
     click.echo(f"measuring: {starts} starts one after another, {echoes} echo round trips", err=True)
-    figures = asyncio.run(run_sandbox_bench(starts=starts, echoes=echoes, image=image, memory=memory, cpus=cpus))
+    figures = asyncio.run(
+        run_sandbox_bench(starts=starts, echoes=echoes, image=image, memory=memory, cpus=cpus)
+    )
     print_json(figures)
 
 
 @bench.command()
-@click.option("--steps", type=click.IntRange(min=10), default=2000, show_default=True, help="Steps of one env, timed one by one.")
-@click.option("--envs", "num_envs", type=click.IntRange(min=1), default=128, show_default=True, help="Envs stepped as batches.")
-@click.option("--groups", type=click.IntRange(min=1), default=4, show_default=True, help="Vector envs the envs are split in, stepped concurrently.")
-@click.option("--seconds", type=click.FloatRange(min=0.5), default=10.0, show_default=True, help="How long the batches run.")
-@click.option("--makes", type=click.IntRange(min=1), default=20, show_default=True, help="Envs made one after another (make → first observation).")
-@click.option("--idle-envs", type=click.IntRange(min=0), default=32, show_default=True, help="Idle envs whose memory is measured (embedded only; 0: skip).")
-@click.option("--envs-per-sandbox", type=click.IntRange(min=1), default=None, help="[plugins.gem] envs_per_sandbox of the embedded engine.")
-@click.option("--warm-sandboxes", type=click.IntRange(min=0), default=None, help="[plugins.gem] warm_sandboxes of the embedded engine.")
-@click.option("--image", default="rock-gem/python:3.11", show_default=True,
-              help="[plugins.gem] image of the embedded engine (this one has GEM built in; python:3.11 gets it uploaded).")
-@click.option("--base-url", default=None, help="Measure through this admin instead of the embedded engine.")
-def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle_envs: int,
-        envs_per_sandbox: int | None, warm_sandboxes: int | None, image: str, base_url: str | None) -> None:
+@click.option(
+    "--steps",
+    type=click.IntRange(min=10),
+    default=2000,
+    show_default=True,
+    help="Steps of one env, timed one by one.",
+)
+@click.option(
+    "--envs",
+    "num_envs",
+    type=click.IntRange(min=1),
+    default=128,
+    show_default=True,
+    help="Envs stepped as batches.",
+)
+@click.option(
+    "--groups",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Vector envs the envs are split in, stepped concurrently.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.5),
+    default=10.0,
+    show_default=True,
+    help="How long the batches run.",
+)
+@click.option(
+    "--makes",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Envs made one after another (make → first observation).",
+)
+@click.option(
+    "--idle-envs",
+    type=click.IntRange(min=0),
+    default=32,
+    show_default=True,
+    help="Idle envs whose memory is measured (embedded only; 0: skip).",
+)
+@click.option(
+    "--envs-per-sandbox",
+    type=click.IntRange(min=1),
+    default=None,
+    help="[plugins.gem] envs_per_sandbox of the embedded engine.",
+)
+@click.option(
+    "--warm-sandboxes",
+    type=click.IntRange(min=0),
+    default=None,
+    help="[plugins.gem] warm_sandboxes of the embedded engine.",
+)
+@click.option(
+    "--image",
+    default="rock-gem/python:3.11",
+    show_default=True,
+    help="[plugins.gem] image of the embedded engine (this one has GEM built in; python:3.11 gets it uploaded).",
+)
+@click.option(
+    "--base-url", default=None, help="Measure through this admin instead of the embedded engine."
+)
+def gem(
+    steps: int,
+    num_envs: int,
+    groups: int,
+    seconds: float,
+    makes: int,
+    idle_envs: int,
+    envs_per_sandbox: int | None,
+    warm_sandboxes: int | None,
+    image: str,
+    base_url: str | None,
+) -> None:
     """GEM envs (game:Sokoban-v0-easy): step round trip, batched env-steps/s from one async
     client, make → first observation, memory per idle env."""
     from rock.bench.gem import run_gem_bench
@@ -231,7 +392,11 @@ def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle
         from rock.sdk import configure_embedded_engine, get_embedded_engine
         from rock_core.engine.config import EngineConfig
 
-        options = {k: v for k, v in (("envs_per_sandbox", envs_per_sandbox), ("warm_sandboxes", warm_sandboxes)) if v is not None}
+        options = {
+            k: v
+            for k, v in (("envs_per_sandbox", envs_per_sandbox), ("warm_sandboxes", warm_sandboxes))
+            if v is not None
+        }
         configure_embedded_engine(EngineConfig(plugin_options={"gem": {"image": image, **options}}))
         click.echo("starting the engine", err=True)
         engine = get_embedded_engine()
@@ -242,9 +407,17 @@ def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle
             rock.make("game:GuessTheNumber-v0-easy").close()  # the provider sets its warm pool
             engine.call_blocking(engine.manager.wait_warm, 300.0)
     elif envs_per_sandbox is not None or warm_sandboxes is not None:
-        raise click.UsageError("--envs-per-sandbox and --warm-sandboxes set the embedded engine; the admin's are in its [plugins.gem]")
+        raise click.UsageError(
+            "--envs-per-sandbox and --warm-sandboxes set the embedded engine; the admin's are in its [plugins.gem]"
+        )
     figures = run_gem_bench(
-        steps=steps, num_envs=num_envs, groups=groups, seconds=seconds, makes=makes, idle_envs=idle_envs, base_url=base_url,
+        steps=steps,
+        num_envs=num_envs,
+        groups=groups,
+        seconds=seconds,
+        makes=makes,
+        idle_envs=idle_envs,
+        base_url=base_url,
         say=say,
     )
     print_json(figures)
@@ -252,20 +425,59 @@ def gem(steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle
 
 @bench.command()
 @click.option("--base-url", default=None, help="Measure this admin instead of starting one.")
-@click.option("--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory.")
-@click.option("--clients", type=click.IntRange(min=1), default=16, show_default=True, help="Keep-alive connections sending get_status.")
-@click.option("--seconds", type=click.FloatRange(min=0.1), default=5.0, show_default=True, help="How long they send.")
-@click.option("--echoes", type=click.IntRange(min=1), default=500, show_default=True, help="echo round trips in a session.")
-@click.option("--sandboxes", type=click.IntRange(min=1), default=100, show_default=True, help="Sandboxes running for the memory figure.")
-@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+@click.option(
+    "--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory."
+)
+@click.option(
+    "--clients",
+    type=click.IntRange(min=1),
+    default=16,
+    show_default=True,
+    help="Keep-alive connections sending get_status.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="How long they send.",
+)
+@click.option(
+    "--echoes",
+    type=click.IntRange(min=1),
+    default=500,
+    show_default=True,
+    help="echo round trips in a session.",
+)
+@click.option(
+    "--sandboxes",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Sandboxes running for the memory figure.",
+)
+@click.option(
+    "--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3)."
+)
 @click.option("--memory", default="128m", show_default=True, help="Memory limit per sandbox.")
 @click.option("--cpus", type=float, default=0.1, show_default=True, help="CPUs per sandbox.")
 @click.option(
-    "--scripted", is_flag=True,
+    "--scripted",
+    is_flag=True,
     help="Start the admin on a scripted in-memory runtime (no containers): the admin's own costs at N sandboxes.",
 )
-def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: float, echoes: int,
-          sandboxes: int, image: str, memory: str, cpus: float, scripted: bool) -> None:
+def admin(
+    base_url: str | None,
+    admin_pid: int | None,
+    clients: int,
+    seconds: float,
+    echoes: int,
+    sandboxes: int,
+    image: str,
+    memory: str,
+    cpus: float,
+    scripted: bool,
+) -> None:
     """The admin server: get_status requests/s and p99, echo through /run_in_session, admin
     memory, and with --sandboxes running the listing, `rock sandbox list` and /metrics size."""
     from rock.bench.admin import AdminBenchSettings, run_admin_bench
@@ -273,8 +485,16 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
     if scripted and base_url:
         raise click.UsageError("--scripted starts its own admin: leave out --base-url")
     settings = AdminBenchSettings(
-        base_url=base_url, admin_pid=admin_pid, clients=clients, seconds=seconds, echoes=echoes,
-        sandboxes=sandboxes, image=image, memory=memory, cpus=cpus, scripted=scripted,
+        base_url=base_url,
+        admin_pid=admin_pid,
+        clients=clients,
+        seconds=seconds,
+        echoes=echoes,
+        sandboxes=sandboxes,
+        image=image,
+        memory=memory,
+        cpus=cpus,
+        scripted=scripted,
     )
     try:
         figures = asyncio.run(run_admin_bench(settings, say=say))
@@ -286,18 +506,53 @@ def admin(base_url: str | None, admin_pid: int | None, clients: int, seconds: fl
 
 @bench.command()
 @click.option("--base-url", default=None, help="Measure this admin instead of starting one.")
-@click.option("--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory.")
-@click.option("--requests", type=click.IntRange(min=1), default=2000, show_default=True, help="HTTP round trips each way.")
-@click.option("--echoes", type=click.IntRange(min=1), default=2000, show_default=True, help="WebSocket echoes each way.")
-@click.option("--download-mb", type=click.IntRange(min=1), default=1024, show_default=True, help="MiB streamed each way.")
-@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
-def proxy(base_url: str | None, admin_pid: int | None, requests: int, echoes: int, download_mb: int, image: str) -> None:
+@click.option(
+    "--admin-pid", type=int, default=None, help="Local pid of the --base-url admin, for its memory."
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="HTTP round trips each way.",
+)
+@click.option(
+    "--echoes",
+    type=click.IntRange(min=1),
+    default=2000,
+    show_default=True,
+    help="WebSocket echoes each way.",
+)
+@click.option(
+    "--download-mb",
+    type=click.IntRange(min=1),
+    default=1024,
+    show_default=True,
+    help="MiB streamed each way.",
+)
+@click.option(
+    "--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3)."
+)
+def proxy(
+    base_url: str | None,
+    admin_pid: int | None,
+    requests: int,
+    echoes: int,
+    download_mb: int,
+    image: str,
+) -> None:
     """The admin's proxy against the sandbox's published port: HTTP and WebSocket round trips,
     a streamed download's MB/s and the admin's memory during it."""
     from rock.bench.proxy import ProxyBenchSettings, run_proxy_bench
 
-    settings = ProxyBenchSettings(base_url=base_url, admin_pid=admin_pid, requests=requests, echoes=echoes,
-                                  download_mb=download_mb, image=image)
+    settings = ProxyBenchSettings(
+        base_url=base_url,
+        admin_pid=admin_pid,
+        requests=requests,
+        echoes=echoes,
+        download_mb=download_mb,
+        image=image,
+    )
     try:
         figures = asyncio.run(run_proxy_bench(settings, say=say))
     except RuntimeError as exc:
@@ -307,27 +562,75 @@ def proxy(base_url: str | None, admin_pid: int | None, requests: int, echoes: in
 
 
 @bench.command()
-@click.option("--count", "-n", type=click.IntRange(min=1), default=None, help="Sandboxes held at once.")
 @click.option(
-    "--curve", default=None, metavar="N,N,...",
+    "--count", "-n", type=click.IntRange(min=1), default=None, help="Sandboxes held at once."
+)
+@click.option(
+    "--curve",
+    default=None,
+    metavar="N,N,...",
     help="Run the whole measurement at each count in turn (like 100,250,500) and print how each figure grows.",
 )
-@click.option("--remote", is_flag=True, help="Through a `rock admin` server started for the run (127.0.0.1), not the embedded engine.")
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="Through a `rock admin` server started for the run (127.0.0.1), not the embedded engine.",
+)
 @click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
 @click.option("--memory", default="256m", show_default=True, help="Memory limit per sandbox.")
-@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
-@click.option("--status-calls", type=click.IntRange(min=1), default=300, show_default=True, help="get_status calls per count.")
-@click.option("--command-calls", type=click.IntRange(min=1), default=100, show_default=True, help="`echo x` commands per count.")
-@click.option("--idle-seconds", type=click.FloatRange(min=0.5), default=5.0, show_default=True, help="Idle window for the engine's CPU use.")
 @click.option(
-    "--docker-floor", is_flag=True,
+    "--cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="CPUs per sandbox.",
+)
+@click.option(
+    "--status-calls",
+    type=click.IntRange(min=1),
+    default=300,
+    show_default=True,
+    help="get_status calls per count.",
+)
+@click.option(
+    "--command-calls",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="`echo x` commands per count.",
+)
+@click.option(
+    "--idle-seconds",
+    type=click.FloatRange(min=0.5),
+    default=5.0,
+    show_default=True,
+    help="Idle window for the engine's CPU use.",
+)
+@click.option(
+    "--docker-floor",
+    is_flag=True,
     help="Before each point, start and remove as many plain containers straight through Docker's API "
     "(same image, limits and network): Docker's own start rate and removal time, in the same run.",
 )
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="New folder for results.json.",
+)
 def scale(
-    count: int | None, curve: str | None, remote: bool, image: str, memory: str, cpus: float,
-    status_calls: int, command_calls: int, idle_seconds: float, docker_floor: bool, output: Path | None,
+    count: int | None,
+    curve: str | None,
+    remote: bool,
+    image: str,
+    memory: str,
+    cpus: float,
+    status_calls: int,
+    command_calls: int,
+    idle_seconds: float,
+    docker_floor: bool,
+    output: Path | None,
 ) -> None:
     """N sandboxes at once: start rate, latencies and memory while they are held, teardown time.
 
@@ -350,16 +653,28 @@ def scale(
     if output is not None:
         claim(output)
     settings = ScaleSettings(
-        counts=counts, remote=remote, image=image, memory=memory, cpus=cpus,
-        status_calls=status_calls, command_calls=command_calls, idle_seconds=idle_seconds,
+        counts=counts,
+        remote=remote,
+        image=image,
+        memory=memory,
+        cpus=cpus,
+        status_calls=status_calls,
+        command_calls=command_calls,
+        idle_seconds=idle_seconds,
         docker_floor=docker_floor,
     )
     console = stderr_console()
-    document = asyncio.run(run_scale(settings, say=lambda line: console.print(line, highlight=False)))
+    document = asyncio.run(
+        run_scale(settings, say=lambda line: console.print(line, highlight=False))
+    )
     points = document["points"]
     report(
-        console, document, title=f"rock bench scale ({'remote' if remote else 'embedded'})",
-        columns=["N", *(str(point["count"]) for point in points)], rows=table_rows(points), output=output,
+        console,
+        document,
+        title=f"rock bench scale ({'remote' if remote else 'embedded'})",
+        columns=["N", *(str(point["count"]) for point in points)],
+        rows=table_rows(points),
+        output=output,
     )
     leftovers = sum(p["leftovers"] for p in points)
     failed = sum(p["failed_starts"] for p in points)
@@ -373,11 +688,31 @@ def scale(
 
 
 @bench.command()
-@click.option("--count", "-n", type=click.IntRange(min=1), required=True, help="Orphans the killed trainer leaves.")
-@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3).")
+@click.option(
+    "--count",
+    "-n",
+    type=click.IntRange(min=1),
+    required=True,
+    help="Orphans the killed trainer leaves.",
+)
+@click.option(
+    "--image", default="python:3.11", show_default=True, help="Sandbox image (needs python3)."
+)
 @click.option("--memory", default="256m", show_default=True, help="Memory limit per sandbox.")
-@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
+@click.option(
+    "--cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="CPUs per sandbox.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="New folder for results.json.",
+)
 def orphans(count: int, image: str, memory: str, cpus: float, output: Path | None) -> None:
     """A new trainer's first sandbox while its engine removes N orphans of a killed trainer.
 
@@ -404,28 +739,57 @@ def orphans(count: int, image: str, memory: str, cpus: float, output: Path | Non
         sys.exit(1)
     figures = document["figures"]
     report(
-        console, document, title=f"rock bench orphans (N={count})",
+        console,
+        document,
+        title=f"rock bench orphans (N={count})",
         columns=["", "floor: no orphans", f"beside {count} live", f"among {count} orphans"],
-        rows=table_rows(figures), output=output,
+        rows=table_rows(figures),
+        output=output,
     )
     if figures["leftovers"]:
         leftovers_alarm(console, figures["leftovers"])
     if not figures["goal_met"]:
-        console.print(f"[bold red]the first start took {figures['first_start_and_command_seconds']}s "
-                      f"(goal: {GOAL_FIRST_START_SECONDS}s)[/]")
+        console.print(
+            f"[bold red]the first start took {figures['first_start_and_command_seconds']}s "
+            f"(goal: {GOAL_FIRST_START_SECONDS}s)[/]"
+        )
     if figures["leftovers"] or not figures["goal_met"]:
         sys.exit(1)
 
 
 @bench.command()
-@click.option("--mb", type=click.IntRange(min=1), default=200, show_default=True, help="MiB the sandbox writes.")
-@click.option("--store", type=click.Choice(["s3", "fs"]), default="s3", show_default=True,
-              help="Archive store: s3 (rock-archive-s3; a moto server is started unless an endpoint is given) or fs.")
-@click.option("--store-option", "store_options", multiple=True, metavar="KEY=VALUE",
-              help="A key of the store's plugin table (repeatable), e.g. endpoint=http://127.0.0.1:9000.")
+@click.option(
+    "--mb",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="MiB the sandbox writes.",
+)
+@click.option(
+    "--store",
+    type=click.Choice(["s3", "fs"]),
+    default="s3",
+    show_default=True,
+    help="Archive store: s3 (rock-archive-s3; a moto server is started unless an endpoint is given) or fs.",
+)
+@click.option(
+    "--store-option",
+    "store_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A key of the store's plugin table (repeatable), e.g. endpoint=http://127.0.0.1:9000.",
+)
 @click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
-@click.option("--output", "-o", type=click.Path(path_type=Path), default=None, help="New folder for results.json.")
-def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, output: Path | None) -> None:
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="New folder for results.json.",
+)
+def archive(
+    mb: int, store: str, store_options: tuple[str, ...], image: str, output: Path | None
+) -> None:
     """Archive and restore a sandbox that wrote N MiB, beside `docker commit` plus an upload of the same bytes.
 
     Prints archive and restore seconds, the bytes stored and the engine's memory growth, each
@@ -439,7 +803,9 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
     for item in store_options:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--store-option")
+            raise click.BadParameter(
+                f"expected KEY=VALUE, got {item!r}", param_hint="--store-option"
+            )
         options[key] = value
     if output is not None:
         claim(output)
@@ -452,8 +818,12 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
         sys.exit(1)
     figures = document["figures"]
     report(
-        console, document, title=f"rock bench archive ({mb} MiB, store {store})", columns=["", "measured", "goal"],
-        rows=table_rows(figures), output=output,
+        console,
+        document,
+        title=f"rock bench archive ({mb} MiB, store {store})",
+        columns=["", "measured", "goal"],
+        rows=table_rows(figures),
+        output=output,
     )
     if not figures["file_intact"]:
         console.print("[bold red]the written file did not come back intact after the restore[/]")
@@ -461,23 +831,61 @@ def archive(mb: int, store: str, store_options: tuple[str, ...], image: str, out
 
 
 @bench.command()
-@click.option("--sandboxes", "-n", type=click.IntRange(min=1), default=100, show_default=True, help="Sandboxes started at once on each runtime.")
-@click.option("--nodes", type=click.IntRange(min=1), default=3, show_default=True, help="Nodes of the stand-in Nomad cluster.")
-@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image (present locally; needs python3).")
+@click.option(
+    "--sandboxes",
+    "-n",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Sandboxes started at once on each runtime.",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Nodes of the stand-in Nomad cluster.",
+)
+@click.option(
+    "--image",
+    default="python:3.11",
+    show_default=True,
+    help="Sandbox image (present locally; needs python3).",
+)
 @click.option("--memory", default="128m", show_default=True, help="Memory limit per sandbox.")
-@click.option("--cpus", type=click.FloatRange(min=0, min_open=True), default=0.1, show_default=True, help="CPUs per sandbox.")
-@click.option("--runtime", "runtimes", multiple=True, type=click.Choice(["docker", "docker-published", "nomad"]),
-              default=("docker", "nomad"), show_default=True,
-              help="Runtimes to measure, in order (repeat the option); docker-published: Docker publishing ports as Nomad does.")
-def cluster(sandboxes: int, nodes: int, image: str, memory: str, cpus: float, runtimes: tuple[str, ...]) -> None:
+@click.option(
+    "--cpus",
+    type=click.FloatRange(min=0, min_open=True),
+    default=0.1,
+    show_default=True,
+    help="CPUs per sandbox.",
+)
+@click.option(
+    "--runtime",
+    "runtimes",
+    multiple=True,
+    type=click.Choice(["docker", "docker-published", "nomad"]),
+    default=("docker", "nomad"),
+    show_default=True,
+    help="Runtimes to measure, in order (repeat the option); docker-published: Docker publishing ports as Nomad does.",
+)
+def cluster(
+    sandboxes: int, nodes: int, image: str, memory: str, cpus: float, runtimes: tuple[str, ...]
+) -> None:
     """Start the same sandboxes through an admin on the Docker runtime and on the nomad runtime
     (a stand-in Nomad cluster), in the same run: start p50/p95, all-running seconds and the
     admin's peak memory, side by side."""
     from rock.bench.cluster import ClusterBenchSettings, run_cluster_bench, table
 
     _check_memory(memory)
-    settings = ClusterBenchSettings(sandboxes=sandboxes, nodes=nodes, image=image, memory=memory, cpus=cpus,
-                                    runtimes=tuple(runtimes))
+    settings = ClusterBenchSettings(
+        sandboxes=sandboxes,
+        nodes=nodes,
+        image=image,
+        memory=memory,
+        cpus=cpus,
+        runtimes=tuple(runtimes),
+    )
     try:
         results = asyncio.run(run_cluster_bench(settings, say=say))
     except RuntimeError as exc:
@@ -488,10 +896,28 @@ def cluster(sandboxes: int, nodes: int, image: str, memory: str, cpus: float, ru
 
 
 @bench.command()
-@click.option("--count", "-n", type=click.IntRange(min=1), default=200, show_default=True, help="Running sandboxes sampled.")
-@click.option("--samples", type=click.IntRange(min=1), default=20, show_default=True, help="Samples taken and averaged.")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True), default=5.0, show_default=True,
-              help="The stats_interval the cost is reported at.")
+@click.option(
+    "--count",
+    "-n",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Running sandboxes sampled.",
+)
+@click.option(
+    "--samples",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Samples taken and averaged.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=5.0,
+    show_default=True,
+    help="The stats_interval the cost is reported at.",
+)
 @click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
 def monitor(count: int, samples: int, interval: float, image: str) -> None:
     """What sampling N running sandboxes' resource use costs the engine (goal: 200 every 5 s <= 2% of a core).
@@ -506,6 +932,9 @@ def monitor(count: int, samples: int, interval: float, image: str) -> None:
     print_json(document)
     figures = document["figures"]
     if not figures["goal_met"]:
-        click.echo(f"sampling costs {figures['percent_of_a_core_at_interval']}% of a core "
-                   f"(goal: {GOAL_PERCENT_OF_A_CORE}%)", err=True)
+        click.echo(
+            f"sampling costs {figures['percent_of_a_core_at_interval']}% of a core "
+            f"(goal: {GOAL_PERCENT_OF_A_CORE}%)",
+            err=True,
+        )
         sys.exit(1)

@@ -106,7 +106,9 @@ def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
     try:
         import rock_nomad.testing  # noqa: F401 - only to fail early, with the fix
     except ImportError as exc:
-        raise RuntimeError(f"the nomad run needs rock-nomad with its testing extra (pip install 'rock-nomad[testing]'): {exc}") from exc
+        raise RuntimeError(
+            f"the nomad run needs rock-nomad with its testing extra (pip install 'rock-nomad[testing]'): {exc}"
+        ) from exc
     per_node = math.ceil(settings.sandboxes / settings.nodes) + 1
     node_memory = max(4096, per_node * math.ceil(memory_bytes / 2**20) * 2)
     # Each simulated core is mhz_per_cpu MHz: with cpu_hard_limit, Nomad's docker driver gives a
@@ -116,9 +118,24 @@ def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
     node_cpu = cores * mhz_per_cpu(settings)
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [sys.executable, "-m", "rock_nomad.testing", "--nodes", str(settings.nodes), "--cpu", str(node_cpu),
-         "--cores", str(cores), "--memory", str(node_memory), "--algorithm", "spread"],
-        stdout=subprocess.PIPE, stderr=log, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "rock_nomad.testing",
+            "--nodes",
+            str(settings.nodes),
+            "--cpu",
+            str(node_cpu),
+            "--cores",
+            str(cores),
+            "--memory",
+            str(node_memory),
+            "--algorithm",
+            "spread",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        start_new_session=True,
     )
     try:
         assert process.stdout is not None
@@ -126,7 +143,9 @@ def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
         if not line.startswith("NOMAD_ADDR="):
             process.wait(10)
             log.seek(0)
-            raise RuntimeError(f"the stand-in Nomad server did not start: {log.read().decode(errors='replace')[-2000:]}")
+            raise RuntimeError(
+                f"the stand-in Nomad server did not start: {log.read().decode(errors='replace')[-2000:]}"
+            )
         yield line.partition("=")[2], process.pid
     finally:
         process.send_signal(signal.SIGTERM)  # it removes every container it made, then exits
@@ -149,9 +168,21 @@ async def _admin(config: str) -> AsyncIterator[tuple[str, int, Path]]:
     log_path = state_dir / "admin.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [*_rock_command(), "admin", "serve", "--host", "127.0.0.1", "--port", str(port), "--config",
-             str(state_dir / "admin.toml")],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            [
+                *_rock_command(),
+                "admin",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--config",
+                str(state_dir / "admin.toml"),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -162,7 +193,9 @@ async def _admin(config: str) -> AsyncIterator[tuple[str, int, Path]]:
                     if (await probe.get(url + "/healthz")).status_code == 200:
                         break
                 if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}")
+                    raise RuntimeError(
+                        f"the admin did not come up:\n{log_path.read_text(errors='replace')[-2000:]}"
+                    )
                 await asyncio.sleep(0.1)
         yield url, process.pid, log_path
     finally:
@@ -195,7 +228,9 @@ def _own_cpu() -> float:
 def _result(response: httpx.Response, what: str) -> Any:
     envelope = response.json()
     if response.status_code != 200 or envelope.get("status") != "Success":
-        raise RuntimeError(f"{what} failed: HTTP {response.status_code} {json.dumps(envelope)[:500]}")
+        raise RuntimeError(
+            f"{what} failed: HTTP {response.status_code} {json.dumps(envelope)[:500]}"
+        )
     return envelope["result"]
 
 
@@ -204,7 +239,9 @@ async def _states(http: httpx.AsyncClient) -> dict[str, tuple[str, str | None]]:
     out: dict[str, tuple[str, str | None]] = {}
     page = 1
     while True:
-        result = _result(await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}), "list")
+        result = _result(
+            await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}), "list"
+        )
         for item in result["items"]:
             out[item["sandbox_id"]] = (item.get("state"), item.get("reason"))
         if not result["has_more"] or not result["items"]:
@@ -214,10 +251,17 @@ async def _states(http: httpx.AsyncClient) -> dict[str, tuple[str, str | None]]:
 
 async def _why_ended(http: httpx.AsyncClient, sandbox_id: str) -> str:
     """What the admin says of a sandbox that left its listing: its state and the phases that failed."""
-    status = _result(await http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}),
-                     "get_status")
-    failed = [f"{name}: {phase.get('message')}" for name, phase in (status.get("status") or {}).items()
-              if (phase or {}).get("status") == "failed"]
+    status = _result(
+        await http.get(
+            f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id, "include_all_states": "true"}
+        ),
+        "get_status",
+    )
+    failed = [
+        f"{name}: {phase.get('message')}"
+        for name, phase in (status.get("status") or {}).items()
+        if (phase or {}).get("status") == "failed"
+    ]
     return f"{status.get('state')}" + (f" ({'; '.join(failed)})" if failed else "")
 
 
@@ -239,8 +283,13 @@ async def _until_removed(http: httpx.AsyncClient) -> float | None:
     return None
 
 
-async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, say: Callable[[str], None],
-                   stand_in_pid: int | None = None) -> dict[str, Any]:
+async def _run_one(
+    runtime: str,
+    settings: ClusterBenchSettings,
+    config: str,
+    say: Callable[[str], None],
+    stand_in_pid: int | None = None,
+) -> dict[str, Any]:
     figures: dict[str, Any] = {"runtime": runtime}
     async with _admin(config) as (url, pid, log_path):
         peak = [rss_bytes(pid) or 0]
@@ -255,20 +304,31 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
         sampler = asyncio.create_task(sample())
         run = f"cluster-{runtime}-{os.getpid()}-{int(time.time())}"
         ids = [f"{run}-{n:03d}" for n in range(settings.sandboxes)]
-        limits = httpx.Limits(max_connections=settings.sandboxes + 4, max_keepalive_connections=settings.sandboxes + 4)
-        async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits, trust_env=False) as http:
+        limits = httpx.Limits(
+            max_connections=settings.sandboxes + 4, max_keepalive_connections=settings.sandboxes + 4
+        )
+        async with httpx.AsyncClient(
+            base_url=url, timeout=600, limits=limits, trust_env=False
+        ) as http:
             sent: dict[str, float] = {}
             running: dict[str, float] = {}
             try:
                 body = {"image": settings.image, "memory": settings.memory, "cpus": settings.cpus}
-                say(f"{runtime}: starting {settings.sandboxes} sandboxes at once ({settings.memory}, {settings.cpus:g} cpus)")
+                say(
+                    f"{runtime}: starting {settings.sandboxes} sandboxes at once ({settings.memory}, {settings.cpus:g} cpus)"
+                )
                 t0 = time.monotonic()
                 admin_cpu0, own_cpu0 = _cpu_seconds(pid) or 0.0, _own_cpu()
                 stand_in_cpu0 = _cpu_seconds(stand_in_pid) if stand_in_pid else None
 
                 async def start(sandbox_id: str) -> None:
                     sent[sandbox_id] = time.monotonic()
-                    _result(await http.post(f"{PREFIX}/start_async", json={**body, "sandbox_id": sandbox_id}), "start_async")
+                    _result(
+                        await http.post(
+                            f"{PREFIX}/start_async", json={**body, "sandbox_id": sandbox_id}
+                        ),
+                        "start_async",
+                    )
 
                 await asyncio.gather(*(start(i) for i in ids))
                 deadline = t0 + settings.timeout
@@ -283,10 +343,16 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
                             state = states.get(sandbox_id, ("?", None))[0]
                             if state == "running":
                                 running.setdefault(sandbox_id, now)
-                            elif state == "?" and sandbox_id not in running:  # the listing holds pending and running ones
-                                raise RuntimeError(f"{runtime}: sandbox {sandbox_id} ended before it ran: {await _why_ended(http, sandbox_id)}")
+                            elif (
+                                state == "?" and sandbox_id not in running
+                            ):  # the listing holds pending and running ones
+                                raise RuntimeError(
+                                    f"{runtime}: sandbox {sandbox_id} ended before it ran: {await _why_ended(http, sandbox_id)}"
+                                )
                     if time.monotonic() > deadline:
-                        raise RuntimeError(f"{runtime}: {len(ids) - len(running)} sandboxes not running after {settings.timeout:g}s")
+                        raise RuntimeError(
+                            f"{runtime}: {len(ids) - len(running)} sandboxes not running after {settings.timeout:g}s"
+                        )
                     await asyncio.sleep(0.05)
                 starts = [running[i] - sent[i] for i in ids]
                 figures["sandboxes_running"] = len(running)
@@ -295,16 +361,27 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
                 figures["all_running_s"] = round(max(running.values()) - t0, 2)
                 # Where the CPU went while they started: the admin, this process (its requests and
                 # listings) and, on the nomad run, the stand-in Nomad server and its nodes.
-                figures["admin_cpu_s_to_all_running"] = round((_cpu_seconds(pid) or 0.0) - admin_cpu0, 2)
+                figures["admin_cpu_s_to_all_running"] = round(
+                    (_cpu_seconds(pid) or 0.0) - admin_cpu0, 2
+                )
                 figures["bench_process_cpu_s_to_all_running"] = round(_own_cpu() - own_cpu0, 2)
                 if stand_in_pid and stand_in_cpu0 is not None:
-                    figures["stand_in_cpu_s_to_all_running"] = round((_cpu_seconds(stand_in_pid) or 0.0) - stand_in_cpu0, 2)
+                    figures["stand_in_cpu_s_to_all_running"] = round(
+                        (_cpu_seconds(stand_in_pid) or 0.0) - stand_in_cpu0, 2
+                    )
                 if runtime == "nomad":
                     hosts = {}
                     for sandbox_id in ids[:: max(1, len(ids) // 20)]:
-                        status = _result(await http.get(f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id}), "get_status")
+                        status = _result(
+                            await http.get(
+                                f"{PREFIX}/get_status", params={"sandbox_id": sandbox_id}
+                            ),
+                            "get_status",
+                        )
                         hosts[status.get("host_name")] = hosts.get(status.get("host_name"), 0) + 1
-                    figures["nodes_seen_in_a_sample"] = dict(sorted(hosts.items(), key=lambda kv: str(kv[0])))
+                    figures["nodes_seen_in_a_sample"] = dict(
+                        sorted(hosts.items(), key=lambda kv: str(kv[0]))
+                    )
             finally:
                 say(f"{runtime}: stopping {len(sent)} sandboxes")
 
@@ -321,13 +398,21 @@ async def _run_one(runtime: str, settings: ClusterBenchSettings, config: str, sa
     return figures
 
 
-async def run_cluster_bench(settings: ClusterBenchSettings, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+async def run_cluster_bench(
+    settings: ClusterBenchSettings, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Run the bench (see the module docstring); the figures of each runtime and the comparison."""
-    from rock_core.units import parse_size
+    from rock_core.sizes import parse_size
 
     memory_bytes = parse_size(settings.memory, field="memory")
-    results: dict[str, Any] = {"sandboxes": settings.sandboxes, "nodes": settings.nodes, "image": settings.image,
-                               "memory": settings.memory, "cpus": settings.cpus, "host_cpus": os.cpu_count()}
+    results: dict[str, Any] = {
+        "sandboxes": settings.sandboxes,
+        "nodes": settings.nodes,
+        "image": settings.image,
+        "memory": settings.memory,
+        "cpus": settings.cpus,
+        "host_cpus": os.cpu_count(),
+    }
     for runtime in settings.runtimes:
         if runtime == "docker":
             results["docker"] = await _run_one("docker", settings, "", say)
@@ -338,16 +423,22 @@ async def run_cluster_bench(settings: ClusterBenchSettings, say: Callable[[str],
             results["docker-published"] = await _run_one("docker-published", settings, config, say)
         elif runtime == "nomad":
             with _stand_in(settings, memory_bytes) as (address, stand_in_pid):
-                say(f"nomad: a stand-in Nomad of {settings.nodes} nodes at {address} (process {stand_in_pid})")
-                config = (f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{address}"\n'
-                          f"mhz_per_cpu = {mhz_per_cpu(settings)}\n")
+                say(
+                    f"nomad: a stand-in Nomad of {settings.nodes} nodes at {address} (process {stand_in_pid})"
+                )
+                config = (
+                    f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{address}"\n'
+                    f"mhz_per_cpu = {mhz_per_cpu(settings)}\n"
+                )
                 results["nomad"] = await _run_one("nomad", settings, config, say, stand_in_pid)
                 results["nomad"]["mhz_per_cpu"] = mhz_per_cpu(settings)
         else:
             raise RuntimeError(f"unknown runtime {runtime!r} (docker, docker-published or nomad)")
     published = results.get("docker-published")
     if published and results.get("nomad") and published.get("all_running_s"):
-        results["nomad_all_running_vs_docker_published"] = round(results["nomad"]["all_running_s"] / published["all_running_s"], 2)
+        results["nomad_all_running_vs_docker_published"] = round(
+            results["nomad"]["all_running_s"] / published["all_running_s"], 2
+        )
     docker, nomad = results.get("docker"), results.get("nomad")
     if docker and nomad and docker.get("all_running_s"):
         ratio = nomad["all_running_s"] / docker["all_running_s"]
@@ -362,20 +453,33 @@ async def run_cluster_bench(settings: ClusterBenchSettings, say: Callable[[str],
 
 def table(results: dict[str, Any]) -> str:
     """The two runtimes' figures side by side, as text."""
-    rows = [("sandboxes running", "sandboxes_running"), ("start p50 (s)", "start_p50_s"), ("start p95 (s)", "start_p95_s"),
-            ("all running (s)", "all_running_s"), ("admin RSS idle (MB)", "admin_rss_idle_mb"),
-            ("admin RSS peak (MB)", "admin_rss_peak_mb"), ("admin CPU (s)", "admin_cpu_s_to_all_running"),
-            ("stand-in Nomad CPU (s)", "stand_in_cpu_s_to_all_running"),
-            ("all removed after stop (s)", "all_removed_after_stop_s")]
+    rows = [
+        ("sandboxes running", "sandboxes_running"),
+        ("start p50 (s)", "start_p50_s"),
+        ("start p95 (s)", "start_p95_s"),
+        ("all running (s)", "all_running_s"),
+        ("admin RSS idle (MB)", "admin_rss_idle_mb"),
+        ("admin RSS peak (MB)", "admin_rss_peak_mb"),
+        ("admin CPU (s)", "admin_cpu_s_to_all_running"),
+        ("stand-in Nomad CPU (s)", "stand_in_cpu_s_to_all_running"),
+        ("all removed after stop (s)", "all_removed_after_stop_s"),
+    ]
     names = [r for r in ("docker", "docker-published", "nomad") if r in results]
     lines = [f"{'':28}" + "".join(f"{name:>18}" for name in names)]
     for label, key in rows:
         cells = [results[name].get(key, "") for name in names]
-        lines.append(f"{label:28}" + "".join(f"{'timed out' if cell is None else cell:>18}" for cell in cells))
+        lines.append(
+            f"{label:28}"
+            + "".join(f"{'timed out' if cell is None else cell:>18}" for cell in cells)
+        )
     if "nomad_all_running_vs_docker" in results:
-        lines.append(f"nomad all-running / docker: {results['nomad_all_running_vs_docker']}x (CPU seconds are "
-                     "to all running; the stand-in's runs on the same cores here, on a real cluster's servers "
-                     "and nodes, and is not subtracted)")
+        lines.append(
+            f"nomad all-running / docker: {results['nomad_all_running_vs_docker']}x (CPU seconds are "
+            "to all running; the stand-in's runs on the same cores here, on a real cluster's servers "
+            "and nodes, and is not subtracted)"
+        )
     if "nomad_all_running_vs_docker_published" in results:
-        lines.append(f"nomad all-running / docker-published: {results['nomad_all_running_vs_docker_published']}x")
+        lines.append(
+            f"nomad all-running / docker-published: {results['nomad_all_running_vs_docker_published']}x"
+        )
     return "\n".join(lines)

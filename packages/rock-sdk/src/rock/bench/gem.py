@@ -59,17 +59,29 @@ def step_round_trip(steps: int, base_url: str | None) -> dict[str, Any]:
                 env.reset(seed=rng.randrange(1 << 30))
     finally:
         env.close()
-    return {"steps": steps, "p50_ms": _ms(_pct(times, 0.5)), "p99_ms": _ms(_pct(times, 0.99)), "mean_ms": _ms(statistics.fmean(times))}
+    return {
+        "steps": steps,
+        "p50_ms": _ms(_pct(times, 0.5)),
+        "p99_ms": _ms(_pct(times, 0.99)),
+        "mean_ms": _ms(statistics.fmean(times)),
+    }
 
 
-async def batched_throughput(num_envs: int, groups: int, seconds: float, base_url: str | None) -> dict[str, Any]:
+async def batched_throughput(
+    num_envs: int, groups: int, seconds: float, base_url: str | None
+) -> dict[str, Any]:
     """``num_envs`` envs in ``groups`` vector envs, each stepping its batches in a task of one
     asyncio client for ``seconds``: a group waits only for its own slowest env (a reset)."""
     import rock
 
     sizes = [num_envs // groups + (1 if g < num_envs % groups else 0) for g in range(groups)]
     made = time.perf_counter()
-    vecs = await asyncio.gather(*(rock.amake_vec(ENV_ID, n, seed=1000 * (g + 1), base_url=base_url) for g, n in enumerate(sizes)))
+    vecs = await asyncio.gather(
+        *(
+            rock.amake_vec(ENV_ID, n, seed=1000 * (g + 1), base_url=base_url)
+            for g, n in enumerate(sizes)
+        )
+    )
     make_seconds = time.perf_counter() - made
     counts = {"steps": 0, "batches": 0, "resets": 0}
 
@@ -191,18 +203,27 @@ def idle_memory(count: int) -> dict[str, Any]:
                 "print(sum(pss(p) for p in pids), sum(pss(p) for p in parents))\n"
             )
 
-            async def measure(sandbox_id: str = sandbox_id, pids: list[int] = pids) -> str:
+            async def measure(
+                sandbox_id: str = sandbox_id, pids: list[int] = pids, script: str = script
+            ) -> str:
                 client = backend.engine.manager.rocklet(sandbox_id)
-                result = await client.execute(Command(command=["python3", "-c", script, *map(str, pids)]))
+                result = await client.execute(
+                    Command(command=["python3", "-c", script, *map(str, pids)])
+                )
                 return str(result.stdout)
 
             envs_kib, workers_kib = (int(x) for x in backend.engine.call_blocking(measure).split())
             total_kib += envs_kib
             worker_kib += workers_kib
+
         async def baseline(sandbox_id: str = next(iter(by_sandbox))) -> str:
             client = backend.engine.manager.rocklet(sandbox_id)
-            command = 'PYTHONPATH="${ROCK_ENV_PYTHONPATH:-/tmp/rock-gem-runtime}" exec python3 -c "$0"'
-            result = await client.execute(Command(command=["sh", "-c", command, BASELINE], timeout=300))
+            command = (
+                'PYTHONPATH="${ROCK_ENV_PYTHONPATH:-/tmp/rock-gem-runtime}" exec python3 -c "$0"'
+            )
+            result = await client.execute(
+                Command(command=["sh", "-c", command, BASELINE], timeout=300)
+            )
             return str(result.stdout).strip()
 
         in_process = float(backend.engine.call_blocking(baseline))
@@ -220,7 +241,15 @@ def idle_memory(count: int) -> dict[str, Any]:
 
 
 def run_gem_bench(
-    *, steps: int, num_envs: int, groups: int, seconds: float, makes: int, idle_envs: int, base_url: str | None, say: Any
+    *,
+    steps: int,
+    num_envs: int,
+    groups: int,
+    seconds: float,
+    makes: int,
+    idle_envs: int,
+    base_url: str | None,
+    say: Any,
 ) -> dict[str, Any]:
     """Every figure; ``say`` reports progress."""
     figures: dict[str, Any] = {"env_id": ENV_ID, "through": base_url or "embedded"}

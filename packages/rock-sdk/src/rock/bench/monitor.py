@@ -42,14 +42,18 @@ async def _measure(settings: MonitorSettings, say: Callable[[str], None]) -> dic
 
     config = EngineConfig(stats_interval=0, reap_orphans=False)  # the bench samples by hand
     async with SandboxManager(config) as engine:
-        request = SandboxStartRequest(image=settings.image, memory=settings.memory, cpus=settings.cpus)
+        request = SandboxStartRequest(
+            image=settings.image, memory=settings.memory, cpus=settings.cpus
+        )
         say(f"starting {settings.count} sandboxes")
         began = time.monotonic()
         ids = [(await engine.start_async(request)).sandbox_id for _ in range(settings.count)]
         async with anyio.create_task_group() as tg:
             for sandbox_id in ids:
                 tg.start_soon(engine.wait_until_running, sandbox_id)
-        say(f"{settings.count} running after {time.monotonic() - began:.1f}s; sampling {settings.samples} times")
+        say(
+            f"{settings.count} running after {time.monotonic() - began:.1f}s; sampling {settings.samples} times"
+        )
         await engine.sample_usage()  # the first sample sets the CPU baselines
         engine.sampler.cpu_seconds = 0.0
         wall = time.perf_counter()
@@ -71,7 +75,9 @@ async def _measure(settings: MonitorSettings, say: Callable[[str], None]) -> dic
     }
 
 
-def run_monitor(settings: MonitorSettings, say: Callable[[str], None] = lambda _line: None) -> dict[str, Any]:
+def run_monitor(
+    settings: MonitorSettings, say: Callable[[str], None] = lambda _line: None
+) -> dict[str, Any]:
     """Run the benchmark; return ``{"machine", "settings", "figures"}``."""
     figures = anyio.run(_measure, settings, say)
     return {"machine": machine_info(), "settings": attrs.asdict(settings), "figures": figures}

@@ -69,8 +69,13 @@ class OrphanSettings:
         from rock.sdk.sandbox.config import SandboxConfig
 
         return SandboxConfig(
-            sandbox_id=sandbox_id, image=self.image, memory=self.memory, cpus=self.cpus,
-            startup_timeout=self.startup_timeout, auto_clear_seconds=3600, experiment_id="bench-orphans",
+            sandbox_id=sandbox_id,
+            image=self.image,
+            memory=self.memory,
+            cpus=self.cpus,
+            startup_timeout=self.startup_timeout,
+            auto_clear_seconds=3600,
+            experiment_id="bench-orphans",
         )
 
 
@@ -91,7 +96,9 @@ async def _make_orphans(settings: OrphanSettings, prefix: str) -> None:
     from rock.sdk.sandbox.client import Sandbox
 
     t0 = time.perf_counter()
-    sandboxes = [Sandbox(settings.sandbox_config(f"{prefix}{n:04d}")) for n in range(settings.count)]
+    sandboxes = [
+        Sandbox(settings.sandbox_config(f"{prefix}{n:04d}")) for n in range(settings.count)
+    ]
     running = 0
 
     async def start(sandbox: Sandbox) -> None:
@@ -127,7 +134,9 @@ class _SweepLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if self.at is None and record.getMessage().endswith("whose owner has died"):
             self.at = time.monotonic()
-            self.found = int(record.args[0]) if isinstance(record.args, tuple) and record.args else None
+            self.found = (
+                int(record.args[0]) if isinstance(record.args, tuple) and record.args else None
+            )
 
 
 async def _first_start(settings: OrphanSettings, sandbox_id: str, sweep: _SweepLog) -> None:
@@ -144,11 +153,16 @@ async def _first_start(settings: OrphanSettings, sandbox_id: str, sweep: _SweepL
     answer = await sandbox.execute(Command(command=["echo", "x"], timeout=60))
     answered = time.monotonic()
     if answer.exit_code != 0 or answer.stdout.strip() != "x":
-        raise RuntimeError(f"echo x answered {answer.exit_code}: {answer.stdout!r} {answer.stderr!r}")
+        raise RuntimeError(
+            f"echo x answered {answer.exit_code}: {answer.stdout!r} {answer.stderr!r}"
+        )
     _emit(
-        event="first_start", called_at=called,
-        start_seconds=round(started - called, 4), command_seconds=round(answered - started, 4),
-        sweep_listed_seconds=None if sweep.at is None else round(sweep.at - called, 4), sweep_found=sweep.found,
+        event="first_start",
+        called_at=called,
+        start_seconds=round(started - called, 4),
+        command_seconds=round(answered - started, 4),
+        sweep_listed_seconds=None if sweep.at is None else round(sweep.at - called, 4),
+        sweep_found=sweep.found,
     )
     await asyncio.to_thread(sys.stdin.read)  # the bench closes our stdin once it has measured
     await sandbox.stop()
@@ -182,12 +196,24 @@ def _spawn(role: str, settings: OrphanSettings, name: str) -> subprocess.Popen[s
     # this run's orphans nor hand their own to this run's sweep.
     label = f"bench-{name.split('-')[1]}"
     return subprocess.Popen(
-        [sys.executable, "-m", "rock.bench.orphans", role, json.dumps(attrs.asdict(settings)), name, label],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "rock.bench.orphans",
+            role,
+            json.dumps(attrs.asdict(settings)),
+            name,
+            label,
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
 
 
-def _read_event(process: subprocess.Popen[str], wanted: str, say: Callable[[str], None], count: int = 0) -> dict[str, Any]:
+def _read_event(
+    process: subprocess.Popen[str], wanted: str, say: Callable[[str], None], count: int = 0
+) -> dict[str, Any]:
     """Read the child's lines until the ``wanted`` event; a failure or an early exit raises."""
     stdout: IO[str] = process.stdout  # type: ignore[assignment]
     for line in stdout:
@@ -197,9 +223,13 @@ def _read_event(process: subprocess.Popen[str], wanted: str, say: Callable[[str]
         if event["event"] == "progress":
             say(f"started {event['running']}/{count} after {event['seconds']:.1f}s")
         elif event["event"] == "failed":
-            raise RuntimeError(f"{count - event['running']} of {count} starts failed: {event['errors']}")
+            raise RuntimeError(
+                f"{count - event['running']} of {count} starts failed: {event['errors']}"
+            )
     code = process.wait()
-    raise RuntimeError(f"the trainer process ended (exit code {code}) before it reported {wanted!r}")
+    raise RuntimeError(
+        f"the trainer process ended (exit code {code}) before it reported {wanted!r}"
+    )
 
 
 def _process_state(pid: int) -> str:
@@ -212,7 +242,9 @@ def _process_state(pid: int) -> str:
     return "zombie" if state == "Z" else "running"
 
 
-def _trainer(settings: OrphanSettings, sandbox_id: str, say: Callable[[str], None]) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def _trainer(
+    settings: OrphanSettings, sandbox_id: str, say: Callable[[str], None]
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
     """A new trainer process that has made its first start; its report."""
     process = _spawn("trainer", settings, sandbox_id)
     try:
@@ -244,35 +276,52 @@ def _wait_gone(prefix: str, since: float, timeout: float) -> tuple[float, int]:
         time.sleep(0.25)
 
 
-def run_orphans(settings: OrphanSettings, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_orphans(
+    settings: OrphanSettings, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Run the three steps; return the document (figures, ``settings``, ``machine``)."""
     run = f"orphans-{uuid.uuid4().hex[:8]}-"
     orphans = f"{run}o-"
-    figures: dict[str, Any] = {"count": settings.count, "containers_filter": f"label=rock.sandbox_id name=^{run}"}
-    document: dict[str, Any] = {"figures": figures, "settings": attrs.asdict(settings), "machine": machine_info()}
+    figures: dict[str, Any] = {
+        "count": settings.count,
+        "containers_filter": f"label=rock.sandbox_id name=^{run}",
+    }
+    document: dict[str, Any] = {
+        "figures": figures,
+        "settings": attrs.asdict(settings),
+        "machine": machine_info(),
+    }
     maker: subprocess.Popen[str] | None = None
     try:
         say("the floor: a new trainer's first start with no orphans")
         floor, report = _trainer(settings, f"{run}floor", say)
         _end(floor)
-        figures.update({
-            "floor_first_start_seconds": report["start_seconds"],
-            "floor_first_command_seconds": report["command_seconds"],
-        })
+        figures.update(
+            {
+                "floor_first_start_seconds": report["start_seconds"],
+                "floor_first_command_seconds": report["command_seconds"],
+            }
+        )
 
-        say(f"a trainer starts {settings.count} sandboxes ({settings.image}, {settings.memory}, "
-            f"{settings.cpus:g} cpus), then kills itself with SIGKILL")
+        say(
+            f"a trainer starts {settings.count} sandboxes ({settings.image}, {settings.memory}, "
+            f"{settings.cpus:g} cpus), then kills itself with SIGKILL"
+        )
         maker = _spawn("make", settings, orphans)
         made = _read_event(maker, "running", say, settings.count)
         figures["orphans_running_seconds"] = made["seconds"]
 
-        say(f"the busy floor: a new trainer's first start beside {settings.count} sandboxes of a live trainer")
+        say(
+            f"the busy floor: a new trainer's first start beside {settings.count} sandboxes of a live trainer"
+        )
         busy, report = _trainer(settings, f"{run}busy", say)
         _end(busy)
-        figures.update({
-            "busy_floor_first_start_seconds": report["start_seconds"],
-            "busy_floor_first_command_seconds": report["command_seconds"],
-        })
+        figures.update(
+            {
+                "busy_floor_first_start_seconds": report["start_seconds"],
+                "busy_floor_first_command_seconds": report["command_seconds"],
+            }
+        )
         assert maker.stdin is not None and maker.stdout is not None
         maker.stdin.write("die\n")
         maker.stdin.flush()
@@ -286,20 +335,30 @@ def run_orphans(settings: OrphanSettings, say: Callable[[str], None] = lambda _:
         trainer, report = _trainer(settings, f"{run}first", say)
         try:
             figures["orphans_left_after_first_start"] = len(_containers(orphans))
-            figures.update({
-                "first_start_seconds": report["start_seconds"],
-                "first_command_seconds": report["command_seconds"],
-                "sweep_listed_orphans_seconds": report["sweep_listed_seconds"],
-                "sweep_found_orphans": report["sweep_found"],
-            })
-            say(f"first start {report['start_seconds']:.2f}s + first command {report['command_seconds']:.2f}s; "
-                f"{figures['orphans_left_after_first_start']} orphans left")
+            figures.update(
+                {
+                    "first_start_seconds": report["start_seconds"],
+                    "first_command_seconds": report["command_seconds"],
+                    "sweep_listed_orphans_seconds": report["sweep_listed_seconds"],
+                    "sweep_found_orphans": report["sweep_found"],
+                }
+            )
+            say(
+                f"first start {report['start_seconds']:.2f}s + first command {report['command_seconds']:.2f}s; "
+                f"{figures['orphans_left_after_first_start']} orphans left"
+            )
             gone, left = _wait_gone(orphans, report["called_at"], settings.gone_timeout)
         finally:
             _end(trainer)
         figures["orphans_gone_seconds"] = round(gone, 3) if left == 0 else None
-        figures["orphans_removal_rate_per_second"] = round(settings.count / gone, 2) if left == 0 and gone > 0 else None
-        say(f"all {settings.count} orphans gone after {gone:.1f}s" if left == 0 else f"{left} ORPHANS LEFT after {gone:.0f}s")
+        figures["orphans_removal_rate_per_second"] = (
+            round(settings.count / gone, 2) if left == 0 and gone > 0 else None
+        )
+        say(
+            f"all {settings.count} orphans gone after {gone:.1f}s"
+            if left == 0
+            else f"{left} ORPHANS LEFT after {gone:.0f}s"
+        )
     finally:
         if maker is not None:
             maker.wait()  # reap the zombie (it is dead: this returns at once)
@@ -307,7 +366,9 @@ def run_orphans(settings: OrphanSettings, say: Callable[[str], None] = lambda _:
     first = _first_total(figures, "")
     for floor in ("floor_", "busy_floor_"):
         total = figures[f"{floor}first_start_and_command_seconds"] = _first_total(figures, floor)
-        figures[f"first_start_over_{floor}seconds"] = round(first - total, 4) if first is not None and total is not None else None
+        figures[f"first_start_over_{floor}seconds"] = (
+            round(first - total, 4) if first is not None and total is not None else None
+        )
     figures["first_start_and_command_seconds"] = first
     figures["goal_first_start_seconds"] = GOAL_FIRST_START_SECONDS
     figures["goal_met"] = first is not None and first <= GOAL_FIRST_START_SECONDS
@@ -315,17 +376,32 @@ def run_orphans(settings: OrphanSettings, say: Callable[[str], None] = lambda _:
 
 
 def _first_total(figures: dict[str, Any], prefix: str) -> float | None:
-    start, command = figures.get(f"{prefix}first_start_seconds"), figures.get(f"{prefix}first_command_seconds")
+    start, command = (
+        figures.get(f"{prefix}first_start_seconds"),
+        figures.get(f"{prefix}first_command_seconds"),
+    )
     return None if start is None or command is None else round(start + command, 4)
 
 
 # Rows of the table: (label, figure without orphans, beside a live trainer's N, among N orphans).
 TABLE = (
-    ("first start (s)", "floor_first_start_seconds", "busy_floor_first_start_seconds", "first_start_seconds"),
-    ("first command (s)", "floor_first_command_seconds", "busy_floor_first_command_seconds", "first_command_seconds"),
     (
-        "first start + command (s)", "floor_first_start_and_command_seconds",
-        "busy_floor_first_start_and_command_seconds", "first_start_and_command_seconds",
+        "first start (s)",
+        "floor_first_start_seconds",
+        "busy_floor_first_start_seconds",
+        "first_start_seconds",
+    ),
+    (
+        "first command (s)",
+        "floor_first_command_seconds",
+        "busy_floor_first_command_seconds",
+        "first_command_seconds",
+    ),
+    (
+        "first start + command (s)",
+        "floor_first_start_and_command_seconds",
+        "busy_floor_first_start_and_command_seconds",
+        "first_start_and_command_seconds",
     ),
     ("sweep listed the orphans (s)", None, None, "sweep_listed_orphans_seconds"),
     ("orphans left after the first start", None, None, "orphans_left_after_first_start"),
@@ -337,6 +413,7 @@ TABLE = (
 
 def table_rows(figures: dict[str, Any]) -> list[list[str]]:
     """One row per line of :data:`TABLE`: its label, then its value in each of the three cases."""
+
     def cell(key: str | None) -> str:
         value = figures.get(key) if key else None
         return "" if value is None else f"{value:g}"

@@ -29,7 +29,15 @@ from typing import Any
 
 import attrs
 
-__all__ = ["EpisodeResult", "RolloutSettings", "run_docker_baseline", "run_rollout", "summarize", "percentile", "machine_info"]
+__all__ = [
+    "EpisodeResult",
+    "RolloutSettings",
+    "run_docker_baseline",
+    "run_rollout",
+    "summarize",
+    "percentile",
+    "machine_info",
+]
 
 WORKDIR = "/tmp/episode"
 
@@ -146,14 +154,20 @@ async def _episode(n: int, settings: RolloutSettings, t0: float, result: Episode
         if baseline.exit_code == 0:
             raise RuntimeError("invalid episode: the tests passed before the fix")
         patch = await sandbox.execute(
-            Command(command=["sed", "-i", "s/total > 99/total >= 99/", "shipping.py"], cwd=WORKDIR, timeout=60)
+            Command(
+                command=["sed", "-i", "s/total > 99/total >= 99/", "shipping.py"],
+                cwd=WORKDIR,
+                timeout=60,
+            )
         )
         if patch.exit_code != 0:
             raise RuntimeError(f"the fix could not be applied: {patch.stderr.strip()}")
         test = await sandbox.execute(run_tests)
         result.test_exit_code = test.exit_code
         if test.exit_code != 0:
-            raise RuntimeError(f"the tests still fail after the fix:\n{test.stderr.strip()[-2000:]}")
+            raise RuntimeError(
+                f"the tests still fail after the fix:\n{test.stderr.strip()[-2000:]}"
+            )
         result.reward = 1
         result.reward_at = at()
         result.ok = True
@@ -166,7 +180,9 @@ async def _episode(n: int, settings: RolloutSettings, t0: float, result: Episode
     return sandbox
 
 
-async def _wait_removed(sandbox: Any, t0: float, result: EpisodeResult, timeout: float = 120.0) -> None:
+async def _wait_removed(
+    sandbox: Any, t0: float, result: EpisodeResult, timeout: float = 120.0
+) -> None:
     """Wait until the sandbox is gone (state ``deleted``) and record when."""
     from rock.sdk.common.exceptions import RockException
 
@@ -233,11 +249,23 @@ async def run_docker_baseline(settings: RolloutSettings) -> tuple[list[float | N
     async def one() -> float | None:
         async with limit:
             process = await asyncio.create_subprocess_exec(
-                docker, "run", "--rm", f"--memory={settings.memory}", f"--memory-swap={settings.memory}",
-                f"--cpus={settings.cpus:g}", "-e", "SHIPPING", "-e", "TEST_SHIPPING", settings.image,
-                "sh", "-c", _BASELINE_SCRIPT,
+                docker,
+                "run",
+                "--rm",
+                f"--memory={settings.memory}",
+                f"--memory-swap={settings.memory}",
+                f"--cpus={settings.cpus:g}",
+                "-e",
+                "SHIPPING",
+                "-e",
+                "TEST_SHIPPING",
+                settings.image,
+                "sh",
+                "-c",
+                _BASELINE_SCRIPT,
                 env={**os.environ, "SHIPPING": SHIPPING, "TEST_SHIPPING": TEST_SHIPPING},
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
             )
             code = await process.wait()
         return time.perf_counter() - t0 if code == 0 else None
@@ -248,17 +276,27 @@ async def run_docker_baseline(settings: RolloutSettings) -> tuple[list[float | N
 
 def machine_info() -> dict[str, Any]:
     """The machine a bench ran on, for its results document."""
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": sys.version.split()[0]}
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+    }
 
 
-def summarize(settings: RolloutSettings, results: list[EpisodeResult], client_seconds: float) -> dict[str, Any]:
+def summarize(
+    settings: RolloutSettings, results: list[EpisodeResult], client_seconds: float
+) -> dict[str, Any]:
     """The results document: the metrics, the settings, the machine, and a row per episode."""
     ready = [r.sandbox_to_ready_seconds for r in results if r.sandbox_to_ready_seconds is not None]
     all_ready = [r.ready_at for r in results]
     all_rewards = [r.reward_at for r in results]
 
     def last(values: list[float | None]) -> float | None:
-        return None if any(v is None for v in values) or not values else max(v for v in values if v is not None)
+        return (
+            None
+            if any(v is None for v in values) or not values
+            else max(v for v in values if v is not None)
+        )
 
     def rounded(value: float | None) -> float | None:
         return None if value is None else round(value, 4)
@@ -277,7 +315,10 @@ def summarize(settings: RolloutSettings, results: list[EpisodeResult], client_se
         "machine": machine_info(),
         "rows": [
             {
-                **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in attrs.asdict(r).items()},
+                **{
+                    k: (round(v, 4) if isinstance(v, float) else v)
+                    for k, v in attrs.asdict(r).items()
+                },
                 "sandbox_to_ready_seconds": rounded(r.sandbox_to_ready_seconds),
             }
             for r in results

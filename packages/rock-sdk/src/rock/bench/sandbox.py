@@ -41,7 +41,9 @@ def _ms(values: list[float], q: float) -> float | None:
     return None if p is None else round(p * 1000, 3)
 
 
-async def run_sandbox_bench(*, starts: int, echoes: int, image: str, memory: str, cpus: float) -> dict[str, Any]:
+async def run_sandbox_bench(
+    *, starts: int, echoes: int, image: str, memory: str, cpus: float
+) -> dict[str, Any]:
     """Measure and return the figures (seconds and bytes, and milliseconds where named so)."""
     from rock.actions import Command, CreateBashSessionRequest
     from rock.sdk.sandbox.client import Sandbox
@@ -82,7 +84,9 @@ async def run_sandbox_bench(*, starts: int, echoes: int, image: str, memory: str
         "echo_round_trip_p50_ms": _ms(rtt, 50),
         "echo_round_trip_p95_ms": _ms(rtt, 95),
         "rocklet_rss_mb": round(rocklet_rss / 2**20, 1),
-        "engine_process_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "engine_process_peak_rss_mb": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+        ),
         "starts": starts,
         "echoes": echoes,
     }

@@ -1,10 +1,10 @@
 """Services the proxy tests and `rock bench proxy` start inside a sandbox (standard library only; run as a script).
 
-    python3 sandbox_services.py http PORT     HTTP/1.1 (keep-alive): /echo, /redirect*, /sse*,
-                                              /bytes?n=, /upload, /slow
-    python3 sandbox_services.py ws PORT       a WebSocket echo server (text and binary, any size;
-                                              the text "flood N" answers N binary MiB, then "flood done")
-    python3 sandbox_services.py tcp PORT      a TCP echo server (echoes until EOF, then closes)
+python3 sandbox_services.py http PORT     HTTP/1.1 (keep-alive): /echo, /redirect*, /sse*,
+                                          /bytes?n=, /upload, /slow
+python3 sandbox_services.py ws PORT       a WebSocket echo server (text and binary, any size;
+                                          the text "flood N" answers N binary MiB, then "flood done")
+python3 sandbox_services.py tcp PORT      a TCP echo server (echoes until EOF, then closes)
 """
 
 import base64
@@ -25,7 +25,9 @@ _sse_released = threading.Semaphore(0)
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms stall between them
+    disable_nagle_algorithm = (
+        True  # headers and body are separate writes: no 40 ms stall between them
+    )
 
     def log_message(self, *args):
         pass
@@ -66,12 +68,20 @@ class Handler(BaseHTTPRequestHandler):
                 digest.update(chunk)
                 total += len(chunk)
                 remaining -= len(chunk)
-            return self._send(200, json.dumps({"bytes": total, "sha256": digest.hexdigest()}).encode())
+            return self._send(
+                200, json.dumps({"bytes": total, "sha256": digest.hexdigest()}).encode()
+            )
         body = self._body()
         if url.path == "/redirect":
             return self._send(302, b"", headers=[("Location", "/echo?from=redirect")])
         if url.path == "/redirect-absolute":
-            return self._send(302, b"", headers=[("Location", "http://localhost:%d/echo?from=absolute" % self.server.server_port)])
+            return self._send(
+                302,
+                b"",
+                headers=[
+                    ("Location", "http://localhost:%d/echo?from=absolute" % self.server.server_port)
+                ],
+            )
         if url.path == "/redirect-away":
             return self._send(302, b"", headers=[("Location", "https://example.invalid/elsewhere")])
         if url.path == "/bytes":
@@ -116,7 +126,9 @@ class Handler(BaseHTTPRequestHandler):
         }
         return self._send(200, json.dumps(answer).encode(), headers=[("X-Service", "echo")])
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = lambda self: self._route()
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_HEAD = lambda self: (
+        self._route()
+    )
 
 
 # -- a minimal WebSocket echo server (RFC 6455) -----------------------------------------------
@@ -152,12 +164,22 @@ def _ws_client(conn):
         if b":" in line:
             key, value = line.split(b":", 1)
             headers[key.strip().lower()] = value.strip()
-    accept = base64.b64encode(hashlib.sha1(headers[b"sec-websocket-key"] + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11").digest())
+    accept = base64.b64encode(
+        hashlib.sha1(
+            headers[b"sec-websocket-key"] + b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+        ).digest()
+    )
     extra = b""
     if b"sec-websocket-protocol" in headers:
-        extra = b"Sec-WebSocket-Protocol: " + headers[b"sec-websocket-protocol"].split(b",")[0].strip() + b"\r\n"
-    conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 b"Sec-WebSocket-Accept: " + accept + b"\r\n" + extra + b"\r\n")
+        extra = (
+            b"Sec-WebSocket-Protocol: "
+            + headers[b"sec-websocket-protocol"].split(b",")[0].strip()
+            + b"\r\n"
+        )
+    conn.sendall(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Accept: " + accept + b"\r\n" + extra + b"\r\n"
+    )
     message, kind = bytearray(), None
     while True:
         b0, b1 = _recv_exact(conn, 2)

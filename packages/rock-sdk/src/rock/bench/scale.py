@@ -139,7 +139,15 @@ def _docker(*args: str, timeout: float = 120) -> str:
 def _containers(prefix: str, timeout: float = 120) -> list[str]:
     """Ids of every container (any state) of this point: rock's label and the point's names."""
     out = _docker(
-        "ps", "-a", "-q", "--no-trunc", "--filter", "label=rock.sandbox_id", "--filter", f"name=^{prefix}", timeout=timeout
+        "ps",
+        "-a",
+        "-q",
+        "--no-trunc",
+        "--filter",
+        "label=rock.sandbox_id",
+        "--filter",
+        f"name=^{prefix}",
+        timeout=timeout,
     )
     return out.split()
 
@@ -147,10 +155,22 @@ def _containers(prefix: str, timeout: float = 120) -> list[str]:
 def _cgroup_memory(container_id: str) -> tuple[int, int] | None:
     """``(usage, working set)`` bytes of a container's memory cgroup (v1 or v2, cgroupfs or systemd)."""
     for base, usage_file, inactive_key in (
-        (f"/sys/fs/cgroup/memory/docker/{container_id}", "memory.usage_in_bytes", "total_inactive_file"),
-        (f"/sys/fs/cgroup/memory/system.slice/docker-{container_id}.scope", "memory.usage_in_bytes", "total_inactive_file"),
+        (
+            f"/sys/fs/cgroup/memory/docker/{container_id}",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        ),
+        (
+            f"/sys/fs/cgroup/memory/system.slice/docker-{container_id}.scope",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        ),
         (f"/sys/fs/cgroup/docker/{container_id}", "memory.current", "inactive_file"),
-        (f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope", "memory.current", "inactive_file"),
+        (
+            f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope",
+            "memory.current",
+            "inactive_file",
+        ),
     ):
         try:
             with open(f"{base}/{usage_file}", encoding="ascii") as f:
@@ -179,9 +199,8 @@ def _helper_processes_memory(container_ids: set[str], ports: set[str]) -> tuple[
         except OSError:
             continue
         name = os.path.basename(argv[0])
-        ours = (
-            (name == "docker-proxy" and _flag(argv, "-host-port") in ports)
-            or (name.startswith("containerd-shim") and _flag(argv, "-id") in container_ids)
+        ours = (name == "docker-proxy" and _flag(argv, "-host-port") in ports) or (
+            name.startswith("containerd-shim") and _flag(argv, "-id") in container_ids
         )
         if ours:
             total += rss_bytes(int(pid)) or 0
@@ -203,7 +222,8 @@ def _host_memory(container_ids: list[str]) -> dict[str, Any]:
     ports = {
         binding["HostPort"]
         for c in inspected
-        for binding in ((c.get("NetworkSettings") or {}).get("Ports") or {}).get(_ROCKLET_PORT) or []
+        for binding in ((c.get("NetworkSettings") or {}).get("Ports") or {}).get(_ROCKLET_PORT)
+        or []
     }
     cgroups = [m for m in (_cgroup_memory(c["Id"]) for c in inspected) if m is not None]
     helpers, helpers_pss = _helper_processes_memory({c["Id"] for c in inspected}, ports)
@@ -211,11 +231,15 @@ def _host_memory(container_ids: list[str]) -> dict[str, Any]:
     container = sum(u for u, _ in cgroups) / len(cgroups) if cgroups else None
     return {
         "container_memory_per_sandbox_mb": _mb(container),
-        "container_working_set_per_sandbox_mb": _mb(sum(w for _, w in cgroups) / len(cgroups)) if cgroups else None,
+        "container_working_set_per_sandbox_mb": _mb(sum(w for _, w in cgroups) / len(cgroups))
+        if cgroups
+        else None,
         "proxy_shim_rss_per_sandbox_mb": _mb(helpers / n),
         "proxy_shim_pss_per_sandbox_mb": _mb(helpers_pss / n),
         # The container's own memory plus its share of the processes that serve it.
-        "host_memory_per_sandbox_mb": _mb(container + helpers_pss / n) if container is not None else None,
+        "host_memory_per_sandbox_mb": _mb(container + helpers_pss / n)
+        if container is not None
+        else None,
     }
 
 
@@ -267,7 +291,9 @@ async def _hold(n: int, config: Any, holds: _Holds, t0: float) -> None:
         await sandbox.stop()  # whatever the failed start left (never raises)
 
 
-async def _progress(holds: _Holds, t0: float, say: Callable[[str], None], every: float = 2.0) -> None:
+async def _progress(
+    holds: _Holds, t0: float, say: Callable[[str], None], every: float = 2.0
+) -> None:
     last = None
     while True:
         await asyncio.sleep(every)
@@ -324,7 +350,11 @@ def _with_processes(procs_files: list[str]) -> int:
 
 
 async def _wait_gone(
-    prefix: str, t0: float, timeout: float, say: Callable[[str], None], procs_files: list[str] | None = None,
+    prefix: str,
+    t0: float,
+    timeout: float,
+    say: Callable[[str], None],
+    procs_files: list[str] | None = None,
     expected: int = 0,
 ) -> tuple[float, int, float | None]:
     """Poll ``docker ps -a`` until no container of the point is left, and the containers'
@@ -342,7 +372,9 @@ async def _wait_gone(
             left = len(await asyncio.to_thread(_containers, prefix, 60))
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             # A wedged dockerd (see the README): report what was measured, the last count left.
-            say(f"teardown: Docker does not answer ({str(exc).splitlines()[0][:200]}); {left} counted as left")
+            say(
+                f"teardown: Docker does not answer ({str(exc).splitlines()[0][:200]}); {left} counted as left"
+            )
             return time.perf_counter() - t0, left, ended
         now = time.perf_counter()
         if left == 0 or now > deadline:
@@ -366,10 +398,18 @@ def _isolated_network() -> str:
     """The network rock's Docker runtime puts sandboxes on, by its own rule: Docker's default
     bridge when the engine runs with ``--icc=false`` (as ``scripts/ensure-docker.sh`` starts it),
     else rock's isolated bridge (made by the runtime if it does not exist yet)."""
-    icc = _docker("network", "inspect", "bridge", "--format", '{{index .Options "com.docker.network.bridge.enable_icc"}}')
+    icc = _docker(
+        "network",
+        "inspect",
+        "bridge",
+        "--format",
+        '{{index .Options "com.docker.network.bridge.enable_icc"}}',
+    )
     if icc.strip() == "false":
         return "bridge"
-    out = _docker("network", "ls", "-q", "--filter", "label=rock.network=isolated", "--format", "{{.Name}}")
+    out = _docker(
+        "network", "ls", "-q", "--filter", "label=rock.network=isolated", "--format", "{{.Name}}"
+    )
     names = out.split()
     if not names:
         raise RuntimeError(
@@ -379,7 +419,9 @@ def _isolated_network() -> str:
     return names[0]
 
 
-def _docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]) -> dict[str, Any]:
+def _docker_floor(
+    settings: ScaleSettings, count: int, say: Callable[[str], None]
+) -> dict[str, Any]:
     """Start ``count`` plain containers (the sandboxes' image, memory, CPUs and network; a shell
     that sleeps) through Docker's API, :data:`_FLOOR_CONCURRENCY` at a time, then remove them
     the same way; the start rate and the removal seconds (blocking)."""
@@ -391,15 +433,25 @@ def _docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None
     api = client.api
     network = _isolated_network()
     label = f"{_FLOOR_LABEL}={uuid.uuid4().hex[:8]}"
-    say(f"docker floor: starting {count} plain containers on {network} ({_FLOOR_CONCURRENCY} at a time)")
+    say(
+        f"docker floor: starting {count} plain containers on {network} ({_FLOOR_CONCURRENCY} at a time)"
+    )
 
     def start(_: int) -> str:
         host = api.create_host_config(
-            mem_limit=settings.memory, memswap_limit=settings.memory, nano_cpus=int(settings.cpus * 1e9),
-            network_mode=network, init=True, security_opt=["no-new-privileges"], cap_drop=["ALL"],
+            mem_limit=settings.memory,
+            memswap_limit=settings.memory,
+            nano_cpus=int(settings.cpus * 1e9),
+            network_mode=network,
+            init=True,
+            security_opt=["no-new-privileges"],
+            cap_drop=["ALL"],
         )
         container = api.create_container(
-            settings.image, ["sh", "-c", "exec sleep 86400"], host_config=host, labels=dict([label.split("=")])
+            settings.image,
+            ["sh", "-c", "exec sleep 86400"],
+            host_config=host,
+            labels=dict([label.split("=")]),
         )
         api.start(container["Id"])
         return container["Id"]
@@ -433,8 +485,14 @@ async def _list_cli(url: str) -> float:
     """Wall seconds of ``rock sandbox list --json`` against ``url`` (a new process, as a user runs it)."""
     t = time.perf_counter()
     process = await asyncio.create_subprocess_exec(
-        *_rock_command(), "sandbox", "list", "--base-url", url, "--json",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        *_rock_command(),
+        "sandbox",
+        "list",
+        "--base-url",
+        url,
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await process.communicate()
     if process.returncode != 0:
@@ -450,18 +508,24 @@ async def _restart_admin(
     sandboxes of this point that are still running, and run a command in a sample of them."""
     from rock.actions import Command
 
-    say(f"admin restart: SIGTERM with {len(running)} sandboxes held, then a new admin on the same state")
+    say(
+        f"admin restart: SIGTERM with {len(running)} sandboxes held, then a new admin on the same state"
+    )
     stopped, started = await admin.restart()
     listed = await engine.list_sandboxes()
-    alive = sum(1 for s in listed if s.sandbox_id and s.sandbox_id.startswith(prefix) and s.is_alive)
+    alive = sum(
+        1 for s in listed if s.sandbox_id and s.sandbox_id.startswith(prefix) and s.is_alive
+    )
     sample = running[:: max(1, len(running) // 20)][:20]
     ok = 0
     for sandbox in sample:
         with contextlib.suppress(Exception):
             answer = await sandbox.execute(Command(command=["echo", "x"], timeout=60))
             ok += answer.exit_code == 0 and answer.stdout.strip() == "x"
-    say(f"admin restart: stopped in {stopped:.1f}s, answering after {started:.1f}s; {alive}/{len(running)} running, "
-        f"commands answered in {ok}/{len(sample)}")
+    say(
+        f"admin restart: stopped in {stopped:.1f}s, answering after {started:.1f}s; {alive}/{len(running)} running, "
+        f"commands answered in {ok}/{len(sample)}"
+    )
     return {
         "admin_stop_seconds": round(stopped, 3),
         "admin_start_seconds": round(started, 3),
@@ -509,18 +573,25 @@ async def _point(
         reporter.cancel()
         starts = sorted(holds.start_seconds.values())
         running = list(holds.running.values())
-        say(f"started {len(running)}/{count}" + (f", {len(holds.errors)} failed" if holds.errors else "")
-            + f" in {starts[-1] if starts else 0:.1f}s")
-        figures.update({
-            "running": len(running),
-            "failed_starts": len(holds.errors),
-            "start_errors": sorted(set(holds.errors.values()))[:5],
-            "time_to_all_running_seconds": round(starts[-1], 3) if starts and not holds.errors else None,
-            "time_to_first_running_seconds": round(starts[0], 3) if starts else None,
-            "start_rate_per_second": round(len(starts) / starts[-1], 2) if starts else None,
-            "start_p50_seconds": round(percentile(starts, 50) or 0, 3) if starts else None,
-            "engine_cpu_seconds_during_starts": _delta(cpu_seconds(engine_pid), cpu_before),
-        })
+        say(
+            f"started {len(running)}/{count}"
+            + (f", {len(holds.errors)} failed" if holds.errors else "")
+            + f" in {starts[-1] if starts else 0:.1f}s"
+        )
+        figures.update(
+            {
+                "running": len(running),
+                "failed_starts": len(holds.errors),
+                "start_errors": sorted(set(holds.errors.values()))[:5],
+                "time_to_all_running_seconds": round(starts[-1], 3)
+                if starts and not holds.errors
+                else None,
+                "time_to_first_running_seconds": round(starts[0], 3) if starts else None,
+                "start_rate_per_second": round(len(starts) / starts[-1], 2) if starts else None,
+                "start_p50_seconds": round(percentile(starts, 50) or 0, 3) if starts else None,
+                "engine_cpu_seconds_during_starts": _delta(cpu_seconds(engine_pid), cpu_before),
+            }
+        )
 
         # 2. Idle: the engine's memory and CPU, the host's memory per sandbox.
         say(f"idle for {settings.idle_seconds:g}s: engine and host memory, engine CPU")
@@ -531,21 +602,31 @@ async def _point(
         idle_cpu = _delta(cpu_seconds(engine_pid), cpu_idle)
         rss_idle = rss_bytes(engine_pid)
         mem_idle = proc_kib_bytes("/proc/meminfo", "MemAvailable")
-        figures.update({
-            "engine_pid": engine_pid,
-            "engine_rss_before_mb": _mb(rss_before),
-            "engine_rss_idle_mb": _mb(rss_idle),
-            "engine_rss_per_sandbox_kb": (
-                round((rss_idle - rss_before) / len(running) / 1024, 1) if running and rss_idle and rss_before else None
-            ),
-            "engine_cpu_idle_percent": (
-                round(100 * idle_cpu / (time.perf_counter() - t), 2) if idle_cpu is not None else None
-            ),
-            "host_memavailable_drop_per_sandbox_mb": (
-                _mb((mem_before - mem_idle) / len(running)) if running and mem_before and mem_idle else None
-            ),
-        })
-        figures.update(await asyncio.to_thread(_host_memory, await asyncio.to_thread(_containers, prefix)))
+        figures.update(
+            {
+                "engine_pid": engine_pid,
+                "engine_rss_before_mb": _mb(rss_before),
+                "engine_rss_idle_mb": _mb(rss_idle),
+                "engine_rss_per_sandbox_kb": (
+                    round((rss_idle - rss_before) / len(running) / 1024, 1)
+                    if running and rss_idle and rss_before
+                    else None
+                ),
+                "engine_cpu_idle_percent": (
+                    round(100 * idle_cpu / (time.perf_counter() - t), 2)
+                    if idle_cpu is not None
+                    else None
+                ),
+                "host_memavailable_drop_per_sandbox_mb": (
+                    _mb((mem_before - mem_idle) / len(running))
+                    if running and mem_before and mem_idle
+                    else None
+                ),
+            }
+        )
+        figures.update(
+            await asyncio.to_thread(_host_memory, await asyncio.to_thread(_containers, prefix))
+        )
 
         # 3. Latencies under the load of N held sandboxes (calls one after another).
         if running:
@@ -556,16 +637,25 @@ async def _point(
                 await running[i % len(running)].get_status()
                 took.append(time.perf_counter() - t)
             figures.update(_latency("get_status", took))
-            say(f"commands: {settings.command_calls} × execute(echo x) over {len(running)} sandboxes")
+            say(
+                f"commands: {settings.command_calls} × execute(echo x) over {len(running)} sandboxes"
+            )
             took = []
             for i in range(settings.command_calls):
                 t = time.perf_counter()
-                answer = await running[i % len(running)].execute(Command(command=["echo", "x"], timeout=60))
+                answer = await running[i % len(running)].execute(
+                    Command(command=["echo", "x"], timeout=60)
+                )
                 took.append(time.perf_counter() - t)
                 if answer.exit_code != 0 or answer.stdout.strip() != "x":
-                    raise RuntimeError(f"echo x answered {answer.exit_code}: {answer.stdout!r} {answer.stderr!r}")
+                    raise RuntimeError(
+                        f"echo x answered {answer.exit_code}: {answer.stdout!r} {answer.stderr!r}"
+                    )
             figures.update(_latency("command", took))
-        say(f"listing: {settings.list_calls} × list_sandboxes" + (" and 3 × `rock sandbox list`" if url else ""))
+        say(
+            f"listing: {settings.list_calls} × list_sandboxes"
+            + (" and 3 × `rock sandbox list`" if url else "")
+        )
         took = []
         for _ in range(settings.list_calls):
             t = time.perf_counter()
@@ -574,21 +664,30 @@ async def _point(
         figures.update(_latency("list", took))
         figures["listed"] = len(listed)
         if url:
-            figures["list_cli_p50_seconds"] = round(percentile([await _list_cli(url) for _ in range(3)], 50) or 0, 3)
+            figures["list_cli_p50_seconds"] = round(
+                percentile([await _list_cli(url) for _ in range(3)], 50) or 0, 3
+            )
         if admin is not None and running:
             figures.update(await _restart_admin(admin, engine, running, prefix, say))
 
         # 4. Teardown: every `async with` left at once, then (embedded) the engine closed.
         ids = await asyncio.to_thread(_containers, prefix)
         procs_files = [f for f in map(_cgroup_procs_file, ids) if f is not None]
-        say(f"teardown: leaving {count} `async with` blocks" + ("" if url else ", then closing the engine"))
+        say(
+            f"teardown: leaving {count} `async with` blocks"
+            + ("" if url else ", then closing the engine")
+        )
         teardown_started = time.perf_counter()
         holds.release.set()
         await asyncio.gather(*tasks)
-        figures["teardown_stops_returned_seconds"] = round(time.perf_counter() - teardown_started, 3)
+        figures["teardown_stops_returned_seconds"] = round(
+            time.perf_counter() - teardown_started, 3
+        )
         if url is None:
             await asyncio.to_thread(close_embedded_engine)
-            figures["teardown_engine_closed_seconds"] = round(time.perf_counter() - teardown_started, 3)
+            figures["teardown_engine_closed_seconds"] = round(
+                time.perf_counter() - teardown_started, 3
+            )
     finally:
         reporter.cancel()
         if teardown_started is None:  # failed before the teardown: still leave nothing behind
@@ -603,7 +702,11 @@ async def _point(
         figures["teardown_processes_ended_seconds"] = round(ended, 3) if ended is not None else None
         figures["teardown_containers_gone_seconds"] = round(gone, 3) if left == 0 else None
         figures["leftovers"] = left
-    say(f"N={count}: all gone after {gone:.1f}s" if left == 0 else f"N={count}: {left} CONTAINERS LEFT after {gone:.0f}s")
+    say(
+        f"N={count}: all gone after {gone:.1f}s"
+        if left == 0
+        else f"N={count}: {left} CONTAINERS LEFT after {gone:.0f}s"
+    )
     return figures
 
 
@@ -611,7 +714,9 @@ def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else round(after - before, 3)
 
 
-async def run_scale(settings: ScaleSettings, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+async def run_scale(
+    settings: ScaleSettings, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
     """Run every point of ``settings``; return the document (``points``, ``settings``, ``machine``)."""
     points: list[dict[str, Any]] = []
     document: dict[str, Any] = {
@@ -689,6 +794,8 @@ def parse_curve(text: str) -> tuple[int, ...]:
 
     :raises ValueError: not a comma-separated list of integers >= 1.
     """
-    if not re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*", text) or any(int(v) < 1 for v in text.split(",")):
+    if not re.fullmatch(r"\s*\d+\s*(,\s*\d+\s*)*", text) or any(
+        int(v) < 1 for v in text.split(",")
+    ):
         raise ValueError(f"expected comma-separated counts >= 1 (like 100,250,500), got {text!r}")
     return tuple(int(v) for v in text.split(","))

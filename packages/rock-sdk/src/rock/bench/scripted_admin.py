@@ -23,15 +23,16 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT; return the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m rock.bench.scripted_admin", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rock.bench.scripted_admin", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=None)
     args = parser.parse_args(argv)
 
-    from rock_core.testing import ScriptedRuntime, rocklet_in_thread
-
     from rock.admin import daemon
     from rock.admin.config import load_settings
+    from rock_core.testing import ScriptedRuntime, rocklet_in_thread
 
     settings = load_settings(None, host=args.host, port=args.port)
     # Hold the admin's port while the rocklet takes a free one, so that it cannot take that one.

@@ -13,7 +13,6 @@ function shadows its module of the same name only if it is bound here first.
 from __future__ import annotations
 
 from rock._lazy import lazy_names
-
 from rock.sdk.warm_pool import warm_pool
 
 __all__ = [

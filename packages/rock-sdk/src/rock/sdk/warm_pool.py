@@ -34,7 +34,9 @@ __all__ = ["warm_pool"]
 _POLL = 0.2
 
 
-async def warm_pool(config: SandboxConfig, size: int, *, wait: float | None = None) -> WarmPoolStatus | None:
+async def warm_pool(
+    config: SandboxConfig, size: int, *, wait: float | None = None
+) -> WarmPoolStatus | None:
     """Keep ``size`` sandboxes like ``config``'s started, in the engine ``config`` names.
 
     :param wait: seconds to wait until the pool holds ``size`` ready sandboxes (``None``: return
@@ -47,9 +49,8 @@ async def warm_pool(config: SandboxConfig, size: int, *, wait: float | None = No
     """
     # Imported here: ``rock.sdk`` imports this module (its ``warm_pool`` is this function, not
     # the module), and the ``rock`` command imports ``rock.sdk`` without the sandbox client.
-    from rock_core.engine.pool import pool_key
-
     from rock.sdk.sandbox.client import Sandbox
+    from rock_core.engine.pool import pool_key
 
     sandbox = Sandbox(config)
     request = sandbox._start_request()

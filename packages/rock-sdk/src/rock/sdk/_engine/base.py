@@ -58,15 +58,21 @@ class Engine(Protocol):
         """Accept a start and return at once with the new sandbox's id (state ``pending``)."""
         ...
 
-    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+    async def wait_until_running(
+        self, sandbox_id: str, timeout: float | None = None
+    ) -> SandboxStatusResponse:
         """Wait for the sandbox's current start to finish; raise the start's error if it failed."""
         ...
 
-    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
+    async def get_status(
+        self, sandbox_id: str, include_all_states: bool = False
+    ) -> SandboxStatusResponse:
         """ROCK's ``get_status`` (without ``include_all_states`` only pending/running are found)."""
         ...
 
-    async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
+    async def list_sandboxes(
+        self, filters: Mapping[str, str] | None = None
+    ) -> list[SandboxStatusResponse]:
         """(rock) The pending and running sandboxes this engine may see, whose fields equal ``filters``
         (``user_id``, ``experiment_id``, ``namespace``, ``cluster``, ``image``, ``state``)."""
         ...
@@ -97,7 +103,9 @@ class Engine(Protocol):
 
     # -- sessions and commands ------------------------------------------------------------------
 
-    async def create_session(self, sandbox_id: str, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+    async def create_session(
+        self, sandbox_id: str, request: CreateBashSessionRequest
+    ) -> CreateBashSessionResponse:
         """Open a bash session."""
         ...
 
@@ -105,7 +113,9 @@ class Engine(Protocol):
         """Run a command in a bash session."""
         ...
 
-    async def close_session(self, sandbox_id: str, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
+    async def close_session(
+        self, sandbox_id: str, request: CloseBashSessionRequest
+    ) -> CloseBashSessionResponse:
         """Close a bash session."""
         ...
 
@@ -132,7 +142,12 @@ class Engine(Protocol):
         ...
 
     async def upload(
-        self, sandbox_id: str, target_path: str, data: bytes | str | os.PathLike[str], *, unzip: bool = False
+        self,
+        sandbox_id: str,
+        target_path: str,
+        data: bytes | str | os.PathLike[str],
+        *,
+        unzip: bool = False,
     ) -> UploadResponse:
         """Upload bytes, or the local file at a path, to ``target_path``."""
         ...
@@ -180,7 +195,6 @@ class Engine(Protocol):
     ) -> ProcessInfo:
         """Signal a background process."""
         ...
-
 
     # -- the sandbox's own services (rock) -------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockError, SandboxNotFound
 from rock_core.models import ROCKLET_PORT
 from rock_core.rocklet.terminal import DATA, EXIT, RESIZE, FrameReader, encode_frame, resize_payload
@@ -32,9 +33,13 @@ _CHUNK = 65536
 def check_port(port: int) -> int:
     """``port`` if the SDK may reach it in a sandbox; :class:`InvalidParameter` if not."""
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-        raise InvalidParameter(f"port: expected a port number 1..65535, got {port!r}", field="port", value=port)
+        raise InvalidParameter(
+            f"port: expected a port number 1..65535, got {port!r}", field="port", value=port
+        )
     if port == ROCKLET_PORT:
-        raise InvalidParameter(f"port: {ROCKLET_PORT} is the rocklet's own port", field="port", value=port)
+        raise InvalidParameter(
+            f"port: {ROCKLET_PORT} is the rocklet's own port", field="port", value=port
+        )
     return port
 
 
@@ -100,7 +105,9 @@ class Shell:
 class TunnelConnection(PortConnection):
     """A :class:`PortConnection` over a rocklet tunnel; ``on_close`` runs once at close."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, on_close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, stream: anyio.abc.ByteStream, on_close: Callable[[], None] | None = None
+    ) -> None:
         self._stream = stream
         self._on_close = on_close
 
@@ -128,7 +135,9 @@ class TunnelConnection(PortConnection):
 class RockletShell(Shell):
     """A :class:`Shell` over the rocklet's terminal frames."""
 
-    def __init__(self, stream: anyio.abc.ByteStream, on_close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, stream: anyio.abc.ByteStream, on_close: Callable[[], None] | None = None
+    ) -> None:
         self._stream = stream
         self._on_close = on_close
         self._reader = FrameReader()
@@ -152,7 +161,9 @@ class RockletShell(Shell):
             try:
                 self._ready = self._reader.feed(await self._stream.receive(_CHUNK))
             except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
-                raise InternalServerRockError("the terminal broke off before its program ended", attempted="shell") from None
+                raise InternalServerRockError(
+                    "the terminal broke off before its program ended", attempted="shell"
+                ) from None
         return None
 
     async def aclose(self) -> None:
@@ -174,16 +185,25 @@ def websocket_error(exc: BaseException, sandbox_id: str, attempted: str) -> Rock
     reason = getattr(getattr(exc, "rcvd", None), "reason", "") or str(exc)
     status = getattr(getattr(exc, "response", None), "status_code", None)
     if status in (401, 403):
-        return InvalidParameter(f"{attempted}: the admin refused the connection (HTTP {status}): check the API key",
-                                sandbox_id=sandbox_id, attempted=attempted)
+        return InvalidParameter(
+            f"{attempted}: the admin refused the connection (HTTP {status}): check the API key",
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        )
     if code == 1008 and "not found" in reason:
         return SandboxNotFound(reason, sandbox_id=sandbox_id, attempted=attempted)
     if code == 1008:
-        return InvalidParameter(f"{attempted}: {reason}", sandbox_id=sandbox_id, attempted=attempted)
-    return InternalServerRockError(f"{attempted}: {reason}", sandbox_id=sandbox_id, attempted=attempted)
+        return InvalidParameter(
+            f"{attempted}: {reason}", sandbox_id=sandbox_id, attempted=attempted
+        )
+    return InternalServerRockError(
+        f"{attempted}: {reason}", sandbox_id=sandbox_id, attempted=attempted
+    )
 
 
-async def connect_websocket(url: str, headers: dict[str, str], sandbox_id: str, attempted: str) -> Any:
+async def connect_websocket(
+    url: str, headers: dict[str, str], sandbox_id: str, attempted: str
+) -> Any:
     """A websockets client connection to the admin; the admin's refusal as a rock error.
 
     The admin accepts, then closes with a code and reason when it cannot serve (ROCK's way):
@@ -193,13 +213,23 @@ async def connect_websocket(url: str, headers: dict[str, str], sandbox_id: str, 
     from websockets.exceptions import InvalidStatus, WebSocketException
 
     try:
-        return await connect(url, additional_headers=headers, max_size=None, compression=None, open_timeout=30,
-                             ping_interval=None, proxy=None)
+        return await connect(
+            url,
+            additional_headers=headers,
+            max_size=None,
+            compression=None,
+            open_timeout=30,
+            ping_interval=None,
+            proxy=None,
+        )
     except InvalidStatus as exc:
         raise websocket_error(exc, sandbox_id, attempted) from None
     except (OSError, WebSocketException) as exc:
-        raise InternalServerRockError(f"{attempted}: cannot reach the admin at {url}: {exc}",
-                                      sandbox_id=sandbox_id, attempted=attempted) from None
+        raise InternalServerRockError(
+            f"{attempted}: cannot reach the admin at {url}: {exc}",
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        ) from None
 
 
 class WebSocketConnection(PortConnection):

@@ -46,7 +46,14 @@ import anyio
 import anyio.abc
 import httpx
 from anyio.from_thread import BlockingPortal
-from rock_core.responses import start_response, status_response
+
+from rock.sdk._engine.connect import (
+    PortConnection,
+    RockletShell,
+    Shell,
+    TunnelConnection,
+    check_port,
+)
 from rock_core import hookimpl
 from rock_core.actions import (
     BashAction,
@@ -67,19 +74,18 @@ from rock_core.actions import (
     SandboxStartResponse,
     SandboxStatusResponse,
     UploadResponse,
+    WarmPoolStatus,
     WriteFileRequest,
     WriteFileResponse,
-    WarmPoolStatus,
 )
 from rock_core.engine.config import EngineConfig
-from rock_core.engine.manager import SandboxManager
-from rock_core.engine.rocklet_client import RockletClient, new_http_client
 from rock_core.engine.forwarding import PortForwards
+from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockletUnreachable
 from rock_core.models import Port
+from rock_core.responses import start_response, status_response
+from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.states import LIVE_STATES
-
-from rock.sdk._engine.connect import PortConnection, RockletShell, Shell, TunnelConnection, check_port
 
 __all__ = [
     "EmbeddedEngine",
@@ -150,14 +156,21 @@ class _LocalPorts:
         self._keys: dict[str, set[str]] = {}
 
     async def open(
-        self, task_group: anyio.abc.TaskGroup, client: RockletClient, sandbox_id: str, port: int, touch: Callable[[], None]
+        self,
+        task_group: anyio.abc.TaskGroup,
+        client: RockletClient,
+        sandbox_id: str,
+        port: int,
+        touch: Callable[[], None],
     ) -> int:
         """The host port that reaches ``port`` of ``sandbox_id`` (opened on first use); each
         connection to it calls ``touch`` (activity for the idle timer)."""
         if self._forwards is None:
             self._forwards = PortForwards(task_group)
         key = f"{sandbox_id}\0{port}"
-        mapping = self._forwards.mapping(key) or await self._forwards.open(key, _Touching(client, touch), [port])  # type: ignore[arg-type]
+        mapping = self._forwards.mapping(key) or await self._forwards.open(
+            key, _Touching(client, touch), [port]
+        )  # type: ignore[arg-type]
         self._keys.setdefault(sandbox_id, set()).add(key)
         return int(mapping[Port(port)])
 
@@ -231,13 +244,15 @@ class EmbeddedEngine:
         self._closed = False
         self._addresses = _AddressBook()
         self._local_ports = _LocalPorts()
-        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._loop_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
+        ] = weakref.WeakKeyDictionary()
         self._loop_clients_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self._portal is not None else "not started"
+        state = (
+            "closed" if self._closed else "running" if self._portal is not None else "not started"
+        )
         return f"<EmbeddedEngine {state} runtime={self.config.runtime!r}>"
 
     # -- the engine's own lifecycle ------------------------------------------------------------
@@ -276,7 +291,10 @@ class EmbeddedEngine:
             ready = threading.Event()
             failure: list[BaseException] = []
             thread = threading.Thread(
-                target=self._thread_main, args=(ready, failure), name="rock-embedded-engine", daemon=True
+                target=self._thread_main,
+                args=(ready, failure),
+                name="rock-embedded-engine",
+                daemon=True,
             )
             thread.start()
             ready.wait()
@@ -302,7 +320,9 @@ class EmbeddedEngine:
         self._thread_id = threading.get_ident()
         manager = self._factory(self.config)
         manager.plugins.pm.register(self._addresses, name=f"rock.sdk.embedded-addresses-{id(self)}")
-        manager.plugins.pm.register(self._local_ports, name=f"rock.sdk.embedded-local-ports-{id(self)}")
+        manager.plugins.pm.register(
+            self._local_ports, name=f"rock.sdk.embedded-local-ports-{id(self)}"
+        )
         await manager.__aenter__()
         try:
             async with BlockingPortal() as portal, anyio.create_task_group() as tg:
@@ -337,7 +357,9 @@ class EmbeddedEngine:
             portal.call(stop.set)
         thread.join(self._close_timeout)
         if thread.is_alive():
-            log.warning("rock's embedded engine did not finish closing within %gs", self._close_timeout)
+            log.warning(
+                "rock's embedded engine did not finish closing within %gs", self._close_timeout
+            )
 
     async def aclose(self) -> None:
         """:meth:`close`, waited for in a worker thread so the caller's loop keeps running."""
@@ -383,7 +405,9 @@ class EmbeddedEngine:
                 raise _closed_error() from exc
             raise
 
-    async def _iterate(self, factory: Callable[..., AsyncIterator[T]], *args: Any) -> AsyncIterator[T]:
+    async def _iterate(
+        self, factory: Callable[..., AsyncIterator[T]], *args: Any
+    ) -> AsyncIterator[T]:
         """Yield, in the caller's loop, what ``factory(*args)`` yields on the engine's loop."""
         send, receive = anyio.create_memory_object_stream[tuple[bool, Any]](_STREAM_BUFFER)
         await self._call(self._start_pump, send, factory, args)
@@ -402,13 +426,17 @@ class EmbeddedEngine:
                 with contextlib.suppress(RuntimeError):
                     portal.start_task_soon(receive.aclose)
 
-    async def _start_pump(self, send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]) -> None:
+    async def _start_pump(
+        self, send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]
+    ) -> None:
         if self._tg is None:
             raise _closed_error()
         self._tg.start_soon(self._pump, send, factory, args)
 
     @staticmethod
-    async def _pump(send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]) -> None:
+    async def _pump(
+        send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]
+    ) -> None:
         async with send:
             try:
                 async with contextlib.aclosing(factory(*args)) as items:  # type: ignore[type-var]
@@ -435,7 +463,11 @@ class EmbeddedEngine:
             return await method(client, *args, **kwargs)
 
     async def _rocklet_stream(
-        self, sandbox_id: str, attempted: str, method: Callable[..., AsyncIterator[T]], args: tuple[Any, ...]
+        self,
+        sandbox_id: str,
+        attempted: str,
+        method: Callable[..., AsyncIterator[T]],
+        args: tuple[Any, ...],
     ) -> AsyncIterator[T]:
         client = self.manager.rocklet(sandbox_id, attempted)
         with self.manager.call(sandbox_id):
@@ -452,7 +484,11 @@ class EmbeddedEngine:
         """(engine loop) The rocklet address and secret of a running sandbox; raises the
         manager's error if not running."""
         client = self.manager.rocklet(sandbox_id, attempted)
-        address = (client.host, client.port, client.token)  # (path, 0, ...) for a rocklet on a unix socket
+        address = (
+            client.host,
+            client.port,
+            client.token,
+        )  # (path, 0, ...) for a rocklet on a unix socket
         self._addresses.put(sandbox_id, address)
         return address
 
@@ -481,17 +517,26 @@ class EmbeddedEngine:
         address = self._addresses.get(sandbox_id)
         if address is None:
             address = await self._call(self._address_of, sandbox_id, attempted)
-        return RockletClient(await self._loop_http(loop), address[0], address[1], sandbox_id, token=address[2])
+        return RockletClient(
+            await self._loop_http(loop), address[0], address[1], sandbox_id, token=address[2]
+        )
 
     async def _explain_unreachable(self, sandbox_id: str, attempted: str) -> None:
         """After a rocklet did not answer: raise the engine's error if the sandbox is no longer running."""
         with contextlib.suppress(RockletUnreachable):
             status = await self.get_status(sandbox_id, True)
             if status.state not in LIVE_STATES:
-                await self._call(self._address_of, sandbox_id, attempted)  # raises "not running (stopped: why)"
+                await self._call(
+                    self._address_of, sandbox_id, attempted
+                )  # raises "not running (stopped: why)"
 
     async def _rocklet(
-        self, sandbox_id: str, attempted: str, method: Callable[..., Awaitable[T]], *args: Any, **kwargs: Any
+        self,
+        sandbox_id: str,
+        attempted: str,
+        method: Callable[..., Awaitable[T]],
+        *args: Any,
+        **kwargs: Any,
     ) -> T:
         client = await self._direct_client(sandbox_id, attempted)
         if client is None:
@@ -533,16 +578,31 @@ class EmbeddedEngine:
         cluster: str | None = None,
     ) -> SandboxStartResponse:
         """Accept a start (``pending``) and return the new sandbox's id and placement."""
-        identity = {"user_id": user_id, "experiment_id": experiment_id, "namespace": namespace, "cluster": cluster}
-        return start_response(await self._call(self._manager_call, "start_async", (request,), identity))
+        identity = {
+            "user_id": user_id,
+            "experiment_id": experiment_id,
+            "namespace": namespace,
+            "cluster": cluster,
+        }
+        return start_response(
+            await self._call(self._manager_call, "start_async", (request,), identity)
+        )
 
-    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+    async def wait_until_running(
+        self, sandbox_id: str, timeout: float | None = None
+    ) -> SandboxStatusResponse:
         """Wait on the engine's own event (no polling) for the start to finish."""
-        return status_response(await self._call(self._manager_call, "wait_until_running", (sandbox_id, timeout), {}))
+        return status_response(
+            await self._call(self._manager_call, "wait_until_running", (sandbox_id, timeout), {})
+        )
 
-    async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatusResponse:
+    async def get_status(
+        self, sandbox_id: str, include_all_states: bool = False
+    ) -> SandboxStatusResponse:
         """ROCK's ``get_status``."""
-        return status_response(await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {}))
+        return status_response(
+            await self._call(self._manager_call, "get_status", (sandbox_id, include_all_states), {})
+        )
 
     async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
         """Keep ``size`` started sandboxes of the kind ``request`` describes in this process's engine."""
@@ -556,13 +616,18 @@ class EmbeddedEngine:
 
         return await self._call(on_engine)
 
-    async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
+    async def list_sandboxes(
+        self, filters: Mapping[str, str] | None = None
+    ) -> list[SandboxStatusResponse]:
         """The pending and running sandboxes of this process's engine whose fields equal ``filters``."""
 
         async def on_engine() -> list[SandboxStatusResponse]:
             manager = self.manager
             states = sorted(LIVE_STATES, key=lambda s: s.value)
-            return [status_response(s) for s in manager.statuses_of(manager.list_records(states=states, filters=filters))]
+            return [
+                status_response(s)
+                for s in manager.statuses_of(manager.list_records(states=states, filters=filters))
+            ]
 
         return await self._call(on_engine)
 
@@ -584,21 +649,33 @@ class EmbeddedEngine:
 
     # -- Engine: sessions and commands -----------------------------------------------------------
 
-    async def create_session(self, sandbox_id: str, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+    async def create_session(
+        self, sandbox_id: str, request: CreateBashSessionRequest
+    ) -> CreateBashSessionResponse:
         """Open a bash session."""
-        return await self._rocklet(sandbox_id, "create_session", RockletClient.create_session, request)
+        return await self._rocklet(
+            sandbox_id, "create_session", RockletClient.create_session, request
+        )
 
     async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
         """Run a command in a bash session."""
-        return await self._rocklet(sandbox_id, "run_in_session", RockletClient.run_in_session, action)
+        return await self._rocklet(
+            sandbox_id, "run_in_session", RockletClient.run_in_session, action
+        )
 
-    async def close_session(self, sandbox_id: str, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
+    async def close_session(
+        self, sandbox_id: str, request: CloseBashSessionRequest
+    ) -> CloseBashSessionResponse:
         """Close a bash session."""
-        return await self._rocklet(sandbox_id, "close_session", RockletClient.close_session, request)
+        return await self._rocklet(
+            sandbox_id, "close_session", RockletClient.close_session, request
+        )
 
     async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
         """Ctrl-C the command running in a session."""
-        return await self._rocklet(sandbox_id, "interrupt_session", RockletClient.interrupt_session, session)
+        return await self._rocklet(
+            sandbox_id, "interrupt_session", RockletClient.interrupt_session, session
+        )
 
     async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
         """Run a one-shot command."""
@@ -619,10 +696,17 @@ class EmbeddedEngine:
         return await self._rocklet(sandbox_id, "write_file", RockletClient.write_file, request)
 
     async def upload(
-        self, sandbox_id: str, target_path: str, data: bytes | str | os.PathLike[str], *, unzip: bool = False
+        self,
+        sandbox_id: str,
+        target_path: str,
+        data: bytes | str | os.PathLike[str],
+        *,
+        unzip: bool = False,
     ) -> UploadResponse:
         """Upload bytes, or the local file at a path (streamed), to ``target_path``."""
-        return await self._rocklet(sandbox_id, "upload", RockletClient.upload, target_path, data, unzip=unzip)
+        return await self._rocklet(
+            sandbox_id, "upload", RockletClient.upload, target_path, data, unzip=unzip
+        )
 
     def download(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         """The raw bytes of a file in the sandbox, in chunks."""
@@ -649,7 +733,13 @@ class EmbeddedEngine:
     ) -> ProcessInfo:
         """Start a background command."""
         return await self._rocklet(
-            sandbox_id, "start_process", RockletClient.start_process, command, cwd=cwd, env=env, timeout=timeout
+            sandbox_id,
+            "start_process",
+            RockletClient.start_process,
+            command,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
         )
 
     async def process_status(
@@ -657,7 +747,12 @@ class EmbeddedEngine:
     ) -> ProcessInfo:
         """A background process's state."""
         return await self._rocklet(
-            sandbox_id, "process_status", RockletClient.process_status, process_id, wait=wait, tail=tail
+            sandbox_id,
+            "process_status",
+            RockletClient.process_status,
+            process_id,
+            wait=wait,
+            tail=tail,
         )
 
     async def process_output(
@@ -665,7 +760,12 @@ class EmbeddedEngine:
     ) -> bytes:
         """A background process's output bytes."""
         return await self._rocklet(
-            sandbox_id, "process_output", RockletClient.process_output, process_id, offset=offset, limit=limit
+            sandbox_id,
+            "process_output",
+            RockletClient.process_output,
+            process_id,
+            offset=offset,
+            limit=limit,
         )
 
     async def kill_process(
@@ -673,9 +773,13 @@ class EmbeddedEngine:
     ) -> ProcessInfo:
         """Signal a background process."""
         return await self._rocklet(
-            sandbox_id, "kill_process", RockletClient.kill_process, process_id, signal=signal, wait=wait
+            sandbox_id,
+            "kill_process",
+            RockletClient.kill_process,
+            process_id,
+            signal=signal,
+            wait=wait,
         )
-
 
     # -- a sandbox's own ports and terminals ------------------------------------------------
 
@@ -691,7 +795,9 @@ class EmbeddedEngine:
             raise _closed_error()
         manager = self.manager
         client = manager.rocklet(sandbox_id, "get_url")
-        return await self._local_ports.open(self._tg, client, sandbox_id, port, lambda: manager.touch(sandbox_id))
+        return await self._local_ports.open(
+            self._tg, client, sandbox_id, port, lambda: manager.touch(sandbox_id)
+        )
 
     async def _caller_client(self, sandbox_id: str, attempted: str) -> RockletClient:
         """A rocklet client usable from the caller's loop (the engine started if need be)."""
@@ -701,7 +807,9 @@ class EmbeddedEngine:
             return self.manager.rocklet(sandbox_id, attempted)
         client = await self._direct_client(sandbox_id, attempted)
         if client is None:
-            raise InvalidParameter(f"{attempted} in embedded mode needs an asyncio event loop", attempted=attempted)
+            raise InvalidParameter(
+                f"{attempted} in embedded mode needs an asyncio event loop", attempted=attempted
+            )
         return client
 
     async def open_port(self, sandbox_id: str, port: int) -> PortConnection:

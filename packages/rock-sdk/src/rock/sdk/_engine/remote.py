@@ -34,6 +34,15 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx
+
+from rock.sdk._engine.connect import (
+    PortConnection,
+    Shell,
+    WebSocketConnection,
+    WebSocketShell,
+    check_port,
+    connect_websocket,
+)
 from rock_core.actions import (
     BashAction,
     BashObservation,
@@ -53,13 +62,12 @@ from rock_core.actions import (
     SandboxStartResponse,
     SandboxStatusResponse,
     UploadResponse,
+    WarmPoolsResponse,
+    WarmPoolStatus,
     WriteFileRequest,
     WriteFileResponse,
-    WarmPoolStatus,
-    WarmPoolsResponse,
 )
 from rock_core.converters import structure_wire, unstructure_wire
-from rock_core.engine.rocklet_client import process_request
 from rock_core.errors import (
     BadRequestRockError,
     CommandTimeout,
@@ -75,16 +83,8 @@ from rock_core.errors import (
     error_for_code,
 )
 from rock_core.models import PhaseStatus
+from rock_core.rocklet_client import process_request
 from rock_core.states import LIVE_STATES, State
-
-from rock.sdk._engine.connect import (
-    PortConnection,
-    Shell,
-    WebSocketConnection,
-    WebSocketShell,
-    check_port,
-    connect_websocket,
-)
 
 __all__ = [
     "API_PREFIX",
@@ -120,7 +120,9 @@ _IDEMPOTENT_POSTS = frozenset({"/stop", "/delete"})
 # -- pure helpers -----------------------------------------------------------------------------------
 
 
-def remote_headers(headers: Mapping[str, str] | None = None, *, api_key: str | None = None) -> dict[str, str]:
+def remote_headers(
+    headers: Mapping[str, str] | None = None, *, api_key: str | None = None
+) -> dict[str, str]:
     """The headers of every call: ``headers`` (ROCK's ``_build_headers``), plus the API key.
 
     ``api_key`` (default: the ``ROCK_API_KEY`` environment variable) is sent as ``X-API-Key``
@@ -233,12 +235,12 @@ class RemoteEngine:
         self.api_url = self.base_url + API_PREFIX
         self.headers = remote_headers(headers, api_key=api_key)
         self._transport = transport
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._held_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
+        ] = weakref.WeakKeyDictionary()
+        self._held_clients: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
+        ] = weakref.WeakKeyDictionary()
         self._clients_lock = threading.Lock()
         self._held = 0  # get_status requests held by the admin now (wait_until_running)
 
@@ -306,16 +308,22 @@ class RemoteEngine:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(_awaited(func(*args)))
-        raise RuntimeError("call_blocking cannot be used from a running event loop; await the call instead")
+        raise RuntimeError(
+            "call_blocking cannot be used from a running event loop; await the call instead"
+        )
 
-    def _unreachable(self, exc: Exception, attempted: str, sandbox_id: str | None) -> InternalServerRockError:
+    def _unreachable(
+        self, exc: Exception, attempted: str, sandbox_id: str | None
+    ) -> InternalServerRockError:
         return InternalServerRockError(
             f"rock admin at {self.base_url} is unreachable: is `rock admin start` running? ({exc!r})",
             sandbox_id=sandbox_id,
             attempted=attempted,
         )
 
-    def _timed_out(self, attempted: str, sandbox_id: str | None, timeout: httpx.Timeout | None) -> CommandTimeout:
+    def _timed_out(
+        self, attempted: str, sandbox_id: str | None, timeout: httpx.Timeout | None
+    ) -> CommandTimeout:
         seconds = (timeout or _DEFAULT_TIMEOUT).read
         within = f" within {seconds:g}s" if seconds is not None else " in time"
         return CommandTimeout(
@@ -324,7 +332,9 @@ class RemoteEngine:
             attempted=attempted,
         )
 
-    def _raise_for_response(self, response: httpx.Response, attempted: str, sandbox_id: str | None) -> Any:
+    def _raise_for_response(
+        self, response: httpx.Response, attempted: str, sandbox_id: str | None
+    ) -> Any:
         """The envelope's ``result``, or the error the response stands for."""
         try:
             body = response.json()
@@ -334,11 +344,17 @@ class RemoteEngine:
             if body.get("status") == "Success":
                 return body.get("result")
             raise error_from_envelope(body, sandbox_id=sandbox_id, attempted=attempted)
-        detail = body.get("detail") if isinstance(body, dict) and "detail" in body else (body or response.text)
+        detail = (
+            body.get("detail")
+            if isinstance(body, dict) and "detail" in body
+            else (body or response.text)
+        )
         where = f"{response.request.method} {response.request.url.path}"
         kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
         if response.status_code == 413:
-            raise PayloadTooLarge(f"rock admin at {self.base_url} refused {attempted}: the body is too large", **kw)
+            raise PayloadTooLarge(
+                f"rock admin at {self.base_url} refused {attempted}: the body is too large", **kw
+            )
         if response.status_code in (401, 403):
             raise BadRequestRockError(
                 f"rock admin at {self.base_url} refused {attempted} (HTTP {response.status_code}): {detail}; "
@@ -354,7 +370,8 @@ class RemoteEngine:
         if 400 <= response.status_code < 500:
             raise BadRequestRockError(f"{attempted}: HTTP {response.status_code}: {detail}", **kw)
         raise InternalServerRockError(
-            f"rock admin at {self.base_url} answered {where} with HTTP {response.status_code}: {detail}", **kw
+            f"rock admin at {self.base_url} answered {where} with HTTP {response.status_code}: {detail}",
+            **kw,
         )
 
     async def _send(
@@ -400,12 +417,16 @@ class RemoteEngine:
     ) -> Any:
         """One request (``held``: one the admin holds, on its own pool); return the envelope's
         ``result`` or raise its error."""
-        response = await self._send(method, route, attempted, sandbox_id, timeout=timeout, held=held, **kw)
+        response = await self._send(
+            method, route, attempted, sandbox_id, timeout=timeout, held=held, **kw
+        )
         if response.status_code in (404, 405) and not _is_envelope(response):
             raise await self._not_served(response, attempted, sandbox_id)
         return self._raise_for_response(response, attempted, sandbox_id)
 
-    async def _not_served(self, response: httpx.Response, attempted: str, sandbox_id: str | None) -> RockError:
+    async def _not_served(
+        self, response: httpx.Response, attempted: str, sandbox_id: str | None
+    ) -> RockError:
         """Why a route answered 404/405: ``base_url`` is no rock admin, or the admin is older."""
         where = f"{response.request.method} {response.request.url.path}"
         kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
@@ -414,11 +435,15 @@ class RemoteEngine:
             health = probe.json() if probe.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             health = None
-        if not (isinstance(health, dict) and health.get("status") == "ok" and health.get("version")):
+        if not (
+            isinstance(health, dict) and health.get("status") == "ok" and health.get("version")
+        ):
             return InvalidParameter(
                 f"base_url {self.base_url} does not point at a rock admin: it answered {where} with HTTP "
                 f"{response.status_code} and has no rock /healthz; check ROCK_BASE_URL or SandboxConfig.base_url",
-                field="base_url", value=self.base_url, **kw,
+                field="base_url",
+                value=self.base_url,
+                **kw,
             )
         return NotSupported(
             f"the rock admin at {self.base_url} (version {health['version']}) does not serve {where} "
@@ -427,16 +452,34 @@ class RemoteEngine:
         )
 
     async def _post(
-        self, route: str, attempted: str, sandbox_id: str, body: Any, cls: type[T], timeout: httpx.Timeout | None = None
+        self,
+        route: str,
+        attempted: str,
+        sandbox_id: str,
+        body: Any,
+        cls: type[T],
+        timeout: httpx.Timeout | None = None,
     ) -> T:
         payload = body if isinstance(body, dict) else unstructure_wire(body)
         result = await self._call(
-            "POST", route, attempted, sandbox_id, json={**payload, "sandbox_id": sandbox_id}, timeout=timeout
+            "POST",
+            route,
+            attempted,
+            sandbox_id,
+            json={**payload, "sandbox_id": sandbox_id},
+            timeout=timeout,
         )
         return structure_wire(result, cls, forbid_extra_keys=False)
 
     async def _stream(
-        self, route: str, attempted: str, sandbox_id: str, body: dict[str, Any], timeout: httpx.Timeout, *, lines: bool
+        self,
+        route: str,
+        attempted: str,
+        sandbox_id: str,
+        body: dict[str, Any],
+        timeout: httpx.Timeout,
+        *,
+        lines: bool,
     ) -> AsyncGenerator[Any, None]:
         """POST ``body`` and yield the streamed answer's lines (``lines``) or byte chunks.
 
@@ -446,7 +489,10 @@ class RemoteEngine:
         http = await self._http()
         try:
             async with http.stream(
-                "POST", self.api_url + route, json={**body, "sandbox_id": sandbox_id}, timeout=timeout
+                "POST",
+                self.api_url + route,
+                json={**body, "sandbox_id": sandbox_id},
+                timeout=timeout,
             ) as response:
                 kind = response.headers.get("content-type", "")
                 if response.status_code >= 400 or kind.startswith("application/json"):
@@ -488,11 +534,18 @@ class RemoteEngine:
             if value
         }
         result = await self._call(
-            "POST", "/start_async", "start", request.sandbox_id, json=unstructure_wire(request), headers=headers
+            "POST",
+            "/start_async",
+            "start",
+            request.sandbox_id,
+            json=unstructure_wire(request),
+            headers=headers,
         )
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
-    async def wait_until_running(self, sandbox_id: str, timeout: float | None = None) -> SandboxStatusResponse:
+    async def wait_until_running(
+        self, sandbox_id: str, timeout: float | None = None
+    ) -> SandboxStatusResponse:
         """Ask ``get_status`` until the sandbox runs: rock's admin holds each answer until the
         start settles (up to 20 s a request; at most 512 such requests at once per engine, the
         rest poll); an admin that answers at once (ROCK's) is polled 0.05 s apart, growing to 1 s.
@@ -506,7 +559,11 @@ class RemoteEngine:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = _POLL_FIRST
         while True:
-            wait = _STATUS_WAIT if deadline is None else min(_STATUS_WAIT, max(0.0, deadline - time.monotonic()))
+            wait = (
+                _STATUS_WAIT
+                if deadline is None
+                else min(_STATUS_WAIT, max(0.0, deadline - time.monotonic()))
+            )
             with self._clients_lock:
                 if self._held >= _MAX_HELD:
                     wait = 0.0  # enough connections held open already: poll
@@ -541,7 +598,9 @@ class RemoteEngine:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise StartupTimeout(
-                        f"Failed to start sandbox within {timeout:g}s", sandbox_id=sandbox_id, attempted="start"
+                        f"Failed to start sandbox within {timeout:g}s",
+                        sandbox_id=sandbox_id,
+                        attempted="start",
                     )
                 pause = min(pause, remaining)
             if pause > 0:
@@ -558,12 +617,18 @@ class RemoteEngine:
         result = await self._call("GET", "/warm_pools", "warm_pools", None)
         return structure_wire(result, WarmPoolsResponse, forbid_extra_keys=False).pools
 
-    async def list_sandboxes(self, filters: Mapping[str, str] | None = None) -> list[SandboxStatusResponse]:
+    async def list_sandboxes(
+        self, filters: Mapping[str, str] | None = None
+    ) -> list[SandboxStatusResponse]:
         """``GET /sandboxes``, page after page: every pending and running sandbox the key may see."""
         items = await self.list_sandbox_items(filters)
-        return [structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items]
+        return [
+            structure_wire(item, SandboxStatusResponse, forbid_extra_keys=False) for item in items
+        ]
 
-    async def list_sandbox_items(self, filters: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+    async def list_sandbox_items(
+        self, filters: Mapping[str, str] | None = None
+    ) -> list[dict[str, Any]]:
         """:meth:`list_sandboxes` as the admin's JSON items, not read into models: for a caller
         that only prints them (``rock sandbox list``: reading 1,000 statuses into models costs
         more than fetching them)."""
@@ -571,7 +636,10 @@ class RemoteEngine:
         page = 1
         while True:
             result = await self._call(
-                "GET", "/sandboxes", "list_sandboxes", None,
+                "GET",
+                "/sandboxes",
+                "list_sandboxes",
+                None,
                 params={"page": page, "page_size": _LIST_PAGE_SIZE, **(filters or {})},
             )
             page_items = result.get("items") or []
@@ -588,7 +656,9 @@ class RemoteEngine:
         params = {"sandbox_id": sandbox_id, "include_all_states": str(bool(include_all_states))}
         if wait > 0:
             params["wait"] = f"{wait:g}"
-        result = await self._call("GET", "/get_status", "get_status", sandbox_id, params=params, held=wait > 0)
+        result = await self._call(
+            "GET", "/get_status", "get_status", sandbox_id, params=params, held=wait > 0
+        )
         return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
 
     async def stop(self, sandbox_id: str) -> None:
@@ -605,42 +675,72 @@ class RemoteEngine:
 
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
         """``POST /restart``; wait with :meth:`wait_until_running`."""
-        result = await self._call("POST", "/restart", "restart", sandbox_id, json={"sandbox_id": sandbox_id})
+        result = await self._call(
+            "POST", "/restart", "restart", sandbox_id, json={"sandbox_id": sandbox_id}
+        )
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
     # -- Engine: sessions and commands -------------------------------------------------------------
 
-    async def create_session(self, sandbox_id: str, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+    async def create_session(
+        self, sandbox_id: str, request: CreateBashSessionRequest
+    ) -> CreateBashSessionResponse:
         """``POST /create_session``."""
-        return await self._post("/create_session", "create_session", sandbox_id, request, CreateBashSessionResponse)
+        return await self._post(
+            "/create_session", "create_session", sandbox_id, request, CreateBashSessionResponse
+        )
 
     async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
         """``POST /run_in_session``; the HTTP call waits as long as ``action.timeout`` (plus a margin)."""
         return await self._post(
-            "/run_in_session", "run_in_session", sandbox_id, action, BashObservation, _command_timeout(action.timeout)
+            "/run_in_session",
+            "run_in_session",
+            sandbox_id,
+            action,
+            BashObservation,
+            _command_timeout(action.timeout),
         )
 
-    async def close_session(self, sandbox_id: str, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
+    async def close_session(
+        self, sandbox_id: str, request: CloseBashSessionRequest
+    ) -> CloseBashSessionResponse:
         """``POST /close_session``."""
-        return await self._post("/close_session", "close_session", sandbox_id, request, CloseBashSessionResponse)
+        return await self._post(
+            "/close_session", "close_session", sandbox_id, request, CloseBashSessionResponse
+        )
 
     async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
         """``POST /interrupt_session`` (rock)."""
         return await self._post(
-            "/interrupt_session", "interrupt_session", sandbox_id, {"session": session}, InterruptSessionResponse
+            "/interrupt_session",
+            "interrupt_session",
+            sandbox_id,
+            {"session": session},
+            InterruptSessionResponse,
         )
 
     async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
         """``POST /execute``; the HTTP call waits as long as ``command.timeout`` (plus a margin)."""
         return await self._post(
-            "/execute", "execute", sandbox_id, command, CommandResponse, _command_timeout(command.timeout)
+            "/execute",
+            "execute",
+            sandbox_id,
+            command,
+            CommandResponse,
+            _command_timeout(command.timeout),
         )
 
-    async def execute_stream(self, sandbox_id: str, command: Command) -> AsyncIterator[dict[str, Any]]:
+    async def execute_stream(
+        self, sandbox_id: str, command: Command
+    ) -> AsyncIterator[dict[str, Any]]:
         """``POST /execute_stream`` (rock): the command's events, one JSON object per line."""
         stream = self._stream(
-            "/execute_stream", "execute_stream", sandbox_id, unstructure_wire(command),
-            _command_timeout(command.timeout), lines=True,
+            "/execute_stream",
+            "execute_stream",
+            sandbox_id,
+            unstructure_wire(command),
+            _command_timeout(command.timeout),
+            lines=True,
         )
         async with contextlib.aclosing(stream):
             async for line in stream:
@@ -650,7 +750,9 @@ class RemoteEngine:
                 if event.get("type") == "error":  # the server lost the command midway
                     message = str(event.get("message") or "the command's stream broke")
                     kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": "execute_stream"}
-                    raise error_for_code(event.get("code"), message, **kw) or InternalServerRockError(message, **kw)
+                    raise error_for_code(
+                        event.get("code"), message, **kw
+                    ) or InternalServerRockError(message, **kw)
                 yield event
 
     # -- Engine: files -----------------------------------------------------------------------------
@@ -664,7 +766,12 @@ class RemoteEngine:
         return await self._post("/write_file", "write_file", sandbox_id, request, WriteFileResponse)
 
     async def upload(
-        self, sandbox_id: str, target_path: str, data: bytes | str | os.PathLike[str], *, unzip: bool = False
+        self,
+        sandbox_id: str,
+        target_path: str,
+        data: bytes | str | os.PathLike[str],
+        *,
+        unzip: bool = False,
     ) -> UploadResponse:
         """``POST /upload`` (multipart ``file``, ``target_path``, ``sandbox_id``); a local file is streamed."""
         form = {"target_path": target_path, "sandbox_id": sandbox_id}
@@ -672,28 +779,46 @@ class RemoteEngine:
             form["unzip"] = "true"
         no_limit = httpx.Timeout(None, connect=10.0)
         if isinstance(data, (bytes, bytearray)):
-            files: dict[str, Any] = {"file": (os.path.basename(target_path) or "upload", bytes(data))}
-            result = await self._call("POST", "/upload", "upload", sandbox_id, files=files, data=form, timeout=no_limit)
+            files: dict[str, Any] = {
+                "file": (os.path.basename(target_path) or "upload", bytes(data))
+            }
+            result = await self._call(
+                "POST", "/upload", "upload", sandbox_id, files=files, data=form, timeout=no_limit
+            )
         else:
             path = os.fspath(data)
             try:
-                handle = open(path, "rb")  # noqa: SIM115 - closed below, once the upload has streamed it
+                handle = open(path, "rb")  # noqa: ASYNC230 - opening is quick; closed after the upload
             except OSError as exc:
                 raise InvalidParameter(
                     f"source_path: cannot read local file {path!r}: {exc.strerror}",
-                    field="source_path", value=path, sandbox_id=sandbox_id, attempted="upload",
+                    field="source_path",
+                    value=path,
+                    sandbox_id=sandbox_id,
+                    attempted="upload",
                 ) from exc
             with handle:
                 files = {"file": (os.path.basename(path), handle)}
                 result = await self._call(
-                    "POST", "/upload", "upload", sandbox_id, files=files, data=form, timeout=no_limit
+                    "POST",
+                    "/upload",
+                    "upload",
+                    sandbox_id,
+                    files=files,
+                    data=form,
+                    timeout=no_limit,
                 )
         return structure_wire(result, UploadResponse, forbid_extra_keys=False)
 
     async def download(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         """``POST /download`` (rock): the file's raw bytes, in chunks."""
         stream = self._stream(
-            "/download", "download", sandbox_id, {"path": path}, httpx.Timeout(None, connect=10.0), lines=False
+            "/download",
+            "download",
+            sandbox_id,
+            {"path": path},
+            httpx.Timeout(None, connect=10.0),
+            lines=False,
         )
         async with contextlib.aclosing(stream):
             async for chunk in stream:
@@ -701,12 +826,18 @@ class RemoteEngine:
 
     async def list_dir(self, sandbox_id: str, path: str) -> ListDirResponse:
         """``POST /list_dir`` (rock)."""
-        return await self._post("/list_dir", "list_dir", sandbox_id, {"path": path}, ListDirResponse)
+        return await self._post(
+            "/list_dir", "list_dir", sandbox_id, {"path": path}, ListDirResponse
+        )
 
     async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:
         """``GET /get_sandbox_statistics``."""
         result = await self._call(
-            "GET", "/get_sandbox_statistics", "get_statistics", sandbox_id, params={"sandbox_id": sandbox_id}
+            "GET",
+            "/get_sandbox_statistics",
+            "get_statistics",
+            sandbox_id,
+            params={"sandbox_id": sandbox_id},
         )
         return dict(result or {})
 
@@ -722,9 +853,14 @@ class RemoteEngine:
         timeout: float | None = None,
     ) -> ProcessInfo:
         """``POST /processes`` (rock)."""
-        body = {**process_request(command, cwd=cwd, env=env, timeout=timeout), "sandbox_id": sandbox_id}
+        body = {
+            **process_request(command, cwd=cwd, env=env, timeout=timeout),
+            "sandbox_id": sandbox_id,
+        }
         result = await self._call("POST", "/processes", "start_process", sandbox_id, json=body)
-        return structure_wire({"command": command, "running": True, **result}, ProcessInfo, forbid_extra_keys=False)
+        return structure_wire(
+            {"command": command, "running": True, **result}, ProcessInfo, forbid_extra_keys=False
+        )
 
     async def process_status(
         self, sandbox_id: str, process_id: str, *, wait: float = 0.0, tail: int = 4096
@@ -748,10 +884,15 @@ class RemoteEngine:
         if limit is not None:
             params["limit"] = limit
         response = await self._send(
-            "GET", f"/processes/{urllib.parse.quote(process_id, safe='')}/output", "process_output", sandbox_id,
+            "GET",
+            f"/processes/{urllib.parse.quote(process_id, safe='')}/output",
+            "process_output",
+            sandbox_id,
             params=params,
         )
-        if response.status_code < 400 and not response.headers.get("content-type", "").startswith("application/json"):
+        if response.status_code < 400 and not response.headers.get("content-type", "").startswith(
+            "application/json"
+        ):
             return response.content
         result = self._raise_for_response(response, "process_output", sandbox_id)
         return result.encode() if isinstance(result, str) else bytes(result or b"")
@@ -770,7 +911,6 @@ class RemoteEngine:
         )
         return structure_wire(result, ProcessInfo, forbid_extra_keys=False)
 
-
     # -- a sandbox's own ports and terminals (the admin's proxy and WebSockets) ---------------------
 
     def _sandbox_url(self, sandbox_id: str, route: str) -> str:
@@ -785,18 +925,22 @@ class RemoteEngine:
 
     def _ws_url(self, sandbox_id: str, route: str, query: Mapping[str, Any]) -> str:
         url = self._sandbox_url(sandbox_id, route)
-        url = "ws" + url[len("http"):] if url.startswith("http") else url
+        url = "ws" + url[len("http") :] if url.startswith("http") else url
         return url + "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
 
     async def open_port(self, sandbox_id: str, port: int) -> PortConnection:
         """(rock) A TCP connection to ``127.0.0.1:port`` in the sandbox: the admin's
         ``/portforward`` WebSocket."""
         check_port(port)
-        return await WebSocketConnection.open(self._ws_url(sandbox_id, "portforward", {"port": port}), self.headers, sandbox_id)
+        return await WebSocketConnection.open(
+            self._ws_url(sandbox_id, "portforward", {"port": port}), self.headers, sandbox_id
+        )
 
     async def open_shell(self, sandbox_id: str, **options: Any) -> Shell:
         """(rock) A program on a pseudo-terminal in the sandbox: the admin's ``/shell`` WebSocket."""
-        ws = await connect_websocket(self._ws_url(sandbox_id, "shell", options), self.headers, sandbox_id, "shell")
+        ws = await connect_websocket(
+            self._ws_url(sandbox_id, "shell", options), self.headers, sandbox_id, "shell"
+        )
         return WebSocketShell(ws, sandbox_id)
 
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import attrs
 import httpx
+
 from rock_core.errors import InternalServerRockError, InvalidParameter
 
 __all__ = ["LLMBackend", "LLMConfig", "LLMError"]
@@ -30,7 +31,11 @@ def _url(field: str) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         parts = urlsplit(value) if isinstance(value, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidParameter(f"{field}: expected an http:// or https:// URL, got {value!r}", field=field, value=value)
+            raise InvalidParameter(
+                f"{field}: expected an http:// or https:// URL, got {value!r}",
+                field=field,
+                value=value,
+            )
 
     return check
 
@@ -38,7 +43,9 @@ def _url(field: str) -> Any:
 def _positive(field: str) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise InvalidParameter(f"{field}: expected a number > 0, got {value!r}", field=field, value=value)
+            raise InvalidParameter(
+                f"{field}: expected a number > 0, got {value!r}", field=field, value=value
+            )
 
     return check
 
@@ -46,7 +53,9 @@ def _positive(field: str) -> Any:
 def _non_blank(field: str) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if not isinstance(value, str) or not value.strip():
-            raise InvalidParameter(f"{field}: expected a non-blank string, got {value!r}", field=field, value=value)
+            raise InvalidParameter(
+                f"{field}: expected a non-blank string, got {value!r}", field=field, value=value
+            )
 
     return check
 
@@ -77,30 +86,43 @@ class LLMBackend:
     :param transport: an httpx transport (tests may pass one; the default is the network).
     """
 
-    def __init__(self, config: LLMConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, config: LLMConfig, *, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.config = config
         self.url = config.base_url.rstrip("/") + "/chat/completions"
         self._transport = transport
 
-    async def complete(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    async def complete(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> dict[str, Any]:
         """One completion: the assistant's message (``content`` and maybe ``tool_calls``).
 
         :raises LLMError: the server cannot be reached, answers an HTTP error, or answers
             something without ``choices[0].message``.
         """
-        body: dict[str, Any] = {"model": self.config.model, "messages": list(messages), "temperature": 0}
+        body: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": list(messages),
+            "temperature": 0,
+        }
         if tools:
             body["tools"] = list(tools)
             body["tool_choice"] = "auto"
         headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
         try:
-            async with httpx.AsyncClient(timeout=self.config.timeout, transport=self._transport) as client:
+            async with httpx.AsyncClient(
+                timeout=self.config.timeout, transport=self._transport
+            ) as client:
                 response = await client.post(self.url, json=body, headers=headers)
         except httpx.HTTPError as exc:
-            raise LLMError(f"LLM backend at {self.url}: {type(exc).__name__}: {exc}", attempted="chat") from exc
+            raise LLMError(
+                f"LLM backend at {self.url}: {type(exc).__name__}: {exc}", attempted="chat"
+            ) from exc
         if response.status_code != 200:
             raise LLMError(
-                f"LLM backend at {self.url} answered HTTP {response.status_code}: {response.text[:500]}", attempted="chat"
+                f"LLM backend at {self.url} answered HTTP {response.status_code}: {response.text[:500]}",
+                attempted="chat",
             )
         try:
             message = response.json()["choices"][0]["message"]
@@ -110,7 +132,10 @@ class LLMBackend:
                 attempted="chat",
             ) from exc
         if not isinstance(message, dict):
-            raise LLMError(f"LLM backend at {self.url}: choices[0].message is not an object: {message!r}", attempted="chat")
+            raise LLMError(
+                f"LLM backend at {self.url}: choices[0].message is not an object: {message!r}",
+                attempted="chat",
+            )
         return message
 
 
@@ -122,16 +147,24 @@ def tool_call_arguments(call: Mapping[str, Any]) -> tuple[str, str, dict[str, An
     """
     function = call.get("function") if isinstance(call, Mapping) else None
     if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
-        raise InvalidParameter(f"tool_calls.function: expected {{name, arguments}}, got {call!r}", field="tool_calls.function", value=call)
+        raise InvalidParameter(
+            f"tool_calls.function: expected {{name, arguments}}, got {call!r}",
+            field="tool_calls.function",
+            value=call,
+        )
     raw = function.get("arguments") or "{}"
     try:
         args = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError as exc:
         raise InvalidParameter(
-            f"tool_calls.function.arguments: not JSON: {raw!r}", field="tool_calls.function.arguments", value=raw
+            f"tool_calls.function.arguments: not JSON: {raw!r}",
+            field="tool_calls.function.arguments",
+            value=raw,
         ) from exc
     if not isinstance(args, dict):
         raise InvalidParameter(
-            f"tool_calls.function.arguments: expected a JSON object, got {raw!r}", field="tool_calls.function.arguments", value=raw
+            f"tool_calls.function.arguments: expected a JSON object, got {raw!r}",
+            field="tool_calls.function.arguments",
+            value=raw,
         )
     return str(call.get("id") or ""), function["name"], args

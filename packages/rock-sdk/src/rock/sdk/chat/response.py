@@ -76,6 +76,8 @@ class ChatResponse:
     @property
     def ok(self) -> bool:
         """Every planned action ran and succeeded (``False`` when nothing was planned)."""
-        return bool(self.actions) and len(self.observations) == len(self.actions) and all(
-            o.ok for o in self.observations
+        return (
+            bool(self.actions)
+            and len(self.observations) == len(self.actions)
+            and all(o.ok for o in self.observations)
         )

@@ -20,15 +20,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import attrs
-from rock_core.envs import EnvFailed
-from rock_core.errors import InvalidParameter, RockError
 
-from rock.sdk.chat import messages
 from rock.sdk.chat.actions import ACTIONS, available_actions, describe_error, plan
 from rock.sdk.chat.llm import LLMBackend, LLMConfig, tool_call_arguments
 from rock.sdk.chat.messages import EXAMPLES, MISSING, WHAT, say
 from rock.sdk.chat.response import ActionObservation, ChatAction, ChatResponse, Language
 from rock.sdk.chat.rules import detect_language, interpret
+from rock_core.envs import EnvFailed
+from rock_core.errors import InvalidParameter, RockError
 
 __all__ = ["ChatConfig", "ChatContext", "ChatState", "chat", "close_envs"]
 
@@ -48,7 +47,11 @@ def _mirror(field: str) -> Any:
             return
         parts = urlsplit(value) if isinstance(value, str) else None
         if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
-            raise InvalidParameter(f"{field}: expected an http:// or https:// URL, got {value!r}", field=field, value=value)
+            raise InvalidParameter(
+                f"{field}: expected an http:// or https:// URL, got {value!r}",
+                field=field,
+                value=value,
+            )
 
     return check
 
@@ -56,7 +59,11 @@ def _mirror(field: str) -> Any:
 def _seconds(field: str) -> Any:
     def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise InvalidParameter(f"{field}: expected a number of seconds > 0, got {value!r}", field=field, value=value)
+            raise InvalidParameter(
+                f"{field}: expected a number of seconds > 0, got {value!r}",
+                field=field,
+                value=value,
+            )
 
     return check
 
@@ -92,9 +99,17 @@ class ChatConfig:
         llm = None
         if get["llm_base_url"] or get["llm_model"]:
             if not (get["llm_base_url"] and get["llm_model"]):
-                missing = ENVIRONMENT["llm_model"] if get["llm_base_url"] else ENVIRONMENT["llm_base_url"]
-                raise InvalidParameter(f"{missing}: required with the other ROCK_CHAT_LLM_* settings, got None", field=missing, value=None)
-            llm = LLMConfig(base_url=get["llm_base_url"], model=get["llm_model"], api_key=get["llm_api_key"])
+                missing = (
+                    ENVIRONMENT["llm_model"] if get["llm_base_url"] else ENVIRONMENT["llm_base_url"]
+                )
+                raise InvalidParameter(
+                    f"{missing}: required with the other ROCK_CHAT_LLM_* settings, got None",
+                    field=missing,
+                    value=None,
+                )
+            llm = LLMConfig(
+                base_url=get["llm_base_url"], model=get["llm_model"], api_key=get["llm_api_key"]
+            )
         return cls(llm=llm, pip_mirror=get["pip_mirror"], apt_mirror=get["apt_mirror"])
 
 
@@ -126,13 +141,17 @@ class ChatState:
         """
         handle = handle or self.current
         if handle is None:
-            raise EnvFailed("no env yet: start one first (\"start a Sokoban environment\")", kind="no_env")
+            raise EnvFailed(
+                'no env yet: start one first ("start a Sokoban environment")', kind="no_env"
+            )
         env = self.envs.get(handle)
         if env is None:
             from rock.sdk.envs._backend import backend_for
             from rock.sdk.envs.rock_env import AsyncRockEnv
 
-            env = AsyncRockEnv(handle, backend_for(ctx.sandbox.config.base_url, ctx.api_key()), handle)
+            env = AsyncRockEnv(
+                handle, backend_for(ctx.sandbox.config.base_url, ctx.api_key()), handle
+            )
             self.add(env)
         return env
 
@@ -189,7 +208,9 @@ async def chat(
         not understand).
     """
     if not isinstance(prompt, str) or not prompt.strip():
-        raise InvalidParameter(f"prompt: expected a non-blank string, got {prompt!r}", field="prompt", value=prompt)
+        raise InvalidParameter(
+            f"prompt: expected a non-blank string, got {prompt!r}", field="prompt", value=prompt
+        )
     config = ChatConfig.from_env() if config is None else config
     language = detect_language(prompt)
     state = _STATES.get(sandbox)
@@ -202,8 +223,11 @@ async def chat(
     if reading.kind == "incomplete":
         assert reading.action is not None and reading.missing is not None
         reply = say(
-            "incomplete", language, what=WHAT[reading.action][language],
-            missing=MISSING[reading.missing][language], example=EXAMPLES[reading.action][language],
+            "incomplete",
+            language,
+            what=WHAT[reading.action][language],
+            missing=MISSING[reading.missing][language],
+            example=EXAMPLES[reading.action][language],
         )
         return ChatResponse(reply=reply, language=language)
     if reading.kind == "action":
@@ -215,9 +239,18 @@ async def chat(
             action = plan(reading.action, reading.args, ctx)
         except InvalidParameter as exc:
             return ChatResponse(reply=say("invalid", language, error=exc), language=language)
-        return await _carry_out(ctx, [action], confirm=confirm, dry_run=dry_run, on_action=on_action)
+        return await _carry_out(
+            ctx, [action], confirm=confirm, dry_run=dry_run, on_action=on_action
+        )
     if config.llm is not None:
-        return await _ask_model(ctx, prompt, LLMBackend(config.llm), confirm=confirm, dry_run=dry_run, on_action=on_action)
+        return await _ask_model(
+            ctx,
+            prompt,
+            LLMBackend(config.llm),
+            confirm=confirm,
+            dry_run=dry_run,
+            on_action=on_action,
+        )
     return ChatResponse(reply=_capabilities(ctx, "unknown"), language=language)
 
 
@@ -226,7 +259,9 @@ def _capabilities(ctx: ChatContext, intro: str) -> str:
     lines = [say(intro, lang)]
     for spec in available_actions(ctx):
         note = say("needs_confirm", lang) if spec.destructive else ""
-        lines.append(f"- {spec.summary[lang]}{note} {say('example', lang, example=EXAMPLES[spec.name][lang])}")
+        lines.append(
+            f"- {spec.summary[lang]}{note} {say('example', lang, example=EXAMPLES[spec.name][lang])}"
+        )
     return "\n".join(lines)
 
 
@@ -237,7 +272,9 @@ async def _run_one(ctx: ChatContext, action: ChatAction) -> ActionObservation:
         return ActionObservation(action=action.name, ok=False, output=describe_error(exc))
 
 
-def _blocked(ctx: ChatContext, actions: list[ChatAction], *, confirm: bool, dry_run: bool) -> str | None:
+def _blocked(
+    ctx: ChatContext, actions: list[ChatAction], *, confirm: bool, dry_run: bool
+) -> str | None:
     """The reply when these actions must not run (dry run, or destructive without confirm)."""
     lang = ctx.language
     if dry_run:
@@ -249,15 +286,23 @@ def _blocked(ctx: ChatContext, actions: list[ChatAction], *, confirm: bool, dry_
 
 
 async def _carry_out(
-    ctx: ChatContext, actions: list[ChatAction], *, confirm: bool, dry_run: bool, on_action: Callable[[ChatAction], Any] | None
+    ctx: ChatContext,
+    actions: list[ChatAction],
+    *,
+    confirm: bool,
+    dry_run: bool,
+    on_action: Callable[[ChatAction], Any] | None,
 ) -> ChatResponse:
     lang = ctx.language
     lines = [say("will_run", lang, preview=a.preview) for a in actions]
     blocked = _blocked(ctx, actions, confirm=confirm, dry_run=dry_run)
     if blocked is not None:
         return ChatResponse(
-            reply="\n".join([*lines, blocked]), actions=actions, language=lang,
-            needs_confirmation=not dry_run, backend="rules",
+            reply="\n".join([*lines, blocked]),
+            actions=actions,
+            language=lang,
+            needs_confirmation=not dry_run,
+            backend="rules",
         )
     observations = []
     for index, action in enumerate(actions):
@@ -267,9 +312,17 @@ async def _carry_out(
         observations.append(observation)
         lines.append(_describe(ctx, action, observation))
         if not observation.ok and index + 1 < len(actions):
-            lines.append(say("not_run", lang, previews="; ".join(a.preview for a in actions[index + 1 :])))
+            lines.append(
+                say("not_run", lang, previews="; ".join(a.preview for a in actions[index + 1 :]))
+            )
             break
-    return ChatResponse(reply="\n".join(lines), actions=actions, observations=observations, language=lang, backend="rules")
+    return ChatResponse(
+        reply="\n".join(lines),
+        actions=actions,
+        observations=observations,
+        language=lang,
+        backend="rules",
+    )
 
 
 def _describe(ctx: ChatContext, action: ChatAction, obs: ActionObservation) -> str:
@@ -281,17 +334,26 @@ def _describe(ctx: ChatContext, action: ChatAction, obs: ActionObservation) -> s
         return f"{head}\n{_block(obs.output)}" if obs.output else head
     data = obs.data or {}
     args = action.args
-    values: dict[str, Any] = {"sandbox": ctx.sandbox.sandbox_id, "path": args.get("path"), "code": obs.exit_code}
+    values: dict[str, Any] = {
+        "sandbox": ctx.sandbox.sandbox_id,
+        "path": args.get("path"),
+        "code": obs.exit_code,
+    }
     key = action.name
     if key.startswith("install_"):
         mirror = data.get("mirror")
-        values.update(packages=", ".join(args["packages"]), via=say("via", lang, mirror=mirror) if mirror else "")
+        values.update(
+            packages=", ".join(args["packages"]),
+            via=say("via", lang, mirror=mirror) if mirror else "",
+        )
     elif key == "write_file":
         values["size"] = len(args["content"].encode())
     elif key == "show_logs" and args.get("path"):
         key = "show_logs_file"
     elif key in ("make_env", "reset_env", "step_env", "close_env"):
-        values.update({k: data.get(k) for k in ("env", "env_id", "reward", "terminated", "truncated")})
+        values.update(
+            {k: data.get(k) for k in ("env", "env_id", "reward", "terminated", "truncated")}
+        )
     head = say(key, lang, **values)
     quiet = key in ("write_file", "delete_file", "stop_sandbox", "close_env")
     return head if quiet or not obs.output.strip() else f"{head}\n{_block(obs.output)}"
@@ -316,13 +378,21 @@ def _system_prompt(ctx: ChatContext) -> str:
 
 
 async def _ask_model(
-    ctx: ChatContext, prompt: str, backend: LLMBackend, *, confirm: bool, dry_run: bool,
+    ctx: ChatContext,
+    prompt: str,
+    backend: LLMBackend,
+    *,
+    confirm: bool,
+    dry_run: bool,
     on_action: Callable[[ChatAction], Any] | None,
 ) -> ChatResponse:
     lang = ctx.language
     tools = [spec.tool() for spec in available_actions(ctx)]
     offered = {t["function"]["name"] for t in tools}
-    history: list[dict[str, Any]] = [{"role": "system", "content": _system_prompt(ctx)}, {"role": "user", "content": prompt}]
+    history: list[dict[str, Any]] = [
+        {"role": "system", "content": _system_prompt(ctx)},
+        {"role": "user", "content": prompt},
+    ]
     actions: list[ChatAction] = []
     observations: list[ActionObservation] = []
     lines: list[str] = []
@@ -332,19 +402,32 @@ async def _ask_model(
         calls = message.get("tool_calls") or []
         if not calls:
             text = str(message.get("content") or "").strip()
-            reply = "\n".join([*lines, text]) if text else "\n".join(lines) or _capabilities(ctx, "unknown")
+            reply = (
+                "\n".join([*lines, text])
+                if text
+                else "\n".join(lines) or _capabilities(ctx, "unknown")
+            )
             return ChatResponse(
-                reply=reply, actions=actions, observations=observations, language=lang,
+                reply=reply,
+                actions=actions,
+                observations=observations,
+                language=lang,
                 backend="llm" if actions or text else None,
             )
-        history.append({"role": "assistant", "content": message.get("content"), "tool_calls": calls})
+        history.append(
+            {"role": "assistant", "content": message.get("content"), "tool_calls": calls}
+        )
         planned: list[tuple[str, ChatAction | None, str | None]] = []
         for call in calls:
             call_id = str(call.get("id") or "") if isinstance(call, dict) else ""
             try:
                 call_id, name, args = tool_call_arguments(call)
                 if name not in offered:
-                    raise InvalidParameter(f"action: unknown action {name!r} (known: {', '.join(sorted(offered))})", field="action", value=name)
+                    raise InvalidParameter(
+                        f"action: unknown action {name!r} (known: {', '.join(sorted(offered))})",
+                        field="action",
+                        value=name,
+                    )
                 planned.append((call_id, plan(name, args, ctx), None))
             except InvalidParameter as exc:
                 planned.append((call_id, None, str(exc)))
@@ -353,8 +436,12 @@ async def _ask_model(
         blocked = _blocked(ctx, ready, confirm=confirm, dry_run=dry_run)
         if blocked is not None:
             return ChatResponse(
-                reply="\n".join([*lines, blocked]), actions=[*actions, *ready], observations=observations,
-                language=lang, needs_confirmation=not dry_run, backend="llm",
+                reply="\n".join([*lines, blocked]),
+                actions=[*actions, *ready],
+                observations=observations,
+                language=lang,
+                needs_confirmation=not dry_run,
+                backend="llm",
             )
         for call_id, action, error in planned:
             if action is None:
@@ -367,7 +454,23 @@ async def _ask_model(
                 actions.append(action)
                 observations.append(observation)
                 lines.append(_describe(ctx, action, observation))
-                result = {"ok": observation.ok, "exit_code": observation.exit_code, "output": observation.output}
-            history.append({"role": "tool", "tool_call_id": call_id, "content": json.dumps(result, ensure_ascii=False, default=str)})
+                result = {
+                    "ok": observation.ok,
+                    "exit_code": observation.exit_code,
+                    "output": observation.output,
+                }
+            history.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": json.dumps(result, ensure_ascii=False, default=str),
+                }
+            )
     lines.append(say("rounds", lang, rounds=ctx.config.llm.max_rounds))
-    return ChatResponse(reply="\n".join(lines), actions=actions, observations=observations, language=lang, backend="llm")
+    return ChatResponse(
+        reply="\n".join(lines),
+        actions=actions,
+        observations=observations,
+        language=lang,
+        backend="llm",
+    )

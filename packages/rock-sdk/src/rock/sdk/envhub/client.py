@@ -34,9 +34,13 @@ class EnvHubClient:
     async def _request(self, method: str, path: str, body: dict[str, Any] | None, what: str) -> Any:
         try:
             async with httpx.AsyncClient(timeout=60, trust_env=False) as http:
-                response = await http.request(method, self.base_url + path, json=body, headers=self.headers)
+                response = await http.request(
+                    method, self.base_url + path, json=body, headers=self.headers
+                )
         except httpx.HTTPError as exc:
-            raise EnvHubError(f"Failed to {what}: EnvHub at {self.base_url} is unreachable: {exc!r}") from exc
+            raise EnvHubError(
+                f"Failed to {what}: EnvHub at {self.base_url} is unreachable: {exc!r}"
+            ) from exc
         try:
             answer = response.json()
         except ValueError:
@@ -56,22 +60,43 @@ class EnvHubClient:
         extra_spec: dict[str, Any] | None = None,
     ) -> RockEnvInfo:
         """Register ``env_name`` with ``image`` (or update it)."""
-        body = {"env_name": env_name, "image": image, "owner": owner, "description": description, "tags": tags or [], "extra_spec": extra_spec}
-        return RockEnvInfo.from_dict(await self._request("POST", "/env/register", body, f"register environment {env_name}"))
+        body = {
+            "env_name": env_name,
+            "image": image,
+            "owner": owner,
+            "description": description,
+            "tags": tags or [],
+            "extra_spec": extra_spec,
+        }
+        return RockEnvInfo.from_dict(
+            await self._request("POST", "/env/register", body, f"register environment {env_name}")
+        )
 
     async def get_env(self, env_name: str) -> RockEnvInfo:
         """The entry of ``env_name``."""
-        return RockEnvInfo.from_dict(await self._request("POST", "/env/get", {"env_name": env_name}, f"get environment {env_name}"))
+        return RockEnvInfo.from_dict(
+            await self._request(
+                "POST", "/env/get", {"env_name": env_name}, f"get environment {env_name}"
+            )
+        )
 
-    async def list_envs(self, owner: str | None = None, tags: list[str] | None = None) -> list[RockEnvInfo]:
+    async def list_envs(
+        self, owner: str | None = None, tags: list[str] | None = None
+    ) -> list[RockEnvInfo]:
         """Entries of ``owner`` with any of ``tags`` (each filter only when given)."""
-        answer = await self._request("POST", "/env/list", {"owner": owner, "tags": tags}, "list environments")
+        answer = await self._request(
+            "POST", "/env/list", {"owner": owner, "tags": tags}, "list environments"
+        )
         return [RockEnvInfo.from_dict(item) for item in answer.get("envs", [])]
 
     async def delete_env(self, env_name: str) -> bool:
         """Delete ``env_name``; ``False`` when it was not registered."""
         try:
-            return bool(await self._request("POST", "/env/delete", {"env_name": env_name}, f"delete environment {env_name}"))
+            return bool(
+                await self._request(
+                    "POST", "/env/delete", {"env_name": env_name}, f"delete environment {env_name}"
+                )
+            )
         except EnvHubError as exc:
             if "HTTP 404" in str(exc):
                 return False

@@ -50,7 +50,20 @@ class RockEnvInfo:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RockEnvInfo:
         """The entry of a server's JSON (unknown keys are ignored)."""
-        known = {k: data[k] for k in ("env_name", "image", "owner", "create_at", "update_at", "description", "tags", "extra_spec") if k in data}
+        known = {
+            k: data[k]
+            for k in (
+                "env_name",
+                "image",
+                "owner",
+                "create_at",
+                "update_at",
+                "description",
+                "tags",
+                "extra_spec",
+            )
+            if k in data
+        }
         for key in ("create_at", "update_at", "owner", "description"):
             if known.get(key) is None:
                 known[key] = ""

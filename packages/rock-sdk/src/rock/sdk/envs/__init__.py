@@ -9,10 +9,9 @@ Envs run through this process's embedded engine by default, or through rock's ad
 
 from __future__ import annotations
 
-from rock_core.envs import ENV_FAILURE_KINDS, EnvFailed
-
 from rock.sdk.envs.rock_env import AsyncRockEnv, RockEnv, amake, make
 from rock.sdk.envs.vector import AsyncVecEnv, VecEnv, VecEnvError, amake_vec, make_vec
+from rock_core.envs import ENV_FAILURE_KINDS, EnvFailed
 
 __all__ = [
     "ENV_FAILURE_KINDS",

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
+
 from rock_core.envs import EnvFailed
 from rock_core.errors import InternalServerRockError, InvalidParameter
 
@@ -74,14 +75,20 @@ class EmbeddedBackend(Backend):
     def _env(self, handle: str | None) -> Any:
         env = self._envs.get(handle or "")
         if env is None:
-            why = "it was closed" if handle in self._closed else "no env was made with this id in this process"
+            why = (
+                "it was closed"
+                if handle in self._closed
+                else "no env was made with this id in this process"
+            )
             raise EnvFailed(f"sandbox_id {handle!r}: no env ({why})", kind="no_env")
         return env
 
     async def _one(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
         if op == "make":
             extra = {"image": args["image"]} if args.get("image") else {}
-            env = await self.engine.manager.make_env(args["env_id"], **extra, **dict(args.get("kwargs") or {}))
+            env = await self.engine.manager.make_env(
+                args["env_id"], **extra, **dict(args.get("kwargs") or {})
+            )
             handle = getattr(env, "handle", None) or f"env-{id(env):x}"
             self._envs[handle] = env
             return {"sandbox_id": handle}
@@ -112,7 +119,9 @@ class EmbeddedBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - reported in its place
                 results[i] = exc
 
-        async def together(provider: Any, items: list[tuple[int, Any, str, dict[str, Any]]]) -> None:
+        async def together(
+            provider: Any, items: list[tuple[int, Any, str, dict[str, Any]]]
+        ) -> None:
             answers = await provider.batch([(env, op, args) for _, env, op, args in items])
             for (i, _, op, _), answer in zip(items, answers):
                 results[i] = answer if isinstance(answer, BaseException) else _shape(op, answer)
@@ -154,7 +163,13 @@ def _shape(op: str, answer: Any) -> dict[str, Any]:
         observation, info = answer
         return {"observation": observation, "info": info}
     observation, reward, terminated, truncated, info = answer
-    return {"observation": observation, "reward": reward, "terminated": terminated, "truncated": truncated, "info": info}
+    return {
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": info,
+    }
 
 
 # -- remote --------------------------------------------------------------------------------------
@@ -166,19 +181,28 @@ class RemoteBackend(Backend):
     :param api_key: sent as ``X-API-Key`` (default ``$ROCK_API_KEY``).
     """
 
-    def __init__(self, base_url: str, *, api_key: str | None = None, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
         from rock.sdk._engine.remote import remote_headers
 
         self.base_url = base_url.rstrip("/")
         self.headers = remote_headers(headers, api_key=api_key)
         self._sync: httpx.Client | None = None
         self._lock = threading.Lock()
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def _client(self) -> httpx.Client:
         with self._lock:
             if self._sync is None:
-                self._sync = httpx.Client(base_url=self.base_url, headers=self.headers, timeout=HTTP_TIMEOUT, trust_env=False)
+                self._sync = httpx.Client(
+                    base_url=self.base_url,
+                    headers=self.headers,
+                    timeout=HTTP_TIMEOUT,
+                    trust_env=False,
+                )
             return self._sync
 
     def _aclient(self) -> httpx.AsyncClient:
@@ -186,7 +210,13 @@ class RemoteBackend(Backend):
         client = self._async.get(loop)
         if client is None:
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-            client = httpx.AsyncClient(base_url=self.base_url, headers=self.headers, timeout=HTTP_TIMEOUT, limits=limits, trust_env=False)
+            client = httpx.AsyncClient(
+                base_url=self.base_url,
+                headers=self.headers,
+                timeout=HTTP_TIMEOUT,
+                limits=limits,
+                trust_env=False,
+            )
             self._async[loop] = client
         return client
 
@@ -203,20 +233,28 @@ class RemoteBackend(Backend):
     def _answer(self, response: httpx.Response) -> list[Any]:
         body = _json(response, self.base_url)
         if response.status_code == 500:
-            raise EnvFailed(str(body.get("detail", body)), kind=str(body.get("kind", "env_error")), traceback=body.get("traceback") or ())
+            raise EnvFailed(
+                str(body.get("detail", body)),
+                kind=str(body.get("kind", "env_error")),
+                traceback=body.get("traceback") or (),
+            )
         if response.status_code == 404:
             raise InternalServerRockError(
                 f"the server at {self.base_url} does not serve ROCK's GEM API ({PREFIX}); install rock-gem where the admin runs"
             )
         if response.status_code != 200:
-            raise InternalServerRockError(f"{self.base_url}{PREFIX}/batch answered HTTP {response.status_code}: {response.text[:300]}")
+            raise InternalServerRockError(
+                f"{self.base_url}{PREFIX}/batch answered HTTP {response.status_code}: {response.text[:300]}"
+            )
         if body.get("status") == "Failed":
             raise InvalidParameter(str(body.get("error") or body.get("message")))
         results: list[Any] = []
         for item in body["results"]:
             err = item.get("error") if isinstance(item, dict) else None
             if err is not None:
-                results.append(EnvFailed(str(err.get("detail", "")), kind=str(err.get("kind", "env_error"))))
+                results.append(
+                    EnvFailed(str(err.get("detail", "")), kind=str(err.get("kind", "env_error")))
+                )
             else:
                 results.append(item)
         return results
@@ -230,7 +268,11 @@ class RemoteBackend(Backend):
 
     def _single_answer(self, response: httpx.Response) -> Any:
         body = _json(response, self.base_url)
-        if response.status_code == 200 and isinstance(body, dict) and body.get("status") != "Failed":
+        if (
+            response.status_code == 200
+            and isinstance(body, dict)
+            and body.get("status") != "Failed"
+        ):
             return body
         if response.status_code == 200:
             raise InvalidParameter(str(body.get("error") or body.get("message")))
@@ -239,23 +281,35 @@ class RemoteBackend(Backend):
                 f"the server at {self.base_url} does not serve ROCK's GEM API ({PREFIX}); install rock-gem where the admin runs"
             )
         if isinstance(body, dict) and "detail" in body:
-            raise EnvFailed(str(body["detail"]), kind=str(body.get("kind", "env_error")), traceback=body.get("traceback") or ())
-        raise InternalServerRockError(f"{self.base_url}{PREFIX} answered HTTP {response.status_code}: {response.text[:300]}")
+            raise EnvFailed(
+                str(body["detail"]),
+                kind=str(body.get("kind", "env_error")),
+                traceback=body.get("traceback") or (),
+            )
+        raise InternalServerRockError(
+            f"{self.base_url}{PREFIX} answered HTTP {response.status_code}: {response.text[:300]}"
+        )
 
     def call(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
         """(blocking) ROCK's own endpoint for one call (``POST .../step``), so a ROCK admin serves it too."""
         try:
             response = self._client().post(f"{PREFIX}/{op}", json=self._single(op, handle, args))
         except httpx.HTTPError as exc:
-            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+            raise InternalServerRockError(
+                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
+            ) from exc
         return self._single_answer(response)
 
     async def acall(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
         """(asyncio) ROCK's own endpoint for one call."""
         try:
-            response = await self._aclient().post(f"{PREFIX}/{op}", json=self._single(op, handle, args))
+            response = await self._aclient().post(
+                f"{PREFIX}/{op}", json=self._single(op, handle, args)
+            )
         except httpx.HTTPError as exc:
-            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+            raise InternalServerRockError(
+                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
+            ) from exc
         return self._single_answer(response)
 
     def batch(self, calls: Sequence[Call]) -> list[Any]:
@@ -263,7 +317,9 @@ class RemoteBackend(Backend):
         try:
             response = self._client().post(f"{PREFIX}/batch", json=self._body(calls))
         except httpx.HTTPError as exc:
-            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+            raise InternalServerRockError(
+                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
+            ) from exc
         return self._answer(response)
 
     async def abatch(self, calls: Sequence[Call]) -> list[Any]:
@@ -271,7 +327,9 @@ class RemoteBackend(Backend):
         try:
             response = await self._aclient().post(f"{PREFIX}/batch", json=self._body(calls))
         except httpx.HTTPError as exc:
-            raise InternalServerRockError(f"rock's admin at {self.base_url} is unreachable: {exc!r}") from exc
+            raise InternalServerRockError(
+                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
+            ) from exc
         return self._answer(response)
 
 
@@ -279,7 +337,9 @@ def _json(response: httpx.Response, where: str) -> Any:
     try:
         return response.json()
     except ValueError:
-        raise InternalServerRockError(f"{where} answered HTTP {response.status_code} without JSON: {response.text[:300]}") from None
+        raise InternalServerRockError(
+            f"{where} answered HTTP {response.status_code} without JSON: {response.text[:300]}"
+        ) from None
 
 
 _remote: dict[tuple[str, str | None], RemoteBackend] = {}

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rock_core.envs import EnvFailed
-
 from rock.sdk.envs._backend import Backend, backend_for
+from rock_core.envs import EnvFailed
 
 __all__ = ["AsyncRockEnv", "RockEnv", "amake", "make"]
 
@@ -20,7 +19,9 @@ def _make_args(env_id: str, image: str | None, kwargs: dict[str, Any]) -> dict[s
     if not isinstance(env_id, str) or not env_id.strip():
         from rock_core.errors import InvalidParameter
 
-        raise InvalidParameter(f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id)
+        raise InvalidParameter(
+            f"env_id: expected a non-blank string, got {env_id!r}", field="env_id", value=env_id
+        )
     args: dict[str, Any] = {"env_id": env_id}
     if kwargs:
         args["kwargs"] = kwargs
@@ -58,12 +59,20 @@ class RockEnv(_EnvBase):
     """
 
     def __init__(
-        self, env_id: str, *, base_url: str | None = None, image: str | None = None, api_key: str | None = None, **kwargs: Any
+        self,
+        env_id: str,
+        *,
+        base_url: str | None = None,
+        image: str | None = None,
+        api_key: str | None = None,
+        **kwargs: Any,
     ) -> None:
         self.env_id = env_id
         self.sandbox_id: str | None = None
         self._backend = backend_for(base_url, api_key)
-        self.sandbox_id = self._backend.call("make", None, _make_args(env_id, image, kwargs))["sandbox_id"]
+        self.sandbox_id = self._backend.call("make", None, _make_args(env_id, image, kwargs))[
+            "sandbox_id"
+        ]
 
     def reset(self, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
         """Start an episode: ``(observation, info)``. The same ``seed`` gives the same episode."""
@@ -128,13 +137,25 @@ class AsyncRockEnv(_EnvBase):
         await self.aclose()
 
 
-def make(env_id: str, *, base_url: str | None = None, image: str | None = None, api_key: str | None = None, **kwargs: Any) -> RockEnv:
+def make(
+    env_id: str,
+    *,
+    base_url: str | None = None,
+    image: str | None = None,
+    api_key: str | None = None,
+    **kwargs: Any,
+) -> RockEnv:
     """ROCK's ``rock.make``: a synchronous GEM env in a sandbox (see :class:`RockEnv`)."""
     return RockEnv(env_id, base_url=base_url, image=image, api_key=api_key, **kwargs)
 
 
 async def amake(
-    env_id: str, *, base_url: str | None = None, image: str | None = None, api_key: str | None = None, **kwargs: Any
+    env_id: str,
+    *,
+    base_url: str | None = None,
+    image: str | None = None,
+    api_key: str | None = None,
+    **kwargs: Any,
 ) -> AsyncRockEnv:
     """``await rock.amake(env_id)``: the async twin of :func:`make` (see :class:`AsyncRockEnv`)."""
     backend = backend_for(base_url, api_key)

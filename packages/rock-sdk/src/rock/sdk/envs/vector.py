@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from rock.sdk.envs._backend import Backend, Call, backend_for
 from rock_core.envs import EnvFailed
 from rock_core.errors import InvalidParameter
-
-from rock.sdk.envs._backend import Backend, Call, backend_for
 
 __all__ = ["AsyncVecEnv", "VecEnv", "VecEnvError", "amake_vec", "make_vec"]
 
@@ -48,14 +47,22 @@ def _seeds(seed: int | Sequence[int] | None, indices: list[int]) -> list[int | N
         return [seed + i for i in indices]  # GEM's and Gymnasium's rule: env i gets seed + i
     seeds = list(seed)
     if len(seeds) != len(indices):
-        raise InvalidParameter(f"seed: expected {len(indices)} seeds, got {len(seeds)}", field="seed", value=seed)
+        raise InvalidParameter(
+            f"seed: expected {len(indices)} seeds, got {len(seeds)}", field="seed", value=seed
+        )
     return seeds
 
 
 class _VecBase:
     metadata = {"autoreset_mode": "disabled"}
 
-    def __init__(self, env_id: str, backend: Backend, handles: list[str], seed: int | Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        env_id: str,
+        backend: Backend,
+        handles: list[str],
+        seed: int | Sequence[int] | None = None,
+    ) -> None:
         self._first_seed = seed
         self.env_id = env_id
         self.num_envs = len(handles)
@@ -68,14 +75,22 @@ class _VecBase:
 
     def _indices(self, indices: Sequence[int] | None) -> list[int]:
         if self.closed:
-            raise EnvFailed(f"the vector env of {self.env_id} is closed", kind="no_env", env_id=self.env_id)
+            raise EnvFailed(
+                f"the vector env of {self.env_id} is closed", kind="no_env", env_id=self.env_id
+            )
         chosen = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
         for i in chosen:
             if not 0 <= i < self.num_envs:
-                raise InvalidParameter(f"indices: {i} is not an env index (0 to {self.num_envs - 1})", field="indices", value=i)
+                raise InvalidParameter(
+                    f"indices: {i} is not an env index (0 to {self.num_envs - 1})",
+                    field="indices",
+                    value=i,
+                )
         return chosen
 
-    def _reset_calls(self, seed: Any, indices: Sequence[int] | None) -> tuple[list[int], list[Call]]:
+    def _reset_calls(
+        self, seed: Any, indices: Sequence[int] | None
+    ) -> tuple[list[int], list[Call]]:
         chosen = self._indices(indices)
         if seed is None and self._first_seed is not None and indices is None:
             seed = self._first_seed  # make_vec(seed=...) seeds the first reset of all envs
@@ -83,7 +98,9 @@ class _VecBase:
         seeds = _seeds(seed, chosen)
         return chosen, [("reset", self.handles[i], {"seed": s}) for i, s in zip(chosen, seeds)]
 
-    def _step_calls(self, actions: Sequence[str] | Mapping[int, str]) -> tuple[list[int], list[Call]]:
+    def _step_calls(
+        self, actions: Sequence[str] | Mapping[int, str]
+    ) -> tuple[list[int], list[Call]]:
         if isinstance(actions, Mapping):
             chosen = self._indices(list(actions))
             acts = [actions[i] for i in chosen]
@@ -91,7 +108,8 @@ class _VecBase:
             acts = list(actions)
             if len(acts) != self.num_envs:
                 raise InvalidParameter(
-                    f"actions: expected {self.num_envs} actions (or a dict of some), got {len(acts)}", field="actions"
+                    f"actions: expected {self.num_envs} actions (or a dict of some), got {len(acts)}",
+                    field="actions",
                 )
             chosen = self._indices(None)
         return chosen, [("step", self.handles[i], {"action": a}) for i, a in zip(chosen, acts)]
@@ -100,7 +118,9 @@ class _VecBase:
     def _check(chosen: list[int], results: list[Any]) -> list[Any]:
         errors = {i: r for i, r in zip(chosen, results) if isinstance(r, BaseException)}
         if errors:
-            raise VecEnvError(errors, {i: r for i, r in zip(chosen, results) if not isinstance(r, BaseException)})
+            raise VecEnvError(
+                errors, {i: r for i, r in zip(chosen, results) if not isinstance(r, BaseException)}
+            )
         return results
 
     @staticmethod
@@ -108,7 +128,9 @@ class _VecBase:
         return [r["observation"] for r in results], [r["info"] for r in results]
 
     @staticmethod
-    def _steps(results: list[Any]) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict[str, Any]]]:
+    def _steps(
+        results: list[Any],
+    ) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict[str, Any]]]:
         return (
             [r["observation"] for r in results],
             [r["reward"] for r in results],
@@ -131,7 +153,9 @@ class VecEnv(_VecBase):
         chosen, calls = self._reset_calls(seed, indices)
         return self._resets(self._check(chosen, self._backend.batch(calls)))
 
-    def step(self, actions: Sequence[str] | Mapping[int, str]) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict[str, Any]]]:
+    def step(
+        self, actions: Sequence[str] | Mapping[int, str]
+    ) -> tuple[list[Any], list[float], list[bool], list[bool], list[dict[str, Any]]]:
         """Step every env (a list of ``num_envs`` actions) or some (``{index: action}``):
         ``(observations, rewards, terminations, truncations, infos)``."""
         chosen, calls = self._step_calls(actions)
@@ -182,9 +206,15 @@ class AsyncVecEnv(_VecBase):
         await self.aclose()
 
 
-def _make_calls(env_id: str, num_envs: int, image: str | None, kwargs: dict[str, Any]) -> list[Call]:
+def _make_calls(
+    env_id: str, num_envs: int, image: str | None, kwargs: dict[str, Any]
+) -> list[Call]:
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise InvalidParameter(f"num_envs: expected a positive integer, got {num_envs!r}", field="num_envs", value=num_envs)
+        raise InvalidParameter(
+            f"num_envs: expected a positive integer, got {num_envs!r}",
+            field="num_envs",
+            value=num_envs,
+        )
     args: dict[str, Any] = {"env_id": env_id}
     if kwargs:
         args["kwargs"] = kwargs
@@ -199,7 +229,9 @@ def _handles(results: list[Any], backend: Backend, sync: bool) -> list[str]:
         made = [("close", r["sandbox_id"], {}) for r in results if not isinstance(r, BaseException)]
         if made and sync:
             backend.batch(made)
-        raise VecEnvError(errors, {i: r for i, r in enumerate(results) if not isinstance(r, BaseException)})
+        raise VecEnvError(
+            errors, {i: r for i, r in enumerate(results) if not isinstance(r, BaseException)}
+        )
     return [r["sandbox_id"] for r in results]
 
 
@@ -217,7 +249,12 @@ def make_vec(
     :meth:`~VecEnv.reset` of all envs when that reset gives none (env ``i`` gets ``seed + i``).
     See :class:`VecEnv`."""
     backend = backend_for(base_url, api_key)
-    return VecEnv(env_id, backend, _handles(backend.batch(_make_calls(env_id, num_envs, image, kwargs)), backend, True), seed)
+    return VecEnv(
+        env_id,
+        backend,
+        _handles(backend.batch(_make_calls(env_id, num_envs, image, kwargs)), backend, True),
+        seed,
+    )
 
 
 async def amake_vec(
@@ -235,5 +272,7 @@ async def amake_vec(
     results = await backend.abatch(_make_calls(env_id, num_envs, image, kwargs))
     errors = [r for r in results if isinstance(r, BaseException)]
     if errors:
-        await backend.abatch([("close", r["sandbox_id"], {}) for r in results if not isinstance(r, BaseException)])
+        await backend.abatch(
+            [("close", r["sandbox_id"], {}) for r in results if not isinstance(r, BaseException)]
+        )
     return AsyncVecEnv(env_id, backend, _handles(results, backend, False), seed)

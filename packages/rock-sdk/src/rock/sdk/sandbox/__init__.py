@@ -3,4 +3,11 @@
 from rock.sdk.sandbox.client import RunMode, Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import BaseConfig, SandboxConfig, SandboxGroupConfig
 
-__all__ = ["BaseConfig", "RunMode", "Sandbox", "SandboxConfig", "SandboxGroup", "SandboxGroupConfig"]
+__all__ = [
+    "BaseConfig",
+    "RunMode",
+    "Sandbox",
+    "SandboxConfig",
+    "SandboxGroup",
+    "SandboxGroupConfig",
+]

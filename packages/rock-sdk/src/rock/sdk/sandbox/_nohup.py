@@ -18,6 +18,7 @@ import shlex
 import time
 from typing import TYPE_CHECKING
 
+from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX
 from rock_core.actions import (
     Action,
     BashAction,
@@ -27,9 +28,13 @@ from rock_core.actions import (
     Observation,
     SandboxCommand,
 )
-from rock_core.errors import BadRequestRockError, CommandTimeout, RockError, RockletUnreachable, SandboxNotFound
-
-from rock.sdk.common.constants import PID_PREFIX, PID_SUFFIX
+from rock_core.errors import (
+    BadRequestRockError,
+    CommandTimeout,
+    RockError,
+    RockletUnreachable,
+    SandboxNotFound,
+)
 
 if TYPE_CHECKING:
     from rock.sdk.sandbox.client import Sandbox
@@ -78,8 +83,12 @@ async def arun(
         if output_file:
             dir_path, file_name = posixpath.split(output_file)
             if not file_name or "." not in file_name:
-                raise BadRequestRockError(f"Failed parse output file path: {output_file}", attempted="arun")
-            await sandbox._run_in_session(Action(command=f"mkdir -p {dir_path or '.'}", session=session))
+                raise BadRequestRockError(
+                    f"Failed parse output file path: {output_file}", attempted="arun"
+                )
+            await sandbox._run_in_session(
+                Action(command=f"mkdir -p {dir_path or '.'}", session=session)
+            )
         tmp_file = output_file or f"/tmp/tmp_{timestamp}.out"
         status_file = _status_file(timestamp)
         pid, error = await sandbox.start_nohup_process(
@@ -121,7 +130,13 @@ async def arun(
 
 
 async def submit(
-    sandbox: Sandbox, cmd: str, tmp_file: str, session: str, status_file: str | None, *, timeout: float
+    sandbox: Sandbox,
+    cmd: str,
+    tmp_file: str,
+    session: str,
+    status_file: str | None,
+    *,
+    timeout: float,
 ) -> tuple[int | None, Observation | None]:
     """``start_nohup_process``: ``(pid, None)``, ``(None, error)``, or ``(None, None)`` when no
     PID could be read; the submission itself may take ``timeout`` seconds."""
@@ -157,7 +172,11 @@ def _look_seconds(sandbox: Sandbox, wait_interval: float) -> float:
 
 
 async def wait(
-    sandbox: Sandbox, pid: int, wait_timeout: float, wait_interval: float, status_file: str | None = None
+    sandbox: Sandbox,
+    pid: int,
+    wait_timeout: float,
+    wait_interval: float,
+    status_file: str | None = None,
 ) -> tuple[bool, str]:
     """``wait_for_process_completion``: ``(True, "Process completed ...")`` once ``pid`` ended,
     else ``(False, why)``; each look one call into the sandbox, ended as soon as the process is."""
@@ -179,7 +198,10 @@ async def wait(
             await engine.execute(
                 sandbox_id,
                 SandboxCommand(
-                    command=["/bin/sh", "-c", script], timeout=min(interval, remaining), check=True, sandbox_id=sandbox_id
+                    command=["/bin/sh", "-c", script],
+                    timeout=min(interval, remaining),
+                    check=True,
+                    sandbox_id=sandbox_id,
                 ),
             )
         except CommandTimeout:
@@ -227,7 +249,10 @@ async def output(
         size = None
         with contextlib.suppress(RockError):
             result = await sandbox._run_in_session(
-                BashAction(session=session, command=f"stat -c %s {tmp_file} 2>/dev/null || stat -f %z {tmp_file}")
+                BashAction(
+                    session=session,
+                    command=f"stat -c %s {tmp_file} 2>/dev/null || stat -f %z {tmp_file}",
+                )
             )
             if result.exit_code == 0 and result.output.strip().isdigit():
                 size = int(result.output.strip())
@@ -242,7 +267,9 @@ async def output(
     return Observation(output=result.output, exit_code=code, failure_reason=reason)
 
 
-def detached_message(tmp_file: str, success: bool, detail: str | None, file_size: int | None) -> str:
+def detached_message(
+    tmp_file: str, success: bool, detail: str | None, file_size: int | None
+) -> str:
     """The hint ``ignore_output=True`` answers instead of the output: where it is, and how big."""
     lines = [
         "Command executed in nohup mode without streaming the log content.",
@@ -268,9 +295,13 @@ async def run_and_wait(
     status_file = _status_file(timestamp)
     try:
         await sandbox.create_session(CreateBashSessionRequest(session=session))
-        pid, error = await sandbox.start_nohup_process(cmd, redirect_file_path, session, status_file=status_file)
+        pid, error = await sandbox.start_nohup_process(
+            cmd, redirect_file_path, session, status_file=status_file
+        )
         if error is not None:
-            return ExecuteBashSessionResponse(success=False, message=error.failure_reason or error.output)
+            return ExecuteBashSessionResponse(
+                success=False, message=error.failure_reason or error.output
+            )
         if pid is None:
             return ExecuteBashSessionResponse(
                 success=False, message="Failed to extract PID from the nohup submission"
@@ -280,7 +311,11 @@ async def run_and_wait(
         )
         exit_code = await collect_exit_status(sandbox, status_file) if success else None
         if exit_code:
-            return ExecuteBashSessionResponse(success=False, message=f"Process {pid} exited with code {exit_code}")
+            return ExecuteBashSessionResponse(
+                success=False, message=f"Process {pid} exited with code {exit_code}"
+            )
         return ExecuteBashSessionResponse(success=success, message=message)
     except Exception as exc:  # noqa: BLE001 - ROCK reports failures in the response
-        return ExecuteBashSessionResponse(success=False, message=f"Failed to execute nohup command '{cmd}': {exc}")
+        return ExecuteBashSessionResponse(
+            success=False, message=f"Failed to execute nohup command '{cmd}': {exc}"
+        )

@@ -42,6 +42,17 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import attrs
+
+from rock.sdk._engine.base import Engine
+from rock.sdk._engine.connect import PortConnection, Shell
+from rock.sdk.common.constants import RunModeType
+from rock.sdk.common.exceptions import InvalidParameterRockException
+from rock.sdk.sandbox import _nohup
+from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
+from rock.sdk.sandbox.file_system import FileSystem, LinuxFileSystem
+from rock.sdk.sandbox.network import Network
+from rock.sdk.sandbox.process import Process
+from rock.sdk.sandbox.remote_user import LinuxRemoteUser, RemoteUser
 from rock_core.actions import (
     Action,
     CloseSessionRequest,
@@ -80,17 +91,6 @@ from rock_core.errors import (
 )
 from rock_core.states import LIVE_STATES
 
-from rock.sdk._engine.base import Engine
-from rock.sdk._engine.connect import PortConnection, Shell
-from rock.sdk.common.constants import RunModeType
-from rock.sdk.common.exceptions import InvalidParameterRockException
-from rock.sdk.sandbox import _nohup
-from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
-from rock.sdk.sandbox.file_system import FileSystem, LinuxFileSystem
-from rock.sdk.sandbox.network import Network
-from rock.sdk.sandbox.process import Process
-from rock.sdk.sandbox.remote_user import LinuxRemoteUser, RemoteUser
-
 if TYPE_CHECKING:  # imported when chat() is called: most trainers never chat
     from rock.sdk.chat import ChatAction, ChatConfig, ChatResponse
 
@@ -109,6 +109,7 @@ class RunMode(str, enum.Enum):
 
 #: Seconds the nohup *submission* may take (ROCK's 30 s); the command itself may run for hours.
 NOHUP_SUBMIT_TIMEOUT = 30.0
+
 
 class Sandbox:
     """A handle on one sandbox (ROCK's ``rock.sdk.sandbox.client.Sandbox``).
@@ -130,7 +131,9 @@ class Sandbox:
     remote_user: RemoteUser
     network: Network
 
-    def __init__(self, config: SandboxConfig | None = None, *, engine: Engine | None = None) -> None:
+    def __init__(
+        self, config: SandboxConfig | None = None, *, engine: Engine | None = None
+    ) -> None:
         self.config = config if config is not None else SandboxConfig()
         self._engine = engine
         self._sandbox_id: str | None = None
@@ -288,7 +291,8 @@ class Sandbox:
                 raise BadRequestRockError(
                     f"this Sandbox already holds sandbox {self._sandbox_id} ({current.value}); a second start() "
                     "would leave it running unreachable: stop() it first, or make another Sandbox",
-                    sandbox_id=self._sandbox_id, attempted="start",
+                    sandbox_id=self._sandbox_id,
+                    attempted="start",
                 )
         request = self._start_request()
         # Choose the id here, so that a start cancelled at any point can still be stopped.
@@ -334,7 +338,9 @@ class Sandbox:
         try:
             await asyncio.shield(self._get_engine().stop(sandbox_id))
         except Exception as exc:  # noqa: BLE001 - already unwinding a cancellation
-            log.warning("could not stop sandbox %s after its start was cancelled: %s", sandbox_id, exc)
+            log.warning(
+                "could not stop sandbox %s after its start was cancelled: %s", sandbox_id, exc
+            )
 
     async def stop(self) -> None:
         """Stop the sandbox. Never raises (as ROCK): a failure is logged. No-op before ``start()``.
@@ -394,7 +400,9 @@ class Sandbox:
         :raises SandboxNotFound: unknown, or (without ``include_all_states``, as ROCK) not
             pending or running — the message says its state and why it stopped.
         """
-        return await self._get_engine().get_status(self._require_id("get_status"), include_all_states)
+        return await self._get_engine().get_status(
+            self._require_id("get_status"), include_all_states
+        )
 
     async def is_alive(self) -> IsAliveResponse:
         """Whether the sandbox runs: ``IsAliveResponse(is_alive, message=host_name)``.
@@ -451,18 +459,25 @@ class Sandbox:
         return self
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self.stop()
 
     # -- sessions and commands -------------------------------------------------------------------
 
-    async def create_session(self, create_session_request: CreateBashSessionRequest) -> CreateBashSessionResponse:
+    async def create_session(
+        self, create_session_request: CreateBashSessionRequest
+    ) -> CreateBashSessionResponse:
         """Open a persistent bash session (named by ``request.session``).
 
         :raises SessionAlreadyExists: a session of that name is open (ROCK silently succeeds).
         """
-        return await self._get_engine().create_session(self._require_id("create_session"), create_session_request)
+        return await self._get_engine().create_session(
+            self._require_id("create_session"), create_session_request
+        )
 
     async def close_session(self, request: CloseSessionRequest) -> CloseSessionResponse:
         """Close a bash session.
@@ -481,7 +496,11 @@ class Sandbox:
         on a non-zero exit; ``action.timeout`` raises :class:`~rock_core.errors.CommandTimeout`
         (the session is interrupted and stays usable).
         """
-        warnings.warn("Sandbox.run_in_session is deprecated; use arun instead", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Sandbox.run_in_session is deprecated; use arun instead",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return await self._run_in_session(action)
 
     async def execute(self, command: Command, *, check: bool = False) -> CommandResponse:
@@ -541,7 +560,10 @@ class Sandbox:
         """
         if mode not in (RunMode.NORMAL, RunMode.NOHUP):
             raise InvalidParameterRockException(
-                f"Unsupported arun mode: {mode!r} (use 'normal' or 'nohup')", field="mode", value=mode, attempted="arun"
+                f"Unsupported arun mode: {mode!r} (use 'normal' or 'nohup')",
+                field="mode",
+                value=mode,
+                attempted="arun",
             )
         if mode == RunMode.NORMAL:
             if session is None:
@@ -567,10 +589,17 @@ class Sandbox:
         ``(None, None)`` means no PID could be read from the submission's output. With
         ``status_file`` (rock), the command's exit status is written there when it ends.
         """
-        return await _nohup.submit(self, cmd, tmp_file, session, status_file, timeout=NOHUP_SUBMIT_TIMEOUT)
+        return await _nohup.submit(
+            self, cmd, tmp_file, session, status_file, timeout=NOHUP_SUBMIT_TIMEOUT
+        )
 
     async def wait_for_process_completion(
-        self, pid: int, session: str, wait_timeout: float, wait_interval: float, status_file: str | None = None
+        self,
+        pid: int,
+        session: str,
+        wait_timeout: float,
+        wait_interval: float,
+        status_file: str | None = None,
     ) -> tuple[bool, str]:
         """Wait up to ``wait_timeout`` seconds for the nohup process ``pid`` to end.
 
@@ -598,18 +627,31 @@ class Sandbox:
         completed command and 1 for a failure, as in ROCK.
         """
         return await _nohup.output(
-            self, tmp_file, session, success, message, ignore_output, response_limited_bytes_in_nohup, exit_code
+            self,
+            tmp_file,
+            session,
+            success,
+            message,
+            ignore_output,
+            response_limited_bytes_in_nohup,
+            exit_code,
         )
 
     async def run_nohup_and_wait(
-        self, cmd: str, redirect_file_path: str = "/dev/null", wait_timeout: float = 300, wait_interval: float = 10
+        self,
+        cmd: str,
+        redirect_file_path: str = "/dev/null",
+        wait_timeout: float = 300,
+        wait_interval: float = 10,
     ) -> ExecuteBashSessionResponse:
         """Deprecated in ROCK: run ``cmd`` under nohup in a new session and wait for it.
 
         ``success`` is true when it ended with exit code 0 (ROCK: whenever it ended).
         """
         warnings.warn(
-            "Sandbox.run_nohup_and_wait is deprecated; use arun(mode='nohup')", DeprecationWarning, stacklevel=2
+            "Sandbox.run_nohup_and_wait is deprecated; use arun(mode='nohup')",
+            DeprecationWarning,
+            stacklevel=2,
         )
         return await _nohup.run_and_wait(self, cmd, redirect_file_path, wait_timeout, wait_interval)
 
@@ -638,17 +680,24 @@ class Sandbox:
     async def _do_write_file(self, content: str, path: str) -> WriteFileResponse:
         sandbox_id = self._require_id("write_file")
         try:
-            await self._get_engine().write_file(sandbox_id, WriteFileRequest(content=content, path=path))
+            await self._get_engine().write_file(
+                sandbox_id, WriteFileRequest(content=content, path=path)
+            )
         except RockError as exc:
             return WriteFileResponse(success=False, message=f"Failed to write file {path}: {exc}")
         return WriteFileResponse(success=True, message=f"Successfully write content to file {path}")
 
     async def upload(self, request: UploadRequest) -> UploadResponse:
         """Upload the local file ``request.source_path`` to ``request.target_path``."""
-        return await self.upload_by_path(request.source_path, request.target_path, request.upload_mode)
+        return await self.upload_by_path(
+            request.source_path, request.target_path, request.upload_mode
+        )
 
     async def upload_by_path(
-        self, file_path: str | os.PathLike[str], target_path: str, upload_mode: UploadMode | str = UploadMode.AUTO
+        self,
+        file_path: str | os.PathLike[str],
+        target_path: str,
+        upload_mode: UploadMode | str = UploadMode.AUTO,
     ) -> UploadResponse:
         """Upload a local file to ``target_path`` in the sandbox (parents created), streamed.
 
@@ -662,20 +711,25 @@ class Sandbox:
         except ValueError:
             modes = ", ".join(m.value for m in UploadMode)
             raise InvalidParameter(
-                f"upload_mode: {upload_mode!r} is not one of {modes}", field="upload_mode", value=upload_mode
+                f"upload_mode: {upload_mode!r} is not one of {modes}",
+                field="upload_mode",
+                value=upload_mode,
             ) from None
         sandbox_id = self._require_id("upload")
         path = Path(file_path)
-        if not path.exists():
+        if not path.exists():  # noqa: ASYNC240 - a local stat, not worth a thread
             return UploadResponse(success=False, message=f"File not found: {path}")
-        if not path.is_file():
+        if not path.is_file():  # noqa: ASYNC240
             return UploadResponse(
-                success=False, message=f"Not a regular file: {path} (use fs.upload_dir for a directory)"
+                success=False,
+                message=f"Not a regular file: {path} (use fs.upload_dir for a directory)",
             )
         try:
             result = await self._get_engine().upload(sandbox_id, target_path, path)
         except RockError as exc:
-            return UploadResponse(success=False, message=f"Failed to upload {path} to {target_path}: {exc}")
+            return UploadResponse(
+                success=False, message=f"Failed to upload {path} to {target_path}: {exc}"
+            )
         return UploadResponse(
             success=True,
             message=f"Successfully uploaded file {path.name} to {target_path}",
@@ -699,14 +753,20 @@ class Sandbox:
         """
         if session is not None:
             warnings.warn(
-                "the session argument of read_file_by_line_range is ignored", DeprecationWarning, stacklevel=2
+                "the session argument of read_file_by_line_range is ignored",
+                DeprecationWarning,
+                stacklevel=2,
             )
         start_line = 1 if start_line is None else start_line
         if start_line < 1:
-            raise InvalidParameter(f"start_line({start_line}) must be positive", field="start_line", value=start_line)
+            raise InvalidParameter(
+                f"start_line({start_line}) must be positive", field="start_line", value=start_line
+            )
         if end_line is not None and end_line < start_line:
             raise InvalidParameter(
-                f"end_line({end_line}) must be greater than start_line({start_line})", field="end_line", value=end_line
+                f"end_line({end_line}) must be greater than start_line({start_line})",
+                field="end_line",
+                value=end_line,
             )
         if not 1 <= lines_per_request <= 10000:
             raise InvalidParameter(
@@ -715,7 +775,9 @@ class Sandbox:
                 value=lines_per_request,
             )
         if end_line is None:
-            counted = await self._execute_checked(["wc", "-l", file_path], f"Failed to count lines of file {file_path}")
+            counted = await self._execute_checked(
+                ["wc", "-l", file_path], f"Failed to count lines of file {file_path}"
+            )
             end_line = int(counted.split()[0])
         parts = []
         first = start_line
@@ -850,7 +912,9 @@ class Sandbox:
         """
         from rock.sdk.chat import chat
 
-        return await chat(self, prompt, confirm=confirm, dry_run=dry_run, config=config, on_action=on_action)
+        return await chat(
+            self, prompt, confirm=confirm, dry_run=dry_run, config=config, on_action=on_action
+        )
 
     async def _download_chunks(self, path: str, attempted: str) -> AsyncIterator[bytes]:
         chunks = self._get_engine().download(self._require_id(attempted), path)
@@ -879,20 +943,26 @@ class Sandbox:
             self._require_id("start_process"), command, cwd=cwd, env=env, timeout=timeout
         )
 
-    async def process_status(self, process_id: str, *, wait: float = 0.0, tail: int = 4096) -> ProcessInfo:
+    async def process_status(
+        self, process_id: str, *, wait: float = 0.0, tail: int = 4096
+    ) -> ProcessInfo:
         """(rock) A background process's state, waiting up to ``wait`` seconds for it to end;
         ``output_tail`` holds the last ``tail`` bytes of its output."""
         return await self._get_engine().process_status(
             self._require_id("process_status"), process_id, wait=wait, tail=tail
         )
 
-    async def process_output(self, process_id: str, *, offset: int = 0, limit: int | None = None) -> bytes:
+    async def process_output(
+        self, process_id: str, *, offset: int = 0, limit: int | None = None
+    ) -> bytes:
         """(rock) A background process's combined output bytes from ``offset`` (negative: from the end)."""
         return await self._get_engine().process_output(
             self._require_id("process_output"), process_id, offset=offset, limit=limit
         )
 
-    async def kill_process(self, process_id: str, *, signal: int | str = 15, wait: float = 5.0) -> ProcessInfo:
+    async def kill_process(
+        self, process_id: str, *, signal: int | str = 15, wait: float = 5.0
+    ) -> ProcessInfo:
         """(rock) Send ``signal`` to a background process and its group; wait up to ``wait`` s for it to end."""
         return await self._get_engine().kill_process(
             self._require_id("kill_process"), process_id, signal=signal, wait=wait
@@ -931,7 +1001,10 @@ class SandboxGroup:
                     except Exception as exc:
                         if attempt == attempts:
                             log.error(
-                                "sandbox %d of the group failed to start after %d attempts: %s", index, attempts, exc
+                                "sandbox %d of the group failed to start after %d attempts: %s",
+                                index,
+                                attempts,
+                                exc,
                             )
                             raise
                         log.warning(

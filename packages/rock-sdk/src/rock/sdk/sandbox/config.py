@@ -23,6 +23,7 @@ import os
 from typing import Any
 
 import attrs
+
 from rock_core.converters import checked, structure_value
 from rock_core.errors import InvalidParameter
 from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority, RestartPolicy
@@ -54,7 +55,9 @@ class BaseConfig:
     :param extra_headers: extra HTTP headers for every call to a server.
     """
 
-    base_url: str | None = _field(str | None, factory=lambda: os.environ.get("ROCK_BASE_URL") or None)
+    base_url: str | None = _field(
+        str | None, factory=lambda: os.environ.get("ROCK_BASE_URL") or None
+    )
     xrl_authorization: str | None = _field(str | None, default=None, repr=False)
     extra_headers: dict[str, str] = _field(dict[str, str], factory=dict)
 
@@ -114,7 +117,10 @@ class SandboxConfig(BaseConfig):
     image_os: str = _field(str, default="linux")
     auto_clear_seconds: int = _field(NonNegativeInt, default=300)
     startup_timeout: float = _field(
-        PositiveFloat, factory=lambda: _from_environment("ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", PositiveFloat, 180.0)
+        PositiveFloat,
+        factory=lambda: _from_environment(
+            "ROCK_SANDBOX_STARTUP_TIMEOUT_SECONDS", PositiveFloat, 180.0
+        ),
     )
     memory: str = _field(str, default="8g")
     cpus: float = 2

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+
 from rock_core.actions import (
     ChmodRequest,
     ChmodResponse,
@@ -46,7 +47,9 @@ class FileSystem(abc.ABC):
         """Change the mode of paths."""
 
     @abc.abstractmethod
-    async def upload_dir(self, source_dir: str | Path, target_dir: str, extract_timeout: float = 600) -> Observation:
+    async def upload_dir(
+        self, source_dir: str | Path, target_dir: str, extract_timeout: float = 600
+    ) -> Observation:
         """Copy a local directory into the sandbox."""
 
     @abc.abstractmethod
@@ -68,7 +71,9 @@ class LinuxFileSystem(FileSystem):
         :raises InvalidParameter: ``request.paths`` is empty.
         """
         if not request.paths:
-            raise InvalidParameter("paths: chown needs at least one path", field="paths", value=request.paths)
+            raise InvalidParameter(
+                "paths: chown needs at least one path", field="paths", value=request.paths
+            )
         argv = [
             "chown",
             *(["-R"] if request.recursive else []),
@@ -84,12 +89,16 @@ class LinuxFileSystem(FileSystem):
         :raises InvalidParameter: ``request.paths`` is empty.
         """
         if not request.paths:
-            raise InvalidParameter("paths: chmod needs at least one path", field="paths", value=request.paths)
+            raise InvalidParameter(
+                "paths: chmod needs at least one path", field="paths", value=request.paths
+            )
         argv = ["chmod", *(["-R"] if request.recursive else []), request.mode, *request.paths]
         result = await self.sandbox.execute(Command(command=argv))
         return ChmodResponse(success=result.exit_code == 0, message=str(result))
 
-    async def upload_dir(self, source_dir: str | Path, target_dir: str, extract_timeout: float = 600) -> Observation:
+    async def upload_dir(
+        self, source_dir: str | Path, target_dir: str, extract_timeout: float = 600
+    ) -> Observation:
         """Replace ``target_dir`` (absolute) in the sandbox with the content of local ``source_dir``.
 
         Packs the directory as tar.gz locally, uploads it to ``/tmp/rock_upload_<ns>.tar.gz``,
@@ -97,37 +106,49 @@ class LinuxFileSystem(FileSystem):
         ``extract_timeout`` seconds) and removes the archive. Needs ``tar`` in the sandbox.
         Returns ``Observation(exit_code=0)`` or ``exit_code=1`` with ``failure_reason``.
         """
-        src = Path(source_dir).expanduser().resolve()
+        src = Path(source_dir).expanduser().resolve()  # noqa: ASYNC240 - a local stat
         if not src.exists():
             return Observation(exit_code=1, failure_reason=f"source_dir not found: {src}")
         if not src.is_dir():
             return Observation(exit_code=1, failure_reason=f"source_dir must be a directory: {src}")
         if not isinstance(target_dir, str) or not target_dir.startswith("/"):
-            return Observation(exit_code=1, failure_reason=f"target_dir must be absolute path: {target_dir}")
+            return Observation(
+                exit_code=1, failure_reason=f"target_dir must be absolute path: {target_dir}"
+            )
         stamp = time.time_ns()
         remote_tar = f"/tmp/rock_upload_{stamp}.tar.gz"
         with tempfile.TemporaryDirectory(prefix="rock_upload_") as tmp:
             local_tar = Path(tmp) / f"rock_upload_{stamp}.tar.gz"
             try:
-                check = await self.sandbox.execute(Command(command=["/bin/sh", "-c", "command -v tar"]))
+                check = await self.sandbox.execute(
+                    Command(command=["/bin/sh", "-c", "command -v tar"])
+                )
                 if check.exit_code != 0:
-                    return Observation(exit_code=1, failure_reason="sandbox has no tar command; cannot extract tarball")
+                    return Observation(
+                        exit_code=1,
+                        failure_reason="sandbox has no tar command; cannot extract tarball",
+                    )
                 await anyio.to_thread.run_sync(_pack, src, local_tar)
                 uploaded = await self.sandbox.upload_by_path(local_tar, remote_tar)
                 if not uploaded.success:
-                    return Observation(exit_code=1, failure_reason=f"tar upload failed: {uploaded.message}")
+                    return Observation(
+                        exit_code=1, failure_reason=f"tar upload failed: {uploaded.message}"
+                    )
                 target = shlex.quote(target_dir)
                 archive = shlex.quote(remote_tar)
                 script = (
                     f"rm -rf {target} && mkdir -p {target} && tar -xzf {archive} -C {target}; "
                     f"s=$?; rm -f {archive}; exit $s"
                 )
-                result = await self.sandbox.execute(Command(command=["/bin/sh", "-c", script], timeout=extract_timeout))
+                result = await self.sandbox.execute(
+                    Command(command=["/bin/sh", "-c", script], timeout=extract_timeout)
+                )
             except (RockError, OSError, tarfile.TarError) as exc:
                 return Observation(exit_code=1, failure_reason=f"upload_dir failed: {exc}")
         if result.exit_code != 0:
             return Observation(
-                exit_code=1, failure_reason=f"tar extract failed: {result.stderr.strip() or result.stdout.strip()}"
+                exit_code=1,
+                failure_reason=f"tar extract failed: {result.stderr.strip() or result.stdout.strip()}",
             )
         return Observation(exit_code=0, output=f"uploaded {src} -> {target_dir} via tar")
 
@@ -136,10 +157,12 @@ class LinuxFileSystem(FileSystem):
         straight from the sandbox (ROCK: through OSS only). The local file appears complete or not
         at all. Returns ``DownloadFileResponse(success, message)``.
         """
-        local = Path(local_path).expanduser().resolve()
+        local = Path(local_path).expanduser().resolve()  # noqa: ASYNC240 - a local stat
         try:
             local.parent.mkdir(parents=True, exist_ok=True)
-            fd, partial = tempfile.mkstemp(prefix=f".{local.name}.", suffix=".part", dir=local.parent)
+            fd, partial = tempfile.mkstemp(
+                prefix=f".{local.name}.", suffix=".part", dir=local.parent
+            )
         except OSError as exc:
             return DownloadFileResponse(success=False, message=f"Cannot write {local}: {exc}")
         try:
@@ -151,7 +174,9 @@ class LinuxFileSystem(FileSystem):
             os.replace(partial, local)
         except (RockError, OSError) as exc:
             os.unlink(partial)
-            return DownloadFileResponse(success=False, message=f"Failed to download {remote_path}: {exc}")
+            return DownloadFileResponse(
+                success=False, message=f"Failed to download {remote_path}: {exc}"
+            )
         except BaseException:
             os.unlink(partial)
             raise

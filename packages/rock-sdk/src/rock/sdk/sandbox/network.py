@@ -14,9 +14,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rock_core.actions import Observation
-
 from rock.sdk.sandbox.speedup import SpeedupExecutor, SpeedupType
+from rock_core.actions import Observation
 
 __all__ = ["Network"]
 
@@ -28,7 +27,9 @@ class Network:
         self.sandbox = sandbox
         self._executor = SpeedupExecutor(sandbox)
 
-    async def speedup(self, speedup_type: SpeedupType | str, speedup_value: str, timeout: float = 300) -> Observation:
+    async def speedup(
+        self, speedup_type: SpeedupType | str, speedup_value: str, timeout: float = 300
+    ) -> Observation:
         """Point the sandbox's package tools at a mirror; replaces what an earlier call of the type wrote.
 
         :param speedup_type: ``SpeedupType.APT`` / ``PIP`` (``speedup_value`` = the mirror's base
@@ -40,7 +41,9 @@ class Network:
             ``failure_reason`` saying why (see :class:`~rock.sdk.sandbox.speedup.SpeedupExecutor`).
         """
         try:
-            return await asyncio.wait_for(self._executor.execute(speedup_type, speedup_value), timeout)
-        except asyncio.TimeoutError:
+            return await asyncio.wait_for(
+                self._executor.execute(speedup_type, speedup_value), timeout
+            )
+        except TimeoutError:
             reason = f"speedup {getattr(speedup_type, 'value', speedup_type)!r} did not finish within {timeout} s"
             return Observation(output=reason, exit_code=1, failure_reason=reason)

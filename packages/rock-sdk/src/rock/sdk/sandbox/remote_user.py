@@ -46,9 +46,16 @@ class LinuxRemoteUser(RemoteUser):
         """
         if await self.is_user_exist(user_name):
             return True
-        result = await self.sandbox.execute(Command(command=["useradd", "-m", "-s", "/bin/bash", user_name]))
+        result = await self.sandbox.execute(
+            Command(command=["useradd", "-m", "-s", "/bin/bash", user_name])
+        )
         if result.exit_code != 0:
-            log.warning("useradd %s failed with exit code %s: %s", user_name, result.exit_code, result.stderr.strip())
+            log.warning(
+                "useradd %s failed with exit code %s: %s",
+                user_name,
+                result.exit_code,
+                result.stderr.strip(),
+            )
             return False
         return True
 

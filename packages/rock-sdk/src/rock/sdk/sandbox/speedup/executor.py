@@ -21,12 +21,11 @@ import re
 import time
 from typing import Any, ClassVar
 
+from rock.sdk.sandbox.speedup.types import SpeedupType
 from rock_core.actions import Command, Observation
 from rock_core.errors import InvalidParameter, RockError
 from rock_core.plugins import Plugins, RockPluginManager, get_plugin_manager
 from rock_core.speedup import SpeedupStrategy
-
-from rock.sdk.sandbox.speedup.types import SpeedupType
 
 __all__ = ["SCRIPT_WAIT_TIMEOUT", "SPEEDUP_PACKAGE", "SpeedupExecutor"]
 
@@ -54,7 +53,9 @@ class SpeedupExecutor:
         self.sandbox = sandbox
 
     @classmethod
-    def register_strategy(cls, speedup_type: SpeedupType | str, strategy_cls: type[SpeedupStrategy]) -> None:
+    def register_strategy(
+        cls, speedup_type: SpeedupType | str, strategy_cls: type[SpeedupStrategy]
+    ) -> None:
         """Make ``strategy_cls`` serve ``speedup_type`` in this process (ROCK's registry).
 
         A plugin's ``rock_register_speedups`` hook is the way to ship a strategy; this is for
@@ -71,9 +72,9 @@ class SpeedupExecutor:
                 value=speedup_type,
                 attempted="register_strategy",
             )
-        if not (inspect.isclass(strategy_cls) and issubclass(strategy_cls, SpeedupStrategy)) or inspect.isabstract(
-            strategy_cls
-        ):
+        if not (
+            inspect.isclass(strategy_cls) and issubclass(strategy_cls, SpeedupStrategy)
+        ) or inspect.isabstract(strategy_cls):
             raise InvalidParameter(
                 f"strategy_cls: {strategy_cls!r} is not a concrete subclass of rock_core.speedup.SpeedupStrategy",
                 field="strategy_cls",
@@ -103,7 +104,9 @@ class SpeedupExecutor:
         """
         name = speedup_type.value if isinstance(speedup_type, SpeedupType) else speedup_type
         if not isinstance(name, str) or not name.strip():
-            return _failure(f"Invalid speedup type: {speedup_type!r} (give a SpeedupType or a type name)")
+            return _failure(
+                f"Invalid speedup type: {speedup_type!r} (give a SpeedupType or a type name)"
+            )
         name = name.strip()
         try:
             pm = get_plugin_manager()
@@ -122,7 +125,9 @@ class SpeedupExecutor:
         except InvalidParameter as exc:
             return _failure(f"Script generation failed: invalid speedup value for {name!r}: {exc}")
         except Exception as exc:  # noqa: BLE001 - a third-party strategy's bug, reported as ROCK does
-            return _failure(f"Script generation failed: {type(exc).__name__} in {strategy_cls.__qualname__}: {exc}")
+            return _failure(
+                f"Script generation failed: {type(exc).__name__} in {strategy_cls.__qualname__}: {exc}"
+            )
 
         failed = await self._precheck(name, strategy)
         if failed is not None:
@@ -146,7 +151,9 @@ class SpeedupExecutor:
         try:
             command = strategy.precheck_command()
         except Exception as exc:  # noqa: BLE001 - a third-party strategy's bug
-            return _failure(f"Precheck failed: {type(exc).__name__} in {type(strategy).__qualname__}: {exc}")
+            return _failure(
+                f"Precheck failed: {type(exc).__name__} in {type(strategy).__qualname__}: {exc}"
+            )
         try:
             result = await self.sandbox.execute(
                 Command(command=["/bin/sh", "-c", command], timeout=_PRECHECK_TIMEOUT)
@@ -155,14 +162,22 @@ class SpeedupExecutor:
             return _failure(f"Precheck failed: could not run the {name!r} precheck: {exc}")
         if result.exit_code == 0:
             return None
-        said = (result.stdout + result.stderr).strip() or f"`{command.strip()}` exited {result.exit_code}"
+        said = (
+            result.stdout + result.stderr
+        ).strip() or f"`{command.strip()}` exited {result.exit_code}"
         return _failure(f"Precheck failed: {name!r} speedup cannot run in this sandbox: {said}")
 
     @staticmethod
-    def _unknown_type(name: str, strategies: dict[str, type[SpeedupStrategy]], pm: RockPluginManager) -> str:
+    def _unknown_type(
+        name: str, strategies: dict[str, type[SpeedupStrategy]], pm: RockPluginManager
+    ) -> str:
         known = ", ".join(sorted(strategies)) or "none"
         blocked = [ep.name for ep in pm.entry_points if ep.blocked]
-        note = f" (plugins kept from loading by ROCK_DISABLE_PLUGINS/ROCK_PLUGINS: {', '.join(blocked)})" if blocked else ""
+        note = (
+            f" (plugins kept from loading by ROCK_DISABLE_PLUGINS/ROCK_PLUGINS: {', '.join(blocked)})"
+            if blocked
+            else ""
+        )
         if name in {t.value for t in SpeedupType}:
             return (
                 f"Invalid speedup type: no strategy serves {name!r}; it comes with the {SPEEDUP_PACKAGE} package: "

@@ -67,7 +67,14 @@ from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.rocklet.terminal import UPGRADE as PTY_UPGRADE
 from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
 
-__all__ = ["DEFAULT_MAX_ANSWER", "RockletClient", "RockletHttp", "RockletTransport", "new_http_client", "process_request"]
+__all__ = [
+    "DEFAULT_MAX_ANSWER",
+    "RockletClient",
+    "RockletHttp",
+    "RockletTransport",
+    "new_http_client",
+    "process_request",
+]
 
 T = TypeVar("T")
 
@@ -96,7 +103,9 @@ class RockletTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, max_connections: int) -> None:
-        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self._limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
         # Rocklets speak plain HTTP: one TLS context that loads no certificates serves every
         # pool (httpx's default loads the CA bundle: some 25 ms of CPU per pool, per sandbox).
         self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -144,7 +153,9 @@ class RockletHttp(httpx.AsyncClient):
         self.rocklet_transport: httpx.AsyncBaseTransport | None = kwargs.get("transport")
 
 
-def new_http_client(max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER) -> httpx.AsyncClient:
+def new_http_client(
+    max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER
+) -> httpx.AsyncClient:
     """The pooled client an engine shares across all its sandboxes' rocklets; no answer is read
     past ``max_answer`` bytes.
 
@@ -177,7 +188,9 @@ async def _read_capped(response: httpx.Response, limit: int) -> bytes:
     """
     encoding = response.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("", "identity"):
-        raise httpx.DecodingError(f"the answer is {encoding}-encoded; rock asks rocklets for no encoding")
+        raise httpx.DecodingError(
+            f"the answer is {encoding}-encoded; rock asks rocklets for no encoding"
+        )
     declared = response.headers.get("content-length", "")
     if declared.strip().isdigit() and int(declared) > limit:
         raise _TooLarge(limit)
@@ -207,19 +220,34 @@ async def _capped_lines(response: httpx.Response, limit: int) -> AsyncIterator[s
         yield pending.decode("utf-8", "replace")
 
 
-def _rock_error(name: str, message: str, extra: Mapping[str, Any], sandbox_id: str | None, attempted: str) -> RockError:
+def _rock_error(
+    name: str, message: str, extra: Mapping[str, Any], sandbox_id: str | None, attempted: str
+) -> RockError:
     kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
     if name == "SessionDoesNotExistError":
         return SessionNotFound(message, **kw)
     if name == "SessionExistsError":
         return SessionAlreadyExists(message, **kw)
     if name == "NonZeroExitCodeError":
-        return NonZeroExitCode(message, exit_code=extra.get("exit_code"), output=extra.get("output", ""), **kw)
+        return NonZeroExitCode(
+            message, exit_code=extra.get("exit_code"), output=extra.get("output", ""), **kw
+        )
     if name == "CommandTimeoutError":
         return CommandTimeout(message, **kw)
-    if name in ("BashIncorrectSyntaxError", "NoExitCodeError", "SessionExitedError", "SessionNotInitializedError"):
+    if name in (
+        "BashIncorrectSyntaxError",
+        "NoExitCodeError",
+        "SessionExitedError",
+        "SessionNotInitializedError",
+    ):
         return CommandRockError(message, **kw)
-    if name in ("FileDecodeError", "FileNotFoundError", "IsADirectoryError", "NotADirectoryError", "PermissionError"):
+    if name in (
+        "FileDecodeError",
+        "FileNotFoundError",
+        "IsADirectoryError",
+        "NotADirectoryError",
+        "PermissionError",
+    ):
         return InvalidParameter(message, **kw)
     if name == "ProcessDoesNotExistError":
         return InvalidParameter(message, **kw)
@@ -227,7 +255,11 @@ def _rock_error(name: str, message: str, extra: Mapping[str, Any], sandbox_id: s
         from rock_core.envs import EnvFailed
 
         return EnvFailed(
-            message, kind=str(extra.get("kind", "env_error")), env_id=extra.get("env_id"), traceback=extra.get("traceback") or (), **kw
+            message,
+            kind=str(extra.get("kind", "env_error")),
+            env_id=extra.get("env_id"),
+            traceback=extra.get("traceback") or (),
+            **kw,
         )
     return InternalServerRockError(f"rocklet error ({name}): {message}", **kw)
 
@@ -263,7 +295,12 @@ class RockletClient:
     """
 
     def __init__(
-        self, http: httpx.AsyncClient, host: str, port: int, sandbox_id: str | None = None, token: str | None = None
+        self,
+        http: httpx.AsyncClient,
+        host: str,
+        port: int,
+        sandbox_id: str | None = None,
+        token: str | None = None,
     ) -> None:
         self.http = http
         self.host = host
@@ -302,14 +339,18 @@ class RockletClient:
             kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)  # type: ignore[arg-type]
         cap = self.max_answer if limit is None else limit
         try:
-            request = self.http.build_request(method, self.base_url + path, json=json_body, headers=self._headers, **kw)
+            request = self.http.build_request(
+                method, self.base_url + path, json=json_body, headers=self._headers, **kw
+            )
             streamed = await self.http.send(request, stream=True)
             try:
                 body = await _read_capped(streamed, cap)
             finally:
                 await streamed.aclose()
             response = httpx.Response(
-                streamed.status_code, content=body, request=request,
+                streamed.status_code,
+                content=body,
+                request=request,
                 headers={"content-type": streamed.headers.get("content-type", "application/json")},
             )
         except _TooLarge as exc:
@@ -317,7 +358,8 @@ class RockletClient:
         except httpx.DecodingError as exc:
             raise InternalServerRockError(
                 f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with an encoded body: {exc}",
-                sandbox_id=self.sandbox_id, attempted=attempted,
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
             ) from exc
         except httpx.TimeoutException as exc:
             raise CommandTimeout(
@@ -339,16 +381,17 @@ class RockletClient:
         where = "the request's limit" if asked else "the engine's max_rocklet_answer"
         hint = {
             "execute": "; a command's output comes back whole in one answer: write large output to a file "
-                       "and download it, or run the command as a background process and read its output in pieces",
+            "and download it, or run the command as a background process and read its output in pieces",
             "run_in_session": "; a command's output comes back whole in one answer: write large output to a file "
-                              "and download it",
+            "and download it",
             "execute_stream": "; one line of its output is that long",
             "read_file": "; download reads a file of any size",
         }.get(attempted, "")
         return InternalServerRockError(
             f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with more than {limit} bytes "
             f"({where}){hint}",
-            sandbox_id=self.sandbox_id, attempted=attempted,
+            sandbox_id=self.sandbox_id,
+            attempted=attempted,
         )
 
     def _raise_for_status(self, response: httpx.Response, attempted: str) -> None:
@@ -361,24 +404,41 @@ class RockletClient:
         if response.status_code == 511 and isinstance(body, dict) and "rockletexception" in body:
             info = body["rockletexception"] or {}
             name = str(info.get("class_path", "")).rsplit(".", 1)[-1]
-            raise _rock_error(name, str(info.get("message", "")), info.get("extra_info") or {}, self.sandbox_id, attempted)
+            raise _rock_error(
+                name,
+                str(info.get("message", "")),
+                info.get("extra_info") or {},
+                self.sandbox_id,
+                attempted,
+            )
         detail = body.get("detail") if isinstance(body, dict) else body
         if response.status_code == 401:
             raise InternalServerRockError(
                 f"the rocklet of sandbox {self.sandbox_id} refused {attempted}: "
-                + ("rock's secret for it is wrong" if self.token else "rock holds no secret for it"),
+                + (
+                    "rock's secret for it is wrong" if self.token else "rock holds no secret for it"
+                ),
                 sandbox_id=self.sandbox_id,
                 attempted=attempted,
             )
         if 400 <= response.status_code < 500:
-            raise InvalidParameter(f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted)
+            raise InvalidParameter(
+                f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted
+            )
         raise InternalServerRockError(
             f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with HTTP {response.status_code}: {detail}",
             sandbox_id=self.sandbox_id,
             attempted=attempted,
         )
 
-    async def _call(self, path: str, body: Any, cls: type[T], attempted: str, timeout: float | None | str = "default") -> T:
+    async def _call(
+        self,
+        path: str,
+        body: Any,
+        cls: type[T],
+        attempted: str,
+        timeout: float | None | str = "default",
+    ) -> T:
         payload = unstructure_wire(body) if not isinstance(body, dict) else body
         response = await self._request("POST", path, attempted, json_body=payload, timeout=timeout)
         return structure_wire(response.json(), cls, forbid_extra_keys=False)
@@ -392,7 +452,9 @@ class RockletClient:
     async def is_alive(self, timeout: float = 2.0) -> bool:
         """Whether the rocklet answers ``/is_alive`` within ``timeout`` seconds."""
         try:
-            response = await self._request("GET", "/is_alive", "is_alive", timeout=timeout, limit=_SMALL_ANSWER)
+            response = await self._request(
+                "GET", "/is_alive", "is_alive", timeout=timeout, limit=_SMALL_ANSWER
+            )
             return bool(response.json().get("is_alive"))
         except (RockError, ValueError, AttributeError):
             return False
@@ -430,8 +492,12 @@ class RockletClient:
         nothing in the sandbox runs on, while its unit stays for the runtime to remove. ``True``
         when the rocklet did so."""
         try:
-            request = self.http.build_request("POST", self.base_url + "/end_processes", headers=self._headers, timeout=timeout)
-            response = await self.http.send(request, stream=True)  # the status is the answer: no body read
+            request = self.http.build_request(
+                "POST", self.base_url + "/end_processes", headers=self._headers, timeout=timeout
+            )
+            response = await self.http.send(
+                request, stream=True
+            )  # the status is the answer: no body read
             await response.aclose()
         except httpx.HTTPError:
             return False
@@ -455,7 +521,10 @@ class RockletClient:
         attempted = f"tunnel to port {port}"
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
             raise InvalidParameter(
-                f"port: expected a port number 1..65535, got {port!r}", field="port", value=port, sandbox_id=self.sandbox_id
+                f"port: expected a port number 1..65535, got {port!r}",
+                field="port",
+                value=port,
+                sandbox_id=self.sandbox_id,
             )
         return await self._upgrade(f"/tunnel?port={port}", TUNNEL_UPGRADE, attempted, timeout)
 
@@ -479,9 +548,13 @@ class RockletClient:
         for name, value in (("user", user), ("term", term), ("command", command)):
             if value:
                 query[name] = value
-        return await self._upgrade("/pty?" + urlencode(query), PTY_UPGRADE, "open a terminal", timeout)
+        return await self._upgrade(
+            "/pty?" + urlencode(query), PTY_UPGRADE, "open a terminal", timeout
+        )
 
-    async def _upgrade(self, target: str, upgrade: str, attempted: str, timeout: float) -> anyio.abc.ByteStream:
+    async def _upgrade(
+        self, target: str, upgrade: str, attempted: str, timeout: float
+    ) -> anyio.abc.ByteStream:
         """Send ``GET target`` with ``Upgrade: upgrade`` on a new connection; the connection once
         the rocklet switched protocols (a refusal raises, with the rocklet's reason)."""
         token = f"{TOKEN_HEADER}: {self.token}\r\n" if self.token else ""
@@ -497,14 +570,17 @@ class RockletClient:
                 head = b""
                 while b"\r\n\r\n" not in head:
                     if len(head) > 65536:
-                        raise anyio.BrokenResourceError("the rocklet's answer has no end of headers")
+                        raise anyio.BrokenResourceError(
+                            "the rocklet's answer has no end of headers"
+                        )
                     head += await stream.receive(65536)
         except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
             if stream is not None:
                 await stream.aclose()
             raise RockletUnreachable(
                 f"the rocklet of sandbox {self.sandbox_id} at {self.where} is unreachable: {exc!r}",
-                sandbox_id=self.sandbox_id, attempted=attempted,
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
             ) from exc
         head, _, rest = head.partition(b"\r\n\r\n")
         status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
@@ -517,16 +593,23 @@ class RockletClient:
             except (ValueError, AttributeError):
                 detail = body
             if code == "401":
-                detail = "rock's secret for it is wrong" if self.token else "rock holds no secret for it"
+                detail = (
+                    "rock's secret for it is wrong" if self.token else "rock holds no secret for it"
+                )
             if code == "400" and upgrade == PTY_UPGRADE:
-                raise InvalidParameter(f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted)
+                raise InvalidParameter(
+                    f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted
+                )
             raise InternalServerRockError(
                 f"the rocklet of sandbox {self.sandbox_id} refused a {attempted}: {detail or status_line}",
-                sandbox_id=self.sandbox_id, attempted=attempted,
+                sandbox_id=self.sandbox_id,
+                attempted=attempted,
             )
         return _Prefixed(stream, rest) if rest else stream
 
-    async def wait_until_alive(self, timeout: float, *, first_delay: float = 0.002, max_delay: float = 0.05) -> float:
+    async def wait_until_alive(
+        self, timeout: float, *, first_delay: float = 0.002, max_delay: float = 0.05
+    ) -> float:
         """Poll ``/is_alive`` with a tight, growing backoff until it answers; return the seconds waited.
 
         :raises TimeoutError: it did not answer within ``timeout`` seconds.
@@ -546,27 +629,44 @@ class RockletClient:
 
     async def create_session(self, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
         """Open a persistent bash session (``/create_session``)."""
-        return await self._call("/create_session", request, CreateBashSessionResponse, "create_session")
+        return await self._call(
+            "/create_session", request, CreateBashSessionResponse, "create_session"
+        )
 
     async def run_in_session(self, action: BashAction) -> BashObservation:
         """Run a command in a session (``/run_in_session``); waits as long as ``action.timeout``."""
         return await self._call(
-            "/run_in_session", action, BashObservation, "run_in_session", self._deadline_timeout(action.timeout)
+            "/run_in_session",
+            action,
+            BashObservation,
+            "run_in_session",
+            self._deadline_timeout(action.timeout),
         )
 
     async def close_session(self, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
         """Close a session (``/close_session``)."""
-        return await self._call("/close_session", request, CloseBashSessionResponse, "close_session")
+        return await self._call(
+            "/close_session", request, CloseBashSessionResponse, "close_session"
+        )
 
     async def interrupt_session(self, session: str) -> InterruptSessionResponse:
         """Ctrl-C whatever runs in ``session``; the session stays usable (rock addition)."""
-        return await self._call("/interrupt_session", {"session": session}, InterruptSessionResponse, "interrupt_session")
+        return await self._call(
+            "/interrupt_session",
+            {"session": session},
+            InterruptSessionResponse,
+            "interrupt_session",
+        )
 
     async def execute(self, command: Command) -> CommandResponse:
         """Run a one-shot command (``/execute``) and return its output, exit code and usage."""
-        return await self._call("/execute", command, CommandResponse, "execute", self._deadline_timeout(command.timeout))
+        return await self._call(
+            "/execute", command, CommandResponse, "execute", self._deadline_timeout(command.timeout)
+        )
 
-    async def open_stream(self, path: str, body: Any, attempted: str, timeout: float | None = None) -> httpx.Response:
+    async def open_stream(
+        self, path: str, body: Any, attempted: str, timeout: float | None = None
+    ) -> httpx.Response:
         """POST ``body`` to ``path`` and return the response unread, for the caller to stream.
 
         The caller reads it (``aiter_lines``, ``aiter_bytes``) and must ``aclose`` it. An error
@@ -574,7 +674,11 @@ class RockletClient:
         the whole read (``None``: no bound), the connection always 5 seconds.
         """
         request = self.http.build_request(
-            "POST", self.base_url + path, json=body, headers=self._headers, timeout=httpx.Timeout(timeout, connect=5.0)
+            "POST",
+            self.base_url + path,
+            json=body,
+            headers=self._headers,
+            timeout=httpx.Timeout(timeout, connect=5.0),
         )
         try:
             response = await self.http.send(request, stream=True)
@@ -587,7 +691,9 @@ class RockletClient:
                 body = b""
             finally:
                 await response.aclose()
-            self._raise_for_status(httpx.Response(response.status_code, content=body, request=request), attempted)
+            self._raise_for_status(
+                httpx.Response(response.status_code, content=body, request=request), attempted
+            )
         return response
 
     def _unreachable(self, exc: Exception, attempted: str) -> RockletUnreachable:
@@ -604,7 +710,9 @@ class RockletClient:
         ``{"type": "exit", "exit_code", "wall_time", "cpu_time", "max_rss_bytes", ...}``.
         """
         timeout = self._deadline_timeout(command.timeout)
-        response = await self.open_stream("/execute_stream", unstructure_wire(command), "execute_stream", timeout)
+        response = await self.open_stream(
+            "/execute_stream", unstructure_wire(command), "execute_stream", timeout
+        )
         try:
             async for line in _capped_lines(response, self.max_answer):
                 if line.strip():
@@ -636,7 +744,11 @@ class RockletClient:
         return await self._call("/write_file", request, WriteFileResponse, "write_file")
 
     async def upload(
-        self, target_path: str, data: bytes | os.PathLike[str] | str | BinaryIO, *, unzip: bool = False
+        self,
+        target_path: str,
+        data: bytes | os.PathLike[str] | str | BinaryIO,
+        *,
+        unzip: bool = False,
     ) -> UploadResponse:
         """Upload bytes, an open binary file (streamed from where it stands; the admin's spooled
         ``/upload`` body), or the local file at a path, to ``target_path`` (``/upload``)."""
@@ -644,7 +756,9 @@ class RockletClient:
             content: Any = bytes(data) if isinstance(data, (bytes, bytearray)) else data
             name = os.path.basename(target_path) or "upload"
             response = await self._request(
-                "POST", "/upload", "upload",
+                "POST",
+                "/upload",
+                "upload",
                 files={"file": (name, content)},
                 data={"target_path": target_path, "unzip": "true" if unzip else "false"},
                 timeout=None,
@@ -652,15 +766,20 @@ class RockletClient:
         else:
             path = os.fspath(data)
             try:
-                handle = open(path, "rb")  # noqa: SIM115 - closed below, after the upload streams it
+                handle = open(path, "rb")  # noqa: ASYNC230 - opening is quick; closed after the upload
             except OSError as exc:
                 raise InvalidParameter(
                     f"source_path: cannot read local file {path!r}: {exc.strerror}",
-                    field="source_path", value=path, sandbox_id=self.sandbox_id, attempted="upload",
+                    field="source_path",
+                    value=path,
+                    sandbox_id=self.sandbox_id,
+                    attempted="upload",
                 ) from exc
             with handle:
                 response = await self._request(
-                    "POST", "/upload", "upload",
+                    "POST",
+                    "/upload",
+                    "upload",
                     files={"file": (os.path.basename(path), handle)},
                     data={"target_path": target_path, "unzip": "true" if unzip else "false"},
                     timeout=None,
@@ -697,7 +816,9 @@ class RockletClient:
         if timeout is not None:
             payload["timeout"] = timeout
         http_timeout = None if timeout is None else timeout + _TIMEOUT_MARGIN
-        response = await self._request("POST", f"/env/{op}", f"env/{op}", json_body=payload, timeout=http_timeout)
+        response = await self._request(
+            "POST", f"/env/{op}", f"env/{op}", json_body=payload, timeout=http_timeout
+        )
         return response.json()
 
     async def close(self) -> None:
@@ -718,33 +839,50 @@ class RockletClient:
         body = process_request(command, cwd=cwd, env=env, timeout=timeout)
         response = await self._request("POST", "/processes", "start_process", json_body=body)
         data = response.json()
-        return structure_wire({"command": command, "running": True, **data}, ProcessInfo, forbid_extra_keys=False)
+        return structure_wire(
+            {"command": command, "running": True, **data}, ProcessInfo, forbid_extra_keys=False
+        )
 
-    async def process_status(self, process_id: str, *, wait: float = 0.0, tail: int = 4096) -> ProcessInfo:
+    async def process_status(
+        self, process_id: str, *, wait: float = 0.0, tail: int = 4096
+    ) -> ProcessInfo:
         """The state of a background process, waiting up to ``wait`` seconds for it to end."""
         http_timeout = wait + _TIMEOUT_MARGIN if wait and math.isfinite(wait) else "default"
         response = await self._request(
-            "GET", f"/processes/{process_id}", "process_status",
-            params={"wait": wait, "tail": tail}, timeout=http_timeout,
+            "GET",
+            f"/processes/{process_id}",
+            "process_status",
+            params={"wait": wait, "tail": tail},
+            timeout=http_timeout,
         )
         return structure_wire(response.json(), ProcessInfo, forbid_extra_keys=False)
 
-    async def process_output(self, process_id: str, *, offset: int = 0, limit: int | None = None) -> bytes:
+    async def process_output(
+        self, process_id: str, *, offset: int = 0, limit: int | None = None
+    ) -> bytes:
         """Raw output bytes of a background process from ``offset`` (negative: from the end)."""
         params: dict[str, Any] = {"offset": offset}
         if limit is not None:
             params["limit"] = limit
         response = await self._request(
-            "GET", f"/processes/{process_id}/output", "process_output", params=params,
+            "GET",
+            f"/processes/{process_id}/output",
+            "process_output",
+            params=params,
             limit=None if limit is None else min(limit, self.max_answer),
         )
         return response.content
 
-    async def kill_process(self, process_id: str, *, signal: int | str = 15, wait: float = 5.0) -> ProcessInfo:
+    async def kill_process(
+        self, process_id: str, *, signal: int | str = 15, wait: float = 5.0
+    ) -> ProcessInfo:
         """Signal a background process (and its group); wait up to ``wait`` s for it to end."""
         response = await self._request(
-            "POST", f"/processes/{process_id}/kill", "kill_process",
-            json_body={"signal": signal, "wait": wait}, timeout=wait + _TIMEOUT_MARGIN,
+            "POST",
+            f"/processes/{process_id}/kill",
+            "kill_process",
+            json_body={"signal": signal, "wait": wait},
+            timeout=wait + _TIMEOUT_MARGIN,
         )
         return structure_wire(response.json(), ProcessInfo, forbid_extra_keys=False)
 
