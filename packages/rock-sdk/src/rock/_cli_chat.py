@@ -21,19 +21,19 @@ from typing import Any
 
 import click
 
-from rock._cli_sandbox import (
+from rock._cli_common import (
     EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
-    _base_url_option,
-    _fail,
-    _json_option,
-    _print_json,
-    _resolve_target,
-    _run,
-    _status,
-    sandbox,
+    base_url_option,
+    fail,
+    json_option,
+    print_json,
+    resolve_target,
+    run,
+    sandbox_status,
 )
+from rock._cli_sandbox import sandbox
 
 __all__ = ["chat_command"]
 
@@ -41,7 +41,7 @@ __all__ = ["chat_command"]
 @sandbox.command("chat")
 @click.argument("sandbox_id")
 @click.argument("prompt")
-@_base_url_option
+@base_url_option
 @click.option(
     "--yes", "-y", "confirm", is_flag=True, help="Allow destructive actions (delete, stop, rm -rf)."
 )
@@ -67,7 +67,7 @@ __all__ = ["chat_command"]
 @click.option(
     "--llm-model", default=None, help="The model's name there [default: $ROCK_CHAT_LLM_MODEL]."
 )
-@_json_option
+@json_option
 def chat_command(
     sandbox_id: str,
     prompt: str,
@@ -112,25 +112,25 @@ def chat_command(
             )
         config = attrs.evolve(config, **changes)
     except InvalidParameter as exc:
-        _fail(str(exc), EXIT_USAGE)
-    target = _resolve_target(base_url)
+        fail(str(exc), EXIT_USAGE)
+    target = resolve_target(base_url)
 
     def announce(action: Any) -> None:
         click.echo(f"rock: running: {action.preview}", err=True)
 
     async def go() -> Any:
-        await _status(target, sandbox_id)  # unknown id: exit 3 with the target named
+        await sandbox_status(target, sandbox_id)  # unknown id: exit 3 with the target named
         handle = target.sandbox()
         await handle.attach(sandbox_id)
         return await handle.chat(
             prompt, confirm=confirm, dry_run=dry_run, config=config, on_action=announce
         )
 
-    response = _run(go)
+    response = run(go)
     if as_json:
         from rock_core.converters import unstructure_wire
 
-        _print_json(unstructure_wire(response))
+        print_json(unstructure_wire(response))
     else:
         click.echo(response.reply)
     answered = not response.actions and response.backend is not None  # help, or the model's answer

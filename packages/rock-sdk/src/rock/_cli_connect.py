@@ -26,15 +26,15 @@ from typing import Any
 
 import click
 
-from rock._cli_sandbox import (
+from rock._cli_common import (
     EXIT_USAGE,
-    _base_url_option,
-    _Failure,
-    _resolve_target,
-    _run,
-    _status,
-    sandbox,
+    Failure,
+    base_url_option,
+    resolve_target,
+    run,
+    sandbox_status,
 )
+from rock._cli_sandbox import sandbox
 
 __all__ = ["parse_forward", "port_forward", "shell"]
 
@@ -60,18 +60,18 @@ def parse_forward(spec: str) -> tuple[int, int]:
 @click.option(
     "--address", default="127.0.0.1", show_default=True, help="The local address to listen on."
 )
-@_base_url_option
+@base_url_option
 def port_forward(
     sandbox_id: str, ports: tuple[str, ...], address: str, base_url: str | None
 ) -> None:
     """Forward local ports to ports inside the sandbox (as `kubectl port-forward`)."""
     pairs = [parse_forward(spec) for spec in ports]
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
 
     async def go() -> None:
         import anyio
 
-        await _status(target, sandbox_id)  # unknown id: exit 3
+        await sandbox_status(target, sandbox_id)  # unknown id: exit 3
         handle = target.sandbox()
         await handle.attach(sandbox_id)
         async with anyio.create_task_group() as tg:
@@ -88,15 +88,15 @@ def port_forward(
                 try:
                     listener = await anyio.create_tcp_listener(local_host=address, local_port=local)
                 except OSError as exc:
-                    raise _Failure(
+                    raise Failure(
                         f"cannot listen on {address}:{local}: {exc.strerror or exc}"
                     ) from None
-                bound = listener.extra(anyio.abc.SocketAttribute.local_port)  # type: ignore[attr-defined]
+                bound = listener.extra(anyio.abc.SocketAttribute.local_port)
                 click.echo(f"Forwarding from {address}:{bound} -> {remote}")
                 tg.start_soon(_serve_forward, listener, handle, remote)
             sys.stdout.flush()
 
-    _run(go)
+    run(go)
 
 
 async def _serve_forward(listener: Any, handle: Any, remote: int) -> None:
@@ -146,29 +146,33 @@ async def _serve_forward(listener: Any, handle: Any, remote: int) -> None:
     default=None,
     help="Run this command line instead of the user's shell.",
 )
-@_base_url_option
+@base_url_option
 def shell(sandbox_id: str, user: str | None, command: str | None, base_url: str | None) -> None:
     """Open a terminal in the sandbox; exit with its program's exit code."""
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
     if target.embedded:
         raise _usage_failure()
-    code = _run(lambda: _shell(target, sandbox_id, user, command))
+    code = run(lambda: _shell(target, sandbox_id, user, command))
     sys.exit(code)
 
 
+class _UsageFailure(click.ClickException):
+    """A usage error click prints as ``Error: <message>``, exiting with :data:`EXIT_USAGE`."""
+
+    exit_code = EXIT_USAGE
+
+
 def _usage_failure() -> click.ClickException:
-    error = click.ClickException(
+    return _UsageFailure(
         "no rock admin to connect to: a shell needs a running sandbox of a server (`rock admin start`, "
         "--base-url or $ROCK_BASE_URL)"
     )
-    error.exit_code = EXIT_USAGE
-    return error
 
 
 async def _shell(target: Any, sandbox_id: str, user: str | None, command: str | None) -> int:
     import asyncio
 
-    await _status(target, sandbox_id)
+    await sandbox_status(target, sandbox_id)
     handle = target.sandbox()
     await handle.attach(sandbox_id)
     stdin, stdout = sys.stdin.fileno(), sys.stdout.fileno()

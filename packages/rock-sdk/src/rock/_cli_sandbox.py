@@ -1,4 +1,4 @@
-"""``rock sandbox list|create|status|exec|logs|stop|delete`` and ``rock log``: sandboxes for people.
+"""``rock sandbox list|create|status|exec|logs|stop|delete``: sandboxes for people.
 
 Which server: ``--base-url``, else ``$ROCK_BASE_URL``, else the admin that ``rock admin start``
 runs for this state directory (``$ROCK_ADMIN_STATE_DIR`` or ``~/.rock/admin``), else embedded
@@ -27,175 +27,43 @@ not run (its messages start with ``rock:``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import re
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
 
+from rock._cli_common import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    Failure,
+    Target,
+    base_url_option,
+    fail,
+    json_option,
+    list_items,
+    print_json,
+    print_table,
+    resolve_target,
+    run,
+    sandbox_status,
+    spinner,
+    state_of,
+    when,
+    when_text,
+)
 from rock_core.actions import Command, SandboxStatusResponse
 from rock_core.converters import unstructure_wire
-from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
+from rock_core.errors import InvalidParameter
 from rock_core.states import LIVE_STATES, State
 
-__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "log_command", "sandbox"]
+__all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "sandbox"]
 
-#: Exit codes of ``rock sandbox`` and ``rock log`` (``exec`` passes the command's own through).
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
 _EXIT_TIMEOUT = 124  # as timeout(1)
-
 _DELETE_WAIT = 60.0  # seconds `delete` waits for the container to be gone
-_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-# "2026-11-30 22:15:03,123 INFO rock.admin: ..." (the admin's logging) or uvicorn's "INFO:     ...".
-_LOG_LEVEL = re.compile(
-    r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+\s+)?(DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)\b:?"
-)
-
-T = TypeVar("T")
-
-
-class _Failure(Exception):
-    """A failure the command reports as ``rock: <message>`` with ``code`` as its exit code."""
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-# -- where the sandboxes are ------------------------------------------------------------------------
-
-
-def _local_admin_url() -> str | None:
-    """The URL of the admin ``rock admin start`` runs for this state directory, if one runs."""
-    from rock.admin import daemon
-    from rock.admin.config import load_settings
-
-    try:
-        data = daemon.read_pid_file(load_settings())
-    except InvalidParameter:
-        return None  # a bad ROCK_ADMIN_* variable: there is no admin to find this way
-    return str(data["url"]) if data and data.get("url") else None
-
-
-class _Target:
-    """Where the commands act: an admin's URL, or embedded mode (``url is None``)."""
-
-    def __init__(self, url: str | None) -> None:
-        self.url = url.rstrip("/") if url else None
-
-    @property
-    def embedded(self) -> bool:
-        """Whether there is no server: sandboxes live (and die) with this process."""
-        return self.url is None
-
-    def sandbox(self) -> Any:
-        """A :class:`~rock.sdk.sandbox.client.Sandbox` handle on this target (not started)."""
-        from rock.sdk.sandbox.client import Sandbox
-        from rock.sdk.sandbox.config import SandboxConfig
-
-        config = SandboxConfig(base_url=self.url)
-        return Sandbox(config)
-
-    def describe(self) -> str:
-        """Where, for messages."""
-        return f"rock admin at {self.url}" if self.url else "embedded mode (no server)"
-
-
-def _resolve_target(base_url: str | None) -> _Target:
-    return _Target(base_url or os.environ.get("ROCK_BASE_URL") or _local_admin_url())
-
-
-_base_url_option = click.option(
-    "--base-url",
-    default=None,
-    metavar="URL",
-    help="The admin server [default: $ROCK_BASE_URL, else the local `rock admin start`, else embedded].",
-)
-_json_option = click.option(
-    "--json", "as_json", is_flag=True, help="Print JSON instead of a table."
-)
-
-
-# -- running a command --------------------------------------------------------------------------------
-
-
-def _fail(message: str, code: int) -> NoReturn:
-    click.echo(f"rock: {message}", err=True)
-    sys.exit(code)
-
-
-def _run(coro_factory: Callable[[], Awaitable[T]]) -> T:
-    """Run the command's coroutine; turn rock's errors into a message and an exit code."""
-
-    async def main() -> T:
-        return await coro_factory()
-
-    try:
-        return asyncio.run(main())
-    except _Failure as exc:
-        _fail(str(exc), exc.code)
-    except SandboxNotFound as exc:
-        _fail(str(exc), EXIT_NOT_FOUND)
-    except RockError as exc:
-        _fail(str(exc), EXIT_ERROR)
-    except KeyboardInterrupt:
-        _fail("interrupted", 130)
-
-
-@contextlib.contextmanager
-def _spinner(message: str) -> Iterator[None]:
-    """A spinner on stderr while waiting, when stderr is a terminal (nothing otherwise)."""
-    if not sys.stderr.isatty():  # the common case in scripts: do not even import rich
-        yield
-        return
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if not console.is_terminal:
-        yield
-        return
-    with console.status(message):
-        yield
-
-
-def _print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
-    """Columns padded to their widest cell, a rule under the header; never wrapped or cut (ids
-    are long), no trailing blanks. Plain text, not rich's tables: those took a second for 1,000
-    sandboxes."""
-    widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-        for row in (header, *rows)
-    ]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    click.echo("\n".join(lines))
-
-
-async def _status(target: _Target, sandbox_id: str) -> SandboxStatusResponse:
-    """The status of ``sandbox_id`` in any state; not found names the target."""
-    sandbox = target.sandbox()
-    try:
-        await sandbox.attach(sandbox_id)
-        status: SandboxStatusResponse = await sandbox.get_status(include_all_states=True)
-    except SandboxNotFound as exc:
-        hint = (
-            " (embedded mode: only sandboxes of this process exist; set ROCK_BASE_URL or run `rock admin start`)"
-            if target.embedded
-            else ""
-        )
-        raise _Failure(
-            f"no sandbox {sandbox_id!r} at {target.describe()}: {exc}{hint}", EXIT_NOT_FOUND
-        ) from exc
-    return status
 
 
 def _security(security: dict[str, Any] | None) -> str | None:
@@ -215,18 +83,6 @@ def _security(security: dict[str, Any] | None) -> str | None:
     return ", ".join(parts)
 
 
-def _when(value: Any) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
-
-
-def _state(status: SandboxStatusResponse) -> str:
-    return status.state.value if status.state is not None else "unknown"
-
-
-def _print_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, default=str))
-
-
 # -- rock sandbox ---------------------------------------------------------------------------------------
 
 
@@ -244,8 +100,8 @@ def sandbox() -> None:
 
 
 @sandbox.command("list")
-@_base_url_option
-@_json_option
+@base_url_option
+@json_option
 @click.option("--user-id", default=None, help="Only this user's sandboxes.")
 @click.option("--experiment-id", default=None, help="Only this experiment's sandboxes.")
 @click.option("--namespace", default=None, help="Only this namespace's sandboxes.")
@@ -266,7 +122,7 @@ def list_command(
     state: str | None,
 ) -> None:
     """List the pending and running sandboxes."""
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
     filters = {
         key: value
         for key, value in (
@@ -278,7 +134,7 @@ def list_command(
         )
         if value is not None
     }
-    statuses = _run(lambda: _list_items(target, filters))
+    statuses = run(lambda: list_items(target, filters))
     if as_json:
         # One item a line: still readable, and written by json's C encoder (indent=2 is its
         # pure-Python one, a large part of the command's time at 1,000 sandboxes).
@@ -305,43 +161,12 @@ def list_command(
             s.get("memory") or "",
             s.get("user_id") or "",
             s.get("experiment_id") or "",
-            _when_text(s.get("start_time") or s.get("create_time")),
+            when_text(s.get("start_time") or s.get("create_time")),
         )
         for s in statuses
     ]
-    _print_table(header, rows)
+    print_table(header, rows)
     click.echo(f"{len(statuses)} sandbox{'es' if len(statuses) != 1 else ''}")
-
-
-def _when_text(value: str | None) -> str:
-    """An ISO timestamp from the admin's JSON, as :func:`_when` shows a datetime."""
-    return value[:19].replace("T", " ") if value else ""
-
-
-async def _list_items(target: _Target, filters: dict[str, str]) -> list[dict[str, Any]]:
-    """The pending and running sandboxes as JSON-ready items: the admin's own JSON (not read into
-    models, which at 1,000 sandboxes costs more than fetching them), or the embedded engine's."""
-    if target.embedded:
-        return [unstructure_wire(s) for s in await _list(target, filters)]
-    from rock.sdk._engine.remote import get_remote_engine
-
-    engine = get_remote_engine(target.url or "")
-    with _spinner("Listing sandboxes..."):
-        return await engine.list_sandbox_items(filters)
-
-
-async def _list(target: _Target, filters: dict[str, str]) -> list[SandboxStatusResponse]:
-    # Only the engine that serves: against an admin, the embedded engine is never imported.
-    if target.embedded:
-        from rock.sdk._engine.embedded import get_embedded_engine
-
-        engine: Any = get_embedded_engine()
-    else:
-        from rock.sdk._engine.remote import get_remote_engine
-
-        engine = get_remote_engine(target.url or "")
-    with _spinner("Listing sandboxes..."):
-        return await engine.list_sandboxes(filters)
 
 
 def _pairs(values: tuple[str, ...], option: str) -> dict[str, str] | None:
@@ -355,8 +180,8 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str] | None:
 
 
 @sandbox.command()
-@_base_url_option
-@_json_option
+@base_url_option
+@json_option
 @click.option("--image", default="python:3.11", show_default=True, help="The container image.")
 @click.option("--memory", default="2g", show_default=True, help="Memory limit (512m, 8g).")
 @click.option("--cpus", type=float, default=1.0, show_default=True, help="CPUs.")
@@ -411,9 +236,9 @@ def create(
     embedded mode would be removed as this command exits, so create refuses there (exit 1).
     """
     environment = _pairs(env, "--env")
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
     if target.embedded:
-        _fail(
+        fail(
             "no admin server: a sandbox created in embedded mode is removed when this command exits. "
             "Start one with `rock admin start` (or set ROCK_BASE_URL / --base-url), then create again",
             EXIT_ERROR,
@@ -442,37 +267,37 @@ def create(
             **extra,
         )
     except InvalidParameter as exc:  # the options contradict each other: a usage error
-        _fail(str(exc), EXIT_USAGE)
+        fail(str(exc), EXIT_USAGE)
 
     async def go() -> SandboxStatusResponse:
         handle = Sandbox(config)
-        with _spinner(f"Starting a sandbox of {image}..."):
+        with spinner(f"Starting a sandbox of {image}..."):
             await handle.start()
         status: SandboxStatusResponse = await handle.get_status(include_all_states=True)
         return status
 
-    status = _run(go)
+    status = run(go)
     if as_json:
-        _print_json(unstructure_wire(status))
+        print_json(unstructure_wire(status))
     else:
-        click.echo(f"rock: sandbox {status.sandbox_id} is {_state(status)} ({image})", err=True)
+        click.echo(f"rock: sandbox {status.sandbox_id} is {state_of(status)} ({image})", err=True)
         click.echo(status.sandbox_id)
 
 
 @sandbox.command()
 @click.argument("sandbox_id")
-@_base_url_option
-@_json_option
+@base_url_option
+@json_option
 def status(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
     """Show a sandbox's state, resources, phases and times (any state)."""
-    target = _resolve_target(base_url)
-    found = _run(lambda: _status(target, sandbox_id))
+    target = resolve_target(base_url)
+    found = run(lambda: sandbox_status(target, sandbox_id))
     if as_json:
-        _print_json(unstructure_wire(found))
+        print_json(unstructure_wire(found))
         return
     rows = [
         ("sandbox id", found.sandbox_id),
-        ("state", _state(found)),
+        ("state", state_of(found)),
         ("reason", found.reason),
         ("image", found.image),
         ("cpus", None if found.cpus is None else f"{found.cpus:g}"),
@@ -484,11 +309,11 @@ def status(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
         ("namespace", found.namespace),
         ("queue position", found.queue_position),
         ("security", _security(found.security)),
-        ("created", _when(found.create_time)),
-        ("started", _when(found.start_time)),
-        ("stopped", _when(found.stop_time)),
-        ("auto stop", _when(found.auto_stop_time)),
-        ("auto delete", _when(found.auto_delete_time)),
+        ("created", when(found.create_time)),
+        ("started", when(found.start_time)),
+        ("stopped", when(found.stop_time)),
+        ("auto stop", when(found.auto_stop_time)),
+        ("auto delete", when(found.auto_delete_time)),
     ]
     width = max(len(name) for name, _ in rows) + 1
     for name, value in rows:
@@ -510,7 +335,7 @@ def _echo_phases(found: SandboxStatusResponse) -> None:
 )
 @click.argument("sandbox_id")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
-@_base_url_option
+@base_url_option
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),
@@ -521,7 +346,7 @@ def _echo_phases(found: SandboxStatusResponse) -> None:
 @click.option(
     "--env", "env", multiple=True, metavar="KEY=VALUE", help="An environment variable (repeatable)."
 )
-@_json_option
+@json_option
 def exec_command(
     sandbox_id: str,
     argv: tuple[str, ...],
@@ -543,21 +368,21 @@ def exec_command(
         raise click.UsageError(
             "no command given: rock sandbox exec SANDBOX_ID -- COMMAND [ARGS]..."
         )
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
 
     async def go() -> Any:
-        await _status(target, sandbox_id)  # unknown id: exit 3 with the target named
+        await sandbox_status(target, sandbox_id)  # unknown id: exit 3 with the target named
         handle = target.sandbox()
         await handle.attach(sandbox_id)
         return await handle.execute(
             Command(command=list(argv), timeout=timeout, cwd=cwd, env=environment)
         )
 
-    result = _run(go)
+    result = run(go)
     # Killed at its timeout: the command's own outcome, exiting as timeout(1) does.
     code = _EXIT_TIMEOUT if result.timed_out else result.exit_code
     if as_json:
-        _print_json(unstructure_wire(result))
+        print_json(unstructure_wire(result))
     else:
         sys.stdout.write(result.stdout or "")
         sys.stdout.flush()
@@ -570,25 +395,25 @@ def exec_command(
 
 @sandbox.command()
 @click.argument("sandbox_id")
-@_base_url_option
-@_json_option
+@base_url_option
+@json_option
 def logs(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
     """What is known of a sandbox's life: phases, state history, reason, notes.
 
     The admin serves no container logs yet, so this shows the lifecycle record instead (and
     says so); run `rock sandbox exec ID -- cat FILE` for files the sandbox writes.
     """
-    target = _resolve_target(base_url)
-    found = _run(lambda: _status(target, sandbox_id))
+    target = resolve_target(base_url)
+    found = run(lambda: sandbox_status(target, sandbox_id))
     if as_json:
         data = unstructure_wire(found)
-        _print_json(
+        print_json(
             {
                 "sandbox_id": found.sandbox_id,
                 "unit_logs": None,
                 "phases": data.get("status"),
                 "state_history": data.get("state_history"),
-                "state": _state(found),
+                "state": state_of(found),
                 "reason": found.reason,
                 "notes": found.notes,
             }
@@ -601,14 +426,14 @@ def logs(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
     _echo_phases(found)
     for entry in found.state_history:
         click.echo(
-            f"{_when(entry.timestamp)} {entry.from_state.value} -> {entry.to_state.value} ({entry.event})"
+            f"{when(entry.timestamp)} {entry.from_state.value} -> {entry.to_state.value} ({entry.event})"
         )
-    click.echo(f"state: {_state(found)}" + (f" ({found.reason})" if found.reason else ""))
+    click.echo(f"state: {state_of(found)}" + (f" ({found.reason})" if found.reason else ""))
     for note in found.notes:
         click.echo(f"note: {note}")
 
 
-async def _stop(target: _Target, sandbox_id: str) -> None:
+async def _stop(target: Target, sandbox_id: str) -> None:
     handle = target.sandbox()
     await handle.attach(sandbox_id)
     # Sandbox.stop() logs and swallows failures (ROCK's contract); a person must see them.
@@ -617,148 +442,58 @@ async def _stop(target: _Target, sandbox_id: str) -> None:
 
 @sandbox.command()
 @click.argument("sandbox_id")
-@_base_url_option
+@base_url_option
 def stop(sandbox_id: str, base_url: str | None) -> None:
     """Stop a sandbox (already stopped: nothing to do). With the default lifecycle it is deleted too."""
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
 
     async def go() -> SandboxStatusResponse:
-        found = await _status(target, sandbox_id)
+        found = await sandbox_status(target, sandbox_id)
         if found.state in LIVE_STATES:
-            with _spinner(f"Stopping {sandbox_id}..."):
+            with spinner(f"Stopping {sandbox_id}..."):
                 await _stop(target, sandbox_id)
-            found = await _status(target, sandbox_id)
+            found = await sandbox_status(target, sandbox_id)
         return found
 
-    found = _run(go)
-    click.echo(f"{sandbox_id} {_state(found)}" + (f" ({found.reason})" if found.reason else ""))
+    found = run(go)
+    click.echo(f"{sandbox_id} {state_of(found)}" + (f" ({found.reason})" if found.reason else ""))
 
 
 @sandbox.command()
 @click.argument("sandbox_id")
-@_base_url_option
+@base_url_option
 @click.option("--force", is_flag=True, help="Stop it first if it is pending or running.")
 def delete(sandbox_id: str, base_url: str | None, force: bool) -> None:
     """Delete a stopped sandbox and its container (already deleted: nothing to do)."""
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
 
     async def go() -> None:
-        found = await _status(target, sandbox_id)
+        found = await sandbox_status(target, sandbox_id)
         handle = target.sandbox()
         await handle.attach(sandbox_id)
         if found.state in LIVE_STATES:
             if not force:
-                raise _Failure(
-                    f"sandbox {sandbox_id} is {_state(found)}: stop it first (`rock sandbox stop {sandbox_id}`) "
+                raise Failure(
+                    f"sandbox {sandbox_id} is {state_of(found)}: stop it first (`rock sandbox stop {sandbox_id}`) "
                     "or use --force"
                 )
-            with _spinner(f"Stopping {sandbox_id}..."):
+            with spinner(f"Stopping {sandbox_id}..."):
                 await _stop(target, sandbox_id)
         if found.state is not State.DELETED:
-            with _spinner(f"Deleting {sandbox_id}..."):
+            with spinner(f"Deleting {sandbox_id}..."):
                 await handle.delete()
                 # A sandbox stopped with the default lifecycle is removed in the background; the
                 # record says deleted once its container is gone, which is what "deleted" promises.
                 deadline = time.monotonic() + _DELETE_WAIT
-                while (await _status(target, sandbox_id)).state is not State.DELETED:
+                while (await sandbox_status(target, sandbox_id)).state is not State.DELETED:
                     if time.monotonic() > deadline:
-                        raise _Failure(
+                        raise Failure(
                             f"sandbox {sandbox_id} was not deleted within {_DELETE_WAIT:g}s"
                         )
                     await asyncio.sleep(0.1)
 
-    _run(go)
+    run(go)
     click.echo(f"{sandbox_id} deleted")
-
-
-# -- rock log -------------------------------------------------------------------------------------------
-
-
-def _level_of(line: str) -> str | None:
-    match = _LOG_LEVEL.match(line)
-    if match is None:
-        return None
-    level = match.group(1)
-    return {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(level, level)
-
-
-def _filtered(lines: Iterator[str], minimum: int, state: list[bool]) -> Iterator[str]:
-    """Lines at ``minimum`` or above; a line without a level (a traceback) follows its record's."""
-    for line in lines:
-        level = _level_of(line)
-        if level is not None:
-            state[0] = _LEVELS.index(level) >= minimum
-        if state[0]:
-            yield line
-
-
-@click.command("log")
-@click.option(
-    "--level",
-    type=click.Choice(_LEVELS, case_sensitive=False),
-    default="DEBUG",
-    show_default=True,
-    help="Show records at this level and above.",
-)
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new records until Ctrl-C.")
-@click.option(
-    "--lines", "-n", type=click.IntRange(0), default=None, help="Only the last N matching lines."
-)
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="The admin's TOML settings file (for its state directory).",
-)
-def log_command(level: str, follow: bool, lines: int | None, config_file: str | None) -> None:
-    """Print the admin server's log (<state dir>/admin.log), filtered by level.
-
-    The state directory is $ROCK_ADMIN_STATE_DIR, else ~/.rock/admin (or the config file's).
-    Exit 3 when there is no log file (the admin never ran there).
-    """
-    from rock.admin.config import load_settings
-
-    try:
-        settings = load_settings(config_file)
-    except InvalidParameter as exc:
-        _fail(str(exc), EXIT_ERROR)
-    path = Path(settings.log_file)
-    minimum = _LEVELS.index(level.upper())
-    try:
-        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - kept open to follow
-    except FileNotFoundError:
-        _fail(
-            f"no admin log at {path}: has `rock admin start` run with this state directory?",
-            EXIT_NOT_FOUND,
-        )
-    except OSError as exc:
-        _fail(f"cannot read {path}: {exc}", EXIT_ERROR)
-    state = [True]
-    with handle:
-        matching = list(_filtered((line.rstrip("\n") for line in handle), minimum, state))
-        if lines is not None:
-            matching = matching[-lines:] if lines else []
-        for line in matching:
-            click.echo(line)
-        if not follow:
-            return
-        try:
-            pending = ""
-            while True:
-                chunk = handle.readline()
-                if not chunk:
-                    sys.stdout.flush()
-                    time.sleep(0.2)
-                    continue
-                pending += chunk
-                if not pending.endswith("\n"):
-                    continue  # a line still being written
-                for line in _filtered(iter([pending.rstrip("\n")]), minimum, state):
-                    click.echo(line)
-                pending = ""
-        except KeyboardInterrupt:
-            return
 
 
 # `rock sandbox port-forward` and `rock sandbox shell` live in their own module; importing it

@@ -13,23 +13,24 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from rock._cli_sandbox import (
-    _base_url_option,
-    _json_option,
-    _list_items,
-    _print_table,
-    _resolve_target,
-    _run,
-    sandbox,
+from rock._cli_common import (
+    base_url_option,
+    json_option,
+    list_items,
+    print_table,
+    resolve_target,
+    run,
 )
+from rock._cli_sandbox import sandbox
 
 __all__ = ["top_command"]
 
-_SORT_KEYS = {
+_SORT_KEYS: dict[str, Callable[[dict[str, Any]], float]] = {
     "cpu": lambda u: u.get("cpu_percent") or 0.0,
     "mem": lambda u: u.get("memory_bytes") or 0,
     "mem%": lambda u: u.get("memory_percent") or 0.0,
@@ -41,11 +42,12 @@ _SORT_KEYS = {
 def _size(value: int | None) -> str:
     if value is None:
         return "-"
+    size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"
-        value /= 1024  # type: ignore[assignment]
-    return str(value)
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return str(size)
 
 
 def _rows(statuses: list[Any], sort: str) -> list[dict[str, Any]]:
@@ -94,12 +96,12 @@ def _table(rows: list[dict[str, Any]]) -> None:
                 "; ".join(r["warnings"]),
             )
         )
-    _print_table(header, table)
+    print_table(header, table)
 
 
 @sandbox.command("top")
-@_base_url_option
-@_json_option
+@base_url_option
+@json_option
 @click.option(
     "--sort",
     type=click.Choice(["cpu", "mem", "mem%", "net", "pids", "id"]),
@@ -119,7 +121,7 @@ def top_command(
     base_url: str | None, as_json: bool, sort: str, interval: float, once: bool
 ) -> None:
     """Show the running sandboxes' CPU, memory, network and processes, live (as `docker stats`)."""
-    target = _resolve_target(base_url)
+    target = resolve_target(base_url)
     if target.embedded:
         click.echo(
             "rock: `rock sandbox top` needs an admin: set ROCK_BASE_URL or run `rock admin start`",
@@ -127,13 +129,13 @@ def top_command(
         )
         sys.exit(2)
     if as_json:
-        rows = _rows(_run(lambda: _list_items(target, {"state": "running"})), sort)
+        rows = _rows(run(lambda: list_items(target, {"state": "running"})), sort)
         click.echo(json.dumps({"items": rows, "total": len(rows)}, default=str))
         return
     live = sys.stdout.isatty() and not once
     try:
         while True:
-            rows = _rows(_run(lambda: _list_items(target, {"state": "running"})), sort)
+            rows = _rows(run(lambda: list_items(target, {"state": "running"})), sort)
             if live:
                 click.echo("\x1b[H\x1b[2J", nl=False)  # home, clear: redraw in place
             _table(rows)

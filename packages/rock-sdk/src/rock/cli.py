@@ -31,7 +31,7 @@ if "httpx" not in sys.modules:
 BUILT_IN = {
     "admin": ("rock.admin.cli", "admin"),
     "bench": ("rock.bench.cli", "bench"),
-    "log": ("rock._cli_sandbox", "log_command"),
+    "log": ("rock._cli_log", "log_command"),
     "plugins": ("rock._cli_plugins", "plugins_command"),
     "sandbox": ("rock._cli_sandbox", "sandbox"),
 }
