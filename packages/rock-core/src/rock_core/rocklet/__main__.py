@@ -17,7 +17,7 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    pass
+    from typing import Any
 
 from . import __version__
 
@@ -39,8 +39,8 @@ Every request but GET /is_alive must carry the secret given in $ROCK_ROCKLET_TOK
 """
 
 
-def _parse(argv: list[str]) -> dict:
-    opts = {
+def _parse(argv: list[str]) -> dict[str, Any]:
+    opts: dict[str, Any] = {
         "host": "0.0.0.0",
         "port": 22555,
         "state_dir": None,
@@ -48,7 +48,7 @@ def _parse(argv: list[str]) -> dict:
         "listen_fd_from": None,
         "no_auth": False,
         "sandbox": False,
-    }  # type: dict
+    }
     i = 0
     while i < len(argv):
         arg = argv[i]

@@ -60,7 +60,7 @@ def _is_command(v: Any) -> bool:
     return isinstance(v, str) or (_is_str_list(v) and len(v) > 0)
 
 
-_KINDS = {
+_KINDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "str": (_is_str, "a string"),
     "bool": (_is_bool, "a boolean"),
     "number": (_is_number, "a number"),
@@ -68,7 +68,7 @@ _KINDS = {
     "str_list": (_is_str_list, "a list of strings"),
     "str_dict": (_is_str_dict, "an object of string values"),
     "command": (_is_command, "a string or a non-empty list of strings"),
-}  # type: Dict[str, Tuple[Callable[[Any], bool], str]]
+}
 
 
 def field(body: dict[str, Any], name: str, kind: str, default: Any = _MISSING) -> Any:
@@ -91,21 +91,21 @@ def field(body: dict[str, Any], name: str, kind: str, default: Any = _MISSING) -
 
 
 def _choice(body: dict[str, Any], name: str, choices: tuple[str, ...], default: str) -> str:
-    value = field(body, name, "str", default)
+    value: str = field(body, name, "str", default)
     if value not in choices:
         raise BadRequest("field %r must be one of %s, got %r" % (name, ", ".join(choices), value))
     return value
 
 
 def _non_negative(body: dict[str, Any], name: str, default: Any) -> float | None:
-    value = field(body, name, "number", default)
+    value: float | None = field(body, name, "number", default)
     if value is not None and value < 0:
         raise BadRequest("field %r must not be negative, got %r" % (name, value))
     return value
 
 
 def _path(body: dict[str, Any]) -> str:
-    path = field(body, "path", "str")
+    path: str = field(body, "path", "str")
     if not path:
         raise BadRequest("field 'path' must not be empty")
     return path
@@ -132,10 +132,10 @@ class Rocklet:
         #: Whether it was started as a sandbox's agent (``--sandbox``: its PID namespace is the
         #: sandbox's), so that ``/end_processes`` may kill every other process it sees.
         self.sandbox_agent = sandbox_agent and owns_process
-        self._sessions = None  # type: Any
-        self._processes = None  # type: Any
-        self._stats = None  # type: Any
-        self._envs = None  # type: Any
+        self._sessions: Any = None
+        self._processes: Any = None
+        self._stats: Any = None
+        self._envs: Any = None
         self._init_lock = threading.Lock()
 
     # -- lazily built parts -------------------------------------------------------------
@@ -449,7 +449,7 @@ def _query_number(req: Request, name: str, default: float) -> float:
 def build_router(rocklet: Rocklet) -> Router:
     """The route table of ``rocklet``: ROCK's endpoints first, then rock's extras."""
     router = Router()
-    routes = [
+    routes: list[tuple[str, str, Callable[[Request], Any]]] = [
         # ROCK (reference §3.1)
         ("GET", "/", rocklet.root),
         ("GET", "/is_alive", rocklet.is_alive),
@@ -473,7 +473,7 @@ def build_router(rocklet: Rocklet) -> Router:
         ("GET", "/processes/{id}/output", rocklet.process_output),
         ("POST", "/processes/{id}/kill", rocklet.kill_process),
         ("POST", "/end_processes", rocklet.end_processes),
-    ]  # type: List[Tuple[str, str, Callable[[Request], Any]]]
+    ]
     for method, path, handler in routes:
         router.add(method, path, handler)
     router.add("POST", "/upload", rocklet.upload, raw_body=True)

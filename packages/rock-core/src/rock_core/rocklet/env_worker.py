@@ -125,7 +125,7 @@ def _offline_nltk() -> None:
     if "nltk" in sys.modules:
         _patch_nltk(sys.modules["nltk"])
     else:
-        sys.meta_path.insert(0, _NltkHook())  # type: ignore[arg-type]
+        sys.meta_path.insert(0, _NltkHook())
 
 
 def import_gem() -> Any:
@@ -149,7 +149,8 @@ def import_gem() -> Any:
 def _registry() -> dict[str, Any]:
     from gem.envs.registration import ENV_REGISTRY
 
-    return ENV_REGISTRY
+    registry: dict[str, Any] = ENV_REGISTRY
+    return registry
 
 
 def _unknown(env_id: str) -> EnvFailure:
@@ -232,9 +233,9 @@ class EnvSession:
 
     def __init__(self, gem: Any) -> None:
         self.gem = gem
-        self.env = None  # type: Any
-        self.env_id = None  # type: Optional[str]
-        self.ended = None  # type: Optional[Tuple[bool, bool]]
+        self.env: Any = None
+        self.env_id: str | None = None
+        self.ended: tuple[bool, bool] | None = None
         self.turn = 0
 
     def handle(self, request: dict[str, Any]) -> Any:
@@ -315,7 +316,7 @@ def serve_env(gem: Any, conn: socket.socket) -> None:
             request = json.loads(line)
             if not isinstance(request, dict):
                 raise EnvFailure("bad_request", "a request must be a JSON object")
-            answer = {"ok": session.handle(request)}  # type: Dict[str, Any]
+            answer: dict[str, Any] = {"ok": session.handle(request)}
         except EnvFailure as exc:
             answer = {"error": {"kind": exc.kind, "message": exc.message, "traceback": []}}
         except Exception as exc:  # noqa: BLE001 - the env's own failure, reported to the caller
@@ -383,12 +384,12 @@ def serve(control_fd: int) -> int:
         except ImportError:
             pass
 
-        hello = {
+        hello: dict[str, Any] = {
             "ready": True,
             "gem": getattr(gem, "__version__", None) or _dist_version("gem-llm"),
             "python": "%d.%d.%d" % sys.version_info[:3],
             "ids": len(_registry()),
-        }  # type: Dict[str, Any]
+        }
     except Exception as exc:  # noqa: BLE001 - reported to the rocklet as the reason
         kind = "missing_dependency" if isinstance(exc, ImportError) else "env_error"
         hello = {
@@ -414,9 +415,9 @@ def serve(control_fd: int) -> int:
             continue
         if not msg:
             return 0
-        received = []  # type: List[int]
-        for level, kind, data in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+        received: list[int] = []
+        for cmsg_level, cmsg_type, data in ancdata:
+            if cmsg_level == socket.SOL_SOCKET and cmsg_type == socket.SCM_RIGHTS:
                 chunk = array.array("i")
                 chunk.frombytes(data[: len(data) - (len(data) % fds.itemsize)])
                 received.extend(chunk)

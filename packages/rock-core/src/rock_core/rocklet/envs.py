@@ -97,9 +97,9 @@ class EnvProcess:
         self.sock = sock
         self.reader = _Reader(sock)
         self.pid = pid
-        self.env_id = None  # type: Optional[str]
+        self.env_id: str | None = None
         self.lock = threading.Lock()
-        self.dead = None  # type: Optional[str]
+        self.dead: str | None = None
 
     def describe(self) -> str:
         return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
@@ -125,7 +125,8 @@ class EnvProcess:
             raise _error("timeout", self.dead, env=self.key) from None
         if line is None:
             raise self._died()
-        return json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def call(self, request: dict[str, Any], timeout: float | None) -> Any:
         """Send ``request`` and return its ``ok`` result (raises the env's error)."""
@@ -173,7 +174,11 @@ class _Worker:
     """The fork server for one Python executable."""
 
     def __init__(
-        self, python: str, process: subprocess.Popen, control: socket.socket, hello: dict[str, Any]
+        self,
+        python: str,
+        process: subprocess.Popen[bytes],
+        control: socket.socket,
+        hello: dict[str, Any],
     ) -> None:
         self.python = python
         self.process = process
@@ -204,11 +209,11 @@ class EnvChannel:
             pythonpath if pythonpath is not None else os.environ.get(_PYTHONPATH_ENV, "")
         )
         self._lock = threading.Lock()
-        self._workers = {}  # type: Dict[str, _Worker]
+        self._workers: dict[str, _Worker] = {}
         self._worker_lock = threading.Lock()
         self._script_written = False
-        self._envs = {}  # type: Dict[str, EnvProcess]
-        self._gone = {}  # type: Dict[str, str]
+        self._envs: dict[str, EnvProcess] = {}
+        self._gone: dict[str, str] = {}
         self._next = 0
         self._closed = False
 
@@ -431,8 +436,8 @@ class EnvChannel:
     def batch(self, calls: list[dict[str, Any]], timeout: float | None) -> list[dict[str, Any]]:
         """Run ``calls`` (``{env, op, ...}``) concurrently across envs; one result per call."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        results = [None] * len(calls)  # type: List[Any]
-        queues = {}  # type: Dict[str, List[int]]
+        results: list[Any] = [None] * len(calls)
+        queues: dict[str, list[int]] = {}
         for i, call in enumerate(calls):
             key = call.get("env")
             try:
@@ -453,7 +458,7 @@ class EnvChannel:
                 continue
             queues.setdefault(key, []).append(i)
         envs = sorted(queues)
-        held = []  # type: List[EnvProcess]
+        held: list[EnvProcess] = []
         try:
             for key in envs:  # in key order: two batches never wait on each other
                 env = self.get(key)
@@ -461,7 +466,7 @@ class EnvChannel:
                 held.append(env)
             rounds = max((len(q) for q in queues.values()), default=0)
             for r in range(rounds):
-                sent = []  # type: List[Tuple[EnvProcess, int]]
+                sent: list[tuple[EnvProcess, int]] = []
                 for env in held:
                     queue = queues[env.key]
                     if r >= len(queue):

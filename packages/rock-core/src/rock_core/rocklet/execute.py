@@ -113,8 +113,8 @@ class CommandRun:
             start_new_session=True,
         )
         self.pid = self._proc.pid
-        self.exit_code = None  # type: Optional[int]
-        self.signal = None  # type: Optional[int]
+        self.exit_code: int | None = None
+        self.signal: int | None = None
         self.wall_time = 0.0
         self.cpu_time = 0.0
         self.max_rss_bytes = 0
@@ -149,7 +149,7 @@ class CommandRun:
             if pipe is not None:
                 pipes[pipe.fileno()] = (name, pipe)
                 poller.register(pipe.fileno(), select.POLLIN)
-        exited_at = None  # type: Optional[float]
+        exited_at: float | None = None
         finished = False
         try:
             while pipes:
@@ -243,12 +243,12 @@ def execute(
     stdout = out.decode("utf-8", "backslashreplace")
     stderr = err.decode("utf-8", "backslashreplace")
     if run.timed_out:
-        message = "Timeout (%gs) exceeded while running command %r" % (timeout, command)
+        message = "Timeout (%gs) exceeded while running command %r" % (timeout or 0.0, command)
         if check:
             raise CommandTimeoutError(
                 message, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr)
             )
-        result = {
+        result: dict[str, Any] = {
             "stdout": stdout,
             "stderr": stderr + "rock: %s; the command was killed\n" % message,
             "exit_code": -1,
@@ -268,7 +268,7 @@ def execute(
         raise NonZeroExitCodeError(
             msg, extra_info=dict(run.usage(), stdout=stdout, stderr=stderr, exit_code=run.exit_code)
         )
-    result = {"stdout": stdout, "stderr": stderr, "exit_code": run.exit_code}  # type: Dict[str, Any]
+    result = {"stdout": stdout, "stderr": stderr, "exit_code": run.exit_code}
     result.update(run.usage())
     return result
 
@@ -288,11 +288,11 @@ def stream_events(run: CommandRun) -> Iterator[dict[str, Any]]:
         tail = decoder.decode(b"", final=True)
         if tail:
             yield {"type": "output", "stream": name, "data": tail}
-    event = {
+    event: dict[str, Any] = {
         "type": "exit",
         "exit_code": run.exit_code,
         "signal": run.signal,
         "timed_out": run.timed_out,
-    }  # type: Dict[str, Any]
+    }
     event.update(run.usage())
     yield event

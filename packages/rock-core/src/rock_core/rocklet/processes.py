@@ -90,12 +90,12 @@ class BackgroundProcess:
                 start_new_session=True,
             )
         self.pid = self._proc.pid
-        self.exit_code = None  # type: Optional[int]
-        self.signal = None  # type: Optional[int]
+        self.exit_code: int | None = None
+        self.signal: int | None = None
         self.timed_out = False
-        self.wall_time = None  # type: Optional[float]
-        self.cpu_time = None  # type: Optional[float]
-        self.max_rss_bytes = None  # type: Optional[int]
+        self.wall_time: float | None = None
+        self.cpu_time: float | None = None
+        self.max_rss_bytes: int | None = None
         self._done = threading.Event()
         threading.Thread(target=self._reap, daemon=True).start()
         if timeout is not None:
@@ -179,6 +179,7 @@ class BackgroundProcess:
     def status(self, tail_bytes: int = 4096) -> dict[str, Any]:
         """What a client sees at ``GET /processes/{id}``."""
         running = self.running
+        wall: float | None
         if running:
             wall = round(time.monotonic() - self._start, 6)
             cpu, rss = self._live_usage()
@@ -210,7 +211,7 @@ class ProcessTable:
 
     def __init__(self, root: str) -> None:
         self._root = root
-        self._procs = {}  # type: Dict[str, BackgroundProcess]
+        self._procs: dict[str, BackgroundProcess] = {}
         self._lock = threading.Lock()
 
     def start(
@@ -259,7 +260,7 @@ class ProcessTable:
             proc.kill(signals.SIGKILL)
 
 
-def _running_pids():  # type: () -> List[int]
+def _running_pids() -> list[int]:
     """Every process of this PID namespace that is not a zombie (as ``/proc`` shows them)."""
     pids = []
     for name in os.listdir("/proc"):
@@ -275,12 +276,12 @@ def _running_pids():  # type: () -> List[int]
     return pids
 
 
-def end_other_processes(within=2.0):  # type: (float) -> int
+def end_other_processes(within: float = 2.0) -> int:
     """SIGKILL every process of this PID namespace but this one and PID 1 (the sandbox's init),
     again until none is left or ``within`` seconds passed (a process may fork meanwhile); how
     many were killed. Only for the agent of a sandbox, whose namespace is the sandbox's."""
     spared = {1, os.getpid()}
-    killed = set()  # type: set
+    killed: set[int] = set()
     deadline = time.monotonic() + within
     while True:
         others = [pid for pid in _running_pids() if pid not in spared]

@@ -32,7 +32,7 @@ import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Iterator
     from typing import Any
 
     Handler = Callable[["Request"], Any]
@@ -103,7 +103,7 @@ def _unquote(text: str, plus: bool = True) -> str:
 
 def _parse_query(query: str) -> dict[str, str]:
     """``a=1&b=x`` → ``{"a": "1", "b": "x"}`` (the last value of a repeated key wins)."""
-    result = {}  # type: Dict[str, str]
+    result: dict[str, str] = {}
     for pair in query.split("&"):
         if not pair:
             continue
@@ -127,7 +127,7 @@ class BodyReader:
         if self.done:
             return b""
         if not self._chunked:
-            data = self._rfile.read(min(size, self._remaining))
+            data: bytes = self._rfile.read(min(size, self._remaining))
             if not data:
                 raise BadRequest("request body ended early")
             self._remaining -= len(data)
@@ -147,13 +147,13 @@ class BodyReader:
                         break
                 self.done = True
                 return b""
-        data = self._rfile.read(min(size, self._chunk_left))
-        if not data:
+        chunk: bytes = self._rfile.read(min(size, self._chunk_left))
+        if not chunk:
             raise BadRequest("request body ended early")
-        self._chunk_left -= len(data)
+        self._chunk_left -= len(chunk)
         if self._chunk_left == 0:
             self._rfile.readline(_MAX_LINE)  # the CRLF after each chunk
-        return data
+        return chunk
 
     def read_all(self) -> bytes:
         """The rest of the body."""
@@ -193,7 +193,7 @@ class Request:
         self.headers = headers
         self.reader = reader
         self.body = b""
-        self.params = {}  # type: Dict[str, str]
+        self.params: dict[str, str] = {}
 
     def json(self) -> dict[str, Any]:
         """The body as a JSON object (an empty body is ``{}``); anything else is a 400."""
@@ -235,7 +235,7 @@ class Response:
         self.stream = stream
         self.length = length
         #: Called once the response is sent (``/shutdown`` ends the process there).
-        self.after = None  # type: Optional[Callable[[], None]]
+        self.after: Callable[[], None] | None = None
 
 
 def _dumps(obj: Any) -> bytes:
@@ -298,9 +298,9 @@ class Router:
     """The route table: exact paths in a dict, ``{name}`` templates tried in order."""
 
     def __init__(self) -> None:
-        self._exact = {}  # type: Dict[Tuple[str, str], Route]
-        self._paths = set()  # type: set
-        self._templates = []  # type: List[Route]
+        self._exact: dict[tuple[str, str], Route] = {}
+        self._paths: set[str] = set()
+        self._templates: list[Route] = []
 
     def add(self, method: str, pattern: str, handler: Handler, *, raw_body: bool = False) -> None:
         """Serve ``method pattern`` with ``handler(request)``.
@@ -487,7 +487,7 @@ class RockletServer:
         if not version.startswith("HTTP/1."):
             self._send(conn, json_response({"detail": "HTTP version not supported"}, 505), False)
             return False
-        headers = {}  # type: Dict[str, str]
+        headers: dict[str, str] = {}
         for _ in range(_MAX_HEADERS + 1):
             hline = rfile.readline(_MAX_LINE + 1)
             if hline in (b"\r\n", b"\n", b""):
@@ -510,7 +510,7 @@ class RockletServer:
             keep_alive = "close" not in connection
 
         chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-        length = None  # type: Optional[int]
+        length: int | None = None
         if not chunked and "content-length" in headers:
             try:
                 length = int(headers["content-length"])
@@ -601,7 +601,7 @@ class RockletServer:
                 conn.sendall(body)
             return
         conn.sendall(header_bytes)
-        stream = iter(response.stream)  # type: Iterator[bytes]
+        stream: Iterator[bytes] = iter(response.stream)
         try:
             for chunk in stream:
                 if not chunk:

@@ -105,7 +105,7 @@ class _Expect:
         self.text = text
         self.literal = text.encode("utf-8")
         try:
-            self.regex = re.compile(self.literal)  # type: Optional[Any]
+            self.regex: Any | None = re.compile(self.literal)
         except re.error:
             self.regex = None
 
@@ -149,17 +149,17 @@ class BashSession:
         self._lock = threading.Lock()  # one command at a time
         self._state = threading.Lock()  # guards _inflight/_interrupt_at against interrupt()
         self._inflight = False
-        self._interrupt_at = None  # type: Optional[float]
+        self._interrupt_at: float | None = None
         self._stage = 0
         self._foreground = False  # a program matched an expect string and may still read input
         self._pending = bytearray()  # output read past the last prompt
         self._fd = -1
         self._cmd_fd = -1
-        self._proc = None  # type: Optional[subprocess.Popen]
+        self._proc: subprocess.Popen[bytes] | None = None
         self._shell_pid = 0
         self._closing = False
         self.dead = False
-        self.last_exit_code = None  # type: Optional[int]
+        self.last_exit_code: int | None = None
 
     # -- start --------------------------------------------------------------------------
 
@@ -309,7 +309,7 @@ class BashSession:
         with self._lock:
             self._check_usable()
             raw = self._foreground
-            begin = None  # type: Optional[bytes]
+            begin: bytes | None = None
             if raw:
                 # A program is reading the terminal: the text is its input.
                 payload = command.encode("utf-8")
@@ -575,7 +575,7 @@ class BashSession:
             if isinstance(prompt, int):
                 scan = prompt
                 prompt = None
-            best = None  # type: Optional[Tuple[int, int, str]]
+            best: tuple[int, int, str] | None = None
             for pat in patterns if begin is None else ():
                 hit = pat.search(buf, escan)
                 if hit is not None and (best is None or hit[0] < best[0]):
@@ -728,7 +728,7 @@ class SessionManager:
 
     def __init__(self, scratch_root: str) -> None:
         self._root = scratch_root
-        self._sessions = {}  # type: Dict[str, Optional[BashSession]]
+        self._sessions: dict[str, BashSession | None] = {}
         self._lock = threading.Lock()
         self._counter = 0
 

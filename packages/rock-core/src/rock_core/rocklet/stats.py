@@ -73,10 +73,10 @@ def _cpu_limit() -> float:
             quota, period = text.split()[:2]
             return min(count, int(quota) / float(period))
         return count
-    quota = _int(_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"))
-    period = _int(_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
-    if quota and period and quota > 0:
-        return min(count, quota / float(period))
+    quota_us = _int(_read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"))
+    period_us = _int(_read("/sys/fs/cgroup/cpu/cpu.cfs_period_us"))
+    if quota_us and period_us and quota_us > 0:
+        return min(count, quota_us / float(period_us))
     return count
 
 
@@ -148,7 +148,7 @@ class Statistics:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last = None  # type: Optional[Tuple[float, float]]
+        self._last: tuple[float, float] | None = None
 
     def _cpu_percent(self) -> float | None:
         with self._lock:
@@ -172,7 +172,7 @@ class Statistics:
         """The statistics answer."""
         used, limit = _memory()
         disk, disk_used, disk_total = _disk("/")
-        result = {
+        result: dict[str, Any] = {
             "cpu": self._cpu_percent(),
             "mem": round(100.0 * used / limit, 1) if used is not None and limit else None,
             "disk": disk,
@@ -182,7 +182,7 @@ class Statistics:
             "mem_limit_bytes": limit,
             "disk_used_bytes": disk_used,
             "disk_total_bytes": disk_total,
-        }  # type: Dict[str, Any]
+        }
         log_dir = os.environ.get("ROCK_LOGGING_PATH") or "/data/logs"
         if os.path.isdir(log_dir):
             result["disk_log_percent"] = _disk(log_dir)[0]

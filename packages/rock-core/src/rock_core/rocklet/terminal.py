@@ -148,7 +148,7 @@ class Terminal(Response):
 
         thread = threading.Thread(target=from_client, daemon=True)
         thread.start()
-        status = None  # type: Optional[int]
+        status: int | None = None
         try:
             while True:
                 ready, _, _ = select.select([master], [], [], 0.2)

@@ -59,7 +59,7 @@ def _pyc(source: bytes, name: str) -> bytes:
 
 
 def _archive(entries: list[tuple[str, bytes]]) -> bytes:
-    files = {}  # type: Dict[str, bytes]
+    files: dict[str, bytes] = {}
     for name, data in entries:
         files[name] = data
         if name != "__main__.py":
@@ -99,7 +99,7 @@ def build_zipapp(dest: Path, cache_dir: Path | None = None) -> Path:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         cache_dir = Path(base) / "rock"
     cached = Path(cache_dir) / ("rocklet-%s.pyz" % content_hash())
-    data = None  # type: Optional[bytes]
+    data: bytes | None = None
     if cached.is_file():
         data = cached.read_bytes()
     else:
