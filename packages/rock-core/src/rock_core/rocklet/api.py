@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
     from typing import Any
 
 from .errors import BadRequest
-from .server import Request, Response, Router
+from .http_messages import Request, Response
+from .server import Router
 
 __all__ = ["Rocklet", "build_router"]
 

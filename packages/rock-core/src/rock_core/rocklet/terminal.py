@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 from .errors import BadRequest
-from .server import Request, Response
+from .http_messages import Request, Response
 
 __all__ = ["DATA", "EXIT", "RESIZE", "UPGRADE", "encode_frame", "open_pty", "FrameReader"]
 

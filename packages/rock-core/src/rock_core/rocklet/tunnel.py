@@ -21,7 +21,7 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
     from typing import Any
 
 from .errors import BadRequest
-from .server import Request, Response
+from .http_messages import Request, Response
 
 __all__ = ["UPGRADE", "Upgrade", "open_tunnel"]
 
