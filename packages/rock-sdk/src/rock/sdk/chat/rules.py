@@ -219,11 +219,8 @@ def interpret(prompt: str) -> Interpretation:
         rest = run.group(1).strip()
         ticks = re.search(r"```(?:\w*\n)?(.+?)```|`([^`]+)`", rest, re.S)
         whole = re.fullmatch(r"\"(.+)\"|'(.+)'|“(.+)”|「(.+)」", rest)
-        command = (
-            next(g for g in (ticks or whole).groups() if g is not None)
-            if (ticks or whole)
-            else rest
-        )
+        quoted = ticks or whole
+        command = next(g for g in quoted.groups() if g is not None) if quoted else rest
         command = re.sub(
             r"\s*(?:in the sandbox|in this sandbox|在沙箱里|在沙箱中)[.。]?$", "", command
         ).strip()
@@ -346,7 +343,7 @@ def _env(text: str, bare: str, lang: str) -> Interpretation | None:
     )
     if not (spoken or games or env_id_match or stepping):
         return None
-    lang_ = "zh" if lang == "zh" else "en"
+    lang_: Language = "zh" if lang == "zh" else "en"
     seed = _SEED.search(text)
     seed_value = int(seed.group(1)) if seed else None
     handle = handle_match.group(1) if handle_match else None
@@ -354,7 +351,7 @@ def _env(text: str, bare: str, lang: str) -> Interpretation | None:
     def act(name: str, **args: Any) -> Interpretation:
         return Interpretation(
             "action", lang_, name, {k: v for k, v in args.items() if v is not None}
-        )  # type: ignore[arg-type]
+        )
 
     if _has(r"\breset\b|\brestart\b|\bnew episode\b|\bstart over\b", bare) or re.search(
         r"重置|重新开始|再来一局|新的一局", bare
@@ -367,7 +364,7 @@ def _env(text: str, bare: str, lang: str) -> Interpretation | None:
     ):
         action = _step_action(text, bare)
         if action is None:
-            return Interpretation("incomplete", lang_, "step_env", missing="action")  # type: ignore[arg-type]
+            return Interpretation("incomplete", lang_, "step_env", missing="action")
         return act("step_env", action=action, env=handle)
     if _has(r"\b(close|stop|end|quit|shut)\b", bare) or re.search(
         r"关闭|停止|结束|关掉|退出", bare
@@ -385,7 +382,7 @@ def _env(text: str, bare: str, lang: str) -> Interpretation | None:
             difficulty = next((v for k, v in _DIFFICULTY.items() if k in bare), "easy")
             env_id = f"game:{game}-v0-{difficulty}"
         if env_id is None:
-            return Interpretation("incomplete", lang_, "make_env", missing="env_id")  # type: ignore[arg-type]
+            return Interpretation("incomplete", lang_, "make_env", missing="env_id")
         return act("make_env", env_id=env_id, seed=seed_value)
     return None
 
