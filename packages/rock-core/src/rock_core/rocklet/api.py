@@ -484,7 +484,7 @@ def build_router(rocklet: Rocklet) -> Router:
     return router
 
 
-# The /env/* routes (rocklet/envs.py), imported on their first call: most sandboxes run no env.
+# The /env/* routes (rocklet/env_routes.py), imported on their first call: most sandboxes run no env.
 _ENV_ROUTES = (
     ("POST", "/env/make", "make"),
     ("POST", "/env/reset", "reset"),
@@ -499,9 +499,9 @@ _ENV_ROUTES = (
 def _add_env_routes(router: Router, rocklet: Rocklet) -> None:
     def route(name: str) -> Callable[[Request], Any]:
         def handler(req: Request) -> Any:
-            from . import envs
+            from . import env_routes
 
-            return getattr(envs, name)(rocklet, req)
+            return getattr(env_routes, name)(rocklet, req)
 
         return handler
 

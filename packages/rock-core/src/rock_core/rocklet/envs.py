@@ -11,21 +11,8 @@ Where GEM comes from: the worker's ``PYTHONPATH`` is ``$ROCK_ENV_PYTHONPATH`` (s
 image, e.g. ``/opt/rock-gem/site``) before the image's own; the rocklet's environment is not
 changed, nor that of the sandbox's commands.
 
-Routes (answers are bare JSON; failures are HTTP 511 ``EnvError`` with ``extra_info.kind``):
-
-``POST /env/make {env_id, kwargs?, pythonpath?, timeout?}`` → ``{env, env_id, pid}``
-    ``env`` is the handle of the new env in this sandbox (``e1``, ``e2``, ...). ``pythonpath``
-    (default ``$ROCK_ENV_PYTHONPATH``) is where GEM is looked for first; one worker serves each.
-``POST /env/reset {env, seed?, timeout?}`` → ``{observation, info}``
-``POST /env/step {env, action, timeout?}`` → ``{observation, reward, terminated, truncated, info}``
-    After the episode ended (terminated or truncated), a step fails with kind
-    ``episode_ended`` until the next reset.
-``POST /env/close {env}`` → ``{env, closed}``: ends the env's process; closing twice is fine.
-``POST /env/list {env?, pythonpath?}`` → ``{env_id: [...]}``: the ids GEM has registered.
-``GET /env`` → ``{envs: [{env, env_id, pid}], worker: {...}}``
-``POST /env/batch {calls: [{env, op: "reset"|"step", seed?, action?}], timeout?}`` →
-    ``{results: [{ok: ...} | {error: {kind, message}}]}``: the calls of one batch run
-    concurrently, one process per env (several calls to one env run in their order).
+One env's process and its socket are :mod:`.env_process`'s; the ``/env/*`` routes that call
+this channel are in :mod:`.env_routes`.
 """
 
 from __future__ import annotations
@@ -33,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import pkgutil
-import select
-import signal
 import socket
 import subprocess
 import threading
@@ -44,7 +29,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-from .errors import BadRequest, EnvError
+from .env_process import EnvProcess, LineReader, env_error, result_of
+from .errors import EnvError
 
 __all__ = ["EnvChannel", "DEFAULT_TIMEOUT"]
 
@@ -54,120 +40,6 @@ DEFAULT_TIMEOUT = 300.0
 START_TIMEOUT = 120.0
 _PYTHONPATH_ENV = "ROCK_ENV_PYTHONPATH"
 _PYTHON_ENV = "ROCK_ENV_PYTHON"
-
-
-def _error(kind: str, message: str, **extra: Any) -> EnvError:
-    info = {"kind": kind}
-    info.update(extra)
-    return EnvError(message, extra_info=info)
-
-
-class _Reader:
-    """Newline-delimited JSON from a socket, with a deadline per read."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = b""
-
-    def line(self, deadline: float | None) -> bytes | None:
-        """The next line, ``None`` at EOF; raises :class:`socket.timeout` past ``deadline``."""
-        while True:
-            end = self.buf.find(b"\n")
-            if end >= 0:
-                line, self.buf = self.buf[:end], self.buf[end + 1 :]
-                return line
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
-                    raise TimeoutError()
-            try:
-                chunk = self.sock.recv(1 << 16)
-            except (ConnectionResetError, BrokenPipeError):
-                chunk = b""
-            if not chunk:
-                return None
-            self.buf += chunk
-
-
-class EnvProcess:
-    """One env: its forked process and the socket to it."""
-
-    def __init__(self, key: str, sock: socket.socket, pid: int) -> None:
-        self.key = key
-        self.sock = sock
-        self.reader = _Reader(sock)
-        self.pid = pid
-        self.env_id: str | None = None
-        self.lock = threading.Lock()
-        self.dead: str | None = None
-
-    def describe(self) -> str:
-        return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
-
-    def send(self, request: dict[str, Any]) -> None:
-        """Write one request; a dead process raises ``env_died``."""
-        if self.dead is not None:
-            raise _error("env_died", self.dead, env=self.key)
-        try:
-            self.sock.sendall(json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n")
-        except OSError:
-            raise self._died() from None
-
-    def receive(self, deadline: float | None) -> dict[str, Any]:
-        """Read one answer: ``{"ok": ...}`` or ``{"error": ...}``; EOF or timeout raise."""
-        if self.dead is not None:
-            raise _error("env_died", self.dead, env=self.key)
-        try:
-            line = self.reader.line(deadline)
-        except TimeoutError:
-            self.kill()
-            self.dead = "%s did not answer in time and was ended" % self.describe()
-            raise _error("timeout", self.dead, env=self.key) from None
-        if line is None:
-            raise self._died()
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def call(self, request: dict[str, Any], timeout: float | None) -> Any:
-        """Send ``request`` and return its ``ok`` result (raises the env's error)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            self.send(request)
-            answer = self.receive(deadline)
-        return result_of(answer, self)
-
-    def _died(self) -> EnvError:
-        self.dead = "the process of %s has exited; make the env again" % self.describe()
-        self.close_socket()
-        return _error("env_died", self.dead, env=self.key)
-
-    def kill(self) -> None:
-        """SIGKILL the process (it is the fork server's child, not ours: no wait) and close the socket."""
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.close_socket()
-
-    def close_socket(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
-def result_of(answer: dict[str, Any], env: EnvProcess) -> Any:
-    """The result of an answer, or its error raised as :class:`EnvError`."""
-    if "error" in answer:
-        err = answer["error"] or {}
-        raise _error(
-            str(err.get("kind", "env_error")),
-            str(err.get("message", "")),
-            env=env.key,
-            env_id=env.env_id,
-            traceback=err.get("traceback") or [],
-        )
-    return answer.get("ok")
 
 
 class _Worker:
@@ -257,25 +129,25 @@ class EnvChannel:
                 )
         except OSError as exc:
             ours.close()
-            raise _error(
+            raise env_error(
                 "runtime", "cannot start the env worker %r: %s" % (self.python, exc)
             ) from None
         finally:
             theirs.close()
-        reader = _Reader(ours)
+        reader = LineReader(ours)
         try:
             line = reader.line(time.monotonic() + START_TIMEOUT)
         except TimeoutError:
             process.kill()
             ours.close()
-            raise _error(
+            raise env_error(
                 "runtime",
                 "the env worker (%s) did not start within %gs" % (self.python, START_TIMEOUT),
             ) from None
         if line is None:
             process.wait()
             ours.close()
-            raise _error(
+            raise env_error(
                 "runtime",
                 "the env worker %s exited at start (status %s); it needs Python 3.8 or newer: %s"
                 % (self.python, process.returncode, _tail(log_path)),
@@ -284,7 +156,7 @@ class EnvChannel:
         if not hello.get("ready"):
             process.wait()
             ours.close()
-            raise _error(
+            raise env_error(
                 str(hello.get("kind", "runtime")),
                 str(hello.get("message", "the env worker failed to start")),
                 python=hello.get("python"),
@@ -300,7 +172,7 @@ class EnvChannel:
         path = self.pythonpath if pythonpath is None else pythonpath
         with self._worker_lock:
             if self._closed:
-                raise _error("runtime", "the env channel is closed")
+                raise env_error("runtime", "the env channel is closed")
             worker = self._workers.get(path)
             if worker is None or not worker.alive():
                 if worker is not None:
@@ -330,18 +202,18 @@ class EnvChannel:
             except OSError:
                 ours.close()
                 if attempt:
-                    raise _error("runtime", "the env worker is not taking requests") from None
+                    raise env_error("runtime", "the env worker is not taking requests") from None
                 continue  # it died since: start it again once
             finally:
                 theirs.close()
-            reader = _Reader(ours)
+            reader = LineReader(ours)
             try:
                 line = reader.line(time.monotonic() + 30.0)
             except TimeoutError:
                 line = None
             if line is None:
                 ours.close()
-                raise _error(
+                raise env_error(
                     "runtime",
                     "the env worker did not fork a process for the env: %s"
                     % _tail(worker.log_path),
@@ -357,7 +229,7 @@ class EnvChannel:
         env = self._envs.get(key)
         if env is None:
             why = self._gone.get(key)
-            raise _error(
+            raise env_error(
                 "no_env",
                 "no env %r in this sandbox%s" % (key, (": " + why) if why else ""),
                 env=key,
@@ -387,7 +259,7 @@ class EnvChannel:
         with self._lock:
             if self._closed:
                 env.kill()
-                raise _error("runtime", "the env channel is closed")
+                raise env_error("runtime", "the env channel is closed")
             self._envs[key] = env
         return {"env": key, "env_id": env_id, "pid": pid}
 
@@ -400,7 +272,7 @@ class EnvChannel:
         if env is None:
             if key in self._gone:
                 return {"env": key, "closed": False}
-            raise _error("no_env", "no env %r in this sandbox" % key, env=key)
+            raise env_error("no_env", "no env %r in this sandbox" % key, env=key)
         env.kill()
         return {"env": key, "closed": True}
 
@@ -442,12 +314,12 @@ class EnvChannel:
             key = call.get("env")
             try:
                 if not isinstance(key, str):
-                    raise _error(
+                    raise env_error(
                         "bad_request",
                         "calls[%d].env must be a string, got %s" % (i, json.dumps(key)),
                     )
                 if call.get("op") not in ("reset", "step"):
-                    raise _error(
+                    raise env_error(
                         "bad_request",
                         "calls[%d].op must be 'reset' or 'step', got %s"
                         % (i, json.dumps(call.get("op"))),
@@ -544,85 +416,3 @@ def _tail(path: str, limit: int = 2000) -> str:
     except OSError:
         return "(no log)"
     return text or "(the worker wrote nothing)"
-
-
-# -- the routes --------------------------------------------------------------------------------
-
-
-def _timeout(body: dict[str, Any]) -> float | None:
-    value = body.get("timeout", DEFAULT_TIMEOUT)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise BadRequest(
-            "field 'timeout' must be a positive number or null, got %s" % json.dumps(value)
-        )
-    return float(value)
-
-
-def _pythonpath(body: dict[str, Any]) -> str | None:
-    value = body.get("pythonpath")
-    if value is not None and not isinstance(value, str):
-        raise BadRequest("field 'pythonpath' must be a string, got %s" % json.dumps(value))
-    return value
-
-
-def _key(body: dict[str, Any]) -> str:
-    key = body.get("env")
-    if not isinstance(key, str) or not key:
-        raise BadRequest("field 'env' must be a non-empty string, got %s" % json.dumps(key))
-    return key
-
-
-def make(rocklet: Any, req: Any) -> Any:
-    """``POST /env/make``."""
-    body = req.json()
-    env_id = body.get("env_id")
-    if not isinstance(env_id, str) or not env_id.strip():
-        raise BadRequest("field 'env_id' must be a non-empty string, got %s" % json.dumps(env_id))
-    kwargs = body.get("kwargs") or {}
-    if not isinstance(kwargs, dict):
-        raise BadRequest("field 'kwargs' must be an object, got %s" % json.dumps(kwargs))
-    return rocklet.envs.make(env_id, kwargs, _timeout(body), _pythonpath(body))
-
-
-def reset(rocklet: Any, req: Any) -> Any:
-    """``POST /env/reset``."""
-    body = req.json()
-    return rocklet.envs.call(_key(body), {"op": "reset", "seed": body.get("seed")}, _timeout(body))
-
-
-def step(rocklet: Any, req: Any) -> Any:
-    """``POST /env/step``."""
-    body = req.json()
-    return rocklet.envs.call(
-        _key(body), {"op": "step", "action": body.get("action")}, _timeout(body)
-    )
-
-
-def close(rocklet: Any, req: Any) -> Any:
-    """``POST /env/close``."""
-    return rocklet.envs.close(_key(req.json()))
-
-
-def list_ids(rocklet: Any, req: Any) -> Any:
-    """``POST /env/list``."""
-    body = req.json()
-    key = body.get("env")
-    return rocklet.envs.list_ids(
-        None if key is None else _key(body), _timeout(body), _pythonpath(body)
-    )
-
-
-def batch(rocklet: Any, req: Any) -> Any:
-    """``POST /env/batch``."""
-    body = req.json()
-    calls = body.get("calls")
-    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-        raise BadRequest("field 'calls' must be a list of objects")
-    return {"results": rocklet.envs.batch(calls, _timeout(body))}
-
-
-def describe(rocklet: Any, req: Any) -> Any:
-    """``GET /env``."""
-    return rocklet.envs.describe()

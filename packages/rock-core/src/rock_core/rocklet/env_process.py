@@ -1,0 +1,140 @@
+"""One GEM environment's process, as the rocklet sees it: the socket to it, one request and
+one answer at a time (newline-delimited JSON), and how it fails.
+
+The process itself is a child of the env worker (:mod:`.env_worker`); :mod:`.envs` starts it.
+A failure is :class:`~.errors.EnvError` with ``extra_info.kind`` (``env_died``, ``timeout``,
+the env's own kinds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import threading
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
+    from typing import Any
+
+from .errors import EnvError
+
+__all__ = ["EnvProcess", "LineReader", "env_error", "result_of"]
+
+
+def env_error(kind: str, message: str, **extra: Any) -> EnvError:
+    """An :class:`EnvError` of ``kind`` (``extra_info.kind``) with ``extra`` beside it."""
+    info = {"kind": kind}
+    info.update(extra)
+    return EnvError(message, extra_info=info)
+
+
+class LineReader:
+    """Newline-delimited JSON from a socket, with a deadline per read."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = b""
+
+    def line(self, deadline: float | None) -> bytes | None:
+        """The next line, ``None`` at EOF; raises :class:`socket.timeout` past ``deadline``."""
+        while True:
+            end = self.buf.find(b"\n")
+            if end >= 0:
+                line, self.buf = self.buf[:end], self.buf[end + 1 :]
+                return line
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                    raise TimeoutError()
+            try:
+                chunk = self.sock.recv(1 << 16)
+            except (ConnectionResetError, BrokenPipeError):
+                chunk = b""
+            if not chunk:
+                return None
+            self.buf += chunk
+
+
+class EnvProcess:
+    """One env: its forked process and the socket to it."""
+
+    def __init__(self, key: str, sock: socket.socket, pid: int) -> None:
+        self.key = key
+        self.sock = sock
+        self.reader = LineReader(sock)
+        self.pid = pid
+        self.env_id: str | None = None
+        self.lock = threading.Lock()
+        self.dead: str | None = None
+
+    def describe(self) -> str:
+        return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
+
+    def send(self, request: dict[str, Any]) -> None:
+        """Write one request; a dead process raises ``env_died``."""
+        if self.dead is not None:
+            raise env_error("env_died", self.dead, env=self.key)
+        try:
+            self.sock.sendall(json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n")
+        except OSError:
+            raise self._died() from None
+
+    def receive(self, deadline: float | None) -> dict[str, Any]:
+        """Read one answer: ``{"ok": ...}`` or ``{"error": ...}``; EOF or timeout raise."""
+        if self.dead is not None:
+            raise env_error("env_died", self.dead, env=self.key)
+        try:
+            line = self.reader.line(deadline)
+        except TimeoutError:
+            self.kill()
+            self.dead = "%s did not answer in time and was ended" % self.describe()
+            raise env_error("timeout", self.dead, env=self.key) from None
+        if line is None:
+            raise self._died()
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+    def call(self, request: dict[str, Any], timeout: float | None) -> Any:
+        """Send ``request`` and return its ``ok`` result (raises the env's error)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self.lock:
+            self.send(request)
+            answer = self.receive(deadline)
+        return result_of(answer, self)
+
+    def _died(self) -> EnvError:
+        self.dead = "the process of %s has exited; make the env again" % self.describe()
+        self.close_socket()
+        return env_error("env_died", self.dead, env=self.key)
+
+    def kill(self) -> None:
+        """SIGKILL the process (it is the fork server's child, not ours: no wait) and close the socket."""
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.close_socket()
+
+    def close_socket(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+def result_of(answer: dict[str, Any], env: EnvProcess) -> Any:
+    """The result of an answer, or its error raised as :class:`EnvError`."""
+    if "error" in answer:
+        err = answer["error"] or {}
+        raise env_error(
+            str(err.get("kind", "env_error")),
+            str(err.get("message", "")),
+            env=env.key,
+            env_id=env.env_id,
+            traceback=err.get("traceback") or [],
+        )
+    return answer.get("ok")
