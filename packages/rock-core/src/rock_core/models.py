@@ -26,16 +26,27 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import MappingProxyType
-from typing import Any, NewType, NoReturn
+from typing import TYPE_CHECKING, Any, NewType, NoReturn
 
 import attrs
 
 from rock_core.errors import InvalidParameter
 from rock_core.sizes import GiB, describe_value, size_to_bytes
 from rock_core.states import Lifecycle, State, StateChange
+
+# Tuple fields convert with ``tuple`` itself; mypy reads ``converter=tuple`` as taking an
+# ``Iterable`` of an unsolved type, so it is told the element type (no cost at run time).
+if TYPE_CHECKING:
+
+    def _strings(items: Iterable[str], /) -> tuple[str, ...]: ...
+    def _changes(items: Iterable[StateChange], /) -> tuple[StateChange, ...]: ...
+    def _ports(items: Iterable[Port], /) -> tuple[Port, ...]: ...
+
+else:
+    _strings = _changes = _ports = tuple
 
 __all__ = [
     "NonBlankStr",
@@ -367,7 +378,7 @@ class SandboxSpec:
     (``"NET_RAW"`` for ``ping``), which the engine checks against what it allows.
     ``priority`` orders the start queue (:mod:`rock_core.engine.start_queue`): higher first.
     ``restart_policy`` and ``max_restarts`` say whether a unit that dies is started again
-    (:mod:`rock_core.engine.restarting`), and at most how many times.
+    (:mod:`rock_core.engine.crash_restarts`), and at most how many times.
     ``tenant`` is the namespace the sandbox belongs to, set by the engine, never by a request
     (:mod:`rock_core.tenancy`): the names it gives (its network group, its archive's key) are
     its tenant's, and its tenant's quotas count it.
@@ -403,7 +414,7 @@ class SandboxSpec:
     sandbox_id: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)
     runtime_options: dict[str, Any] = attrs.field(factory=dict)
     pids_limit: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
-    cap_add: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    cap_add: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
     restart_policy: RestartPolicy = attrs.field(
         default=RestartPolicy.NEVER, converter=RestartPolicy
@@ -455,9 +466,9 @@ class SandboxRecord:
     delete_time: datetime | None = None
     auto_transition_state: State | None = None
     auto_transition_time: datetime | None = None
-    state_history: tuple[StateChange, ...] = attrs.field(default=(), converter=tuple)
+    state_history: tuple[StateChange, ...] = attrs.field(default=(), converter=_changes)
     reason: str | None = None
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     #: The hardening the runtime applied to the unit (pids limit, capabilities, network, ...).
     security: dict[str, Any] = attrs.field(factory=dict)
     #: The sandbox's rocklet secret: the engine sends it on every call. Never shown to users.
@@ -570,7 +581,7 @@ class SandboxUsage:
     disk_bytes: int | None
     pids: int | None
     oom_kills: int
-    warnings: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    warnings: tuple[str, ...] = attrs.field(default=(), converter=_strings)
 
     @property
     def memory_percent(self) -> float | None:
@@ -619,7 +630,7 @@ class RuntimeStatus:
     rocklet_socket: str | None = None
     #: Container ports the runtime did not publish and wants the engine to make reachable on
     #: its own host, through the rocklet (see :mod:`rock_core.engine.forwarding`).
-    forwarded_ports: tuple[Port, ...] = attrs.field(default=(), converter=tuple)
+    forwarded_ports: tuple[Port, ...] = attrs.field(default=(), converter=_ports)
     node_name: str | None = None
     node_address: str | None = None
 

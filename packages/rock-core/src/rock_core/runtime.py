@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,6 +28,12 @@ if TYPE_CHECKING:
 
     from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState, UnitStats
     from rock_core.rocklet_delivery import RockletDelivery
+
+    # ``converter=tuple`` with its element type told to mypy (see rock_core.models).
+    def _strings(items: Iterable[str], /) -> tuple[str, ...]: ...
+
+else:
+    _strings = tuple
 
 #: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
 PhaseCallback = Callable[[str, "Phase"], None]
@@ -101,7 +107,7 @@ class UnitHandle:
     sandbox_id: str
     #: What the runtime could not honour of the spec, in words for the user
     #: (``"disk limit 50.00g not enforced: ..."``); the engine shows them in the status.
-    notes: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    notes: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     #: The unit's labels, as :meth:`Runtime.list` found them (empty on a handle from ``create``).
     labels: Mapping[str, str] = attrs.field(factory=dict, eq=False, hash=False)
     #: The unit's state as :meth:`Runtime.list` found it (``None``: the runtime did not say).
