@@ -15,6 +15,7 @@ put still in flight for it fails at its rename instead of bringing a part back.
 from __future__ import annotations
 
 import errno
+import functools
 import os
 import secrets
 import shutil
@@ -96,7 +97,9 @@ class FilesystemArchiveStore(ArchiveStore):
                 if size >= CHUNK:
                     block = b"".join(pending) if len(pending) > 1 else pending[0]
                     pending, size = [], 0
-                    await self._io(lambda b=block: _write_all(fd, b), "put", sandbox_id, part)
+                    await self._io(
+                        functools.partial(_write_all, fd, block), "put", sandbox_id, part
+                    )
             if pending:
                 block = b"".join(pending)
                 await self._io(lambda: _write_all(fd, block), "put", sandbox_id, part)

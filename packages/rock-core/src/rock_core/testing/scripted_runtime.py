@@ -20,6 +20,7 @@ against Docker by the tests that use the real runtime.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import itertools
 import tempfile
@@ -32,7 +33,7 @@ import anyio.lowlevel
 import attrs
 
 from rock_core.errors import RuntimeFailure
-from rock_core.models import RuntimeStatus, SandboxSpec, UnitState
+from rock_core.models import Port, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 
 __all__ = ["SNAPSHOT_SIZE", "Gate", "ScriptedRuntime", "rocklet_in_thread"]
@@ -219,7 +220,7 @@ class ScriptedRuntime(Runtime):
                 state=unit.state, exit_code=0 if unit.state is UnitState.EXITED else None
             )
         host, port = self.rocklet_address
-        return RuntimeStatus(state=UnitState.RUNNING, rocklet_host=host, rocklet_port=port)
+        return RuntimeStatus(state=UnitState.RUNNING, rocklet_host=host, rocklet_port=Port(port))
 
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:
         """The units carrying every one of ``labels``, with their labels and state."""
@@ -293,7 +294,7 @@ class ScriptedRuntime(Runtime):
         unit = self.units[unit_id] = _Unit(spec.sandbox_id, dict(labels))
         return self._handle(unit_id, unit)
 
-    def running(self) -> list[str]:
+    def running(self) -> builtins.list[str]:
         """The sandbox ids of the running units."""
         return [u.sandbox_id for u in self.units.values() if u.state is UnitState.RUNNING]
 

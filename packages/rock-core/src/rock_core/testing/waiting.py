@@ -67,8 +67,8 @@ async def eventually_async(
         value = probe()
         if inspect.isawaitable(value):
             value = await value
-        if until(value):  # type: ignore[arg-type]
-            return value  # type: ignore[return-value]
+        if until(value):
+            return value
         if time.monotonic() > deadline:
             raise _failure(what, timeout, value)
         await anyio.sleep(interval)
