@@ -137,7 +137,9 @@ def instances_of(cls: type) -> st.SearchStrategy[Any]:
 # Every attrs class exported by rock_core.actions; test_every_wire_model_is_round_tripped keeps
 # this list complete.
 WIRE_MODELS = [
+    actions.InterruptSessionRequest,
     actions.InterruptSessionResponse,
+    actions.ListDirRequest,
     actions.ProcessInfo,
     actions.DirEntry,
     actions.ListDirResponse,

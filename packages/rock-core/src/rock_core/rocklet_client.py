@@ -43,6 +43,7 @@ from rock_core.actions import (
     CreateBashSessionRequest,
     CreateBashSessionResponse,
     InterruptSessionResponse,
+    ListDirRequest,
     ListDirResponse,
     ProcessInfo,
     ReadFileRequest,
@@ -50,6 +51,15 @@ from rock_core.actions import (
     UploadResponse,
     WriteFileRequest,
     WriteFileResponse,
+)
+from rock_core.actions.commands import EXECUTE
+from rock_core.actions.files import LIST_DIR, READ_FILE, WRITE_FILE
+from rock_core.actions.sessions import (
+    CLOSE_SESSION,
+    CREATE_SESSION,
+    INTERRUPT_SESSION,
+    RUN_IN_SESSION,
+    InterruptSessionRequest,
 )
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.errors import (
@@ -63,6 +73,8 @@ from rock_core.errors import (
     SessionAlreadyExists,
     SessionNotFound,
 )
+from rock_core.models import NonBlankStr
+from rock_core.operations import Operation
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.rocklet.terminal import UPGRADE as PTY_UPGRADE
 from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
@@ -77,6 +89,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 # Headroom over a command's own timeout before the HTTP call itself gives up: the rocklet
 # answers a timed-out command with an error, and that answer should win.
@@ -336,7 +350,7 @@ class RockletClient:
         """Send a request and read its answer whole, at most ``limit`` bytes (default
         :attr:`max_answer`); the answer comes back as a read :class:`httpx.Response`."""
         if timeout != "default":
-            kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)  # type: ignore[arg-type]
+            kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)
         cap = self.max_answer if limit is None else limit
         try:
             request = self.http.build_request(
@@ -430,18 +444,6 @@ class RockletClient:
             sandbox_id=self.sandbox_id,
             attempted=attempted,
         )
-
-    async def _call(
-        self,
-        path: str,
-        body: Any,
-        cls: type[T],
-        attempted: str,
-        timeout: float | None | str = "default",
-    ) -> T:
-        payload = unstructure_wire(body) if not isinstance(body, dict) else body
-        response = await self._request("POST", path, attempted, json_body=payload, timeout=timeout)
-        return structure_wire(response.json(), cls, forbid_extra_keys=False)
 
     @staticmethod
     def _deadline_timeout(timeout: float | None) -> float | None:
@@ -625,44 +627,44 @@ class RockletClient:
             await anyio.sleep(min(delay, max(remaining, 0)))
             delay = min(delay * 1.5, max_delay)
 
-    # -- ROCK's endpoints ------------------------------------------------------------------
+    # -- the catalog's operations ---------------------------------------------------------
+
+    async def call(self, op: Operation[Req, Resp], request: Req) -> Resp:
+        """Any operation of kind ``call`` of the catalog (:mod:`rock_core.operations`): its
+        request to its rocklet route, its answer read (capped) into its response model. A call
+        that runs a command waits as long as the command's own timeout, plus a margin."""
+        seconds = op.seconds(request)
+        timeout = seconds if isinstance(seconds, str) else self._deadline_timeout(seconds)
+        response = await self._request(
+            op.rocklet_method,
+            op.rocklet_path,
+            op.name,
+            json_body=unstructure_wire(request),
+            timeout=timeout,
+        )
+        return structure_wire(response.json(), op.response, forbid_extra_keys=False)
+
+    # Shortcuts for the engine's and the tests' own calls (the SDK and the admin use call).
 
     async def create_session(self, request: CreateBashSessionRequest) -> CreateBashSessionResponse:
         """Open a persistent bash session (``/create_session``)."""
-        return await self._call(
-            "/create_session", request, CreateBashSessionResponse, "create_session"
-        )
+        return await self.call(CREATE_SESSION, request)
 
     async def run_in_session(self, action: BashAction) -> BashObservation:
         """Run a command in a session (``/run_in_session``); waits as long as ``action.timeout``."""
-        return await self._call(
-            "/run_in_session",
-            action,
-            BashObservation,
-            "run_in_session",
-            self._deadline_timeout(action.timeout),
-        )
+        return await self.call(RUN_IN_SESSION, action)
 
     async def close_session(self, request: CloseBashSessionRequest) -> CloseBashSessionResponse:
         """Close a session (``/close_session``)."""
-        return await self._call(
-            "/close_session", request, CloseBashSessionResponse, "close_session"
-        )
+        return await self.call(CLOSE_SESSION, request)
 
     async def interrupt_session(self, session: str) -> InterruptSessionResponse:
         """Ctrl-C whatever runs in ``session``; the session stays usable (rock addition)."""
-        return await self._call(
-            "/interrupt_session",
-            {"session": session},
-            InterruptSessionResponse,
-            "interrupt_session",
-        )
+        return await self.call(INTERRUPT_SESSION, InterruptSessionRequest(session=session))
 
     async def execute(self, command: Command) -> CommandResponse:
         """Run a one-shot command (``/execute``) and return its output, exit code and usage."""
-        return await self._call(
-            "/execute", command, CommandResponse, "execute", self._deadline_timeout(command.timeout)
-        )
+        return await self.call(EXECUTE, command)
 
     async def open_stream(
         self, path: str, body: Any, attempted: str, timeout: float | None = None
@@ -737,11 +739,11 @@ class RockletClient:
 
     async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
         """Read a text file (``/read_file``)."""
-        return await self._call("/read_file", request, ReadFileResponse, "read_file")
+        return await self.call(READ_FILE, request)
 
     async def write_file(self, request: WriteFileRequest) -> WriteFileResponse:
         """Write a text file, creating parent directories (``/write_file``)."""
-        return await self._call("/write_file", request, WriteFileResponse, "write_file")
+        return await self.call(WRITE_FILE, request)
 
     async def upload(
         self,
@@ -799,7 +801,7 @@ class RockletClient:
 
     async def list_dir(self, path: str) -> ListDirResponse:
         """List a directory in the sandbox (rock addition)."""
-        return await self._call("/list_dir", {"path": path}, ListDirResponse, "list_dir")
+        return await self.call(LIST_DIR, ListDirRequest(path=NonBlankStr(path)))
 
     async def get_statistics(self) -> dict[str, Any]:
         """CPU, memory, disk and network figures of the sandbox (``/get_statistics``)."""

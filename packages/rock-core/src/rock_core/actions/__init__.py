@@ -37,157 +37,26 @@ Modules by job
     :mod:`~rock_core.actions.commands`, :mod:`~rock_core.actions.sessions`,
     :mod:`~rock_core.actions.files`, :mod:`~rock_core.actions.sandboxes`,
     :mod:`~rock_core.actions.envs` and :mod:`~rock_core.actions.responses` (the envelope); this
-    package re-exports every model, so ``from rock_core.actions import Command`` keeps working.
+    package re-exports every model (each module's ``__all__``), so ``from rock_core.actions
+    import Command`` keeps working. Each module also declares the operations of its job
+    (:class:`~rock_core.actions._operation.Operation`: ``EXECUTE``, ``READ_FILE``, ...), which
+    :mod:`rock_core.operations` gathers into the catalog.
 """
 
 from __future__ import annotations
 
-from rock_core.actions.commands import (
-    Command,
-    CommandLine,
-    CommandResponse,
-    ProcessInfo,
-    SandboxCommand,
-)
-from rock_core.actions.envs import (
-    EnvCloseRequest,
-    EnvCloseResponse,
-    EnvListRequest,
-    EnvListResponse,
-    EnvMakeRequest,
-    EnvMakeResponse,
-    EnvResetRequest,
-    EnvResetResponse,
-    EnvStepRequest,
-    EnvStepResponse,
-)
-from rock_core.actions.files import (
-    ChmodRequest,
-    ChmodResponse,
-    ChownRequest,
-    ChownResponse,
-    DirEntry,
-    DownloadFileResponse,
-    DownloadResponse,
-    FileUploadResponse,
-    ListDirResponse,
-    ReadFileRequest,
-    ReadFileResponse,
-    SandboxReadFileRequest,
-    SandboxWriteFileRequest,
-    UploadMode,
-    UploadRequest,
-    UploadResponse,
-    WriteFileRequest,
-    WriteFileResponse,
-)
-from rock_core.actions.responses import (
-    ResponseStatus,
-    RockResponse,
-    SandboxResponse,
-)
-from rock_core.actions.sandboxes import (
-    BatchSandboxStatusRequest,
-    BatchSandboxStatusResponse,
-    IsAliveResponse,
-    SandboxIdRequest,
-    SandboxListResponse,
-    SandboxStartRequest,
-    SandboxStartResponse,
-    SandboxStatusResponse,
-    StateHistoryEntry,
-    WarmPoolsResponse,
-    WarmPoolStatus,
-    WarmupRequest,
-)
-from rock_core.actions.sessions import (
-    Action,
-    BashAction,
-    BashObservation,
-    CloseBashSessionRequest,
-    CloseBashSessionResponse,
-    CloseResponse,
-    CloseSessionRequest,
-    CloseSessionResponse,
-    CreateBashSessionRequest,
-    CreateBashSessionResponse,
-    CreateSessionRequest,
-    CreateSessionResponse,
-    ExecuteBashSessionResponse,
-    InterruptSessionResponse,
-    Observation,
-    SandboxBashAction,
-    SandboxCloseBashSessionRequest,
-    SandboxCreateBashSessionRequest,
-)
+from rock_core.actions import commands, envs, files, responses, sandboxes, sessions
+from rock_core.actions.commands import *  # noqa: F403 - every module's __all__ is this package's
+from rock_core.actions.envs import *  # noqa: F403
+from rock_core.actions.files import *  # noqa: F403
+from rock_core.actions.responses import *  # noqa: F403
+from rock_core.actions.sandboxes import *  # noqa: F403
+from rock_core.actions.sessions import *  # noqa: F403
 
-__all__ = [
-    "CommandLine",
-    # requests
-    "Command",
-    "SandboxCommand",
-    "CreateBashSessionRequest",
-    "CreateSessionRequest",
-    "SandboxCreateBashSessionRequest",
-    "BashAction",
-    "Action",
-    "SandboxBashAction",
-    "CloseBashSessionRequest",
-    "CloseSessionRequest",
-    "SandboxCloseBashSessionRequest",
-    "ReadFileRequest",
-    "SandboxReadFileRequest",
-    "WriteFileRequest",
-    "SandboxWriteFileRequest",
-    "UploadMode",
-    "UploadRequest",
-    "ChownRequest",
-    "ChmodRequest",
-    "SandboxStartRequest",
-    "WarmupRequest",
-    "WarmPoolStatus",
-    "WarmPoolsResponse",
-    "SandboxIdRequest",
-    "BatchSandboxStatusRequest",
-    "EnvMakeRequest",
-    "EnvResetRequest",
-    "EnvStepRequest",
-    "EnvCloseRequest",
-    "EnvListRequest",
-    # responses
-    "ResponseStatus",
-    "RockResponse",
-    "SandboxResponse",
-    "CommandResponse",
-    "BashObservation",
-    "Observation",
-    "CreateBashSessionResponse",
-    "CreateSessionResponse",
-    "CloseBashSessionResponse",
-    "CloseSessionResponse",
-    "ReadFileResponse",
-    "WriteFileResponse",
-    "UploadResponse",
-    "FileUploadResponse",
-    "IsAliveResponse",
-    "ExecuteBashSessionResponse",
-    "ChownResponse",
-    "ChmodResponse",
-    "DownloadFileResponse",
-    "DownloadResponse",
-    "CloseResponse",
-    "SandboxStartResponse",
-    "StateHistoryEntry",
-    "SandboxStatusResponse",
-    "BatchSandboxStatusResponse",
-    "SandboxListResponse",
-    "InterruptSessionResponse",
-    "ProcessInfo",
-    "DirEntry",
-    "ListDirResponse",
-    "EnvMakeResponse",
-    "EnvResetResponse",
-    "EnvStepResponse",
-    "EnvCloseResponse",
-    "EnvListResponse",
-]
+__all__: list[str] = []
+__all__ += commands.__all__
+__all__ += sessions.__all__
+__all__ += files.__all__
+__all__ += sandboxes.__all__
+__all__ += envs.__all__
+__all__ += responses.__all__

@@ -8,12 +8,15 @@ from typing import Literal, Union
 import attrs
 
 from rock_core.actions._fields import sandbox_id_field
+from rock_core.actions._operation import Operation
 from rock_core.models import (
     NonBlankStr,
 )
 
 #: A command to execute: one shell string, or an argv list (``["ls", "-l"]``).
 CommandLine = Union[str, list[str]]
+
+__all__ = ["CommandLine", "Command", "SandboxCommand", "CommandResponse", "ProcessInfo"]
 
 
 @attrs.frozen(kw_only=True)
@@ -79,3 +82,72 @@ class ProcessInfo:
     max_rss_bytes: int | None = None
     output_size: int = 0
     output_tail: str = ""
+
+
+# -- operations --------------------------------------------------------------------------------
+
+EXECUTE: Operation[Command, CommandResponse] = Operation(
+    name="execute",
+    request=Command,
+    response=CommandResponse,
+    rocklet="POST /execute",
+    admin="POST /execute",
+    admin_body=SandboxCommand,
+    runs_for="timeout",
+    failure="execute command failed",
+    summary="Run a one-shot command.",
+)
+EXECUTE_STREAM: Operation[Command, dict] = Operation(  # type: ignore[type-arg]
+    name="execute_stream",
+    request=Command,
+    response=dict,
+    rocklet="POST /execute_stream",
+    admin="POST /execute_stream",
+    admin_body=SandboxCommand,
+    runs_for="timeout",
+    kind="ndjson",
+    failure="execute command failed",
+    summary="Run a one-shot command and stream its events as NDJSON.",
+    description='Events: {"type":"start","pid"}, {"type":"output","stream","data"}..., '
+    '{"type":"exit","exit_code",...}; a broken stream ends with {"type":"error","code","message"}.',
+)
+START_PROCESS: Operation[dict, ProcessInfo] = Operation(  # type: ignore[type-arg]
+    name="start_process",
+    request=dict,
+    response=ProcessInfo,
+    rocklet="POST /processes",
+    admin="POST /processes",
+    kind="custom",
+    failure="start process failed",
+    summary="Start a background command; its exit code, usage and output stay readable.",
+)
+PROCESS_STATUS: Operation[dict, ProcessInfo] = Operation(  # type: ignore[type-arg]
+    name="process_status",
+    request=dict,
+    response=ProcessInfo,
+    rocklet="GET /processes/{id}",
+    admin="GET /processes/{process_id}",
+    kind="custom",
+    failure="get process status failed",
+    summary="The state of a background process, waiting up to `wait` seconds for its end.",
+)
+PROCESS_OUTPUT: Operation[dict, bytes] = Operation(  # type: ignore[type-arg]
+    name="process_output",
+    request=dict,
+    response=bytes,
+    rocklet="GET /processes/{id}/output",
+    admin="GET /processes/{process_id}/output",
+    kind="bytes",
+    failure="get process output failed",
+    summary="Raw output bytes of a background process from `offset`.",
+)
+KILL_PROCESS: Operation[dict, ProcessInfo] = Operation(  # type: ignore[type-arg]
+    name="kill_process",
+    request=dict,
+    response=ProcessInfo,
+    rocklet="POST /processes/{id}/kill",
+    admin="POST /processes/{process_id}/kill",
+    kind="custom",
+    failure="kill process failed",
+    summary="Signal a background process and wait for it to end.",
+)

@@ -12,6 +12,19 @@ from rock_core.models import (
     constrained,
 )
 
+__all__ = [
+    "EnvMakeRequest",
+    "EnvResetRequest",
+    "EnvStepRequest",
+    "EnvCloseRequest",
+    "EnvListRequest",
+    "EnvMakeResponse",
+    "EnvResetResponse",
+    "EnvStepResponse",
+    "EnvCloseResponse",
+    "EnvListResponse",
+]
+
 
 @attrs.frozen(kw_only=True)
 class EnvMakeRequest:

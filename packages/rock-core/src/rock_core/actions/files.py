@@ -7,9 +7,33 @@ import enum
 import attrs
 
 from rock_core.actions._fields import sandbox_id_field
+from rock_core.actions._operation import Operation
 from rock_core.models import (
     NonBlankStr,
+    constrained,
 )
+
+__all__ = [
+    "ReadFileRequest",
+    "SandboxReadFileRequest",
+    "WriteFileRequest",
+    "SandboxWriteFileRequest",
+    "UploadMode",
+    "UploadRequest",
+    "ChownRequest",
+    "ChmodRequest",
+    "ListDirRequest",
+    "ReadFileResponse",
+    "WriteFileResponse",
+    "UploadResponse",
+    "FileUploadResponse",
+    "ChownResponse",
+    "ChmodResponse",
+    "DownloadFileResponse",
+    "DownloadResponse",
+    "DirEntry",
+    "ListDirResponse",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -76,6 +100,13 @@ class ChmodRequest:
     paths: list[str] = attrs.field(factory=list)
     mode: str = "755"
     recursive: bool = False
+
+
+@attrs.frozen(kw_only=True)
+class ListDirRequest:
+    """(rock) List the directory at ``path``."""
+
+    path: NonBlankStr = constrained(NonBlankStr)
 
 
 @attrs.frozen(kw_only=True)
@@ -153,3 +184,56 @@ class ListDirResponse:
 
     path: str
     entries: list[DirEntry] = attrs.field(factory=list)
+
+
+# -- operations --------------------------------------------------------------------------------
+
+READ_FILE: Operation[ReadFileRequest, ReadFileResponse] = Operation(
+    name="read_file",
+    request=ReadFileRequest,
+    response=ReadFileResponse,
+    rocklet="POST /read_file",
+    admin="POST /read_file",
+    admin_body=SandboxReadFileRequest,
+    failure="read file failed",
+    summary="Read a text file.",
+)
+WRITE_FILE: Operation[WriteFileRequest, WriteFileResponse] = Operation(
+    name="write_file",
+    request=WriteFileRequest,
+    response=WriteFileResponse,
+    rocklet="POST /write_file",
+    admin="POST /write_file",
+    admin_body=SandboxWriteFileRequest,
+    failure="write file failed",
+    summary="Write a text file, creating parent directories.",
+)
+UPLOAD: Operation[UploadRequest, UploadResponse] = Operation(
+    name="upload",
+    request=UploadRequest,
+    response=UploadResponse,
+    rocklet="POST /upload",
+    admin="POST /upload",
+    kind="multipart",
+    failure="upload file failed",
+    summary="Upload a file (multipart: file, target_path, sandbox_id).",
+)
+DOWNLOAD: Operation[dict, bytes] = Operation(  # type: ignore[type-arg]
+    name="download",
+    request=dict,
+    response=bytes,
+    rocklet="POST /download",
+    admin="POST /download",
+    kind="bytes",
+    failure="download file failed",
+    summary="The raw bytes of a file in the sandbox.",
+)
+LIST_DIR: Operation[ListDirRequest, ListDirResponse] = Operation(
+    name="list_dir",
+    request=ListDirRequest,
+    response=ListDirResponse,
+    rocklet="POST /list_dir",
+    admin="POST /list_dir",
+    failure="list directory failed",
+    summary="List a directory in the sandbox.",
+)

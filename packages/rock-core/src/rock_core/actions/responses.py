@@ -8,6 +8,8 @@ from typing import Any
 
 import attrs
 
+__all__ = ["ResponseStatus", "RockResponse", "SandboxResponse"]
+
 
 class ResponseStatus(str, enum.Enum):
     """The envelope's ``status``."""

@@ -9,6 +9,7 @@ from typing import Any
 import attrs
 
 from rock_core.actions._fields import sandbox_id_field
+from rock_core.actions._operation import Operation
 from rock_core.actions.responses import SandboxResponse
 from rock_core.models import (
     NonBlankStr,
@@ -24,6 +25,21 @@ from rock_core.models import (
     constrained,
 )
 from rock_core.states import State
+
+__all__ = [
+    "SandboxStartRequest",
+    "WarmupRequest",
+    "SandboxIdRequest",
+    "BatchSandboxStatusRequest",
+    "SandboxStartResponse",
+    "StateHistoryEntry",
+    "SandboxStatusResponse",
+    "IsAliveResponse",
+    "BatchSandboxStatusResponse",
+    "SandboxListResponse",
+    "WarmPoolStatus",
+    "WarmPoolsResponse",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -269,3 +285,18 @@ class WarmPoolsResponse(SandboxResponse):
     """Result of ``GET /warm_pools``: every warm pool of the engine."""
 
     pools: list[WarmPoolStatus] = attrs.field(factory=list)
+
+
+# -- operations --------------------------------------------------------------------------------
+
+GET_STATISTICS: Operation[dict, dict] = Operation(  # type: ignore[type-arg]
+    name="get_statistics",
+    request=dict,
+    response=dict,
+    rocklet="GET /get_statistics",
+    admin="GET /get_sandbox_statistics",
+    activity=False,
+    kind="custom",
+    failure="get sandbox statistics failed",
+    summary="CPU, memory, disk and network figures of a running sandbox.",
+)

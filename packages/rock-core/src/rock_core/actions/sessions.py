@@ -8,9 +8,32 @@ from typing import Literal
 import attrs
 
 from rock_core.actions._fields import sandbox_id_field
+from rock_core.actions._operation import Operation
 from rock_core.models import (
     NonBlankStr,
 )
+
+__all__ = [
+    "CreateBashSessionRequest",
+    "CreateSessionRequest",
+    "SandboxCreateBashSessionRequest",
+    "BashAction",
+    "Action",
+    "SandboxBashAction",
+    "CloseBashSessionRequest",
+    "CloseSessionRequest",
+    "SandboxCloseBashSessionRequest",
+    "InterruptSessionRequest",
+    "BashObservation",
+    "Observation",
+    "CreateBashSessionResponse",
+    "CreateSessionResponse",
+    "CloseBashSessionResponse",
+    "CloseSessionResponse",
+    "InterruptSessionResponse",
+    "ExecuteBashSessionResponse",
+    "CloseResponse",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -95,6 +118,13 @@ class SandboxCloseBashSessionRequest(CloseBashSessionRequest):
 
 
 @attrs.frozen(kw_only=True)
+class InterruptSessionRequest:
+    """(rock) Ctrl-C whatever runs in bash session ``session``; the session stays usable."""
+
+    session: str = "default"
+
+
+@attrs.frozen(kw_only=True)
 class BashObservation:
     """Result of ``/run_in_session``: ``output``, ``exit_code`` (``None`` with ``check="ignore"``),
     ``failure_reason`` and, for interactive commands, the ``expect_string`` that matched."""
@@ -155,3 +185,48 @@ class ExecuteBashSessionResponse:
 @attrs.frozen(kw_only=True)
 class CloseResponse:
     """Result of the rocklet's ``/close`` (all sessions closed); no fields."""
+
+
+# -- operations --------------------------------------------------------------------------------
+
+CREATE_SESSION: Operation[CreateBashSessionRequest, CreateBashSessionResponse] = Operation(
+    name="create_session",
+    request=CreateBashSessionRequest,
+    response=CreateBashSessionResponse,
+    rocklet="POST /create_session",
+    admin="POST /create_session",
+    admin_body=SandboxCreateBashSessionRequest,
+    failure="create session failed",
+    summary="Open a persistent bash session.",
+)
+RUN_IN_SESSION: Operation[BashAction, BashObservation] = Operation(
+    name="run_in_session",
+    request=BashAction,
+    response=BashObservation,
+    rocklet="POST /run_in_session",
+    admin="POST /run_in_session",
+    admin_body=SandboxBashAction,
+    runs_for="timeout",
+    failure="run in session failed",
+    summary="Run a command in a bash session.",
+)
+CLOSE_SESSION: Operation[CloseBashSessionRequest, CloseBashSessionResponse] = Operation(
+    name="close_session",
+    request=CloseBashSessionRequest,
+    response=CloseBashSessionResponse,
+    rocklet="POST /close_session",
+    admin="POST /close_session",
+    admin_body=SandboxCloseBashSessionRequest,
+    failure="close session failed",
+    summary="Close a bash session.",
+)
+INTERRUPT_SESSION: Operation[InterruptSessionRequest, InterruptSessionResponse] = Operation(
+    name="interrupt_session",
+    method="interrupt",
+    request=InterruptSessionRequest,
+    response=InterruptSessionResponse,
+    rocklet="POST /interrupt_session",
+    admin="POST /interrupt_session",
+    failure="interrupt session failed",
+    summary="Ctrl-C the command running in a session; the session stays usable.",
+)

@@ -447,9 +447,31 @@ def _query_number(req: Request, name: str, default: float) -> float:
     return value
 
 
+class _Router(Router):
+    """The route table, plus the ``POST`` routes :mod:`.files` declares in its ``ROUTES`` (a
+    path and a function of the JSON body): found on the first request to a path no other route
+    serves, so that declaring one touches that module only and the rocklet imports nothing more
+    to start."""
+
+    def resolve(self, method: str, path: str) -> tuple[Any, dict[str, str]]:
+        try:
+            return super().resolve(method, path)
+        except BadRequest as exc:
+            if exc.status != 404:
+                raise
+            from . import files
+
+            declared = files.ROUTES.get(path)
+            if declared is None:
+                raise
+            self.add("POST", path, lambda req: declared(req.json()))
+            return super().resolve(method, path)  # another method than POST: 405
+
+
 def build_router(rocklet: Rocklet) -> Router:
-    """The route table of ``rocklet``: ROCK's endpoints first, then rock's extras."""
-    router = Router()
+    """The route table of ``rocklet``: ROCK's endpoints first, then rock's extras (and those
+    :mod:`.files` declares, on first use)."""
+    router = _Router()
     routes: list[tuple[str, str, Callable[[Request], Any]]] = [
         # ROCK (reference §3.1)
         ("GET", "/", rocklet.root),

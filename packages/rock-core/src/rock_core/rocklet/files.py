@@ -24,6 +24,11 @@ __all__ = ["read_file", "write_file", "open_download", "list_dir", "MultipartPar
 
 _CHUNK = 1 << 18
 
+#: ``POST`` routes this module serves itself, each a function of the request's JSON body that
+#: returns the answer's JSON (the rocklet's router finds them on first use: rocklet/api.py).
+#: A new file operation is its function here and a line in this table.
+ROUTES = {}  # type: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]]
+
 
 def read_file(path: str, encoding: str | None = None, errors: str | None = None) -> dict[str, Any]:
     """ROCK's ``ReadFileResponse``: the text of ``path``."""

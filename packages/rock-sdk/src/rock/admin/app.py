@@ -49,7 +49,6 @@ import logging
 import os
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,12 +62,12 @@ from starlette.routing import Route as StarletteRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rock import __version__
-from rock.admin import commands, files, lifecycle, processes
+from rock.admin import lifecycle
 from rock.admin._openapi import openapi_document
 from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
 from rock.admin.body_limit import BodyLimit, BodyTooLarge, too_large_response
 from rock.admin.config import AdminSettings
-from rock.admin.envelope import BYTES, JSON, NDJSON, BadInput, failure, json_response, success
+from rock.admin.envelope import JSON, BadInput, failure, json_response, success
 from rock.admin.key_gate import (
     OPEN_PATHS,
     UNAUTHORIZED_CODE,
@@ -78,48 +77,14 @@ from rock.admin.key_gate import (
     unknown_sandbox,
 )
 from rock.admin.metrics import Metrics
-from rock.admin.models import (
-    GetStatusQuery,
-    InterruptSessionRequest,
-    KillProcessRequest,
-    ListSandboxesQuery,
-    ProcessOutputQuery,
-    ProcessStatusQuery,
-    SandboxIdQuery,
-    SandboxPathRequest,
-    StartProcessRequest,
-)
 from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
 from rock.admin.portforward import SandboxSockets
 from rock.admin.proxy import SandboxAccess, SandboxProxy
+from rock.admin.route_table import build_routes
+from rock.admin.routing import PREFIX, Route
 from rock.admin.status import admin_status
 from rock_core.actions import (
-    BashObservation,
-    BatchSandboxStatusRequest,
-    BatchSandboxStatusResponse,
-    CloseBashSessionResponse,
-    CommandResponse,
-    CreateBashSessionResponse,
-    InterruptSessionResponse,
     IsAliveResponse,
-    ListDirResponse,
-    ProcessInfo,
-    ReadFileResponse,
-    SandboxBashAction,
-    SandboxCloseBashSessionRequest,
-    SandboxCommand,
-    SandboxCreateBashSessionRequest,
-    SandboxIdRequest,
-    SandboxListResponse,
-    SandboxReadFileRequest,
-    SandboxStartRequest,
-    SandboxStartResponse,
-    SandboxStatusResponse,
-    SandboxWriteFileRequest,
-    UploadResponse,
-    WarmPoolsResponse,
-    WarmupRequest,
-    WriteFileResponse,
 )
 from rock_core.converters import structure_wire
 from rock_core.engine.manager import SandboxManager
@@ -149,11 +114,6 @@ __all__ = [
 
 log = logging.getLogger("rock.admin")
 
-#: Where ROCK's sandbox routes live.
-PREFIX = "/apis/envs/sandbox/v1"
-
-_PATH_PARAM = re.compile(r"{(\w+)}")
-
 # Routes outside ROCK's prefix, for the OpenAPI document: (path, summary, media type).
 _PLAIN_ROUTES = (
     ("/", 'Greeting: {"message": "hello, ROCK!"}.', JSON),
@@ -175,63 +135,6 @@ _PLAIN_ROUTES = (
         "application/zip",
     ),
 )
-
-Handler = Callable[[Request, Any], Awaitable[Any]]
-
-
-@attrs.frozen(kw_only=True)
-class Route:
-    """One route of the admin: how its input is read, what it answers, and its documentation.
-
-    :param body: the attrs model of the JSON body (``None``: no body).
-    :param query: the attrs model of the query string (``None``: no query parameters).
-    :param form: the JSON schema of a multipart body (``/upload``).
-    :param result: the model in the envelope's ``result`` (or of the raw answer).
-    :param kind: ``envelope`` (ROCK's JSON envelope), ``ndjson`` or ``bytes`` (streams).
-    :param failure: the envelope's ``message`` when the engine fails (ROCK's wording).
-    :param activity: whether a call counts as activity of the sandbox it names (its idle timer
-        restarts, and it is never idle-stopped while the call runs). Reads (status, liveness,
-        statistics, listings) do not: a dashboard or a trainer's waits must not keep an idle
-        sandbox alive.
-    """
-
-    method: str
-    path: str
-    name: str
-    handler: Handler
-    summary: str
-    description: str = ""
-    body: Any = None
-    query: Any = None
-    form: dict[str, Any] | None = None
-    result: Any = None
-    kind: str = "envelope"
-    failure: str = ""
-    activity: bool = True
-
-    @property
-    def path_params(self) -> list[str]:
-        """Names of the ``{...}`` parts of the path."""
-        return _PATH_PARAM.findall(self.path)
-
-    @property
-    def limited(self) -> bool:
-        """Whether the route reads a body (and so can answer 413)."""
-        return self.body is not None or self.form is not None
-
-    @property
-    def media_type(self) -> str:
-        """The ``Content-Type`` of a successful answer."""
-        return {"envelope": JSON, "ndjson": NDJSON, "bytes": BYTES}[self.kind]
-
-    @property
-    def kind_description(self) -> str:
-        """What a successful answer is, in words (for the OpenAPI document)."""
-        return {
-            "envelope": "ROCK's envelope",
-            "ndjson": "NDJSON events; a failure before the first event is ROCK's JSON envelope",
-            "bytes": "the raw bytes; a failure is ROCK's JSON envelope",
-        }[self.kind]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,331 +625,6 @@ class AdminApp:
                     document["paths"][path]["get"]["security"] = []
             self._openapi = document
         return json_response(self._openapi)
-
-
-def build_routes(app: AdminApp) -> list[Route]:
-    """The admin's route table (ROCK's routes, then rock's additions)."""
-    p = PREFIX
-
-    def bound(handler: Callable[..., Awaitable[Any]]) -> Handler:
-        return partial(handler, app)  # a route module's handler, given this app
-
-    return [
-        Route(
-            method="POST",
-            path=f"{p}/start",
-            name="start",
-            handler=bound(lifecycle.start),
-            body=SandboxStartRequest,
-            result=SandboxStartResponse,
-            failure="start sandbox failed",
-            summary="Start a sandbox and wait until it runs.",
-            description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/start_async",
-            name="start_async",
-            handler=bound(lifecycle.start_async),
-            body=SandboxStartRequest,
-            result=SandboxStartResponse,
-            failure="start sandbox failed",
-            summary="Accept a start and return at once; poll get_status.",
-            description="Identity headers X-User-Id, X-Experiment-Id, X-Namespace, X-Cluster are recorded.",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/get_status",
-            name="get_status",
-            activity=False,
-            handler=bound(lifecycle.get_status),
-            query=GetStatusQuery,
-            result=SandboxStatusResponse,
-            failure="get sandbox status failed",
-            summary="A sandbox's state and phases; stopped ones only with include_all_states.",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/is_alive",
-            name="is_alive",
-            activity=False,
-            handler=bound(lifecycle.is_alive),
-            query=SandboxIdQuery,
-            result=IsAliveResponse,
-            failure="check sandbox alive failed",
-            summary="Whether the sandbox's agent answers (any failure: false).",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/get_sandbox_statistics",
-            name="get_sandbox_statistics",
-            activity=False,
-            handler=bound(lifecycle.get_statistics),
-            query=SandboxIdQuery,
-            result=dict,
-            failure="get sandbox statistics failed",
-            summary="CPU, memory, disk and network figures of a running sandbox.",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/sandboxes/{{sandbox_id}}/statistics",
-            name="statistics",
-            activity=False,
-            handler=bound(lifecycle.statistics),
-            query=SandboxIdQuery,
-            result=dict,
-            failure="get sandbox statistics failed",
-            summary="The sandbox's resource use as the engine last sampled it (no call into the sandbox).",
-            description="ROCK's get_statistics figures cpu and mem (percent), disk (percent of its limit), net "
-            "(bytes received plus sent), and usage (every figure, sampled_at) and warnings.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/stop",
-            name="stop",
-            handler=bound(lifecycle.stop),
-            body=SandboxIdRequest,
-            result=str,
-            failure="stop sandbox failed",
-            summary="Stop a sandbox (unknown or stopped: no error).",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/delete",
-            name="delete",
-            handler=bound(lifecycle.delete),
-            body=SandboxIdRequest,
-            result=str,
-            failure="delete sandbox failed",
-            summary="Delete a stopped sandbox (unknown: no error).",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/restart",
-            name="restart",
-            handler=bound(lifecycle.restart),
-            body=SandboxIdRequest,
-            result=SandboxStartResponse,
-            failure="restart sandbox failed",
-            summary="Start a stopped sandbox again in its own container (restore an archived one).",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/sandboxes/{{sandbox_id}}/restart",
-            name="restart_by_path",
-            handler=bound(lifecycle.restart),
-            body=SandboxIdRequest,
-            result=SandboxStartResponse,
-            failure="restart sandbox failed",
-            summary="ROCK's alias of /restart, the sandbox named in the path.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/sandboxes/{{sandbox_id}}/archive",
-            name="archive",
-            handler=bound(lifecycle.archive),
-            body=SandboxIdRequest,
-            result=str,
-            failure="archive sandbox failed",
-            summary="Archive a stopped sandbox into the archive store (in the background); restart restores it.",
-            description="Returns at once; get_status(include_all_states=true) shows archiving, then archived "
-            "(phases image_archive, log_archive), or stopped with the reason.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/warmup/tasks",
-            name="warmup",
-            handler=bound(lifecycle.warmup),
-            body=WarmupRequest,
-            result=None,
-            failure="warmup failed",
-            summary="Pull an image ahead of the starts that need it (in the background).",
-            description="rock addition: with size > 0 the engine keeps that many sandboxes of the kind the "
-            "other start-request fields describe started in a warm pool (0 removes the pool).",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/warm_pools",
-            name="warm_pools",
-            handler=bound(lifecycle.warm_pools),
-            result=WarmPoolsResponse,
-            failure="list warm pools failed",
-            summary="(rock) The warm pools: target size, members ready and starting, claims, failures.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/execute",
-            name="execute",
-            handler=bound(commands.execute),
-            body=SandboxCommand,
-            result=CommandResponse,
-            failure="execute command failed",
-            summary="Run a one-shot command.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/create_session",
-            name="create_session",
-            handler=bound(commands.create_session),
-            body=SandboxCreateBashSessionRequest,
-            result=CreateBashSessionResponse,
-            failure="create session failed",
-            summary="Open a persistent bash session.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/run_in_session",
-            name="run_in_session",
-            handler=bound(commands.run_in_session),
-            body=SandboxBashAction,
-            result=BashObservation,
-            failure="run in session failed",
-            summary="Run a command in a bash session.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/close_session",
-            name="close_session",
-            handler=bound(commands.close_session),
-            body=SandboxCloseBashSessionRequest,
-            result=CloseBashSessionResponse,
-            failure="close session failed",
-            summary="Close a bash session.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/read_file",
-            name="read_file",
-            handler=bound(files.read_file),
-            body=SandboxReadFileRequest,
-            result=ReadFileResponse,
-            failure="read file failed",
-            summary="Read a text file.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/write_file",
-            name="write_file",
-            handler=bound(files.write_file),
-            body=SandboxWriteFileRequest,
-            result=WriteFileResponse,
-            failure="write file failed",
-            summary="Write a text file, creating parent directories.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/upload",
-            name="upload",
-            handler=bound(files.upload),
-            form=files.UPLOAD_FORM,
-            result=UploadResponse,
-            failure="upload file failed",
-            summary="Upload a file (multipart: file, target_path, sandbox_id).",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/sandboxes",
-            name="list_sandboxes",
-            handler=bound(lifecycle.list_sandboxes),
-            query=ListSandboxesQuery,
-            result=SandboxListResponse,
-            failure="list sandboxes failed",
-            summary="A page of pending and running sandboxes, with exact-match filters (page_size at most 2000).",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/sandboxes/batch",
-            name="batch_status",
-            handler=bound(lifecycle.batch_status),
-            body=BatchSandboxStatusRequest,
-            result=BatchSandboxStatusResponse,
-            failure="batch get status failed",
-            summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000).",
-        ),
-        # rock additions
-        Route(
-            method="POST",
-            path=f"{p}/interrupt_session",
-            name="interrupt_session",
-            handler=bound(commands.interrupt_session),
-            body=InterruptSessionRequest,
-            result=InterruptSessionResponse,
-            failure="interrupt session failed",
-            summary="Ctrl-C the command running in a session; the session stays usable.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/execute_stream",
-            name="execute_stream",
-            handler=bound(commands.execute_stream),
-            body=SandboxCommand,
-            kind="ndjson",
-            failure="execute command failed",
-            summary="Run a one-shot command and stream its events as NDJSON.",
-            description='Events: {"type":"start","pid"}, {"type":"output","stream","data"}..., '
-            '{"type":"exit","exit_code",...}; a broken stream ends with {"type":"error","code","message"}.',
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/download",
-            name="download",
-            handler=bound(files.download),
-            body=SandboxPathRequest,
-            kind="bytes",
-            failure="download file failed",
-            summary="The raw bytes of a file in the sandbox.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/list_dir",
-            name="list_dir",
-            handler=bound(files.list_dir),
-            body=SandboxPathRequest,
-            result=ListDirResponse,
-            failure="list directory failed",
-            summary="List a directory in the sandbox.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/processes",
-            name="start_process",
-            handler=bound(processes.start_process),
-            body=StartProcessRequest,
-            result=ProcessInfo,
-            failure="start process failed",
-            summary="Start a background command; its exit code, usage and output stay readable.",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/processes/{{process_id}}",
-            name="process_status",
-            handler=bound(processes.process_status),
-            query=ProcessStatusQuery,
-            result=ProcessInfo,
-            failure="get process status failed",
-            summary="The state of a background process, waiting up to `wait` seconds for its end.",
-        ),
-        Route(
-            method="GET",
-            path=f"{p}/processes/{{process_id}}/output",
-            name="process_output",
-            handler=bound(processes.process_output),
-            query=ProcessOutputQuery,
-            kind="bytes",
-            failure="get process output failed",
-            summary="Raw output bytes of a background process from `offset`.",
-        ),
-        Route(
-            method="POST",
-            path=f"{p}/processes/{{process_id}}/kill",
-            name="kill_process",
-            handler=bound(processes.kill_process),
-            body=KillProcessRequest,
-            result=ProcessInfo,
-            failure="kill process failed",
-            summary="Signal a background process and wait for it to end.",
-        ),
-    ]
 
 
 def create_app(

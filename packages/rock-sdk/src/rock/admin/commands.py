@@ -1,8 +1,9 @@
-"""The admin's command routes: ``/execute`` (one-shot), ``/execute_stream`` (NDJSON events while
-it runs, a rock addition) and the bash sessions (``/create_session``, ``/run_in_session``,
-``/close_session``, rock's ``/interrupt_session``), each through the sandbox's rocklet.
+"""The admin's hand-written command route: ``/execute_stream`` (NDJSON events while a command
+runs, a rock addition), through the sandbox's rocklet.
 
-Each handler takes the :class:`~rock.admin.app.AdminApp` first; the app's route table binds it.
+``/execute`` and the bash sessions are operations of kind ``call``, served by the one handler
+of :mod:`rock.admin.operations`. The handler takes the :class:`~rock.admin.app.AdminApp` first;
+the route table binds it.
 """
 
 from __future__ import annotations
@@ -16,37 +17,14 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from rock.admin.envelope import NDJSON
-from rock.admin.models import InterruptSessionRequest
-from rock_core.actions import (
-    BashObservation,
-    CloseBashSessionResponse,
-    CommandResponse,
-    CreateBashSessionResponse,
-    InterruptSessionResponse,
-    SandboxBashAction,
-    SandboxCloseBashSessionRequest,
-    SandboxCommand,
-    SandboxCreateBashSessionRequest,
-)
+from rock_core.actions import SandboxCommand
 from rock_core.converters import unstructure_wire
 from rock_core.errors import RockError, RockletUnreachable
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
 
-__all__ = [
-    "execute",
-    "execute_stream",
-    "create_session",
-    "run_in_session",
-    "close_session",
-    "interrupt_session",
-]
-
-
-async def execute(app: AdminApp, _request: Request, body: SandboxCommand) -> CommandResponse:
-    """``POST /execute``."""
-    return await app.rocklet(body.sandbox_id, "execute").execute(body)
+__all__ = ["execute_stream"]
 
 
 async def execute_stream(app: AdminApp, _request: Request, body: SandboxCommand) -> Response:
@@ -81,31 +59,3 @@ async def execute_stream(app: AdminApp, _request: Request, body: SandboxCommand)
                 await upstream.aclose()
 
     return StreamingResponse(events(), media_type=NDJSON)
-
-
-async def create_session(
-    app: AdminApp, _request: Request, body: SandboxCreateBashSessionRequest
-) -> CreateBashSessionResponse:
-    """``POST /create_session``."""
-    return await app.rocklet(body.sandbox_id, "create_session").create_session(body)
-
-
-async def run_in_session(
-    app: AdminApp, _request: Request, body: SandboxBashAction
-) -> BashObservation:
-    """``POST /run_in_session``."""
-    return await app.rocklet(body.sandbox_id, "run_in_session").run_in_session(body)
-
-
-async def close_session(
-    app: AdminApp, _request: Request, body: SandboxCloseBashSessionRequest
-) -> CloseBashSessionResponse:
-    """``POST /close_session``."""
-    return await app.rocklet(body.sandbox_id, "close_session").close_session(body)
-
-
-async def interrupt_session(
-    app: AdminApp, _request: Request, body: InterruptSessionRequest
-) -> InterruptSessionResponse:
-    """``POST /interrupt_session`` (rock addition)."""
-    return await app.rocklet(body.sandbox_id, "interrupt_session").interrupt_session(body.session)

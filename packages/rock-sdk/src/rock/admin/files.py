@@ -1,7 +1,9 @@
-"""The admin's file routes: ``/read_file``, ``/write_file``, ``/upload`` (multipart),
-``/download`` (raw bytes, streamed) and ``/list_dir``, each through the sandbox's rocklet.
+"""The admin's hand-written file routes: ``/upload`` (multipart) and ``/download`` (raw bytes,
+streamed), each through the sandbox's rocklet.
 
-Each handler takes the :class:`~rock.admin.app.AdminApp` first; the app's route table binds it.
+``/read_file``, ``/write_file``, ``/list_dir`` (and every other operation of kind ``call``)
+are served by the one handler of :mod:`rock.admin.operations`. Each handler takes the
+:class:`~rock.admin.app.AdminApp` first; the route table binds it.
 """
 
 from __future__ import annotations
@@ -16,20 +18,13 @@ from rock.admin.body_limit import BodyTooLarge
 from rock.admin.envelope import BYTES, BadInput
 from rock.admin.key_gate import unknown_sandbox
 from rock.admin.models import SandboxPathRequest
-from rock_core.actions import (
-    ListDirResponse,
-    ReadFileResponse,
-    SandboxReadFileRequest,
-    SandboxWriteFileRequest,
-    UploadResponse,
-    WriteFileResponse,
-)
+from rock_core.actions import UploadResponse
 from rock_core.errors import InvalidParameter
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
 
-__all__ = ["read_file", "write_file", "upload", "download", "list_dir", "UPLOAD_FORM"]
+__all__ = ["upload", "download", "UPLOAD_FORM"]
 
 #: The JSON schema of ``/upload``'s multipart body (for the OpenAPI document).
 UPLOAD_FORM = {
@@ -43,20 +38,6 @@ UPLOAD_FORM = {
     "required": ["file", "target_path", "sandbox_id"],
     "additionalProperties": False,
 }
-
-
-async def read_file(
-    app: AdminApp, _request: Request, body: SandboxReadFileRequest
-) -> ReadFileResponse:
-    """``POST /read_file``."""
-    return await app.rocklet(body.sandbox_id, "read_file").read_file(body)
-
-
-async def write_file(
-    app: AdminApp, _request: Request, body: SandboxWriteFileRequest
-) -> WriteFileResponse:
-    """``POST /write_file``."""
-    return await app.rocklet(body.sandbox_id, "write_file").write_file(body)
 
 
 async def upload(app: AdminApp, request: Request, _data: None) -> UploadResponse:
@@ -152,8 +133,3 @@ async def download(app: AdminApp, _request: Request, body: SandboxPathRequest) -
                 await upstream.aclose()
 
     return StreamingResponse(chunks(), media_type=BYTES, headers=headers)
-
-
-async def list_dir(app: AdminApp, _request: Request, body: SandboxPathRequest) -> ListDirResponse:
-    """``POST /list_dir`` (rock addition)."""
-    return await app.rocklet(body.sandbox_id, "list_dir").list_dir(body.path)

@@ -2,8 +2,9 @@
 
 Query strings are read through models too, so a missing, blank or mistyped query parameter is
 reported by name exactly like a bad JSON field, and an unknown one is rejected. The bodies of
-rock's extra routes (interrupt, download, directory listing, background processes) mirror the
-methods of :class:`~rock_core.rocklet_client.RockletClient`, plus ``sandbox_id``.
+rock's hand-written routes (download, background processes) mirror the methods of
+:class:`~rock_core.rocklet_client.RockletClient`, plus ``sandbox_id``; the operations of kind
+``call`` read theirs from the catalog (:mod:`rock_core.operations`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ __all__ = [
     "ListSandboxesQuery",
     "ProcessStatusQuery",
     "ProcessOutputQuery",
-    "InterruptSessionRequest",
     "SandboxPathRequest",
     "StartProcessRequest",
     "KillProcessRequest",
@@ -97,16 +97,8 @@ class ProcessOutputQuery:
 
 
 @attrs.frozen(kw_only=True)
-class InterruptSessionRequest:
-    """``POST /interrupt_session``: Ctrl-C whatever runs in ``session``."""
-
-    sandbox_id: NonBlankStr = _sandbox_id()
-    session: str = "default"
-
-
-@attrs.frozen(kw_only=True)
 class SandboxPathRequest:
-    """``POST /download`` and ``POST /list_dir``: a path inside the sandbox."""
+    """``POST /download``: a path inside the sandbox."""
 
     sandbox_id: NonBlankStr = _sandbox_id()
     path: NonBlankStr = constrained(NonBlankStr)

@@ -12,33 +12,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rock_core.actions import (
-    BashAction,
-    BashObservation,
-    CloseBashSessionRequest,
-    CloseBashSessionResponse,
     Command,
     CommandLine,
-    CommandResponse,
-    CreateBashSessionRequest,
-    CreateBashSessionResponse,
-    InterruptSessionResponse,
-    ListDirResponse,
     ProcessInfo,
-    ReadFileRequest,
-    ReadFileResponse,
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
     UploadResponse,
     WarmPoolStatus,
-    WriteFileRequest,
-    WriteFileResponse,
 )
+from rock_core.operations import Operation
 
 __all__ = ["Engine"]
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 
 class Engine(Protocol):
@@ -101,45 +92,20 @@ class Engine(Protocol):
         """Start archiving a stopped sandbox (returns at once; it becomes ``archived``)."""
         ...
 
-    # -- sessions and commands ------------------------------------------------------------------
+    # -- the catalog's operations --------------------------------------------------------------
 
-    async def create_session(
-        self, sandbox_id: str, request: CreateBashSessionRequest
-    ) -> CreateBashSessionResponse:
-        """Open a bash session."""
+    async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:
+        """Any operation of kind ``call`` of :mod:`rock_core.operations` (execute, the bash
+        sessions, read_file, write_file, list_dir, ...): its request, its response model."""
         ...
 
-    async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
-        """Run a command in a bash session."""
-        ...
-
-    async def close_session(
-        self, sandbox_id: str, request: CloseBashSessionRequest
-    ) -> CloseBashSessionResponse:
-        """Close a bash session."""
-        ...
-
-    async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
-        """Ctrl-C the command running in a session."""
-        ...
-
-    async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
-        """Run a one-shot command."""
-        ...
+    # -- streams, files and figures (hand-written: see the catalog's kinds) ---------------------
 
     def execute_stream(self, sandbox_id: str, command: Command) -> AsyncIterator[dict[str, Any]]:
         """Run a one-shot command, yielding its start, output and exit events as they happen."""
         ...
 
     # -- files -------------------------------------------------------------------------------
-
-    async def read_file(self, sandbox_id: str, request: ReadFileRequest) -> ReadFileResponse:
-        """Read a text file."""
-        ...
-
-    async def write_file(self, sandbox_id: str, request: WriteFileRequest) -> WriteFileResponse:
-        """Write a text file (parents created, replaced)."""
-        ...
 
     async def upload(
         self,
@@ -154,10 +120,6 @@ class Engine(Protocol):
 
     def download(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         """The raw bytes of a file in the sandbox, in chunks."""
-        ...
-
-    async def list_dir(self, sandbox_id: str, path: str) -> ListDirResponse:
-        """List a directory."""
         ...
 
     async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:

@@ -56,33 +56,21 @@ from rock.sdk._engine.connect import (
 )
 from rock_core import hookimpl
 from rock_core.actions import (
-    BashAction,
-    BashObservation,
-    CloseBashSessionRequest,
-    CloseBashSessionResponse,
     Command,
     CommandLine,
-    CommandResponse,
-    CreateBashSessionRequest,
-    CreateBashSessionResponse,
-    InterruptSessionResponse,
-    ListDirResponse,
     ProcessInfo,
-    ReadFileRequest,
-    ReadFileResponse,
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
     UploadResponse,
     WarmPoolStatus,
-    WriteFileRequest,
-    WriteFileResponse,
 )
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockletUnreachable
 from rock_core.models import Port
+from rock_core.operations import Operation
 from rock_core.responses import start_response, status_response
 from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.states import LIVE_STATES
@@ -97,6 +85,8 @@ __all__ = [
 log = logging.getLogger("rock.sdk.engine")
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 # Items a streamed call (download, execute_stream) may run ahead of its reader.
 _STREAM_BUFFER = 16
@@ -647,53 +637,20 @@ class EmbeddedEngine:
         """Start a stopped sandbox again (an archived one: restore it)."""
         return start_response(await self._call(self._manager_call, "restart", (sandbox_id,), {}))
 
-    # -- Engine: sessions and commands -----------------------------------------------------------
+    # -- Engine: the catalog's operations --------------------------------------------------------
 
-    async def create_session(
-        self, sandbox_id: str, request: CreateBashSessionRequest
-    ) -> CreateBashSessionResponse:
-        """Open a bash session."""
-        return await self._rocklet(
-            sandbox_id, "create_session", RockletClient.create_session, request
-        )
+    async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:
+        """Any operation of kind ``call``, straight to the sandbox's rocklet (as a call: the
+        sandbox is not idle-stopped under it)."""
+        return await self._rocklet(sandbox_id, op.name, RockletClient.call, op, request)
 
-    async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
-        """Run a command in a bash session."""
-        return await self._rocklet(
-            sandbox_id, "run_in_session", RockletClient.run_in_session, action
-        )
-
-    async def close_session(
-        self, sandbox_id: str, request: CloseBashSessionRequest
-    ) -> CloseBashSessionResponse:
-        """Close a bash session."""
-        return await self._rocklet(
-            sandbox_id, "close_session", RockletClient.close_session, request
-        )
-
-    async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
-        """Ctrl-C the command running in a session."""
-        return await self._rocklet(
-            sandbox_id, "interrupt_session", RockletClient.interrupt_session, session
-        )
-
-    async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
-        """Run a one-shot command."""
-        return await self._rocklet(sandbox_id, "execute", RockletClient.execute, command)
+    # -- Engine: streams, files and figures ------------------------------------------------------
 
     def execute_stream(self, sandbox_id: str, command: Command) -> AsyncIterator[dict[str, Any]]:
         """Run a one-shot command, yielding its events as they happen."""
         return self._stream(sandbox_id, "execute_stream", RockletClient.execute_stream, command)
 
     # -- Engine: files -------------------------------------------------------------------------
-
-    async def read_file(self, sandbox_id: str, request: ReadFileRequest) -> ReadFileResponse:
-        """Read a text file."""
-        return await self._rocklet(sandbox_id, "read_file", RockletClient.read_file, request)
-
-    async def write_file(self, sandbox_id: str, request: WriteFileRequest) -> WriteFileResponse:
-        """Write a text file."""
-        return await self._rocklet(sandbox_id, "write_file", RockletClient.write_file, request)
 
     async def upload(
         self,
@@ -711,10 +668,6 @@ class EmbeddedEngine:
     def download(self, sandbox_id: str, path: str) -> AsyncIterator[bytes]:
         """The raw bytes of a file in the sandbox, in chunks."""
         return self._stream(sandbox_id, "download", RockletClient.download, path)
-
-    async def list_dir(self, sandbox_id: str, path: str) -> ListDirResponse:
-        """List a directory."""
-        return await self._rocklet(sandbox_id, "list_dir", RockletClient.list_dir, path)
 
     async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:
         """CPU, memory, disk and network figures."""

@@ -44,28 +44,15 @@ from rock.sdk._engine.connect import (
     connect_websocket,
 )
 from rock_core.actions import (
-    BashAction,
-    BashObservation,
-    CloseBashSessionRequest,
-    CloseBashSessionResponse,
     Command,
     CommandLine,
-    CommandResponse,
-    CreateBashSessionRequest,
-    CreateBashSessionResponse,
-    InterruptSessionResponse,
-    ListDirResponse,
     ProcessInfo,
-    ReadFileRequest,
-    ReadFileResponse,
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
     UploadResponse,
     WarmPoolsResponse,
     WarmPoolStatus,
-    WriteFileRequest,
-    WriteFileResponse,
 )
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.errors import (
@@ -83,6 +70,7 @@ from rock_core.errors import (
     error_for_code,
 )
 from rock_core.models import PhaseStatus
+from rock_core.operations import Operation
 from rock_core.rocklet_client import process_request
 from rock_core.states import LIVE_STATES, State
 
@@ -95,6 +83,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 API_PREFIX = "/apis/envs/sandbox/v1"
 """Where ROCK's (and rock's) sandbox routes live on the admin server."""
@@ -680,55 +670,16 @@ class RemoteEngine:
         )
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
-    # -- Engine: sessions and commands -------------------------------------------------------------
+    # -- Engine: the catalog's operations ----------------------------------------------------------
 
-    async def create_session(
-        self, sandbox_id: str, request: CreateBashSessionRequest
-    ) -> CreateBashSessionResponse:
-        """``POST /create_session``."""
-        return await self._post(
-            "/create_session", "create_session", sandbox_id, request, CreateBashSessionResponse
-        )
+    async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:
+        """Any operation of kind ``call``: ``POST`` its admin route with the request and
+        ``sandbox_id``; a call that runs a command waits as long as the command (plus a margin)."""
+        seconds = op.seconds(request)
+        timeout = None if isinstance(seconds, str) else _command_timeout(seconds)
+        return await self._post(op.admin_path, op.name, sandbox_id, request, op.response, timeout)
 
-    async def run_in_session(self, sandbox_id: str, action: BashAction) -> BashObservation:
-        """``POST /run_in_session``; the HTTP call waits as long as ``action.timeout`` (plus a margin)."""
-        return await self._post(
-            "/run_in_session",
-            "run_in_session",
-            sandbox_id,
-            action,
-            BashObservation,
-            _command_timeout(action.timeout),
-        )
-
-    async def close_session(
-        self, sandbox_id: str, request: CloseBashSessionRequest
-    ) -> CloseBashSessionResponse:
-        """``POST /close_session``."""
-        return await self._post(
-            "/close_session", "close_session", sandbox_id, request, CloseBashSessionResponse
-        )
-
-    async def interrupt_session(self, sandbox_id: str, session: str) -> InterruptSessionResponse:
-        """``POST /interrupt_session`` (rock)."""
-        return await self._post(
-            "/interrupt_session",
-            "interrupt_session",
-            sandbox_id,
-            {"session": session},
-            InterruptSessionResponse,
-        )
-
-    async def execute(self, sandbox_id: str, command: Command) -> CommandResponse:
-        """``POST /execute``; the HTTP call waits as long as ``command.timeout`` (plus a margin)."""
-        return await self._post(
-            "/execute",
-            "execute",
-            sandbox_id,
-            command,
-            CommandResponse,
-            _command_timeout(command.timeout),
-        )
+    # -- Engine: streams, files and figures ---------------------------------------------------------
 
     async def execute_stream(
         self, sandbox_id: str, command: Command
@@ -756,14 +707,6 @@ class RemoteEngine:
                 yield event
 
     # -- Engine: files -----------------------------------------------------------------------------
-
-    async def read_file(self, sandbox_id: str, request: ReadFileRequest) -> ReadFileResponse:
-        """``POST /read_file``."""
-        return await self._post("/read_file", "read_file", sandbox_id, request, ReadFileResponse)
-
-    async def write_file(self, sandbox_id: str, request: WriteFileRequest) -> WriteFileResponse:
-        """``POST /write_file``."""
-        return await self._post("/write_file", "write_file", sandbox_id, request, WriteFileResponse)
 
     async def upload(
         self,
@@ -823,12 +766,6 @@ class RemoteEngine:
         async with contextlib.aclosing(stream):
             async for chunk in stream:
                 yield chunk
-
-    async def list_dir(self, sandbox_id: str, path: str) -> ListDirResponse:
-        """``POST /list_dir`` (rock)."""
-        return await self._post(
-            "/list_dir", "list_dir", sandbox_id, {"path": path}, ListDirResponse
-        )
 
     async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:
         """``GET /get_sandbox_statistics``."""

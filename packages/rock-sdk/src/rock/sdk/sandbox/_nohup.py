@@ -28,6 +28,7 @@ from rock_core.actions import (
     Observation,
     SandboxCommand,
 )
+from rock_core.actions.commands import EXECUTE
 from rock_core.errors import (
     BadRequestRockError,
     CommandTimeout,
@@ -195,8 +196,9 @@ async def wait(
             break
         try:
             # check: a timeout raises (the process still runs) instead of answering -1.
-            await engine.execute(
+            await engine.call(
                 sandbox_id,
+                EXECUTE,
                 SandboxCommand(
                     command=["/bin/sh", "-c", script],
                     timeout=min(interval, remaining),

@@ -39,7 +39,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import attrs
 
@@ -65,6 +65,7 @@ from rock_core.actions import (
     ExecuteBashSessionResponse,
     InterruptSessionResponse,
     IsAliveResponse,
+    ListDirRequest,
     ListDirResponse,
     Observation,
     ProcessInfo,
@@ -79,6 +80,15 @@ from rock_core.actions import (
     WriteFileRequest,
     WriteFileResponse,
 )
+from rock_core.actions.commands import EXECUTE
+from rock_core.actions.files import LIST_DIR, READ_FILE, WRITE_FILE
+from rock_core.actions.sessions import (
+    CLOSE_SESSION,
+    CREATE_SESSION,
+    INTERRUPT_SESSION,
+    RUN_IN_SESSION,
+    InterruptSessionRequest,
+)
 from rock_core.errors import (
     BadRequestRockError,
     CommandRockError,
@@ -89,6 +99,8 @@ from rock_core.errors import (
     SandboxNotFound,
     StartupTimeout,
 )
+from rock_core.models import NonBlankStr
+from rock_core.operations import Operation
 from rock_core.states import LIVE_STATES
 
 if TYPE_CHECKING:  # imported when chat() is called: most trainers never chat
@@ -97,6 +109,9 @@ if TYPE_CHECKING:  # imported when chat() is called: most trainers never chat
 __all__ = ["RunMode", "Sandbox", "SandboxGroup", "NOHUP_SUBMIT_TIMEOUT"]
 
 log = logging.getLogger(__name__)
+
+Req = TypeVar("Req")
+Resp = TypeVar("Resp")
 
 
 class RunMode(str, enum.Enum):
@@ -222,6 +237,10 @@ class Sandbox:
 
                 self._engine = get_embedded_engine()
         return self._engine
+
+    async def _call(self, op: Operation[Req, Resp], request: Req) -> Resp:
+        """``op`` (an operation of kind ``call`` of :mod:`rock_core.operations`) on this sandbox."""
+        return await self._get_engine().call(self._require_id(op.name), op, request)
 
     def _require_id(self, attempted: str) -> str:
         if not self._sandbox_id:
@@ -475,19 +494,17 @@ class Sandbox:
 
         :raises SessionAlreadyExists: a session of that name is open (ROCK silently succeeds).
         """
-        return await self._get_engine().create_session(
-            self._require_id("create_session"), create_session_request
-        )
+        return await self._call(CREATE_SESSION, create_session_request)
 
     async def close_session(self, request: CloseSessionRequest) -> CloseSessionResponse:
         """Close a bash session.
 
         :raises SessionNotFound: no open session of that name (ROCK silently succeeds).
         """
-        return await self._get_engine().close_session(self._require_id("close_session"), request)
+        return await self._call(CLOSE_SESSION, request)
 
     async def _run_in_session(self, action: Action) -> Observation:
-        return await self._get_engine().run_in_session(self._require_id("run_in_session"), action)
+        return await self._call(RUN_IN_SESSION, action)
 
     async def run_in_session(self, action: Action) -> Observation:
         """Deprecated in ROCK ("Use arun instead"): run ``action`` in its session.
@@ -520,7 +537,7 @@ class Sandbox:
         if check:
             fields = {f.name: getattr(command, f.name) for f in attrs.fields(Command)}
             command = SandboxCommand(**fields, check=True, sandbox_id=sandbox_id)
-        return await self._get_engine().execute(sandbox_id, command)
+        return await self._get_engine().call(sandbox_id, EXECUTE, command)
 
     async def arun(
         self,
@@ -664,7 +681,7 @@ class Sandbox:
             (message with the byte offset; pass ``errors="replace"`` to read it anyway).
             ROCK answers ``content=""`` for a missing file.
         """
-        return await self._get_engine().read_file(self._require_id("read_file"), request)
+        return await self._call(READ_FILE, request)
 
     async def write_file(self, request: WriteFileRequest) -> WriteFileResponse:
         """Write ``request.content`` to ``request.path`` (parents created, file replaced).
@@ -680,8 +697,8 @@ class Sandbox:
     async def _do_write_file(self, content: str, path: str) -> WriteFileResponse:
         sandbox_id = self._require_id("write_file")
         try:
-            await self._get_engine().write_file(
-                sandbox_id, WriteFileRequest(content=content, path=path)
+            await self._get_engine().call(
+                sandbox_id, WRITE_FILE, WriteFileRequest(content=content, path=path)
             )
         except RockError as exc:
             return WriteFileResponse(success=False, message=f"Failed to write file {path}: {exc}")
@@ -816,7 +833,7 @@ class Sandbox:
 
         Returns whether something was interrupted, its output so far and its exit code (130).
         """
-        return await self._get_engine().interrupt_session(self._require_id("interrupt"), session)
+        return await self._call(INTERRUPT_SESSION, InterruptSessionRequest(session=session))
 
     async def execute_stream(self, command: Command | CommandLine) -> AsyncIterator[dict[str, Any]]:
         """(rock) Run a one-shot command and yield its events while it runs.
@@ -833,7 +850,7 @@ class Sandbox:
 
     async def list_dir(self, path: str) -> ListDirResponse:
         """(rock) The entries of a directory: name, type, size, mode, mtime, symlink target."""
-        return await self._get_engine().list_dir(self._require_id("list_dir"), path)
+        return await self._call(LIST_DIR, ListDirRequest(path=NonBlankStr(path)))
 
     async def download(self, path: str) -> bytes:
         """(rock) The raw bytes of a file in the sandbox (any content, any size that fits in memory).
