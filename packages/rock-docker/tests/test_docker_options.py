@@ -60,7 +60,8 @@ def test_options_given_as_text_are_read_as_their_types(
     monkeypatch.setenv("ROCK_PLUGIN_DOCKER_ROCKLET_DIR", str(tmp_path))
     runtime = SandboxManager(EngineConfig()).runtime
     assert isinstance(runtime, DockerRuntime)
-    assert (runtime.max_concurrency, runtime.stop_timeout, runtime.init, runtime.rocklet_dir) == (
+    options = runtime.options
+    assert (options.max_concurrency, options.stop_timeout, options.init, runtime.rocklet_dir) == (
         8,
         2.5,
         False,

@@ -156,7 +156,7 @@ async def test_a_rocklet_that_never_takes_its_socket_fails_the_start_and_leaves_
     await eventually_async(
         lambda: not any((unit_dir / "handoff").iterdir()), what="the handoff folder empty"
     )
-    assert len(engine.runtime._handoffs) == 0, (
+    assert len(engine.runtime._sockets.handoffs) == 0, (
         "an offer nobody took is still open"
     )  # the one look inside
     await engine.delete(started.sandbox_id)

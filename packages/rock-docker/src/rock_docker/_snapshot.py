@@ -30,10 +30,20 @@ import json
 import shlex
 import struct
 import tarfile
+import threading
 import urllib.parse
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any
 
+import anyio.from_thread
 import attrs
 import docker
 import docker.errors
@@ -49,8 +59,10 @@ __all__ = [
     "SnapshotPlan",
     "SnapshotReader",
     "ThreadedIterator",
+    "batched",
     "plan_snapshot",
     "snapshot_frames",
+    "upload_snapshot",
 ]
 
 MAGIC = b"rock-docker-snapshot 1\n"
@@ -177,7 +189,9 @@ def plan_snapshot(api: docker.APIClient, unit_id: str, *, sandbox_id: str) -> Sn
     )
 
 
-def snapshot_frames(api: docker.APIClient, unit_id: str, plan: SnapshotPlan) -> Iterator[bytes]:
+def snapshot_frames(
+    api: docker.APIClient, unit_id: str, plan: SnapshotPlan
+) -> Generator[bytes, None, None]:
     """The snapshot's bytes, a frame (about :data:`FRAME` bytes) at a time (blocking).
 
     Reads one Docker archive at a time and never holds more than a frame and a read buffer;
@@ -373,7 +387,9 @@ class ThreadedIterator:
     holds (an open archive).
     """
 
-    def __init__(self, generator: Iterator[bytes], run: Callable[[Callable[[], Any]], Any]) -> None:
+    def __init__(
+        self, generator: Generator[bytes, None, None], run: Callable[[Callable[[], Any]], Any]
+    ) -> None:
         self._generator = generator
         self._run = run
         self._done = False
@@ -385,7 +401,7 @@ class ThreadedIterator:
         if self._done:
             raise StopAsyncIteration
         try:
-            chunk = await self._run(lambda: next(self._generator, None))
+            chunk: bytes | None = await self._run(lambda: next(self._generator, None))
         except BaseException:
             await self.aclose()
             raise
@@ -399,3 +415,42 @@ class ThreadedIterator:
         if not self._done:
             self._done = True
             await self._run(self._generator.close)
+
+
+def batched(chunks: Iterator[bytes], size: int = 1 << 20) -> Generator[bytes, None, None]:
+    """``chunks`` (a log line each) joined into pieces of about ``size`` bytes."""
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        if len(pending) >= size:
+            yield bytes(pending)
+            pending.clear()
+    if pending:
+        yield bytes(pending)
+
+
+def upload_snapshot(
+    api: docker.APIClient,
+    unit_id: str,
+    reader: SnapshotReader,
+    stop: threading.Event,
+    *,
+    sandbox_id: str | None,
+) -> None:
+    """Stream the snapshot's tar into the created container (Docker's ``PUT .../archive``);
+    blocking, in a worker thread that pulls each frame from the event loop (from ``reader``) as
+    Docker takes the previous one: one frame in memory at a time. A frame that fails its check
+    ends the upload with :class:`SnapshotCorrupt`; ``stop`` set ends it as abandoned.
+    """
+
+    def body() -> Iterator[bytes]:
+        while not stop.is_set():
+            frame = anyio.from_thread.run(reader.next_frame)
+            if frame is None:
+                return
+            yield frame
+        raise RuntimeFailure(
+            "the restore was abandoned", sandbox_id=sandbox_id, attempted="restore"
+        )
+
+    api.put_archive(unit_id, "/", body())

@@ -17,9 +17,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import docker
+import docker.errors
+
 from rock_core.models import UnitStats
 
-__all__ = ["CgroupFinder", "read_stats", "stats_from_api"]
+__all__ = ["CgroupFinder", "read_stats", "sample_stats", "stats_from_api"]
 
 _ROOT = Path("/sys/fs/cgroup")
 # A limit this high is no limit (cgroup v1 writes PAGE_COUNTER_MAX rounded to pages).
@@ -187,3 +190,25 @@ def stats_from_api(doc: dict[str, Any]) -> UnitStats | None:
 def on_this_host() -> bool:
     """Whether cgroup files can be read here at all."""
     return os.path.isdir(_ROOT)
+
+
+def sample_stats(
+    api: docker.APIClient, finder: CgroupFinder, labels: dict[str, list[str]]
+) -> dict[str, UnitStats]:
+    """A sample of every running container that ``docker ps`` lists with ``labels`` (its label
+    filter), by container id: one ``docker ps`` call, then each container's cgroup files read
+    on this host; a container whose cgroup is not here (a remote daemon) is asked through the
+    API (``stats``, one-shot). Blocking."""
+    rows = api.containers(all=False, filters={**labels, "status": ["running"]})
+    found: dict[str, UnitStats] = {}
+    for row in rows:
+        measured = read_stats(finder, row["Id"])
+        if measured is None:
+            try:
+                measured = stats_from_api(api.stats(row["Id"], stream=False, one_shot=True))
+            except docker.errors.APIError:
+                measured = None  # gone meanwhile
+        if measured is not None:
+            found[row["Id"]] = measured
+    finder.forget({row["Id"] for row in rows})
+    return found

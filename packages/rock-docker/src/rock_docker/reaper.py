@@ -13,16 +13,38 @@ Usage: ``python -m rock_docker.reaper [--base-url URL] [--concurrency N] < ids``
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["main", "reap"]
+__all__ = ["main", "reap", "spawn_reaper"]
 
 # Tries per container, and the pause between two tries of the same one.
 _TRIES = 5
 _PAUSE = 2.0
+
+
+def spawn_reaper(ids: Iterable[str], *, base_url: str | None) -> None:
+    """Start the reaper in a session of its own, hand it ``ids`` and return (blocking, briefly).
+
+    :raises OSError: the reaper could not be started.
+    """
+    command = [sys.executable, "-m", "rock_docker.reaper"]
+    if base_url:
+        command += ["--base-url", base_url]
+    reaper = subprocess.Popen(
+        command,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+    )
+    assert reaper.stdin is not None
+    reaper.stdin.write("".join(f"{unit_id}\n" for unit_id in ids).encode("ascii"))
+    reaper.stdin.close()
 
 
 def reap(ids: Iterable[str], *, base_url: str | None = None, concurrency: int = 8) -> list[str]:
