@@ -70,10 +70,10 @@ def test_settings_given_as_text_are_read_as_their_types(monkeypatch: pytest.Monk
     runtime = _engine({}).runtime
     assert isinstance(runtime, NomadRuntime)
     assert (
-        runtime.priority,
-        runtime.datacenters,
-        runtime.use_event_stream,
-        runtime.nofile_limit,
-        runtime.kill_timeout,
-        runtime.tls_skip_verify,
+        runtime.options.priority,
+        runtime.options.datacenters,
+        runtime.options.event_stream,
+        runtime.options.nofile_limit,
+        runtime.options.kill_timeout,
+        runtime.options.tls_skip_verify,
     ) == (70, ("dc1", "dc2"), False, 4096, 2.5, True)

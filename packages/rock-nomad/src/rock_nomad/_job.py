@@ -34,6 +34,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
+from urllib.parse import quote
 
 from rock_core.models import ROCKLET_PORT, Port, PullPolicy, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.rocklet.server import TOKEN_ENV
@@ -55,6 +56,7 @@ __all__ = [
     "TASK",
     "describe_placement_failure",
     "job_for",
+    "job_path",
     "latest_alloc",
     "secret_path",
     "status_of",
@@ -90,6 +92,11 @@ SANDBOX_NETWORK = "rock-sandboxes"
 #: The node ``meta`` key that says which network that is on a node prepared for rock; a sandbox's
 #: job is only placed on nodes whose value names its network.
 NETWORK_META = "rock_sandbox_network"
+
+
+def job_path(job_id: str) -> str:
+    """The API path of job ``job_id`` (``job/<id>``, the id quoted)."""
+    return f"job/{quote(job_id, safe='')}"
 
 
 def secret_path(job_id: str) -> str:

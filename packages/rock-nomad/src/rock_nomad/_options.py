@@ -3,8 +3,8 @@
 
 A bad value is named ``plugins.nomad.<key>`` with the value
 (``plugins.nomad.priority: expected a whole number 1..100, got 0``); every bad key at once.
-Defaults taken from ``NOMAD_*`` variables are the runtime's business, not this table's:
-:class:`~rock_nomad.runtime.NomadRuntime` describes each setting.
+Defaults taken from ``NOMAD_*`` variables are :mod:`rock_nomad._connection`'s business, not this table's:
+:class:`NomadOptions` describes each setting.
 """
 
 from __future__ import annotations
@@ -67,8 +67,44 @@ def _network_ok(name: str) -> bool:
 
 @attrs.frozen(kw_only=True)
 class NomadOptions:
-    """What :class:`~rock_nomad.runtime.NomadRuntime` is built with; ``None``: not set (the
-    runtime then reads ``NOMAD_*`` or takes its default)."""
+    """What :class:`~rock_nomad.runtime.NomadRuntime` is built with (its keyword arguments);
+    ``None``: not set (the runtime then reads ``NOMAD_*`` or takes its default).
+
+    :param address: Nomad's HTTP API (``https://nomad.example:4646``); default ``NOMAD_ADDR``,
+        else ``http://127.0.0.1:4646``.
+    :param token: an ACL token's secret (``submit-job``, ``read-job``, ``read-logs`` in
+        ``namespace``, and Variables ``write`` and ``destroy`` on ``nomad/jobs/<job_prefix>*``
+        there); default ``NOMAD_TOKEN``; none when the cluster has no ACLs.
+    :param namespace: the namespace of the sandboxes' jobs (default ``NOMAD_NAMESPACE`` or ``default``).
+    :param region: the region (default ``NOMAD_REGION``, else the agent's own).
+    :param datacenters: where sandboxes may be placed (a list, or names separated by commas;
+        default ``*``: every datacenter).
+    :param node_pool: the node pool of the sandboxes' jobs (default: Nomad's ``default``).
+    :param ca_cert: a CA bundle to verify Nomad's TLS certificate with (default ``NOMAD_CACERT``;
+        else the system's).
+    :param client_cert: / :param client_key: a client certificate for mutual TLS (default
+        ``NOMAD_CLIENT_CERT`` / ``NOMAD_CLIENT_KEY``).
+    :param tls_skip_verify: do not verify Nomad's certificate (tests only).
+    :param sandbox_network: the Docker network, on every client node, that sandboxes join: made
+        by the node's operator with inter-container traffic disabled, the node's ``meta``
+        ``rock_sandbox_network`` naming it (deploy/nomad/client-setup.sh); sandboxes are placed
+        only on such nodes.
+    :param job_prefix: the prefix of every sandbox job's ID (``rock-<sandbox id>``); the runtime
+        lists jobs by it.
+    :param mhz_per_cpu: MHz of Nomad's ``CPU`` per CPU a sandbox asks for.
+    :param priority: the jobs' priority (1-100).
+    :param kill_timeout: seconds Nomad waits after SIGTERM before it kills a stopped sandbox.
+    :param ephemeral_disk_mb: the group's ephemeral disk reservation.
+    :param nofile_limit: the open-files limit of the sandbox's processes (docker driver ``ulimit``).
+    :param rocklet_url: where Nomad's nodes download the rocklet; default the engine's
+        (``[engine] rocklet_url``, which the admin sets to its own ``/rocklet.pyz``). Set it when
+        the nodes reach the admin by another address than the one it knows itself by.
+    :param api_timeout: seconds to wait for Nomad's answer to one (non-blocking) call.
+    :param max_connections: HTTP connections to Nomad at once.
+    :param event_stream: follow starts through one event stream (``/v1/event/stream``) instead of
+        a blocking query per start; a start hears of its job from it.
+    :param poll_after: seconds a start waits for news from the stream before it reads Nomad itself.
+    """
 
     address: str | None = checked(Optional[str], default=None)
     token: str | None = checked(Optional[str], default=None)

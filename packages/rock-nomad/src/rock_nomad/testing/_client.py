@@ -36,8 +36,8 @@ import docker
 import docker.errors
 import httpx
 
-from rock_nomad.testing._cluster import SECOND, NodeSpec, now_ns, rfc3339, task_event
-from rock_nomad.testing._model import parse_duration
+from rock_nomad.testing._model import SECOND, parse_duration
+from rock_nomad.testing._state import NodeSpec, now_ns, rfc3339, task_event
 from rock_nomad.testing._template import TemplateError, VariableMissing, render
 from rock_nomad.testing._variables import workload_may_read
 
@@ -147,7 +147,7 @@ class TaskRunner:
         self.name = task["Name"]
         self.container_id: str | None = None
         self.kill_requested = asyncio.Event()
-        self.exited: asyncio.Future[tuple[int, bool]] | None = None
+        self.exited: asyncio.Future[int] | None = None
         self.injected: tuple[str, int] | None = None
         self.oom_seen = False
         self.logs = {"stdout": b"", "stderr": b""}
@@ -372,10 +372,13 @@ class TaskRunner:
                 return env[name]
             if name.startswith("env."):
                 return env.get(name[4:], match.group(0))
+            found: str
             if name.startswith("attr."):
-                return node["Attributes"].get(name[5:], match.group(0))
+                found = node["Attributes"].get(name[5:], match.group(0))
+                return found
             if name.startswith("meta."):
-                return (node.get("Meta") or {}).get(name[5:], match.group(0))
+                found = (node.get("Meta") or {}).get(name[5:], match.group(0))
+                return found
             known = {
                 "node.unique.id": node["ID"],
                 "node.unique.name": node["Name"],
@@ -384,7 +387,8 @@ class TaskRunner:
                 "node.region": self.alloc["Job"]["Region"],
                 "node.pool": node["NodePool"],
             }
-            return known.get(name, match.group(0))
+            found = known.get(name, match.group(0))
+            return found
 
         return _INTERPOLATION.sub(value, text)
 
@@ -783,7 +787,8 @@ class TaskRunner:
         assert self.exited is not None
         killer = asyncio.ensure_future(self.kill_requested.wait())
         try:
-            await asyncio.wait({self.exited, killer}, return_when=asyncio.FIRST_COMPLETED)
+            waiting: set[asyncio.Future[Any]] = {self.exited, killer}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         finally:
             killer.cancel()
         if self.kill_requested.is_set():

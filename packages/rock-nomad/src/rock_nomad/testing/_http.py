@@ -12,7 +12,7 @@ import asyncio
 import base64
 import json
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
@@ -23,6 +23,7 @@ from starlette.routing import Route
 from rock_nomad.testing._model import NomadError, parse_bool, parse_duration
 
 if TYPE_CHECKING:
+    from rock_nomad.testing._cluster import Cluster
     from rock_nomad.testing.server import StandInNomad
 
 MAX_WAIT = 300.0
@@ -138,7 +139,7 @@ class Api:
         self.s = stand_in
         c = r"(?P<id>[^/]+)"
         j = r"(?P<id>.+)"
-        self.routes: list[tuple[re.Pattern[str], dict[str, tuple[Handler, str]]]] = [
+        table: list[tuple[str, dict[str, tuple[Handler, str]]]] = [
             (
                 r"jobs",
                 {
@@ -200,7 +201,7 @@ class Api:
                 },
             ),
         ]
-        self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in self.routes]  # type: ignore[misc]
+        self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in table]
         self.app = Starlette(
             routes=[
                 Route(
@@ -212,8 +213,11 @@ class Api:
         )
 
     @property
-    def cluster(self):  # noqa: ANN201
-        return self.s.cluster
+    def cluster(self) -> Cluster:
+        """The stand-in's cluster (there while it serves)."""
+        cluster = self.s.cluster
+        assert cluster is not None
+        return cluster
 
     # -- envelope --------------------------------------------------------------------------------
 
@@ -415,7 +419,7 @@ class Api:
 
         def current() -> int:
             job = self.cluster.jobs.get(key)
-            return job["ModifyIndex"] if job is not None else self.cluster.tables["jobs"]
+            return int(job["ModifyIndex"]) if job is not None else self.cluster.tables["jobs"]
 
         index = await self._block(request, current)
         job = self.cluster.jobs.get(key)
@@ -481,7 +485,7 @@ class Api:
     async def get_alloc(self, request: Request, params: dict[str, str]) -> Response:
         def current() -> int:
             alloc = self.cluster.allocs.get(params["id"])
-            return alloc["ModifyIndex"] if alloc is not None else self.cluster.tables["allocs"]
+            return int(alloc["ModifyIndex"]) if alloc is not None else self.cluster.tables["allocs"]
 
         index = await self._block(request, current)
         alloc = self.cluster.allocs.get(params["id"])
@@ -512,7 +516,7 @@ class Api:
     async def get_eval(self, request: Request, params: dict[str, str]) -> Response:
         def current() -> int:
             ev = self.cluster.evals.get(params["id"])
-            return ev["ModifyIndex"] if ev is not None else self.cluster.tables["evals"]
+            return int(ev["ModifyIndex"]) if ev is not None else self.cluster.tables["evals"]
 
         index = await self._block(request, current)
         ev = self.cluster.evals.get(params["id"])
@@ -562,7 +566,7 @@ class Api:
     async def get_node(self, request: Request, params: dict[str, str]) -> Response:
         def current() -> int:
             node = self.cluster.nodes.get(params["id"])
-            return node["ModifyIndex"] if node is not None else self.cluster.tables["nodes"]
+            return int(node["ModifyIndex"]) if node is not None else self.cluster.tables["nodes"]
 
         index = await self._block(request, current)
         node = self.cluster.nodes.get(params["id"])
@@ -730,7 +734,7 @@ class Api:
 
             def current() -> int:
                 var = store.get(*key)
-                return var["ModifyIndex"] if var is not None else self.cluster.tables["vars"]
+                return int(var["ModifyIndex"]) if var is not None else self.cluster.tables["vars"]
 
             index = await self._block(request, current)
             var = store.get(*key)
@@ -798,7 +802,7 @@ class Api:
                 t in ("*", topic) and (k == "*" or k == key or k in filter_keys) for t, k in topics
             )
 
-        async def frames():  # noqa: ANN202
+        async def frames() -> AsyncIterator[str]:
             last = start
             while not cluster.closing:
                 changed = cluster.changed

@@ -352,7 +352,7 @@ def validate_job(job: dict[str, Any]) -> list[str]:
 
 
 def _restart_errors(policy: dict[str, Any]) -> list[str]:
-    errors = []
+    errors: list[str] = []
     mode = policy.get("Mode")
     if mode not in ("delay", "fail"):
         errors.append(f"restart mode {mode!r} is not one of delay or fail")
@@ -375,7 +375,7 @@ def _restart_errors(policy: dict[str, Any]) -> list[str]:
 
 
 def _reschedule_errors(policy: dict[str, Any]) -> list[str]:
-    errors = []
+    errors: list[str] = []
     attempts, interval = int(policy.get("Attempts") or 0), int(policy.get("Interval") or 0)
     unlimited = bool(policy.get("Unlimited"))
     if attempts == 0 and not unlimited:

@@ -82,7 +82,8 @@ class NomadApi:
 
     def register(self, job: dict[str, Any], **body: Any) -> dict[str, Any]:
         self.jobs.add(job["ID"])
-        return self.ok("POST", "/v1/jobs", json={"Job": job, **body})
+        answer: dict[str, Any] = self.ok("POST", "/v1/jobs", json={"Job": job, **body})
+        return answer
 
     def purge(self, job_id: str) -> None:
         self.request("DELETE", f"/v1/job/{job_id}", params={"purge": "true"})
@@ -143,17 +144,20 @@ class NomadApi:
 
         allocs = self.wait(f"/v1/job/{job_id}/allocations", newest_ok, f"{what} ({job_id})")
         newest = max(allocs, key=lambda a: a["CreateIndex"])
-        return self.ok("GET", f"/v1/allocation/{newest['ID']}")
+        answer: dict[str, Any] = self.ok("GET", f"/v1/allocation/{newest['ID']}")
+        return answer
 
     def wait_eval(
         self, eval_id: str, until: Callable[[dict[str, Any]], bool], what: str
     ) -> dict[str, Any]:
-        return self.wait(f"/v1/evaluation/{eval_id}", until, what)
+        answer: dict[str, Any] = self.wait(f"/v1/evaluation/{eval_id}", until, what)
+        return answer
 
     def wait_job(
         self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str
     ) -> dict[str, Any]:
-        return self.wait(f"/v1/job/{job_id}", until, what)
+        answer: dict[str, Any] = self.wait(f"/v1/job/{job_id}", until, what)
+        return answer
 
 
 def new_job_id(prefix: str = "contract") -> str:
@@ -206,7 +210,8 @@ def sandbox_job(
 
 
 def events(alloc: dict[str, Any], task: str = "main") -> list[dict[str, Any]]:
-    return alloc["TaskStates"][task]["Events"]
+    answer: list[dict[str, Any]] = alloc["TaskStates"][task]["Events"]
+    return answer
 
 
 def event_types(alloc: dict[str, Any], task: str = "main") -> list[str]:
@@ -214,7 +219,8 @@ def event_types(alloc: dict[str, Any], task: str = "main") -> list[str]:
 
 
 def is_plain_text(response: httpx.Response) -> bool:
-    return response.headers.get("content-type", "").startswith("text/plain")
+    answer: bool = response.headers.get("content-type", "").startswith("text/plain")
+    return answer
 
 
 class ArtifactServer:
@@ -555,7 +561,7 @@ class NomadApiContract:
     ) -> None:
         job_id = new_job_id()
         seen: dict[str, dict[str, Any]] = {}
-        params = [("topic", f"Job:{job_id}"), ("topic", f"Allocation:{job_id}")]
+        params = httpx.QueryParams([("topic", f"Job:{job_id}"), ("topic", f"Allocation:{job_id}")])
         with api.http.stream("GET", "/v1/event/stream", params=params, timeout=30) as stream:
             assert stream.status_code == 200
             api.register(

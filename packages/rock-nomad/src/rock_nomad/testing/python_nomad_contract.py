@@ -62,12 +62,16 @@ class PythonNomadClients:
     def register(self, job: dict[str, Any], **body: Any) -> dict[str, Any]:
         """``jobs.register_job`` (``POST /v1/jobs``), the job purged at close."""
         self.jobs.add(job["ID"])
-        return self.main.jobs.register_job({"Job": job, **body})
+        answer: dict[str, Any] = self.main.jobs.register_job({"Job": job, **body})
+        return answer
 
     def put_variable(self, path: str, items: dict[str, str], **kwargs: Any) -> dict[str, Any]:
         """``variable.create_variable`` (``PUT /v1/var/<path>``), the Variable deleted at close."""
         self.variables.add(path)
-        return self.main.variable.create_variable(path, {"Path": path, "Items": items}, **kwargs)
+        answer: dict[str, Any] = self.main.variable.create_variable(
+            path, {"Path": path, "Items": items}, **kwargs
+        )
+        return answer
 
     def wait_allocation(
         self, job_id: str, until: Callable[[dict[str, Any]], bool], what: str
@@ -89,7 +93,8 @@ class PythonNomadClients:
                     max(last, key=lambda a: a["CreateIndex"])["ID"]
                 )
                 if until(newest):
-                    return newest
+                    answer: dict[str, Any] = newest
+                    return answer
             index = int(response.headers["X-Nomad-Index"])
             if time.monotonic() > deadline:
                 raise AssertionError(
@@ -104,7 +109,8 @@ class PythonNomadClients:
         while True:
             job = self.main.job.get_job(job_id)
             if until(job):
-                return job
+                answer: dict[str, Any] = job
+                return answer
             if time.monotonic() > deadline:
                 raise AssertionError(
                     f"{what} ({job_id}) did not happen within {GUARD_SECONDS:g}s; last: {job!r}"

@@ -211,7 +211,7 @@ class StandInNomad:
         self.tls = tls
         self.tls_client_ca = tls_client_ca
         self._next_address = [int(p) for p in first_address.split(".")]
-        self._cluster_args = {
+        self._cluster_args: dict[str, Any] = {
             "region": region,
             "namespaces": tuple(namespaces),
             "algorithm": algorithm,
@@ -466,7 +466,8 @@ class StandInNomad:
     # -- nodes -----------------------------------------------------------------------------------
 
     def _add_node_now(self, **overrides: Any) -> str:
-        assert self.cluster is not None
+        cluster = self.cluster
+        assert cluster is not None
         self._node_count += 1
         address = ".".join(str(p) for p in self._next_address)
         self._next_address[3] += 1
@@ -477,8 +478,9 @@ class StandInNomad:
         spec["docker_networks"] = {k: dict(v) for k, v in spec["docker_networks"].items()}
         spec["meta"] = dict(spec["meta"])
         spec.setdefault("name", f"stand-in-{self._node_count}")
-        node = self.cluster.add_node(NodeSpec(address=address, **spec))
-        return node["ID"]
+        node = cluster.add_node(NodeSpec(address=address, **spec))
+        answer: str = node["ID"]
+        return answer
 
     def add_node(self, **spec: Any) -> str:
         """Add a ready node (``name``, ``cpu_mhz``, ``cores``, ``memory_mb``, ``disk_mb``,
@@ -488,11 +490,12 @@ class StandInNomad:
 
     def nodes(self) -> list[dict[str, Any]]:
         """Each node's ``ID``, ``Name``, ``Address`` and ``Status``."""
-        assert self.cluster is not None
+        cluster = self.cluster
+        assert cluster is not None
         return self.call(
             lambda: [
                 {k: n[k] for k in ("ID", "Name", "Address", "Status")}
-                for n in self.cluster.nodes.values()
+                for n in cluster.nodes.values()
             ]
         )
 
@@ -501,21 +504,24 @@ class StandInNomad:
         ``alloc is lost since its node is down``, its containers are removed. Returns the lost
         allocations' IDs. Nomad replaces lost allocations (ignoring the reschedule policy)
         unless the group sets ``PreventRescheduleOnLost``."""
-        assert self.cluster is not None
-        return self.call(lambda: self.cluster.set_node_down(self.cluster.find_node(node)["ID"]))
+        cluster = self.cluster
+        assert cluster is not None
+        return self.call(lambda: cluster.set_node_down(cluster.find_node(node)["ID"]))
 
     def restore_node(self, node: str) -> None:
         """The node is ``ready`` again (empty); blocked evaluations retry."""
-        assert self.cluster is not None
-        self.call(lambda: self.cluster.set_node_ready(self.cluster.find_node(node)["ID"]))
+        cluster = self.cluster
+        assert cluster is not None
+        self.call(lambda: cluster.set_node_ready(cluster.find_node(node)["ID"]))
 
     def set_eligibility(self, node: str, eligible: bool) -> None:
         """Mark the node (name, ID or address) eligible or not for new placements, as
         ``POST /v1/node/:id/eligibility`` does; its running allocations stay."""
-        assert self.cluster is not None
+        cluster = self.cluster
+        assert cluster is not None
         self.call(
-            lambda: self.cluster.set_node_eligibility(
-                self.cluster.find_node(node)["ID"], "eligible" if eligible else "ineligible"
+            lambda: cluster.set_node_eligibility(
+                cluster.find_node(node)["ID"], "eligible" if eligible else "ineligible"
             )
         )
 
@@ -538,13 +544,15 @@ class StandInNomad:
     def exit_task(self, alloc_id: str, exit_code: int = 1, task: str | None = None) -> None:
         """The allocation's (running) task exits with ``exit_code``: its container is killed and
         the task reports that code; the restart policy then applies."""
-        assert self.client is not None
-        self.call(lambda: self.client.inject(alloc_id, "exit", exit_code, task))
+        client = self.client
+        assert client is not None
+        self.call(lambda: client.inject(alloc_id, "exit", exit_code, task))
 
     def oom_kill(self, alloc_id: str, task: str | None = None) -> None:
         """The allocation's (running) task is killed as out of memory (exit code 137, OOM Killed)."""
-        assert self.client is not None
-        self.call(lambda: self.client.inject(alloc_id, "oom", 137, task))
+        client = self.client
+        assert client is not None
+        self.call(lambda: client.inject(alloc_id, "oom", 137, task))
 
     # -- ACL -----------------------------------------------------------------------------------
 
@@ -602,16 +610,18 @@ class StandInNomad:
 
     def variable(self, path: str, namespace: str = "default") -> dict[str, Any] | None:
         """The Nomad Variable at ``path`` (with its ``Items``), or ``None``."""
-        assert self.cluster is not None
-        return self.call(lambda: self.cluster.variables.get(namespace, path))
+        cluster = self.cluster
+        assert cluster is not None
+        return self.call(lambda: cluster.variables.get(namespace, path))
 
     # -- inspection ----------------------------------------------------------------------------
 
     def containers(self) -> list[Any]:
         """The Docker containers this stand-in made that still exist."""
-        return self.docker.containers.list(
+        found: list[Any] = self.docker.containers.list(
             all=True, filters={"label": f"{LABEL_SERVER}={self.server_id}"}, ignore_removed=True
         )
+        return found
 
     def container_of(self, alloc_id: str, task: str) -> Any | None:
         """The Docker container of an allocation's task, if it exists."""

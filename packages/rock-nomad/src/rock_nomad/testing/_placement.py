@@ -1,0 +1,405 @@
+"""The stand-in scheduler's placement: which node fits a task group (binpack or spread, with
+Nomad's constraints, resources and ``FailedTGAllocs`` metrics when none does), its ports, and
+the allocation placed there."""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import socket
+import uuid
+from typing import Any
+
+from rock_nomad.testing._model import (
+    NomadError,
+)
+from rock_nomad.testing._state import (
+    RESCHEDULED_DESCRIPTION,
+    TERMINAL_CLIENT,
+    ZERO_TIME,
+    ClusterState,
+    NodeSpec,
+    now_ns,
+    server_terminal,
+    task_event,
+)
+
+__all__ = ["Placement", "slot_of"]
+
+
+class Placement(ClusterState):
+    """Placing allocations on the cluster's nodes."""
+
+    # -- placement ----------------------------------------------------------------------------
+
+    def _used(self, node_id: str) -> tuple[int, int, int, set[int]]:
+        cpu = mem = disk = 0
+        ports: set[int] = set()
+        for alloc in self.allocs.values():
+            if alloc["NodeID"] != node_id:
+                continue
+            if not server_terminal(alloc):
+                cpu += alloc["Resources"]["CPU"]
+                mem += alloc["Resources"]["MemoryMB"]
+                disk += alloc["Resources"]["DiskMB"]
+            if not server_terminal(alloc) or alloc["ClientStatus"] not in TERMINAL_CLIENT:
+                ports.update(
+                    p["Value"] for p in alloc["AllocatedResources"]["Shared"]["Ports"] or []
+                )
+        return cpu, mem, disk, ports
+
+    @staticmethod
+    def _group_ask(group: dict[str, Any], spec: NodeSpec) -> tuple[int, int, int]:
+        cpu = mem = 0
+        for task in group["Tasks"]:
+            res = task["Resources"]
+            if res.get("Cores"):
+                cpu += int(res["Cores"]) * (spec.cpu_mhz // max(1, spec.cores))
+            else:
+                cpu += int(res["CPU"])
+            mem += int(res["MemoryMB"])
+        return cpu, mem, int(group["EphemeralDisk"]["SizeMB"])
+
+    def _select_node(
+        self, job: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        metric: dict[str, Any] = {
+            "NodesEvaluated": 0,
+            "NodesFiltered": 0,
+            "NodesInPool": 0,
+            "NodesAvailable": {},
+            "ClassFiltered": None,
+            "ConstraintFiltered": None,
+            "NodesExhausted": 0,
+            "ClassExhausted": None,
+            "DimensionExhausted": None,
+            "QuotaExhausted": None,
+            "ResourcesExhausted": None,
+            "Scores": None,
+            "ScoreMetaData": None,
+            "AllocationTime": 0,
+            "CoalescedFailures": 0,
+        }
+        drivers = {t["Driver"] for t in group["Tasks"]}
+        constraints = (job.get("Constraints") or []) + (group.get("Constraints") or [])
+        for task in group["Tasks"]:
+            constraints += task.get("Constraints") or []
+        candidates = []
+        for node in self.nodes.values():
+            if node["NodePool"] != job.get("NodePool", "default") and job.get("NodePool") not in (
+                "all",
+                None,
+            ):
+                continue
+            metric["NodesInPool"] += 1
+            if node["Status"] != "ready" or node["SchedulingEligibility"] != "eligible":
+                continue
+            if not any(fnmatch.fnmatchcase(node["Datacenter"], dc) for dc in job["Datacenters"]):
+                continue
+            metric["NodesAvailable"][node["Datacenter"]] = (
+                metric["NodesAvailable"].get(node["Datacenter"], 0) + 1
+            )
+            metric["NodesEvaluated"] += 1
+            missing = [d for d in drivers if d not in node["Drivers"]]
+            if missing:
+                _count(metric, "ConstraintFiltered", "missing drivers")
+                metric["NodesFiltered"] += 1
+                continue
+            failed = next((c for c in constraints if not _constraint_holds(c, node)), None)
+            if failed is not None:
+                _count(
+                    metric,
+                    "ConstraintFiltered",
+                    f"{failed.get('LTarget', '')} {failed.get('Operand', '=')} "
+                    f"{failed.get('RTarget', '')}".strip(),
+                )
+                metric["NodesFiltered"] += 1
+                continue
+            spec = self.node_specs[node["ID"]]
+            used_cpu, used_mem, used_disk, used_ports = self._used(node["ID"])
+            ask_cpu, ask_mem, ask_disk = self._group_ask(group, spec)
+            exhausted = None
+            if used_cpu + ask_cpu > spec.cpu_mhz:
+                exhausted = "cpu"
+            elif used_mem + ask_mem > spec.memory_mb:
+                exhausted = "memory"
+            elif used_disk + ask_disk > spec.disk_mb:
+                exhausted = "disk"
+            else:
+                for net in group.get("Networks") or []:
+                    if any(p["Value"] in used_ports for p in net.get("ReservedPorts") or []):
+                        exhausted = "network: reserved port collision"
+            if exhausted:
+                metric["NodesExhausted"] += 1
+                _count(metric, "DimensionExhausted", exhausted)
+                continue
+            util = ((used_cpu + ask_cpu) / spec.cpu_mhz + (used_mem + ask_mem) / spec.memory_mb) / 2
+            candidates.append((util, node))
+        if not candidates:
+            return None, metric
+        if self.algorithm == "binpack":
+            util, node = max(candidates, key=lambda c: c[0])
+        else:
+            util, node = min(candidates, key=lambda c: c[0])
+        score = util if self.algorithm == "binpack" else 1 - util
+        metric["ScoreMetaData"] = [
+            {"NodeID": node["ID"], "Scores": {self.algorithm: score}, "NormScore": score}
+        ]
+        return node, metric
+
+    def _pick_port(self, node: dict[str, Any], used: set[int]) -> int:
+        spec = self.node_specs[node["ID"]]
+        for _ in range(200):
+            port = self._random.randint(spec.min_dynamic_port, spec.max_dynamic_port)
+            if port in used:
+                continue
+            if _port_free(spec.address, port):
+                used.add(port)
+                return port
+        raise NomadError(500, f"no free dynamic port on node {node['Name']}")
+
+    def _place(
+        self,
+        job: dict[str, Any],
+        group: dict[str, Any],
+        slot: int,
+        node: dict[str, Any],
+        ev: dict[str, Any],
+        metric: dict[str, Any],
+        previous: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        spec = self.node_specs[node["ID"]]
+        _, _, _, used_ports = self._used(node["ID"])
+        shared_networks = []
+        ports = []
+        for net in group.get("Networks") or []:
+            net = copy.deepcopy(net)
+            net["IP"] = spec.address
+            for port in net.get("ReservedPorts") or []:
+                ports.append(
+                    {
+                        "Label": port["Label"],
+                        "Value": port["Value"],
+                        "To": port["To"],
+                        "HostIP": spec.address,
+                    }
+                )
+            for port in net.get("DynamicPorts") or []:
+                port["Value"] = self._pick_port(node, used_ports)
+                if net["Mode"] == "bridge" and not port["To"]:
+                    port["To"] = -1
+                ports.append(
+                    {
+                        "Label": port["Label"],
+                        "Value": port["Value"],
+                        "To": port["To"],
+                        "HostIP": spec.address,
+                    }
+                )
+            shared_networks.append(net)
+        tasks_res = {}
+        task_legacy = {}
+        total_cpu = total_mem = 0
+        for task in group["Tasks"]:
+            res = task["Resources"]
+            cpu = (
+                int(res["Cores"]) * (spec.cpu_mhz // max(1, spec.cores))
+                if res.get("Cores")
+                else int(res["CPU"])
+            )
+            total_cpu += cpu
+            total_mem += int(res["MemoryMB"])
+            tasks_res[task["Name"]] = {
+                "Cpu": {
+                    "CpuShares": cpu,
+                    "ReservedCores": list(range(int(res["Cores"]))) if res.get("Cores") else None,
+                },
+                "Memory": {
+                    "MemoryMB": int(res["MemoryMB"]),
+                    "MemoryMaxMB": int(res.get("MemoryMaxMB") or 0),
+                },
+                "Networks": None,
+                "Devices": None,
+            }
+            task_legacy[task["Name"]] = {
+                "CPU": cpu,
+                "Cores": int(res.get("Cores") or 0),
+                "MemoryMB": int(res["MemoryMB"]),
+                "MemoryMaxMB": int(res.get("MemoryMaxMB") or 0),
+                "DiskMB": 0,
+                "Networks": None,
+            }
+        disk = int(group["EphemeralDisk"]["SizeMB"])
+        index = self.bump("allocs")
+        created = now_ns()
+        alloc_id = str(uuid.uuid4())
+        tracker = None
+        if previous is not None and previous["ClientStatus"] == "failed":
+            events = list((previous.get("RescheduleTracker") or {}).get("Events") or [])
+            events.append(
+                {
+                    "PrevAllocID": previous["ID"],
+                    "PrevNodeID": previous["NodeID"],
+                    "RescheduleTime": created,
+                    "Delay": 0,
+                }
+            )
+            tracker = {"Events": events}
+        alloc = {
+            "ID": alloc_id,
+            "Namespace": job["Namespace"],
+            "EvalID": ev["ID"],
+            "Name": f"{job['ID']}.{group['Name']}[{slot}]",
+            "NodeID": node["ID"],
+            "NodeName": node["Name"],
+            "JobID": job["ID"],
+            "Job": copy.deepcopy(job),
+            "TaskGroup": group["Name"],
+            "Resources": {
+                "CPU": total_cpu,
+                "Cores": 0,
+                "MemoryMB": total_mem,
+                "MemoryMaxMB": 0,
+                "DiskMB": disk,
+                "Networks": shared_networks or None,
+                "Devices": None,
+            },
+            "SharedResources": {
+                "CPU": 0,
+                "MemoryMB": 0,
+                "DiskMB": disk,
+                "Networks": shared_networks or None,
+            },
+            "TaskResources": task_legacy,
+            "AllocatedResources": {
+                "Tasks": tasks_res,
+                "TaskLifecycles": {t["Name"]: None for t in group["Tasks"]},
+                "Shared": {
+                    "DiskMB": disk,
+                    "Networks": shared_networks or None,
+                    "Ports": ports or None,
+                },
+            },
+            "Metrics": metric,
+            "DesiredStatus": "run",
+            "DesiredDescription": "",
+            "DesiredTransition": {
+                "Migrate": None,
+                "Reschedule": None,
+                "ForceReschedule": None,
+                "NoShutdownDelay": None,
+            },
+            "ClientStatus": "pending",
+            "ClientDescription": "No tasks have started",
+            "TaskStates": {
+                t["Name"]: {
+                    "State": "pending",
+                    "Failed": False,
+                    "Restarts": 0,
+                    "LastRestart": ZERO_TIME,
+                    "StartedAt": ZERO_TIME,
+                    "FinishedAt": ZERO_TIME,
+                    "Paused": None,
+                    "Events": [task_event("Received", "Task received by client")],
+                }
+                for t in group["Tasks"]
+            },
+            "DeploymentID": "",
+            "DeploymentStatus": None,
+            "FollowupEvalID": "",
+            "PreviousAllocation": previous["ID"] if previous else "",
+            "NextAllocation": "",
+            "RescheduleTracker": tracker,
+            "NetworkStatus": None,
+            "PreemptedAllocations": None,
+            "PreemptedByAllocation": "",
+            "CreateIndex": index,
+            "ModifyIndex": index,
+            "AllocModifyIndex": index,
+            "CreateTime": created,
+            "ModifyTime": created,
+        }
+        self.allocs[alloc_id] = alloc
+        self.job_allocs.setdefault((job["Namespace"], job["ID"]), []).append(alloc)
+        self.publish(
+            "Allocation",
+            "AllocationCreated",
+            alloc,
+            key=alloc_id,
+            namespace=job["Namespace"],
+            filter_keys=[job["ID"], ""],
+        )
+        if previous is not None:
+            fields: dict[str, Any] = {"NextAllocation": alloc_id}
+            if previous["ClientStatus"] == "failed":
+                fields.update(DesiredStatus="stop", DesiredDescription=RESCHEDULED_DESCRIPTION)
+            self._update_alloc(previous, **fields)
+        if self.client is not None:
+            self.client.run(alloc, node, spec)
+        return alloc
+
+
+def slot_of(name: str) -> int:
+    try:
+        return int(name.rsplit("[", 1)[1].rstrip("]"))
+    except (IndexError, ValueError):
+        return 0
+
+
+def _count(metric: dict[str, Any], key: str, what: str) -> None:
+    table = metric[key] or {}
+    table[what] = table.get(what, 0) + 1
+    metric[key] = table
+
+
+def _node_value(target: str, node: dict[str, Any]) -> str | None:
+    if not (target.startswith("${") and target.endswith("}")):
+        return target
+    name = target[2:-1]
+    table: dict[str, str] | None = None
+    if name.startswith("attr."):
+        table = node["Attributes"]
+    elif name.startswith("meta."):
+        table = node.get("Meta") or {}
+    if table is not None:
+        return table.get(name[5:])
+    return {
+        "node.unique.id": node["ID"],
+        "node.unique.name": node["Name"],
+        "node.datacenter": node["Datacenter"],
+        "node.class": node["NodeClass"],
+        "node.pool": node["NodePool"],
+    }.get(name)
+
+
+def _constraint_holds(constraint: dict[str, Any], node: dict[str, Any]) -> bool:
+    left = _node_value(constraint.get("LTarget") or "", node)
+    right = _node_value(constraint.get("RTarget") or "", node)
+    op = constraint.get("Operand") or "="
+    if op in ("=", "==", "is"):
+        return left is not None and left == right
+    if op in ("!=", "not"):
+        return left != right
+    if op == "is_set":
+        return left is not None
+    if op == "is_not_set":
+        return left is None
+    if op == "set_contains":
+        have = {s.strip() for s in (left or "").split(",")}
+        return all(s.strip() in have for s in (right or "").split(","))
+    if op == "regexp":
+        import re
+
+        return left is not None and re.search(right or "", left) is not None
+    return (
+        False  # an operand the stand-in does not know filters the node out, never silently passes
+    )
+
+
+def _port_free(address: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, port))
+        except OSError:
+            return False
+    return True
