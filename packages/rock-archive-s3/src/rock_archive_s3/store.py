@@ -23,7 +23,7 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from typing import Any, ClassVar, Optional
 
 import anyio
@@ -452,7 +452,7 @@ class S3ArchiveStore(ArchiveStore):
             if part
             else f"the archive of sandbox {sandbox_id}"
         )
-        context = {"sandbox_id": sandbox_id, "attempted": f"archive {attempted}"}
+        context: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": f"archive {attempted}"}
         code = _code(exc)
         if isinstance(exc, ClientError):
             message = exc.response.get("Error", {}).get("Message") or code
@@ -533,7 +533,7 @@ def _setting(value: Any, kind: Any, key: str) -> Any:
     return structure_value(value, kind, path=f"{TABLE}.{key}")
 
 
-async def _parts(data: AsyncIterable[bytes], size: int) -> AsyncIterator[_Part]:
+async def _parts(data: AsyncIterable[bytes], size: int) -> AsyncGenerator[_Part, None]:
     """``data`` cut into parts of ``size`` bytes, the last one shorter (none for an empty stream).
 
     A part is the stream's own chunks (views of them where a part boundary cuts one), never a

@@ -155,7 +155,8 @@ class MotoServer:
         if self._log is None:
             return ""
         self._log.seek(0)
-        return self._log.read().decode(errors="replace")[-4000:]
+        text: str = self._log.read().decode(errors="replace")
+        return text[-4000:]
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s); idempotent."""

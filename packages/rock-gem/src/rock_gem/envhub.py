@@ -376,7 +376,8 @@ def namespace_of(request: Any, body: Mapping[str, Any]) -> str | None:
         raise EnvNotYours(
             f"tenant: only an operator key may name another tenant's EnvHub entries, got {named!r}"
         )
-    return request.tenant
+    tenant: str | None = request.tenant
+    return tenant
 
 
 def routes() -> list[Any]:

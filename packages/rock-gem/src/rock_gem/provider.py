@@ -25,6 +25,7 @@ import attrs
 from rock_core.actions import SandboxStartRequest
 from rock_core.envs import EnvFailed, Environment, EnvProvider
 from rock_core.errors import InvalidParameter, RockError, RockletUnreachable, SandboxNotFound
+from rock_core.models import NonBlankStr, PositiveFloat, SizeStr
 from rock_core.tenancy import Quota
 from rock_gem.channel import RockletChannel
 from rock_gem.options import GemOptions
@@ -156,7 +157,10 @@ class GemProvider(EnvProvider):
         if tenant is not None:
             metadata[TENANT_METADATA_KEY] = tenant
         return SandboxStartRequest(
-            image=image or self.image, memory=self.memory, cpus=self.cpus, metadata=metadata
+            image=NonBlankStr(image or self.image),
+            memory=SizeStr(self.memory),
+            cpus=PositiveFloat(self.cpus),
+            metadata=metadata,
         )
 
     # -- envs --------------------------------------------------------------------------------
