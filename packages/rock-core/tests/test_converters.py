@@ -140,6 +140,8 @@ WIRE_MODELS = [
     actions.InterruptSessionRequest,
     actions.InterruptSessionResponse,
     actions.ListDirRequest,
+    actions.StatRequest,
+    actions.StatResponse,
     actions.ProcessInfo,
     actions.DirEntry,
     actions.ListDirResponse,

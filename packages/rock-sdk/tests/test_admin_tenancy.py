@@ -483,6 +483,7 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/write_file"): {"json": {**sid, "path": "/tmp/x", "content": "x"}},
         ("POST", f"{p}/download"): {"json": {**sid, "path": "/etc/hostname"}},
         ("POST", f"{p}/list_dir"): {"json": {**sid, "path": "/"}},
+        ("POST", f"{p}/stat"): {"json": {**sid, "path": "/etc/hostname"}},
         ("POST", f"{p}/upload"): {
             "files": {"file": ("a.txt", b"x")},
             "data": {**sid, "target_path": "/tmp/a.txt"},

@@ -23,6 +23,7 @@ __all__ = [
     "ChownRequest",
     "ChmodRequest",
     "ListDirRequest",
+    "StatRequest",
     "ReadFileResponse",
     "WriteFileResponse",
     "UploadResponse",
@@ -33,6 +34,7 @@ __all__ = [
     "DownloadResponse",
     "DirEntry",
     "ListDirResponse",
+    "StatResponse",
 ]
 
 
@@ -236,4 +238,37 @@ LIST_DIR: Operation[ListDirRequest, ListDirResponse] = Operation(
     admin="POST /list_dir",
     failure="list directory failed",
     summary="List a directory in the sandbox.",
+)
+
+
+@attrs.frozen(kw_only=True)
+class StatRequest:
+    """(rock) The file information of ``path`` (a symbolic link itself, not its target)."""
+
+    path: NonBlankStr = constrained(NonBlankStr)
+
+
+@attrs.frozen(kw_only=True)
+class StatResponse:
+    """(rock) File information of ``path``: ``type`` is ``file``, ``dir``, ``symlink`` or
+    ``other``; ``size`` in bytes, ``mode`` the permission bits, ``mtime`` seconds since the
+    epoch; a symbolic link's ``target`` (``is_symlink``)."""
+
+    path: str
+    type: str
+    size: int = 0
+    mode: int = 0
+    mtime: float = 0.0
+    is_symlink: bool = False
+    target: str | None = None
+
+
+STAT: Operation[StatRequest, StatResponse] = Operation(
+    name="stat",
+    request=StatRequest,
+    response=StatResponse,
+    rocklet="POST /stat",
+    admin="POST /stat",
+    failure="stat failed",
+    summary="File information of a path: type, size, mode, mtime, symlink target.",
 )

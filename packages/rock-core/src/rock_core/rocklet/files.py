@@ -1,4 +1,4 @@
-"""Files: ROCK's read_file, write_file and multipart upload; rock's download and list_dir.
+"""Files: ROCK's read_file, write_file and multipart upload; rock's download, list_dir and stat.
 
 Differences from ROCK a user notices: ``read_file`` returns the bytes as they are (no newline
 translation), and a file that is not valid text, or a directory, is an error that says so with
@@ -20,14 +20,22 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 
 from .errors import BadRequest, FileDecodeError
 
-__all__ = ["read_file", "write_file", "open_download", "list_dir", "MultipartParser", "save_upload"]
+__all__ = [
+    "ROUTES",
+    "read_file",
+    "write_file",
+    "open_download",
+    "list_dir",
+    "stat_path",
+    "MultipartParser",
+    "save_upload",
+]
 
 _CHUNK = 1 << 18
 
 #: ``POST`` routes this module serves itself, each a function of the request's JSON body that
 #: returns the answer's JSON (the rocklet's router finds them on first use: rocklet/api.py).
 #: A new file operation is its function here and a line in this table.
-ROUTES = {}  # type: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]]
 
 
 def read_file(path: str, encoding: str | None = None, errors: str | None = None) -> dict[str, Any]:
@@ -126,6 +134,32 @@ def list_dir(path: str) -> dict[str, Any]:
             entries.append(item)
     entries.sort(key=lambda e: e["name"])
     return {"path": path, "entries": entries}
+
+
+def stat_path(body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /stat {path}``: the file information of ``path`` (``os.lstat``: a symbolic link
+    itself, with its target). A missing path is ``FileNotFoundError``, as ``/read_file`` answers."""
+    path = body.get("path")
+    if not isinstance(path, str) or not path:
+        raise BadRequest("field 'path' must be a non-empty string, got %r" % (path,))
+    st = os.lstat(path)
+    info = {
+        "path": path,
+        "type": _kind(st.st_mode),
+        "size": st.st_size,
+        "mode": stat.S_IMODE(st.st_mode),
+        "mtime": st.st_mtime,
+        "is_symlink": stat.S_ISLNK(st.st_mode),
+    }  # type: Dict[str, Any]
+    if stat.S_ISLNK(st.st_mode):
+        info["target"] = os.readlink(path)
+    return info
+
+
+#: ``POST`` routes this module serves itself, each a function of the request's JSON body that
+#: returns the answer's JSON (the rocklet's router finds them on first use: rocklet/api.py).
+#: A new file operation is its function here and a line in this table.
+ROUTES = {"/stat": stat_path}  # type: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]]
 
 
 # -- multipart/form-data ----------------------------------------------------------------------

@@ -81,7 +81,7 @@ from rock_core.actions import (
     WriteFileResponse,
 )
 from rock_core.actions.commands import EXECUTE
-from rock_core.actions.files import LIST_DIR, READ_FILE, WRITE_FILE
+from rock_core.actions.files import LIST_DIR, READ_FILE, STAT, WRITE_FILE, StatRequest, StatResponse
 from rock_core.actions.sessions import (
     CLOSE_SESSION,
     CREATE_SESSION,
@@ -851,6 +851,14 @@ class Sandbox:
     async def list_dir(self, path: str) -> ListDirResponse:
         """(rock) The entries of a directory: name, type, size, mode, mtime, symlink target."""
         return await self._call(LIST_DIR, ListDirRequest(path=NonBlankStr(path)))
+
+    async def stat(self, path: str) -> StatResponse:
+        """(rock) File information of ``path``: type (``file``, ``dir``, ``symlink``, ``other``),
+        size, permission bits, mtime; a symbolic link is described itself, with its target.
+
+        :raises InvalidParameter: no such path (as :meth:`read_file`), or a blank one.
+        """
+        return await self._call(STAT, StatRequest(path=NonBlankStr(path)))
 
     async def download(self, path: str) -> bytes:
         """(rock) The raw bytes of a file in the sandbox (any content, any size that fits in memory).
