@@ -61,6 +61,7 @@ EXPECTED_ROUTES = {
     ("post", "execute_stream"),
     ("post", "download"),
     ("post", "list_dir"),
+    ("post", "stat"),
     ("post", "processes"),
     ("get", "processes/{process_id}"),
     ("get", "processes/{process_id}/output"),
