@@ -19,18 +19,12 @@ command :class:`~rock_core.errors.NonZeroExitCode`, and so on; a rocklet that do
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
-import ssl
-import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, BinaryIO, TypeVar
-from urllib.parse import urlencode
 
-import anyio
-import anyio.abc
 import httpx
 
 from rock_core.actions import (
@@ -63,30 +57,25 @@ from rock_core.actions.sessions import (
 )
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.errors import (
-    CommandRockError,
     CommandTimeout,
     InternalServerRockError,
     InvalidParameter,
-    NonZeroExitCode,
     RockError,
     RockletUnreachable,
-    SessionAlreadyExists,
-    SessionNotFound,
 )
 from rock_core.models import NonBlankStr
 from rock_core.operations import Operation
 from rock_core.rocklet.server import TOKEN_HEADER
-from rock_core.rocklet.terminal import UPGRADE as PTY_UPGRADE
-from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
+from rock_core.rocklet_client.answers import TooLarge, capped_lines, read_capped, rock_error
+from rock_core.rocklet_client.connections import RockletConnections
+from rock_core.rocklet_client.transport import (
+    DEFAULT_MAX_ANSWER,
+    SMALL_ANSWER,
+    RockletTransport,
+    uds_host,
+)
 
-__all__ = [
-    "DEFAULT_MAX_ANSWER",
-    "RockletClient",
-    "RockletHttp",
-    "RockletTransport",
-    "new_http_client",
-    "process_request",
-]
+__all__ = ["RockletClient", "process_request"]
 
 T = TypeVar("T")
 Req = TypeVar("Req")
@@ -95,187 +84,6 @@ Resp = TypeVar("Resp")
 # Headroom over a command's own timeout before the HTTP call itself gives up: the rocklet
 # answers a timed-out command with an error, and that answer should win.
 _TIMEOUT_MARGIN = 30.0
-
-
-#: Host names under this domain stand for unix sockets (see :class:`RockletTransport`).
-_UDS_DOMAIN = ".uds.rock.invalid"
-# Socket path of each such host name; the name is a digest of the path, so entries never clash.
-_UDS_PATHS: dict[str, str] = {}
-
-
-def _uds_host(path: str) -> str:
-    name = hashlib.sha256(path.encode()).hexdigest()[:24] + _UDS_DOMAIN
-    _UDS_PATHS[name] = path
-    return name
-
-
-class RockletTransport(httpx.AsyncBaseTransport):
-    """Sends requests over TCP, or over the unix socket a ``*.uds.rock.invalid`` host stands for.
-
-    Rocklets of sandboxes without a network listen on a unix socket; :class:`RockletClient`
-    gives them a made-up host name, and this transport keeps one keep-alive pool per socket.
-    """
-
-    def __init__(self, max_connections: int) -> None:
-        self._limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        )
-        # Rocklets speak plain HTTP: one TLS context that loads no certificates serves every
-        # pool (httpx's default loads the CA bundle: some 25 ms of CPU per pool, per sandbox).
-        self._tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        self._tcp = httpx.AsyncHTTPTransport(limits=self._limits, verify=self._tls)
-        self._uds: dict[str, httpx.AsyncHTTPTransport] = {}
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        host = request.url.host
-        if not host.endswith(_UDS_DOMAIN):
-            return await self._tcp.handle_async_request(request)
-        path = _UDS_PATHS[host]
-        transport = self._uds.get(path)
-        if transport is None:
-            transport = self._uds[path] = httpx.AsyncHTTPTransport(
-                uds=path, limits=httpx.Limits(max_connections=64), verify=self._tls
-            )
-        return await transport.handle_async_request(request)
-
-    async def forget(self, path: str) -> None:
-        """Close the pool of the unix socket ``path`` (its sandbox is gone); harmless if none."""
-        transport = self._uds.pop(path, None)
-        if transport is not None:
-            await transport.aclose()
-
-    async def aclose(self) -> None:
-        await self._tcp.aclose()
-        for transport in list(self._uds.values()):
-            await transport.aclose()
-        self._uds.clear()
-
-
-#: The largest rocklet answer read by default (``EngineConfig.max_rocklet_answer``).
-DEFAULT_MAX_ANSWER = 64 * 1024 * 1024
-# Answers whose content is small by nature (liveness, errors of streamed routes).
-_SMALL_ANSWER = 65536
-
-
-class RockletHttp(httpx.AsyncClient):
-    """The engine's HTTP client of rocklets, with the cap on each answer it reads (``max_answer``)
-    and the transport it was given (``rocklet_transport``: httpx keeps its own private)."""
-
-    def __init__(self, *, max_answer: int = DEFAULT_MAX_ANSWER, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.max_answer = max_answer
-        self.rocklet_transport: httpx.AsyncBaseTransport | None = kwargs.get("transport")
-
-
-def new_http_client(
-    max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER
-) -> httpx.AsyncClient:
-    """The pooled client an engine shares across all its sandboxes' rocklets; no answer is read
-    past ``max_answer`` bytes.
-
-    Rocklets listen on 127.0.0.1 (or a unix socket) only, so proxies from the environment never
-    apply. Answers come unencoded (``Accept-Encoding: identity``): a compressed one could unpack
-    far beyond its cap.
-    """
-    return RockletHttp(
-        max_answer=max_answer,
-        timeout=httpx.Timeout(30.0, connect=5.0),
-        transport=RockletTransport(max_connections),
-        trust_env=False,
-        headers={"Accept-Encoding": "identity"},
-    )
-
-
-class _TooLarge(Exception):
-    """An answer passed its cap (``limit`` bytes)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(limit)
-        self.limit = limit
-
-
-async def _read_capped(response: httpx.Response, limit: int) -> bytes:
-    """The body of a streamed ``response``, at most ``limit`` bytes.
-
-    :raises _TooLarge: it says or turns out to be larger.
-    :raises httpx.DecodingError: it is compressed (rock asks for no encoding).
-    """
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding not in ("", "identity"):
-        raise httpx.DecodingError(
-            f"the answer is {encoding}-encoded; rock asks rocklets for no encoding"
-        )
-    declared = response.headers.get("content-length", "")
-    if declared.strip().isdigit() and int(declared) > limit:
-        raise _TooLarge(limit)
-    body = bytearray()
-    async for chunk in response.aiter_raw():
-        body += chunk
-        if len(body) > limit:
-            raise _TooLarge(limit)
-    return bytes(body)
-
-
-async def _capped_lines(response: httpx.Response, limit: int) -> AsyncIterator[str]:
-    """The lines of a streamed ``response``, each at most ``limit`` bytes (:class:`_TooLarge` past it)."""
-    pending = bytearray()
-    async for chunk in response.aiter_raw():
-        pending += chunk
-        while True:
-            end = pending.find(b"\n")
-            if end < 0:
-                break
-            line = bytes(pending[:end])
-            del pending[: end + 1]
-            yield line.decode("utf-8", "replace").rstrip("\r")
-        if len(pending) > limit:
-            raise _TooLarge(limit)
-    if pending:
-        yield pending.decode("utf-8", "replace")
-
-
-def _rock_error(
-    name: str, message: str, extra: Mapping[str, Any], sandbox_id: str | None, attempted: str
-) -> RockError:
-    kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
-    if name == "SessionDoesNotExistError":
-        return SessionNotFound(message, **kw)
-    if name == "SessionExistsError":
-        return SessionAlreadyExists(message, **kw)
-    if name == "NonZeroExitCodeError":
-        return NonZeroExitCode(
-            message, exit_code=extra.get("exit_code"), output=extra.get("output", ""), **kw
-        )
-    if name == "CommandTimeoutError":
-        return CommandTimeout(message, **kw)
-    if name in (
-        "BashIncorrectSyntaxError",
-        "NoExitCodeError",
-        "SessionExitedError",
-        "SessionNotInitializedError",
-    ):
-        return CommandRockError(message, **kw)
-    if name in (
-        "FileDecodeError",
-        "FileNotFoundError",
-        "IsADirectoryError",
-        "NotADirectoryError",
-        "PermissionError",
-    ):
-        return InvalidParameter(message, **kw)
-    if name == "ProcessDoesNotExistError":
-        return InvalidParameter(message, **kw)
-    if name == "EnvError":
-        from rock_core.envs import EnvFailed
-
-        return EnvFailed(
-            message,
-            kind=str(extra.get("kind", "env_error")),
-            env_id=extra.get("env_id"),
-            traceback=extra.get("traceback") or (),
-            **kw,
-        )
-    return InternalServerRockError(f"rocklet error ({name}): {message}", **kw)
 
 
 def process_request(
@@ -296,7 +104,7 @@ def process_request(
     return body
 
 
-class RockletClient:
+class RockletClient(RockletConnections):
     """Calls to the rocklet of one sandbox.
 
     :param http: the engine's shared client (:func:`new_http_client`).
@@ -322,7 +130,7 @@ class RockletClient:
         self.token = token
         self._headers = {TOKEN_HEADER: token} if token else {}
         if host.startswith("/"):  # a unix socket: RuntimeStatus.rocklet_address gives (path, 0)
-            self.base_url = f"http://{_uds_host(host)}"
+            self.base_url = f"http://{uds_host(host)}"
             self.where = f"unix:{host}"
         else:
             self.base_url = f"http://{host}:{port}"
@@ -358,7 +166,7 @@ class RockletClient:
             )
             streamed = await self.http.send(request, stream=True)
             try:
-                body = await _read_capped(streamed, cap)
+                body = await read_capped(streamed, cap)
             finally:
                 await streamed.aclose()
             response = httpx.Response(
@@ -367,7 +175,7 @@ class RockletClient:
                 request=request,
                 headers={"content-type": streamed.headers.get("content-type", "application/json")},
             )
-        except _TooLarge as exc:
+        except TooLarge as exc:
             raise self._too_large(attempted, exc.limit, limit is not None) from None
         except httpx.DecodingError as exc:
             raise InternalServerRockError(
@@ -418,7 +226,7 @@ class RockletClient:
         if response.status_code == 511 and isinstance(body, dict) and "rockletexception" in body:
             info = body["rockletexception"] or {}
             name = str(info.get("class_path", "")).rsplit(".", 1)[-1]
-            raise _rock_error(
+            raise rock_error(
                 name,
                 str(info.get("message", "")),
                 info.get("extra_info") or {},
@@ -455,32 +263,11 @@ class RockletClient:
         """Whether the rocklet answers ``/is_alive`` within ``timeout`` seconds."""
         try:
             response = await self._request(
-                "GET", "/is_alive", "is_alive", timeout=timeout, limit=_SMALL_ANSWER
+                "GET", "/is_alive", "is_alive", timeout=timeout, limit=SMALL_ANSWER
             )
             return bool(response.json().get("is_alive"))
         except (RockError, ValueError, AttributeError):
             return False
-
-    async def probe(self, timeout: float = 1.0) -> bool:
-        """Whether the rocklet answers ``GET /is_alive`` with 200: one request on a fresh connection,
-        without the HTTP client's pool.
-
-        For readiness polling, where most attempts fail (nothing listens yet, or Docker's proxy
-        accepts and then drops the connection): such an attempt costs a connect and a read, a
-        small fraction of a pooled client's request.
-        """
-        request = b"GET /is_alive HTTP/1.1\r\nHost: rocklet\r\nConnection: close\r\n\r\n"
-        try:
-            with anyio.fail_after(timeout):
-                stream = await self.connect()
-                async with stream:
-                    await stream.send(request)
-                    head = b""
-                    while b"\r\n" not in head and len(head) < 256:
-                        head += await stream.receive(256)
-        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
-            return False
-        return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
 
     async def forget(self) -> None:
         """Close the engine's connection pool to this rocklet's unix socket (its sandbox
@@ -504,128 +291,6 @@ class RockletClient:
         except httpx.HTTPError:
             return False
         return response.status_code == 200
-
-    async def connect(self) -> anyio.abc.ByteStream:
-        """A new raw connection to the rocklet (its unix socket or its TCP port)."""
-        if self.host.startswith("/"):
-            return await anyio.connect_unix(self.host)
-        return await anyio.connect_tcp(self.host, self.port)
-
-    async def open_tunnel(self, port: int, timeout: float = 15.0) -> anyio.abc.ByteStream:
-        """A raw TCP connection to ``127.0.0.1:port`` inside the sandbox, through the rocklet
-        (``GET /tunnel``, see :mod:`rock_core.rocklet.tunnel`); the caller closes it.
-
-        :raises InvalidParameter: ``port`` is not a port number.
-        :raises RockletUnreachable: the rocklet cannot be reached.
-        :raises InternalServerRockError: nothing listens on ``port`` in the sandbox (the
-            rocklet's HTTP 502), or the rocklet refused the tunnel.
-        """
-        attempted = f"tunnel to port {port}"
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise InvalidParameter(
-                f"port: expected a port number 1..65535, got {port!r}",
-                field="port",
-                value=port,
-                sandbox_id=self.sandbox_id,
-            )
-        return await self._upgrade(f"/tunnel?port={port}", TUNNEL_UPGRADE, attempted, timeout)
-
-    async def open_pty(
-        self,
-        *,
-        user: str | None = None,
-        rows: int = 24,
-        cols: int = 80,
-        term: str | None = None,
-        command: str | None = None,
-        timeout: float = 15.0,
-    ) -> anyio.abc.ByteStream:
-        """A program on a new pseudo-terminal in the sandbox (``GET /pty``; the frames are
-        :mod:`rock_core.rocklet.terminal`'s); the caller closes the stream, which hangs it up.
-
-        :raises InvalidParameter: the rocklet refused a parameter (an unknown user, ...).
-        :raises RockletUnreachable: the rocklet cannot be reached.
-        """
-        query = {"rows": str(rows), "cols": str(cols)}
-        for name, value in (("user", user), ("term", term), ("command", command)):
-            if value:
-                query[name] = value
-        return await self._upgrade(
-            "/pty?" + urlencode(query), PTY_UPGRADE, "open a terminal", timeout
-        )
-
-    async def _upgrade(
-        self, target: str, upgrade: str, attempted: str, timeout: float
-    ) -> anyio.abc.ByteStream:
-        """Send ``GET target`` with ``Upgrade: upgrade`` on a new connection; the connection once
-        the rocklet switched protocols (a refusal raises, with the rocklet's reason)."""
-        token = f"{TOKEN_HEADER}: {self.token}\r\n" if self.token else ""
-        request = (
-            f"GET {target} HTTP/1.1\r\nHost: rocklet\r\nConnection: Upgrade\r\n"
-            f"Upgrade: {upgrade}\r\n{token}\r\n"
-        ).encode("latin-1")
-        stream: anyio.abc.ByteStream | None = None
-        try:
-            with anyio.fail_after(timeout):
-                stream = await self.connect()
-                await stream.send(request)
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    if len(head) > 65536:
-                        raise anyio.BrokenResourceError(
-                            "the rocklet's answer has no end of headers"
-                        )
-                    head += await stream.receive(65536)
-        except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError) as exc:
-            if stream is not None:
-                await stream.aclose()
-            raise RockletUnreachable(
-                f"the rocklet of sandbox {self.sandbox_id} at {self.where} is unreachable: {exc!r}",
-                sandbox_id=self.sandbox_id,
-                attempted=attempted,
-            ) from exc
-        head, _, rest = head.partition(b"\r\n\r\n")
-        status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-        code = status_line.split(" ")[1] if " " in status_line else ""
-        if code != "101":
-            await stream.aclose()
-            body = rest.decode("utf-8", "replace")
-            try:
-                detail = json.loads(body).get("detail", body)
-            except (ValueError, AttributeError):
-                detail = body
-            if code == "401":
-                detail = (
-                    "rock's secret for it is wrong" if self.token else "rock holds no secret for it"
-                )
-            if code == "400" and upgrade == PTY_UPGRADE:
-                raise InvalidParameter(
-                    f"{attempted}: {detail}", sandbox_id=self.sandbox_id, attempted=attempted
-                )
-            raise InternalServerRockError(
-                f"the rocklet of sandbox {self.sandbox_id} refused a {attempted}: {detail or status_line}",
-                sandbox_id=self.sandbox_id,
-                attempted=attempted,
-            )
-        return _Prefixed(stream, rest) if rest else stream
-
-    async def wait_until_alive(
-        self, timeout: float, *, first_delay: float = 0.002, max_delay: float = 0.05
-    ) -> float:
-        """Poll ``/is_alive`` with a tight, growing backoff until it answers; return the seconds waited.
-
-        :raises TimeoutError: it did not answer within ``timeout`` seconds.
-        """
-        start = time.monotonic()
-        delay = first_delay
-        while True:
-            remaining = timeout - (time.monotonic() - start)
-            if remaining <= 0:
-                raise TimeoutError(f"rocklet at {self.where} did not answer within {timeout:g}s")
-            if await self.probe(timeout=min(max(remaining, 0.05), 2.0)):
-                return time.monotonic() - start
-            await anyio.sleep(min(delay, max(remaining, 0)))
-            delay = min(delay * 1.5, max_delay)
 
     # -- the catalog's operations ---------------------------------------------------------
 
@@ -688,8 +353,8 @@ class RockletClient:
             raise self._unreachable(exc, attempted) from exc
         if response.status_code >= 400:
             try:
-                body = await _read_capped(response, _SMALL_ANSWER)
-            except (_TooLarge, httpx.HTTPError):
+                body = await read_capped(response, SMALL_ANSWER)
+            except (TooLarge, httpx.HTTPError):
                 body = b""
             finally:
                 await response.aclose()
@@ -716,10 +381,10 @@ class RockletClient:
             "/execute_stream", unstructure_wire(command), "execute_stream", timeout
         )
         try:
-            async for line in _capped_lines(response, self.max_answer):
+            async for line in capped_lines(response, self.max_answer):
                 if line.strip():
                     yield json.loads(line)
-        except _TooLarge as exc:
+        except TooLarge as exc:
             raise self._too_large("execute_stream", exc.limit, False) from None
         except httpx.TransportError as exc:
             raise self._unreachable(exc, "execute_stream") from exc
@@ -732,9 +397,9 @@ class RockletClient:
         :raises InternalServerRockError: a line is longer.
         """
         try:
-            async for line in _capped_lines(response, self.max_answer):
+            async for line in capped_lines(response, self.max_answer):
                 yield line
-        except _TooLarge as exc:
+        except TooLarge as exc:
             raise self._too_large(attempted, exc.limit, False) from None
 
     async def read_file(self, request: ReadFileRequest) -> ReadFileResponse:
@@ -887,26 +552,3 @@ class RockletClient:
             timeout=wait + _TIMEOUT_MARGIN,
         )
         return structure_wire(response.json(), ProcessInfo, forbid_extra_keys=False)
-
-
-class _Prefixed(anyio.abc.ByteStream):
-    """A byte stream that first yields ``prefix`` (bytes that arrived with a tunnel's answer)."""
-
-    def __init__(self, stream: anyio.abc.ByteStream, prefix: bytes) -> None:
-        self._stream = stream
-        self._prefix = prefix
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        if self._prefix:
-            data, self._prefix = self._prefix[:max_bytes], self._prefix[max_bytes:]
-            return data
-        return await self._stream.receive(max_bytes)
-
-    async def send(self, item: bytes) -> None:
-        await self._stream.send(item)
-
-    async def send_eof(self) -> None:
-        await self._stream.send_eof()
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
