@@ -32,8 +32,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import attrs
 
-from rock_core.engine import stopping
-from rock_core.engine.live import LiveSandbox, now
+from rock_core.engine.admission import check_quota, with_defaults
+from rock_core.engine.bringup import bring_up
+from rock_core.engine.core import EngineCore
+from rock_core.engine.live import LiveSandbox, new_rocklet_token, now
+from rock_core.engine.removals import remove_quietly
 from rock_core.errors import (
     BadRequestRockError,
     InternalServerRockError,
@@ -55,7 +58,6 @@ from rock_core.tenancy import Quota, archive_key
 
 if TYPE_CHECKING:
     from rock_core.archive import ArchiveStore
-    from rock_core.engine.manager import SandboxManager
 
 __all__ = [
     "PART_LOGS",
@@ -64,7 +66,6 @@ __all__ = [
     "archive_due",
     "cancel_archive",
     "delete_archive",
-    "live_or_load",
     "recover_archiving",
     "recover_restoring",
     "restore",
@@ -81,10 +82,10 @@ PART_LOGS = "logs"
 _CLEANUP_TIMEOUT = 60.0
 
 
-def _store(engine: SandboxManager, sandbox_id: str, attempted: str) -> ArchiveStore:
+def _store(core: EngineCore, sandbox_id: str, attempted: str) -> ArchiveStore:
     """The engine's archive store, and a runtime that can snapshot; else why archiving is off."""
-    runtime = engine.runtime
-    if engine.archive_store is None:
+    runtime = core.runtime
+    if core.archive_store is None:
         raise NotSupported(
             f"Sandbox {sandbox_id} cannot be {attempted}d: no archive store is configured "
             "(set the engine's archive_store, e.g. 's3' with pip install rock-archive-s3, "
@@ -99,23 +100,7 @@ def _store(engine: SandboxManager, sandbox_id: str, attempted: str) -> ArchiveSt
             sandbox_id=sandbox_id,
             attempted=attempted,
         )
-    return engine.archive_store
-
-
-def live_or_load(engine: SandboxManager, sandbox_id: str) -> LiveSandbox | None:
-    """The sandbox's :class:`LiveSandbox`; an archived one only in the record store (archived by
-    another process sharing it, or before a restart) is taken in. ``None``: unknown or deleted."""
-    live = engine._live.get(sandbox_id)
-    if live is not None:
-        return live
-    record = engine.store.get(sandbox_id)
-    if record is None or record.state is not State.ARCHIVED:
-        return None
-    live = LiveSandbox(record=record)
-    live.start_done.set()
-    live.settled.set()
-    engine._live[sandbox_id] = live
-    return live
+    return core.archive_store
 
 
 def is_restoring(live: LiveSandbox) -> bool:
@@ -129,12 +114,12 @@ def is_restoring(live: LiveSandbox) -> bool:
 # -- archive ----------------------------------------------------------------------------------
 
 
-async def archive(engine: SandboxManager, sandbox_id: str) -> None:
+async def archive(core: EngineCore, sandbox_id: str) -> None:
     """:meth:`SandboxManager.archive <rock_core.engine.manager.SandboxManager.archive>`: start
     archiving a stopped sandbox; return at once."""
-    live = live_or_load(engine, sandbox_id)
+    live = core.live_or_load(sandbox_id)
     record = (
-        live.record if live is not None else engine.get_record(sandbox_id)
+        live.record if live is not None else core.get_record(sandbox_id)
     )  # unknown: SandboxNotFound
     if live is None and record.state is State.STOPPED:
         raise BadRequestRockError(
@@ -157,7 +142,7 @@ async def archive(engine: SandboxManager, sandbox_id: str) -> None:
             sandbox_id=sandbox_id,
             attempted="archive",
         )
-    store = _store(engine, sandbox_id, "archive")
+    store = _store(core, sandbox_id, "archive")
     async with live.lock:
         if live.record.state is not State.STOPPED:
             raise BadRequestRockError(
@@ -177,7 +162,7 @@ async def archive(engine: SandboxManager, sandbox_id: str) -> None:
         for name in (PHASE_IMAGE_ARCHIVE, PHASE_LOG_ARCHIVE):
             phases[name] = Phase(status=PhaseStatus.RUNNING, message="", started_at=at)
         before = (live.record.auto_transition_state, live.record.auto_transition_time)
-        engine._apply(
+        core.apply(
             live.record,
             Event.ARCHIVE,
             phases=phases,
@@ -186,19 +171,19 @@ async def archive(engine: SandboxManager, sandbox_id: str) -> None:
             auto_transition_time=None,
         )
         live.archive_done = anyio.Event()
-    engine._open_task_group().start_soon(run_archive, engine, live, store, before)
+    core.task_group().start_soon(run_archive, core, live, store, before)
 
 
 async def run_archive(
-    engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, before: tuple[Any, Any]
+    core: EngineCore, live: LiveSandbox, store: ArchiveStore, before: tuple[Any, Any]
 ) -> None:
     """The task behind :func:`archive`: both parts stored, then the unit removed and ``archive_done``;
     else the objects deleted and ``archive_failed`` with the reason."""
     sandbox_id = live.record.sandbox_id
     handle = live.handle
     assert handle is not None
-    timeout = engine.config.archive_timeout
-    runtime = engine.runtime
+    timeout = core.config.archive_timeout
+    runtime = core.runtime
     failure: str | None = None
     t0 = time.monotonic()
 
@@ -207,12 +192,12 @@ async def run_archive(
             stream = await open_stream(handle)
             await store.put(archive_key(live.record), part, stream)
         except RockError as exc:
-            engine._set_phase(sandbox_id, phase, PhaseStatus.FAILED, exc.message)
+            core.set_phase(sandbox_id, phase, PhaseStatus.FAILED, exc.message)
             raise
         except Exception as exc:
-            engine._set_phase(sandbox_id, phase, PhaseStatus.FAILED, repr(exc))
+            core.set_phase(sandbox_id, phase, PhaseStatus.FAILED, repr(exc))
             raise
-        engine._set_phase(sandbox_id, phase, PhaseStatus.SUCCESS, f"{part} archived")
+        core.set_phase(sandbox_id, phase, PhaseStatus.SUCCESS, f"{part} archived")
 
     with anyio.CancelScope() as scope:
         live.archive_scope = scope
@@ -225,7 +210,7 @@ async def run_archive(
             failure = f"archive did not finish within {timeout:g}s (archive_timeout)"
             for name in (PHASE_IMAGE_ARCHIVE, PHASE_LOG_ARCHIVE):
                 if live.record.phases[name].status is PhaseStatus.RUNNING:
-                    engine._set_phase(
+                    core.set_phase(
                         sandbox_id, name, PhaseStatus.TIMEOUT, f"did not finish within {timeout:g}s"
                     )
         except Exception as exc:  # a group may wrap both parts' errors: report the first
@@ -241,10 +226,10 @@ async def run_archive(
     with anyio.CancelScope(shield=True):
         try:
             if failure is None:
-                await _archived(engine, live)
+                await _archived(core, live)
                 log.info("sandbox %s archived in %.1fs", sandbox_id, time.monotonic() - t0)
             else:
-                await _archive_failed(engine, live, store, failure, before)
+                await _archive_failed(core, live, store, failure, before)
         finally:
             live.archive_done.set()
 
@@ -255,15 +240,15 @@ def _first_error(exc: BaseException) -> BaseException:
     return exc
 
 
-async def _archived(engine: SandboxManager, live: LiveSandbox) -> None:
+async def _archived(core: EngineCore, live: LiveSandbox) -> None:
     handle, live.handle = live.handle, None
     if handle is not None:
         # Both parts are stored: the unit can go. A removal that fails leaves a stopped unit the
         # owner's reaper removes later; the archive is whole either way.
-        await stopping.remove_quietly(engine.runtime, handle)
+        await remove_quietly(core.runtime, handle)
     async with live.lock:
         if live.record.state is State.ARCHIVING:
-            engine._apply(
+            core.apply(
                 live.record,
                 Event.ARCHIVE_DONE,
                 archive_time=now(),
@@ -276,7 +261,7 @@ async def _archived(engine: SandboxManager, live: LiveSandbox) -> None:
 
 
 async def _archive_failed(
-    engine: SandboxManager,
+    core: EngineCore,
     live: LiveSandbox,
     store: ArchiveStore,
     reason: str,
@@ -292,13 +277,13 @@ async def _archive_failed(
     if target is State.ARCHIVED:
         # A failed auto-archive is not retried: the sandbox is kept stopped for the longest
         # time a stopped sandbox may be kept, then deleted.
-        cap = engine.config.max_auto_delete_seconds
+        cap = core.config.max_auto_delete_seconds
         target, when = (
             (State.DELETED, now() + timedelta(seconds=cap)) if cap is not None else (None, None)
         )
     async with live.lock:
         if live.record.state is State.ARCHIVING:
-            engine._apply(
+            core.apply(
                 live.record,
                 Event.ARCHIVE_FAILED,
                 reason=f"archive failed: {reason}",
@@ -317,24 +302,24 @@ async def cancel_archive(live: LiveSandbox) -> None:
             await live.archive_done.wait()
 
 
-async def delete_archive(engine: SandboxManager, record: SandboxRecord) -> None:
+async def delete_archive(core: EngineCore, record: SandboxRecord) -> None:
     """Delete the sandbox's archive (kept under its tenant's :func:`~rock_core.tenancy.archive_key`) from the store.
 
     :raises NotSupported: no store is configured (the archive cannot be reached).
     :raises InternalServerRockError: the store failed (the archive may still be there).
     """
     sandbox_id = record.sandbox_id
-    if engine.archive_store is None:
+    if core.archive_store is None:
         raise NotSupported(
             f"Sandbox {sandbox_id} is archived but no archive store is configured to delete its archive from "
             "(set the engine's archive_store as when it was archived)",
             sandbox_id=sandbox_id,
             attempted="delete",
         )
-    await engine.archive_store.delete(archive_key(record))
+    await core.archive_store.delete(archive_key(record))
 
 
-def archive_due(engine: SandboxManager, live: LiveSandbox, at: Any) -> bool:
+def archive_due(core: EngineCore, live: LiveSandbox, at: Any) -> bool:
     """Whether ``live`` is stopped, kept for an automatic archive, and its time has come."""
     record = live.record
     return (
@@ -350,13 +335,11 @@ def archive_due(engine: SandboxManager, live: LiveSandbox, at: Any) -> bool:
 # -- restore ----------------------------------------------------------------------------------
 
 
-async def restore(engine: SandboxManager, live: LiveSandbox, quota: Quota | None = None) -> None:
+async def restore(core: EngineCore, live: LiveSandbox, quota: Quota | None = None) -> None:
     """Fire ``restore`` on an archived sandbox and start :func:`run_restore` (``restart``),
     within its tenant's ``quota``."""
-    from rock_core.engine.starting import check_quota
-
     sandbox_id = live.record.sandbox_id
-    store = _store(engine, sandbox_id, "restore")
+    store = _store(core, sandbox_id, "restore")
     async with live.lock:
         if live.record.state is not State.ARCHIVED:
             raise BadRequestRockError(
@@ -364,14 +347,14 @@ async def restore(engine: SandboxManager, live: LiveSandbox, quota: Quota | None
                 sandbox_id=sandbox_id,
                 attempted="restart",
             )
-        check_quota(engine, live.record.spec, quota, attempted="restart")
-        engine._apply(
+        check_quota(core, live.record.spec, quota, attempted="restart")
+        core.apply(
             live.record,
             Event.RESTORE,
             start_time=None,
             stop_time=None,
             reason=None,
-            owner=engine.owner,
+            owner=core.owner,
             auto_transition_state=None,
             auto_transition_time=None,
             phases={
@@ -382,18 +365,14 @@ async def restore(engine: SandboxManager, live: LiveSandbox, quota: Quota | None
             },
         )
         live.begin_start()
-    engine._open_task_group().start_soon(
-        run_restore, engine, live, store, engine.config.restore_timeout
-    )
+    core.task_group().start_soon(run_restore, core, live, store, core.config.restore_timeout)
 
 
 async def run_restore(
-    engine: SandboxManager, live: LiveSandbox, store: ArchiveStore, budget: float
+    core: EngineCore, live: LiveSandbox, store: ArchiveStore, budget: float
 ) -> None:
     """The task behind :func:`restore`: a unit built from the archive, started, its rocklet
     answering (``running``, the archive deleted); else ``restore_failed``."""
-    from rock_core.engine.starting import bring_up, with_defaults
-
     sandbox_id = live.record.sandbox_id
     error: RockError | None = None
     t0 = time.monotonic()
@@ -401,7 +380,7 @@ async def run_restore(
         live.start_scope = scope
         try:
             with anyio.fail_after(budget):
-                engine._set_phase(
+                core.set_phase(
                     sandbox_id,
                     PHASE_IMAGE_PULL,
                     PhaseStatus.RUNNING,
@@ -409,25 +388,25 @@ async def run_restore(
                 )
                 try:
                     snapshot = await store.get(archive_key(live.record), PART_ROOTFS)
-                    live.handle = await engine.runtime.restore(
-                        with_defaults(engine, live.record.spec),
+                    live.handle = await core.runtime.restore(
+                        with_defaults(core, live.record.spec),
                         snapshot,
-                        labels=engine._labels(sandbox_id),
-                        rocklet_token=_token(engine, live),
+                        labels=core.labels(sandbox_id),
+                        rocklet_token=_token(core, live),
                     )
                 except RockError as exc:
-                    engine._set_phase(
+                    core.set_phase(
                         sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.FAILED, _restore_message(exc)
                     )
                     raise
-                engine._save(attrs.evolve(live.record, unit_id=live.handle.unit_id))
-                engine._set_phase(
+                core.save(attrs.evolve(live.record, unit_id=live.handle.unit_id))
+                core.set_phase(
                     sandbox_id,
                     PHASE_IMAGE_PULL,
                     PhaseStatus.SUCCESS,
                     "files restored from the archive",
                 )
-                await bring_up(engine, live, reuse=True)
+                await bring_up(core, live, reuse=True)
         except TimeoutError:
             error = InternalServerRockError(
                 f"restore did not finish within {budget:g}s (restore_timeout)",
@@ -436,7 +415,7 @@ async def run_restore(
             )
             for name in (PHASE_IMAGE_PULL, PHASE_DOCKER_RUN):
                 if live.record.phases[name].status in (PhaseStatus.WAITING, PhaseStatus.RUNNING):
-                    engine._set_phase(
+                    core.set_phase(
                         sandbox_id,
                         name,
                         PhaseStatus.TIMEOUT,
@@ -467,20 +446,18 @@ async def run_restore(
         try:
             if error is None and live.record.state is State.RUNNING:
                 log.info("sandbox %s restored in %.1fs", sandbox_id, time.monotonic() - t0)
-                await _consume_archive(engine, store, live)
+                await _consume_archive(core, store, live)
             elif error is not None:
                 live.start_error = error
-                await _restore_failed(engine, live, error.message)
+                await _restore_failed(core, live, error.message)
         finally:
             live.start_done.set()
             live.settled.set()
 
 
-def _token(engine: SandboxManager, live: LiveSandbox) -> str:
-    from rock_core.engine.live import new_rocklet_token
-
+def _token(core: EngineCore, live: LiveSandbox) -> str:
     if live.record.rocklet_token is None:
-        engine._save(attrs.evolve(live.record, rocklet_token=new_rocklet_token()))
+        core.save(attrs.evolve(live.record, rocklet_token=new_rocklet_token()))
     assert live.record.rocklet_token is not None
     return live.record.rocklet_token
 
@@ -491,7 +468,7 @@ def _restore_message(exc: RockError) -> str:
     return exc.message
 
 
-async def _consume_archive(engine: SandboxManager, store: ArchiveStore, live: LiveSandbox) -> None:
+async def _consume_archive(core: EngineCore, store: ArchiveStore, live: LiveSandbox) -> None:
     """The sandbox runs in its unit again: its archive is no longer needed."""
     try:
         await store.delete(archive_key(live.record))
@@ -501,21 +478,21 @@ async def _consume_archive(engine: SandboxManager, store: ArchiveStore, live: Li
             live.record.sandbox_id,
             exc,
         )
-    engine._save(attrs.evolve(live.record, archive_time=None))
+    core.save(attrs.evolve(live.record, archive_time=None))
 
 
-async def _restore_failed(engine: SandboxManager, live: LiveSandbox, reason: str) -> None:
+async def _restore_failed(core: EngineCore, live: LiveSandbox, reason: str) -> None:
     log.warning("restore of sandbox %s failed: %s", live.record.sandbox_id, reason)
-    engine.forwards.close(live.record.sandbox_id)
+    core.forwards.close(live.record.sandbox_id)
     client, live.client = live.client, None
     if client is not None:
         await client.forget()
     handle, live.handle = live.handle, None
     if handle is not None:
-        await stopping.remove_quietly(engine.runtime, handle)
+        await remove_quietly(core.runtime, handle)
     async with live.lock:
         if live.record.state is State.PENDING:
-            engine._apply(
+            core.apply(
                 live.record,
                 Event.RESTORE_FAILED,
                 reason=f"restore failed: {reason}",
@@ -526,10 +503,10 @@ async def _restore_failed(engine: SandboxManager, live: LiveSandbox, reason: str
 # -- recovery ---------------------------------------------------------------------------------
 
 
-async def recover_archiving(engine: SandboxManager, live: LiveSandbox) -> None:
+async def recover_archiving(core: EngineCore, live: LiveSandbox) -> None:
     """Resolve an archive a restart of the process cut short: done when both parts are stored
     (then the unit goes), else failed (its objects deleted, ``stopped`` with its unit)."""
-    store = engine.archive_store
+    store = core.archive_store
     sandbox_id = live.record.sandbox_id
     whole = False
     if store is not None:
@@ -544,10 +521,10 @@ async def recover_archiving(engine: SandboxManager, live: LiveSandbox) -> None:
             log.warning("could not look for the archive of sandbox %s: %s", sandbox_id, exc)
     live.archive_done = anyio.Event()
     if whole:
-        await _archived(engine, live)
+        await _archived(core, live)
     elif store is not None:
         await _archive_failed(
-            engine,
+            core,
             live,
             store,
             "archive interrupted: rock was restarted while it ran",
@@ -555,7 +532,7 @@ async def recover_archiving(engine: SandboxManager, live: LiveSandbox) -> None:
         )
     else:
         async with live.lock:
-            engine._apply(
+            core.apply(
                 live.record,
                 Event.ARCHIVE_FAILED,
                 reason="archive interrupted: rock was restarted while it ran, "
@@ -564,11 +541,11 @@ async def recover_archiving(engine: SandboxManager, live: LiveSandbox) -> None:
     live.archive_done.set()
     if live.record.state is State.STOPPED and live.handle is None:
         reason = (live.record.reason or "") + "; its container is gone"
-        engine._save(attrs.evolve(live.record, reason=reason))
+        core.save(attrs.evolve(live.record, reason=reason))
 
 
-async def recover_restoring(engine: SandboxManager, live: LiveSandbox, reason: str) -> None:
+async def recover_restoring(core: EngineCore, live: LiveSandbox, reason: str) -> None:
     """A restore a restart of the process cut short, whose unit cannot be adopted: ``archived`` again."""
     live.start_done.set()
-    await _restore_failed(engine, live, f"{reason} (rock was restarted while it restored)")
+    await _restore_failed(core, live, f"{reason} (rock was restarted while it restored)")
     live.settled.set()

@@ -14,23 +14,21 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import TYPE_CHECKING
 
 import anyio
 import attrs
 
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.converters import spec_from_start_request
-from rock_core.engine import starting
+from rock_core.engine.admission import startup_timeout, validate, with_defaults
+from rock_core.engine.bringup import became_ready, note_unit
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_ENGINE_ID, LiveSandbox
 from rock_core.engine.pool import Member, WarmPool, is_unclaimed_member, pool_key
-from rock_core.engine.stopping import remove_quietly
+from rock_core.engine.removals import remove_quietly
 from rock_core.errors import InvalidParameter, RockError, StartupTimeout
 from rock_core.models import PHASE_IMAGE_PULL, PhaseStatus, PullPolicy
 from rock_core.rocklet_client import RockletClient
-
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
 
 __all__ = ["claim_warm", "remove_members", "set_warm_pool", "wait_warm", "warm_pools", "warmup"]
 
@@ -38,18 +36,18 @@ log = logging.getLogger("rock.engine")
 
 
 async def set_warm_pool(
-    engine: SandboxManager, request: SandboxStartRequest, size: int, tenant: str | None = None
+    core: EngineCore, request: SandboxStartRequest, size: int, tenant: str | None = None
 ) -> str:
     """:meth:`SandboxManager.set_warm_pool <rock_core.engine.manager.SandboxManager.set_warm_pool>`:
     keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
     ``tenant`` (default: the engine's owner) is whose network group its members join, if any."""
-    tg = engine._open_task_group()
+    tg = core.task_group()
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise InvalidParameter(
             f"size: expected a whole number >= 0, got {size!r}", field="size", value=size
         )
-    spec = attrs.evolve(spec_from_start_request(request), tenant=tenant or engine.owner)
-    starting.validate(engine, spec)
+    spec = attrs.evolve(spec_from_start_request(request), tenant=tenant or core.owner)
+    validate(core, spec)
     if spec.pull is PullPolicy.ALWAYS and size:
         raise InvalidParameter(
             "pull: 'always' asks for a fresh pull at every start, which sandboxes started ahead of "
@@ -59,12 +57,12 @@ async def set_warm_pool(
             attempted="set_warm_pool",
         )
     key = pool_key(spec)
-    pools = engine._pools
+    pools = core.pools
     others = sum(p.size for k, p in pools.items() if k != key)
-    if others + size > engine.config.max_warm_pool_members:
+    if others + size > core.config.max_warm_pool_members:
         raise InvalidParameter(
             f"size: {size} would keep {others + size} sandboxes ready in warm pools, above the engine's "
-            f"maximum of {engine.config.max_warm_pool_members} (max_warm_pool_members)",
+            f"maximum of {core.config.max_warm_pool_members} (max_warm_pool_members)",
             field="size",
             value=size,
             attempted="set_warm_pool",
@@ -73,28 +71,28 @@ async def set_warm_pool(
     if pool is not None:
         if size == 0:
             del pools[key]
-            engine._pool_scopes.pop(key).cancel()
+            core.pool_scopes.pop(key).cancel()
             surplus = pool.drain()
         else:
             surplus = pool.resize(size)
         for member in surplus:
-            tg.start_soon(remove_quietly, engine.runtime, member.handle)
+            tg.start_soon(remove_quietly, core.runtime, member.handle)
         return key
     if size == 0:
         return key
-    runtime = engine.runtime
+    runtime = core.runtime
     pool = WarmPool(
-        starting.with_defaults(engine, spec),
+        with_defaults(core, spec),
         size,
         key=key,
         runtime=runtime,
-        labels=engine._labels(None),
-        http=engine.http,
-        queue=engine.queue,
-        startup_timeout=starting.startup_timeout(engine, spec),
+        labels=core.labels(None),
+        http=core.http,
+        queue=core.queue,
+        startup_timeout=startup_timeout(core, spec),
     )
     pools[key] = pool
-    scope = engine._pool_scopes[key] = anyio.CancelScope()
+    scope = core.pool_scopes[key] = anyio.CancelScope()
 
     async def run() -> None:
         with scope:
@@ -105,22 +103,22 @@ async def set_warm_pool(
 
 
 async def warmup(
-    engine: SandboxManager,
+    core: EngineCore,
     request: SandboxStartRequest,
     size: int | None = None,
     tenant: str | None = None,
 ) -> str | None:
     """:meth:`SandboxManager.warmup <rock_core.engine.manager.SandboxManager.warmup>`: pull the
     image of ``request`` in the background, or (with ``size``) keep a warm pool of that kind."""
-    tg = engine._open_task_group()
+    tg = core.task_group()
     if size is not None:
-        return await set_warm_pool(engine, request, size, tenant)
+        return await set_warm_pool(core, request, size, tenant)
     spec = spec_from_start_request(request)
-    starting.validate(engine, spec)
+    validate(core, spec)
 
     async def pull() -> None:
         try:
-            await engine.runtime.prepare(spec)
+            await core.runtime.prepare(spec)
             log.info("warm-up: image %s is ready", spec.image)
         except RockError as exc:
             log.warning("warm-up of image %s failed: %s", spec.image, exc.message)
@@ -129,50 +127,50 @@ async def warmup(
     return None
 
 
-def warm_pools(engine: SandboxManager) -> list[WarmPoolStatus]:
-    """The status of every warm pool of ``engine``."""
-    return [pool.status() for pool in engine._pools.values()]
+def warm_pools(core: EngineCore) -> list[WarmPoolStatus]:
+    """The status of every warm pool of the engine."""
+    return [pool.status() for pool in core.pools.values()]
 
 
-async def wait_warm(engine: SandboxManager, timeout: float | None = None) -> list[WarmPoolStatus]:
+async def wait_warm(core: EngineCore, timeout: float | None = None) -> list[WarmPoolStatus]:
     """Wait until every pool holds its target size, or has failed to make a member; return their status.
 
     :raises StartupTimeout: ``timeout`` seconds passed first (the pools go on filling).
     """
     with anyio.move_on_after(timeout) as scope:
         while True:
-            pending = [p for p in engine._pools.values() if not p.full and p.last_error is None]
+            pending = [p for p in core.pools.values() if not p.full and p.last_error is None]
             if not pending:
                 break
             await pending[0].wait_changed()
     if scope.cancelled_caught:
         raise StartupTimeout(
-            f"warm pools not full within {timeout:g}s: {warm_pools(engine)}", attempted="wait_warm"
+            f"warm pools not full within {timeout:g}s: {warm_pools(core)}", attempted="wait_warm"
         )
-    return warm_pools(engine)
+    return warm_pools(core)
 
 
-async def remove_members(engine: SandboxManager) -> None:
+async def remove_members(core: EngineCore) -> None:
     """Remove this engine's unclaimed pool members (those in a pool and those still starting)."""
     try:
-        units = await engine.runtime.list({LABEL_ENGINE_ID: engine.engine_id})
+        units = await core.runtime.list({LABEL_ENGINE_ID: core.engine_id})
     except RockError as exc:
         log.warning("could not list this engine's pool members at close: %s", exc)
         return
-    claimed = engine.claimed_units()
+    claimed = core.claimed_units()
     async with anyio.create_task_group() as tg:
         for handle in units:
             if is_unclaimed_member(handle, claimed):
-                tg.start_soon(remove_quietly, engine.runtime, handle)
+                tg.start_soon(remove_quietly, core.runtime, handle)
 
 
-async def claim_warm(engine: SandboxManager, live: LiveSandbox) -> bool:
+async def claim_warm(core: EngineCore, live: LiveSandbox) -> bool:
     """Serve a start from its warm pool, if one has a live member; whether it was served."""
-    pool = engine._pools.get(pool_key(live.record.spec))
+    pool = core.pools.get(pool_key(live.record.spec))
     if pool is None:
         return False
     while (member := pool.take()) is not None:
-        if await _claim(engine, live, pool, member):
+        if await _claim(core, live, pool, member):
             return True
     log.debug(
         "warm pool %s is empty: starting sandbox %s the ordinary way",
@@ -182,10 +180,9 @@ async def claim_warm(engine: SandboxManager, live: LiveSandbox) -> bool:
     return False
 
 
-async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, member: Member) -> bool:
+async def _claim(core: EngineCore, live: LiveSandbox, pool: WarmPool, member: Member) -> bool:
     sandbox_id = live.record.sandbox_id
-    runtime = engine.runtime
-    assert engine._tg is not None
+    runtime = core.runtime
     if runtime.can_assign:
         try:
             # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
@@ -198,7 +195,7 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
                 sandbox_id,
                 exc,
             )
-            engine._tg.start_soon(remove_quietly, runtime, member.handle)
+            core.task_group(while_closing=True).start_soon(remove_quietly, runtime, member.handle)
             return False
     else:
         # The unit keeps its name and labels (a Nomad job's id is fixed); the record says whose it is.
@@ -206,9 +203,9 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
     live.handle = handle
     assert member.status.rocklet_address is not None
     # The member's secret was made for it alone and never handed out: it becomes the sandbox's.
-    engine._save(attrs.evolve(live.record, rocklet_token=member.token))
+    core.save(attrs.evolve(live.record, rocklet_token=member.token))
     client = RockletClient(
-        engine.http, *member.status.rocklet_address, sandbox_id, token=member.token
+        core.http, *member.status.rocklet_address, sandbox_id, token=member.token
     )
     if not await client.is_alive(timeout=2.0):
         log.warning(
@@ -220,9 +217,7 @@ async def _claim(engine: SandboxManager, live: LiveSandbox, pool: WarmPool, memb
             await remove_quietly(runtime, handle)
         return False
     message = f"warm pool {pool.key}: image present"
-    engine._set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
-    starting.note_unit(engine, live, attrs.evolve(handle, security=member.handle.security))
-    await starting.became_ready(
-        engine, live, client, member.status, f"claimed from warm pool {pool.key}"
-    )
+    core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
+    note_unit(core, live, attrs.evolve(handle, security=member.handle.security))
+    await became_ready(core, live, client, member.status, f"claimed from warm pool {pool.key}")
     return True

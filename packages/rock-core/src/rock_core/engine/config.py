@@ -90,7 +90,9 @@ class WarmPoolConfig:
                 value=size,
             )
         try:
-            return cls(request=structure_wire(fields, SandboxStartRequest), size=size)
+            return cls(
+                request=structure_wire(fields, SandboxStartRequest), size=NonNegativeInt(size)
+            )
         except InvalidParameter as exc:
             raise InvalidParameter(
                 f"{where}: {exc.message}", field=f"{where}.{exc.field or 'size'}", value=size

@@ -5,22 +5,27 @@ options with ``ROCK_PLUGIN_*`` variables on top) and named in the error when it 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
 from rock_core.runtime import Runtime
 
 if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
+    from rock_core.archive import ArchiveStore
+    from rock_core.envs import Environment, EnvProvider
+    from rock_core.plugins import Plugins
 
-__all__ = ["build_archive_store", "build_runtime", "make_env"]
+__all__ = ["EnvProviders", "build_archive_store", "build_runtime"]
 
 Tables = Mapping[str, Mapping[str, Any]]
+_T = TypeVar("_T")
 
 
-def _build(cls: Any, where: str, args: tuple[Any, ...], options: Mapping[str, Any]) -> Any:
+def _build(
+    cls: Callable[..., _T], where: str, args: tuple[Any, ...], options: Mapping[str, Any]
+) -> _T:
     """``cls(*args, **options)``, an unknown or missing keyword named as the setting it came from
     (``plugins.archive-s3: unexpected keyword 'bukket'``) instead of a bare ``TypeError``."""
     import inspect
@@ -36,7 +41,7 @@ def _build(cls: Any, where: str, args: tuple[Any, ...], options: Mapping[str, An
     return cls(*args, **options)
 
 
-def build_runtime(config: EngineConfig, plugins: Any, tables: Tables | None = None) -> Runtime:
+def build_runtime(config: EngineConfig, plugins: Plugins, tables: Tables | None = None) -> Runtime:
     """The runtime registered under ``config.runtime``, built with the table of the plugin that
     registered it (``[plugins.<name>]``, ``ROCK_PLUGIN_<NAME>_*`` variables on top) and
     ``config.runtime_options`` on top of that.
@@ -68,7 +73,9 @@ def build_runtime(config: EngineConfig, plugins: Any, tables: Tables | None = No
     return _build(runtimes[config.runtime], where, (), options)
 
 
-def build_archive_store(config: EngineConfig, plugins: Any, tables: Tables) -> Any:
+def build_archive_store(
+    config: EngineConfig, plugins: Plugins, tables: Tables
+) -> ArchiveStore | None:
     """The configured archive store (``config.archive_store``), or ``None`` when archiving is off.
 
     :raises InvalidParameter: no installed plugin provides it (``field="archive_store"``).
@@ -88,32 +95,47 @@ def build_archive_store(config: EngineConfig, plugins: Any, tables: Tables) -> A
     return _build(stores[name], f"plugins.{owner}", (), dict(tables.get(owner, {})))
 
 
-async def make_env(engine: SandboxManager, env_id: str, **kwargs: Any) -> Any:
-    """:meth:`SandboxManager.make_env <rock_core.engine.manager.SandboxManager.make_env>`: make
-    ``env_id`` with the first provider that accepts it; providers are built once, as
-    ``cls(engine, **table)``.
+class EnvProviders:
+    """The environment providers plugins registered (``rock_register_env_providers``), built at
+    the first :meth:`make`, each as ``cls(host, **table)``.
 
-    :raises InvalidParameter: no provider serves ``env_id`` (``field="env_id"``).
+    :param plugins: where the providers' classes come from.
+    :param tables: the plugins' tables (``rock_configure``'s options, variables on top).
+    :param host: what each provider is built with (the engine's facade,
+        :class:`~rock_core.engine.manager.SandboxManager`: providers start sandboxes with it).
     """
-    if engine._env_providers is None:
-        plugins = engine.plugins
-        classes = plugins.env_providers()
-        owners = plugins.registered_by("rock_register_env_providers")
-        engine._env_providers = {
-            name: _build(
-                cls,
-                f"plugins.{owners.get(name, name)}",
-                (engine,),
-                dict(engine._tables.get(owners.get(name, name), {})),
-            )
-            for name, cls in classes.items()
-        }
-    for provider in engine._env_providers.values():
-        if provider.accepts(env_id):
-            return await provider.make(env_id, **kwargs)
-    known = ", ".join(sorted(engine._env_providers)) or "none installed"
-    raise InvalidParameter(
-        f"env_id: no environment provider serves {env_id!r} (providers: {known}; for GEM, pip install rock-gem)",
-        field="env_id",
-        value=env_id,
-    )
+
+    def __init__(self, plugins: Plugins, tables: Tables, host: object) -> None:
+        self._plugins = plugins
+        self._tables = tables
+        self._host = host
+        #: The providers by name, once built (``None`` before the first :meth:`make`).
+        self.built: dict[str, EnvProvider] | None = None
+
+    async def make(self, env_id: str, **kwargs: Any) -> Environment:
+        """:meth:`SandboxManager.make_env <rock_core.engine.manager.SandboxManager.make_env>`:
+        make ``env_id`` with the first provider that accepts it.
+
+        :raises InvalidParameter: no provider serves ``env_id`` (``field="env_id"``).
+        """
+        if self.built is None:
+            classes = self._plugins.env_providers()
+            owners = self._plugins.registered_by("rock_register_env_providers")
+            self.built = {
+                name: _build(
+                    cls,
+                    f"plugins.{owners.get(name, name)}",
+                    (self._host,),
+                    dict(self._tables.get(owners.get(name, name), {})),
+                )
+                for name, cls in classes.items()
+            }
+        for provider in self.built.values():
+            if provider.accepts(env_id):
+                return await provider.make(env_id, **kwargs)
+        known = ", ".join(sorted(self.built)) or "none installed"
+        raise InvalidParameter(
+            f"env_id: no environment provider serves {env_id!r} (providers: {known}; for GEM, pip install rock-gem)",
+            field="env_id",
+            value=env_id,
+        )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Iterable, Mapping
+from typing import cast
 
 import anyio
 import anyio.abc
@@ -121,7 +122,8 @@ class PortForwards:
                 raise
             log.info("host port %s is taken; forwarding from a new one", port)
             multi = await anyio.create_tcp_listener(local_host=self.host, local_port=0)
-        return multi.listeners[0]  # one address: one listener
+        # One address: one listener, a SocketListener (anyio types it as the Listener it extends).
+        return cast(anyio.abc.SocketListener, multi.listeners[0])
 
     @staticmethod
     async def _serve(

@@ -1,10 +1,7 @@
 """What the engine holds in memory for each sandbox it knows, and the labels its units carry.
 
-Shared by the engine's job modules (:mod:`~rock_core.engine.starting`,
-:mod:`~rock_core.engine.stopping`, :mod:`~rock_core.engine.claims`,
-:mod:`~rock_core.engine.recovery`, :mod:`~rock_core.engine.reaping`,
-:mod:`~rock_core.engine.timers`, :mod:`~rock_core.engine.reconcile`): a :class:`LiveSandbox`
-per sandbox that is not deleted, and the words for a unit that exited.
+Held by the engine's core (:class:`~rock_core.engine.core.EngineCore`) and used by its jobs: a
+:class:`LiveSandbox` per sandbox that is not deleted, and the words for a unit that exited.
 """
 
 from __future__ import annotations
@@ -122,3 +119,9 @@ class LiveSandbox:
         self.start_done = anyio.Event()
         self.start_error = None
         self.activity = time.time()
+
+    def cancel_restart(self) -> None:
+        """Cancel a restart after a crash waiting out its back-off (a ``stop()`` or ``delete()``
+        meanwhile; :mod:`rock_core.engine.crash_restarts`)."""
+        if self.restart_scope is not None:
+            self.restart_scope.cancel()

@@ -12,23 +12,29 @@ Use it as an async context manager; its background work runs in its own task gro
 :class:`SandboxManager` is the one facade; it holds the engine's state (the records in a
 :class:`~rock_core.engine.store.SandboxStore`, a :class:`~rock_core.engine.live.LiveSandbox` per
 sandbox not deleted, the fair :class:`~rock_core.engine.start_queue.StartQueue`, the warm pools)
-and the one path by which a record changes (:meth:`SandboxManager._apply`: the state machine of
-:mod:`rock_core.states`, written to the store at once, announced to plugins with
-``rock_sandbox_transition``). Each job lives in its own module, as functions that take the
-manager:
+and the one path by which a record changes (:meth:`EngineCore.apply
+<rock_core.engine.core.EngineCore.apply>`: the state machine of :mod:`rock_core.states`, written
+to the store at once, announced to plugins with ``rock_sandbox_transition``) live in the
+engine's core, :class:`~rock_core.engine.core.EngineCore`, which this facade builds and hands
+to each job. A job is a module of functions that receive the core; no job imports this module:
 
-- :mod:`~rock_core.engine.starting`: the start pipeline (checks, ``pending`` record, queue slot
-  or claim, create/start/readiness, ``wait_until_running``, ``restart``);
+- :mod:`~rock_core.engine.admission`: what a start may ask for (maximums, quota) and the spec
+  its unit is made from;
+- :mod:`~rock_core.engine.bringup`: create/start/readiness of a unit, and ``running``;
+- :mod:`~rock_core.engine.starting`: the start pipeline (``pending`` record, queue slot or
+  claim, the start's budget and failure, ``wait_until_running``, ``restart``);
 - :mod:`~rock_core.engine.claims`: warm pools as the engine runs them (``set_warm_pool``,
   ``warmup``, ``wait_warm``) and the claim that serves a start from one;
 - :mod:`~rock_core.engine.stopping`: ``stop`` and ``delete``, and the post-stop policy;
 - :mod:`~rock_core.engine.archiving`: ``archive``, and the restore behind ``restart`` of an
   archived sandbox;
+- :mod:`~rock_core.engine.crash_restarts`: restarts after a crash, by restart policy;
 - :mod:`~rock_core.engine.recovery`: taking back this owner's sandboxes after a restart;
 - :mod:`~rock_core.engine.reaping`: the sweep of orphans and stale pool members, and removing
   everything at close (with :mod:`~rock_core.engine.owners`, which judges owners);
 - :mod:`~rock_core.engine.timers`: idle stop, auto-delete and the disk watch;
 - :mod:`~rock_core.engine.reconcile`: the reconcile loop and the runtime's event watch;
+- :mod:`~rock_core.engine.monitoring`: the resource-use sampler;
 - :mod:`~rock_core.engine.extensions`: the runtime, archive store and environment providers
   built from plugins.
 
@@ -42,18 +48,12 @@ activity for the idle timer).
 
 from __future__ import annotations
 
-import functools
-import logging
 import os
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import attrs
 import httpx
 
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
@@ -70,36 +70,27 @@ from rock_core.engine import (
     timers,
 )
 from rock_core.engine.config import EngineConfig
-from rock_core.engine.forwarding import PortForwards
+from rock_core.engine.core import Call, EngineCore
 from rock_core.engine.live import (
     LABEL_ENGINE,
     LABEL_ENGINE_ID,
     LABEL_OWNER,
     LABEL_SANDBOX_ID,
-    LiveSandbox,
     new_rocklet_token,
     not_running_error,
-    now,
 )
 from rock_core.engine.owners import process_owner
-from rock_core.engine.pool import WarmPool
-from rock_core.engine.removals import Removals
-from rock_core.engine.start_queue import StartQueue
-from rock_core.engine.store import SandboxStore
-from rock_core.errors import RockError, SandboxNotFound
-from rock_core.models import (
-    Phase,
-    PhaseStatus,
-    RuntimeStatus,
-    SandboxRecord,
-    SandboxStatus,
-    SandboxUsage,
-)
-from rock_core.rocklet_client import RockletClient, new_http_client
-from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
+from rock_core.errors import SandboxNotFound
+from rock_core.models import RuntimeStatus, SandboxRecord, SandboxStatus, SandboxUsage
+from rock_core.rocklet_client import RockletClient
+from rock_core.rocklet_delivery import RockletDelivery
 from rock_core.runtime import Runtime
-from rock_core.states import LIVE_STATES, Event, State
+from rock_core.states import LIVE_STATES, State
 from rock_core.tenancy import Quota, Usage, usage_by_tenant
+
+if TYPE_CHECKING:
+    from rock_core.envs import Environment, EnvProvider
+    from rock_core.plugins import Plugins
 
 __all__ = [
     "LABEL_ENGINE",
@@ -110,30 +101,6 @@ __all__ = [
     "new_rocklet_token",
     "process_owner",
 ]
-
-log = logging.getLogger("rock.engine")
-
-
-class _Call:
-    """What :meth:`SandboxManager.call` returns: a context manager, sync or async."""
-
-    __slots__ = ("_engine", "_sandbox_id")
-
-    def __init__(self, engine: SandboxManager, sandbox_id: str) -> None:
-        self._engine = engine
-        self._sandbox_id = sandbox_id
-
-    def __enter__(self) -> None:
-        self._engine._call_began(self._sandbox_id)
-
-    def __exit__(self, *exc_info: Any) -> None:
-        self._engine._call_ended(self._sandbox_id)
-
-    async def __aenter__(self) -> None:
-        self.__enter__()
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        self.__exit__(*exc_info)
 
 
 class SandboxManager:
@@ -155,77 +122,72 @@ class SandboxManager:
         config: EngineConfig | None = None,
         *,
         runtime: Runtime | None = None,
-        plugins: Any = None,
+        plugins: Plugins | None = None,
         owner: str | None = None,
         configured: bool = False,
     ) -> None:
-        self.config = config or EngineConfig()
+        config = config or EngineConfig()
         if plugins is None:
             from rock_core.plugins import Plugins
 
             plugins = Plugins.load()
-        self.plugins = plugins
         from rock_core.plugins import plugin_tables
 
         # Each plugin's table, variables on top: what rock_configure got, and what builds the
         # archive store and the environment providers a plugin registered.
-        self._tables = plugin_tables(self.config.plugin_options, os.environ, plugins.names())
+        tables = plugin_tables(config.plugin_options, os.environ, plugins.names())
         if not configured:
-            plugins.configure(self._tables)
-        self.archive_store = extensions.build_archive_store(self.config, plugins, self._tables)
-        self._env_providers: dict[str, Any] | None = None
-        self.runtime = (
-            runtime if runtime is not None else extensions.build_runtime(self.config, plugins)
+            plugins.configure(tables)
+        archive_store = extensions.build_archive_store(config, plugins, tables)
+        self._core = core = EngineCore(
+            config,
+            runtime=runtime if runtime is not None else extensions.build_runtime(config, plugins),
+            plugins=plugins,
+            archive_store=archive_store,
+            owner=owner or process_owner(),
         )
-        self.owner = owner or process_owner()
-        # Tells this engine's units from those of another engine in the same process.
-        self.engine_id = uuid.uuid4().hex
-        self.store = SandboxStore(self.config.store_path)
-        self.queue = StartQueue(
-            self.config.max_concurrent_starts, aging_seconds=self.config.queue_aging_seconds
-        )
-        self._live: dict[str, LiveSandbox] = {}
-        self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
-        self._in_flight_lock = threading.Lock()  # calls begin and end in callers' threads too
-        self._pools: dict[str, WarmPool] = {}
-        self._pool_scopes: dict[str, anyio.CancelScope] = {}
-        self._http: httpx.AsyncClient | None = None
-        self._tg: anyio.abc.TaskGroup | None = None
+        # The core's parts, as the engine's public attributes (the same objects).
+        self.config = core.config
+        self.plugins = core.plugins
+        self.archive_store = core.archive_store
+        self.runtime = core.runtime
+        self.owner = core.owner
+        #: Tells this engine's units from those of another engine in the same process.
+        self.engine_id = core.engine_id
+        self.store = core.store
+        self.queue = core.queue
         #: Host ports the engine serves for sandboxes' ports (see rock_core.engine.forwarding).
-        self.forwards = PortForwards()
-        self.removals = Removals(self)
-        self._closed = False
-        self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
-        self.rocklet_delivery: RockletDelivery | None = None  # made when the engine opens
+        self.forwards = core.forwards
+        self.removals = core.removals
+        #: Called with the seconds from request to running of every start (the admin's histogram).
+        self.start_observers = core.start_observers
         #: The resource-use sampler's state (engine/monitoring.py).
         self.sampler = monitoring.Sampler()
-        #: Called with the seconds from request to running of every start (the admin's histogram).
-        self.start_observers: list[Callable[[float], None]] = []
+        self._envs = extensions.EnvProviders(plugins, tables, self)
+        self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
 
-    async def make_env(self, env_id: str, **kwargs: Any) -> Any:
+    async def make_env(self, env_id: str, **kwargs: Any) -> Environment:
         """Make the environment ``env_id`` with the first registered provider that accepts it
         (``rock_register_env_providers``); providers are built once, as ``cls(engine, **table)``.
 
         :raises InvalidParameter: no provider serves ``env_id`` (``field="env_id"``).
         """
-        return await extensions.make_env(self, env_id, **kwargs)
+        return await self._envs.make(env_id, **kwargs)
+
+    @property
+    def _env_providers(self) -> dict[str, EnvProvider] | None:
+        """The environment providers, once the first :meth:`make_env` built them (for tests)."""
+        return self._envs.built
 
     # -- lifecycle of the engine itself -----------------------------------------------------
 
     async def __aenter__(self) -> SandboxManager:
-        #: The rocklet the runtime brings into its units (built once per content; the admin serves it).
-        self.rocklet_delivery = await anyio.to_thread.run_sync(
-            functools.partial(prepare_rocklet, url=self.config.rocklet_url)
-        )
-        self.runtime.use_rocklet(self.rocklet_delivery)
-        self._http = new_http_client(max_answer=self.config.max_rocklet_answer)
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self.forwards.serve_in(self._tg)
-        self._tg.start_soon(self.removals.run)
+        core = self._core
+        tg = await core.open()
+        tg.start_soon(core.removals.run)
         # Orphans and stale pool members go in the background: the first start does not wait.
         self._sweep_done = anyio.Event()
-        self._tg.start_soon(reaping.background_sweep, self, self._sweep_done)
+        tg.start_soon(reaping.background_sweep, core, self._sweep_done)
         await self.recover()
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
@@ -234,9 +196,9 @@ class SandboxManager:
             reconcile.reconcile_loop,
             reconcile.watch_loop,
             timers.disk_loop,
-            monitoring.monitor_loop,
         ):
-            self._tg.start_soon(loop, self)
+            tg.start_soon(loop, core)
+        tg.start_soon(monitoring.monitor_loop, core, self.sampler)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -244,73 +206,35 @@ class SandboxManager:
 
     async def aclose(self) -> None:
         """Stop background work; with ``remove_on_close``, remove this engine's sandboxes. Idempotent."""
-        if self._closed:
+        core = self._core
+        if core.closed:
             return
-        self._closed = True
-        if self._tg is not None:
+        core.closed = True
+        if core.opened:
             # A sweep under way finishes (bounded): what it found should not wait for the next run.
             if self._sweep_done is not None:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(60):
                     await self._sweep_done.wait()
-            self._tg.cancel_scope.cancel()
-            await self._tg.__aexit__(None, None, None)
+            await core.cancel_tasks()
         with anyio.CancelScope(shield=True):
             if self.config.remove_on_close:
-                await reaping.remove_all_owned(self)
+                await reaping.remove_all_owned(core)
             else:
-                await self._hand_over_removals()
-                if self._pools:
-                    await claims.remove_members(
-                        self
-                    )  # sandboxes outlive the engine; idle pool members do not
-            if self._http is not None:
-                await self._http.aclose()
-            if self.archive_store is not None:
-                await self.archive_store.aclose()
-            await self.runtime.aclose()
-        self.store.close()
-
-    async def _hand_over_removals(self) -> None:
-        """At close, units still waiting in the removal queue go to the runtime's discard (it
-        finishes them after the engine is gone) and their sandboxes are recorded deleted."""
-        waiting = self.removals.hand_over()
-        if not waiting:
-            return
-        try:
-            await self.runtime.discard([handle for handle, _ in waiting])
-        except RockError as exc:
-            log.warning(
-                "could not hand %d unit(s) to the runtime for removal at close: %s",
-                len(waiting),
-                exc,
-            )
-            return  # their records stay stopped; the next sweep finds the units
-        for _, then in waiting:
-            if then is not None:
-                await then()
+                await reaping.hand_over_removals(core)
+                if core.pools:  # sandboxes outlive the engine; idle pool members do not
+                    await claims.remove_members(core)
+            await core.close_parts()
 
     @property
     def http(self) -> httpx.AsyncClient:
         """The pooled HTTP client for rocklets (only while the engine is open)."""
-        if self._http is None:
-            raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
-        return self._http
+        return self._core.http
 
-    def _open_task_group(self) -> anyio.abc.TaskGroup:
-        """The engine's task group, for work that outlives a call; raises unless the engine is open."""
-        if self._tg is None or self._closed:
-            raise RuntimeError("the engine is not open: use `async with SandboxManager(...)`")
-        return self._tg
-
-    def _labels(self, sandbox_id: str | None) -> dict[str, str]:
-        labels = {
-            LABEL_ENGINE: self.config.engine_label,
-            LABEL_OWNER: self.owner,
-            LABEL_ENGINE_ID: self.engine_id,
-        }
-        if sandbox_id is not None:
-            labels[LABEL_SANDBOX_ID] = sandbox_id
-        return labels
+    @property
+    def rocklet_delivery(self) -> RockletDelivery | None:
+        """The rocklet the runtime brings into its units (made when the engine opens; the admin
+        serves it)."""
+        return self._core.rocklet_delivery
 
     # -- start (engine/starting.py) ------------------------------------------------------------
 
@@ -337,7 +261,7 @@ class SandboxManager:
         :raises QuotaExceeded: the start would take the tenant past ``quota``.
         """
         return await starting.start_async(
-            self,
+            self._core,
             request,
             user_id=user_id,
             experiment_id=experiment_id,
@@ -347,9 +271,27 @@ class SandboxManager:
             quota=quota,
         )
 
-    async def start(self, request: SandboxStartRequest, **identity: str | None) -> SandboxStatus:
+    async def start(
+        self,
+        request: SandboxStartRequest,
+        *,
+        user_id: str | None = None,
+        experiment_id: str | None = None,
+        namespace: str | None = None,
+        cluster: str | None = None,
+        tenant: str | None = None,
+        quota: Quota | None = None,
+    ) -> SandboxStatus:
         """:meth:`start_async`, then wait until the sandbox runs (or its start fails)."""
-        started = await self.start_async(request, **identity)
+        started = await self.start_async(
+            request,
+            user_id=user_id,
+            experiment_id=experiment_id,
+            namespace=namespace,
+            cluster=cluster,
+            tenant=tenant,
+            quota=quota,
+        )
         assert started.sandbox_id is not None
         return await self.wait_until_running(started.sandbox_id)
 
@@ -363,7 +305,7 @@ class SandboxManager:
             sandbox was stopped before it ran.
         :raises StartupTimeout: ``timeout`` seconds passed first (the start goes on).
         """
-        return await starting.wait_until_running(self, sandbox_id, timeout)
+        return await starting.wait_until_running(self._core, sandbox_id, timeout)
 
     async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
         """Start a stopped sandbox again in its own unit: files kept, sessions gone. An archived
@@ -375,7 +317,7 @@ class SandboxManager:
         :raises NotSupported: an archived sandbox, and no archive store configured.
         :raises QuotaExceeded: the restart would take the sandbox's tenant past ``quota``.
         """
-        return await starting.restart(self, sandbox_id, quota)
+        return await starting.restart(self._core, sandbox_id, quota)
 
     # -- archive and restore (engine/archiving.py) ---------------------------------------------
 
@@ -392,7 +334,7 @@ class SandboxManager:
         :raises BadRequestRockError: the sandbox is not stopped, or its unit is gone.
         :raises NotSupported: no archive store is configured, or the runtime cannot snapshot.
         """
-        await archiving.archive(self, sandbox_id)
+        await archiving.archive(self._core, sandbox_id)
 
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
@@ -413,7 +355,7 @@ class SandboxManager:
             below 0.
         :raises NotSupported: the runtime cannot hand started units to sandboxes (its capability ``assign``).
         """
-        return await claims.set_warm_pool(self, request, size, tenant)
+        return await claims.set_warm_pool(self._core, request, size, tenant)
 
     async def warmup(
         self, request: SandboxStartRequest, size: int | None = None, *, tenant: str | None = None
@@ -426,18 +368,18 @@ class SandboxManager:
 
         :raises InvalidParameter: a bad request or size, or a spec above the engine's maximum.
         """
-        return await claims.warmup(self, request, size, tenant)
+        return await claims.warmup(self._core, request, size, tenant)
 
     def warm_pools(self) -> list[WarmPoolStatus]:
         """The status of every warm pool: target size, ready members, claims, failures."""
-        return claims.warm_pools(self)
+        return claims.warm_pools(self._core)
 
     async def wait_warm(self, timeout: float | None = None) -> list[WarmPoolStatus]:
         """Wait until every pool holds its target size, or has failed to make a member; return their status.
 
         :raises StartupTimeout: ``timeout`` seconds passed first (the pools go on filling).
         """
-        return await claims.wait_warm(self, timeout)
+        return await claims.wait_warm(self._core, timeout)
 
     # -- stop and delete (engine/stopping.py) --------------------------------------------------
 
@@ -447,7 +389,7 @@ class SandboxManager:
         Then, as its post-stop policy says: deleted at once (the default, ROCK's ``--rm``),
         or kept for ``restart`` until its ``auto_delete_time``.
         """
-        await stopping.stop(self, sandbox_id, reason)
+        await stopping.stop(self._core, sandbox_id, reason)
 
     async def delete(self, sandbox_id: str) -> None:
         """Delete a stopped or archived sandbox and its unit or archive (unknown or deleted: no-op).
@@ -459,7 +401,7 @@ class SandboxManager:
         :raises InternalServerRockError: the archive store failed to delete an archive (the
             sandbox stays archived, nothing lost).
         """
-        await stopping.delete(self, sandbox_id)
+        await stopping.delete(self._core, sandbox_id)
 
     # -- recovery and reaping (engine/recovery.py, engine/reaping.py) --------------------------
 
@@ -471,11 +413,11 @@ class SandboxManager:
         one whose unit died or vanished meanwhile, and one whose start the restart interrupted,
         is recorded as stopped with that reason. Nothing is left pending or unknown.
         """
-        return await recovery.recover(self)
+        return await recovery.recover(self._core)
 
     async def reap_orphans(self) -> int:
         """Remove units of this engine's kind whose owning process has died; return how many."""
-        return await reaping.reap_orphans(self)
+        return await reaping.reap_orphans(self._core)
 
     # -- timers, reconcile, disk (engine/timers.py, engine/reconcile.py) -----------------------
 
@@ -485,7 +427,7 @@ class SandboxManager:
 
         :param at: the moment (``time.time()``) the deadlines are judged at (default: now).
         """
-        await timers.run_timers(self, at)
+        await timers.run_timers(self._core, at)
 
     async def reconcile(self) -> None:
         """Compare every running sandbox with its unit; one that died is recorded as stopped.
@@ -493,11 +435,11 @@ class SandboxManager:
         One ``list`` of this owner's units per call; only units the listing does not show running
         (or whose state it does not give) are inspected, for their exit code and reason.
         """
-        await reconcile.reconcile(self)
+        await reconcile.reconcile(self._core)
 
     async def unit_gone(self, sandbox_id: str, status: RuntimeStatus) -> None:
         """Record that a live sandbox's unit stopped or vanished behind rock's back."""
-        await reconcile.unit_gone(self, sandbox_id, status)
+        await reconcile.unit_gone(self._core, sandbox_id, status)
 
     async def check_disk(self) -> list[str]:
         """One look at the disk use of every running sandbox (one runtime call for all of them);
@@ -510,7 +452,7 @@ class SandboxManager:
 
         :raises NotSupported: the runtime cannot measure disk use.
         """
-        return await timers.check_disk(self)
+        return await timers.check_disk(self._core)
 
     # -- resource use (engine/monitoring.py) ----------------------------------------------------
 
@@ -520,13 +462,13 @@ class SandboxManager:
 
         :raises NotSupported: the runtime cannot measure its units.
         """
-        return await monitoring.sample(self)
+        return await monitoring.sample(self._core, self.sampler)
 
     def usages(self) -> dict[str, SandboxUsage]:
         """The last sampled resource use of every running sandbox that has one, by sandbox id."""
         return {
             sandbox_id: live.usage
-            for sandbox_id, live in self._live.items()
+            for sandbox_id, live in self._core.live.items()
             if live.usage is not None and live.record.state is State.RUNNING
         }
 
@@ -535,14 +477,7 @@ class SandboxManager:
     def claimed_units(self) -> set[str]:
         """The unit ids sandboxes hold, by the records (of this owner, not deleted) and in memory:
         a warm-pool unit among them is claimed even where the runtime did not rename it."""
-        held = {live.handle.unit_id for live in self._live.values() if live.handle is not None}
-        states = [State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING]
-        held.update(
-            r.unit_id
-            for r in self.store.list(states=states, filters={"owner": self.owner})
-            if r.unit_id
-        )
-        return held
+        return self._core.claimed_units()
 
     def sandbox_of_unit(self, unit_id: str, hint: str | None = None) -> str | None:
         """The sandbox whose unit is ``unit_id`` (``None``: none this engine holds).
@@ -550,100 +485,25 @@ class SandboxManager:
         ``hint``: the sandbox the unit names (its label); when that sandbox holds it, the answer
         costs one lookup. Only a claimed warm-pool unit the runtime could not rename names
         another, and is found by a scan."""
-        live = self._live.get(hint) if hint else None
-        if live is not None and live.handle is not None and live.handle.unit_id == unit_id:
-            return hint
-        for sandbox_id, live in self._live.items():
-            if live.handle is not None and live.handle.unit_id == unit_id:
-                return sandbox_id
-        return None
+        return self._core.sandbox_of_unit(unit_id, hint)
 
-    # -- records and transitions -------------------------------------------------------------
-
-    def _apply(self, record: SandboxRecord, event: Event, **changes: Any) -> SandboxRecord:
-        """Fire ``event`` on ``record``, save the result, announce it; a no-op changes nothing."""
-        old = record.state
-        # ``record.lifecycle`` builds a new value on every read: keep the one applied to, which
-        # a no-op (stop twice, delete twice) returns as it is.
-        current = record.lifecycle
-        lifecycle = current.apply(event, at=now(), sandbox_id=record.sandbox_id)
-        if lifecycle is current:
-            return record
-        new = attrs.evolve(
-            record, state=lifecycle.state, state_history=lifecycle.history, **changes
-        )
-        self._save(new)
-        self.plugins.notify_transition(new, event, old, new.state)
-        return new
-
-    def _save(self, record: SandboxRecord) -> None:
-        self.store.put(record)
-        live = self._live.get(record.sandbox_id)
-        if live is not None:
-            live.record = record  # also once deleted: whoever holds it (a waiting delete) sees it
-        if record.state is State.DELETED:
-            self._live.pop(record.sandbox_id, None)
-
-    def _set_phase(
-        self, sandbox_id: str, name: str, status: PhaseStatus, message: str = ""
-    ) -> None:
-        live = self._live.get(sandbox_id)
-        if live is None:
-            return
-        phases = dict(live.record.phases)
-        old = phases.get(name)
-        at = now()
-        started = old.started_at if old is not None and old.started_at is not None else None
-        if status is PhaseStatus.RUNNING or (started is None and status is not PhaseStatus.WAITING):
-            started = started or at
-        completed = (
-            at if status in (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT) else None
-        )
-        phases[name] = Phase(
-            status=status, message=message, started_at=started, completed_at=completed
-        )
-        self._save(attrs.evolve(live.record, phases=phases))
+    # -- records and status ----------------------------------------------------------------------
 
     def get_record(self, sandbox_id: str) -> SandboxRecord:
         """The current record of ``sandbox_id`` (any state).
 
         :raises SandboxNotFound: no sandbox has ever had this id here.
         """
-        live = self._live.get(sandbox_id)
-        if live is not None:
-            return live.record
-        record = self.store.get(sandbox_id)
-        if record is None:
-            raise SandboxNotFound(
-                f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted="get_status"
-            )
-        return record
-
-    # -- status ------------------------------------------------------------------------------
+        return self._core.get_record(sandbox_id)
 
     def status_of(self, record: SandboxRecord) -> SandboxStatus:
         """What the engine knows of ``record``'s sandbox now: its queue position and idle deadline."""
-        position = self.queue.position(record.sandbox_id) if record.state is State.PENDING else None
-        return self._status(record, position)
+        return self._core.status_of(record)
 
     def statuses_of(self, records: Iterable[SandboxRecord]) -> list[SandboxStatus]:
         """:meth:`status_of` of each record, the start queue walked once for all (a listing)."""
         positions = self.queue.positions()
-        return [self._status(r, positions.get(r.sandbox_id)) for r in records]
-
-    def _status(self, record: SandboxRecord, position: int | None) -> SandboxStatus:
-        deadline = usage = None
-        clear = record.spec.auto_clear_seconds
-        if record.state in LIVE_STATES and clear:
-            live = self._live.get(record.sandbox_id)
-            activity = live.activity if live is not None else time.time()
-            deadline = datetime.fromtimestamp(activity + clear, UTC)
-        if record.state is State.RUNNING:
-            live = self._live.get(record.sandbox_id)
-            usage = live.usage if live is not None else None
-        return SandboxStatus(
-            record=record, queue_position=position, idle_deadline=deadline, usage=usage
-        )
+        return [self._core.status(r, positions.get(r.sandbox_id)) for r in records]
 
     async def get_status(self, sandbox_id: str, include_all_states: bool = False) -> SandboxStatus:
         """ROCK's ``get_status``: a pending or running sandbox's status and phases.
@@ -677,12 +537,8 @@ class SandboxManager:
         """Records from the store, restricted to ``states`` and exact-match ``filters``; a live
         sandbox's is the current one the engine holds (not read back from the store)."""
         return self.store.list(
-            states=states, filters=filters, limit=limit, offset=offset, known=self._known
+            states=states, filters=filters, limit=limit, offset=offset, known=self._core.known
         )
-
-    def _known(self, sandbox_id: str) -> SandboxRecord | None:
-        live = self._live.get(sandbox_id)
-        return None if live is None else live.record
 
     def count_records(
         self, *, states: list[State] | None = None, filters: Mapping[str, str] | None = None
@@ -697,7 +553,7 @@ class SandboxManager:
     def usage_by_tenant(self) -> dict[str, Usage]:
         """What each tenant's pending and running sandboxes hold (count, memory, CPUs): what
         quotas are checked against (:mod:`rock_core.tenancy`)."""
-        return usage_by_tenant(live.record for live in self._live.values())
+        return usage_by_tenant(live.record for live in self._core.live.values())
 
     # -- calls to sandboxes ------------------------------------------------------------------
 
@@ -711,7 +567,7 @@ class SandboxManager:
         :raises SandboxNotFound: unknown id, or the sandbox is not running (with its state and reason).
         :raises BadRequestRockError: the sandbox is still starting.
         """
-        live = self._live.get(sandbox_id)
+        live = self._core.live.get(sandbox_id)
         if live is None or live.client is None or live.record.state is not State.RUNNING:
             record = live.record if live is not None else self.get_record(sandbox_id)
             raise not_running_error(record, attempted)
@@ -719,35 +575,14 @@ class SandboxManager:
             live.activity = time.time()
         return live.client
 
-    def call(self, sandbox_id: str) -> _Call:
+    def call(self, sandbox_id: str) -> Call:
         """``async with engine.call(sandbox_id):`` (or plain ``with``) around a call to the sandbox:
         while it runs, the sandbox is never idle-stopped, and its end counts as activity.
 
         Safe from any thread (embedded callers call rocklets from their own event loops).
         """
-        return _Call(self, sandbox_id)
-
-    def _call_began(self, sandbox_id: str) -> None:
-        with self._in_flight_lock:
-            self._in_flight[sandbox_id] = self._in_flight.get(sandbox_id, 0) + 1
-        self.touch(sandbox_id)
-
-    def _call_ended(self, sandbox_id: str) -> None:
-        with self._in_flight_lock:
-            left = self._in_flight.get(sandbox_id, 1) - 1
-            if left > 0:
-                self._in_flight[sandbox_id] = left
-            else:
-                self._in_flight.pop(sandbox_id, None)
-        self.touch(sandbox_id)
-
-    def _busy(self, sandbox_id: str) -> bool:
-        """Whether a call to ``sandbox_id`` is running now (the idle timer waits for its end)."""
-        with self._in_flight_lock:
-            return bool(self._in_flight.get(sandbox_id))
+        return Call(self._core, sandbox_id)
 
     def touch(self, sandbox_id: str) -> None:
         """Count activity on ``sandbox_id`` (resets its idle timer); unknown ids are ignored."""
-        live = self._live.get(sandbox_id)
-        if live is not None:
-            live.activity = time.time()
+        self._core.touch(sandbox_id)

@@ -22,18 +22,15 @@ import logging
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import anyio
 
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER
 from rock_core.errors import NotSupported, RockError
 from rock_core.models import SandboxUsage, UnitStats
 from rock_core.sizes import format_bytes
 from rock_core.states import State
-
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
 
 __all__ = ["MAX_CPU_SHARE", "MEMORY_WARNING_PERCENT", "Sampler", "monitor_loop", "sample"]
 
@@ -62,44 +59,44 @@ class Sampler:
         self.cpu_seconds = 0.0
 
 
-async def monitor_loop(engine: SandboxManager) -> None:
+async def monitor_loop(core: EngineCore, sampler: Sampler) -> None:
     """Run :func:`sample` every ``config.stats_interval`` seconds while the runtime can measure,
     keeping its own cost at most :data:`MAX_CPU_SHARE` of a core: after a sample that took ``c``
     seconds of CPU it waits at least ``c / MAX_CPU_SHARE`` (with 1,000 sandboxes a sample takes
     about 0.4 s here, so they are sampled every 20 s instead of 5, and starts are not slowed)."""
-    interval = engine.config.stats_interval
-    if not interval or not engine.runtime.can_measure:
+    interval = core.config.stats_interval
+    if not interval or not core.runtime.can_measure:
         return
-    wait = interval
+    wait: float = interval
     while True:
         await anyio.sleep(wait)
-        before = engine.sampler.cpu_seconds
+        before = sampler.cpu_seconds
         try:
-            await sample(engine)
+            await sample(core, sampler)
         except NotSupported:
             return
         except RockError as exc:
             log.warning("could not sample sandboxes' resource use: %s", exc)
-        wait = max(interval, (engine.sampler.cpu_seconds - before) / MAX_CPU_SHARE)
+        wait = max(interval, (sampler.cpu_seconds - before) / MAX_CPU_SHARE)
 
 
-async def sample(engine: SandboxManager) -> int:
-    """One sample of every running sandbox's use; return how many were measured."""
-    sampler = engine.sampler
+async def sample(core: EngineCore, sampler: Sampler) -> int:
+    """One sample of every running sandbox's use, kept in ``sampler``; return how many were
+    measured."""
     began = time.process_time()
     running = {
         live.handle.unit_id: live
-        for live in engine._live.values()
+        for live in core.live.values()
         if live.record.state is State.RUNNING and live.handle is not None
     }
     if not running:
         sampler.previous.clear()
         sampler.cpu_seconds += time.process_time() - began
         return 0
-    stats = await engine.runtime.stats({LABEL_OWNER: engine.owner})
-    if sampler.samples % _DISK_EVERY == 0 and engine.runtime.capabilities.disk_usage:
+    stats = await core.runtime.stats({LABEL_OWNER: core.owner})
+    if sampler.samples % _DISK_EVERY == 0 and core.runtime.capabilities.disk_usage:
         try:
-            sampler.disk = await engine.runtime.disk_usage({LABEL_OWNER: engine.owner})
+            sampler.disk = await core.runtime.disk_usage({LABEL_OWNER: core.owner})
         except RockError:
             sampler.disk = {}
     sampler.samples += 1

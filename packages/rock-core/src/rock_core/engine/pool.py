@@ -35,7 +35,7 @@ import httpx
 from rock_core.actions import WarmPoolStatus
 from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import RockError
-from rock_core.models import PRIORITY_MIN, RuntimeStatus, SandboxSpec, UnitState
+from rock_core.models import PRIORITY_MIN, NonBlankStr, RuntimeStatus, SandboxSpec, UnitState
 from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import Runtime, UnitHandle
 
@@ -265,7 +265,7 @@ class WarmPool:
 
     async def _make_member(self, remove: Callable[[UnitHandle], Awaitable[None]]) -> None:
         name = f"rock-pool-{uuid.uuid4().hex[:12]}"
-        spec = attrs.evolve(self.spec, sandbox_id=name)
+        spec = attrs.evolve(self.spec, sandbox_id=NonBlankStr(name))
         token = secrets.token_urlsafe(32)
         handle: UnitHandle | None = None
         try:

@@ -9,7 +9,8 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
   (:mod:`rock_core.engine.removals`: a few at a time, and none while a start is in flight);
 - on demand (:func:`reap_orphans`): the orphans alone, for ``rock`` and the admin;
 - at close with ``remove_on_close`` (:func:`remove_all_owned`): every unit of this engine, its
-  sandboxes recorded stopped then deleted. Archived sandboxes have no unit: with a record store
+  sandboxes recorded stopped then deleted; without it (:func:`hand_over_removals`), only the
+  units still waiting in the removal queue, handed to the runtime. Archived sandboxes have no unit: with a record store
   on disk they stay archived (another process may restore them); with one in memory their
   archives are deleted, since nothing could restore them.
 """
@@ -17,10 +18,10 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import anyio
 
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_ENGINE, LABEL_ENGINE_ID, LABEL_OWNER, now
 from rock_core.engine.owners import owner_is_dead
 from rock_core.engine.pool import is_unclaimed_member
@@ -30,37 +31,40 @@ from rock_core.models import SandboxRecord
 from rock_core.states import LIVE_STATES, Event, State
 from rock_core.tenancy import archive_key
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
-__all__ = ["background_sweep", "reap_orphans", "remove_all_owned", "sweep"]
+__all__ = [
+    "background_sweep",
+    "hand_over_removals",
+    "reap_orphans",
+    "remove_all_owned",
+    "sweep",
+]
 
 log = logging.getLogger("rock.engine")
 
 
-async def reap_orphans(engine: SandboxManager) -> int:
-    """Remove units of ``engine``'s kind whose owning process has died; return how many."""
-    return await sweep(engine, reap=True)
+async def reap_orphans(core: EngineCore) -> int:
+    """Remove units of the engine's kind whose owning process has died; return how many."""
+    return await sweep(core, reap=True)
 
 
-async def sweep(engine: SandboxManager, *, reap: bool) -> int:
-    """One look at ``engine``'s kind of units: with ``reap``, remove those whose owning process
+async def sweep(core: EngineCore, *, reap: bool) -> int:
+    """One look at the engine's kind of units: with ``reap``, remove those whose owning process
     died; always remove the unclaimed pool members an earlier run of this owner left (an
     admin restart). Removals yield to starts (:mod:`rock_core.engine.removals`). Return how many
     orphans were reaped."""
     try:
-        handles = await engine.runtime.list({LABEL_ENGINE: engine.config.engine_label})
+        handles = await core.runtime.list({LABEL_ENGINE: core.config.engine_label})
     except RockError as exc:
         log.warning("could not list units to reap orphans and stale pool members: %s", exc)
         return 0
-    owner = engine.owner
-    claimed = engine.claimed_units()
+    owner = core.owner
+    claimed = core.claimed_units()
     stale = [
         h
         for h in handles
         if h.labels.get(LABEL_OWNER, "") == owner
         and is_unclaimed_member(h, claimed)
-        and h.labels.get(LABEL_ENGINE_ID) != engine.engine_id
+        and h.labels.get(LABEL_ENGINE_ID) != core.engine_id
     ]
     orphans = [
         h
@@ -71,20 +75,20 @@ async def sweep(engine: SandboxManager, *, reap: bool) -> int:
     ]
     if orphans:
         log.info("removing %d sandbox(es) whose owner has died", len(orphans))
-    await engine.removals.remove([*stale, *orphans])
+    await core.removals.remove([*stale, *orphans])
     return len(orphans)
 
 
-async def background_sweep(engine: SandboxManager, done: anyio.Event) -> None:
+async def background_sweep(core: EngineCore, done: anyio.Event) -> None:
     """The start-up sweep (orphans only when ``config.reap_orphans``); sets ``done`` when finished."""
     try:
-        await sweep(engine, reap=engine.config.reap_orphans)
+        await sweep(core, reap=core.config.reap_orphans)
     finally:
         done.set()
 
 
-async def remove_all_owned(engine: SandboxManager) -> None:
-    """End and remove every unit of ``engine`` (starts under way are cancelled first; units
+async def remove_all_owned(core: EngineCore) -> None:
+    """End and remove every unit of the engine (starts under way are cancelled first; units
     waiting in its removal queue join the rest) and record its sandboxes stopped (``"engine
     closed"``) and deleted.
 
@@ -96,17 +100,17 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     service (Docker's reaper process removes them a few at a time after this process is gone).
     A unit whose rocklet did not answer is removed by that same call.
     """
-    lives = engine._live
+    lives = core.live
     for live in list(lives.values()):
         if live.start_scope is not None:
             live.start_scope.cancel()
     handles = [live.handle for live in lives.values() if live.handle is not None]
-    handles += [handle for handle, _ in engine.removals.hand_over()]
+    handles += [handle for handle, _ in core.removals.hand_over()]
     known = {handle.unit_id for handle in handles}
     try:
         handles += [
             h
-            for h in await engine.runtime.list({LABEL_ENGINE_ID: engine.engine_id})
+            for h in await core.runtime.list({LABEL_ENGINE_ID: core.engine_id})
             if h.unit_id not in known
         ]
     except RockError as exc:
@@ -114,30 +118,50 @@ async def remove_all_owned(engine: SandboxManager) -> None:
     async with anyio.create_task_group() as tg:
         for live in lives.values():
             if live.client is not None:
-                tg.start_soon(end_processes, live.client, engine.removals.end_limiter)
+                tg.start_soon(end_processes, live.client, core.removals.end_limiter)
     if handles:
-        await engine.runtime.discard(handles)
+        await core.runtime.discard(handles)
     at = now()
-    keep_archives = engine.store.persistent
+    keep_archives = core.store.persistent
     for live in list(lives.values()):
         record = live.record
         if record.state is State.ARCHIVED:
             if keep_archives:
                 continue  # no unit; its archive and record wait for restart() or delete()
-            await _forget_archive(engine, record)  # nobody could ever restore it
+            await _forget_archive(core, record)  # nobody could ever restore it
         if record.state in LIVE_STATES:
-            record = engine._apply(record, Event.STOP, reason="engine closed", stop_time=at)
+            record = core.apply(record, Event.STOP, reason="engine closed", stop_time=at)
         if record.state in (State.STOPPED, State.ARCHIVED):
-            record = engine._apply(record, Event.DELETE, delete_time=at)
+            record = core.apply(record, Event.DELETE, delete_time=at)
     lives.clear()
 
 
-async def _forget_archive(engine: SandboxManager, record: SandboxRecord) -> None:
-    if engine.archive_store is None:
+async def hand_over_removals(core: EngineCore) -> None:
+    """At close, units still waiting in the removal queue go to the runtime's discard (it
+    finishes them after the engine is gone) and their sandboxes are recorded deleted."""
+    waiting = core.removals.hand_over()
+    if not waiting:
+        return
+    try:
+        await core.runtime.discard([handle for handle, _ in waiting])
+    except RockError as exc:
+        log.warning(
+            "could not hand %d unit(s) to the runtime for removal at close: %s",
+            len(waiting),
+            exc,
+        )
+        return  # their records stay stopped; the next sweep finds the units
+    for _, then in waiting:
+        if then is not None:
+            await then()
+
+
+async def _forget_archive(core: EngineCore, record: SandboxRecord) -> None:
+    if core.archive_store is None:
         return
     sandbox_id = record.sandbox_id
     with anyio.move_on_after(END_TIMEOUT * 10):
         try:
-            await engine.archive_store.delete(archive_key(record))
+            await core.archive_store.delete(archive_key(record))
         except RockError as exc:
             log.warning("could not delete the archive of sandbox %s at close: %s", sandbox_id, exc)

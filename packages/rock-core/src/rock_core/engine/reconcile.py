@@ -12,28 +12,25 @@ unit's exit (code, OOM kill, removal) as its reason:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 import anyio
 
-from rock_core.engine import restarting
+from rock_core.engine import crash_restarts
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, describe_exit
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import NotSupported, RockError
 from rock_core.models import RuntimeStatus, UnitState
 from rock_core.states import LIVE_STATES, State
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
 __all__ = ["reconcile", "reconcile_loop", "unit_gone", "watch_loop"]
 
 log = logging.getLogger("rock.engine")
 
 
-async def unit_gone(engine: SandboxManager, sandbox_id: str, status: RuntimeStatus) -> None:
+async def unit_gone(core: EngineCore, sandbox_id: str, status: RuntimeStatus) -> None:
     """Record that a live sandbox's unit stopped or vanished behind rock's back."""
-    live = engine._live.get(sandbox_id)
+    live = core.live.get(sandbox_id)
     if live is None or live.record.state not in LIVE_STATES:
         return
     if live.record.state is State.PENDING and live.client is None:
@@ -41,22 +38,22 @@ async def unit_gone(engine: SandboxManager, sandbox_id: str, status: RuntimeStat
     async with live.lock:
         if live.record.state in LIVE_STATES:
             reason = describe_exit(status)
-            if restarting.wants_restart(live.record, status):
-                await restarting.crashed(engine, live, reason)
+            if crash_restarts.wants_restart(live.record, status):
+                await crash_restarts.crashed(core, live, reason)
                 return
-            reason = restarting.gave_up(live.record, reason)
+            reason = crash_restarts.gave_up(live.record, reason)
             log.info("sandbox %s stopped: %s", sandbox_id, reason)
-            await stop_locked(engine, live, reason, unexpected=True)
+            await stop_locked(core, live, reason, unexpected=True)
 
 
-async def reconcile_loop(engine: SandboxManager) -> None:
+async def reconcile_loop(core: EngineCore) -> None:
     """Run :func:`reconcile` every ``config.reconcile_interval`` seconds, forever."""
     while True:
-        await anyio.sleep(engine.config.reconcile_interval)
-        await reconcile(engine)
+        await anyio.sleep(core.config.reconcile_interval)
+        await reconcile(core)
 
 
-async def reconcile(engine: SandboxManager) -> None:
+async def reconcile(core: EngineCore) -> None:
     """Compare every running sandbox with its unit; one that died is recorded as stopped.
 
     One ``list`` of this owner's units per call; only units the listing does not show running
@@ -64,15 +61,13 @@ async def reconcile(engine: SandboxManager) -> None:
     """
     running = {
         live.handle.unit_id: (sandbox_id, live)
-        for sandbox_id, live in list(engine._live.items())
+        for sandbox_id, live in list(core.live.items())
         if live.record.state is State.RUNNING and live.handle is not None
     }
     if not running:
         return
     try:
-        listed = {
-            h.unit_id: h.state for h in await engine.runtime.list({LABEL_OWNER: engine.owner})
-        }
+        listed = {h.unit_id: h.state for h in await core.runtime.list({LABEL_OWNER: core.owner})}
     except RockError as exc:
         log.warning("could not list units to reconcile: %s", exc)
         return
@@ -81,28 +76,28 @@ async def reconcile(engine: SandboxManager) -> None:
             continue
         assert live.handle is not None
         try:
-            status = await engine.runtime.inspect(live.handle)
+            status = await core.runtime.inspect(live.handle)
         except RockError as exc:
             log.warning("could not inspect sandbox %s: %s", sandbox_id, exc)
             continue
         if status.state is not UnitState.RUNNING:
-            await unit_gone(engine, sandbox_id, status)
+            await unit_gone(core, sandbox_id, status)
 
 
-async def watch_loop(engine: SandboxManager) -> None:
+async def watch_loop(core: EngineCore) -> None:
     """Follow the runtime's unit events (when it has them); reconnect after a failure."""
-    if not engine.runtime.capabilities.watch:
+    if not core.runtime.capabilities.watch:
         return  # the reconcile loop polls instead
     while True:
         try:
             # By owner, not engine id: units recovered from an earlier run of this owner count.
-            async for handle, status in engine.runtime.watch({LABEL_OWNER: engine.owner}):
+            async for handle, status in core.runtime.watch({LABEL_OWNER: core.owner}):
                 if status.state is not UnitState.RUNNING:
-                    if any(pool.forget(handle.unit_id) for pool in engine._pools.values()):
+                    if any(pool.forget(handle.unit_id) for pool in core.pools.values()):
                         continue
                     await unit_gone(
-                        engine,
-                        engine.sandbox_of_unit(handle.unit_id, handle.sandbox_id)
+                        core,
+                        core.sandbox_of_unit(handle.unit_id, handle.sandbox_id)
                         or handle.sandbox_id,
                         status,
                     )

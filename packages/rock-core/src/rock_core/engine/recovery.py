@@ -14,41 +14,38 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING
 
 import attrs
 
 from rock_core.engine import archiving
+from rock_core.engine.bringup import open_ports
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
-from rock_core.engine.starting import open_ports
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import RockError
 from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, UnitState
 from rock_core.rocklet_client import RockletClient
 from rock_core.states import Event, State
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
 __all__ = ["adopt", "recover"]
 
 log = logging.getLogger("rock.engine")
 
 
-async def recover(engine: SandboxManager) -> int:
+async def recover(core: EngineCore) -> int:
     """:meth:`SandboxManager.recover <rock_core.engine.manager.SandboxManager.recover>`: take back
     this owner's sandboxes that are not deleted; return how many."""
     records = [
         r
-        for r in engine.store.list(
+        for r in core.store.list(
             states=[State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING, State.ARCHIVED]
         )
-        if r.owner == engine.owner and r.sandbox_id not in engine._live
+        if r.owner == core.owner and r.sandbox_id not in core.live
     ]
     if not records:
         return 0
     try:
-        units = await engine.runtime.list({LABEL_OWNER: engine.owner})
+        units = await core.runtime.list({LABEL_OWNER: core.owner})
     except RockError as exc:
         log.warning("could not list units to recover sandboxes: %s", exc)
         units = []
@@ -64,51 +61,51 @@ async def recover(engine: SandboxManager) -> int:
             )  # a claimed pool unit keeps its name
         live = LiveSandbox(record=record, handle=handle)
         live.start_done.set()
-        engine._live[record.sandbox_id] = live
+        core.live[record.sandbox_id] = live
         if record.state in (State.STOPPED, State.ARCHIVED):
             live.settled.set()
             continue
         if record.state is State.ARCHIVING:
             live.settled.set()
-            await archiving.recover_archiving(engine, live)
+            await archiving.recover_archiving(core, live)
             continue
-        reason = await adopt(engine, live)
+        reason = await adopt(core, live)
         if reason is not None and archiving.is_restoring(live):
-            await archiving.recover_restoring(engine, live, reason)
+            await archiving.recover_restoring(core, live, reason)
             continue
         live.settled.set()
         if reason is not None:
             async with live.lock:
-                await stop_locked(engine, live, reason, unexpected=True)
+                await stop_locked(core, live, reason, unexpected=True)
     return len(records)
 
 
-async def adopt(engine: SandboxManager, live: LiveSandbox) -> str | None:
+async def adopt(core: EngineCore, live: LiveSandbox) -> str | None:
     """Reconnect a recovered live sandbox to its rocklet; the reason to stop it, if it can't be."""
     record = live.record
     if live.handle is None:
         return "container was removed while rock was not running"
     try:
-        status = await engine.runtime.inspect(live.handle)
+        status = await core.runtime.inspect(live.handle)
     except RockError as exc:
         return f"could not inspect its container after a restart: {exc.message}"
     if status.state is not UnitState.RUNNING or status.rocklet_address is None:
         return describe_exit(status) + " while rock was not running"
     client = RockletClient(
-        engine.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token
+        core.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token
     )
     if not await client.is_alive(timeout=5.0):
         return "its rocklet did not answer after rock restarted"
     live.client = client
     live.activity = time.time()
-    mapping = await open_ports(engine, live, client, status)
-    engine._save(attrs.evolve(record, port_mapping=mapping or dict(record.port_mapping)))
+    mapping = await open_ports(core, live, client, status)
+    core.save(attrs.evolve(record, port_mapping=mapping or dict(record.port_mapping)))
     if record.state is State.PENDING:  # its start was cut short just before the end: finish it
-        engine._set_phase(
+        core.set_phase(
             record.sandbox_id,
             PHASE_DOCKER_RUN,
             PhaseStatus.SUCCESS,
             "docker run success (recovered)",
         )
-        engine._apply(live.record, Event.ALIVE, start_time=now(), reason=None)
+        core.apply(live.record, Event.ALIVE, start_time=now(), reason=None)
     return None

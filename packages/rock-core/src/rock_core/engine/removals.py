@@ -30,21 +30,26 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import anyio
 import attrs
 
+from rock_core.engine.live import LiveSandbox
+from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import RockError
 from rock_core.rocklet_client import RockletClient
-from rock_core.runtime import UnitHandle
+from rock_core.runtime import Runtime, UnitHandle
 from rock_core.states import State
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
-__all__ = ["CONCURRENCY", "MAX_YIELD", "Removals", "end_processes", "starts_in_flight"]
+__all__ = [
+    "CONCURRENCY",
+    "MAX_YIELD",
+    "Removals",
+    "end_processes",
+    "remove_quietly",
+    "starts_in_flight",
+]
 
 log = logging.getLogger("rock.engine")
 
@@ -64,25 +69,30 @@ END_CONCURRENCY = 64
 END_TIMEOUT = 3.0
 
 
-def starts_in_flight(engine: SandboxManager) -> bool:
-    """Whether ``engine`` is starting a sandbox now: a start-queue slot held or awaited (warm-pool
+async def remove_quietly(runtime: Runtime, handle: UnitHandle) -> None:
+    """Remove a unit now; a failure is logged, not raised (the unit is reaped later)."""
+    try:
+        await runtime.remove(handle)
+    except RockError as exc:
+        log.warning("could not remove unit of sandbox %s: %s", handle.sandbox_id, exc)
+
+
+def starts_in_flight(queue: StartQueue, live: Mapping[str, LiveSandbox]) -> bool:
+    """Whether the engine is starting a sandbox now: a start-queue slot held or awaited (warm-pool
     refills too), or a sandbox still pending (a warm-pool claim, a start not yet queued)."""
-    queue = engine.queue
     return (
         queue.active > 0
         or queue.depth > 0
-        or any(live.record.state is State.PENDING for live in engine._live.values())
+        or any(one.record.state is State.PENDING for one in live.values())
     )
 
 
-async def _a_start_settles(engine: SandboxManager) -> None:
+async def _a_start_settles(queue: StartQueue, live: Mapping[str, LiveSandbox]) -> None:
     """Return when a start in flight may have ended: the oldest pending sandbox settled, or
     (none pending: warm-pool refills hold the queue) a start-queue slot was freed."""
-    pending = next(
-        (live for live in engine._live.values() if live.record.state is State.PENDING), None
-    )
+    pending = next((one for one in live.values() if one.record.state is State.PENDING), None)
     if pending is None:
-        await engine.queue.freed()
+        await queue.freed()
     elif not pending.settled.is_set():
         await pending.settled.wait()
     else:  # settled, and its record not yet moved on: look again shortly
@@ -116,10 +126,27 @@ class Removals:
     :meth:`run` serves it inside the engine's task group; :meth:`submit` adds a unit without
     waiting; :meth:`remove` adds several and waits until they are gone; :meth:`hand_over`
     empties the queue when the engine closes.
+
+    :param runtime: what removes the units.
+    :param queue: the engine's start queue, and ``live`` its live sandboxes: removals wait
+        while a start is in flight.
+    :param remove_on_close: the engine removes everything at its close (then a removal under
+        way is abandoned there, not finished first).
     """
 
-    def __init__(self, engine: SandboxManager, concurrency: int = CONCURRENCY) -> None:
-        self._engine = engine
+    def __init__(
+        self,
+        runtime: Runtime,
+        queue: StartQueue,
+        live: Mapping[str, LiveSandbox],
+        *,
+        remove_on_close: bool,
+        concurrency: int = CONCURRENCY,
+    ) -> None:
+        self._runtime = runtime
+        self._queue = queue
+        self._live = live
+        self._remove_on_close = remove_on_close
         self._waiting: deque[_Removal] = deque()
         self._retrying: set[_Removal] = set()  # failed once, waiting to be tried again
         self._wake = anyio.Event()
@@ -164,7 +191,6 @@ class Removals:
 
     async def run(self) -> None:
         """Serve the queue until cancelled (the engine's close)."""
-        engine = self._engine
         yielding_since: float | None = None
         async with anyio.create_task_group() as tg:
             while True:
@@ -176,7 +202,7 @@ class Removals:
                 await self._limiter.acquire_on_behalf_of(removal)
                 # Begin nothing while a start is in flight; after MAX_YIELD seconds of starts
                 # without a pause, one at a time.
-                while starts_in_flight(engine):
+                while starts_in_flight(self._queue, self._live):
                     at = time.monotonic()
                     yielding_since = at if yielding_since is None else yielding_since
                     left = MAX_YIELD - (at - yielding_since)
@@ -186,7 +212,7 @@ class Removals:
                         if left <= 0:  # one at a time from now: wait for the others to end
                             await self._ended.wait()
                         else:
-                            await _a_start_settles(engine)
+                            await _a_start_settles(self._queue, self._live)
                 else:
                     yielding_since = None
                 if not self._waiting or self._waiting[0] is not removal:  # handed over meanwhile
@@ -199,10 +225,10 @@ class Removals:
         # hands every unit it has to Runtime.discard); any other finishes it first.
         removal.attempts += 1
         done = False
-        with anyio.CancelScope(shield=not self._engine.config.remove_on_close):
+        with anyio.CancelScope(shield=not self._remove_on_close):
             try:
                 try:
-                    await self._engine.runtime.remove(removal.handle)
+                    await self._runtime.remove(removal.handle)
                     done = True
                     self.removed += 1
                 except RockError as exc:

@@ -13,22 +13,18 @@ from __future__ import annotations
 import functools
 import logging
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import anyio
 
-from rock_core.engine import archiving, restarting
+from rock_core.engine import archiving
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, LiveSandbox, now
-from rock_core.engine.removals import end_processes
+from rock_core.engine.removals import end_processes, remove_quietly
 from rock_core.errors import RockError
 from rock_core.models import SandboxSpec
-from rock_core.runtime import Runtime, UnitHandle
 from rock_core.states import LIVE_STATES, Event, State
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
-__all__ = ["delete", "post_stop_plan", "remove_quietly", "stop", "stop_locked"]
+__all__ = ["delete", "post_stop_plan", "stop", "stop_locked"]
 
 log = logging.getLogger("rock.engine")
 
@@ -37,21 +33,13 @@ log = logging.getLogger("rock.engine")
 _DEATH_GRACE_SECONDS = 60
 
 
-async def remove_quietly(runtime: Runtime, handle: UnitHandle) -> None:
-    """Remove a unit; a failure is logged, not raised (the unit is reaped later)."""
-    try:
-        await runtime.remove(handle)
-    except RockError as exc:
-        log.warning("could not remove unit of sandbox %s: %s", handle.sandbox_id, exc)
-
-
-def post_stop_plan(engine: SandboxManager, spec: SandboxSpec) -> tuple[State, int]:
+def post_stop_plan(core: EngineCore, spec: SandboxSpec) -> tuple[State, int]:
     """What happens after a stop: (``deleted`` or ``archived``, after how many seconds).
 
     ``auto_archive_seconds`` wins (ROCK); else ``auto_delete_seconds`` or the engine's default,
     capped by ``max_auto_delete_seconds``. Only a delete after 0 seconds removes the unit at once.
     """
-    config = engine.config
+    config = core.config
     if spec.auto_archive_seconds is not None:
         return State.ARCHIVED, spec.auto_archive_seconds  # ROCK: an archive policy wins
     delay = (
@@ -64,13 +52,13 @@ def post_stop_plan(engine: SandboxManager, spec: SandboxSpec) -> tuple[State, in
     return State.DELETED, delay
 
 
-async def stop(engine: SandboxManager, sandbox_id: str, reason: str = "manual") -> None:
+async def stop(core: EngineCore, sandbox_id: str, reason: str = "manual") -> None:
     """:meth:`SandboxManager.stop <rock_core.engine.manager.SandboxManager.stop>`: stop a sandbox
     (unknown id and already stopped are not errors)."""
-    live = engine._live.get(sandbox_id)
+    live = core.live.get(sandbox_id)
     if live is None:
         return
-    restarting.cancel_restart(live)  # a crashed sandbox waiting to be restarted stays stopped
+    live.cancel_restart()  # a crashed sandbox waiting to be restarted stays stopped
     if archiving.is_restoring(live):
         # A stop while restoring cancels the restore: the sandbox goes back to archived (its
         # archive is its only copy; nothing moves a restoring sandbox to stopped).
@@ -87,11 +75,11 @@ async def stop(engine: SandboxManager, sandbox_id: str, reason: str = "manual") 
             await live.start_done.wait()
     async with live.lock:
         if live.record.state in LIVE_STATES:
-            await stop_locked(engine, live, reason)
+            await stop_locked(core, live, reason)
 
 
 async def stop_locked(
-    engine: SandboxManager,
+    core: EngineCore,
     live: LiveSandbox,
     reason: str,
     *,
@@ -101,13 +89,13 @@ async def stop_locked(
     """Stop the sandbox, its lock held; ``unexpected``: it died (its record is kept a grace
     period to be read); ``keep_seconds``: keep its unit at least that long (files for inspection)."""
     record = live.record
-    target, delay = post_stop_plan(engine, record.spec)
+    target, delay = post_stop_plan(core, record.spec)
     if unexpected and delay == 0 and target is State.DELETED:
         delay = _DEATH_GRACE_SECONDS
     delay = max(delay, keep_seconds)
     removed_now = delay == 0 and target is State.DELETED
     at = now()
-    record = engine._apply(
+    record = core.apply(
         record,
         Event.STOP,
         stop_time=at,
@@ -115,19 +103,19 @@ async def stop_locked(
         auto_transition_state=target,
         auto_transition_time=at + timedelta(seconds=delay),
     )
-    engine.forwards.close(record.sandbox_id)
+    core.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
     live.settled.set()
     if live.handle is None:
         # Stopped while starting: find a unit the start may have made (by its labels).
         try:
-            found = await engine.runtime.list(
-                {LABEL_SANDBOX_ID: record.sandbox_id, LABEL_ENGINE_ID: engine.engine_id}
+            found = await core.runtime.list(
+                {LABEL_SANDBOX_ID: record.sandbox_id, LABEL_ENGINE_ID: core.engine_id}
             )
         except RockError:
             found = []
-        for handle in found:
-            await remove_quietly(engine.runtime, handle)
+        for unit in found:
+            await remove_quietly(core.runtime, unit)
     if removed_now:
         # Removing a unit takes the runtime a while (dockerd a few hundred milliseconds); the
         # caller need not wait. The rocklet ends the sandbox's processes now (nothing in it runs
@@ -135,35 +123,35 @@ async def stop_locked(
         # turns ``deleted`` once the unit is gone.
         handle, live.handle = live.handle, None
         live.removing = True
-        if engine._tg is not None and not engine._closed:
-            then = functools.partial(_delete_unlocked, engine, live)
+        if core.is_open:
+            then = functools.partial(_delete_unlocked, core, live)
             if handle is None:
-                engine._tg.start_soon(then)
+                core.task_group().start_soon(then)
             else:
                 if client is not None:
-                    await end_processes(client, engine.removals.end_limiter)
-                engine.removals.submit(handle, then=then)
+                    await end_processes(client, core.removals.end_limiter)
+                core.removals.submit(handle, then=then)
         else:
             if handle is not None:
-                await remove_quietly(engine.runtime, handle)
-            _delete_record(engine, live)
+                await remove_quietly(core.runtime, handle)
+            _delete_record(core, live)
     elif live.handle is not None:
         try:
-            await engine.runtime.stop(live.handle, timeout=engine.config.stop_timeout)
+            await core.runtime.stop(live.handle, timeout=core.config.stop_timeout)
         except RockError as exc:
             log.warning("could not stop the unit of sandbox %s: %s", record.sandbox_id, exc)
     if client is not None:
         await client.forget()
 
 
-async def _delete_unlocked(engine: SandboxManager, live: LiveSandbox) -> None:
+async def _delete_unlocked(core: EngineCore, live: LiveSandbox) -> None:
     async with live.lock:
-        _delete_record(engine, live)
+        _delete_record(core, live)
 
 
-def _delete_record(engine: SandboxManager, live: LiveSandbox) -> None:
+def _delete_record(core: EngineCore, live: LiveSandbox) -> None:
     if live.record.state is State.STOPPED:
-        engine._apply(
+        core.apply(
             live.record,
             Event.DELETE,
             delete_time=now(),
@@ -172,19 +160,19 @@ def _delete_record(engine: SandboxManager, live: LiveSandbox) -> None:
         )
 
 
-async def delete(engine: SandboxManager, sandbox_id: str) -> None:
+async def delete(core: EngineCore, sandbox_id: str) -> None:
     """:meth:`SandboxManager.delete <rock_core.engine.manager.SandboxManager.delete>`: delete a
     stopped or archived sandbox and its unit or archive (unknown or deleted: no-op). A sandbox
     being archived has its archive cancelled (its partial objects deleted) first.
 
     :raises InvalidTransition: the sandbox is pending or running: stop it first.
     """
-    live = archiving.live_or_load(engine, sandbox_id)
+    live = core.live_or_load(sandbox_id)
     if live is None:
         return
     if live.removing:
         return  # already on its way to deleted
-    restarting.cancel_restart(live)
+    live.cancel_restart()
     if live.record.state is State.ARCHIVING:
         await archiving.cancel_archive(live)
     async with live.lock:
@@ -193,10 +181,10 @@ async def delete(engine: SandboxManager, sandbox_id: str) -> None:
             Event.DELETE, at=now(), sandbox_id=sandbox_id
         )  # raises if not allowed
         if record.state is State.ARCHIVED:
-            await archiving.delete_archive(engine, record)  # raises: kept archived, nothing lost
+            await archiving.delete_archive(core, record)  # raises: kept archived, nothing lost
         if live.handle is not None:
-            await remove_quietly(engine.runtime, live.handle)
-        engine._apply(
+            await remove_quietly(core.runtime, live.handle)
+        core.apply(
             record,
             Event.DELETE,
             delete_time=now(),

@@ -12,6 +12,7 @@ a newer rock's file.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import sqlite3
@@ -176,9 +177,10 @@ class SandboxStore:
     @staticmethod
     def _where(
         states: Iterable[State] | None, filters: Mapping[str, str] | None
-    ) -> tuple[str, list[object]]:
-        clauses: list[str] = []
-        args: list[object] = []
+    ) -> tuple[str, builtins.list[object]]:
+        # ``list`` here is SandboxStore.list: the builtin is named in full.
+        clauses: builtins.list[str] = []
+        args: builtins.list[object] = []
         if states is not None:
             values: Sequence[str] = [State(s).value for s in states]
             clauses.append(f"state IN ({','.join('?' * len(values)) or 'NULL'})")

@@ -15,33 +15,30 @@ import functools
 import logging
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
 
 import anyio
 
 from rock_core.engine import archiving
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
 from rock_core.errors import NotSupported, RockError
 from rock_core.sizes import format_bytes
 from rock_core.states import State
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
 __all__ = ["check_disk", "disk_loop", "run_timers", "timer_loop"]
 
 log = logging.getLogger("rock.engine")
 
 
-async def timer_loop(engine: SandboxManager) -> None:
+async def timer_loop(core: EngineCore) -> None:
     """Run :func:`run_timers` every ``config.timer_interval`` seconds, forever."""
     while True:
-        await anyio.sleep(engine.config.timer_interval)
-        await run_timers(engine)
+        await anyio.sleep(core.config.timer_interval)
+        await run_timers(core)
 
 
-async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
+async def run_timers(core: EngineCore, at: float | None = None) -> None:
     """:meth:`SandboxManager.run_timers <rock_core.engine.manager.SandboxManager.run_timers>`:
     stop idle sandboxes and delete stopped ones whose deadline passed, all at once.
 
@@ -52,10 +49,10 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
     expired: list[str] = []
     due: list[str] = []
     archives: list[str] = []
-    for sandbox_id, live in list(engine._live.items()):
+    for sandbox_id, live in list(core.live.items()):
         record = live.record
         clear = record.spec.auto_clear_seconds
-        if engine._busy(sandbox_id):
+        if core.busy(sandbox_id):
             live.activity = max(live.activity, now_ts)  # a long command is activity until it ends
         elif record.state is State.RUNNING and clear and now_ts > live.activity + clear:
             # Idle time counts from running: a start waiting in a long queue is not idle (its
@@ -69,40 +66,40 @@ async def run_timers(engine: SandboxManager, at: float | None = None) -> None:
             and record.auto_transition_time <= now
         ):
             due.append(sandbox_id)
-        elif archiving.archive_due(engine, live, now):
+        elif archiving.archive_due(core, live, now):
             archives.append(sandbox_id)
 
     async def auto_archive(sandbox_id: str) -> None:
         try:
-            await archiving.archive(engine, sandbox_id)
+            await archiving.archive(core, sandbox_id)
         except RockError as exc:
             log.warning("auto-archive of %s failed: %s", sandbox_id, exc)
 
     async def auto_delete(sandbox_id: str) -> None:
         try:
-            await delete(engine, sandbox_id)
+            await delete(core, sandbox_id)
         except RockError as exc:
             log.warning("auto-delete of %s failed: %s", sandbox_id, exc)
 
     async with anyio.create_task_group() as tg:
         for sandbox_id in expired:
-            tg.start_soon(functools.partial(stop, engine, sandbox_id, reason="expired"))
+            tg.start_soon(functools.partial(stop, core, sandbox_id, reason="expired"))
         for sandbox_id in due:
             tg.start_soon(auto_delete, sandbox_id)
         for sandbox_id in archives:
             tg.start_soon(auto_archive, sandbox_id)
 
 
-async def disk_loop(engine: SandboxManager) -> None:
+async def disk_loop(core: EngineCore) -> None:
     """Run :func:`check_disk` every ``config.disk_check_interval`` seconds, if the runtime can
     measure disk use (its notes say which disk limits stay unenforced otherwise)."""
-    runtime = engine.runtime
+    runtime = core.runtime
     if not runtime.capabilities.disk_usage:
         return
     while True:
-        await anyio.sleep(engine.config.disk_check_interval)
+        await anyio.sleep(core.config.disk_check_interval)
         try:
-            await check_disk(engine)
+            await check_disk(core)
         except NotSupported:
             log.info(
                 "runtime %r cannot measure disk use: disk limits it cannot enforce stay unenforced",
@@ -111,7 +108,7 @@ async def disk_loop(engine: SandboxManager) -> None:
             return
 
 
-async def check_disk(engine: SandboxManager) -> list[str]:
+async def check_disk(core: EngineCore) -> list[str]:
     """:meth:`SandboxManager.check_disk <rock_core.engine.manager.SandboxManager.check_disk>`:
     one look at the disk use of every running sandbox; stop those past their limit; their ids.
 
@@ -119,7 +116,7 @@ async def check_disk(engine: SandboxManager) -> list[str]:
     """
     watched = {
         live.handle.unit_id: live
-        for live in engine._live.values()
+        for live in core.live.values()
         if live.record.state is State.RUNNING
         and live.handle is not None
         and live.record.spec.disk is not None
@@ -127,7 +124,7 @@ async def check_disk(engine: SandboxManager) -> list[str]:
     if not watched:
         return []
     try:
-        usage = await engine.runtime.disk_usage({LABEL_OWNER: engine.owner})
+        usage = await core.runtime.disk_usage({LABEL_OWNER: core.owner})
     except NotSupported:
         raise
     except RockError as exc:
@@ -140,13 +137,13 @@ async def check_disk(engine: SandboxManager) -> list[str]:
     ]
     async with anyio.create_task_group() as tg:
         for live, used in over:
-            tg.start_soon(_stop_over_disk, engine, live, used)
+            tg.start_soon(_stop_over_disk, core, live, used)
     return [live.record.sandbox_id for live, _ in over]
 
 
-async def _stop_over_disk(engine: SandboxManager, live: LiveSandbox, used: int) -> None:
+async def _stop_over_disk(core: EngineCore, live: LiveSandbox, used: int) -> None:
     limit = live.record.spec.disk or 0
-    keep = engine.config.disk_keep_seconds
+    keep = core.config.disk_keep_seconds
     reason = (
         f"disk limit exceeded: the sandbox wrote {format_bytes(used)}, its limit is {format_bytes(limit)}; "
         f"its files are kept for at least {keep} s for inspection"
@@ -154,4 +151,4 @@ async def _stop_over_disk(engine: SandboxManager, live: LiveSandbox, used: int) 
     log.warning("stopping sandbox %s: %s", live.record.sandbox_id, reason)
     async with live.lock:
         if live.record.state is State.RUNNING:
-            await stop_locked(engine, live, reason, keep_seconds=keep)
+            await stop_locked(core, live, reason, keep_seconds=keep)

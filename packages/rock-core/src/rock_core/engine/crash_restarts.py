@@ -1,5 +1,6 @@
-"""Restart after a crash: a running sandbox whose unit died behind the engine's back is started
-again, same id, when its ``restart_policy`` says so.
+"""Restarts after a crash, by restart policy: a running sandbox whose unit died behind the
+engine's back is started again, same id, when its ``restart_policy`` says so. (The restart a
+caller asks of a stopped sandbox is :func:`rock_core.engine.starting.restart`.)
 
 When the reconciler or the runtime's event watch finds a running sandbox's unit ended
 (:func:`rock_core.engine.reconcile.unit_gone`), :func:`wants_restart` decides by the sandbox's
@@ -21,19 +22,20 @@ from __future__ import annotations
 import logging
 import time
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import anyio
 import attrs
 
+from rock_core.engine.admission import waiting_phases
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LiveSandbox, now
+from rock_core.engine.removals import remove_quietly
+from rock_core.engine.starting import run_start
+from rock_core.engine.stopping import post_stop_plan
 from rock_core.models import RestartPolicy, RuntimeStatus, SandboxRecord, UnitState
 from rock_core.states import Event, State
 
-if TYPE_CHECKING:
-    from rock_core.engine.manager import SandboxManager
-
-__all__ = ["MAX_BACKOFF_SECONDS", "cancel_restart", "crashed", "gave_up", "wants_restart"]
+__all__ = ["MAX_BACKOFF_SECONDS", "crashed", "gave_up", "wants_restart"]
 
 log = logging.getLogger("rock.engine")
 
@@ -68,10 +70,10 @@ def gave_up(record: SandboxRecord, reason: str) -> str:
     return f"{reason} (not restarted: gave up after {count} restart{'s' if count != 1 else ''}, max_restarts)"
 
 
-async def crashed(engine: SandboxManager, live: LiveSandbox, reason: str) -> None:
+async def crashed(core: EngineCore, live: LiveSandbox, reason: str) -> None:
     """Record the crash as a stop (the unit kept) and start the sandbox again after the back-off.
     The sandbox's lock is held."""
-    record = engine._apply(
+    record = core.apply(
         live.record,
         Event.STOP,
         stop_time=now(),
@@ -79,35 +81,29 @@ async def crashed(engine: SandboxManager, live: LiveSandbox, reason: str) -> Non
         auto_transition_state=None,
         auto_transition_time=None,
     )
-    engine.forwards.close(record.sandbox_id)
+    core.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
     if client is not None:
         await client.forget()
-    delay = min(
-        MAX_BACKOFF_SECONDS, engine.config.restart_backoff_seconds * 2**record.restart_count
-    )
+    delay = min(MAX_BACKOFF_SECONDS, core.config.restart_backoff_seconds * 2**record.restart_count)
     log.warning("sandbox %s crashed (%s); restarting it in %gs", record.sandbox_id, reason, delay)
     live.settled = anyio.Event()  # a wait_until_running now waits for the restart
     scope = anyio.CancelScope()
     live.restart_scope = scope
-    engine._open_task_group().start_soon(_restart_later, engine, live, reason, delay, scope)
+    core.task_group().start_soon(_restart_later, core, live, reason, delay, scope)
 
 
 async def _restart_later(
-    engine: SandboxManager, live: LiveSandbox, reason: str, delay: float, scope: anyio.CancelScope
+    core: EngineCore, live: LiveSandbox, reason: str, delay: float, scope: anyio.CancelScope
 ) -> None:
-    from rock_core.engine.starting import run_start, waiting_phases
-
     with scope:
         await anyio.sleep(delay)
     live.restart_scope = None
     if scope.cancelled_caught and not live.removing and live.record.state is State.STOPPED:
         # Stopped by hand during the back-off: from now on its post-stop policy applies, as
         # for any sandbox that died (kept a minute at least, so the reason can be read).
-        from rock_core.engine.stopping import post_stop_plan
-
-        target, keep = post_stop_plan(engine, live.record.spec)
-        engine._save(
+        target, keep = post_stop_plan(core, live.record.spec)
+        core.save(
             attrs.evolve(
                 live.record,
                 auto_transition_state=target,
@@ -117,11 +113,9 @@ async def _restart_later(
     if scope.cancelled_caught or live.removing or live.record.state is not State.STOPPED:
         live.settled.set()
         return
-    runtime = engine.runtime
+    runtime = core.runtime
     reuse = runtime.keeps_files_across_stop and live.handle is not None
     if not reuse and live.handle is not None:
-        from rock_core.engine.stopping import remove_quietly
-
         handle, live.handle = live.handle, None
         await remove_quietly(runtime, handle)  # a new unit comes from the spec
     async with live.lock:
@@ -133,7 +127,7 @@ async def _restart_later(
         note = f"restarted ({count} of {record.spec.max_restarts}) at {now():%Y-%m-%d %H:%M:%S}Z after: {reason}"
         others = [n for n in record.notes if not n.startswith("restarted (")]
         restarts = [n for n in record.notes if n.startswith("restarted (")][-(_NOTES_KEPT - 1) :]
-        engine._apply(
+        core.apply(
             record,
             Event.RESTART,
             start_time=None,
@@ -146,10 +140,4 @@ async def _restart_later(
             auto_transition_time=None,
         )
         live.begin_start(keep_settled=True)  # made fresh when the restart was planned
-    await run_start(engine, live.record.sandbox_id, time.monotonic(), reuse)
-
-
-def cancel_restart(live: LiveSandbox) -> None:
-    """Cancel a restart waiting out its back-off (a ``stop()`` or ``delete()`` meanwhile)."""
-    if live.restart_scope is not None:
-        live.restart_scope.cancel()
+    await run_start(core, live.record.sandbox_id, time.monotonic(), reuse)

@@ -1,0 +1,365 @@
+"""The engine's core: what every job of the engine stands on, and the one way a record changes.
+
+:class:`EngineCore` holds the engine's state and its parts: the settings
+(:class:`~rock_core.engine.config.EngineConfig`), the runtime, the plugins, the archive store,
+the records (:class:`~rock_core.engine.store.SandboxStore`), a
+:class:`~rock_core.engine.live.LiveSandbox` per sandbox not deleted, the fair start queue, the
+warm pools, the port forwards, the removal queue, and, while the engine is open, its task group
+and the HTTP client of the rocklets. Its methods are the phase changes (:meth:`EngineCore.apply`:
+the state machine of :mod:`rock_core.states`, written to the store at once and announced to
+plugins with ``rock_sandbox_transition``; :meth:`~EngineCore.save`; :meth:`~EngineCore.set_phase`),
+the reads of a sandbox's record and status, and the bookkeeping of calls in flight.
+
+Each job of the engine (:mod:`~rock_core.engine.starting`, :mod:`~rock_core.engine.stopping`,
+...) is a set of functions that receive the core; the facade,
+:class:`~rock_core.engine.manager.SandboxManager`, builds the core and calls the jobs. Nothing
+here imports a job.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.abc
+import attrs
+import httpx
+
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.forwarding import PortForwards
+from rock_core.engine.live import (
+    LABEL_ENGINE,
+    LABEL_ENGINE_ID,
+    LABEL_OWNER,
+    LABEL_SANDBOX_ID,
+    LiveSandbox,
+    now,
+)
+from rock_core.engine.pool import WarmPool
+from rock_core.engine.removals import Removals
+from rock_core.engine.start_queue import StartQueue
+from rock_core.engine.store import SandboxStore
+from rock_core.errors import SandboxNotFound
+from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
+from rock_core.rocklet_client import new_http_client
+from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
+from rock_core.runtime import Runtime
+from rock_core.states import LIVE_STATES, Event, State
+
+if TYPE_CHECKING:
+    from rock_core.archive import ArchiveStore
+    from rock_core.plugins import Plugins
+
+__all__ = ["Call", "EngineCore"]
+
+_NOT_OPEN = "the engine is not open: use `async with SandboxManager(...)`"
+_FINISHED = (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT)
+
+
+class EngineCore:
+    """The engine's state and parts, shared by its jobs (see the module docstring).
+
+    :param config: the engine's settings.
+    :param runtime: where sandboxes' units run.
+    :param plugins: whom transitions are announced to.
+    :param archive_store: where archives go (``None``: archiving is off).
+    :param owner: the ``rock.owner`` label of the units this engine makes.
+    """
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        *,
+        runtime: Runtime,
+        plugins: Plugins,
+        archive_store: ArchiveStore | None,
+        owner: str,
+    ) -> None:
+        self.config = config
+        self.runtime = runtime
+        self.plugins = plugins
+        self.archive_store = archive_store
+        self.owner = owner
+        #: Tells this engine's units from those of another engine in the same process.
+        self.engine_id = uuid.uuid4().hex
+        self.store = SandboxStore(config.store_path)
+        self.queue = StartQueue(
+            config.max_concurrent_starts, aging_seconds=config.queue_aging_seconds
+        )
+        #: What is held in memory per sandbox not deleted, by sandbox id.
+        self.live: dict[str, LiveSandbox] = {}
+        #: The warm pools by key, and the scope that cancels each one's filling.
+        self.pools: dict[str, WarmPool] = {}
+        self.pool_scopes: dict[str, anyio.CancelScope] = {}
+        #: Host ports the engine serves for sandboxes' ports (see rock_core.engine.forwarding).
+        self.forwards = PortForwards()
+        self.removals = Removals(
+            runtime, self.queue, self.live, remove_on_close=config.remove_on_close
+        )
+        #: The rocklet the runtime brings into its units (made when the engine opens).
+        self.rocklet_delivery: RockletDelivery | None = None
+        #: Called with the seconds from request to running of every start (the admin's histogram).
+        self.start_observers: list[Callable[[float], None]] = []
+        #: Set once the engine begins to close: no new work is given to its task group.
+        self.closed = False
+        self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
+        self._in_flight_lock = threading.Lock()  # calls begin and end in callers' threads too
+        self._http: httpx.AsyncClient | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # -- opening and closing ------------------------------------------------------------------
+
+    async def open(self) -> anyio.abc.TaskGroup:
+        """Make the rocklet delivery and the HTTP client, enter the task group; return it."""
+        self.rocklet_delivery = await anyio.to_thread.run_sync(
+            functools.partial(prepare_rocklet, url=self.config.rocklet_url)
+        )
+        self.runtime.use_rocklet(self.rocklet_delivery)
+        self._http = new_http_client(max_answer=self.config.max_rocklet_answer)
+        tg = anyio.create_task_group()
+        await tg.__aenter__()
+        self._tg = tg
+        self.forwards.serve_in(tg)
+        return tg
+
+    async def cancel_tasks(self) -> None:
+        """Cancel the task group's work and wait for it to end (at close)."""
+        self.closed = True
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+
+    async def close_parts(self) -> None:
+        """Close the HTTP client, the archive store, the runtime and the records (last at close)."""
+        if self._http is not None:
+            await self._http.aclose()
+        if self.archive_store is not None:
+            await self.archive_store.aclose()
+        await self.runtime.aclose()
+        self.store.close()
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the task group takes work (the engine is open and not closing)."""
+        return self._tg is not None and not self.closed
+
+    @property
+    def opened(self) -> bool:
+        """Whether the engine was ever opened (its task group entered)."""
+        return self._tg is not None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The pooled HTTP client for rocklets (only while the engine is open)."""
+        if self._http is None:
+            raise RuntimeError(_NOT_OPEN)
+        return self._http
+
+    def task_group(self, *, while_closing: bool = False) -> anyio.abc.TaskGroup:
+        """The engine's task group, for work that outlives a call; raises unless the engine is
+        open (``while_closing``: or closing, its task group not yet cancelled: the work of a
+        transition already made then runs until the close cancels it)."""
+        if self._tg is None or (self.closed and not while_closing):
+            raise RuntimeError(_NOT_OPEN)
+        return self._tg
+
+    def labels(self, sandbox_id: str | None) -> dict[str, str]:
+        """The labels of a unit this engine makes (for ``sandbox_id``; ``None``: a pool member)."""
+        labels = {
+            LABEL_ENGINE: self.config.engine_label,
+            LABEL_OWNER: self.owner,
+            LABEL_ENGINE_ID: self.engine_id,
+        }
+        if sandbox_id is not None:
+            labels[LABEL_SANDBOX_ID] = sandbox_id
+        return labels
+
+    # -- records and transitions --------------------------------------------------------------
+
+    def apply(self, record: SandboxRecord, event: Event, **changes: Any) -> SandboxRecord:
+        """Fire ``event`` on ``record``, save the result, announce it; a no-op changes nothing.
+
+        :raises InvalidTransition: ``event`` is not allowed in the record's state.
+        """
+        old = record.state
+        # ``record.lifecycle`` builds a new value on every read: keep the one applied to, which
+        # a no-op (stop twice, delete twice) returns as it is.
+        current = record.lifecycle
+        lifecycle = current.apply(event, at=now(), sandbox_id=record.sandbox_id)
+        if lifecycle is current:
+            return record
+        new = attrs.evolve(
+            record, state=lifecycle.state, state_history=lifecycle.history, **changes
+        )
+        self.save(new)
+        self.plugins.notify_transition(new, event, old, new.state)
+        return new
+
+    def save(self, record: SandboxRecord) -> None:
+        """Write ``record`` to the store and to its live sandbox (forgotten once deleted)."""
+        self.store.put(record)
+        live = self.live.get(record.sandbox_id)
+        if live is not None:
+            live.record = record  # also once deleted: whoever holds it (a waiting delete) sees it
+        if record.state is State.DELETED:
+            self.live.pop(record.sandbox_id, None)
+
+    def set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
+        """Record the phase ``name`` of a live sandbox's start as ``status`` (saved at once)."""
+        live = self.live.get(sandbox_id)
+        if live is None:
+            return
+        phases = dict(live.record.phases)
+        old = phases.get(name)
+        at = now()
+        started = old.started_at if old is not None and old.started_at is not None else None
+        if status is PhaseStatus.RUNNING or (started is None and status is not PhaseStatus.WAITING):
+            started = started or at
+        completed = at if status in _FINISHED else None
+        phases[name] = Phase(
+            status=status, message=message, started_at=started, completed_at=completed
+        )
+        self.save(attrs.evolve(live.record, phases=phases))
+
+    def get_record(self, sandbox_id: str) -> SandboxRecord:
+        """The current record of ``sandbox_id`` (any state).
+
+        :raises SandboxNotFound: no sandbox has ever had this id here.
+        """
+        live = self.live.get(sandbox_id)
+        if live is not None:
+            return live.record
+        record = self.store.get(sandbox_id)
+        if record is None:
+            raise SandboxNotFound(
+                f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted="get_status"
+            )
+        return record
+
+    def known(self, sandbox_id: str) -> SandboxRecord | None:
+        """The record a live sandbox holds now (``None``: not live), for listings."""
+        live = self.live.get(sandbox_id)
+        return None if live is None else live.record
+
+    def live_or_load(self, sandbox_id: str) -> LiveSandbox | None:
+        """The sandbox's :class:`LiveSandbox`; an archived one only in the record store (archived by
+        another process sharing it, or before a restart) is taken in. ``None``: unknown or deleted."""
+        live = self.live.get(sandbox_id)
+        if live is not None:
+            return live
+        record = self.store.get(sandbox_id)
+        if record is None or record.state is not State.ARCHIVED:
+            return None
+        live = LiveSandbox(record=record)
+        live.start_done.set()
+        live.settled.set()
+        self.live[sandbox_id] = live
+        return live
+
+    # -- status ---------------------------------------------------------------------------------
+
+    def status_of(self, record: SandboxRecord) -> SandboxStatus:
+        """What the engine knows of ``record``'s sandbox now: its queue position and idle deadline."""
+        position = self.queue.position(record.sandbox_id) if record.state is State.PENDING else None
+        return self.status(record, position)
+
+    def status(self, record: SandboxRecord, position: int | None) -> SandboxStatus:
+        """``record``'s status with its queue ``position`` given (a listing walks the queue once)."""
+        deadline = usage = None
+        clear = record.spec.auto_clear_seconds
+        if record.state in LIVE_STATES and clear:
+            live = self.live.get(record.sandbox_id)
+            activity = live.activity if live is not None else time.time()
+            deadline = datetime.fromtimestamp(activity + clear, UTC)
+        if record.state is State.RUNNING:
+            live = self.live.get(record.sandbox_id)
+            usage = live.usage if live is not None else None
+        return SandboxStatus(
+            record=record, queue_position=position, idle_deadline=deadline, usage=usage
+        )
+
+    # -- units ----------------------------------------------------------------------------------
+
+    def claimed_units(self) -> set[str]:
+        """The unit ids sandboxes hold, by the records (of this owner, not deleted) and in memory:
+        a warm-pool unit among them is claimed even where the runtime did not rename it."""
+        held = {live.handle.unit_id for live in self.live.values() if live.handle is not None}
+        states = [State.PENDING, State.RUNNING, State.STOPPED, State.ARCHIVING]
+        held.update(
+            r.unit_id
+            for r in self.store.list(states=states, filters={"owner": self.owner})
+            if r.unit_id
+        )
+        return held
+
+    def sandbox_of_unit(self, unit_id: str, hint: str | None = None) -> str | None:
+        """The sandbox whose unit is ``unit_id`` (``None``: none this engine holds).
+
+        ``hint``: the sandbox the unit names (its label); when that sandbox holds it, the answer
+        costs one lookup. Only a claimed warm-pool unit the runtime could not rename names
+        another, and is found by a scan."""
+        live = self.live.get(hint) if hint else None
+        if live is not None and live.handle is not None and live.handle.unit_id == unit_id:
+            return hint
+        for sandbox_id, live in self.live.items():
+            if live.handle is not None and live.handle.unit_id == unit_id:
+                return sandbox_id
+        return None
+
+    # -- calls in flight ------------------------------------------------------------------------
+
+    def call_began(self, sandbox_id: str) -> None:
+        """A call to ``sandbox_id`` began (from any thread): no idle stop until it ends."""
+        with self._in_flight_lock:
+            self._in_flight[sandbox_id] = self._in_flight.get(sandbox_id, 0) + 1
+        self.touch(sandbox_id)
+
+    def call_ended(self, sandbox_id: str) -> None:
+        """A call to ``sandbox_id`` ended (from any thread); its end counts as activity."""
+        with self._in_flight_lock:
+            left = self._in_flight.get(sandbox_id, 1) - 1
+            if left > 0:
+                self._in_flight[sandbox_id] = left
+            else:
+                self._in_flight.pop(sandbox_id, None)
+        self.touch(sandbox_id)
+
+    def busy(self, sandbox_id: str) -> bool:
+        """Whether a call to ``sandbox_id`` is running now (the idle timer waits for its end)."""
+        with self._in_flight_lock:
+            return bool(self._in_flight.get(sandbox_id))
+
+    def touch(self, sandbox_id: str) -> None:
+        """Count activity on ``sandbox_id`` (resets its idle timer); unknown ids are ignored."""
+        live = self.live.get(sandbox_id)
+        if live is not None:
+            live.activity = time.time()
+
+
+class Call:
+    """What :meth:`SandboxManager.call <rock_core.engine.manager.SandboxManager.call>` returns:
+    a context manager, sync or async, around one call to a sandbox (no idle stop while it runs)."""
+
+    __slots__ = ("_core", "_sandbox_id")
+
+    def __init__(self, core: EngineCore, sandbox_id: str) -> None:
+        self._core = core
+        self._sandbox_id = sandbox_id
+
+    def __enter__(self) -> None:
+        self._core.call_began(self._sandbox_id)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._core.call_ended(self._sandbox_id)
+
+    async def __aenter__(self) -> None:
+        self.__enter__()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.__exit__(*exc_info)
