@@ -39,95 +39,28 @@ import docker.errors
 
 from rock_nomad._job import NETWORK_META, SANDBOX_NETWORK
 from rock_nomad.testing._client import (
-    LABEL_OWNER,
     LABEL_SERVER,
     DockerClientSim,
     Faults,
     remove_dir,
 )
 from rock_nomad.testing._cluster import Cluster, NodeSpec
+from rock_nomad.testing._leftovers import (
+    WORK_DIR_PREFIX,
+    owner_tag,
+    remove_leftovers,
+    remove_network,
+)
+
+__all__ = ["StandInNomad", "owner_tag", "remove_leftovers"]
 
 log = logging.getLogger("rock_nomad.testing")
 
 T = TypeVar("T")
-WORK_DIR_PREFIX = "nomad-stand-in-"
 #: The Docker networks of a node prepared for rock (deploy/nomad/client-setup.sh makes it).
 ROCK_NODE_NETWORKS = {SANDBOX_NETWORK: {"com.docker.network.bridge.enable_icc": "false"}}
 #: The node meta of a node prepared for rock: the sandboxes' jobs are constrained to it.
 ROCK_NODE_META = {NETWORK_META: SANDBOX_NETWORK}
-
-
-def _process_start(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def owner_tag(pid: int | None = None) -> str:
-    """``<host>:<pid>:<process start>``: names this process so that leftovers can be judged later."""
-    pid = os.getpid() if pid is None else pid
-    return f"{socket.gethostname()}:{pid}:{_process_start(pid) or '?'}"
-
-
-def owner_alive(owner: str) -> bool:
-    """Whether the process an :func:`owner_tag` names still runs (an owner of another host counts
-    as alive: the stand-in never touches what it cannot judge)."""
-    try:
-        host, pid, start = owner.rsplit(":", 2)
-        pid_n = int(pid)
-    except ValueError:
-        return True
-    if host != socket.gethostname():
-        return True
-    return _process_start(pid_n) == start if start != "?" else os.path.exists(f"/proc/{pid_n}")
-
-
-def remove_leftovers(client: docker.DockerClient, work_root: Path | None = None) -> list[str]:
-    """Remove containers (and work directories) of stand-ins whose process is gone; return the
-    container ids removed."""
-    removed = []
-    for container in client.containers.list(
-        all=True, filters={"label": LABEL_OWNER}, ignore_removed=True
-    ):
-        owner = container.labels.get(LABEL_OWNER, "")
-        if owner and not owner_alive(owner):
-            try:
-                container.remove(force=True, v=True)
-                removed.append(container.id)
-            except docker.errors.NotFound:
-                pass
-            except docker.errors.APIError as exc:
-                log.warning(
-                    "stand-in: could not remove leftover container %s: %s", container.id, exc
-                )
-    for network in client.api.networks(filters={"label": LABEL_OWNER}):
-        owner = (network.get("Labels") or {}).get(LABEL_OWNER, "")
-        if owner and not owner_alive(owner):
-            _remove_network(client, network["Id"])
-    root = work_root or Path(tempfile.gettempdir())
-    for path in root.glob(f"{WORK_DIR_PREFIX}*"):
-        owner_file = path / "owner"
-        try:
-            owner = owner_file.read_text().strip()
-        except OSError:
-            continue
-        if not owner_alive(owner):
-            remove_dir(path)
-    return removed
-
-
-def _remove_network(client: docker.DockerClient, network_id: str) -> bool:
-    """Remove a network of a stand-in; ``False`` when Docker refused (still in use)."""
-    try:
-        client.api.remove_network(network_id)
-    except docker.errors.NotFound:
-        pass
-    except docker.errors.APIError as exc:
-        log.debug("stand-in: removing network %s: %s", network_id, exc)
-        return False
-    return True
 
 
 class StandInNomad:
@@ -437,7 +370,7 @@ class StandInNomad:
         for network in self.docker.api.networks(
             filters={"label": f"{LABEL_SERVER}={self.server_id}"}
         ):
-            if not _remove_network(self.docker, network["Id"]):
+            if not remove_network(self.docker, network["Id"]):
                 log.warning(
                     "stand-in: network %s of server %s could not be removed",
                     network.get("Name"),
