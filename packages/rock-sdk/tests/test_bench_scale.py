@@ -125,7 +125,7 @@ def test_a_docker_that_stops_answering_in_the_teardown_is_reported_not_a_crash(m
     and counts the last number of containers seen as left (the sandboxes, before any count)."""
     import asyncio
 
-    from rock.bench import scale as scale_module
+    from rock.bench import _host
 
     calls = []
 
@@ -135,10 +135,8 @@ def test_a_docker_that_stops_answering_in_the_teardown_is_reported_not_a_crash(m
             return ["a", "b", "c"]
         raise subprocess.TimeoutExpired(["docker", "ps"], timeout)
 
-    monkeypatch.setattr(scale_module, "_containers", wedged)
+    monkeypatch.setattr(_host, "containers", wedged)
     said: list[str] = []
-    gone, left, ended = asyncio.run(
-        scale_module._wait_gone("p-", 0.0, 60, said.append, [], expected=5)
-    )
+    gone, left, ended = asyncio.run(_host.wait_gone("p-", 0.0, 60, said.append, [], expected=5))
     assert (left, ended) == (3, None) and gone > 0
     assert "Docker does not answer" in said[-1] and "3 counted as left" in said[-1]

@@ -50,6 +50,7 @@ from rock.bench.rollout import percentile
 __all__ = [
     "AdminBenchSettings",
     "BenchAdmin",
+    "list_cli_seconds",
     "proc_kib_bytes",
     "run_admin_bench",
     "running_admin",
@@ -120,6 +121,26 @@ def _free_port() -> int:
 def _rock_command() -> list[str]:
     exe = shutil.which("rock", path=os.path.dirname(sys.executable)) or shutil.which("rock")
     return [exe] if exe else [sys.executable, "-m", "rock.cli"]
+
+
+async def list_cli_seconds(url: str) -> float:
+    """Wall seconds of ``rock sandbox list --json`` against ``url`` (a new process, as a user runs it)."""
+    t = time.perf_counter()
+    process = await asyncio.create_subprocess_exec(
+        *_rock_command(),
+        "sandbox",
+        "list",
+        "--base-url",
+        url,
+        "--json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"rock sandbox list failed: {err.decode(errors='replace').strip()}")
+    json.loads(out)
+    return time.perf_counter() - t
 
 
 class BenchAdmin:
@@ -492,9 +513,7 @@ async def _measure(
             )
             figures.update(await _get_status_latency(url, started, settings.status_calls))
             figures.update(await _listing_latency(http, settings.list_calls))
-            from rock.bench.scale import _list_cli  # here: rock.bench.scale imports this module
-
-            cli = [await _list_cli(url) for _ in range(3)]
+            cli = [await list_cli_seconds(url) for _ in range(3)]
             figures["list_cli_p50_seconds"] = round(percentile(cli, 50) or 0, 3)
             figures["metrics_bytes"] = await _metrics_size(http)
         finally:

@@ -189,6 +189,7 @@ async def _measure(
     from rock_core.engine.archiving import PART_LOGS, PART_ROOTFS
     from rock_core.engine.config import EngineConfig
     from rock_core.engine.manager import SandboxManager
+    from rock_core.models import NonBlankStr, NonNegativeInt, PositiveFloat, SizeStr
     from rock_core.plugins import Plugins
     from rock_core.states import State
     from rock_core.tenancy import archive_key
@@ -198,18 +199,21 @@ async def _measure(
         settings.store, settings.store
     )
     config = EngineConfig(
-        archive_store=settings.store, plugin_options={owner: dict(table)}, reap_orphans=False
+        archive_store=NonBlankStr(settings.store),
+        plugin_options={owner: dict(table)},
+        reap_orphans=False,
     )
     written = settings.mb * _MiB
     figures: dict[str, Any] = {"written_mb": settings.mb, "store": settings.store}
     with _PeakRss() as rss, tempfile.TemporaryDirectory(prefix="rock-bench-archive-") as scratch:
         async with SandboxManager(config, plugins=plugins) as engine:
             store = engine.archive_store
+            assert store is not None  # archive_store is set: the engine has made it
             request = SandboxStartRequest(
-                image=settings.image,
-                memory=settings.memory,
-                cpus=settings.cpus,
-                auto_delete_seconds=3600,
+                image=NonBlankStr(settings.image),
+                memory=SizeStr(settings.memory),
+                cpus=PositiveFloat(settings.cpus),
+                auto_delete_seconds=NonNegativeInt(3600),
             )
             status = await engine.start(request)
             sandbox_id = status.sandbox_id

@@ -370,7 +370,7 @@ async def _run_one(
                         (_cpu_seconds(stand_in_pid) or 0.0) - stand_in_cpu0, 2
                     )
                 if runtime == "nomad":
-                    hosts = {}
+                    hosts: dict[str | None, int] = {}
                     for sandbox_id in ids[:: max(1, len(ids) // 20)]:
                         status = _result(
                             await http.get(

@@ -49,7 +49,7 @@ def step_round_trip(steps: int, base_url: str | None) -> dict[str, Any]:
             _, _, terminated, truncated, _ = env.step("\\boxed{left}")
             if terminated or truncated:
                 env.reset(seed=rng.randrange(1 << 30))
-        times = []
+        times: list[float] = []
         while len(times) < steps:
             action = "\\boxed{%s}" % rng.choice(DIRECTIONS)
             started = time.perf_counter()

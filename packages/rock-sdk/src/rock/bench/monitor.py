@@ -39,11 +39,16 @@ async def _measure(settings: MonitorSettings, say: Callable[[str], None]) -> dic
     from rock_core.actions import SandboxStartRequest
     from rock_core.engine.config import EngineConfig
     from rock_core.engine.manager import SandboxManager
+    from rock_core.models import NonBlankStr, NonNegativeFloat, PositiveFloat, SizeStr
 
-    config = EngineConfig(stats_interval=0, reap_orphans=False)  # the bench samples by hand
+    config = EngineConfig(
+        stats_interval=NonNegativeFloat(0), reap_orphans=False
+    )  # the bench samples by hand
     async with SandboxManager(config) as engine:
         request = SandboxStartRequest(
-            image=settings.image, memory=settings.memory, cpus=settings.cpus
+            image=NonBlankStr(settings.image),
+            memory=SizeStr(settings.memory),
+            cpus=PositiveFloat(settings.cpus),
         )
         say(f"starting {settings.count} sandboxes")
         began = time.monotonic()

@@ -34,12 +34,12 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from typing import IO, Any
+from typing import Any, cast
 
 import attrs
 
+from rock.bench._host import containers
 from rock.bench.rollout import machine_info
-from rock.bench.scale import _containers
 
 __all__ = ["GOAL_FIRST_START_SECONDS", "OrphanSettings", "run_orphans", "table_rows"]
 
@@ -134,17 +134,16 @@ class _SweepLog(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if self.at is None and record.getMessage().endswith("whose owner has died"):
             self.at = time.monotonic()
-            self.found = (
-                int(record.args[0]) if isinstance(record.args, tuple) and record.args else None
-            )
+            found = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            self.found = None if found is None else int(cast("int", found))
 
 
 async def _first_start(settings: OrphanSettings, sandbox_id: str, sweep: _SweepLog) -> None:
     """Time a new trainer's first start and first command; report; hold on until told to exit."""
     import asyncio
 
-    from rock.actions import Command
     from rock.sdk.sandbox.client import Sandbox
+    from rock_core.actions import Command
 
     sandbox = Sandbox(settings.sandbox_config(sandbox_id))
     called = time.monotonic()  # monotonic is one clock for every process of the host (Linux)
@@ -173,9 +172,10 @@ def _child_main(role: str, settings_json: str, name: str, engine_label: str) -> 
 
     from rock.sdk import configure_embedded_engine
     from rock_core.engine.config import EngineConfig
+    from rock_core.models import NonBlankStr
 
     settings = OrphanSettings(**json.loads(settings_json))
-    configure_embedded_engine(EngineConfig(engine_label=engine_label))
+    configure_embedded_engine(EngineConfig(engine_label=NonBlankStr(engine_label)))
     if role == "make":
         asyncio.run(_make_orphans(settings, name))
         return
@@ -215,9 +215,10 @@ def _read_event(
     process: subprocess.Popen[str], wanted: str, say: Callable[[str], None], count: int = 0
 ) -> dict[str, Any]:
     """Read the child's lines until the ``wanted`` event; a failure or an early exit raises."""
-    stdout: IO[str] = process.stdout  # type: ignore[assignment]
+    stdout = process.stdout
+    assert stdout is not None  # the child was made with stdout=PIPE
     for line in stdout:
-        event = json.loads(line)
+        event: dict[str, Any] = json.loads(line)
         if event["event"] == wanted:
             return event
         if event["event"] == "progress":
@@ -269,7 +270,7 @@ def _wait_gone(prefix: str, since: float, timeout: float) -> tuple[float, int]:
     """Poll ``docker ps -a`` until no container named ``prefix...`` is left: ``(seconds since `since`, left)``."""
     deadline = time.monotonic() + timeout
     while True:
-        left = len(_containers(prefix))
+        left = len(containers(prefix))
         at = time.monotonic()
         if left == 0 or at > deadline:
             return at - since, left
@@ -327,14 +328,14 @@ def run_orphans(
         maker.stdin.flush()
         for _ in maker.stdout:  # EOF: it is dead (and, unreaped, a zombie)
             pass
-        figures["orphans"] = len(_containers(orphans))
+        figures["orphans"] = len(containers(orphans))
         figures["orphan_owner_state"] = _process_state(maker.pid)
         say(f"{figures['orphans']} orphans; their owner is {figures['orphan_owner_state']}")
 
         say("a new trainer's first start while its engine sweeps the orphans")
         trainer, report = _trainer(settings, f"{run}first", say)
         try:
-            figures["orphans_left_after_first_start"] = len(_containers(orphans))
+            figures["orphans_left_after_first_start"] = len(containers(orphans))
             figures.update(
                 {
                     "first_start_seconds": report["start_seconds"],
@@ -364,9 +365,9 @@ def run_orphans(
             maker.wait()  # reap the zombie (it is dead: this returns at once)
         _, figures["leftovers"] = _wait_gone(run, time.monotonic(), 60)
     first = _first_total(figures, "")
-    for floor in ("floor_", "busy_floor_"):
-        total = figures[f"{floor}first_start_and_command_seconds"] = _first_total(figures, floor)
-        figures[f"first_start_over_{floor}seconds"] = (
+    for kind in ("floor_", "busy_floor_"):
+        total = figures[f"{kind}first_start_and_command_seconds"] = _first_total(figures, kind)
+        figures[f"first_start_over_{kind}seconds"] = (
             round(first - total, 4) if first is not None and total is not None else None
         )
     figures["first_start_and_command_seconds"] = first

@@ -131,8 +131,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 async def _episode(n: int, settings: RolloutSettings, t0: float, result: EpisodeResult) -> Any:
-    from rock.actions import Command
     from rock.sdk.sandbox.client import Sandbox
+    from rock_core.actions import Command
 
     def at() -> float:
         return time.perf_counter() - t0

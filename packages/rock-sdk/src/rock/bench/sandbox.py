@@ -45,9 +45,9 @@ async def run_sandbox_bench(
     *, starts: int, echoes: int, image: str, memory: str, cpus: float
 ) -> dict[str, Any]:
     """Measure and return the figures (seconds and bytes, and milliseconds where named so)."""
-    from rock.actions import Command, CreateBashSessionRequest
     from rock.sdk.sandbox.client import Sandbox
     from rock.sdk.sandbox.config import SandboxConfig
+    from rock_core.actions import Command, CreateBashSessionRequest
 
     def config() -> SandboxConfig:
         return SandboxConfig(image=image, memory=memory, cpus=cpus, experiment_id="bench")

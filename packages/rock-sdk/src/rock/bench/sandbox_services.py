@@ -7,6 +7,8 @@ python3 sandbox_services.py ws PORT       a WebSocket echo server (text and bina
 python3 sandbox_services.py tcp PORT      a TCP echo server (echoes until EOF, then closes)
 """
 
+from __future__ import annotations
+
 import base64
 import hashlib
 import json
@@ -15,6 +17,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -24,15 +27,22 @@ _sse_released = threading.Semaphore(0)
 
 
 class Handler(BaseHTTPRequestHandler):
+    server: ThreadingHTTPServer  # the server below (BaseRequestHandler says only BaseServer)
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = (
         True  # headers and body are separate writes: no 40 ms stall between them
     )
 
-    def log_message(self, *args):
+    def log_message(self, *args: object) -> None:
         pass
 
-    def _send(self, status, body, content_type="application/json", headers=()):
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -42,7 +52,7 @@ class Handler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
 
-    def _body(self):
+    def _body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
             data = b""
             while True:
@@ -55,7 +65,7 @@ class Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
 
-    def _route(self):
+    def _route(self) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
         if url.path == "/upload":
@@ -134,7 +144,7 @@ class Handler(BaseHTTPRequestHandler):
 # -- a minimal WebSocket echo server (RFC 6455) -----------------------------------------------
 
 
-def _recv_exact(conn, n):
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
     data = bytearray()
     while len(data) < n:
         chunk = conn.recv(min(n - len(data), 1 << 20))
@@ -144,7 +154,7 @@ def _recv_exact(conn, n):
     return bytes(data)
 
 
-def _frame(opcode, payload):
+def _frame(opcode: int, payload: bytes) -> bytes:
     n = len(payload)
     if n < 126:
         head = struct.pack("!BB", 0x80 | opcode, n)
@@ -155,11 +165,11 @@ def _frame(opcode, payload):
     return head + payload
 
 
-def _ws_client(conn):
+def _ws_client(conn: socket.socket) -> None:
     request = b""
     while b"\r\n\r\n" not in request:
         request += conn.recv(4096)
-    headers = {}
+    headers: dict[bytes, bytes] = {}
     for line in request.split(b"\r\n")[1:]:
         if b":" in line:
             key, value = line.split(b":", 1)
@@ -191,8 +201,8 @@ def _ws_client(conn):
         mask = _recv_exact(conn, 4) if b1 & 0x80 else None
         payload = _recv_exact(conn, n)
         if mask and n:
-            key = int.from_bytes((mask * (n // 4 + 1))[:n], "big")
-            payload = (int.from_bytes(payload, "big") ^ key).to_bytes(n, "big")
+            mask_bits = int.from_bytes((mask * (n // 4 + 1))[:n], "big")
+            payload = (int.from_bytes(payload, "big") ^ mask_bits).to_bytes(n, "big")
         if opcode == 8:
             conn.sendall(_frame(8, payload[:2]))
             return
@@ -215,7 +225,7 @@ def _ws_client(conn):
             message, kind = bytearray(), None
 
 
-def _serve_threads(port, handle):
+def _serve_threads(port: int, handle: Callable[[socket.socket], None]) -> None:
     server = socket.socket()
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     server.bind(("127.0.0.1", port))
@@ -223,7 +233,7 @@ def _serve_threads(port, handle):
     while True:
         conn, _ = server.accept()
 
-        def run(conn=conn):
+        def run(conn: socket.socket = conn) -> None:
             try:
                 handle(conn)
             except (EOFError, OSError):
@@ -234,7 +244,7 @@ def _serve_threads(port, handle):
         threading.Thread(target=run, daemon=True).start()
 
 
-def _tcp_echo(conn):
+def _tcp_echo(conn: socket.socket) -> None:
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     while True:
         data = conn.recv(65536)

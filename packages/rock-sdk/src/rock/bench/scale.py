@@ -38,10 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Callable
@@ -49,14 +47,12 @@ from typing import Any
 
 import attrs
 
-from rock.bench.admin import BenchAdmin, _rock_command, proc_kib_bytes, rss_bytes, running_admin
+from rock.bench._docker_floor import docker_floor
+from rock.bench._host import cgroup_procs_file, containers, cpu_seconds, host_memory, mb, wait_gone
+from rock.bench.admin import BenchAdmin, list_cli_seconds, proc_kib_bytes, rss_bytes, running_admin
 from rock.bench.rollout import machine_info, percentile
 
 __all__ = ["ScaleSettings", "cpu_seconds", "run_scale", "table_rows"]
-
-# The rocklet's port inside the container (published on the host, one docker-proxy each, only
-# with the docker runtime's publish_ports=True: by default the engine forwards it itself).
-_ROCKLET_PORT = "22555/tcp"
 
 MEMORY_METHOD = (
     "host_memavailable_drop_per_sandbox_mb: drop of MemAvailable in /proc/meminfo from before the starts to "
@@ -113,138 +109,6 @@ class ScaleSettings:
             auto_clear_seconds=3600,  # a long burst must not idle-stop the first sandboxes
             experiment_id="bench-scale",
         )
-
-
-# -- what /proc and Docker say -------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds process ``pid`` has used (``None`` if unreadable)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            fields = f.read().rsplit(")", 1)[-1].split()
-    except OSError:
-        return None
-    # After the command name: state is field 3, utime 14 and stime 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _docker(*args: str, timeout: float = 120) -> str:
-    done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"docker {' '.join(args[:2])} failed: {done.stderr.strip()}")
-    return done.stdout
-
-
-def _containers(prefix: str, timeout: float = 120) -> list[str]:
-    """Ids of every container (any state) of this point: rock's label and the point's names."""
-    out = _docker(
-        "ps",
-        "-a",
-        "-q",
-        "--no-trunc",
-        "--filter",
-        "label=rock.sandbox_id",
-        "--filter",
-        f"name=^{prefix}",
-        timeout=timeout,
-    )
-    return out.split()
-
-
-def _cgroup_memory(container_id: str) -> tuple[int, int] | None:
-    """``(usage, working set)`` bytes of a container's memory cgroup (v1 or v2, cgroupfs or systemd)."""
-    for base, usage_file, inactive_key in (
-        (
-            f"/sys/fs/cgroup/memory/docker/{container_id}",
-            "memory.usage_in_bytes",
-            "total_inactive_file",
-        ),
-        (
-            f"/sys/fs/cgroup/memory/system.slice/docker-{container_id}.scope",
-            "memory.usage_in_bytes",
-            "total_inactive_file",
-        ),
-        (f"/sys/fs/cgroup/docker/{container_id}", "memory.current", "inactive_file"),
-        (
-            f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope",
-            "memory.current",
-            "inactive_file",
-        ),
-    ):
-        try:
-            with open(f"{base}/{usage_file}", encoding="ascii") as f:
-                usage = int(f.read())
-            inactive = 0
-            with open(f"{base}/memory.stat", encoding="ascii") as f:
-                for line in f:
-                    key, _, value = line.partition(" ")
-                    if key == inactive_key:
-                        inactive = int(value)
-            return usage, max(0, usage - inactive)
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def _helper_processes_memory(container_ids: set[str], ports: set[str]) -> tuple[int, int]:
-    """``(VmRSS, Pss)`` summed over the docker-proxy processes publishing ``ports`` and the shims
-    of ``container_ids``. RSS counts the pages every shim shares (the binary, libraries) once per
-    shim; PSS divides them among their users, which is what the host really spends."""
-    total = pss = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        name = os.path.basename(argv[0])
-        ours = (name == "docker-proxy" and _flag(argv, "-host-port") in ports) or (
-            name.startswith("containerd-shim") and _flag(argv, "-id") in container_ids
-        )
-        if ours:
-            total += rss_bytes(int(pid)) or 0
-            pss += proc_kib_bytes(f"/proc/{pid}/smaps_rollup", "Pss") or 0
-    return total, pss
-
-
-def _flag(argv: list[str], name: str) -> str | None:
-    with contextlib.suppress(ValueError, IndexError):
-        return argv[argv.index(name) + 1]
-    return None
-
-
-def _host_memory(container_ids: list[str]) -> dict[str, Any]:
-    """Memory the host spends on these containers, per container (MB)."""
-    if not container_ids:
-        return {}
-    inspected = json.loads(_docker("inspect", *container_ids))
-    ports = {
-        binding["HostPort"]
-        for c in inspected
-        for binding in ((c.get("NetworkSettings") or {}).get("Ports") or {}).get(_ROCKLET_PORT)
-        or []
-    }
-    cgroups = [m for m in (_cgroup_memory(c["Id"]) for c in inspected) if m is not None]
-    helpers, helpers_pss = _helper_processes_memory({c["Id"] for c in inspected}, ports)
-    n = len(inspected)
-    container = sum(u for u, _ in cgroups) / len(cgroups) if cgroups else None
-    return {
-        "container_memory_per_sandbox_mb": _mb(container),
-        "container_working_set_per_sandbox_mb": _mb(sum(w for _, w in cgroups) / len(cgroups))
-        if cgroups
-        else None,
-        "proxy_shim_rss_per_sandbox_mb": _mb(helpers / n),
-        "proxy_shim_pss_per_sandbox_mb": _mb(helpers_pss / n),
-        # The container's own memory plus its share of the processes that serve it.
-        "host_memory_per_sandbox_mb": _mb(container + helpers_pss / n)
-        if container is not None
-        else None,
-    }
-
-
-def _mb(value: float | None) -> float | None:
-    return None if value is None else round(value / 2**20, 2)
 
 
 def _latency(name: str, seconds: list[float]) -> dict[str, Any]:
@@ -304,209 +168,12 @@ async def _progress(
             last = now
 
 
-def _cgroup_procs_file(container_id: str) -> str | None:
-    """The ``cgroup.procs`` file of a container's processes (v1 pids controller or v2, cgroupfs
-    or systemd); ``None`` when none is readable here (another host's Docker, another layout)."""
-    for path in (
-        f"/sys/fs/cgroup/pids/docker/{container_id}/cgroup.procs",
-        f"/sys/fs/cgroup/pids/system.slice/docker-{container_id}.scope/cgroup.procs",
-        f"/sys/fs/cgroup/docker/{container_id}/cgroup.procs",
-        f"/sys/fs/cgroup/system.slice/docker-{container_id}.scope/cgroup.procs",
-    ):
-        if os.path.exists(path):
-            return path
-    return None
-
-
-# Processes of a sandbox that are rock's, not the sandbox's: Docker's init and rock's agent,
-# which stay until the container is removed (a stop ends every other process at once).
-_OURS = (b"docker-init", b"rocklet.pyz")
-
-
-def _sandbox_processes(pid: str) -> bool:
-    """Whether host process ``pid`` is a program of the sandbox (not init, not rock's agent)."""
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            command = f.read(4096)
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != b"Z" and not any(mark in command for mark in _OURS)
-
-
-def _with_processes(procs_files: list[str]) -> int:
-    """How many of the containers whose ``cgroup.procs`` files are given still run a program
-    of the sandbox (a file gone with its cgroup counts as none)."""
-    alive = 0
-    for path in procs_files:
-        try:
-            with open(path, encoding="ascii") as f:
-                pids = f.read().split()
-        except OSError:
-            continue
-        alive += any(_sandbox_processes(pid) for pid in pids)
-    return alive
-
-
-async def _wait_gone(
-    prefix: str,
-    t0: float,
-    timeout: float,
-    say: Callable[[str], None],
-    procs_files: list[str] | None = None,
-    expected: int = 0,
-) -> tuple[float, int, float | None]:
-    """Poll ``docker ps -a`` until no container of the point is left, and the containers'
-    cgroups until none has a process; ``(seconds until gone, leftovers, seconds until no
-    process ran)``, the last ``None`` when the cgroups could not be read. When Docker stops
-    answering, the last count is reported as left (``expected`` before the first count)."""
-    deadline = time.perf_counter() + timeout
-    last_said = t0
-    ended: float | None = None
-    left = expected
-    while True:
-        if procs_files and ended is None and _with_processes(procs_files) == 0:
-            ended = time.perf_counter() - t0
-        try:
-            left = len(await asyncio.to_thread(_containers, prefix, 60))
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            # A wedged dockerd (see the README): report what was measured, the last count left.
-            say(
-                f"teardown: Docker does not answer ({str(exc).splitlines()[0][:200]}); {left} counted as left"
-            )
-            return time.perf_counter() - t0, left, ended
-        now = time.perf_counter()
-        if left == 0 or now > deadline:
-            if procs_files and ended is None and _with_processes(procs_files) == 0:
-                ended = now - t0
-            return now - t0, left, ended
-        if now - last_said >= 2:
-            running = f", processes in {_with_processes(procs_files)}" if procs_files else ""
-            say(f"teardown: {left} containers left{running} after {now - t0:.1f}s")
-            last_said = now
-        await asyncio.sleep(0.25)
-
-
-# -- the floor: plain containers straight through Docker's API --------------------------------------
-
-_FLOOR_CONCURRENCY = 8
-_FLOOR_LABEL = "rock.bench.floor"
-
-
-def _isolated_network() -> str:
-    """The network rock's Docker runtime puts sandboxes on, by its own rule: Docker's default
-    bridge when the engine runs with ``--icc=false`` (as ``scripts/ensure-docker.sh`` starts it),
-    else rock's isolated bridge (made by the runtime if it does not exist yet)."""
-    icc = _docker(
-        "network",
-        "inspect",
-        "bridge",
-        "--format",
-        '{{index .Options "com.docker.network.bridge.enable_icc"}}',
-    )
-    if icc.strip() == "false":
-        return "bridge"
-    out = _docker(
-        "network", "ls", "-q", "--filter", "label=rock.network=isolated", "--format", "{{.Name}}"
-    )
-    names = out.split()
-    if not names:
-        raise RuntimeError(
-            "--docker-floor: Docker's default bridge lets containers talk to each other and rock's isolated "
-            "network does not exist yet; start one sandbox first (or start dockerd with --icc=false)"
-        )
-    return names[0]
-
-
-def _docker_floor(
-    settings: ScaleSettings, count: int, say: Callable[[str], None]
-) -> dict[str, Any]:
-    """Start ``count`` plain containers (the sandboxes' image, memory, CPUs and network; a shell
-    that sleeps) through Docker's API, :data:`_FLOOR_CONCURRENCY` at a time, then remove them
-    the same way; the start rate and the removal seconds (blocking)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    import docker
-
-    client = docker.from_env(timeout=300)
-    api = client.api
-    network = _isolated_network()
-    label = f"{_FLOOR_LABEL}={uuid.uuid4().hex[:8]}"
-    say(
-        f"docker floor: starting {count} plain containers on {network} ({_FLOOR_CONCURRENCY} at a time)"
-    )
-
-    def start(_: int) -> str:
-        host = api.create_host_config(
-            mem_limit=settings.memory,
-            memswap_limit=settings.memory,
-            nano_cpus=int(settings.cpus * 1e9),
-            network_mode=network,
-            init=True,
-            security_opt=["no-new-privileges"],
-            cap_drop=["ALL"],
-        )
-        container = api.create_container(
-            settings.image,
-            ["sh", "-c", "exec sleep 86400"],
-            host_config=host,
-            labels=dict([label.split("=")]),
-        )
-        api.start(container["Id"])
-        return container["Id"]
-
-    def remove(container_id: str) -> None:
-        api.remove_container(container_id, force=True, v=True)
-
-    figures: dict[str, Any] = {}
-    ids: list[str] = []
-    try:
-        t = time.perf_counter()
-        with ThreadPoolExecutor(_FLOOR_CONCURRENCY) as pool:
-            ids = list(pool.map(start, range(count)))
-        took = time.perf_counter() - t
-        figures["floor_start_rate_per_second"] = round(count / took, 2)
-        say(f"docker floor: {count} started in {took:.1f}s; removing them")
-        t = time.perf_counter()
-        with ThreadPoolExecutor(_FLOOR_CONCURRENCY) as pool:
-            list(pool.map(remove, ids))
-        figures["floor_removal_seconds"] = round(time.perf_counter() - t, 3)
-        ids = []
-    finally:
-        for container_id in api.containers(all=True, quiet=True, filters={"label": label}):
-            with contextlib.suppress(docker.errors.APIError):
-                remove(container_id["Id"])
-        client.close()
-    return figures
-
-
-async def _list_cli(url: str) -> float:
-    """Wall seconds of ``rock sandbox list --json`` against ``url`` (a new process, as a user runs it)."""
-    t = time.perf_counter()
-    process = await asyncio.create_subprocess_exec(
-        *_rock_command(),
-        "sandbox",
-        "list",
-        "--base-url",
-        url,
-        "--json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await process.communicate()
-    if process.returncode != 0:
-        raise RuntimeError(f"rock sandbox list failed: {err.decode(errors='replace').strip()}")
-    json.loads(out)
-    return time.perf_counter() - t
-
-
 async def _restart_admin(
     admin: BenchAdmin, engine: Any, running: list[Any], prefix: str, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Stop the admin gracefully and start it again while ``running`` are held; then count its
     sandboxes of this point that are still running, and run a command in a sample of them."""
-    from rock.actions import Command
+    from rock_core.actions import Command
 
     say(
         f"admin restart: SIGTERM with {len(running)} sandboxes held, then a new admin on the same state"
@@ -540,12 +207,12 @@ async def _point(
 ) -> dict[str, Any]:
     url = admin.url if admin is not None else None
     engine_pid = admin.pid if admin is not None else os.getpid()
-    from rock.actions import Command
     from rock.sdk._engine import close_embedded_engine, get_embedded_engine, get_remote_engine
+    from rock_core.actions import Command
 
     figures: dict[str, Any] = {"count": count, "mode": "remote" if url else "embedded"}
     if settings.docker_floor:
-        figures.update(await asyncio.to_thread(_docker_floor, settings, count, say))
+        figures.update(await asyncio.to_thread(docker_floor, settings, count, say))
     if url is None:
         t = time.perf_counter()
         await asyncio.to_thread(get_embedded_engine().start)
@@ -605,8 +272,8 @@ async def _point(
         figures.update(
             {
                 "engine_pid": engine_pid,
-                "engine_rss_before_mb": _mb(rss_before),
-                "engine_rss_idle_mb": _mb(rss_idle),
+                "engine_rss_before_mb": mb(rss_before),
+                "engine_rss_idle_mb": mb(rss_idle),
                 "engine_rss_per_sandbox_kb": (
                     round((rss_idle - rss_before) / len(running) / 1024, 1)
                     if running and rss_idle and rss_before
@@ -618,14 +285,14 @@ async def _point(
                     else None
                 ),
                 "host_memavailable_drop_per_sandbox_mb": (
-                    _mb((mem_before - mem_idle) / len(running))
+                    mb((mem_before - mem_idle) / len(running))
                     if running and mem_before and mem_idle
                     else None
                 ),
             }
         )
         figures.update(
-            await asyncio.to_thread(_host_memory, await asyncio.to_thread(_containers, prefix))
+            await asyncio.to_thread(host_memory, await asyncio.to_thread(containers, prefix))
         )
 
         # 3. Latencies under the load of N held sandboxes (calls one after another).
@@ -665,14 +332,14 @@ async def _point(
         figures["listed"] = len(listed)
         if url:
             figures["list_cli_p50_seconds"] = round(
-                percentile([await _list_cli(url) for _ in range(3)], 50) or 0, 3
+                percentile([await list_cli_seconds(url) for _ in range(3)], 50) or 0, 3
             )
         if admin is not None and running:
             figures.update(await _restart_admin(admin, engine, running, prefix, say))
 
         # 4. Teardown: every `async with` left at once, then (embedded) the engine closed.
-        ids = await asyncio.to_thread(_containers, prefix)
-        procs_files = [f for f in map(_cgroup_procs_file, ids) if f is not None]
+        ids = await asyncio.to_thread(containers, prefix)
+        procs_files = [f for f in map(cgroup_procs_file, ids) if f is not None]
         say(
             f"teardown: leaving {count} `async with` blocks"
             + ("" if url else ", then closing the engine")
@@ -696,7 +363,7 @@ async def _point(
             await asyncio.gather(*tasks, return_exceptions=True)
             if url is None:
                 await asyncio.to_thread(close_embedded_engine)
-        gone, left, ended = await _wait_gone(
+        gone, left, ended = await wait_gone(
             prefix, teardown_started, settings.gone_timeout, say, procs_files, expected=count
         )
         figures["teardown_processes_ended_seconds"] = round(ended, 3) if ended is not None else None

@@ -15,7 +15,7 @@ it carries each env's result or error.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from rock.sdk.envs._backend import Backend, Call, backend_for
 from rock_core.envs import EnvFailed
@@ -45,7 +45,8 @@ def _seeds(seed: int | Sequence[int] | None, indices: list[int]) -> list[int | N
         return [None] * len(indices)
     if isinstance(seed, int) and not isinstance(seed, bool):
         return [seed + i for i in indices]  # GEM's and Gymnasium's rule: env i gets seed + i
-    seeds = list(seed)
+    # A bool is not a seed: list() refuses it here (a TypeError, as it always did).
+    seeds: list[int | None] = list(cast("Sequence[int]", seed))
     if len(seeds) != len(indices):
         raise InvalidParameter(
             f"seed: expected {len(indices)} seeds, got {len(seeds)}", field="seed", value=seed
@@ -226,7 +227,9 @@ def _make_calls(
 def _handles(results: list[Any], backend: Backend, sync: bool) -> list[str]:
     errors = {i: r for i, r in enumerate(results) if isinstance(r, BaseException)}
     if errors:
-        made = [("close", r["sandbox_id"], {}) for r in results if not isinstance(r, BaseException)]
+        made: list[Call] = [
+            ("close", r["sandbox_id"], {}) for r in results if not isinstance(r, BaseException)
+        ]
         if made and sync:
             backend.batch(made)
         raise VecEnvError(
