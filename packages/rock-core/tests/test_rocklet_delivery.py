@@ -7,13 +7,13 @@ import hashlib
 import os
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 from rock_core.rocklet_delivery import ROCKLET_PYZ, launch_command, prepare_rocklet
+from rock_core.testing import eventually
 
 
 def test_one_file_per_content_with_its_checksum(tmp_path: Path) -> None:
@@ -41,18 +41,19 @@ def test_the_launch_command_starts_a_rocklet_that_asks_for_its_secret(tmp_path: 
     )
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
+
+        def alive() -> httpx.Response | None:
             try:
-                assert (
-                    httpx.get(f"{url}/is_alive", timeout=1).status_code == 200
-                )  # readiness needs no secret
-                break
+                return httpx.get(f"{url}/is_alive", timeout=1)
             except httpx.TransportError:
-                assert time.monotonic() < deadline and process.poll() is None, (
-                    process.stderr.read() if process.stderr else ""
-                )
-                time.sleep(0.05)
+                assert process.poll() is None, process.stderr.read() if process.stderr else ""
+                return None
+
+        # readiness needs no secret
+        ready = eventually(
+            alive, until=lambda r: r is not None, what="the rocklet listening", timeout=30
+        )
+        assert ready is not None and ready.status_code == 200
         body = {"command": ["echo", "hi"], "shell": False}
         assert httpx.post(f"{url}/execute", json=body, timeout=10).status_code == 401
         assert (

@@ -24,6 +24,7 @@ import pytest
 
 from rock_core.rocklet import build_zipapp
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
+from rock_core.testing import eventually
 
 #: The secret every test rocklet is started with (see :class:`RockletProcess`).
 TOKEN = "test-rocklet-secret-" + os.urandom(8).hex()
@@ -60,16 +61,20 @@ class RockletProcess:
         )
 
     def _wait_for_port(self) -> int:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def port() -> int | None:
             text = self.stderr_path.read_text(errors="replace")
             m = re.search(r"listening on http://[^:]+:(\d+)", text)
             if m:
                 return int(m.group(1))
             if self.proc.poll() is not None:
                 raise RuntimeError("rocklet exited with %s: %s" % (self.proc.returncode, text))
-            time.sleep(0.005)
-        raise RuntimeError("rocklet did not start: " + self.stderr_path.read_text(errors="replace"))
+            return None
+
+        found = eventually(
+            port, what="the rocklet's 'listening on' line", timeout=30, interval=0.005
+        )
+        assert found is not None
+        return found
 
     def post(self, endpoint: str, /, **body: Any) -> httpx.Response:
         """POST ``body`` as JSON."""

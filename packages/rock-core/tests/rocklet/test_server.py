@@ -8,7 +8,6 @@ import signal
 import socket
 import stat
 import subprocess
-import time
 
 import anyio
 import httpx
@@ -16,6 +15,7 @@ import pytest
 
 from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 from rock_core.rocklet_client import RockletClient, new_http_client
+from rock_core.testing import eventually
 
 from .conftest import system_python
 
@@ -111,25 +111,33 @@ def test_chunked_request_body_is_accepted(rocklet):
     assert response.json()["stdout"] == "chunked\n"
 
 
-def test_concurrent_requests_are_served_in_parallel(rocklet):
-    # A slow command on one connection must not hold up another connection.
+def test_concurrent_requests_are_served_in_parallel(rocklet, tmp_path):
+    # A slow command on one connection must not hold up another connection. The slow command
+    # says it runs (a file) and holds until the test releases it (another file): the fast
+    # request is sent while it surely runs, and answers before it is released.
     import threading
 
     results = {}
+    entered, release = tmp_path / "entered", tmp_path / "release"
+    held = f"touch {entered}; while [ ! -e {release} ]; do sleep 0.01; done; echo slow"
 
     def slow():
         with httpx.Client(
-            base_url=rocklet.url, timeout=60, headers=rocklet.client.headers
+            base_url=rocklet.url, timeout=120, headers=rocklet.client.headers
         ) as client:
-            results["slow"] = client.post(
-                "/execute", json={"command": "sleep 1; echo slow", "shell": True}
-            ).json()
+            results["slow"] = client.post("/execute", json={"command": held, "shell": True}).json()
 
     thread = threading.Thread(target=slow)
     thread.start()
-    assert rocklet.client.get("/is_alive").json()["is_alive"] is True
-    results["fast_done_while_slow_running"] = thread.is_alive()
-    thread.join()
+    try:
+        eventually(entered.exists, what="the slow command running")
+        # A rocklet serving one request at a time would not answer until the release: timeout.
+        with httpx.Client(base_url=rocklet.url, timeout=30, headers=rocklet.client.headers) as fast:
+            assert fast.get("/is_alive").json()["is_alive"] is True
+        results["fast_done_while_slow_running"] = thread.is_alive()
+    finally:
+        release.touch()
+        thread.join()
     assert results["slow"]["stdout"] == "slow\n"
     assert results["fast_done_while_slow_running"] is True
 
@@ -146,10 +154,12 @@ def test_listens_on_a_unix_socket_that_any_local_user_may_connect_to(pyz, tmp_pa
             cwd=str(tmp_path),
         )
     try:
-        deadline = time.monotonic() + 30
-        while "listening on unix:" not in stderr.read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, stderr.read_text()
-            time.sleep(0.01)
+
+        def listening() -> bool:
+            assert proc.poll() is None, stderr.read_text()
+            return "listening on unix:" in stderr.read_text()
+
+        eventually(listening, what="the rocklet listening on its socket", timeout=30)
         assert stat.S_ISSOCK(path.stat().st_mode) and stat.S_IMODE(path.stat().st_mode) == 0o666
         with httpx.Client(
             transport=httpx.HTTPTransport(uds=str(path)), base_url="http://rocklet"
