@@ -26,6 +26,7 @@ import pytest
 
 from rock_core import hookimpl, hookspecs
 from rock_core.archive import ArchiveStore
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.envs import Environment, EnvProvider
 from rock_core.plugins import Plugins, get_plugin_manager
 from rock_core.speedup import SpeedupStrategy
@@ -139,6 +140,16 @@ def test_rock_register_archive_stores(calls: HookCalls) -> None:
             register("memory", MemoryStore)
 
     assert calls.plugins(Plugin()).archive_stores() == {"memory": MemoryStore}
+
+
+@exercises("rock_register_record_stores")
+def test_rock_register_record_stores(calls: HookCalls) -> None:
+    class Plugin:
+        @hookimpl
+        def rock_register_record_stores(self, register: hookspecs.Register) -> None:
+            register("sqlite-again", SqliteRecordStore)
+
+    assert calls.plugins(Plugin()).record_stores() == {"sqlite-again": SqliteRecordStore}
 
 
 @exercises("rock_register_speedups")
@@ -261,6 +272,10 @@ HOSTS: dict[str, list[str]] = {
     # the engine builds its archive store and environment providers from plugins
     "rock_register_archive_stores": [
         f"{_ADMIN_PLUGINS}::test_the_engine_builds_its_archive_store_and_environment_providers_from_plugins",
+    ],
+    # the engine builds its record store from the plugin serving the scheme of EngineConfig.store
+    "rock_register_record_stores": [
+        "packages/rock-core/tests/engine/test_record_store_plugin.py::test_the_engine_keeps_its_records_in_the_store_a_plugin_registered",
     ],
     "rock_register_env_providers": [
         f"{_ADMIN_PLUGINS}::test_the_engine_builds_its_archive_store_and_environment_providers_from_plugins",

@@ -38,6 +38,7 @@ def test_the_hooks_are_the_ones_the_architecture_lists() -> None:
     assert set(_hookspecs()) == {
         "rock_register_runtimes",
         "rock_register_archive_stores",
+        "rock_register_record_stores",
         "rock_register_speedups",
         "rock_register_env_providers",
         "rock_sandbox_transition",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rock_core.engine.store import SandboxStore
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import InvalidParameter
 from rock_core.private_paths import private_dir, private_file
 
@@ -27,7 +27,7 @@ def _mode(path: Path) -> int:
 
 
 def test_the_store_and_its_journal_are_readable_by_their_user_alone(tmp_path):
-    store = SandboxStore(tmp_path / "state" / "rock.db")
+    store = SqliteRecordStore(tmp_path / "state" / "rock.db")
     try:
         store._db.execute("CREATE TABLE IF NOT EXISTS probe (x)")  # the journal files exist now
         store._db.commit()
@@ -45,7 +45,7 @@ def test_a_store_made_readable_by_an_older_rock_is_narrowed(tmp_path):
     for name in ("rock.db", "rock.db-wal", "rock.db-shm"):
         if (tmp_path / name).exists():
             os.chmod(tmp_path / name, 0o644)
-    SandboxStore(path).close()
+    SqliteRecordStore(path).close()
     assert _mode(path) == 0o600
     assert all(_mode(p) == 0o600 for p in tmp_path.glob("rock.db-*"))
 
@@ -57,7 +57,7 @@ def test_a_store_path_that_is_a_link_is_refused(tmp_path):
     with pytest.raises(
         InvalidParameter, match=r"store_path: .*rock\.db is a symbolic link"
     ) as caught:
-        SandboxStore(tmp_path / "rock.db")
+        SqliteRecordStore(tmp_path / "rock.db")
     assert caught.value.field == "store_path"
 
 
@@ -67,7 +67,7 @@ def test_a_store_of_another_user_is_refused(tmp_path):
     path.write_bytes(b"")
     os.chown(path, NOBODY, NOBODY)
     with pytest.raises(InvalidParameter, match=rf"belongs to another user \(owner uid {NOBODY}"):
-        SandboxStore(path)
+        SqliteRecordStore(path)
 
 
 def test_a_missing_folder_is_made_0700(tmp_path):

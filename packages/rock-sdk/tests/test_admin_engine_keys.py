@@ -80,6 +80,7 @@ def _a_value(field: attrs.Attribute) -> object:
         "allowed_cap_add": ("NET_RAW",),
         "archive_store": "fs",
         "rocklet_url": "http://127.0.0.1:1/rocklet.pyz",
+        "store": "postgresql://rock@127.0.0.1:5432/rock",
         "engine_label": "other",
         "max_auto_delete_seconds": 7,
     }

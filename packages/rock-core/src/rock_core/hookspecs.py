@@ -12,7 +12,8 @@ with :data:`hookimpl` whose names match the specs below::
 
 Hooks are synchronous and cheap. Backends do not do their work in hooks: they register a *class*
 that implements an abstract base class (:class:`rock_core.runtime.Runtime`,
-:class:`rock_core.archive.ArchiveStore`, :class:`rock_core.speedup.SpeedupStrategy`,
+:class:`rock_core.archive.ArchiveStore`, :class:`rock_core.records.RecordStore`,
+:class:`rock_core.speedup.SpeedupStrategy`,
 :class:`rock_core.envs.EnvProvider`), and the async contract lives on that class, because pluggy
 has no async hooks.
 
@@ -79,6 +80,23 @@ def rock_register_archive_stores(register: Register) -> None:
 
     :param register: ``register(name, cls)`` adds ``cls``, a concrete subclass of
         :class:`rock_core.archive.ArchiveStore`, under ``name``. Names are unique across plugins.
+
+    The return value is ignored.
+    """
+
+
+@hookspec
+def rock_register_record_stores(register: Register) -> None:
+    """Register record store classes: where an engine keeps its sandbox records (``postgresql``).
+
+    Called when an engine whose ``store`` setting is a URL is built (its scheme names the
+    store), and by ``rock plugins``; it may be called more than once per process. The default
+    store, SQLite (``store_path``), is rock-core's own and needs no plugin.
+
+    :param register: ``register(name, cls)`` adds ``cls``, a concrete subclass of
+        :class:`rock_core.records.RecordStore`, under ``name``: the URL scheme it serves
+        (``store = "postgresql://..."``). Names are unique across plugins. The engine builds it
+        as ``cls(url, **table)`` with the plugin's table (``[plugins.<name>]``).
 
     The return value is ignored.
     """

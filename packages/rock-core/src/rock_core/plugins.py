@@ -50,6 +50,7 @@ from rock_core import hookspecs
 from rock_core.archive import ArchiveStore
 from rock_core.envs import EnvProvider
 from rock_core.errors import InvalidParameter, PluginError, RockError
+from rock_core.records import RecordStore
 from rock_core.runtime import Runtime
 from rock_core.speedup import SpeedupStrategy
 
@@ -359,6 +360,10 @@ class Plugins:
     def archive_stores(self) -> dict[str, type[ArchiveStore]]:
         """The archive store classes plugins register (``rock_register_archive_stores``), by name."""
         return self._collect("rock_register_archive_stores", ArchiveStore, "archive store")
+
+    def record_stores(self) -> dict[str, type[RecordStore]]:
+        """The record store classes plugins register (``rock_register_record_stores``), by scheme."""
+        return self._collect("rock_register_record_stores", RecordStore, "record store")
 
     def speedups(self) -> dict[str, type[SpeedupStrategy]]:
         """The speedup strategy classes plugins register (``rock_register_speedups``), by name."""

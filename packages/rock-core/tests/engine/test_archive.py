@@ -19,7 +19,7 @@ from rock_core.actions import SandboxStartRequest
 from rock_core.engine.archiving import PART_LOGS, PART_ROOTFS
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
-from rock_core.engine.store import SandboxStore
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported, RockError
 from rock_core.models import PhaseStatus
 from rock_core.responses import status_response
@@ -299,7 +299,7 @@ async def test_recovery_resolves_an_interrupted_archive_with_the_store(
         cut = await _stopped(engine)
     # Rewind both to the middle of an archive, as a kill -9 would have left them: ``whole``
     # with both parts stored and its unit still there, ``cut`` with one part half written.
-    records = SandboxStore(store_path)
+    records = SqliteRecordStore(store_path)
     for sandbox_id in (whole, cut):
         record = records.get(sandbox_id)
         assert record is not None

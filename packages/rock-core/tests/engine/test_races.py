@@ -24,7 +24,7 @@ from rock_core.engine import removals
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.live import LABEL_ENGINE, LABEL_OWNER, LABEL_SANDBOX_ID
 from rock_core.engine.manager import SandboxManager
-from rock_core.engine.store import SandboxStore
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import RockError
 from rock_core.states import State
 from rock_core.testing import ScriptedRuntime, eventually_async
@@ -336,7 +336,7 @@ async def test_units_waiting_for_removal_at_close_are_handed_to_the_runtime(
             await engine.stop(first)
             await anyio.wait_all_tasks_blocked()
             assert len(engine.removals) == 1
-        record = SandboxStore(store).get(first)
+        record = SqliteRecordStore(store).get(first)
         assert record is not None and record.state is State.DELETED
         assert all(unit.sandbox_id != first for unit in runtime.units.values())
 
@@ -441,6 +441,6 @@ async def test_a_removal_waiting_for_its_next_attempt_at_close_is_handed_to_the_
                 interval=0.01,
             )
             assert len(engine.removals) == 1
-        record = SandboxStore(store).get(sandbox_id)
+        record = SqliteRecordStore(store).get(sandbox_id)
         assert record is not None and record.state is State.DELETED
         assert all(unit.sandbox_id != sandbox_id for unit in runtime.units.values())

@@ -133,7 +133,12 @@ class EngineConfig:
 
     :param runtime: the registered runtime to use (``"docker"``).
     :param runtime_options: keyword arguments for the runtime's constructor.
-    :param store_path: SQLite file for the records (``None``: in memory, for embedded mode).
+    :param store_path: SQLite file for the records (``None``: in memory, for embedded mode);
+        used when ``store`` is not set.
+    :param store: the URL of a record store a plugin serves, by its scheme
+        (``postgresql://user@host:port/database``: rock-postgres), instead of SQLite; ``None``:
+        SQLite (``store_path``). A URL no installed plugin serves, or a malformed one, stops
+        the engine naming ``store`` (its password masked); so does a server it cannot reach.
     :param max_concurrent_starts: starts running at once; the rest wait in the start queue, by
         priority, fair across experiments within one.
     :param restart_backoff_seconds: the wait before a crashed sandbox's first restart (its
@@ -199,6 +204,7 @@ class EngineConfig:
     runtime: NonBlankStr = checked(NonBlankStr, default="docker")
     runtime_options: Mapping[str, Any] = checked(dict[str, Any], factory=dict)
     store_path: str | None = checked(Optional[str], default=None)
+    store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None, repr=False)
     max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
     queue_aging_seconds: PositiveFloat = checked(PositiveFloat, default=60.0)
     restart_backoff_seconds: PositiveFloat = checked(PositiveFloat, default=1.0)

@@ -2,7 +2,7 @@
 
 :class:`EngineCore` holds the engine's state and its parts: the settings
 (:class:`~rock_core.engine.config.EngineConfig`), the runtime, the plugins, the archive store,
-the records (:class:`~rock_core.engine.store.SandboxStore`), a
+the records (a :class:`~rock_core.records.RecordStore`: SQLite by default), a
 :class:`~rock_core.engine.live.LiveSandbox` per sandbox not deleted, the fair start queue, the
 warm pools, the port forwards, the removal queue, and, while the engine is open, its task group
 and the HTTP client of the rocklets. Its methods are the phase changes (:meth:`EngineCore.apply`:
@@ -44,7 +44,6 @@ from rock_core.engine.live import (
 from rock_core.engine.pool import WarmPool
 from rock_core.engine.removals import Removals
 from rock_core.engine.start_queue import StartQueue
-from rock_core.engine.store import SandboxStore
 from rock_core.errors import SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
 from rock_core.rocklet_client import new_http_client
@@ -55,6 +54,7 @@ from rock_core.states import LIVE_STATES, Event, State
 if TYPE_CHECKING:
     from rock_core.archive import ArchiveStore
     from rock_core.plugins import Plugins
+    from rock_core.records import RecordStore
 
 __all__ = ["Call", "EngineCore"]
 
@@ -69,6 +69,7 @@ class EngineCore:
     :param runtime: where sandboxes' units run.
     :param plugins: whom transitions are announced to.
     :param archive_store: where archives go (``None``: archiving is off).
+    :param store: where the records are kept (opened by :meth:`open`, closed last).
     :param owner: the ``rock.owner`` label of the units this engine makes.
     """
 
@@ -79,6 +80,7 @@ class EngineCore:
         runtime: Runtime,
         plugins: Plugins,
         archive_store: ArchiveStore | None,
+        store: RecordStore,
         owner: str,
     ) -> None:
         self.config = config
@@ -88,7 +90,7 @@ class EngineCore:
         self.owner = owner
         #: Tells this engine's units from those of another engine in the same process.
         self.engine_id = uuid.uuid4().hex
-        self.store = SandboxStore(config.store_path)
+        self.store = store
         self.queue = StartQueue(
             config.max_concurrent_starts, aging_seconds=config.queue_aging_seconds
         )
@@ -116,7 +118,14 @@ class EngineCore:
     # -- opening and closing ------------------------------------------------------------------
 
     async def open(self) -> anyio.abc.TaskGroup:
-        """Make the rocklet delivery and the HTTP client, enter the task group; return it."""
+        """Open the record store, make the rocklet delivery and the HTTP client, enter the task
+        group; return it. A store that cannot be opened closes the engine's parts."""
+        try:
+            await anyio.to_thread.run_sync(self.store.open)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self.close_parts()
+            raise
         self.rocklet_delivery = await anyio.to_thread.run_sync(
             functools.partial(prepare_rocklet, url=self.config.rocklet_url)
         )

@@ -1,5 +1,5 @@
-"""What plugins give an engine besides its hooks: its runtime, its archive store, and the
-environment providers of ``make_env``, each built from the plugin's table (``rock_configure``'s
+"""What plugins give an engine besides its hooks: its runtime, its record store (SQLite unless
+``store`` names a plugin's), its archive store, and the environment providers of ``make_env``, each built from the plugin's table (``rock_configure``'s
 options with ``ROCK_PLUGIN_*`` variables on top) and named in the error when it is missing.
 """
 
@@ -9,7 +9,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rock_core.engine.config import EngineConfig
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import InvalidParameter
+from rock_core.records import RecordStore, mask_url, store_scheme
 from rock_core.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from rock_core.envs import Environment, EnvProvider
     from rock_core.plugins import Plugins
 
-__all__ = ["EnvProviders", "build_archive_store", "build_runtime"]
+__all__ = ["EnvProviders", "build_archive_store", "build_record_store", "build_runtime"]
 
 Tables = Mapping[str, Mapping[str, Any]]
 _T = TypeVar("_T")
@@ -71,6 +73,31 @@ def build_runtime(config: EngineConfig, plugins: Plugins, tables: Tables | None 
     options = {**table, **dict(config.runtime_options)}
     where = "runtime_options" if not table else f"plugins.{owner} (with runtime_options on top)"
     return _build(runtimes[config.runtime], where, (), options)
+
+
+def build_record_store(config: EngineConfig, plugins: Plugins, tables: Tables) -> RecordStore:
+    """The engine's record store: SQLite (``config.store_path``, or memory) unless
+    ``config.store`` is a URL, then the store a plugin registered for its scheme, built as
+    ``cls(url, **table)`` with that plugin's table. Not opened yet (:meth:`RecordStore.open`).
+
+    :raises InvalidParameter: naming ``store`` and its value (password masked): not a URL, or
+        no installed plugin serves its scheme.
+    """
+    url = config.store
+    if url is None:
+        return SqliteRecordStore(config.store_path)
+    scheme = store_scheme(url)
+    stores = plugins.record_stores()
+    if scheme not in stores:
+        known = ", ".join(sorted(stores)) or "none installed"
+        raise InvalidParameter(
+            f"store: no record store serves {scheme}:// in {mask_url(url)!r} (installed: {known}); "
+            f"for PostgreSQL, pip install rock-postgres",
+            field="store",
+            value=mask_url(url),
+        )
+    owner = plugins.registered_by("rock_register_record_stores").get(scheme, scheme)
+    return _build(stores[scheme], f"plugins.{owner}", (url,), dict(tables.get(owner, {})))
 
 
 def build_archive_store(

@@ -10,7 +10,7 @@ Use it as an async context manager; its background work runs in its own task gro
         await engine.stop(started.sandbox_id)
 
 :class:`SandboxManager` is the one facade; it holds the engine's state (the records in a
-:class:`~rock_core.engine.store.SandboxStore`, a :class:`~rock_core.engine.live.LiveSandbox` per
+:class:`~rock_core.records.RecordStore`, a :class:`~rock_core.engine.live.LiveSandbox` per
 sandbox not deleted, the fair :class:`~rock_core.engine.start_queue.StartQueue`, the warm pools)
 and the one path by which a record changes (:meth:`EngineCore.apply
 <rock_core.engine.core.EngineCore.apply>`: the state machine of :mod:`rock_core.states`, written
@@ -144,6 +144,7 @@ class SandboxManager:
             runtime=runtime if runtime is not None else extensions.build_runtime(config, plugins),
             plugins=plugins,
             archive_store=archive_store,
+            store=extensions.build_record_store(config, plugins, tables),
             owner=owner or process_owner(),
         )
         # The core's parts, as the engine's public attributes (the same objects).

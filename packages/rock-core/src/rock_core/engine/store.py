@@ -1,9 +1,13 @@
-"""Where the engine keeps its sandbox records: SQLite, in memory or in a file (WAL).
+"""rock-core's own record store (:class:`~rock_core.records.RecordStore`): SQLite, in memory or
+in a file (WAL), the engine's default (``store_path``; ``store`` unset).
 
 Every change to a record is written through at once, so a process killed with SIGKILL loses
 nothing it had acknowledged. Rows are never deleted by the lifecycle: a deleted sandbox keeps its
-row (state ``deleted``) for its history, as ROCK does; :meth:`SandboxStore.purge_deleted` drops
+row (state ``deleted``) for its history, as ROCK does; :meth:`SqliteRecordStore.purge_deleted` drops
 old ones.
+
+The file records its schema version in SQLite's ``PRAGMA user_version`` (a file of a rock from
+before the version was kept reads 0 and is version 1); a newer version is refused.
 
 Queries used on the hot path (by id, by state) are indexed columns; the full record is a JSON
 blob written by rock-core's ``store`` converter, which skips unknown keys so an older rock reads
@@ -24,12 +28,10 @@ from pathlib import Path
 from rock_core.converters import structure_store, unstructure_store
 from rock_core.models import SandboxRecord
 from rock_core.private_paths import private_file
+from rock_core.records import RecordStore, check_filters, newer_schema
 from rock_core.states import State
 
-__all__ = ["SandboxStore", "FILTER_FIELDS"]
-
-#: Fields a listing can filter on (exact match), as ROCK's ``GET /sandboxes``.
-FILTER_FIELDS = ("user_id", "experiment_id", "namespace", "cluster", "image", "state", "owner")
+__all__ = ["SqliteRecordStore"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandbox (
@@ -49,7 +51,7 @@ CREATE INDEX IF NOT EXISTS sandbox_owner_state ON sandbox (owner, state);
 """
 
 
-class SandboxStore:
+class SqliteRecordStore(RecordStore):
     """Sandbox records in SQLite.
 
     :param path: a database file (created with its folder; WAL journal), or ``None`` for a
@@ -59,7 +61,8 @@ class SandboxStore:
 
     Calls are short and synchronous; a lock makes the store safe to share between threads.
 
-    :raises InvalidParameter: naming ``store_path``: the file is a link or another user's.
+    :raises InvalidParameter: naming ``store_path``: the file is a link or another user's, or
+        its schema version is newer than this rock knows.
     """
 
     def __init__(self, path: str | Path | None = None) -> None:
@@ -79,7 +82,17 @@ class SandboxStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives a process crash (not a power cut) without an fsync per commit.
             self._db.execute("PRAGMA synchronous=NORMAL")
+        self._check_schema()
+
+    def _check_schema(self) -> None:
+        """Make the table (a new database) or check the version of the one there."""
+        found = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+        if found > self.schema_version:
+            self._db.close()
+            raise newer_schema("store_path", str(self.path), found, self.schema_version)
         self._db.executescript(_SCHEMA)
+        if found < self.schema_version:
+            self._db.execute(f"PRAGMA user_version = {int(self.schema_version)}")
 
     @property
     def persistent(self) -> bool:
@@ -131,7 +144,7 @@ class SandboxStore:
         :param known: the caller's own copy of a record by id, or ``None``: taken instead of
             reading the row's JSON (reading it is most of a listing's cost; the engine holds
             every live sandbox's current record in memory).
-        :raises ValueError: a filter names a field not in :data:`FILTER_FIELDS`.
+        :raises ValueError: a filter names a field not in :data:`~rock_core.records.FILTER_FIELDS`.
         """
         where, args = self._where(states, filters)
         sql = f"SELECT sandbox_id, record FROM sandbox{where} ORDER BY create_time, sandbox_id"
@@ -178,18 +191,15 @@ class SandboxStore:
     def _where(
         states: Iterable[State] | None, filters: Mapping[str, str] | None
     ) -> tuple[str, builtins.list[object]]:
-        # ``list`` here is SandboxStore.list: the builtin is named in full.
+        # ``list`` here is SqliteRecordStore.list: the builtin is named in full.
         clauses: builtins.list[str] = []
         args: builtins.list[object] = []
         if states is not None:
             values: Sequence[str] = [State(s).value for s in states]
             clauses.append(f"state IN ({','.join('?' * len(values)) or 'NULL'})")
             args.extend(values)
+        check_filters(filters)
         for field, value in (filters or {}).items():
-            if field not in FILTER_FIELDS:
-                raise ValueError(
-                    f"cannot filter sandboxes on {field!r}; filters: {', '.join(FILTER_FIELDS)}"
-                )
             clauses.append(f"{field} = ?")
             args.append(value)
         return (" WHERE " + " AND ".join(clauses) if clauses else ""), args

@@ -7,6 +7,9 @@
   archive stores; give it a ``store`` fixture. Its helpers: :class:`GeneratedStream` (GiBs made
   as they are read, with their digest), :class:`PeakMemory` (this process's peak memory growth
   during a block), :func:`read_part`.
+- :class:`RecordStoreConformance` (:mod:`rock_core.testing.record_conformance`): the same for
+  record stores (:class:`rock_core.records.RecordStore`); give it a ``store`` fixture and its two
+  backend hooks. :func:`sample_record` is a record with every kind of field set.
 - :mod:`rock_core.testing.fixtures`: the helpers the suite is built from (:class:`Units`,
   :func:`wait_for_rocklet`, :func:`wait_for_unit`, :class:`PhaseLog`), and a pytest plugin
   with a few fixtures (:func:`~rock_core.testing.fixtures.docker_client` among them), loaded for
@@ -32,6 +35,7 @@ pytest.register_assert_rewrite(
     "rock_core.testing.fixtures",
     "rock_core.testing.runtime_conformance",
     "rock_core.testing.archive_conformance",
+    "rock_core.testing.record_conformance",
     "rock_core.testing.waiting",
 )
 
@@ -54,6 +58,7 @@ from rock_core.testing.fixtures import (  # noqa: E402
     wait_for_unit,
 )
 from rock_core.testing.plugin_site import NullRuntime, PluginSite  # noqa: E402
+from rock_core.testing.record_conformance import RecordStoreConformance, sample_record  # noqa: E402
 from rock_core.testing.runtime_conformance import RuntimeConformance  # noqa: E402
 from rock_core.testing.scripted_runtime import Gate, ScriptedRuntime, rocklet_in_thread  # noqa: E402
 from rock_core.testing.waiting import eventually, eventually_async  # noqa: E402
@@ -66,6 +71,7 @@ __all__ = [
     "PeakMemory",
     "PhaseLog",
     "PluginSite",
+    "RecordStoreConformance",
     "RuntimeConformance",
     "ScriptedRuntime",
     "StartedUnit",
@@ -77,6 +83,7 @@ __all__ = [
     "rocklet_call",
     "rocklet_in_thread",
     "rocklet_url",
+    "sample_record",
     "unique_sandbox_id",
     "upper_echo_server",
     "wait_for_rocklet",

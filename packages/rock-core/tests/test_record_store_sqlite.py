@@ -1,0 +1,111 @@
+"""rock-core's SQLite record store against the record store conformance suite, in memory and in a
+file, and its schema version."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rock_core.engine.store import SqliteRecordStore
+from rock_core.errors import InvalidParameter
+from rock_core.records import RecordStore
+from rock_core.testing import RecordStoreConformance, sample_record
+
+
+def _add_unknown_key(store: RecordStore, sandbox_id: str, path: Sequence[str], value: Any) -> None:
+    assert isinstance(store, SqliteRecordStore)
+    with store._lock, store._db:
+        store._db.execute(
+            "UPDATE sandbox SET record = json_set(record, ?, json(?)) WHERE sandbox_id = ?",
+            ("$." + ".".join(path), json.dumps(value), sandbox_id),
+        )
+
+
+class TestSqliteInMemory(RecordStoreConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[RecordStore]:
+        store = SqliteRecordStore()
+        store.open()
+        yield store
+        store.close()
+
+    def reopen(self, store: RecordStore) -> RecordStore | None:
+        return None
+
+    def add_unknown_key(
+        self, store: RecordStore, sandbox_id: str, path: Sequence[str], value: Any
+    ) -> None:
+        _add_unknown_key(store, sandbox_id, path, value)
+
+
+class TestSqliteInAFile(RecordStoreConformance):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Iterator[RecordStore]:
+        store = SqliteRecordStore(tmp_path / "rock.db")
+        store.open()
+        yield store
+        store.close()
+
+    def reopen(self, store: RecordStore) -> RecordStore | None:
+        assert isinstance(store, SqliteRecordStore)
+        second = SqliteRecordStore(store.path)
+        second.open()
+        return second
+
+    def add_unknown_key(
+        self, store: RecordStore, sandbox_id: str, path: Sequence[str], value: Any
+    ) -> None:
+        _add_unknown_key(store, sandbox_id, path, value)
+
+
+def _user_version(path: Path) -> int:
+    db = sqlite3.connect(path)
+    try:
+        return int(db.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        db.close()
+
+
+def test_a_new_file_records_its_schema_version(tmp_path: Path) -> None:
+    SqliteRecordStore(tmp_path / "rock.db").close()
+    assert _user_version(tmp_path / "rock.db") == SqliteRecordStore.schema_version == 1
+
+
+def test_a_file_of_a_rock_that_kept_no_version_is_read_and_marked(tmp_path: Path) -> None:
+    path = tmp_path / "rock.db"
+    store = SqliteRecordStore(path)
+    record = sample_record()
+    store.put(record)
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 0")  # as rock wrote it before the version was kept
+    db.commit()
+    db.close()
+    again = SqliteRecordStore(path)
+    assert again.get(record.sandbox_id) == record
+    again.close()
+    assert _user_version(path) == 1
+
+
+def test_a_file_of_a_newer_schema_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    path = tmp_path / "rock.db"
+    record = sample_record()
+    store = SqliteRecordStore(path)
+    store.put(record)
+    store.close()
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA user_version = 7")
+    db.commit()
+    db.close()
+    with pytest.raises(InvalidParameter) as info:
+        SqliteRecordStore(path)
+    assert info.value.field == "store_path"
+    message = str(info.value)
+    assert message.startswith(f"store_path: the records at {path} have schema version 7")
+    assert "knows versions up to 1" in message and "upgrade rock" in message
+    assert _user_version(path) == 7  # left as it was
