@@ -43,6 +43,8 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
     store_path = "~/.rock/admin/rock.db"  # default: <state_dir>/rock.db
+    # store = "postgresql://rock@/rock?host=/run/postgresql"  # records in PostgreSQL instead
+                                       # (rock-postgres); wins over store_path
     max_concurrent_starts = 16
     default_auto_clear_seconds = 21600
     max_memory = "64g"
