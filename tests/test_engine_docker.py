@@ -256,10 +256,27 @@ async def test_duplicate_sandbox_id_is_refused(engine):
     await engine.wait_until_running(sandbox_id, timeout=120)
 
 
-async def test_stop_while_starting_leaves_nothing(engine, docker_client):
+async def test_stop_while_starting_leaves_nothing(engine, docker_client, monkeypatch):
+    # The gate: the runtime's start waits for the test (its container created, not yet
+    # started), so the stop surely comes while the sandbox starts.
+    entered, released = anyio.Event(), anyio.Event()
+    start = engine.runtime.start
+
+    async def held_start(*args, **kwargs):
+        entered.set()
+        await released.wait()
+        return await start(*args, **kwargs)
+
+    monkeypatch.setattr(engine.runtime, "start", held_start)
     started = await engine.start_async(SandboxStartRequest(**SMALL))
-    await anyio.sleep(0.05)
-    await engine.stop(started.sandbox_id)
+    try:
+        with anyio.fail_after(120):
+            await entered.wait()
+        assert len(containers_of(docker_client, started.sandbox_id)) == 1  # held after create
+        with anyio.fail_after(120):
+            await engine.stop(started.sandbox_id)
+    finally:
+        released.set()
     with pytest.raises(RockError):
         await engine.wait_until_running(started.sandbox_id, timeout=30)
     await eventually_async(lambda: engine.get_record(started.sandbox_id).state is State.DELETED)
