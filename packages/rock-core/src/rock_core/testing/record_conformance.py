@@ -25,7 +25,8 @@ backend hooks the suite cannot do through the store's own methods::
             ...
 
 What it checks (the contract on :class:`~rock_core.records.RecordStore`): a record read back
-whole, secrets included; a put replaces; write-through (a second store reads a write at once,
+whole, secrets included, and text a tenant chose (a NUL, backslashes, quotes) kept and filtered
+on exactly; a put replaces; write-through (a second store reads a write at once,
 for a persistent store); listing in creation order with limit and offset; each filter field and
 states, alone and together; an unknown filter refused; counts that match listings; counts by
 state; ``known`` records taken instead of stored ones; purging of deleted rows only, before the
@@ -164,6 +165,18 @@ class RecordStoreConformance:
         self.add_unknown_key(store, record.sandbox_id, ["spec", "newer_spec_field"], 7)
         assert store.get(record.sandbox_id) == record
         assert store.list() == [record]
+
+    def test_text_a_tenant_chose_is_kept_and_filtered_on_exactly(self, store: RecordStore) -> None:
+        odd = sample_record(user_id="u\x00\\0", experiment_id="e\\", namespace="ns'; --")
+        plain = sample_record(user_id="u\\0", create_time=T0 + timedelta(seconds=1))
+        odd = attrs.evolve(odd, reason="a NUL \x00, a backslash \\ and \u2028")
+        store.put(odd)
+        store.put(plain)
+        assert store.get(odd.sandbox_id) == odd
+        assert store.list(filters={"user_id": "u\x00\\0"}) == [odd]
+        assert store.list(filters={"user_id": "u\\0"}) == [plain]
+        assert store.list(filters={"experiment_id": "e\\"}) == [odd]
+        assert store.count(filters={"namespace": "ns'; --"}) == 1
 
     # -- listings ----------------------------------------------------------------------------
 

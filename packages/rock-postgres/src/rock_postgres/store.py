@@ -1,0 +1,280 @@
+"""The engine's records in PostgreSQL: :class:`PostgresRecordStore`, selected by
+``[engine] store = "postgresql://user@host:port/database"``.
+
+The seam (:class:`rock_core.records.RecordStore`) is synchronous, since the engine writes each
+change through on its event loop; asyncpg is async. The store runs asyncpg on an event loop of
+its own, in a thread of its own (:class:`~rock_postgres._loop.LoopThread`), with a pool of
+connections, and blocks each caller until its query has answered, at most ``call_timeout``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any, TypeVar
+
+import asyncpg
+
+from rock_core.converters import structure_store, unstructure_store
+from rock_core.models import SandboxRecord
+from rock_core.records import RecordStore, StoreUnavailable, check_filters
+from rock_core.states import State
+from rock_postgres import _schema
+from rock_postgres._loop import LoopThread
+from rock_postgres._target import Target, read_target
+from rock_postgres.options import PostgresOptions
+
+__all__ = ["PostgresRecordStore"]
+
+T = TypeVar("T")
+
+_PUT = """
+INSERT INTO rock_sandbox (sandbox_id, state, owner, user_id, experiment_id, namespace, cluster,
+                          image, create_time, delete_time, record)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+ON CONFLICT (sandbox_id) DO UPDATE SET
+    state = EXCLUDED.state, owner = EXCLUDED.owner, user_id = EXCLUDED.user_id,
+    experiment_id = EXCLUDED.experiment_id, namespace = EXCLUDED.namespace,
+    cluster = EXCLUDED.cluster, image = EXCLUDED.image, create_time = EXCLUDED.create_time,
+    delete_time = EXCLUDED.delete_time, record = EXCLUDED.record
+"""
+
+#: What a lost connection looks like: the pool replaces it, and the call is made once more
+#: (every call of the store can be repeated: a put replaces, the others read or purge).
+_LOST = (
+    OSError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+)
+
+
+def _column(value: str | None) -> str | None:
+    """A text column's value: PostgreSQL's text holds no NUL, which a tenant may put in a field;
+    escaped one-to-one (backslash first), and filter values alike, so equality is kept."""
+    if value is None or ("\x00" not in value and "\\" not in value):
+        return value
+    return value.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+class PostgresRecordStore(RecordStore):
+    """Sandbox records in PostgreSQL (rock_core.records.RecordStore's contract).
+
+    :param url: the engine's ``store``: ``postgresql://user[:password]@host[:port]/database``,
+        or ``postgresql://user@/database?host=/socket/folder`` for a unix socket.
+    :param options: ``[plugins.postgres]``: ``connect_timeout``, ``call_timeout``, ``pool_size``
+        (:class:`~rock_postgres.options.PostgresOptions`).
+
+    Building reads the URL and options and does no I/O; :meth:`open` connects (a pool of
+    ``pool_size`` connections), makes or checks the tables and their schema version, within
+    ``connect_timeout``. Each call then costs one round trip to the server plus a hand-over to
+    the store's thread and back: measured on a 2-core machine over a unix socket, a put's
+    median was 0.86 ms and a get's 0.50 ms, against 0.04-0.13 ms for SQLite
+    (``packages/rock-postgres/benchmarks/store_calls.py`` prints them). Every call is made
+    once more on a new connection if its connection was lost (a server restart).
+
+    :raises InvalidParameter: naming ``store`` (not a PostgreSQL URL, no database, a bad port)
+        or ``plugins.postgres.<key>``, at construction; naming ``store`` from :meth:`open` when
+        the tables are of a newer schema than this rock knows.
+    :raises StoreUnavailable: naming ``store``, the server and the reason, from :meth:`open`
+        and any call, when the server cannot be reached or does not answer in time.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.target: Target = read_target(url)
+        self.options = PostgresOptions.from_table(options)
+        self._loop: LoopThread | None = None
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def persistent(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"PostgresRecordStore({self.target.masked!r})"
+
+    # -- opening and closing -----------------------------------------------------------------
+
+    def open(self) -> None:
+        """Connect, make or check the tables; see the class docstring."""
+        if self._pool is not None:
+            return
+        loop = self._loop = LoopThread(f"rock-postgres {self.target.where}")
+        timeout = self.options.connect_timeout
+        try:
+            self._pool = loop.run(self._connect(), timeout + 1)
+        except TimeoutError:
+            self.close()
+            raise self._unavailable(f"no answer within {timeout:g} s (connect_timeout)") from None
+        except (OSError, asyncpg.PostgresError, asyncpg.exceptions.InterfaceError) as exc:
+            self.close()
+            raise self._unavailable(_reason(exc)) from None
+        except BaseException:
+            self.close()
+            raise
+
+    async def _connect(self) -> asyncpg.Pool:
+        timeout = self.options.connect_timeout
+        pool: asyncpg.Pool = await asyncpg.create_pool(
+            self.target.url,
+            min_size=1,
+            max_size=self.options.pool_size,
+            timeout=timeout,
+            command_timeout=self.options.call_timeout,
+        )
+        try:
+            async with pool.acquire(timeout=timeout) as connection:
+                await _schema.prepare_schema(connection, self.target.masked)
+        except BaseException:
+            pool.terminate()
+            raise
+        return pool
+
+    def close(self) -> None:
+        """Close the connections and the store's thread. Idempotent."""
+        pool, self._pool = self._pool, None
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        if pool is not None:
+            try:
+                loop.run(pool.close(), self.options.call_timeout)
+            except Exception:
+                pool.terminate()
+        loop.close()
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def _call(self, query: Callable[[asyncpg.Pool], Awaitable[T]]) -> T:
+        """``query(pool)`` on the store's loop, once more if its connection was lost."""
+        pool, loop = self._pool, self._loop
+        if pool is None or loop is None:
+            raise RuntimeError("the record store is not open (PostgresRecordStore.open)")
+
+        async def attempt() -> T:
+            try:
+                return await query(pool)
+            except _LOST:
+                return await query(pool)
+
+        try:
+            return loop.run(attempt(), self.options.call_timeout)
+        except TimeoutError:
+            raise self._unavailable(
+                f"no answer within {self.options.call_timeout:g} s (call_timeout)"
+            ) from None
+        except _LOST as exc:
+            raise self._unavailable(_reason(exc)) from None
+
+    def _unavailable(self, reason: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"store: PostgreSQL at {self.target.where} ({self.target.masked}): {reason}"
+        )
+
+    def put(self, record: SandboxRecord) -> None:
+        spec = record.spec
+        row = (
+            record.sandbox_id,
+            record.state.value,
+            _column(record.owner),
+            _column(spec.user_id),
+            _column(spec.experiment_id),
+            _column(spec.namespace),
+            _column(spec.cluster),
+            _column(spec.image),
+            record.create_time,
+            record.delete_time,
+            json.dumps(unstructure_store(record), separators=(",", ":")),
+        )
+        self._call(lambda pool: pool.execute(_PUT, *row))
+
+    def get(self, sandbox_id: str) -> SandboxRecord | None:
+        data = self._call(
+            lambda pool: pool.fetchval(
+                "SELECT record FROM rock_sandbox WHERE sandbox_id = $1", sandbox_id
+            )
+        )
+        return None if data is None else structure_store(json.loads(data), SandboxRecord)
+
+    def list(
+        self,
+        *,
+        states: Iterable[State] | None = None,
+        filters: Mapping[str, str] | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        known: Callable[[str], SandboxRecord | None] | None = None,
+    ) -> builtins.list[SandboxRecord]:
+        where, args = _where(states, filters)
+        sql = (
+            f"SELECT sandbox_id, record FROM rock_sandbox{where} "
+            'ORDER BY create_time, sandbox_id COLLATE "C"'
+        )
+        if limit is not None:
+            sql += f" LIMIT ${len(args) + 1} OFFSET ${len(args) + 2}"
+            args += [limit, offset]
+        elif offset:
+            sql += f" OFFSET ${len(args) + 1}"
+            args.append(offset)
+        rows = self._call(lambda pool: pool.fetch(sql, *args))
+        records = []
+        for sandbox_id, data in rows:
+            record = known(sandbox_id) if known is not None else None
+            records.append(
+                record if record is not None else structure_store(json.loads(data), SandboxRecord)
+            )
+        return records
+
+    def count(
+        self, *, states: Iterable[State] | None = None, filters: Mapping[str, str] | None = None
+    ) -> int:
+        where, args = _where(states, filters)
+        sql = f"SELECT count(*) FROM rock_sandbox{where}"
+        return int(self._call(lambda pool: pool.fetchval(sql, *args)))
+
+    def count_by_state(self) -> dict[State, int]:
+        rows = self._call(
+            lambda pool: pool.fetch("SELECT state, count(*) FROM rock_sandbox GROUP BY state")
+        )
+        return {State(state): int(n) for state, n in rows}
+
+    def purge_deleted(self, before: datetime) -> int:
+        rows = self._call(
+            lambda pool: pool.fetch(
+                "DELETE FROM rock_sandbox WHERE state = $1 AND delete_time < $2 "
+                "RETURNING sandbox_id",
+                State.DELETED.value,
+                before,
+            )
+        )
+        return len(rows)
+
+
+def _where(
+    states: Iterable[State] | None, filters: Mapping[str, str] | None
+) -> tuple[str, builtins.list[Any]]:
+    """The WHERE clause of a listing and its arguments (column names only from FILTER_FIELDS)."""
+    check_filters(filters)
+    clauses: builtins.list[str] = []
+    args: builtins.list[Any] = []
+    if states is not None:
+        args.append([State(s).value for s in states])
+        clauses.append(f"state = ANY(${len(args)}::text[])")
+    for field, value in (filters or {}).items():
+        args.append(value if field == "state" else _column(value))
+        clauses.append(f"{field} = ${len(args)}")
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+def _reason(exc: BaseException) -> str:
+    """An error of the driver or the socket, in a few words."""
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno)
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,0 +1,110 @@
+"""pytest fixtures for tests against a real PostgreSQL server (extra ``testing``).
+
+The server is the one ``scripts/ensure-postgres.sh`` runs (``make test`` runs it): its URL is in
+``.rock-state/postgres/url``; ``ROCK_TEST_POSTGRES_URL`` names another (a superuser's URL: the
+fixtures make and drop databases). Where the script could not set one up it left its reason in
+``.rock-state/postgres/unavailable``, and the tests skip with that reason; with neither file they
+fail, saying to run the script.
+
+- :func:`postgres_url`: a fresh database for the test module (made on first use, dropped after),
+  its URL;
+- :func:`postgres_store`: a :class:`~rock_postgres.store.PostgresRecordStore` on that database,
+  open and empty, closed after the test;
+- :func:`run_sql`: run one statement on a database (what tests do behind the store's back).
+
+Import the fixtures into a test module (``from rock_postgres.testing import postgres_url``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from rock_postgres.store import PostgresRecordStore
+
+__all__ = ["database_url", "postgres_store", "postgres_url", "run_sql", "server_url"]
+
+URL_VARIABLE = "ROCK_TEST_POSTGRES_URL"
+
+
+def _state_dirs() -> Iterator[Path]:
+    if os.environ.get("ROCK_STATE_DIR"):
+        yield Path(os.environ["ROCK_STATE_DIR"])
+    for start in (Path.cwd(), Path(__file__).resolve()):
+        for folder in (start, *start.parents):
+            if (folder / ".rock-state").is_dir():
+                yield folder / ".rock-state"
+                break
+
+
+def server_url() -> str:
+    """The test server's URL (see the module docstring); skips or fails the test without one."""
+    if os.environ.get(URL_VARIABLE):
+        return os.environ[URL_VARIABLE]
+    for state in _state_dirs():
+        url = state / "postgres" / "url"
+        if url.is_file():
+            return url.read_text(encoding="utf-8").strip()
+        reason = state / "postgres" / "unavailable"
+        if reason.is_file():
+            pytest.skip(
+                f"PostgreSQL could not be set up here: {reason.read_text(encoding='utf-8').strip()}"
+            )
+    pytest.fail(
+        "no PostgreSQL server for the tests: run scripts/ensure-postgres.sh (make test does), "
+        f"or set {URL_VARIABLE}"
+    )
+
+
+def database_url(url: str, database: str) -> str:
+    """``url`` naming ``database`` instead of its own."""
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+async def _execute(url: str, sql: str, *args: Any) -> Any:
+    connection = await asyncpg.connect(url, timeout=30)
+    try:
+        return await connection.fetch(sql, *args)
+    finally:
+        await connection.close()
+
+
+def run_sql(url: str, sql: str, *args: Any) -> Any:
+    """Run ``sql`` with ``args`` on the database of ``url``; its rows. Callable from async
+    tests too: it runs on a loop of its own, in a thread of its own."""
+    with concurrent.futures.ThreadPoolExecutor(1) as worker:
+        return worker.submit(asyncio.run, _execute(url, sql, *args)).result()
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """A fresh database for the module, dropped after it; its URL."""
+    server = server_url()
+    name = f"rock_test_{uuid.uuid4().hex[:12]}"
+    run_sql(server, f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url(server, name)
+    finally:
+        run_sql(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_store(postgres_url: str) -> Iterator[PostgresRecordStore]:
+    """An open, empty store on the module's database, closed after the test."""
+    store = PostgresRecordStore(postgres_url)
+    store.open()
+    run_sql(postgres_url, "TRUNCATE rock_sandbox")
+    try:
+        yield store
+    finally:
+        store.close()
