@@ -23,6 +23,7 @@ PACKAGES = {
     "rock-speedup": "rock_speedup",
     "rock-archive-s3": "rock_archive_s3",
     "rock-gem": "rock_gem",
+    "rock-postgres": "rock_postgres",
 }
 
 
@@ -52,7 +53,7 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     return built
 
 
-def test_workspace_members_are_the_seven_packages():
+def test_workspace_members_are_the_eight_packages():
     found = {p.parent.name for p in (ROOT / "packages").glob("*/pyproject.toml")}
     assert found == set(PACKAGES)
     for dist, module in PACKAGES.items():
@@ -89,7 +90,12 @@ def test_every_dependency_is_pinned_without_addresses():
 
 
 #: The extras a distribution's every module needs (its own optional dependencies).
-EXTRAS = {"rock-core": "testing", "rock-sdk": "admin", "rock-nomad": "testing"}
+EXTRAS = {
+    "rock-core": "testing",
+    "rock-sdk": "admin",
+    "rock-nomad": "testing",
+    "rock-postgres": "testing",
+}
 
 
 def _venv_with(tmp_path: Path, *requirements: str) -> Path:
