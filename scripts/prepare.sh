@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything the two README commands need, each step idempotent:
-#   uv (pinned), the workspace's packages (.venv), a Docker engine, the offline test images.
+#   uv (pinned), the workspace's packages (.venv), a Docker engine, a PostgreSQL server for
+#   rock-postgres's tests (socket only, under .rock-state/postgres/), the offline test images.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$ROCK_REPO"
@@ -15,4 +16,5 @@ say "syncing the uv workspace into .venv ($("$uv" --version))"
 "$uv" sync --quiet --compile-bytecode
 .venv/bin/python -m compileall -q -j 0 packages/*/src >/dev/null
 "$ROCK_REPO/scripts/ensure-docker.sh"
+"$ROCK_REPO/scripts/ensure-postgres.sh"
 "$ROCK_REPO/scripts/ensure-test-images.sh"
