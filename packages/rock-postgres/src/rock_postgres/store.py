@@ -150,8 +150,14 @@ class PostgresRecordStore(RecordStore):
 
     # -- calls -------------------------------------------------------------------------------
 
-    def _call(self, query: Callable[[asyncpg.Pool], Awaitable[T]]) -> T:
-        """``query(pool)`` on the store's loop, once more if its connection was lost."""
+    def call(self, query: Callable[[asyncpg.Pool], Awaitable[T]]) -> T:
+        """``query(pool)`` on the store's loop and connections, once more if its connection was
+        lost, at most ``call_timeout``: how the records' calls are made, and how a component
+        beside them reaches the same server (the leader's lease, :mod:`rock_postgres.lease`).
+        ``query`` must be safe to repeat.
+
+        :raises StoreUnavailable: the server cannot be reached or does not answer in time.
+        """
         pool, loop = self._pool, self._loop
         if pool is None or loop is None:
             raise RuntimeError("the record store is not open (PostgresRecordStore.open)")
@@ -191,10 +197,10 @@ class PostgresRecordStore(RecordStore):
             record.delete_time,
             json.dumps(unstructure_store(record), separators=(",", ":")),
         )
-        self._call(lambda pool: pool.execute(_PUT, *row))
+        self.call(lambda pool: pool.execute(_PUT, *row))
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
-        data = self._call(
+        data = self.call(
             lambda pool: pool.fetchval(
                 "SELECT record FROM rock_sandbox WHERE sandbox_id = $1", sandbox_id
             )
@@ -221,7 +227,7 @@ class PostgresRecordStore(RecordStore):
         elif offset:
             sql += f" OFFSET ${len(args) + 1}"
             args.append(offset)
-        rows = self._call(lambda pool: pool.fetch(sql, *args))
+        rows = self.call(lambda pool: pool.fetch(sql, *args))
         records = []
         for sandbox_id, data in rows:
             record = known(sandbox_id) if known is not None else None
@@ -235,16 +241,16 @@ class PostgresRecordStore(RecordStore):
     ) -> int:
         where, args = _where(states, filters)
         sql = f"SELECT count(*) FROM rock_sandbox{where}"
-        return int(self._call(lambda pool: pool.fetchval(sql, *args)))
+        return int(self.call(lambda pool: pool.fetchval(sql, *args)))
 
     def count_by_state(self) -> dict[State, int]:
-        rows = self._call(
+        rows = self.call(
             lambda pool: pool.fetch("SELECT state, count(*) FROM rock_sandbox GROUP BY state")
         )
         return {State(state): int(n) for state, n in rows}
 
     def purge_deleted(self, before: datetime) -> int:
-        rows = self._call(
+        rows = self.call(
             lambda pool: pool.fetch(
                 "DELETE FROM rock_sandbox WHERE state = $1 AND delete_time < $2 "
                 "RETURNING sandbox_id",

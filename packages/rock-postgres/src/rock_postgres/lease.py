@@ -1,0 +1,154 @@
+"""A lease in PostgreSQL with a fencing epoch: which one of several admins is the leader
+(issue #24 point 2). Not yet used by the engine; built and tested on its own, beside the records.
+
+One row per lease in ``rock_lease``: its holder, its epoch and when it expires, by the server's
+clock (``now()``), so the admins' clocks do not matter. Taking a free or expired lease bumps
+its epoch; renewing keeps it. A holder that paused past its expiry (``SIGSTOP``) and woke up
+finds its epoch gone: :meth:`Lease.renew` answers false, and :meth:`Lease.holds` (or the SQL of
+:data:`HOLDS`, inside a write's own statement) refuses work under a stale epoch: the fencing
+that keeps an old leader from acting.
+
+Every call goes through the record store's connections (:meth:`PostgresRecordStore.call
+<rock_postgres.store.PostgresRecordStore.call>`); the table and its schema version
+(``rock_schema``'s row ``lease``) are made by :meth:`Lease.prepare`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import asyncpg
+import attrs
+
+from rock_core.records import newer_schema
+from rock_postgres.store import PostgresRecordStore
+
+__all__ = ["HOLDS", "Lease", "LeaseState"]
+
+COMPONENT = "lease"
+SCHEMA_VERSION = 1
+_LOCK = 0x726F636B5F6C6561  # "rock_lea"
+
+_TABLE = """
+CREATE TABLE IF NOT EXISTS rock_lease (
+    name       TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    epoch      BIGINT NOT NULL,
+    expires_at TIMESTAMPTZ NOT NULL
+)
+"""
+
+#: A condition true only while ``holder`` ($2) holds lease ``name`` ($1) under ``epoch`` ($3),
+#: unexpired: put it in a write's WHERE clause and the write is fenced in the same statement.
+HOLDS = (
+    "EXISTS (SELECT 1 FROM rock_lease WHERE name = $1 AND holder = $2 AND epoch = $3 "
+    "AND expires_at > now())"
+)
+
+# Take the lease when it is free, expired or already ours; a new holder gets the next epoch.
+_ACQUIRE = """
+INSERT INTO rock_lease AS l (name, holder, epoch, expires_at)
+VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+ON CONFLICT (name) DO UPDATE SET
+    holder = EXCLUDED.holder,
+    epoch = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.epoch
+                 ELSE l.epoch + 1 END,
+    expires_at = EXCLUDED.expires_at
+WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()
+RETURNING epoch
+"""
+
+_RENEW = """
+UPDATE rock_lease SET expires_at = now() + make_interval(secs => $4)
+WHERE name = $1 AND holder = $2 AND epoch = $3 AND expires_at > now()
+RETURNING epoch
+"""
+
+
+@attrs.frozen
+class LeaseState:
+    """A lease as the server has it."""
+
+    holder: str
+    epoch: int
+    expires_at: datetime
+
+
+class Lease:
+    """The lease ``name`` as seen by ``holder`` (an admin's own id), on the server of ``store``.
+
+    :param ttl: seconds a taking or renewal lasts; a holder renews well before it ends.
+    """
+
+    def __init__(
+        self, store: PostgresRecordStore, holder: str, *, name: str = "leader", ttl: float = 5.0
+    ) -> None:
+        self.store = store
+        self.holder = holder
+        self.name = name
+        self.ttl = ttl
+
+    def prepare(self) -> None:
+        """Make the lease's table, or check its schema version (a newer one is refused)."""
+
+        async def prepare(pool: asyncpg.Pool) -> None:
+            async with pool.acquire() as connection, connection.transaction():
+                await connection.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
+                await connection.execute(_TABLE)
+                found = await connection.fetchval(
+                    "SELECT version FROM rock_schema WHERE component = $1", COMPONENT
+                )
+                if found is not None and found > SCHEMA_VERSION:
+                    raise newer_schema("store", self.store.target.masked, found, SCHEMA_VERSION)
+                if found is None:
+                    await connection.execute(
+                        "INSERT INTO rock_schema (component, version) VALUES ($1, $2)",
+                        COMPONENT,
+                        SCHEMA_VERSION,
+                    )
+
+        self.store.call(prepare)
+
+    def acquire(self) -> int | None:
+        """Take the lease (free, expired, or already this holder's): its epoch, or ``None``
+        while another holder's is unexpired."""
+        epoch = self.store.call(
+            lambda pool: pool.fetchval(_ACQUIRE, self.name, self.holder, float(self.ttl))
+        )
+        return None if epoch is None else int(epoch)
+
+    def renew(self, epoch: int) -> bool:
+        """Extend the lease held under ``epoch``; false when it was lost (expired, taken)."""
+        found = self.store.call(
+            lambda pool: pool.fetchval(_RENEW, self.name, self.holder, epoch, float(self.ttl))
+        )
+        return found is not None
+
+    def holds(self, epoch: int) -> bool:
+        """Whether this holder still holds the lease under ``epoch`` (the server's clock)."""
+        return bool(
+            self.store.call(
+                lambda pool: pool.fetchval(f"SELECT {HOLDS}", self.name, self.holder, epoch)
+            )
+        )
+
+    def release(self, epoch: int) -> None:
+        """Give the lease up at once if held under ``epoch`` (a clean stop: no wait for expiry)."""
+        self.store.call(
+            lambda pool: pool.execute(
+                "UPDATE rock_lease SET expires_at = now() "
+                "WHERE name = $1 AND holder = $2 AND epoch = $3",
+                self.name,
+                self.holder,
+                epoch,
+            )
+        )
+
+    def current(self) -> LeaseState | None:
+        """The lease as the server has it, or ``None`` before anyone took it."""
+        row = self.store.call(
+            lambda pool: pool.fetchrow(
+                "SELECT holder, epoch, expires_at FROM rock_lease WHERE name = $1", self.name
+            )
+        )
+        return None if row is None else LeaseState(row[0], int(row[1]), row[2])
