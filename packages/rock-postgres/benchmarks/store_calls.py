@@ -1,6 +1,6 @@
 """What one call of a record store costs: put and get medians (and 99th percentiles), for
 rock-postgres over the test server's unix socket and, beside it, rock-core's SQLite in memory and
-in a file.
+in a file; and what the hand-over to rock-postgres's own event-loop thread adds to each call.
 
     .venv/bin/python packages/rock-postgres/benchmarks/store_calls.py [--calls N] [--url URL]
 
@@ -25,6 +25,7 @@ from rock_core.engine.store import SqliteRecordStore
 from rock_core.records import RecordStore
 from rock_core.states import State
 from rock_core.testing import sample_record
+from rock_postgres._loop import LoopThread
 from rock_postgres.store import PostgresRecordStore
 from rock_postgres.testing import database_url, run_sql
 
@@ -81,6 +82,17 @@ def main() -> int:
             store.close()
     finally:
         run_sql(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    loop = LoopThread("bench")
+
+    async def nothing() -> None:
+        return None
+
+    hops = _timed(lambda: loop.run(nothing(), 5), args.calls)
+    loop.close()
+    print(
+        f"{'hand-over to the thread':<24} p50 {statistics.median(hops) * 1e3:7.3f} ms"
+        f"  (what the store's own thread adds to each call)"
+    )
     memory = SqliteRecordStore()
     measure("sqlite (memory)", memory, args.calls)
     memory.close()
