@@ -1,7 +1,8 @@
 """What a ``store`` URL that cannot be used says: a malformed one and a bad option before
 anything connects; a server that refuses or never answers, naming ``store``, the server and the
 reason within ``connect_timeout``; tables of a newer schema refused with both versions. The
-password never appears."""
+password never appears. And a store whose connections the server ended (as a restart does)
+carries on with new ones."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import pytest
 
 from rock_core.errors import InvalidParameter
 from rock_core.records import StoreUnavailable
+from rock_core.testing import sample_record
 from rock_postgres.store import PostgresRecordStore
-from rock_postgres.testing import postgres_url, run_sql  # noqa: F401
+from rock_postgres.testing import postgres_store, postgres_url, run_sql  # noqa: F401
 
 
 @pytest.mark.parametrize(
@@ -141,3 +143,18 @@ def test_two_stores_opening_a_new_database_at_once_make_its_tables_once(postgres
         store.close()
     assert failures == []
     assert run_sql(postgres_url, "SELECT component, version FROM rock_schema") == [("records", 1)]
+
+
+def test_the_store_carries_on_after_the_server_ended_its_connections(
+    postgres_store: PostgresRecordStore, postgres_url: str
+) -> None:
+    record = sample_record()
+    postgres_store.put(record)
+    [[ended]] = run_sql(
+        postgres_url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    assert ended >= 1  # the store's connection, as a restart of the server ends it
+    assert postgres_store.get(record.sandbox_id) == record
+    postgres_store.put(record)
