@@ -16,7 +16,7 @@ import stat
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
     from collections.abc import Callable, Iterator
-    from typing import Any
+    from typing import IO, Any
 
 from .errors import BadRequest, FileDecodeError
 
@@ -112,20 +112,20 @@ def _kind(mode: int) -> str:
 
 def list_dir(path: str) -> dict[str, Any]:
     """The entries of directory ``path``: name, type, size, mode, mtime (symlinks not followed)."""
-    entries = []  # type: List[Dict[str, Any]]
+    entries: list[dict[str, Any]] = []
     with os.scandir(path) as it:
         for entry in it:
             try:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            item = {
+            item: dict[str, Any] = {
                 "name": entry.name,
                 "type": _kind(st.st_mode),
                 "size": st.st_size,
                 "mode": stat.S_IMODE(st.st_mode),
                 "mtime": st.st_mtime,
-            }  # type: Dict[str, Any]
+            }
             if stat.S_ISLNK(st.st_mode):
                 try:
                     item["target"] = os.readlink(entry.path)
@@ -143,14 +143,14 @@ def stat_path(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(path, str) or not path:
         raise BadRequest("field 'path' must be a non-empty string, got %r" % (path,))
     st = os.lstat(path)
-    info = {
+    info: dict[str, Any] = {
         "path": path,
         "type": _kind(st.st_mode),
         "size": st.st_size,
         "mode": stat.S_IMODE(st.st_mode),
         "mtime": st.st_mtime,
         "is_symlink": stat.S_ISLNK(st.st_mode),
-    }  # type: Dict[str, Any]
+    }
     if stat.S_ISLNK(st.st_mode):
         info["target"] = os.readlink(path)
     return info
@@ -159,7 +159,7 @@ def stat_path(body: dict[str, Any]) -> dict[str, Any]:
 #: ``POST`` routes this module serves itself, each a function of the request's JSON body that
 #: returns the answer's JSON (the rocklet's router finds them on first use: rocklet/api.py).
 #: A new file operation is its function here and a line in this table.
-ROUTES = {"/stat": stat_path}  # type: Dict[str, Callable[[Dict[str, Any]], Dict[str, Any]]]
+ROUTES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {"/stat": stat_path}
 
 
 # -- multipart/form-data ----------------------------------------------------------------------
@@ -167,8 +167,8 @@ ROUTES = {"/stat": stat_path}  # type: Dict[str, Callable[[Dict[str, Any]], Dict
 
 def _header_params(value: str) -> tuple[str, dict[str, str]]:
     """``form-data; name="file"; filename="a b.txt"`` → ``("form-data", {...})``."""
-    parts = []  # type: List[str]
-    current = []  # type: List[str]
+    parts: list[str] = []
+    current: list[str] = []
     quoted = False
     i = 0
     while i < len(value):
@@ -217,7 +217,7 @@ class MultipartParser:
         self._close = close_part
         self._buf = bytearray()
         self._state = "preamble"
-        self._write = None  # type: Optional[Callable[[bytes], Any]]
+        self._write: Callable[[bytes], Any] | None = None
         self.finished = False
 
     def feed(self, data: bytes) -> None:
@@ -270,7 +270,7 @@ class MultipartParser:
             if i == -1:
                 keep = len(self._body_delim) - 1
                 if len(buf) > keep:
-                    self._write(bytes(buf[: len(buf) - keep]))  # type: ignore[misc]
+                    self._write(bytes(buf[: len(buf) - keep]))  # type: ignore[misc]  # set by the headers state
                     del buf[: len(buf) - keep]
                 return False
             if i:
@@ -303,8 +303,14 @@ def save_upload(reader: Any, content_type: str, scratch_dir: str) -> dict[str, A
     boundary = params.get("boundary")
     if kind != "multipart/form-data" or not boundary:
         raise BadRequest("upload must be multipart/form-data with a boundary")
-    fields = {}  # type: Dict[str, str]
-    state = {"tmp": None, "file": None, "name": None, "filename": None, "field": None}  # type: Dict[str, Any]
+    fields: dict[str, str] = {}
+    state: dict[str, Any] = {
+        "tmp": None,
+        "file": None,
+        "name": None,
+        "filename": None,
+        "field": None,
+    }
 
     def open_part(headers: dict[str, str]) -> Callable[[bytes], Any]:
         _, disp = _header_params(headers.get("content-disposition", ""))
@@ -318,8 +324,9 @@ def save_upload(reader: Any, content_type: str, scratch_dir: str) -> dict[str, A
             tmp = os.path.join(where, ".rocklet-upload-%s" % os.urandom(6).hex())
             state["tmp"] = tmp
             state["filename"] = disp.get("filename")
-            state["file"] = open(tmp, "wb")
-            return state["file"].write
+            out: IO[bytes] = open(tmp, "wb")
+            state["file"] = out
+            return out.write
         state["name"] = name
         state["field"] = bytearray()
 

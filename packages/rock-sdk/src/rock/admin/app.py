@@ -62,7 +62,6 @@ from starlette.routing import Route as StarletteRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rock import __version__
-from rock.admin import lifecycle
 from rock.admin._openapi import openapi_document
 from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
 from rock.admin.body_limit import BodyLimit, BodyTooLarge, too_large_response
@@ -72,34 +71,30 @@ from rock.admin.key_gate import (
     OPEN_PATHS,
     UNAUTHORIZED_CODE,
     ApiKeyGate,
-    scope_key,
     scope_tenant,
     unknown_sandbox,
 )
 from rock.admin.metrics import Metrics
 from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
+from rock.admin.plugin_routes import check_plugin_routes, plugin_endpoint
 from rock.admin.portforward import SandboxSockets
 from rock.admin.proxy import SandboxAccess, SandboxProxy
+from rock.admin.reading import has_body, tenant_of, unknown_keys, warned
 from rock.admin.route_table import build_routes
 from rock.admin.routing import PREFIX, Route
 from rock.admin.status import admin_status
-from rock_core.actions import (
-    IsAliveResponse,
-)
+from rock_core.actions import IsAliveResponse
 from rock_core.converters import structure_wire
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import (
-    BadRequestRockError,
     InvalidParameter,
-    PluginError,
     RockError,
     SandboxNotFound,
 )
+from rock_core.models import NonBlankStr
 from rock_core.plugins import Plugins, plugin_tables
 from rock_core.rocklet_client import RockletClient
-from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.runtime import Runtime
-from rock_core.tenancy import Quota
 
 __all__ = [
     "PREFIX",
@@ -135,86 +130,6 @@ _PLAIN_ROUTES = (
         "application/zip",
     ),
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading requests
-
-
-def _warned(request: Request, response: Response) -> Response:
-    """``response`` with a ``Warning`` header naming the request's ignored fields, if any."""
-    ignored = getattr(request.state, "ignored_keys", None)
-    if ignored:
-        # A header is printable ASCII: JSON's escapes for anything else, at most 20 names.
-        names = [
-            json.dumps(k)[1:-1].replace('\\"', "'").replace("\x7f", "\\u007f") for k in ignored[:20]
-        ]
-        more = f" and {len(ignored) - 20} more" if len(ignored) > 20 else ""
-        response.headers["Warning"] = (
-            f'299 rock "unknown field(s) ignored: {", ".join(names)}{more}"'
-        )
-    return response
-
-
-def _unknown_keys(data: Any, cls: type) -> list[str]:
-    """The top-level keys of ``data`` that name no field of ``cls`` (an attrs class)."""
-    if not isinstance(data, dict) or not attrs.has(cls):
-        return []
-    names = {f.name for f in attrs.fields(cls)}
-    return sorted(str(key) for key in data if key not in names)
-
-
-def _has_body(request: Request) -> bool:
-    """Whether the request carries a body (a ``Content-Length`` above 0, or a chunked one)."""
-    length = request.headers.get("content-length")
-    if length is not None:
-        return length.strip() not in ("", "0")
-    return "chunked" in request.headers.get("transfer-encoding", "").lower()
-
-
-def _tenant(request: Request) -> str | None:
-    """The tenant of the request's key (``None``: keys are off)."""
-    return scope_tenant(request.scope)
-
-
-def _quota(request: Request) -> Quota | None:
-    """The quota of the request's key (``None``: keys are off, no quota)."""
-    key = scope_key(request.scope)
-    return None if key is None else key.quota
-
-
-# ---------------------------------------------------------------------------------------------
-# The app
-
-
-_DISCONNECTED = object()
-
-
-async def _unless_disconnected(request: Request, call: Awaitable[Any]) -> Any:
-    """Await ``call`` (a plugin's handler, its request body already read), cancelling it when
-    the client goes away first: a cancelled ``make`` of an environment must not go on to make
-    it, as it does not in embedded mode. :data:`_DISCONNECTED` when that happened."""
-    outcome: dict[str, Any] = {}
-
-    async def run(scope: anyio.CancelScope) -> None:
-        try:
-            outcome["value"] = await call
-        except Exception as exc:  # raised below, as the handler's own (not in a group)
-            outcome["error"] = exc
-        finally:
-            scope.cancel()
-
-    async def watch(scope: anyio.CancelScope) -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-        scope.cancel()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run, tg.cancel_scope)
-        tg.start_soon(watch, tg.cancel_scope)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome.get("value", _DISCONNECTED)
 
 
 class AdminApp:
@@ -253,13 +168,13 @@ class AdminApp:
                 plugin_tables(settings.engine.plugin_options, os.environ, plugins.names())
             )
         self.plugins = plugins
-        self.plugin_routes = self._check_plugin_routes(plugins.admin_routes())
+        self.plugin_routes = check_plugin_routes(self.routes, plugins.admin_routes())
         starlette_routes = [
             StarletteRoute(r.path, self._endpoint(r), methods=[r.method], name=r.name)
             for r in self.routes
         ]
         starlette_routes += [
-            StarletteRoute(r.path, self._plugin_endpoint(r), methods=[r.method])
+            StarletteRoute(r.path, plugin_endpoint(self, r), methods=[r.method])
             for r in self.plugin_routes
         ]
         starlette_routes += [
@@ -347,7 +262,7 @@ class AdminApp:
         engine_config = self.settings.engine
         if engine_config.rocklet_url is None:  # units on other hosts fetch the rocklet from here
             engine_config = attrs.evolve(
-                engine_config, rocklet_url=f"{self.settings.url}/rocklet.pyz"
+                engine_config, rocklet_url=NonBlankStr(f"{self.settings.url}/rocklet.pyz")
             )
         async with SandboxManager(
             engine_config,
@@ -372,81 +287,6 @@ class AdminApp:
                 self._manager = None
                 self.metrics.attach(None)
 
-    # -- plugin routes ------------------------------------------------------------------
-
-    def _check_plugin_routes(self, routes: list[Any]) -> list[AdminRoute]:
-        """The plugins' routes, each an :class:`AdminRoute` on a path nobody else serves."""
-        taken = {(r.method, r.path) for r in self.routes} | {
-            ("GET", path) for path in ("/", "/healthz", "/metrics", "/openapi.json")
-        }
-        for route in routes:
-            if not isinstance(route, AdminRoute):
-                raise PluginError(
-                    f"a plugin returned {route!r} from rock_admin_routes; return rock_core.routes.AdminRoute objects",
-                    attempted="rock_admin_routes",
-                )
-            if (route.method, route.path) in taken:
-                raise PluginError(
-                    f"a plugin's route {route.method} {route.path} is already served by the admin or another plugin",
-                    attempted="rock_admin_routes",
-                )
-            taken.add((route.method, route.path))
-        return list(routes)
-
-    def _plugin_endpoint(self, route: AdminRoute) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            outcome = "success"
-            try:
-                if route.json_body:
-                    require_json(request.headers, _has_body(request))
-                call = RouteRequest(
-                    method=request.method,
-                    path=request.url.path,
-                    path_params={k: str(v) for k, v in request.path_params.items()},
-                    query=dict(request.query_params),
-                    headers={k.lower(): v for k, v in request.headers.items()},
-                    body=await request.body(),
-                    engine=self.manager,
-                    tenant=_tenant(request),
-                    operator=lifecycle.is_operator(request),
-                    quota=_quota(request),
-                )
-                answer = await _unless_disconnected(request, route.handler(call))
-                if answer is _DISCONNECTED:
-                    outcome = "cancelled"
-                    return Response(status_code=499)  # nobody reads it
-                if isinstance(answer, RouteResponse):
-                    if answer.status >= 400:
-                        outcome = "failed"
-                    response = json_response(answer.body, answer.status)
-                    response.headers.update(answer.headers)
-                    return response
-                return success(answer) if route.envelope else json_response(answer)
-            except UnsupportedMediaType as exc:
-                outcome = "invalid"
-                if route.envelope:
-                    response = failure(f"{route.method} {route.path} failed", exc)
-                    response.status_code = 415
-                    return response
-                return json_response({"detail": exc.message, "code": exc.code}, 415)
-            except RockError as exc:
-                outcome = "invalid" if isinstance(exc, BadRequestRockError) else "failed"
-                if route.envelope:
-                    return failure(f"{route.method} {route.path} failed", exc)
-                status = 400 if isinstance(exc, BadRequestRockError) else 500
-                return json_response({"detail": exc.message, "code": exc.code}, status)
-            except Exception as exc:  # a plugin's bug: an HTTP 500 with the reason, and the log
-                outcome = "error"
-                log.exception("plugin route %s %s failed", route.method, route.path)
-                if route.envelope:
-                    return failure(f"{route.method} {route.path} failed", exc)
-                return json_response({"detail": f"{type(exc).__name__}: {exc}"}, 500)
-            finally:
-                self.metrics.count(route.path, outcome)
-
-        endpoint.__name__ = f"plugin_{route.method.lower()}_{route.path}"
-        return endpoint
-
     # -- request handling ----------------------------------------------------------------
 
     def _endpoint(self, route: Route) -> Callable[[Request], Awaitable[Response]]:
@@ -464,7 +304,7 @@ class AdminApp:
                         sandbox_id
                     ):  # never idle-stopped under a running call
                         answer = await route.handler(request, data)
-                return _warned(request, answer if isinstance(answer, Response) else success(answer))
+                return warned(request, answer if isinstance(answer, Response) else success(answer))
             except BodyTooLarge as exc:
                 outcome = "too_large"
                 return too_large_response(exc.limit)
@@ -475,14 +315,14 @@ class AdminApp:
                 return response
             except BadInput as exc:
                 outcome = "invalid"
-                return _warned(request, failure("invalid parameter", exc.error))
+                return warned(request, failure("invalid parameter", exc.error))
             except RockError as exc:
                 outcome = "failed"
-                return _warned(request, failure(route.failure, exc))
+                return warned(request, failure(route.failure, exc))
             except Exception as exc:  # never an HTTP 500: ROCK's envelope without a code
                 outcome = "error"
                 log.exception("%s %s failed", route.method, route.path)
-                return _warned(request, failure(route.failure, exc))
+                return warned(request, failure(route.failure, exc))
             finally:
                 self.metrics.count(route.path, outcome)
 
@@ -494,7 +334,7 @@ class AdminApp:
 
         Unknown ids count as owned: the engine answers them as unknown anyway.
         """
-        tenant = _tenant(request)
+        tenant = tenant_of(request)
         if tenant is None or self._manager is None:
             return True
         try:
@@ -531,7 +371,7 @@ class AdminApp:
                 query = self._known_keys(request, route, given, route.query)
                 return structure_wire(query, route.query)
             if route.body is not None:
-                require_json(request.headers, _has_body(request))
+                require_json(request.headers, has_body(request))
                 raw = await request.body()
                 try:
                     data = json.loads(raw) if raw.strip() else {}
@@ -555,7 +395,7 @@ class AdminApp:
         """``data`` without keys ``cls`` does not know, as Kubernetes' field validation does by
         default: the request goes on, and the response (``Warning`` header) and the log name
         what was ignored. With ``strict_fields`` nothing is dropped, and the model refuses them."""
-        ignored = _unknown_keys(data, cls)
+        ignored = unknown_keys(data, cls)
         if not ignored or self.settings.strict_fields:
             return data
         request.state.ignored_keys = ignored

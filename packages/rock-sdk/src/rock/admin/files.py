@@ -102,6 +102,7 @@ async def _upload(app: AdminApp, request: Request) -> UploadResponse:
         assert (
             isinstance(sandbox_id, str)
             and isinstance(target_path, str)
+            and upload is not None
             and not isinstance(upload, str)
         )
         if not app.owns(request, sandbox_id.strip()):

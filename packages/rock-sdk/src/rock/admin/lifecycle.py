@@ -345,7 +345,7 @@ def _check_capabilities(request: Request, body: SandboxStartRequest) -> None:
         )
 
 
-def _identity(request: Request) -> dict[str, str | None]:
+def _identity(request: Request) -> dict[str, Any]:
     headers = request.headers
     return {
         "user_id": headers.get("x-user-id") or None,

@@ -393,17 +393,15 @@ class TunnelPool:
                     await stream.send(b"0\r\n\r\n")
             answer = _Answer()
             parser = answer.parser = httptools.HttpResponseParser(answer)
-            head = (
-                0  # bytes read before the head ended: a service's endless headers stop at max_head
-            )
+            head_read = 0  # bytes read before the head ended: endless headers stop at max_head
             while not answer.headers_done:
                 data = await _read(conn, timeout)
                 if not data:
                     raise _Stale()
                 answered = True
-                head += len(data)
+                head_read += len(data)
                 _feed(parser, data)
-                if not answer.headers_done and head > self.max_head:
+                if not answer.headers_done and head_read > self.max_head:
                     raise UpstreamError(
                         502, f"the service's answer headers are larger than {self.max_head} bytes"
                     )

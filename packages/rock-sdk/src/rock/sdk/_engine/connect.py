@@ -239,6 +239,7 @@ class WebSocketConnection(PortConnection):
         self._ws = ws
         self._sandbox_id = sandbox_id
         self._done = False
+        self._first: bytes | None = None
 
     @classmethod
     async def open(cls, url: str, headers: dict[str, str], sandbox_id: str) -> WebSocketConnection:
@@ -250,8 +251,7 @@ class WebSocketConnection(PortConnection):
         # The admin accepts first and refuses by closing: wait a moment for such a close.
         try:
             with anyio.move_on_after(0.02):
-                first = await ws.recv(decode=False)
-                self._first: bytes | None = first
+                self._first = await ws.recv(decode=False)
                 return self
         except ConnectionClosed as exc:
             raise websocket_error(exc, sandbox_id, "port-forward") from None

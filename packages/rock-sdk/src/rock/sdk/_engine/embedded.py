@@ -39,7 +39,7 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -159,8 +159,10 @@ class _LocalPorts:
             self._forwards = PortForwards(task_group)
         key = f"{sandbox_id}\0{port}"
         mapping = self._forwards.mapping(key) or await self._forwards.open(
-            key, _Touching(client, touch), [port]
-        )  # type: ignore[arg-type]
+            key,
+            _Touching(client, touch),  # type: ignore[arg-type]  # the tunnel half of a client
+            [port],
+        )
         self._keys.setdefault(sandbox_id, set()).add(key)
         return int(mapping[Port(port)])
 
@@ -189,7 +191,7 @@ class _Touching:
         return await self._client.connect()
 
 
-async def _close_with_loop(http: httpx.AsyncClient) -> AsyncIterator[None]:
+async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
     # Suspended for the loop's lifetime; asyncio.run() closes every async generator at shutdown,
     # which closes the loop's pooled client with its own loop still running.
     try:

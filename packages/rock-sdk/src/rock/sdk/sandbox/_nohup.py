@@ -36,6 +36,7 @@ from rock_core.errors import (
     RockletUnreachable,
     SandboxNotFound,
 )
+from rock_core.models import NonBlankStr
 
 if TYPE_CHECKING:
     from rock.sdk.sandbox.client import Sandbox
@@ -203,7 +204,7 @@ async def wait(
                     command=["/bin/sh", "-c", script],
                     timeout=min(interval, remaining),
                     check=True,
-                    sandbox_id=sandbox_id,
+                    sandbox_id=NonBlankStr(sandbox_id),
                 ),
             )
         except CommandTimeout:

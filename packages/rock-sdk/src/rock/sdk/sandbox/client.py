@@ -256,7 +256,8 @@ class Sandbox:
     def _start_request(self) -> SandboxStartRequest:
         cfg = self.config
         cfg.check_lifecycle()
-        return SandboxStartRequest(
+        # Plain values: the request's fields check each one (a bad value names its field).
+        fields: dict[str, Any] = dict(
             image=cfg.image,
             image_os=cfg.image_os,
             auto_clear_seconds=cfg.auto_clear_seconds,
@@ -284,6 +285,7 @@ class Sandbox:
             restart_policy=cfg.restart_policy,
             max_restarts=cfg.max_restarts,
         )
+        return SandboxStartRequest(**fields)
 
     async def start(self) -> None:
         """Start the sandbox and wait until it runs (at most ``config.startup_timeout`` seconds).
@@ -317,7 +319,7 @@ class Sandbox:
         # Choose the id here, so that a start cancelled at any point can still be stopped.
         chosen = request.sandbox_id is None
         if chosen:
-            request = attrs.evolve(request, sandbox_id=uuid.uuid4().hex)
+            request = attrs.evolve(request, sandbox_id=NonBlankStr(uuid.uuid4().hex))
         try:
             started = await engine.start_async(
                 request,
@@ -328,7 +330,7 @@ class Sandbox:
             )
         except asyncio.CancelledError:
             if chosen:
-                await self._stop_after_cancel(request.sandbox_id)
+                await self._stop_after_cancel(str(request.sandbox_id))
             raise
         assert started.sandbox_id is not None
         self._sandbox_id = started.sandbox_id
@@ -536,7 +538,7 @@ class Sandbox:
         sandbox_id = self._require_id("execute")
         if check:
             fields = {f.name: getattr(command, f.name) for f in attrs.fields(Command)}
-            command = SandboxCommand(**fields, check=True, sandbox_id=sandbox_id)
+            command = SandboxCommand(**fields, check=True, sandbox_id=NonBlankStr(sandbox_id))
         return await self._get_engine().call(sandbox_id, EXECUTE, command)
 
     async def arun(
