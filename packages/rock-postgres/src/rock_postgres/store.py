@@ -51,6 +51,9 @@ _LOST = (
     asyncpg.exceptions.PostgresConnectionError,
     asyncpg.exceptions.AdminShutdownError,
     asyncpg.exceptions.CannotConnectNowError,
+    # An idle connection the server ended can answer the next query with this (asyncpg 0.32:
+    # "cannot switch to state 11; another operation (2) is in progress").
+    asyncpg.exceptions.InternalClientError,
 )
 
 
@@ -167,6 +170,8 @@ class PostgresRecordStore(RecordStore):
             try:
                 return await query(pool)
             except _LOST:
+                # Every connection opened before may be as dead: new ones for the next calls.
+                await pool.expire_connections()
                 return await query(pool)
 
         try:
