@@ -34,8 +34,16 @@ PACKAGES = {
     "rock-archive-s3": "rock_archive_s3",
     "rock-gem": "rock_gem",
     "rock-nomad": "rock_nomad",
+    "rock-postgres": "rock_postgres",
 }
-PLUGINS = ["rock-docker", "rock-speedup", "rock-archive-s3", "rock-gem", "rock-nomad"]
+PLUGINS = [
+    "rock-docker",
+    "rock-speedup",
+    "rock-archive-s3",
+    "rock-gem",
+    "rock-nomad",
+    "rock-postgres",
+]
 
 #: Quoted words that are not names of the code, each with why.
 NOT_NAMES = {
@@ -67,6 +75,7 @@ NOT_NAMES = {
     "SQLite": "a word of the diagrams",
     "OpenAI": "a word of the diagrams",
     "HashiCorp": "a word of the diagrams",
+    "PostgreSQL": "a word of the diagrams",
     "WebSocket": "a word of the diagrams",
 }
 
