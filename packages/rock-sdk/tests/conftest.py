@@ -26,7 +26,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -43,7 +42,7 @@ from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.manager import LABEL_OWNER, process_owner
 from rock_core.errors import SessionNotFound
-from rock_core.testing import eventually_empty
+from rock_core.testing import eventually, eventually_empty
 
 IMAGE = "python:3.11"
 SMALL: dict[str, Any] = {"image": IMAGE, "memory": "512m", "cpus": 0.5}
@@ -172,12 +171,19 @@ def launch_admin(
     server = AdminServer(
         url=f"http://127.0.0.1:{port}", state_dir=state_dir, log_file=log_file, process=process
     )
-    deadline = time.monotonic() + 60
-    while not _healthy(server.url):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"`rock admin serve` did not come up on port {port}:\n{server.log_tail()}")
-        time.sleep(0.1)
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise AssertionError("`rock admin serve` ended")
+        return _healthy(server.url)
+
+    try:
+        eventually(up, what="`rock admin serve` healthy", timeout=60, interval=0.1)
+    except AssertionError as exc:
+        process.kill()
+        pytest.fail(
+            f"`rock admin serve` did not come up on port {port} ({exc}):\n{server.log_tail()}"
+        )
     return server
 
 

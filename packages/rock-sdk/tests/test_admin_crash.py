@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -127,16 +126,22 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(
 
 
 def _web_page(port: int, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
+    def page() -> str | None:
         try:
             response = httpx.get(f"http://127.0.0.1:{port}/", timeout=10, trust_env=False)
-            if response.status_code == 200:
-                return response.text
         except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, f"nothing answered on 127.0.0.1:{port}"
-        time.sleep(0.1)
+            return None
+        return response.text if response.status_code == 200 else None
+
+    text = eventually(
+        page,
+        until=lambda text: text is not None,
+        what=f"a page answered on 127.0.0.1:{port}",
+        timeout=timeout,
+        interval=0.1,
+    )
+    assert text is not None
+    return text
 
 
 def test_graceful_stop_and_start_with_sandboxes_running_loses_none(

@@ -33,6 +33,7 @@ from rock.actions import Command, WriteFileRequest
 from rock.bench import sandbox_services
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.testing import eventually, eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -262,10 +263,16 @@ async def test_each_proxied_request_counts_as_activity(
     base: str, http: httpx.AsyncClient, target: Sandbox
 ) -> None:
     before = (await target.get_status()).auto_stop_time
-    await asyncio.sleep(0.05)
+    await _clock_past(time.time())
     assert (await http.get(f"{base}/port/{HTTP_PORT}/echo")).status_code == 200
     after = (await target.get_status()).auto_stop_time
     assert before is not None and after is not None and after > before
+
+
+async def _clock_past(seen: float) -> None:
+    """Wait for the clock to pass ``seen`` (a gate on the clock, not a guessed pause): activity
+    after this is stamped later than any the status read before ``seen`` showed."""
+    await eventually_async(lambda: time.time() > seen, what="the clock past the status read")
 
 
 def _peak_rss(pid: int) -> int:
@@ -691,13 +698,12 @@ def _shell_session(proxy_admin: Any, sandbox_id: str) -> None:
         term.expect(b"size (100, 30)")
         # A window resize here reaches the program there (SIGWINCH, then the new size).
         term.resize(45, 132)
-        deadline = time.monotonic() + 30
-        while True:
+
+        def resized() -> bool:
             term.send(b"print('now', tuple(os.get_terminal_size()))\r")
-            if b"now (132, 45)" in term.expect(b">>> ") or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert time.monotonic() <= deadline, "the new window size never arrived"
+            return b"now (132, 45)" in term.expect(b">>> ")
+
+        eventually(resized, what="the new window size in the program", timeout=30, interval=0.2)
         # Ctrl-C interrupts the foreground program, not the shell.
         term.send(b"print('in ' + 'sleep'); time.sleep(120)\r")
         term.expect(

@@ -8,6 +8,7 @@ and a TCP echo server in the sandbox (:mod:`rock.bench.sandbox_services`).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from rock.actions import Command, WriteFileRequest
 from rock.bench import sandbox_services
 from rock_core.errors import InvalidParameter, RockError, SandboxNotFound
+from rock_core.testing import eventually_async
 
 from .conftest import REMOTE
 
@@ -108,13 +110,14 @@ async def test_open_shell_refuses_unknown_users_and_sandboxes(services: Any, eng
 
 
 async def test_a_connection_through_get_url_counts_as_activity(services: Any) -> None:
-    import asyncio
-
     url = await services.get_url(
         WEB_PORT, "page.html"
     )  # asking for the URL is activity too: before the clock
     before = (await services.get_status()).auto_stop_time
-    await asyncio.sleep(0.05)
+    # A gate on the clock, not a guessed pause: the connection below is stamped later than any
+    # activity ``before`` shows once the clock has passed this reading.
+    seen = time.time()
+    await eventually_async(lambda: time.time() > seen, what="the clock past the status read")
     async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
         assert (await http.get(url)).status_code == 200
     after = (await services.get_status()).auto_stop_time

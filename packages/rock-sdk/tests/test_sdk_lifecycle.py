@@ -288,15 +288,20 @@ async def test_status_reads_do_not_keep_an_idle_sandbox_alive(
     await sandbox.start()
     sandbox_id = sandbox.sandbox_id
     reads = 0
+    deadlines = set()  # the idle deadline each read showed: a read counted as activity moves it
 
     async def poll() -> None:
         nonlocal reads
         while True:
             try:
-                await sandbox.get_status()
+                status = await sandbox.get_status()
             except SandboxNotFoundRockError:
                 return  # stopped: no longer among the running ones
+            if status.auto_stop_time is not None:  # None: no longer live
+                deadlines.add(status.auto_stop_time)
             reads += 1
+            # The dashboard's pace, the workload itself: the deadlines asserted below show the
+            # reads did not count whatever the pace (a slow machine cannot make this pass).
             await asyncio.sleep(0.5)
 
     poller = asyncio.ensure_future(poll())
@@ -306,6 +311,7 @@ async def test_status_reads_do_not_keep_an_idle_sandbox_alive(
         poller.cancel()
     assert gone, "a sandbox read every 0.5 s was never stopped for being idle"
     assert reads >= 2  # it was read while it ran
+    assert len(deadlines) == 1, f"reads moved the idle deadline: {sorted(deadlines)}"
     alive = await sandbox.is_alive()
     assert not alive.is_alive and "expired" in alive.message
 

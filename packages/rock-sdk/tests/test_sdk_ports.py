@@ -11,7 +11,6 @@ with ``ROCK_TEST_REMOTE=1``, through a real admin (whose engine then holds the p
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +20,29 @@ import pytest
 from rock.actions import Command
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 
 async def _get_when_up(url: str, timeout: float = 30.0) -> httpx.Response:
-    deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(trust_env=False) as http:
-        while True:
+
+        async def get() -> httpx.Response | httpx.TransportError:
             try:
                 return await http.get(url, timeout=10)
-            except httpx.TransportError:
-                if time.monotonic() > deadline:
-                    raise
-                await _sleep(0.1)
+            except httpx.TransportError as exc:
+                return exc  # not up yet: shown if it never comes up
 
-
-async def _sleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
+        answer = await eventually_async(
+            get,
+            until=lambda answer: isinstance(answer, httpx.Response),
+            what=f"an answer from {url}",
+            timeout=timeout,
+            interval=0.1,
+        )
+    assert isinstance(answer, httpx.Response)
+    return answer
 
 
 async def test_port_mapping_reaches_a_web_server_in_the_sandbox(
