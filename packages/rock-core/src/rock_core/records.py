@@ -24,11 +24,14 @@ import builtins
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.models import SandboxRecord
 from rock_core.states import State
+
+if TYPE_CHECKING:
+    from rock_core.leadership import Leadership
 
 __all__ = [
     "FILTER_FIELDS",
@@ -135,6 +138,14 @@ class RecordStore(abc.ABC):
     def purge_deleted(self, before: datetime) -> int:
         """Drop the rows of sandboxes deleted (``delete_time``) before ``before``; return how
         many."""
+
+    def leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
+        """The lease ``name`` (a cluster of engines sharing this store) as ``holder`` sees it,
+        each taking or renewal lasting ``ttl`` seconds; ``None``: this store holds no lease
+        (the default: one engine per store). See :mod:`rock_core.leadership`. Called after
+        :meth:`open`, off the event loop; a store that offers it makes what it needs then.
+        """
+        return None
 
 
 def check_filters(filters: Mapping[str, str] | None) -> None:

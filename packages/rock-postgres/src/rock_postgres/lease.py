@@ -1,5 +1,7 @@
 """A lease in PostgreSQL with a fencing epoch: which one of several admins is the leader
-(issue #24 point 2). Not yet used by the engine; built and tested on its own, beside the records.
+(issue #24 point 2): rock-core's :class:`~rock_core.leadership.Leadership`, which the record
+store offers (:meth:`PostgresRecordStore.leadership
+<rock_postgres.store.PostgresRecordStore.leadership>`) to engines with ``[engine] cluster``.
 
 One row per lease in ``rock_lease``: its holder, its epoch and when it expires, by the server's
 clock (``now()``), so the admins' clocks do not matter. Taking a free or expired lease bumps
@@ -20,8 +22,10 @@ from datetime import datetime
 import asyncpg
 import attrs
 
+from rock_core.leadership import Leadership
+from rock_core.models import SandboxRecord
 from rock_core.records import newer_schema
-from rock_postgres.store import PostgresRecordStore
+from rock_postgres.store import PUT, PostgresRecordStore, record_row
 
 __all__ = ["HOLDS", "Lease", "LeaseState"]
 
@@ -65,6 +69,19 @@ RETURNING epoch
 """
 
 
+# PUT, its values moved to $4 ... $14, written only while HOLDS: the lease's row is locked
+# (FOR SHARE) until the write commits, so a taking of the lease waits for it, then sees it.
+_FENCED_PUT = (
+    PUT.split("VALUES")[0]
+    + "SELECT "
+    + ", ".join(f"${i}" for i in range(4, 15))
+    + " WHERE "
+    + HOLDS.replace("now())", "now() FOR SHARE)")
+    + "\nON CONFLICT"
+    + PUT.split("ON CONFLICT")[1]
+)
+
+
 @attrs.frozen
 class LeaseState:
     """A lease as the server has it."""
@@ -74,7 +91,7 @@ class LeaseState:
     expires_at: datetime
 
 
-class Lease:
+class Lease(Leadership):
     """The lease ``name`` as seen by ``holder`` (an admin's own id), on the server of ``store``.
 
     :param ttl: seconds a taking or renewal lasts; a holder renews well before it ends.
@@ -143,6 +160,15 @@ class Lease:
                 epoch,
             )
         )
+
+    def put_fenced(self, record: SandboxRecord, epoch: int) -> bool:
+        """Write ``record`` as the store's ``put`` does, in one statement with :data:`HOLDS`:
+        true when written, false (nothing written) when the lease is not held under ``epoch``."""
+        row = record_row(record)
+        done = self.store.call(
+            lambda pool: pool.execute(_FENCED_PUT, self.name, self.holder, epoch, *row)
+        )
+        return bool(done != "INSERT 0 0")
 
     def current(self) -> LeaseState | None:
         """The lease as the server has it, or ``None`` before anyone took it."""

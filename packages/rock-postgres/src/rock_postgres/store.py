@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg
 
@@ -27,11 +27,15 @@ from rock_postgres._loop import LoopThread
 from rock_postgres._target import Target, read_target
 from rock_postgres.options import PostgresOptions
 
-__all__ = ["PostgresRecordStore"]
+if TYPE_CHECKING:
+    from rock_postgres.lease import Lease
+
+__all__ = ["PUT", "PostgresRecordStore", "record_row"]
 
 T = TypeVar("T")
 
-_PUT = """
+#: Insert or replace a record: its values $1 ... $11 (:func:`record_row`).
+PUT = """
 INSERT INTO rock_sandbox (sandbox_id, state, owner, user_id, experiment_id, namespace, cluster,
                           image, create_time, delete_time, record)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
@@ -55,6 +59,24 @@ _LOST = (
     # "cannot switch to state 11; another operation (2) is in progress").
     asyncpg.exceptions.InternalClientError,
 )
+
+
+def record_row(record: SandboxRecord) -> tuple[Any, ...]:
+    """The values of ``record``'s row, in the order of the columns of ``PUT``."""
+    spec = record.spec
+    return (
+        record.sandbox_id,
+        record.state.value,
+        _column(record.owner),
+        _column(spec.user_id),
+        _column(spec.experiment_id),
+        _column(spec.namespace),
+        _column(spec.cluster),
+        _column(spec.image),
+        record.create_time,
+        record.delete_time,
+        json.dumps(unstructure_store(record), separators=(",", ":")),
+    )
 
 
 def _column(value: str | None) -> str | None:
@@ -189,21 +211,17 @@ class PostgresRecordStore(RecordStore):
         )
 
     def put(self, record: SandboxRecord) -> None:
-        spec = record.spec
-        row = (
-            record.sandbox_id,
-            record.state.value,
-            _column(record.owner),
-            _column(spec.user_id),
-            _column(spec.experiment_id),
-            _column(spec.namespace),
-            _column(spec.cluster),
-            _column(spec.image),
-            record.create_time,
-            record.delete_time,
-            json.dumps(unstructure_store(record), separators=(",", ":")),
-        )
-        self.call(lambda pool: pool.execute(_PUT, *row))
+        row = record_row(record)
+        self.call(lambda pool: pool.execute(PUT, *row))
+
+    def leadership(self, name: str, holder: str, ttl: float) -> Lease:
+        """The lease ``name`` in this database (:class:`rock_postgres.lease.Lease`), its table
+        made or checked now."""
+        from rock_postgres.lease import Lease
+
+        lease = Lease(self, holder, name=name, ttl=ttl)
+        lease.prepare()
+        return lease
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         data = self.call(

@@ -158,6 +158,11 @@ class EngineConfig:
     :param max_cpus: / ``max_memory`` / ``max_disk``: the largest sandbox accepted (ROCK's
         ``max_allowed_spec``: 16 CPUs, 64 GiB, 256 GiB).
     :param stop_timeout: seconds a stopping sandbox gets before it is killed.
+    :param cluster: the name of a cluster of engines sharing one record store (``store``, a
+        store that holds a lease: PostgreSQL): they elect one leader, which alone runs the
+        background work (reconcile and the runtime's watch, timers, sweeps, warm pools, restarts
+        after crashes, the usage sampler; :mod:`rock_core.engine.leadership`). Needs
+        ``remove_on_close`` false. ``None``: one engine, no lease.
     :param reconcile_interval: seconds between comparisons of the records with the runtime.
     :param timer_interval: seconds between checks of idle and auto-delete deadlines.
     :param engine_label: value of the ``rock.engine`` label on every unit this engine makes.
@@ -205,6 +210,7 @@ class EngineConfig:
     runtime_options: Mapping[str, Any] = checked(dict[str, Any], factory=dict)
     store_path: str | None = checked(Optional[str], default=None)
     store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None, repr=False)
+    cluster: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
     queue_aging_seconds: PositiveFloat = checked(PositiveFloat, default=60.0)
     restart_backoff_seconds: PositiveFloat = checked(PositiveFloat, default=1.0)
@@ -249,6 +255,13 @@ class EngineConfig:
     forward_rocklet_port: bool = checked(bool, default=False)
 
     def __attrs_post_init__(self) -> None:
+        if self.cluster is not None and self.remove_on_close:
+            raise InvalidParameter(
+                f"cluster: {self.cluster!r} needs remove_on_close = false (an engine of a "
+                f"cluster that closes leaves the sandboxes to the others)",
+                field="cluster",
+                value=self.cluster,
+            )
         if self.default_pids_limit > self.max_pids_limit:
             raise InvalidParameter(
                 f"default_pids_limit: {self.default_pids_limit} is above max_pids_limit {self.max_pids_limit}",

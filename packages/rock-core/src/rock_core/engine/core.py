@@ -31,6 +31,7 @@ import anyio.abc
 import attrs
 import httpx
 
+from rock_core.engine import fencing
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.live import (
@@ -44,7 +45,7 @@ from rock_core.engine.live import (
 from rock_core.engine.pool import WarmPool
 from rock_core.engine.removals import Removals
 from rock_core.engine.start_queue import StartQueue
-from rock_core.errors import SandboxNotFound
+from rock_core.errors import InvalidParameter, SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
 from rock_core.rocklet_client import new_http_client
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
@@ -53,10 +54,14 @@ from rock_core.states import LIVE_STATES, Event, State
 
 if TYPE_CHECKING:
     from rock_core.archive import ArchiveStore
+    from rock_core.leadership import Leadership
     from rock_core.plugins import Plugins
     from rock_core.records import RecordStore
 
-__all__ = ["Call", "EngineCore"]
+__all__ = ["LEASE_TTL", "Call", "EngineCore"]
+
+#: Seconds a taking or renewal of a cluster's lease lasts (see rock_core.engine.leadership).
+LEASE_TTL = 3.0
 
 _NOT_OPEN = "the engine is not open: use `async with SandboxManager(...)`"
 _FINISHED = (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT)
@@ -114,14 +119,18 @@ class EngineCore:
         self._in_flight_lock = threading.Lock()  # calls begin and end in callers' threads too
         self._http: httpx.AsyncClient | None = None
         self._tg: anyio.abc.TaskGroup | None = None
+        #: The lease of this engine's cluster (``config.cluster``), once open; else ``None``.
+        self.lease: Leadership | None = None
 
     # -- opening and closing ------------------------------------------------------------------
 
     async def open(self) -> anyio.abc.TaskGroup:
-        """Open the record store, make the rocklet delivery and the HTTP client, enter the task
-        group; return it. A store that cannot be opened closes the engine's parts."""
+        """Open the record store (and take its lease's handle, in a cluster), make the rocklet
+        delivery and the HTTP client, enter the task group; return it. A store that cannot be
+        opened closes the engine's parts."""
         try:
             await anyio.to_thread.run_sync(self.store.open)
+            self.lease = await anyio.to_thread.run_sync(self._lease)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.close_parts()
@@ -136,6 +145,24 @@ class EngineCore:
         self._tg = tg
         self.forwards.serve_in(tg)
         return tg
+
+    def _lease(self) -> Leadership | None:
+        """The lease of ``config.cluster`` the store offers (``None``: no cluster).
+
+        :raises InvalidParameter: naming ``cluster``: the record store holds no lease (SQLite).
+        """
+        cluster = self.config.cluster
+        if cluster is None:
+            return None
+        lease = self.store.leadership(f"cluster:{cluster}", self.engine_id, LEASE_TTL)
+        if lease is None:
+            raise InvalidParameter(
+                f"cluster: {cluster!r} needs a record store that holds a lease (store = "
+                f'"postgresql://..."); {type(self.store).__name__} does not',
+                field="cluster",
+                value=cluster,
+            )
+        return lease
 
     async def cancel_tasks(self) -> None:
         """Cancel the task group's work and wait for it to end (at close)."""
@@ -206,18 +233,27 @@ class EngineCore:
         new = attrs.evolve(
             record, state=lifecycle.state, state_history=lifecycle.history, **changes
         )
-        self.save(new)
+        if not self.save(new):
+            return record
         self.plugins.notify_transition(new, event, old, new.state)
         return new
 
-    def save(self, record: SandboxRecord) -> None:
-        """Write ``record`` to the store and to its live sandbox (forgotten once deleted)."""
-        self.store.put(record)
+    def save(self, record: SandboxRecord) -> bool:
+        """Write ``record`` to the store and to its live sandbox (forgotten once deleted).
+
+        Work of a leader (:mod:`~rock_core.engine.fencing`) writes under its lease: once the
+        lease is gone nothing is written, here or in the store; false then."""
+        fence = fencing.current()
+        if fence is None:
+            self.store.put(record)
+        elif not fence.write(record):
+            return False
         live = self.live.get(record.sandbox_id)
         if live is not None:
             live.record = record  # also once deleted: whoever holds it (a waiting delete) sees it
         if record.state is State.DELETED:
             self.live.pop(record.sandbox_id, None)
+        return True
 
     def set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
         """Record the phase ``name`` of a live sandbox's start as ``status`` (saved at once)."""

@@ -36,14 +36,14 @@ to each job. A job is a module of functions that receive the core; no job import
 - :mod:`~rock_core.engine.reconcile`: the reconcile loop and the runtime's event watch;
 - :mod:`~rock_core.engine.monitoring`: the resource-use sampler;
 - :mod:`~rock_core.engine.extensions`: the runtime, archive store and environment providers
-  built from plugins.
+  built from plugins;
+- :mod:`~rock_core.engine.leadership`: in a cluster, the background work only while leader.
 
 It answers with its own types, :class:`~rock_core.models.SandboxRecord` and
 :class:`~rock_core.models.SandboxStatus`; the admin and the SDK build ROCK's wire models from them
-(:mod:`rock_core.responses`). Commands, files and
-sessions do not pass through here: :meth:`SandboxManager.rocklet` hands out a
-:class:`~rock_core.rocklet_client.RockletClient` for the sandbox (and counts the call as
-activity for the idle timer).
+(:mod:`rock_core.responses`). Commands, files and sessions do not pass through here:
+:meth:`SandboxManager.rocklet` hands out a :class:`~rock_core.rocklet_client.RockletClient`
+for the sandbox (and counts the call as activity for the idle timer).
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.abc
 import httpx
 
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
@@ -61,6 +62,7 @@ from rock_core.engine import (
     archiving,
     claims,
     extensions,
+    leadership,
     monitoring,
     reaping,
     reconcile,
@@ -166,6 +168,7 @@ class SandboxManager:
         self.sampler = monitoring.Sampler()
         self._envs = extensions.EnvProviders(plugins, tables, self)
         self._sweep_done: anyio.Event | None = None  # set once the start-up sweep has finished
+        self.role: leadership.Role | None = None  # in config.cluster, while open
 
     async def make_env(self, env_id: str, **kwargs: Any) -> Environment:
         """Make the environment ``env_id`` with the first registered provider that accepts it
@@ -186,21 +189,26 @@ class SandboxManager:
         core = self._core
         tg = await core.open()
         tg.start_soon(core.removals.run)
+        if core.lease is None:
+            await self._background(tg)
+        else:  # only while this engine leads its cluster (engine/leadership.py)
+            self.role = leadership.Role(core.lease)
+            tg.start_soon(leadership.lead, self.role, self._background)
+        return self
+
+    async def _background(self, tg: anyio.abc.TaskGroup) -> None:
+        """Start the background work in ``tg``: the sweep, recovery, warm pools, the loops."""
+        core = self._core
         # Orphans and stale pool members go in the background: the first start does not wait.
-        self._sweep_done = anyio.Event()
-        tg.start_soon(reaping.background_sweep, core, self._sweep_done)
+        self._sweep_done = done = anyio.Event()
+        tg.start_soon(reaping.background_sweep, core, done)
         await self.recover()
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
-        for loop in (
-            timers.timer_loop,
-            reconcile.reconcile_loop,
-            reconcile.watch_loop,
-            timers.disk_loop,
-        ):
+        for loop in (timers.timer_loop, reconcile.reconcile_loop, reconcile.watch_loop):
             tg.start_soon(loop, core)
+        tg.start_soon(timers.disk_loop, core)
         tg.start_soon(monitoring.monitor_loop, core, self.sampler)
-        return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.aclose()
