@@ -222,7 +222,7 @@ async def list_items(target: Target, filters: dict[str, str]) -> list[dict[str, 
 async def _list(target: Target, filters: dict[str, str]) -> list[SandboxStatusResponse]:
     # Only the engine that serves: against an admin, the embedded engine is never imported.
     if target.embedded:
-        from rock.sdk._engine.embedded import get_embedded_engine
+        from rock.sdk._engine.embedded_default import get_embedded_engine
 
         listing = get_embedded_engine().list_sandboxes(filters)
     else:

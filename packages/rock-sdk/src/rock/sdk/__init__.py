@@ -39,9 +39,9 @@ _WHERE = {
     "SandboxConfig": "rock.sdk.sandbox.config",
     "SandboxGroup": "rock.sdk.sandbox.client",
     "SandboxGroupConfig": "rock.sdk.sandbox.config",
-    "close_embedded_engine": "rock.sdk._engine.embedded",
-    "configure_embedded_engine": "rock.sdk._engine.embedded",
-    "get_embedded_engine": "rock.sdk._engine.embedded",
+    "close_embedded_engine": "rock.sdk._engine.embedded_default",
+    "configure_embedded_engine": "rock.sdk._engine.embedded_default",
+    "get_embedded_engine": "rock.sdk._engine.embedded_default",
 }
 
 

@@ -24,9 +24,9 @@ _WHERE = {
     "EmbeddedEngine": "rock.sdk._engine.embedded",
     "Engine": "rock.sdk._engine.base",
     "RemoteEngine": "rock.sdk._engine.remote",
-    "close_embedded_engine": "rock.sdk._engine.embedded",
-    "configure_embedded_engine": "rock.sdk._engine.embedded",
-    "get_embedded_engine": "rock.sdk._engine.embedded",
+    "close_embedded_engine": "rock.sdk._engine.embedded_default",
+    "configure_embedded_engine": "rock.sdk._engine.embedded_default",
+    "get_embedded_engine": "rock.sdk._engine.embedded_default",
     "get_remote_engine": "rock.sdk._engine.remote",
 }
 

@@ -33,9 +33,7 @@ its idle timer (``auto_clear_seconds``) never stops it under a running command.
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import logging
 import os
 import threading
 import weakref
@@ -54,7 +52,8 @@ from rock.sdk._engine.connect import (
     TunnelConnection,
     check_port,
 )
-from rock_core import hookimpl
+from rock.sdk._engine.embedded_thread import EngineThread, closed_error
+from rock.sdk._engine.embedded_tracking import AddressBook, LocalPorts
 from rock_core.actions import (
     Command,
     CommandLine,
@@ -66,129 +65,19 @@ from rock_core.actions import (
     WarmPoolStatus,
 )
 from rock_core.engine.config import EngineConfig
-from rock_core.engine.forwarding import PortForwards
 from rock_core.engine.manager import SandboxManager
-from rock_core.errors import InternalServerRockError, InvalidParameter, RockletUnreachable
-from rock_core.models import Port
+from rock_core.errors import InvalidParameter, RockletUnreachable
 from rock_core.operations import Operation
 from rock_core.responses import start_response, status_response
 from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.states import LIVE_STATES
 
-__all__ = [
-    "EmbeddedEngine",
-    "close_embedded_engine",
-    "configure_embedded_engine",
-    "get_embedded_engine",
-]
+__all__ = ["EmbeddedEngine"]
 
-log = logging.getLogger("rock.sdk.engine")
 
 T = TypeVar("T")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
-
-# Items a streamed call (download, execute_stream) may run ahead of its reader.
-_STREAM_BUFFER = 16
-
-
-def _closed_error() -> InternalServerRockError:
-    return InternalServerRockError(
-        "rock's embedded engine is closed (the interpreter is exiting, or close_embedded_engine() was called); "
-        "its sandboxes were removed",
-        attempted="call",
-    )
-
-
-async def _close_manager(manager: SandboxManager) -> None:
-    """Close ``manager`` from the task that entered it (its task group must exit there).
-
-    ``aclose`` shields its own clean-up, so a cancelled caller still removes the sandboxes.
-    """
-    await manager.aclose()
-
-
-class _AddressBook:
-    """Rocklet addresses of running sandboxes, for calls straight from callers' loops.
-
-    Registered as a plugin of the engine's manager: every lifecycle transition of a sandbox
-    (stop, restart, ...) drops its entry at once, in the engine's thread, before the engine acts
-    on the unit; the next call asks the engine again.
-    """
-
-    def __init__(self) -> None:
-        self._addresses: dict[str, tuple[str, int, str | None]] = {}
-
-    def get(self, sandbox_id: str) -> tuple[str, int, str | None] | None:
-        """``(host, port, secret)`` of ``sandbox_id``'s rocklet, when known and still valid."""
-        return self._addresses.get(sandbox_id)
-
-    def put(self, sandbox_id: str, address: tuple[str, int, str | None]) -> None:
-        """Remember an address the engine just handed out (engine thread only)."""
-        self._addresses[sandbox_id] = address
-
-    @hookimpl
-    def rock_sandbox_transition(self, record: Any, event: Any, old: Any, new: Any) -> None:
-        """Forget the sandbox's address: whatever state it is in now, ask the engine again."""
-        self._addresses.pop(record.sandbox_id, None)
-
-
-class _LocalPorts:
-    """Host ports on 127.0.0.1 for :meth:`EmbeddedEngine.port_url`, one per sandbox port asked
-    for, each carried through the sandbox's rocklet (rock-core's :class:`PortForwards`).
-
-    Registered as a plugin like :class:`_AddressBook`: a sandbox's transition (stop, restart)
-    closes its ports; the next ``get_url`` opens a new one. Engine thread only.
-    """
-
-    def __init__(self) -> None:
-        self._forwards: PortForwards | None = None
-        self._keys: dict[str, set[str]] = {}
-
-    async def open(
-        self,
-        task_group: anyio.abc.TaskGroup,
-        client: RockletClient,
-        sandbox_id: str,
-        port: int,
-        touch: Callable[[], None],
-    ) -> int:
-        """The host port that reaches ``port`` of ``sandbox_id`` (opened on first use); each
-        connection to it calls ``touch`` (activity for the idle timer)."""
-        if self._forwards is None:
-            self._forwards = PortForwards(task_group)
-        key = f"{sandbox_id}\0{port}"
-        mapping = self._forwards.mapping(key) or await self._forwards.open(
-            key,
-            _Touching(client, touch),  # type: ignore[arg-type]  # the tunnel half of a client
-            [port],
-        )
-        self._keys.setdefault(sandbox_id, set()).add(key)
-        return int(mapping[Port(port)])
-
-    @hookimpl
-    def rock_sandbox_transition(self, record: Any, event: Any, old: Any, new: Any) -> None:
-        """Close the sandbox's local ports: its rocklet changes or goes away."""
-        for key in self._keys.pop(record.sandbox_id, ()):
-            if self._forwards is not None:
-                self._forwards.close(key)
-
-
-class _Touching:
-    """A rocklet client whose every new connection counts as the sandbox's activity."""
-
-    def __init__(self, client: RockletClient, touch: Callable[[], None]) -> None:
-        self._client = client
-        self._touch = touch
-        self.sandbox_id = client.sandbox_id
-
-    async def open_tunnel(self, port: int) -> anyio.abc.ByteStream:
-        self._touch()
-        return await self._client.open_tunnel(port)
-
-    async def connect(self) -> anyio.abc.ByteStream:
-        self._touch()
-        return await self._client.connect()
 
 
 async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
@@ -200,7 +89,7 @@ async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None
         await http.aclose()
 
 
-class EmbeddedEngine:
+class EmbeddedEngine(EngineThread):
     """A ``SandboxManager`` in a daemon thread, callable from any event loop or thread.
 
     Implements :class:`~rock.sdk._engine.base.Engine`. Most code uses the process-wide one
@@ -234,8 +123,8 @@ class EmbeddedEngine:
         self._stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None  # the engine loop's own tasks (streams' pumps)
         self._closed = False
-        self._addresses = _AddressBook()
-        self._local_ports = _LocalPorts()
+        self._addresses = AddressBook()
+        self._local_ports = LocalPorts()
         self._loop_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
         ] = weakref.WeakKeyDictionary()
@@ -246,201 +135,6 @@ class EmbeddedEngine:
             "closed" if self._closed else "running" if self._portal is not None else "not started"
         )
         return f"<EmbeddedEngine {state} runtime={self.config.runtime!r}>"
-
-    # -- the engine's own lifecycle ------------------------------------------------------------
-
-    @property
-    def running(self) -> bool:
-        """Whether the engine's thread is up and taking calls."""
-        return self._portal is not None
-
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` was called (a closed engine cannot be started again)."""
-        return self._closed
-
-    @property
-    def manager(self) -> SandboxManager:
-        """The manager, for code that runs on the engine's loop (``call_blocking`` functions)."""
-        if self._manager is None:
-            raise RuntimeError("the embedded engine is not running")
-        return self._manager
-
-    def start(self) -> None:
-        """Start the engine's thread and manager if they are not running; block until ready.
-
-        :raises InvalidParameter: no runtime named ``config.runtime`` is installed (e.g.
-            rock-docker is missing), or another error building the manager.
-        :raises InternalServerRockError: the engine was closed.
-        """
-        if self._portal is not None:
-            return
-        with self._lock:
-            if self._closed:
-                raise _closed_error()
-            if self._portal is not None:
-                return
-            ready = threading.Event()
-            failure: list[BaseException] = []
-            thread = threading.Thread(
-                target=self._thread_main,
-                args=(ready, failure),
-                name="rock-embedded-engine",
-                daemon=True,
-            )
-            thread.start()
-            ready.wait()
-            if failure:
-                thread.join()
-                raise failure[0]
-            self._thread = thread
-
-    def _thread_main(self, ready: threading.Event, failure: list[BaseException]) -> None:
-        try:
-            anyio.run(self._serve, ready, backend="asyncio")
-        except BaseException as exc:  # noqa: BLE001 - reported to the thread that waits for us
-            if not ready.is_set():
-                failure.append(exc)
-            else:
-                log.exception("rock's embedded engine stopped with an error")
-        finally:
-            self._portal = None
-            self._manager = None
-            ready.set()
-
-    async def _serve(self, ready: threading.Event) -> None:
-        self._thread_id = threading.get_ident()
-        manager = self._factory(self.config)
-        manager.plugins.pm.register(self._addresses, name=f"rock.sdk.embedded-addresses-{id(self)}")
-        manager.plugins.pm.register(
-            self._local_ports, name=f"rock.sdk.embedded-local-ports-{id(self)}"
-        )
-        await manager.__aenter__()
-        try:
-            async with BlockingPortal() as portal, anyio.create_task_group() as tg:
-                self._stop = anyio.Event()
-                self._manager = manager
-                self._tg = tg
-                self._portal = portal
-                ready.set()
-                await self._stop.wait()
-                self._portal = None
-                await portal.stop(cancel_remaining=True)  # calls in flight end with a cancellation
-                tg.cancel_scope.cancel()
-        finally:
-            await _close_manager(manager)
-
-    def close(self) -> None:
-        """Stop the engine: cancel calls in flight, remove this process's sandboxes. Idempotent.
-
-        Blocks until done (at most ``close_timeout`` seconds). Must not be called from a
-        function running on the engine's own loop.
-        """
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            portal, thread, stop = self._portal, self._thread, self._stop
-        if portal is None or thread is None or stop is None:
-            return
-        if threading.get_ident() == self._thread_id:
-            raise RuntimeError("the embedded engine cannot be closed from its own thread")
-        with contextlib.suppress(RuntimeError):  # its loop may already be gone
-            portal.call(stop.set)
-        thread.join(self._close_timeout)
-        if thread.is_alive():
-            log.warning(
-                "rock's embedded engine did not finish closing within %gs", self._close_timeout
-            )
-
-    async def aclose(self) -> None:
-        """:meth:`close`, waited for in a worker thread so the caller's loop keeps running."""
-        await anyio.to_thread.run_sync(self.close)
-
-    # -- calling into the engine's loop --------------------------------------------------------
-
-    async def _call(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``func(*args)`` on the engine's loop and await its result from the caller's loop."""
-        portal = self._portal
-        if portal is None:
-            await anyio.to_thread.run_sync(self.start)  # slow path: plugins load, Docker connects
-            portal = self._portal
-            if portal is None:
-                raise _closed_error()
-        if threading.get_ident() == self._thread_id:
-            return await func(*args)
-        try:
-            future = portal.start_task_soon(func, *args)
-        except RuntimeError as exc:
-            raise _closed_error() from exc
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # another async library (trio): wait in a worker thread
-            return await anyio.to_thread.run_sync(future.result)
-        return await asyncio.wrap_future(future, loop=loop)
-
-    def call_blocking(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``func(*args)`` on the engine's loop and block the calling thread until it returns.
-
-        For synchronous callers (``rock.make``); ``func`` may use :attr:`manager`.
-        """
-        self.start()
-        if threading.get_ident() == self._thread_id:
-            raise RuntimeError("call_blocking cannot be used on the engine's own thread")
-        portal = self._portal
-        if portal is None:
-            raise _closed_error()
-        try:
-            return portal.call(func, *args)
-        except RuntimeError as exc:
-            if self._portal is None:
-                raise _closed_error() from exc
-            raise
-
-    async def _iterate(
-        self, factory: Callable[..., AsyncIterator[T]], *args: Any
-    ) -> AsyncIterator[T]:
-        """Yield, in the caller's loop, what ``factory(*args)`` yields on the engine's loop."""
-        send, receive = anyio.create_memory_object_stream[tuple[bool, Any]](_STREAM_BUFFER)
-        await self._call(self._start_pump, send, factory, args)
-        try:
-            while True:
-                try:
-                    ok, value = await self._call(receive.receive)
-                except anyio.EndOfStream:
-                    return
-                if not ok:
-                    raise value
-                yield value
-        finally:
-            portal = self._portal
-            if portal is not None:
-                with contextlib.suppress(RuntimeError):
-                    portal.start_task_soon(receive.aclose)
-
-    async def _start_pump(
-        self, send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]
-    ) -> None:
-        if self._tg is None:
-            raise _closed_error()
-        self._tg.start_soon(self._pump, send, factory, args)
-
-    @staticmethod
-    async def _pump(
-        send: Any, factory: Callable[..., AsyncIterator[Any]], args: tuple[Any, ...]
-    ) -> None:
-        async with send:
-            try:
-                async with contextlib.aclosing(factory(*args)) as items:  # type: ignore[type-var]
-                    async for item in items:
-                        await send.send((True, item))
-            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                return  # the reader went away
-            except Exception as exc:  # noqa: BLE001 - handed to the reader, raised there
-                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
-                    await send.send((False, exc))
-
-    # -- runtime calls through the engine's loop -----------------------------------------------
 
     async def _rocklet_call(
         self,
@@ -747,7 +441,7 @@ class EmbeddedEngine:
 
     async def _local_port(self, sandbox_id: str, port: int) -> int:
         if self._tg is None:
-            raise _closed_error()
+            raise closed_error()
         manager = self.manager
         client = manager.rocklet(sandbox_id, "get_url")
         return await self._local_ports.open(
@@ -793,67 +487,3 @@ class EmbeddedEngine:
             call.__exit__(None, None, None)
             raise
         return RockletShell(stream, on_close=lambda: call.__exit__(None, None, None))
-
-
-# -- the process-wide engine ----------------------------------------------------------------------
-
-_default: EmbeddedEngine | None = None
-_default_config: EngineConfig | None = None
-_default_lock = threading.Lock()
-_atexit_registered = False
-
-
-def configure_embedded_engine(config: EngineConfig) -> None:
-    """Set the :class:`EngineConfig` of the process-wide embedded engine.
-
-    Call it before the first sandbox starts (e.g. to cap concurrent starts, or to keep
-    stopped sandboxes longer). Once the engine runs with another config it cannot change.
-
-    :raises RuntimeError: the engine already runs with a different config.
-    """
-    global _default, _default_config
-    with _default_lock:
-        if _default is not None and not _default.closed:
-            if _default.running and _default.config != config:
-                raise RuntimeError(
-                    "rock's embedded engine is already running with another EngineConfig; call "
-                    "configure_embedded_engine() before the first sandbox starts (or close_embedded_engine() first)"
-                )
-            if not _default.running:
-                _default = None
-        _default_config = config
-
-
-def get_embedded_engine() -> EmbeddedEngine:
-    """The process-wide :class:`EmbeddedEngine` (made on first use; started on first call)."""
-    global _default, _atexit_registered
-    engine = _default
-    if engine is not None and not engine.closed:
-        return engine
-    with _default_lock:
-        if _default is None or _default.closed:
-            _default = EmbeddedEngine(_default_config)
-        if not _atexit_registered:
-            atexit.register(close_embedded_engine)
-            _atexit_registered = True
-        return _default
-
-
-def close_embedded_engine() -> None:
-    """Close the process-wide engine, removing its sandboxes (also run at interpreter exit)."""
-    global _default
-    with _default_lock:
-        engine, _default = _default, None
-    if engine is not None:
-        engine.close()
-
-
-def _forget_after_fork() -> None:
-    # A forked child has no engine thread; it must start its own and leave the parent's alone.
-    global _default, _default_lock
-    _default = None
-    _default_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
-import math
 import os
 import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
 import anyio
@@ -42,6 +40,14 @@ from rock.sdk._engine.connect import (
     WebSocketShell,
     check_port,
     connect_websocket,
+)
+from rock.sdk._engine.remote_transport import RemoteTransport
+from rock.sdk._engine.remote_wire import (
+    API_PREFIX,
+    MAX_HELD,
+    command_timeout,
+    error_from_envelope,
+    remote_headers,
 )
 from rock_core.actions import (
     Command,
@@ -56,15 +62,9 @@ from rock_core.actions import (
 )
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.errors import (
-    BadRequestRockError,
-    CommandTimeout,
     ImagePullFailed,
     InternalServerRockError,
     InvalidParameter,
-    NonZeroExitCode,
-    NotSupported,
-    PayloadTooLarge,
-    RockError,
     SandboxNotFound,
     StartupTimeout,
     error_for_code,
@@ -82,123 +82,22 @@ __all__ = [
     "remote_headers",
 ]
 
-T = TypeVar("T")
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
-API_PREFIX = "/apis/envs/sandbox/v1"
-"""Where ROCK's (and rock's) sandbox routes live on the admin server."""
-
-# Headroom over a command's own timeout before the HTTP call gives up: the server answers a
-# timed-out command with an error, and that answer should win over a bare read timeout.
-_TIMEOUT_MARGIN = 30.0
-# Lifecycle calls (stop removes a container) may take a while; anything slower is a hung server.
-_DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
 # wait_until_running asks the admin to hold get_status this long while the sandbox starts (rock's
 # ``wait``); an admin that answers sooner, still pending (ROCK's), is polled from _POLL_FIRST
 # seconds apart, growing to the cap.
 _STATUS_WAIT = 20.0
-# Held requests at once per engine (each keeps a connection open); waits beyond it poll instead.
-_MAX_HELD = 512
 _POLL_FIRST = 0.05
 _POLL_MAX = 1.0
 _POLL_GROWTH = 1.5
-# POST routes that may be sent twice with the same effect.
-_IDEMPOTENT_POSTS = frozenset({"/stop", "/delete"})
-
-
-# -- pure helpers -----------------------------------------------------------------------------------
-
-
-def remote_headers(
-    headers: Mapping[str, str] | None = None, *, api_key: str | None = None
-) -> dict[str, str]:
-    """The headers of every call: ``headers`` (ROCK's ``_build_headers``), plus the API key.
-
-    ``api_key`` (default: the ``ROCK_API_KEY`` environment variable) is sent as ``X-API-Key``
-    unless ``headers`` already carry ``X-API-Key`` or ``Authorization`` (any case), which win.
-    """
-    out = dict(headers or {})
-    key = api_key if api_key is not None else os.environ.get("ROCK_API_KEY") or None
-    present = {name.lower() for name in out}
-    if key and "x-api-key" not in present and "authorization" not in present:
-        out["X-API-Key"] = key
-    return out
-
-
-def error_from_envelope(
-    body: Mapping[str, Any], *, sandbox_id: str | None = None, attempted: str | None = None
-) -> RockError:
-    """The error a ``Failed`` envelope stands for.
-
-    ``result.code`` picks the most specific class (:func:`~rock_core.errors.error_for_code`); an
-    envelope without a code (ROCK's validation errors, unexpected server errors) is a plain
-    :class:`~rock_core.errors.RockError` carrying the server's words.
-    """
-    result = body.get("result")
-    message = str(body.get("error") or body.get("message") or "the admin server reported a failure")
-    kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
-    code = result.get("code") if isinstance(result, Mapping) else None
-    err: RockError | None = None
-    if isinstance(code, int) and not isinstance(code, bool):
-        err = error_for_code(code, message, **kw)
-    if err is None:
-        if body.get("message") == "invalid parameter":  # ROCK's request validation failures
-            return InvalidParameter(message, **kw)
-        return RockError(message, **kw)
-    if isinstance(err, NonZeroExitCode) and isinstance(result, Mapping):
-        err.exit_code = result.get("exit_code")
-        err.output = str(result.get("output") or result.get("failure_reason") or "")
-    return err
-
-
-def _is_loopback(base_url: str) -> bool:
-    host = urllib.parse.urlsplit(base_url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _command_timeout(timeout: float | None) -> httpx.Timeout:
-    """The HTTP timeout of a call that runs a command for up to ``timeout`` seconds."""
-    if timeout is None or not math.isfinite(float(timeout)):
-        return httpx.Timeout(None, connect=10.0)
-    return httpx.Timeout(float(timeout) + _TIMEOUT_MARGIN, connect=10.0)
-
-
-async def _awaited(awaitable: Awaitable[T]) -> T:
-    return await awaitable
-
-
-async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None]:
-    # Suspended for the loop's lifetime: asyncio.run() finalizes async generators at shutdown,
-    # which closes this loop's client while the loop still runs.
-    try:
-        yield
-    finally:
-        await http.aclose()
-
-
-# -- the engine -------------------------------------------------------------------------------------
-
 
 # Sandboxes asked for per page when listing (within the admin's default batch_max_count).
 _LIST_PAGE_SIZE = 500
 
 
-def _is_envelope(response: httpx.Response) -> bool:
-    """Whether ``response`` carries ROCK's ``{status, ..., result}`` envelope."""
-    try:
-        body = response.json()
-    except ValueError:
-        return False
-    return isinstance(body, dict) and "status" in body and ("result" in body or "error" in body)
-
-
-class RemoteEngine:
+class RemoteEngine(RemoteTransport):
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
     :param base_url: the server, e.g. ``http://127.0.0.1:8080`` (``config.base_url`` or
@@ -236,270 +135,6 @@ class RemoteEngine:
 
     def __repr__(self) -> str:
         return f"RemoteEngine({self.base_url!r})"
-
-    # -- transport -------------------------------------------------------------------------------
-
-    def _new_client(self, held: bool = False) -> httpx.AsyncClient:
-        # Held get_status requests get a pool of their own: httpx's pool scans its connections
-        # for every queued request, so hundreds of held connections in the one pool made every
-        # other call of a busy trainer slow (its CPU, at 1,000 sandboxes starting).
-        limits = (
-            httpx.Limits(max_connections=_MAX_HELD, max_keepalive_connections=32)
-            if held
-            else httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        )
-        return httpx.AsyncClient(
-            headers=self.headers,
-            timeout=_DEFAULT_TIMEOUT,
-            limits=limits,
-            # Proxies from the environment apply to a remote server, never to this machine.
-            trust_env=not _is_loopback(self.base_url),
-            transport=self._transport,
-        )
-
-    async def _http(self, held: bool = False) -> httpx.AsyncClient:
-        """The pooled client of the running event loop (made on first use, closed with the
-        loop); with ``held``, the one for requests the admin holds (``get_status?wait=``)."""
-        loop = asyncio.get_running_loop()
-        clients = self._held_clients if held else self._clients
-        with self._clients_lock:
-            entry = clients.get(loop)
-        if entry is not None and not entry[0].is_closed:
-            return entry[0]
-        http = self._new_client(held)
-        closer = _close_with_loop(http)
-        await closer.__anext__()
-        with self._clients_lock:
-            current = clients.get(loop)
-            if current is None or current[0].is_closed:
-                clients[loop] = (http, closer)
-                return http
-        await closer.aclose()  # another task of this loop made one first
-        return current[0]
-
-    async def aclose(self) -> None:
-        """Close the connection pools of the running event loop (others close with their loops)."""
-        loop = asyncio.get_running_loop()
-        with self._clients_lock:
-            entries = [self._clients.pop(loop, None), self._held_clients.pop(loop, None)]
-        for entry in entries:
-            if entry is not None:
-                await entry[1].aclose()
-
-    def call_blocking(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``func(*args)`` (e.g. ``engine.get_status``) to completion from synchronous code.
-
-        It runs in a private event loop of the calling thread, as the embedded engine's
-        ``call_blocking`` lets synchronous callers use it.
-
-        :raises RuntimeError: called from a thread whose event loop is running (``await`` instead).
-        """
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(_awaited(func(*args)))
-        raise RuntimeError(
-            "call_blocking cannot be used from a running event loop; await the call instead"
-        )
-
-    def _unreachable(
-        self, exc: Exception, attempted: str, sandbox_id: str | None
-    ) -> InternalServerRockError:
-        return InternalServerRockError(
-            f"rock admin at {self.base_url} is unreachable: is `rock admin start` running? ({exc!r})",
-            sandbox_id=sandbox_id,
-            attempted=attempted,
-        )
-
-    def _timed_out(
-        self, attempted: str, sandbox_id: str | None, timeout: httpx.Timeout | None
-    ) -> CommandTimeout:
-        seconds = (timeout or _DEFAULT_TIMEOUT).read
-        within = f" within {seconds:g}s" if seconds is not None else " in time"
-        return CommandTimeout(
-            f"rock admin at {self.base_url} did not answer {attempted}{within}",
-            sandbox_id=sandbox_id,
-            attempted=attempted,
-        )
-
-    def _raise_for_response(
-        self, response: httpx.Response, attempted: str, sandbox_id: str | None
-    ) -> Any:
-        """The envelope's ``result``, or the error the response stands for."""
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if isinstance(body, dict) and "status" in body and ("result" in body or "error" in body):
-            if body.get("status") == "Success":
-                return body.get("result")
-            raise error_from_envelope(body, sandbox_id=sandbox_id, attempted=attempted)
-        detail = (
-            body.get("detail")
-            if isinstance(body, dict) and "detail" in body
-            else (body or response.text)
-        )
-        where = f"{response.request.method} {response.request.url.path}"
-        kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
-        if response.status_code == 413:
-            raise PayloadTooLarge(
-                f"rock admin at {self.base_url} refused {attempted}: the body is too large", **kw
-            )
-        if response.status_code in (401, 403):
-            raise BadRequestRockError(
-                f"rock admin at {self.base_url} refused {attempted} (HTTP {response.status_code}): {detail}; "
-                "set ROCK_API_KEY or an X-API-Key / Authorization header in extra_headers",
-                **kw,
-            )
-        if response.status_code in (404, 405):
-            raise NotSupported(
-                f"rock admin at {self.base_url} does not serve {where} (HTTP {response.status_code}); "
-                "is it an older rock or another server?",
-                **kw,
-            )
-        if 400 <= response.status_code < 500:
-            raise BadRequestRockError(f"{attempted}: HTTP {response.status_code}: {detail}", **kw)
-        raise InternalServerRockError(
-            f"rock admin at {self.base_url} answered {where} with HTTP {response.status_code}: {detail}",
-            **kw,
-        )
-
-    async def _send(
-        self,
-        method: str,
-        route: str,
-        attempted: str,
-        sandbox_id: str | None,
-        *,
-        timeout: httpx.Timeout | None = None,
-        held: bool = False,
-        **kw: Any,
-    ) -> httpx.Response:
-        http = await self._http(held)
-        if timeout is not None:
-            kw["timeout"] = timeout
-        try:
-            try:
-                return await http.request(method, self.api_url + route, **kw)
-            except httpx.RemoteProtocolError:
-                # A pooled connection the server closed as we reused it (uvicorn drops idle
-                # keep-alive connections): safe to send again only when the call is idempotent.
-                if method != "GET" and route not in _IDEMPOTENT_POSTS:
-                    raise
-                return await http.request(method, self.api_url + route, **kw)
-        except httpx.TimeoutException as exc:
-            if isinstance(exc, httpx.ConnectTimeout):
-                raise self._unreachable(exc, attempted, sandbox_id) from exc
-            raise self._timed_out(attempted, sandbox_id, timeout) from exc
-        except httpx.TransportError as exc:
-            raise self._unreachable(exc, attempted, sandbox_id) from exc
-
-    async def _call(
-        self,
-        method: str,
-        route: str,
-        attempted: str,
-        sandbox_id: str | None,
-        *,
-        timeout: httpx.Timeout | None = None,
-        held: bool = False,
-        **kw: Any,
-    ) -> Any:
-        """One request (``held``: one the admin holds, on its own pool); return the envelope's
-        ``result`` or raise its error."""
-        response = await self._send(
-            method, route, attempted, sandbox_id, timeout=timeout, held=held, **kw
-        )
-        if response.status_code in (404, 405) and not _is_envelope(response):
-            raise await self._not_served(response, attempted, sandbox_id)
-        return self._raise_for_response(response, attempted, sandbox_id)
-
-    async def _not_served(
-        self, response: httpx.Response, attempted: str, sandbox_id: str | None
-    ) -> RockError:
-        """Why a route answered 404/405: ``base_url`` is no rock admin, or the admin is older."""
-        where = f"{response.request.method} {response.request.url.path}"
-        kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
-        try:
-            probe = await (await self._http()).get(self.base_url + "/healthz", timeout=5.0)
-            health = probe.json() if probe.status_code == 200 else None
-        except (httpx.HTTPError, ValueError):
-            health = None
-        if not (
-            isinstance(health, dict) and health.get("status") == "ok" and health.get("version")
-        ):
-            return InvalidParameter(
-                f"base_url {self.base_url} does not point at a rock admin: it answered {where} with HTTP "
-                f"{response.status_code} and has no rock /healthz; check ROCK_BASE_URL or SandboxConfig.base_url",
-                field="base_url",
-                value=self.base_url,
-                **kw,
-            )
-        return NotSupported(
-            f"the rock admin at {self.base_url} (version {health['version']}) does not serve {where} "
-            f"(HTTP {response.status_code}): it is older than this SDK; upgrade it",
-            **kw,
-        )
-
-    async def _post(
-        self,
-        route: str,
-        attempted: str,
-        sandbox_id: str,
-        body: Any,
-        cls: type[T],
-        timeout: httpx.Timeout | None = None,
-    ) -> T:
-        payload = body if isinstance(body, dict) else unstructure_wire(body)
-        result = await self._call(
-            "POST",
-            route,
-            attempted,
-            sandbox_id,
-            json={**payload, "sandbox_id": sandbox_id},
-            timeout=timeout,
-        )
-        return structure_wire(result, cls, forbid_extra_keys=False)
-
-    async def _stream(
-        self,
-        route: str,
-        attempted: str,
-        sandbox_id: str,
-        body: dict[str, Any],
-        timeout: httpx.Timeout,
-        *,
-        lines: bool,
-    ) -> AsyncGenerator[Any, None]:
-        """POST ``body`` and yield the streamed answer's lines (``lines``) or byte chunks.
-
-        A failure before the stream starts comes as ROCK's JSON envelope and is raised; a
-        connection lost midway is raised as the server being unreachable.
-        """
-        http = await self._http()
-        try:
-            async with http.stream(
-                "POST",
-                self.api_url + route,
-                json={**body, "sandbox_id": sandbox_id},
-                timeout=timeout,
-            ) as response:
-                kind = response.headers.get("content-type", "")
-                if response.status_code >= 400 or kind.startswith("application/json"):
-                    await response.aread()
-                    self._raise_for_response(response, attempted, sandbox_id)
-                    raise InternalServerRockError(
-                        f"rock admin at {self.base_url} answered {attempted} with JSON instead of a stream",
-                        sandbox_id=sandbox_id,
-                        attempted=attempted,
-                    )
-                items = response.aiter_lines() if lines else response.aiter_bytes()
-                async for item in items:
-                    yield item
-        except httpx.TimeoutException as exc:
-            raise self._timed_out(attempted, sandbox_id, timeout) from exc
-        except httpx.TransportError as exc:
-            raise self._unreachable(exc, attempted, sandbox_id) from exc
 
     # -- Engine: lifecycle -----------------------------------------------------------------------
 
@@ -555,7 +190,7 @@ class RemoteEngine:
                 else min(_STATUS_WAIT, max(0.0, deadline - time.monotonic()))
             )
             with self._clients_lock:
-                if self._held >= _MAX_HELD:
+                if self._held >= MAX_HELD:
                     wait = 0.0  # enough connections held open already: poll
                 elif wait > 0:
                     self._held += 1
@@ -676,7 +311,7 @@ class RemoteEngine:
         """Any operation of kind ``call``: ``POST`` its admin route with the request and
         ``sandbox_id``; a call that runs a command waits as long as the command (plus a margin)."""
         seconds = op.seconds(request)
-        timeout = None if isinstance(seconds, str) else _command_timeout(seconds)
+        timeout = None if isinstance(seconds, str) else command_timeout(seconds)
         return await self._post(op.admin_path, op.name, sandbox_id, request, op.response, timeout)
 
     # -- Engine: streams, files and figures ---------------------------------------------------------
@@ -690,7 +325,7 @@ class RemoteEngine:
             "execute_stream",
             sandbox_id,
             unstructure_wire(command),
-            _command_timeout(command.timeout),
+            command_timeout(command.timeout),
             lines=True,
         )
         async with contextlib.aclosing(stream):
@@ -809,7 +444,7 @@ class RemoteEngine:
             "process_status",
             sandbox_id,
             params={"sandbox_id": sandbox_id, "wait": wait, "tail": tail},
-            timeout=_command_timeout(wait) if wait else None,
+            timeout=command_timeout(wait) if wait else None,
         )
         return structure_wire(result, ProcessInfo, forbid_extra_keys=False)
 
@@ -844,7 +479,7 @@ class RemoteEngine:
             "kill_process",
             sandbox_id,
             json={"sandbox_id": sandbox_id, "signal": signal, "wait": wait},
-            timeout=_command_timeout(wait),
+            timeout=command_timeout(wait),
         )
         return structure_wire(result, ProcessInfo, forbid_extra_keys=False)
 

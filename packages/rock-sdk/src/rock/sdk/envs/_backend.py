@@ -66,7 +66,7 @@ class EmbeddedBackend(Backend):
     ``SandboxManager.make_env``; this backend keeps them by handle."""
 
     def __init__(self) -> None:
-        from rock.sdk._engine.embedded import get_embedded_engine
+        from rock.sdk._engine.embedded_default import get_embedded_engine
 
         self.engine = get_embedded_engine()
         self._envs: dict[str, Any] = {}

@@ -233,7 +233,7 @@ class Sandbox:
 
                 self._engine = get_remote_engine(self.config.base_url, self._build_headers())
             else:
-                from rock.sdk._engine.embedded import get_embedded_engine
+                from rock.sdk._engine.embedded_default import get_embedded_engine
 
                 self._engine = get_embedded_engine()
         return self._engine

@@ -1,0 +1,316 @@
+"""The HTTP half of :class:`~rock.sdk._engine.remote.RemoteEngine`: one pooled client per event
+loop (and one for requests the admin holds), sending a call, and translating its answer or failure
+into rock's errors once (:class:`RemoteTransport`, the engine's base class).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+
+from rock.sdk._engine.remote_wire import (
+    DEFAULT_TIMEOUT,
+    IDEMPOTENT_POSTS,
+    MAX_HELD,
+    awaited,
+    close_with_loop,
+    error_from_envelope,
+    is_envelope,
+    is_loopback,
+)
+from rock_core.converters import structure_wire, unstructure_wire
+from rock_core.errors import (
+    BadRequestRockError,
+    CommandTimeout,
+    InternalServerRockError,
+    InvalidParameter,
+    NotSupported,
+    PayloadTooLarge,
+    RockError,
+)
+
+__all__ = ["RemoteTransport"]
+
+T = TypeVar("T")
+
+
+class RemoteTransport:
+    """Requests to one admin server; :class:`RemoteEngine` sets the fields declared here in its
+    ``__init__``."""
+
+    base_url: str
+    api_url: str
+    headers: dict[str, str]
+    _transport: httpx.AsyncBaseTransport | None
+    _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]]
+    _held_clients: weakref.WeakKeyDictionary[
+        asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
+    ]
+    _clients_lock: threading.Lock
+
+    def _new_client(self, held: bool = False) -> httpx.AsyncClient:
+        # Held get_status requests get a pool of their own: httpx's pool scans its connections
+        # for every queued request, so hundreds of held connections in the one pool made every
+        # other call of a busy trainer slow (its CPU, at 1,000 sandboxes starting).
+        limits = (
+            httpx.Limits(max_connections=MAX_HELD, max_keepalive_connections=32)
+            if held
+            else httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+        )
+        return httpx.AsyncClient(
+            headers=self.headers,
+            timeout=DEFAULT_TIMEOUT,
+            limits=limits,
+            # Proxies from the environment apply to a remote server, never to this machine.
+            trust_env=not is_loopback(self.base_url),
+            transport=self._transport,
+        )
+
+    async def _http(self, held: bool = False) -> httpx.AsyncClient:
+        """The pooled client of the running event loop (made on first use, closed with the
+        loop); with ``held``, the one for requests the admin holds (``get_status?wait=``)."""
+        loop = asyncio.get_running_loop()
+        clients = self._held_clients if held else self._clients
+        with self._clients_lock:
+            entry = clients.get(loop)
+        if entry is not None and not entry[0].is_closed:
+            return entry[0]
+        http = self._new_client(held)
+        closer = close_with_loop(http)
+        await closer.__anext__()
+        with self._clients_lock:
+            current = clients.get(loop)
+            if current is None or current[0].is_closed:
+                clients[loop] = (http, closer)
+                return http
+        await closer.aclose()  # another task of this loop made one first
+        return current[0]
+
+    async def aclose(self) -> None:
+        """Close the connection pools of the running event loop (others close with their loops)."""
+        loop = asyncio.get_running_loop()
+        with self._clients_lock:
+            entries = [self._clients.pop(loop, None), self._held_clients.pop(loop, None)]
+        for entry in entries:
+            if entry is not None:
+                await entry[1].aclose()
+
+    def call_blocking(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run ``func(*args)`` (e.g. ``engine.get_status``) to completion from synchronous code.
+
+        It runs in a private event loop of the calling thread, as the embedded engine's
+        ``call_blocking`` lets synchronous callers use it.
+
+        :raises RuntimeError: called from a thread whose event loop is running (``await`` instead).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(awaited(func(*args)))
+        raise RuntimeError(
+            "call_blocking cannot be used from a running event loop; await the call instead"
+        )
+
+    def _unreachable(
+        self, exc: Exception, attempted: str, sandbox_id: str | None
+    ) -> InternalServerRockError:
+        return InternalServerRockError(
+            f"rock admin at {self.base_url} is unreachable: is `rock admin start` running? ({exc!r})",
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        )
+
+    def _timed_out(
+        self, attempted: str, sandbox_id: str | None, timeout: httpx.Timeout | None
+    ) -> CommandTimeout:
+        seconds = (timeout or DEFAULT_TIMEOUT).read
+        within = f" within {seconds:g}s" if seconds is not None else " in time"
+        return CommandTimeout(
+            f"rock admin at {self.base_url} did not answer {attempted}{within}",
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        )
+
+    def _raise_for_response(
+        self, response: httpx.Response, attempted: str, sandbox_id: str | None
+    ) -> Any:
+        """The envelope's ``result``, or the error the response stands for."""
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if isinstance(body, dict) and "status" in body and ("result" in body or "error" in body):
+            if body.get("status") == "Success":
+                return body.get("result")
+            raise error_from_envelope(body, sandbox_id=sandbox_id, attempted=attempted)
+        detail = (
+            body.get("detail")
+            if isinstance(body, dict) and "detail" in body
+            else (body or response.text)
+        )
+        where = f"{response.request.method} {response.request.url.path}"
+        kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
+        if response.status_code == 413:
+            raise PayloadTooLarge(
+                f"rock admin at {self.base_url} refused {attempted}: the body is too large", **kw
+            )
+        if response.status_code in (401, 403):
+            raise BadRequestRockError(
+                f"rock admin at {self.base_url} refused {attempted} (HTTP {response.status_code}): {detail}; "
+                "set ROCK_API_KEY or an X-API-Key / Authorization header in extra_headers",
+                **kw,
+            )
+        if response.status_code in (404, 405):
+            raise NotSupported(
+                f"rock admin at {self.base_url} does not serve {where} (HTTP {response.status_code}); "
+                "is it an older rock or another server?",
+                **kw,
+            )
+        if 400 <= response.status_code < 500:
+            raise BadRequestRockError(f"{attempted}: HTTP {response.status_code}: {detail}", **kw)
+        raise InternalServerRockError(
+            f"rock admin at {self.base_url} answered {where} with HTTP {response.status_code}: {detail}",
+            **kw,
+        )
+
+    async def _send(
+        self,
+        method: str,
+        route: str,
+        attempted: str,
+        sandbox_id: str | None,
+        *,
+        timeout: httpx.Timeout | None = None,
+        held: bool = False,
+        **kw: Any,
+    ) -> httpx.Response:
+        http = await self._http(held)
+        if timeout is not None:
+            kw["timeout"] = timeout
+        try:
+            try:
+                return await http.request(method, self.api_url + route, **kw)
+            except httpx.RemoteProtocolError:
+                # A pooled connection the server closed as we reused it (uvicorn drops idle
+                # keep-alive connections): safe to send again only when the call is idempotent.
+                if method != "GET" and route not in IDEMPOTENT_POSTS:
+                    raise
+                return await http.request(method, self.api_url + route, **kw)
+        except httpx.TimeoutException as exc:
+            if isinstance(exc, httpx.ConnectTimeout):
+                raise self._unreachable(exc, attempted, sandbox_id) from exc
+            raise self._timed_out(attempted, sandbox_id, timeout) from exc
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc, attempted, sandbox_id) from exc
+
+    async def _call(
+        self,
+        method: str,
+        route: str,
+        attempted: str,
+        sandbox_id: str | None,
+        *,
+        timeout: httpx.Timeout | None = None,
+        held: bool = False,
+        **kw: Any,
+    ) -> Any:
+        """One request (``held``: one the admin holds, on its own pool); return the envelope's
+        ``result`` or raise its error."""
+        response = await self._send(
+            method, route, attempted, sandbox_id, timeout=timeout, held=held, **kw
+        )
+        if response.status_code in (404, 405) and not is_envelope(response):
+            raise await self._not_served(response, attempted, sandbox_id)
+        return self._raise_for_response(response, attempted, sandbox_id)
+
+    async def _not_served(
+        self, response: httpx.Response, attempted: str, sandbox_id: str | None
+    ) -> RockError:
+        """Why a route answered 404/405: ``base_url`` is no rock admin, or the admin is older."""
+        where = f"{response.request.method} {response.request.url.path}"
+        kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
+        try:
+            probe = await (await self._http()).get(self.base_url + "/healthz", timeout=5.0)
+            health = probe.json() if probe.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            health = None
+        if not (
+            isinstance(health, dict) and health.get("status") == "ok" and health.get("version")
+        ):
+            return InvalidParameter(
+                f"base_url {self.base_url} does not point at a rock admin: it answered {where} with HTTP "
+                f"{response.status_code} and has no rock /healthz; check ROCK_BASE_URL or SandboxConfig.base_url",
+                field="base_url",
+                value=self.base_url,
+                **kw,
+            )
+        return NotSupported(
+            f"the rock admin at {self.base_url} (version {health['version']}) does not serve {where} "
+            f"(HTTP {response.status_code}): it is older than this SDK; upgrade it",
+            **kw,
+        )
+
+    async def _post(
+        self,
+        route: str,
+        attempted: str,
+        sandbox_id: str,
+        body: Any,
+        cls: type[T],
+        timeout: httpx.Timeout | None = None,
+    ) -> T:
+        payload = body if isinstance(body, dict) else unstructure_wire(body)
+        result = await self._call(
+            "POST",
+            route,
+            attempted,
+            sandbox_id,
+            json={**payload, "sandbox_id": sandbox_id},
+            timeout=timeout,
+        )
+        return structure_wire(result, cls, forbid_extra_keys=False)
+
+    async def _stream(
+        self,
+        route: str,
+        attempted: str,
+        sandbox_id: str,
+        body: dict[str, Any],
+        timeout: httpx.Timeout,
+        *,
+        lines: bool,
+    ) -> AsyncGenerator[Any, None]:
+        """POST ``body`` and yield the streamed answer's lines (``lines``) or byte chunks.
+
+        A failure before the stream starts comes as ROCK's JSON envelope and is raised; a
+        connection lost midway is raised as the server being unreachable.
+        """
+        http = await self._http()
+        try:
+            async with http.stream(
+                "POST",
+                self.api_url + route,
+                json={**body, "sandbox_id": sandbox_id},
+                timeout=timeout,
+            ) as response:
+                kind = response.headers.get("content-type", "")
+                if response.status_code >= 400 or kind.startswith("application/json"):
+                    await response.aread()
+                    self._raise_for_response(response, attempted, sandbox_id)
+                    raise InternalServerRockError(
+                        f"rock admin at {self.base_url} answered {attempted} with JSON instead of a stream",
+                        sandbox_id=sandbox_id,
+                        attempted=attempted,
+                    )
+                items = response.aiter_lines() if lines else response.aiter_bytes()
+                async for item in items:
+                    yield item
+        except httpx.TimeoutException as exc:
+            raise self._timed_out(attempted, sandbox_id, timeout) from exc
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc, attempted, sandbox_id) from exc
