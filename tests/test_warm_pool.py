@@ -226,11 +226,7 @@ async def test_stopping_starts_while_they_claim_leaves_no_container(
     from rock_core.rocklet_client import RockletClient
 
     started = await pooled.start_async(SandboxStartRequest(**KIND))
-    # At once: the start task has begun (one checkpoint), its claim not yet made. (With no
-    # checkpoint at all, the stop comes before the start task runs, and the claim made after
-    # it leaks its container: an engine defect reported to the lead, not this test's case.)
-    await anyio.lowlevel.checkpoint()
-    await pooled.stop(started.sandbox_id)
+    await pooled.stop(started.sandbox_id)  # at once: before the start task has run
     runtime = pooled.runtime
     # Each claim held at a gate it passes: in the rename (before and after Docker's), then at
     # the claimed member's first answer; the stop comes while it waits there.

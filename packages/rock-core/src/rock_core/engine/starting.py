@@ -7,7 +7,9 @@ the rest to a task, :func:`run_start`: a claim from a warm pool
 (:mod:`~rock_core.engine.claims`), else a slot in the fair start queue and
 :func:`~rock_core.engine.bringup.bring_up` (``runtime.create`` -> ``start`` -> ``inspect`` ->
 poll the rocklet), each under the sandbox's startup budget. A failed start stops the sandbox
-with the reason, which :func:`wait_until_running` reports. :func:`restart` (of a stopped
+with the reason, which :func:`wait_until_running` reports. The task's cancel scope is made with
+the record, so a stop called before the task has run cancels it too (and waits for it): the
+task then takes no claim, no queue slot and no unit. :func:`restart` (of a stopped
 sandbox, by its caller) runs the same pipeline again on the sandbox's own unit, or restores an
 archived one (:mod:`~rock_core.engine.archiving`); the restart of a crashed sandbox by its
 restart policy is :mod:`~rock_core.engine.crash_restarts`'.
@@ -21,6 +23,8 @@ import time
 import uuid
 
 import anyio
+import anyio.abc
+import anyio.lowlevel
 import attrs
 
 from rock_core.actions import SandboxStartRequest
@@ -105,10 +109,20 @@ async def start_async(
         runtime=core.runtime.name,
         rocklet_token=new_rocklet_token(),
     )
-    core.live[sandbox_id] = LiveSandbox(record=record)
+    live = core.live[sandbox_id] = LiveSandbox(record=record)
     core.save(record)
-    tg.start_soon(run_start, core, sandbox_id, time.monotonic(), False)
+    _hand_to_task(tg, core, live, reuse=False)
     return record
+
+
+def _hand_to_task(
+    tg: anyio.abc.TaskGroup, core: EngineCore, live: LiveSandbox, reuse: bool
+) -> None:
+    """Run :func:`run_start` in ``tg``, its cancel scope made now: a stop arriving before the
+    task's first step finds the scope, cancels it and waits for the task (which then takes
+    nothing), instead of stopping a record the task would then bring up."""
+    live.start_scope = anyio.CancelScope()
+    tg.start_soon(run_start, core, live.record.sandbox_id, time.monotonic(), reuse)
 
 
 async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -> None:
@@ -122,36 +136,43 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
     budget = startup_timeout(core, spec)
     key = spec.experiment_id or spec.user_id or "default"
     error: RockError | None = None
-    with anyio.CancelScope() as scope:
-        live.start_scope = scope
-        try:
-            with anyio.fail_after(budget):
-                claimed = not reuse and await claims.claim_warm(core, live)
-            if not claimed:
-                # The startup budget starts when the start leaves the queue: a burst waits,
-                # it does not time out for want of a slot.
-                async with core.queue.slot(key, sandbox_id, spec.priority):
-                    with anyio.fail_after(budget):
-                        await bring_up(core, live, reuse)
-        except TimeoutError:
-            error = StartupTimeout(
-                f"Failed to start sandbox within {budget:g}s",
-                sandbox_id=sandbox_id,
-                attempted="start",
-            )
-            phase = _first_unfinished_phase(live)
-            core.set_phase(
-                sandbox_id, phase, PhaseStatus.TIMEOUT, f"did not finish within {budget:g}s"
-            )
-        except RockError as exc:
-            error = exc
-        except Exception as exc:  # a runtime bug must not leave the sandbox pending forever
-            log.exception("start of sandbox %s failed", sandbox_id)
-            error = InternalServerRockError(
-                f"start failed: {exc!r}", sandbox_id=sandbox_id, attempted="start"
-            )
-    live.start_scope = None
-    live.start_done.set()
+    # The scope a stop cancels: made when the start was recorded (a crash restart, which runs
+    # this in its own task, makes it here).
+    scope = live.start_scope or anyio.CancelScope()
+    live.start_scope = scope
+    try:
+        with scope:
+            # Stopped before this task ran: leave now, before a claim or a queue slot is taken.
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            try:
+                with anyio.fail_after(budget):
+                    claimed = not reuse and await claims.claim_warm(core, live)
+                if not claimed:
+                    # The startup budget starts when the start leaves the queue: a burst waits,
+                    # it does not time out for want of a slot.
+                    async with core.queue.slot(key, sandbox_id, spec.priority):
+                        with anyio.fail_after(budget):
+                            await bring_up(core, live, reuse)
+            except TimeoutError:
+                error = StartupTimeout(
+                    f"Failed to start sandbox within {budget:g}s",
+                    sandbox_id=sandbox_id,
+                    attempted="start",
+                )
+                phase = _first_unfinished_phase(live)
+                core.set_phase(
+                    sandbox_id, phase, PhaseStatus.TIMEOUT, f"did not finish within {budget:g}s"
+                )
+            except RockError as exc:
+                error = exc
+            except Exception as exc:  # a runtime bug must not leave the sandbox pending forever
+                log.exception("start of sandbox %s failed", sandbox_id)
+                error = InternalServerRockError(
+                    f"start failed: {exc!r}", sandbox_id=sandbox_id, attempted="start"
+                )
+    finally:  # also when the engine's close cancels the task: a stop waits for this
+        live.start_scope = None
+        live.start_done.set()
     if scope.cancelled_caught:
         live.settled.set()
         return
@@ -259,7 +280,5 @@ async def restart(core: EngineCore, sandbox_id: str, quota: Quota | None = None)
             phases=waiting_phases(),
         )
         live.begin_start()
-    core.task_group(while_closing=True).start_soon(
-        run_start, core, sandbox_id, time.monotonic(), True
-    )
+        _hand_to_task(core.task_group(while_closing=True), core, live, reuse=True)
     return live.record
