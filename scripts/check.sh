@@ -8,7 +8,5 @@ echo "[rock] ruff check" >&2
 .venv/bin/ruff check packages tests scripts
 echo "[rock] ruff format --check" >&2
 .venv/bin/ruff format --check packages tests scripts
-if [ "${ROCK_CHECK_TYPES:-0}" = 1 ]; then
-    echo "[rock] mypy" >&2
-    .venv/bin/mypy packages/*/src
-fi
+echo "[rock] mypy" >&2
+.venv/bin/mypy packages/*/src

@@ -54,6 +54,10 @@ def _method(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
         )
 
 
+def _upper(value: str) -> str:
+    return str.upper(value)
+
+
 def _path(instance: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if not isinstance(value, str) or not value.startswith("/") or " " in value:
         raise InvalidParameter(
@@ -128,7 +132,7 @@ class AdminRoute:
         handler (a web page's ``text/plain`` post never reaches it). ``False``: any body.
     """
 
-    method: str = attrs.field(converter=str.upper, validator=_method)
+    method: str = attrs.field(converter=_upper, validator=_method)
     path: str = attrs.field(validator=_path)
     handler: Callable[[RouteRequest], Awaitable[Any]]
     envelope: bool = False
