@@ -9,6 +9,7 @@ write under its stale epoch does nothing. Waits are for events, each with a gene
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 
 import anyio
@@ -19,6 +20,7 @@ import pytest
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine import fencing
 from rock_core.engine.config import EngineConfig
+from rock_core.engine.core import LEASE_TTL
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InvalidParameter
 from rock_core.models import UnitState
@@ -243,3 +245,61 @@ def test_a_fenced_write_goes_in_under_the_current_epoch_only(postgres_url: str) 
         assert stored is not None and stored.state is State.STOPPED
     finally:
         store.close()
+
+
+class _Witness(ScriptedRuntime):
+    """A scripted runtime that notes every call made under a fence that had lapsed."""
+
+    def __init__(self, rocklet: tuple[str, int]) -> None:
+        super().__init__(rocklet)
+        self.lapsed_calls: list[str] = []
+        self.calls_under_fence = 0
+
+    def _note(self, name: str) -> None:
+        fence = fencing.current()
+        if fence is not None:
+            self.calls_under_fence += 1
+            if not fence.valid():
+                self.lapsed_calls.append(name)
+
+    async def list(self, labels):  # type: ignore[no-untyped-def]
+        self._note("list")
+        return await super().list(labels)
+
+    async def inspect(self, handle):  # type: ignore[no-untyped-def]
+        self._note("inspect")
+        return await super().inspect(handle)
+
+
+async def test_a_leader_whose_loop_was_paused_past_its_lease_does_nothing_on_the_runtime(
+    postgres_url: str, rocklet: tuple[str, int]
+) -> None:
+    """The whole event loop stops (as in SIGSTOP) past the lease's end while a background loop
+    is due; when it runs again, no call of the background work reaches the runtime under the
+    lapsed lease: the work is refused, then cancelled, and the engine leads again under a
+    new epoch."""
+    runtime = _Witness(rocklet)
+    with anyio.fail_after(HANG):
+        async with _engine(postgres_url, "paused", runtime) as a:
+            await eventually_async(lambda: _leading(a), what="a leads")
+            sandbox_id = (await a.start_async(REQUEST)).sandbox_id
+            assert sandbox_id is not None
+            await a.wait_until_running(sandbox_id)
+            await eventually_async(
+                lambda: runtime.calls_under_fence > 0, what="the background work reaches it"
+            )
+            assert a.role is not None
+            fence = a.role.fence
+            assert fence is not None
+            await _kill_unit(runtime, a, sandbox_id)  # due for the next reconcile
+            time.sleep(LEASE_TTL + 1)  # the loop is paused past the lease's end
+            await eventually_async(
+                lambda: a.role is not None and a.role.terms == 2, what="a leads again"
+            )
+            assert a.role.fence is not None and a.role.fence.epoch > fence.epoch
+            assert runtime.lapsed_calls == []
+            # Under the new epoch the reconcile records the unit's exit.
+            await eventually_async(
+                lambda: _stored_state(postgres_url, sandbox_id) == State.STOPPED.value,
+                what="the sandbox recorded stopped under the new lease",
+            )

@@ -89,7 +89,8 @@ class EngineCore:
         owner: str,
     ) -> None:
         self.config = config
-        self.runtime = runtime
+        # In a cluster, work of a leader whose lease lapsed cannot reach the runtime.
+        self.runtime = runtime if config.cluster is None else fencing.guarded(runtime)
         self.plugins = plugins
         self.archive_store = archive_store
         self.owner = owner

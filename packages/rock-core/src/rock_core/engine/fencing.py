@@ -8,20 +8,30 @@ under a fence through :meth:`Fence.write`: not at all once the lease ran out by 
 monotonic clock, else in one statement with the store's check of the epoch
 (:meth:`Leadership.put_fenced <rock_core.leadership.Leadership.put_fenced>`). Work outside any
 fence (calls from clients, a single engine without ``cluster``) writes as before.
+
+The runtime of an engine in a cluster is :func:`guarded`: each of its calls made under a fence
+that lapsed raises :class:`LeaseLost` before it reaches the runtime. So a leader paused past its
+lease (``SIGSTOP``) that wakes up does nothing more on the runtime, even in the step it was in:
+the work sees a runtime error and its next write is fenced, until leadership cancels it.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
+import inspect
 import logging
 import time
+from typing import Any, cast
 
 import attrs
 
+from rock_core.errors import RockError
 from rock_core.leadership import Leadership
 from rock_core.models import SandboxRecord
+from rock_core.runtime import Runtime
 
-__all__ = ["Fence", "current", "entered", "left"]
+__all__ = ["Fence", "LeaseLost", "current", "entered", "guarded", "left"]
 
 log = logging.getLogger("rock.engine")
 
@@ -70,3 +80,35 @@ def entered(fence: Fence | None) -> contextvars.Token[Fence | None]:
 def left(token: contextvars.Token[Fence | None]) -> None:
     """Undo :func:`entered`."""
     _FENCE.reset(token)
+
+
+class LeaseLost(RockError):
+    """A runtime call of a leader's work after its lease lapsed: refused, not made."""
+
+
+def guarded(runtime: Runtime) -> Runtime:
+    """``runtime`` with each of its coroutine methods refused under a lapsed fence."""
+    return cast(Runtime, _Guarded(runtime))
+
+
+class _Guarded:
+    """The runtime, its coroutine methods checking the running task's fence first."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._runtime, name)
+        if not inspect.iscoroutinefunction(found):
+            return found
+
+        @functools.wraps(found)
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            fence = _FENCE.get()
+            if fence is not None and not fence.valid():
+                raise LeaseLost(
+                    f"the lease of epoch {fence.epoch} lapsed: {name} refused", attempted=name
+                )
+            return await found(*args, **kwargs)
+
+        return call

@@ -15,7 +15,9 @@ engine takes it on its next try (:data:`RETRY_INTERVAL`): a takeover within
 The lease is lost when a renewal answers so, or when this process's monotonic clock passes the
 lease's end without a renewal having answered (a renewal stuck, or the process paused by
 ``SIGSTOP``: the clock kept going). Then the background work is cancelled and awaited before the
-engine tries anything else, and it is a follower again. Every record the work writes goes
+engine tries anything else, and it is a follower again. Until it is cancelled, a runtime call of
+that work is refused (the engine's runtime is :func:`~rock_core.engine.fencing.guarded`): a
+paused leader that wakes does nothing more on the runtime, even in the step it was in. Every record the work writes goes
 through the fence: not written once the monotonic clock says the lease ended, and written in
 one statement with the store's check of the epoch otherwise, so a write of a stale leader does
 nothing (see :mod:`~rock_core.engine.fencing`).
@@ -97,6 +99,13 @@ async def lead(role: Role, background: Background) -> None:
 async def _hold(role: Role, fence: fencing.Fence, background: Background) -> None:
     """Run ``background`` under ``fence``, renewing the lease; return once it is lost, the
     background work cancelled and ended."""
+    try:
+        await _renewing(role, fence, background)
+    except* fencing.LeaseLost:
+        pass  # background work that met the lapse before its cancellation: it did nothing
+
+
+async def _renewing(role: Role, fence: fencing.Fence, background: Background) -> None:
     async with anyio.create_task_group() as tg:
         token = fencing.entered(fence)
         try:
