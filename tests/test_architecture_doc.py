@@ -83,7 +83,8 @@ NOT_NAMES = {
 ALIASES = {
     "manager": "rock_core.engine.manager.SandboxManager",
     "runtime": "rock_core.runtime.Runtime",
-    "engine": "rock.sdk._engine.base.Engine",
+    "engine": "rock.sdk._drivers.base.Driver",
+    "driver": "rock.sdk._drivers.base.Driver",
     "sandbox": "rock.sdk.sandbox.client.Sandbox",
     "sandbox.network": "rock.sdk.sandbox.network.Network",  # set per instance
     "network": "rock.sdk.sandbox.network.Network",
@@ -129,7 +130,7 @@ def _files() -> tuple[str, ...]:
 
 
 def _expand(path: str) -> list[str]:
-    """``rock/sdk/_engine/{embedded,remote}.py`` -> both paths."""
+    """``rock/sdk/_drivers/{embedded,remote}.py`` -> both paths."""
     parts = re.split(r"\{([^}]*)\}", path)
     choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
     return ["".join(c) for c in itertools.product(*choices)]

@@ -420,18 +420,18 @@ async def test_refills_wait_while_ordinary_starts_are_queued(docker_client):
 
 
 def test_the_readme_way_an_embedded_sdk_process_with_a_warm_pool(docker_client, tmp_path):
-    """README "Warm pools": configure_embedded_engine(EngineConfig(warm_pools=[...])), then plain SDK code."""
+    """README "Warm pools": configure_embedded_driver(EngineConfig(warm_pools=[...])), then plain SDK code."""
     script = tmp_path / "trainer.py"
     script.write_text(
         textwrap.dedent(f"""
         import asyncio, time
         from rock_core.engine.config import EngineConfig
-        from rock.sdk import configure_embedded_engine, get_embedded_engine
+        from rock.sdk import configure_embedded_driver, get_embedded_driver
         from rock.sdk.sandbox.client import Sandbox
         from rock.sdk.sandbox.config import SandboxConfig
 
-        configure_embedded_engine(EngineConfig(warm_pools=[{{"image": {IMAGE!r}, "memory": "256m", "cpus": 0.5, "size": 2}}]))
-        engine = get_embedded_engine()
+        configure_embedded_driver(EngineConfig(warm_pools=[{{"image": {IMAGE!r}, "memory": "256m", "cpus": 0.5, "size": 2}}]))
+        engine = get_embedded_driver()
         engine.start()
         engine.call_blocking(engine.manager.wait_warm, 120)
 

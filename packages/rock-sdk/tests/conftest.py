@@ -7,7 +7,7 @@ no container made by this process may remain.
 Remote mode: with ``ROCK_TEST_REMOTE=1`` the ``small`` and ``sandbox`` fixtures (and so every
 test built on them, and every config made by a test that uses ``engine``) use a real admin
 server (``rock admin serve`` on a free port, state in a temporary directory) through
-``SandboxConfig(base_url=...)``, and ``engine`` is its ``RemoteEngine``. The ``admin`` fixture
+``SandboxConfig(base_url=...)``, and ``engine`` is its ``RemoteDriver``. The ``admin`` fixture
 starts that server for any test that asks for it (``ROCK_TEST_ADMIN_URL``: use a running one).
 
 Nomad mode: with ``ROCK_TEST_REMOTE=1 ROCK_TEST_RUNTIME=nomad`` that admin runs on the ``nomad``
@@ -36,8 +36,8 @@ import attrs
 import pytest
 
 from rock.actions import CloseBashSessionRequest, CreateBashSessionRequest
-from rock.sdk import close_embedded_engine, get_embedded_engine
-from rock.sdk._engine import get_remote_engine
+from rock.sdk import close_embedded_driver, get_embedded_driver
+from rock.sdk._drivers import get_remote_driver
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.manager import LABEL_OWNER, process_owner
@@ -303,12 +303,12 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def engine(docker_client: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The process-wide embedded engine (remote mode: the admin's ``RemoteEngine``); the embedded
+    """The process-wide embedded engine (remote mode: the admin's ``RemoteDriver``); the embedded
     engine is closed at the end, which must leave no container behind."""
     yield (
-        get_remote_engine(request.getfixturevalue("admin").url) if REMOTE else get_embedded_engine()
+        get_remote_driver(request.getfixturevalue("admin").url) if REMOTE else get_embedded_driver()
     )
-    close_embedded_engine()
+    close_embedded_driver()
     left = eventually_empty(
         lambda: docker_client.containers.list(
             all=True, filters={"label": f"{LABEL_OWNER}={process_owner()}"}, ignore_removed=True

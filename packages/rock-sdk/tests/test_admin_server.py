@@ -512,10 +512,10 @@ def test_the_sdk_waits_for_a_start_with_one_held_request_not_a_poll(
     import anyio
 
     from rock.actions import SandboxStartRequest
-    from rock.sdk._engine.remote import RemoteEngine
+    from rock.sdk._drivers.remote import RemoteDriver
 
     async def start() -> str:
-        engine = RemoteEngine(admin.url)
+        engine = RemoteDriver(admin.url)
         try:
             started = await engine.start_async(
                 SandboxStartRequest(**SMALL, sandbox_id=unique_id("adm-held"))

@@ -15,7 +15,7 @@ import pytest
 # The engine, the admin's web stack, Docker's client, the benches.
 HEAVY = (
     "rock_core.engine.manager",
-    "rock.sdk._engine.embedded",
+    "rock.sdk._drivers.embedded",
     "rock.admin.app",
     "rock.bench.admin",
     "starlette",
@@ -55,7 +55,7 @@ def test_sandbox_commands_against_an_admin_load_no_engine(
     # Nothing listens there: the command fails, after importing all it needs to succeed.
     url = f"http://127.0.0.1:{free_port()}"  # type: ignore[operator]
     modules = _modules_after(*args, "--base-url", url)
-    assert "rock.sdk._engine.remote" in modules
+    assert "rock.sdk._drivers.remote" in modules
     assert _loaded(modules, HEAVY) == []
 
 

@@ -21,9 +21,9 @@ from rock.admin._openapi import openapi_document
 from rock.admin.app import create_app
 from rock.admin.config import AdminSettings
 from rock.admin.routing import PREFIX
-from rock.sdk._engine.base import Engine
-from rock.sdk._engine.embedded import EmbeddedEngine
-from rock.sdk._engine.remote import RemoteEngine
+from rock.sdk._drivers.base import Driver
+from rock.sdk._drivers.embedded import EmbeddedDriver
+from rock.sdk._drivers.remote import RemoteDriver
 from rock.sdk.sandbox.client import Sandbox
 from rock_core.operations import KINDS, OPERATIONS, operation
 from rock_core.rocklet.api import Rocklet, build_router
@@ -104,7 +104,7 @@ def test_the_admin_body_is_the_request_with_sandbox_id(name: str, admin: Any) ->
 @pytest.mark.parametrize("name", list(OPS))
 def test_both_drivers_answer_it(name: str) -> None:
     op = OPS[name]
-    for driver in (Engine, EmbeddedEngine, RemoteEngine):
+    for driver in (Driver, EmbeddedDriver, RemoteDriver):
         method = "call" if op.generic else op.name
         assert callable(getattr(driver, method, None)), f"{driver.__name__} lacks {method}"
 

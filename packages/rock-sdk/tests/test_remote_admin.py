@@ -186,7 +186,7 @@ async def test_waiting_on_a_stopped_sandbox_says_why(remote: dict[str, Any]) -> 
     sandbox = Sandbox(SandboxConfig(**remote))
     await sandbox.start()
     await sandbox.stop()
-    engine = sandbox._get_engine()
+    engine = sandbox._get_driver()
     with pytest.raises(
         SandboxNotFound, match=rf"sandbox {sandbox.sandbox_id} is not running \(it is \w+: .+\)"
     ):

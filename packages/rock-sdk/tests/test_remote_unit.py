@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from rock.sdk._engine import RemoteEngine, get_remote_engine, remote
-from rock.sdk._engine.remote import error_from_envelope, remote_headers
+from rock.sdk._drivers import RemoteDriver, get_remote_driver, remote
+from rock.sdk._drivers.remote import error_from_envelope, remote_headers
 from rock.sdk.sandbox.client import Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
 from rock_core.errors import (
@@ -63,7 +63,7 @@ def test_a_key_in_extra_headers_wins_over_the_environment(
 
 def test_an_explicit_api_key_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ROCK_API_KEY", raising=False)
-    assert RemoteEngine("http://admin:8080/", api_key="k").headers == {"X-API-Key": "k"}
+    assert RemoteDriver("http://admin:8080/", api_key="k").headers == {"X-API-Key": "k"}
 
 
 def test_a_sandbox_sends_rocks_headers_to_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,8 +78,8 @@ def test_a_sandbox_sends_rocks_headers_to_the_server(monkeypatch: pytest.MonkeyP
         xrl_authorization="secret",
     )
     with pytest.warns(DeprecationWarning, match="xrl_authorization"):
-        engine = Sandbox(config)._get_engine()
-    assert isinstance(engine, RemoteEngine)
+        engine = Sandbox(config)._get_driver()
+    assert isinstance(engine, RemoteDriver)
     assert engine.api_url == "http://admin.example:8080/apis/envs/sandbox/v1"
     assert engine.headers == {
         "X-Cluster": "cl",
@@ -96,13 +96,13 @@ def test_sandboxes_of_one_server_and_identity_share_an_engine() -> None:
     group = SandboxGroup(
         SandboxGroupConfig(base_url="http://admin.example:8080", size=3, experiment_id="e")
     )
-    engines = {id(s._get_engine()) for s in group.sandbox_list}
+    engines = {id(s._get_driver()) for s in group.sandbox_list}
     assert len(engines) == 1
     other = Sandbox(
         SandboxConfig(base_url="http://admin.example:8080", experiment_id="f")
-    )._get_engine()
+    )._get_driver()
     assert id(other) not in engines
-    assert get_remote_engine("http://admin.example:8080/", {"X-Cluster": "x"}) is get_remote_engine(
+    assert get_remote_driver("http://admin.example:8080/", {"X-Cluster": "x"}) is get_remote_driver(
         "http://admin.example:8080", {"X-Cluster": "x"}
     )
 
@@ -168,7 +168,7 @@ def test_an_envelope_without_a_code_is_a_plain_rock_error() -> None:
 
 async def test_an_unreachable_admin_is_named_with_the_fix() -> None:
     port = _closed_port()
-    engine = RemoteEngine(f"http://127.0.0.1:{port}")
+    engine = RemoteDriver(f"http://127.0.0.1:{port}")
     with pytest.raises(
         InternalServerRockError, match=rf"rock admin at http://127.0.0.1:{port} is unreachable"
     ) as info:
@@ -178,14 +178,14 @@ async def test_an_unreachable_admin_is_named_with_the_fix() -> None:
 
 def test_one_engine_works_from_successive_event_loops() -> None:
     # An httpx client belongs to the loop that made it: a second asyncio.run() must get its own.
-    engine = RemoteEngine(f"http://127.0.0.1:{_closed_port()}")
+    engine = RemoteDriver(f"http://127.0.0.1:{_closed_port()}")
     for _ in range(2):
         with pytest.raises(InternalServerRockError, match="unreachable"):
             engine.call_blocking(engine.get_status, "sb1")
 
 
 async def test_call_blocking_refuses_a_running_loop() -> None:
-    engine = RemoteEngine("http://127.0.0.1:9")
+    engine = RemoteDriver("http://127.0.0.1:9")
     with pytest.raises(RuntimeError, match="await the call"):
         engine.call_blocking(engine.get_status, "sb1")
 
@@ -207,7 +207,7 @@ def plain_http_server() -> Iterator[str]:
 
 
 async def test_a_server_that_is_not_rocks_admin_is_named(plain_http_server: str) -> None:
-    engine = RemoteEngine(plain_http_server)
+    engine = RemoteDriver(plain_http_server)
     with pytest.raises(
         InvalidParameter,
         match=r"base_url http://127.0.0.1:\d+ does not point at a rock admin: it "
@@ -232,7 +232,7 @@ async def test_an_older_rock_admin_is_told_apart_from_a_wrong_base_url() -> None
         )
 
     with _serving(answer) as url:
-        engine = RemoteEngine(url)
+        engine = RemoteDriver(url)
         with pytest.raises(
             NotSupported,
             match=r"\(version 0.0.1\) does not serve GET /apis/envs/sandbox/v1/get_status .*upgrade it",
@@ -299,7 +299,7 @@ async def test_an_admin_that_does_not_hold_get_status_is_polled(
 
     monkeypatch.setattr(remote.anyio, "sleep", recorded)
     with _serving(answer) as url:
-        engine = RemoteEngine(url)
+        engine = RemoteDriver(url)
         try:
             status = await engine.wait_until_running("sb1", timeout=60)
         finally:

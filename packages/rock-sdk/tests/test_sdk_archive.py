@@ -33,7 +33,7 @@ import pytest
 
 import rock_archive_s3.testing as rock_archive_s3_testing
 from rock.actions import ReadFileRequest, WriteFileRequest
-from rock.sdk._engine.embedded import EmbeddedEngine
+from rock.sdk._drivers.embedded import EmbeddedDriver
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.config import EngineConfig
@@ -177,7 +177,7 @@ def test_archive_and_restart_embedded_from_a_second_process_sharing_the_store(
         archive_store="s3",
         plugin_options={"archive-s3": s3.settings(bucket)},
     )
-    engine = EmbeddedEngine(engine_config)
+    engine = EmbeddedDriver(engine_config)
     try:
         sandbox_id = asyncio.run(
             _archived_with_marker(Sandbox(SandboxConfig(**KEPT), engine=engine), docker_client)
@@ -185,9 +185,9 @@ def test_archive_and_restart_embedded_from_a_second_process_sharing_the_store(
     finally:
         engine.close()  # the first process's engine ends; the archived sandbox stays in the store
     setup = (
-        "from rock.sdk import configure_embedded_engine\n"
+        "from rock.sdk import configure_embedded_driver\n"
         "from rock_core.engine.config import EngineConfig\n"
-        f"configure_embedded_engine(EngineConfig(store_path={store_path!r}, archive_store='s3', "
+        f"configure_embedded_driver(EngineConfig(store_path={store_path!r}, archive_store='s3', "
         f"plugin_options={{'archive-s3': {s3.settings(bucket)!r}}}))\n"
     )
     script = RESTORE_SCRIPT.format(
@@ -262,7 +262,7 @@ def test_s3_unreachable_during_an_archive_leaves_it_stopped_and_a_retry_succeeds
         "max_attempts": 1,
         "connect_timeout": 2,
     }
-    engine = EmbeddedEngine(
+    engine = EmbeddedDriver(
         EngineConfig(archive_store="s3", plugin_options={"archive-s3": settings})
     )
 
@@ -298,7 +298,7 @@ def test_s3_unreachable_during_an_archive_leaves_it_stopped_and_a_retry_succeeds
 def test_a_missing_or_corrupt_object_at_restore_leaves_it_archived(
     s3: Any, bucket: str, docker_client: Any, damage: str
 ) -> None:
-    engine = EmbeddedEngine(
+    engine = EmbeddedDriver(
         EngineConfig(archive_store="s3", plugin_options={"archive-s3": s3.settings(bucket)})
     )
 
@@ -334,7 +334,7 @@ def test_a_missing_or_corrupt_object_at_restore_leaves_it_archived(
 def test_archive_is_refused_clearly_without_a_store_and_while_running(
     docker_client: Any, admin_launcher: Any, tmp_path: Path
 ) -> None:
-    engine = EmbeddedEngine(EngineConfig())
+    engine = EmbeddedDriver(EngineConfig())
 
     async def embedded() -> None:
         sandbox = Sandbox(SandboxConfig(**KEPT), engine=engine)

@@ -212,22 +212,22 @@ async def list_items(target: Target, filters: dict[str, str]) -> list[dict[str, 
     models, which at 1,000 sandboxes costs more than fetching them), or the embedded engine's."""
     if target.embedded:
         return [unstructure_wire(s) for s in await _list(target, filters)]
-    from rock.sdk._engine.remote import get_remote_engine
+    from rock.sdk._drivers.remote import get_remote_driver
 
-    engine = get_remote_engine(target.url or "")
+    driver = get_remote_driver(target.url or "")
     with spinner("Listing sandboxes..."):
-        return await engine.list_sandbox_items(filters)
+        return await driver.list_sandbox_items(filters)
 
 
 async def _list(target: Target, filters: dict[str, str]) -> list[SandboxStatusResponse]:
-    # Only the engine that serves: against an admin, the embedded engine is never imported.
+    # Only the driver that serves: against an admin, the embedded driver is never imported.
     if target.embedded:
-        from rock.sdk._engine.embedded_default import get_embedded_engine
+        from rock.sdk._drivers.embedded_default import get_embedded_driver
 
-        listing = get_embedded_engine().list_sandboxes(filters)
+        listing = get_embedded_driver().list_sandboxes(filters)
     else:
-        from rock.sdk._engine.remote import get_remote_engine
+        from rock.sdk._drivers.remote import get_remote_driver
 
-        listing = get_remote_engine(target.url or "").list_sandboxes(filters)
+        listing = get_remote_driver(target.url or "").list_sandboxes(filters)
     with spinner("Listing sandboxes..."):
         return await listing

@@ -437,7 +437,7 @@ async def _stop(target: Target, sandbox_id: str) -> None:
     handle = target.sandbox()
     await handle.attach(sandbox_id)
     # Sandbox.stop() logs and swallows failures (ROCK's contract); a person must see them.
-    await handle._get_engine().stop(sandbox_id)
+    await handle._get_driver().stop(sandbox_id)
 
 
 @sandbox.command()

@@ -37,10 +37,10 @@ __all__ = ["archive", "gem", "monitor", "sandbox"]
 def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> None:
     """Uncontended figures: create → ready, echo round trip in a session, rocklet and engine memory."""
     from rock.bench.sandbox import run_sandbox_bench
-    from rock.sdk import get_embedded_engine
+    from rock.sdk import get_embedded_driver
 
     click.echo("starting the engine", err=True)
-    get_embedded_engine().start()
+    get_embedded_driver().start()
     click.echo(f"measuring: {starts} starts one after another, {echoes} echo round trips", err=True)
     figures = asyncio.run(
         run_sandbox_bench(starts=starts, echoes=echoes, image=image, memory=memory, cpus=cpus)
@@ -130,7 +130,7 @@ def gem(
     from rock.bench.gem import run_gem_bench
 
     if base_url is None:
-        from rock.sdk import configure_embedded_engine, get_embedded_engine
+        from rock.sdk import configure_embedded_driver, get_embedded_driver
         from rock_core.engine.config import EngineConfig
 
         options = {
@@ -138,9 +138,9 @@ def gem(
             for k, v in (("envs_per_sandbox", envs_per_sandbox), ("warm_sandboxes", warm_sandboxes))
             if v is not None
         }
-        configure_embedded_engine(EngineConfig(plugin_options={"gem": {"image": image, **options}}))
+        configure_embedded_driver(EngineConfig(plugin_options={"gem": {"image": image, **options}}))
         click.echo("starting the engine", err=True)
-        engine = get_embedded_engine()
+        engine = get_embedded_driver()
         engine.start()
         if warm_sandboxes:
             import rock

@@ -151,9 +151,9 @@ def rollout(
         # and its own start-up is reported on its own line.
         progress.update(task, status="starting the engine")
         t = time.perf_counter()
-        from rock.sdk import get_embedded_engine
+        from rock.sdk import get_embedded_driver
 
-        engine = get_embedded_engine()
+        engine = get_embedded_driver()
         engine.start()
         engine_seconds = time.perf_counter() - t
         fill_seconds = None

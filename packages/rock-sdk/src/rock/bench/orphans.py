@@ -170,12 +170,12 @@ async def _first_start(settings: OrphanSettings, sandbox_id: str, sweep: _SweepL
 def _child_main(role: str, settings_json: str, name: str, engine_label: str) -> None:
     import asyncio
 
-    from rock.sdk import configure_embedded_engine
+    from rock.sdk import configure_embedded_driver
     from rock_core.engine.config import EngineConfig
     from rock_core.models import NonBlankStr
 
     settings = OrphanSettings(**json.loads(settings_json))
-    configure_embedded_engine(EngineConfig(engine_label=NonBlankStr(engine_label)))
+    configure_embedded_driver(EngineConfig(engine_label=NonBlankStr(engine_label)))
     if role == "make":
         asyncio.run(_make_orphans(settings, name))
         return

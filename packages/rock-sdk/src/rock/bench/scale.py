@@ -207,7 +207,7 @@ async def _point(
 ) -> dict[str, Any]:
     url = admin.url if admin is not None else None
     engine_pid = admin.pid if admin is not None else os.getpid()
-    from rock.sdk._engine import close_embedded_engine, get_embedded_engine, get_remote_engine
+    from rock.sdk._drivers import close_embedded_driver, get_embedded_driver, get_remote_driver
     from rock_core.actions import Command
 
     figures: dict[str, Any] = {"count": count, "mode": "remote" if url else "embedded"}
@@ -215,9 +215,9 @@ async def _point(
         figures.update(await asyncio.to_thread(docker_floor, settings, count, say))
     if url is None:
         t = time.perf_counter()
-        await asyncio.to_thread(get_embedded_engine().start)
+        await asyncio.to_thread(get_embedded_driver().start)
         figures["engine_start_seconds"] = round(time.perf_counter() - t, 3)
-    engine = get_remote_engine(url) if url else get_embedded_engine()
+    engine = get_remote_driver(url) if url else get_embedded_driver()
     prefix = f"scale-{uuid.uuid4().hex[:8]}-{count}-"
     figures["containers_filter"] = f"label=rock.sandbox_id name=^{prefix}"
     rss_before = rss_bytes(engine_pid)
@@ -351,7 +351,7 @@ async def _point(
             time.perf_counter() - teardown_started, 3
         )
         if url is None:
-            await asyncio.to_thread(close_embedded_engine)
+            await asyncio.to_thread(close_embedded_driver)
             figures["teardown_engine_closed_seconds"] = round(
                 time.perf_counter() - teardown_started, 3
             )
@@ -362,7 +362,7 @@ async def _point(
             holds.release.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             if url is None:
-                await asyncio.to_thread(close_embedded_engine)
+                await asyncio.to_thread(close_embedded_driver)
         gone, left, ended = await wait_gone(
             prefix, teardown_started, settings.gone_timeout, say, procs_files, expected=count
         )

@@ -54,12 +54,12 @@ async def warm_pool(
 
     sandbox = Sandbox(config)
     request = sandbox._start_request()
-    engine = sandbox._get_engine()
-    await engine.set_warm_pool(request, size)
+    driver = sandbox._get_driver()
+    await driver.set_warm_pool(request, size)
     key = pool_key(spec_from_start_request(request))
     deadline = None if wait is None else time.monotonic() + wait
     while True:
-        status = next((pool for pool in await engine.warm_pools() if pool.key == key), None)
+        status = next((pool for pool in await driver.warm_pools() if pool.key == key), None)
         if status is None or deadline is None or status.ready >= status.size or status.last_error:
             return status
         if time.monotonic() >= deadline:

@@ -266,7 +266,7 @@ async def show_logs(ctx: ChatContext, args: dict[str, Any]) -> ActionObservation
 async def stop_sandbox(ctx: ChatContext, args: dict[str, Any]) -> ActionObservation:
     sandbox_id = ctx.sandbox.sandbox_id
     # Sandbox.stop() swallows failures (ROCK's contract); the chat must report them.
-    await ctx.sandbox._get_engine().stop(ctx.sandbox._require_id("chat"))
+    await ctx.sandbox._get_driver().stop(ctx.sandbox._require_id("chat"))
     return ActionObservation(
         action="stop_sandbox",
         ok=True,

@@ -62,13 +62,13 @@ def _raise_or(results: list[Any]) -> Any:
 
 
 class EmbeddedBackend(Backend):
-    """Envs of this process's embedded engine (:func:`rock.sdk.get_embedded_engine`), made with
+    """Envs of this process's embedded engine (:func:`rock.sdk.get_embedded_driver`), made with
     ``SandboxManager.make_env``; this backend keeps them by handle."""
 
     def __init__(self) -> None:
-        from rock.sdk._engine.embedded_default import get_embedded_engine
+        from rock.sdk._drivers.embedded_default import get_embedded_driver
 
-        self.engine = get_embedded_engine()
+        self.engine = get_embedded_driver()
         self._envs: dict[str, Any] = {}
         self._closed: set[str] = set()
 
@@ -184,7 +184,7 @@ class RemoteBackend(Backend):
     def __init__(
         self, base_url: str, *, api_key: str | None = None, headers: Mapping[str, str] | None = None
     ) -> None:
-        from rock.sdk._engine.remote import remote_headers
+        from rock.sdk._drivers.remote import remote_headers
 
         self.base_url = base_url.rstrip("/")
         self.headers = remote_headers(headers, api_key=api_key)

@@ -57,7 +57,7 @@ class SandboxFiles(SandboxHandle):
     async def _do_write_file(self, content: str, path: str) -> WriteFileResponse:
         sandbox_id = self._require_id("write_file")
         try:
-            await self._get_engine().call(
+            await self._get_driver().call(
                 sandbox_id, WRITE_FILE, WriteFileRequest(content=content, path=path)
             )
         except RockError as exc:
@@ -102,7 +102,7 @@ class SandboxFiles(SandboxHandle):
                 message=f"Not a regular file: {path} (use fs.upload_dir for a directory)",
             )
         try:
-            result = await self._get_engine().upload(sandbox_id, target_path, path)
+            result = await self._get_driver().upload(sandbox_id, target_path, path)
         except RockError as exc:
             return UploadResponse(
                 success=False, message=f"Failed to upload {path} to {target_path}: {exc}"
@@ -206,7 +206,7 @@ class SandboxFiles(SandboxHandle):
         return b"".join([chunk async for chunk in self._download_chunks(path, "download")])
 
     async def _download_chunks(self, path: str, attempted: str) -> AsyncIterator[bytes]:
-        chunks = self._get_engine().download(self._require_id(attempted), path)
+        chunks = self._get_driver().download(self._require_id(attempted), path)
         async with contextlib.aclosing(chunks):  # type: ignore[type-var]
             async for chunk in chunks:
                 yield chunk

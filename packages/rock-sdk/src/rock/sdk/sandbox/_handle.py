@@ -1,5 +1,5 @@
 """What every part of :class:`~rock.sdk.sandbox.client.Sandbox` stands on: the sandbox's identity
-(id, host, cluster, URL), ROCK's request headers, the engine it runs on, and one call to it.
+(id, host, cluster, URL), ROCK's request headers, the driver it runs through, and one call to it.
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, TypeVar
 
-from rock.sdk._engine.base import Engine
+from rock.sdk._drivers.base import Driver
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.actions import Command, CommandResponse
 from rock_core.errors import BadRequestRockError
@@ -18,13 +18,13 @@ Resp = TypeVar("Resp")
 
 
 class SandboxHandle:
-    """The identity and engine of a :class:`~rock.sdk.sandbox.client.Sandbox` (its base class).
+    """The identity and driver of a :class:`~rock.sdk.sandbox.client.Sandbox` (its base class).
 
     :class:`~rock.sdk.sandbox.client.Sandbox`'s ``__init__`` sets the fields declared here.
     """
 
     config: SandboxConfig
-    _engine: Engine | None
+    _driver: Driver | None
     _sandbox_id: str | None
     _host_name: str | None
     _host_ip: str | None
@@ -96,24 +96,24 @@ class SandboxHandle:
                 headers[name] = value
         return headers
 
-    def _get_engine(self) -> Engine:
-        # With a base_url the sandbox lives on an admin server (remote mode); the engine is
+    def _get_driver(self) -> Driver:
+        # With a base_url the sandbox lives on an admin server (remote mode); the driver is
         # shared by handles with the same server and headers, so they share connection pools.
-        if self._engine is None:
+        if self._driver is None:
             # Imported here: a remote trainer never loads the embedded engine (rock-core's).
             if self.config.base_url:
-                from rock.sdk._engine.remote import get_remote_engine
+                from rock.sdk._drivers.remote import get_remote_driver
 
-                self._engine = get_remote_engine(self.config.base_url, self._build_headers())
+                self._driver = get_remote_driver(self.config.base_url, self._build_headers())
             else:
-                from rock.sdk._engine.embedded_default import get_embedded_engine
+                from rock.sdk._drivers.embedded_default import get_embedded_driver
 
-                self._engine = get_embedded_engine()
-        return self._engine
+                self._driver = get_embedded_driver()
+        return self._driver
 
     async def _call(self, op: Operation[Req, Resp], request: Req) -> Resp:
         """``op`` (an operation of kind ``call`` of :mod:`rock_core.operations`) on this sandbox."""
-        return await self._get_engine().call(self._require_id(op.name), op, request)
+        return await self._get_driver().call(self._require_id(op.name), op, request)
 
     def _require_id(self, attempted: str) -> str:
         if not self._sandbox_id:

@@ -79,11 +79,11 @@ class SandboxLifecycle(SandboxHandle):
             (ROCK would start a second one and lose the first); ``stop()`` it first.
         :raises InternalServerRockError: the start failed (``StartupTimeout`` when it timed out).
         """
-        engine = self._get_engine()
+        driver = self._get_driver()
         cfg = self.config
         if self._sandbox_id is not None:
             try:
-                current = (await engine.get_status(self._sandbox_id, True)).state
+                current = (await driver.get_status(self._sandbox_id, True)).state
             except SandboxNotFound:
                 current = None
             if current in LIVE_STATES:
@@ -99,7 +99,7 @@ class SandboxLifecycle(SandboxHandle):
         if chosen:
             request = attrs.evolve(request, sandbox_id=NonBlankStr(uuid.uuid4().hex))
         try:
-            started = await engine.start_async(
+            started = await driver.start_async(
                 request,
                 user_id=cfg.user_id,
                 experiment_id=cfg.experiment_id,
@@ -117,12 +117,12 @@ class SandboxLifecycle(SandboxHandle):
         await self._wait_running("start")
 
     async def _wait_running(self, attempted: str) -> None:
-        engine = self._get_engine()
+        driver = self._get_driver()
         sandbox_id = self._require_id(attempted)
         try:
             # No client-side deadline: the engine applies ``startup_timeout`` from the moment the
             # start leaves its queue, so a sandbox waiting in a burst is not failed for waiting.
-            status = await engine.wait_until_running(sandbox_id, timeout=None)
+            status = await driver.wait_until_running(sandbox_id, timeout=None)
         except StartupTimeout:
             await self.stop()
             raise
@@ -135,7 +135,7 @@ class SandboxLifecycle(SandboxHandle):
     async def _stop_after_cancel(self, sandbox_id: str) -> None:
         # The caller gave up on the start: stop the sandbox rather than leave it running unseen.
         try:
-            await asyncio.shield(self._get_engine().stop(sandbox_id))
+            await asyncio.shield(self._get_driver().stop(sandbox_id))
         except Exception as exc:  # noqa: BLE001 - already unwinding a cancellation
             log.warning(
                 "could not stop sandbox %s after its start was cancelled: %s", sandbox_id, exc
@@ -150,7 +150,7 @@ class SandboxLifecycle(SandboxHandle):
         if not self._sandbox_id:
             return
         try:
-            await self._get_engine().stop(self._sandbox_id)
+            await self._get_driver().stop(self._sandbox_id)
         except Exception as exc:  # noqa: BLE001 - ROCK's stop() never raises
             log.warning("could not stop sandbox %s (ignored): %s", self._sandbox_id, exc)
 
@@ -159,7 +159,7 @@ class SandboxLifecycle(SandboxHandle):
 
         :raises InvalidTransition: it is still pending or running: ``stop()`` it first.
         """
-        await self._get_engine().delete(self._require_id("delete"))
+        await self._get_driver().delete(self._require_id("delete"))
 
     async def archive(self) -> None:
         """Archive the stopped sandbox: store it in the engine's archive store and remove its
@@ -174,7 +174,7 @@ class SandboxLifecycle(SandboxHandle):
         :raises BadRequestRockError: it is not stopped, or its container is gone.
         :raises NotSupported: no archive store is configured, or the runtime cannot snapshot.
         """
-        await self._get_engine().archive(self._require_id("archive"))
+        await self._get_driver().archive(self._require_id("archive"))
 
     async def restart(self) -> None:
         """Start a stopped sandbox again, in its own container: files kept, sessions gone. An
@@ -188,7 +188,7 @@ class SandboxLifecycle(SandboxHandle):
         :raises InternalServerRockError: the restart or restore failed (the phase and its message).
         """
         sandbox_id = self._require_id("restart")
-        started = await self._get_engine().restart(sandbox_id)
+        started = await self._get_driver().restart(sandbox_id)
         self._host_name = started.host_name or self._host_name
         self._host_ip = started.host_ip or self._host_ip
         await self._wait_running("restart")
@@ -199,7 +199,7 @@ class SandboxLifecycle(SandboxHandle):
         :raises SandboxNotFound: unknown, or (without ``include_all_states``, as ROCK) not
             pending or running — the message says its state and why it stopped.
         """
-        return await self._get_engine().get_status(
+        return await self._get_driver().get_status(
             self._require_id("get_status"), include_all_states
         )
 
@@ -212,7 +212,7 @@ class SandboxLifecycle(SandboxHandle):
         :raises BadRequestRockError: this handle has no sandbox yet.
         """
         sandbox_id = self._require_id("is_alive")
-        status = await self._get_engine().get_status(sandbox_id, True)
+        status = await self._get_driver().get_status(sandbox_id, True)
         if status.state in LIVE_STATES:
             return IsAliveResponse(is_alive=bool(status.is_alive), message=status.host_name or "")
         state = status.state.value if status.state is not None else "unknown"
@@ -227,7 +227,7 @@ class SandboxLifecycle(SandboxHandle):
 
         :raises SandboxNotFound: no such sandbox.
         """
-        status = await self._get_engine().get_status(sandbox_id, True)
+        status = await self._get_driver().get_status(sandbox_id, True)
         if status.sandbox_id != sandbox_id:
             raise InternalServerRockError(
                 f"asked to attach to {sandbox_id!r} but the engine answered for {status.sandbox_id!r}",

@@ -184,7 +184,7 @@ async def wait(
     else ``(False, why)``; each look one call into the sandbox, ended as soon as the process is."""
     interval = _look_seconds(sandbox, wait_interval)
     sandbox_id = sandbox._require_id("arun")
-    engine = sandbox._get_engine()
+    driver = sandbox._get_driver()
     alive = f"kill -0 {pid} 2>/dev/null"
     if status_file is not None:
         alive = f"[ ! -s {shlex.quote(status_file)} ] && {alive}"
@@ -197,7 +197,7 @@ async def wait(
             break
         try:
             # check: a timeout raises (the process still runs) instead of answering -1.
-            await engine.call(
+            await driver.call(
                 sandbox_id,
                 EXECUTE,
                 SandboxCommand(

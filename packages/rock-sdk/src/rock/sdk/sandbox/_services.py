@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rock.sdk._engine.connect import PortConnection, Shell
+from rock.sdk._drivers.connect import PortConnection, Shell
 from rock.sdk.sandbox._handle import SandboxHandle
 from rock_core.actions import CommandLine, ProcessInfo
 
@@ -31,7 +31,7 @@ class SandboxServices(SandboxHandle):
 
         :raises InvalidParameter: not a port, or 22555.
         """
-        return await self._get_engine().port_url(self._require_id("get_url"), port, path)
+        return await self._get_driver().port_url(self._require_id("get_url"), port, path)
 
     async def open_port(self, port: int) -> PortConnection:
         """(rock) A TCP connection to ``127.0.0.1:port`` inside the sandbox (what
@@ -41,7 +41,7 @@ class SandboxServices(SandboxHandle):
         :raises InvalidParameter: not a port, or 22555.
         :raises InternalServerRockError: nothing listens on the port.
         """
-        return await self._get_engine().open_port(self._require_id("open_port"), port)
+        return await self._get_driver().open_port(self._require_id("open_port"), port)
 
     async def open_shell(
         self,
@@ -64,7 +64,7 @@ class SandboxServices(SandboxHandle):
         for name, value in (("user", user), ("term", term), ("command", command)):
             if value:
                 options[name] = value
-        return await self._get_engine().open_shell(self._require_id("open_shell"), **options)
+        return await self._get_driver().open_shell(self._require_id("open_shell"), **options)
 
     async def chat(
         self,
@@ -94,7 +94,7 @@ class SandboxServices(SandboxHandle):
 
     async def get_statistics(self) -> dict[str, Any]:
         """(rock) CPU, memory and disk use (percent) and network bytes of the sandbox."""
-        return await self._get_engine().get_statistics(self._require_id("get_statistics"))
+        return await self._get_driver().get_statistics(self._require_id("get_statistics"))
 
     async def start_process(
         self,
@@ -109,7 +109,7 @@ class SandboxServices(SandboxHandle):
         Its real exit code, resource use and output stay readable with :meth:`process_status`
         and :meth:`process_output`; ``timeout`` seconds kills it.
         """
-        return await self._get_engine().start_process(
+        return await self._get_driver().start_process(
             self._require_id("start_process"), command, cwd=cwd, env=env, timeout=timeout
         )
 
@@ -118,7 +118,7 @@ class SandboxServices(SandboxHandle):
     ) -> ProcessInfo:
         """(rock) A background process's state, waiting up to ``wait`` seconds for it to end;
         ``output_tail`` holds the last ``tail`` bytes of its output."""
-        return await self._get_engine().process_status(
+        return await self._get_driver().process_status(
             self._require_id("process_status"), process_id, wait=wait, tail=tail
         )
 
@@ -126,7 +126,7 @@ class SandboxServices(SandboxHandle):
         self, process_id: str, *, offset: int = 0, limit: int | None = None
     ) -> bytes:
         """(rock) A background process's combined output bytes from ``offset`` (negative: from the end)."""
-        return await self._get_engine().process_output(
+        return await self._get_driver().process_output(
             self._require_id("process_output"), process_id, offset=offset, limit=limit
         )
 
@@ -134,6 +134,6 @@ class SandboxServices(SandboxHandle):
         self, process_id: str, *, signal: int | str = 15, wait: float = 5.0
     ) -> ProcessInfo:
         """(rock) Send ``signal`` to a background process and its group; wait up to ``wait`` s for it to end."""
-        return await self._get_engine().kill_process(
+        return await self._get_driver().kill_process(
             self._require_id("kill_process"), process_id, signal=signal, wait=wait
         )

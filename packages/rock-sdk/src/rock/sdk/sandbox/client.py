@@ -6,8 +6,9 @@ Signatures, defaults, return types and field names are ROCK's (``rl-rock`` 1.11)
 keeps working; where ROCK has a known quirk rock does the right thing, as the README's
 "Differences from ROCK" lists.
 
-Where the sandbox runs is the engine's business (:class:`~rock.sdk._engine.base.Engine`): with
-no ``base_url`` the process-wide embedded engine starts it on the local Docker engine.
+Where the sandbox runs is its driver's business (:class:`~rock.sdk._drivers.base.Driver`): with
+no ``base_url`` the process-wide embedded driver (rock-core's engine in this process) starts it
+on the local Docker engine.
 
 Quick start::
 
@@ -39,7 +40,7 @@ from typing import Any
 
 import attrs
 
-from rock.sdk._engine.base import Engine
+from rock.sdk._drivers.base import Driver
 from rock.sdk.common.constants import RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox import _nohup
@@ -97,7 +98,7 @@ class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices):
     """A handle on one sandbox (ROCK's ``rock.sdk.sandbox.client.Sandbox``).
 
     :param config: what to start (default: ``SandboxConfig()``, i.e. ``python:3.11``).
-    :param engine: the engine to use (default: the process-wide embedded engine when
+    :param engine: the driver to use (ROCK's keyword; default: the process-wide embedded driver when
         ``config.base_url`` is unset).
 
     Helper objects: :attr:`fs` (:class:`~rock.sdk.sandbox.file_system.LinuxFileSystem`),
@@ -114,10 +115,10 @@ class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices):
     network: Network
 
     def __init__(
-        self, config: SandboxConfig | None = None, *, engine: Engine | None = None
+        self, config: SandboxConfig | None = None, *, engine: Driver | None = None
     ) -> None:
         self.config = config if config is not None else SandboxConfig()
-        self._engine = engine
+        self._driver = engine
         self._sandbox_id: str | None = None
         self._host_name: str | None = None
         self._host_ip: str | None = None
@@ -193,7 +194,7 @@ class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices):
         if check:
             fields = {f.name: getattr(command, f.name) for f in attrs.fields(Command)}
             command = SandboxCommand(**fields, check=True, sandbox_id=NonBlankStr(sandbox_id))
-        return await self._get_engine().call(sandbox_id, EXECUTE, command)
+        return await self._get_driver().call(sandbox_id, EXECUTE, command)
 
     async def arun(
         self,
@@ -345,7 +346,7 @@ class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices):
         "wall_time", "cpu_time", "max_rss_bytes"}``.
         """
         cmd = command if isinstance(command, Command) else Command(command=command)
-        events = self._get_engine().execute_stream(self._require_id("execute_stream"), cmd)
+        events = self._get_driver().execute_stream(self._require_id("execute_stream"), cmd)
         async with contextlib.aclosing(events):  # type: ignore[type-var]
             async for event in events:
                 yield event

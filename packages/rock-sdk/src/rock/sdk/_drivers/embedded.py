@@ -1,10 +1,10 @@
 """Embedded mode: rock-core's :class:`~rock_core.engine.manager.SandboxManager` in this process.
 
-:class:`EmbeddedEngine` runs one ``SandboxManager`` in a daemon thread with its own event loop
+:class:`EmbeddedDriver` runs one ``SandboxManager`` in a daemon thread with its own event loop
 (``anyio.run`` with a :class:`~anyio.from_thread.BlockingPortal`). It starts on first use, is
 shared by every :class:`~rock.sdk.sandbox.client.Sandbox` of the process, and can be called from
 any asyncio event loop, from other threads, and from synchronous code
-(:meth:`EmbeddedEngine.call_blocking`).
+(:meth:`EmbeddedDriver.call_blocking`).
 
 Why a thread of its own: the engine owns timers (idle stop, auto-delete), the reconciler and the
 records, which must outlive any one ``asyncio.run()`` of the user and must not depend on the
@@ -45,15 +45,15 @@ import anyio.abc
 import httpx
 from anyio.from_thread import BlockingPortal
 
-from rock.sdk._engine.connect import (
+from rock.sdk._drivers.connect import (
     PortConnection,
     RockletShell,
     Shell,
     TunnelConnection,
     check_port,
 )
-from rock.sdk._engine.embedded_thread import EngineThread, closed_error
-from rock.sdk._engine.embedded_tracking import AddressBook, LocalPorts
+from rock.sdk._drivers.embedded_thread import DriverThread, closed_error
+from rock.sdk._drivers.embedded_tracking import AddressBook, LocalPorts
 from rock_core.actions import (
     Command,
     CommandLine,
@@ -72,7 +72,7 @@ from rock_core.responses import start_response, status_response
 from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.states import LIVE_STATES
 
-__all__ = ["EmbeddedEngine"]
+__all__ = ["EmbeddedDriver"]
 
 
 T = TypeVar("T")
@@ -89,11 +89,11 @@ async def _close_with_loop(http: httpx.AsyncClient) -> AsyncGenerator[None, None
         await http.aclose()
 
 
-class EmbeddedEngine(EngineThread):
+class EmbeddedDriver(DriverThread):
     """A ``SandboxManager`` in a daemon thread, callable from any event loop or thread.
 
-    Implements :class:`~rock.sdk._engine.base.Engine`. Most code uses the process-wide one
-    (:func:`get_embedded_engine`); tests and tools may make their own.
+    Implements :class:`~rock.sdk._drivers.base.Driver`. Most code uses the process-wide one
+    (:func:`get_embedded_driver`); tests and tools may make their own.
 
     :param config: the manager's settings (default :class:`EngineConfig()`: Docker runtime,
         records in memory, sandboxes removed when the engine closes).
@@ -134,7 +134,7 @@ class EmbeddedEngine(EngineThread):
         state = (
             "closed" if self._closed else "running" if self._portal is not None else "not started"
         )
-        return f"<EmbeddedEngine {state} runtime={self.config.runtime!r}>"
+        return f"<EmbeddedDriver {state} runtime={self.config.runtime!r}>"
 
     async def _rocklet_call(
         self,
@@ -252,7 +252,7 @@ class EmbeddedEngine(EngineThread):
                 await self._explain_unreachable(sandbox_id, attempted)
             raise
 
-    # -- Engine: lifecycle ---------------------------------------------------------------------
+    # -- Driver: lifecycle ---------------------------------------------------------------------
 
     async def start_async(
         self,
@@ -333,20 +333,20 @@ class EmbeddedEngine(EngineThread):
         """Start a stopped sandbox again (an archived one: restore it)."""
         return start_response(await self._call(self._manager_call, "restart", (sandbox_id,), {}))
 
-    # -- Engine: the catalog's operations --------------------------------------------------------
+    # -- Driver: the catalog's operations --------------------------------------------------------
 
     async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:
         """Any operation of kind ``call``, straight to the sandbox's rocklet (as a call: the
         sandbox is not idle-stopped under it)."""
         return await self._rocklet(sandbox_id, op.name, RockletClient.call, op, request)
 
-    # -- Engine: streams, files and figures ------------------------------------------------------
+    # -- Driver: streams, files and figures ------------------------------------------------------
 
     def execute_stream(self, sandbox_id: str, command: Command) -> AsyncIterator[dict[str, Any]]:
         """Run a one-shot command, yielding its events as they happen."""
         return self._stream(sandbox_id, "execute_stream", RockletClient.execute_stream, command)
 
-    # -- Engine: files -------------------------------------------------------------------------
+    # -- Driver: files -------------------------------------------------------------------------
 
     async def upload(
         self,
@@ -369,7 +369,7 @@ class EmbeddedEngine(EngineThread):
         """CPU, memory, disk and network figures."""
         return await self._rocklet(sandbox_id, "get_statistics", RockletClient.get_statistics)
 
-    # -- Engine: background processes ------------------------------------------------------------
+    # -- Driver: background processes ------------------------------------------------------------
 
     async def start_process(
         self,

@@ -1,6 +1,6 @@
 """The embedded engine's thread: one ``SandboxManager`` on an event loop of its own, and the calls
-into that loop from any caller's loop, thread or synchronous code (:class:`EngineThread`, the base
-of :class:`~rock.sdk._engine.embedded.EmbeddedEngine`).
+into that loop from any caller's loop, thread or synchronous code (:class:`DriverThread`, the base
+of :class:`~rock.sdk._drivers.embedded.EmbeddedDriver`).
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import anyio
 import anyio.abc
 from anyio.from_thread import BlockingPortal
 
-from rock.sdk._engine.embedded_tracking import AddressBook, LocalPorts
+from rock.sdk._drivers.embedded_tracking import AddressBook, LocalPorts
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InternalServerRockError
 
-__all__ = ["EngineThread", "closed_error"]
+__all__ = ["DriverThread", "closed_error"]
 
 log = logging.getLogger("rock.sdk.engine")
 
@@ -33,7 +33,7 @@ _STREAM_BUFFER = 16
 
 def closed_error() -> InternalServerRockError:
     return InternalServerRockError(
-        "rock's embedded engine is closed (the interpreter is exiting, or close_embedded_engine() was called); "
+        "rock's embedded engine is closed (the interpreter is exiting, or close_embedded_driver() was called); "
         "its sandboxes were removed",
         attempted="call",
     )
@@ -47,8 +47,8 @@ async def _close_manager(manager: SandboxManager) -> None:
     await manager.aclose()
 
 
-class EngineThread:
-    """The thread, loop and manager of an embedded engine; :class:`EmbeddedEngine` sets the fields
+class DriverThread:
+    """The thread, loop and manager of an embedded engine; :class:`EmbeddedDriver` sets the fields
     declared here in its ``__init__``."""
 
     config: EngineConfig

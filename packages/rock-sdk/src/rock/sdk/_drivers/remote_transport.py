@@ -1,6 +1,6 @@
-"""The HTTP half of :class:`~rock.sdk._engine.remote.RemoteEngine`: one pooled client per event
+"""The HTTP half of :class:`~rock.sdk._drivers.remote.RemoteDriver`: one pooled client per event
 loop (and one for requests the admin holds), sending a call, and translating its answer or failure
-into rock's errors once (:class:`RemoteTransport`, the engine's base class).
+into rock's errors once (:class:`RemoteTransport`, the driver's base class).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from rock.sdk._engine.remote_wire import (
+from rock.sdk._drivers.remote_wire import (
     DEFAULT_TIMEOUT,
     IDEMPOTENT_POSTS,
     MAX_HELD,
@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 
 class RemoteTransport:
-    """Requests to one admin server; :class:`RemoteEngine` sets the fields declared here in its
+    """Requests to one admin server; :class:`RemoteDriver` sets the fields declared here in its
     ``__init__``."""
 
     base_url: str
@@ -101,9 +101,9 @@ class RemoteTransport:
                 await entry[1].aclose()
 
     def call_blocking(self, func: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Run ``func(*args)`` (e.g. ``engine.get_status``) to completion from synchronous code.
+        """Run ``func(*args)`` (e.g. ``driver.get_status``) to completion from synchronous code.
 
-        It runs in a private event loop of the calling thread, as the embedded engine's
+        It runs in a private event loop of the calling thread, as the embedded driver's
         ``call_blocking`` lets synchronous callers use it.
 
         :raises RuntimeError: called from a thread whose event loop is running (``await`` instead).

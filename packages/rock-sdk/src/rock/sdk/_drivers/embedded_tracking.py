@@ -1,7 +1,7 @@
 """What the embedded engine's thread keeps per sandbox, and drops at each of its transitions.
 
 Both are registered as plugins of the engine's ``SandboxManager``
-(:class:`~rock.sdk._engine.embedded.EmbeddedEngine`): :class:`AddressBook` (rocklet addresses for
+(:class:`~rock.sdk._drivers.embedded.EmbeddedDriver`): :class:`AddressBook` (rocklet addresses for
 calls straight from callers' loops) and :class:`LocalPorts` (host ports of ``port_url``).
 """
 
@@ -47,11 +47,11 @@ class AddressBook:
 
 
 class LocalPorts:
-    """Host ports on 127.0.0.1 for :meth:`EmbeddedEngine.port_url`, one per sandbox port asked
+    """Host ports on 127.0.0.1 for :meth:`EmbeddedDriver.port_url`, one per sandbox port asked
     for, each carried through the sandbox's rocklet (rock-core's :class:`PortForwards`).
 
     Registered as a plugin like :class:`AddressBook`: a sandbox's transition (stop, restart)
-    closes its ports; the next ``get_url`` opens a new one. Engine thread only.
+    closes its ports; the next ``get_url`` opens a new one. Driver thread only.
     """
 
     def __init__(self) -> None:

@@ -1,6 +1,6 @@
 """Connections into a sandbox for the SDK and the CLI: a TCP port and a terminal.
 
-Both engines give the same two objects. Embedded, they ride on the rocklet directly (its
+Both drivers give the same two objects. Embedded, they ride on the rocklet directly (its
 ``GET /tunnel`` and ``GET /pty``); remote, on the admin's WebSockets (``/portforward`` and
 ``/shell``, see :mod:`rock.admin.portforward`).
 

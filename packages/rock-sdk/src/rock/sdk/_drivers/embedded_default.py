@@ -1,5 +1,5 @@
-"""The process-wide :class:`~rock.sdk._engine.embedded.EmbeddedEngine`: made on first use, set up
-by :func:`configure_embedded_engine`, closed at interpreter exit and forgotten in a forked child.
+"""The process-wide :class:`~rock.sdk._drivers.embedded.EmbeddedDriver`: made on first use, set up
+by :func:`configure_embedded_driver`, closed at interpreter exit and forgotten in a forked child.
 """
 
 from __future__ import annotations
@@ -8,21 +8,21 @@ import atexit
 import os
 import threading
 
-from rock.sdk._engine.embedded import EmbeddedEngine
+from rock.sdk._drivers.embedded import EmbeddedDriver
 from rock_core.engine.config import EngineConfig
 
-__all__ = ["close_embedded_engine", "configure_embedded_engine", "get_embedded_engine"]
+__all__ = ["close_embedded_driver", "configure_embedded_driver", "get_embedded_driver"]
 
 
-# -- the process-wide engine ----------------------------------------------------------------------
+# -- the process-wide driver ----------------------------------------------------------------------
 
-_default: EmbeddedEngine | None = None
+_default: EmbeddedDriver | None = None
 _default_config: EngineConfig | None = None
 _default_lock = threading.Lock()
 _atexit_registered = False
 
 
-def configure_embedded_engine(config: EngineConfig) -> None:
+def configure_embedded_driver(config: EngineConfig) -> None:
     """Set the :class:`EngineConfig` of the process-wide embedded engine.
 
     Call it before the first sandbox starts (e.g. to cap concurrent starts, or to keep
@@ -36,35 +36,36 @@ def configure_embedded_engine(config: EngineConfig) -> None:
             if _default.running and _default.config != config:
                 raise RuntimeError(
                     "rock's embedded engine is already running with another EngineConfig; call "
-                    "configure_embedded_engine() before the first sandbox starts (or close_embedded_engine() first)"
+                    "configure_embedded_driver() before the first sandbox starts (or close_embedded_driver() first)"
                 )
             if not _default.running:
                 _default = None
         _default_config = config
 
 
-def get_embedded_engine() -> EmbeddedEngine:
-    """The process-wide :class:`EmbeddedEngine` (made on first use; started on first call)."""
+def get_embedded_driver() -> EmbeddedDriver:
+    """The process-wide :class:`EmbeddedDriver` (made on first use; started on first call)."""
     global _default, _atexit_registered
-    engine = _default
-    if engine is not None and not engine.closed:
-        return engine
+    driver = _default
+    if driver is not None and not driver.closed:
+        return driver
     with _default_lock:
         if _default is None or _default.closed:
-            _default = EmbeddedEngine(_default_config)
+            _default = EmbeddedDriver(_default_config)
         if not _atexit_registered:
-            atexit.register(close_embedded_engine)
+            atexit.register(close_embedded_driver)
             _atexit_registered = True
         return _default
 
 
-def close_embedded_engine() -> None:
-    """Close the process-wide engine, removing its sandboxes (also run at interpreter exit)."""
+def close_embedded_driver() -> None:
+    """Close the process-wide embedded driver and its engine, removing its sandboxes (also run at
+    interpreter exit)."""
     global _default
     with _default_lock:
-        engine, _default = _default, None
-    if engine is not None:
-        engine.close()
+        driver, _default = _default, None
+    if driver is not None:
+        driver.close()
 
 
 def _forget_after_fork() -> None:

@@ -1,9 +1,9 @@
-"""The :class:`Engine` protocol: everything a :class:`~rock.sdk.sandbox.client.Sandbox` asks of
+"""The :class:`Driver` protocol: everything a :class:`~rock.sdk.sandbox.client.Sandbox` asks of
 whatever runs its sandboxes.
 
-Two implementations: :class:`~rock.sdk._engine.embedded.EmbeddedEngine` (rock-core's
+Two implementations: :class:`~rock.sdk._drivers.embedded.EmbeddedDriver` (rock-core's
 ``SandboxManager`` in this process, on the local Docker engine) and
-:class:`~rock.sdk._engine.remote.RemoteEngine` (rock's admin server, over its HTTP API). Every
+:class:`~rock.sdk._drivers.remote.RemoteDriver` (rock's admin server, over its HTTP API). Every
 call names its sandbox by id and returns the wire models of :mod:`rock_core.actions`; failures
 are :class:`~rock_core.errors.RockError`\\ s.
 """
@@ -26,13 +26,13 @@ from rock_core.actions import (
 )
 from rock_core.operations import Operation
 
-__all__ = ["Engine"]
+__all__ = ["Driver"]
 
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
 
-class Engine(Protocol):
+class Driver(Protocol):
     """Lifecycle and runtime calls on sandboxes, by sandbox id (async, any asyncio loop)."""
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -64,7 +64,7 @@ class Engine(Protocol):
     async def list_sandboxes(
         self, filters: Mapping[str, str] | None = None
     ) -> list[SandboxStatusResponse]:
-        """(rock) The pending and running sandboxes this engine may see, whose fields equal ``filters``
+        """(rock) The pending and running sandboxes this driver may see, whose fields equal ``filters``
         (``user_id``, ``experiment_id``, ``namespace``, ``cluster``, ``image``, ``state``)."""
         ...
 
@@ -165,9 +165,9 @@ class Engine(Protocol):
         ...
 
     async def open_port(self, sandbox_id: str, port: int) -> Any:
-        """A :class:`~rock.sdk._engine.connect.PortConnection` to ``127.0.0.1:port`` in the sandbox."""
+        """A :class:`~rock.sdk._drivers.connect.PortConnection` to ``127.0.0.1:port`` in the sandbox."""
         ...
 
     async def open_shell(self, sandbox_id: str, **options: Any) -> Any:
-        """A :class:`~rock.sdk._engine.connect.Shell`: a program on a pseudo-terminal in the sandbox."""
+        """A :class:`~rock.sdk._drivers.connect.Shell`: a program on a pseudo-terminal in the sandbox."""
         ...

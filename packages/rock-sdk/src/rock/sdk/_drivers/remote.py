@@ -1,6 +1,6 @@
 """Remote mode: the SDK talks to rock's admin server (``rock admin start``) over HTTP.
 
-:class:`RemoteEngine` implements :class:`~rock.sdk._engine.base.Engine` with ROCK's HTTP API, as
+:class:`RemoteDriver` implements :class:`~rock.sdk._drivers.base.Driver` with ROCK's HTTP API, as
 ROCK's own SDK does (reference §2.2 headers, §2.3 routes, §4.1 envelope): every call goes to
 ``{base_url}/apis/envs/sandbox/v1/<route>`` and answers ``{status, message, error, result}``. rock's
 additions (sessions interrupted, streamed commands, downloads, directory listings, background
@@ -13,7 +13,7 @@ naming its URL, and a call that outlives its own timeout becomes a
 :class:`~rock_core.errors.CommandTimeout`.
 
 A sandbox handle may be used from several event loops (``asyncio.run`` twice, threads), and an
-``httpx.AsyncClient`` belongs to the loop that made it, so the engine keeps one pooled client per
+``httpx.AsyncClient`` belongs to the loop that made it, so the driver keeps one pooled client per
 running loop, closed when that loop shuts down.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
-from rock.sdk._engine.connect import (
+from rock.sdk._drivers.connect import (
     PortConnection,
     Shell,
     WebSocketConnection,
@@ -41,8 +41,8 @@ from rock.sdk._engine.connect import (
     check_port,
     connect_websocket,
 )
-from rock.sdk._engine.remote_transport import RemoteTransport
-from rock.sdk._engine.remote_wire import (
+from rock.sdk._drivers.remote_transport import RemoteTransport
+from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
     MAX_HELD,
     command_timeout,
@@ -76,9 +76,9 @@ from rock_core.states import LIVE_STATES, State
 
 __all__ = [
     "API_PREFIX",
-    "RemoteEngine",
+    "RemoteDriver",
     "error_from_envelope",
-    "get_remote_engine",
+    "get_remote_driver",
     "remote_headers",
 ]
 
@@ -97,7 +97,7 @@ _POLL_GROWTH = 1.5
 _LIST_PAGE_SIZE = 500
 
 
-class RemoteEngine(RemoteTransport):
+class RemoteDriver(RemoteTransport):
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
     :param base_url: the server, e.g. ``http://127.0.0.1:8080`` (``config.base_url`` or
@@ -108,8 +108,8 @@ class RemoteEngine(RemoteTransport):
     :param transport: an ``httpx`` transport to use instead of the default one (a Unix socket,
         retries on connect).
 
-    Implements :class:`~rock.sdk._engine.base.Engine`. Use :func:`get_remote_engine` to share
-    one engine (and its connection pools) among sandboxes of the same server and headers.
+    Implements :class:`~rock.sdk._drivers.base.Driver`. Use :func:`get_remote_driver` to share
+    one driver (and its connection pools) among sandboxes of the same server and headers.
     """
 
     def __init__(
@@ -134,9 +134,9 @@ class RemoteEngine(RemoteTransport):
         self._held = 0  # get_status requests held by the admin now (wait_until_running)
 
     def __repr__(self) -> str:
-        return f"RemoteEngine({self.base_url!r})"
+        return f"RemoteDriver({self.base_url!r})"
 
-    # -- Engine: lifecycle -----------------------------------------------------------------------
+    # -- Driver: lifecycle -----------------------------------------------------------------------
 
     async def start_async(
         self,
@@ -172,7 +172,7 @@ class RemoteEngine(RemoteTransport):
         self, sandbox_id: str, timeout: float | None = None
     ) -> SandboxStatusResponse:
         """Ask ``get_status`` until the sandbox runs: rock's admin holds each answer until the
-        start settles (up to 20 s a request; at most 512 such requests at once per engine, the
+        start settles (up to 20 s a request; at most 512 such requests at once per driver, the
         rest poll); an admin that answers at once (ROCK's) is polled 0.05 s apart, growing to 1 s.
 
         :raises InternalServerRockError: a start phase failed or timed out: ``"Failed to start
@@ -305,7 +305,7 @@ class RemoteEngine(RemoteTransport):
         )
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
-    # -- Engine: the catalog's operations ----------------------------------------------------------
+    # -- Driver: the catalog's operations ----------------------------------------------------------
 
     async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:
         """Any operation of kind ``call``: ``POST`` its admin route with the request and
@@ -314,7 +314,7 @@ class RemoteEngine(RemoteTransport):
         timeout = None if isinstance(seconds, str) else command_timeout(seconds)
         return await self._post(op.admin_path, op.name, sandbox_id, request, op.response, timeout)
 
-    # -- Engine: streams, files and figures ---------------------------------------------------------
+    # -- Driver: streams, files and figures ---------------------------------------------------------
 
     async def execute_stream(
         self, sandbox_id: str, command: Command
@@ -341,7 +341,7 @@ class RemoteEngine(RemoteTransport):
                     ) or InternalServerRockError(message, **kw)
                 yield event
 
-    # -- Engine: files -----------------------------------------------------------------------------
+    # -- Driver: files -----------------------------------------------------------------------------
 
     async def upload(
         self,
@@ -413,7 +413,7 @@ class RemoteEngine(RemoteTransport):
         )
         return dict(result or {})
 
-    # -- Engine: background processes --------------------------------------------------------------
+    # -- Driver: background processes --------------------------------------------------------------
 
     async def start_process(
         self,
@@ -516,22 +516,22 @@ class RemoteEngine(RemoteTransport):
         return WebSocketShell(ws, sandbox_id)
 
 
-# -- shared engines -------------------------------------------------------------------------------
+# -- shared drivers -------------------------------------------------------------------------------
 
-_engines: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteEngine] = {}
-_engines_lock = threading.Lock()
+_drivers: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteDriver] = {}
+_drivers_lock = threading.Lock()
 
 
-def get_remote_engine(base_url: str, headers: Mapping[str, str] | None = None) -> RemoteEngine:
-    """The process's :class:`RemoteEngine` for ``base_url`` and ``headers`` (made on first use).
+def get_remote_driver(base_url: str, headers: Mapping[str, str] | None = None) -> RemoteDriver:
+    """The process's :class:`RemoteDriver` for ``base_url`` and ``headers`` (made on first use).
 
     Sandboxes with the same server and headers (a :class:`~rock.sdk.sandbox.client.SandboxGroup`)
-    share one engine, hence one connection pool per event loop.
+    share one driver, hence one connection pool per event loop.
     """
     full = remote_headers(headers)
     key = (base_url.rstrip("/"), tuple(sorted(full.items())))
-    with _engines_lock:
-        engine = _engines.get(key)
-        if engine is None:
-            engine = _engines[key] = RemoteEngine(base_url, full)
-        return engine
+    with _drivers_lock:
+        driver = _drivers.get(key)
+        if driver is None:
+            driver = _drivers[key] = RemoteDriver(base_url, full)
+        return driver

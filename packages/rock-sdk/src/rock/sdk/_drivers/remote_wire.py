@@ -1,4 +1,4 @@
-"""The wire of rock's admin API as the remote engine speaks it: where the routes live, the headers
+"""The wire of rock's admin API as the remote driver speaks it: where the routes live, the headers
 of every call, timeouts, and the error a ``Failed`` envelope stands for (no I/O here).
 """
 
@@ -39,7 +39,7 @@ API_PREFIX = "/apis/envs/sandbox/v1"
 TIMEOUT_MARGIN = 30.0
 # Lifecycle calls (stop removes a container) may take a while; anything slower is a hung server.
 DEFAULT_TIMEOUT = httpx.Timeout(120.0, connect=10.0)
-# Held requests at once per engine (each keeps a connection open); waits beyond it poll instead.
+# Held requests at once per driver (each keeps a connection open); waits beyond it poll instead.
 MAX_HELD = 512
 # POST routes that may be sent twice with the same effect.
 IDEMPOTENT_POSTS = frozenset({"/stop", "/delete"})
