@@ -354,18 +354,45 @@ async def test_websocket_echo_text_binary_and_16mib_messages(
         assert await ws.recv() == "via header"
 
 
+async def _flood_stalled(sandbox: Sandbox, still_for: float = 2.0) -> int:
+    """How many MiB the WebSocket service's flood has sent, once that count has not grown for
+    ``still_for`` seconds: the service has sent all that the way to the client takes, and a
+    client that does not read holds it there."""
+    seen: dict[str, float] = {"sent": -1.0, "since": time.monotonic()}
+
+    async def progress() -> tuple[int, float]:
+        read = await sandbox.execute(
+            Command(command=["cat", sandbox_services.FLOOD_SENT], timeout=30)
+        )
+        sent = int(read.stdout) if read.exit_code == 0 and read.stdout.strip() else -1
+        if sent != seen["sent"]:
+            seen["sent"], seen["since"] = sent, time.monotonic()
+        return sent, time.monotonic() - seen["since"]
+
+    sent, _ = await eventually_async(
+        progress,
+        until=lambda answer: answer[0] >= 0 and answer[1] >= still_for,
+        what="the flood's sent count to stop growing",
+        timeout=120,
+        interval=0.2,
+    )
+    return sent
+
+
 async def test_websocket_back_pressure_a_client_that_does_not_read_holds_the_service(
     proxy_admin: Any, target: Sandbox
 ) -> None:
-    # The service sends 512 MiB as fast as it can; the client reads none of it for a while. The
-    # proxy passes messages one at a time and waits for the client, so the admin holds a few
-    # MiB at most, not the flood; then every message arrives.
+    # The service sends 512 MiB (random: compression does not shrink it) as fast as it can; the
+    # client reads none of it until the service is held (its count of sent MiB stops growing,
+    # short of the flood). The proxy passes messages one at a time and waits for the client, so
+    # the admin holds a few MiB at most, not the flood; then every message arrives.
     pid = proxy_admin.process.pid
     url = _ws_base(proxy_admin, target.sandbox_id) + f"/port/{WS_PORT}/"
     async with ws_connect(url, additional_headers=A, max_size=None, max_queue=1, proxy=None) as ws:
         before = _rss(pid)
         await ws.send("flood 512")
-        await asyncio.sleep(3)
+        sent = await _flood_stalled(target)
+        assert sent < 512, "the whole flood left the service for a client that reads nothing"
         held = _rss(pid) - before
         assert held < 64 * 1024 * 1024, (
             f"the admin holds {held / 2**20:.0f} MiB of a client's unread messages"

@@ -3,7 +3,8 @@
 python3 sandbox_services.py http PORT     HTTP/1.1 (keep-alive): /echo, /redirect*, /sse*,
                                           /bytes?n=, /upload, /slow
 python3 sandbox_services.py ws PORT       a WebSocket echo server (text and binary, any size;
-                                          the text "flood N" answers N binary MiB, then "flood done")
+                                          the text "flood N" answers N binary MiB, then "flood done";
+                                          FLOOD_SENT holds how many it has sent so far)
 python3 sandbox_services.py tcp PORT      a TCP echo server (echoes until EOF, then closes)
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import socket
 import struct
 import sys
@@ -24,6 +26,16 @@ from urllib.parse import parse_qs, urlsplit
 # /sse: event N+1 is written only once /sse-next was called N+1 times, so a client that gets
 # event N before asking for the next proves the proxy passed it on as it was written.
 _sse_released = threading.Semaphore(0)
+
+#: The flood's progress: the number of MiB it has handed to the connection, rewritten after each
+#: one, so a test sees when a client that does not read has stalled it.
+FLOOD_SENT = "/tmp/ws-flood-sent"
+
+
+def _report_flood(sent: int) -> None:
+    with open(FLOOD_SENT + ".new", "w") as out:
+        out.write(str(sent))
+    os.replace(FLOOD_SENT + ".new", FLOOD_SENT)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -215,10 +227,14 @@ def _ws_client(conn: socket.socket) -> None:
             message += payload
         if b0 & 0x80 and kind is not None:
             if kind == 1 and message.startswith(b"flood "):
-                # "flood N": N binary messages of 1 MiB, as fast as the connection takes them.
-                block = _frame(2, b"\x5a" * (1 << 20))
-                for _ in range(int(message.split()[1])):
+                # "flood N": N binary messages of 1 MiB, as fast as the connection takes them;
+                # random bytes, so that a compressed connection (permessage-deflate) carries
+                # them at full size too.
+                block = _frame(2, os.urandom(1 << 20))
+                _report_flood(0)
+                for sent in range(1, int(message.split()[1]) + 1):
                     conn.sendall(block)
+                    _report_flood(sent)
                 conn.sendall(_frame(1, b"flood done"))
             else:
                 conn.sendall(_frame(kind, bytes(message)))
