@@ -13,7 +13,6 @@ import os
 import random
 import subprocess
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -780,17 +779,19 @@ async def test_a_make_cancelled_while_its_sandbox_starts_leaves_nothing_behind(
 
 async def _starting_sandbox(base_url: str, timeout: float = 60.0) -> str:
     """The id of the admin's first sandbox, once it is listed, while it is still pending."""
-    deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
-        while time.monotonic() < deadline:
+
+        async def items() -> list[dict[str, Any]]:
             page = (await http.get("/apis/envs/sandbox/v1/sandboxes")).json()["result"]
-            if page["items"]:
-                item = page["items"][0]
-                if item["state"] != "pending":
-                    pytest.skip("the env sandbox was running before the test saw it start")
-                return str(item["sandbox_id"])
-            await asyncio.sleep(0.005)
-    pytest.fail(f"no sandbox was started within {timeout}s")
+            return list(page["items"])
+
+        listed = await eventually_async(
+            items, what="the env sandbox listed by the admin", timeout=timeout, interval=0.005
+        )
+    item = listed[0]
+    if item["state"] != "pending":
+        pytest.skip("the env sandbox was running before the test saw it start")
+    return str(item["sandbox_id"])
 
 
 async def _state_of(base_url: str, sandbox_id: str) -> str:
