@@ -27,12 +27,13 @@ import threading
 import time
 import urllib.parse
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
 import httpx
 
+from rock.sdk._drivers.admin_urls import admin_urls
 from rock.sdk._drivers.connect import (
     PortConnection,
     Shell,
@@ -101,7 +102,12 @@ class RemoteDriver(RemoteTransport):
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
     :param base_url: the server, e.g. ``http://127.0.0.1:8080`` (``config.base_url`` or
-        ``ROCK_BASE_URL``); a trailing ``/`` is ignored.
+        ``ROCK_BASE_URL``); a trailing ``/`` is ignored. Several admins of one cluster: a list,
+        or URLs separated by commas. A call goes first to the admin that answered last; one
+        whose connection could not be made moves to the next, and one that may have reached an
+        admin (a read timeout, a connection dropped mid-answer) moves on only when it is safe to
+        repeat (GETs, file reads, stop, delete): a start, a command or a write raises, naming
+        the URL. When every admin fails, the error lists each URL and its reason.
     :param headers: sent with every call (ROCK's ``X-Cluster``, ``X-User-Id``, ...,
         ``extra_headers``); see :func:`remote_headers` for the API key.
     :param api_key: sent as ``X-API-Key`` (default: ``ROCK_API_KEY``).
@@ -114,14 +120,14 @@ class RemoteDriver(RemoteTransport):
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         headers: Mapping[str, str] | None = None,
         *,
         api_key: str | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.api_url = self.base_url + API_PREFIX
+        self.base_urls = admin_urls(base_url)
+        self._preferred = self.base_urls[0]
         self.headers = remote_headers(headers, api_key=api_key)
         self._transport = transport
         self._clients: weakref.WeakKeyDictionary[
@@ -134,7 +140,8 @@ class RemoteDriver(RemoteTransport):
         self._held = 0  # get_status requests held by the admin now (wait_until_running)
 
     def __repr__(self) -> str:
-        return f"RemoteDriver({self.base_url!r})"
+        urls = self.base_urls[0] if len(self.base_urls) == 1 else list(self.base_urls)
+        return f"RemoteDriver({urls!r})"
 
     # -- Driver: lifecycle -----------------------------------------------------------------------
 
@@ -518,18 +525,20 @@ class RemoteDriver(RemoteTransport):
 
 # -- shared drivers -------------------------------------------------------------------------------
 
-_drivers: dict[tuple[str, tuple[tuple[str, str], ...]], RemoteDriver] = {}
+_drivers: dict[tuple[tuple[str, ...], tuple[tuple[str, str], ...]], RemoteDriver] = {}
 _drivers_lock = threading.Lock()
 
 
-def get_remote_driver(base_url: str, headers: Mapping[str, str] | None = None) -> RemoteDriver:
+def get_remote_driver(
+    base_url: str | Sequence[str], headers: Mapping[str, str] | None = None
+) -> RemoteDriver:
     """The process's :class:`RemoteDriver` for ``base_url`` and ``headers`` (made on first use).
 
     Sandboxes with the same server and headers (a :class:`~rock.sdk.sandbox.client.SandboxGroup`)
     share one driver, hence one connection pool per event loop.
     """
     full = remote_headers(headers)
-    key = (base_url.rstrip("/"), tuple(sorted(full.items())))
+    key = (admin_urls(base_url), tuple(sorted(full.items())))
     with _drivers_lock:
         driver = _drivers.get(key)
         if driver is None:

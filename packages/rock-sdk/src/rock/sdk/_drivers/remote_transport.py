@@ -1,6 +1,7 @@
 """The HTTP half of :class:`~rock.sdk._drivers.remote.RemoteDriver`: one pooled client per event
 loop (and one for requests the admin holds), sending a call, and translating its answer or failure
-into rock's errors once (:class:`RemoteTransport`, the driver's base class).
+into rock's errors once (:class:`RemoteTransport`, the driver's base class). With several admin
+URLs, a call moves on to the next admin when it never reached one, or when it is safe to repeat.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any, TypeVar
 
 import httpx
 
+from rock.sdk._drivers.admin_urls import safe_to_repeat
 from rock.sdk._drivers.remote_wire import (
+    API_PREFIX,
     DEFAULT_TIMEOUT,
     IDEMPOTENT_POSTS,
     MAX_HELD,
@@ -39,12 +42,20 @@ __all__ = ["RemoteTransport"]
 T = TypeVar("T")
 
 
-class RemoteTransport:
-    """Requests to one admin server; :class:`RemoteDriver` sets the fields declared here in its
-    ``__init__``."""
+class _NotSent(Exception):
+    """The connection to one admin could not be made: the request never reached it."""
 
-    base_url: str
-    api_url: str
+    def __init__(self, error: RockError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class RemoteTransport:
+    """Requests to an admin server: the one of ``base_urls`` that answered last, else the next
+    (see :meth:`_send`); :class:`RemoteDriver` sets the fields declared here in its ``__init__``."""
+
+    base_urls: tuple[str, ...]
+    _preferred: str
     headers: dict[str, str]
     _transport: httpx.AsyncBaseTransport | None
     _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]]
@@ -52,6 +63,16 @@ class RemoteTransport:
         asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
     ]
     _clients_lock: threading.Lock
+
+    @property
+    def base_url(self) -> str:
+        """The admin tried first: the one that answered last (at first, the first named)."""
+        return self._preferred
+
+    @property
+    def api_url(self) -> str:
+        """:attr:`base_url`'s sandbox routes."""
+        return self._preferred + API_PREFIX
 
     def _new_client(self, held: bool = False) -> httpx.AsyncClient:
         # Held get_status requests get a pool of their own: httpx's pool scans its connections
@@ -117,21 +138,25 @@ class RemoteTransport:
         )
 
     def _unreachable(
-        self, exc: Exception, attempted: str, sandbox_id: str | None
+        self, exc: Exception, attempted: str, sandbox_id: str | None, url: str | None = None
     ) -> InternalServerRockError:
         return InternalServerRockError(
-            f"rock admin at {self.base_url} is unreachable: is `rock admin start` running? ({exc!r})",
+            f"rock admin at {url or self.base_url} is unreachable: is `rock admin start` running? ({exc!r})",
             sandbox_id=sandbox_id,
             attempted=attempted,
         )
 
     def _timed_out(
-        self, attempted: str, sandbox_id: str | None, timeout: httpx.Timeout | None
+        self,
+        attempted: str,
+        sandbox_id: str | None,
+        timeout: httpx.Timeout | None,
+        url: str | None = None,
     ) -> CommandTimeout:
         seconds = (timeout or DEFAULT_TIMEOUT).read
         within = f" within {seconds:g}s" if seconds is not None else " in time"
         return CommandTimeout(
-            f"rock admin at {self.base_url} did not answer {attempted}{within}",
+            f"rock admin at {url or self.base_url} did not answer {attempted}{within}",
             sandbox_id=sandbox_id,
             attempted=attempted,
         )
@@ -189,24 +214,71 @@ class RemoteTransport:
         held: bool = False,
         **kw: Any,
     ) -> httpx.Response:
+        """Send a call to the admin that answered last, then to the others in turn.
+
+        A connection that could not be made (refused, connect timeout) moves on to the next
+        admin whatever the call; a failure after the request may have reached one (a read
+        timeout, a connection dropped mid-answer) moves on only when the call is safe to repeat
+        (:func:`~rock.sdk._drivers.admin_urls.safe_to_repeat`), else it raises naming that URL.
+        With one URL the errors are those of a single admin; with several, when all fail, the
+        error lists each URL and its reason.
+        """
         http = await self._http(held)
         if timeout is not None:
             kw["timeout"] = timeout
+        order = [self._preferred, *(url for url in self.base_urls if url != self._preferred)]
+        failures: list[tuple[str, RockError]] = []
+        for url in order:
+            try:
+                response = await self._send_to(url, http, method, route, attempted, sandbox_id, kw)
+            except _NotSent as exc:  # never reached that admin: any call may go to the next
+                exc.error.__cause__ = exc.__cause__
+                failures.append((url, exc.error))
+                continue
+            except (InternalServerRockError, CommandTimeout) as exc:
+                # It may have reached that admin: only a call safe to repeat moves on.
+                if len(order) == 1 or not safe_to_repeat(method, route):
+                    raise
+                failures.append((url, exc))
+                continue
+            self._preferred = url
+            return response
+        if len(failures) == 1:
+            raise failures[0][1]
+        reasons = "; ".join(f"{url}: {error}" for url, error in failures)
+        raise InternalServerRockError(
+            f"no rock admin answered {attempted}: {reasons}",
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        ) from failures[-1][1]
+
+    async def _send_to(
+        self,
+        url: str,
+        http: httpx.AsyncClient,
+        method: str,
+        route: str,
+        attempted: str,
+        sandbox_id: str | None,
+        kw: dict[str, Any],
+    ) -> httpx.Response:
+        """One request to the admin at ``url``; a connection never made raises :class:`_NotSent`."""
+        target = url + API_PREFIX + route
         try:
             try:
-                return await http.request(method, self.api_url + route, **kw)
+                return await http.request(method, target, **kw)
             except httpx.RemoteProtocolError:
                 # A pooled connection the server closed as we reused it (uvicorn drops idle
                 # keep-alive connections): safe to send again only when the call is idempotent.
                 if method != "GET" and route not in IDEMPOTENT_POSTS:
                     raise
-                return await http.request(method, self.api_url + route, **kw)
+                return await http.request(method, target, **kw)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise _NotSent(self._unreachable(exc, attempted, sandbox_id, url)) from exc
         except httpx.TimeoutException as exc:
-            if isinstance(exc, httpx.ConnectTimeout):
-                raise self._unreachable(exc, attempted, sandbox_id) from exc
-            raise self._timed_out(attempted, sandbox_id, timeout) from exc
+            raise self._timed_out(attempted, sandbox_id, kw.get("timeout"), url) from exc
         except httpx.TransportError as exc:
-            raise self._unreachable(exc, attempted, sandbox_id) from exc
+            raise self._unreachable(exc, attempted, sandbox_id, url) from exc
 
     async def _call(
         self,

@@ -40,6 +40,7 @@ from typing import Any
 
 import attrs
 
+from rock.sdk._drivers.admin_urls import admin_urls
 from rock.sdk._drivers.base import Driver
 from rock.sdk.common.constants import RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
@@ -124,7 +125,8 @@ class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices):
         self._host_ip: str | None = None
         self._cluster = self.config.cluster
         base_url = self.config.base_url
-        self._url: str | None = f"{base_url.rstrip('/')}/apis/envs/sandbox/v1" if base_url else None
+        first = admin_urls(base_url)[0] if base_url else None
+        self._url: str | None = f"{first}/apis/envs/sandbox/v1" if first else None
         self.remote_user = LinuxRemoteUser(self)
         self.process = Process(self)
         self.fs = LinuxFileSystem(self)

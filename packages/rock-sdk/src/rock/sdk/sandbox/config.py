@@ -24,7 +24,8 @@ from typing import Any
 
 import attrs
 
-from rock_core.converters import checked, structure_value
+from rock.sdk._drivers.admin_urls import admin_urls
+from rock_core.converters import READ_AS, checked, structure_value
 from rock_core.errors import InvalidParameter
 from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority, RestartPolicy
 
@@ -40,6 +41,20 @@ def _field(kind: Any, **kwargs: Any) -> Any:
     return checked(kind, error=InvalidConfig, **kwargs)
 
 
+def _admin_urls(value: Any) -> str | list[str] | None:
+    # One URL stays the string it was (as in ROCK); several are checked here, when set.
+    if value is None or value == "":
+        return value  # type: ignore[no-any-return]
+    if not isinstance(value, str | list | tuple):
+        raise InvalidConfig(
+            f"base_url: expected a URL or a list of URLs, got {value!r}",
+            field="base_url",
+            value=value,
+        )
+    urls = admin_urls(value, "base_url", InvalidConfig)
+    return value if isinstance(value, str) else list(urls)
+
+
 def _from_environment(name: str, kind: Any, default: Any) -> Any:
     raw = os.environ.get(name)
     return default if not raw else structure_value(raw, kind, path=name, error=InvalidConfig)
@@ -50,13 +65,19 @@ class BaseConfig:
     """Where the SDK finds its engine, and what it sends along.
 
     :param base_url: the admin server (``rock admin start``) to use; ``None`` (the default when
-        ``ROCK_BASE_URL`` is unset) runs sandboxes in this process — embedded mode.
+        ``ROCK_BASE_URL`` is unset) runs sandboxes in this process — embedded mode. Several
+        admins of one cluster (rock): a list of URLs, or one string of URLs separated by commas
+        (``ROCK_BASE_URL=http://a:8080,http://b:8080``); the SDK moves to the next admin when
+        one cannot be reached (:class:`~rock.sdk._drivers.remote.RemoteDriver`). An empty item,
+        a URL that is not http/https, or one named twice raises :class:`InvalidConfig`.
     :param xrl_authorization: deprecated; sent as ``XRL-Authorization: Bearer <value>`` to a server.
     :param extra_headers: extra HTTP headers for every call to a server.
     """
 
-    base_url: str | None = _field(
-        str | None, factory=lambda: os.environ.get("ROCK_BASE_URL") or None
+    base_url: str | list[str] | None = attrs.field(
+        factory=lambda: os.environ.get("ROCK_BASE_URL") or None,
+        converter=_admin_urls,
+        metadata={READ_AS: str | None},
     )
     xrl_authorization: str | None = _field(str | None, default=None, repr=False)
     extra_headers: dict[str, str] = _field(dict[str, str], factory=dict)

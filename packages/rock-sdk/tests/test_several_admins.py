@@ -1,0 +1,201 @@
+"""Several admin URLs (issue #24 point 4): the SDK moves to the next admin when one cannot be
+reached, and repeats on another admin only the calls that are safe to repeat.
+
+Real parts: the suite's ``rock admin serve`` process, a closed port on 127.0.0.1 (a connection
+that is never made), and a small TCP server that reads a request and drops the connection in the
+middle of its answer (a request that may have reached an admin).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rock.sdk._drivers.remote import RemoteDriver, get_remote_driver
+from rock.sdk.sandbox.client import Sandbox
+from rock.sdk.sandbox.config import InvalidConfig, SandboxConfig
+from rock_core.errors import InternalServerRockError, InvalidParameter, SandboxNotFound
+from rock_core.states import State
+
+from .conftest import SMALL, _rock_command, unique_id
+
+pytestmark = pytest.mark.anyio
+
+
+def _closed_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    return f"http://127.0.0.1:{port}"  # nothing listens there once the socket is closed
+
+
+class DroppingServer:
+    """Accepts connections on 127.0.0.1, reads each request's head, starts an answer and drops
+    the connection mid-answer. ``requests`` holds each request line it read."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return  # closed
+            with conn:
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    head += chunk
+                if head:
+                    self.requests.append(head.split(b"\r\n", 1)[0].decode())
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
+
+    def close(self) -> None:
+        self._sock.close()
+        self._thread.join(timeout=10)
+
+
+@pytest.fixture
+def dropping() -> Iterator[DroppingServer]:
+    server = DroppingServer()
+    yield server
+    server.close()
+
+
+# -- reading the URLs ---------------------------------------------------------------------------
+
+
+def test_one_url_a_comma_separated_string_or_a_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert SandboxConfig(base_url="http://127.0.0.1:8080").base_url == "http://127.0.0.1:8080"
+    config = SandboxConfig(base_url=["http://a:8080/", "https://b:8080"])
+    assert config.base_url == ["http://a:8080", "https://b:8080"]
+    monkeypatch.setenv("ROCK_BASE_URL", "http://a:8080,http://b:8080")
+    assert SandboxConfig().base_url == "http://a:8080,http://b:8080"
+    driver = RemoteDriver(SandboxConfig().base_url or "")
+    assert driver.base_urls == ("http://a:8080", "http://b:8080")
+    assert driver.base_url == "http://a:8080"  # tried first until another answers
+    assert get_remote_driver("http://a:8080,http://b:8080/") is get_remote_driver(
+        ["http://a:8080", "http://b:8080"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("http://a:8080,,http://b:8080", "an empty admin URL"),
+        (["http://a:8080", ""], "an empty admin URL"),
+        (["http://a:8080", "ftp://b:21"], "'ftp://b:21' is no http:// or https:// URL"),
+        ("a:8080", "'a:8080' is no http:// or https:// URL"),
+        (["http://a:8080", "http://a:8080/"], "'http://a:8080' is named twice"),
+        ([], "expected at least one admin URL"),
+        (5, "expected a URL or a list of URLs"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field_and_value(value: Any, reason: str) -> None:
+    with pytest.raises(InvalidConfig, match=f"^base_url: {reason}") as info:
+        SandboxConfig(base_url=value)
+    assert isinstance(info.value, InvalidParameter)
+    assert (info.value.field, info.value.value) == ("base_url", value)
+
+
+def test_a_bad_rock_base_url_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROCK_BASE_URL", "http://a:8080,http://a:8080")
+    with pytest.raises(InvalidConfig, match="'http://a:8080' is named twice"):
+        SandboxConfig()
+    with pytest.raises(InvalidParameter, match="^base_url: an empty admin URL"):
+        RemoteDriver("http://a:8080,")
+
+
+async def test_when_every_admin_fails_the_error_lists_each() -> None:
+    first, second = _closed_url(), _closed_url()
+    driver = RemoteDriver([first, second])
+    with pytest.raises(InternalServerRockError, match="no rock admin answered get_status") as info:
+        await driver.get_status("sb1")
+    assert f"{first}: rock admin at {first} is unreachable" in str(info.value)
+    assert f"{second}: rock admin at {second} is unreachable" in str(info.value)
+
+
+# -- against a real admin -----------------------------------------------------------------------
+
+
+@pytest.mark.docker
+async def test_a_dead_admin_first_start_commands_and_status_go_through_the_live_one(
+    admin: Any, dropping: DroppingServer
+) -> None:
+    dead = _closed_url()
+    sandbox = Sandbox(SandboxConfig(**SMALL, base_url=[dead, admin.url]))
+    await sandbox.start()  # start_async was sent to the dead URL first, then to the live admin
+    try:
+        driver = sandbox._get_driver()
+        assert isinstance(driver, RemoteDriver) and driver.base_url == admin.url
+        assert (await sandbox.arun("echo through the live one")).output.strip() == (
+            "through the live one"
+        )
+        assert (await sandbox.get_status()).state is State.RUNNING
+        # A status read whose request may have reached an admin (the connection dropped
+        # mid-answer) is safe to repeat: it moves on to the live admin.
+        reader = RemoteDriver([dropping.url, admin.url])
+        status = await reader.get_status(sandbox.sandbox_id)
+        assert status.state is State.RUNNING and reader.base_url == admin.url
+        # (The transport sends a GET twice to one admin that drops it, as before several URLs.)
+        assert dropping.requests and all(
+            line.startswith("GET /apis/envs/sandbox/v1/get_status?") for line in dropping.requests
+        )
+    finally:
+        await sandbox.stop()
+
+
+@pytest.mark.docker
+async def test_a_start_that_may_have_reached_an_admin_is_not_repeated(
+    admin: Any, dropping: DroppingServer
+) -> None:
+    sandbox_id = unique_id("several-admins")
+    sandbox = Sandbox(
+        SandboxConfig(**SMALL, sandbox_id=sandbox_id, base_url=[dropping.url, admin.url])
+    )
+    with pytest.raises(
+        InternalServerRockError, match=f"rock admin at {dropping.url} is unreachable"
+    ) as info:
+        await sandbox.start()
+    assert "no rock admin answered" not in str(info.value)
+    assert [line.split(" ", 2)[:2] for line in dropping.requests] == [
+        ["POST", "/apis/envs/sandbox/v1/start_async"]
+    ]
+    # The live admin never saw the start.
+    live = RemoteDriver(admin.url)
+    with pytest.raises(SandboxNotFound):
+        await live.get_status(sandbox_id, include_all_states=True)
+
+
+@pytest.mark.docker
+def test_the_cli_takes_several_admins_in_base_url(admin: Any) -> None:
+    dead = _closed_url()
+    listed = subprocess.run(
+        [*_rock_command(), "sandbox", "list", "--json", "--base-url", f"{dead},{admin.url}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "items" in json.loads(listed.stdout)  # the live admin answered
+    twice = subprocess.run(
+        [*_rock_command(), "sandbox", "list", "--base-url", f"{admin.url},{admin.url}/"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert twice.returncode != 0
+    assert f"base_url: {admin.url!r} is named twice" in twice.stderr
