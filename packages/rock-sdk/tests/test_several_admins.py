@@ -199,3 +199,19 @@ def test_the_cli_takes_several_admins_in_base_url(admin: Any) -> None:
     )
     assert twice.returncode != 0
     assert f"base_url: {admin.url!r} is named twice" in twice.stderr
+
+
+def test_env_calls_go_to_the_first_of_several_admins() -> None:
+    """rock.make and its kin read several admins as sandboxes do, and send env calls to the
+    first (a make or a step is not safe to send to a second admin)."""
+    from rock.sdk.envs._backend import RemoteBackend, backend_for
+
+    for named in (
+        "http://127.0.0.1:1/,http://127.0.0.1:2",
+        ["http://127.0.0.1:1", "http://127.0.0.1:2"],
+    ):
+        backend = backend_for(named, api_key="k-several")
+        assert isinstance(backend, RemoteBackend)
+        assert backend.base_url == "http://127.0.0.1:1"
+    with pytest.raises(InvalidParameter, match="base_url"):
+        backend_for("http://127.0.0.1:1,http://127.0.0.1:1")

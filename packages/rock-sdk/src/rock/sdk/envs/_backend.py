@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from rock.sdk._drivers.admin_urls import admin_urls
 from rock_core.envs import EnvFailed
 from rock_core.errors import InternalServerRockError, InvalidParameter
 
@@ -347,16 +348,22 @@ _remote_lock = threading.Lock()
 _embedded: EmbeddedBackend | None = None
 
 
-def backend_for(base_url: str | None, api_key: str | None = None) -> Backend:
-    """The admin at ``base_url`` (default ``$ROCK_BASE_URL``), else the embedded engine."""
+def backend_for(base_url: str | Sequence[str] | None, api_key: str | None = None) -> Backend:
+    """The admin at ``base_url`` (default ``$ROCK_BASE_URL``), else the embedded engine.
+
+    Several admins (a comma list or a list, as for sandboxes): env calls go to the first; they do
+    not move to the next one (a make starts a sandbox, a step changes an env: neither is safe to
+    send twice).
+    """
     global _embedded
-    url = base_url or os.environ.get("ROCK_BASE_URL") or None
-    if url is None:
+    named = base_url or os.environ.get("ROCK_BASE_URL") or None
+    if named is None:
         with _remote_lock:
             if _embedded is None or _embedded.engine.closed:
                 _embedded = EmbeddedBackend()
             return _embedded
-    key = (url.rstrip("/"), api_key)
+    url = admin_urls(named)[0]
+    key = (url, api_key)
     with _remote_lock:
         backend = _remote.get(key)
         if backend is None:
