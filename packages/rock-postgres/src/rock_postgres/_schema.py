@@ -13,7 +13,11 @@ the version.
 
 from __future__ import annotations
 
-import asyncpg
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncpg is imported when a store opens, not with the plugin
+    import asyncpg
+
 
 from rock_core.records import newer_schema
 

@@ -17,9 +17,13 @@ Every call goes through the record store's connections (:meth:`PostgresRecordSto
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncpg is imported when a store opens, not with the plugin
+    import asyncpg
+
 from datetime import datetime
 
-import asyncpg
 import attrs
 
 from rock_core.leadership import Leadership

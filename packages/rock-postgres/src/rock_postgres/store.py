@@ -16,8 +16,6 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import asyncpg
-
 from rock_core.converters import structure_store, unstructure_store
 from rock_core.models import SandboxRecord
 from rock_core.records import RecordStore, StoreUnavailable, check_filters
@@ -28,6 +26,8 @@ from rock_postgres._target import Target, read_target
 from rock_postgres.options import PostgresOptions
 
 if TYPE_CHECKING:
+    import asyncpg
+
     from rock_postgres.lease import Lease
 
 __all__ = ["PUT", "PostgresRecordStore", "record_row"]
@@ -46,19 +46,27 @@ ON CONFLICT (sandbox_id) DO UPDATE SET
     delete_time = EXCLUDED.delete_time, record = EXCLUDED.record
 """
 
-#: What a lost connection looks like: the pool replaces it, and the call is made once more
-#: (every call of the store can be repeated: a put replaces, the others read or purge).
-_LOST = (
-    OSError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
-    asyncpg.exceptions.InterfaceError,
-    asyncpg.exceptions.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-    # An idle connection the server ended can answer the next query with this (asyncpg 0.32:
-    # "cannot switch to state 11; another operation (2) is in progress").
-    asyncpg.exceptions.InternalClientError,
-)
+
+def _lost() -> tuple[type[BaseException], ...]:
+    """What a lost connection looks like: the pool replaces it, and the call is made once more
+    (every call of the store can be repeated: a put replaces, the others read or purge).
+
+    asyncpg is imported here, when a store is used, not when the plugin is loaded: every engine
+    loads the plugins, and most never open a PostgreSQL store (asyncpg costs some 2.5 MB).
+    """
+    import asyncpg
+
+    return (
+        OSError,
+        asyncpg.exceptions.ConnectionDoesNotExistError,
+        asyncpg.exceptions.InterfaceError,
+        asyncpg.exceptions.PostgresConnectionError,
+        asyncpg.exceptions.AdminShutdownError,
+        asyncpg.exceptions.CannotConnectNowError,
+        # An idle connection the server ended can answer the next query with this (asyncpg
+        # 0.32: "cannot switch to state 11; another operation (2) is in progress").
+        asyncpg.exceptions.InternalClientError,
+    )
 
 
 def record_row(record: SandboxRecord) -> tuple[Any, ...]:
@@ -128,6 +136,8 @@ class PostgresRecordStore(RecordStore):
 
     def open(self) -> None:
         """Connect, make or check the tables; see the class docstring."""
+        import asyncpg
+
         if self._pool is not None:
             return
         loop = self._loop = LoopThread(f"rock-postgres {self.target.where}")
@@ -145,6 +155,8 @@ class PostgresRecordStore(RecordStore):
             raise
 
     async def _connect(self) -> asyncpg.Pool:
+        import asyncpg
+
         timeout = self.options.connect_timeout
         pool: asyncpg.Pool = await asyncpg.create_pool(
             self.target.url,
@@ -191,7 +203,7 @@ class PostgresRecordStore(RecordStore):
         async def attempt() -> T:
             try:
                 return await query(pool)
-            except _LOST:
+            except _lost():
                 # Every connection opened before may be as dead: new ones for the next calls.
                 await pool.expire_connections()
                 return await query(pool)
@@ -202,7 +214,7 @@ class PostgresRecordStore(RecordStore):
             raise self._unavailable(
                 f"no answer within {self.options.call_timeout:g} s (call_timeout)"
             ) from None
-        except _LOST as exc:
+        except _lost() as exc:
             raise self._unavailable(_reason(exc)) from None
 
     def _unavailable(self, reason: str) -> StoreUnavailable:
