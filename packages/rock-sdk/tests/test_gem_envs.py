@@ -328,7 +328,9 @@ def test_a_slow_reset_does_not_hold_up_other_envs(gem_image: str, engine: Any) -
         try:
             assert slow.sandbox_id.split(".")[0] == fast.sandbox_id.split(".")[0]  # one sandbox
             reset = asyncio.create_task(slow.reset(seed=42))  # seconds (gem.md: 9.6 s)
-            await asyncio.sleep(0.05)
+            await eventually_async(
+                lambda: _busy(fast, slow.sandbox_id), what="the slow reset reaching its env"
+            )
             await fast.reset(seed=1)
             for _ in range(5):
                 await fast.step("\\boxed{left}")
@@ -339,6 +341,22 @@ def test_a_slow_reset_does_not_hold_up_other_envs(gem_image: str, engine: Any) -
             await fast.aclose()
 
     asyncio.run(run())
+
+
+async def _busy(lister: Any, handle: str) -> bool:
+    """Whether env ``handle``'s process serves a request, as GEM's ``list`` of ``lister`` (an env
+    of the same sandbox) tells it: the admin's route, or the embedded engine's provider."""
+    backend = lister._backend
+    if hasattr(backend, "engine"):  # embedded: the provider on the engine's loop
+        env = backend._envs[lister.sandbox_id]
+        listing = await backend.engine._call(env.provider.listing, env.handle)
+    else:
+        async with httpx.AsyncClient(base_url=backend.base_url, timeout=60) as http:
+            answer = await http.post(
+                "/apis/v1/envs/gem/list", json={"sandbox_id": lister.sandbox_id}
+            )
+            listing = answer.json()
+    return handle in listing["busy"]
 
 
 # -- ROCK's wire, on the admin ----------------------------------------------------------------
@@ -794,6 +812,17 @@ async def _starting_sandbox(base_url: str, timeout: float = 60.0) -> str:
     return str(item["sandbox_id"])
 
 
+async def _joined(base_url: str, sandbox_id: str) -> dict[str, Any] | None:
+    """Env sandbox ``sandbox_id`` as rock-gem lists it, once a make waits for its start (or it
+    is ready: no make will wait any more)."""
+    async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+        answer = await http.post("/apis/v1/envs/gem/sandboxes", json={})
+    for host in answer.json()["sandboxes"]:
+        if host["sandbox_id"] == sandbox_id and (host["waiting"] == 1 or host["ready"]):
+            return dict(host)
+    return None
+
+
 async def _state_of(base_url: str, sandbox_id: str) -> str:
     async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
         answer = await http.get(
@@ -820,10 +849,12 @@ async def test_a_make_cancelled_through_the_client_while_its_sandbox_starts_leav
         first = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", base_url=server.url))
         sandbox_id = await _starting_sandbox(server.url)
         second = asyncio.create_task(rock.amake("game:GuessTheNumber-v0-hard", base_url=server.url))
-        await asyncio.sleep(
-            0.2
-        )  # the second make reaches the admin and waits for the starting sandbox
-        if await _state_of(server.url, sandbox_id) != "pending":
+        host = await eventually_async(
+            lambda: _joined(server.url, sandbox_id),
+            what="the second make waiting for the starting sandbox",
+            interval=0.005,
+        )
+        if host["ready"] or await _state_of(server.url, sandbox_id) != "pending":
             first.cancel()
             second.cancel()
             pytest.skip(

@@ -72,6 +72,7 @@ class _Host:
     #: What the tenant may hold at once, as the make that starts the sandbox was given it.
     quota: Quota | None = None
     slots: int = 1  # envs placed on it or being placed
+    waiting: int = 0  # makes waiting for its start (the starter's not counted)
     sandbox_id: str | None = None
     ready: anyio.Event = attrs.field(factory=anyio.Event)
     error: BaseException | None = None
@@ -290,12 +291,15 @@ class GemProvider(EnvProvider):
         if starting:
             await self._start_host(host)  # on failure or cancellation it leaves the host's list
         else:
+            host.waiting += 1
             try:
                 await host.ready.wait()
             except BaseException:
                 with anyio.CancelScope(shield=True):
                     await self._release(host)  # the starter still holds its slot: no stop here
                 raise
+            finally:
+                host.waiting -= 1
         if host.error is not None:
             raise host.error
         return host
@@ -474,9 +478,32 @@ class GemProvider(EnvProvider):
 
     async def list_ids(self, handle: str, *, tenant: str | None = None) -> list[str]:
         """The ids GEM registered in the process of env ``handle`` (``tenant``'s)."""
+        return (await self.listing(handle, tenant=tenant))["env_id"]
+
+    async def listing(self, handle: str, *, tenant: str | None = None) -> dict[str, list[str]]:
+        """``env_id``: the ids GEM registered in the process of env ``handle`` (``tenant``'s);
+        ``busy``: the handles of the envs of its sandbox whose process is serving a request (the
+        rocklet's word, kept only for envs this provider made there)."""
         env = self.get(handle, tenant=tenant)
         answer = await env.call("list", {})
-        return list(answer["env_id"])
+        mine = {e.key: e.handle for e in self._envs.values() if e.host is env.host}
+        said = answer.get("busy")
+        busy = (
+            {mine[k] for k in said if isinstance(k, str) and k in mine}
+            if isinstance(said, list)
+            else set()
+        )
+        return {"env_id": list(answer["env_id"]), "busy": sorted(busy)}
+
+    def sandboxes(self, *, tenant: str | None = None) -> list[dict[str, Any]]:
+        """``tenant``'s env sandboxes, started or starting: ``slots`` (envs placed or being
+        placed), ``waiting`` (makes waiting for the start), ``ready``."""
+        return [
+            {"sandbox_id": h.sandbox_id, "image": h.image, "slots": h.slots}
+            | {"waiting": h.waiting, "ready": h.ready.is_set()}
+            for h in self._hosts
+            if h.tenant == tenant
+        ]
 
     def envs(self) -> list[GemEnv]:
         """The live envs."""

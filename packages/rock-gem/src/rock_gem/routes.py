@@ -9,9 +9,17 @@ path                    body                                          answer
 ``reset``               ``{sandbox_id, seed?}``                       ``{observation, info}``
 ``step``                ``{sandbox_id, action}``                      ``{observation, reward, terminated, truncated, info}``
 ``close``               ``{sandbox_id}``                              ``{sandbox_id}``
-``list``                ``{sandbox_id}``                              ``{env_id: [...]}``
+``list``                ``{sandbox_id}``                              ``{env_id: [...], busy: [...]}`` (rock: ``busy``)
+``sandboxes`` (rock)    ``{}``                                        ``{sandboxes: [{sandbox_id, image, slots, waiting, ready}]}``
 ``batch`` (rock)        ``{calls: [{op, ...the op's body}]}``         ``{results: [answer | {error: {kind, detail}}]}``
 ======================  ============================================  =============================================
+
+``sandboxes`` lists the caller's env sandboxes, started or starting (``sandbox_id`` null until
+the engine has given it): ``slots`` (envs placed or being placed), ``waiting`` (makes waiting
+for its start, beside the one starting it), ``ready`` (started and serving makes).
+
+``busy`` (rock's, beside ROCK's ``env_id``) names the envs of the listed env's sandbox (their
+``sandbox_id``) whose process is serving a reset or step right now.
 
 In a ``batch``, resets and steps go to each sandbox in one request (several for one env run in
 their order), while makes and closes run beside them: a batch should not both close and step
@@ -205,7 +213,12 @@ async def _close(request: RouteRequest, body: dict[str, Any]) -> Any:
 
 async def _list(request: RouteRequest, body: dict[str, Any]) -> Any:
     env = _env(request, _handle(body))
-    return {"env_id": await env.provider.list_ids(env.handle, tenant=request.tenant)}
+    return await env.provider.listing(env.handle, tenant=request.tenant)
+
+
+async def _sandboxes(request: RouteRequest, body: dict[str, Any]) -> Any:
+    provider = _provider(request)
+    return {"sandboxes": [] if provider is None else provider.sandboxes(tenant=request.tenant)}
 
 
 def _route(
@@ -314,6 +327,12 @@ def routes() -> list[AdminRoute]:
         AdminRoute("POST", f"{PREFIX}/close", _route(_close), summary="Close a GEM env (ROCK)"),
         AdminRoute(
             "POST", f"{PREFIX}/list", _route(_list), summary="The ids GEM registered (ROCK)"
+        ),
+        AdminRoute(
+            "POST",
+            f"{PREFIX}/sandboxes",
+            _route(_sandboxes),
+            summary="The caller's GEM env sandboxes, started or starting (rock)",
         ),
         AdminRoute(
             "POST",

@@ -70,6 +70,8 @@ class EnvProcess:
         self.env_id: str | None = None
         self.lock = threading.Lock()
         self.dead: str | None = None
+        #: A request was sent to the process and its answer is not read yet.
+        self.busy = False
 
     def describe(self) -> str:
         return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
@@ -82,6 +84,7 @@ class EnvProcess:
             self.sock.sendall(json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n")
         except OSError:
             raise self._died() from None
+        self.busy = True
 
     def receive(self, deadline: float | None) -> dict[str, Any]:
         """Read one answer: ``{"ok": ...}`` or ``{"error": ...}``; EOF or timeout raise."""
@@ -90,9 +93,11 @@ class EnvProcess:
         try:
             line = self.reader.line(deadline)
         except TimeoutError:
+            self.busy = False
             self.kill()
             self.dead = "%s did not answer in time and was ended" % self.describe()
             raise env_error("timeout", self.dead, env=self.key) from None
+        self.busy = False
         if line is None:
             raise self._died()
         answer: dict[str, Any] = json.loads(line)

@@ -11,8 +11,10 @@ Routes (answers are bare JSON; failures are HTTP 511 ``EnvError`` with ``extra_i
     After the episode ended (terminated or truncated), a step fails with kind
     ``episode_ended`` until the next reset.
 ``POST /env/close {env}`` → ``{env, closed}``: ends the env's process; closing twice is fine.
-``POST /env/list {env?, pythonpath?}`` → ``{env_id: [...]}``: the ids GEM has registered.
-``GET /env`` → ``{envs: [{env, env_id, pid}], worker: {...}}``
+``POST /env/list {env?, pythonpath?}`` → ``{env_id: [...], busy?: [...]}``: the ids GEM has
+    registered; asked of an ``env``, also ``busy``: the envs of this sandbox whose process has a
+    request sent and not yet answered.
+``GET /env`` → ``{envs: [{env, env_id, pid, busy}], workers: [...]}``
 ``POST /env/batch {calls: [{env, op: "reset"|"step", seed?, action?}], timeout?}`` →
     ``{results: [{ok: ...} | {error: {kind, message}}]}``: the calls of one batch run
     concurrently, one process per env (several calls to one env run in their order).

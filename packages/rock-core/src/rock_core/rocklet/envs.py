@@ -295,9 +295,11 @@ class EnvChannel:
     def list_ids(
         self, key: str | None, timeout: float | None, pythonpath: str | None = None
     ) -> Any:
-        """The registered ids, asked of env ``key`` or of a short-lived process."""
+        """The registered ids, asked of env ``key`` or of a short-lived process; with ``key``,
+        also ``busy``: the envs of this sandbox whose process is serving a request."""
         if key is not None:
-            return self.call(key, {"op": "list"}, timeout)
+            answer = self.call(key, {"op": "list"}, timeout)
+            return dict(answer, busy=self.busy()) if isinstance(answer, dict) else answer
         sock, pid = self._fork(pythonpath)
         env = EnvProcess("list", sock, pid)
         try:
@@ -363,11 +365,16 @@ class EnvChannel:
                     self._forget(env)
         return results
 
+    def busy(self) -> list[str]:
+        """The envs whose process has a request sent and its answer not yet read."""
+        return sorted(e.key for e in list(self._envs.values()) if e.busy)
+
     def describe(self) -> dict[str, Any]:
-        """``GET /env``: the envs and the worker."""
+        """``GET /env``: the envs (``busy``: serving a request) and the worker."""
         return {
             "envs": [
-                {"env": e.key, "env_id": e.env_id, "pid": e.pid} for e in list(self._envs.values())
+                {"env": e.key, "env_id": e.env_id, "pid": e.pid, "busy": e.busy}
+                for e in list(self._envs.values())
             ],
             "workers": [
                 dict(
