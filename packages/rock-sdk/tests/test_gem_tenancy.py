@@ -228,6 +228,24 @@ def test_envs_of_two_tenants_never_share_an_env_sandbox(keyed_admin: Any) -> Non
             env.close()
 
 
+def test_a_tenant_lists_only_its_own_env_sandboxes(keyed_admin: Any) -> None:
+    """rock-gem's ``sandboxes`` route answers each tenant with its own env sandboxes only."""
+    env_a = rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_A)
+    env_b = rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_B)
+    try:
+        listed = {}
+        for tenant, key in (("a", KEY_A), ("b", KEY_B)):
+            with _hub(keyed_admin, key) as http:
+                answer = http.post("/apis/v1/envs/gem/sandboxes", json={})
+            assert answer.status_code == 200, answer.text
+            listed[tenant] = {s["sandbox_id"] for s in answer.json()["sandboxes"]}
+        assert _sandbox_of(env_a) in listed["a"] and _sandbox_of(env_a) not in listed["b"]
+        assert _sandbox_of(env_b) in listed["b"] and _sandbox_of(env_b) not in listed["a"]
+    finally:
+        env_a.close()
+        env_b.close()
+
+
 def test_code_run_in_one_tenants_env_sandbox_cannot_write_what_anothers_env_reads(
     keyed_admin: Any, docker_client: Any
 ) -> None:
