@@ -81,6 +81,7 @@ def _a_value(field: attrs.Attribute) -> object:
         "archive_store": "fs",
         "rocklet_url": "http://127.0.0.1:1/rocklet.pyz",
         "store": "postgresql://rock@127.0.0.1:5432/rock",
+        "cluster": "team-a",
         "engine_label": "other",
         "max_auto_delete_seconds": 7,
     }
