@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +122,29 @@ def test_a_client_that_goes_away_hangs_the_terminal_up(
     eventually(
         lambda: os.path.exists(marker), what="the program's SIGHUP (its marker file)", timeout=20
     )
+
+
+def test_a_rocklet_started_with_sighup_ignored_still_hangs_the_terminal_up(
+    tmp_path: Path,
+) -> None:
+    """Started under ``nohup`` (SIGHUP ignored, which a program inherits across exec), the
+    rocklet still gives its terminal's program the default actions: a client that goes away
+    hangs it up. Before, the program inherited the ignored SIGHUP and ran on."""
+    ignore_hup = 'trap \'\' HUP; exec "$0" "$@"'
+    argv = ["sh", "-c", ignore_hup, sys.executable, "-m", "rock_core.rocklet"]
+    rocklet = RockletProcess(argv, tmp_path)
+    try:
+        marker = f"{tmp_path}/hup"
+        term = Terminal(
+            rocklet,
+            f"command=trap%20%27touch%20{marker}%3B%20exit%27%20HUP%3B%20echo%20ready%3B%20sleep%20600%20%26%20wait",
+        )
+        term.expect(b"ready")
+        term.sock.close()
+        eventually(
+            lambda: os.path.exists(marker),
+            what="the program's SIGHUP (its marker file)",
+            timeout=20,
+        )
+    finally:
+        rocklet.stop()

@@ -14,7 +14,21 @@ import struct
 import subprocess
 import termios
 
-__all__ = ["spawn_on_pty", "write_all", "kill_foreground", "hang_up"]
+__all__ = ["spawn_on_pty", "write_all", "kill_foreground", "hang_up", "default_signals"]
+
+#: What a program on a new terminal gets with its default action, whatever the rocklet inherited
+#: (under ``nohup`` SIGHUP is ignored, and Python ignores SIGPIPE): else a hang-up, an interrupt
+#: or a closed pipe would not reach it, as they reach a program on a real terminal.
+_DEFAULT_SIGNALS = (
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGTERM",
+    "SIGPIPE",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+)
 
 
 def spawn_on_pty(argv: list[str], env: dict[str, str]) -> tuple[int, subprocess.Popen[bytes]]:
@@ -47,8 +61,17 @@ def spawn_on_pty(argv: list[str], env: dict[str, str]) -> tuple[int, subprocess.
 
 
 def _take_controlling_tty() -> None:
-    """In the child, before exec: make the pty (already on fd 0) the controlling terminal."""
+    """In the child, before exec: make the pty (already on fd 0) the controlling terminal, with
+    the signals' default actions."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    default_signals()
+
+
+def default_signals() -> None:
+    """In a child about to exec a program on a terminal: the default action for each of
+    :data:`_DEFAULT_SIGNALS` (an ignored signal stays ignored across exec)."""
+    for name in _DEFAULT_SIGNALS:
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 def write_all(fd: int, payload: bytes) -> None:

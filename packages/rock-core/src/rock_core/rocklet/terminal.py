@@ -278,9 +278,12 @@ def open_pty(request: Request) -> Terminal:
             import fcntl
             import termios
 
+            from .pty_shell import default_signals
+
             os.close(master)
             os.setsid()
             fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+            default_signals()
             for fd in (0, 1, 2):
                 os.dup2(slave, fd)
             if slave > 2:
