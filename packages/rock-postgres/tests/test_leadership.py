@@ -20,7 +20,7 @@ import pytest
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine import fencing
 from rock_core.engine.config import EngineConfig
-from rock_core.engine.core import LEASE_TTL
+from rock_core.engine.leadership import LEASE_TTL
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InvalidParameter
 from rock_core.models import UnitState
@@ -215,7 +215,10 @@ async def test_a_leader_whose_renewals_are_held_stops_and_its_stale_writes_do_no
                         lambda: _stored_state(postgres_url, sandbox_id) == State.STOPPED.value,
                         what="b's reconcile records the sandbox stopped",
                     )
-                    assert a.get_record(sandbox_id).state is State.RUNNING  # a did not act
+                    # a did not act: it dropped what it held on losing the lease, and reads
+                    # the sandbox from the store as every follower does (b's record).
+                    assert sandbox_id not in a._core.live
+                    assert a.get_record(sandbox_id).state is State.STOPPED
                 finally:
                     gate.set()
 

@@ -102,8 +102,27 @@ def test_a_newer_lease_schema_is_refused(store: PostgresRecordStore, postgres_ur
     run_sql(postgres_url, "UPDATE rock_schema SET version = 5 WHERE component = 'lease'")
     try:
         with pytest.raises(
-            InvalidParameter, match="schema version 5, and this rock knows versions up to 1"
+            InvalidParameter, match="schema version 5, and this rock knows versions up to 2"
         ):
             Lease(store, "admin-a").prepare()
     finally:
-        run_sql(postgres_url, "UPDATE rock_schema SET version = 1 WHERE component = 'lease'")
+        run_sql(postgres_url, "UPDATE rock_schema SET version = 2 WHERE component = 'lease'")
+
+
+def test_a_lease_table_of_version_1_is_upgraded_and_names_its_holders_address(
+    store: PostgresRecordStore, postgres_url: str
+) -> None:
+    Lease(store, "admin-a").prepare()
+    # As version 1 left it: no address column.
+    run_sql(postgres_url, "ALTER TABLE rock_lease DROP COLUMN address")
+    run_sql(postgres_url, "UPDATE rock_schema SET version = 1 WHERE component = 'lease'")
+    lease = Lease(store, "admin-up", name="upgraded", address="http://10.0.0.5:8080")
+    lease.prepare()
+    assert run_sql(postgres_url, "SELECT version FROM rock_schema WHERE component = 'lease'") == [
+        (2,)
+    ]
+    assert lease.leader() is None  # nobody took it yet
+    assert lease.acquire() is not None
+    assert lease.leader() == "http://10.0.0.5:8080"
+    lease.release(lease.acquire() or 0)
+    assert lease.leader() is None  # released: nobody leads

@@ -82,6 +82,7 @@ def _a_value(field: attrs.Attribute) -> object:
         "rocklet_url": "http://127.0.0.1:1/rocklet.pyz",
         "store": "postgresql://rock@127.0.0.1:5432/rock",
         "cluster": "team-a",
+        "cluster_address": "http://admin-a.example:8080",
         "engine_label": "other",
         "max_auto_delete_seconds": 7,
     }

@@ -11,6 +11,12 @@ it. A write made for the leader's background work carries its epoch (:meth:`Lead
 put_fenced`) and does nothing once another holder took the lease: an old leader that was paused
 (``SIGSTOP``) past its lease cannot overwrite what the new leader wrote.
 
+Every engine of a cluster serves clients (issue #24 point 2); what only the leader may do
+(starts, stops, deletions, pools) a follower's host hands to the leader's, at the address the
+leader put in the lease (:meth:`Leadership.leader`). Calls into a sandbox served by a follower
+count as its activity for the leader's idle timers through :meth:`Leadership.report_activity`
+and :meth:`Leadership.activity`.
+
 The calls are synchronous and short, like the record store's (the engine runs
 :meth:`~Leadership.acquire` and :meth:`~Leadership.renew` off its event loop).
 """
@@ -18,6 +24,7 @@ The calls are synchronous and short, like the record store's (the engine runs
 from __future__ import annotations
 
 import abc
+from collections.abc import Collection, Mapping
 
 from rock_core.models import SandboxRecord
 
@@ -34,6 +41,9 @@ class Leadership(abc.ABC):
 
     #: Seconds a taking or renewal lasts.
     ttl: float
+    #: Where this holder's peers reach it (an admin's URL), kept with the lease while it holds
+    #: it; ``None``: it names none (a cluster of engines without servers).
+    address: str | None
 
     @abc.abstractmethod
     def acquire(self) -> int | None:
@@ -54,3 +64,18 @@ class Leadership(abc.ABC):
         """Write ``record`` as :meth:`RecordStore.put <rock_core.records.RecordStore.put>` does,
         in one statement with the check that this holder still holds the lease under ``epoch``
         (unexpired): true when written, false (nothing written) when it does not."""
+
+    @abc.abstractmethod
+    def leader(self) -> str | None:
+        """The address of the holder of the unexpired lease; ``None``: nobody holds it now, or
+        its holder named no address."""
+
+    @abc.abstractmethod
+    def report_activity(self, activity: Mapping[str, float]) -> None:
+        """Record calls into sandboxes this holder served: sandbox id -> the time
+        (``time.time()``) of the last; a later report of a sandbox wins over an earlier one."""
+
+    @abc.abstractmethod
+    def activity(self, sandbox_ids: Collection[str]) -> dict[str, float]:
+        """The latest activity any holder reported of each of ``sandbox_ids`` (those with none
+        are left out)."""

@@ -289,6 +289,9 @@ class SandboxRecord:
     #: The runtime's id of the unit that holds the sandbox (a container id, a Nomad job id): how
     #: the engine finds it again, whatever the unit's name or labels (a warm-pool member keeps its own).
     unit_id: str | None = None
+    #: Where the engine reaches the sandbox's rocklet (host and port, or a unix socket's path
+    #: and 0) while it runs: how another engine of a cluster calls into it.
+    rocklet_address: tuple[str, int] | None = attrs.field(default=None, repr=False)
     #: How many times the engine started the sandbox again after its unit died (restart policy).
     restart_count: int = 0
 

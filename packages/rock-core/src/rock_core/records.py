@@ -139,9 +139,12 @@ class RecordStore(abc.ABC):
         """Drop the rows of sandboxes deleted (``delete_time``) before ``before``; return how
         many."""
 
-    def leadership(self, name: str, holder: str, ttl: float) -> Leadership | None:
+    def leadership(
+        self, name: str, holder: str, ttl: float, address: str | None = None
+    ) -> Leadership | None:
         """The lease ``name`` (a cluster of engines sharing this store) as ``holder`` sees it,
-        each taking or renewal lasting ``ttl`` seconds; ``None``: this store holds no lease
+        each taking or renewal lasting ``ttl`` seconds, ``address`` where the others reach the
+        holder while it leads; ``None``: this store holds no lease
         (the default: one engine per store). See :mod:`rock_core.leadership`. Called after
         :meth:`open`, off the event loop; a store that offers it makes what it needs then.
         """

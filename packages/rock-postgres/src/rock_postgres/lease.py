@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # asyncpg is imported when a store opens, not with the plugin
     import asyncpg
 
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 import attrs
@@ -34,7 +35,8 @@ from rock_postgres.store import PUT, PostgresRecordStore, record_row
 __all__ = ["HOLDS", "Lease", "LeaseState"]
 
 COMPONENT = "lease"
-SCHEMA_VERSION = 1
+#: 1: the lease; 2: its holder's ``address``, and ``rock_activity``.
+SCHEMA_VERSION = 2
 _LOCK = 0x726F636B5F6C6561  # "rock_lea"
 
 _TABLE = """
@@ -42,8 +44,25 @@ CREATE TABLE IF NOT EXISTS rock_lease (
     name       TEXT PRIMARY KEY,
     holder     TEXT NOT NULL,
     epoch      BIGINT NOT NULL,
-    expires_at TIMESTAMPTZ NOT NULL
+    expires_at TIMESTAMPTZ NOT NULL,
+    address    TEXT
 )
+"""
+
+# Version 1 had no address.
+_MIGRATE = "ALTER TABLE rock_lease ADD COLUMN IF NOT EXISTS address TEXT"
+
+# The last call into each sandbox that any admin served (the leader's idle timers read it).
+_ACTIVITY_TABLE = """
+CREATE TABLE IF NOT EXISTS rock_activity (
+    sandbox_id TEXT PRIMARY KEY,
+    at         DOUBLE PRECISION NOT NULL
+)
+"""
+
+_REPORT = """
+INSERT INTO rock_activity AS a (sandbox_id, at) SELECT * FROM unnest($1::text[], $2::float8[])
+ON CONFLICT (sandbox_id) DO UPDATE SET at = GREATEST(a.at, EXCLUDED.at)
 """
 
 #: A condition true only while ``holder`` ($2) holds lease ``name`` ($1) under ``epoch`` ($3),
@@ -55,10 +74,11 @@ HOLDS = (
 
 # Take the lease when it is free, expired or already ours; a new holder gets the next epoch.
 _ACQUIRE = """
-INSERT INTO rock_lease AS l (name, holder, epoch, expires_at)
-VALUES ($1, $2, 1, now() + make_interval(secs => $3))
+INSERT INTO rock_lease AS l (name, holder, epoch, expires_at, address)
+VALUES ($1, $2, 1, now() + make_interval(secs => $3), $4)
 ON CONFLICT (name) DO UPDATE SET
     holder = EXCLUDED.holder,
+    address = EXCLUDED.address,
     epoch = CASE WHEN l.holder = EXCLUDED.holder AND l.expires_at > now() THEN l.epoch
                  ELSE l.epoch + 1 END,
     expires_at = EXCLUDED.expires_at
@@ -102,12 +122,19 @@ class Lease(Leadership):
     """
 
     def __init__(
-        self, store: PostgresRecordStore, holder: str, *, name: str = "leader", ttl: float = 5.0
+        self,
+        store: PostgresRecordStore,
+        holder: str,
+        *,
+        name: str = "leader",
+        ttl: float = 5.0,
+        address: str | None = None,
     ) -> None:
         self.store = store
         self.holder = holder
         self.name = name
         self.ttl = ttl
+        self.address = address
 
     def prepare(self) -> None:
         """Make the lease's table, or check its schema version (a newer one is refused)."""
@@ -116,14 +143,17 @@ class Lease(Leadership):
             async with pool.acquire() as connection, connection.transaction():
                 await connection.execute("SELECT pg_advisory_xact_lock($1)", _LOCK)
                 await connection.execute(_TABLE)
+                await connection.execute(_MIGRATE)
+                await connection.execute(_ACTIVITY_TABLE)
                 found = await connection.fetchval(
                     "SELECT version FROM rock_schema WHERE component = $1", COMPONENT
                 )
                 if found is not None and found > SCHEMA_VERSION:
                     raise newer_schema("store", self.store.target.masked, found, SCHEMA_VERSION)
-                if found is None:
+                if found is None or found < SCHEMA_VERSION:
                     await connection.execute(
-                        "INSERT INTO rock_schema (component, version) VALUES ($1, $2)",
+                        "INSERT INTO rock_schema (component, version) VALUES ($1, $2) "
+                        "ON CONFLICT (component) DO UPDATE SET version = EXCLUDED.version",
                         COMPONENT,
                         SCHEMA_VERSION,
                     )
@@ -134,7 +164,9 @@ class Lease(Leadership):
         """Take the lease (free, expired, or already this holder's): its epoch, or ``None``
         while another holder's is unexpired."""
         epoch = self.store.call(
-            lambda pool: pool.fetchval(_ACQUIRE, self.name, self.holder, float(self.ttl))
+            lambda pool: pool.fetchval(
+                _ACQUIRE, self.name, self.holder, float(self.ttl), self.address
+            )
         )
         return None if epoch is None else int(epoch)
 
@@ -173,6 +205,37 @@ class Lease(Leadership):
             lambda pool: pool.execute(_FENCED_PUT, self.name, self.holder, epoch, *row)
         )
         return bool(done != "INSERT 0 0")
+
+    def leader(self) -> str | None:
+        """The address of the unexpired lease's holder (``None``: none holds it, or it named
+        no address)."""
+        found = self.store.call(
+            lambda pool: pool.fetchval(
+                "SELECT address FROM rock_lease WHERE name = $1 AND expires_at > now()",
+                self.name,
+            )
+        )
+        return None if found is None else str(found)
+
+    def report_activity(self, activity: Mapping[str, float]) -> None:
+        """Record the last call into each sandbox this admin served (the later time wins)."""
+        if not activity:
+            return
+        ids = list(activity)
+        times = [float(activity[i]) for i in ids]
+        self.store.call(lambda pool: pool.execute(_REPORT, ids, times))
+
+    def activity(self, sandbox_ids: Collection[str]) -> dict[str, float]:
+        """The latest reported activity of each of ``sandbox_ids`` that has any."""
+        if not sandbox_ids:
+            return {}
+        rows = self.store.call(
+            lambda pool: pool.fetch(
+                "SELECT sandbox_id, at FROM rock_activity WHERE sandbox_id = ANY($1::text[])",
+                list(sandbox_ids),
+            )
+        )
+        return {str(row[0]): float(row[1]) for row in rows}
 
     def current(self) -> LeaseState | None:
         """The lease as the server has it, or ``None`` before anyone took it."""

@@ -226,12 +226,12 @@ class PostgresRecordStore(RecordStore):
         row = record_row(record)
         self.call(lambda pool: pool.execute(PUT, *row))
 
-    def leadership(self, name: str, holder: str, ttl: float) -> Lease:
+    def leadership(self, name: str, holder: str, ttl: float, address: str | None = None) -> Lease:
         """The lease ``name`` in this database (:class:`rock_postgres.lease.Lease`), its table
         made or checked now."""
         from rock_postgres.lease import Lease
 
-        lease = Lease(self, holder, name=name, ttl=ttl)
+        lease = Lease(self, holder, name=name, ttl=ttl, address=address)
         lease.prepare()
         return lease
 
@@ -294,7 +294,19 @@ class PostgresRecordStore(RecordStore):
                 before,
             )
         )
+        if rows:  # and the activity a cluster's admins reported of them (rock_postgres.lease)
+            gone = [row[0] for row in rows]
+            self.call(lambda pool: _forget_activity(pool, gone))
         return len(rows)
+
+
+async def _forget_activity(pool: asyncpg.Pool, sandbox_ids: builtins.list[str]) -> None:
+    """Drop the reported activity of purged sandboxes, where a cluster made its table."""
+    async with pool.acquire() as connection:
+        if await connection.fetchval("SELECT to_regclass('rock_activity')") is not None:
+            await connection.execute(
+                "DELETE FROM rock_activity WHERE sandbox_id = ANY($1::text[])", sandbox_ids
+            )
 
 
 def _where(

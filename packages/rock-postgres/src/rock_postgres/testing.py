@@ -10,7 +10,9 @@ fail, saying to run the script.
   its URL;
 - :func:`postgres_store`: a :class:`~rock_postgres.store.PostgresRecordStore` on that database,
   open and empty, closed after the test;
-- :func:`run_sql`: run one statement on a database (what tests do behind the store's back).
+- :func:`run_sql`: run one statement on a database (what tests do behind the store's back);
+- :class:`AdminProcess`: ``rock admin serve`` of a cluster on that database, in a process of
+  its own (tests of several admins).
 
 Import the fixtures into a test module (``from rock_postgres.testing import postgres_url``).
 """
@@ -20,6 +22,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +40,14 @@ import pytest
 
 from rock_postgres.store import PostgresRecordStore
 
-__all__ = ["database_url", "postgres_store", "postgres_url", "run_sql", "server_url"]
+__all__ = [
+    "AdminProcess",
+    "database_url",
+    "postgres_store",
+    "postgres_url",
+    "run_sql",
+    "server_url",
+]
 
 URL_VARIABLE = "ROCK_TEST_POSTGRES_URL"
 
@@ -108,3 +124,72 @@ def postgres_store(postgres_url: str) -> Iterator[PostgresRecordStore]:
         yield store
     finally:
         store.close()
+
+
+class AdminProcess:
+    """``rock admin serve`` of cluster ``cluster`` on the store ``store`` (a PostgreSQL URL), in
+    a process (and session) of its own, its state and output in ``folder``.
+
+    :param extra: more TOML for ``admin.toml`` (tables after ``[engine]``'s keys).
+    """
+
+    def __init__(
+        self, folder: Path, store: str, *, cluster: str = "admins", extra: str = ""
+    ) -> None:
+        folder.mkdir(parents=True)
+        self.folder = folder
+        self.log = folder / "admin.log"
+        config = folder / "admin.toml"
+        config.write_text(f'[engine]\nstore = "{store}"\ncluster = "{cluster}"\n{extra}')
+        exe = shutil.which("rock", path=os.path.dirname(sys.executable))
+        command = [exe] if exe else [sys.executable, "-m", "rock.cli"]
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        #: Where clients reach it.
+        self.url = f"http://127.0.0.1:{self.port}"
+        environ = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(folder)}
+        environ.pop("ROCK_BASE_URL", None)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [*command, "admin", "serve", "--port", str(self.port), "--config", str(config)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environ,
+                start_new_session=True,
+            )
+
+    def text(self) -> str:
+        """Its output so far."""
+        return self.log.read_text(errors="replace")
+
+    def epochs_led(self) -> list[int]:
+        """The lease epochs it took, by its log."""
+        return [int(e) for e in re.findall(r"leader of the cluster under epoch (\d+)", self.text())]
+
+    def wait_serving(self, timeout: float = 90.0) -> None:
+        """Wait until it answers (raises with its log when it ended or did not)."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the admin ended:\n{self.text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"the admin did not answer within {timeout:g} s:\n{self.text()}")
+
+    def end(self) -> None:
+        """End it (continued first if stopped), ``SIGTERM`` then ``SIGKILL``."""
+        if self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

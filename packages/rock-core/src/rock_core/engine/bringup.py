@@ -175,7 +175,9 @@ async def became_ready(
     """A started sandbox's rocklet answered: record its ports and make it running (unless it
     was stopped meanwhile)."""
     mapping = await open_ports(core, live, client, status)
-    record = attrs.evolve(live.record, port_mapping=mapping)
+    record = attrs.evolve(
+        live.record, port_mapping=mapping, rocklet_address=(client.host, client.port)
+    )
     if status.node_name or status.node_address:  # a runtime that places units names the node
         record = attrs.evolve(
             record,

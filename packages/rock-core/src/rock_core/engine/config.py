@@ -163,6 +163,9 @@ class EngineConfig:
         background work (reconcile and the runtime's watch, timers, sweeps, warm pools, restarts
         after crashes, the usage sampler; :mod:`rock_core.engine.leadership`). Needs
         ``remove_on_close`` false. ``None``: one engine, no lease.
+    :param cluster_address: where the other members of ``cluster`` reach this one while it
+        leads (the admin sets its own URL when this is not set): a follower hands the leader
+        what only the leader does (starts, stops, deletions, pools).
     :param reconcile_interval: seconds between comparisons of the records with the runtime.
     :param timer_interval: seconds between checks of idle and auto-delete deadlines.
     :param engine_label: value of the ``rock.engine`` label on every unit this engine makes.
@@ -211,6 +214,7 @@ class EngineConfig:
     store_path: str | None = checked(Optional[str], default=None)
     store: NonBlankStr | None = checked(Optional[NonBlankStr], default=None, repr=False)
     cluster: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
+    cluster_address: NonBlankStr | None = checked(Optional[NonBlankStr], default=None)
     max_concurrent_starts: PositiveInt = checked(PositiveInt, factory=default_start_concurrency)
     queue_aging_seconds: PositiveFloat = checked(PositiveFloat, default=60.0)
     restart_backoff_seconds: PositiveFloat = checked(PositiveFloat, default=1.0)

@@ -34,6 +34,7 @@ import httpx
 from rock_core.engine import fencing
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
+from rock_core.engine.leadership import LEASE_TTL, Role
 from rock_core.engine.live import (
     LABEL_ENGINE,
     LABEL_ENGINE_ID,
@@ -47,7 +48,7 @@ from rock_core.engine.removals import Removals
 from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import InvalidParameter, SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
-from rock_core.rocklet_client import new_http_client
+from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, Event, State
@@ -58,10 +59,8 @@ if TYPE_CHECKING:
     from rock_core.plugins import Plugins
     from rock_core.records import RecordStore
 
-__all__ = ["LEASE_TTL", "Call", "EngineCore"]
+__all__ = ["Call", "EngineCore"]
 
-#: Seconds a taking or renewal of a cluster's lease lasts (see rock_core.engine.leadership).
-LEASE_TTL = 3.0
 
 _NOT_OPEN = "the engine is not open: use `async with SandboxManager(...)`"
 _FINISHED = (PhaseStatus.SUCCESS, PhaseStatus.FAILED, PhaseStatus.TIMEOUT)
@@ -122,6 +121,12 @@ class EngineCore:
         self._tg: anyio.abc.TaskGroup | None = None
         #: The lease of this engine's cluster (``config.cluster``), once open; else ``None``.
         self.lease: Leadership | None = None
+        #: What this engine is in its cluster (leader or follower), while open in one.
+        self.role: Role | None = None
+        #: A follower's clients of the sandboxes it called into (engine/following.py).
+        self.followed: dict[str, RockletClient] = {}
+        #: Calls into sandboxes this engine does not hold, not yet reported to the leader.
+        self._unreported: dict[str, float] = {}
 
     # -- opening and closing ------------------------------------------------------------------
 
@@ -155,7 +160,9 @@ class EngineCore:
         cluster = self.config.cluster
         if cluster is None:
             return None
-        lease = self.store.leadership(f"cluster:{cluster}", self.engine_id, LEASE_TTL)
+        lease = self.store.leadership(
+            f"cluster:{cluster}", self.engine_id, LEASE_TTL, self.config.cluster_address
+        )
         if lease is None:
             raise InvalidParameter(
                 f"cluster: {cluster!r} needs a record store that holds a lease (store = "
@@ -382,10 +389,32 @@ class EngineCore:
             return bool(self._in_flight.get(sandbox_id))
 
     def touch(self, sandbox_id: str) -> None:
-        """Count activity on ``sandbox_id`` (resets its idle timer); unknown ids are ignored."""
+        """Count activity on ``sandbox_id`` (resets its idle timer). In a cluster, a sandbox
+        this engine does not hold is the leader's: its activity is reported to it
+        (engine/following.py); elsewhere unknown ids are ignored."""
         live = self.live.get(sandbox_id)
         if live is not None:
             live.activity = time.time()
+        elif self.lease is not None:
+            with self._in_flight_lock:
+                self._unreported[sandbox_id] = time.time()
+
+    def take_unreported(self) -> dict[str, float]:
+        """The activity of sandboxes this engine does not hold, since the last take."""
+        with self._in_flight_lock:
+            taken, self._unreported = self._unreported, {}
+        return taken
+
+    def unreport(self, activity: dict[str, float]) -> None:
+        """Put back activity a report failed to deliver (newer activity wins)."""
+        with self._in_flight_lock:
+            for sandbox_id, at in activity.items():
+                self._unreported[sandbox_id] = max(at, self._unreported.get(sandbox_id, at))
+
+    def calls_in_flight(self) -> list[str]:
+        """The sandboxes a call is running in now."""
+        with self._in_flight_lock:
+            return list(self._in_flight)
 
 
 class Call:

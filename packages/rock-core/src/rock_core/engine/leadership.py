@@ -38,7 +38,6 @@ import anyio
 import anyio.abc
 
 from rock_core.engine import fencing
-from rock_core.engine.core import LEASE_TTL
 from rock_core.errors import RockError
 from rock_core.leadership import Leadership
 
@@ -46,6 +45,8 @@ __all__ = ["LEASE_TTL", "RENEW_INTERVAL", "RETRY_INTERVAL", "Role", "lead"]
 
 log = logging.getLogger("rock.engine")
 
+#: Seconds a taking or renewal of a cluster's lease lasts.
+LEASE_TTL = 3.0
 #: Seconds between renewals by the leader.
 RENEW_INTERVAL = 1.0
 #: Seconds between a follower's tries to take the lease.
@@ -73,8 +74,11 @@ class Role:
         return self.fence is not None and self.fence.valid()
 
 
-async def lead(role: Role, background: Background) -> None:
-    """For the engine's life: take the lease, run ``background`` while it holds, follow."""
+async def lead(
+    role: Role, background: Background, on_lost: Callable[[], None] | None = None
+) -> None:
+    """For the engine's life: take the lease, run ``background`` while it holds, follow;
+    ``on_lost()`` once the background work of a lost lease has ended."""
     leadership = role.leadership
     while True:
         began = time.monotonic()
@@ -94,6 +98,8 @@ async def lead(role: Role, background: Background) -> None:
                 with anyio.CancelScope(shield=True):
                     await _ask(role, functools.partial(leadership.release, epoch), None, 1.0)
         log.warning("lost the lease of epoch %d: a follower now", epoch)
+        if on_lost is not None:
+            on_lost()
 
 
 async def _hold(role: Role, fence: fencing.Fence, background: Background) -> None:

@@ -16,28 +16,20 @@ and the one path by which a record changes (:meth:`EngineCore.apply
 <rock_core.engine.core.EngineCore.apply>`: the state machine of :mod:`rock_core.states`, written
 to the store at once, announced to plugins with ``rock_sandbox_transition``) live in the
 engine's core, :class:`~rock_core.engine.core.EngineCore`, which this facade builds and hands
-to each job. A job is a module of functions that receive the core; no job imports this module:
+to each job. A job is a module of functions that receive the core; no job imports this module.
 
-- :mod:`~rock_core.engine.admission`: what a start may ask for (maximums, quota) and the spec
-  its unit is made from;
-- :mod:`~rock_core.engine.bringup`: create/start/readiness of a unit, and ``running``;
-- :mod:`~rock_core.engine.starting`: the start pipeline (``pending`` record, queue slot or
-  claim, the start's budget and failure, ``wait_until_running``, ``restart``);
-- :mod:`~rock_core.engine.claims`: warm pools as the engine runs them (``set_warm_pool``,
-  ``warmup``, ``wait_warm``) and the claim that serves a start from one;
-- :mod:`~rock_core.engine.stopping`: ``stop`` and ``delete``, and the post-stop policy;
-- :mod:`~rock_core.engine.archiving`: ``archive``, and the restore behind ``restart`` of an
-  archived sandbox;
-- :mod:`~rock_core.engine.crash_restarts`: restarts after a crash, by restart policy;
-- :mod:`~rock_core.engine.recovery`: taking back this owner's sandboxes after a restart;
-- :mod:`~rock_core.engine.reaping`: the sweep of orphans and stale pool members, and removing
-  everything at close (with :mod:`~rock_core.engine.owners`, which judges owners);
-- :mod:`~rock_core.engine.timers`: idle stop, auto-delete and the disk watch;
-- :mod:`~rock_core.engine.reconcile`: the reconcile loop and the runtime's event watch;
-- :mod:`~rock_core.engine.monitoring`: the resource-use sampler;
-- :mod:`~rock_core.engine.extensions`: the runtime, archive store and environment providers
-  built from plugins;
-- :mod:`~rock_core.engine.leadership`: in a cluster, the background work only while leader.
+Its jobs: :mod:`~rock_core.engine.admission` (what a start may ask for, the unit's spec),
+:mod:`~rock_core.engine.bringup` (a unit made, started, ready), :mod:`~rock_core.engine.starting`
+(the start pipeline, ``wait_until_running``, ``restart``), :mod:`~rock_core.engine.claims` (warm
+pools, claims), :mod:`~rock_core.engine.stopping` (``stop``, ``delete``, the post-stop policy),
+:mod:`~rock_core.engine.archiving` (``archive``, restore), :mod:`~rock_core.engine.crash_restarts`
+(by restart policy), :mod:`~rock_core.engine.recovery` (taking sandboxes back),
+:mod:`~rock_core.engine.reaping` and :mod:`~rock_core.engine.owners` (orphans, removal at
+close), :mod:`~rock_core.engine.timers` (idle stop, auto-delete, the disk watch),
+:mod:`~rock_core.engine.reconcile` (the records against the runtime),
+:mod:`~rock_core.engine.monitoring` (resource use), :mod:`~rock_core.engine.extensions` (parts
+built from plugins), and in a cluster :mod:`~rock_core.engine.leadership` (background work only
+while leader) and :mod:`~rock_core.engine.following` (what a member serves while another leads).
 
 It answers with its own types, :class:`~rock_core.models.SandboxRecord` and
 :class:`~rock_core.models.SandboxStatus`; the admin and the SDK build ROCK's wire models from them
@@ -48,10 +40,11 @@ for the sandbox (and counts the call as activity for the idle timer).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -62,6 +55,7 @@ from rock_core.engine import (
     archiving,
     claims,
     extensions,
+    following,
     leadership,
     monitoring,
     reaping,
@@ -103,6 +97,20 @@ __all__ = [
     "new_rocklet_token",
     "process_owner",
 ]
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def _leader_only(method: F) -> F:
+    """In a cluster, ``method`` is refused unless this engine leads, and runs under its fence."""
+
+    @functools.wraps(method)
+    async def call(self: SandboxManager, *args: Any, **kwargs: Any) -> Any:
+        with following.leader_only(self._core, method.__name__):
+            return await method(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 class SandboxManager:
@@ -192,8 +200,10 @@ class SandboxManager:
         if core.lease is None:
             await self._background(tg)
         else:  # only while this engine leads its cluster (engine/leadership.py)
-            self.role = leadership.Role(core.lease)
-            tg.start_soon(leadership.lead, self.role, self._background)
+            self.role = core.role = leadership.Role(core.lease)
+            forget = functools.partial(following.forget, core)
+            tg.start_soon(leadership.lead, self.role, self._background, forget)
+            tg.start_soon(following.report_loop, core)
         return self
 
     async def _background(self, tg: anyio.abc.TaskGroup) -> None:
@@ -247,6 +257,7 @@ class SandboxManager:
 
     # -- start (engine/starting.py) ------------------------------------------------------------
 
+    @_leader_only
     async def start_async(
         self,
         request: SandboxStartRequest,
@@ -309,13 +320,13 @@ class SandboxManager:
     ) -> SandboxStatus:
         """Wait for the current start of ``sandbox_id`` to finish; return its running status.
 
-        :raises InternalServerRockError: the start failed: ``"Failed to start sandbox because
-            image_pull: Failed to pull image ..."`` (the phase and its message), or the
-            sandbox was stopped before it ran.
+        :raises InternalServerRockError: the start failed (``"Failed to start sandbox because
+            image_pull: ..."``), or the sandbox was stopped before it ran.
         :raises StartupTimeout: ``timeout`` seconds passed first (the start goes on).
         """
         return await starting.wait_until_running(self._core, sandbox_id, timeout)
 
+    @_leader_only
     async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
         """Start a stopped sandbox again in its own unit: files kept, sessions gone. An archived
         sandbox is restored from its archive (``pending`` until it runs; a failed or timed-out
@@ -330,13 +341,10 @@ class SandboxManager:
 
     # -- archive and restore (engine/archiving.py) ---------------------------------------------
 
+    @_leader_only
     async def archive(self, sandbox_id: str) -> None:
-        """Start archiving a stopped sandbox into the engine's archive store; return at once.
-
-        In the background, under ``archive_timeout``: the runtime's snapshot of its unit (phase
-        ``image_archive``) and its output (``log_archive``) are stored, then the unit is removed
-        and the sandbox is ``archived``. On a failure or timeout the stored parts are deleted and
-        the sandbox is ``stopped`` again with the reason, its unit untouched. :meth:`restart`
+        """Start archiving a stopped sandbox into the engine's archive store; return at once
+        (the steps and failures: :func:`rock_core.engine.archiving.archive`). :meth:`restart`
         restores it; :meth:`delete` deletes its archive.
 
         :raises SandboxNotFound: unknown id.
@@ -347,18 +355,15 @@ class SandboxManager:
 
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
+    @_leader_only
     async def set_warm_pool(
         self, request: SandboxStartRequest, size: int, *, tenant: str | None = None
     ) -> str:
         """Keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
 
-        Starts of that kind (same image, pull policy, sizes, CPUs, environment and runtime
-        options) are then served from the pool: renamed and checked in one round trip. Calling
-        again with another size resizes the pool (surplus members are removed); ``size`` 0
-        removes it. Filling happens in the background, only while no ordinary start waits.
-        Any tenant's start may claim a member (members are fresh, never used); the claimed
-        sandbox is the claiming tenant's, counted by its quota. A pool of a network group
-        (``tenant``: whose, default this engine's owner) serves only that tenant's starts.
+        Starts of that kind are then served from the pool (:mod:`rock_core.engine.claims`);
+        another size resizes it, 0 removes it. A pool of a network group (``tenant``: whose,
+        default this engine's owner) serves only that tenant's starts.
 
         :raises InvalidParameter: a bad request, a spec above the engine's maximum, or a size
             below 0.
@@ -366,6 +371,7 @@ class SandboxManager:
         """
         return await claims.set_warm_pool(self._core, request, size, tenant)
 
+    @_leader_only
     async def warmup(
         self, request: SandboxStartRequest, size: int | None = None, *, tenant: str | None = None
     ) -> str | None:
@@ -392,6 +398,7 @@ class SandboxManager:
 
     # -- stop and delete (engine/stopping.py) --------------------------------------------------
 
+    @_leader_only
     async def stop(self, sandbox_id: str, reason: str = "manual") -> None:
         """Stop a sandbox (ROCK: unknown id and already stopped are not errors).
 
@@ -400,11 +407,10 @@ class SandboxManager:
         """
         await stopping.stop(self._core, sandbox_id, reason)
 
+    @_leader_only
     async def delete(self, sandbox_id: str) -> None:
-        """Delete a stopped or archived sandbox and its unit or archive (unknown or deleted: no-op).
-
-        A sandbox being archived has its archive cancelled first (its partial objects deleted),
-        then it is deleted with its unit.
+        """Delete a stopped or archived sandbox and its unit or archive (unknown or deleted:
+        no-op); an archive under way is cancelled first (its partial objects deleted).
 
         :raises InvalidTransition: the sandbox is pending or running: stop it first.
         :raises InternalServerRockError: the archive store failed to delete an archive (the
@@ -415,13 +421,9 @@ class SandboxManager:
     # -- recovery and reaping (engine/recovery.py, engine/reaping.py) --------------------------
 
     async def recover(self) -> int:
-        """Take back the sandboxes this owner's store lists as not deleted; return how many.
-
-        After a restart of the process (an admin killed with ``kill -9``), each record is
-        matched with its unit by label: a running sandbox whose rocklet answers is usable again;
-        one whose unit died or vanished meanwhile, and one whose start the restart interrupted,
-        is recorded as stopped with that reason. Nothing is left pending or unknown.
-        """
+        """Take back the sandboxes this owner's store lists as not deleted (after a restart of
+        the process, or on taking a cluster's lease); return how many. See
+        :mod:`~rock_core.engine.recovery`: nothing is left pending or unknown."""
         return await recovery.recover(self._core)
 
     async def reap_orphans(self) -> int:
@@ -439,11 +441,8 @@ class SandboxManager:
         await timers.run_timers(self._core, at)
 
     async def reconcile(self) -> None:
-        """Compare every running sandbox with its unit; one that died is recorded as stopped.
-
-        One ``list`` of this owner's units per call; only units the listing does not show running
-        (or whose state it does not give) are inspected, for their exit code and reason.
-        """
+        """Compare every running sandbox with its unit; one that died is recorded as stopped
+        (one ``list`` of this owner's units per call)."""
         await reconcile.reconcile(self._core)
 
     async def unit_gone(self, sandbox_id: str, status: RuntimeStatus) -> None:
@@ -451,13 +450,9 @@ class SandboxManager:
         await reconcile.unit_gone(self._core, sandbox_id, status)
 
     async def check_disk(self) -> list[str]:
-        """One look at the disk use of every running sandbox (one runtime call for all of them);
-        stop those past their ``disk`` limit, keeping their files. Return the ids stopped.
-
-        Only sandboxes whose limit the runtime cannot enforce itself are measured (see
-        :meth:`~rock_core.runtime.Runtime.disk_usage`). Each is stopped with the reason
-        ``"disk limit exceeded: ..."`` and its unit kept for ``disk_keep_seconds`` (or longer,
-        as its own policy says), so its files can be inspected or the sandbox restarted.
+        """One look at the disk use of every running sandbox whose limit the runtime cannot
+        enforce; stop those past it, keeping their files (:func:`rock_core.engine.timers.
+        check_disk`). Return the ids stopped.
 
         :raises NotSupported: the runtime cannot measure disk use.
         """
@@ -577,6 +572,11 @@ class SandboxManager:
         :raises BadRequestRockError: the sandbox is still starting.
         """
         live = self._core.live.get(sandbox_id)
+        if live is None and self._core.role is not None:  # a sandbox of the cluster's leader
+            client = following.client(self._core, sandbox_id, attempted)
+            if activity:
+                self._core.touch(sandbox_id)
+            return client
         if live is None or live.client is None or live.record.state is not State.RUNNING:
             record = live.record if live is not None else self.get_record(sandbox_id)
             raise not_running_error(record, attempted)

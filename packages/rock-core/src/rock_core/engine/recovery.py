@@ -99,7 +99,13 @@ async def adopt(core: EngineCore, live: LiveSandbox) -> str | None:
     live.client = client
     live.activity = time.time()
     mapping = await open_ports(core, live, client, status)
-    core.save(attrs.evolve(record, port_mapping=mapping or dict(record.port_mapping)))
+    core.save(
+        attrs.evolve(
+            record,
+            port_mapping=mapping or dict(record.port_mapping),
+            rocklet_address=(client.host, client.port),
+        )
+    )
     if record.state is State.PENDING:  # its start was cut short just before the end: finish it
         core.set_phase(
             record.sandbox_id,

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import anyio
 
-from rock_core.engine import archiving
+from rock_core.engine import archiving, following
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
@@ -68,6 +68,17 @@ async def run_timers(core: EngineCore, at: float | None = None) -> None:
             due.append(sandbox_id)
         elif archiving.archive_due(core, live, now):
             archives.append(sandbox_id)
+
+    if expired and core.lease is not None:  # calls other admins of the cluster served count
+        reported = await following.reported_activity(core, expired)
+        for sandbox_id, at in reported.items():
+            live = core.live[sandbox_id]
+            live.activity = max(live.activity, at)
+        expired = [
+            i
+            for i in expired
+            if now_ts > core.live[i].activity + (core.live[i].record.spec.auto_clear_seconds or 0)
+        ]
 
     async def auto_archive(sandbox_id: str) -> None:
         try:

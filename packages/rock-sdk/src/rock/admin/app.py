@@ -74,6 +74,7 @@ from rock.admin.key_gate import (
     scope_tenant,
     unknown_sandbox,
 )
+from rock.admin.leader_forward import LeaderForward
 from rock.admin.metrics import Metrics
 from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
 from rock.admin.plugin_routes import check_plugin_routes, plugin_endpoint
@@ -211,6 +212,15 @@ class AdminApp:
             sockets=SandboxSockets(access),
         )
         self.asgi = self.proxy
+        # In a cluster, what only the leader does goes to it (rock.admin.leader_forward).
+        self.leader_forward = LeaderForward(
+            self.asgi,
+            for_leader=_leader_paths(self.routes, self.plugin_routes),
+            manager=lambda: self._manager,
+            own_url=settings.url,
+            max_body=settings.max_json_body,
+        )
+        self.asgi = self.leader_forward
         if self.keys:
             self.asgi = ApiKeyGate(self.asgi, keys=self.keys, metrics=self.metrics)
         # Outermost, keys or not: a web page (foreign Origin, or a rebound DNS name) never
@@ -264,6 +274,11 @@ class AdminApp:
             engine_config = attrs.evolve(
                 engine_config, rocklet_url=NonBlankStr(f"{self.settings.url}/rocklet.pyz")
             )
+        if engine_config.cluster is not None and engine_config.cluster_address is None:
+            # where the other admins of the cluster send what only the leader does
+            engine_config = attrs.evolve(
+                engine_config, cluster_address=NonBlankStr(self.settings.url)
+            )
         async with SandboxManager(
             engine_config,
             runtime=self._runtime,
@@ -283,6 +298,7 @@ class AdminApp:
                 yield
             finally:
                 await self.proxy.aclose()
+                await self.leader_forward.aclose()
                 log.info("rock admin shutting down; running sandboxes keep running")
                 self._manager = None
                 self.metrics.attach(None)
@@ -475,3 +491,16 @@ def create_app(
 ) -> AdminApp:
     """The admin app for ``settings`` (see :class:`AdminApp`)."""
     return AdminApp(settings, manager, runtime=runtime)
+
+
+def _leader_paths(routes: list[Route], plugin_routes: list[Any]) -> Callable[[str], bool]:
+    """Whether a path is one only a cluster's leader serves: the routes marked ``leader`` and
+    every plugin route (a plugin's state lives with the engine that serves it)."""
+    paths = [r.path for r in routes if r.leader] + [r.path for r in plugin_routes]
+    exact = frozenset(p for p in paths if "{" not in p)
+    patterns = [
+        re.compile("^" + re.sub(r"\\{\w+\\}", "[^/]+", re.escape(p)) + "$")
+        for p in paths
+        if "{" in p
+    ]
+    return lambda path: path in exact or any(p.match(path) for p in patterns)

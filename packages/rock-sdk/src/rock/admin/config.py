@@ -195,7 +195,10 @@ class AdminSettings:
 
     @property
     def owner(self) -> str:
-        """The ``rock.owner`` label of the admin's sandboxes: never reaped as a dead process's."""
+        """The ``rock.owner`` label of the admin's sandboxes: never reaped as a dead process's.
+        The admins of one cluster share one (``cluster:<name>``): the leader holds them all."""
+        if self.engine.cluster is not None:
+            return f"cluster:{self.engine.cluster}"
         return f"admin:{self.engine.store_path}"
 
 

@@ -32,6 +32,8 @@ class Route:
     :param result: the model in the envelope's ``result`` (or of the raw answer).
     :param kind: ``envelope`` (ROCK's JSON envelope), ``ndjson`` or ``bytes`` (streams).
     :param failure: the envelope's ``message`` when the engine fails (ROCK's wording).
+    :param leader: only a cluster's leader makes it (it changes the cluster's sandboxes): an
+        admin that does not lead sends it on to the leader (:mod:`rock.admin.leader_forward`).
     :param activity: whether a call counts as activity of the sandbox it names (its idle timer
         restarts, and it is never idle-stopped while the call runs). Reads (status, liveness,
         statistics, listings) do not: a dashboard or a trainer's waits must not keep an idle
@@ -51,6 +53,7 @@ class Route:
     kind: str = "envelope"
     failure: str = ""
     activity: bool = True
+    leader: bool = False
 
     @property
     def path_params(self) -> list[str]:

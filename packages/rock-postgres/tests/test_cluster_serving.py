@@ -1,0 +1,137 @@
+"""Two real admins of one cluster on one PostgreSQL database both serve (issue #24 point 2):
+a sandbox started through one admin is driven, read and stopped through the other; a start
+sent to the follower is made by the leader (one sandbox, one container); calls into a sandbox
+that only the follower served keep it from being stopped as idle, and once they stop, the
+leader stops it."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+
+from rock.actions import Command, ReadFileRequest, WriteFileRequest
+from rock.sdk.sandbox.client import Sandbox
+from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.errors import SandboxNotFound
+from rock_core.testing import eventually
+from rock_postgres.testing import AdminProcess, postgres_url  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+HANG = 90  # a guard against a hang; nothing waits for it to pass
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
+    """The cluster's (leader, follower), both serving."""
+    started = [AdminProcess(tmp_path / name, postgres_url) for name in ("a", "b")]
+    try:
+        for admin in started:
+            admin.wait_serving()
+        leader = eventually(
+            lambda: next((a for a in started if a.epochs_led()), None),
+            what="a leader",
+            timeout=HANG,
+        )
+        follower = started[1] if leader is started[0] else started[0]
+        yield leader, follower
+    finally:
+        for admin in started:
+            admin.end()
+
+
+def _containers(sandbox_id: str) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=rock.sandbox_id={sandbox_id}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return out.split()
+
+
+def _sandbox(url: str, **fields: object) -> Sandbox:
+    config = SandboxConfig(image="python:3.11", base_url=url, memory="512m", cpus=0.5, **fields)
+    return Sandbox(config)
+
+
+async def test_a_sandbox_started_through_one_admin_is_driven_through_the_other(
+    admins: tuple[AdminProcess, AdminProcess],
+) -> None:
+    leader, follower = admins
+    # Started through the follower: the leader makes it (the follower forwards the start).
+    first = _sandbox(follower.url)
+    await first.start()
+    sandbox_id = first.sandbox_id
+    assert sandbox_id is not None
+    try:
+        assert len(_containers(sandbox_id)) == 1
+        # Driven through the follower (served from the shared store, straight to its rocklet)
+        # and through the leader, each seeing what the other wrote.
+        second = _sandbox(leader.url)
+        await second.attach(sandbox_id)
+        await first.write_file(WriteFileRequest(content="from the follower", path="/tmp/f.txt"))
+        assert (await second.read_file(ReadFileRequest(path="/tmp/f.txt"))).content == (
+            "from the follower"
+        )
+        await second.write_file(WriteFileRequest(content="from the leader", path="/tmp/l.txt"))
+        answer = await first.execute(Command(command=["cat", "/tmp/l.txt"]))
+        assert answer.stdout == "from the leader"
+        assert (await first.get_status()).status == (await second.get_status()).status
+        # Stopped through the follower: the leader stops it, both see it.
+        await first.stop()
+        for url in (follower.url, leader.url):
+            status = httpx.get(
+                f"{url}/apis/envs/sandbox/v1/get_status",
+                params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+                timeout=30,
+            ).json()
+            assert status["result"]["state"] in ("stopped", "deleted"), status
+        with pytest.raises(SandboxNotFound):
+            await second.execute(Command(command=["true"]))
+        eventually(lambda: _containers(sandbox_id), until=lambda found: not found, timeout=HANG)
+    finally:
+        await first.close()
+
+
+async def test_calls_only_the_follower_served_keep_a_sandbox_from_the_leaders_idle_stop(
+    admins: tuple[AdminProcess, AdminProcess],
+) -> None:
+    leader, follower = admins
+    sandbox = _sandbox(leader.url, auto_clear_seconds=4)
+    await sandbox.start()
+    sandbox_id = sandbox.sandbox_id
+    assert sandbox_id is not None
+    driven = _sandbox(follower.url)
+    await driven.attach(sandbox_id)
+    try:
+        # For 10 s (two and a half idle periods), calls only through the follower.
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            assert (await driven.execute(Command(command=["true"]))).exit_code == 0
+            await anyio.sleep(1)
+        # Left alone, the leader stops it as idle.
+        eventually(
+            lambda: httpx.get(
+                f"{follower.url}/apis/envs/sandbox/v1/get_status",
+                params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+                timeout=30,
+            ).json()["result"],
+            until=lambda result: result["state"] != "running",
+            what="the idle stop",
+            timeout=HANG,
+        )
+    finally:
+        await sandbox.close()
+        await driven.close()
