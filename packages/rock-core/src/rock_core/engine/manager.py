@@ -268,28 +268,25 @@ class SandboxManager:
         cluster: str | None = None,
         tenant: str | None = None,
         quota: Quota | None = None,
+        idempotency_key: str | None = None,
     ) -> SandboxRecord:
         """Accept a start: record it as ``pending``, queue it, and return at once.
 
         ``user_id`` ... ``cluster`` are ROCK's identity headers. ``tenant`` is the namespace the
         sandbox belongs to (default: this engine's :attr:`owner`; see :mod:`rock_core.tenancy`),
         ``quota`` what that tenant may hold at once. Poll :meth:`get_status` or await
-        :meth:`wait_until_running` to see it become ``running``.
+        :meth:`wait_until_running` to see it become ``running``. ``idempotency_key``: a start
+        with a key the tenant used before answers that start's sandbox, whatever its state.
 
-        :raises InvalidParameter: a bad size, CPU count, id, or a spec above the configured maximum.
+        :raises InvalidParameter: a bad size, CPU count, id, key, or a spec above the maximum.
         :raises SandboxAlreadyExists: a sandbox that is not deleted already has the requested id.
         :raises QuotaExceeded: the start would take the tenant past ``quota``.
         """
         return await starting.start_async(
-            self._core,
-            request,
-            user_id=user_id,
-            experiment_id=experiment_id,
-            namespace=namespace,
-            cluster=cluster,
-            tenant=tenant,
-            quota=quota,
-        )
+            self._core, request, user_id=user_id, experiment_id=experiment_id,
+            namespace=namespace, cluster=cluster, tenant=tenant, quota=quota,
+            idempotency_key=idempotency_key,
+        )  # fmt: skip
 
     async def start(
         self,
@@ -301,17 +298,13 @@ class SandboxManager:
         cluster: str | None = None,
         tenant: str | None = None,
         quota: Quota | None = None,
+        idempotency_key: str | None = None,
     ) -> SandboxStatus:
         """:meth:`start_async`, then wait until the sandbox runs (or its start fails)."""
         started = await self.start_async(
-            request,
-            user_id=user_id,
-            experiment_id=experiment_id,
-            namespace=namespace,
-            cluster=cluster,
-            tenant=tenant,
-            quota=quota,
-        )
+            request, user_id=user_id, experiment_id=experiment_id, namespace=namespace,
+            cluster=cluster, tenant=tenant, quota=quota, idempotency_key=idempotency_key,
+        )  # fmt: skip
         assert started.sandbox_id is not None
         return await self.wait_until_running(started.sandbox_id)
 

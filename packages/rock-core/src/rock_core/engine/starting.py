@@ -13,10 +13,15 @@ task then takes no claim, no queue slot and no unit. :func:`restart` (of a stopp
 sandbox, by its caller) runs the same pipeline again on the sandbox's own unit, or restores an
 archived one (:mod:`~rock_core.engine.archiving`); the restart of a crashed sandbox by its
 restart policy is :mod:`~rock_core.engine.crash_restarts`'.
+
+A start may carry an idempotency key (the admin's ``Idempotency-Key`` header): a second start
+with the same key by the same tenant answers the first one's sandbox instead of starting another
+(:func:`_keyed_start`), so a client may send a start again after a connection error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import socket
 import time
@@ -49,14 +54,46 @@ from rock_core.models import (
     NonBlankStr,
     PhaseStatus,
     SandboxRecord,
+    SandboxSpec,
     SandboxStatus,
 )
 from rock_core.states import LIVE_STATES, Event, State
 from rock_core.tenancy import Quota
 
-__all__ = ["restart", "run_start", "start_async", "wait_until_running"]
+__all__ = [
+    "IDEMPOTENCY_METADATA_KEY",
+    "idempotency_digest",
+    "idempotency_key_problem",
+    "restart",
+    "run_start",
+    "start_async",
+    "wait_until_running",
+]
 
 log = logging.getLogger("rock.engine")
+
+IDEMPOTENCY_METADATA_KEY = "rock.idempotency_key"
+"""The metadata key of a keyed start's record: :func:`idempotency_digest` of its tenant and key."""
+
+MAX_IDEMPOTENCY_KEY = 200
+
+
+def idempotency_key_problem(key: str) -> str | None:
+    """Why ``key`` is no idempotency key (blank, longer than 200 characters, or holding a
+    character that is not printable ASCII), or ``None``."""
+    if not key.strip():
+        return "a blank key"
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        return f"at most {MAX_IDEMPOTENCY_KEY} characters, got {len(key)}"
+    if not all(" " <= c <= "~" for c in key):
+        return "printable ASCII characters only"
+    return None
+
+
+def idempotency_digest(tenant: str, key: str) -> str:
+    """The id of the sandbox a start keyed ``key`` by ``tenant`` makes (when it names none):
+    32 hex characters of a SHA-256, so two tenants' equal keys never meet."""
+    return hashlib.sha256(f"{tenant}\0{key}".encode()).hexdigest()[:32]
 
 
 async def start_async(
@@ -65,6 +102,7 @@ async def start_async(
     *,
     tenant: str | None = None,
     quota: Quota | None = None,
+    idempotency_key: str | None = None,
     **identity: str | None,
 ) -> SandboxRecord:
     """:meth:`SandboxManager.start_async <rock_core.engine.manager.SandboxManager.start_async>`:
@@ -72,12 +110,28 @@ async def start_async(
 
     ``tenant``: the sandbox's namespace (default: the engine's owner); ``quota``: what that
     tenant may hold at once (:func:`check_quota`). ``identity``: ROCK's identity headers
-    (``user_id``, ``experiment_id``, ``namespace``, ``cluster``).
+    (``user_id``, ``experiment_id``, ``namespace``, ``cluster``). ``idempotency_key``: see
+    :func:`_keyed_start`.
     """
     tg = core.task_group()
     spec = attrs.evolve(spec_from_start_request(request, **identity), tenant=tenant or core.owner)
+    if IDEMPOTENCY_METADATA_KEY in spec.metadata:
+        raise InvalidParameter(
+            f"metadata: {IDEMPOTENCY_METADATA_KEY!r} is reserved for the engine",
+            field="metadata",
+            value=IDEMPOTENCY_METADATA_KEY,
+            attempted="start",
+        )
     validate(core, spec)
-    sandbox_id = NonBlankStr(spec.sandbox_id or uuid.uuid4().hex)
+    digest = None
+    if idempotency_key is not None:
+        # No await from here until the record is live: a second start with this key finds it.
+        digest = idempotency_digest(spec.tenant or core.owner, idempotency_key)
+        earlier = _keyed_start(core, spec, idempotency_key, digest)
+        if earlier is not None:
+            return earlier
+        spec = attrs.evolve(spec, metadata={**spec.metadata, IDEMPOTENCY_METADATA_KEY: digest})
+    sandbox_id = NonBlankStr(spec.sandbox_id or digest or uuid.uuid4().hex)
     why = core.runtime.sandbox_id_problem(sandbox_id)
     if why is not None:
         raise InvalidParameter(
@@ -113,6 +167,54 @@ async def start_async(
     core.save(record)
     _hand_to_task(tg, core, live, reuse=False)
     return record
+
+
+def _keyed_start(
+    core: EngineCore, spec: SandboxSpec, key: str, digest: str
+) -> SandboxRecord | None:
+    """The record of the sandbox an earlier start with this idempotency key made, whatever its
+    state (the start is not made again), or ``None``: this start is the first.
+
+    The sandbox's id is the one the request names, else ``digest`` (the tenant's and the key's).
+    An earlier start is a sandbox of that id, of the same tenant, recorded with the same
+    ``digest``; a sandbox of that id that is not is refused further on as before
+    (:class:`SandboxAlreadyExists`).
+
+    :raises InvalidParameter: the key (``idempotency_key_problem``), or a request naming a
+        sandbox_id while the key already made the sandbox ``digest``.
+    """
+    why = idempotency_key_problem(key)
+    if why is not None:
+        raise InvalidParameter(
+            f"idempotency_key: {why} ({key!r})",
+            field="idempotency_key",
+            value=key,
+            attempted="start",
+        )
+
+    def made_by_key(sandbox_id: str) -> SandboxRecord | None:
+        live = core.live.get(sandbox_id)
+        record = live.record if live is not None else core.store.get(sandbox_id)
+        if (
+            record is not None
+            and record.spec.tenant == spec.tenant
+            and record.spec.metadata.get(IDEMPOTENCY_METADATA_KEY) == digest
+        ):
+            return record
+        return None
+
+    earlier = made_by_key(spec.sandbox_id or digest)
+    if earlier is not None or spec.sandbox_id is None or spec.sandbox_id == digest:
+        return earlier
+    if made_by_key(digest) is not None:
+        raise InvalidParameter(
+            f"sandbox_id: {spec.sandbox_id!r} differs from sandbox {digest}, which an earlier "
+            f"start with the same idempotency key {key!r} made without naming an id",
+            field="sandbox_id",
+            value=spec.sandbox_id,
+            attempted="start",
+        )
+    return None
 
 
 def _hand_to_task(
