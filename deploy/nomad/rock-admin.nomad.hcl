@@ -1,9 +1,13 @@
 # rock's admin as a Nomad service, placing every sandbox as a Nomad job of its own (the `nomad`
-# runtime of rock-nomad). See README.md next to this file (and packages/rock-nomad/README.md,
-# "On a real cluster") for the token, the namespace and the ports that must be reachable.
+# runtime of rock-nomad). Two admins (count = 2, on two nodes) keep their records in one
+# PostgreSQL database and form one cluster (`[engine] cluster`): one leads and runs the
+# background work, both answer calls, and the other takes over within seconds when the leader
+# dies. See README.md next to this file (and packages/rock-nomad/README.md, "On a real cluster")
+# for the token, the namespace, the database and the ports that must be reachable.
 #
 #   nomad var put -namespace default nomad/jobs/rock-admin \
 #       nomad_token=<secret of a token with the rock-sandboxes policy> \
+#       postgres_url='postgresql://rock:<password>@<database address>:5432/rock' \
 #       api_keys='team-a=sha256:<hex>' \
 #       nomad_ca=@tls/nomad-agent-ca.pem nomad_client_cert=@tls/rock-admin.pem \
 #       nomad_client_key=@tls/rock-admin-key.pem
@@ -45,6 +49,18 @@ variable "sandbox_network" {
   description = "The isolated Docker network client-setup.sh made on every client (plugins.nomad.sandbox_network)."
 }
 
+variable "admins" {
+  type        = number
+  default     = 2
+  description = "How many admins run, each on a node of its own (one leads; the others answer calls and take over)."
+}
+
+variable "cluster" {
+  type        = string
+  default     = "rock-admin"
+  description = "The cluster's name ([engine] cluster): the admins sharing it on one database elect one leader."
+}
+
 variable "port" {
   type        = number
   default     = 8080
@@ -56,7 +72,22 @@ job "rock-admin" {
   datacenters = var.datacenters
 
   group "admin" {
-    count = 1 # one admin per store: its SQLite records are its own
+    # Two admins on one PostgreSQL database (the Variable's postgres_url), each on a node of
+    # its own: a node's loss leaves the other serving (and leading).
+    count = var.admins
+
+    constraint {
+      operator = "distinct_hosts"
+      value    = "true"
+    }
+
+    # One admin at a time is replaced on an update; the other serves meanwhile.
+    update {
+      max_parallel     = 1
+      health_check     = "checks"
+      min_healthy_time = "10s"
+      healthy_deadline = "5m"
+    }
 
     network {
       mode = "host"
@@ -65,17 +96,16 @@ job "rock-admin" {
       }
     }
 
-    # The records (rock.db) survive a restart or an update of the admin on the same node.
+    # The records are in PostgreSQL: this is the admin's pid file and log only.
     ephemeral_disk {
-      sticky  = true
-      migrate = true
-      size    = 500
+      size = 300
     }
 
     service {
       provider = "nomad"
       name     = "rock-admin"
       port     = "http"
+      # Each admin answers GET /healthz with 200 while it serves, leader or not.
       check {
         type     = "http"
         path     = "/healthz"
@@ -115,6 +145,12 @@ job "rock-admin" {
           [engine]
           runtime = "nomad"
           rocklet_url = "http://{{ env "NOMAD_ADDR_http" }}/rocklet.pyz"
+          # The records: store is ROCK_ENGINE_STORE, the Variable's postgres_url (secrets/admin.env).
+          cluster = "${var.cluster}"
+          # The same path in every allocation: it names the sandboxes' owner (the rock.owner
+          # label, "admin:<store_path>"), so the leader looks after every sandbox of the
+          # cluster. With a store set no file is made there.
+          store_path = "{{ env "NOMAD_ALLOC_DIR" }}/data/rock.db"
 
           [plugins.nomad]
           address = "${var.nomad_address}"
@@ -149,7 +185,9 @@ job "rock-admin" {
       }
 
       # Secrets from the job's own Nomad Variable (readable by this job's workload identity):
-      # the ACL token the admin places sandboxes with, and the SDK clients' API keys.
+      # the ACL token the admin places sandboxes with, the SDK clients' API keys (the same for
+      # both admins: a client's next call may reach either) and the database's URL with its
+      # password.
       template {
         destination = "secrets/admin.env"
         env         = true
@@ -158,6 +196,7 @@ job "rock-admin" {
           {{ with nomadVar "nomad/jobs/rock-admin" }}
           ROCK_PLUGIN_NOMAD_TOKEN={{ .nomad_token }}
           ROCK_ADMIN_API_KEYS={{ .api_keys }}
+          ROCK_ENGINE_STORE={{ .postgres_url }}
           {{ end }}
         EOT
       }
