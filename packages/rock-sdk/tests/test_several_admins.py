@@ -1,5 +1,6 @@
 """Several admin URLs (issue #24 point 4): the SDK moves to the next admin when one cannot be
-reached, and repeats on another admin only the calls that are safe to repeat.
+reached, and repeats on another admin only the calls that are safe to repeat (a start, with its
+Idempotency-Key, is).
 
 Real parts: the suite's ``rock admin serve`` process, a closed port on 127.0.0.1 (a connection
 that is never made), and a small TCP server that reads a request and drops the connection in the
@@ -20,7 +21,9 @@ import pytest
 from rock.sdk._drivers.remote import RemoteDriver, get_remote_driver
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import InvalidConfig, SandboxConfig
-from rock_core.errors import InternalServerRockError, InvalidParameter, SandboxNotFound
+from rock_core.actions import Command
+from rock_core.actions.commands import EXECUTE
+from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.states import State
 
 from .conftest import SMALL, _rock_command, unique_id
@@ -41,6 +44,7 @@ class DroppingServer:
 
     def __init__(self) -> None:
         self.requests: list[str] = []
+        self.keys: list[str] = []  # the Idempotency-Key of each request carrying one
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -60,7 +64,13 @@ class DroppingServer:
                         break
                     head += chunk
                 if head:
-                    self.requests.append(head.split(b"\r\n", 1)[0].decode())
+                    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+                    self.requests.append(lines[0])
+                    self.keys += [
+                        line.split(":", 1)[1].strip()
+                        for line in lines[1:]
+                        if line.lower().startswith("idempotency-key:")
+                    ]
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
 
     def close(self) -> None:
@@ -159,25 +169,36 @@ async def test_a_dead_admin_first_start_commands_and_status_go_through_the_live_
 
 
 @pytest.mark.docker
-async def test_a_start_that_may_have_reached_an_admin_is_not_repeated(
+async def test_a_start_that_may_have_reached_an_admin_moves_on_with_its_key(
     admin: Any, dropping: DroppingServer
 ) -> None:
+    """A start carries an Idempotency-Key: the admin answers a repeated key with the first
+    start's sandbox, so a start that may have reached an admin is safe to send to the next
+    (test_admin_idempotent_start.py: the first admin took it, and one sandbox results)."""
     sandbox_id = unique_id("several-admins")
     sandbox = Sandbox(
         SandboxConfig(**SMALL, sandbox_id=sandbox_id, base_url=[dropping.url, admin.url])
     )
-    with pytest.raises(
-        InternalServerRockError, match=f"rock admin at {dropping.url} is unreachable"
-    ) as info:
-        await sandbox.start()
-    assert "no rock admin answered" not in str(info.value)
-    assert [line.split(" ", 2)[:2] for line in dropping.requests] == [
-        ["POST", "/apis/envs/sandbox/v1/start_async"]
-    ]
-    # The live admin never saw the start.
-    live = RemoteDriver(admin.url)
-    with pytest.raises(SandboxNotFound):
-        await live.get_status(sandbox_id, include_all_states=True)
+    await sandbox.start()
+    try:
+        assert {line.split(" ", 2)[1] for line in dropping.requests} == {
+            "/apis/envs/sandbox/v1/start_async"
+        }
+        assert len(set(dropping.keys)) == 1 and dropping.keys[0]  # one start, one key
+        assert (await sandbox.get_status()).state is State.RUNNING
+        # A command that may have reached an admin is not repeated: it raises naming that URL.
+        dropping.requests.clear()
+        runner = RemoteDriver([dropping.url, admin.url])
+        with pytest.raises(
+            InternalServerRockError, match=f"rock admin at {dropping.url} is unreachable"
+        ) as info:
+            await runner.call(sandbox_id, EXECUTE, Command(command=["echo", "once"]))
+        assert "no rock admin answered" not in str(info.value)
+        assert [line.split(" ", 2)[:2] for line in dropping.requests] == [
+            ["POST", "/apis/envs/sandbox/v1/execute"]
+        ]
+    finally:
+        await sandbox.stop()
 
 
 @pytest.mark.docker

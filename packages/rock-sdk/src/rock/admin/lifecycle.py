@@ -3,10 +3,10 @@
 ``/stop``, ``/delete``, ``/restart``, ``/sandboxes/{sandbox_id}/archive``,
 ``/warmup/tasks``, ``/warm_pools``, ``/sandboxes`` and ``/sandboxes/batch``, and what the admin
 checks of a start request before the engine sees it (the reserved tenant key, ``network="host"``,
-the key's highest priority, the capabilities the key may add). The engine gets the key's tenant
-(the sandbox's namespace) and quota with every start and restart, and checks the quota itself,
-atomically with recording the start. Warm pools are the operator's: only an ``operator`` key (or
-anyone, without keys) sizes, removes or lists them.
+the key's highest priority, the capabilities the key may add, an ``Idempotency-Key`` header).
+The engine gets the key's tenant (the sandbox's namespace) and quota with every start and
+restart, and checks the quota itself, atomically with recording the start. Warm pools are the
+operator's: only an ``operator`` key (or anyone, without keys) sizes, removes or lists them.
 
 Each handler takes the :class:`~rock.admin.app.AdminApp` first; the app's route table binds it.
 """
@@ -37,6 +37,7 @@ from rock_core.actions import (
     WarmupRequest,
 )
 from rock_core.converters import capability_names
+from rock_core.engine.starting import idempotency_key_problem
 from rock_core.errors import Forbidden, InvalidParameter, RockError, SandboxNotFound
 from rock_core.models import PRIORITY_NORMAL
 from rock_core.responses import start_response, statistics_response, status_response
@@ -44,6 +45,8 @@ from rock_core.states import LIVE_STATES
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 __all__ = [
     "start",
@@ -67,7 +70,10 @@ __all__ = [
 async def start(app: AdminApp, request: Request, body: SandboxStartRequest) -> SandboxStartResponse:
     """``POST /start``: start and wait until running (at most ``start_wait_seconds``)."""
     started = await app.manager.start_async(
-        _start_request(app, request, body), **_tenancy(request), **_identity(request)
+        _start_request(app, request, body),
+        **_tenancy(request),
+        **_identity(request),
+        idempotency_key=_idempotency_key(request),
     )
     await app.manager.wait_until_running(
         started.sandbox_id, timeout=app.settings.start_wait_seconds
@@ -81,9 +87,34 @@ async def start_async(
     """``POST /start_async``: accept the start and return at once."""
     return start_response(
         await app.manager.start_async(
-            _start_request(app, request, body), **_tenancy(request), **_identity(request)
+            _start_request(app, request, body),
+            **_tenancy(request),
+            **_identity(request),
+            idempotency_key=_idempotency_key(request),
         )
     )
+
+
+def _idempotency_key(request: Request) -> str | None:
+    """The start's ``Idempotency-Key`` header (rock; the IETF draft's name), or ``None``: a start
+    with a key the tenant used before answers that start's sandbox instead of making another.
+
+    :raises BadInput: a blank key, one longer than 200 characters, or one with a character
+        that is not printable ASCII; naming the header and the value.
+    """
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    why = idempotency_key_problem(key)
+    if why is not None:
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: {IDEMPOTENCY_HEADER}: {why}, got {key!r}",
+                field=IDEMPOTENCY_HEADER,
+                value=key,
+            )
+        )
+    return key
 
 
 async def get_status(

@@ -1,20 +1,25 @@
 """Several admin URLs (issue #24 point 4): reading ``ROCK_BASE_URL`` / ``SandboxConfig.base_url``
 as one URL, a comma-separated list or a list, and which calls may move on to the next admin after
-the request may have reached the previous one (no I/O here).
+the request may have reached the previous one (no I/O here): reads, stop, delete, and a start
+carrying an ``Idempotency-Key`` (the admin answers a repeated key with the first start's sandbox).
 """
 
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from rock_core.errors import InvalidParameter
 
-__all__ = ["SAFE_POSTS", "admin_urls", "safe_to_repeat"]
+__all__ = ["IDEMPOTENCY_HEADER", "KEYED_POSTS", "SAFE_POSTS", "admin_urls", "safe_to_repeat"]
 
 # POST routes a second admin may be sent after the first may have received them: reads, and what
-# the transport already repeats as idempotent (stop, delete). A start, a command, a write: never.
+# the transport already repeats as idempotent (stop, delete). A command, a write: never.
 SAFE_POSTS = frozenset({"/stop", "/delete", "/read_file", "/list_dir", "/stat"})
+# POST routes safe to repeat when they carry an Idempotency-Key header: the admin answers a
+# second start with the key by the first one's sandbox.
+KEYED_POSTS = frozenset({"/start", "/start_async"})
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 def admin_urls(
@@ -53,6 +58,11 @@ def admin_urls(
     return tuple(urls)
 
 
-def safe_to_repeat(method: str, route: str) -> bool:
-    """Whether a call may be sent to the next admin after the request may have reached one."""
-    return method == "GET" or route in SAFE_POSTS
+def safe_to_repeat(method: str, route: str, headers: Mapping[str, str] | None = None) -> bool:
+    """Whether a call may be sent again (to the next admin) after the request may have reached
+    one: a GET, a route of :data:`SAFE_POSTS`, or a start carrying an ``Idempotency-Key``
+    among its ``headers``."""
+    if method == "GET" or route in SAFE_POSTS:
+        return True
+    keyed = any(name.lower() == IDEMPOTENCY_HEADER.lower() for name in headers or {})
+    return method == "POST" and route in KEYED_POSTS and keyed

@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import urllib.parse
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -33,7 +34,7 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 
-from rock.sdk._drivers.admin_urls import admin_urls
+from rock.sdk._drivers.admin_urls import IDEMPOTENCY_HEADER, admin_urls
 from rock.sdk._drivers.connect import (
     PortConnection,
     Shell,
@@ -106,8 +107,9 @@ class RemoteDriver(RemoteTransport):
         or URLs separated by commas. A call goes first to the admin that answered last; one
         whose connection could not be made moves to the next, and one that may have reached an
         admin (a read timeout, a connection dropped mid-answer) moves on only when it is safe to
-        repeat (GETs, file reads, stop, delete): a start, a command or a write raises, naming
-        the URL. When every admin fails, the error lists each URL and its reason.
+        repeat (GETs, file reads, stop, delete, a start with its ``Idempotency-Key``): a command
+        or a write raises, naming the URL. When every admin fails, the error lists each URL and
+        its reason.
     :param headers: sent with every call (ROCK's ``X-Cluster``, ``X-User-Id``, ...,
         ``extra_headers``); see :func:`remote_headers` for the API key.
     :param api_key: sent as ``X-API-Key`` (default: ``ROCK_API_KEY``).
@@ -154,7 +156,13 @@ class RemoteDriver(RemoteTransport):
         namespace: str | None = None,
         cluster: str | None = None,
     ) -> SandboxStartResponse:
-        """``POST /start_async``: accept a start (``pending``); the identity goes in ROCK's headers."""
+        """``POST /start_async``: accept a start (``pending``); the identity goes in ROCK's headers.
+
+        Each start carries a fresh ``Idempotency-Key``, kept for its retries: the admin answers a
+        repeated key with the first start's sandbox, so a start whose connection failed after
+        it was sent moves on to the next admin URL without starting a second sandbox (a ROCK
+        admin ignores the header).
+        """
         headers = {
             name: value
             for name, value in (
@@ -162,6 +170,7 @@ class RemoteDriver(RemoteTransport):
                 ("X-Experiment-Id", experiment_id),
                 ("X-Namespace", namespace),
                 ("X-Cluster", cluster),
+                (IDEMPOTENCY_HEADER, uuid.uuid4().hex),
             )
             if value
         }

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from rock.sdk._drivers.admin_urls import safe_to_repeat
+from rock.sdk._drivers.admin_urls import KEYED_POSTS, safe_to_repeat
 from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
@@ -219,7 +219,8 @@ class RemoteTransport:
         A connection that could not be made (refused, connect timeout) moves on to the next
         admin whatever the call; a failure after the request may have reached one (a read
         timeout, a connection dropped mid-answer) moves on only when the call is safe to repeat
-        (:func:`~rock.sdk._drivers.admin_urls.safe_to_repeat`), else it raises naming that URL.
+        (:func:`~rock.sdk._drivers.admin_urls.safe_to_repeat`: a start is, with its
+        ``Idempotency-Key``, the same in ``kw``'s headers), else it raises naming that URL.
         With one URL the errors are those of a single admin; with several, when all fail, the
         error lists each URL and its reason.
         """
@@ -237,7 +238,7 @@ class RemoteTransport:
                 continue
             except (InternalServerRockError, CommandTimeout) as exc:
                 # It may have reached that admin: only a call safe to repeat moves on.
-                if len(order) == 1 or not safe_to_repeat(method, route):
+                if len(order) == 1 or not safe_to_repeat(method, route, kw.get("headers")):
                     raise
                 failures.append((url, exc))
                 continue
@@ -270,7 +271,9 @@ class RemoteTransport:
             except httpx.RemoteProtocolError:
                 # A pooled connection the server closed as we reused it (uvicorn drops idle
                 # keep-alive connections): safe to send again only when the call is idempotent.
-                if method != "GET" and route not in IDEMPOTENT_POSTS:
+                # A start with an Idempotency-Key is: the admin answers the key's first start.
+                keyed = route in KEYED_POSTS and safe_to_repeat(method, route, kw.get("headers"))
+                if method != "GET" and route not in IDEMPOTENT_POSTS and not keyed:
                     raise
                 return await http.request(method, target, **kw)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
