@@ -113,7 +113,12 @@ log = logging.getLogger("rock.admin")
 # Routes outside ROCK's prefix, for the OpenAPI document: (path, summary, media type).
 _PLAIN_ROUTES = (
     ("/", 'Greeting: {"message": "hello, ROCK!"}.', JSON),
-    ("/healthz", 'Liveness: {"status": "ok", "version"} (503 while starting).', JSON),
+    (
+        "/healthz",
+        'Liveness: {"status": "ok", "version"} (503 while starting); in a cluster also '
+        '"leader" (whether this admin leads it now) and "cluster" (its name).',
+        JSON,
+    ),
     (
         "/metrics",
         "Prometheus text: sandboxes by state, start latency, queue, requests.",
@@ -436,9 +441,16 @@ class AdminApp:
         )
 
     async def _healthz(self, _request: Request) -> Response:
-        if self._manager is None:
+        """Liveness; in a cluster (``[engine] cluster``) also its name and whether this admin
+        leads it now (see :class:`~rock.admin.models.HealthResponse`)."""
+        manager = self._manager
+        if manager is None:
             return json_response({"status": "starting", "version": __version__}, status_code=503)
-        return json_response({"status": "ok", "version": __version__})
+        body: dict[str, Any] = {"status": "ok", "version": __version__}
+        if manager.config.cluster is not None:
+            body["leader"] = manager.role is not None and manager.role.leading
+            body["cluster"] = manager.config.cluster
+        return json_response(body)
 
     async def _metrics(self, _request: Request) -> Response:
         self.metrics.attach(self._manager)

@@ -135,7 +135,13 @@ class KillProcessRequest:
 
 @attrs.frozen(kw_only=True)
 class HealthResponse:
-    """``GET /healthz``: ``ok`` while the server and its engine run."""
+    """``GET /healthz``: ``ok`` while the server and its engine run.
+
+    With ``[engine] cluster`` set (several admins on one record store), also ``cluster``, its
+    name, and ``leader``: whether this admin holds the cluster's lease now (it runs the
+    background work). Both are left out of the JSON without a cluster (ROCK's shape)."""
 
     status: str = "ok"
     version: str = ""
+    leader: bool | None = None
+    cluster: str | None = None
