@@ -1,17 +1,18 @@
-"""``rock bench admin|proxy|cluster``: benches through an admin server (its requests, its
-proxy, and the Docker and Nomad runtimes behind it)."""
+"""``rock bench admin|proxy|cluster|ha``: benches through an admin server (its requests, its
+proxy, the Docker and Nomad runtimes behind it, and two admins of one cluster)."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from typing import Any
 
 import click
 
 from rock.bench._cli_checks import check_memory
-from rock.bench._output import print_json, say
+from rock.bench._output import print_json, print_table, say, stderr_console
 
-__all__ = ["admin", "cluster", "proxy"]
+__all__ = ["admin", "cluster", "ha", "proxy"]
 
 
 @click.command()
@@ -215,3 +216,94 @@ def cluster(
         sys.exit(1)
     click.echo(table(results), err=True)
     print_json(results)
+
+
+@click.command()
+@click.option(
+    "--kills",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Failovers measured: each a kill -9 of the leader.",
+)
+@click.option(
+    "--clients",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="SDK client threads calling get_status through the kills.",
+)
+@click.option(
+    "--load-processes",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Processes sending get_status for the throughput figures.",
+)
+@click.option(
+    "--load-callers",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Callers in each load process.",
+)
+@click.option(
+    "--load-seconds",
+    type=click.FloatRange(min=0.1),
+    default=5.0,
+    show_default=True,
+    help="How long each throughput run sends.",
+)
+@click.option(
+    "--image", default="python:3.11", show_default=True, help="The sandbox's image (present)."
+)
+@click.option(
+    "--postgres-url",
+    envvar="ROCK_BENCH_POSTGRES_URL",
+    default=None,
+    help="A PostgreSQL server whose user may create databases (default: the one "
+    "scripts/ensure-postgres.sh of this checkout runs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON on stdout.")
+def ha(
+    kills: int,
+    clients: int,
+    load_processes: int,
+    load_callers: int,
+    load_seconds: float,
+    image: str,
+    postgres_url: str | None,
+    as_json: bool,
+) -> None:
+    """Two admins of one cluster on a fresh PostgreSQL database: failover time after kill -9
+    of the leader (p50, max), client calls that failed through the failovers, and get_status
+    calls/s against one admin and spread over both."""
+    from rock.bench._postgres import NoPostgres
+    from rock.bench.ha import HaBenchSettings, rows, run_ha_bench
+
+    settings = HaBenchSettings(
+        kills=kills,
+        clients=clients,
+        load_processes=load_processes,
+        load_callers=load_callers,
+        load_seconds=load_seconds,
+        image=image,
+        postgres_url=postgres_url,
+    )
+    try:
+        figures = asyncio.run(run_ha_bench(settings, say=say))
+    except (RuntimeError, NoPostgres) as exc:
+        click.echo(f"rock bench ha: {exc}", err=True)
+        sys.exit(1)
+    # The table for a person: on stdout, or with --json on stderr, stdout holding the JSON.
+    console = stderr_console() if as_json else stdout_console()
+    print_table(console, "rock bench ha", ("figure", "value"), rows(figures))
+    if as_json:
+        print_json(figures)
+
+
+def stdout_console() -> Any:
+    """A rich console on stdout."""
+    from rich.console import Console
+
+    return Console()

@@ -34,6 +34,7 @@ for _command in (
     _cli_admin.admin,
     _cli_admin.proxy,
     _cli_admin.cluster,
+    _cli_admin.ha,
     _cli_scale.scale,
     _cli_scale.orphans,
 ):
