@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
-    """The cluster's (leader, follower), both serving."""
-    started = [AdminProcess(tmp_path / name, postgres_url) for name in ("a", "b")]
+    """The cluster's (leader, follower), both serving; the cluster's name (its admins' owner
+    label) is its own, so that it never takes another test's containers for its orphans."""
+    cluster = f"idem-{uuid.uuid4().hex[:8]}"
+    started = [AdminProcess(tmp_path / name, postgres_url, cluster=cluster) for name in ("a", "b")]
     try:
         for admin in started:
             admin.wait_serving()
