@@ -57,6 +57,8 @@ def test_the_ha_bench_measures_failovers_and_throughput_and_leaves_nothing(
         "2",
         "--load-seconds",
         "1",
+        "--load-rounds",
+        "1",
         "--image",
         "rock-test/python:3.11",
         "--json",
@@ -75,8 +77,11 @@ def test_the_ha_bench_measures_failovers_and_throughput_and_leaves_nothing(
     one, two = figures["get_status_per_s_one_admin"], figures["get_status_per_s_two_admins"]
     assert one > 0 and two > 0
     assert figures["two_to_one_admin_ratio"] == round(two / one, 2)
-    for run_figures in figures["load"].values():
-        assert run_figures["calls"] > 0 and run_figures["failed"] == 0, run_figures["errors"]
+    for runs in figures["load"].values():
+        assert len(runs) == 1
+        assert runs[0]["calls"] > 0 and runs[0]["failed"] == 0, runs[0]["errors"]
+        assert len(runs[0]["admin_cpu_share"]) == 2
+        assert all(share >= 0 for share in runs[0]["admin_cpu_share"])
     # The people's view on stderr: each kill and the table.
     assert "kill 2/2:" in run.stderr and "failover p50 / max (s)" in run.stderr
     # Nothing left: the database, the admins (their state folder in no command line), the

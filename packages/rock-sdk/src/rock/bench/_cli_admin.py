@@ -255,6 +255,13 @@ def cluster(
     help="How long each throughput run sends.",
 )
 @click.option(
+    "--load-rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Rounds of the two throughput runs, taken in turn (the medians are reported).",
+)
+@click.option(
     "--image", default="python:3.11", show_default=True, help="The sandbox's image (present)."
 )
 @click.option(
@@ -271,6 +278,7 @@ def ha(
     load_processes: int,
     load_callers: int,
     load_seconds: float,
+    load_rounds: int,
     image: str,
     postgres_url: str | None,
     as_json: bool,
@@ -287,6 +295,7 @@ def ha(
         load_processes=load_processes,
         load_callers=load_callers,
         load_seconds=load_seconds,
+        load_rounds=load_rounds,
         image=image,
         postgres_url=postgres_url,
     )

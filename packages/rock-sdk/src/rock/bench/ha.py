@@ -18,8 +18,10 @@ The figures:
 * **get_status throughput, one admin against two**: ``--load-processes`` processes, each with
   ``--load-callers`` callers on one event loop sending ``get_status`` through the SDK one after
   another for ``--load-seconds``: first all of them with the leader's URL only, then half with
-  ``a,b`` and half with ``b,a`` (the SDK sends to the first URL that answers). Calls/s of both
-  runs and their ratio. Both admins, the clients and the bench share this machine's cores.
+  ``a,b`` and half with ``b,a`` (the SDK sends to the first URL that answers); ``--load-rounds``
+  rounds of the two, taken in turn. The median calls/s of each and their ratio, and with each
+  run the CPU share (of one core) each admin used. Both admins, the clients and the bench share
+  this machine's cores: where the clients and admins fill them, a second admin adds no calls/s.
 * **failover**: ``--kills`` times, the leader is killed with SIGKILL and the time until the other
   answers ``/healthz`` with ``"leader": true`` is measured; the killed admin is then started again
   (same port, same state folder: a follower now) and the next kill comes a second after it
@@ -52,6 +54,7 @@ from typing import Any
 import attrs
 import httpx
 
+from rock.bench._host import cpu_seconds
 from rock.bench._postgres import fresh_database, postgres_server
 from rock.bench.admin import BenchAdmin, _free_port, _rock_command
 from rock.bench.rollout import percentile
@@ -74,6 +77,7 @@ class HaBenchSettings:
     :param load_processes: / :param load_callers: the throughput load: processes, and callers
         in each.
     :param load_seconds: how long each throughput run sends.
+    :param load_rounds: rounds of the two throughput runs (the figures: the median of each).
     :param image: the sandbox's image (present locally).
     :param postgres_url: a PostgreSQL server whose user may make databases (``None``: the
         checkout's ``scripts/ensure-postgres.sh``).
@@ -85,6 +89,7 @@ class HaBenchSettings:
     load_processes: int = 4
     load_callers: int = 4
     load_seconds: float = 5.0
+    load_rounds: int = 3
     image: str = "python:3.11"
     memory: str = "256m"
     cpus: float = 0.5
@@ -269,9 +274,10 @@ def _load_process(
 
 
 async def _throughput(
-    url_lists: list[list[str]], sandbox_id: str, settings: HaBenchSettings
+    url_lists: list[list[str]], sandbox_id: str, settings: HaBenchSettings, admin_pids: list[int]
 ) -> dict[str, Any]:
-    """get_status calls/s of one load process per item of ``url_lists``."""
+    """get_status calls/s of one load process per item of ``url_lists``, and the CPU share (of
+    one core) each admin used meanwhile."""
     context = multiprocessing.get_context("spawn")  # no fork of a process with threads
     ready = context.Barrier(len(url_lists) + 1)
     results = context.Queue()
@@ -289,6 +295,7 @@ async def _throughput(
     try:
         with contextlib.suppress(threading.BrokenBarrierError):
             await asyncio.to_thread(ready.wait, settings.timeout)
+        began, cpu = time.monotonic(), [cpu_seconds(pid) or 0.0 for pid in admin_pids]
         deadline = time.monotonic() + settings.timeout + settings.load_seconds
         while len(got) < len(processes):
             try:
@@ -297,6 +304,8 @@ async def _throughput(
                 if time.monotonic() > deadline:
                     raise RuntimeError("the load processes did not answer") from None
                 await asyncio.sleep(0.05)
+        wall = time.monotonic() - began
+        cpu = [(cpu_seconds(pid) or 0.0) - used for pid, used in zip(admin_pids, cpu)]
     finally:
         ready.abort()  # a thread still waiting at the barrier (after Ctrl-C) goes at once
         for process in processes:
@@ -314,6 +323,7 @@ async def _throughput(
         "failed": failed,
         "seconds": round(elapsed, 2),
         "calls_per_s": round((calls - failed) / elapsed, 1),
+        "admin_cpu_share": [round(used / wall, 2) for used in cpu],
         "errors": errors,
     }
 
@@ -390,6 +400,31 @@ async def _cluster(
         shutil.rmtree(folder, ignore_errors=True)
 
 
+async def _load_rounds(
+    admins: list[BenchAdmin],
+    leader: BenchAdmin,
+    sandbox_id: str,
+    settings: HaBenchSettings,
+    say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``--load-rounds`` rounds, each the load on the leader alone, then spread over both (taken
+    in turn, so that what else runs on the machine weighs on both alike)."""
+    a, b = (admin.url for admin in admins)
+    pids = [admin.pid for admin in admins]
+    one: list[dict[str, Any]] = []
+    both: list[dict[str, Any]] = []
+    for n in range(1, settings.load_rounds + 1):
+        urls = [[leader.url]] * settings.load_processes
+        one.append(await _throughput(urls, sandbox_id, settings, pids))
+        spread = [[a, b] if i % 2 == 0 else [b, a] for i in range(settings.load_processes)]
+        both.append(await _throughput(spread, sandbox_id, settings, pids))
+        say(
+            f"load round {n}/{settings.load_rounds}: {one[-1]['calls_per_s']} get_status/s "
+            f"through the leader alone, {both[-1]['calls_per_s']} spread over both"
+        )
+    return one, both
+
+
 async def run_ha_bench(
     settings: HaBenchSettings, say: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
@@ -404,15 +439,8 @@ async def run_ha_bench(
         say(f"{leader.url} leads the cluster")
         a, b = (admin.url for admin in admins)
         async with _sandbox([a, b], settings, say) as sandbox_id:
-            say(f"get_status load through {leader.url} alone")
-            one = await _throughput([[leader.url]] * settings.load_processes, sandbox_id, settings)
-            say(f"  {one['calls_per_s']} calls/s; now spread over both admins")
-            both = await _throughput(
-                [[a, b] if n % 2 == 0 else [b, a] for n in range(settings.load_processes)],
-                sandbox_id,
-                settings,
-            )
-            say(f"  {both['calls_per_s']} calls/s; now {settings.kills} kill(s) of the leader")
+            one, both = await _load_rounds(admins, leader, sandbox_id, settings, say)
+            say(f"now {settings.kills} kill(s) of the leader")
             with _client_threads([a, b], sandbox_id, settings.clients) as tally:
                 failovers = await _failovers(http, admins, settings, say)
     figures = _figures(settings, failovers, tally, one, both)
@@ -429,11 +457,16 @@ def _figures(
     settings: HaBenchSettings,
     failovers: list[float],
     tally: _Tally,
-    one: dict[str, Any],
-    both: dict[str, Any],
+    one: list[dict[str, Any]],
+    both: list[dict[str, Any]],
 ) -> dict[str, Any]:
     def rounded(value: float | None) -> float | None:
         return None if value is None else round(value, 3)
+
+    def median_rate(runs: list[dict[str, Any]]) -> float:
+        return round(percentile([run["calls_per_s"] for run in runs], 50) or 0.0, 1)
+
+    one_rate, two_rate = median_rate(one), median_rate(both)
 
     return {
         "kills": len(failovers),
@@ -444,11 +477,9 @@ def _figures(
         "calls_during_failovers": tally.calls,
         "failed_calls_during_failovers": tally.failed,
         "failed_call_errors": tally.errors,
-        "get_status_per_s_one_admin": one["calls_per_s"],
-        "get_status_per_s_two_admins": both["calls_per_s"],
-        "two_to_one_admin_ratio": round(both["calls_per_s"] / one["calls_per_s"], 2)
-        if one["calls_per_s"]
-        else None,
+        "get_status_per_s_one_admin": one_rate,
+        "get_status_per_s_two_admins": two_rate,
+        "two_to_one_admin_ratio": round(two_rate / one_rate, 2) if one_rate else None,
         "load": {"one_admin": one, "two_admins": both},
         "settings": {
             **attrs.asdict(settings),
@@ -469,7 +500,20 @@ def rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
             f"{figures['calls_during_failovers']} made, "
             f"{figures['failed_calls_during_failovers']} failed",
         ),
-        ("get_status calls/s, one admin", str(figures["get_status_per_s_one_admin"])),
-        ("get_status calls/s, two admins", str(figures["get_status_per_s_two_admins"])),
+        (
+            "get_status calls/s, one admin (median)",
+            str(figures["get_status_per_s_one_admin"]),
+        ),
+        (
+            "get_status calls/s, two admins (median)",
+            str(figures["get_status_per_s_two_admins"]),
+        ),
         ("two admins / one", str(figures["two_to_one_admin_ratio"])),
+        (
+            "admins' CPU in cores, one / two admins (median)",
+            " / ".join(
+                str(round(percentile([sum(r["admin_cpu_share"]) for r in runs], 50) or 0.0, 2))
+                for runs in (figures["load"]["one_admin"], figures["load"]["two_admins"])
+            ),
+        ),
     ]
