@@ -8,8 +8,8 @@ The set-up (all undone at the end, also after Ctrl-C or SIGTERM):
   ``scripts/ensure-postgres.sh``) and a database made for the run, dropped after it;
 * two ``rock admin serve`` processes on free ports of 127.0.0.1, each with its own state folder
   under one temporary folder, both with ``[engine] store`` on that database and
-  ``[engine] cluster`` set; the bench waits until exactly one says ``"leader": true`` on
-  ``GET /healthz``;
+  ``[engine] cluster`` set (named after the database: this run's alone); the bench waits
+  until exactly one says ``"leader": true`` on ``GET /healthz``;
 * one sandbox (``--image``), started through rock's SDK with both URLs (as
   ``ROCK_BASE_URL=http://a,http://b``).
 
@@ -61,7 +61,6 @@ from rock.bench.rollout import percentile
 
 __all__ = ["HaBenchSettings", "rows", "run_ha_bench"]
 
-CLUSTER = "bench-ha"
 #: Seconds between two calls of one client thread during the kills.
 CLIENT_INTERVAL = 0.01
 #: Seconds between two ``/healthz`` reads while waiting for a leader.
@@ -101,13 +100,16 @@ class HaBenchSettings:
 
 
 def _admins(folder: Path, database: str) -> list[BenchAdmin]:
+    # A cluster's admins own its sandboxes as cluster:<name>: a name of this run's own, so that
+    # its leader never takes another run's sandboxes on the same Docker engine for its orphans.
+    cluster = urllib.parse.urlsplit(database).path.lstrip("/")
     admins = []
     for name in ("a", "b"):
         state = folder / name
         state.mkdir()
         config = state / "admin.toml"
         config.write_text(
-            f'[engine]\nstore = "{database}"\ncluster = "{CLUSTER}"\n',
+            f'[engine]\nstore = "{database}"\ncluster = "{cluster}"\n',
             encoding="utf-8",
         )
         env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state)}
