@@ -2,12 +2,14 @@
 a sandbox started through one admin is driven, read and stopped through the other; a start
 sent to the follower is made by the leader (one sandbox, one container); calls into a sandbox
 that only the follower served keep it from being stopped as idle, and once they stop, the
-leader stops it."""
+leader stops it; a container of the cluster that no record holds (left by a leader that ended
+between making it and recording it) is removed by the leader."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,7 +37,8 @@ def anyio_backend() -> str:
 @pytest.fixture
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
     """The cluster's (leader, follower), both serving."""
-    started = [AdminProcess(tmp_path / name, postgres_url) for name in ("a", "b")]
+    extra = "reconcile_interval = 1.0\n"
+    started = [AdminProcess(tmp_path / name, postgres_url, extra=extra) for name in ("a", "b")]
     try:
         for admin in started:
             admin.wait_serving()
@@ -135,3 +138,26 @@ async def test_calls_only_the_follower_served_keep_a_sandbox_from_the_leaders_id
     finally:
         await sandbox.close()
         await driven.close()
+
+
+def test_a_container_of_the_cluster_no_record_holds_is_removed_by_the_leader(
+    admins: tuple[AdminProcess, AdminProcess],
+) -> None:
+    # What a leader killed between its runtime's create and its record's write leaves behind.
+    ghost = f"ghost-{uuid.uuid4().hex[:12]}"
+    labels = {
+        "rock.owner": "cluster:admins",
+        "rock.engine": "rock",
+        "rock.engine_id": uuid.uuid4().hex,
+        "rock.sandbox_id": ghost,
+    }
+    command = ["docker", "run", "-d", "--network", "none"]
+    for key, value in labels.items():
+        command += ["--label", f"{key}={value}"]
+    subprocess.run([*command, "python:3.11", "sleep", "600"], check=True, capture_output=True)
+    try:
+        eventually(lambda: _containers(ghost), until=lambda found: not found, timeout=HANG)
+    finally:
+        subprocess.run(
+            ["docker", "rm", "-f", *_containers(ghost)], capture_output=True, check=False
+        )

@@ -8,6 +8,9 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
   earlier run of this owner left, through the engine's removal queue
   (:mod:`rock_core.engine.removals`: a few at a time, and none while a start is in flight);
 - on demand (:func:`reap_orphans`): the orphans alone, for ``rock`` and the admin;
+- in a cluster, by the leader after each reconcile (:func:`sweep_untracked`): units of the
+  cluster that another engine made and no record holds (a leader that died or was paused
+  between making a unit and recording it: its record write was fenced off), once seen twice;
 - at close with ``remove_on_close`` (:func:`remove_all_owned`): every unit of this engine, its
   sandboxes recorded stopped then deleted; without it (:func:`hand_over_removals`), only the
   units still waiting in the removal queue, handed to the runtime. Archived sandboxes have no unit: with a record store
@@ -33,6 +36,7 @@ from rock_core.tenancy import archive_key
 
 __all__ = [
     "background_sweep",
+    "sweep_untracked",
     "hand_over_removals",
     "reap_orphans",
     "remove_all_owned",
@@ -77,6 +81,35 @@ async def sweep(core: EngineCore, *, reap: bool) -> int:
         log.info("removing %d sandbox(es) whose owner has died", len(orphans))
     await core.removals.remove([*stale, *orphans])
     return len(orphans)
+
+
+async def sweep_untracked(core: EngineCore, suspects: set[str]) -> int:
+    """Remove the units of this owner another engine made that no record holds and that
+    ``suspects`` (the last sweep's finds, updated here) already held; return how many."""
+    try:
+        handles = await core.runtime.list({LABEL_OWNER: core.owner})
+    except RockError as exc:
+        log.warning("could not list units to find untracked ones: %s", exc)
+        return 0
+    claimed = core.claimed_units()
+    found = {
+        h.unit_id: h
+        for h in handles
+        if h.labels.get(LABEL_ENGINE_ID) != core.engine_id
+        and h.unit_id not in claimed
+        and h.sandbox_id not in core.live
+    }
+    gone = [h for unit_id, h in found.items() if unit_id in suspects]
+    suspects.clear()
+    suspects.update(u for u in found if u not in {h.unit_id for h in gone})
+    if gone:
+        log.warning(
+            "removing %d unit(s) no record holds (made by a leader that ended): %s",
+            len(gone),
+            ", ".join(h.sandbox_id for h in gone),
+        )
+        await core.removals.remove(gone)
+    return len(gone)
 
 
 async def background_sweep(core: EngineCore, done: anyio.Event) -> None:

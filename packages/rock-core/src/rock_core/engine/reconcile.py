@@ -15,7 +15,7 @@ import logging
 
 import anyio
 
-from rock_core.engine import crash_restarts
+from rock_core.engine import crash_restarts, reaping
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, describe_exit
 from rock_core.engine.stopping import stop_locked
@@ -48,9 +48,12 @@ async def unit_gone(core: EngineCore, sandbox_id: str, status: RuntimeStatus) ->
 
 async def reconcile_loop(core: EngineCore) -> None:
     """Run :func:`reconcile` every ``config.reconcile_interval`` seconds, forever."""
+    suspects: set[str] = set()
     while True:
         await anyio.sleep(core.config.reconcile_interval)
         await reconcile(core)
+        if core.lease is not None:  # a cluster: units a leader that ended left untracked
+            await reaping.sweep_untracked(core, suspects)
 
 
 async def reconcile(core: EngineCore) -> None:

@@ -5,7 +5,8 @@ Each record is matched with its unit by the unit id it notes (a claimed warm-poo
 its pool name on a runtime that does not rename), else by label. A running sandbox whose rocklet answers is
 adopted (usable again, with its recorded secret); one whose unit died or vanished meanwhile,
 and one whose start the restart interrupted before its unit answered, is recorded as stopped
-with that reason. A restore the restart cut short leaves the sandbox archived again; an
+with that reason; in a cluster, a start cut short before its unit was made is made by the new
+leader. A restore the restart cut short leaves the sandbox archived again; an
 archive it cut short is resolved with the store (done when both parts are stored, else failed:
 ``stopped``). Archived sandboxes are taken in as they are. Nothing is left pending or unknown.
 """
@@ -17,10 +18,11 @@ import time
 
 import attrs
 
-from rock_core.engine import archiving
+from rock_core.engine import archiving, starting
 from rock_core.engine.bringup import open_ports
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
+from rock_core.engine.removals import remove_quietly
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import RockError
 from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, UnitState
@@ -69,7 +71,26 @@ async def recover(core: EngineCore) -> int:
             live.settled.set()
             await archiving.recover_archiving(core, live)
             continue
+        cut_short = (
+            record.state is State.PENDING
+            and core.lease is not None
+            and not archiving.is_restoring(live)
+        )  # a cluster's leader ended during the start
+        if cut_short and handle is None:  # before it made the unit: this leader starts it
+            starting.resume(core, live)
+            continue
         reason = await adopt(core, live)
+        if cut_short and reason is not None and live.handle is not None:
+            # Its unit never ran (the leader ended while starting it): made again, from scratch.
+            log.info(
+                "sandbox %s: its start was cut short (%s); starting it again",
+                record.sandbox_id,
+                reason,
+            )
+            await remove_quietly(core.runtime, live.handle)
+            live.handle = None
+            starting.resume(core, live)
+            continue
         if reason is not None and archiving.is_restoring(live):
             await archiving.recover_restoring(core, live, reason)
             continue
@@ -84,6 +105,8 @@ async def adopt(core: EngineCore, live: LiveSandbox) -> str | None:
     """Reconnect a recovered live sandbox to its rocklet; the reason to stop it, if it can't be."""
     record = live.record
     if live.handle is None:
+        if core.lease is not None and record.state is State.PENDING:
+            return "its start was cut short: the cluster's leader ended before its container ran"
         return "container was removed while rock was not running"
     try:
         status = await core.runtime.inspect(live.handle)

@@ -217,6 +217,13 @@ def _keyed_start(
     return None
 
 
+def resume(core: EngineCore, live: LiveSandbox) -> None:
+    """Start a recovered ``pending`` sandbox whose start was cut short before its unit was made
+    (a cluster's leader that ended): from the queue, as if just accepted."""
+    live.begin_start()
+    _hand_to_task(core.task_group(), core, live, reuse=False)
+
+
 def _hand_to_task(
     tg: anyio.abc.TaskGroup, core: EngineCore, live: LiveSandbox, reuse: bool
 ) -> None:

@@ -181,16 +181,24 @@ class LeaderForward:
             content=body,
         )
         moved: list[str] = []
-        response: httpx.Response | None = None
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_watch, role, address, moved, tg.cancel_scope)
-                response = await self._client.send(request, stream=True)
-                tg.cancel_scope.cancel()
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            return True, f"the leader at {address} could not be reached ({exc or type(exc)})"
-        except httpx.HTTPError as exc:
-            return False, f"the leader at {address} went away during the call ({exc!r})"
+        got: list[httpx.Response | httpx.HTTPError] = []
+        client = self._client
+
+        async def sending(scope: anyio.CancelScope) -> None:
+            try:
+                got.append(await client.send(request, stream=True))
+            except httpx.HTTPError as exc:
+                got.append(exc)
+            scope.cancel()  # the watch is over
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_watch, role, address, moved, tg.cancel_scope)
+            tg.start_soon(sending, tg.cancel_scope)
+        response = got[0] if got else None
+        if isinstance(response, (httpx.ConnectError, httpx.ConnectTimeout)):
+            return True, f"the leader at {address} could not be reached ({response!r})"
+        if isinstance(response, httpx.HTTPError):
+            return False, f"the leader at {address} went away during the call ({response!r})"
         if moved or response is None:
             if response is not None:
                 await response.aclose()

@@ -1,0 +1,176 @@
+"""``kill -9`` of a cluster's leader during 100 starts from 4 clients spread over both admins
+(issue #24 points 3 and 5): every start is accounted for.
+
+Four clients (rock's SDK, both admin URLs each, two of them trying the leader first and two the
+follower) start 25 sandboxes each, five at a time. Once a third of the starts have answered,
+the leader is killed with ``SIGKILL``. Then:
+
+- every start answered: a running sandbox, or an error with its reason;
+- no sandbox is doubled: each start made at most one sandbox (its own id, one container);
+- none is lost: each sandbox a client was told runs still runs, through the surviving admin;
+- none is left untracked: once the cluster settled, each container of the cluster belongs to a
+  running sandbox in the store, and no record stays pending.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rock.sdk.sandbox.client import Sandbox
+from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.errors import RockError
+from rock_core.testing import eventually
+from rock_postgres.testing import AdminProcess, postgres_url, run_sql  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+HANG = 180  # a guard against a hang; nothing waits for it to pass
+CLIENTS = 4
+PER_CLIENT = 25
+AT_ONCE = 5  # starts in flight per client
+OWNER = "cluster:admins"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
+    """The cluster's (leader, follower), both serving, reconciling every second."""
+    extra = "reconcile_interval = 1.0\n"
+    started = [AdminProcess(tmp_path / name, postgres_url, extra=extra) for name in ("a", "b")]
+    try:
+        for admin in started:
+            admin.wait_serving()
+        leader = eventually(
+            lambda: next((a for a in started if a.epochs_led()), None),
+            what="a leader",
+            timeout=HANG,
+        )
+        follower = started[1] if leader is started[0] else started[0]
+        yield leader, follower
+    finally:
+        for admin in started:
+            admin.end()
+        _remove_containers()
+
+
+def _containers() -> dict[str, str]:
+    """The cluster's containers: container id -> the sandbox id its label names."""
+    out = subprocess.run(
+        [
+            "docker", "ps", "-a", "--filter", f"label=rock.owner={OWNER}",
+            "--format", '{{.ID}} {{.Label "rock.sandbox_id"}}',
+        ],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
+
+
+def _remove_containers() -> None:
+    found = list(_containers())
+    if found:
+        subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
+
+
+def _records(url: str) -> dict[str, tuple[str, str | None]]:
+    """Every record of the cluster: sandbox id -> (state, reason)."""
+    rows = run_sql(url, "SELECT sandbox_id, state, record FROM rock_sandbox")
+    import json
+
+    return {str(row[0]): (str(row[1]), json.loads(row[2]).get("reason")) for row in rows}
+
+
+async def test_kill_9_of_the_leader_during_100_starts_loses_and_doubles_nothing(
+    admins: tuple[AdminProcess, AdminProcess], postgres_url: str
+) -> None:
+    leader, follower = admins
+    running: dict[str, str] = {}  # sandbox id -> the client that started it
+    failed: list[str] = []  # the errors of starts that failed
+    answered = 0
+    enough = anyio.Event()
+
+    async def start_one(client: int, urls: list[str]) -> None:
+        nonlocal answered
+        sandbox = Sandbox(
+            SandboxConfig(
+                image="python:3.11", base_url=urls, memory="128m", cpus=0.25,
+                auto_clear_seconds=600, startup_timeout=120,
+            )
+        )  # fmt: skip
+        try:
+            await sandbox.start()
+        except RockError as exc:
+            assert str(exc).strip(), "a failed start names its reason"
+            failed.append(str(exc))
+        else:
+            assert sandbox.sandbox_id is not None
+            assert sandbox.sandbox_id not in running, "two starts answered one sandbox"
+            running[sandbox.sandbox_id] = f"client {client}"
+        finally:
+            answered += 1
+            if answered >= (CLIENTS * PER_CLIENT) // 3:
+                enough.set()
+
+    async def client(index: int) -> None:
+        first, second = (leader, follower) if index % 2 == 0 else (follower, leader)
+        urls = [first.url, second.url]
+        limiter = anyio.Semaphore(AT_ONCE)
+
+        async def limited() -> None:
+            async with limiter:
+                await start_one(index, urls)
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(PER_CLIENT):
+                tg.start_soon(limited)
+
+    async def kill_the_leader() -> None:
+        await enough.wait()
+        leader.process.kill()
+        leader.process.wait()
+
+    with anyio.fail_after(HANG * 3):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_the_leader)
+            for index in range(CLIENTS):
+                tg.start_soon(client, index)
+
+    # Every start answered.
+    assert len(running) + len(failed) == CLIENTS * PER_CLIENT
+    assert leader.process.returncode == -9
+    assert follower.epochs_led(), "the follower took the lease"
+
+    # The cluster settles: nothing pending, each container a running sandbox's, one each.
+    def settled() -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
+        return _records(postgres_url), _containers()
+
+    records, containers = eventually(
+        settled,
+        until=lambda found: (
+            all(state != "pending" for state, _ in found[0].values())
+            and all(found[0].get(s, ("",))[0] == "running" for s in found[1].values())
+        ),
+        what="the cluster to settle",
+        timeout=HANG,
+    )
+    held = list(containers.values())
+    assert len(held) == len(set(held)), "a sandbox with two containers"
+    # Not doubled: at most one sandbox per start.
+    assert len(records) <= CLIENTS * PER_CLIENT
+    # Not lost: each sandbox a client was told runs still runs.
+    for sandbox_id in running:
+        assert records[sandbox_id][0] == "running", (sandbox_id, records[sandbox_id])
+        assert sandbox_id in held
+    # Every record not running says why.
+    for sandbox_id, (state, reason) in records.items():
+        if state != "running":
+            assert reason, (sandbox_id, state)
+    print(f"{len(running)} running, {len(failed)} failed: {sorted(set(failed))[:5]}")
