@@ -174,3 +174,64 @@ async def test_kill_9_of_the_leader_during_100_starts_loses_and_doubles_nothing(
         if state != "running":
             assert reason, (sandbox_id, state)
     print(f"{len(running)} running, {len(failed)} failed: {sorted(set(failed))[:5]}")
+
+
+def _status(url: str, sandbox_id: str) -> dict[str, object]:
+    import httpx
+
+    answer = httpx.get(
+        f"{url}/apis/envs/sandbox/v1/get_status",
+        params={"sandbox_id": sandbox_id, "include_all_states": "true"},
+        timeout=30,
+    ).json()
+    result = answer["result"]
+    assert isinstance(result, dict), answer
+    return result
+
+
+async def test_after_a_failover_the_new_leader_keeps_deadlines_and_restart_policies(
+    admins: tuple[AdminProcess, AdminProcess],
+) -> None:
+    leader, follower = admins
+    urls = [leader.url, follower.url]
+    idle = Sandbox(
+        SandboxConfig(image="python:3.11", base_url=urls, memory="128m", auto_clear_seconds=6)
+    )
+    crashing = Sandbox(
+        SandboxConfig(
+            image="python:3.11", base_url=urls, memory="128m", auto_clear_seconds=600,
+            restart_policy="on-failure",
+        )
+    )  # fmt: skip
+    await idle.start()
+    await crashing.start()
+    try:
+        leader.process.kill()
+        leader.process.wait()
+        eventually(follower.epochs_led, what="the follower leads", timeout=HANG)
+        # The restart policy: the crashed sandbox comes back, by the new leader.
+        assert crashing.sandbox_id is not None
+        [container] = _containers_of(crashing.sandbox_id)
+        subprocess.run(["docker", "kill", container], check=True, capture_output=True)
+        eventually(
+            lambda: _status(follower.url, str(crashing.sandbox_id)),
+            until=lambda s: s["restart_count"] == 1 and s["state"] == "running",
+            what="the crash restart",
+            timeout=HANG,
+        )
+        # The idle deadline: left alone, the idle one is stopped by the new leader.
+        assert idle.sandbox_id is not None
+        eventually(
+            lambda: _status(follower.url, str(idle.sandbox_id)),
+            until=lambda s: s["state"] != "running",
+            what="the idle stop",
+            timeout=HANG,
+        )
+        assert "expired" in str(_status(follower.url, idle.sandbox_id).get("reason"))
+    finally:
+        await idle.close()
+        await crashing.close()
+
+
+def _containers_of(sandbox_id: str) -> list[str]:
+    return [c for c, s in _containers().items() if s == sandbox_id]

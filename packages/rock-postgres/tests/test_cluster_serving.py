@@ -161,3 +161,43 @@ def test_a_container_of_the_cluster_no_record_holds_is_removed_by_the_leader(
         subprocess.run(
             ["docker", "rm", "-f", *_containers(ghost)], capture_output=True, check=False
         )
+
+
+async def test_the_follower_serves_a_leaders_sandboxs_shell_proxy_and_streams(
+    admins: tuple[AdminProcess, AdminProcess],
+) -> None:
+    leader, follower = admins
+    sandbox = _sandbox(leader.url)
+    await sandbox.start()
+    sandbox_id = sandbox.sandbox_id
+    assert sandbox_id is not None
+    driven = _sandbox(follower.url)
+    await driven.attach(sandbox_id)
+    try:
+        # A terminal, over the follower's WebSocket.
+        async with await driven.open_shell(command="echo via-$((6*7)); exit 3") as shell:
+            out = b""
+            while (data := await shell.receive()) is not None:
+                out += data
+        assert b"via-42" in out and shell.exit_code == 3
+        # A command's output as a stream, through the follower.
+        lines = [
+            event async for event in driven.execute_stream(Command(command=["echo", "streamed"]))
+        ]
+        assert any("streamed" in str(event) for event in lines), lines
+        # The sandbox's web server, through the follower's proxy.
+        serve = "cd /tmp && echo hello-page > page.html && (python3 -m http.server 8080 >/dev/null 2>&1 &)"
+        await driven.execute(Command(command=["sh", "-c", serve]))
+        url = (
+            f"{follower.url}/apis/envs/sandbox/v1/sandboxes/{sandbox_id}/proxy/port/8080/page.html"
+        )
+        page = eventually(
+            lambda: httpx.get(url, timeout=30),
+            until=lambda answer: answer.status_code == 200,
+            what="the page through the follower's proxy",
+            timeout=HANG,
+        )
+        assert page.text.strip() == "hello-page"
+    finally:
+        await sandbox.close()
+        await driven.close()

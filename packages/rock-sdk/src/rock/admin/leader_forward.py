@@ -62,8 +62,10 @@ _HOP = frozenset(
     }
 )
 
-# Calls that cannot be made twice however often they are sent (besides a keyed start).
+# Calls that cannot be made twice however often they are sent, and those that cannot when they
+# carry an Idempotency-Key (the engine answers a repeated key with the first start's sandbox).
 _REPEATABLE = ("/stop", "/delete")
+_KEYED = ("/start", "/start_async")
 
 
 class LeaderUnavailable(InternalServerRockError):
@@ -131,8 +133,9 @@ class LeaderForward:
         except PayloadTooLarge as exc:
             await _answer(scope, receive, send, exc, 413)
             return
-        repeatable = scope["path"].endswith(_REPEATABLE) or any(
-            k.lower() == b"idempotency-key" for k, _ in headers
+        path = scope["path"]
+        repeatable = path.endswith(_REPEATABLE) or (
+            path.endswith(_KEYED) and any(k.lower() == b"idempotency-key" for k, _ in headers)
         )
         deadline = time.monotonic() + self.wait
         while True:
