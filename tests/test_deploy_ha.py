@@ -16,7 +16,9 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import attrs
 import pytest
 
 from rock.admin.config import AdminSettings, load_settings
@@ -101,15 +103,26 @@ def test_one_admin_config_with_the_other_admins_port_and_folder_from_the_environ
     environ = {"ROCK_ADMIN_PORT": str(second.port), "ROCK_ADMIN_STATE_DIR": str(second.state_dir)}
     moved = load_settings(ADMIN_FILES[0], environ=environ)
     assert (moved.port, moved.state_dir) == (second.port, second.state_dir)
-    assert moved.engine == first.engine
+    # The same engine settings as the first admin's, but for its default path (unused: no
+    # SQLite file with a store), and the same owner of the sandboxes.
+    assert attrs.evolve(moved.engine, store_path=None) == attrs.evolve(
+        first.engine, store_path=None
+    )
+    assert moved.owner == first.owner
 
 
 def test_the_load_balancers_send_requests_to_exactly_the_admins_ports() -> None:
-    admins = {(s.host, s.port) for s in _admins().values()}
+    settings = _admins().values()
+    admins = {(s.host, s.port) for s in settings}
     haproxy = (HA / "haproxy.cfg").read_text()
     assert _haproxy_servers(haproxy) == admins
     _, nginx = _nginx_upstream((HA / "nginx.conf").read_text())
     assert nginx == admins
+    # Where a follower sends the leader's calls (cluster_address, else the admin's own URL) is
+    # that admin's address too.
+    for s in settings:
+        leader = urlsplit(s.engine.cluster_address or s.url)
+        assert (leader.hostname, leader.port) == (s.host, s.port)
     # What clients reach is not an admin's own port.
     bound = re.findall(r"^\s*bind\s+([\d.]+):(\d+)", haproxy, re.M)
     listen = re.findall(r"^\s*listen\s+([\d.]+):(\d+)", (HA / "nginx.conf").read_text(), re.M)
@@ -258,8 +271,9 @@ def test_the_nomad_jobs_admin_config_is_read_by_the_admin_as_one_cluster_on_post
         config = tmp_path / f"{node}.toml"
         config.write_text(filled)
         read.append(load_settings(config, environ={"ROCK_ENGINE_STORE": store}))
-    for settings in read:
+    for node, settings in zip(("10.0.0.1", "10.0.0.2"), read):
         assert settings.engine.store == store
+        assert settings.engine.cluster_address == f"http://{node}:{variables['port']}"
         assert settings.engine.cluster == variables["cluster"]
         assert settings.engine.remove_on_close is False
         assert settings.port == int(variables["port"])

@@ -4,7 +4,9 @@ README allows) in one cluster on PostgreSQL, HAProxy in front of them with deplo
 (its ports moved to free ones). ``GET /healthz`` and a listing answer through HAProxy, from
 both admins in turn; after ``kill -9`` of one admin every call through HAProxy still answers,
 at once (a refused connection is sent to the other admin) and after HAProxy's check has marked
-it down, and the admin left leads the cluster.
+it down, and the admin left leads the cluster. With Docker: a sandbox started through HAProxy
+is driven through both admins in turn and, after ``kill -9`` of the leader, through the other;
+once that one leads, a new sandbox is started, driven and stopped through HAProxy.
 
 Needs the ``haproxy`` binary (Debian: ``apt-get install haproxy``); skips without it. The
 configuration files themselves are checked everywhere by tests/test_deploy_ha.py.
@@ -19,13 +21,18 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
+from rock.actions import Command
 from rock.admin.config import load_settings
+from rock.sdk.sandbox.client import Sandbox
+from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.testing import eventually
 from rock_postgres.testing import postgres_url  # noqa: F401
 
@@ -112,6 +119,7 @@ def cluster(
     configs = sorted(HA.glob("admin-*.toml"))
     started: list[_Process] = []
     moved: dict[str, str] = {}  # "127.0.0.1:8081" in haproxy.cfg -> the port this test uses
+    cluster_name = f"ha-{uuid.uuid4().hex[:8]}"
     try:
         for config in configs:
             settings = load_settings(config, environ={})
@@ -124,7 +132,8 @@ def cluster(
                 "ROCK_ADMIN_PORT": str(port),
                 "ROCK_ADMIN_STATE_DIR": str(folder),
                 "ROCK_ENGINE_STORE": postgres_url,
-                "ROCK_ENGINE_STORE_PATH": str(tmp_path / "cluster"),  # one owner, as the files
+                # A cluster (and owner of the sandboxes) of this test's own.
+                "ROCK_ENGINE_CLUSTER": cluster_name,
             }
             command = [*rock, "admin", "serve", "--config", str(config)]
             address = f"http://127.0.0.1:{port}"
@@ -147,7 +156,10 @@ def cluster(
         cfg = tmp_path / "haproxy.cfg"
         cfg.write_text(text)
         started.append(_Process([str(HAPROXY), "-db", "-f", str(cfg)], tmp_path / "haproxy.log"))
-        yield f"http://127.0.0.1:{front}", started
+        url = f"http://127.0.0.1:{front}"
+        code = eventually(lambda: _answers(f"{url}/healthz"), what="haproxy", timeout=HANG)
+        assert code == 200, started[-1].text()
+        yield url, started
     finally:
         for process in started:
             process.end()
@@ -157,7 +169,6 @@ def test_two_admins_behind_haproxy_keep_answering_after_one_is_killed(
     cluster: tuple[str, list[_Process]],
 ) -> None:
     url, (*admins, haproxy) = cluster
-    assert eventually(lambda: _answers(f"{url}/healthz"), what="haproxy", timeout=HANG) == 200
     # Round-robin: both admins answer through HAProxy (each counts its requests in /metrics).
     before = [_served(admin) for admin in admins]
     for _ in range(6):
@@ -184,3 +195,84 @@ def test_two_admins_behind_haproxy_keep_answering_after_one_is_killed(
         what="the admin left leads",
         timeout=HANG,
     )
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def _leader(admins: list[_Process]) -> _Process:
+    """The admin whose log says it leads (the first to take the lease)."""
+    return eventually(
+        lambda: next((a for a in admins if "leader of the cluster under epoch" in a.text()), None),
+        what="a leader",
+        timeout=HANG,
+    )
+
+
+def _containers(sandbox_id: str) -> list[str]:
+    return subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=rock.sandbox_id={sandbox_id}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+
+
+def _sandbox(url: str) -> Sandbox:
+    return Sandbox(SandboxConfig(image="python:3.11", base_url=url, memory="512m", cpus=0.5))
+
+
+async def _echo(sandbox: Sandbox, times: int) -> None:
+    for n in range(times):
+        answer = await sandbox.execute(Command(command=["echo", str(n)]))
+        assert answer.stdout.strip() == str(n)
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_sandboxes_are_driven_started_and_stopped_through_haproxy_after_the_leader_is_killed(
+    cluster: tuple[str, list[_Process]], docker_client: Any
+) -> None:
+    url, (*admins, _) = cluster
+    leader = _leader(admins)
+    other = admins[1] if leader is admins[0] else admins[0]
+    first = _sandbox(url)
+    second = _sandbox(url)
+    made: list[str] = []
+    try:
+        # Started through HAProxy (whichever admin got it, the leader made it), then driven
+        # through both admins in turn.
+        await first.start()
+        assert first.sandbox_id is not None
+        made.append(first.sandbox_id)
+        await _echo(first, 4)
+        # kill -9 of the leader: the sandbox runs on and answers through the other admin.
+        leader.process.kill()
+        leader.process.wait()
+        await _echo(first, 4)
+        # Once the other admin leads, the cluster starts and stops sandboxes again.
+        eventually(
+            lambda: "leader of the cluster under epoch" in other.text(),
+            what="the admin left leads",
+            timeout=HANG,
+        )
+        await second.start()
+        assert second.sandbox_id is not None
+        made.append(second.sandbox_id)
+        await _echo(second, 2)
+        await second.stop()
+        status = httpx.get(
+            f"{url}/apis/envs/sandbox/v1/get_status",
+            params={"sandbox_id": second.sandbox_id, "include_all_states": "true"},
+            timeout=30,
+        ).json()
+        assert status["result"]["state"] in ("stopped", "deleted"), status
+        eventually(lambda: _containers(made[1]), until=lambda found: not found, timeout=HANG)
+    finally:
+        for sandbox in (first, second):
+            await sandbox.close()
+        for sandbox_id in made:  # the test's own containers, whatever the admins did
+            for container in _containers(sandbox_id):
+                subprocess.run(["docker", "rm", "-f", container], capture_output=True)

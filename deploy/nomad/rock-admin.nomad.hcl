@@ -146,11 +146,11 @@ job "rock-admin" {
           runtime = "nomad"
           rocklet_url = "http://{{ env "NOMAD_ADDR_http" }}/rocklet.pyz"
           # The records: store is ROCK_ENGINE_STORE, the Variable's postgres_url (secrets/admin.env).
+          # The admins of one cluster elect a leader and share the sandboxes (owner cluster:<name>).
           cluster = "${var.cluster}"
-          # The same path in every allocation: it names the sandboxes' owner (the rock.owner
-          # label, "admin:<store_path>"), so the leader looks after every sandbox of the
-          # cluster. With a store set no file is made there.
-          store_path = "{{ env "NOMAD_ALLOC_DIR" }}/data/rock.db"
+          # Where the other admins send what only the leader does (starts, stops, deletions,
+          # warm pools) while this one leads: its node's address, not 127.0.0.1.
+          cluster_address = "http://{{ env "NOMAD_ADDR_http" }}"
 
           [plugins.nomad]
           address = "${var.nomad_address}"
