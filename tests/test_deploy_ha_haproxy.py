@@ -1,12 +1,13 @@
 """deploy/ha end to end: two real ``rock admin serve`` processes started from deploy/ha's admin
-TOMLs (their port, folder, database and owner path moved by environment variables, as the
+TOMLs (their port, folder, database and cluster name moved by environment variables, as the
 README allows) in one cluster on PostgreSQL, HAProxy in front of them with deploy/ha/haproxy.cfg
 (its ports moved to free ones). ``GET /healthz`` and a listing answer through HAProxy, from
 both admins in turn; after ``kill -9`` of one admin every call through HAProxy still answers,
 at once (a refused connection is sent to the other admin) and after HAProxy's check has marked
 it down, and the admin left leads the cluster. With Docker: a sandbox started through HAProxy
-is driven through both admins in turn and, after ``kill -9`` of the leader, through the other;
-once that one leads, a new sandbox is started, driven and stopped through HAProxy.
+is driven through both admins in turn (commands, and a terminal over the /shell WebSocket) and,
+after ``kill -9`` of the leader, through the other; once that one leads, a new sandbox is
+started, driven and stopped through HAProxy.
 
 Needs the ``haproxy`` binary (Debian: ``apt-get install haproxy``); skips without it. The
 configuration files themselves are checked everywhere by tests/test_deploy_ha.py.
@@ -230,6 +231,15 @@ async def _echo(sandbox: Sandbox, times: int) -> None:
         assert answer.stdout.strip() == str(n)
 
 
+async def _shell(sandbox: Sandbox) -> None:
+    """A terminal over the admin's /shell WebSocket, through HAProxy (the upgrade carried)."""
+    async with await sandbox.open_shell(rows=33, cols=111, command="stty size; exit 9") as shell:
+        out = b""
+        while (data := await shell.receive()) is not None:
+            out += data
+    assert b"33 111" in out and shell.exit_code == 9
+
+
 @pytest.mark.docker
 @pytest.mark.anyio
 async def test_sandboxes_are_driven_started_and_stopped_through_haproxy_after_the_leader_is_killed(
@@ -248,10 +258,12 @@ async def test_sandboxes_are_driven_started_and_stopped_through_haproxy_after_th
         assert first.sandbox_id is not None
         made.append(first.sandbox_id)
         await _echo(first, 4)
+        await _shell(first)
         # kill -9 of the leader: the sandbox runs on and answers through the other admin.
         leader.process.kill()
         leader.process.wait()
         await _echo(first, 4)
+        await _shell(first)
         # Once the other admin leads, the cluster starts and stops sandboxes again.
         eventually(
             lambda: "leader of the cluster under epoch" in other.text(),
