@@ -17,13 +17,13 @@ say "syncing the uv workspace into .venv ($("$uv" --version))"
 .venv/bin/python -m compileall -q -j 0 packages/*/src >/dev/null
 "$ROCK_REPO/scripts/ensure-docker.sh"
 "$ROCK_REPO/scripts/ensure-postgres.sh"
-# HAProxy (Debian's package, some 5 MB) for tests/test_deploy_ha_haproxy.py: deploy/ha's two
-# admins behind it, end to end. Without it that test skips, saying so.
+# HAProxy (Debian's package, some 5 MB) for tests/test_deploy_ha_end_to_end.py: deploy/ha's two
+# admins behind it, end to end. Without it those tests skip, saying so.
 if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] && is_root && is_debian; then
     say "installing Debian's haproxy package (apt-get)"
     apt_get() { DEBIAN_FRONTEND=noninteractive apt-get "$@" </dev/null >&2; }
     apt_get install -y -qq --no-install-recommends haproxy \
         || { apt_get update -qq && apt_get install -y -qq --no-install-recommends haproxy; } \
-        || say "could not install haproxy; tests/test_deploy_ha_haproxy.py will skip"
+        || say "could not install haproxy: deploy/ha's HAProxy tests will skip"
 fi
 "$ROCK_REPO/scripts/ensure-test-images.sh"

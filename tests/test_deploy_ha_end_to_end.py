@@ -1,15 +1,20 @@
 """deploy/ha end to end: two real ``rock admin serve`` processes started from deploy/ha's admin
 TOMLs (their port, folder, database and cluster name moved by environment variables, as the
-README allows) in one cluster on PostgreSQL, HAProxy in front of them with deploy/ha/haproxy.cfg
-(its ports moved to free ones). ``GET /healthz`` and a listing answer through HAProxy, from
-both admins in turn; after ``kill -9`` of one admin every call through HAProxy still answers,
-at once (a refused connection is sent to the other admin) and after HAProxy's check has marked
-it down, and the admin left leads the cluster. With Docker: a sandbox started through HAProxy
-is driven through both admins in turn (commands, and a terminal over the /shell WebSocket) and,
-after ``kill -9`` of the leader, through the other; once that one leads, a new sandbox is
-started, driven and stopped through HAProxy.
+README allows) in one cluster on PostgreSQL, a load balancer in front of them with deploy/ha's
+config (its ports moved to free ones).
 
-Needs the ``haproxy`` binary (Debian: ``apt-get install haproxy``); skips without it. The
+- HAProxy (haproxy.cfg): ``GET /healthz`` and a listing answer, from both admins in turn;
+  after ``kill -9`` of one admin every call still answers, at once (a refused connection is
+  sent to the other admin) and after HAProxy's check has marked it down, and the admin left
+  leads the cluster.
+- nginx (nginx.conf): both admins in turn; every call answered after ``kill -9`` of one.
+- With Docker, through either: a sandbox started through the balancer is driven through both
+  admins in turn (commands, and a terminal over the /shell WebSocket) and, after ``kill -9``
+  of the leader, through the other; once that one leads, a new sandbox is started, driven and
+  stopped through the balancer.
+
+Needs the ``haproxy`` or ``nginx`` binary (Debian: ``apt-get install haproxy nginx-light``;
+scripts/prepare.sh installs haproxy); a test skips, saying so, without its own. The
 configuration files themselves are checked everywhere by tests/test_deploy_ha.py.
 """
 
@@ -42,12 +47,22 @@ HA = ROOT / "deploy" / "ha"
 HANG = 60  # a guard against a hang; nothing waits for it to pass
 LIST = "/apis/envs/sandbox/v1/sandboxes"
 
-#: The haproxy binary: on PATH, or in /usr/sbin (Debian's place, off a user's PATH).
-HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
 
-pytestmark = pytest.mark.skipif(
+def _binary(name: str) -> str | None:
+    """A program on PATH, or in /usr/sbin (Debian's place for it, off a user's PATH)."""
+    return shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/local/sbin")
+
+
+HAPROXY = _binary("haproxy")
+NGINX = _binary("nginx")
+needs_haproxy = pytest.mark.skipif(
     HAPROXY is None,
     reason="haproxy is not installed (apt-get install haproxy); the files are checked by "
+    "tests/test_deploy_ha.py",
+)
+needs_nginx = pytest.mark.skipif(
+    NGINX is None,
+    reason="nginx is not installed (apt-get install nginx-light); the files are checked by "
     "tests/test_deploy_ha.py",
 )
 
@@ -108,13 +123,48 @@ def _answers(url: str) -> int | None:
         return None
 
 
-@pytest.fixture
+def _moved(text: str, moved: dict[str, str], listen: str, front: int) -> str:
+    """A balancer's config sending to the test's admins and listening on ``front``."""
+    for old, new in moved.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    text, bound = re.subn(
+        rf"^(\s*{listen}\s+)[\d.]+:\d+", rf"\g<1>127.0.0.1:{front}", text, flags=re.M
+    )
+    assert bound == 1
+    return text
+
+
+def _haproxy(folder: Path, moved: dict[str, str], front: int) -> _Process:
+    """HAProxy with deploy/ha/haproxy.cfg, in the foreground."""
+    cfg = folder / "haproxy.cfg"
+    cfg.write_text(_moved((HA / "haproxy.cfg").read_text(), moved, "bind", front))
+    return _Process([str(HAPROXY), "-db", "-f", str(cfg)], folder / "haproxy.log")
+
+
+def _nginx(folder: Path, moved: dict[str, str], front: int) -> _Process:
+    """nginx with deploy/ha/nginx.conf, in the foreground, its files in ``folder``."""
+    text = _moved((HA / "nginx.conf").read_text(), moved, "listen", front)
+    local = "".join(
+        f"    {kind}_temp_path {folder / kind};\n"
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    text = text.replace("http {\n", f"http {{\n    access_log {folder / 'access.log'};\n{local}")
+    cfg = folder / "nginx.conf"
+    cfg.write_text(text)
+    command = [str(NGINX), "-c", str(cfg), "-p", str(folder), "-e", str(folder / "error.log")]
+    command += ["-g", f"daemon off; pid {folder / 'nginx.pid'};"]
+    return _Process(command, folder / "nginx.log")
+
+
+@pytest.fixture(params=["haproxy"])
 def cluster(
+    request: pytest.FixtureRequest,
     tmp_path: Path,
     postgres_url: str,  # noqa: F811
 ) -> Iterator[tuple[str, list[_Process]]]:
-    """The two admins of deploy/ha and HAProxy before them: HAProxy's URL, and the admins and
-    HAProxy (last)."""
+    """The two admins of deploy/ha and a balancer before them (the parameter: HAProxy or
+    nginx, with deploy/ha's config): the balancer's URL, and the admins and it (last)."""
     exe = shutil.which("rock", path=os.path.dirname(sys.executable))
     rock = [exe] if exe else [sys.executable, "-m", "rock.cli"]
     configs = sorted(HA.glob("admin-*.toml"))
@@ -147,18 +197,11 @@ def cluster(
                 timeout=HANG,
             )
             assert admin.process.poll() is None, admin.text()
-        text = (HA / "haproxy.cfg").read_text()
-        for old, new in moved.items():
-            assert old in text, old
-            text = text.replace(old, new)
         front = _free_port()
-        text, bound = re.subn(r"^(\s*bind\s+)\S+", rf"\g<1>127.0.0.1:{front}", text, flags=re.M)
-        assert bound == 1
-        cfg = tmp_path / "haproxy.cfg"
-        cfg.write_text(text)
-        started.append(_Process([str(HAPROXY), "-db", "-f", str(cfg)], tmp_path / "haproxy.log"))
+        balancer = _haproxy if request.param == "haproxy" else _nginx
+        started.append(balancer(tmp_path, moved, front))
         url = f"http://127.0.0.1:{front}"
-        code = eventually(lambda: _answers(f"{url}/healthz"), what="haproxy", timeout=HANG)
+        code = eventually(lambda: _answers(f"{url}/healthz"), what=request.param, timeout=HANG)
         assert code == 200, started[-1].text()
         yield url, started
     finally:
@@ -166,6 +209,7 @@ def cluster(
             process.end()
 
 
+@needs_haproxy
 def test_two_admins_behind_haproxy_keep_answering_after_one_is_killed(
     cluster: tuple[str, list[_Process]],
 ) -> None:
@@ -232,7 +276,7 @@ async def _echo(sandbox: Sandbox, times: int) -> None:
 
 
 async def _shell(sandbox: Sandbox) -> None:
-    """A terminal over the admin's /shell WebSocket, through HAProxy (the upgrade carried)."""
+    """A terminal over the admin's /shell WebSocket, through the balancer (the upgrade carried)."""
     async with await sandbox.open_shell(rows=33, cols=111, command="stty size; exit 9") as shell:
         out = b""
         while (data := await shell.receive()) is not None:
@@ -242,7 +286,12 @@ async def _shell(sandbox: Sandbox) -> None:
 
 @pytest.mark.docker
 @pytest.mark.anyio
-async def test_sandboxes_are_driven_started_and_stopped_through_haproxy_after_the_leader_is_killed(
+@pytest.mark.parametrize(
+    "cluster",
+    [pytest.param("haproxy", marks=needs_haproxy), pytest.param("nginx", marks=needs_nginx)],
+    indirect=True,
+)
+async def test_sandboxes_are_driven_started_and_stopped_through_the_balancer_after_the_leader_is_killed(
     cluster: tuple[str, list[_Process]], docker_client: Any
 ) -> None:
     url, (*admins, _) = cluster
@@ -252,8 +301,8 @@ async def test_sandboxes_are_driven_started_and_stopped_through_haproxy_after_th
     second = _sandbox(url)
     made: list[str] = []
     try:
-        # Started through HAProxy (whichever admin got it, the leader made it), then driven
-        # through both admins in turn.
+        # Started through the balancer (whichever admin got it, the leader made it), then
+        # driven through both admins in turn.
         await first.start()
         assert first.sandbox_id is not None
         made.append(first.sandbox_id)
@@ -288,3 +337,23 @@ async def test_sandboxes_are_driven_started_and_stopped_through_haproxy_after_th
         for sandbox_id in made:  # the test's own containers, whatever the admins did
             for container in _containers(sandbox_id):
                 subprocess.run(["docker", "rm", "-f", container], capture_output=True)
+
+
+@needs_nginx
+@pytest.mark.parametrize("cluster", ["nginx"], indirect=True)
+def test_two_admins_behind_nginx_keep_answering_after_one_is_killed(
+    cluster: tuple[str, list[_Process]],
+) -> None:
+    """nginx.conf instead: round-robin to both, and after kill -9 of one, every call answered
+    (a refused connection goes to the other: proxy_next_upstream)."""
+    url, (*admins, _) = cluster
+    before = [_served(admin) for admin in admins]
+    for _ in range(6):
+        answer = httpx.get(f"{url}{LIST}", timeout=30)
+        assert answer.status_code == 200, answer.text
+    after = [_served(admin) for admin in admins]
+    assert all(b > a for a, b in zip(before, after)), (before, after)
+    admins[0].process.kill()
+    admins[0].process.wait()
+    _all_answer(url)
+    _all_answer(url)
