@@ -15,6 +15,7 @@ the leader is killed with ``SIGKILL``. Then:
 from __future__ import annotations
 
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +34,6 @@ HANG = 180  # a guard against a hang; nothing waits for it to pass
 CLIENTS = 4
 PER_CLIENT = 25
 AT_ONCE = 5  # starts in flight per client
-OWNER = "cluster:admins"
 
 
 @pytest.fixture
@@ -43,9 +43,14 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
-    """The cluster's (leader, follower), both serving, reconciling every second."""
+    """The cluster's (leader, follower), both serving, reconciling every second; a cluster of
+    the test's own (the records of the module's database are another test's otherwise)."""
     extra = "reconcile_interval = 1.0\n"
-    started = [AdminProcess(tmp_path / name, postgres_url, extra=extra) for name in ("a", "b")]
+    cluster = f"failover-{uuid.uuid4().hex[:8]}"
+    started = [
+        AdminProcess(tmp_path / name, postgres_url, cluster=cluster, extra=extra)
+        for name in ("a", "b")
+    ]
     try:
         for admin in started:
             admin.wait_serving()
@@ -59,14 +64,14 @@ def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, Ad
     finally:
         for admin in started:
             admin.end()
-        _remove_containers()
+        _remove_containers(f"cluster:{cluster}")
 
 
-def _containers() -> dict[str, str]:
+def _containers(owner: str) -> dict[str, str]:
     """The cluster's containers: container id -> the sandbox id its label names."""
     out = subprocess.run(
         [
-            "docker", "ps", "-a", "--filter", f"label=rock.owner={OWNER}",
+            "docker", "ps", "-a", "--filter", f"label=rock.owner={owner}",
             "--format", '{{.ID}} {{.Label "rock.sandbox_id"}}',
         ],
         check=True, capture_output=True, text=True,
@@ -74,15 +79,17 @@ def _containers() -> dict[str, str]:
     return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
 
 
-def _remove_containers() -> None:
-    found = list(_containers())
+def _remove_containers(owner: str) -> None:
+    found = list(_containers(owner))
     if found:
         subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
 
 
-def _records(url: str) -> dict[str, tuple[str, str | None]]:
+def _records(url: str, owner: str) -> dict[str, tuple[str, str | None]]:
     """Every record of the cluster: sandbox id -> (state, reason)."""
-    rows = run_sql(url, "SELECT sandbox_id, state, record FROM rock_sandbox")
+    rows = run_sql(
+        url, "SELECT sandbox_id, state, record FROM rock_sandbox WHERE owner = $1", owner
+    )
     import json
 
     return {str(row[0]): (str(row[1]), json.loads(row[2]).get("reason")) for row in rows}
@@ -92,6 +99,7 @@ async def test_kill_9_of_the_leader_during_100_starts_loses_and_doubles_nothing(
     admins: tuple[AdminProcess, AdminProcess], postgres_url: str
 ) -> None:
     leader, follower = admins
+    owner = _owner(leader)
     running: dict[str, str] = {}  # sandbox id -> the client that started it
     failed: list[str] = []  # the errors of starts that failed
     answered = 0
@@ -150,7 +158,7 @@ async def test_kill_9_of_the_leader_during_100_starts_loses_and_doubles_nothing(
 
     # The cluster settles: nothing pending, each container a running sandbox's, one each.
     def settled() -> tuple[dict[str, tuple[str, str | None]], dict[str, str]]:
-        return _records(postgres_url), _containers()
+        return _records(postgres_url, owner), _containers(owner)
 
     records, containers = eventually(
         settled,
@@ -234,4 +242,52 @@ async def test_after_a_failover_the_new_leader_keeps_deadlines_and_restart_polic
 
 
 def _containers_of(sandbox_id: str) -> list[str]:
-    return [c for c, s in _containers().items() if s == sandbox_id]
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=rock.sandbox_id={sandbox_id}"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return out.split()
+
+
+def _owner(admin: AdminProcess) -> str:
+    """The owner of the cluster ``admin`` is in (its config names the cluster)."""
+    text = (admin.folder / "admin.toml").read_text()
+    return "cluster:" + text.split('cluster = "', 1)[1].split('"', 1)[0]
+
+
+async def test_a_stop_sent_right_after_the_leader_is_killed_stops_the_sandbox(
+    admins: tuple[AdminProcess, AdminProcess],
+) -> None:
+    leader, follower = admins
+    sandboxes = [
+        Sandbox(SandboxConfig(image="python:3.11", base_url=leader.url, memory="128m"))
+        for _ in range(3)
+    ]
+    for sandbox in sandboxes:
+        await sandbox.start()
+    ids = [str(s.sandbox_id) for s in sandboxes]
+    leader.process.kill()
+    leader.process.wait()
+    # At once, before the follower took the lease: the stop waits for the new leader, which
+    # answers it only once it took the cluster's sandboxes back (else 'unknown id: done').
+    async with anyio.create_task_group() as tg:
+        for sandbox_id in ids:
+            tg.start_soon(_stop_through, follower.url, sandbox_id)
+    for sandbox_id in ids:
+        assert _status(follower.url, sandbox_id)["state"] in ("stopped", "deleted")
+        eventually(
+            lambda s=sandbox_id: _containers_of(s),
+            until=lambda found: not found,
+            what=f"{sandbox_id}'s container removed",
+            timeout=HANG,
+        )
+
+
+async def _stop_through(url: str, sandbox_id: str) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(timeout=120) as http:
+        answer = (
+            await http.post(f"{url}/apis/envs/sandbox/v1/stop", json={"sandbox_id": sandbox_id})
+        ).json()
+    assert answer["status"] == "Success", answer

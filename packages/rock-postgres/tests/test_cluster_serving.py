@@ -38,7 +38,10 @@ def anyio_backend() -> str:
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
     """The cluster's (leader, follower), both serving."""
     extra = "reconcile_interval = 1.0\n"
-    started = [AdminProcess(tmp_path / name, postgres_url, extra=extra) for name in ("a", "b")]
+    started = [
+        AdminProcess(tmp_path / name, postgres_url, cluster="serving", extra=extra)
+        for name in ("a", "b")
+    ]
     try:
         for admin in started:
             admin.wait_serving()
@@ -146,7 +149,7 @@ def test_a_container_of_the_cluster_no_record_holds_is_removed_by_the_leader(
     # What a leader killed between its runtime's create and its record's write leaves behind.
     ghost = f"ghost-{uuid.uuid4().hex[:12]}"
     labels = {
-        "rock.owner": "cluster:admins",
+        "rock.owner": "cluster:serving",
         "rock.engine": "rock",
         "rock.engine_id": uuid.uuid4().hex,
         "rock.sandbox_id": ghost,

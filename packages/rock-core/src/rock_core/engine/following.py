@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import AsyncIterator, Collection
 
 import anyio
 
@@ -53,6 +53,8 @@ log = logging.getLogger("rock.engine")
 
 #: Seconds between a member's reports of the calls it served.
 REPORT_INTERVAL = 1.0
+#: Seconds a call only the leader makes waits for a new leader's recovery.
+RECOVERY_WAIT = 60.0
 
 
 class NotLeader(InternalServerRockError):
@@ -80,17 +82,22 @@ def client(core: EngineCore, sandbox_id: str, attempted: str) -> RockletClient:
     return found
 
 
-@contextlib.contextmanager
-def leader_only(core: EngineCore, attempted: str) -> Iterator[None]:
+@contextlib.asynccontextmanager
+async def leader_only(core: EngineCore, attempted: str) -> AsyncIterator[None]:
     """Around a call only the leader makes: outside a cluster, nothing; in one, refused unless
-    this engine leads now, and made under the leader's fence (its runtime calls and writes, and
-    those of the tasks it starts, stop once the lease lapses)."""
+    this engine leads now, held until this term's recovery took the cluster's sandboxes back
+    (a stop right after a takeover must find its sandbox), and made under the leader's fence
+    (its runtime calls and writes, and those of the tasks it starts, stop once the lease
+    lapses)."""
     role = core.role
     if role is None:
         yield
         return
     fence = role.fence
-    if fence is None or not fence.valid():
+    if fence is not None and fence.valid() and not role.recovered.is_set():
+        with anyio.move_on_after(RECOVERY_WAIT):
+            await role.recovered.wait()
+    if fence is None or not fence.valid() or role.fence is not fence or not role.recovered.is_set():
         raise NotLeader(
             f"this admin does not lead cluster {core.config.cluster!r} now: send {attempted} "
             f"to the leader (any admin of the cluster forwards it)",

@@ -67,6 +67,9 @@ class Role:
         self.terms = 0
         #: Held by the thread of a call to the lease while it runs (see ``_ask``).
         self.calling = threading.Lock()
+        #: Set once this term's leader took the cluster's sandboxes back (its recovery ran):
+        #: what only the leader does waits for it (a stop must find the sandbox it names).
+        self.recovered = anyio.Event()
 
     @property
     def leading(self) -> bool:
@@ -87,6 +90,7 @@ async def lead(
             await anyio.sleep(RETRY_INTERVAL)
             continue
         fence = fencing.Fence(leadership, epoch, began + leadership.ttl)
+        role.recovered = anyio.Event()
         role.fence = fence
         role.terms += 1
         log.info("leader of the cluster under epoch %d", epoch)

@@ -107,7 +107,7 @@ def _leader_only(method: F) -> F:
 
     @functools.wraps(method)
     async def call(self: SandboxManager, *args: Any, **kwargs: Any) -> Any:
-        with following.leader_only(self._core, method.__name__):
+        async with following.leader_only(self._core, method.__name__):
             return await method(self, *args, **kwargs)
 
     return call  # type: ignore[return-value]
@@ -213,6 +213,8 @@ class SandboxManager:
         self._sweep_done = done = anyio.Event()
         tg.start_soon(reaping.background_sweep, core, done)
         await self.recover()
+        if self.role is not None:  # the calls only a leader makes may go on now
+            self.role.recovered.set()
         for pool in self.config.warm_pools:
             await self.set_warm_pool(pool.request, pool.size)
         for loop in (timers.timer_loop, reconcile.reconcile_loop, reconcile.watch_loop):

@@ -5,7 +5,7 @@ Each record is matched with its unit by the unit id it notes (a claimed warm-poo
 its pool name on a runtime that does not rename), else by label. A running sandbox whose rocklet answers is
 adopted (usable again, with its recorded secret); one whose unit died or vanished meanwhile,
 and one whose start the restart interrupted before its unit answered, is recorded as stopped
-with that reason; in a cluster, a start cut short before its unit was made is made by the new
+with that reason, or started again when its restart policy says so; in a cluster, a start cut short before its unit was made is made by the new
 leader. A restore the restart cut short leaves the sandbox archived again; an
 archive it cut short is resolved with the store (done when both parts are stored, else failed:
 ``stopped``). Archived sandboxes are taken in as they are. Nothing is left pending or unknown.
@@ -16,22 +16,26 @@ from __future__ import annotations
 import logging
 import time
 
+import anyio
 import attrs
 
-from rock_core.engine import archiving, starting
+from rock_core.engine import archiving, crash_restarts, starting
 from rock_core.engine.bringup import open_ports
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
 from rock_core.engine.removals import remove_quietly
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import RockError
-from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, UnitState
+from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, RuntimeStatus, UnitState
 from rock_core.rocklet_client import RockletClient
 from rock_core.states import Event, State
 
 __all__ = ["adopt", "recover"]
 
 log = logging.getLogger("rock.engine")
+
+#: Times a recovered sandbox's rocklet is asked whether it is alive before it is given up.
+ADOPT_TRIES = 3
 
 
 async def recover(core: EngineCore) -> int:
@@ -79,7 +83,8 @@ async def recover(core: EngineCore) -> int:
         if cut_short and handle is None:  # before it made the unit: this leader starts it
             starting.resume(core, live)
             continue
-        reason = await adopt(core, live)
+        seen: list[RuntimeStatus] = []
+        reason = await adopt(core, live, seen)
         if cut_short and reason is not None and live.handle is not None:
             # Its unit never ran (the leader ended while starting it): made again, from scratch.
             log.info(
@@ -97,12 +102,19 @@ async def recover(core: EngineCore) -> int:
         live.settled.set()
         if reason is not None:
             async with live.lock:
-                await stop_locked(core, live, reason, unexpected=True)
+                if seen and crash_restarts.wants_restart(live.record, seen[0]):
+                    await crash_restarts.crashed(core, live, reason)  # by its restart policy
+                else:
+                    reason = crash_restarts.gave_up(live.record, reason)
+                    await stop_locked(core, live, reason, unexpected=True)
     return len(records)
 
 
-async def adopt(core: EngineCore, live: LiveSandbox) -> str | None:
-    """Reconnect a recovered live sandbox to its rocklet; the reason to stop it, if it can't be."""
+async def adopt(
+    core: EngineCore, live: LiveSandbox, seen: list[RuntimeStatus] | None = None
+) -> str | None:
+    """Reconnect a recovered live sandbox to its rocklet; the reason to stop it, if it can't be
+    (``seen`` gets the status of its unit, when it was inspected)."""
     record = live.record
     if live.handle is None:
         if core.lease is not None and record.state is State.PENDING:
@@ -112,13 +124,19 @@ async def adopt(core: EngineCore, live: LiveSandbox) -> str | None:
         status = await core.runtime.inspect(live.handle)
     except RockError as exc:
         return f"could not inspect its container after a restart: {exc.message}"
+    if seen is not None:
+        seen.append(status)
     if status.state is not UnitState.RUNNING or status.rocklet_address is None:
         return describe_exit(status) + " while rock was not running"
     client = RockletClient(
         core.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token
     )
-    if not await client.is_alive(timeout=5.0):
-        return "its rocklet did not answer after rock restarted"
+    for _ in range(ADOPT_TRIES):  # a busy host (many units starting or going) answers late
+        if await client.is_alive(timeout=5.0):
+            break
+        await anyio.sleep(1.0)
+    else:
+        return f"its rocklet did not answer after rock restarted ({ADOPT_TRIES} tries)"
     live.client = client
     live.activity = time.time()
     mapping = await open_ports(core, live, client, status)

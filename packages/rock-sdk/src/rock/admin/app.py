@@ -94,6 +94,7 @@ from rock_core.errors import (
 )
 from rock_core.models import NonBlankStr
 from rock_core.plugins import Plugins, plugin_tables
+from rock_core.records import mask_url
 from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import Runtime
 
@@ -294,9 +295,10 @@ class AdminApp:
             self._manager = manager
             self.metrics.attach(manager)
             log.info(
-                "rock admin %s: engine ready (store %s), serving %s",
+                "rock admin %s: engine ready (store %s%s), serving %s",
                 __version__,
-                store,
+                mask_url(engine_config.store) if engine_config.store else store,
+                f", cluster {engine_config.cluster}" if engine_config.cluster else "",
                 self.settings.url,
             )
             try:
