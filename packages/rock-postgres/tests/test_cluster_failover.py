@@ -15,7 +15,6 @@ the leader is killed with ``SIGKILL``. Then:
 from __future__ import annotations
 
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import RockError
 from rock_core.testing import eventually
-from rock_postgres.testing import AdminProcess, postgres_url, run_sql  # noqa: F401
+from rock_postgres.testing import AdminProcess, postgres_url, run_sql, two_admins  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -45,26 +44,8 @@ def anyio_backend() -> str:
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
     """The cluster's (leader, follower), both serving, reconciling every second; a cluster of
     the test's own (the records of the module's database are another test's otherwise)."""
-    extra = "reconcile_interval = 1.0\n"
-    cluster = f"failover-{uuid.uuid4().hex[:8]}"
-    started = [
-        AdminProcess(tmp_path / name, postgres_url, cluster=cluster, extra=extra)
-        for name in ("a", "b")
-    ]
-    try:
-        for admin in started:
-            admin.wait_serving()
-        leader = eventually(
-            lambda: next((a for a in started if a.epochs_led()), None),
-            what="a leader",
-            timeout=HANG,
-        )
-        follower = started[1] if leader is started[0] else started[0]
-        yield leader, follower
-    finally:
-        for admin in started:
-            admin.end()
-        _remove_containers(f"cluster:{cluster}")
+    with two_admins(tmp_path, postgres_url, extra="reconcile_interval = 1.0\n") as admins:
+        yield admins
 
 
 def _containers(owner: str) -> dict[str, str]:
@@ -77,12 +58,6 @@ def _containers(owner: str) -> dict[str, str]:
         check=True, capture_output=True, text=True,
     ).stdout  # fmt: skip
     return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
-
-
-def _remove_containers(owner: str) -> None:
-    found = list(_containers(owner))
-    if found:
-        subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
 
 
 def _records(url: str, owner: str) -> dict[str, tuple[str, str | None]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,7 @@ import pytest
 
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
-from rock_core.testing import eventually
-from rock_postgres.testing import AdminProcess, postgres_url  # noqa: F401
+from rock_postgres.testing import AdminProcess, postgres_url, two_admins  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
@@ -34,23 +32,9 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
-    """The cluster's (leader, follower), both serving; the cluster's name (its admins' owner
-    label) is its own, so that it never takes another test's containers for its orphans."""
-    cluster = f"idem-{uuid.uuid4().hex[:8]}"
-    started = [AdminProcess(tmp_path / name, postgres_url, cluster=cluster) for name in ("a", "b")]
-    try:
-        for admin in started:
-            admin.wait_serving()
-        leader = eventually(
-            lambda: next((a for a in started if a.epochs_led()), None),
-            what="a leader",
-            timeout=HANG,
-        )
-        follower = started[1] if leader is started[0] else started[0]
-        yield leader, follower
-    finally:
-        for admin in started:
-            admin.end()
+    """The cluster's (leader, follower), both serving, in a cluster of its own."""
+    with two_admins(tmp_path, postgres_url) as admins:
+        yield admins
 
 
 class LosingProxy:

@@ -10,7 +10,6 @@ and ``other`` is not left behind all of ``low`` (turns go round the experiments)
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -20,39 +19,18 @@ import httpx
 import pytest
 
 from rock_core.testing import eventually
-from rock_postgres.testing import AdminProcess, postgres_url  # noqa: F401
+from rock_postgres.testing import AdminProcess, postgres_url, two_admins  # noqa: F401
 
 HANG = 180  # a guard against a hang; nothing waits for it to pass
 PREFIX = "/apis/envs/sandbox/v1"
 TINY = {"image": "python:3.11", "memory": "128m", "cpus": 0.1}
-CLUSTER = "queue"
 
 
 @pytest.fixture
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
     extra = "max_concurrent_starts = 1\n"
-    started = [
-        AdminProcess(tmp_path / name, postgres_url, cluster=CLUSTER, extra=extra)
-        for name in ("a", "b")
-    ]
-    try:
-        for admin in started:
-            admin.wait_serving()
-        leader = eventually(
-            lambda: next((a for a in started if a.epochs_led()), None),
-            what="a leader",
-            timeout=HANG,
-        )
-        yield leader, started[1] if leader is started[0] else started[0]
-    finally:
-        for admin in started:
-            admin.end()
-        out = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=rock.owner=cluster:{CLUSTER}"],
-            capture_output=True, text=True, check=False,
-        ).stdout.split()  # fmt: skip
-        if out:
-            subprocess.run(["docker", "rm", "-f", *out], capture_output=True, check=False)
+    with two_admins(tmp_path, postgres_url, extra=extra) as admins:
+        yield admins
 
 
 def _start(url: str, experiment: str, priority: int) -> str:

@@ -22,11 +22,12 @@ from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import SandboxNotFound
 from rock_core.testing import eventually
-from rock_postgres.testing import AdminProcess, postgres_url  # noqa: F401
+from rock_postgres.testing import AdminProcess, postgres_url, two_admins  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
 HANG = 90  # a guard against a hang; nothing waits for it to pass
+CLUSTER = f"serving-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -36,25 +37,10 @@ def anyio_backend() -> str:
 
 @pytest.fixture
 def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
-    """The cluster's (leader, follower), both serving."""
+    """The cluster's (leader, follower), both serving, reconciling every second."""
     extra = "reconcile_interval = 1.0\n"
-    started = [
-        AdminProcess(tmp_path / name, postgres_url, cluster="serving", extra=extra)
-        for name in ("a", "b")
-    ]
-    try:
-        for admin in started:
-            admin.wait_serving()
-        leader = eventually(
-            lambda: next((a for a in started if a.epochs_led()), None),
-            what="a leader",
-            timeout=HANG,
-        )
-        follower = started[1] if leader is started[0] else started[0]
-        yield leader, follower
-    finally:
-        for admin in started:
-            admin.end()
+    with two_admins(tmp_path, postgres_url, cluster=CLUSTER, extra=extra) as admins:
+        yield admins
 
 
 def _containers(sandbox_id: str) -> list[str]:
@@ -149,7 +135,7 @@ def test_a_container_of_the_cluster_no_record_holds_is_removed_by_the_leader(
     # What a leader killed between its runtime's create and its record's write leaves behind.
     ghost = f"ghost-{uuid.uuid4().hex[:12]}"
     labels = {
-        "rock.owner": "cluster:serving",
+        "rock.owner": f"cluster:{CLUSTER}",
         "rock.engine": "rock",
         "rock.engine_id": uuid.uuid4().hex,
         "rock.sandbox_id": ghost,

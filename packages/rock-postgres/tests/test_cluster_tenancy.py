@@ -4,7 +4,6 @@ which the leader checks again. Two real admins with two tenants' API keys on one
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,14 +12,12 @@ import httpx
 import pytest
 
 from rock.admin.auth import hash_key
-from rock_core.testing import eventually
-from rock_postgres.testing import AdminProcess, postgres_url  # noqa: F401
+from rock_postgres.testing import AdminProcess, postgres_url, two_admins  # noqa: F401
 
 HANG = 90
 PREFIX = "/apis/envs/sandbox/v1"
 KEY_A = "key-a-" + uuid.uuid4().hex
 KEY_B = "key-b-" + uuid.uuid4().hex
-CLUSTER = f"tenancy-{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -31,28 +28,8 @@ def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, Ad
         f'  {{ tenant = "team-b", sha256 = "{hash_key(KEY_B)}" }},\n'
         "]\n"
     )
-    started = [
-        AdminProcess(tmp_path / name, postgres_url, cluster=CLUSTER, extra=keys)
-        for name in ("a", "b")
-    ]
-    try:
-        for admin in started:
-            admin.wait_serving()
-        leader = eventually(
-            lambda: next((a for a in started if a.epochs_led()), None),
-            what="a leader",
-            timeout=HANG,
-        )
-        yield leader, started[1] if leader is started[0] else started[0]
-    finally:
-        for admin in started:
-            admin.end()
-        found = subprocess.run(
-            ["docker", "ps", "-aq", "--filter", f"label=rock.owner=cluster:{CLUSTER}"],
-            capture_output=True, text=True, check=False,
-        ).stdout.split()  # fmt: skip
-        if found:
-            subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
+    with two_admins(tmp_path, postgres_url, extra=keys) as admins:
+        yield admins
 
 
 def _call(url: str, key: str | None, method: str, route: str, **kwargs: object) -> httpx.Response:

@@ -12,7 +12,8 @@ fail, saying to run the script.
   open and empty, closed after the test;
 - :func:`run_sql`: run one statement on a database (what tests do behind the store's back);
 - :class:`AdminProcess`: ``rock admin serve`` of a cluster on that database, in a process of
-  its own (tests of several admins).
+  its own (tests of several admins); :func:`two_admins`: two of them, serving, as (leader,
+  follower), ended and their containers removed after.
 
 Import the fixtures into a test module (``from rock_postgres.testing import postgres_url``).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import re
 import shutil
@@ -42,6 +44,7 @@ from rock_postgres.store import PostgresRecordStore
 
 __all__ = [
     "AdminProcess",
+    "two_admins",
     "database_url",
     "postgres_store",
     "postgres_url",
@@ -193,3 +196,37 @@ class AdminProcess:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+@contextlib.contextmanager
+def two_admins(
+    folder: Path, store: str, *, cluster: str | None = None, extra: str = "", timeout: float = 90
+) -> Iterator[tuple[AdminProcess, AdminProcess]]:
+    """Two admins of one cluster on ``store``, both serving, as (leader, follower); ended after,
+    and the cluster's containers removed. ``cluster``: its name (default: one of its own, so that
+    its leader never takes another test's containers for its own); ``extra``: more TOML."""
+    cluster = cluster or f"test-{uuid.uuid4().hex[:8]}"
+    started = [
+        AdminProcess(folder / name, store, cluster=cluster, extra=extra) for name in ("a", "b")
+    ]
+    try:
+        for admin in started:
+            admin.wait_serving(timeout)
+        deadline = time.monotonic() + timeout
+        while not any(a.epochs_led() for a in started):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no admin of cluster {cluster!r} took the lease")
+            time.sleep(0.1)
+        leader = next(a for a in started if a.epochs_led())
+        yield leader, started[1] if leader is started[0] else started[0]
+    finally:
+        for admin in started:
+            admin.end()
+        found = subprocess.run(
+            ["docker", "ps", "-aq", "--filter", f"label=rock.owner=cluster:{cluster}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        if found:
+            subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
