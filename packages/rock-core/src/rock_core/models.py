@@ -294,6 +294,14 @@ class SandboxRecord:
     rocklet_address: tuple[str, int] | None = attrs.field(default=None, repr=False)
     #: How many times the engine started the sandbox again after its unit died (restart policy).
     restart_count: int = 0
+    #: When the running sandbox was paused (``pause()``: its processes frozen, its memory kept);
+    #: ``None`` while it is not (rock_core/engine/pausing.py). Its state stays ``running``.
+    paused_time: datetime | None = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether the sandbox is running but paused (frozen until ``resume()``)."""
+        return self.paused_time is not None and self.state is State.RUNNING
 
     @property
     def lifecycle(self) -> Lifecycle:

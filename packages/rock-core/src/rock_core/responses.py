@@ -73,7 +73,7 @@ def status_response(status: SandboxStatus) -> SandboxStatusResponse:
         port_mapping=dict(record.port_mapping),
         host_name=record.host_name,
         host_ip=record.host_ip,
-        is_alive=record.state is State.RUNNING,
+        is_alive=record.state is State.RUNNING and not record.paused,
         image=spec.image,
         metadata=dict(spec.metadata),
         gateway_version=__version__,
@@ -103,6 +103,8 @@ def status_response(status: SandboxStatus) -> SandboxStatusResponse:
         restart_count=record.restart_count,
         usage=usage_view(status.usage) if status.usage is not None else None,
         warnings=list(status.usage.warnings) if status.usage is not None else [],
+        paused=record.paused,
+        paused_time=record.paused_time if record.paused else None,
     )
 
 

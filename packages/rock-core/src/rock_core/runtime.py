@@ -60,6 +60,8 @@ class RuntimeCapabilities:
     :param stats: it samples its units' resource use (:meth:`Runtime.stats`): monitoring.
     :param network_groups: sandboxes may join a ``network_group`` (a network of their own,
         shared by the group's sandboxes only); the engine refuses one otherwise.
+    :param pause: it can freeze a running unit's processes, memory kept, and thaw them
+        (:meth:`Runtime.pause`, :meth:`Runtime.resume`): ``pause()`` of a sandbox.
     """
 
     assign: bool
@@ -70,6 +72,7 @@ class RuntimeCapabilities:
     network_modes: tuple[str, ...]
     stats: bool = False
     network_groups: bool = True
+    pause: bool = False
 
     def missing(self, capability: str, runtime: str) -> str:
         """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
@@ -87,6 +90,7 @@ _CAN = {
     "network_modes": "give sandboxes that network",
     "stats": "measure its units' resource use",
     "network_groups": "put sandboxes in a network group",
+    "pause": "pause sandboxes (freeze their processes, memory kept)",
 }
 
 
@@ -165,6 +169,7 @@ class Runtime(abc.ABC):
             network_modes=tuple(self.network_modes),
             stats=self.can_measure,
             network_groups=self.network_groups,
+            pause=self.can_pause,
         )
 
     @abc.abstractmethod
@@ -336,6 +341,30 @@ class Runtime(abc.ABC):
         raise NotSupported(
             f"runtime {self.name!r} cannot measure its units' disk use", attempted="disk_usage"
         )
+
+    async def pause(self, handle: UnitHandle) -> None:
+        """Freeze every process of the running unit (no CPU used; memory and processes kept)
+        until :meth:`resume`. Optional: the default raises :class:`NotSupported`, and the
+        engine refuses ``pause()`` naming the capability ``pause``."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot pause sandboxes",
+            sandbox_id=handle.sandbox_id,
+            attempted="pause",
+        )
+
+    async def resume(self, handle: UnitHandle) -> None:
+        """Thaw a unit :meth:`pause` froze; its processes go on where they were. A unit that
+        is not paused is not an error. Optional, with :meth:`pause`."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot pause sandboxes",
+            sandbox_id=handle.sandbox_id,
+            attempted="resume",
+        )
+
+    @property
+    def can_pause(self) -> bool:
+        """Whether this runtime implements :meth:`pause` and :meth:`resume`."""
+        return type(self).pause is not Runtime.pause and type(self).resume is not Runtime.resume
 
     @property
     def can_snapshot(self) -> bool:

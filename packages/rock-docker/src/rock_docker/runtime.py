@@ -279,6 +279,31 @@ class DockerRuntime(Runtime):
         await self._run(rename, attempted="assign", sandbox_id=sandbox_id)
         return attrs.evolve(handle, sandbox_id=sandbox_id, labels={})
 
+    async def pause(self, handle: UnitHandle) -> None:
+        """``docker pause``: the cgroup freezer stops every process of the container (memory
+        kept); a container already paused is fine."""
+
+        def pause() -> None:
+            try:
+                self._docker().api.pause(handle.unit_id)
+            except docker.errors.APIError as exc:
+                if "already paused" not in str(exc):
+                    raise
+
+        await self._run(pause, attempted="pause", sandbox_id=handle.sandbox_id)
+
+    async def resume(self, handle: UnitHandle) -> None:
+        """``docker unpause``; a container that is not paused is fine."""
+
+        def unpause() -> None:
+            try:
+                self._docker().api.unpause(handle.unit_id)
+            except docker.errors.APIError as exc:
+                if "not paused" not in str(exc):
+                    raise
+
+        await self._run(unpause, attempted="resume", sandbox_id=handle.sandbox_id)
+
     async def stop(self, handle: UnitHandle, *, timeout: float) -> None:
         """``docker stop``: SIGTERM, then SIGKILL after ``timeout`` seconds; a missing container is fine."""
         seconds = max(0, math.ceil(timeout))

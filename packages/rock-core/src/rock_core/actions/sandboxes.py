@@ -193,6 +193,8 @@ class SandboxStatusResponse:
     resource use as the engine last sampled it (``cpu_percent``, ``memory_bytes``,
     ``memory_limit_bytes``, network bytes, ``pids``, ``oom_kills``, ``sampled_at``, ...);
     ``warnings`` what needs attention now ("memory at 93% of its limit").
+    ``paused``: a ``running`` sandbox frozen by ``pause()`` (since ``paused_time``; its
+    ``is_alive`` is false until ``resume()``): ROCK's ``state`` stays ``running``.
     ``security`` is the hardening its unit got: ``pids_limit``, ``nofile_limit``,
     ``no_new_privileges``, ``capabilities`` (those it keeps), ``network`` (``isolated``,
     ``group:NAME``, ``host`` or ``none``) and ``rocklet_auth`` (never the secret itself).
@@ -235,6 +237,8 @@ class SandboxStatusResponse:
     restart_count: int = 0
     usage: dict[str, Any] | None = None
     warnings: list[str] = attrs.field(factory=list)
+    paused: bool = False
+    paused_time: datetime | None = None
 
 
 @attrs.frozen(kw_only=True)

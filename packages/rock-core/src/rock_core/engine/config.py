@@ -168,6 +168,8 @@ class EngineConfig:
         what only the leader does (starts, stops, deletions, pools).
     :param reconcile_interval: seconds between comparisons of the records with the runtime.
     :param timer_interval: seconds between checks of idle and auto-delete deadlines.
+    :param idle_counts_paused: whether the time a sandbox spends paused counts towards its idle
+        stop (``auto_clear_seconds``); by default it does not (rock_core/engine/pausing.py).
     :param engine_label: value of the ``rock.engine`` label on every unit this engine makes.
     :param remove_on_close: remove this engine's sandboxes when it closes (embedded mode: the
         trainer's process owns them, nothing must outlive it).
@@ -231,6 +233,7 @@ class EngineConfig:
     stop_timeout: PositiveFloat = checked(PositiveFloat, default=3.0)
     reconcile_interval: PositiveFloat = checked(PositiveFloat, default=30.0)
     timer_interval: PositiveFloat = checked(PositiveFloat, default=1.0)
+    idle_counts_paused: bool = checked(bool, default=False)
     engine_label: NonBlankStr = checked(NonBlankStr, default="rock")
     remove_on_close: bool = checked(bool, default=True)
     reap_orphans: bool = checked(bool, default=True)

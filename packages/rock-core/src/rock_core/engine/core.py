@@ -326,7 +326,11 @@ class EngineCore:
         """``record``'s status with its queue ``position`` given (a listing walks the queue once)."""
         deadline = usage = None
         clear = record.spec.auto_clear_seconds
-        if record.state in LIVE_STATES and clear:
+        if (
+            record.state in LIVE_STATES
+            and clear
+            and not (record.paused and not self.config.idle_counts_paused)
+        ):
             live = self.live.get(record.sandbox_id)
             activity = live.activity if live is not None else time.time()
             deadline = datetime.fromtimestamp(activity + clear, UTC)

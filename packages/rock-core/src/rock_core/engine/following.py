@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Collection
 
 import anyio
 
-from rock_core.engine import fencing
+from rock_core.engine import fencing, pausing
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import not_running_error
 from rock_core.errors import InternalServerRockError, RockError, SandboxNotFound
@@ -75,6 +75,8 @@ def client(core: EngineCore, sandbox_id: str, attempted: str) -> RockletClient:
     address, token = record.rocklet_address, record.rocklet_token
     if record.state is not State.RUNNING or address is None:
         raise not_running_error(record, attempted)
+    if record.paused:
+        raise pausing.paused_error(record, attempted)
     known = core.followed.get(sandbox_id)
     if known is not None and (known.host, known.port, known.token) == (*address, token):
         return known

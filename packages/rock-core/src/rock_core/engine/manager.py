@@ -24,6 +24,7 @@ Its jobs: :mod:`~rock_core.engine.admission` (what a start may ask for, the unit
 pools, claims), :mod:`~rock_core.engine.stopping` (``stop``, ``delete``, the post-stop policy),
 :mod:`~rock_core.engine.archiving` (``archive``, restore), :mod:`~rock_core.engine.crash_restarts`
 (by restart policy), :mod:`~rock_core.engine.recovery` (taking sandboxes back),
+:mod:`~rock_core.engine.pausing` (``pause``, ``resume``),
 :mod:`~rock_core.engine.reaping` and :mod:`~rock_core.engine.owners` (orphans, removal at
 close), :mod:`~rock_core.engine.timers` (idle stop, auto-delete, the disk watch),
 :mod:`~rock_core.engine.reconcile` (the records against the runtime),
@@ -58,6 +59,7 @@ from rock_core.engine import (
     following,
     leadership,
     monitoring,
+    pausing,
     reaping,
     reconcile,
     recovery,
@@ -413,6 +415,22 @@ class SandboxManager:
         """
         await stopping.delete(self._core, sandbox_id)
 
+    # -- pause and resume (engine/pausing.py) ---------------------------------------------------
+
+    @_leader_only
+    async def pause(self, sandbox_id: str) -> SandboxRecord:
+        """Freeze a running sandbox (memory and processes kept; it stays ``running``, paused).
+
+        :raises BadRequestRockError: the sandbox is not running (naming its state).
+        :raises NotSupported: the runtime cannot pause (its capability ``pause``).
+        """
+        return await pausing.pause(self._core, sandbox_id)
+
+    @_leader_only
+    async def resume(self, sandbox_id: str) -> SandboxRecord:
+        """Thaw a paused sandbox: its processes go on where they were (as :meth:`pause`)."""
+        return await pausing.resume(self._core, sandbox_id)
+
     # -- recovery and reaping (engine/recovery.py, engine/reaping.py) --------------------------
 
     async def recover(self) -> int:
@@ -436,8 +454,7 @@ class SandboxManager:
         await timers.run_timers(self._core, at)
 
     async def reconcile(self) -> None:
-        """Compare every running sandbox with its unit; one that died is recorded as stopped
-        (one ``list`` of this owner's units per call)."""
+        """Record as stopped every running sandbox whose unit died (one ``list`` per call)."""
         await reconcile.reconcile(self._core)
 
     async def unit_gone(self, sandbox_id: str, status: RuntimeStatus) -> None:
@@ -445,22 +462,15 @@ class SandboxManager:
         await reconcile.unit_gone(self._core, sandbox_id, status)
 
     async def check_disk(self) -> list[str]:
-        """One look at the disk use of every running sandbox whose limit the runtime cannot
-        enforce; stop those past it, keeping their files (:func:`rock_core.engine.timers.
-        check_disk`). Return the ids stopped.
-
-        :raises NotSupported: the runtime cannot measure disk use.
-        """
+        """Stop the running sandboxes past a disk limit the runtime cannot enforce, files kept
+        (:func:`rock_core.engine.timers.check_disk`); their ids. :raises NotSupported:"""
         return await timers.check_disk(self._core)
 
     # -- resource use (engine/monitoring.py) ----------------------------------------------------
 
     async def sample_usage(self) -> int:
-        """Sample every running sandbox's resource use now (the monitor does it every
-        ``stats_interval``); return how many were measured. ``get_status`` shows the result.
-
-        :raises NotSupported: the runtime cannot measure its units.
-        """
+        """Sample every running sandbox's resource use now (as the monitor does every
+        ``stats_interval``); how many were measured. :raises NotSupported: no ``stats``."""
         return await monitoring.sample(self._core, self.sampler)
 
     def usages(self) -> dict[str, SandboxUsage]:
@@ -474,16 +484,12 @@ class SandboxManager:
     # -- units ---------------------------------------------------------------------------------
 
     def claimed_units(self) -> set[str]:
-        """The unit ids sandboxes hold, by the records (of this owner, not deleted) and in memory:
-        a warm-pool unit among them is claimed even where the runtime did not rename it."""
+        """The unit ids sandboxes hold, by the records and in memory (claimed pool units too)."""
         return self._core.claimed_units()
 
     def sandbox_of_unit(self, unit_id: str, hint: str | None = None) -> str | None:
-        """The sandbox whose unit is ``unit_id`` (``None``: none this engine holds).
-
-        ``hint``: the sandbox the unit names (its label); when that sandbox holds it, the answer
-        costs one lookup. Only a claimed warm-pool unit the runtime could not rename names
-        another, and is found by a scan."""
+        """The sandbox whose unit is ``unit_id`` (``None``: none); ``hint``, the sandbox its
+        label names, is tried first (:meth:`EngineCore.sandbox_of_unit`)."""
         return self._core.sandbox_of_unit(unit_id, hint)
 
     # -- records and status ----------------------------------------------------------------------
@@ -575,6 +581,8 @@ class SandboxManager:
         if live is None or live.client is None or live.record.state is not State.RUNNING:
             record = live.record if live is not None else self.get_record(sandbox_id)
             raise not_running_error(record, attempted)
+        if live.record.paused:
+            raise pausing.paused_error(live.record, attempted)
         if activity:
             live.activity = time.time()
         return live.client

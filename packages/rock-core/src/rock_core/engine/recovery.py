@@ -131,12 +131,13 @@ async def adopt(
     client = RockletClient(
         core.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token
     )
-    for _ in range(ADOPT_TRIES):  # a busy host (many units starting or going) answers late
+    for _ in range(0 if record.paused else ADOPT_TRIES):  # a paused one cannot answer
         if await client.is_alive(timeout=5.0):
             break
         await anyio.sleep(1.0)
     else:
-        return f"its rocklet did not answer after rock restarted ({ADOPT_TRIES} tries)"
+        if not record.paused:
+            return f"its rocklet did not answer after rock restarted ({ADOPT_TRIES} tries)"
     live.client = client
     live.activity = time.time()
     mapping = await open_ports(core, live, client, status)

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import anyio
 
-from rock_core.engine import archiving
+from rock_core.engine import archiving, pausing
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, LiveSandbox, now
 from rock_core.engine.removals import end_processes, remove_quietly
@@ -88,7 +88,7 @@ async def stop_locked(
 ) -> None:
     """Stop the sandbox, its lock held; ``unexpected``: it died (its record is kept a grace
     period to be read); ``keep_seconds``: keep its unit at least that long (files for inspection)."""
-    record = live.record
+    record = await pausing.thaw(core, live)  # a paused sandbox's processes must run to end
     target, delay = post_stop_plan(core, record.spec)
     if unexpected and delay == 0 and target is State.DELETED:
         delay = _DEATH_GRACE_SECONDS

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import anyio
 
-from rock_core.engine import archiving, following
+from rock_core.engine import archiving, following, pausing
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
@@ -54,6 +54,8 @@ async def run_timers(core: EngineCore, at: float | None = None) -> None:
         clear = record.spec.auto_clear_seconds
         if core.busy(sandbox_id):
             live.activity = max(live.activity, now_ts)  # a long command is activity until it ends
+        elif pausing.idle_paused(core, record):
+            pass  # paused time is not idle time (unless idle_counts_paused)
         elif record.state is State.RUNNING and clear and now_ts > live.activity + clear:
             # Idle time counts from running: a start waiting in a long queue is not idle (its
             # startup budget bounds it).
