@@ -103,6 +103,8 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
         return st.lists(strategy_for(args[0]), max_size=3)
     if origin is tuple and len(args) == 2 and args[1] is ...:
         return st.lists(strategy_for(args[0]), max_size=3).map(tuple)
+    if origin is tuple:  # a fixed length: (host, port)
+        return st.tuples(*(strategy_for(a) for a in args))
     if origin is dict:
         return st.dictionaries(strategy_for(args[0]), strategy_for(args[1]), max_size=3)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
