@@ -53,6 +53,9 @@ log = logging.getLogger("rock.engine")
 
 #: Seconds between a member's reports of the calls it served.
 REPORT_INTERVAL = 1.0
+#: The most rocklet clients a follower keeps (cheap to make again: the HTTP pool is the
+#: engine's).
+MAX_FOLLOWED = 4096
 #: Seconds a call only the leader makes waits for a new leader's recovery.
 RECOVERY_WAIT = 60.0
 
@@ -74,12 +77,15 @@ def client(core: EngineCore, sandbox_id: str, attempted: str) -> RockletClient:
         )
     address, token = record.rocklet_address, record.rocklet_token
     if record.state is not State.RUNNING or address is None:
+        core.followed.pop(sandbox_id, None)
         raise not_running_error(record, attempted)
     if record.paused:
         raise pausing.paused_error(record, attempted)
     known = core.followed.get(sandbox_id)
     if known is not None and (known.host, known.port, known.token) == (*address, token):
         return known
+    if len(core.followed) >= MAX_FOLLOWED:  # sandboxes gone without a last call: start afresh
+        core.followed.clear()
     found = core.followed[sandbox_id] = RockletClient(core.http, *address, sandbox_id, token=token)
     return found
 
