@@ -43,8 +43,13 @@ if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && grep -q "API 
         sleep 0.5
     done
     rm -f "$pidfile"
-    # A daemon killed outright leaves its pid file, which stops the next one from starting.
-    if [ -f /var/run/docker.pid ] && ! kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then rm -f /var/run/docker.pid; fi
+fi
+
+# A daemon that died outright (SIGKILL, a crash, the OOM killer), whoever started it, leaves
+# /var/run/docker.pid behind, and the next dockerd refuses to start while it is there.
+if stale_pid_file /var/run/docker.pid dockerd; then
+    say "removing /var/run/docker.pid: it names no running dockerd (one that died left it)"
+    rm -f /var/run/docker.pid
 fi
 
 if ! is_root || ! is_debian; then
