@@ -376,3 +376,16 @@ def test_a_stale_pid_file_is_not_a_running_admin(tmp_path: Path) -> None:
         json.dumps({"pid": os.getpid(), "proc_start": "1", "url": settings.url})
     )
     assert daemon.read_pid_file(settings) is None
+
+
+def test_an_unknown_plugin_table_is_one_line_naming_it_not_a_traceback(tmp_path: Path) -> None:
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)}
+    env.pop("ROCK_CONFIG", None)
+    bad = _write(tmp_path / "bad.toml", "[plugins.nosuch]\nfoo = 1\n")
+    served = subprocess.run(
+        [str(ROCK), "admin", "serve", "--port", "1", "--config", str(bad)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert served.returncode == 1
+    assert "plugins.nosuch: no plugin named 'nosuch' is installed" in served.stderr
+    assert "Traceback" not in served.stderr and len(served.stderr.strip().splitlines()) == 1

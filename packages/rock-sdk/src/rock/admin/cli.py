@@ -102,6 +102,7 @@ def serve(
         daemon.MissingServerLibraries,
         daemon.KeylessRemoteRefused,
         daemon.UnsafeStateDir,
+        InvalidParameter,  # a setting read only when the server is built ([plugins.x] tables)
     ) as exc:
         raise click.ClickException(str(exc)) from None
     sys.exit(code)
