@@ -150,6 +150,20 @@ def test_hash_helper_refuses_a_bad_tenant_naming_it() -> None:
     assert "got 'team a'" in done.stderr and KEY_A not in done.stderr
 
 
+def test_hash_helper_answers_help_and_never_takes_an_option_for_a_tenant() -> None:
+    for flag, code in (("--help", 0), ("-h", 0), ("--tenant", 2)):
+        done = subprocess.run(
+            [sys.executable, "-m", "rock.admin.auth", flag],
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == code, (flag, done)
+        assert "usage: python -m rock.admin.auth TENANT" in done.stdout + done.stderr
+        assert "sha256" not in done.stdout and "new key" not in done.stderr
+
+
 def test_hash_helper_prints_an_entry_for_a_key() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "rock.admin.auth", "team-a"],

@@ -278,11 +278,12 @@ class KeyRing:
 def _main(argv: list[str]) -> int:
     """``python -m rock.admin.auth TENANT``: print an ``api_keys`` entry for a key read from
     stdin, or for a new random key (printed once, to stderr)."""
-    if len(argv) != 1:
-        print(
-            "usage: python -m rock.admin.auth TENANT  (key on stdin, or none to make one)",
-            file=sys.stderr,
-        )
+    usage = "usage: python -m rock.admin.auth TENANT  (key on stdin, or none to make one)"
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage + "\nPrints the api_keys entry of [admin] for TENANT's key.")
+        return 0
+    if len(argv) != 1 or argv[0].startswith("-"):
+        print(usage, file=sys.stderr)
         return 2
     key = "" if sys.stdin.isatty() else sys.stdin.read().strip()
     made = not key
