@@ -193,6 +193,16 @@ def test_exec_json_reports_the_result(admin: Admin, sandbox_id: str) -> None:
     assert data["stdout"] == "42\n" and data["exit_code"] == 3
 
 
+def test_exec_of_a_missing_or_unexecutable_program_exits_127_or_126_as_shells_do(
+    admin: Admin, sandbox_id: str
+) -> None:
+    missing = admin.rock("sandbox", "exec", sandbox_id, "--", "no-such-binary")
+    assert missing.returncode == 127 and "no-such-binary" in missing.stderr
+    admin.rock("sandbox", "exec", sandbox_id, "--", "sh", "-c", "echo x > /tmp/plain")
+    denied = admin.rock("sandbox", "exec", sandbox_id, "--", "/tmp/plain")
+    assert denied.returncode == 126, denied.stderr
+
+
 def test_exec_timeout_exits_124(admin: Admin, sandbox_id: str) -> None:
     done = admin.rock("sandbox", "exec", "--timeout", "1", sandbox_id, "--", "sleep", "30")
     assert done.returncode == 124

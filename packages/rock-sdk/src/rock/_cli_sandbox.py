@@ -381,6 +381,9 @@ def exec_command(
     result = run(go)
     # Killed at its timeout: the command's own outcome, exiting as timeout(1) does.
     code = _EXIT_TIMEOUT if result.timed_out else result.exit_code
+    if code == -1 and (result.stderr or "").startswith("rock: cannot run"):
+        # Not run at all (ROCK's -1): as shells say it, 126 not executable, 127 not found.
+        code = 126 if "Permission denied" in (result.stderr or "") else 127
     if as_json:
         print_json(unstructure_wire(result))
     else:
@@ -500,4 +503,5 @@ def delete(sandbox_id: str, base_url: str | None, force: bool) -> None:
 # adds them to the group above.
 # `rock sandbox chat` (the Chat protocol) lives in its own module; importing it adds it to the group above.
 # `rock sandbox top` (live resource use) lives in its own module; importing it adds it to the group above.
-from rock import _cli_chat, _cli_connect, _cli_top  # noqa: E402, F401
+# `rock sandbox pause|resume` live in their own module (_cli_pause.py), imported the same way.
+from rock import _cli_chat, _cli_connect, _cli_pause, _cli_top  # noqa: E402, F401
