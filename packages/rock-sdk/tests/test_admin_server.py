@@ -48,6 +48,8 @@ EXPECTED_ROUTES = {
     ("post", "stop"),
     ("post", "delete"),
     ("post", "restart"),
+    ("post", "pause"),
+    ("post", "resume"),
     ("post", "execute"),
     ("post", "create_session"),
     ("post", "run_in_session"),

@@ -471,6 +471,8 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/stop"): {"json": sid},
         ("POST", f"{p}/delete"): {"json": sid},
         ("POST", f"{p}/restart"): {"json": sid},
+        ("POST", f"{p}/pause"): {"json": sid},
+        ("POST", f"{p}/resume"): {"json": sid},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/restart"): {"json": {}},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/archive"): {"json": {}},
         ("POST", f"{p}/execute"): {"json": {**sid, "command": "echo hi"}},

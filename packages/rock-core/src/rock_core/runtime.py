@@ -38,7 +38,14 @@ else:
 #: Called by a runtime as a phase of a sandbox's start advances: ``on_phase("image_pull", Phase(...))``.
 PhaseCallback = Callable[[str, "Phase"], None]
 
-__all__ = ["NotSupported", "PhaseCallback", "Runtime", "RuntimeCapabilities", "UnitHandle"]
+__all__ = [
+    "NotSupported",
+    "PhaseCallback",
+    "Runtime",
+    "RuntimeCapabilities",
+    "SnapshotImage",
+    "UnitHandle",
+]
 
 
 @attrs.frozen
@@ -60,6 +67,8 @@ class RuntimeCapabilities:
     :param stats: it samples its units' resource use (:meth:`Runtime.stats`): monitoring.
     :param network_groups: sandboxes may join a ``network_group`` (a network of their own,
         shared by the group's sandboxes only); the engine refuses one otherwise.
+    :param snapshot_image: it can keep a unit's files as an image on its node and start units
+        from it (:meth:`Runtime.snapshot_image`): a sandbox's ``snapshot()`` and ``fork()``.
     :param pause: it can freeze a running unit's processes, memory kept, and thaw them
         (:meth:`Runtime.pause`, :meth:`Runtime.resume`): ``pause()`` of a sandbox.
     """
@@ -70,6 +79,7 @@ class RuntimeCapabilities:
     watch: bool
     disk_usage: bool
     network_modes: tuple[str, ...]
+    snapshot_image: bool = False
     stats: bool = False
     network_groups: bool = True
     pause: bool = False
@@ -85,6 +95,7 @@ _CAN = {
     "assign": "name a claimed warm-pool unit after its sandbox",
     "snapshot": "snapshot sandboxes, so it cannot archive them",
     "keeps_files_across_stop": "keep a sandbox's files across a stop, so a stopped sandbox cannot be restarted",
+    "snapshot_image": "keep snapshots of sandboxes' files as images (snapshot, fork)",
     "watch": "report units that stop as it happens",
     "disk_usage": "measure its units' disk use",
     "network_modes": "give sandboxes that network",
@@ -119,6 +130,27 @@ class UnitHandle:
     #: The hardening the runtime applied, for the sandbox's status: ``{"pids_limit": 4096,
     #: "no_new_privileges": True, "capabilities": [...], "nofile_limit": ..., "network": ...}``.
     security: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
+
+
+@attrs.frozen
+class SnapshotImage:
+    """A snapshot of a unit's files kept by the runtime on its node (:meth:`Runtime.snapshot_image`).
+
+    :param image_id: the runtime's id of it (Docker: the image id).
+    :param reference: what a spec's ``image`` names to start a unit from it.
+    :param labels: the labels it was made with (tenant, name, source sandbox, created).
+    :param size: bytes it adds over its image (Docker: the committed layer).
+    :param created: when it was made (seconds since the epoch).
+    :param frozen_seconds: how long the unit was frozen for the copy (only on the answer of
+        :meth:`Runtime.snapshot_image`; ``None`` in a listing).
+    """
+
+    image_id: str
+    reference: str
+    labels: Mapping[str, str] = attrs.field(factory=dict)
+    size: int = 0
+    created: float = 0.0
+    frozen_seconds: float | None = None
 
 
 class Runtime(abc.ABC):
@@ -164,6 +196,7 @@ class Runtime(abc.ABC):
             assign=self.can_assign,
             snapshot=self.can_snapshot,
             keeps_files_across_stop=self.keeps_files_across_stop,
+            snapshot_image=type(self).snapshot_image is not Runtime.snapshot_image,
             watch=type(self).watch is not Runtime.watch,
             disk_usage=type(self).disk_usage is not Runtime.disk_usage,
             network_modes=tuple(self.network_modes),
@@ -365,6 +398,30 @@ class Runtime(abc.ABC):
     def can_pause(self) -> bool:
         """Whether this runtime implements :meth:`pause` and :meth:`resume`."""
         return type(self).pause is not Runtime.pause and type(self).resume is not Runtime.resume
+
+    async def snapshot_image(
+        self, handle: UnitHandle, *, labels: Mapping[str, str], strip_env: Sequence[str]
+    ) -> SnapshotImage:
+        """Keep the unit's files (running or stopped) as an image on its node, labelled with
+        ``labels``, whose configuration holds none of the variables ``strip_env`` names (the
+        rocklet's secret): its processes are not kept. A running unit may be frozen for the
+        copy only. Optional (capability ``snapshot_image``): the default raises
+        :class:`NotSupported`."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot {_CAN['snapshot_image']} (capability snapshot_image)",
+            sandbox_id=handle.sandbox_id,
+            attempted="snapshot",
+        )
+
+    async def snapshot_images(self, labels: Mapping[str, str]) -> Sequence[SnapshotImage]:
+        """The snapshots :meth:`snapshot_image` made whose labels include every item of ``labels``."""
+        return []
+
+    async def delete_snapshot_image(self, image_id: str) -> None:
+        """Delete a snapshot; one already gone is not an error.
+
+        :raises BadRequestRockError: sandboxes still use it.
+        """
 
     @property
     def can_snapshot(self) -> bool:

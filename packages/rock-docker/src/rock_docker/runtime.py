@@ -59,6 +59,7 @@ from rock_core.models import (
 )
 from rock_core.rocklet_delivery import default_rocklet_dir
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
+from rock_docker._commit import SnapshotImages
 from rock_docker._container import (
     LABEL_GROUP_NETWORK,
     LABEL_NETWORK_GROUP,
@@ -100,7 +101,7 @@ def _label_filter(labels: Mapping[str, str]) -> dict[str, list[str]]:
     return {"label": [f"{key}={value}" for key, value in labels.items()]}
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(SnapshotImages, Runtime):
     """Sandboxes as containers on a Docker engine (the one at ``base_url``, or ``DOCKER_HOST``).
 
     Built with the keyword arguments :class:`~rock_docker._options.DockerOptions` describes,

@@ -193,8 +193,10 @@ def when(value: Any) -> str:
 
 
 def state_of(status: SandboxStatusResponse) -> str:
-    """The sandbox's state's value, or ``unknown``."""
-    return status.state.value if status.state is not None else "unknown"
+    """The sandbox's state's value (``running (paused)`` for a paused one), or ``unknown``."""
+    if status.state is None:
+        return "unknown"
+    return status.state.value + (" (paused)" if status.paused else "")
 
 
 def print_json(data: Any) -> None:

@@ -45,13 +45,14 @@ Modules by job
 
 from __future__ import annotations
 
-from rock_core.actions import commands, envs, files, responses, sandboxes, sessions
+from rock_core.actions import commands, envs, files, responses, sandboxes, sessions, snapshots
 from rock_core.actions.commands import *  # noqa: F403 - every module's __all__ is this package's
 from rock_core.actions.envs import *  # noqa: F403
 from rock_core.actions.files import *  # noqa: F403
 from rock_core.actions.responses import *  # noqa: F403
 from rock_core.actions.sandboxes import *  # noqa: F403
 from rock_core.actions.sessions import *  # noqa: F403
+from rock_core.actions.snapshots import *  # noqa: F403
 
 __all__: list[str] = []
 __all__ += commands.__all__
@@ -60,3 +61,4 @@ __all__ += files.__all__
 __all__ += sandboxes.__all__
 __all__ += envs.__all__
 __all__ += responses.__all__
+__all__ += snapshots.__all__

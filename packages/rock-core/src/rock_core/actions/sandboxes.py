@@ -105,6 +105,8 @@ class SandboxStartRequest:
         default=None, converter=attrs.converters.optional(RestartPolicy)
     )
     max_restarts: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
+    #: (rock) Start from this snapshot of the caller's (its files; ``image`` is then the snapshot's).
+    snapshot: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)
 
 
 @attrs.frozen(kw_only=True)

@@ -51,7 +51,7 @@ import anyio
 import anyio.abc
 import httpx
 
-from rock_core.actions import SandboxStartRequest, WarmPoolStatus
+from rock_core.actions import SandboxStartRequest, SnapshotInfo, WarmPoolStatus
 from rock_core.engine import (
     archiving,
     claims,
@@ -63,6 +63,7 @@ from rock_core.engine import (
     reaping,
     reconcile,
     recovery,
+    snapshots,
     starting,
     stopping,
     timers,
@@ -274,18 +275,14 @@ class SandboxManager:
         quota: Quota | None = None,
         idempotency_key: str | None = None,
     ) -> SandboxRecord:
-        """Accept a start: record it as ``pending``, queue it, and return at once.
+        """Accept a start: record it ``pending``, queue it, return at once (see
+        :func:`rock_core.engine.starting.start_async`; ``request.snapshot``: from the tenant's
+        snapshot, :func:`rock_core.engine.snapshots.resolve_start`).
 
-        ``user_id`` ... ``cluster`` are ROCK's identity headers. ``tenant`` is the namespace the
-        sandbox belongs to (default: this engine's :attr:`owner`; see :mod:`rock_core.tenancy`),
-        ``quota`` what that tenant may hold at once. Poll :meth:`get_status` or await
-        :meth:`wait_until_running` to see it become ``running``. ``idempotency_key``: a start
-        with a key the tenant used before answers that start's sandbox, whatever its state.
-
-        :raises InvalidParameter: a bad size, CPU count, id, key, or a spec above the maximum.
-        :raises SandboxAlreadyExists: a sandbox that is not deleted already has the requested id.
-        :raises QuotaExceeded: the start would take the tenant past ``quota``.
+        :raises InvalidParameter: a bad field, a spec above the maximum, an unknown snapshot.
+        :raises SandboxAlreadyExists: / :raises QuotaExceeded: (the tenant's ``quota``).
         """
+        request = await snapshots.resolve_start(self._core, request, tenant)
         return await starting.start_async(
             self._core, request, user_id=user_id, experiment_id=experiment_id,
             namespace=namespace, cluster=cluster, tenant=tenant, quota=quota,
@@ -315,25 +312,14 @@ class SandboxManager:
     async def wait_until_running(
         self, sandbox_id: str, timeout: float | None = None
     ) -> SandboxStatus:
-        """Wait for the current start of ``sandbox_id`` to finish; return its running status.
-
-        :raises InternalServerRockError: the start failed (``"Failed to start sandbox because
-            image_pull: ..."``), or the sandbox was stopped before it ran.
-        :raises StartupTimeout: ``timeout`` seconds passed first (the start goes on).
-        """
+        """Wait for the current start of ``sandbox_id`` to finish; return its running status
+        (:func:`rock_core.engine.starting.wait_until_running`: what it raises)."""
         return await starting.wait_until_running(self._core, sandbox_id, timeout)
 
     @_leader_only
     async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
-        """Start a stopped sandbox again in its own unit: files kept, sessions gone. An archived
-        sandbox is restored from its archive (``pending`` until it runs; a failed or timed-out
-        restore leaves it ``archived`` with the reason, see :meth:`wait_until_running`).
-
-        :raises SandboxNotFound: unknown id.
-        :raises BadRequestRockError: ``"cannot be restarted: current state is ..."``.
-        :raises NotSupported: an archived sandbox, and no archive store configured.
-        :raises QuotaExceeded: the restart would take the sandbox's tenant past ``quota``.
-        """
+        """Start a stopped sandbox again in its own unit (files kept, sessions gone), or restore
+        an archived one (:func:`rock_core.engine.starting.restart`: what it raises)."""
         return await starting.restart(self._core, sandbox_id, quota)
 
     # -- archive and restore (engine/archiving.py) ---------------------------------------------
@@ -350,36 +336,48 @@ class SandboxManager:
         """
         await archiving.archive(self._core, sandbox_id)
 
+    # -- snapshots and forks (engine/snapshots.py) -------------------------------------------------
+
+    @_leader_only
+    async def snapshot(
+        self, sandbox_id: str, name: str | None = None, *, tenant: str | None = None
+    ) -> SnapshotInfo:
+        """Keep a sandbox's files, not its processes, as a snapshot of its tenant (``tenant``:
+        the caller's) (:func:`rock_core.engine.snapshots.snapshot`: what it raises)."""
+        return await snapshots.snapshot(self._core, sandbox_id, name, tenant=tenant)
+
+    async def list_snapshots(self, tenant: str | None = None) -> list[SnapshotInfo]:
+        """The snapshots of ``tenant`` (default: this engine's owner), oldest first."""
+        return await snapshots.list_snapshots(self._core, tenant)
+
+    @_leader_only
+    async def delete_snapshot(self, name: str, *, tenant: str | None = None) -> None:
+        """Delete a snapshot of ``tenant`` (:func:`rock_core.engine.snapshots.delete_snapshot`)."""
+        await snapshots.delete_snapshot(self._core, name, tenant)
+
+    @_leader_only
+    async def fork(
+        self, sandbox_id: str, count: int, *, tenant: str | None = None, quota: Quota | None = None
+    ) -> tuple[SnapshotInfo, list[SandboxRecord]]:
+        """Snapshot a sandbox, accept ``count`` starts from it (:func:`rock_core.engine.snapshots.fork`)."""
+        return await snapshots.fork(self._core, sandbox_id, count, tenant=tenant, quota=quota)
+
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
     @_leader_only
     async def set_warm_pool(
         self, request: SandboxStartRequest, size: int, *, tenant: str | None = None
     ) -> str:
-        """Keep ``size`` started sandboxes of the kind ``request`` asks for; return the pool's key.
-
-        Starts of that kind are then served from the pool (:mod:`rock_core.engine.claims`);
-        another size resizes it, 0 removes it. A pool of a network group (``tenant``: whose,
-        default this engine's owner) serves only that tenant's starts.
-
-        :raises InvalidParameter: a bad request, a spec above the engine's maximum, or a size
-            below 0.
-        :raises NotSupported: the runtime cannot hand started units to sandboxes (its capability ``assign``).
-        """
+        """Keep ``size`` started sandboxes of the kind ``request`` asks for (0 removes the pool);
+        return the pool's key (:func:`rock_core.engine.claims.set_warm_pool`: what it raises)."""
         return await claims.set_warm_pool(self._core, request, size, tenant)
 
     @_leader_only
     async def warmup(
         self, request: SandboxStartRequest, size: int | None = None, *, tenant: str | None = None
     ) -> str | None:
-        """ROCK's warm-up: get the image of ``request`` pulled in the background, ahead of starts.
-
-        With ``size`` (rock), keep a warm pool of that many sandboxes of the kind ``request``
-        describes instead (``0`` removes it), and return the pool's key. A pull that fails is
-        logged; it fails again, with its reason, at the start that needs the image.
-
-        :raises InvalidParameter: a bad request or size, or a spec above the engine's maximum.
-        """
+        """ROCK's warm-up: pull the image of ``request`` in the background; with ``size`` (rock)
+        keep a warm pool instead (:func:`rock_core.engine.claims.warmup`: what it raises)."""
         return await claims.warmup(self._core, request, size, tenant)
 
     def warm_pools(self) -> list[WarmPoolStatus]:

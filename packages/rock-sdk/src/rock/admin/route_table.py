@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rock.admin import lifecycle
+from rock.admin import lifecycle, pausing
 from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock.admin.operations import operation_routes
 from rock.admin.routing import PREFIX, Handler, Route
@@ -153,6 +153,30 @@ def build_routes(app: AdminApp) -> list[Route]:
             summary="Archive a stopped sandbox into the archive store (in the background); restart restores it.",
             description="Returns at once; get_status(include_all_states=true) shows archiving, then archived "
             "(phases image_archive, log_archive), or stopped with the reason.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/pause",
+            name="pause",
+            leader=True,
+            handler=bound(pausing.pause),
+            body=SandboxIdRequest,
+            result=SandboxStatusResponse,
+            failure="pause sandbox failed",
+            summary="(rock) Freeze a running sandbox: no CPU, memory and processes kept.",
+            description="Its state stays running; its status says paused (and paused_time). Calls "
+            "into it are refused until /resume. A sandbox not running is refused, naming its state.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/resume",
+            name="resume",
+            leader=True,
+            handler=bound(pausing.resume),
+            body=SandboxIdRequest,
+            result=SandboxStatusResponse,
+            failure="resume sandbox failed",
+            summary="(rock) Thaw a paused sandbox: its processes go on where they were.",
         ),
         Route(
             method="POST",

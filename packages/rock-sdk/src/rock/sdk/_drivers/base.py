@@ -92,6 +92,14 @@ class Driver(Protocol):
         """Start archiving a stopped sandbox (returns at once; it becomes ``archived``)."""
         ...
 
+    async def pause(self, sandbox_id: str) -> SandboxStatusResponse:
+        """(rock) Freeze a running sandbox (it stays ``running``, ``paused``); its status."""
+        ...
+
+    async def resume(self, sandbox_id: str) -> SandboxStatusResponse:
+        """(rock) Thaw a paused sandbox; its status."""
+        ...
+
     # -- the catalog's operations --------------------------------------------------------------
 
     async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:

@@ -333,6 +333,24 @@ class EmbeddedDriver(DriverThread):
         """Start a stopped sandbox again (an archived one: restore it)."""
         return start_response(await self._call(self._manager_call, "restart", (sandbox_id,), {}))
 
+    async def pause(self, sandbox_id: str) -> SandboxStatusResponse:
+        """Freeze a running sandbox; calls from callers' loops ask the engine again (refused)."""
+
+        async def on_engine() -> SandboxStatusResponse:
+            record = await self.manager.pause(sandbox_id)
+            self._addresses.forget(sandbox_id)
+            return status_response(self.manager.status_of(record))
+
+        return await self._call(on_engine)
+
+    async def resume(self, sandbox_id: str) -> SandboxStatusResponse:
+        """Thaw a paused sandbox."""
+
+        async def on_engine() -> SandboxStatusResponse:
+            return status_response(self.manager.status_of(await self.manager.resume(sandbox_id)))
+
+        return await self._call(on_engine)
+
     # -- Driver: the catalog's operations --------------------------------------------------------
 
     async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:

@@ -40,6 +40,10 @@ class AddressBook:
         """Remember an address the engine just handed out (engine thread only)."""
         self._addresses[sandbox_id] = address
 
+    def forget(self, sandbox_id: str) -> None:
+        """Drop the sandbox's address (a pause: its next call asks the engine, which refuses)."""
+        self._addresses.pop(sandbox_id, None)
+
     @hookimpl
     def rock_sandbox_transition(self, record: Any, event: Any, old: Any, new: Any) -> None:
         """Forget the sandbox's address: whatever state it is in now, ask the engine again."""

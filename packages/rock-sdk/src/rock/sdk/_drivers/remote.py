@@ -321,6 +321,20 @@ class RemoteDriver(RemoteTransport):
         )
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
+    async def pause(self, sandbox_id: str) -> SandboxStatusResponse:
+        """``POST /pause`` (rock)."""
+        result = await self._call(
+            "POST", "/pause", "pause", sandbox_id, json={"sandbox_id": sandbox_id}
+        )
+        return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
+
+    async def resume(self, sandbox_id: str) -> SandboxStatusResponse:
+        """``POST /resume`` (rock)."""
+        result = await self._call(
+            "POST", "/resume", "resume", sandbox_id, json={"sandbox_id": sandbox_id}
+        )
+        return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
+
     # -- Driver: the catalog's operations ----------------------------------------------------------
 
     async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:

@@ -176,6 +176,26 @@ class SandboxLifecycle(SandboxHandle):
         """
         await self._get_driver().archive(self._require_id("archive"))
 
+    async def pause(self) -> SandboxStatusResponse:
+        """(rock) Freeze the running sandbox: its processes stop (no CPU), its memory and
+        processes are kept. Its state stays ``running``; its status says ``paused``. Calls into
+        it (commands, files, sessions) are refused until :meth:`resume`; the idle timer does not
+        count the paused time (unless the engine's ``idle_counts_paused``). Pausing a paused
+        sandbox does nothing. Returns its status.
+
+        :raises BadRequestRockError: it is not running (the message names its state).
+        :raises NotSupported: the runtime cannot pause (Nomad: capability ``pause``).
+        """
+        return await self._get_driver().pause(self._require_id("pause"))
+
+    async def resume(self) -> SandboxStatusResponse:
+        """(rock) Thaw a paused sandbox: its processes go on where they were (same pids, same
+        memory). Resuming a sandbox that is not paused does nothing. Returns its status.
+
+        :raises BadRequestRockError: it is not running (the message names its state).
+        """
+        return await self._get_driver().resume(self._require_id("resume"))
+
     async def restart(self) -> None:
         """Start a stopped sandbox again, in its own container: files kept, sessions gone. An
         archived sandbox is restored from its archive (files kept, a new container).

@@ -48,6 +48,7 @@ from rock.sdk.sandbox import _nohup
 from rock.sdk.sandbox._files import SandboxFiles
 from rock.sdk.sandbox._lifecycle import SandboxLifecycle
 from rock.sdk.sandbox._services import SandboxServices
+from rock.sdk.sandbox._snapshots import SandboxSnapshots
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
 from rock.sdk.sandbox.file_system import FileSystem, LinuxFileSystem
 from rock.sdk.sandbox.network import Network
@@ -95,7 +96,7 @@ class RunMode(str, enum.Enum):
 NOHUP_SUBMIT_TIMEOUT = 30.0
 
 
-class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices):
+class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices, SandboxSnapshots):
     """A handle on one sandbox (ROCK's ``rock.sdk.sandbox.client.Sandbox``).
 
     :param config: what to start (default: ``SandboxConfig()``, i.e. ``python:3.11``).

@@ -129,6 +129,8 @@ class SandboxConfig(BaseConfig):
         after a back-off. Files survive where the runtime keeps them (Docker: the same
         container); sessions and processes are gone. ``get_status()`` shows ``restart_count``,
         and each restart's reason in ``notes``.
+    :param snapshot: (rock) start from this snapshot of the caller's (``Sandbox.snapshot()``):
+        its files, not its processes; ``image`` is then the snapshot's.
 
     :raises InvalidConfig: a negative ``auto_*`` value, both ``auto_archive_seconds`` and
         ``auto_delete_seconds``, a value of the wrong type.
@@ -169,6 +171,7 @@ class SandboxConfig(BaseConfig):
     priority: int | None = _field(Priority | None, default=None)
     restart_policy: str | None = _field(RestartPolicy | None, default=None)
     max_restarts: int | None = _field(NonNegativeInt | None, default=None)
+    snapshot: str | None = _field(str | None, default=None)
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()

@@ -1,0 +1,283 @@
+"""Filesystem snapshots of sandboxes, starts from them, and forks (runtime capability
+``snapshot_image``).
+
+:func:`snapshot` keeps a running or stopped sandbox's files over its image as an image on the
+runtime's node (Docker: ``docker commit``, the container paused for the copy only), labelled with
+its tenant, name, source sandbox and creation time. Processes are not captured: a sandbox started
+from a snapshot has the files, none of the processes, sessions or memory. The image carries no
+secret of the engine (the rocklet's token is blanked in its configuration).
+
+A snapshot belongs to the tenant of the sandbox it was made from: :func:`list_snapshots`,
+:func:`delete_snapshot` and :func:`resolve_start` (a start's ``snapshot``) see only the caller's
+tenant's, and another tenant's name is an unknown snapshot. :func:`fork` makes a snapshot and
+accepts ``count`` starts from it, with the parent's settings and priority, through the start
+queue; the count is checked against the tenant's quota first, all of it at once.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import weakref
+from datetime import UTC, datetime
+
+import anyio
+import attrs
+
+from rock_core.actions import SandboxStartRequest, SnapshotInfo
+from rock_core.engine import starting, stopping
+from rock_core.engine.core import EngineCore
+from rock_core.engine.starting import IDEMPOTENCY_METADATA_KEY
+from rock_core.errors import (
+    BadRequestRockError,
+    InvalidParameter,
+    NotSupported,
+    QuotaExceeded,
+    RockError,
+    SandboxNotFound,
+)
+from rock_core.models import NonBlankStr, PullPolicy, SandboxRecord, SandboxSpec, SizeStr
+from rock_core.rocklet.server import TOKEN_ENV
+from rock_core.runtime import SnapshotImage
+from rock_core.states import State
+from rock_core.tenancy import Quota, Usage, quota_refusal, tenant_usage, usage_of
+
+__all__ = [
+    "LABEL_NAME",
+    "LABEL_SANDBOX",
+    "LABEL_TENANT",
+    "delete_snapshot",
+    "fork",
+    "list_snapshots",
+    "resolve_start",
+    "snapshot",
+]
+
+LABEL_ENGINE = "rock.snapshot.engine"
+LABEL_TENANT = "rock.snapshot.tenant"
+LABEL_NAME = "rock.snapshot.name"
+LABEL_SANDBOX = "rock.snapshot.sandbox"
+LABEL_SOURCE_IMAGE = "rock.snapshot.source_image"
+
+_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
+_locks: weakref.WeakKeyDictionary[EngineCore, anyio.Lock] = weakref.WeakKeyDictionary()
+
+
+def _require(core: EngineCore, attempted: str) -> None:
+    caps = core.runtime.capabilities
+    if not caps.snapshot_image:
+        raise NotSupported(caps.missing("snapshot_image", core.runtime.name), attempted=attempted)
+
+
+def _scope(core: EngineCore, tenant: str) -> dict[str, str]:
+    return {LABEL_ENGINE: core.config.engine_label, LABEL_TENANT: tenant}
+
+
+def _info(image: SnapshotImage) -> SnapshotInfo:
+    return SnapshotInfo(
+        name=image.labels.get(LABEL_NAME, ""),
+        sandbox_id=image.labels.get(LABEL_SANDBOX, ""),
+        size=image.size,
+        created_at=datetime.fromtimestamp(image.created, tz=UTC),
+        image=image.reference,
+        source_image=image.labels.get(LABEL_SOURCE_IMAGE) or None,
+        frozen_seconds=image.frozen_seconds,
+    )
+
+
+def _record_of(
+    core: EngineCore, sandbox_id: str, tenant: str | None, attempted: str
+) -> SandboxRecord:
+    record = core.get_record(sandbox_id)
+    if tenant is not None and (record.spec.tenant or core.owner) != tenant:
+        raise SandboxNotFound(
+            f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted=attempted
+        )
+    return record
+
+
+async def _find(core: EngineCore, tenant: str, name: str) -> SnapshotImage | None:
+    found = await core.runtime.snapshot_images({**_scope(core, tenant), LABEL_NAME: name})
+    return found[0] if found else None
+
+
+def _unknown(name: str, attempted: str) -> InvalidParameter:
+    return InvalidParameter(
+        f"snapshot: unknown snapshot {name!r}", field="snapshot", value=name, attempted=attempted
+    )
+
+
+async def snapshot(
+    core: EngineCore, sandbox_id: str, name: str | None = None, *, tenant: str | None = None
+) -> SnapshotInfo:
+    """Keep the files of ``sandbox_id`` (running or stopped, its unit kept) as the snapshot
+    ``name`` (default ``snap-<12 hex>``) of the sandbox's tenant. ``tenant``: the caller's (a
+    sandbox of another tenant is not found).
+
+    :raises NotSupported: the runtime lacks the capability ``snapshot_image``.
+    :raises InvalidParameter: a bad name, or one the tenant already uses.
+    :raises BadRequestRockError: the sandbox is neither running nor stopped with its unit.
+    """
+    _require(core, "snapshot")
+    record = _record_of(core, sandbox_id, tenant, "snapshot")
+    owner = record.spec.tenant or core.owner
+    name = name or f"snap-{secrets.token_hex(6)}"
+    if not _NAME.match(name):
+        raise InvalidParameter(
+            f"name: {name!r} is not a snapshot name (letters, digits, '_', '.', '-'; "
+            "starting with a letter or digit; at most 128 characters)",
+            field="name",
+            value=name,
+            attempted="snapshot",
+        )
+    live = core.live.get(sandbox_id)
+    handle = live.handle if live is not None and not live.removing else None
+    if handle is None or record.state not in (State.RUNNING, State.STOPPED):
+        raise BadRequestRockError(
+            f"Sandbox {sandbox_id} cannot be snapshotted: current state is {record.state.value}; "
+            "only a running sandbox, or a stopped one whose unit is kept, can be",
+            sandbox_id=sandbox_id,
+            attempted="snapshot",
+        )
+    lock = _locks.setdefault(core, anyio.Lock())
+    async with lock:  # two snapshots of one name cannot both pass the check
+        if await _find(core, owner, name) is not None:
+            raise InvalidParameter(
+                f"name: tenant {owner!r} already has a snapshot {name!r}",
+                field="name",
+                value=name,
+                attempted="snapshot",
+            )
+        labels = {
+            **_scope(core, owner),
+            LABEL_NAME: name,
+            LABEL_SANDBOX: sandbox_id,
+            LABEL_SOURCE_IMAGE: record.spec.image,
+        }
+        image = await core.runtime.snapshot_image(handle, labels=labels, strip_env=[TOKEN_ENV])
+    return _info(image)
+
+
+async def list_snapshots(core: EngineCore, tenant: str | None = None) -> list[SnapshotInfo]:
+    """The snapshots of ``tenant`` (default: the engine's owner), oldest first."""
+    _require(core, "snapshots")
+    found = await core.runtime.snapshot_images(_scope(core, tenant or core.owner))
+    return [_info(image) for image in found]
+
+
+async def delete_snapshot(core: EngineCore, name: str, tenant: str | None = None) -> None:
+    """Delete the snapshot ``name`` of ``tenant``.
+
+    :raises InvalidParameter: no such snapshot of the tenant.
+    :raises BadRequestRockError: sandboxes started from it still exist.
+    """
+    _require(core, "delete_snapshot")
+    image = await _find(core, tenant or core.owner, name)
+    if image is None:
+        raise _unknown(name, "delete_snapshot")
+    await core.runtime.delete_snapshot_image(image.image_id)
+
+
+async def resolve_start(
+    core: EngineCore, request: SandboxStartRequest, tenant: str | None
+) -> SandboxStartRequest:
+    """``request`` with a ``snapshot`` turned into that snapshot's image (never pulled).
+
+    :raises InvalidParameter: ``unknown snapshot``: the tenant has none of that name.
+    """
+    if request.snapshot is None:
+        return request
+    _require(core, "start")
+    image = await _find(core, tenant or core.owner, request.snapshot)
+    if image is None:
+        raise _unknown(request.snapshot, "start")
+    return attrs.evolve(request, image=NonBlankStr(image.reference), pull=PullPolicy.NEVER)
+
+
+def _child_request(spec: SandboxSpec, image: str) -> SandboxStartRequest:
+    """A start of ``image`` with ``spec``'s settings (no id, no idempotency key)."""
+    options = spec.runtime_options
+    return SandboxStartRequest(
+        image=NonBlankStr(image),
+        image_os=spec.image_os,
+        pull=PullPolicy.NEVER,
+        memory=SizeStr(str(spec.memory)),
+        cpus=spec.cpus,
+        limit_cpus=spec.limit_cpus,
+        disk=None if spec.disk is None else SizeStr(str(spec.disk)),
+        num_gpus=spec.num_gpus,
+        accelerator_type=spec.accelerator_type,
+        startup_timeout=spec.startup_timeout,
+        auto_clear_seconds=spec.auto_clear_seconds,
+        auto_delete_seconds=spec.auto_delete_seconds,
+        auto_archive_seconds=spec.auto_archive_seconds,
+        use_kata_runtime=bool(options.get("use_kata_runtime")),
+        env=dict(spec.env),
+        metadata={k: v for k, v in spec.metadata.items() if k != IDEMPOTENCY_METADATA_KEY},
+        network=options.get("network"),
+        network_group=options.get("network_group"),
+        pids_limit=spec.pids_limit,
+        cap_add=list(spec.cap_add) or None,
+        priority=spec.priority,
+        restart_policy=spec.restart_policy,
+        max_restarts=spec.max_restarts,
+    )
+
+
+async def fork(
+    core: EngineCore,
+    sandbox_id: str,
+    count: int,
+    *,
+    tenant: str | None = None,
+    quota: Quota | None = None,
+) -> tuple[SnapshotInfo, list[SandboxRecord]]:
+    """Snapshot ``sandbox_id`` and accept ``count`` starts from the snapshot: sandboxes whose
+    files equal the parent's at the call, with its settings and priority, through the start
+    queue. Returns the snapshot and the ``pending`` records. If a start is refused, those
+    already accepted are stopped (the snapshot stays, listed).
+
+    :raises InvalidParameter: ``count`` below 1.
+    :raises QuotaExceeded: ``count`` more sandboxes would take the tenant past ``quota``
+        (checked before the snapshot, and again at each start).
+    """
+    _require(core, "fork")
+    record = _record_of(core, sandbox_id, tenant, "fork")
+    if count < 1:
+        raise InvalidParameter(
+            f"count: at least 1, got {count}", field="count", value=count, attempted="fork"
+        )
+    owner = record.spec.tenant or core.owner
+    if quota:
+        asked = Usage()
+        for _ in range(count):
+            asked = asked + usage_of(record.spec)
+        using = tenant_usage((live.record for live in core.live.values()), owner)
+        refusal = quota_refusal(owner, quota, using, asked)
+        if refusal is not None:
+            raise QuotaExceeded(
+                f"fork of {count}: {refusal[1]}", sandbox_id=sandbox_id, attempted="fork"
+            )
+    snap = await snapshot(core, sandbox_id, f"fork-{secrets.token_hex(6)}", tenant=tenant)
+    request = _child_request(record.spec, snap.image)
+    spec = record.spec
+    started: list[SandboxRecord] = []
+    try:
+        for _ in range(count):
+            started.append(
+                await starting.start_async(
+                    core,
+                    request,
+                    tenant=spec.tenant,
+                    quota=quota,
+                    user_id=spec.user_id,
+                    experiment_id=spec.experiment_id,
+                    namespace=spec.namespace,
+                    cluster=spec.cluster,
+                )  # fmt: skip
+            )
+    except RockError:
+        for child in started:
+            await stopping.stop(core, child.sandbox_id, "fork refused")
+        raise
+    return snap, started

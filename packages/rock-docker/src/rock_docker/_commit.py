@@ -1,0 +1,149 @@
+"""Snapshots kept as images on the Docker host: ``docker commit`` of a sandbox's container.
+
+What the commit keeps is the container's writable layer over its image, as Docker stores it:
+added and changed files with their owners, modes, times and symlinks, and deletions of the
+image's files as whiteouts, so a container made from the snapshot sees exactly the sandbox's
+files. Bind mounts are not in it (the rocklet at ``/rock``, the socket folder at ``/rock-run``,
+Docker's ``/etc/hosts``); processes and memory are not either. A running container is paused
+by Docker for the copy only (``pause=True``); how long the commit call took is the upper bound of
+that freeze, reported as ``frozen_seconds``.
+
+The image's configuration is the base image's, not the sandbox's: Docker merges the committed
+container's environment and labels into whatever configuration the commit is given, and cannot
+drop a key, so the variables named in ``strip_env`` (the rocklet's secret) are set empty and the
+container's own labels (``rock.*``: its sandbox id, engine, owner, rocklet socket) are set empty,
+then overridden by each new container's labels at its create.
+
+Images are tagged ``rock-snapshot:<32 hex>`` and found by their labels (:data:`LABEL_PREFIX`).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+
+from rock_core.errors import BadRequestRockError
+from rock_core.runtime import SnapshotImage, UnitHandle
+
+__all__ = ["REPOSITORY", "SnapshotImages"]
+
+T = TypeVar("T")
+
+#: The repository of every snapshot image.
+REPOSITORY = "rock-snapshot"
+#: The label holding the base image's size, so a listing can tell the snapshot's own bytes.
+_BASE_SIZE = "rock.snapshot.base_size"
+_CREATED = "rock.snapshot.created"
+
+
+def _snapshot_of(summary: Mapping[str, Any], reference: str | None = None) -> SnapshotImage:
+    labels = dict(summary.get("Labels") or {})
+    tags = [t for t in summary.get("RepoTags") or [] if t.startswith(f"{REPOSITORY}:")]
+    try:
+        base = int(labels.get(_BASE_SIZE, "0"))
+        created = float(labels.get(_CREATED, "0"))
+    except ValueError:
+        base, created = 0, 0.0
+    return SnapshotImage(
+        image_id=str(summary.get("Id", "")),
+        reference=reference or (tags[0] if tags else str(summary.get("Id", ""))),
+        labels={k: v for k, v in labels.items() if k not in (_BASE_SIZE,)},
+        size=max(0, int(summary.get("Size") or 0) - base),
+        created=created,
+    )
+
+
+class SnapshotImages:
+    """:class:`~rock_docker.runtime.DockerRuntime`'s snapshots as images (capability
+    ``snapshot_image``); a mixin, its blocking calls run through the runtime's ``_run``."""
+
+    _run: Callable[..., Any]
+    _docker: Callable[[], docker.DockerClient]
+
+    async def snapshot_image(
+        self, handle: UnitHandle, *, labels: Mapping[str, str], strip_env: Sequence[str]
+    ) -> SnapshotImage:
+        """``docker commit`` (paused for the copy) under a new ``rock-snapshot`` tag."""
+        tag = secrets.token_hex(16)
+
+        def commit() -> SnapshotImage:
+            api = self._docker().api
+            info = api.inspect_container(handle.unit_id)
+            config = info.get("Config") or {}
+            base = api.inspect_image(info["Image"])
+            base_config = base.get("Config") or {}
+            base_labels = base_config.get("Labels") or {}
+            stripped = set(strip_env)
+            env = [e for e in config.get("Env") or [] if e.split("=", 1)[0] not in stripped]
+            env += [f"{name}=" for name in strip_env]
+            own_labels = {k: "" for k in config.get("Labels") or {} if k not in base_labels}
+            conf = {
+                "Env": env,
+                "Labels": {
+                    **own_labels,
+                    **labels,
+                    _BASE_SIZE: str(base.get("Size") or 0),
+                    _CREATED: repr(time.time()),
+                },
+                "Cmd": base_config.get("Cmd"),
+                "Entrypoint": base_config.get("Entrypoint"),
+                "WorkingDir": base_config.get("WorkingDir") or "",
+                "User": base_config.get("User") or "",
+            }
+            running = bool((info.get("State") or {}).get("Running"))
+            t0 = time.monotonic()
+            made = api.commit(handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=True)
+            took = time.monotonic() - t0
+            image = api.inspect_image(made["Id"])
+            summary = {**image, "Labels": (image.get("Config") or {}).get("Labels")}
+            snap = _snapshot_of(summary, f"{REPOSITORY}:{tag}")
+            return SnapshotImage(
+                image_id=snap.image_id,
+                reference=snap.reference,
+                labels=snap.labels,
+                size=snap.size,
+                created=snap.created,
+                frozen_seconds=took if running else 0.0,
+            )
+
+        result: SnapshotImage = await self._run(
+            commit, attempted="snapshot", sandbox_id=handle.sandbox_id
+        )
+        return result
+
+    async def snapshot_images(self, labels: Mapping[str, str]) -> Sequence[SnapshotImage]:
+        """The ``rock-snapshot`` images carrying every one of ``labels``."""
+
+        def listing() -> list[SnapshotImage]:
+            wanted = [f"{k}={v}" for k, v in labels.items()] + [_CREATED]
+            found = self._docker().api.images(name=REPOSITORY, filters={"label": wanted})
+            return sorted((_snapshot_of(s) for s in found), key=lambda s: s.created)
+
+        result: list[SnapshotImage] = await self._run(listing, attempted="snapshots")
+        return result
+
+    async def delete_snapshot_image(self, image_id: str) -> None:
+        """``docker rmi`` (not forced): refused while a container uses the image."""
+
+        def remove() -> str | None:
+            try:
+                self._docker().api.remove_image(image_id, force=False)
+            except docker.errors.ImageNotFound:
+                return None
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409:
+                    return str(exc.explanation or exc)
+                raise
+            return None
+
+        conflict = await self._run(remove, attempted="delete_snapshot")
+        if conflict is not None:
+            raise BadRequestRockError(
+                f"the snapshot is still used by sandboxes (stop and delete them first): {conflict}",
+                attempted="delete_snapshot",
+            )
