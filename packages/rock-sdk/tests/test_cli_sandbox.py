@@ -365,3 +365,14 @@ def test_log_without_a_log_file_exits_3(tmp_path: Path) -> None:
     done = run_rock("log", state_dir=tmp_path / "never-ran")
     assert done.returncode == 3
     assert "no admin log" in done.stderr and "rock admin start" in done.stderr
+
+
+def test_a_bad_size_or_cpu_count_is_a_usage_error_naming_the_option(tmp_path: Path) -> None:
+    for args, option in (
+        (("--memory", "lots"), "--memory"),
+        (("--disk", "huge"), "--disk"),
+        (("--cpus", "many"), "--cpus"),
+    ):
+        done = run_rock("sandbox", "create", *args, state_dir=tmp_path)
+        assert done.returncode == 2, (args, done.stderr)  # one exit code for bad input
+        assert option in done.stderr and args[1] in done.stderr

@@ -58,6 +58,7 @@ from rock._cli_common import (
 from rock_core.actions import Command, SandboxStatusResponse
 from rock_core.converters import unstructure_wire
 from rock_core.errors import InvalidParameter
+from rock_core.sizes import size_to_bytes
 from rock_core.states import LIVE_STATES, State
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_FOUND", "EXIT_OK", "EXIT_USAGE", "sandbox"]
@@ -179,13 +180,35 @@ def _pairs(values: tuple[str, ...], option: str) -> dict[str, str] | None:
     return out or None
 
 
+def _size(value: str | None, option: str) -> str | None:
+    """``value`` when it is a size (``512m``, ``8g``); else a usage error naming ``option``
+    (exit 2, as for any other bad option value)."""
+    if value is not None:
+        try:
+            size_to_bytes(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    return value
+
+
 @sandbox.command()
 @base_url_option
 @json_option
 @click.option("--image", default="python:3.11", show_default=True, help="The container image.")
-@click.option("--memory", default="2g", show_default=True, help="Memory limit (512m, 8g).")
+@click.option(
+    "--memory",
+    default="2g",
+    show_default=True,
+    callback=lambda ctx, param, value: _size(value, "--memory"),
+    help="Memory limit (512m, 8g).",
+)
 @click.option("--cpus", type=float, default=1.0, show_default=True, help="CPUs.")
-@click.option("--disk", default=None, help="Disk limit (50G) [default: the SDK's].")
+@click.option(
+    "--disk",
+    default=None,
+    callback=lambda ctx, param, value: _size(value, "--disk"),
+    help="Disk limit (50G) [default: the SDK's].",
+)
 @click.option(
     "--id", "sandbox_id", default=None, help="Ask for this sandbox id (also the container name)."
 )
