@@ -11,6 +11,7 @@ from rock.admin import lifecycle, pausing
 from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock.admin.operations import operation_routes
 from rock.admin.routing import PREFIX, Handler, Route
+from rock.admin.snapshots import snapshot_routes
 from rock_core.actions import (
     BatchSandboxStatusRequest,
     BatchSandboxStatusResponse,
@@ -221,5 +222,6 @@ def build_routes(app: AdminApp) -> list[Route]:
             failure="batch get status failed",
             summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000).",
         ),
+        *snapshot_routes(bound),
         *operation_routes(app),
     ]

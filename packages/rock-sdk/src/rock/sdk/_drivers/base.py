@@ -17,10 +17,12 @@ from typing import Any, Protocol, TypeVar
 from rock_core.actions import (
     Command,
     CommandLine,
+    ForkResponse,
     ProcessInfo,
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    SnapshotInfo,
     UploadResponse,
     WarmPoolStatus,
 )
@@ -74,6 +76,22 @@ class Driver(Protocol):
 
     async def warm_pools(self) -> list[WarmPoolStatus]:
         """(rock) Every warm pool: target size, members ready and starting, claims, failures."""
+        ...
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
+        """(rock) Keep the sandbox's files (not its processes) as a snapshot of its tenant."""
+        ...
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        """(rock) The caller's tenant's snapshots, oldest first."""
+        ...
+
+    async def delete_snapshot(self, name: str) -> None:
+        """(rock) Delete one of the caller's snapshots (refused while sandboxes use it)."""
+        ...
+
+    async def fork(self, sandbox_id: str, count: int) -> ForkResponse:
+        """(rock) A snapshot of the sandbox and ``count`` starts from it (each ``pending``)."""
         ...
 
     async def stop(self, sandbox_id: str) -> None:

@@ -57,10 +57,12 @@ from rock.sdk._drivers.embedded_tracking import AddressBook, LocalPorts
 from rock_core.actions import (
     Command,
     CommandLine,
+    ForkResponse,
     ProcessInfo,
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    SnapshotInfo,
     UploadResponse,
     WarmPoolStatus,
 )
@@ -301,6 +303,27 @@ class EmbeddedDriver(DriverThread):
             return self.manager.warm_pools()
 
         return await self._call(on_engine)
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
+        """(rock) Keep the sandbox's files as a snapshot of this engine's."""
+        snap: SnapshotInfo = await self._call(
+            self._manager_call, "snapshot", (sandbox_id, name), {}
+        )
+        return snap
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        """(rock) This engine's snapshots."""
+        snaps: list[SnapshotInfo] = await self._call(self._manager_call, "list_snapshots", (), {})
+        return snaps
+
+    async def delete_snapshot(self, name: str) -> None:
+        """(rock) Delete a snapshot of this engine's."""
+        await self._call(self._manager_call, "delete_snapshot", (name,), {})
+
+    async def fork(self, sandbox_id: str, count: int) -> ForkResponse:
+        """(rock) A snapshot of the sandbox and ``count`` starts from it."""
+        snap, records = await self._call(self._manager_call, "fork", (sandbox_id, count), {})
+        return ForkResponse(snapshot=snap, sandboxes=[start_response(r) for r in records])
 
     async def list_sandboxes(
         self, filters: Mapping[str, str] | None = None

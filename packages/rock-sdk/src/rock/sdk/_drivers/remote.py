@@ -54,10 +54,13 @@ from rock.sdk._drivers.remote_wire import (
 from rock_core.actions import (
     Command,
     CommandLine,
+    ForkResponse,
     ProcessInfo,
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    SnapshotInfo,
+    SnapshotListResponse,
     UploadResponse,
     WarmPoolsResponse,
     WarmPoolStatus,
@@ -75,6 +78,9 @@ from rock_core.models import PhaseStatus
 from rock_core.operations import Operation
 from rock_core.rocklet_client import process_request
 from rock_core.states import LIVE_STATES, State
+
+#: A snapshot copies the sandbox's changed files: it may take longer than a plain call.
+_SNAPSHOT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 __all__ = [
     "API_PREFIX",
@@ -257,6 +263,31 @@ class RemoteDriver(RemoteTransport):
         """``GET /warm_pools``: the admin's warm pools."""
         result = await self._call("GET", "/warm_pools", "warm_pools", None)
         return structure_wire(result, WarmPoolsResponse, forbid_extra_keys=False).pools
+
+    async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
+        """(rock) ``POST /sandboxes/{id}/snapshot``: keep the sandbox's files as a snapshot."""
+        result = await self._call(
+            "POST", f"/sandboxes/{sandbox_id}/snapshot", "snapshot", sandbox_id,
+            json={"name": name} if name else {}, timeout=_SNAPSHOT_TIMEOUT,
+        )  # fmt: skip
+        return structure_wire(result, SnapshotInfo, forbid_extra_keys=False)
+
+    async def list_snapshots(self) -> list[SnapshotInfo]:
+        """(rock) ``GET /snapshots``: the key's tenant's snapshots."""
+        result = await self._call("GET", "/snapshots", "snapshots", None)
+        return structure_wire(result, SnapshotListResponse, forbid_extra_keys=False).snapshots
+
+    async def delete_snapshot(self, name: str) -> None:
+        """(rock) ``POST /snapshots/delete``."""
+        await self._call("POST", "/snapshots/delete", "delete_snapshot", None, json={"name": name})
+
+    async def fork(self, sandbox_id: str, count: int) -> ForkResponse:
+        """(rock) ``POST /sandboxes/{id}/fork``: a snapshot and ``count`` starts from it."""
+        result = await self._call(
+            "POST", f"/sandboxes/{sandbox_id}/fork", "fork", sandbox_id,
+            json={"count": count}, timeout=_SNAPSHOT_TIMEOUT,
+        )  # fmt: skip
+        return structure_wire(result, ForkResponse, forbid_extra_keys=False)
 
     async def list_sandboxes(
         self, filters: Mapping[str, str] | None = None

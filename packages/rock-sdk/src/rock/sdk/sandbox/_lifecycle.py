@@ -62,6 +62,7 @@ class SandboxLifecycle(SandboxHandle):
             priority=cfg.priority,
             restart_policy=cfg.restart_policy,
             max_restarts=cfg.max_restarts,
+            snapshot=cfg.snapshot,
         )
         return SandboxStartRequest(**fields)
 
