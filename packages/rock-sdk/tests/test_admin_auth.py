@@ -538,3 +538,27 @@ def test_a_key_asks_for_at_most_its_max_priority(admin: Any, http_a: httpx.Clien
         ok(http_ops, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})
     started = ok(http_a, "POST", "start_async", json={**SMALL, "priority": 2})
     ok(http_a, "POST", "stop", json={"sandbox_id": started["sandbox_id"]})
+
+
+def test_the_cli_against_an_admin_with_keys_says_a_key_is_needed_and_how(admin: Any) -> None:
+    import os
+
+    rock = str(Path(sys.executable).with_name("rock"))
+    base = {k: v for k, v in os.environ.items() if k not in ("ROCK_API_KEY", "ROCK_BASE_URL")}
+    base["ROCK_ADMIN_STATE_DIR"] = str(admin.state_dir)
+
+    def run(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
+        env = {**base, **({"ROCK_API_KEY": key} if key else {})}
+        return subprocess.run([rock, *args], env=env, capture_output=True, text=True, timeout=120)
+
+    status = run("admin", "status")
+    assert "set ROCK_API_KEY to an operator's key" in status.stdout, status.stdout
+    wrong = run("admin", "status", key="not-a-key")
+    assert "ROCK_API_KEY is not a key of this admin" in wrong.stdout, wrong.stdout
+    known = run("admin", "status", key=KEY_A).stdout
+    assert "sandboxes: " in known and "unknown" not in known, known
+    listed = run("envhub", "list", "--base-url", admin.url)
+    assert listed.returncode == 1 and "needs an API key: set ROCK_API_KEY" in listed.stderr
+    assert "None" not in listed.stderr
+    wrong = run("envhub", "list", "--base-url", admin.url, key="not-a-key")
+    assert wrong.returncode == 1 and "does not know the key in ROCK_API_KEY" in wrong.stderr

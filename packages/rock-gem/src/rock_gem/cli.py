@@ -44,8 +44,16 @@ def _remote(base_url: str, path: str, body: dict[str, Any]) -> Any:
         answer = response.json()
     except ValueError:
         answer = response.text
+    if response.status_code == 401:
+        raise click.ClickException(
+            f"{base_url} needs an API key: set ROCK_API_KEY"
+            if not key
+            else f"{base_url} does not know the key in ROCK_API_KEY"
+        )
     if response.status_code != 200:
         detail = answer.get("detail") if isinstance(answer, dict) else answer
+        if detail is None and isinstance(answer, dict):
+            detail = answer.get("message") or answer.get("error") or answer
         raise click.ClickException(f"{path} answered HTTP {response.status_code}: {detail}")
     return answer
 

@@ -142,7 +142,7 @@ def status(config_file: str | None, as_json: bool) -> None:
         click.echo(f"  log:       {found.log_file}")
         click.echo(f"  store:     {found.store_path}")
         if found.sandboxes is None:
-            click.echo("  sandboxes: unknown (the server did not answer /admin/status)")
+            click.echo(f"  sandboxes: unknown ({found.unanswered})")
         else:
             counts = (
                 ", ".join(f"{state} {n}" for state, n in found.sandboxes.items() if n) or "none"

@@ -119,6 +119,8 @@ class AdminStatus:
     warm_pools: dict[str, dict[str, object]] | None = None
     #: Each tenant's use (sandboxes, memory in bytes, cpus) and its quota, by tenant.
     tenants: dict[str, dict[str, Any]] | None = None
+    #: Why ``sandboxes`` is unknown, and what to do (``None``: the server answered).
+    unanswered: str | None = None
 
 
 def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
@@ -355,8 +357,8 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
     return pid
 
 
-def _admin_status(url: str) -> dict[str, Any] | None:
-    """The admin's ``GET /admin/status`` JSON, or ``None`` when it does not answer."""
+def _admin_status(url: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The admin's ``GET /admin/status`` JSON, or ``None`` and why it did not answer."""
     # With API keys configured, it needs one: the operator's, from ROCK_API_KEY.
     import httpx
 
@@ -364,11 +366,18 @@ def _admin_status(url: str) -> dict[str, Any] | None:
     headers = {"X-API-Key": key} if key else {}
     try:
         response = httpx.get(f"{url}/admin/status", timeout=5.0, headers=headers)
+    except httpx.HTTPError as exc:
+        return None, f"the server did not answer /admin/status ({exc or type(exc).__name__})"
+    if response.status_code in (401, 403):
+        if key:
+            return None, "ROCK_API_KEY is not a key of this admin (or not an operator's)"
+        return None, "the admin has API keys: set ROCK_API_KEY to an operator's key to see them"
+    try:
         response.raise_for_status()
         data = response.json()
     except (httpx.HTTPError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        return None, f"/admin/status answered HTTP {response.status_code}"
+    return (data, None) if isinstance(data, dict) else (None, "/admin/status answered no object")
 
 
 def status(settings: AdminSettings) -> AdminStatus | None:
@@ -376,7 +385,7 @@ def status(settings: AdminSettings) -> AdminStatus | None:
     data = read_pid_file(settings)
     if data is None:
         return None
-    answer = _admin_status(str(data["url"]))
+    answer, unanswered = _admin_status(str(data["url"]))
     pools = None
     if answer is not None:
         pools = {
@@ -396,4 +405,5 @@ def status(settings: AdminSettings) -> AdminStatus | None:
         sandboxes=dict(answer.get("sandboxes") or {}) if answer is not None else None,
         warm_pools=pools,
         tenants=dict(answer.get("tenants") or {}) if answer is not None else None,
+        unanswered=unanswered,
     )
