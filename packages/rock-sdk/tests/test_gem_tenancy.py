@@ -329,3 +329,14 @@ def test_an_env_sandbox_counts_against_its_tenants_quota(keyed_admin: Any) -> No
         assert len(env_c.reset(seed=1)) == 2
     finally:
         env_c.close()
+
+
+def test_a_gem_call_without_a_known_key_is_a_bad_request_saying_what_to_set(
+    keyed_admin: Any,
+) -> None:
+    from rock_core.errors import BadRequestRockError
+
+    for key in (None, "not-a-key"):
+        with pytest.raises(BadRequestRockError, match="set ROCK_API_KEY") as refused:
+            rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=key)
+        assert "HTTP 401" in str(refused.value)

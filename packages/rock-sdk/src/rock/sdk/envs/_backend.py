@@ -19,7 +19,7 @@ import httpx
 
 from rock.sdk._drivers.admin_urls import admin_urls
 from rock_core.envs import EnvFailed
-from rock_core.errors import InternalServerRockError, InvalidParameter
+from rock_core.errors import BadRequestRockError, InternalServerRockError, InvalidParameter
 
 __all__ = ["Backend", "EmbeddedBackend", "RemoteBackend", "backend_for"]
 
@@ -232,6 +232,7 @@ class RemoteBackend(Backend):
         return {"calls": out}
 
     def _answer(self, response: httpx.Response) -> list[Any]:
+        _refused_key(response, self.base_url)
         body = _json(response, self.base_url)
         if response.status_code == 500:
             raise EnvFailed(
@@ -268,6 +269,7 @@ class RemoteBackend(Backend):
         return body
 
     def _single_answer(self, response: httpx.Response) -> Any:
+        _refused_key(response, self.base_url)
         body = _json(response, self.base_url)
         if (
             response.status_code == 200
@@ -369,3 +371,13 @@ def backend_for(base_url: str | Sequence[str] | None, api_key: str | None = None
         if backend is None:
             backend = _remote[key] = RemoteBackend(url, api_key=api_key)
         return backend
+
+
+def _refused_key(response: httpx.Response, base_url: str) -> None:
+    """Raise for an answer that refused the caller's key (HTTP 401/403): a bad request that
+    says what to set, as the sandbox calls do, never a server error."""
+    if response.status_code in (401, 403):
+        raise BadRequestRockError(
+            f"rock admin at {base_url} refused the GEM call (HTTP {response.status_code}): "
+            "it needs an API key it knows; set ROCK_API_KEY or an X-API-Key header"
+        )
