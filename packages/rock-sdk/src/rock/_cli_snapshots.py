@@ -1,0 +1,105 @@
+"""``rock sandbox snapshot``, ``rock sandbox snapshots`` and ``rock sandbox fork`` (rock):
+filesystem snapshots of sandboxes (their files over their image, never their processes), the
+caller's list of them (``--delete NAME`` deletes), and forks: a snapshot and N sandboxes started
+from it, whose ids are printed one a line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from rock._cli_common import (
+    base_url_option,
+    json_option,
+    print_json,
+    print_table,
+    resolve_target,
+    run,
+    spinner,
+    when,
+)
+from rock._cli_sandbox import sandbox
+from rock_core.actions import SnapshotInfo
+from rock_core.converters import unstructure_wire
+from rock_core.sizes import format_bytes
+
+__all__ = ["fork", "snapshot", "snapshots"]
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@click.option("--name", default=None, help="The snapshot's name [default: one is made up].")
+@base_url_option
+@json_option
+def snapshot(sandbox_id: str, name: str | None, base_url: str | None, as_json: bool) -> None:
+    """Keep a sandbox's files (not its processes) as a snapshot; print its name."""
+    target = resolve_target(base_url)
+
+    async def go() -> SnapshotInfo:
+        handle = target.sandbox()
+        await handle.attach(sandbox_id)
+        with spinner(f"Snapshotting {sandbox_id}..."):
+            made: SnapshotInfo = await handle.snapshot(name)
+        return made
+
+    made = run(go)
+    if as_json:
+        print_json(unstructure_wire(made))
+        return
+    click.echo(made.name)
+    frozen = "" if not made.frozen_seconds else f", frozen {made.frozen_seconds:.2f}s"
+    click.echo(f"{format_bytes(made.size)} over {made.source_image}{frozen}", err=True)
+
+
+@sandbox.command()
+@click.option("--delete", "delete", multiple=True, metavar="NAME", help="Delete this snapshot.")
+@base_url_option
+@json_option
+def snapshots(delete: tuple[str, ...], base_url: str | None, as_json: bool) -> None:
+    """List your snapshots (name, source sandbox, size, created), or delete some."""
+    target = resolve_target(base_url)
+
+    async def go() -> list[SnapshotInfo]:
+        handle = target.sandbox()
+        for name in delete:
+            await handle.delete_snapshot(name)
+        found: list[SnapshotInfo] = [] if delete else await handle.snapshots()
+        return found
+
+    found = run(go)
+    if delete:
+        for name in delete:
+            click.echo(f"snapshot {name} deleted")
+        return
+    if as_json:
+        print_json([unstructure_wire(s) for s in found])
+        return
+    rows: list[Any] = [
+        [s.name, s.sandbox_id, format_bytes(s.size), when(s.created_at), s.image] for s in found
+    ]
+    print_table(["NAME", "SANDBOX", "SIZE", "CREATED", "IMAGE"], rows)
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@click.argument("count", type=click.IntRange(min=1))
+@base_url_option
+@json_option
+def fork(sandbox_id: str, count: int, base_url: str | None, as_json: bool) -> None:
+    """Snapshot a sandbox and start COUNT sandboxes from it; print their ids once they run."""
+    target = resolve_target(base_url)
+
+    async def go() -> list[str]:
+        handle = target.sandbox()
+        await handle.attach(sandbox_id)
+        with spinner(f"Forking {sandbox_id} into {count}..."):
+            children = await handle.fork(count)
+        return [str(child.sandbox_id) for child in children]
+
+    ids = run(go)
+    if as_json:
+        print_json({"sandbox_ids": ids})
+        return
+    click.echo("\n".join(ids))
