@@ -429,6 +429,14 @@ def test_runtime_calls_through_the_admin(http: httpx.Client, running: str) -> No
     assert killed["running"] is False and killed["signal"] == 9
 
 
+def test_the_log_has_no_line_per_rocklet_call(http: httpx.Client, admin: Any, running: str) -> None:
+    if not admin.log_file.is_file():
+        pytest.skip("the suite's admin was given (ROCK_TEST_ADMIN_URL): its log is not here")
+    for _ in range(3):
+        http.post(f"{PREFIX}/execute", json={"sandbox_id": running, "command": ["true"]})
+    assert "httpx: HTTP Request" not in admin.log_file.read_text(errors="replace")
+
+
 def test_get_status_and_its_throughput(http: httpx.Client, admin: Any, running: str) -> None:
     for flag in ("True", "true", "False", "false"):
         status = ok(

@@ -126,6 +126,8 @@ async def test_default_port_is_8080_served_by_python_http_server(
     assert script.status_code == 200 and script.text == SERVICES.read_text()
     missing = await http.get(f"{base}/no-such-file")
     assert missing.status_code == 404  # the service's own answer, passed on
+    # One Date header: the admin's (Python's http.server dates its answers too).
+    assert len(page.headers.get_list("date")) == 1, page.headers
 
 
 async def test_port_comes_from_path_header_or_query(base: str, http: httpx.AsyncClient) -> None:

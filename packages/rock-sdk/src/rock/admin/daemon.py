@@ -218,6 +218,8 @@ def serve(settings: AdminSettings, *, runtime: Any = None) -> int:
             level=settings.log_level.upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+        if settings.log_level.lower() != "debug":  # one line per rocklet call drowns the rest
+            logging.getLogger("httpx").setLevel(logging.WARNING)
         app = create_app(settings, runtime=runtime)
         config = uvicorn.Config(
             app,
