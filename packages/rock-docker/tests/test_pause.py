@@ -13,6 +13,7 @@ import tarfile
 import time
 
 import anyio
+import docker.errors
 import pytest
 
 from rock_core.actions import Command, SandboxStartRequest
@@ -72,7 +73,11 @@ async def _read(docker_client, unit_id: str, path: str) -> str:
 
 
 async def _count(docker_client, unit_id: str) -> int:
-    return int(await _read(docker_client, unit_id, "/tmp/count"))
+    """The loop's last count; -1 before its first (the file is not there yet)."""
+    try:
+        return int(await _read(docker_client, unit_id, "/tmp/count"))
+    except docker.errors.NotFound:
+        return -1
 
 
 async def _start_counting(engine: SandboxManager, docker_client, **fields) -> tuple[str, str]:

@@ -37,7 +37,9 @@ async def _counting(sandbox: Sandbox) -> str:
         "nohup sh -c 'echo $$ > /tmp/pid; i=0; while true; do i=$((i+1)); "
         "echo $i > /tmp/n.new; mv /tmp/n.new /tmp/n; sleep 0.01; done' >/dev/null 2>&1 &"
     )
-    return (await sandbox.arun("sleep 0.2; cat /tmp/pid")).output.strip()
+    return (
+        await sandbox.arun("until test -s /tmp/pid; do sleep 0.01; done; cat /tmp/pid")
+    ).output.strip()
 
 
 async def _pause_and_resume(sandbox: Sandbox) -> None:
