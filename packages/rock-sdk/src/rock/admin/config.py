@@ -59,6 +59,7 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     forward_rocklet_port = false       # true: port_mapping also has 22555 (the rocklet's own port,
                                        # forwarded on 127.0.0.1), as ROCK's does; rock never needs it
     max_rocklet_answer = "64m"         # largest answer read from a rocklet (a command's output...)
+    idle_counts_paused = false         # true: time paused counts towards auto_clear_seconds
     ...
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
