@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from rock.actions import Command
+from rock.sdk import warm_pool
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import BadRequestRockError, InvalidParameter, RockError
@@ -176,3 +177,25 @@ async def test_a_stopped_sandbox_kept_after_its_stop_can_be_snapshotted(
     finally:
         await sandbox.delete()
         await _delete_when_unused(sandbox, name)
+
+
+async def test_a_warm_pool_of_a_snapshot_serves_starts_from_it(
+    engine: Any, small: dict[str, Any]
+) -> None:
+    parent = Sandbox(SandboxConfig(**small))
+    await parent.start()
+    name = _name("pooled")
+    config = SandboxConfig(**small, snapshot=name)
+    try:
+        await _sh(parent, "echo pooled > /pool.txt")
+        await parent.snapshot(name=name)
+        status = await warm_pool(config, size=1, wait=120)
+        assert status is not None and (status.ready, status.last_error) == (1, None)
+        async with Sandbox(config) as claimed:
+            state = await claimed.get_status()
+            assert state.status["docker_run"].message == f"claimed from warm pool {status.key}"
+            assert await _sh(claimed, "cat /pool.txt") == "pooled"
+    finally:
+        assert await warm_pool(config, size=0) is None
+        await parent.stop()
+        await _delete_when_unused(parent, name)

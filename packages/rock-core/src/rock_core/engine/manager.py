@@ -370,6 +370,7 @@ class SandboxManager:
     ) -> str:
         """Keep ``size`` started sandboxes of the kind ``request`` asks for (0 removes the pool);
         return the pool's key (:func:`rock_core.engine.claims.set_warm_pool`: what it raises)."""
+        request = await snapshots.resolve_start(self._core, request, tenant)
         return await claims.set_warm_pool(self._core, request, size, tenant)
 
     @_leader_only
@@ -378,6 +379,7 @@ class SandboxManager:
     ) -> str | None:
         """ROCK's warm-up: pull the image of ``request`` in the background; with ``size`` (rock)
         keep a warm pool instead (:func:`rock_core.engine.claims.warmup`: what it raises)."""
+        request = await snapshots.resolve_start(self._core, request, tenant)
         return await claims.warmup(self._core, request, size, tenant)
 
     def warm_pools(self) -> list[WarmPoolStatus]:

@@ -21,9 +21,12 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+import attrs
+
 from rock_core.actions import WarmPoolStatus
 from rock_core.converters import spec_from_start_request
 from rock_core.errors import StartupTimeout
+from rock_core.models import NonBlankStr, PullPolicy
 
 if TYPE_CHECKING:
     from rock.sdk.sandbox.config import SandboxConfig
@@ -56,6 +59,10 @@ async def warm_pool(
     request = sandbox._start_request()
     driver = sandbox._get_driver()
     await driver.set_warm_pool(request, size)
+    if request.snapshot is not None:  # the engine keys a snapshot's pool by its image, never pulled
+        snaps = {s.name: s.image for s in await driver.list_snapshots()}
+        image = NonBlankStr(snaps.get(request.snapshot, request.image))
+        request = attrs.evolve(request, image=image, pull=PullPolicy.NEVER)
     key = pool_key(spec_from_start_request(request))
     deadline = None if wait is None else time.monotonic() + wait
     while True:
