@@ -389,3 +389,49 @@ def test_an_unknown_plugin_table_is_one_line_naming_it_not_a_traceback(tmp_path:
     assert served.returncode == 1
     assert "plugins.nosuch: no plugin named 'nosuch' is installed" in served.stderr
     assert "Traceback" not in served.stderr and len(served.stderr.strip().splitlines()) == 1
+
+
+def test_an_admin_serving_in_the_foreground_is_said_to_log_to_its_terminal(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import time
+
+    import httpx
+
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)}
+    env.pop("ROCK_CONFIG", None)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    served = subprocess.Popen(
+        [str(ROCK), "admin", "serve", "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        status = subprocess.run(
+            [str(ROCK), "admin", "status"], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert "log:       its terminal (rock admin serve): no log file" in status.stdout
+        shown = json.loads(
+            subprocess.run(
+                [str(ROCK), "admin", "status", "--json"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            ).stdout  # fmt: skip
+        )
+        assert shown["running"] is True and shown["log_file"] is None
+        log = subprocess.run([str(ROCK), "log"], env=env, capture_output=True, text=True)
+        assert log.returncode == 3 and "writes its log to its own terminal" in log.stderr
+    finally:
+        served.terminate()
+        served.wait(60)

@@ -72,6 +72,15 @@ def log_command(level: str, follow: bool, lines: int | None, config_file: str | 
         settings = load_settings(config_file)
     except InvalidParameter as exc:
         fail(str(exc), EXIT_ERROR)
+    from rock.admin.daemon import read_pid_file
+
+    running = read_pid_file(settings)
+    if running is not None and running.get("log_file", "") is None:
+        fail(
+            f"the admin running here (pid {running['pid']}) writes its log to its own terminal "
+            "(`rock admin serve`); `rock admin start` keeps it in a file for `rock log`",
+            EXIT_NOT_FOUND,
+        )
     path = Path(settings.log_file)
     minimum = _LEVELS.index(level.upper())
     try:

@@ -139,7 +139,9 @@ def status(config_file: str | None, as_json: bool) -> None:
     else:
         click.echo(f"rock admin is running: {found.url}")
         click.echo(f"  pid:       {found.pid}")
-        click.echo(f"  log:       {found.log_file}")
+        click.echo(
+            f"  log:       {found.log_file or 'its terminal (rock admin serve): no log file'}"
+        )
         click.echo(f"  store:     {found.store_path}")
         if found.sandboxes is None:
             click.echo(f"  sandboxes: unknown ({found.unanswered})")

@@ -111,7 +111,8 @@ class AdminStatus:
 
     pid: int
     url: str
-    log_file: str
+    #: ``None``: the admin writes to its terminal (``rock admin serve`` in the foreground).
+    log_file: str | None
     store_path: str | None
     started_at: float
     sandboxes: dict[str, int] | None = None  # None when the server did not answer
@@ -147,13 +148,24 @@ def _claim_pid_file(settings: AdminSettings) -> None:
         "url": settings.url,
         "host": settings.host,
         "port": settings.port,
-        "log_file": str(settings.log_file),
+        # Only where the output really goes there (`rock admin start`); `rock admin serve` in
+        # the foreground writes to its terminal, and no file would be kept.
+        "log_file": str(settings.log_file) if _output_is(settings.log_file) else None,
         "store_path": settings.engine.store_path,
         "started_at": time.time(),
     }
     tmp = settings.pid_file.with_suffix(".pid.tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, settings.pid_file)
+
+
+def _output_is(path: Path) -> bool:
+    """Whether this process's standard output is the file ``path``."""
+    try:
+        out, file = os.fstat(1), os.stat(path)
+    except OSError:
+        return False
+    return (out.st_dev, out.st_ino) == (file.st_dev, file.st_ino)
 
 
 def _release_pid_file(settings: AdminSettings) -> None:
@@ -401,7 +413,7 @@ def status(settings: AdminSettings) -> AdminStatus | None:
     return AdminStatus(
         pid=int(data["pid"]),
         url=str(data["url"]),
-        log_file=str(data.get("log_file", settings.log_file)),
+        log_file=data.get("log_file", str(settings.log_file)),
         store_path=data.get("store_path"),
         started_at=float(data.get("started_at", 0.0)),
         sandboxes=dict(answer.get("sandboxes") or {}) if answer is not None else None,
