@@ -218,3 +218,26 @@ async def test_a_restarted_engine_keeps_a_paused_sandbox_paused(
         result = await second.rocklet(sandbox_id).execute(Command(command=["echo", "back"]))
         assert result.stdout.strip() == "back"
         await second.stop(sandbox_id)
+
+
+async def test_a_paused_sandbox_can_be_snapshotted_and_stays_paused(
+    tmp_path, run_labels, docker_client
+):
+    async with SandboxManager(_config(tmp_path, run_labels)) as engine:
+        sandbox_id, unit_id = await _start_counting(engine, docker_client)
+        await engine.pause(sandbox_id)
+        frozen = await _count(docker_client, unit_id)
+        snapshot = await engine.snapshot(sandbox_id)
+        try:
+            inspected = await anyio.to_thread.run_sync(
+                lambda: docker_client.api.inspect_container(unit_id)
+            )
+            assert inspected["State"]["Paused"] is True
+            assert engine.get_record(sandbox_id).paused
+            await engine.resume(sandbox_id)
+            await eventually_async(
+                lambda: _count(docker_client, unit_id), until=lambda n: n > frozen + 5
+            )
+        finally:
+            await engine.delete_snapshot(snapshot.name)
+            await engine.stop(sandbox_id)
