@@ -132,6 +132,9 @@ def test_rock_sandbox_pause_and_resume_on_the_command_line(admin: Any) -> None:
         assert (done.returncode, done.stdout.strip()) == (0, f"{sandbox_id} running (paused)")
         shown = _rock(admin, "sandbox", "status", sandbox_id)
         assert "running (paused)" in shown.stdout
+        listed = _rock(admin, "sandbox", "list")
+        [row] = [r for r in listed.stdout.splitlines() if r.startswith(sandbox_id)]
+        assert "running (paused)" in row
         refused = _rock(admin, "sandbox", "exec", sandbox_id, "echo", "hi")
         assert refused.returncode != 0 and "is paused; resume it first" in refused.stderr
         done = _rock(admin, "sandbox", "resume", sandbox_id, "--json")

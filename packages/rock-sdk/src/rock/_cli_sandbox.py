@@ -156,7 +156,7 @@ def list_command(
     rows = [
         (
             s.get("sandbox_id") or "",
-            s.get("state") or "unknown",
+            (s.get("state") or "unknown") + (" (paused)" if s.get("paused") else ""),
             s.get("image") or "",
             "" if s.get("cpus") is None else f"{s['cpus']:g}",
             s.get("memory") or "",
@@ -439,7 +439,7 @@ def logs(sandbox_id: str, base_url: str | None, as_json: bool) -> None:
                 "unit_logs": None,
                 "phases": data.get("status"),
                 "state_history": data.get("state_history"),
-                "state": state_of(found),
+                "state": found.state.value if found.state is not None else "unknown",
                 "reason": found.reason,
                 "notes": found.notes,
             }
