@@ -49,12 +49,15 @@ async def _pause_and_resume(sandbox: Sandbox) -> None:
     assert (paused.state, paused.paused, paused.is_alive) == (State.RUNNING, True, False)
     status = await sandbox.get_status()
     assert status.state is State.RUNNING and status.paused and status.paused_time is not None
+    alive = await sandbox.is_alive()
+    assert (alive.is_alive, alive.message) == (False, f"sandbox {sandbox.sandbox_id} is paused")
     with pytest.raises(BadRequestRockError, match="is paused; resume it first"):
         await sandbox.arun("echo hi")
     with pytest.raises(BadRequestRockError, match="is paused; resume it first"):
         await sandbox.read_file(ReadFileRequest(path="/tmp/n"))
     resumed = await sandbox.resume()
     assert (resumed.paused, resumed.is_alive, resumed.paused_time) == (False, True, None)
+    assert (await sandbox.is_alive()).is_alive
     # The same process goes on counting.
     check = f"test -d /proc/{pid} && cat /tmp/pid"
     assert (await sandbox.arun(check)).output.strip() == pid

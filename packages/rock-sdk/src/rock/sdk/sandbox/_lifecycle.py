@@ -228,12 +228,14 @@ class SandboxLifecycle(SandboxHandle):
         """Whether the sandbox runs: ``IsAliveResponse(is_alive, message=host_name)``.
 
         A sandbox that stopped (or was deleted) answers ``is_alive=False`` with the reason in
-        ``message`` (ROCK raises instead).
+        ``message`` (ROCK raises instead); a paused one ``is_alive=False``, "... is paused".
 
         :raises BadRequestRockError: this handle has no sandbox yet.
         """
         sandbox_id = self._require_id("is_alive")
         status = await self._get_driver().get_status(sandbox_id, True)
+        if status.paused:
+            return IsAliveResponse(is_alive=False, message=f"sandbox {sandbox_id} is paused")
         if status.state in LIVE_STATES:
             return IsAliveResponse(is_alive=bool(status.is_alive), message=status.host_name or "")
         state = status.state.value if status.state is not None else "unknown"
