@@ -1,0 +1,43 @@
+"""``rock bench fork`` (issue #25): snapshot and fork against cold starts."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+
+from rock.bench._output import print_json, say
+
+__all__ = ["fork"]
+
+
+@click.command()
+@click.option("--count", type=click.IntRange(min=1), default=10, show_default=True)
+@click.option("--write-mib", type=click.IntRange(min=0), default=200, show_default=True)
+@click.option("--image", default="python:3.11", show_default=True, help="Sandbox image.")
+@click.option("--memory", default="512m", show_default=True, help="Memory limit.")
+@click.option("--cpus", type=float, default=0.5, show_default=True, help="CPUs.")
+def fork(count: int, write_mib: int, image: str, memory: str, cpus: float) -> None:
+    """Snapshot a sandbox that wrote --write-mib MiB, fork it --count ways, and start --count
+    cold sandboxes of its image; then --count starts from a warm pool of the snapshot.
+
+    Prints the snapshot's time and the parent's freeze, both batches' time until all run, the
+    pool's p50 and the disk figures as JSON (stdout); exits 1 when the fork misses its goal
+    (1.2x the cold starts).
+    """
+    from rock.bench.fork import GOAL_FORK_RATIO, run_fork_bench
+
+    document = asyncio.run(
+        run_fork_bench(
+            count=count, write_mib=write_mib, image=image, memory=memory, cpus=cpus, say=say
+        )
+    )
+    print_json(document)
+    figures = document["figures"]
+    if not figures["goal_met"]:
+        click.echo(
+            f"fork of {count}: {figures['fork_over_cold']}x the cold starts (goal: {GOAL_FORK_RATIO:g}x)",
+            err=True,
+        )
+        sys.exit(1)

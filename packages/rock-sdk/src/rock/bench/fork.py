@@ -1,0 +1,142 @@
+"""``rock bench fork``: what a filesystem snapshot and a fork cost, on the embedded engine.
+
+A parent sandbox writes ``write_mib`` MiB of random data; then, in the same run:
+
+- its snapshot: the call's time and how long the parent was frozen (``docker commit`` pauses
+  the container for the copy; the runtime times the commit call);
+- ``count`` cold starts of the base image at once, until all run;
+- a fork of ``count`` (``SandboxManager.fork``: a snapshot, then the starts through the start
+  queue), until all run, against the cold starts (issue #25's goal: <= 1.2x);
+- ``count`` starts from a warm pool of the fork's snapshot (claims), their p50;
+- the snapshot's own size (its layer, shared by every fork) against ``count`` copies of the
+  parent's changes.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from rock_core.actions import Command, SandboxStartRequest
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import SandboxManager
+from rock_core.models import NonBlankStr, NonNegativeFloat, PositiveFloat, SizeStr
+
+__all__ = ["GOAL_FORK_RATIO", "run_fork_bench"]
+
+#: Issue #25's goal: a fork of N all running within 1.2x the time of N cold starts.
+GOAL_FORK_RATIO = 1.2
+
+
+async def _all_running(engine: SandboxManager, ids: list[str]) -> None:
+    async with anyio.create_task_group() as tg:
+        for sandbox_id in ids:
+            tg.start_soon(engine.wait_until_running, sandbox_id)
+
+
+async def _stop_all(engine: SandboxManager, ids: list[str]) -> None:
+    async with anyio.create_task_group() as tg:
+        for sandbox_id in ids:
+            tg.start_soon(engine.stop, sandbox_id)
+
+
+async def run_fork_bench(
+    *,
+    count: int,
+    write_mib: int,
+    image: str,
+    memory: str,
+    cpus: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """The figures of the module docstring, as one document."""
+    config = EngineConfig(stats_interval=NonNegativeFloat(0), reap_orphans=False)
+    request = SandboxStartRequest(
+        image=NonBlankStr(image), memory=SizeStr(memory), cpus=PositiveFloat(cpus)
+    )
+    snapshots: list[str] = []
+    async with SandboxManager(config) as engine:
+        say(f"starting the parent ({image}) and writing {write_mib} MiB")
+        parent = str((await engine.start(request)).sandbox_id)
+        started: list[str] = []
+        try:
+            await engine.rocklet(parent).execute(
+                Command(
+                    command=["sh", "-c", f"head -c {write_mib}M /dev/urandom > /data.bin"],
+                    timeout=600,
+                )
+            )
+            began = time.perf_counter()
+            snap = await engine.snapshot(parent)
+            snapshot_s = time.perf_counter() - began
+            snapshots.append(snap.name)
+
+            say(f"{count} cold starts of {image}")
+            began = time.perf_counter()
+            cold = [str((await engine.start_async(request)).sandbox_id) for _ in range(count)]
+            started += cold
+            await _all_running(engine, cold)
+            cold_s = time.perf_counter() - began
+            await _stop_all(engine, cold)
+
+            say(f"fork of {count}")
+            began = time.perf_counter()
+            fork_snap, records = await engine.fork(parent, count)
+            forks = [str(r.sandbox_id) for r in records]
+            started += forks
+            await _all_running(engine, forks)
+            fork_s = time.perf_counter() - began
+            snapshots.append(fork_snap.name)
+            await _stop_all(engine, forks)
+
+            say(f"a warm pool of {count} of the snapshot, then {count} starts from it")
+            pooled = SandboxStartRequest(
+                image=NonBlankStr(image),
+                memory=SizeStr(memory),
+                cpus=PositiveFloat(cpus),
+                snapshot=NonBlankStr(fork_snap.name),
+            )
+            await engine.set_warm_pool(pooled, count)
+            await engine.wait_warm(timeout=600)
+            claims: list[float] = []
+            for _ in range(count):
+                began = time.perf_counter()
+                claimed = (await engine.start(pooled)).sandbox_id
+                claims.append(time.perf_counter() - began)
+                started.append(claimed)
+                await engine.stop(claimed)
+            await engine.set_warm_pool(pooled, 0)
+        finally:
+            await _stop_all(engine, [parent, *started])
+            for name in snapshots:
+                for _ in range(600):
+                    try:
+                        await engine.delete_snapshot(name)
+                        break
+                    except Exception:  # noqa: BLE001 - its sandboxes are still being removed
+                        await anyio.sleep(0.1)
+    ratio = fork_s / cold_s
+    return {
+        "bench": "fork",
+        "count": count,
+        "image": image,
+        "write_mib": write_mib,
+        "figures": {
+            "snapshot_s": round(snapshot_s, 3),
+            "parent_frozen_s": round(snap.frozen_seconds or 0.0, 3),
+            "snapshot_bytes": snap.size,
+            "cold_starts_all_running_s": round(cold_s, 3),
+            "fork_all_running_s": round(fork_s, 3),
+            "fork_snapshot_frozen_s": round(fork_snap.frozen_seconds or 0.0, 3),
+            "fork_over_cold": round(ratio, 3),
+            "goal_fork_over_cold": GOAL_FORK_RATIO,
+            "goal_met": ratio <= GOAL_FORK_RATIO,
+            "start_from_snapshot_pool_p50_ms": round(statistics.median(claims) * 1000, 2),
+            "disk_forks_bytes": fork_snap.size,
+            "disk_copies_bytes": count * fork_snap.size,
+        },
+    }
