@@ -455,7 +455,17 @@ def test_another_tenants_archive_is_never_overwritten_restored_or_deleted(
 
 #: Routes that name no sandbox, pool or group of a tenant (served to every key alike), and
 #: rock-gem's plugin routes, whose envs and EnvHub entries rock-gem's own tests hold per tenant.
-_NAMES_NOTHING = {"/", "/healthz", "/metrics", "/openapi.json", "/rocklet.pyz", "/health"}
+# Routes that name no sandbox (a snapshot is named by its name: its tenancy is the snapshot
+# tests', test_admin_snapshots_tenancy.py).
+_NAMES_NOTHING = {
+    "/",
+    "/healthz",
+    "/metrics",
+    "/openapi.json",
+    "/rocklet.pyz",
+    "/health",
+    f"{PREFIX}/snapshots/delete",
+}
 _PLUGIN_PREFIXES = ("/apis/v1/envs/gem/", "/env/")
 
 
@@ -475,6 +485,9 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/resume"): {"json": sid},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/restart"): {"json": {}},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/archive"): {"json": {}},
+        ("POST", f"{p}/sandboxes/{{sandbox_id}}/snapshot"): {"json": sid},
+        ("POST", f"{p}/sandboxes/{{sandbox_id}}/fork"): {"json": {**sid, "count": 1}},
+        ("GET", f"{p}/snapshots"): {},
         ("POST", f"{p}/execute"): {"json": {**sid, "command": "echo hi"}},
         ("POST", f"{p}/execute_stream"): {"json": {**sid, "command": "echo hi"}},
         ("POST", f"{p}/create_session"): {"json": {**sid, "session": "s"}},
@@ -534,13 +547,17 @@ def test_every_route_answers_another_tenants_sandbox_as_unknown(
         for (method, path), request in walk.items():
             answer = _ask(http_b, method, path, mine, request)
             text = answer.text
-            if path.endswith(("/start", "/start_async", "/warmup/tasks")):
-                # Unknown, the id would be free to take: A's must be refused as not found.
+            if path.endswith(("/start", "/start_async")):
+                # A's id is taken: refused as taken, without saying by whom.
+                body = envelope(answer)
+                assert body["status"] == "Failed" and body["result"]["code"] == 4009, (path, body)
+                assert "is taken" in text and "team-a" not in text, (path, text)
+            elif path.endswith("/warmup/tasks"):
                 body = envelope(answer)
                 assert body["status"] == "Failed" and body["result"]["code"] == 4004, (path, body)
             elif path.endswith("/warm_pools"):
                 assert envelope(answer)["result"]["code"] == 4003, (path, text)
-            elif path.endswith(("/sandboxes", "/sandboxes/batch", "/admin/status")):
+            elif path.endswith(("/sandboxes", "/sandboxes/batch", "/admin/status", "/snapshots")):
                 assert answer.status_code == 200 and mine not in text and "team-a" not in text, (
                     path,
                     text,

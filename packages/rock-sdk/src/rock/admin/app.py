@@ -75,6 +75,7 @@ from rock.admin.key_gate import (
     unknown_sandbox,
 )
 from rock.admin.leader_forward import LeaderForward
+from rock.admin.lifecycle import is_operator
 from rock.admin.metrics import Metrics
 from rock.admin.origin_guard import OriginGuard, UnsupportedMediaType, require_json
 from rock.admin.plugin_routes import check_plugin_routes, plugin_endpoint
@@ -90,6 +91,7 @@ from rock_core.engine.manager import SandboxManager
 from rock_core.errors import (
     InvalidParameter,
     RockError,
+    SandboxAlreadyExists,
     SandboxNotFound,
 )
 from rock_core.models import NonBlankStr
@@ -353,7 +355,8 @@ class AdminApp:
         return endpoint
 
     def owns(self, request: Request, sandbox_id: str) -> bool:
-        """Whether the request's key may see ``sandbox_id`` (always, when keys are off).
+        """Whether the request's key may see ``sandbox_id`` (always, when keys are off). A
+        sandbox of no tenant (started before keys were turned on) is an operator key's.
 
         Unknown ids count as owned: the engine answers them as unknown anyway.
         """
@@ -364,7 +367,10 @@ class AdminApp:
             record = self.manager.get_record(sandbox_id)
         except SandboxNotFound:
             return True
-        return record.spec.metadata.get(TENANT_METADATA_KEY) == tenant
+        owner = record.spec.metadata.get(TENANT_METADATA_KEY)
+        if owner is None:  # started before keys were turned on: the operator's to manage
+            return is_operator(request)
+        return owner == tenant
 
     def rocklet(self, sandbox_id: str, attempted: str) -> RockletClient:
         """The rocklet client of ``sandbox_id`` (``attempted``: the call, for errors)."""
@@ -372,6 +378,12 @@ class AdminApp:
 
     def _foreign(self, route: Route, sandbox_id: str) -> Any:
         """The answer the route gives for an unknown id, given for another tenant's sandbox."""
+        if route.name in ("start", "start_async"):  # the id is taken; whose is not said
+            raise SandboxAlreadyExists(
+                f"sandbox id {sandbox_id!r} is taken: choose another, or leave sandbox_id out",
+                sandbox_id=sandbox_id,
+                attempted=route.name,
+            )
         if route.name == "stop":
             return f"{sandbox_id} stopped"  # ROCK: stopping an unknown id is not an error
         if route.name == "delete":
