@@ -481,6 +481,38 @@ class RuntimeConformance:
         )
         await runtime.remove(handle)
 
+    # -- pause -----------------------------------------------------------------------------------
+
+    async def test_pause_keeps_a_units_processes_and_resume_goes_on(
+        self, runtime: Runtime, units: Units
+    ) -> None:
+        """Capability ``pause``: a paused unit is still ``running`` to ``inspect`` (paused twice
+        is fine); resumed (twice is fine), its rocklet answers and a process started before the
+        pause runs on with the same pid."""
+        if not runtime.can_pause:
+            pytest.skip(f"runtime {runtime.name!r} cannot pause units")
+        unit = await units.launch()
+        script = "sleep 600 >/dev/null 2>&1 & echo $!"
+        answer = await rocklet_call(
+            units.http, unit.url, "/execute", {"command": script, "shell": True, "timeout": 60}
+        )
+        pid = answer["stdout"].strip()
+        await runtime.pause(unit.handle)
+        await runtime.pause(unit.handle)
+        assert (await runtime.inspect(unit.handle)).state is UnitState.RUNNING
+        await runtime.resume(unit.handle)
+        await runtime.resume(unit.handle)
+        response = await units.http.get(f"{unit.url}/is_alive")
+        assert response.status_code == 200 and response.json()["is_alive"] is True
+        answer = await rocklet_call(
+            units.http,
+            unit.url,
+            "/execute",
+            {"command": ["test", "-d", f"/proc/{pid}"], "shell": False, "timeout": 60},
+        )
+        assert answer["exit_code"] == 0, f"process {pid} did not survive the pause"
+        await runtime.remove(unit.handle)
+
 
 async def _next_state(watch: Any, handle: UnitHandle, state: UnitState, timeout: float) -> Any:
     """Read ``watch`` until it reports ``state`` for ``handle``'s sandbox; that status."""
