@@ -53,8 +53,15 @@ from rock_core.errors import (
     SandboxAlreadyExists,
     SandboxNotFound,
 )
-from rock_core.models import PHASE_IMAGE_PULL, ROCKLET_PORT, PhaseStatus, Port, UnitState
-from rock_core.rocklet.server import TOKEN_HEADER
+from rock_core.models import (
+    PHASE_IMAGE_PULL,
+    ROCKLET_PORT,
+    PhaseStatus,
+    Port,
+    PullPolicy,
+    UnitState,
+)
+from rock_core.rocklet.server import TOKEN_ENV, TOKEN_HEADER
 from rock_core.rocklet_client import new_http_client
 from rock_core.runtime import Runtime, UnitHandle
 from rock_core.sizes import MiB
@@ -480,6 +487,55 @@ class RuntimeConformance:
             f"{deleted}, deleted before the snapshot, is back after the restore"
         )
         await runtime.remove(handle)
+
+    async def test_snapshot_image_keeps_a_running_units_files_for_new_units(
+        self, runtime: Runtime, units: Units
+    ) -> None:
+        """Capability ``snapshot_image``: a running unit's files (one written, one of the image
+        deleted) kept as an image, listed by its labels with a size; the unit runs on; a unit
+        made from it has the files; deleted, it is listed no more (twice is fine)."""
+        if not runtime.capabilities.snapshot_image:
+            pytest.skip(f"runtime {runtime.name!r} cannot keep snapshot images")
+        unit = await units.launch()
+        content = f"kept in the snapshot {uuid.uuid4().hex}"
+        await rocklet_call(
+            units.http,
+            unit.url,
+            "/write_file",
+            {"path": "/tmp/rock-snap/kept.txt", "content": content},
+        )
+        script = "import importlib.util, os; p = importlib.util.find_spec('this').origin; os.remove(p); print(p)"
+        answer = await rocklet_call(
+            units.http,
+            unit.url,
+            "/execute",
+            {"command": ["python3", "-c", script], "shell": False, "timeout": 60},
+        )
+        deleted = answer["stdout"].strip()
+        labels = {"rock.snapshot.conformance": uuid.uuid4().hex}
+        snap = await runtime.snapshot_image(unit.handle, labels=labels, strip_env=[TOKEN_ENV])
+        assert snap.size > 0 and snap.frozen_seconds is not None
+        assert (await runtime.inspect(unit.handle)).state is UnitState.RUNNING
+        assert [(s.image_id, s.size) for s in await runtime.snapshot_images(labels)] == [
+            (snap.image_id, snap.size)
+        ]
+        child = await units.launch(units.spec(image=snap.reference, pull=PullPolicy.NEVER))
+        answer = await rocklet_call(
+            units.http, child.url, "/read_file", {"path": "/tmp/rock-snap/kept.txt"}
+        )
+        assert answer["content"] == content
+        answer = await rocklet_call(
+            units.http,
+            child.url,
+            "/execute",
+            {"command": ["test", "!", "-e", deleted], "shell": False, "timeout": 60},
+        )
+        assert answer["exit_code"] == 0, f"{deleted}, deleted before the snapshot, is back"
+        await runtime.remove(child.handle)
+        await runtime.delete_snapshot_image(snap.image_id)
+        await runtime.delete_snapshot_image(snap.image_id)
+        assert await runtime.snapshot_images(labels) == []
+        await runtime.remove(unit.handle)
 
     # -- pause -----------------------------------------------------------------------------------
 
