@@ -343,3 +343,62 @@ async def session(sandbox: Any, request: pytest.FixtureRequest) -> AsyncIterator
         await sandbox.close_session(CloseBashSessionRequest(session=name))
     except SessionNotFound:
         pass  # the test closed it itself
+
+
+@pytest.fixture(scope="session")
+def rl_rock_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A throwaway venv with rl-rock 1.11.0 and what its clients import (``rock.make`` and
+    ``Sandbox``), not its server's dependencies."""
+    venv = tmp_path_factory.mktemp("rl-rock") / "venv"
+    uv = subprocess.run(
+        [str(Path(__file__).resolve().parents[3] / "scripts" / "ensure-uv.sh")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(
+        [uv, "venv", "-q", "--python", "python3", str(venv)],
+        check=True,
+        timeout=120,
+        env=no_python_env(),
+    )
+    installed = subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            "--no-deps",
+            "rl-rock==1.11.0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if installed.returncode != 0:
+        pytest.skip(f"rl-rock 1.11.0 cannot be installed here: {installed.stderr.strip()[-300:]}")
+    subprocess.run(
+        [
+            uv,
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(venv / "bin" / "python"),
+            "pydantic==2.14.4",
+            "httpx==0.28.1",
+            # what rl-rock's Sandbox client imports besides (its agent's YAML, its OSS upload)
+            "pyyaml==6.0.4",
+            "oss2==2.19.1",
+        ],
+        check=True,
+        timeout=300,
+    )
+    return str(venv / "bin" / "python")
+
+
+def no_python_env() -> dict[str, str]:
+    """This process's environment without what points Python at this venv."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}

@@ -296,7 +296,7 @@ def test_a_missing_or_unknown_key_is_401_with_rocks_envelope(
     assert body["status"] == "Failed"
     assert body["message"] == "unauthorized"
     assert "X-API-Key" in body["error"]
-    assert body["result"]["code"] == 4011
+    assert body["result"]["rock_code"] == 4011
     for secret in (WRONG_KEY, KEY_A):
         assert secret not in response.text
         assert secret not in str(response.headers)
@@ -355,31 +355,35 @@ def test_another_keys_sandbox_answers_as_an_unknown_id(
     status = _same_answer(http_a, "GET", "get_status", b)
     assert (
         status["status"] == "Failed"
-        and status["result"]["code"] == 4004
+        and status["result"]["rock_code"] == 4004
         and "not found" in status["error"]
     )
     assert (
         _same_answer(http_a, "GET", "get_status", b, params={"include_all_states": "true"})[
             "result"
-        ]["code"]
+        ]["rock_code"]
         == 4004
     )
     assert (
-        _same_answer(http_a, "POST", "execute", b, json={"command": "echo hi"})["result"]["code"]
+        _same_answer(http_a, "POST", "execute", b, json={"command": "echo hi"})["result"][
+            "rock_code"
+        ]
         == 4004
     )
     assert (
-        _same_answer(http_a, "POST", "create_session", b, json={"session": "s"})["result"]["code"]
+        _same_answer(http_a, "POST", "create_session", b, json={"session": "s"})["result"][
+            "rock_code"
+        ]
         == 4004
     )
     assert (
         _same_answer(http_a, "POST", "read_file", b, json={"path": "/etc/hostname"})["result"][
-            "code"
+            "rock_code"
         ]
         == 4004
     )
-    assert _same_answer(http_a, "GET", "get_sandbox_statistics", b)["result"]["code"] == 4004
-    assert _same_answer(http_a, "POST", "restart", b)["result"]["code"] == 4004
+    assert _same_answer(http_a, "GET", "get_sandbox_statistics", b)["result"]["rock_code"] == 4004
+    assert _same_answer(http_a, "POST", "restart", b)["result"]["rock_code"] == 4004
     assert _same_answer(http_a, "GET", "is_alive", b)["result"]["is_alive"] is False
     # ROCK answers stop and delete of an unknown id with success; they must not act.
     assert _same_answer(http_a, "POST", "stop", b)["status"] == "Success"
@@ -391,7 +395,7 @@ def test_another_keys_sandbox_answers_as_an_unknown_id(
             data={"sandbox_id": b, "target_path": "/tmp/a.txt"},
         )
     )
-    assert (upload["status"], upload["result"]["code"]) == ("Failed", 4004)
+    assert (upload["status"], upload["result"]["rock_code"]) == ("Failed", 4004)
     # B's sandbox is untouched: still running, and B still uses it.
     assert ok(http_b, "GET", "get_status", params={"sandbox_id": b})["state"] == "running"
     assert (
@@ -445,7 +449,7 @@ def test_the_tenant_metadata_key_is_reserved(http_a: httpx.Client) -> None:
             f"{PREFIX}/start_async", json={**SMALL, "metadata": {TENANT_METADATA_KEY: "team-b"}}
         )
     )
-    assert (body["status"], body["result"]["code"]) == ("Failed", 4001)
+    assert (body["status"], body["result"]["rock_code"]) == ("Failed", 4001)
     assert TENANT_METADATA_KEY in body["error"]
 
 
@@ -465,7 +469,7 @@ def test_the_host_network_is_refused_unless_the_key_allows_it(
     http_a: httpx.Client, admin: Any
 ) -> None:
     body = envelope_of(http_a.post(f"{PREFIX}/start_async", json={**SMALL, "network": "host"}))
-    assert body["status"] == "Failed" and body["result"]["code"] == 4001
+    assert body["status"] == "Failed" and body["result"]["rock_code"] == 4001
     assert "network: 'host'" in body["error"] and "tenant 'team-a'" in body["error"]
     assert "allow_host_network" in body["error"]
     pool = envelope_of(http_a.post(f"{PREFIX}/warmup/tasks", json={**SMALL, "network": "host"}))

@@ -102,7 +102,7 @@ def test_a_cross_site_text_plain_start_is_refused_415(http: httpx.Client) -> Non
     )
     assert answer.status_code == 415, answer.text
     body = answer.json()
-    assert body["status"] == "Failed" and body["result"]["code"] == 4015
+    assert body["status"] == "Failed" and body["result"]["rock_code"] == 4015
     assert "application/json" in body["error"] and "'text/plain'" in body["error"]
     assert set(_sandboxes(http)) == before
 
@@ -115,7 +115,7 @@ def test_a_request_from_a_foreign_origin_is_refused_403(http: httpx.Client) -> N
         headers={"Origin": "http://evil.example"},
     )
     assert answer.status_code == 403, answer.text
-    assert answer.json()["result"]["code"] == 4031
+    assert answer.json()["result"]["rock_code"] == 4031
     assert (
         "http://evil.example" in answer.json()["error"]
         and "allowed_origins" in answer.json()["error"]

@@ -246,7 +246,8 @@ def test_bad_input_is_a_failed_envelope_naming_the_field(
     assert envelope["message"] == "invalid parameter"
     assert named in envelope["error"]
     assert envelope["result"] == {
-        "code": 4001,
+        "code": 4000,  # ROCK's: its SDK knows only 2000, 4000, 5000 and 6000
+        "rock_code": 4001,
         "exit_code": None,
         "failure_reason": envelope["error"],
     }
@@ -257,7 +258,7 @@ def test_unknown_fields_are_ignored_with_a_warning(http: httpx.Client, admin: An
     response = http.get(
         f"{PREFIX}/get_status", params={"sandbox_id": "no-such-sandbox", "colour": "red"}
     )
-    assert response.json()["result"]["code"] == 4004  # served; only the unknown id fails
+    assert response.json()["result"]["rock_code"] == 4004  # served; only the unknown id fails
     assert response.headers["Warning"] == '299 rock "unknown field(s) ignored: colour"'
     response = http.post(
         f"{PREFIX}/stop", json={"sandbox_id": "no-such-sandbox", "reason": "x", "force": True}
@@ -292,7 +293,7 @@ def test_bodies_over_the_limit_get_413(http: httpx.Client) -> None:
         f"{PREFIX}/write_file", content=big, headers={"content-type": "application/json"}
     )
     assert declared.status_code == 413
-    assert declared.json()["result"]["code"] == 4013
+    assert declared.json()["result"]["rock_code"] == 4013
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit is checked while reading
         for i in range(0, len(big), 65536):
@@ -316,7 +317,7 @@ def test_bodies_over_the_limit_get_413(http: httpx.Client) -> None:
         files={"file": ("f.bin", b"\0" * (1536 * 1024))},
         data={"sandbox_id": "no-such-sandbox", "target_path": "/tmp/f.bin"},
     )
-    assert small_upload["result"]["code"] == 4004
+    assert small_upload["result"]["rock_code"] == 4004
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,12 +360,12 @@ def test_runtime_calls_through_the_admin(http: httpx.Client, running: str) -> No
         json={"sandbox_id": sid, "session": "s1", "command": "false"},
     )
     assert failed["status"] == "Failed" and failed["message"] == "run in session failed"
-    assert failed["result"]["code"] == 6001 and failed["result"]["exit_code"] == 1
+    assert failed["result"]["rock_code"] == 6001 and failed["result"]["exit_code"] == 1
     ok(http, "POST", "close_session", json={"sandbox_id": sid, "session": "s1"})
     gone = call(
         http, "POST", "run_in_session", json={"sandbox_id": sid, "session": "s1", "command": "true"}
     )
-    assert gone["status"] == "Failed" and gone["result"]["code"] // 1000 == 4
+    assert gone["status"] == "Failed" and gone["result"]["rock_code"] // 1000 == 4
 
     assert ok(
         http,
@@ -455,7 +456,7 @@ def test_get_status_and_its_throughput(http: httpx.Client, admin: Any, running: 
     assert status["memory"] == "0.25g" and status["cpus"] == 0.5
     assert status["status"]["docker_run"]["status"] == "success"
     unknown = call(http, "GET", "get_status", params={"sandbox_id": "no-such-sandbox"})
-    assert unknown["status"] == "Failed" and unknown["result"]["code"] == 4004
+    assert unknown["status"] == "Failed" and unknown["result"]["rock_code"] == 4004
 
     # Figures, not a goal: 8 concurrent clients for 2 seconds; every answer must be a success.
     import anyio
@@ -596,7 +597,7 @@ def test_lifecycle_start_async_stop_delete(http: httpx.Client) -> None:
     assert started["sandbox_id"] == sid and started["memory"] == "0.25g"
     duplicate = call(http, "POST", "start_async", json={**SMALL, "sandbox_id": sid})
     assert duplicate["status"] == "Failed" and duplicate["message"] == "start sandbox failed"
-    assert duplicate["result"]["code"] == 4009
+    assert duplicate["result"]["rock_code"] == 4009
 
     def state() -> str:
         return str(
@@ -609,11 +610,13 @@ def test_lifecycle_start_async_stop_delete(http: httpx.Client) -> None:
     not_now = call(http, "POST", "restart", json={"sandbox_id": sid})
     assert not_now["status"] == "Failed" and "cannot be restarted" in not_now["error"]
     running_delete = call(http, "POST", "delete", json={"sandbox_id": sid})
-    assert running_delete["status"] == "Failed" and running_delete["result"]["code"] // 1000 == 4
+    assert (
+        running_delete["status"] == "Failed" and running_delete["result"]["rock_code"] // 1000 == 4
+    )
 
     assert ok(http, "POST", "stop", json={"sandbox_id": sid}) == f"{sid} stopped"
     hidden = call(http, "GET", "get_status", params={"sandbox_id": sid})
-    assert hidden["status"] == "Failed" and hidden["result"]["code"] == 4004
+    assert hidden["status"] == "Failed" and hidden["result"]["rock_code"] == 4004
     assert state() == "stopped"
     assert [
         s for s in ok(http, "POST", "sandboxes/batch", json={"sandbox_ids": [sid]})["statuses"]

@@ -121,7 +121,7 @@ def ok(http: httpx.Client, method: str, route: str, **kw: Any) -> Any:
 def refused(http: httpx.Client, method: str, route: str, code: int, **kw: Any) -> str:
     """``route`` must fail with ``code``; its error message."""
     body = call(http, method, route, **kw)
-    assert body["status"] == "Failed" and (body["result"] or {}).get("code") == code, body
+    assert body["status"] == "Failed" and (body["result"] or {}).get("rock_code") == code, body
     return str(body["error"])
 
 
@@ -371,7 +371,7 @@ def test_parallel_starts_never_share_the_last_slot(admin: Any) -> None:
             answers = list(pool.map(attempt, range(12)))
         started = [a["result"]["sandbox_id"] for a in answers if a["status"] == "Success"]
         try:
-            codes = sorted(a["result"]["code"] for a in answers if a["status"] != "Success")
+            codes = sorted(a["result"]["rock_code"] for a in answers if a["status"] != "Success")
             assert (len(started), codes) == (3, [4029] * 9), answers
             assert http.get("/admin/status").json()["tenants"]["team-p"]["sandboxes"] == 3
         finally:
@@ -550,13 +550,19 @@ def test_every_route_answers_another_tenants_sandbox_as_unknown(
             if path.endswith(("/start", "/start_async")):
                 # A's id is taken: refused as taken, without saying by whom.
                 body = envelope(answer)
-                assert body["status"] == "Failed" and body["result"]["code"] == 4009, (path, body)
+                assert body["status"] == "Failed" and body["result"]["rock_code"] == 4009, (
+                    path,
+                    body,
+                )
                 assert "is taken" in text and "team-a" not in text, (path, text)
             elif path.endswith("/warmup/tasks"):
                 body = envelope(answer)
-                assert body["status"] == "Failed" and body["result"]["code"] == 4004, (path, body)
+                assert body["status"] == "Failed" and body["result"]["rock_code"] == 4004, (
+                    path,
+                    body,
+                )
             elif path.endswith("/warm_pools"):
-                assert envelope(answer)["result"]["code"] == 4003, (path, text)
+                assert envelope(answer)["result"]["rock_code"] == 4003, (path, text)
             elif path.endswith(("/sandboxes", "/sandboxes/batch", "/admin/status", "/snapshots")):
                 assert answer.status_code == 200 and mine not in text and "team-a" not in text, (
                     path,

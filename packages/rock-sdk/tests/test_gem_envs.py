@@ -24,6 +24,8 @@ import rock
 from rock.sdk.envs import EnvFailed, VecEnvError
 from rock_core.testing import eventually_async
 
+from .conftest import no_python_env
+
 pytestmark = pytest.mark.anyio
 
 # Tests that reach into this process's embedded engine (its env processes, its provider's hosts);
@@ -601,63 +603,10 @@ print("ok", turns, type(env).__module__)
 """
 
 
-@pytest.fixture(scope="session")
-def rl_rock_python(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A throwaway venv with rl-rock 1.11.0 (its client's dependencies only: pydantic, httpx)."""
-    venv = tmp_path_factory.mktemp("rl-rock") / "venv"
-    uv = subprocess.run(
-        [str(ROOT / "scripts" / "ensure-uv.sh")], capture_output=True, text=True, check=True
-    ).stdout.strip()
-    subprocess.run(
-        [uv, "venv", "-q", "--python", "python3", str(venv)],
-        check=True,
-        timeout=120,
-        env=_no_python_env(),
-    )
-    installed = subprocess.run(
-        [
-            uv,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(venv / "bin" / "python"),
-            "--no-deps",
-            "rl-rock==1.11.0",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    if installed.returncode != 0:
-        pytest.skip(f"rl-rock 1.11.0 cannot be installed here: {installed.stderr.strip()[-300:]}")
-    subprocess.run(
-        [
-            uv,
-            "pip",
-            "install",
-            "-q",
-            "--python",
-            str(venv / "bin" / "python"),
-            "pydantic==2.14.4",
-            "httpx==0.28.1",
-        ],
-        check=True,
-        timeout=300,
-    )
-    return str(venv / "bin" / "python")
-
-
-def _no_python_env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-
-
 def test_rl_rocks_own_make_plays_the_sokoban_demo_against_rocks_admin(
     rl_rock_python: str, admin: Any, gem_image: str
 ) -> None:
-    env = {**_no_python_env(), "ROCK_BASE_URL": admin.url}
+    env = {**no_python_env(), "ROCK_BASE_URL": admin.url}
     done = subprocess.run(
         [rl_rock_python, "-c", ROCK_DEMO], capture_output=True, text=True, timeout=300, env=env
     )

@@ -45,6 +45,7 @@ __all__ = [
     "NonZeroExitCode",
     "CommandTimeout",
     "error_for_code",
+    "wire_code",
 ]
 
 # ROCK's status codes (``rock/_codes.py``): 2xxx success, 4xxx client, 5xxx server, 6xxx command.
@@ -275,6 +276,15 @@ _BASES: dict[int, type[RockError]] = {
     5: InternalServerRockError,
     6: CommandRockError,
 }
+
+
+def wire_code(code: int) -> int:
+    """The code ROCK's clients know for rock's finer ``code``: its range's base (4004 -> 4000,
+    6001 -> 6000). ROCK 1.11's ``codes`` enum holds only 2000, 4000, 5000 and 6000, and its
+    ``SandboxResponse`` will not read another; rock sends the finer one beside it
+    (``rock_code``)."""
+    base = code - code % 1000
+    return base if base in (OK, BAD_REQUEST, INTERNAL_SERVER_ERROR, COMMAND_ERROR) else code
 
 
 def error_for_code(code: int | None, message: str, **kw: Any) -> RockError | None:

@@ -5,7 +5,7 @@ HTTP 200::
 
     {"status": "Success", "message": null, "error": null, "result": <the route's model>}
     {"status": "Failed", "message": "stop sandbox failed", "error": "<what went wrong>",
-     "result": {"code": 4004, "exit_code": null, "failure_reason": "<what went wrong>"}}
+     "result": {"code": 4000, "rock_code": 4004, "exit_code": null, "failure_reason": "..."}}
 
 A request that does not fit its model (malformed JSON, an unknown or missing field, a blank id,
 a wrong type, a bad query parameter) is answered ``Failed`` with ``message: "invalid parameter"``,

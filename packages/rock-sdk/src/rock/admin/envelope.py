@@ -2,9 +2,12 @@
 
     {"status": "Success", "message": null, "error": null, "result": <the route's model>}
     {"status": "Failed", "message": "stop sandbox failed", "error": "<what went wrong>",
-     "result": {"code": 4004, "exit_code": null, "failure_reason": "<what went wrong>"}}
+     "result": {"code": 4000, "rock_code": 4004, "exit_code": null,
+                "failure_reason": "<what went wrong>"}}
 
-A typed rock error carries its code in ``result``; any other exception leaves ``result`` null.
+A typed rock error carries its code in ``result``: ``code`` is ROCK's (2000, 4000, 5000 or 6000:
+the only values ROCK 1.11's SDK reads), ``rock_code`` rock's finer one (4004: not found), which
+ROCK's SDK ignores and rock's reads. Any other exception leaves ``result`` null.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from starlette.responses import Response
 
 from rock_core.converters import unstructure_wire
-from rock_core.errors import InvalidParameter, RockError
+from rock_core.errors import InvalidParameter, RockError, wire_code
 
 __all__ = ["JSON", "NDJSON", "BYTES", "json_response", "success", "failure", "BadInput"]
 
@@ -45,7 +48,8 @@ def failure(message: str, exc: BaseException) -> Response:
     result = None
     if isinstance(exc, RockError):
         result = {
-            "code": exc.code,
+            "code": wire_code(exc.code),
+            "rock_code": exc.code,
             "exit_code": getattr(exc, "exit_code", None),
             "failure_reason": text,
         }

@@ -73,7 +73,8 @@ def error_from_envelope(
     result = body.get("result")
     message = str(body.get("error") or body.get("message") or "the admin server reported a failure")
     kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
-    code = result.get("code") if isinstance(result, Mapping) else None
+    # rock's finer code where the admin sends it (rock_code), else ROCK's own.
+    code = (result.get("rock_code") or result.get("code")) if isinstance(result, Mapping) else None
     err: RockError | None = None
     if isinstance(code, int) and not isinstance(code, bool):
         err = error_for_code(code, message, **kw)
