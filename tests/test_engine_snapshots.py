@@ -1,0 +1,112 @@
+"""The engine's snapshots and forks on real Docker (rock_core/engine/snapshots.py): what a fork's
+sandboxes inherit, and the bad input each call names."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from rock_core.actions import Command, SandboxStartRequest
+from rock_core.engine.config import EngineConfig
+from rock_core.engine.manager import SandboxManager
+from rock_core.errors import BadRequestRockError, InvalidParameter, SandboxNotFound
+from rock_core.testing import eventually_empty
+
+pytestmark = [pytest.mark.docker, pytest.mark.anyio]
+
+SMALL = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+async def engine(docker_client):
+    async with SandboxManager(EngineConfig(timer_interval=0.2)) as manager:
+        yield manager
+        for snap in await manager.list_snapshots():
+            for _ in range(300):
+                try:
+                    await manager.delete_snapshot(snap.name)
+                    break
+                except BadRequestRockError:
+                    await anyio.sleep(0.1)
+    assert (
+        eventually_empty(
+            lambda: docker_client.containers.list(
+                all=True,
+                filters={"label": f"rock.engine_id={manager.engine_id}"},
+                ignore_removed=True,
+            )
+        )
+        == []
+    )
+
+
+async def test_a_forks_sandboxes_have_the_parents_settings_priority_and_identity(engine):
+    parent = await engine.start(
+        SandboxStartRequest(
+            **SMALL,
+            priority=8,
+            env={"TASK": "t-1"},
+            metadata={"episode": "e-1"},
+            pids_limit=512,
+            auto_delete_seconds=60,
+        ),
+        user_id="u-1",
+        experiment_id="x-1",
+    )
+    snap, records = await engine.fork(parent.sandbox_id, 2)
+    try:
+        assert snap.sandbox_id == parent.sandbox_id and snap.source_image == "python:3.11"
+        for record in records:
+            await engine.wait_until_running(record.sandbox_id, timeout=120)
+            spec = engine.get_record(record.sandbox_id).spec
+            assert spec.image == snap.image and spec.pull.value == "never"
+            assert (spec.priority, spec.env, spec.metadata) == (
+                8,
+                {"TASK": "t-1"},
+                {"episode": "e-1"},
+            )
+            assert (spec.memory, spec.cpus, spec.pids_limit, spec.auto_delete_seconds) == (
+                256 << 20,
+                0.5,
+                512,
+                60,
+            )
+            assert (spec.user_id, spec.experiment_id, spec.tenant) == ("u-1", "x-1", engine.owner)
+            answer = await engine.rocklet(record.sandbox_id).execute(
+                Command(command=["sh", "-c", "echo $TASK"])
+            )
+            assert answer.stdout.strip() == "t-1"
+    finally:
+        for record in records:
+            await engine.stop(record.sandbox_id)
+            await engine.delete(record.sandbox_id)
+        await engine.stop(parent.sandbox_id)
+        await engine.delete(parent.sandbox_id)
+
+
+async def test_bad_snapshot_and_fork_input_is_named(engine):
+    with pytest.raises(SandboxNotFound, match="Sandbox no-such-sandbox not found"):
+        await engine.snapshot("no-such-sandbox")
+    with pytest.raises(SandboxNotFound):
+        await engine.fork("no-such-sandbox", 2)
+    parent = await engine.start(SandboxStartRequest(**SMALL))
+    try:
+        with pytest.raises(InvalidParameter, match="name: 'bad name!' is not a snapshot name"):
+            await engine.snapshot(parent.sandbox_id, "bad name!")
+        with pytest.raises(InvalidParameter, match="count: at least 1, got 0"):
+            await engine.fork(parent.sandbox_id, 0)
+        unknown = f"never-{uuid.uuid4().hex[:8]}"
+        with pytest.raises(InvalidParameter, match=f"snapshot: unknown snapshot '{unknown}'"):
+            await engine.start_async(SandboxStartRequest(**SMALL, snapshot=unknown))
+    finally:
+        await engine.stop(parent.sandbox_id)
+    # Stopped with the default post-stop policy: its container is gone, nothing to snapshot.
+    with pytest.raises(BadRequestRockError, match="cannot be snapshotted: current state is"):
+        await engine.snapshot(parent.sandbox_id)
