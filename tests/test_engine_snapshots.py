@@ -3,6 +3,7 @@ sandboxes inherit, and the bad input each call names."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import anyio
@@ -110,3 +111,22 @@ async def test_bad_snapshot_and_fork_input_is_named(engine):
     # Stopped with the default post-stop policy: its container is gone, nothing to snapshot.
     with pytest.raises(BadRequestRockError, match="cannot be snapshotted: current state is"):
         await engine.snapshot(parent.sandbox_id)
+
+
+async def test_two_snapshots_of_one_name_at_once_make_one_and_other_names_go_on(engine):
+    parent = await engine.start(SandboxStartRequest(**SMALL))
+    name = f"same-{uuid.uuid4().hex[:8]}"
+    try:
+        results = await asyncio.gather(
+            engine.snapshot(parent.sandbox_id, name),
+            engine.snapshot(parent.sandbox_id, name),
+            engine.snapshot(parent.sandbox_id, f"{name}-other"),
+            return_exceptions=True,
+        )
+        refused = [r for r in results if isinstance(r, BaseException)]
+        assert len(refused) == 1 and isinstance(refused[0], InvalidParameter), results
+        assert f"already has a snapshot '{name}'" in str(refused[0])
+        names = sorted(s.name for s in await engine.list_snapshots())
+        assert names == [name, f"{name}-other"]
+    finally:
+        await engine.stop(parent.sandbox_id)

@@ -21,7 +21,6 @@ import secrets
 import weakref
 from datetime import UTC, datetime
 
-import anyio
 import attrs
 
 from rock_core.actions import SandboxStartRequest, SnapshotInfo
@@ -60,7 +59,7 @@ LABEL_SANDBOX = "rock.snapshot.sandbox"
 LABEL_SOURCE_IMAGE = "rock.snapshot.source_image"
 
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
-_locks: weakref.WeakKeyDictionary[EngineCore, anyio.Lock] = weakref.WeakKeyDictionary()
+_making: weakref.WeakKeyDictionary[EngineCore, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
 def _require(core: EngineCore, attempted: str) -> None:
@@ -101,6 +100,15 @@ async def _find(core: EngineCore, tenant: str, name: str) -> SnapshotImage | Non
     return found[0] if found else None
 
 
+def _name_taken(owner: str, name: str) -> InvalidParameter:
+    return InvalidParameter(
+        f"name: tenant {owner!r} already has a snapshot {name!r}",
+        field="name",
+        value=name,
+        attempted="snapshot",
+    )
+
+
 def _unknown(name: str, attempted: str) -> InvalidParameter:
     return InvalidParameter(
         f"snapshot: unknown snapshot {name!r}", field="snapshot", value=name, attempted=attempted
@@ -139,15 +147,15 @@ async def snapshot(
             sandbox_id=sandbox_id,
             attempted="snapshot",
         )
-    lock = _locks.setdefault(core, anyio.Lock())
-    async with lock:  # two snapshots of one name cannot both pass the check
+    # The names being made now, so two snapshots of one name cannot both pass the check;
+    # snapshots of other names (every fork's) go on at the same time.
+    making = _making.setdefault(core, set())
+    if (owner, name) in making:
+        raise _name_taken(owner, name)
+    making.add((owner, name))
+    try:
         if await _find(core, owner, name) is not None:
-            raise InvalidParameter(
-                f"name: tenant {owner!r} already has a snapshot {name!r}",
-                field="name",
-                value=name,
-                attempted="snapshot",
-            )
+            raise _name_taken(owner, name)
         labels = {
             **_scope(core, owner),
             LABEL_NAME: name,
@@ -155,6 +163,8 @@ async def snapshot(
             LABEL_SOURCE_IMAGE: record.spec.image,
         }
         image = await core.runtime.snapshot_image(handle, labels=labels, strip_env=[TOKEN_ENV])
+    finally:
+        making.discard((owner, name))
     return _info(image)
 
 
