@@ -8,8 +8,8 @@ A parent sandbox writes ``write_mib`` MiB of random data; then, in the same run:
 - a fork of ``count`` (``SandboxManager.fork``: a snapshot, then the starts through the start
   queue), until all run, against the cold starts (issue #25's goal: <= 1.2x);
 - ``count`` starts from a warm pool of the fork's snapshot (claims), their p50;
-- the snapshot's own size (its layer, shared by every fork) against ``count`` copies of the
-  parent's changes.
+- the disk: the snapshot's layer (shared by every fork) and what the running forks wrote over
+  it (their writable layers), against ``count`` copies of the parent's changes.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import anyio
 from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
+from rock_core.errors import NotSupported
 from rock_core.models import NonBlankStr, NonNegativeFloat, PositiveFloat, SizeStr
 
 __all__ = ["GOAL_FORK_RATIO", "run_fork_bench"]
@@ -42,6 +43,18 @@ async def _stop_all(engine: SandboxManager, ids: list[str]) -> None:
     async with anyio.create_task_group() as tg:
         for sandbox_id in ids:
             tg.start_soon(engine.stop, sandbox_id)
+
+
+async def _writable_bytes(engine: SandboxManager, ids: list[str]) -> int | None:
+    """What the sandboxes ``ids`` wrote over their image (their writable layers), as the runtime
+    measures it; ``None`` where it does not (no capability, or limits it enforces itself)."""
+    try:
+        usage = await engine.runtime.disk_usage({"rock.engine_id": engine.engine_id})
+    except NotSupported:
+        return None
+    units = {engine.get_record(i).unit_id for i in ids}
+    found = [size for unit, size in usage.items() if unit in units]
+    return sum(found) if len(found) == len(ids) else None
 
 
 async def run_fork_bench(
@@ -91,6 +104,7 @@ async def run_fork_bench(
             await _all_running(engine, forks)
             fork_s = time.perf_counter() - began
             snapshots.append(fork_snap.name)
+            forks_rw = await _writable_bytes(engine, forks)
             await _stop_all(engine, forks)
 
             say(f"a warm pool of {count} of the snapshot, then {count} starts from it")
@@ -136,7 +150,8 @@ async def run_fork_bench(
             "goal_fork_over_cold": GOAL_FORK_RATIO,
             "goal_met": ratio <= GOAL_FORK_RATIO,
             "start_from_snapshot_pool_p50_ms": round(statistics.median(claims) * 1000, 2),
-            "disk_forks_bytes": fork_snap.size,
+            "disk_snapshot_layer_bytes": fork_snap.size,
+            "disk_forks_writable_bytes": forks_rw,
             "disk_copies_bytes": count * fork_snap.size,
         },
     }
