@@ -198,6 +198,12 @@ WIRE_MODELS = [
     actions.EnvStepResponse,
     actions.EnvCloseResponse,
     actions.EnvListResponse,
+    actions.SnapshotRequest,
+    actions.SnapshotNameRequest,
+    actions.SnapshotInfo,
+    actions.SnapshotListResponse,
+    actions.ForkRequest,
+    actions.ForkResponse,
 ]
 
 
