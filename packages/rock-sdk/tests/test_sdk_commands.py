@@ -64,6 +64,12 @@ async def test_the_rocklet_mount_is_read_only(sandbox: Any, session: str) -> Non
             await sandbox.arun(command, session=session)
 
 
+async def test_the_sandboxs_tmp_holds_nothing_of_rocks(sandbox: Any, session: str) -> None:
+    """A user's ``ls -a /tmp`` meets none of the rocklet's own files (its state is in /run)."""
+    listed = (await sandbox.arun("ls -a /tmp", session=session)).output
+    assert "rocklet" not in listed, listed
+
+
 async def test_unknown_and_closed_sessions_raise(sandbox: Any) -> None:
     """ROCK scenario 12 (first half): arun on a closed session raises."""
     with pytest.raises(SessionNotFound, match="'no-such-session'"):

@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     own_state = opts["state_dir"] is None
     if own_state:
         base = os.environ.get("TMPDIR") or "/tmp"
+        if opts["sandbox"] and os.path.isdir("/run") and os.access("/run", os.W_OK):
+            base = "/run"  # rock's own files, where a user's `ls /tmp` does not meet them
         state_dir = os.path.join(base, "rocklet-%d-%s" % (os.getpid(), os.urandom(3).hex()))
     else:
         state_dir = opts["state_dir"]
