@@ -299,14 +299,16 @@ class RemoteTransport:
         response = await self._send(
             method, route, attempted, sandbox_id, timeout=timeout, held=held, **kw
         )
-        if response.status_code in (404, 405) and not is_envelope(response):
+        if response.status_code in (404, 405, 501) and not is_envelope(response):
+            # 501: a server that does not know the method (Python's file server for a POST)
             raise await self._not_served(response, attempted, sandbox_id)
         return self._raise_for_response(response, attempted, sandbox_id)
 
     async def _not_served(
         self, response: httpx.Response, attempted: str, sandbox_id: str | None
     ) -> RockError:
-        """Why a route answered 404/405: ``base_url`` is no rock admin, or the admin is older."""
+        """Why a route answered 404/405/501: ``base_url`` is no rock admin, or the admin is
+        older."""
         where = f"{response.request.method} {response.request.url.path}"
         kw: dict[str, Any] = {"sandbox_id": sandbox_id, "attempted": attempted}
         try:
