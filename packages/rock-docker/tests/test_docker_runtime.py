@@ -303,13 +303,16 @@ async def test_disk_limit_is_applied_or_noted(runtime, run_labels, docker_client
     host = (await container_doc(docker_client, handle))["HostConfig"]
     if info["Driver"] == "overlay2" and backing != "xfs":
         assert handle.notes == (
-            f"disk limit 50.00g not enforced: storage driver overlay2 on {backing} has no project quota",
+            "disk limit 50.00g not enforced by the storage driver (storage driver overlay2 on "
+            f"{backing} has no project quota): rock's disk watch measures the sandbox and stops "
+            "it past the limit",
         )
         assert not host.get("StorageOpt")
     else:
         enforced = (host.get("StorageOpt") or {}).get("size") == str(50 * GiB)
         assert enforced or any(
-            note.startswith("disk limit 50.00g not enforced: ") for note in handle.notes
+            note.startswith("disk limit 50.00g not enforced by the storage driver")
+            for note in handle.notes
         )
     no_disk = await create(runtime, run_labels, spec(disk=None))
     assert no_disk.notes == ()

@@ -358,7 +358,11 @@ def container_config(
         if disk_unsupported is None:
             host["storage_opt"] = {"size": str(spec.disk)}
         else:
-            notes.append(f"disk limit {format_size(spec.disk)} not enforced: {disk_unsupported}")
+            notes.append(
+                f"disk limit {format_size(spec.disk)} not enforced by the storage driver "
+                f"({disk_unsupported}): rock's disk watch measures the sandbox and stops it past "
+                "the limit"
+            )
     if spec.num_gpus:
         notes.append(
             f"{spec.num_gpus} GPU(s) requested but the docker runtime does not attach GPUs"
