@@ -5,6 +5,7 @@ manager. rock-core never imports docker, nomad, boto3 or gem: backends are plugi
 """
 
 import importlib.util
+import logging
 import sys
 
 from rock_core.hookspecs import hookimpl
@@ -16,6 +17,10 @@ from rock_core.hookspecs import hookimpl
 # machinery itself does for a module known to be missing; the answer is then immediate.
 if "sniffio" not in sys.modules and importlib.util.find_spec("sniffio") is None:
     sys.modules["sniffio"] = None  # type: ignore[assignment]
+
+# A library logs and leaves the output to its application: without this, Python prints an
+# application's unconfigured warnings of rock's loggers ("rock.engine", ...) on stderr.
+logging.getLogger("rock").addHandler(logging.NullHandler())
 
 __version__ = "0.1.0"
 
