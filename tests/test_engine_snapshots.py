@@ -13,7 +13,7 @@ from rock_core.actions import Command, SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import BadRequestRockError, InvalidParameter, SandboxNotFound
-from rock_core.testing import eventually_empty
+from rock_core.testing import eventually_async, eventually_empty
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -29,7 +29,7 @@ def anyio_backend():
 async def engine(docker_client):
     async with SandboxManager(EngineConfig(timer_interval=0.2)) as manager:
         yield manager
-        for snap in await manager.list_snapshots():
+        for snap in reversed(await manager.list_snapshots()):  # those made over others first
             for _ in range(300):
                 try:
                     await manager.delete_snapshot(snap.name)
@@ -130,3 +130,37 @@ async def test_two_snapshots_of_one_name_at_once_make_one_and_other_names_go_on(
         assert names == [name, f"{name}-other"]
     finally:
         await engine.stop(parent.sandbox_id)
+
+
+async def test_a_snapshot_with_snapshots_made_over_it_is_kept_until_they_are_deleted(engine):
+    parent = await engine.start(SandboxStartRequest(**SMALL))
+    base = f"base-{uuid.uuid4().hex[:8]}"
+    try:
+        await engine.rocklet(parent.sandbox_id).execute(
+            Command(command=["sh", "-c", "echo one > /one.txt"])
+        )
+        await engine.snapshot(parent.sandbox_id, base)
+    finally:
+        await engine.stop(parent.sandbox_id)
+    child = await engine.start(SandboxStartRequest(**SMALL, snapshot=base))
+    try:
+        await engine.rocklet(child.sandbox_id).execute(
+            Command(command=["sh", "-c", "echo two > /two.txt"])
+        )
+        over = await engine.snapshot(child.sandbox_id, f"{base}-over")
+        assert 0 < over.size < 1 << 20  # only the child's own change, not the base's files again
+    finally:
+        await engine.stop(child.sandbox_id)
+    await eventually_async(
+        lambda: engine.get_record(child.sandbox_id).state.value == "deleted", timeout=60
+    )
+    with pytest.raises(BadRequestRockError, match="snapshots of sandboxes started from it"):
+        await engine.delete_snapshot(base)
+    grandchild = await engine.start(SandboxStartRequest(**SMALL, snapshot=f"{base}-over"))
+    try:
+        answer = await engine.rocklet(grandchild.sandbox_id).execute(
+            Command(command=["sh", "-c", "cat /one.txt /two.txt"])
+        )
+        assert answer.stdout.split() == ["one", "two"]
+    finally:
+        await engine.stop(grandchild.sandbox_id)

@@ -142,8 +142,10 @@ class SnapshotImages:
             return None
 
         conflict = await self._run(remove, attempted="delete_snapshot")
-        if conflict is not None:
-            raise BadRequestRockError(
-                f"the snapshot is still used by sandboxes (stop and delete them first): {conflict}",
-                attempted="delete_snapshot",
-            )
+        if conflict is None:
+            return
+        if "dependent child images" in conflict:
+            why = "snapshots of sandboxes started from it are made over it (delete them first)"
+        else:
+            why = "the snapshot is still used by sandboxes (stop and delete them first)"
+        raise BadRequestRockError(f"{why}: {conflict}", attempted="delete_snapshot")
