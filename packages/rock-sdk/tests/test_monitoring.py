@@ -72,6 +72,14 @@ def test_usage_is_sampled_shown_warned_and_exported(
             assert (
                 stats["mem"] > 70 and stats["cpu"] > 5 and stats["net"] is not None
             )  # ROCK's figures
+            # Both statistics routes say the same of the sandbox's disk (its own use, in percent
+            # of its limit); the rocklet's root filesystem (the host's disk) is apart.
+            figures = _result(
+                http.get(f"{PREFIX}/get_sandbox_statistics", params={"sandbox_id": sandbox_id})
+            )
+            sampled = _result(http.get(f"{PREFIX}/sandboxes/{sandbox_id}/statistics"))
+            assert figures["disk"] == sampled["disk"] and figures["disk"] is not None
+            assert figures["disk_root_fs_percent"] is not None
             usage = stats["usage"]
             assert (
                 usage["memory_limit_bytes"] == 256 * 2**20

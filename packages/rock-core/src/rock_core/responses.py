@@ -18,7 +18,14 @@ from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus, S
 from rock_core.sizes import format_size
 from rock_core.states import LIVE_STATES, State
 
-__all__ = ["PHASE_QUEUED", "start_response", "statistics_response", "status_response", "usage_view"]
+__all__ = [
+    "PHASE_QUEUED",
+    "rocklet_statistics",
+    "start_response",
+    "statistics_response",
+    "status_response",
+    "usage_view",
+]
 
 #: Name of the phase shown while a start waits for a slot.
 PHASE_QUEUED = "queued"
@@ -147,4 +154,18 @@ def statistics_response(status: SandboxStatus) -> dict[str, Any]:
         "net": net,
         "usage": usage_view(usage),
         "warnings": list(usage.warnings),
+    }
+
+
+def rocklet_statistics(figures: dict[str, Any], status: SandboxStatus) -> dict[str, Any]:
+    """``get_statistics``: the rocklet's figures, with ``disk`` the sandbox's own use in percent
+    of its disk limit, as ``.../statistics`` has it (``None`` until the engine sampled it).
+
+    The rocklet measures its root filesystem, which on Docker is the host's disk (ROCK's own
+    code calls its ``disk`` "a legacy name, actually rootfs usage"): that figure stays, as
+    ``disk_root_fs_percent``, so both routes agree on ``disk``."""
+    return {
+        **figures,
+        "disk": statistics_response(status)["disk"],
+        "disk_root_fs_percent": figures.get("disk"),
     }

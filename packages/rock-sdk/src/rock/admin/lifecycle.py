@@ -40,7 +40,12 @@ from rock_core.converters import capability_names
 from rock_core.engine.starting import idempotency_key_problem
 from rock_core.errors import Forbidden, InvalidParameter, RockError, SandboxNotFound
 from rock_core.models import PRIORITY_NORMAL
-from rock_core.responses import start_response, statistics_response, status_response
+from rock_core.responses import (
+    rocklet_statistics,
+    start_response,
+    statistics_response,
+    status_response,
+)
 from rock_core.states import LIVE_STATES
 
 if TYPE_CHECKING:
@@ -150,10 +155,12 @@ async def statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) ->
 
 
 async def get_statistics(app: AdminApp, _request: Request, query: SandboxIdQuery) -> dict[str, Any]:
-    """``GET /get_sandbox_statistics``: the rocklet's CPU, memory, disk and network figures."""
-    return await app.manager.rocklet(
+    """``GET /get_sandbox_statistics``: the rocklet's CPU, memory and network figures, and the
+    sandbox's disk use (:func:`~rock_core.responses.rocklet_statistics`)."""
+    figures = await app.manager.rocklet(
         query.sandbox_id, "get_statistics", activity=False
     ).get_statistics()
+    return rocklet_statistics(figures, await app.manager.get_status(query.sandbox_id))
 
 
 async def stop(app: AdminApp, _request: Request, body: SandboxIdRequest) -> str:

@@ -70,7 +70,7 @@ from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import InvalidParameter, RockletUnreachable
 from rock_core.operations import Operation
-from rock_core.responses import start_response, status_response
+from rock_core.responses import rocklet_statistics, start_response, status_response
 from rock_core.rocklet_client import RockletClient, new_http_client
 from rock_core.states import LIVE_STATES
 
@@ -407,8 +407,11 @@ class EmbeddedDriver(DriverThread):
         return self._stream(sandbox_id, "download", RockletClient.download, path)
 
     async def get_statistics(self, sandbox_id: str) -> dict[str, Any]:
-        """CPU, memory, disk and network figures."""
-        return await self._rocklet(sandbox_id, "get_statistics", RockletClient.get_statistics)
+        """CPU, memory, disk and network figures (``disk``: the sandbox's own use, as the
+        admin's; :func:`~rock_core.responses.rocklet_statistics`)."""
+        figures = await self._rocklet(sandbox_id, "get_statistics", RockletClient.get_statistics)
+        status = await self._call(self._manager_call, "get_status", (sandbox_id, False), {})
+        return rocklet_statistics(figures, status)
 
     # -- Driver: background processes ------------------------------------------------------------
 
