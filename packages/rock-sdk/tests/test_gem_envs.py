@@ -486,6 +486,28 @@ def test_envhub_http_errors_name_the_env(admin: Any) -> None:
         assert http.post("/env/delete", json={"env_name": "t-hub-none"}).status_code == 404
 
 
+def test_rock_envhub_without_a_url_uses_the_admin_running_here(admin: Any) -> None:
+    """As `rock sandbox` does: with an admin `rock admin start` runs for this state directory,
+    `rock envhub` talks to it, not to a database of its own the admin never reads."""
+    if admin.process is None:
+        pytest.skip("the suite's admin was given (ROCK_TEST_ADMIN_URL): no state directory here")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("ROCK_BASE_URL", "ROCK_ENVHUB_BASE_URL", "ROCK_ENVHUB_DB_URL")
+    }
+    env["ROCK_ADMIN_STATE_DIR"] = str(admin.state_dir)
+    done = subprocess.run(
+        [*_rock(), "envhub", "register", "t-hub-local", "img:local"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with httpx.Client(base_url=admin.url, timeout=30) as http:
+        found = http.post("/env/get", json={"env_name": "t-hub-local"})
+        assert found.status_code == 200 and found.json()["image"] == "img:local", found.text
+        http.post("/env/delete", json={"env_name": "t-hub-local"})
+
+
 def test_make_resolves_an_envhub_name_to_its_image_and_defaults(admin: Any, gem_image: str) -> None:
     from rock_core.errors import InvalidParameter  # noqa: F401
 

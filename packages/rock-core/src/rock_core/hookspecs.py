@@ -35,7 +35,12 @@ if TYPE_CHECKING:
     from rock_core.models import SandboxRecord
     from rock_core.states import Event, State
 
-__all__ = ["PROJECT_NAME", "Register", "hookimpl", "hookspec"]
+__all__ = ["LOCAL_ADMIN_URL", "PROJECT_NAME", "Register", "hookimpl", "hookspec"]
+
+#: The key, in the ``rock`` command's click context ``meta``, of a function answering the URL
+#: of the admin running for this state directory (``None``: none runs): what a plugin's command
+#: talks to when the user names no server, as ``rock sandbox`` does.
+LOCAL_ADMIN_URL = "rock.local_admin_url"
 
 #: The pluggy project name of rock's hooks, and the name of the entry-point group plugins use.
 PROJECT_NAME = "rock"
@@ -181,6 +186,10 @@ def rock_cli_commands(cli: click.Group) -> None:
 
     :param cli: a :class:`click.Group`; add commands with ``cli.add_command(command)``. A
         command whose name is built into ``rock`` is ignored with a warning.
+
+    A command that talks to an admin should use the one the built-in commands use when the user
+    names none: ``click.get_current_context().meta[LOCAL_ADMIN_URL]()`` answers the URL of the
+    admin ``rock admin start`` runs for this state directory, or ``None``.
 
     The return value is ignored.
     """

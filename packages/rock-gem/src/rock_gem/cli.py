@@ -15,16 +15,20 @@ from typing import Any
 
 import click
 
+from rock_core.hookspecs import LOCAL_ADMIN_URL
+
 __all__ = ["envhub"]
 
 
 def _url(base_url: str | None) -> str | None:
-    return (
-        base_url
-        or os.environ.get("ROCK_ENVHUB_BASE_URL")
-        or os.environ.get("ROCK_BASE_URL")
-        or None
-    )
+    """The server the command talks to: the one named, else the admin `rock admin start` runs
+    here (as `rock sandbox` finds it), else none (the local database)."""
+    named = base_url or os.environ.get("ROCK_ENVHUB_BASE_URL") or os.environ.get("ROCK_BASE_URL")
+    if named:
+        return named
+    context = click.get_current_context(silent=True)
+    finder = context.find_root().meta.get(LOCAL_ADMIN_URL) if context is not None else None
+    return finder() if callable(finder) else None
 
 
 def _remote(base_url: str, path: str, body: dict[str, Any]) -> Any:

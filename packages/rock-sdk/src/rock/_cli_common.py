@@ -63,7 +63,7 @@ class Failure(Exception):
 # -- where the sandboxes are ------------------------------------------------------------------------
 
 
-def _local_admin_url() -> str | None:
+def local_admin_url() -> str | None:
     """The URL of the admin ``rock admin start`` runs for this state directory, if one runs."""
     from rock.admin import daemon
     from rock.admin.config import load_settings
@@ -101,7 +101,7 @@ class Target:
 
 def resolve_target(base_url: str | None) -> Target:
     """``--base-url``, else ``$ROCK_BASE_URL``, else the local ``rock admin start``, else embedded."""
-    return Target(base_url or os.environ.get("ROCK_BASE_URL") or _local_admin_url())
+    return Target(base_url or os.environ.get("ROCK_BASE_URL") or local_admin_url())
 
 
 base_url_option = click.option(

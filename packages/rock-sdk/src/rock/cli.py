@@ -115,5 +115,10 @@ def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> 
     callback=_print_version,
     help="Print the versions of rock-sdk and rock-core and exit.",
 )
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """rock: sandboxes for agentic reinforcement learning."""
+    from rock._cli_common import local_admin_url
+    from rock_core.hookspecs import LOCAL_ADMIN_URL
+
+    ctx.meta[LOCAL_ADMIN_URL] = local_admin_url
