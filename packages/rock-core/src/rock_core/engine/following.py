@@ -26,9 +26,11 @@ again.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from typing import Any, TypeVar
 
 import anyio
 
@@ -41,6 +43,7 @@ from rock_core.states import State
 
 __all__ = [
     "REPORT_INTERVAL",
+    "leader_only_call",
     "NotLeader",
     "client",
     "forget",
@@ -116,6 +119,21 @@ async def leader_only(core: EngineCore, attempted: str) -> AsyncIterator[None]:
         yield
     finally:
         fencing.left(token)
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def leader_only_call(method: F) -> F:
+    """A facade method only the leader makes (``self._core``: the engine's core): in a cluster
+    it is refused unless this engine leads, and runs under its fence (:func:`leader_only`)."""
+
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        async with leader_only(self._core, method.__name__):
+            return await method(self, *args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def forget(core: EngineCore) -> None:

@@ -44,14 +44,14 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import httpx
 
-from rock_core.actions import SandboxStartRequest, SnapshotInfo, WarmPoolStatus
+from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.engine import (
     archiving,
     claims,
@@ -70,6 +70,8 @@ from rock_core.engine import (
 )
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.core import Call, EngineCore
+from rock_core.engine.episodes import EpisodeState
+from rock_core.engine.following import leader_only_call
 from rock_core.engine.live import (
     LABEL_ENGINE,
     LABEL_ENGINE_ID,
@@ -102,21 +104,7 @@ __all__ = [
 ]
 
 
-F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-
-def _leader_only(method: F) -> F:
-    """In a cluster, ``method`` is refused unless this engine leads, and runs under its fence."""
-
-    @functools.wraps(method)
-    async def call(self: SandboxManager, *args: Any, **kwargs: Any) -> Any:
-        async with following.leader_only(self._core, method.__name__):
-            return await method(self, *args, **kwargs)
-
-    return call  # type: ignore[return-value]
-
-
-class SandboxManager:
+class SandboxManager(EpisodeState):
     """The engine. See the module docstring.
 
     :param config: the engine's settings.
@@ -262,7 +250,7 @@ class SandboxManager:
 
     # -- start (engine/starting.py) ------------------------------------------------------------
 
-    @_leader_only
+    @leader_only_call
     async def start_async(
         self,
         request: SandboxStartRequest,
@@ -316,7 +304,7 @@ class SandboxManager:
         (:func:`rock_core.engine.starting.wait_until_running`: what it raises)."""
         return await starting.wait_until_running(self._core, sandbox_id, timeout)
 
-    @_leader_only
+    @leader_only_call
     async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:
         """Start a stopped sandbox again in its own unit (files kept, sessions gone), or restore
         an archived one (:func:`rock_core.engine.starting.restart`: what it raises)."""
@@ -324,7 +312,7 @@ class SandboxManager:
 
     # -- archive and restore (engine/archiving.py) ---------------------------------------------
 
-    @_leader_only
+    @leader_only_call
     async def archive(self, sandbox_id: str) -> None:
         """Start archiving a stopped sandbox into the engine's archive store; return at once
         (the steps and failures: :func:`rock_core.engine.archiving.archive`). :meth:`restart`
@@ -336,35 +324,9 @@ class SandboxManager:
         """
         await archiving.archive(self._core, sandbox_id)
 
-    # -- snapshots and forks (engine/snapshots.py) -------------------------------------------------
-
-    @_leader_only
-    async def snapshot(
-        self, sandbox_id: str, name: str | None = None, *, tenant: str | None = None
-    ) -> SnapshotInfo:
-        """Keep a sandbox's files, not its processes, as a snapshot of its tenant (``tenant``:
-        the caller's) (:func:`rock_core.engine.snapshots.snapshot`: what it raises)."""
-        return await snapshots.snapshot(self._core, sandbox_id, name, tenant=tenant)
-
-    async def list_snapshots(self, tenant: str | None = None) -> list[SnapshotInfo]:
-        """The snapshots of ``tenant`` (default: this engine's owner), oldest first."""
-        return await snapshots.list_snapshots(self._core, tenant)
-
-    @_leader_only
-    async def delete_snapshot(self, name: str, *, tenant: str | None = None) -> None:
-        """Delete a snapshot of ``tenant`` (:func:`rock_core.engine.snapshots.delete_snapshot`)."""
-        await snapshots.delete_snapshot(self._core, name, tenant)
-
-    @_leader_only
-    async def fork(
-        self, sandbox_id: str, count: int, *, tenant: str | None = None, quota: Quota | None = None
-    ) -> tuple[SnapshotInfo, list[SandboxRecord]]:
-        """Snapshot a sandbox, accept ``count`` starts from it (:func:`rock_core.engine.snapshots.fork`)."""
-        return await snapshots.fork(self._core, sandbox_id, count, tenant=tenant, quota=quota)
-
     # -- warm pools (engine/claims.py) ---------------------------------------------------------
 
-    @_leader_only
+    @leader_only_call
     async def set_warm_pool(
         self, request: SandboxStartRequest, size: int, *, tenant: str | None = None
     ) -> str:
@@ -373,7 +335,7 @@ class SandboxManager:
         request = await snapshots.resolve_start(self._core, request, tenant)
         return await claims.set_warm_pool(self._core, request, size, tenant)
 
-    @_leader_only
+    @leader_only_call
     async def warmup(
         self, request: SandboxStartRequest, size: int | None = None, *, tenant: str | None = None
     ) -> str | None:
@@ -395,7 +357,7 @@ class SandboxManager:
 
     # -- stop and delete (engine/stopping.py) --------------------------------------------------
 
-    @_leader_only
+    @leader_only_call
     async def stop(self, sandbox_id: str, reason: str = "manual") -> None:
         """Stop a sandbox (ROCK: unknown id and already stopped are not errors).
 
@@ -404,7 +366,7 @@ class SandboxManager:
         """
         await stopping.stop(self._core, sandbox_id, reason)
 
-    @_leader_only
+    @leader_only_call
     async def delete(self, sandbox_id: str) -> None:
         """Delete a stopped or archived sandbox and its unit or archive (unknown or deleted:
         no-op); an archive under way is cancelled first (its partial objects deleted).
@@ -414,22 +376,6 @@ class SandboxManager:
             sandbox stays archived, nothing lost).
         """
         await stopping.delete(self._core, sandbox_id)
-
-    # -- pause and resume (engine/pausing.py) ---------------------------------------------------
-
-    @_leader_only
-    async def pause(self, sandbox_id: str) -> SandboxRecord:
-        """Freeze a running sandbox (memory and processes kept; it stays ``running``, paused).
-
-        :raises BadRequestRockError: the sandbox is not running (naming its state).
-        :raises NotSupported: the runtime cannot pause (its capability ``pause``).
-        """
-        return await pausing.pause(self._core, sandbox_id)
-
-    @_leader_only
-    async def resume(self, sandbox_id: str) -> SandboxRecord:
-        """Thaw a paused sandbox: its processes go on where they were (as :meth:`pause`)."""
-        return await pausing.resume(self._core, sandbox_id)
 
     # -- recovery and reaping (engine/recovery.py, engine/reaping.py) --------------------------
 

@@ -1,0 +1,71 @@
+"""What a sandbox's episode state is made of, as the engine's facade offers it: snapshots and
+forks (:mod:`~rock_core.engine.snapshots`) and pause and resume
+(:mod:`~rock_core.engine.pausing`), issue #25.
+
+:class:`EpisodeState` is a part of :class:`~rock_core.engine.manager.SandboxManager` (which
+inherits it): one facade, written in two modules so that neither grows past what one reads at
+once. Its methods pass the engine's core to their job module, as the rest of the facade does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rock_core.engine import pausing, snapshots
+from rock_core.engine.following import leader_only_call
+
+if TYPE_CHECKING:
+    from rock_core.actions import SnapshotInfo
+    from rock_core.engine.core import EngineCore
+    from rock_core.models import SandboxRecord
+    from rock_core.tenancy import Quota
+
+__all__ = ["EpisodeState"]
+
+
+class EpisodeState:
+    """Snapshots, forks, pause and resume of :class:`~rock_core.engine.manager.SandboxManager`."""
+
+    _core: EngineCore
+
+    # -- snapshots and forks (engine/snapshots.py) -------------------------------------------------
+
+    @leader_only_call
+    async def snapshot(
+        self, sandbox_id: str, name: str | None = None, *, tenant: str | None = None
+    ) -> SnapshotInfo:
+        """Keep a sandbox's files, not its processes, as a snapshot of its tenant (``tenant``:
+        the caller's) (:func:`rock_core.engine.snapshots.snapshot`: what it raises)."""
+        return await snapshots.snapshot(self._core, sandbox_id, name, tenant=tenant)
+
+    async def list_snapshots(self, tenant: str | None = None) -> list[SnapshotInfo]:
+        """The snapshots of ``tenant`` (default: this engine's owner), oldest first."""
+        return await snapshots.list_snapshots(self._core, tenant)
+
+    @leader_only_call
+    async def delete_snapshot(self, name: str, *, tenant: str | None = None) -> None:
+        """Delete a snapshot of ``tenant`` (:func:`rock_core.engine.snapshots.delete_snapshot`)."""
+        await snapshots.delete_snapshot(self._core, name, tenant)
+
+    @leader_only_call
+    async def fork(
+        self, sandbox_id: str, count: int, *, tenant: str | None = None, quota: Quota | None = None
+    ) -> tuple[SnapshotInfo, list[SandboxRecord]]:
+        """Snapshot a sandbox, accept ``count`` starts from it (:func:`rock_core.engine.snapshots.fork`)."""
+        return await snapshots.fork(self._core, sandbox_id, count, tenant=tenant, quota=quota)
+
+    # -- pause and resume (engine/pausing.py) ---------------------------------------------------
+
+    @leader_only_call
+    async def pause(self, sandbox_id: str) -> SandboxRecord:
+        """Freeze a running sandbox (memory and processes kept; it stays ``running``, paused).
+
+        :raises BadRequestRockError: the sandbox is not running (naming its state).
+        :raises NotSupported: the runtime cannot pause (its capability ``pause``).
+        """
+        return await pausing.pause(self._core, sandbox_id)
+
+    @leader_only_call
+    async def resume(self, sandbox_id: str) -> SandboxRecord:
+        """Thaw a paused sandbox: its processes go on where they were (as :meth:`pause`)."""
+        return await pausing.resume(self._core, sandbox_id)
