@@ -15,6 +15,7 @@ from rock_core.models import NonBlankStr, PositiveInt, constrained
 __all__ = [
     "ForkRequest",
     "ForkResponse",
+    "ResetRequest",
     "SnapshotInfo",
     "SnapshotListResponse",
     "SnapshotNameRequest",
@@ -74,3 +75,12 @@ class ForkResponse(SandboxResponse):
 
     snapshot: SnapshotInfo
     sandboxes: list[SandboxStartResponse] = attrs.field(factory=list)
+
+
+@attrs.frozen(kw_only=True)
+class ResetRequest:
+    """``POST /sandboxes/{sandbox_id}/reset``: back to the sandbox's image's files, or to the
+    snapshot ``snapshot`` (of the caller's tenant)."""
+
+    sandbox_id: NonBlankStr = sandbox_id_field()
+    snapshot: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)

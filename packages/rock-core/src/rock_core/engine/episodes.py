@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rock_core.engine import pausing, snapshots
+from rock_core.engine import pausing, resetting, snapshots
 from rock_core.engine.following import leader_only_call
 
 if TYPE_CHECKING:
@@ -69,3 +69,14 @@ class EpisodeState:
     async def resume(self, sandbox_id: str) -> SandboxRecord:
         """Thaw a paused sandbox: its processes go on where they were (as :meth:`pause`)."""
         return await pausing.resume(self._core, sandbox_id)
+
+    # -- reset (engine/resetting.py) ------------------------------------------------------------
+
+    @leader_only_call
+    async def reset(
+        self, sandbox_id: str, snapshot: str | None = None, *, tenant: str | None = None
+    ) -> SandboxRecord:
+        """Put a running sandbox back to its image's files, or to the snapshot ``snapshot`` of
+        its tenant: a new unit, its processes and sessions gone; its id, limits, ports and
+        secret kept (:func:`rock_core.engine.resetting.reset`: what it raises)."""
+        return await resetting.reset(self._core, sandbox_id, snapshot, tenant=tenant)

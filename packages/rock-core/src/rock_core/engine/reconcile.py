@@ -28,14 +28,20 @@ __all__ = ["reconcile", "reconcile_loop", "unit_gone", "watch_loop"]
 log = logging.getLogger("rock.engine")
 
 
-async def unit_gone(core: EngineCore, sandbox_id: str, status: RuntimeStatus) -> None:
-    """Record that a live sandbox's unit stopped or vanished behind rock's back."""
+async def unit_gone(
+    core: EngineCore, sandbox_id: str, status: RuntimeStatus, unit_id: str | None = None
+) -> None:
+    """Record that a live sandbox's unit stopped or vanished behind rock's back (``unit_id``:
+    that unit; one the sandbox no longer holds, as the unit a reset replaced, is no news)."""
     live = core.live.get(sandbox_id)
     if live is None or live.record.state not in LIVE_STATES:
         return
     if live.record.state is State.PENDING and live.client is None:
         return  # the start in progress sees it and reports it itself
     async with live.lock:
+        handle = live.handle
+        if unit_id is not None and handle is not None and handle.unit_id != unit_id:
+            return
         if live.record.state in LIVE_STATES:
             reason = describe_exit(status)
             if crash_restarts.wants_restart(live.record, status):
@@ -84,7 +90,7 @@ async def reconcile(core: EngineCore) -> None:
             log.warning("could not inspect sandbox %s: %s", sandbox_id, exc)
             continue
         if status.state is not UnitState.RUNNING:
-            await unit_gone(core, sandbox_id, status)
+            await unit_gone(core, sandbox_id, status, unit_id)
 
 
 async def watch_loop(core: EngineCore) -> None:
@@ -103,6 +109,7 @@ async def watch_loop(core: EngineCore) -> None:
                         core.sandbox_of_unit(handle.unit_id, handle.sandbox_id)
                         or handle.sandbox_id,
                         status,
+                        handle.unit_id,
                     )
         except NotSupported:
             return  # the reconcile loop polls instead

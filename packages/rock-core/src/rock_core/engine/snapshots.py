@@ -50,6 +50,7 @@ __all__ = [
     "list_snapshots",
     "resolve_start",
     "snapshot",
+    "snapshot_reference",
 ]
 
 LABEL_ENGINE = "rock.snapshot.engine"
@@ -186,6 +187,19 @@ async def delete_snapshot(core: EngineCore, name: str, tenant: str | None = None
     if image is None:
         raise _unknown(name, "delete_snapshot")
     await core.runtime.delete_snapshot_image(image.image_id)
+
+
+async def snapshot_reference(core: EngineCore, tenant: str, name: str, attempted: str) -> str:
+    """The image reference of ``tenant``'s snapshot ``name`` (a reset's target).
+
+    :raises InvalidParameter: ``unknown snapshot``.
+    :raises NotSupported: the runtime lacks the capability ``snapshot_image``.
+    """
+    _require(core, attempted)
+    image = await _find(core, tenant, name)
+    if image is None:
+        raise _unknown(name, attempted)
+    return image.reference
 
 
 async def resolve_start(

@@ -1,0 +1,161 @@
+"""Reset: a running sandbox put back to its image's files, or to a snapshot's (issue #25).
+
+:func:`reset` replaces the sandbox's unit, under its lock: the old unit is removed (its
+processes and sessions end with it) and a new one is made from the same spec and started, with
+the sandbox's id (Docker: its container name), labels and rocklet secret. The record keeps its
+id, limits and ``port_mapping`` (the engine's forwards reopen on the same host ports while they
+are free); its state stays ``running`` throughout, and calls made meanwhile are refused as to a
+sandbox still starting. It needs only what every runtime has (create, start, remove), so it
+needs no capability of its own.
+
+- ``snapshot=None``: the files of the sandbox's image, the one it runs now. A sandbox started
+  from a snapshot, or reset to one, goes back to that snapshot's files.
+- ``snapshot=name``: a snapshot of the sandbox's tenant (another tenant's name is an unknown
+  snapshot); the sandbox's image becomes the snapshot's, so later resets come back to it.
+- Refused (naming the state) unless the sandbox is running; a paused one: resume it first.
+- If the new unit cannot be started, the sandbox is stopped, with the reason.
+
+The phase ``reset`` of its status says what it was reset to and how long it took.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import attrs
+
+from rock_core.engine import snapshots, stopping
+from rock_core.engine.admission import startup_timeout, with_defaults
+from rock_core.engine.bringup import _wait_for_rocklet, note_unit, open_ports
+from rock_core.engine.core import EngineCore
+from rock_core.engine.live import LiveSandbox, describe_exit
+from rock_core.engine.pausing import paused_error
+from rock_core.errors import (
+    BadRequestRockError,
+    InternalServerRockError,
+    RockError,
+    SandboxNotFound,
+)
+from rock_core.models import NonBlankStr, PhaseStatus, PullPolicy, SandboxRecord, UnitState
+from rock_core.rocklet_client import RockletClient
+from rock_core.states import State
+
+__all__ = ["PHASE_RESET", "reset"]
+
+log = logging.getLogger("rock.engine")
+
+#: The phase of a sandbox's status that tells its last reset.
+PHASE_RESET = "reset"
+
+
+def _refuse(record: SandboxRecord) -> BadRequestRockError:
+    why = f": {record.reason}" if record.reason else ""
+    return BadRequestRockError(
+        f"sandbox {record.sandbox_id} cannot be reset: it is {record.state.value}{why}; "
+        "only a running sandbox can be",
+        sandbox_id=record.sandbox_id,
+        attempted="reset",
+    )
+
+
+async def reset(
+    core: EngineCore, sandbox_id: str, snapshot: str | None = None, *, tenant: str | None = None
+) -> SandboxRecord:
+    """:meth:`SandboxManager.reset <rock_core.engine.manager.SandboxManager.reset>`.
+
+    :raises SandboxNotFound: no such sandbox (of ``tenant``, the caller's, when given).
+    :raises BadRequestRockError: the sandbox is not running (naming its state), or is paused.
+    :raises InvalidParameter: ``unknown snapshot`` (none of that name of the sandbox's tenant).
+    :raises NotSupported: a snapshot named on a runtime without ``snapshot_image``.
+    """
+    record = core.get_record(sandbox_id)
+    if tenant is not None and (record.spec.tenant or core.owner) != tenant:
+        raise SandboxNotFound(
+            f"Sandbox {sandbox_id} not found", sandbox_id=sandbox_id, attempted="reset"
+        )
+    live = core.live.get(sandbox_id)
+    if live is None or live.removing:
+        raise _refuse(record)
+    image: str = record.spec.image
+    target = f"image {image}"
+    if snapshot is not None:
+        owner = record.spec.tenant or core.owner
+        image = await snapshots.snapshot_reference(core, owner, snapshot, "reset")
+        target = f"snapshot {snapshot}"
+    async with live.lock:
+        record = live.record
+        if record.state is not State.RUNNING or live.handle is None or live.client is None:
+            raise _refuse(record)
+        if record.paused:
+            raise paused_error(record, "reset")
+        began = time.monotonic()
+        core.set_phase(sandbox_id, PHASE_RESET, PhaseStatus.RUNNING, f"resetting to {target}")
+        spec = record.spec
+        if image != spec.image:
+            spec = attrs.evolve(spec, image=NonBlankStr(image), pull=PullPolicy.NEVER)
+            core.save(attrs.evolve(live.record, spec=spec))
+        try:
+            with anyio.fail_after(startup_timeout(core, spec)):
+                await _replace_unit(core, live)
+        except (RockError, TimeoutError) as exc:
+            message = exc.message if isinstance(exc, RockError) else "timed out"
+            core.set_phase(sandbox_id, PHASE_RESET, PhaseStatus.FAILED, message)
+            await stopping.stop_locked(core, live, f"reset to {target} failed: {message}")
+            if isinstance(exc, RockError):
+                raise
+            raise InternalServerRockError(
+                f"reset of sandbox {sandbox_id} to {target} timed out",
+                sandbox_id=sandbox_id,
+                attempted="reset",
+            ) from exc
+        took = time.monotonic() - began
+        core.set_phase(
+            sandbox_id, PHASE_RESET, PhaseStatus.SUCCESS, f"reset to {target} in {took:.2f} s"
+        )
+        live.activity = time.time()
+        live.usage = None
+        return live.record
+
+
+async def _replace_unit(core: EngineCore, live: LiveSandbox) -> None:
+    """Remove the sandbox's unit and bring up a new one of its spec (the lock held)."""
+    runtime = core.runtime
+    record = live.record
+    sandbox_id = record.sandbox_id
+    old, live.handle = live.handle, None
+    client, live.client = live.client, None
+    if client is not None:
+        await client.forget()
+    assert old is not None
+    await runtime.remove(old)  # its name is the new unit's: it must be gone first
+    assert record.rocklet_token is not None
+    handle = await runtime.create(
+        with_defaults(core, record.spec),
+        labels=core.labels(sandbox_id),
+        rocklet_token=record.rocklet_token,
+    )
+    live.handle = handle
+    note_unit(core, live, handle)
+    status = await runtime.start(handle) or await runtime.inspect(handle)
+    if status.rocklet_address is None:
+        message = (
+            describe_exit(status)
+            if status.state is not UnitState.RUNNING
+            else "the runtime reported no rocklet address"
+        )
+        raise InternalServerRockError(
+            f"reset of sandbox {sandbox_id} failed: {message}",
+            sandbox_id=sandbox_id,
+            attempted="reset",
+        )
+    client = RockletClient(
+        core.http, *status.rocklet_address, sandbox_id, token=record.rocklet_token
+    )
+    await _wait_for_rocklet(core, live, handle, client)
+    mapping = await open_ports(core, live, client, status)
+    core.save(
+        attrs.evolve(live.record, port_mapping=mapping, rocklet_address=(client.host, client.port))
+    )
+    live.client = client
