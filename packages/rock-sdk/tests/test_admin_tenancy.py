@@ -487,6 +487,7 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/archive"): {"json": {}},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/snapshot"): {"json": sid},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/fork"): {"json": {**sid, "count": 1}},
+        ("POST", f"{p}/sandboxes/{{sandbox_id}}/reset"): {"json": sid},
         ("GET", f"{p}/snapshots"): {},
         ("POST", f"{p}/execute"): {"json": {**sid, "command": "echo hi"}},
         ("POST", f"{p}/execute_stream"): {"json": {**sid, "command": "echo hi"}},

@@ -1,5 +1,5 @@
 """(rock) The admin's snapshot routes: ``/sandboxes/{sandbox_id}/snapshot``, ``/snapshots``,
-``/snapshots/delete`` and ``/sandboxes/{sandbox_id}/fork``.
+``/snapshots/delete``, ``/sandboxes/{sandbox_id}/fork`` and ``/sandboxes/{sandbox_id}/reset``.
 
 A snapshot belongs to the tenant of the key that made it (the sandbox's); a key sees, uses and
 deletes only its tenant's: another tenant's name is an unknown snapshot. A fork's starts count
@@ -18,17 +18,19 @@ from rock.admin.routing import PREFIX, Handler, Route
 from rock_core.actions import (
     ForkRequest,
     ForkResponse,
+    ResetRequest,
+    SandboxStatusResponse,
     SnapshotInfo,
     SnapshotListResponse,
     SnapshotNameRequest,
     SnapshotRequest,
 )
-from rock_core.responses import start_response
+from rock_core.responses import start_response, status_response
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
 
-__all__ = ["delete_snapshot", "fork", "list_snapshots", "snapshot", "snapshot_routes"]
+__all__ = ["delete_snapshot", "fork", "list_snapshots", "reset", "snapshot", "snapshot_routes"]
 
 
 async def snapshot(app: AdminApp, request: Request, body: SnapshotRequest) -> SnapshotInfo:
@@ -61,6 +63,14 @@ async def fork(app: AdminApp, request: Request, body: ForkRequest) -> ForkRespon
         quota=None if key is None else key.quota,
     )
     return ForkResponse(snapshot=snap, sandboxes=[start_response(r) for r in records])
+
+
+async def reset(app: AdminApp, request: Request, body: ResetRequest) -> SandboxStatusResponse:
+    """``POST /sandboxes/{sandbox_id}/reset``: back to the image's files, or a snapshot's (of the
+    key's tenant); answered once the sandbox runs again."""
+    tenant = scope_tenant(request.scope)
+    record = await app.manager.reset(body.sandbox_id, body.snapshot, tenant=tenant)
+    return status_response(app.manager.status_of(record))
 
 
 def snapshot_routes(bound: Callable[[Callable[..., Awaitable[Any]]], Handler]) -> list[Route]:
@@ -114,5 +124,19 @@ def snapshot_routes(bound: Callable[[Callable[..., Awaitable[Any]]], Handler]) -
             failure="fork sandbox failed",
             summary="(rock) Snapshot a sandbox and accept count starts from it (the key's quota for all).",
             description="Answers at once with the snapshot and the pending starts; poll their get_status.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/sandboxes/{{sandbox_id}}/reset",
+            name="reset",
+            leader=True,
+            handler=bound(reset),
+            body=ResetRequest,
+            result=SandboxStatusResponse,
+            failure="reset sandbox failed",
+            summary="(rock) Put a running sandbox back to its image's files, or a snapshot's.",
+            description="Body: optional snapshot (a name of the key's tenant). Its processes and "
+            "sessions end; its id, limits, port_mapping and secret stay. A sandbox started from a "
+            "snapshot resets to it. A sandbox not running, or paused, is refused.",
         ),
     ]

@@ -118,6 +118,11 @@ class Driver(Protocol):
         """(rock) Thaw a paused sandbox; its status."""
         ...
 
+    async def reset(self, sandbox_id: str, snapshot: str | None = None) -> SandboxStatusResponse:
+        """(rock) Put a running sandbox back to its image's files, or to the snapshot
+        ``snapshot``'s: its processes and sessions end, its id, ports and secret stay; its status."""
+        ...
+
     # -- the catalog's operations --------------------------------------------------------------
 
     async def call(self, sandbox_id: str, op: Operation[Req, Resp], request: Req) -> Resp:

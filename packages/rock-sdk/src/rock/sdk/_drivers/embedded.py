@@ -57,6 +57,7 @@ from rock.sdk._drivers.embedded_tracking import AddressBook, LocalPorts
 from rock_core.actions import (
     Command,
     CommandLine,
+    CommitStatusResponse,
     ForkResponse,
     ProcessInfo,
     SandboxStartRequest,
@@ -325,6 +326,22 @@ class EmbeddedDriver(DriverThread):
         snap, records = await self._call(self._manager_call, "fork", (sandbox_id, count), {})
         return ForkResponse(snapshot=snap, sandboxes=[start_response(r) for r in records])
 
+    async def commit(
+        self, sandbox_id: str, image_tag: str, username: str, password: str
+    ) -> CommitStatusResponse:
+        """ROCK's commit of the sandbox's files as ``image_tag``: its ``RUNNING`` status."""
+        args = (sandbox_id, image_tag, username, password)
+        status: CommitStatusResponse = await self._call(self._manager_call, "commit", args, {})
+        return status
+
+    async def get_commit_status(self, sandbox_id: str) -> CommitStatusResponse:
+        """The sandbox's last commit's status."""
+        args = (sandbox_id,)
+        status: CommitStatusResponse = await self._call(
+            self._manager_call, "get_commit_status", args, {}
+        )
+        return status
+
     async def list_sandboxes(
         self, filters: Mapping[str, str] | None = None
     ) -> list[SandboxStatusResponse]:
@@ -371,6 +388,16 @@ class EmbeddedDriver(DriverThread):
 
         async def on_engine() -> SandboxStatusResponse:
             return status_response(self.manager.status_of(await self.manager.resume(sandbox_id)))
+
+        return await self._call(on_engine)
+
+    async def reset(self, sandbox_id: str, snapshot: str | None = None) -> SandboxStatusResponse:
+        """Put a running sandbox back to its image's or a snapshot's files (a new unit)."""
+
+        async def on_engine() -> SandboxStatusResponse:
+            record = await self.manager.reset(sandbox_id, snapshot)
+            self._addresses.forget(sandbox_id)
+            return status_response(self.manager.status_of(record))
 
         return await self._call(on_engine)
 

@@ -12,9 +12,8 @@ raises), a server that does not answer becomes an :class:`~rock_core.errors.Inte
 naming its URL, and a call that outlives its own timeout becomes a
 :class:`~rock_core.errors.CommandTimeout`.
 
-A sandbox handle may be used from several event loops (``asyncio.run`` twice, threads), and an
-``httpx.AsyncClient`` belongs to the loop that made it, so the driver keeps one pooled client per
-running loop, closed when that loop shuts down.
+A handle may be used from several event loops (``asyncio.run`` twice, threads); an ``AsyncClient``
+belongs to its loop, so the driver keeps a pooled client per running loop, closed with the loop.
 """
 
 from __future__ import annotations
@@ -266,11 +265,10 @@ class RemoteDriver(RemoteTransport):
 
     async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
         """(rock) ``POST /sandboxes/{id}/snapshot``: keep the sandbox's files as a snapshot."""
-        result = await self._call(
-            "POST", f"/sandboxes/{sandbox_id}/snapshot", "snapshot", sandbox_id,
+        return await self._posted(
+            f"/sandboxes/{sandbox_id}/snapshot", "snapshot", sandbox_id, SnapshotInfo,
             json={"name": name} if name else {}, timeout=_SNAPSHOT_TIMEOUT,
         )  # fmt: skip
-        return structure_wire(result, SnapshotInfo, forbid_extra_keys=False)
 
     async def list_snapshots(self) -> list[SnapshotInfo]:
         """(rock) ``GET /snapshots``: the key's tenant's snapshots."""
@@ -283,11 +281,10 @@ class RemoteDriver(RemoteTransport):
 
     async def fork(self, sandbox_id: str, count: int) -> ForkResponse:
         """(rock) ``POST /sandboxes/{id}/fork``: a snapshot and ``count`` starts from it."""
-        result = await self._call(
-            "POST", f"/sandboxes/{sandbox_id}/fork", "fork", sandbox_id,
+        return await self._posted(
+            f"/sandboxes/{sandbox_id}/fork", "fork", sandbox_id, ForkResponse,
             json={"count": count}, timeout=_SNAPSHOT_TIMEOUT,
         )  # fmt: skip
-        return structure_wire(result, ForkResponse, forbid_extra_keys=False)
 
     async def list_sandboxes(
         self, filters: Mapping[str, str] | None = None
@@ -345,26 +342,29 @@ class RemoteDriver(RemoteTransport):
         """``POST /sandboxes/{id}/archive``: start archiving a stopped sandbox."""
         await self._call("POST", f"/sandboxes/{sandbox_id}/archive", "archive", sandbox_id, json={})
 
+    async def _posted(self, path: str, name: str, sandbox_id: str, model: type, **kw: Any) -> Any:
+        kw.setdefault("json", {"sandbox_id": sandbox_id})
+        result = await self._call("POST", path, name, sandbox_id, **kw)
+        return structure_wire(result, model, forbid_extra_keys=False)
+
     async def restart(self, sandbox_id: str) -> SandboxStartResponse:
         """``POST /restart``; wait with :meth:`wait_until_running`."""
-        result = await self._call(
-            "POST", "/restart", "restart", sandbox_id, json={"sandbox_id": sandbox_id}
-        )
-        return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
+        return await self._posted("/restart", "restart", sandbox_id, SandboxStartResponse)
 
     async def pause(self, sandbox_id: str) -> SandboxStatusResponse:
         """``POST /pause`` (rock)."""
-        result = await self._call(
-            "POST", "/pause", "pause", sandbox_id, json={"sandbox_id": sandbox_id}
-        )
-        return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
+        return await self._posted("/pause", "pause", sandbox_id, SandboxStatusResponse)
 
     async def resume(self, sandbox_id: str) -> SandboxStatusResponse:
         """``POST /resume`` (rock)."""
-        result = await self._call(
-            "POST", "/resume", "resume", sandbox_id, json={"sandbox_id": sandbox_id}
-        )
-        return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
+        return await self._posted("/resume", "resume", sandbox_id, SandboxStatusResponse)
+
+    async def reset(self, sandbox_id: str, snapshot: str | None = None) -> SandboxStatusResponse:
+        """(rock) ``POST /sandboxes/{id}/reset``: back to its image's (or a snapshot's) files."""
+        return await self._posted(
+            f"/sandboxes/{sandbox_id}/reset", "reset", sandbox_id, SandboxStatusResponse,
+            json={"snapshot": snapshot}, timeout=_SNAPSHOT_TIMEOUT,
+        )  # fmt: skip
 
     # -- Driver: the catalog's operations ----------------------------------------------------------
 

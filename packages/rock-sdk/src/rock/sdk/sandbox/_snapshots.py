@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING
 import attrs
 
 from rock.sdk.sandbox._handle import SandboxHandle
-from rock_core.actions import SnapshotInfo
+from rock_core.actions import SandboxStatusResponse, SnapshotInfo
 
 if TYPE_CHECKING:
     from rock.sdk.sandbox.client import Sandbox
 
 
 class SandboxSnapshots(SandboxHandle):
-    """:meth:`snapshot`, :meth:`fork`, :meth:`snapshots` and :meth:`delete_snapshot`."""
+    """:meth:`snapshot`, :meth:`fork`, :meth:`reset`, :meth:`snapshots`, :meth:`delete_snapshot`."""
 
     async def snapshot(self, name: str | None = None) -> SnapshotInfo:
         """Keep this sandbox's files as the snapshot ``name`` (default: one is made up).
@@ -64,6 +64,17 @@ class SandboxSnapshots(SandboxHandle):
             await asyncio.gather(*(child.stop() for child in children), return_exceptions=True)
             raise failed[0]
         return children
+
+    async def reset(self, snapshot: str | None = None) -> SandboxStatusResponse:
+        """Put this sandbox back to its image's files, or to the snapshot ``snapshot``'s (one of
+        the caller's), faster than a stop and a new start. Its processes and sessions end; its
+        id, limits, ports (``port_mapping``) and secret stay. A sandbox started from a snapshot
+        (or reset to one) goes back to that snapshot's files. Returns its status.
+
+        :raises BadRequestRockError: it is not running (naming its state), or it is paused.
+        :raises InvalidParameter: ``unknown snapshot``.
+        """
+        return await self._get_driver().reset(self._require_id("reset"), snapshot)
 
     async def snapshots(self) -> list[SnapshotInfo]:
         """The caller's snapshots (name, source sandbox, size in bytes, creation time), oldest first."""

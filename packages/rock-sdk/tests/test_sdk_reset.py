@@ -1,0 +1,132 @@
+"""Reset (issue #25 point 3), on real Docker, embedded and (with ``ROCK_TEST_REMOTE=1``) through
+a real admin: a running sandbox goes back to its image's files, or a snapshot's; its processes
+and sessions end; its id, port_mapping and rocklet secret stay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from rock.actions import Command, CreateBashSessionRequest
+from rock.sdk.sandbox.client import Sandbox
+from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.errors import BadRequestRockError, InvalidParameter, SessionNotFound
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+
+async def _sh(sandbox: Sandbox, script: str) -> str:
+    answer = await sandbox.execute(Command(command=["bash", "-c", script], timeout=60))
+    assert answer.exit_code == 0, (script, answer.stdout, answer.stderr)
+    return answer.stdout.strip()
+
+
+CHECK = (
+    "ls /work 2>/dev/null || echo no-work; test -e /etc/debian_version && echo present || echo"
+    " deleted; pgrep -x sleep >/dev/null && echo sleeping || echo no-sleep"
+)
+
+
+async def test_reset_brings_back_the_images_files_and_ends_processes_and_sessions(
+    engine: Any, small: dict[str, Any]
+) -> None:
+    sandbox = Sandbox(SandboxConfig(**small))
+    await sandbox.start()
+    try:
+        before = await sandbox.get_status()
+        await sandbox.create_session(CreateBashSessionRequest(session="before"))
+        await _sh(
+            sandbox,
+            "mkdir -p /work && echo hi > /work/new.txt && rm /etc/debian_version"
+            " && (sleep 1000 >/dev/null 2>&1 &)",
+        )
+        assert await _sh(sandbox, CHECK) == "new.txt\ndeleted\nsleeping"
+
+        status = await sandbox.reset()
+
+        assert (status.sandbox_id, status.state) == (sandbox.sandbox_id, "running")
+        assert status.port_mapping == before.port_mapping
+        assert status.status["reset"].message.startswith(f"reset to image {before.image} in ")
+        assert await _sh(sandbox, CHECK) == "no-work\npresent\nno-sleep"
+        with pytest.raises(SessionNotFound):
+            await sandbox.arun("true", session="before")
+        after = await sandbox.get_status()
+        assert after.is_alive and after.image == before.image
+        assert after.port_mapping == before.port_mapping
+        # It works on as before: a new session, a command.
+        await sandbox.create_session(CreateBashSessionRequest(session="after"))
+        assert (await sandbox.arun("echo again", session="after")).output == "again"
+    finally:
+        await sandbox.stop()
+
+
+async def test_reset_to_a_snapshot_gives_its_files_and_later_resets_return_to_it(
+    engine: Any, small: dict[str, Any]
+) -> None:
+    sandbox = Sandbox(SandboxConfig(**small))
+    await sandbox.start()
+    name = f"reset-{uuid.uuid4().hex[:12]}"
+    try:
+        await _sh(sandbox, "echo prepared > /task.txt")
+        await sandbox.snapshot(name=name)
+        await _sh(sandbox, "echo episode > /task.txt && touch /junk")
+
+        status = await sandbox.reset(snapshot=name)
+        assert status.status["reset"].message.startswith(f"reset to snapshot {name} in ")
+        assert await _sh(sandbox, "cat /task.txt; test -e /junk || echo no-junk") == (
+            "prepared\nno-junk"
+        )
+        await _sh(sandbox, "echo episode2 > /task.txt")
+        await sandbox.reset()
+        assert await _sh(sandbox, "cat /task.txt") == "prepared"
+
+        with pytest.raises(InvalidParameter, match="unknown snapshot 'no-such-snapshot'"):
+            await sandbox.reset(snapshot="no-such-snapshot")
+        assert (await sandbox.get_status()).is_alive  # a refused reset leaves it running
+    finally:
+        await sandbox.stop()
+        await _delete_when_unused(sandbox, name)
+
+
+async def _delete_when_unused(sandbox: Sandbox, name: str) -> None:
+    for _ in range(300):
+        try:
+            await sandbox.delete_snapshot(name)
+            return
+        except BadRequestRockError as exc:
+            if "still used" not in str(exc):
+                raise
+            await asyncio.sleep(0.1)
+    await sandbox.delete_snapshot(name)
+
+
+async def test_reset_of_a_stopped_sandbox_is_refused_naming_its_state(
+    engine: Any, small: dict[str, Any]
+) -> None:
+    sandbox = Sandbox(SandboxConfig(**small, auto_delete_seconds=300))
+    await sandbox.start()
+    try:
+        await sandbox.stop()
+        with pytest.raises(BadRequestRockError, match="cannot be reset: it is stopped"):
+            await sandbox.reset()
+    finally:
+        await sandbox.delete()
+
+
+async def test_reset_of_a_paused_sandbox_asks_to_resume_it_first(
+    engine: Any, small: dict[str, Any]
+) -> None:
+    sandbox = Sandbox(SandboxConfig(**small))
+    await sandbox.start()
+    try:
+        await sandbox.pause()
+        with pytest.raises(BadRequestRockError, match="is paused; resume it first"):
+            await sandbox.reset()
+        await sandbox.resume()
+        assert (await sandbox.reset()).is_alive
+    finally:
+        await sandbox.stop()
