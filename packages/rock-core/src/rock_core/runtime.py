@@ -423,6 +423,34 @@ class Runtime(abc.ABC):
         :raises BadRequestRockError: sandboxes still use it.
         """
 
+    async def tag_image(
+        self,
+        image_id: str,
+        reference: str,
+        *,
+        untag: str | None = None,
+        replaceable: Mapping[str, str] | None = None,
+    ) -> None:
+        """Give the image ``image_id`` (one :meth:`snapshot_image` made) the name ``reference``
+        (``repository:tag``) on its node, and take the name ``untag`` off it: ROCK's commit.
+        An image already of that name is renamed only if its labels hold all of
+        ``replaceable`` (:class:`BadRequestRockError` otherwise). Optional (with
+        ``snapshot_image``): the default raises :class:`NotSupported`."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot tag images (ROCK's commit)", attempted="commit"
+        )
+
+    async def push_image(self, reference: str, *, username: str, password: str) -> None:
+        """Push the image ``reference`` to the registry it names, logged in with ``username``
+        and ``password`` when given (never kept). Optional: the default raises
+        :class:`NotSupported`.
+
+        :raises RockError: the login or the push failed (the registry's words).
+        """
+        raise NotSupported(
+            f"runtime {self.name!r} cannot push images to a registry", attempted="commit"
+        )
+
     @property
     def can_snapshot(self) -> bool:
         """Whether this runtime implements :meth:`snapshot` and :meth:`restore` (so archiving works)."""

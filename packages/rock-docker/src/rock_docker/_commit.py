@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from rock_core.errors import BadRequestRockError
+from rock_core.errors import BadRequestRockError, RockError
 from rock_core.runtime import SnapshotImage, UnitHandle
 
 __all__ = ["REPOSITORY", "SnapshotImages"]
@@ -149,3 +149,62 @@ class SnapshotImages:
         else:
             why = "the snapshot is still used by sandboxes (stop and delete them first)"
         raise BadRequestRockError(f"{why}: {conflict}", attempted="delete_snapshot")
+
+    async def tag_image(
+        self,
+        image_id: str,
+        reference: str,
+        *,
+        untag: str | None = None,
+        replaceable: Mapping[str, str] | None = None,
+    ) -> None:
+        """``docker tag`` the image as ``reference``, then take ``untag`` off it (only the name:
+        the image stays while it has another). An image already named ``reference`` is only
+        renamed when its labels hold every one of ``replaceable``; otherwise it is refused."""
+        repository, _, tag = reference.rpartition(":")
+        if "/" in tag or not repository:
+            repository, tag = reference, "latest"
+
+        def retag() -> str | None:
+            api = self._docker().api
+            try:
+                existing = api.inspect_image(f"{repository}:{tag}")
+            except docker.errors.ImageNotFound:
+                existing = None
+            if existing is not None and replaceable is not None:
+                have = (existing.get("Config") or {}).get("Labels") or {}
+                if any(have.get(k) != v for k, v in replaceable.items()):
+                    return f"{repository}:{tag}"
+            api.tag(image_id, repository, tag, force=True)
+            if untag is not None:
+                api.remove_image(untag, noprune=True)
+            return None
+
+        taken = await self._run(retag, attempted="commit")
+        if taken is not None:
+            raise BadRequestRockError(
+                f"image_tag: {taken} already names an image on this node that is not a commit "
+                "of this tenant; choose another tag",
+                attempted="commit",
+            )
+
+    async def push_image(self, reference: str, *, username: str, password: str) -> None:
+        """``docker push`` with the credentials given for this push only (no ``docker login``:
+        nothing is written to the host's Docker configuration)."""
+        repository, _, tag = reference.rpartition(":")
+        if "/" in tag or not repository:
+            repository, tag = reference, "latest"
+        auth = {"username": username, "password": password} if username else None
+
+        def push() -> str | None:
+            stream = self._docker().api.push(
+                repository, tag=tag, auth_config=auth, stream=True, decode=True
+            )
+            for line in stream:
+                if isinstance(line, dict) and line.get("error"):
+                    return str(line["error"])
+            return None
+
+        error = await self._run(push, attempted="commit")
+        if error is not None:
+            raise RockError(f"push of {reference} failed: {error}", attempted="commit")

@@ -45,8 +45,18 @@ Modules by job
 
 from __future__ import annotations
 
-from rock_core.actions import commands, envs, files, responses, sandboxes, sessions, snapshots
+from rock_core.actions import (
+    commands,
+    commits,
+    envs,
+    files,
+    responses,
+    sandboxes,
+    sessions,
+    snapshots,
+)
 from rock_core.actions.commands import *  # noqa: F403 - every module's __all__ is this package's
+from rock_core.actions.commits import *  # noqa: F403
 from rock_core.actions.envs import *  # noqa: F403
 from rock_core.actions.files import *  # noqa: F403
 from rock_core.actions.responses import *  # noqa: F403
@@ -62,3 +72,4 @@ __all__ += sandboxes.__all__
 __all__ += envs.__all__
 __all__ += responses.__all__
 __all__ += snapshots.__all__
+__all__ += commits.__all__

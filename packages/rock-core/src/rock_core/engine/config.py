@@ -195,6 +195,10 @@ class EngineConfig:
         (ROCK's ``archive_timeout_seconds``).
     :param restore_timeout: seconds a restore may take, from ``restart`` of an archived
         sandbox to its rocklet answering; past it the sandbox is archived again, with the reason.
+    :param commit_registries: the registries (host names, with a port when not the default:
+        ``"registry.example.com"``, ``"localhost:5000"``) ROCK's commit may push to; a commit
+        whose ``image_tag`` names another registry is refused, and with none (the default) every
+        push is refused: the image is then only tagged on the node.
     :param rocklet_url: where runtimes whose units run on other hosts have them download
         ``rocklet.pyz`` (checked by its SHA-256); the admin sets its own ``/rocklet.pyz`` when
         this is not set. ``None``: nothing serves it (a runtime on this host mounts the file).
@@ -260,6 +264,9 @@ class EngineConfig:
     restore_timeout: PositiveFloat = checked(PositiveFloat, default=1800.0)
     max_rocklet_answer: ByteSize = checked(ByteSize, default=64 * 1024 * 1024)
     forward_rocklet_port: bool = checked(bool, default=False)
+    commit_registries: tuple[str, ...] = attrs.field(
+        default=(), converter=tuple, metadata={READ_AS: list[str]}
+    )
 
     def __attrs_post_init__(self) -> None:
         if self.cluster is not None and self.remove_on_close:

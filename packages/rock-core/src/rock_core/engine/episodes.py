@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rock_core.engine import pausing, resetting, snapshots
+from rock_core.engine.commits import commit_status, start_commit
 from rock_core.engine.following import leader_only_call
 
 if TYPE_CHECKING:
-    from rock_core.actions import SnapshotInfo
+    from rock_core.actions import CommitStatusResponse, SnapshotInfo
     from rock_core.engine.core import EngineCore
     from rock_core.models import SandboxRecord
     from rock_core.tenancy import Quota
@@ -80,3 +81,28 @@ class EpisodeState:
         its tenant: a new unit, its processes and sessions gone; its id, limits, ports and
         secret kept (:func:`rock_core.engine.resetting.reset`: what it raises)."""
         return await resetting.reset(self._core, sandbox_id, snapshot, tenant=tenant)
+
+    # -- ROCK's commit (engine/commits.py) -------------------------------------------------------
+
+    @leader_only_call
+    async def commit(
+        self,
+        sandbox_id: str,
+        image_tag: str,
+        username: str = "",
+        password: str = "",
+        *,
+        tenant: str | None = None,
+    ) -> CommitStatusResponse:
+        """Begin ROCK's commit of a sandbox's files as ``image_tag``, pushed when it names a
+        configured registry (:func:`rock_core.engine.commits.commit`: what it raises)."""
+        return await start_commit(
+            self._core, sandbox_id, image_tag, username, password, tenant=tenant
+        )
+
+    @leader_only_call
+    async def get_commit_status(
+        self, sandbox_id: str, *, tenant: str | None = None
+    ) -> CommitStatusResponse:
+        """The last commit's status of a sandbox (:func:`rock_core.engine.commits.commit_status`)."""
+        return commit_status(self._core, sandbox_id, tenant=tenant)

@@ -8,6 +8,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rock.admin import lifecycle, pausing
+from rock.admin.commits import commit_routes
 from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock.admin.operations import operation_routes
 from rock.admin.routing import PREFIX, Handler, Route
@@ -223,5 +224,6 @@ def build_routes(app: AdminApp) -> list[Route]:
             summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000).",
         ),
         *snapshot_routes(bound),
+        *commit_routes(bound),
         *operation_routes(app),
     ]

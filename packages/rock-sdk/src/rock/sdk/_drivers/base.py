@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar
 from rock_core.actions import (
     Command,
     CommandLine,
+    CommitStatusResponse,
     ForkResponse,
     ProcessInfo,
     SandboxStartRequest,
@@ -92,6 +93,16 @@ class Driver(Protocol):
 
     async def fork(self, sandbox_id: str, count: int) -> ForkResponse:
         """(rock) A snapshot of the sandbox and ``count`` starts from it (each ``pending``)."""
+        ...
+
+    async def commit(
+        self, sandbox_id: str, image_tag: str, username: str, password: str
+    ) -> CommitStatusResponse:
+        """ROCK's commit: begin keeping the sandbox's files as ``image_tag`` (``RUNNING``)."""
+        ...
+
+    async def get_commit_status(self, sandbox_id: str) -> CommitStatusResponse:
+        """ROCK's commit: the sandbox's last commit's status."""
         ...
 
     async def stop(self, sandbox_id: str) -> None:

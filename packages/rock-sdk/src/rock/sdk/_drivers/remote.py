@@ -42,7 +42,7 @@ from rock.sdk._drivers.connect import (
     check_port,
     connect_websocket,
 )
-from rock.sdk._drivers.remote_transport import RemoteTransport
+from rock.sdk._drivers.remote_commits import RemoteCommits
 from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
     MAX_HELD,
@@ -104,7 +104,7 @@ _POLL_GROWTH = 1.5
 _LIST_PAGE_SIZE = 500
 
 
-class RemoteDriver(RemoteTransport):
+class RemoteDriver(RemoteCommits):
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
     :param base_url: the server, e.g. ``http://127.0.0.1:8080`` (``config.base_url`` or

@@ -45,6 +45,7 @@ from rock.sdk._drivers.base import Driver
 from rock.sdk.common.constants import RunModeType
 from rock.sdk.common.exceptions import InvalidParameterRockException
 from rock.sdk.sandbox import _nohup
+from rock.sdk.sandbox._commits import SandboxCommits
 from rock.sdk.sandbox._files import SandboxFiles
 from rock.sdk.sandbox._lifecycle import SandboxLifecycle
 from rock.sdk.sandbox._services import SandboxServices
@@ -96,7 +97,7 @@ class RunMode(str, enum.Enum):
 NOHUP_SUBMIT_TIMEOUT = 30.0
 
 
-class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices, SandboxSnapshots):
+class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices, SandboxSnapshots, SandboxCommits):
     """A handle on one sandbox (ROCK's ``rock.sdk.sandbox.client.Sandbox``).
 
     :param config: what to start (default: ``SandboxConfig()``, i.e. ``python:3.11``).
