@@ -125,3 +125,26 @@ async def test_a_fork_past_the_tenants_quota_is_refused_naming_it(admin: Any) ->
         for sandbox in (*forks, parent):
             await sandbox.stop()
         await _delete_all(parent)
+
+
+async def test_a_reset_to_another_tenants_snapshot_is_an_unknown_snapshot(admin: Any) -> None:
+    name = f"task-{uuid.uuid4().hex[:10]}"
+    a, b = _sandbox(admin, KEY_A), _sandbox(admin, KEY_B)
+    await a.start()
+    await b.start()
+    try:
+        await _sh(a, "echo team-a > /owner.txt")
+        await a.snapshot(name=name)
+        await _sh(b, "echo team-b > /owner.txt")
+        with pytest.raises(RockError, match=f"unknown snapshot '{name}'"):
+            await b.reset(snapshot=name)
+        with pytest.raises(RockError, match=f"Sandbox {a.sandbox_id} not found"):
+            await b._get_driver().reset(a.sandbox_id)
+        assert await _sh(b, "cat /owner.txt") == "team-b"  # refused: nothing changed
+        await _sh(a, "rm /owner.txt")
+        await a.reset(snapshot=name)
+        assert await _sh(a, "cat /owner.txt") == "team-a"
+    finally:
+        for sandbox in (a, b):
+            await sandbox.stop()
+        await _delete_all(a)

@@ -6,7 +6,11 @@ and sessions end; its id, port_mapping and rocklet secret stay.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +21,8 @@ from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.errors import BadRequestRockError, InvalidParameter, SessionNotFound
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+ROCK = Path(sys.executable).with_name("rock")
 
 
 async def _sh(sandbox: Sandbox, script: str) -> str:
@@ -130,3 +136,39 @@ async def test_reset_of_a_paused_sandbox_asks_to_resume_it_first(
         assert (await sandbox.reset()).is_alive
     finally:
         await sandbox.stop()
+
+
+def _rock(admin: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ROCK_API_KEY", "ROCK_CONFIG")}
+    env["ROCK_BASE_URL"] = admin.url
+    return subprocess.run([str(ROCK), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_rock_sandbox_reset_on_the_command_line(admin: Any) -> None:
+    created = _rock(admin, "sandbox", "create", "--memory", "256m", "--cpus", "0.5")
+    assert created.returncode == 0, created.stderr
+    sandbox_id = created.stdout.strip()
+    name = f"cli-{uuid.uuid4().hex[:12]}"
+    try:
+        wrote = _rock(admin, "sandbox", "exec", sandbox_id, "sh", "-c", "echo x > /mark")
+        assert wrote.returncode == 0, wrote.stderr
+        assert _rock(admin, "sandbox", "snapshot", sandbox_id, "--name", name).returncode == 0
+        assert _rock(admin, "sandbox", "exec", sandbox_id, "rm", "/mark").returncode == 0
+
+        done = _rock(admin, "sandbox", "reset", sandbox_id, "--snapshot", name)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"{sandbox_id} reset to snapshot {name} in ")
+        assert _rock(admin, "sandbox", "exec", sandbox_id, "cat", "/mark").stdout.strip() == "x"
+
+        unknown = _rock(admin, "sandbox", "reset", sandbox_id, "--snapshot", "nope-none")
+        assert unknown.returncode != 0 and "unknown snapshot 'nope-none'" in unknown.stderr
+    finally:
+        _rock(admin, "sandbox", "stop", sandbox_id)
+    stopped = _rock(admin, "sandbox", "reset", sandbox_id)
+    assert stopped.returncode != 0
+    assert "is not running" in stopped.stderr or "cannot be reset" in stopped.stderr
+    for _ in range(300):
+        gone = _rock(admin, "sandbox", "snapshots", "--delete", name)
+        if gone.returncode == 0 or "still used" not in gone.stderr:
+            break
+    assert gone.returncode == 0, gone.stderr

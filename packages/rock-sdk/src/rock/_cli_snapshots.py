@@ -1,7 +1,8 @@
-"""``rock sandbox snapshot``, ``rock sandbox snapshots`` and ``rock sandbox fork`` (rock):
-filesystem snapshots of sandboxes (their files over their image, never their processes), the
-caller's list of them (``--delete NAME`` deletes), and forks: a snapshot and N sandboxes started
-from it, whose ids are printed one a line.
+"""``rock sandbox snapshot``, ``rock sandbox snapshots``, ``rock sandbox fork`` and ``rock
+sandbox reset`` (rock): filesystem snapshots of sandboxes (their files over their image, never
+their processes), the caller's list of them (``--delete NAME`` deletes), forks (a snapshot and N
+sandboxes started from it, whose ids are printed one a line), and a reset of a running sandbox to
+its image's files or a snapshot's (``--snapshot NAME``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from rock._cli_common import (
     when,
 )
 from rock._cli_sandbox import sandbox
-from rock_core.actions import SnapshotInfo
+from rock_core.actions import SandboxStatusResponse, SnapshotInfo
 from rock_core.converters import unstructure_wire
 from rock_core.sizes import format_bytes
 
-__all__ = ["fork", "snapshot", "snapshots"]
+__all__ = ["fork", "reset", "snapshot", "snapshots"]
 
 
 @sandbox.command()
@@ -103,3 +104,28 @@ def fork(sandbox_id: str, count: int, base_url: str | None, as_json: bool) -> No
         print_json({"sandbox_ids": ids})
         return
     click.echo("\n".join(ids))
+
+
+@sandbox.command()
+@click.argument("sandbox_id")
+@click.option("--snapshot", default=None, metavar="NAME", help="Reset to this snapshot's files.")
+@base_url_option
+@json_option
+def reset(sandbox_id: str, snapshot: str | None, base_url: str | None, as_json: bool) -> None:
+    """Put a running sandbox back to its image's files (or a snapshot's): its processes and
+    sessions end; its id, ports and limits stay. Prints what it was reset to."""
+    target = resolve_target(base_url)
+
+    async def go() -> SandboxStatusResponse:
+        handle = target.sandbox()
+        await handle.attach(sandbox_id)
+        with spinner(f"Resetting {sandbox_id}..."):
+            done: SandboxStatusResponse = await handle.reset(snapshot)
+        return done
+
+    done = run(go)
+    if as_json:
+        print_json(unstructure_wire(done))
+        return
+    phase = (done.status or {}).get("reset")
+    click.echo(f"{sandbox_id} {phase.message if phase else 'reset'}")
