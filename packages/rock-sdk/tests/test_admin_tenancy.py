@@ -489,6 +489,10 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/fork"): {"json": {**sid, "count": 1}},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/reset"): {"json": sid},
         ("GET", f"{p}/snapshots"): {},
+        ("POST", f"{p}/commit"): {
+            "json": {**sid, "image_tag": "rock-commit-walk:x", "username": "", "password": ""}
+        },
+        ("GET", f"{p}/commit/{{sandbox_id}}"): query,
         ("POST", f"{p}/execute"): {"json": {**sid, "command": "echo hi"}},
         ("POST", f"{p}/execute_stream"): {"json": {**sid, "command": "echo hi"}},
         ("POST", f"{p}/create_session"): {"json": {**sid, "session": "s"}},
