@@ -76,6 +76,8 @@ EXPECTED_ROUTES = {
     ("post", "sandboxes/{sandbox_id}/snapshot"),
     ("post", "sandboxes/{sandbox_id}/fork"),
     ("get", "snapshots"),
+    ("post", "commit"),
+    ("get", "commit/{sandbox_id}"),
     ("post", "snapshots/delete"),
 }
 
