@@ -477,6 +477,23 @@ async def test_rocks_envhub_client_against_the_admin(admin: Any) -> None:
         await client.get_env("t-hub-a")
 
 
+def test_an_env_moves_past_an_admin_it_cannot_reach(admin: Any, gem_image: str) -> None:
+    """Several admins (a cluster's): an env call goes on to the next when the first cannot be
+    connected to at all (the request never left)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once closed
+    env = rock.make("game:GuessTheNumber-v0-easy", base_url=[closed, admin.url])
+    try:
+        observation, _info = env.reset(seed=3)
+        assert observation
+        env.step("\\boxed{5}")
+    finally:
+        env.close()
+
+
 def test_envhub_http_errors_name_the_env(admin: Any) -> None:
     with httpx.Client(base_url=admin.url, timeout=30) as http:
         missing = http.post("/env/get", json={"env_name": "t-hub-none"})

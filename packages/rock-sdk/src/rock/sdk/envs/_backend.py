@@ -179,15 +179,23 @@ def _shape(op: str, answer: Any) -> dict[str, Any]:
 class RemoteBackend(Backend):
     """Envs of rock's admin at ``base_url`` (ROCK's GEM API; batches through rock's ``batch``).
 
+    :param base_url: one admin, or several (the admins of a cluster): a call goes to the one
+        that answered last, and moves to the next only when it could not connect at all (the
+        request never left, so nothing can happen twice).
     :param api_key: sent as ``X-API-Key`` (default ``$ROCK_API_KEY``).
     """
 
     def __init__(
-        self, base_url: str, *, api_key: str | None = None, headers: Mapping[str, str] | None = None
+        self,
+        base_url: str | Sequence[str],
+        *,
+        api_key: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         from rock.sdk._drivers.remote import remote_headers
 
-        self.base_url = base_url.rstrip("/")
+        self.base_urls = admin_urls(base_url)
+        self.base_url = self.base_urls[0]
         self.headers = remote_headers(headers, api_key=api_key)
         self._sync: httpx.Client | None = None
         self._lock = threading.Lock()
@@ -199,7 +207,6 @@ class RemoteBackend(Backend):
         with self._lock:
             if self._sync is None:
                 self._sync = httpx.Client(
-                    base_url=self.base_url,
                     headers=self.headers,
                     timeout=HTTP_TIMEOUT,
                     trust_env=False,
@@ -212,7 +219,6 @@ class RemoteBackend(Backend):
         if client is None:
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
             client = httpx.AsyncClient(
-                base_url=self.base_url,
                 headers=self.headers,
                 timeout=HTTP_TIMEOUT,
                 limits=limits,
@@ -295,45 +301,62 @@ class RemoteBackend(Backend):
 
     def call(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
         """(blocking) ROCK's own endpoint for one call (``POST .../step``), so a ROCK admin serves it too."""
-        try:
-            response = self._client().post(f"{PREFIX}/{op}", json=self._single(op, handle, args))
-        except httpx.HTTPError as exc:
-            raise InternalServerRockError(
-                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
-            ) from exc
-        return self._single_answer(response)
+        return self._single_answer(self._post(f"{PREFIX}/{op}", self._single(op, handle, args)))
 
     async def acall(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
         """(asyncio) ROCK's own endpoint for one call."""
-        try:
-            response = await self._aclient().post(
-                f"{PREFIX}/{op}", json=self._single(op, handle, args)
-            )
-        except httpx.HTTPError as exc:
-            raise InternalServerRockError(
-                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
-            ) from exc
-        return self._single_answer(response)
+        answer = await self._apost(f"{PREFIX}/{op}", self._single(op, handle, args))
+        return self._single_answer(answer)
 
     def batch(self, calls: Sequence[Call]) -> list[Any]:
         """(blocking) One ``POST .../batch`` for all of ``calls``."""
-        try:
-            response = self._client().post(f"{PREFIX}/batch", json=self._body(calls))
-        except httpx.HTTPError as exc:
-            raise InternalServerRockError(
-                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
-            ) from exc
-        return self._answer(response)
+        return self._answer(self._post(f"{PREFIX}/batch", self._body(calls)))
 
     async def abatch(self, calls: Sequence[Call]) -> list[Any]:
         """(asyncio) One ``POST .../batch`` for all of ``calls``."""
-        try:
-            response = await self._aclient().post(f"{PREFIX}/batch", json=self._body(calls))
-        except httpx.HTTPError as exc:
-            raise InternalServerRockError(
-                f"rock's admin at {self.base_url} is unreachable: {exc!r}"
-            ) from exc
-        return self._answer(response)
+        return self._answer(await self._apost(f"{PREFIX}/batch", self._body(calls)))
+
+    def _order(self) -> list[str]:
+        """The admins to try: the one that answered last first."""
+        return [self.base_url, *(u for u in self.base_urls if u != self.base_url)]
+
+    def _unreachable(self, tried: list[str], exc: httpx.HTTPError) -> InternalServerRockError:
+        where = ", ".join(tried)
+        return InternalServerRockError(f"rock's admin at {where} is unreachable: {exc!r}")
+
+    def _post(self, path: str, body: Any) -> httpx.Response:
+        """(blocking) POST ``body`` to ``path``, moving on only past admins it cannot connect to."""
+        tried: list[str] = []
+        for url in self._order():
+            tried.append(url)
+            try:
+                response = self._client().post(url + path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if len(tried) < len(self.base_urls):
+                    continue
+                raise self._unreachable(tried, exc) from exc
+            except httpx.HTTPError as exc:
+                raise self._unreachable([url], exc) from exc
+            self.base_url = url
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover - base_urls is never empty
+
+    async def _apost(self, path: str, body: Any) -> httpx.Response:
+        """(asyncio) :meth:`_post`."""
+        tried: list[str] = []
+        for url in self._order():
+            tried.append(url)
+            try:
+                response = await self._aclient().post(url + path, json=body)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if len(tried) < len(self.base_urls):
+                    continue
+                raise self._unreachable(tried, exc) from exc
+            except httpx.HTTPError as exc:
+                raise self._unreachable([url], exc) from exc
+            self.base_url = url
+            return response
+        raise AssertionError("unreachable")  # pragma: no cover - base_urls is never empty
 
 
 def _json(response: httpx.Response, where: str) -> Any:
@@ -345,7 +368,7 @@ def _json(response: httpx.Response, where: str) -> Any:
         ) from None
 
 
-_remote: dict[tuple[str, str | None], RemoteBackend] = {}
+_remote: dict[tuple[tuple[str, ...], str | None], RemoteBackend] = {}
 _remote_lock = threading.Lock()
 _embedded: EmbeddedBackend | None = None
 
@@ -353,9 +376,9 @@ _embedded: EmbeddedBackend | None = None
 def backend_for(base_url: str | Sequence[str] | None, api_key: str | None = None) -> Backend:
     """The admin at ``base_url`` (default ``$ROCK_BASE_URL``), else the embedded engine.
 
-    Several admins (a comma list or a list, as for sandboxes): env calls go to the first; they do
-    not move to the next one (a make starts a sandbox, a step changes an env: neither is safe to
-    send twice).
+    Several admins (a comma list or a list, as for sandboxes): an env call moves to the next only
+    when it could not connect (a make starts a sandbox, a step changes an env: neither is sent
+    twice once it may have arrived).
     """
     global _embedded
     named = base_url or os.environ.get("ROCK_BASE_URL") or None
@@ -364,12 +387,12 @@ def backend_for(base_url: str | Sequence[str] | None, api_key: str | None = None
             if _embedded is None or _embedded.engine.closed:
                 _embedded = EmbeddedBackend()
             return _embedded
-    url = admin_urls(named)[0]
-    key = (url, api_key)
+    urls = admin_urls(named)
+    key = (urls, api_key)
     with _remote_lock:
         backend = _remote.get(key)
         if backend is None:
-            backend = _remote[key] = RemoteBackend(url, api_key=api_key)
+            backend = _remote[key] = RemoteBackend(urls, api_key=api_key)
         return backend
 
 
