@@ -214,9 +214,11 @@ def commit_status(
 ) -> CommitStatusResponse:
     """The last commit's status of ``sandbox_id`` (of ``tenant``).
 
+    :raises NotSupported: the runtime lacks the capability ``snapshot_image``.
     :raises SandboxNotFound: no such sandbox of ``tenant``.
     :raises BadRequestRockError: ``STATUS_NOT_FOUND``: no commit of it is known here.
     """
+    _require(core, "get_commit_status")
     job = _jobs.get(core, {}).get(sandbox_id)
     if job is None or (tenant is not None and job.tenant != tenant):
         _record_of(core, sandbox_id, tenant, "get_commit_status")
