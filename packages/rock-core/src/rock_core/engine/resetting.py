@@ -21,6 +21,7 @@ The phase ``reset`` of its status says what it was reset to and how long it took
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 
 import anyio
@@ -32,6 +33,7 @@ from rock_core.engine.bringup import _wait_for_rocklet, note_unit, open_ports
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LiveSandbox, describe_exit
 from rock_core.engine.pausing import paused_error
+from rock_core.engine.removals import end_processes
 from rock_core.errors import (
     BadRequestRockError,
     InternalServerRockError,
@@ -40,6 +42,7 @@ from rock_core.errors import (
 )
 from rock_core.models import NonBlankStr, PhaseStatus, PullPolicy, SandboxRecord, UnitState
 from rock_core.rocklet_client import RockletClient
+from rock_core.runtime import UnitHandle
 from rock_core.states import State
 
 __all__ = ["PHASE_RESET", "reset"]
@@ -119,17 +122,47 @@ async def reset(
         return live.record
 
 
+async def _put_away(
+    core: EngineCore, old: UnitHandle, client: RockletClient | None
+) -> UnitHandle | None:
+    """End the old unit's processes and free its name (Docker's container name is the sandbox
+    id, which the new unit takes). A runtime that can rename units (capability ``assign``)
+    renames it out of the way, to be removed in the background once the new unit runs (removing
+    a container takes dockerd a few hundred milliseconds, and slows a start meanwhile): returned
+    then. Another runtime removes it now."""
+    if client is not None:
+        if core.runtime.capabilities.assign and core.is_open:
+            await end_processes(client, core.removals.end_limiter)
+        await client.forget()
+    if core.runtime.capabilities.assign and core.is_open:
+        try:
+            await core.runtime.assign(old, f"rock-reset-{secrets.token_hex(8)}")
+        except RockError as exc:
+            log.warning("could not rename the old unit of %s: %s", old.sandbox_id, exc)
+        else:
+            return old
+    await core.runtime.remove(old)
+    return None
+
+
 async def _replace_unit(core: EngineCore, live: LiveSandbox) -> None:
     """Remove the sandbox's unit and bring up a new one of its spec (the lock held)."""
+    old, live.handle = live.handle, None
+    client, live.client = live.client, None
+    assert old is not None
+    renamed = await _put_away(core, old, client)
+    try:
+        await _bring_up_again(core, live)
+    finally:
+        if renamed is not None:
+            core.removals.submit(renamed)
+
+
+async def _bring_up_again(core: EngineCore, live: LiveSandbox) -> None:
+    """Create and start the sandbox's new unit, wait for its rocklet, reopen its ports."""
     runtime = core.runtime
     record = live.record
     sandbox_id = record.sandbox_id
-    old, live.handle = live.handle, None
-    client, live.client = live.client, None
-    if client is not None:
-        await client.forget()
-    assert old is not None
-    await runtime.remove(old)  # its name is the new unit's: it must be gone first
     assert record.rocklet_token is not None
     handle = await runtime.create(
         with_defaults(core, record.spec),
