@@ -230,3 +230,17 @@ def test_rl_rocks_own_sdk_commits_a_sandbox_to_an_image_tag_on_rocks_admin(
         assert inspected.returncode == 0, inspected.stderr
     finally:
         _remove_image(docker_client, tag)
+
+
+def test_the_registries_a_commit_may_push_to_come_from_the_config_file_or_the_environment(
+    tmp_path: Any,
+) -> None:
+    from rock.admin.config import load_settings
+
+    file = tmp_path / "rock.toml"
+    file.write_text('[engine]\ncommit_registries = ["registry.example.com"]\n')
+    assert load_settings(file, environ={}).engine.commit_registries == ("registry.example.com",)
+    environ = {"ROCK_ENGINE_COMMIT_REGISTRIES": "registry.example.com, localhost:5000"}
+    read = load_settings(None, environ=environ).engine.commit_registries
+    assert read == ("registry.example.com", "localhost:5000")
+    assert load_settings(None, environ={}).engine.commit_registries == ()

@@ -60,6 +60,8 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
                                        # forwarded on 127.0.0.1), as ROCK's does; rock never needs it
     max_rocklet_answer = "64m"         # largest answer read from a rocklet (a command's output...)
     idle_counts_paused = false         # true: time paused counts towards auto_clear_seconds
+    commit_registries = []             # registries ROCK's commit may push to ("registry.example.com");
+                                       # none: a commit's tag naming a registry is refused
     ...
 
     [engine.runtime_options]            # keyword arguments of the runtime's constructor
@@ -78,7 +80,7 @@ Environment variables: ``ROCK_ADMIN_<KEY>`` for each ``[admin]`` key (``ROCK_ADM
 ``ROCK_ADMIN_STATE_DIR=/var/lib/rock``) and ``ROCK_ENGINE_<KEY>`` for each ``[engine]`` key
 (``ROCK_ENGINE_MAX_CONCURRENT_STARTS=8``; ``ROCK_ENGINE_WARM_POOLS`` takes the pools as a JSON
 list of tables, ``ROCK_ENGINE_RUNTIME_OPTIONS`` a JSON table, ``ROCK_ENGINE_ALLOWED_CAP_ADD``,
-``ROCK_ADMIN_ALLOWED_HOSTS`` and ``ROCK_ADMIN_ALLOWED_ORIGINS`` comma-separated names, and
+``ROCK_ENGINE_COMMIT_REGISTRIES``, ``ROCK_ADMIN_ALLOWED_HOSTS`` and ``ROCK_ADMIN_ALLOWED_ORIGINS`` comma-separated names, and
 booleans are ``true`` or ``false``).
 
 Every value, from any source, is read by rock-core's wire converter as the type its key has in
@@ -267,6 +269,9 @@ _TEXT_FORMS: Mapping[str, Callable[[str, str], Any]] = {
         part.strip() for part in text.split(",") if part.strip()
     ],
     "allowed_hosts": lambda text, _path: [part.strip() for part in text.split(",") if part.strip()],
+    "commit_registries": lambda text, _path: [
+        part.strip() for part in text.split(",") if part.strip()
+    ],
     "allowed_origins": lambda text, _path: [
         part.strip() for part in text.split(",") if part.strip()
     ],
