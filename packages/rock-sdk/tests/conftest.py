@@ -71,6 +71,8 @@ DOCKER_ONLY_MODULES = {
     "test_sdk_network_none.py": "network 'none' is refused by the nomad runtime, naming it (rock-nomad's tests check that)",
     "test_sdk_network_group.py": "network_group is refused by the nomad runtime, naming it (rock-nomad's tests check that)",
     "test_sdk_restart_policy.py": "a restart needs a unit that keeps its files across a stop",
+    "test_sdk_commit.py": "ROCK's commit needs the capability snapshot_image, which the nomad runtime refuses (rock-nomad's tests check that)",
+    "test_cli_commit.py": "ROCK's commit needs the capability snapshot_image, which the nomad runtime refuses (rock-nomad's tests check that)",
 }
 
 
