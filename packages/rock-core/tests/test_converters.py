@@ -202,6 +202,8 @@ WIRE_MODELS = [
     actions.SnapshotNameRequest,
     actions.SnapshotInfo,
     actions.SnapshotListResponse,
+    actions.CommitRequest,
+    actions.CommitStatusResponse,
     actions.ForkRequest,
     actions.ForkResponse,
 ]
