@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from rock.actions import Command, CreateBashSessionRequest
@@ -63,9 +64,49 @@ async def test_reset_brings_back_the_images_files_and_ends_processes_and_session
         after = await sandbox.get_status()
         assert after.is_alive and after.image == before.image
         assert after.port_mapping == before.port_mapping
-        # It works on as before: a new session, a command.
+        # It works on as before: a new session, a command, and its port on the same host port.
         await sandbox.create_session(CreateBashSessionRequest(session="after"))
         assert (await sandbox.arun("echo again", session="after")).output == "again"
+        await _sh(sandbox, "echo served > /tmp/i.txt && cd /tmp && (nohup python3 -m http.server"
+                  " 8080 >/dev/null 2>&1 &)")  # fmt: skip
+        assert await _get(f"http://127.0.0.1:{after.port_mapping[8080]}/i.txt") == "served"
+    finally:
+        await sandbox.stop()
+
+
+async def _get(url: str) -> str:
+    """The body at ``url`` once the server in the sandbox listens."""
+    async with httpx.AsyncClient() as http:
+        for _ in range(200):
+            try:
+                answer = await http.get(url)
+                if answer.status_code == 200:
+                    return answer.text.strip()
+            except httpx.HTTPError:
+                pass
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"nothing served at {url}")
+
+
+async def test_a_later_reset_swaps_in_the_unit_started_meanwhile_and_still_clears_state(
+    engine: Any, small: dict[str, Any]
+) -> None:
+    sandbox = Sandbox(SandboxConfig(**small))
+    await sandbox.start()
+    try:
+        first = await sandbox.reset()
+        assert "(its spare unit)" not in first.status["reset"].message
+        message = ""
+        for _ in range(100):  # until the spare has started (in the background)
+            await _sh(sandbox, "echo dirty > /dirty && (sleep 1000 >/dev/null 2>&1 &)")
+            await asyncio.sleep(0.1)
+            message = (await sandbox.reset()).status["reset"].message
+            assert await _sh(sandbox, CHECK) == "no-work\npresent\nno-sleep"
+            if "(its spare unit)" in message:
+                break
+        assert message.endswith("(its spare unit)")
+        status = await sandbox.get_status()
+        assert status.is_alive and status.port_mapping == first.port_mapping
     finally:
         await sandbox.stop()
 

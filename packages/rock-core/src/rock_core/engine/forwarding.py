@@ -49,6 +49,7 @@ class PortForwards:
         self.host = host
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._mappings: dict[str, dict[Port, Port]] = {}
+        self._clients: dict[str, list[RockletClient]] = {}  # the rocklet each carries to
 
     def __len__(self) -> int:
         return len(self._scopes)
@@ -99,13 +100,24 @@ class PortForwards:
         }
         self._scopes[sandbox_id] = scope
         self._mappings[sandbox_id] = mapping
-        self._tg.start_soon(self._serve, scope, listeners, client, name=f"forwards of {sandbox_id}")
+        cell = self._clients[sandbox_id] = [client]
+        self._tg.start_soon(self._serve, scope, listeners, cell, name=f"forwards of {sandbox_id}")
         return dict(mapping)
+
+    def retarget(self, sandbox_id: str, client: RockletClient) -> dict[Port, Port]:
+        """Carry the new connections of ``sandbox_id``'s forwards to ``client`` from now on (a
+        reset's new unit), on the same host ports; its mapping (empty: it has no forwards)."""
+        cell = self._clients.get(sandbox_id)
+        if cell is None:
+            return {}
+        cell[0] = client
+        return self.mapping(sandbox_id)
 
     def close(self, sandbox_id: str) -> None:
         """Stop listening for ``sandbox_id`` and cut its forwarded connections (idempotent)."""
         scope = self._scopes.pop(sandbox_id, None)
         self._mappings.pop(sandbox_id, None)
+        self._clients.pop(sandbox_id, None)
         if scope is not None:
             scope.cancel()
 
@@ -129,7 +141,7 @@ class PortForwards:
     async def _serve(
         scope: anyio.CancelScope,
         listeners: list[tuple[Port, anyio.abc.SocketListener]],
-        client: RockletClient,
+        client: list[RockletClient],
     ) -> None:
         """Accept on every listener of one sandbox until ``scope`` is cancelled, then close them
         (and the connections they carry)."""
@@ -140,7 +152,7 @@ class PortForwards:
             async with listener:
                 while True:
                     stream = await listener.accept()
-                    tg.start_soon(_carry, stream, client, port)
+                    tg.start_soon(_carry, stream, client[0], port)
 
         with scope:
             async with anyio.create_task_group() as tg:

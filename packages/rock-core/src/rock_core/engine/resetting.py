@@ -15,7 +15,9 @@ needs no capability of its own.
 - Refused (naming the state) unless the sandbox is running; a paused one: resume it first.
 - If the new unit cannot be started, the sandbox is stopped, with the reason.
 
-The phase ``reset`` of its status says what it was reset to and how long it took.
+The phase ``reset`` of its status says what it was reset to and how long it took. After a
+reset, the next one's unit is started in the background (:mod:`~rock_core.engine.spares`, on
+Docker), so that reset is a swap: "(its spare unit)" in the phase's message.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 import anyio
 import attrs
 
-from rock_core.engine import snapshots, stopping
+from rock_core.engine import snapshots, spares, stopping
 from rock_core.engine.admission import startup_timeout, with_defaults
 from rock_core.engine.bringup import _wait_for_rocklet, note_unit, open_ports
 from rock_core.engine.core import EngineCore
@@ -40,7 +42,14 @@ from rock_core.errors import (
     RockError,
     SandboxNotFound,
 )
-from rock_core.models import NonBlankStr, PhaseStatus, PullPolicy, SandboxRecord, UnitState
+from rock_core.models import (
+    NonBlankStr,
+    PhaseStatus,
+    PullPolicy,
+    RuntimeStatus,
+    SandboxRecord,
+    UnitState,
+)
 from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
@@ -101,7 +110,7 @@ async def reset(
             core.save(attrs.evolve(live.record, spec=spec))
         try:
             with anyio.fail_after(startup_timeout(core, spec)):
-                await _replace_unit(core, live)
+                swapped = await _replace_unit(core, live)
         except (RockError, TimeoutError) as exc:
             message = exc.message if isinstance(exc, RockError) else "timed out"
             core.set_phase(sandbox_id, PHASE_RESET, PhaseStatus.FAILED, message)
@@ -115,10 +124,14 @@ async def reset(
             ) from exc
         took = time.monotonic() - began
         core.set_phase(
-            sandbox_id, PHASE_RESET, PhaseStatus.SUCCESS, f"reset to {target} in {took:.2f} s"
+            sandbox_id,
+            PHASE_RESET,
+            PhaseStatus.SUCCESS,
+            f"reset to {target} in {took:.2f} s" + (" (its spare unit)" if swapped else ""),
         )
         live.activity = time.time()
         live.usage = None
+        spares.keep(core, sandbox_id)  # the next reset's unit, started meanwhile
         return live.record
 
 
@@ -145,17 +158,63 @@ async def _put_away(
     return None
 
 
-async def _replace_unit(core: EngineCore, live: LiveSandbox) -> None:
-    """Remove the sandbox's unit and bring up a new one of its spec (the lock held)."""
+async def _replace_unit(core: EngineCore, live: LiveSandbox) -> bool:
+    """Remove the sandbox's unit and bring up a new one of its spec (the lock held); whether
+    its spare unit served."""
     old, live.handle = live.handle, None
     client, live.client = live.client, None
     assert old is not None
+    spare = spares.take(core, live.record.sandbox_id, live.record.spec.image)
     renamed = await _put_away(core, old, client)
     try:
+        if spare is not None and await _swap_in(core, live, spare):
+            return True
         await _bring_up_again(core, live)
+        return False
     finally:
         if renamed is not None:
             core.removals.submit(renamed)
+
+
+async def _swap_in(core: EngineCore, live: LiveSandbox, spare: spares.Spare) -> bool:
+    """Make the sandbox's spare unit its unit (renamed after it); whether it answered."""
+    sandbox_id = live.record.sandbox_id
+    token = live.record.rocklet_token
+    assert spare.status.rocklet_address is not None and token is not None
+    try:
+        with anyio.CancelScope(shield=True):  # a stop meanwhile must find it in live.handle
+            handle = await core.runtime.assign(spare.handle, sandbox_id)
+            live.handle = handle
+    except RockError as exc:
+        log.warning("could not take the spare unit of %s: %s", sandbox_id, exc)
+        core.removals.submit(spare.handle)
+        return False
+    client = RockletClient(core.http, *spare.status.rocklet_address, sandbox_id, token=token)
+    if not await client.is_alive(timeout=2.0):
+        live.handle = None
+        with anyio.CancelScope(shield=True):
+            await core.runtime.remove(handle)  # its name is the next unit's
+        return False
+    note_unit(core, live, attrs.evolve(handle, security=spare.handle.security))
+    await _serve(core, live, client, spare.status)
+    return True
+
+
+async def _serve(
+    core: EngineCore, live: LiveSandbox, client: RockletClient, status: RuntimeStatus
+) -> None:
+    """The new unit answers: carry the sandbox's ports to it (the same host ports: the
+    engine's forwards stay open) and route calls to it."""
+    sandbox_id = live.record.sandbox_id
+    kept = core.forwards.retarget(sandbox_id, client)
+    if kept and not status.port_mapping and set(kept) <= set(live.record.port_mapping):
+        mapping = dict(live.record.port_mapping)
+    else:
+        mapping = await open_ports(core, live, client, status)
+    core.save(
+        attrs.evolve(live.record, port_mapping=mapping, rocklet_address=(client.host, client.port))
+    )
+    live.client = client
 
 
 async def _bring_up_again(core: EngineCore, live: LiveSandbox) -> None:
@@ -187,8 +246,4 @@ async def _bring_up_again(core: EngineCore, live: LiveSandbox) -> None:
         core.http, *status.rocklet_address, sandbox_id, token=record.rocklet_token
     )
     await _wait_for_rocklet(core, live, handle, client)
-    mapping = await open_ports(core, live, client, status)
-    core.save(
-        attrs.evolve(live.record, port_mapping=mapping, rocklet_address=(client.host, client.port))
-    )
-    live.client = client
+    await _serve(core, live, client, status)

@@ -6,7 +6,15 @@ import signal
 
 import click
 
-from rock.bench import _cli_admin, _cli_engine, _cli_fork, _cli_pause, _cli_rollout, _cli_scale
+from rock.bench import (
+    _cli_admin,
+    _cli_engine,
+    _cli_fork,
+    _cli_pause,
+    _cli_reset,
+    _cli_rollout,
+    _cli_scale,
+)
 
 __all__ = ["bench"]
 
@@ -32,6 +40,7 @@ for _command in (
     _cli_engine.monitor,
     _cli_engine.archive,
     _cli_pause.pause,
+    _cli_reset.reset,
     _cli_fork.fork,
     _cli_admin.admin,
     _cli_admin.proxy,
