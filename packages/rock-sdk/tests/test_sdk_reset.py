@@ -19,9 +19,14 @@ import pytest
 from rock.actions import Command, CreateBashSessionRequest
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
-from rock_core.errors import BadRequestRockError, InvalidParameter, SessionNotFound
+from rock_core.errors import BadRequestRockError, InvalidParameter, NotSupported, SessionNotFound
+
+from .conftest import RUNTIME, SMALL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+#: On the stand-in Nomad (``ROCK_TEST_RUNTIME=nomad``) every reset is refused (the last test).
+docker_only = pytest.mark.skipif(RUNTIME != "docker", reason="Nomad refuses resets (capability)")
 
 ROCK = Path(sys.executable).with_name("rock")
 
@@ -38,6 +43,7 @@ CHECK = (
 )
 
 
+@docker_only
 async def test_reset_brings_back_the_images_files_and_ends_processes_and_sessions(
     engine: Any, small: dict[str, Any]
 ) -> None:
@@ -88,6 +94,7 @@ async def _get(url: str) -> str:
     raise AssertionError(f"nothing served at {url}")
 
 
+@docker_only
 async def test_a_later_reset_swaps_in_the_unit_started_meanwhile_and_still_clears_state(
     engine: Any, small: dict[str, Any]
 ) -> None:
@@ -111,6 +118,7 @@ async def test_a_later_reset_swaps_in_the_unit_started_meanwhile_and_still_clear
         await sandbox.stop()
 
 
+@docker_only
 async def test_reset_to_a_snapshot_gives_its_files_and_later_resets_return_to_it(
     engine: Any, small: dict[str, Any]
 ) -> None:
@@ -151,6 +159,7 @@ async def _delete_when_unused(sandbox: Sandbox, name: str) -> None:
     await sandbox.delete_snapshot(name)
 
 
+@docker_only
 async def test_reset_of_a_stopped_sandbox_is_refused_naming_its_state(
     engine: Any, small: dict[str, Any]
 ) -> None:
@@ -164,6 +173,7 @@ async def test_reset_of_a_stopped_sandbox_is_refused_naming_its_state(
         await sandbox.delete()
 
 
+@docker_only
 async def test_reset_of_a_paused_sandbox_asks_to_resume_it_first(
     engine: Any, small: dict[str, Any]
 ) -> None:
@@ -185,6 +195,7 @@ def _rock(admin: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(ROCK), *args], env=env, capture_output=True, text=True, timeout=120)
 
 
+@docker_only
 def test_rock_sandbox_reset_on_the_command_line(admin: Any) -> None:
     created = _rock(admin, "sandbox", "create", "--memory", "256m", "--cpus", "0.5")
     assert created.returncode == 0, created.stderr
@@ -213,3 +224,24 @@ def test_rock_sandbox_reset_on_the_command_line(admin: Any) -> None:
         if gone.returncode == 0 or "still used" not in gone.stderr:
             break
     assert gone.returncode == 0, gone.stderr
+
+
+async def test_an_admin_on_nomad_refuses_a_reset_naming_the_capability(
+    tmp_path: Path, admin_launcher: Any, docker_client: Any
+) -> None:
+    from rock_nomad.testing import StandInNomad
+
+    launch_admin, stop_admin = admin_launcher
+    with StandInNomad(nodes=1) as nomad:
+        config = f'[engine]\nruntime = "nomad"\n[plugins.nomad]\naddress = "{nomad.address}"\n'
+        server = launch_admin(tmp_path, config=config)
+        try:
+            async with Sandbox(SandboxConfig(**SMALL, base_url=server.url)) as sandbox:
+                with pytest.raises(
+                    NotSupported,
+                    match=r"runtime 'nomad' cannot reset sandboxes: .*\(capability assign\)",
+                ):
+                    await sandbox.reset()
+                assert (await sandbox.arun("echo still here")).output.strip() == "still here"
+        finally:
+            stop_admin(server, docker_client)

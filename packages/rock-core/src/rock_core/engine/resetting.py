@@ -5,8 +5,9 @@ processes and sessions end with it) and a new one is made from the same spec and
 the sandbox's id (Docker: its container name), labels and rocklet secret. The record keeps its
 id, limits and ``port_mapping`` (the engine's forwards reopen on the same host ports while they
 are free); its state stays ``running`` throughout, and calls made meanwhile are refused as to a
-sandbox still starting. It needs only what every runtime has (create, start, remove), so it
-needs no capability of its own.
+sandbox still starting. The runtime must rename units (capability ``assign``: Docker; Nomad is
+refused, naming it): the old unit is renamed out of the way, its processes ended, and removed in
+the background once the new unit runs.
 
 - ``snapshot=None``: the files of the sandbox's image, the one it runs now. A sandbox started
   from a snapshot, or reset to one, goes back to that snapshot's files.
@@ -39,6 +40,7 @@ from rock_core.engine.removals import end_processes
 from rock_core.errors import (
     BadRequestRockError,
     InternalServerRockError,
+    NotSupported,
     RockError,
     SandboxNotFound,
 )
@@ -80,8 +82,17 @@ async def reset(
     :raises SandboxNotFound: no such sandbox (of ``tenant``, the caller's, when given).
     :raises BadRequestRockError: the sandbox is not running (naming its state), or is paused.
     :raises InvalidParameter: ``unknown snapshot`` (none of that name of the sandbox's tenant).
-    :raises NotSupported: a snapshot named on a runtime without ``snapshot_image``.
+    :raises NotSupported: the runtime lacks ``assign`` (or ``snapshot_image``, a snapshot named).
     """
+    if not core.runtime.capabilities.assign:
+        # The new unit takes the old one's name; a runtime that cannot rename the old one out of
+        # the way would report its end as the new one's (a Nomad job's id is its name).
+        raise NotSupported(
+            f"runtime {core.runtime.name!r} cannot reset sandboxes: it cannot rename units "
+            "(capability assign)",
+            sandbox_id=sandbox_id,
+            attempted="reset",
+        )
     record = core.get_record(sandbox_id)
     if tenant is not None and (record.spec.tenant or core.owner) != tenant:
         raise SandboxNotFound(
