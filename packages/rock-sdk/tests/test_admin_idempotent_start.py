@@ -115,17 +115,17 @@ def test_a_start_naming_its_id_is_answered_once_per_key(
         try:
             # The repeat through /start waits until the one sandbox runs.
             assert _started(http_a, "start", "k-1", sandbox_id=sandbox_id) == first
-            # Another key, or none: another start, refused as before; another tenant does not
-            # see the sandbox at all (the admin's tenancy rule), with or without the key.
+            # Another key, or none: another start, refused as before; another tenant learns only
+            # that the id is taken (the admin's tenancy rule), with or without the key.
             cases = [
-                (http_a, "k-2", "already exists"),
-                (http_a, None, "already exists"),
-                (http_b, "k-1", "not found"),
+                (http_a, "k-2", f"Sandbox {sandbox_id} already exists"),
+                (http_a, None, f"Sandbox {sandbox_id} already exists"),
+                (http_b, "k-1", f"sandbox id {sandbox_id!r} is taken"),
             ]
             for http, key, why in cases:
                 refused = _start(http, "start_async", key, sandbox_id=sandbox_id)
                 assert refused["status"] == "Failed"
-                assert f"Sandbox {sandbox_id} {why}" in refused["error"]
+                assert why in refused["error"] and "team-a" not in refused["error"]
             assert len(containers_of(docker_client, sandbox_id)) == 1
         finally:
             _stop(http_a, sandbox_id)
