@@ -205,6 +205,7 @@ WIRE_MODELS = [
     actions.CommitRequest,
     actions.CommitStatusResponse,
     actions.ForkRequest,
+    actions.ResetRequest,
     actions.ForkResponse,
 ]
 

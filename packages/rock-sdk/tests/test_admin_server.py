@@ -75,6 +75,7 @@ EXPECTED_ROUTES = {
     ("get", "sandboxes/{sandbox_id}/statistics"),
     ("post", "sandboxes/{sandbox_id}/snapshot"),
     ("post", "sandboxes/{sandbox_id}/fork"),
+    ("post", "sandboxes/{sandbox_id}/reset"),
     ("get", "snapshots"),
     ("post", "commit"),
     ("get", "commit/{sandbox_id}"),
