@@ -83,6 +83,7 @@ def _a_value(field: attrs.Attribute) -> object:
         "store": "postgresql://rock@127.0.0.1:5432/rock",
         "cluster": "team-a",
         "cluster_address": "http://admin-a.example:8080",
+        "commit_registries": ("registry.example.com",),
         "engine_label": "other",
         "max_auto_delete_seconds": 7,
     }
