@@ -140,7 +140,9 @@ async def test_another_tenants_sandbox_cannot_be_committed_nor_its_status_read(
 ) -> None:
     def sandbox(key: str) -> Sandbox:
         headers = {"X-API-Key": key}
-        return Sandbox(SandboxConfig(**small, base_url=keyed_admin.url, extra_headers=headers))
+        # The keyed admin of its own, whichever admin the pass's `small` names.
+        fields = {**small, "base_url": keyed_admin.url}
+        return Sandbox(SandboxConfig(**fields, extra_headers=headers))
 
     tag = _tag()
     a = sandbox(KEY_A)
