@@ -257,7 +257,7 @@ def test_the_nomad_jobs_admin_config_is_read_by_the_admin_as_one_cluster_on_post
     template = _admin_toml_template(text)
     store = "postgresql://rock:secret@127.0.0.1:5432/rock"
     read = []
-    for node in ("10.0.0.1", "10.0.0.2"):
+    for node in ("node-a.example", "node-b.example"):
         nomad_env = {
             "NOMAD_PORT_http": variables["port"],
             "NOMAD_ADDR_http": f"{node}:{variables['port']}",
@@ -271,7 +271,7 @@ def test_the_nomad_jobs_admin_config_is_read_by_the_admin_as_one_cluster_on_post
         config = tmp_path / f"{node}.toml"
         config.write_text(filled)
         read.append(load_settings(config, environ={"ROCK_ENGINE_STORE": store}))
-    for node, settings in zip(("10.0.0.1", "10.0.0.2"), read):
+    for node, settings in zip(("node-a.example", "node-b.example"), read):
         assert settings.engine.store == store
         assert settings.engine.cluster_address == f"http://{node}:{variables['port']}"
         assert settings.engine.cluster == variables["cluster"]

@@ -116,13 +116,13 @@ def test_a_lease_table_of_version_1_is_upgraded_and_names_its_holders_address(
     # As version 1 left it: no address column.
     run_sql(postgres_url, "ALTER TABLE rock_lease DROP COLUMN address")
     run_sql(postgres_url, "UPDATE rock_schema SET version = 1 WHERE component = 'lease'")
-    lease = Lease(store, "admin-up", name="upgraded", address="http://10.0.0.5:8080")
+    lease = Lease(store, "admin-up", name="upgraded", address="http://admin-up.example:8080")
     lease.prepare()
     assert run_sql(postgres_url, "SELECT version FROM rock_schema WHERE component = 'lease'") == [
         (2,)
     ]
     assert lease.leader() is None  # nobody took it yet
     assert lease.acquire() is not None
-    assert lease.leader() == "http://10.0.0.5:8080"
+    assert lease.leader() == "http://admin-up.example:8080"
     lease.release(lease.acquire() or 0)
     assert lease.leader() is None  # released: nobody leads
