@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from rock_gem.runtime import REQUIREMENTS, runtime_zip
+from rock_gem.runtime import REQUIREMENTS, runtime_dir, runtime_zip
 
 
 def test_a_python_gem_cannot_run_on_is_refused_naming_it() -> None:
@@ -25,9 +26,19 @@ def test_requirements_are_pinned() -> None:
 def test_not_prepared_and_no_fetch_says_how(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    with pytest.raises(RuntimeError, match="python -m rock_gem.runtime 3.11"):
+    monkeypatch.setenv("ROCK_GEM_RUNTIME_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="-m rock_gem.runtime 3.11`"):
         runtime_zip("3.11", fetch=False)
+    with pytest.raises(RuntimeError, match=f"-m rock_gem.runtime 3.11 --dir {tmp_path / 'x'}`"):
+        runtime_zip("3.11", fetch=False, directory=tmp_path / "x")
+
+
+def test_the_runtime_is_looked_for_outside_any_home(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ROCK_GEM_RUNTIME_DIR", raising=False)
+    assert runtime_dir() == Path(sys.prefix) / "share" / "rock-gem" / "runtime"
+    assert runtime_dir("/srv/gem") == Path("/srv/gem")
+    monkeypatch.setenv("ROCK_GEM_RUNTIME_DIR", "/opt/gem")
+    assert runtime_dir() == Path("/opt/gem") and runtime_dir("/srv/gem") == Path("/srv/gem")
 
 
 def test_the_prepared_zip_holds_gem_and_numpy() -> None:

@@ -34,6 +34,9 @@ class GemOptions:
         warm pool, so that a make that needs a new sandbox claims one instead of starting it.
     :param envhub_db: EnvHub's database (see :mod:`rock_gem.envhub`; default
         ``$ROCK_ENVHUB_DB_URL``, else a file beside the engine's store).
+    :param runtime_dir: the folder of GEM's runtime zips, uploaded into sandboxes of images
+        without GEM (default ``$ROCK_GEM_RUNTIME_DIR``, else ``share/rock-gem/runtime`` under
+        the installation's prefix; see :mod:`rock_gem.runtime`).
     """
 
     image: str | None = checked(Optional[str], default=None)
@@ -44,6 +47,7 @@ class GemOptions:
     start_timeout: PositiveFloat = checked(PositiveFloat, default=300.0)
     warm_sandboxes: NonNegativeInt = checked(NonNegativeInt, default=0)
     envhub_db: str | None = checked(Optional[str], default=None)
+    runtime_dir: str | None = checked(Optional[str], default=None)
 
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> GemOptions:

@@ -14,6 +14,7 @@ admin's start route does, so the admin's tenancy rules and counts see it.
 
 from __future__ import annotations
 
+import functools
 import os
 import weakref
 from collections.abc import Mapping, Sequence
@@ -112,7 +113,7 @@ class GemProvider(EnvProvider):
     Built by the engine as ``GemProvider(engine, **table)``, the table being ``[plugins.gem]``
     (or ``ROCK_PLUGIN_GEM_<KEY>``), read as :class:`~rock_gem.options.GemOptions` (each key is
     described there: ``image``, ``envs_per_sandbox``, ``memory``, ``cpus``, ``timeout``,
-    ``start_timeout``, ``warm_sandboxes``, ``envhub_db``). A name registered in EnvHub is made
+    ``start_timeout``, ``warm_sandboxes``, ``envhub_db``, ``runtime_dir``). A name registered in EnvHub is made
     in its image, as the GEM id and constructor arguments its ``extra_spec`` says.
 
     :raises InvalidParameter: a bad or unknown option, named ``plugins.gem.<key>`` with its value.
@@ -386,7 +387,11 @@ class GemProvider(EnvProvider):
                 kind="missing_dependency",
             )
         try:
-            path = await anyio.to_thread.run_sync(runtime_zip, python)
+            path = await anyio.to_thread.run_sync(
+                functools.partial(
+                    runtime_zip, python, fetch=False, directory=self.options.runtime_dir
+                )
+            )
         except (ValueError, RuntimeError) as exc:
             raise EnvFailed(
                 f"image {host.image} has no GEM, and rock cannot add it: {exc}",

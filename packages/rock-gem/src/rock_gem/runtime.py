@@ -5,9 +5,14 @@ this zip into the sandbox once (``/tmp/rock-gem``, unpacked by the rocklet) and 
 puts it on its ``PYTHONPATH``. The zip holds the wheels of ``runtime-requirements.txt`` for one
 Python version and CPU, unpacked: pure Python plus numpy's and regex's extension modules.
 
-Prepared offline ahead by ``scripts/ensure-gem-image.sh`` (``python -m rock_gem.runtime 3.11``);
-otherwise at first need, which needs ``uv`` (``$ROCK_UV`` or on ``PATH``) or ``pip`` and the
-package index.
+Where it lives (:func:`runtime_dir`): ``[plugins.gem] runtime_dir``, else
+``$ROCK_GEM_RUNTIME_DIR``, else ``share/rock-gem/runtime`` under the installation's prefix (the
+virtualenv rock runs from). Never under a home directory: an admin run by another account (a
+service account with its own ``HOME``) finds what the set-up prepared.
+
+Prepared ahead by the set-up (``scripts/ensure-gem-image.sh`` runs ``python -m rock_gem.runtime
+3.11``), which needs ``uv`` (``$ROCK_UV`` or on ``PATH``) or ``pip`` and the package index. An
+engine never fetches it: a missing runtime is an error naming that command.
 """
 
 from __future__ import annotations
@@ -21,17 +26,40 @@ import sys
 import zipfile
 from pathlib import Path
 
-__all__ = ["REQUIREMENTS", "cache_dir", "runtime_zip"]
+__all__ = ["REQUIREMENTS", "RUNTIME_DIR_ENV", "prepare_command", "runtime_dir", "runtime_zip"]
 
 #: The packages of the runtime, pinned.
 REQUIREMENTS = Path(__file__).with_name("runtime-requirements.txt")
 SUPPORTED = ("3.10", "3.11", "3.12")  # gem-llm 0.1.0: Requires-Python >=3.10, <=3.12
 
 
-def cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/rock/gem-runtime`` (or ``~/.cache/...``)."""
+#: The variable naming the runtime's folder (when ``[plugins.gem] runtime_dir`` does not).
+RUNTIME_DIR_ENV = "ROCK_GEM_RUNTIME_DIR"
+
+
+def runtime_dir(configured: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of GEM's runtime zips: ``configured`` (``[plugins.gem] runtime_dir``), else
+    ``$ROCK_GEM_RUNTIME_DIR``, else ``<sys.prefix>/share/rock-gem/runtime`` (the installation's,
+    the same for every account that runs it; never ``~``)."""
+    chosen = configured or os.environ.get(RUNTIME_DIR_ENV)
+    if chosen:
+        return Path(chosen).expanduser().absolute()
+    return Path(sys.prefix) / "share" / "rock-gem" / "runtime"
+
+
+def _legacy_dir() -> Path:
+    """Where rock kept the zips before (the set-up user's cache): copied from, never read by an
+    engine."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "rock" / "gem-runtime"
+
+
+def prepare_command(python: str, directory: Path | None = None) -> str:
+    """The command that prepares the runtime for ``python`` in ``directory``."""
+    command = f"{sys.executable} -m rock_gem.runtime {python}"
+    if directory is not None and directory != runtime_dir(None):
+        command += f" --dir {directory}"
+    return command
 
 
 def _arch() -> str:
@@ -65,6 +93,13 @@ def _fetch(site: Path, python: str, arch: str) -> None:
             str(REQUIREMENTS),
         ]
     else:
+        import importlib.util
+
+        if importlib.util.find_spec("pip") is None:
+            raise RuntimeError(
+                f"cannot prepare GEM's runtime: {sys.executable} has no pip and no uv was found "
+                "(set ROCK_UV to uv's path, or put uv on PATH)"
+            )
         command = [
             sys.executable,
             "-m",
@@ -92,30 +127,55 @@ def _fetch(site: Path, python: str, arch: str) -> None:
         raise RuntimeError(
             f"cannot prepare GEM's runtime: neither uv (ROCK_UV, PATH) nor pip is available ({exc})"
         ) from None
+    except OSError as exc:
+        raise RuntimeError(f"cannot prepare GEM's runtime: {exc}") from None
     except subprocess.CalledProcessError as exc:
         raise RuntimeError(
             f"cannot prepare GEM's runtime for Python {python} ({arch}): {exc.stderr.strip()[-500:]}"
         ) from None
 
 
-def runtime_zip(python: str, arch: str | None = None, *, fetch: bool = True) -> Path:
-    """The zip of GEM's runtime for ``python`` (``"3.11"``) on ``arch`` (default: this machine's).
+def runtime_zip(
+    python: str,
+    arch: str | None = None,
+    *,
+    fetch: bool = True,
+    directory: str | os.PathLike[str] | None = None,
+) -> Path:
+    """The zip of GEM's runtime for ``python`` (``"3.11"``) on ``arch`` (default: this machine's),
+    in ``directory`` (default :func:`runtime_dir`).
 
     :raises ValueError: a Python gem-llm does not support.
-    :raises RuntimeError: not prepared and ``fetch`` is false, or fetching failed.
+    :raises RuntimeError: not prepared and ``fetch`` is false (naming the command to run), or
+        preparing failed.
     """
     if python not in SUPPORTED:
         raise ValueError(
             f"GEM (gem-llm 0.1.0) needs Python {', '.join(SUPPORTED)}; the image has Python {python}"
         )
     arch = arch or _arch()
-    target = cache_dir() / (_name(python, arch) + ".zip")
+    folder = runtime_dir(directory)
+    target = folder / (_name(python, arch) + ".zip")
     if target.is_file():
         return target
     if not fetch:
         raise RuntimeError(
-            f"GEM's runtime for Python {python} ({arch}) is not prepared: run `python -m rock_gem.runtime {python}`"
+            f"GEM's runtime for Python {python} ({arch}) is not prepared in {folder}: run "
+            f"`{prepare_command(python, folder)}` (the set-up, scripts/ensure-gem-image.sh, does)"
         )
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RuntimeError(
+            f"cannot prepare GEM's runtime in {folder}: {exc} (choose a folder with --dir or "
+            f"${RUNTIME_DIR_ENV}, and name it in [plugins.gem] runtime_dir)"
+        ) from None
+    legacy = _legacy_dir() / target.name
+    if legacy.is_file():  # prepared by an earlier set-up in this user's cache
+        partial = target.with_name(target.name + f".{os.getpid()}.tmp")
+        shutil.copyfile(legacy, partial)
+        os.replace(partial, target)
+        return target
     work = target.with_name(target.stem + f".{os.getpid()}.tmp")
     shutil.rmtree(work, ignore_errors=True)
     site = work / "site"
@@ -151,9 +211,22 @@ def runtime_zip(python: str, arch: str | None = None, *, fetch: bool = True) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rock_gem.runtime [PYTHON_VERSION ...]``: prepare the zips (default 3.11)."""
-    for python in (argv if argv is not None else sys.argv[1:]) or ["3.11"]:
-        print(runtime_zip(python))
+    """``python -m rock_gem.runtime [--dir DIR] [PYTHON_VERSION ...]``: prepare the zips
+    (default 3.11) in ``DIR`` (default :func:`runtime_dir`)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m rock_gem.runtime", description="Prepare GEM's runtime zips."
+    )
+    parser.add_argument("--dir", default=None, help=f"default: {runtime_dir(None)}")
+    parser.add_argument("python", nargs="*", default=["3.11"])
+    args = parser.parse_args(argv)
+    for python in args.python:
+        try:
+            print(runtime_zip(python, directory=args.dir))
+        except (ValueError, RuntimeError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
     return 0
 
 
