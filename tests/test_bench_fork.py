@@ -15,23 +15,47 @@ pytestmark = pytest.mark.docker
 ROCK = Path(sys.executable).with_name("rock")
 
 
-def test_fork_bench_prints_snapshot_fork_and_cold_start_figures(docker_client):
-    before = {image.id for image in docker_client.images.list(name="rock-snapshot")}
+def test_fork_bench_prints_every_figure_of_snapshots_forks_resets_and_resumes(docker_client):
     done = subprocess.run(
-        [str(ROCK), "bench", "fork", "--count", "2", "--write-mib", "4", "--memory", "256m"],
+        [
+            str(ROCK),
+            "bench",
+            "fork",
+            "--count",
+            "2",
+            "--write-mib",
+            "4",
+            "--memory",
+            "256m",
+            "--rounds",
+            "2",
+        ],
         capture_output=True,
         text=True,
         timeout=600,
     )
-    figures = json.loads(done.stdout)["figures"]
+    document = json.loads(done.stdout)
+    figures = document["figures"]
     assert figures["snapshot_bytes"] >= 4 << 20
     assert 0 < figures["parent_frozen_s"] <= figures["snapshot_s"]
     assert figures["cold_starts_all_running_s"] > 0 and figures["fork_all_running_s"] > 0
+    assert figures["fork_call_s"] > 0 and figures["fork_starts_after_call_s"] > 0
+    assert figures["fork_call_s"] + figures["fork_starts_after_call_s"] == pytest.approx(
+        figures["fork_all_running_s"], abs=0.002
+    )
     assert figures["start_from_snapshot_pool_p50_ms"] > 0
+    assert figures["reset_p50_ms"] > 0 and figures["cold_start_p50_ms"] > 0
+    assert figures["reset_over_cold"] == pytest.approx(
+        figures["reset_p50_ms"] / figures["cold_start_p50_ms"], abs=0.001
+    )
+    assert figures["resume_p50_ms"] > 0
     assert figures["disk_copies_bytes"] == 2 * figures["disk_snapshot_layer_bytes"]
     assert figures["disk_forks_writable_bytes"] is None or (
         figures["disk_forks_writable_bytes"] < figures["disk_snapshot_layer_bytes"]
     )
     # The exit code says whether the goal was met (a figure, not this test's bound).
     assert done.returncode == (0 if figures["goal_met"] else 1), done.stderr
-    assert {image.id for image in docker_client.images.list(name="rock-snapshot")} <= before
+    # Its two snapshots (the one timed, the fork's) are deleted (other tests may make their own).
+    assert len(document["snapshots"]) == 2
+    for name in document["snapshots"]:
+        assert not docker_client.images.list(filters={"label": f"rock.snapshot.name={name}"})

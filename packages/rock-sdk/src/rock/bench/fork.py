@@ -7,7 +7,12 @@ A parent sandbox writes ``write_mib`` MiB of random data; then, in the same run:
 - ``count`` cold starts of the base image at once, until all run;
 - a fork of ``count`` (``SandboxManager.fork``: a snapshot, then the starts through the start
   queue), until all run, against the cold starts (issue #25's goal: <= 1.2x);
+  split into the fork call (the snapshot: ``docker commit``, the parent frozen meanwhile) and
+  the starts after it, to show where the time goes;
 - ``count`` starts from a warm pool of the fork's snapshot (claims), their p50;
+- ``rounds`` resets of the parent (its unit replaced; the later ones swap in its spare unit)
+  against as many cold starts, interleaved: the p50s and their ratio (goal: <= 0.5x);
+- ``rounds`` pauses and resumes of the parent: resume's p50 (goal: <= 50 ms);
 - the disk: the snapshot's layer (shared by every fork) and what the running forks wrote over
   it (their writable layers), against ``count`` copies of the parent's changes.
 """
@@ -31,6 +36,44 @@ __all__ = ["GOAL_FORK_RATIO", "run_fork_bench"]
 
 #: Issue #25's goal: a fork of N all running within 1.2x the time of N cold starts.
 GOAL_FORK_RATIO = 1.2
+#: Issue #25's goals: a reset's p50 within half a cold start's; resume's p50.
+GOAL_RESET_RATIO = 0.5
+GOAL_RESUME_P50_MS = 50.0
+
+
+def _p50_ms(values: list[float]) -> float:
+    return round(statistics.median(values) * 1000, 2)
+
+
+async def _resets_and_colds(
+    engine: SandboxManager, parent: str, request: SandboxStartRequest, rounds: int
+) -> tuple[list[float], list[float]]:
+    """``rounds`` resets of ``parent`` and as many cold starts, interleaved, each after a
+    second's pause (as between episodes: dockerd finishes the background removals, and the
+    reset's spare unit starts)."""
+    resets: list[float] = []
+    colds: list[float] = []
+    for _ in range(rounds):
+        await anyio.sleep(1.0)
+        began = time.perf_counter()
+        await engine.reset(parent)
+        resets.append(time.perf_counter() - began)
+        await anyio.sleep(1.0)
+        began = time.perf_counter()
+        cold = await engine.start(request)
+        colds.append(time.perf_counter() - began)
+        await engine.stop(str(cold.sandbox_id))
+    return resets, colds
+
+
+async def _resumes(engine: SandboxManager, parent: str, rounds: int) -> list[float]:
+    took: list[float] = []
+    for _ in range(rounds):
+        await engine.pause(parent)
+        began = time.perf_counter()
+        await engine.resume(parent)
+        took.append(time.perf_counter() - began)
+    return took
 
 
 async def _all_running(engine: SandboxManager, ids: list[str]) -> None:
@@ -43,6 +86,14 @@ async def _stop_all(engine: SandboxManager, ids: list[str]) -> None:
     async with anyio.create_task_group() as tg:
         for sandbox_id in ids:
             tg.start_soon(engine.stop, sandbox_id)
+
+
+async def _quiet(engine: SandboxManager, units: int) -> None:
+    """Wait (up to a minute) until the engine has only ``units`` units left, so that the
+    removals of a batch just stopped do not weigh on the next batch measured."""
+    with anyio.move_on_after(60):
+        while len(await engine.runtime.list({"rock.engine_id": engine.engine_id})) > units:
+            await anyio.sleep(0.1)
 
 
 async def _writable_bytes(engine: SandboxManager, ids: list[str]) -> int | None:
@@ -65,6 +116,7 @@ async def run_fork_bench(
     memory: str,
     cpus: float,
     say: Callable[[str], None],
+    rounds: int = 10,
 ) -> dict[str, Any]:
     """The figures of the module docstring, as one document."""
     config = EngineConfig(stats_interval=NonNegativeFloat(0), reap_orphans=False)
@@ -89,6 +141,7 @@ async def run_fork_bench(
             snapshots.append(snap.name)
 
             say(f"{count} cold starts of {image}")
+            await _quiet(engine, 1)
             began = time.perf_counter()
             cold = [str((await engine.start_async(request)).sandbox_id) for _ in range(count)]
             started += cold
@@ -97,8 +150,10 @@ async def run_fork_bench(
             await _stop_all(engine, cold)
 
             say(f"fork of {count}")
+            await _quiet(engine, 1)
             began = time.perf_counter()
             fork_snap, records = await engine.fork(parent, count)
+            fork_call_s = time.perf_counter() - began
             forks = [str(r.sandbox_id) for r in records]
             started += forks
             await _all_running(engine, forks)
@@ -124,6 +179,11 @@ async def run_fork_bench(
                 started.append(claimed)
                 await engine.stop(claimed)
             await engine.set_warm_pool(pooled, 0)
+
+            say(f"{rounds} pauses and resumes of the parent")
+            resumes = await _resumes(engine, parent, rounds)
+            say(f"{rounds} resets of the parent against {rounds} cold starts")
+            resets, colds = await _resets_and_colds(engine, parent, request, rounds)
         finally:
             await _stop_all(engine, [parent, *started])
             for name in snapshots:
@@ -134,22 +194,32 @@ async def run_fork_bench(
                     except Exception:  # noqa: BLE001 - its sandboxes are still being removed
                         await anyio.sleep(0.1)
     ratio = fork_s / cold_s
+    reset_p50, cold_p50, resume_p50 = _p50_ms(resets), _p50_ms(colds), _p50_ms(resumes)
     return {
         "bench": "fork",
         "count": count,
         "image": image,
         "write_mib": write_mib,
+        "snapshots": snapshots,
         "figures": {
             "snapshot_s": round(snapshot_s, 3),
             "parent_frozen_s": round(snap.frozen_seconds or 0.0, 3),
             "snapshot_bytes": snap.size,
             "cold_starts_all_running_s": round(cold_s, 3),
             "fork_all_running_s": round(fork_s, 3),
+            "fork_call_s": round(fork_call_s, 3),
+            "fork_starts_after_call_s": round(fork_s - fork_call_s, 3),
             "fork_snapshot_frozen_s": round(fork_snap.frozen_seconds or 0.0, 3),
             "fork_over_cold": round(ratio, 3),
             "goal_fork_over_cold": GOAL_FORK_RATIO,
             "goal_met": ratio <= GOAL_FORK_RATIO,
-            "start_from_snapshot_pool_p50_ms": round(statistics.median(claims) * 1000, 2),
+            "start_from_snapshot_pool_p50_ms": _p50_ms(claims),
+            "reset_p50_ms": reset_p50,
+            "cold_start_p50_ms": cold_p50,
+            "reset_over_cold": round(reset_p50 / cold_p50, 3),
+            "goal_reset_over_cold": GOAL_RESET_RATIO,
+            "resume_p50_ms": resume_p50,
+            "goal_resume_p50_ms": GOAL_RESUME_P50_MS,
             "disk_snapshot_layer_bytes": fork_snap.size,
             "disk_forks_writable_bytes": forks_rw,
             "disk_copies_bytes": count * fork_snap.size,
