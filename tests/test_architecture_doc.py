@@ -108,11 +108,11 @@ def _page() -> str:
 
 
 def _code_blocks(text: str) -> list[str]:
-    return re.findall(r"^```\n(.*?)^```", text, flags=re.S | re.M)
+    return re.findall(r"^```(?:text)?\n(.*?)^```", text, flags=re.S | re.M)
 
 
 def _prose(text: str) -> str:
-    return re.sub(r"^```\n.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"^```(?:text)?\n.*?^```", "", text, flags=re.S | re.M)
 
 
 @cache

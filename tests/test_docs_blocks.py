@@ -1,0 +1,320 @@
+"""Docs that cannot go stale (issue #30 point 2): every ```python, ```sh / ```bash and ```console
+block of README.md, docs/*.md and packages/*/README.md runs here as written, against real parts
+(the embedded SDK on the Docker engine, a real ``rock admin serve``, the ``rock`` command), or
+carries a marker with the reason it cannot. Printed results are checked where the block shows
+them. The markers and rules are in ``tests/docs_blocks.py``.
+
+A new block needs nothing to be checked: it is found and run. One that cannot run as written
+fails here until it is fixed or marked ``<!-- docs-test: skip (why) -->``.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+docs = _load("docs_blocks")
+BLOCKS = docs.all_blocks()
+RUNNER = Path(__file__).with_name("docs_block_runner.py")
+
+#: What a shell block's words become here, and why: the block stays as a reader types it.
+SHELL_SUBSTITUTIONS = [
+    # `uv run X` is X in the workspace's venv; uv itself would sync that shared venv first.
+    (re.compile(r"\buv run "), ""),
+]
+
+
+def _runnable(*langs: set[str]) -> list[Any]:
+    wanted = set().union(*langs)
+    return [pytest.param(b, id=b.id) for b in BLOCKS if b.lang in wanted and b.runs]
+
+
+# ---- the inventory: every block is found, named and, when not run, says why ---------------------
+
+
+def test_the_walk_finds_the_blocks_of_every_doc():
+    files = {b.path.relative_to(REPO).as_posix() for b in BLOCKS}
+    assert {"README.md", "docs/plugins.md", "packages/rock-sdk/README.md"} <= files
+    assert sum(b.lang in docs.PYTHON for b in BLOCKS) >= 20
+    assert sum(b.lang in docs.SHELL | docs.CONSOLE for b in BLOCKS) >= 8
+
+
+def test_every_fence_names_its_language_so_no_command_hides_in_a_plain_block():
+    known = docs.PYTHON | docs.SHELL | docs.CONSOLE | docs.INERT
+    unnamed = [f"{b.id} ({b.lang or 'no language'})" for b in BLOCKS if b.lang not in known]
+    assert not unnamed, (
+        f"fences without a known language (use ```text for a diagram or a listing): {unnamed}"
+    )
+
+
+def test_every_marker_is_understood_and_every_skip_says_why():
+    wrong = {b.id: b.problems for b in BLOCKS if b.problems}
+    assert not wrong, wrong
+    inert = [b.id for b in BLOCKS if b.marker is not None and b.lang in docs.INERT]
+    assert not inert, f"markers on blocks that never run: {inert}"
+
+
+def test_every_python_block_compiles_and_top_level_await_says_what_it_runs_in():
+    wrong = {}
+    for block in _python_blocks():
+        awaits = {"sandbox", "async"} & set(block.tokens)
+        try:
+            compile(block.text, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+        except SyntaxError as exc:
+            wrong[block.id] = f"does not compile: {exc}"
+            continue
+        if not awaits and "skip" not in block.tokens:
+            try:
+                compile(block.text, block.id, "exec")
+            except SyntaxError as exc:
+                wrong[block.id] = f"top-level await needs `sandbox` or `async` (or skip): {exc}"
+    assert not wrong, wrong
+
+
+def _python_blocks() -> list[Any]:
+    return [b for b in BLOCKS if b.lang in docs.PYTHON]
+
+
+def test_the_output_matcher_takes_ellipses_for_text_and_for_lines():
+    assert docs.matches(["Python 3.11... 0"], ["Python 3.11.2", " 0"]) is False
+    assert docs.matches(["Python 3.11... 0"], ["Python 3.11.2  0"])
+    assert docs.matches(["a", "...", "c"], ["a", "b1", "b2", "c"])
+    assert docs.matches(["a", "...", "c"], ["a", "c"])
+    assert not docs.matches(["a", "c"], ["a", "b", "c"])
+
+
+def test_every_toml_block_parses():
+    broken = {}
+    for block in BLOCKS:
+        if block.lang == "toml":
+            try:
+                tomllib.loads(block.text)
+            except tomllib.TOMLDecodeError as exc:
+                broken[block.id] = str(exc)
+    assert not broken, broken
+
+
+# ---- Python blocks -------------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("block", _runnable(docs.PYTHON))
+def test_python_block_runs_and_prints_what_it_shows(
+    block: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    env = _environment(block, request, home=tmp_path / "home")
+    (tmp_path / "block.py").write_text(block.text)
+    (tmp_path / "setup.json").write_text(json.dumps(block.tokens))
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), *(str(tmp_path / n) for n in ("block.py", "setup.json"))]
+        + [str(tmp_path / "result.json")],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, f"{block.id} failed:\n{done.stderr[-4000:]}"
+    printed: dict[int, list[str]] = {}
+    for line, text in json.loads((tmp_path / "result.json").read_text())["prints"]:
+        printed.setdefault(line, []).append(text)
+    for line, expected in docs.expected_prints(block.text).items():
+        got = printed.get(line)
+        assert got, f"{block.id}: line {line} of the block never printed (it shows {expected!r})"
+        for text in got:
+            assert docs.matches([expected], [" ".join(text.split())]), (
+                f"{block.id}: line {line} printed {text!r}, the doc shows {expected!r}"
+            )
+
+
+# ---- shell and console blocks --------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("block", _runnable(docs.SHELL))
+def test_shell_block_runs(block: Any, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    workdir = _workdir(tmp_path)
+    script = block.text
+    for pattern, replacement in SHELL_SUBSTITUTIONS:
+        script = pattern.sub(replacement, script)
+    script = script.replace("8080", str(_free_port()))  # the doc's port may be taken here
+    done = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=540,
+        cwd=workdir,
+        env=_environment(block, request, home=tmp_path / "home"),
+    )
+    assert done.returncode == 0, (
+        f"{block.id} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    )
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("block", _runnable(docs.CONSOLE))
+def test_console_block_prints_what_it_shows(
+    block: Any, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    workdir = _workdir(tmp_path)
+    env = _environment(block, request, home=tmp_path / "home")
+    for command, expected in docs.console_steps(block.text):
+        plugin = block.tokens.get("plugin")
+        if plugin and re.fullmatch(rf"pip install {re.escape(plugin)}", command):
+            continue  # what the `plugin` set-up did
+        done = subprocess.run(
+            ["bash", "-c", command],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+            cwd=workdir,
+            env=env,
+        )
+        assert done.returncode == 0, f"{block.id}: `{command}` failed:\n{done.stdout[-3000:]}"
+        while expected and not expected[-1].strip():
+            expected = expected[:-1]
+        actual = done.stdout.rstrip("\n").splitlines()
+        assert docs.matches(expected, actual), (
+            f"{block.id}: `{command}` printed\n{done.stdout}\nwhere the doc shows\n"
+            + "\n".join(expected)
+        )
+
+
+# ---- set-ups -------------------------------------------------------------------------------------
+
+
+def _environment(
+    block: Any, request: pytest.FixtureRequest, *, home: Path | None = None
+) -> dict[str, str]:
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env.pop("ROCK_BASE_URL", None)
+    if home is not None:
+        home.mkdir(exist_ok=True)
+        env["HOME"] = str(home)
+    if "admin" in block.tokens:
+        env["ROCK_BASE_URL"] = request.getfixturevalue("docs_admin")
+    if "plugin" in block.tokens:
+        site = request.getfixturevalue("foo_site")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    return env
+
+
+def _workdir(tmp_path: Path) -> Path:
+    """A folder that looks like a clone to a shell block: the repository's parts, linked (docs/
+    copied, so a command that rewrites a page rewrites the copy)."""
+    workdir = tmp_path / "clone"
+    workdir.mkdir()
+    for name in (".venv", "packages", "scripts", "deploy", "pyproject.toml", "Makefile"):
+        (workdir / name).symlink_to(REPO / name)
+    shutil.copytree(REPO / "docs", workdir / "docs")
+    return workdir
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def docs_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[str]:
+    """One real ``rock admin serve`` (state in a temporary folder) for every ``admin`` block.
+
+    An admin leaves its sandboxes running when it stops (by design): those still there at the
+    end are removed by their owner label."""
+    state = tmp_path_factory.mktemp("docs-admin")
+    port = _free_port()
+    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state)}
+    env.pop("ROCK_BASE_URL", None)
+    with open(state / "admin.log", "ab") as log:
+        process = subprocess.Popen(
+            [str(VENV_BIN / "rock"), "admin", "serve", "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    url = f"http://127.0.0.1:{port}"
+    from rock_core.testing import eventually
+
+    def healthy() -> bool:
+        assert process.poll() is None, (state / "admin.log").read_text()[-3000:]
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=1) as answer:  # noqa: S310
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    try:
+        eventually(healthy, what="the docs' admin healthy", timeout=60, interval=0.1)
+        yield url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        owner = f"admin:{state / 'rock.db'}"
+        for container in docker_client.containers.list(
+            all=True, sparse=True, filters={"label": f"rock.owner={owner}"}
+        ):
+            container.remove(force=True)
+
+
+@pytest.fixture(scope="module")
+def foo_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The distribution rock-foo of docs/plugins.md, installed into a folder for ``PYTHONPATH``:
+    its ``pyproject.toml`` block gives the name, version and entry points, its ``plugin.py``
+    block the module; ``rock_foo.runtime.FooRuntime`` is a runtime that holds nothing."""
+    site = tmp_path_factory.mktemp("foo-site")
+    plugins_doc = [b for b in BLOCKS if b.path == REPO / "docs" / "plugins.md"]
+    project = next(b for b in plugins_doc if "# pyproject.toml of rock-foo" in b.text)
+    plugin = next(b for b in plugins_doc if "# src/rock_foo/plugin.py" in b.text)
+    meta = tomllib.loads(project.text)["project"]
+    package = site / "rock_foo"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "plugin.py").write_text(plugin.text)
+    (package / "runtime.py").write_text(
+        "from rock_core.testing import NullRuntime\n\n\n"
+        "class FooRuntime(NullRuntime):\n    name = 'foo'\n"
+    )
+    info = site / f"{meta['name'].replace('-', '_')}-{meta['version']}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {meta['name']}\nVersion: {meta['version']}\n"
+    )
+    entry_points = "".join(f"{k} = {v}\n" for k, v in meta["entry-points"]["rock"].items())
+    (info / "entry_points.txt").write_text(f"[rock]\n{entry_points}")
+    return site
