@@ -1,7 +1,7 @@
 """Run one Python block of the docs in this process and write what its print lines printed.
 
 ``python docs_block_runner.py BLOCK.py SETUP.json RESULT.json``: SETUP names the marker's tokens
-(``sandbox``, ``session``, ``listen``, ``async``; see ``docs_blocks.py``). RESULT gets ``{"prints": [[line,
+(``sandbox``, ``session``, ``listen``, ``offline``, ``async``; see ``docs_blocks.py``). RESULT gets ``{"prints": [[line,
 text], ...]}`` for every ``print`` called from the block's own lines. Functions named ``test_*``
 that the block defines are called afterwards, as pytest would.
 """
@@ -56,7 +56,8 @@ async def _run_async(code: Any, namespace: dict[str, Any], setup: dict[str, str]
     from rock.sdk.sandbox.client import Sandbox
     from rock.sdk.sandbox.config import SandboxConfig
 
-    config = SandboxConfig(image="python:3.11", memory="512m", cpus=0.5)
+    network = {"network": "none"} if "offline" in setup else {}
+    config = SandboxConfig(image="python:3.11", memory="512m", cpus=0.5, **network)
     async with Sandbox(config) as sandbox:
         if setup.get("session"):
             await sandbox.create_session(CreateBashSessionRequest(session=setup["session"]))

@@ -18,6 +18,9 @@ Tokens, separated by ``;``:
     with ``sandbox``: a bash session NAME is made first.
 ``listen PORT``
     with ``sandbox``: a TCP service (python's http.server) accepts on PORT in the sandbox first.
+``offline``
+    with ``sandbox``: the sandbox has ``network="none"``, so a block that would reach a package
+    index fails at once the same way everywhere (what it shows must hold then too).
 ``async``
     Python: top-level ``await`` works (no sandbox made).
 ``admin``
@@ -47,7 +50,7 @@ SHELL = {"sh", "bash", "shell"}
 CONSOLE = {"console"}
 #: Languages whose blocks are not code to run (a fence must name one of these or a runnable one).
 INERT = {"text", "toml", "json", "mermaid", "ini", "yaml", "hcl"}
-TOKENS = {"skip", "sandbox", "session", "listen", "async", "admin", "plugin"}
+TOKENS = {"skip", "sandbox", "session", "listen", "offline", "async", "admin", "plugin"}
 
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
