@@ -31,7 +31,7 @@ anything a caller names keeps it in the caller's tenant's namespace.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import attrs
@@ -39,7 +39,7 @@ import attrs
 from rock_core.errors import InvalidParameter
 from rock_core.tenancy import Quota
 
-__all__ = ["AdminRoute", "RouteRequest", "RouteResponse", "ROUTE_METHODS"]
+__all__ = ["AdminRoute", "RouteRequest", "RouteResponse", "RouteStream", "ROUTE_METHODS"]
 
 #: The HTTP methods a route may serve.
 ROUTE_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
@@ -117,6 +117,19 @@ class RouteResponse:
 
 
 @attrs.frozen
+class RouteStream:
+    """An answer sent as it is made, not JSON: ``chunks`` (bytes, read until they end) with
+    ``status``, ``headers`` and ``media_type``. The admin stops reading ``chunks`` (and closes
+    the iterator) when the client goes away. For binary answers and answers that stream (a file,
+    a Connect RPC's server stream)."""
+
+    chunks: AsyncIterator[bytes]
+    status: int = 200
+    headers: Mapping[str, str] = attrs.field(factory=dict)
+    media_type: str = "application/octet-stream"
+
+
+@attrs.frozen
 class AdminRoute:
     """One route a plugin adds to the admin server.
 
@@ -130,6 +143,10 @@ class AdminRoute:
     :param json_body: the route takes JSON: a request with a body must say
         ``Content-Type: application/json``, else the admin answers HTTP 415 without calling the
         handler (a web page's ``text/plain`` post never reaches it). ``False``: any body.
+    :param open: the admin checks no API key for this route (its path must have no ``{name}``
+        parts): the handler authenticates the request itself, from its own credentials, and
+        :attr:`RouteRequest.tenant` is ``None``. For protocols whose clients cannot send the
+        admin's key (E2B's sandbox data plane sends a per-sandbox access token).
     """
 
     method: str = attrs.field(converter=_upper, validator=_method)
@@ -138,3 +155,4 @@ class AdminRoute:
     envelope: bool = False
     summary: str = ""
     json_body: bool = True
+    open: bool = False

@@ -230,7 +230,12 @@ class AdminApp:
         )
         self.asgi = self.leader_forward
         if self.keys:
-            self.asgi = ApiKeyGate(self.asgi, keys=self.keys, metrics=self.metrics)
+            self.asgi = ApiKeyGate(
+                self.asgi,
+                keys=self.keys,
+                metrics=self.metrics,
+                open_paths=frozenset(r.path for r in self.plugin_routes if r.open),
+            )
         # Outermost, keys or not: a web page (foreign Origin, or a rebound DNS name) never
         # reaches a route (rock.admin.origin_guard).
         self.asgi = OriginGuard(

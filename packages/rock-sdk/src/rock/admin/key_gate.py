@@ -53,14 +53,24 @@ class ApiKeyGate:
     """Answers HTTP 401 unless the request carries a configured key (``X-API-Key`` or
     ``Authorization: Bearer``); puts the key's tenant in the scope for the routes."""
 
-    def __init__(self, app: ASGIApp, *, keys: KeyRing, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        keys: KeyRing,
+        metrics: Metrics,
+        open_paths: frozenset[str] = frozenset(),
+    ) -> None:
         self.app = app
         self.keys = keys
         self.metrics = metrics
+        #: :data:`OPEN_PATHS` and the paths of plugins' open routes (they check their own
+        #: credentials: :attr:`rock_core.routes.AdminRoute.open`).
+        self.open_paths = OPEN_PATHS | open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The ASGI entry point."""
-        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         key = key_from_headers(scope["headers"])

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from rock.admin import lifecycle
 from rock.admin.envelope import failure, json_response, success
@@ -19,7 +19,7 @@ from rock.admin.origin_guard import UnsupportedMediaType, require_json
 from rock.admin.reading import has_body, quota_of, tenant_of
 from rock.admin.routing import Route
 from rock_core.errors import BadRequestRockError, PluginError, RockError
-from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
+from rock_core.routes import AdminRoute, RouteRequest, RouteResponse, RouteStream
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -76,6 +76,11 @@ def check_plugin_routes(served: list[Route], routes: list[Any]) -> list[AdminRou
                 f"a plugin's route {route.method} {route.path} is already served by the admin or another plugin",
                 attempted="rock_admin_routes",
             )
+        if route.open and "{" in route.path:
+            raise PluginError(
+                f"a plugin's open route {route.method} {route.path} has path parameters; an open route's path is exact",
+                attempted="rock_admin_routes",
+            )
         taken.add((route.method, route.path))
     return list(routes)
 
@@ -105,6 +110,15 @@ def plugin_endpoint(app: AdminApp, route: AdminRoute) -> Callable[[Request], Awa
             if answer is _DISCONNECTED:
                 outcome = "cancelled"
                 return Response(status_code=499)  # nobody reads it
+            if isinstance(answer, RouteStream):
+                if answer.status >= 400:
+                    outcome = "failed"
+                return StreamingResponse(
+                    answer.chunks,
+                    status_code=answer.status,
+                    headers=dict(answer.headers),
+                    media_type=answer.media_type,
+                )
             if isinstance(answer, RouteResponse):
                 if answer.status >= 400:
                     outcome = "failed"

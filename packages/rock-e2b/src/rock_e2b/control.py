@@ -1,0 +1,292 @@
+"""E2B's control plane (``E2B_API_URL`` = ``http://<admin>/e2b``) on rock's engine.
+
+============================================  ================================================
+E2B                                           rock
+============================================  ================================================
+``POST /sandboxes``, ``/v2/sandboxes``        a start (template -> image, ``timeout`` -> the
+                                              idle timeout, ``envVars``, ``metadata``), waited
+                                              until running
+``GET /sandboxes/{id}``                       the record (``running``; ``paused`` when paused or
+                                              archived)
+``GET /sandboxes``, ``/v2/sandboxes``         the tenant's sandboxes, ``metadata``/``state``
+                                              filters
+``DELETE /sandboxes/{id}``                    delete
+``POST /sandboxes/{id}/timeout``              restart the idle clock (never longer than the
+                                              idle timeout set at creation: refused)
+``POST /sandboxes/{id}/pause``                pause (processes frozen, memory kept)
+``POST /sandboxes/{id}/resume``, ``connect``  resume a paused sandbox; connect answers the
+                                              data-plane token
+============================================  ================================================
+
+Anything else of E2B's API (fork, snapshots, network updates, metrics, logs, templates,
+volumes, secrets) is answered with E2B's error shape, HTTP 501, saying it is not served.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from rock_core.actions import SandboxStartRequest
+from rock_core.errors import QuotaExceeded, RockError
+from rock_core.models import SandboxRecord
+from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
+from rock_core.states import State
+from rock_e2b.access import TENANT_KEY, E2BError, access_token, error_response, owned_record
+
+__all__ = ["ENVD_VERSION", "PREFIX", "TEMPLATE_KEY", "Templates", "routes", "templates"]
+
+PREFIX = "/e2b"
+#: The envd version rock answers: what the data plane serves (octet-stream uploads, no
+#: file metadata, default user).
+ENVD_VERSION = "0.5.7"
+#: Where a sandbox made through E2B keeps its template's name.
+TEMPLATE_KEY = "rock.e2b.template"
+_MIB = 1024 * 1024
+_DEFAULT_TIMEOUT = 300
+
+
+class Templates:
+    """Template names to images (``[plugins.e2b] templates = {base = "python:3.11"}``); a name
+    not in the table is taken as an image name, as ROCK does."""
+
+    def __init__(self, table: Mapping[str, str] | None = None) -> None:
+        self.table = dict(table or {})
+
+    def image(self, template: str) -> str:
+        return self.table.get(template, template)
+
+
+templates = Templates()
+
+
+def _body(request: RouteRequest) -> dict[str, Any]:
+    try:
+        body = request.json()
+    except RockError as exc:
+        raise E2BError(400, exc.message) from None
+    if not isinstance(body, dict):
+        raise E2BError(400, "the body must be a JSON object")
+    return body
+
+
+def _user_metadata(record: SandboxRecord) -> dict[str, str]:
+    return {k: v for k, v in record.spec.metadata.items() if not k.startswith("rock.")}
+
+
+def _state(record: SandboxRecord) -> str:
+    return "paused" if record.paused or record.state is State.ARCHIVED else "running"
+
+
+def _sandbox(record: SandboxRecord) -> dict[str, Any]:
+    return {
+        "templateID": record.spec.metadata.get(TEMPLATE_KEY, record.spec.image),
+        "sandboxID": record.sandbox_id,
+        "clientID": "rock",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": access_token(record),
+        "domain": None,
+    }
+
+
+def _listed(record: SandboxRecord) -> dict[str, Any]:
+    started = record.start_time or record.create_time
+    timeout = record.spec.auto_clear_seconds or _DEFAULT_TIMEOUT
+    return {
+        "templateID": record.spec.metadata.get(TEMPLATE_KEY, record.spec.image),
+        "sandboxID": record.sandbox_id,
+        "clientID": "rock",
+        "startedAt": started.isoformat(),
+        "endAt": (started + timedelta(seconds=timeout)).isoformat(),
+        "cpuCount": max(1, int(record.spec.cpus)),
+        "memoryMB": record.spec.memory // _MIB,
+        "diskSizeMB": (record.spec.disk or 0) // _MIB,
+        "state": _state(record),
+        "envdVersion": ENVD_VERSION,
+        "metadata": _user_metadata(record),
+    }
+
+
+def _failed(exc: RockError) -> E2BError:
+    if isinstance(exc, QuotaExceeded):
+        return E2BError(429, exc.message)
+    return E2BError(400 if exc.code // 1000 == 4 else 500, exc.message)
+
+
+async def create(request: RouteRequest) -> Any:
+    body = _body(request)
+    template = body.get("templateID")
+    if not isinstance(template, str) or not template.strip():
+        raise E2BError(400, "templateID: a template name is required")
+    for field in ("mcp", "volumeMounts", "iam"):
+        if body.get(field):
+            raise E2BError(501, f"{field}: rock does not serve E2B's {field}")
+    if body.get("autoPause"):
+        raise E2BError(501, "autoPause: rock stops idle sandboxes; it does not pause them")
+    metadata = body.get("metadata") or {}
+    env = body.get("envVars") or {}
+    if any(k.startswith("rock.") for k in metadata):
+        raise E2BError(400, "metadata: keys starting with 'rock.' are reserved")
+    timeout = body.get("timeout", _DEFAULT_TIMEOUT)
+    metadata = {**metadata, TEMPLATE_KEY: template}
+    if request.tenant is not None:
+        metadata[TENANT_KEY] = request.tenant
+    if not isinstance(timeout, int) or timeout < 0:
+        raise E2BError(400, "timeout: a whole number of seconds is required")
+    fields: dict[str, Any] = {"image": templates.image(template), "auto_clear_seconds": timeout}
+    start = SandboxStartRequest(
+        **fields,
+        env=dict(env),
+        metadata=metadata,
+    )
+    engine = request.engine
+    try:
+        started = await engine.start_async(start, tenant=request.tenant, quota=request.quota)
+        await engine.wait_until_running(started.sandbox_id)
+    except RockError as exc:
+        raise _failed(exc) from None
+    record = engine.get_record(started.sandbox_id)
+    if record.state is not State.RUNNING:
+        why = record.reason or record.state.value
+        raise E2BError(400, f"template {template!r} (image {record.spec.image!r}): {why}")
+    return RouteResponse(_sandbox(record), status=201)
+
+
+def _live(request: RouteRequest) -> SandboxRecord:
+    record = owned_record(request.engine, request.path_params["sandbox_id"], request.tenant)
+    if record.state not in (State.RUNNING, State.PENDING, State.ARCHIVED):
+        raise E2BError(404, f"sandbox {record.sandbox_id!r} not found ({record.state.value})")
+    return record
+
+
+async def get(request: RouteRequest) -> Any:
+    record = _live(request)
+    return {**_listed(record), **_sandbox(record)}
+
+
+async def listing(request: RouteRequest) -> Any:
+    wanted = dict(urllib.parse.parse_qsl(request.query.get("metadata", "")))
+    states = {s for s in request.query.get("state", "").split(",") if s}
+    records = request.engine.list_records(states=[State.RUNNING, State.ARCHIVED])
+    answer = []
+    for record in records:
+        if request.tenant is not None and record.spec.metadata.get(TENANT_KEY) != request.tenant:
+            continue
+        meta = record.spec.metadata
+        if any(meta.get(k) != v for k, v in wanted.items()):
+            continue
+        if states and _state(record) not in states:
+            continue
+        answer.append(_listed(record))
+    return answer
+
+
+async def kill(request: RouteRequest) -> Any:
+    record = _live(request)
+    try:
+        if record.state is not State.ARCHIVED:
+            await request.engine.stop(record.sandbox_id, reason="killed through E2B's API")
+        await request.engine.delete(record.sandbox_id)
+    except RockError as exc:
+        raise _failed(exc) from None
+    return RouteResponse({}, status=200)
+
+
+async def set_timeout(request: RouteRequest) -> Any:
+    record = _live(request)
+    timeout = _body(request).get("timeout")
+    if not isinstance(timeout, int) or timeout < 0:
+        raise E2BError(400, "timeout: a whole number of seconds is required")
+    idle = record.spec.auto_clear_seconds
+    if idle is not None and timeout > idle:
+        raise E2BError(
+            400,
+            f"timeout: rock's idle timeout of sandbox {record.sandbox_id} is {idle} s, set when "
+            f"it was created; set_timeout restarts it but cannot lengthen it to {timeout} s",
+        )
+    request.engine.touch(record.sandbox_id)
+    return RouteResponse({}, status=200)
+
+
+async def pause(request: RouteRequest) -> Any:
+    record = _live(request)
+    if record.paused:
+        raise E2BError(409, f"sandbox {record.sandbox_id} is already paused")
+    try:
+        await request.engine.pause(record.sandbox_id)
+    except RockError as exc:
+        raise _failed(exc) from None
+    return RouteResponse({}, status=200)
+
+
+async def _resumed(request: RouteRequest, status: int) -> Any:
+    record = _live(request)
+    if record.state is State.ARCHIVED:
+        raise E2BError(
+            501, f"sandbox {record.sandbox_id} is archived: restore it with rock's restart"
+        )
+    try:
+        if record.paused:
+            await request.engine.resume(record.sandbox_id)
+        await request.engine.wait_until_running(record.sandbox_id)
+    except RockError as exc:
+        raise _failed(exc) from None
+    request.engine.touch(record.sandbox_id)
+    return RouteResponse(_sandbox(request.engine.get_record(record.sandbox_id)), status=status)
+
+
+async def connect(request: RouteRequest) -> Any:
+    return await _resumed(request, 200)
+
+
+async def resume(request: RouteRequest) -> Any:
+    return await _resumed(request, 201)
+
+
+def _refuse(what: str) -> Callable[[RouteRequest], Awaitable[Any]]:
+    async def handler(request: RouteRequest) -> Any:
+        if "sandbox_id" in request.path_params:
+            _live(request)
+        raise E2BError(501, f"rock does not serve E2B's {what}")
+
+    return handler
+
+
+def _e2b(handler: Callable[[RouteRequest], Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    async def wrapped(request: RouteRequest) -> Any:
+        try:
+            return await handler(request)
+        except E2BError as exc:
+            return error_response(exc)
+
+    return wrapped
+
+
+def routes() -> list[AdminRoute]:
+    """The control plane's routes, under :data:`PREFIX`."""
+    p, sid = PREFIX, f"{PREFIX}/sandboxes/{{sandbox_id}}"
+    table: list[tuple[str, str, Callable[[RouteRequest], Awaitable[Any]]]] = [
+        ("POST", f"{p}/sandboxes", create),
+        ("POST", f"{p}/v2/sandboxes", create),
+        ("GET", f"{p}/sandboxes", listing),
+        ("GET", f"{p}/v2/sandboxes", listing),
+        ("GET", sid, get),
+        ("DELETE", sid, kill),
+        ("POST", f"{sid}/timeout", set_timeout),
+        ("POST", f"{sid}/pause", pause),
+        ("POST", f"{sid}/resume", resume),
+        ("POST", f"{sid}/connect", connect),
+        ("POST", f"{p}/v2/sandboxes/{{sandbox_id}}/connect", connect),
+        ("POST", f"{sid}/fork", _refuse("fork (rock forks through its own API)")),
+        ("POST", f"{sid}/snapshots", _refuse("snapshots (rock snapshots through its own API)")),
+        ("PUT", f"{sid}/network", _refuse("network updates")),
+        ("GET", f"{sid}/metrics", _refuse("metrics")),
+        ("GET", f"{sid}/logs", _refuse("logs")),
+        ("POST", f"{sid}/refreshes", _refuse("refreshes")),
+    ]
+    return [
+        AdminRoute(method, path, _e2b(handler), summary=f"E2B: {method} {path[len(p) :]}")
+        for method, path, handler in table
+    ]

@@ -1,0 +1,112 @@
+"""E2B's unmodified Python SDK (its own virtual environment, ``scripts/ensure-e2b-sdk.sh``)
+against a real admin over a socket with API keys and real Docker sandboxes (issue #29): only
+``E2B_API_URL``, ``E2B_SANDBOX_URL`` and ``E2B_API_KEY`` set. The sandboxes it makes are rock's:
+ROCK's API sees them under the same key, another key does not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPTS = Path(__file__).resolve().parent / "e2b_scripts"
+KEY_A, KEY_B = (f"key-{t}-" + uuid.uuid4().hex for t in ("a", "b"))
+STATUS = "/apis/envs/sandbox/v1/get_status"
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("ROCK_TEST_REMOTE", "") not in ("", "0"),
+    reason="runs an admin of its own; ran in the embedded pass",
+)
+
+
+@pytest.fixture(scope="module")
+def e2b_python() -> str:
+    subprocess.run([str(ROOT / "scripts" / "ensure-e2b-sdk.sh")], check=True, timeout=600)
+    return str(ROOT / ".rock-state" / "e2b-sdk-venv" / "bin" / "python")
+
+
+@pytest.fixture(scope="module")
+def keyed_admin(
+    tmp_path_factory: pytest.TempPathFactory, docker_client: Any, admin_launcher: Any
+) -> Iterator[Any]:
+    from rock.admin.auth import hash_key
+
+    launch_admin, stop_admin = admin_launcher
+    config = (
+        f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }},'
+        f' {{ tenant = "b", sha256 = "{hash_key(KEY_B)}" }}]\n'
+    )
+    server = launch_admin(tmp_path_factory.mktemp("e2b"), config=config)
+    try:
+        yield server
+    finally:
+        stop_admin(server, docker_client)
+
+
+def e2b(python: str, server: Any, key: str, *args: str, script: str = "drive_sync.py") -> Any:
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "E2B_API_URL": f"{server.url}/e2b",
+        "E2B_SANDBOX_URL": f"{server.url}/e2b/envd",
+        "E2B_API_KEY": key,
+    }
+    done = subprocess.run(
+        [python, str(SCRIPTS / script), *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, f"{done.stderr[-4000:]}\n--- admin log:\n{server.log_tail()}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_e2b_sdk_creates_runs_commands_and_files_in_a_rock_sandbox(
+    e2b_python: str, keyed_admin: Any
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    out = e2b(e2b_python, keyed_admin, KEY_A, tag)
+    sid = out["sandbox_id"]
+    assert out["info_state"] == "running"
+    assert out["listed"] == [sid] and out["listed_other"] == []
+    assert out["fg"] == {
+        "exit": 0,
+        "stdout": "out-hi-y\n/tmp\n",
+        "stderr": "err\n",
+        "cb_out": "out-hi-y\n/tmp\n",
+        "cb_err": "err\n",
+    }
+    assert out["exit3"] == 3
+    assert out["bg_listed"] is True
+    assert out["bg"] == {"exit": 0, "stdout": "done-bg\n"}
+    assert out["killed"] is True and out["killed_exit"] != 0
+    assert "stdin" in out["stdin"] and "rock does not serve" in out["stdin"]
+    assert out["read_text"] == "hello text"
+    assert out["read_bytes"] == list(b"\x00\x01bytes")
+    assert out["list"] == ["a.txt", "b.bin", "c.txt", "d.txt"]
+    assert out["exists"] == [True, False]
+    assert out["info"] == {"name": "a.txt", "type": "file", "size": 10}
+    assert out["mkdir"] == [True, False]
+    assert out["renamed"] == "/tmp/e2b/sub/c2.txt"
+    assert out["after_remove"] == ["a.txt", "b.bin", "sub"]
+    assert "missing.txt" in out["missing"]
+    assert out["connected_run"] == "hello text"
+    assert out["unknown"] == "SandboxNotFoundException"
+    assert out["bad_template"] and "rock-no-such-template-e2b" in out["bad_template"]
+
+    # The same sandbox is rock's: ROCK's API sees it under the same key, not under another.
+    with httpx.Client(base_url=keyed_admin.url, timeout=30, trust_env=False) as http:
+        mine = http.get(STATUS, params={"sandbox_id": sid}, headers={"X-API-Key": KEY_A})
+        assert mine.json()["status"] == "Success", mine.text
+        theirs = http.get(STATUS, params={"sandbox_id": sid}, headers={"X-API-Key": KEY_B})
+        assert theirs.json()["status"] == "Failed"
+    # Another key's E2B SDK does not see it either, and cannot kill it; its own key can.
+    assert e2b(e2b_python, keyed_admin, KEY_B, sid, script="kill.py") == {"killed": False}
+    assert e2b(e2b_python, keyed_admin, KEY_A, sid, script="kill.py") == {"killed": True}
+    with httpx.Client(base_url=keyed_admin.url, timeout=30, trust_env=False) as http:
+        gone = http.get(STATUS, params={"sandbox_id": sid}, headers={"X-API-Key": KEY_A})
+        assert gone.json()["status"] == "Failed"
