@@ -466,7 +466,7 @@ _NAMES_NOTHING = {
     "/health",
     f"{PREFIX}/snapshots/delete",
 }
-_PLUGIN_PREFIXES = ("/apis/v1/envs/gem/", "/env/")
+_PLUGIN_PREFIXES = ("/apis/v1/envs/gem/", "/env/", "/e2b/")
 
 
 def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
