@@ -110,3 +110,17 @@ def test_e2b_sdk_creates_runs_commands_and_files_in_a_rock_sandbox(
     with httpx.Client(base_url=keyed_admin.url, timeout=30, trust_env=False) as http:
         gone = http.get(STATUS, params={"sandbox_id": sid}, headers={"X-API-Key": KEY_A})
         assert gone.json()["status"] == "Failed"
+
+
+def test_e2b_async_sdk_runs_a_command_and_files_in_a_rock_sandbox(
+    e2b_python: str, keyed_admin: Any
+) -> None:
+    out = e2b(e2b_python, keyed_admin, KEY_A, script="drive_async.py")
+    assert out == {
+        "stdout": "one\n",
+        "stderr": "two\n",
+        "seen": "one\n",
+        "text": "async text",
+        "listed": True,
+        "killed": True,
+    }
