@@ -24,6 +24,7 @@ from rock_core.engine.bringup import open_ports
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LABEL_SANDBOX_ID, LiveSandbox, describe_exit, now
 from rock_core.engine.removals import remove_quietly
+from rock_core.engine.resetting import is_reset_leftover
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import RockError
 from rock_core.models import PHASE_DOCKER_RUN, PhaseStatus, RuntimeStatus, UnitState
@@ -55,7 +56,11 @@ async def recover(core: EngineCore) -> int:
     except RockError as exc:
         log.warning("could not list units to recover sandboxes: %s", exc)
         units = []
-    by_id = {h.labels.get(LABEL_SANDBOX_ID, h.sandbox_id): h for h in units}
+    # An old unit a reset renamed out of the way keeps its sandbox's labels: never taken for it
+    # by label (by the unit id its record notes, it is: the reset ended before the new one).
+    by_id = {
+        h.labels.get(LABEL_SANDBOX_ID, h.sandbox_id): h for h in units if not is_reset_leftover(h)
+    }
     by_unit = {h.unit_id: h for h in units}
     for record in records:
         handle = by_unit.get(record.unit_id) if record.unit_id else None

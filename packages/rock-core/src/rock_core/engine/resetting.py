@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Container
 
 import anyio
 import attrs
@@ -56,12 +57,21 @@ from rock_core.rocklet_client import RockletClient
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
 
-__all__ = ["PHASE_RESET", "reset"]
+__all__ = ["PHASE_RESET", "RESET_PREFIX", "is_reset_leftover", "reset"]
 
 log = logging.getLogger("rock.engine")
 
 #: The phase of a sandbox's status that tells its last reset.
 PHASE_RESET = "reset"
+#: What a reset renames a sandbox's old unit to (then a random suffix) until it is removed.
+RESET_PREFIX = "rock-reset-"
+
+
+def is_reset_leftover(handle: UnitHandle, claimed: Container[str] = ()) -> bool:
+    """Whether ``handle`` (from :meth:`Runtime.list`) is an old unit a reset renamed out of the
+    way (it keeps its sandbox's labels) that no record holds: an engine that ended in the
+    middle of that reset left it behind."""
+    return handle.sandbox_id.startswith(RESET_PREFIX) and handle.unit_id not in claimed
 
 
 def _refuse(record: SandboxRecord) -> BadRequestRockError:
@@ -160,7 +170,7 @@ async def _put_away(
         await client.forget()
     if core.runtime.capabilities.assign and core.is_open:
         try:
-            await core.runtime.assign(old, f"rock-reset-{secrets.token_hex(8)}")
+            await core.runtime.assign(old, f"{RESET_PREFIX}{secrets.token_hex(8)}")
         except RockError as exc:
             log.warning("could not rename the old unit of %s: %s", old.sandbox_id, exc)
         else:
