@@ -17,6 +17,8 @@ say "syncing the uv workspace into .venv ($("$uv" --version))"
 .venv/bin/python -m compileall -q -j 0 packages/*/src >/dev/null
 "$ROCK_REPO/scripts/ensure-docker.sh"
 "$ROCK_REPO/scripts/ensure-postgres.sh"
+# E2B's Python SDK, in a virtual environment of its own, for rock-e2b's tests (issue #29).
+"$ROCK_REPO/scripts/ensure-e2b-sdk.sh"
 # HAProxy (Debian's package, some 5 MB) for tests/test_deploy_ha_end_to_end.py: deploy/ha's two
 # admins behind it, end to end. Without it those tests skip, saying so.
 if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] && is_root && is_debian; then
