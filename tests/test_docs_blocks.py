@@ -112,6 +112,26 @@ def test_the_output_matcher_takes_ellipses_for_text_and_for_lines():
     assert not docs.matches(["a", "c"], ["a", "b", "c"])
 
 
+def test_a_new_block_is_found_and_run_and_a_bad_marker_is_caught(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nprint(1)  # 1\n```\n\n"
+        "<!-- docs-test: skip -->\n```sh\nrock nothing\n```\n\n"
+        "- a list item:\n\n  <!-- docs-test: sandbox; sessions x -->\n  ```python\n  x = 1\n  ```\n"
+        "```\nrock admin start\n```\n"
+    )
+    new, bare_skip, indented, unnamed = docs.blocks_of(page)
+    assert (new.lang, new.runs, new.marker, docs.expected_prints(new.text)) == (
+        "python",
+        True,
+        None,
+        {1: "1"},
+    )
+    assert bare_skip.problems == ["`skip` needs its reason in parentheses: skip (why)"]
+    assert indented.text == "x = 1\n" and "unknown token 'sessions'" in indented.problems[0]
+    assert unnamed.lang == ""  # refused by the fence test above
+
+
 def test_every_toml_block_parses():
     broken = {}
     for block in BLOCKS:
@@ -167,14 +187,21 @@ def test_shell_block_runs(block: Any, tmp_path: Path, request: pytest.FixtureReq
     for pattern, replacement in SHELL_SUBSTITUTIONS:
         script = pattern.sub(replacement, script)
     script = script.replace("8080", str(_free_port()))  # the doc's port may be taken here
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=540,
-        cwd=workdir,
-        env=_environment(block, request, home=tmp_path / "home"),
-    )
+    env = _environment(block, request, home=tmp_path / "home")
+    try:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=540,
+            cwd=workdir,
+            env=env,
+        )
+    finally:
+        if (tmp_path / "home" / ".rock" / "admin").exists():  # an admin the block left running
+            subprocess.run(
+                [str(VENV_BIN / "rock"), "admin", "stop"], env=env, capture_output=True, timeout=120
+            )
     assert done.returncode == 0, (
         f"{block.id} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
@@ -217,7 +244,8 @@ def _environment(
     block: Any, request: pytest.FixtureRequest, *, home: Path | None = None
 ) -> dict[str, str]:
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-    env.pop("ROCK_BASE_URL", None)
+    for name in ("ROCK_BASE_URL", "ROCK_API_KEY", "ROCK_ADMIN_STATE_DIR"):
+        env.pop(name, None)  # the block's own, or none: never the caller's admin
     if home is not None:
         home.mkdir(exist_ok=True)
         env["HOME"] = str(home)
