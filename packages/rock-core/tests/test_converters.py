@@ -206,6 +206,7 @@ WIRE_MODELS = [
     actions.CommitStatusResponse,
     actions.ForkRequest,
     actions.ResetRequest,
+    actions.EgressRequest,
     actions.ForkResponse,
 ]
 

@@ -76,6 +76,7 @@ EXPECTED_ROUTES = {
     ("post", "sandboxes/{sandbox_id}/snapshot"),
     ("post", "sandboxes/{sandbox_id}/fork"),
     ("post", "sandboxes/{sandbox_id}/reset"),
+    ("post", "sandboxes/{sandbox_id}/egress"),
     ("get", "snapshots"),
     ("post", "commit"),
     ("get", "commit/{sandbox_id}"),

@@ -488,6 +488,7 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/snapshot"): {"json": sid},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/fork"): {"json": {**sid, "count": 1}},
         ("POST", f"{p}/sandboxes/{{sandbox_id}}/reset"): {"json": sid},
+        ("POST", f"{p}/sandboxes/{{sandbox_id}}/egress"): {"json": {**sid, "egress": None}},
         ("GET", f"{p}/snapshots"): {},
         ("POST", f"{p}/commit"): {
             "json": {**sid, "image_tag": "rock-commit-walk:x", "username": "", "password": ""}

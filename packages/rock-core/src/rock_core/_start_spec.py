@@ -11,6 +11,8 @@ from typing import Any
 
 from rock_core._converter_errors import invalid_error
 from rock_core.actions import SandboxStartRequest
+from rock_core.egress import egress_policy
+from rock_core.errors import InvalidParameter
 from rock_core.models import NonNegativeInt, SandboxSpec
 from rock_core.sizes import cpus_to_float, describe_value, size_to_bytes
 
@@ -64,6 +66,16 @@ def spec_from_start_request(
     network = take("network", _network_mode, req.network)
     group = take("network_group", _network_group, req.network_group)
     cap_add = take("cap_add", capability_names, req.cap_add)
+    egress = None
+    if req.egress is not None:
+        try:
+            egress = egress_policy(req.egress)
+        except InvalidParameter as exc:
+            problems.append((exc.field or "egress", exc.message.split(": ", 1)[-1], req.egress))
+    if egress is not None and network in ("host", "none"):
+        problems.append(
+            ("egress", f"a sandbox on network {network!r} cannot have an egress policy", None)
+        )
     if group is not None and network in ("host", "none"):
         problems.append(
             (
@@ -130,6 +142,7 @@ def spec_from_start_request(
         },
         pids_limit=req.pids_limit,
         cap_add=cap_add or (),
+        egress=egress,
         **chosen,
     )
 

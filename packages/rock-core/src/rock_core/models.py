@@ -50,6 +50,7 @@ from rock_core._constrained import (
     constrained,
     must,
 )
+from rock_core.egress import EgressPolicy
 from rock_core.errors import InvalidParameter
 from rock_core.sizes import GiB
 from rock_core.states import Lifecycle, State, StateChange
@@ -234,6 +235,8 @@ class SandboxSpec:
     )
     max_restarts: NonNegativeInt = constrained(NonNegativeInt, default=3)
     tenant: str | None = None
+    #: Where the sandbox may connect (:mod:`rock_core.egress`); ``None``: no policy.
+    egress: EgressPolicy | None = None
 
     def __attrs_post_init__(self) -> None:
         if self.auto_archive_seconds is not None and self.auto_delete_seconds is not None:

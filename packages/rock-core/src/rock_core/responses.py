@@ -112,6 +112,7 @@ def status_response(status: SandboxStatus) -> SandboxStatusResponse:
         warnings=list(status.usage.warnings) if status.usage is not None else [],
         paused=record.paused,
         paused_time=record.paused_time if record.paused else None,
+        egress=record.spec.egress.to_dict() if record.spec.egress is not None else None,
     )
 
 

@@ -26,6 +26,7 @@ from rock_core.errors import NotSupported
 if TYPE_CHECKING:
     from typing import Self
 
+    from rock_core.egress import EgressPolicy
     from rock_core.models import Phase, RuntimeStatus, SandboxSpec, UnitState, UnitStats
     from rock_core.rocklet_delivery import RockletDelivery
 
@@ -71,6 +72,8 @@ class RuntimeCapabilities:
         from it (:meth:`Runtime.snapshot_image`): a sandbox's ``snapshot()`` and ``fork()``.
     :param pause: it can freeze a running unit's processes, memory kept, and thaw them
         (:meth:`Runtime.pause`, :meth:`Runtime.resume`): ``pause()`` of a sandbox.
+    :param egress: it enforces a sandbox's egress policy on the host (:meth:`Runtime.set_egress`);
+        the engine refuses a policy otherwise.
     """
 
     assign: bool
@@ -83,6 +86,7 @@ class RuntimeCapabilities:
     stats: bool = False
     network_groups: bool = True
     pause: bool = False
+    egress: bool = False
 
     def missing(self, capability: str, runtime: str) -> str:
         """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
@@ -102,6 +106,7 @@ _CAN = {
     "stats": "measure its units' resource use",
     "network_groups": "put sandboxes in a network group",
     "pause": "pause sandboxes (freeze their processes, memory kept)",
+    "egress": "enforce an egress policy (where a sandbox may connect)",
 }
 
 
@@ -203,6 +208,7 @@ class Runtime(abc.ABC):
             stats=self.can_measure,
             network_groups=self.network_groups,
             pause=self.can_pause,
+            egress=type(self).set_egress is not Runtime.set_egress,
         )
 
     @abc.abstractmethod
@@ -393,6 +399,24 @@ class Runtime(abc.ABC):
             sandbox_id=handle.sandbox_id,
             attempted="resume",
         )
+
+    async def set_egress(self, handle: UnitHandle, policy: EgressPolicy | None) -> None:
+        """Enforce ``policy`` on the running unit now, replacing what it had (``None``: no
+        policy, every rule of the unit removed), on the host, out of the unit's reach, before
+        this returns. The unit's rules go with it when it stops or is removed. Optional
+        (capability ``egress``): the default raises :class:`NotSupported`."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot {_CAN['egress']} (capability egress)",
+            sandbox_id=handle.sandbox_id,
+            attempted="egress",
+        )
+
+    async def sync_egress(self, wanted: Mapping[str, tuple[UnitHandle, EgressPolicy]]) -> None:
+        """Make the host's rules match ``wanted`` (``{unit_id: (handle, policy)}``, this engine's
+        running units with a policy): put back what is missing (a firewall flushed, a unit whose
+        address changed) and remove the rules of units that are gone. Rules of other engines'
+        units that still run are left alone. Called every reconcile interval (capability
+        ``egress``); the default does nothing."""
 
     @property
     def can_pause(self) -> bool:

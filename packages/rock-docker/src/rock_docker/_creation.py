@@ -155,8 +155,11 @@ class ContainerMaker:
                 prelude=prelude,
             )
             try:
+                host = dict(config.host)
+                if options.egress_dns and network not in ("host", "none"):
+                    host["dns"] = [options.egress_dns.split(":")[0]]  # egress domains' resolver
                 container = api.create_container(
-                    host_config=api.create_host_config(**config.host), **config.create
+                    host_config=api.create_host_config(**host), **config.create
                 )
             except docker.errors.APIError as exc:
                 if retry and exc.status_code == 404 and "network" in explain(exc).lower():

@@ -76,6 +76,12 @@ class DockerOptions:
         default the rocklet listens on a unix socket in ``socket_dir`` instead, and the engine
         serves ``port_mapping``'s host ports itself, through the rocklet: faster starts, some
         3 MB less per sandbox, and any port of the sandbox reachable the same way.
+    :param egress_dns: the name server (``address`` or ``address:port``) the domains of egress
+        allow-lists are resolved with, which sandboxes with such a list may reach on port 53;
+        with it set, every container is given it as its DNS server (Docker's ``--dns``, which
+        uses port 53). ``None``: the host's resolver, and its name servers as Docker gives them.
+    :param egress_resolve_interval: seconds between two resolutions of an allow-list's domains
+        (checked at the engine's reconcile, so at most every ``reconcile_interval``).
     """
 
     base_url: str | None = checked(Optional[str], default=None)
@@ -101,3 +107,5 @@ class DockerOptions:
         validator=must(lambda v: isinstance(v, bool), "true or false"),
         metadata={READ_AS: Any},
     )
+    egress_dns: str | None = checked(Optional[str], default=None)
+    egress_resolve_interval: float = checked(PositiveFloat, default=30.0)

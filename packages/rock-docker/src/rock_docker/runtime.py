@@ -68,6 +68,7 @@ from rock_docker._container import (
     group_network_name,
 )
 from rock_docker._creation import ContainerMaker
+from rock_docker._egress import EgressRules
 from rock_docker._engine_probe import EngineProbe
 from rock_docker._errors import DOCKER_ERRORS, explain, translate
 from rock_docker._events import EventWatch
@@ -101,7 +102,7 @@ def _label_filter(labels: Mapping[str, str]) -> dict[str, list[str]]:
     return {"label": [f"{key}={value}" for key, value in labels.items()]}
 
 
-class DockerRuntime(SnapshotImages, Runtime):
+class DockerRuntime(SnapshotImages, EgressRules, Runtime):
     """Sandboxes as containers on a Docker engine (the one at ``base_url``, or ``DOCKER_HOST``).
 
     Built with the keyword arguments :class:`~rock_docker._options.DockerOptions` describes,
@@ -317,6 +318,7 @@ class DockerRuntime(SnapshotImages, Runtime):
 
         await self._run(stop, attempted="stop", sandbox_id=handle.sandbox_id)
         self._sockets.cancel(handle.unit_id)  # a rocklet that never took its socket
+        await self._forget_egress(handle)
 
     async def remove(self, handle: UnitHandle) -> None:
         """``docker rm -f -v``: the container and its anonymous volumes; a missing container is
@@ -350,6 +352,7 @@ class DockerRuntime(SnapshotImages, Runtime):
                 sandbox_id=handle.sandbox_id,
             )
         self._sockets.forget(handle)
+        await self._forget_egress(handle)
 
     async def discard(self, handles: Sequence[UnitHandle]) -> None:
         """Hand the removal of ``handles`` to a reaper process and return at once.

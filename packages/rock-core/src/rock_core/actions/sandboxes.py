@@ -28,6 +28,7 @@ from rock_core.states import State
 
 __all__ = [
     "SandboxStartRequest",
+    "EgressRequest",
     "WarmupRequest",
     "SandboxIdRequest",
     "BatchSandboxStatusRequest",
@@ -107,6 +108,9 @@ class SandboxStartRequest:
     max_restarts: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
     #: (rock) Start from this snapshot of the caller's (its files; ``image`` is then the snapshot's).
     snapshot: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)
+    #: (rock) Where the sandbox may connect: an egress policy's wire form
+    #: (:func:`rock_core.egress.egress_policy` reads and checks it).
+    egress: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -241,6 +245,8 @@ class SandboxStatusResponse:
     warnings: list[str] = attrs.field(factory=list)
     paused: bool = False
     paused_time: datetime | None = None
+    #: (rock) The egress policy in force (its wire form; ``None``: none).
+    egress: dict[str, Any] | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -306,3 +312,12 @@ GET_STATISTICS: Operation[dict, dict] = Operation(  # type: ignore[type-arg]
     failure="get sandbox statistics failed",
     summary="CPU, memory, disk and network figures of a running sandbox.",
 )
+
+
+@attrs.frozen(kw_only=True)
+class EgressRequest:
+    """(rock) ``POST /sandboxes/{sandbox_id}/egress``: replace a running sandbox's egress
+    policy with ``egress`` (its wire form; ``None``: no policy), enforced before the answer."""
+
+    sandbox_id: NonBlankStr = sandbox_id_field()
+    egress: dict[str, Any] | None = None

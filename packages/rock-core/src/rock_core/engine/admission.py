@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import attrs
 
+from rock_core.engine import egress
 from rock_core.engine.core import EngineCore
 from rock_core.errors import InvalidParameter, QuotaExceeded
 from rock_core.models import PHASE_DOCKER_RUN, PHASE_IMAGE_PULL, Phase, PhaseStatus, SandboxSpec
@@ -99,6 +100,9 @@ def validate(core: EngineCore, spec: SandboxSpec) -> None:
                 group,
             )
         )
+    problem = egress.refusal(core, spec)
+    if problem is not None:
+        problems.append(("egress", problem, None))
     if spec.pids_limit is not None and spec.pids_limit > c.max_pids_limit:
         problems.append(
             (

@@ -18,6 +18,7 @@ import time
 import anyio
 import attrs
 
+from rock_core.engine import egress
 from rock_core.engine.admission import with_defaults
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LiveSandbox, describe_exit, new_rocklet_token, now
@@ -108,6 +109,11 @@ async def bring_up(core: EngineCore, live: LiveSandbox, reuse: bool) -> None:
             sandbox_id=sandbox_id,
             attempted="start",
         )
+    try:
+        await egress.apply(core, live, handle)  # before the rocklet is asked anything
+    except RockError as exc:
+        core.set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
+        raise
     client = RockletClient(
         core.http, *status.rocklet_address, sandbox_id, token=live.record.rocklet_token
     )

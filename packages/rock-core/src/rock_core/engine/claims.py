@@ -20,6 +20,7 @@ import attrs
 
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.converters import spec_from_start_request
+from rock_core.engine import egress
 from rock_core.engine.admission import startup_timeout, validate, with_defaults
 from rock_core.engine.bringup import became_ready, note_unit
 from rock_core.engine.core import EngineCore
@@ -207,7 +208,13 @@ async def _claim(core: EngineCore, live: LiveSandbox, pool: WarmPool, member: Me
     client = RockletClient(
         core.http, *member.status.rocklet_address, sandbox_id, token=member.token
     )
-    if not await client.is_alive(timeout=2.0):
+    try:
+        await egress.apply(core, live, handle)  # before the sandbox's first command
+        alive = await client.is_alive(timeout=2.0)
+    except RockError as exc:
+        log.warning("could not put sandbox %s's egress policy on its unit: %s", sandbox_id, exc)
+        alive = False
+    if not alive:
         log.warning(
             "pool member claimed for %s did not answer; starting it the ordinary way", sandbox_id
         )

@@ -55,6 +55,7 @@ from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.engine import (
     archiving,
     claims,
+    egress,
     extensions,
     following,
     leadership,
@@ -354,6 +355,12 @@ class SandboxManager(EpisodeState):
         :raises StartupTimeout: ``timeout`` seconds passed first (the pools go on filling).
         """
         return await claims.wait_warm(self._core, timeout)
+
+    @leader_only_call
+    async def update_egress(self, sandbox_id: str, policy: Any) -> SandboxRecord:
+        """Replace a running sandbox's egress policy (``None``: none), enforced before this
+        returns (:func:`rock_core.engine.egress.update_egress`: what it raises)."""
+        return await egress.update_egress(self._core, sandbox_id, policy)
 
     # -- stop and delete (engine/stopping.py) --------------------------------------------------
 

@@ -15,7 +15,7 @@ import logging
 
 import anyio
 
-from rock_core.engine import crash_restarts, reaping
+from rock_core.engine import crash_restarts, egress, reaping
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, describe_exit
 from rock_core.engine.stopping import stop_locked
@@ -58,6 +58,7 @@ async def reconcile_loop(core: EngineCore) -> None:
     while True:
         await anyio.sleep(core.config.reconcile_interval)
         await reconcile(core)
+        await egress.sync(core)
         if core.lease is not None:  # a cluster: units a leader that ended left untracked
             await reaping.sweep_untracked(core, suspects)
 

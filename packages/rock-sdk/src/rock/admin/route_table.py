@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from rock.admin import lifecycle, pausing
 from rock.admin.commits import commit_routes
+from rock.admin.egress import egress_routes
 from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock.admin.operations import operation_routes
 from rock.admin.routing import PREFIX, Handler, Route
@@ -225,5 +226,6 @@ def build_routes(app: AdminApp) -> list[Route]:
         ),
         *snapshot_routes(bound),
         *commit_routes(bound),
+        *egress_routes(bound),
         *operation_routes(app),
     ]

@@ -129,6 +129,12 @@ class Driver(Protocol):
         """(rock) Thaw a paused sandbox; its status."""
         ...
 
+    async def update_egress(
+        self, sandbox_id: str, egress: dict[str, Any] | None
+    ) -> SandboxStatusResponse:
+        """(rock) Replace a running sandbox's egress policy (in force before this returns)."""
+        ...
+
     async def reset(self, sandbox_id: str, snapshot: str | None = None) -> SandboxStatusResponse:
         """(rock) Put a running sandbox back to its image's files, or to the snapshot
         ``snapshot``'s: its processes and sessions end, its id, ports and secret stay; its status."""

@@ -391,6 +391,17 @@ class EmbeddedDriver(DriverThread):
 
         return await self._call(on_engine)
 
+    async def update_egress(
+        self, sandbox_id: str, egress: dict[str, Any] | None
+    ) -> SandboxStatusResponse:
+        """Replace a running sandbox's egress policy, in force on the host before this returns."""
+
+        async def on_engine() -> SandboxStatusResponse:
+            record = await self.manager.update_egress(sandbox_id, egress)
+            return status_response(self.manager.status_of(record))
+
+        return await self._call(on_engine)
+
     async def reset(self, sandbox_id: str, snapshot: str | None = None) -> SandboxStatusResponse:
         """Put a running sandbox back to its image's or a snapshot's files (a new unit)."""
 

@@ -359,6 +359,15 @@ class RemoteDriver(RemoteCommits):
         """``POST /resume`` (rock)."""
         return await self._posted("/resume", "resume", sandbox_id, SandboxStatusResponse)
 
+    async def update_egress(
+        self, sandbox_id: str, egress: dict[str, Any] | None
+    ) -> SandboxStatusResponse:
+        """(rock) ``POST /sandboxes/{id}/egress``: the new policy in force, then the status."""
+        return await self._posted(
+            f"/sandboxes/{sandbox_id}/egress", "egress", sandbox_id, SandboxStatusResponse,
+            json={"sandbox_id": sandbox_id, "egress": egress},
+        )  # fmt: skip
+
     async def reset(self, sandbox_id: str, snapshot: str | None = None) -> SandboxStatusResponse:
         """(rock) ``POST /sandboxes/{id}/reset``: back to its image's (or a snapshot's) files."""
         return await self._posted(

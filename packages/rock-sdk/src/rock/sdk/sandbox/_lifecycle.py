@@ -8,12 +8,14 @@ import asyncio
 import logging
 import math
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
 
 from rock.sdk.sandbox._handle import SandboxHandle
 from rock_core.actions import IsAliveResponse, SandboxStartRequest, SandboxStatusResponse
+from rock_core.egress import EgressPolicy
 from rock_core.errors import (
     BadRequestRockError,
     InternalServerRockError,
@@ -63,6 +65,7 @@ class SandboxLifecycle(SandboxHandle):
             restart_policy=cfg.restart_policy,
             max_restarts=cfg.max_restarts,
             snapshot=cfg.snapshot,
+            egress=cfg.egress.to_dict() if cfg.egress is not None else None,
         )
         return SandboxStartRequest(**fields)
 
@@ -188,6 +191,22 @@ class SandboxLifecycle(SandboxHandle):
         :raises NotSupported: the runtime cannot pause (Nomad: capability ``pause``).
         """
         return await self._get_driver().pause(self._require_id("pause"))
+
+    async def update_egress(
+        self, egress: EgressPolicy | Mapping[str, Any] | None
+    ) -> SandboxStatusResponse:
+        """(rock) Replace the running sandbox's egress policy (``None``: none): in force on the
+        host before this returns (e.g. open the network for set-up, then close it for the
+        episode). Connections already open stay open. Returns its status (``egress``).
+
+        :raises InvalidConfig: the policy is malformed (naming the part).
+        :raises NotSupported: the runtime cannot enforce one (capability ``egress``).
+        """
+        from rock.sdk.sandbox.config import _egress
+
+        policy = _egress(egress)
+        wire = policy.to_dict() if policy is not None else None
+        return await self._get_driver().update_egress(self._require_id("update_egress"), wire)
 
     async def resume(self) -> SandboxStatusResponse:
         """(rock) Thaw a paused sandbox: its processes go on where they were (same pids, same

@@ -26,6 +26,7 @@ import attrs
 
 from rock.sdk._drivers.admin_urls import admin_urls
 from rock_core.converters import READ_AS, checked, structure_value
+from rock_core.egress import EgressPolicy, egress_policy
 from rock_core.errors import InvalidParameter
 from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority, RestartPolicy
 
@@ -53,6 +54,16 @@ def _admin_urls(value: Any) -> str | list[str] | None:
         )
     urls = admin_urls(value, "base_url", InvalidConfig)
     return value if isinstance(value, str) else list(urls)
+
+
+def _egress(value: Any) -> EgressPolicy | None:
+    # A policy, or its wire form (a mapping), checked as the engine will check it.
+    if value is None:
+        return None
+    try:
+        return egress_policy(value)
+    except InvalidParameter as exc:
+        raise InvalidConfig(exc.message, field=exc.field, value=exc.value) from None
 
 
 def _from_environment(name: str, kind: Any, default: Any) -> Any:
@@ -120,6 +131,9 @@ class SandboxConfig(BaseConfig):
         engine's default (4096). A fork bomb then exhausts only the sandbox's own quota.
     :param cap_add: (rock) Linux capabilities to grant beyond rock's reduced set, e.g.
         ``["NET_RAW"]`` for ``ping``; the engine refuses those it does not allow.
+    :param egress: (rock) where the sandbox may connect: an
+        :class:`~rock_core.egress.EgressPolicy` (or its mapping form), enforced on the host
+        before the sandbox's first command; ``Sandbox.update_egress`` replaces it.
     :param priority: (rock) 0..9, higher starts first when starts wait in the engine's queue
         (``None``: 5, normal); fair within a priority, and a long wait raises it (no start
         waits forever). An admin with API keys caps it per key (``max_priority``).
@@ -172,6 +186,7 @@ class SandboxConfig(BaseConfig):
     restart_policy: str | None = _field(RestartPolicy | None, default=None)
     max_restarts: int | None = _field(NonNegativeInt | None, default=None)
     snapshot: str | None = _field(str | None, default=None)
+    egress: EgressPolicy | None = attrs.field(default=None, converter=_egress)
 
     def __attrs_post_init__(self) -> None:
         self.check_lifecycle()

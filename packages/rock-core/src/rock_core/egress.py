@@ -1,0 +1,225 @@
+"""Where a sandbox may connect: its :class:`EgressPolicy` (``SandboxConfig(egress=...)``).
+
+A policy has a default (``allow`` or ``deny``), rules that allow or deny IPv4 CIDRs (with
+optional ports and a protocol), tried in order before the default, and an allow-list of domain
+names whose addresses the runtime follows while the sandbox runs. Whatever the default,
+link-local addresses (``169.254.0.0/16``, the cloud metadata address) and the host's own
+addresses (the bridge's gateway included) are refused unless a rule names them. The runtime
+enforces it on the host, out of the sandbox's reach (capability ``egress``; rock-docker's
+``_firewall``); a refused connection fails at once (a TCP reset, an ICMP port-unreachable).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from rock_core.errors import InvalidParameter
+
+__all__ = [
+    "ALWAYS_REFUSED",
+    "EgressPolicy",
+    "EgressRule",
+    "egress_policy",
+    "with_mirrors",
+]
+
+#: Refused whatever the default, unless a rule names them: link-local (the metadata address).
+ALWAYS_REFUSED = "169.254.0.0/16"
+
+_DOMAIN = re.compile(
+    r"^(?=.{1,253}$)([a-zA-Z0-9_]([a-zA-Z0-9_-]{0,61}[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$"
+)
+_PORTS = re.compile(r"^(\d{1,5})(?:-(\d{1,5}))?$")
+
+
+def _refuse(field: str, reason: str, value: Any) -> InvalidParameter:
+    return InvalidParameter(f"{field}: {reason}", field=field, value=value, attempted="egress")
+
+
+def _cidr(value: Any) -> str:
+    try:
+        network = ipaddress.ip_network(str(value).strip(), strict=False)
+    except ValueError:
+        raise ValueError(
+            f"expected an IPv4 address or CIDR like '10.0.0.0/8', got {value!r}"
+        ) from None
+    if network.version != 4:
+        raise ValueError(f"only IPv4 is filtered (sandboxes have no IPv6), got {value!r}")
+    return str(network)
+
+
+def _ports(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, (int, str)):
+        value = [value]
+    ports: list[str] = []
+    for item in value:
+        match = _PORTS.match(str(item).strip()) if not isinstance(item, bool) else None
+        low, high = (int(match[1]), int(match[2] or match[1])) if match else (0, 0)
+        if not match or not 1 <= low <= high <= 65535:
+            raise ValueError(f"expected ports like 443 or '8000-8100' (1 to 65535), got {item!r}")
+        ports.append(str(low) if low == high else f"{low}-{high}")
+    return tuple(ports)
+
+
+@attrs.frozen
+class EgressRule:
+    """Allow or deny connections to ``cidr`` (an address or an IPv4 network), on ``ports``
+    (numbers or ranges ``"8000-8100"``; none: every port) over ``protocol`` (``tcp``, ``udp``
+    or ``any``; ports need ``tcp`` or ``udp``, and ``any`` with ports means both)."""
+
+    action: str
+    cidr: str
+    ports: tuple[str, ...] = ()
+    protocol: str = "any"
+
+    @classmethod
+    def allow(cls, cidr: str, ports: Iterable[int | str] = (), protocol: str = "any") -> EgressRule:
+        """``EgressRule.allow("10.0.0.5", [443])``."""
+        return cls("allow", cidr, tuple(str(p) for p in ports), protocol)
+
+    @classmethod
+    def deny(cls, cidr: str, ports: Iterable[int | str] = (), protocol: str = "any") -> EgressRule:
+        """``EgressRule.deny("10.0.0.0/8")``."""
+        return cls("deny", cidr, tuple(str(p) for p in ports), protocol)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule as the wire carries it."""
+        return {
+            "action": self.action,
+            "cidr": self.cidr,
+            "ports": list(self.ports),
+            "protocol": self.protocol,
+        }
+
+
+@attrs.frozen
+class EgressPolicy:
+    """A sandbox's egress policy: ``default`` (``allow`` or ``deny``), ``rules`` tried in order
+    before it, and ``domains`` whose current addresses are allowed (all ports)."""
+
+    default: str = "allow"
+    rules: tuple[EgressRule, ...] = ()
+    domains: tuple[str, ...] = ()
+
+    @classmethod
+    def deny_all(
+        cls, allow: Iterable[EgressRule | str] = (), domains: Iterable[str] = ()
+    ) -> EgressPolicy:
+        """Deny by default, allowing ``allow`` (rules, or CIDRs on every port) and ``domains``."""
+        rules = tuple(r if isinstance(r, EgressRule) else EgressRule.allow(r) for r in allow)
+        return egress_policy(cls("deny", rules, tuple(domains)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The policy as the wire carries it (``egress`` of a start or an update)."""
+        return {
+            "default": self.default,
+            "rules": [rule.to_dict() for rule in self.rules],
+            "domains": list(self.domains),
+        }
+
+    def describe(self) -> str:
+        """In words, for a status: ``deny by default; allow 10.0.0.5/32 tcp 443; domains pypi.org``."""
+        parts = [f"{self.default} by default"]
+        for rule in self.rules:
+            ports = f" {rule.protocol} {','.join(rule.ports)}" if rule.ports else ""
+            if not ports and rule.protocol != "any":
+                ports = f" {rule.protocol}"
+            parts.append(f"{rule.action} {rule.cidr}{ports}")
+        if self.domains:
+            parts.append("domains " + ", ".join(self.domains))
+        return "; ".join(parts)
+
+
+def _rule(value: Any, field: str) -> EgressRule:
+    if isinstance(value, EgressRule):
+        value = value.to_dict()
+    if not isinstance(value, Mapping):
+        raise _refuse(field, "expected a rule like {'action': 'allow', 'cidr': ...}", value)
+    unknown = set(value) - {"action", "cidr", "ports", "protocol"}
+    if unknown:
+        raise _refuse(field, f"unknown key(s) {sorted(unknown)}", value)
+    action = value.get("action")
+    if action not in ("allow", "deny"):
+        raise _refuse(f"{field}.action", f"expected 'allow' or 'deny', got {action!r}", action)
+    protocol = value.get("protocol") or "any"
+    if protocol not in ("tcp", "udp", "any"):
+        raise _refuse(f"{field}.protocol", f"expected tcp, udp or any, got {protocol!r}", protocol)
+    try:
+        cidr = _cidr(value.get("cidr"))
+    except ValueError as exc:
+        raise _refuse(f"{field}.cidr", str(exc), value.get("cidr")) from None
+    try:
+        ports = _ports(value.get("ports"))
+    except ValueError as exc:
+        raise _refuse(f"{field}.ports", str(exc), value.get("ports")) from None
+    return EgressRule(action, cidr, ports, protocol)
+
+
+def egress_policy(value: Any, field: str = "egress") -> EgressPolicy:
+    """A checked :class:`EgressPolicy` from one or its wire form (a mapping).
+
+    :raises InvalidParameter: naming the part that is wrong (``egress.rules[1].cidr: ...``).
+    """
+    if isinstance(value, EgressPolicy):
+        value = value.to_dict()
+    if not isinstance(value, Mapping):
+        raise _refuse(field, "expected a policy like {'default': 'deny', 'rules': [...]}", value)
+    unknown = set(value) - {"default", "rules", "domains"}
+    if unknown:
+        raise _refuse(field, f"unknown key(s) {sorted(unknown)}", value)
+    default = value.get("default") or "allow"
+    if default not in ("allow", "deny"):
+        raise _refuse(f"{field}.default", f"expected 'allow' or 'deny', got {default!r}", default)
+    rules_in = value.get("rules") or []
+    if isinstance(rules_in, (str, Mapping)):
+        raise _refuse(f"{field}.rules", "expected a list of rules", rules_in)
+    rules = tuple(_rule(rule, f"{field}.rules[{i}]") for i, rule in enumerate(rules_in))
+    domains_in = value.get("domains") or []
+    if isinstance(domains_in, str):
+        domains_in = [domains_in]
+    domains: list[str] = []
+    for i, name in enumerate(domains_in):
+        text = str(name).strip().rstrip(".").lower() if isinstance(name, str) else ""
+        if not _DOMAIN.match(text) or _is_address(text):
+            raise _refuse(f"{field}.domains[{i}]", f"expected a domain name, got {name!r}", name)
+        if text not in domains:
+            domains.append(text)
+    return EgressPolicy(default, rules, tuple(domains))
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def with_mirrors(policy: EgressPolicy, mirrors: Iterable[str]) -> EgressPolicy:
+    """``policy`` with the hosts of ``mirrors`` (URLs or addresses of speedup mirrors) allowed
+    when it denies by default: an address as a rule, a name as a domain. An allowing policy
+    is returned as it is."""
+    if policy.default != "deny":
+        return policy
+    rules, domains = list(policy.rules), list(policy.domains)
+    for mirror in mirrors:
+        host = mirror.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
+        host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        host = host.strip("[]").lower()
+        if not host:
+            continue
+        if _is_address(host):
+            if ipaddress.ip_address(host).version == 4:
+                rule = _rule(EgressRule.allow(host), "mirror")
+                if rule not in rules:
+                    rules.insert(0, rule)
+        elif host not in domains:
+            domains.append(host)
+    return egress_policy(EgressPolicy(policy.default, tuple(rules), tuple(domains)))

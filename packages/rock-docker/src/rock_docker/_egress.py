@@ -1,0 +1,80 @@
+"""The docker runtime's egress policies (capability ``egress``): a mixin of
+:class:`~rock_docker.runtime.DockerRuntime` over :class:`~rock_docker._firewall.Firewall`,
+its blocking calls run through the runtime's ``_run``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+
+from rock_core.egress import EgressPolicy
+from rock_core.runtime import UnitHandle
+from rock_docker._firewall import Firewall
+from rock_docker._options import DockerOptions
+
+__all__ = ["EgressRules", "host_resolvers"]
+
+
+def host_resolvers(path: str = "/etc/resolv.conf") -> tuple[str, ...]:
+    """The host's IPv4 name servers but loopback ones (what Docker gives a container)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return ()
+    found = [
+        line.split()[1] for line in lines if line.startswith("nameserver") and len(line.split()) > 1
+    ]
+    return tuple(s for s in found if "." in s and not s.startswith("127."))
+
+
+class EgressRules:
+    """``set_egress``, ``sync_egress`` and the rules' removal with a unit's stop or removal."""
+
+    options: DockerOptions
+    _run: Callable[..., Any]
+    _docker: Callable[[], docker.DockerClient]
+    _firewall_made: Firewall | None = None
+
+    @property
+    def _firewall(self) -> Firewall:
+        if self._firewall_made is None:
+            dns = self.options.egress_dns
+            self._firewall_made = Firewall(
+                (dns,) if dns else host_resolvers(), self.options.egress_resolve_interval
+            )
+        return self._firewall_made
+
+    async def set_egress(self, handle: UnitHandle, policy: EgressPolicy | None) -> None:
+        """The container's chains written again for ``policy`` (``None``: removed), in one
+        atomic ``iptables-restore`` (:mod:`rock_docker._firewall`)."""
+        await self._run(
+            lambda: self._firewall.apply(self._docker().api, handle.unit_id, policy),
+            attempted="egress",
+            sandbox_id=handle.sandbox_id,
+        )
+
+    async def sync_egress(self, wanted: Mapping[str, tuple[UnitHandle, EgressPolicy]]) -> None:
+        """Rules put back, domains followed, leftovers (of containers not running) removed."""
+
+        def running(key: str) -> bool:
+            try:
+                state = self._docker().api.inspect_container(key).get("State") or {}
+            except docker.errors.NotFound:
+                return False
+            return bool(state.get("Running"))
+
+        policies = {unit_id: policy for unit_id, (_handle, policy) in wanted.items()}
+        await self._run(
+            lambda: self._firewall.sync(self._docker().api, policies, running),
+            attempted="egress",
+        )
+
+    async def _forget_egress(self, handle: UnitHandle) -> None:
+        """A stopped or removed container's rules go (its address may be given to another)."""
+        firewall = self._firewall_made
+        if firewall is not None and firewall.knows(handle.unit_id):
+            await self._run(lambda: firewall.drop(handle.unit_id), attempted="egress")

@@ -1,0 +1,293 @@
+"""Egress policies on the host's packet filter: two iptables chains per sandbox.
+
+A container's packets to another host cross the host's ``FORWARD`` chain, which Docker sends
+through ``DOCKER-USER`` first; its packets to the host itself (the bridge's gateway, any
+address of the host) cross ``INPUT``. For a unit with a policy this module makes
+``ROCK-EG-<id>`` (jumped to from ``DOCKER-USER``) and ``ROCK-EGI-<id>`` (from ``INPUT``), both
+keyed by the container's address on its bridge and the bridge's interface, tagged with the
+comment ``rock-egress:<id>`` (``<id>``: the first 16 digits of the container's id):
+
+- replies of connections already set up pass (``ESTABLISHED,RELATED``), so a policy tightened
+  mid-connection ends no connection, and no reply of a connection made to the sandbox is cut;
+- the policy's rules in order (allow: ``RETURN`` to Docker's own rules; deny: ``REJECT``), then
+  the current addresses of its domains and, when it has domains, DNS to the resolvers;
+- then link-local ``169.254.0.0/16`` refused, then the default; in ``ROCK-EGI`` everything
+  left is refused (the host's own addresses are denied unless a rule names them).
+
+``REJECT`` answers at once (a TCP reset, else ICMP port-unreachable): a refused connection
+fails in a millisecond, not after a timeout. Each change is one ``iptables-restore --noflush``
+(atomic: a chain declared there is flushed and refilled in the same commit). The rules live in
+the host's kernel: nothing in the sandbox can lift them (it has no ``NET_ADMIN``; its own
+``iptables`` acts on its own network namespace). Every method blocks (the runtime calls them
+in worker threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+import docker
+import docker.errors
+
+from rock_core.egress import ALWAYS_REFUSED, EgressPolicy, EgressRule
+from rock_core.errors import RuntimeFailure
+from rock_docker._resolve import resolve_all
+
+__all__ = ["Firewall", "chain_names"]
+
+log = logging.getLogger("rock.docker")
+
+_TAG = "rock-egress:"
+_JUMP = re.compile(r"^-A (DOCKER-USER|INPUT) (.*--comment \"?rock-egress:([0-9a-f]+)\"?.*)$")
+_CHAIN = re.compile(r"^:(ROCK-EGI?-([0-9a-f]+)) ")
+_REFUSED = re.compile(r"^\[(\d+):\d+\] -A ROCK-EGI?-([0-9a-f]+) .*-j REJECT")
+
+
+def chain_names(unit_id: str) -> tuple[str, str]:
+    """The chains of unit ``unit_id``: ``(forward, input)``."""
+    key = unit_id[:16]
+    return f"ROCK-EG-{key}", f"ROCK-EGI-{key}"
+
+
+def _reject(chain: str, match: str, kind: str = "both") -> list[str]:
+    """Lines refusing what ``match`` matches at once: ``both`` (a TCP reset for TCP, ICMP
+    port-unreachable for the rest), ``tcp`` (``match`` is TCP only) or ``other``."""
+    tcp = "-j REJECT --reject-with tcp-reset"
+    icmp = "-j REJECT --reject-with icmp-port-unreachable"
+    if kind == "both":
+        lines = [f"-A {chain} {match} -p tcp {tcp}", f"-A {chain} {match} {icmp}"]
+    else:
+        lines = [f"-A {chain} {match} {tcp if kind == 'tcp' else icmp}"]
+    return [" ".join(line.split()) for line in lines]
+
+
+def _rule_lines(chain: str, rule: EgressRule) -> list[str]:
+    protocols = [rule.protocol] if rule.protocol != "any" or not rule.ports else ["tcp", "udp"]
+    lines: list[str] = []
+    for protocol in protocols:
+        where = f"-d {rule.cidr}"
+        if protocol != "any":
+            where += f" -p {protocol}"
+        if rule.ports:
+            where += " -m multiport --dports " + ",".join(p.replace("-", ":") for p in rule.ports)
+        if rule.action == "allow":
+            lines.append(f"-A {chain} {where} -j RETURN")
+        else:
+            kind = {"any": "both", "tcp": "tcp"}.get(protocol, "other")
+            lines.extend(_reject(chain, where, kind))
+    return lines
+
+
+def _body(
+    chain: str, policy: EgressPolicy, addresses: Iterable[str], dns: Iterable[str]
+) -> list[str]:
+    lines = [f"-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"]
+    for rule in policy.rules:
+        lines.extend(_rule_lines(chain, rule))
+    for address in sorted(set(addresses)):
+        lines.append(f"-A {chain} -d {address}/32 -j RETURN")
+    if policy.domains:
+        for server in sorted(set(dns)):
+            for protocol in ("udp", "tcp"):
+                lines.append(f"-A {chain} -d {server}/32 -p {protocol} --dport 53 -j RETURN")
+    return lines
+
+
+class Firewall:
+    """The egress rules this runtime put on the host, and the domains it follows.
+
+    :param dns: the resolvers domains are resolved with (and sandboxes may reach on port 53
+        when their policy lists domains): ``host`` or ``host:port`` each.
+    :param resolve_interval: seconds between two resolutions of a policy's domains.
+    """
+
+    def __init__(self, dns: tuple[str, ...], resolve_interval: float) -> None:
+        self._dns = dns
+        self._interval = resolve_interval
+        self._lock = threading.Lock()  # one change of the host's rules at a time (this process)
+        self._bridges: dict[str, str] = {}  # Docker network id -> bridge interface
+        # unit key -> (address, bridge, policy, resolved addresses, when resolved)
+        self._applied: dict[str, tuple[str, str, EgressPolicy, frozenset[str], float]] = {}
+        self._available: bool | None = None
+        self._seen: set[str] = set()  # unit keys with rules at the last sync (another run's)
+
+    def knows(self, unit_id: str) -> bool:
+        """Whether unit ``unit_id`` may have rules (put by this runtime, or seen at a sync)."""
+        return unit_id[:16] in self._applied or unit_id[:16] in self._seen
+
+    # -- reading the host ---------------------------------------------------------------------
+
+    def _iptables(self, program: str, *args: str, text: str | None = None) -> str:
+        if self._available is None:
+            self._available = shutil.which(program) is not None
+        if not self._available:
+            raise RuntimeFailure(
+                f"egress policies need {program} on the Docker host (not found on PATH)",
+                attempted="egress",
+            )
+        done = subprocess.run(
+            [program, "-w", *args] if program == "iptables-restore" else [program, *args],
+            input=text,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeFailure(
+                f"{program} failed: {done.stderr.strip() or done.returncode}", attempted="egress"
+            )
+        return done.stdout
+
+    def _save(self, counters: bool = False) -> list[str]:
+        args = ("-t", "filter", "-c") if counters else ("-t", "filter")
+        return self._iptables("iptables-save", *args).splitlines()
+
+    def _where(self, api: docker.APIClient, unit_id: str) -> tuple[str, str]:
+        """The container's address and its bridge's interface."""
+        networks = api.inspect_container(unit_id)["NetworkSettings"].get("Networks") or {}
+        for network in networks.values():
+            address, network_id = network.get("IPAddress"), network.get("NetworkID")
+            if address and network_id:
+                if network_id not in self._bridges:
+                    options = api.inspect_network(network_id).get("Options") or {}
+                    self._bridges[network_id] = options.get(
+                        "com.docker.network.bridge.name", f"br-{network_id[:12]}"
+                    )
+                return str(address), self._bridges[network_id]
+        raise RuntimeFailure(
+            f"container {unit_id[:12]} has no address on a bridge: no egress policy can hold",
+            attempted="egress",
+        )
+
+    def _dns_addresses(self) -> list[str]:
+        return [
+            server.rsplit(":", 1)[0] if server.count(":") == 1 else server for server in self._dns
+        ]
+
+    # -- changing it --------------------------------------------------------------------------
+
+    def apply(self, api: docker.APIClient, unit_id: str, policy: EgressPolicy | None) -> None:
+        """Put ``policy`` on the running container ``unit_id`` (``None``: drop its rules)."""
+        if policy is None:
+            self.drop(unit_id)
+            return
+        address, bridge = self._where(api, unit_id)
+        resolved = frozenset(resolve_all(policy.domains, self._dns))
+        with self._lock:
+            self._write(unit_id[:16], address, bridge, policy, resolved, self._save())
+            self._applied[unit_id[:16]] = (address, bridge, policy, resolved, time.monotonic())
+
+    def _write(
+        self,
+        key: str,
+        address: str,
+        bridge: str,
+        policy: EgressPolicy,
+        resolved: frozenset[str],
+        saved: list[str],
+    ) -> None:
+        forward, local = chain_names(key)
+        dns = self._dns_addresses()
+        lines = ["*filter", f":{forward} - [0:0]", f":{local} - [0:0]"]
+        lines += _body(forward, policy, resolved, dns)
+        lines += _reject(forward, f"-d {ALWAYS_REFUSED}")
+        if policy.default == "deny":
+            lines += _reject(forward, "")
+        lines += _body(local, policy, resolved, dns)
+        lines += _reject(local, "")
+        jumps = {
+            "DOCKER-USER": f"-s {address}/32 -i {bridge} ! -o {bridge} "
+            f'-m comment --comment "{_TAG}{key}" -j {forward}',
+            "INPUT": f'-s {address}/32 -i {bridge} -m comment --comment "{_TAG}{key}" -j {local}',
+        }
+        # The unit's old jumps (another address, after a restart) go in the same commit.
+        lines += [f"-D {chain} {spec}" for chain, spec, found in self._jumps(saved) if found == key]
+        lines += [f"-I {chain} 1 {spec}" for chain, spec in jumps.items()]
+        lines.append("COMMIT")
+        self._iptables("iptables-restore", "--noflush", text="\n".join(lines) + "\n")
+
+    @staticmethod
+    def _jumps(saved: list[str]) -> list[tuple[str, str, str]]:
+        found = []
+        for line in saved:
+            match = _JUMP.match(line)
+            if match:
+                found.append((match[1], match[2], match[3]))
+        return found
+
+    def drop(self, unit_id: str) -> None:
+        """Remove every rule of unit ``unit_id`` (none: nothing to do)."""
+        with self._lock:
+            self._applied.pop(unit_id[:16], None)
+            self._seen.discard(unit_id[:16])
+            self._drop_keys({unit_id[:16]}, self._save())
+
+    def _drop_keys(self, keys: set[str], saved: list[str]) -> None:
+        lines = ["*filter"]
+        for chain, spec, key in self._jumps(saved):
+            if key in keys:
+                lines.append(f"-D {chain} {spec}")
+        chains = [m[1] for line in saved if (m := _CHAIN.match(line)) and m[2] in keys]
+        lines += [f"-F {chain}" for chain in chains] + [f"-X {chain}" for chain in chains]
+        if len(lines) > 1:
+            self._iptables(
+                "iptables-restore", "--noflush", text="\n".join([*lines, "COMMIT"]) + "\n"
+            )
+
+    def sync(
+        self,
+        api: docker.APIClient,
+        wanted: Mapping[str, EgressPolicy],
+        running: Callable[[str], bool],
+    ) -> None:
+        """Match the host's rules to ``wanted`` (``{unit_id: policy}``): rules put back where
+        missing, domains resolved again when due (rules rewritten if an answer changed), and
+        the rules of units that no longer run removed (``running(key)`` asks Docker)."""
+        saved = self._save()
+        chains = {m[1] for line in saved if (m := _CHAIN.match(line))}
+        jumped = {(chain, key) for chain, _spec, key in self._jumps(saved)}
+        keys = {m[2] for line in saved if (m := _CHAIN.match(line))} | {k for _c, k in jumped}
+        self._seen = set(keys)
+        for unit_id, policy in wanted.items():
+            key = unit_id[:16]
+            forward, local = chain_names(key)
+            known = self._applied.get(key)
+            whole = {forward, local} <= chains and {("DOCKER-USER", key), ("INPUT", key)} <= jumped
+            due = known is None or (
+                bool(policy.domains) and time.monotonic() - known[4] >= self._interval
+            )
+            if whole and not due and known is not None and known[2] == policy:
+                continue
+            try:
+                if known is None or known[2] != policy or not whole:
+                    self.apply(api, unit_id, policy)
+                    continue
+                resolved = frozenset(resolve_all(policy.domains, self._dns))
+                with self._lock:
+                    if resolved != known[3]:
+                        self._write(key, known[0], known[1], policy, resolved, self._save())
+                    self._applied[key] = (known[0], known[1], policy, resolved, time.monotonic())
+            except (RuntimeFailure, docker.errors.APIError) as exc:
+                log.warning("could not put back the egress rules of unit %s: %s", key, exc)
+        gone = {key for key in keys - {u[:16] for u in wanted} if not running(key)}
+        if gone:
+            with self._lock:
+                for key in gone:
+                    self._applied.pop(key, None)
+                self._drop_keys(gone, self._save())
+
+    def refused(self) -> dict[str, int]:
+        """Connections refused so far by each unit's rules (packets its REJECT rules answered,
+        since its rules were last written): ``{unit key: count}``."""
+        counts: dict[str, int] = {}
+        for line in self._save(counters=True):
+            match = _REFUSED.match(line)
+            if match:
+                counts[match[2]] = counts.get(match[2], 0) + int(match[1])
+        return counts
