@@ -32,6 +32,7 @@ BUILT_IN = {
     "admin": ("rock.admin.cli", "admin"),
     "bench": ("rock.bench.cli", "bench"),
     "log": ("rock._cli_log", "log_command"),
+    "model-service": ("rock._cli_model_service", "model_service"),
     "plugins": ("rock._cli_plugins", "plugins_command"),
     "sandbox": ("rock._cli_sandbox", "sandbox"),
 }

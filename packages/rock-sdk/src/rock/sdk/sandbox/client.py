@@ -133,6 +133,17 @@ class Sandbox(SandboxLifecycle, SandboxFiles, SandboxServices, SandboxSnapshots,
         self.process = Process(self)
         self.fs = LinuxFileSystem(self)
         self.network = Network(self)
+        self.model_service: Any = None  # ROCK's: the sandbox's one ModelService, set by its agent
+        self._agent: Any = None
+
+    @property
+    def agent(self) -> Any:
+        """ROCK's ``sandbox.agent``: the sandbox's :class:`~rock.sdk.sandbox.agent.RockAgent`."""
+        if self._agent is None:
+            from rock.sdk.sandbox.agent import RockAgent
+
+            self._agent = RockAgent(self)
+        return self._agent
 
     async def __aenter__(self) -> Sandbox:
         await self.start()
