@@ -132,6 +132,52 @@ def test_a_new_block_is_found_and_run_and_a_bad_marker_is_caught(tmp_path: Path)
     assert unnamed.lang == ""  # refused by the fence test above
 
 
+def _rock_commands_named() -> set[str]:
+    """What follows ``rock`` in the docs' inline code and in the lines of shell blocks that do not
+    run (a benchmark, an interactive command): ``sandbox top --sort cpu``, ..."""
+    named = set()
+    for path in docs.doc_files():
+        text = path.read_text(encoding="utf-8")
+        prose = re.sub(r"^\s*```.*?^\s*```", "", text, flags=re.S | re.M)
+        named |= set(re.findall(r"`(?:\.venv/bin/)?rock ([^`]+)`", prose))
+    for block in BLOCKS:
+        if block.lang in docs.SHELL | docs.CONSOLE and not block.runs:
+            for line in block.text.splitlines():
+                found = re.match(r"^(?:\$ )?(?:\.venv/bin/)?rock ([^#]+)", line.strip())
+                if found:
+                    named.add(found.group(1))
+    return named
+
+
+def test_every_rock_command_and_option_the_docs_name_exists():
+    import click
+
+    from rock.cli import main as cli
+
+    wrong = []
+    for named in sorted(_rock_commands_named()):
+        command: click.Command = cli
+        context = click.Context(cli, info_name="rock")
+        path = ["rock"]
+        for token in named.replace("[", " ").replace("]", " ").split():
+            if token.startswith("--"):
+                options = {"--help"} | {
+                    o for p in command.params for o in p.opts + p.secondary_opts
+                }
+                if token.split("=")[0] not in options:
+                    wrong.append(f"`rock {named}`: {' '.join(path)} has no option {token}")
+            elif isinstance(command, click.Group) and re.fullmatch(r"[a-z][a-z-]*", token):
+                sub = command.get_command(context, token)
+                if sub is None:
+                    wrong.append(f"`rock {named}`: {' '.join(path)} has no command {token!r}")
+                    break
+                path.append(token)
+                context = click.Context(sub, parent=context, info_name=token)
+                command = sub
+    assert len(_rock_commands_named()) >= 40
+    assert not wrong, "\n".join(wrong)
+
+
 def test_every_toml_block_parses():
     broken = {}
     for block in BLOCKS:
