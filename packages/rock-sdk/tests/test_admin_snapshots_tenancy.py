@@ -5,6 +5,8 @@ Tenant ``team-a`` makes a snapshot; ``team-b`` cannot list it, start from it, de
 snapshot or fork ``team-a``'s sandbox: each answer is word for word what an unknown name or id
 gets. Both may use the same snapshot name, each for its own files. ``team-q`` (at most 2
 sandboxes) is refused a fork that would pass its quota, named, before any snapshot is made.
+``team-s`` (at most 1 snapshot) is refused a second snapshot, and a fork (its snapshot counts),
+naming ``max_snapshots``, until it deletes the first.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ SMALL: dict[str, Any] = {"image": "python:3.11", "memory": "256m", "cpus": 0.5}
 KEY_A = "key-a-" + uuid.uuid4().hex
 KEY_B = "key-b-" + uuid.uuid4().hex
 KEY_Q = "key-q-" + uuid.uuid4().hex
+KEY_S = "key-s-" + uuid.uuid4().hex
 CONFIG = (
     "[admin]\napi_keys = [\n"
     f'  {{ tenant = "team-a", sha256 = "{hash_key(KEY_A)}" }},\n'
     f'  {{ tenant = "team-b", sha256 = "{hash_key(KEY_B)}" }},\n'
     f'  {{ tenant = "team-q", sha256 = "{hash_key(KEY_Q)}", max_sandboxes = 2 }},\n'
+    f'  {{ tenant = "team-s", sha256 = "{hash_key(KEY_S)}", max_snapshots = 1 }},\n'
     "]\n"
 )
 
@@ -121,6 +125,30 @@ async def test_a_fork_past_the_tenants_quota_is_refused_naming_it(admin: Any) ->
         assert await parent.snapshots() == []  # refused before any snapshot was made
         forks = await parent.fork(1)
         assert len(forks) == 1 and (await forks[0].get_status()).state == "running"
+    finally:
+        for sandbox in (*forks, parent):
+            await sandbox.stop()
+        await _delete_all(parent)
+
+
+async def test_a_snapshot_or_fork_past_the_tenants_snapshot_limit_is_refused_naming_it(
+    admin: Any,
+) -> None:
+    parent = _sandbox(admin, KEY_S)
+    await parent.start()
+    forks: list[Sandbox] = []
+    try:
+        await parent.snapshot(name="first")
+        refusal = r"tenant 'team-s': max_snapshots 1 reached \(using 1, asked 1\)"
+        with pytest.raises(RockError, match=refusal) as refused:
+            await parent.snapshot(name="second")
+        assert refused.value.code == 4029
+        with pytest.raises(RockError, match=refusal):
+            await parent.fork(1)
+        assert [s.name for s in await parent.snapshots()] == ["first"]
+        await parent.delete_snapshot("first")
+        forks = await parent.fork(1)  # room again: the fork's snapshot is the one kept
+        assert len(await parent.snapshots()) == 1
     finally:
         for sandbox in (*forks, parent):
             await sandbox.stop()

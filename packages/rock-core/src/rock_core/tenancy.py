@@ -72,14 +72,17 @@ def archive_key(record: SandboxRecord) -> str:
 class Quota:
     """What one tenant may hold at once (``None``: no limit): ``max_sandboxes`` pending and
     running sandboxes, ``max_memory`` bytes of their memory limits, ``max_cpus`` CPUs of their
-    CPU ceilings (``limit_cpus`` where set, else ``cpus``)."""
+    CPU ceilings (``limit_cpus`` where set, else ``cpus``); ``max_snapshots`` snapshots kept on
+    the node (a fork's own snapshot among them)."""
 
     max_sandboxes: int | None = None
     max_memory: int | None = None
     max_cpus: float | None = None
+    max_snapshots: int | None = None
 
     def __bool__(self) -> bool:
-        return (self.max_sandboxes, self.max_memory, self.max_cpus) != (None, None, None)
+        limits = (self.max_sandboxes, self.max_memory, self.max_cpus, self.max_snapshots)
+        return limits != (None, None, None, None)
 
 
 @attrs.frozen(kw_only=True)

@@ -33,11 +33,17 @@ class EpisodeState:
 
     @leader_only_call
     async def snapshot(
-        self, sandbox_id: str, name: str | None = None, *, tenant: str | None = None
+        self,
+        sandbox_id: str,
+        name: str | None = None,
+        *,
+        tenant: str | None = None,
+        quota: Quota | None = None,
     ) -> SnapshotInfo:
         """Keep a sandbox's files, not its processes, as a snapshot of its tenant (``tenant``:
-        the caller's) (:func:`rock_core.engine.snapshots.snapshot`: what it raises)."""
-        return await snapshots.snapshot(self._core, sandbox_id, name, tenant=tenant)
+        the caller's; ``quota``: its ``max_snapshots``) (:func:`rock_core.engine.snapshots.snapshot`:
+        what it raises)."""
+        return await snapshots.snapshot(self._core, sandbox_id, name, tenant=tenant, quota=quota)
 
     async def list_snapshots(self, tenant: str | None = None) -> list[SnapshotInfo]:
         """The snapshots of ``tenant`` (default: this engine's owner), oldest first."""

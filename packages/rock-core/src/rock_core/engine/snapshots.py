@@ -117,15 +117,21 @@ def _unknown(name: str, attempted: str) -> InvalidParameter:
 
 
 async def snapshot(
-    core: EngineCore, sandbox_id: str, name: str | None = None, *, tenant: str | None = None
+    core: EngineCore,
+    sandbox_id: str,
+    name: str | None = None,
+    *,
+    tenant: str | None = None,
+    quota: Quota | None = None,
 ) -> SnapshotInfo:
     """Keep the files of ``sandbox_id`` (running or stopped, its unit kept) as the snapshot
     ``name`` (default ``snap-<12 hex>``) of the sandbox's tenant. ``tenant``: the caller's (a
-    sandbox of another tenant is not found).
+    sandbox of another tenant is not found); ``quota``: its ``max_snapshots``.
 
     :raises NotSupported: the runtime lacks the capability ``snapshot_image``.
     :raises InvalidParameter: a bad name, or one the tenant already uses.
     :raises BadRequestRockError: the sandbox is neither running nor stopped with its unit.
+    :raises QuotaExceeded: the tenant keeps ``max_snapshots`` snapshots already.
     """
     _require(core, "snapshot")
     record = _record_of(core, sandbox_id, tenant, "snapshot")
@@ -155,8 +161,19 @@ async def snapshot(
         raise _name_taken(owner, name)
     making.add((owner, name))
     try:
-        if await _find(core, owner, name) is not None:
+        kept = await core.runtime.snapshot_images(_scope(core, owner))
+        if any(image.labels.get(LABEL_NAME) == name for image in kept):
             raise _name_taken(owner, name)
+        if quota is not None and quota.max_snapshots is not None:
+            # The others being made now count too (each holds its name in ``making``).
+            using = len(kept) + sum(1 for o, _ in making if o == owner) - 1
+            if using + 1 > quota.max_snapshots:
+                raise QuotaExceeded(
+                    f"snapshot: tenant {owner!r}: max_snapshots {quota.max_snapshots} reached "
+                    f"(using {using}, asked 1); delete one first (rock sandbox snapshots)",
+                    sandbox_id=sandbox_id,
+                    attempted="snapshot",
+                )
         labels = {
             **_scope(core, owner),
             LABEL_NAME: name,
@@ -263,7 +280,8 @@ async def fork(
 
     :raises InvalidParameter: ``count`` below 1.
     :raises QuotaExceeded: ``count`` more sandboxes would take the tenant past ``quota``
-        (checked before the snapshot, and again at each start).
+        (checked before the snapshot, and again at each start), or its snapshot past
+        ``max_snapshots``.
     """
     _require(core, "fork")
     record = _record_of(core, sandbox_id, tenant, "fork")
@@ -282,7 +300,9 @@ async def fork(
             raise QuotaExceeded(
                 f"fork of {count}: {refusal[1]}", sandbox_id=sandbox_id, attempted="fork"
             )
-    snap = await snapshot(core, sandbox_id, f"fork-{secrets.token_hex(6)}", tenant=tenant)
+    snap = await snapshot(
+        core, sandbox_id, f"fork-{secrets.token_hex(6)}", tenant=tenant, quota=quota
+    )
     request = _child_request(record.spec, snap.image)
     spec = record.spec
     started: list[SandboxRecord] = []

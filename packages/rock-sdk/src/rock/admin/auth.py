@@ -40,6 +40,8 @@ What an entry grants, each checked per key:
   not count); a start or restart past one is refused with code 4029 naming the quota, the use
   and what was asked. Memory counts each sandbox's ``memory``, CPUs its ``limit_cpus`` if set,
   else its ``cpus``.
+- ``max_snapshots``: how many snapshots the tenant may keep (``rock sandbox snapshots``; a
+  fork's snapshot counts); a snapshot or fork past it is refused with code 4029 naming it.
 - ``allowed_cap_add`` (default none): the capabilities (``NET_RAW``, ``SYS_PTRACE``, ...) the
   key's starts may ask for in ``cap_add``, within the engine's own ``allowed_cap_add``.
 
@@ -175,6 +177,7 @@ class ApiKeyEntry:
     max_sandboxes: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     max_memory: ByteSize | None = constrained(ByteSize, optional=True, default=None)
     max_cpus: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
+    max_snapshots: PositiveInt | None = constrained(PositiveInt, optional=True, default=None)
     # Any: a bare string must be refused as one, not read as a list of its letters.
     allowed_cap_add: Any = attrs.field(
         default=(),
@@ -201,7 +204,10 @@ class ApiKeyEntry:
             operator=self.operator,
             allowed_cap_add=self.allowed_cap_add,
             quota=Quota(
-                max_sandboxes=self.max_sandboxes, max_memory=self.max_memory, max_cpus=self.max_cpus
+                max_sandboxes=self.max_sandboxes,
+                max_memory=self.max_memory,
+                max_cpus=self.max_cpus,
+                max_snapshots=self.max_snapshots,
             ),
         )
 

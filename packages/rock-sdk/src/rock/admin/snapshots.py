@@ -35,8 +35,13 @@ __all__ = ["delete_snapshot", "fork", "list_snapshots", "reset", "snapshot", "sn
 
 async def snapshot(app: AdminApp, request: Request, body: SnapshotRequest) -> SnapshotInfo:
     """``POST /sandboxes/{sandbox_id}/snapshot``: keep the sandbox's files as a snapshot."""
-    tenant = scope_tenant(request.scope)
-    return await app.manager.snapshot(body.sandbox_id, body.name, tenant=tenant)
+    key = scope_key(request.scope)
+    return await app.manager.snapshot(
+        body.sandbox_id,
+        body.name,
+        tenant=None if key is None else key.tenant,
+        quota=None if key is None else key.quota,
+    )
 
 
 async def list_snapshots(app: AdminApp, request: Request, _data: None) -> SnapshotListResponse:
