@@ -169,6 +169,8 @@ class ForwardBackend:
                 answer = await http.request(
                     "POST", url, body, headers, timeout=self.config.request_timeout
                 )
+            except asyncio.TimeoutError:  # noqa: UP041 - an OSError on 3.11: not retried
+                raise
             except (OSError, ConnectionError) as exc:
                 if attempt >= attempts:
                     raise ConnectionError(f"{url}: {exc} (after {attempt} attempts)") from exc
