@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -187,6 +188,28 @@ def test_every_toml_block_parses():
             except tomllib.TOMLDecodeError as exc:
                 broken[block.id] = str(exc)
     assert not broken, broken
+
+
+def test_every_admin_config_block_loads_with_the_admins_reader(tmp_path: Path) -> None:
+    """A TOML block with ``[admin]``, ``[engine]`` or ``[plugins.x]`` tables is read as the admin
+    reads its ``--config`` file (unknown keys and bad values refused); each ``"<hex ...>"``
+    placeholder becomes a digest of its own."""
+    from rock.admin.config import load_settings
+
+    digests = itertools.count(1)
+    checked, wrong = 0, {}
+    for block in BLOCKS:
+        if block.lang != "toml" or not re.search(r"^\[(admin|engine|plugins)", block.text, re.M):
+            continue
+        text = re.sub(r'"<hex[^"]*>"', lambda _: f'"{next(digests):064x}"', block.text)
+        (tmp_path / "admin.toml").write_text(text)
+        try:
+            load_settings(tmp_path / "admin.toml", environ={})
+        except Exception as exc:  # noqa: BLE001 - reported with its block
+            wrong[block.id] = f"{type(exc).__name__}: {exc}"
+        checked += 1
+    assert checked >= 5
+    assert not wrong, wrong
 
 
 # ---- Python blocks -------------------------------------------------------------------------------
