@@ -21,6 +21,7 @@ import socket
 import socketserver
 import struct
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -418,3 +419,73 @@ async def test_fifty_sandboxes_with_policies_come_and_go_and_leave_no_rule(
 
     units = await asyncio.gather(*(one(i) for i in range(50)))
     assert await rules_left(units) == {}
+
+
+async def test_the_swe_bench_case_pip_through_its_mirror_and_everything_else_denied(world: World):
+    from rock.sdk.sandbox.speedup import SpeedupType
+
+    mirror = f"http://{world.allowed}/simple"
+    sandbox = await world.start(EgressPolicy.deny_all())
+    try:
+        assert (await probe(sandbox, world.allowed)) == {world.allowed: "refused"}
+        done = await sandbox.network.speedup(SpeedupType.PIP, mirror)
+        assert done.exit_code == 0, done.output
+        seen = await probe(sandbox, world.allowed, world.denied, world.elsewhere)
+        assert seen == {
+            world.allowed: "answered",
+            world.denied: "refused",
+            world.elsewhere: "refused",
+        }
+        config = await sandbox.execute(Command(command=["pip", "config", "list"]))
+        assert mirror in config.stdout
+    finally:
+        await sandbox.stop()
+
+
+async def test_an_embedded_sandboxs_policy_is_enforced_and_updated(engine: Any, world: World):
+    sandbox = Sandbox(
+        SandboxConfig(image="python:3.11", memory="256m", cpus=0.5, egress=EgressPolicy.deny_all())
+    )
+    await sandbox.start()
+    try:
+        assert (await probe(sandbox, world.allowed)) == {world.allowed: "refused"}
+        await sandbox.update_egress(
+            {"default": "deny", "rules": [{"action": "allow", "cidr": world.gateway}]}
+        )
+        assert (await probe(sandbox, world.allowed)) == {world.allowed: "answered"}
+        await sandbox.update_egress(None)
+        assert (await probe(sandbox, world.allowed)) == {world.allowed: "answered"}
+        assert (await sandbox.get_status()).egress is None
+    finally:
+        await sandbox.stop()
+
+
+async def test_rock_sandbox_egress_shows_and_replaces_the_policy(world: World):
+    rock = str(Path(sys.executable).with_name("rock"))
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [rock, "sandbox", "egress", sandbox.sandbox_id, "--base-url", world.admin.url, *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    sandbox = await world.start(EgressPolicy.deny_all())
+    try:
+        shown = await asyncio.to_thread(cli)
+        assert shown == f"{sandbox.sandbox_id}: deny by default"
+        rule = f"{world.gateway}:{_port(world.allowed)}:tcp"
+        changed = await asyncio.to_thread(cli, "--default", "deny", "--allow", rule)
+        assert changed == (
+            f"{sandbox.sandbox_id}: deny by default; allow {world.gateway}/32 tcp {_port(world.allowed)}"
+        )
+        assert (await probe(sandbox, world.allowed, world.denied)) == {
+            world.allowed: "answered",
+            world.denied: "refused",
+        }
+        assert await asyncio.to_thread(cli, "--none") == f"{sandbox.sandbox_id}: no egress policy"
+    finally:
+        await sandbox.stop()

@@ -203,23 +203,28 @@ def _is_address(text: str) -> bool:
 
 
 def with_mirrors(policy: EgressPolicy, mirrors: Iterable[str]) -> EgressPolicy:
-    """``policy`` with the hosts of ``mirrors`` (URLs or addresses of speedup mirrors) allowed
-    when it denies by default: an address as a rule, a name as a domain. An allowing policy
-    is returned as it is."""
+    """``policy`` with the speedup mirrors ``mirrors`` allowed when it denies by default: a
+    mirror named by address as a rule on its URL's port (``http``: 80, ``https``: 443, a bare
+    address: both), one named by host name as a domain. An allowing policy is returned as is."""
     if policy.default != "deny":
         return policy
     rules, domains = list(policy.rules), list(policy.domains)
     for mirror in mirrors:
-        host = mirror.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1]
-        host = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+        scheme, _, rest = mirror.strip().rpartition("://")
+        authority = rest.split("/", 1)[0].rsplit("@", 1)[-1]
+        host, _, port = (
+            authority.partition(":") if authority.count(":") == 1 else (authority, "", "")
+        )
         host = host.strip("[]").lower()
         if not host:
             continue
         if _is_address(host):
-            if ipaddress.ip_address(host).version == 4:
-                rule = _rule(EgressRule.allow(host), "mirror")
-                if rule not in rules:
-                    rules.insert(0, rule)
+            if ipaddress.ip_address(host).version != 4:
+                continue
+            default_ports = {"http": ["80"], "https": ["443"]}.get(scheme.lower(), ["80", "443"])
+            rule = _rule(EgressRule.allow(host, [port] if port else default_ports, "tcp"), "mirror")
+            if rule not in rules:
+                rules.insert(0, rule)
         elif host not in domains:
             domains.append(host)
     return egress_policy(EgressPolicy(policy.default, tuple(rules), tuple(domains)))

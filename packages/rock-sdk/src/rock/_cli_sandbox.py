@@ -528,4 +528,12 @@ def delete(sandbox_id: str, base_url: str | None, force: bool) -> None:
 # `rock sandbox top` (live resource use) lives in its own module; importing it adds it to the group above.
 # `rock sandbox pause|resume` live in their own module (_cli_pause.py), imported the same way.
 # `rock sandbox snapshot|snapshots|fork` too (_cli_snapshots.py).
-from rock import _cli_chat, _cli_commit, _cli_connect, _cli_pause, _cli_snapshots, _cli_top  # noqa: E402, F401
+from rock import (  # noqa: E402, F401
+    _cli_chat,
+    _cli_commit,
+    _cli_connect,
+    _cli_egress,
+    _cli_pause,
+    _cli_snapshots,
+    _cli_top,
+)
