@@ -124,3 +124,34 @@ def test_e2b_async_sdk_runs_a_command_and_files_in_a_rock_sandbox(
         "listed": True,
         "killed": True,
     }
+
+
+def test_e2b_sdk_pause_snapshots_metrics_and_refusals_on_rock(
+    e2b_python: str, keyed_admin: Any
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    out = e2b(e2b_python, keyed_admin, KEY_A, tag, script="drive_episodes.py")
+    sid = out["sandbox_id"]
+    # commands.connect follows a running command to its end.
+    assert out["connected"] == {"exit": 4, "stdout": "later\n"}
+    # pause is rock's: the processes freeze and go on after connect; a second pause is E2B's 409.
+    assert out["pause"] is True and out["paused_state"] == ["paused"]
+    assert out["pause_again"] is False and out["counter_goes_on"] is True
+    # a filesystem snapshot is rock's, and starts a sandbox with its files; full ones are refused.
+    assert out["snapshot_id"] == f"e2b-{tag}" and out["snapshots_listed"] == [f"e2b-{tag}"]
+    assert out["child_file"] == "from the snapshot"
+    assert "rock's snapshots keep a sandbox's files, not its memory" in out["full_snapshot"]
+    assert out["fork"].startswith("SandboxException: 501: fork: E2B's forks carry")
+    assert out["snapshot_deleted"] == []
+    assert out["metrics"] == {"n": 1, "mem_total": True, "cpus": 2}
+    assert "cannot lengthen it to 3600 s" in out["long_timeout"]
+    # bad input is E2B's exceptions, saying what is wrong or missing.
+    assert out["read_dir"].startswith("InvalidArgumentException: path '/tmp'")
+    assert out["list_file"] == ("InvalidArgumentException: path '/etc/hostname' is not a directory")
+    assert out["read_missing"].startswith("FileNotFoundException: path '/no/such/file' not found")
+    assert "rock does not serve stdin" in out["stdin"]
+    assert "running them as another user is not served" in out["user"]
+    assert out["kill_unknown_pid"] is False
+    # killed mid-stream: the waiting command ends, with what happened, instead of hanging.
+    assert out["mid_stream"]["stdout"] == "started\n" and out["mid_stream"]["exit"] != 0
+    assert out["after_kill"].startswith(f"SandboxNotRunningException: The sandbox {sid} ")

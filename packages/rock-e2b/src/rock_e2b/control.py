@@ -36,7 +36,17 @@ from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.states import State
 from rock_e2b.access import TENANT_KEY, E2BError, access_token, error_response, owned_record
 
-__all__ = ["ENVD_VERSION", "PREFIX", "TEMPLATE_KEY", "Templates", "routes", "templates"]
+__all__ = [
+    "ENVD_VERSION",
+    "PREFIX",
+    "TEMPLATE_KEY",
+    "Templates",
+    "body_of",
+    "failed",
+    "live_record",
+    "routes",
+    "templates",
+]
 
 PREFIX = "/e2b"
 #: The envd version rock answers: what the data plane serves (octet-stream uploads, no
@@ -62,7 +72,7 @@ class Templates:
 templates = Templates()
 
 
-def _body(request: RouteRequest) -> dict[str, Any]:
+def body_of(request: RouteRequest) -> dict[str, Any]:
     try:
         body = request.json()
     except RockError as exc:
@@ -109,14 +119,24 @@ def _listed(record: SandboxRecord) -> dict[str, Any]:
     }
 
 
-def _failed(exc: RockError) -> E2BError:
+def failed(exc: RockError) -> E2BError:
     if isinstance(exc, QuotaExceeded):
         return E2BError(429, exc.message)
     return E2BError(400 if exc.code // 1000 == 4 else 500, exc.message)
 
 
+async def _is_snapshot(request: RouteRequest, name: str) -> bool:
+    """Whether ``name`` is one of the caller's snapshots (E2B starts from a snapshot by naming
+    it as the template)."""
+    try:
+        found = await request.engine.list_snapshots(request.tenant)
+    except RockError:  # a runtime without snapshots
+        return False
+    return any(info.name == name for info in found)
+
+
 async def create(request: RouteRequest) -> Any:
-    body = _body(request)
+    body = body_of(request)
     template = body.get("templateID")
     if not isinstance(template, str) or not template.strip():
         raise E2BError(400, "templateID: a template name is required")
@@ -136,6 +156,8 @@ async def create(request: RouteRequest) -> Any:
     if not isinstance(timeout, int) or timeout < 0:
         raise E2BError(400, "timeout: a whole number of seconds is required")
     fields: dict[str, Any] = {"image": templates.image(template), "auto_clear_seconds": timeout}
+    if template not in templates.table and await _is_snapshot(request, template):
+        fields["snapshot"] = template
     start = SandboxStartRequest(
         **fields,
         env=dict(env),
@@ -146,7 +168,7 @@ async def create(request: RouteRequest) -> Any:
         started = await engine.start_async(start, tenant=request.tenant, quota=request.quota)
         await engine.wait_until_running(started.sandbox_id)
     except RockError as exc:
-        raise _failed(exc) from None
+        raise failed(exc) from None
     record = engine.get_record(started.sandbox_id)
     if record.state is not State.RUNNING:
         why = record.reason or record.state.value
@@ -154,7 +176,7 @@ async def create(request: RouteRequest) -> Any:
     return RouteResponse(_sandbox(record), status=201)
 
 
-def _live(request: RouteRequest) -> SandboxRecord:
+def live_record(request: RouteRequest) -> SandboxRecord:
     record = owned_record(request.engine, request.path_params["sandbox_id"], request.tenant)
     if record.state not in (State.RUNNING, State.PENDING, State.ARCHIVED):
         raise E2BError(404, f"sandbox {record.sandbox_id!r} not found ({record.state.value})")
@@ -162,7 +184,7 @@ def _live(request: RouteRequest) -> SandboxRecord:
 
 
 async def get(request: RouteRequest) -> Any:
-    record = _live(request)
+    record = live_record(request)
     return {**_listed(record), **_sandbox(record)}
 
 
@@ -184,19 +206,19 @@ async def listing(request: RouteRequest) -> Any:
 
 
 async def kill(request: RouteRequest) -> Any:
-    record = _live(request)
+    record = live_record(request)
     try:
         if record.state is not State.ARCHIVED:
             await request.engine.stop(record.sandbox_id, reason="killed through E2B's API")
         await request.engine.delete(record.sandbox_id)
     except RockError as exc:
-        raise _failed(exc) from None
+        raise failed(exc) from None
     return RouteResponse({}, status=200)
 
 
 async def set_timeout(request: RouteRequest) -> Any:
-    record = _live(request)
-    timeout = _body(request).get("timeout")
+    record = live_record(request)
+    timeout = body_of(request).get("timeout")
     if not isinstance(timeout, int) or timeout < 0:
         raise E2BError(400, "timeout: a whole number of seconds is required")
     idle = record.spec.auto_clear_seconds
@@ -210,19 +232,8 @@ async def set_timeout(request: RouteRequest) -> Any:
     return RouteResponse({}, status=200)
 
 
-async def pause(request: RouteRequest) -> Any:
-    record = _live(request)
-    if record.paused:
-        raise E2BError(409, f"sandbox {record.sandbox_id} is already paused")
-    try:
-        await request.engine.pause(record.sandbox_id)
-    except RockError as exc:
-        raise _failed(exc) from None
-    return RouteResponse({}, status=200)
-
-
 async def _resumed(request: RouteRequest, status: int) -> Any:
-    record = _live(request)
+    record = live_record(request)
     if record.state is State.ARCHIVED:
         raise E2BError(
             501, f"sandbox {record.sandbox_id} is archived: restore it with rock's restart"
@@ -232,7 +243,7 @@ async def _resumed(request: RouteRequest, status: int) -> Any:
             await request.engine.resume(record.sandbox_id)
         await request.engine.wait_until_running(record.sandbox_id)
     except RockError as exc:
-        raise _failed(exc) from None
+        raise failed(exc) from None
     request.engine.touch(record.sandbox_id)
     return RouteResponse(_sandbox(request.engine.get_record(record.sandbox_id)), status=status)
 
@@ -248,7 +259,7 @@ async def resume(request: RouteRequest) -> Any:
 def _refuse(what: str) -> Callable[[RouteRequest], Awaitable[Any]]:
     async def handler(request: RouteRequest) -> Any:
         if "sandbox_id" in request.path_params:
-            _live(request)
+            live_record(request)
         raise E2BError(501, f"rock does not serve E2B's {what}")
 
     return handler
@@ -266,6 +277,8 @@ def _e2b(handler: Callable[[RouteRequest], Awaitable[Any]]) -> Callable[..., Awa
 
 def routes() -> list[AdminRoute]:
     """The control plane's routes, under :data:`PREFIX`."""
+    from rock_e2b import episodes
+
     p, sid = PREFIX, f"{PREFIX}/sandboxes/{{sandbox_id}}"
     table: list[tuple[str, str, Callable[[RouteRequest], Awaitable[Any]]]] = [
         ("POST", f"{p}/sandboxes", create),
@@ -275,14 +288,16 @@ def routes() -> list[AdminRoute]:
         ("GET", sid, get),
         ("DELETE", sid, kill),
         ("POST", f"{sid}/timeout", set_timeout),
-        ("POST", f"{sid}/pause", pause),
+        ("POST", f"{sid}/pause", episodes.pause),
         ("POST", f"{sid}/resume", resume),
         ("POST", f"{sid}/connect", connect),
         ("POST", f"{p}/v2/sandboxes/{{sandbox_id}}/connect", connect),
-        ("POST", f"{sid}/fork", _refuse("fork (rock forks through its own API)")),
-        ("POST", f"{sid}/snapshots", _refuse("snapshots (rock snapshots through its own API)")),
+        ("POST", f"{sid}/fork", episodes.fork),
+        ("POST", f"{sid}/snapshots", episodes.create_snapshot),
+        ("GET", f"{p}/snapshots", episodes.list_snapshots),
+        ("DELETE", f"{p}/templates/{{template_id}}", episodes.delete_snapshot),
+        ("GET", f"{sid}/metrics", episodes.metrics),
         ("PUT", f"{sid}/network", _refuse("network updates")),
-        ("GET", f"{sid}/metrics", _refuse("metrics")),
         ("GET", f"{sid}/logs", _refuse("logs")),
         ("POST", f"{sid}/refreshes", _refuse("refreshes")),
     ]
