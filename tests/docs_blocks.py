@@ -30,8 +30,10 @@ Tokens, separated by ``;``:
     ``pyproject.toml`` and ``plugin.py`` blocks, a ``FooRuntime``); a ``$ pip install rock-foo``
     line is what this set-up does.
 
-Printed results are checked: a Python ``print(...)  # TEXT`` line must print TEXT, and the lines
-after a ``$ command`` in a console block are its output. ``...`` stands for any text, and a line
+Printed results are checked: a Python ``print(...)  # TEXT`` line must print TEXT, the lines
+after a ``$ command`` in a console block are its output, and a ```text block right below a
+Python or shell block (nothing but blank lines between) is that block's whole output (for a
+shell block, standard output and error together). ``...`` stands for any text, and a line
 that is only ``...`` for any number of lines.
 """
 
@@ -76,6 +78,7 @@ class Block:
     marker: str | None = None  # the marker's body, as written
     tokens: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    output: str | None = None  # what a ```text block right below it shows it prints
 
     @property
     def id(self) -> str:
@@ -127,6 +130,7 @@ def blocks_of(path: Path) -> Iterator[Block]:
     """The fenced blocks of ``path``, in order, each with the marker right above it."""
     lines = path.read_text(encoding="utf-8").splitlines()
     index = 0
+    previous: tuple[Block, int] | None = None  # the last block and the line after its fence
     while index < len(lines):
         opening = _FENCE.match(lines[index])
         if opening is None:
@@ -148,8 +152,19 @@ def blocks_of(path: Path) -> Iterator[Block]:
         if marker is not None:
             block.marker = marker.group("body").strip()
             block.tokens, block.problems = parse_marker(block.marker)
-        yield block
+        if (
+            block.lang == "text"
+            and previous is not None
+            and previous[0].lang in PYTHON | SHELL
+            and not any(line.strip() for line in lines[previous[1] : index])
+        ):
+            previous[0].output = block.text  # a ```text block right below shows the output
+        if previous is not None:
+            yield previous[0]
+        previous = (block, end + 1)
         index = end + 1
+    if previous is not None:
+        yield previous[0]
 
 
 def all_blocks() -> list[Block]:

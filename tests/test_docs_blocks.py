@@ -131,6 +131,9 @@ def test_a_new_block_is_found_and_run_and_a_bad_marker_is_caught(tmp_path: Path)
     assert bare_skip.problems == ["`skip` needs its reason in parentheses: skip (why)"]
     assert indented.text == "x = 1\n" and "unknown token 'sessions'" in indented.problems[0]
     assert unnamed.lang == ""  # refused by the fence test above
+    page.write_text("```sh\necho hi\n```\n\n```text\nhi\n```\n\nprose\n\n```text\nnot it\n```\n")
+    shown, below, later = docs.blocks_of(page)
+    assert (shown.output, below.output, later.output) == ("hi\n", None, None)
 
 
 def _rock_commands_named() -> set[str]:
@@ -236,6 +239,8 @@ def test_python_block_runs_and_prints_what_it_shows(
     printed: dict[int, list[str]] = {}
     for line, text in json.loads((tmp_path / "result.json").read_text())["prints"]:
         printed.setdefault(line, []).append(text)
+    if block.output is not None:
+        _check_output(block, done.stdout)
     for line, expected in docs.expected_prints(block.text).items():
         got = printed.get(line)
         assert got, f"{block.id}: line {line} of the block never printed (it shows {expected!r})"
@@ -255,12 +260,14 @@ def test_shell_block_runs(block: Any, tmp_path: Path, request: pytest.FixtureReq
     script = block.text
     for pattern, replacement in SHELL_SUBSTITUTIONS:
         script = pattern.sub(replacement, script)
-    script = script.replace("8080", str(_free_port()))  # the doc's port may be taken here
+    port = str(_free_port())
+    script = script.replace("8080", port)  # the doc's port may be taken here
     env = _environment(block, request, home=tmp_path / "home")
     try:
         done = subprocess.run(
             ["bash", "-euo", "pipefail", "-c", script],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             text=True,
             timeout=540,
             cwd=workdir,
@@ -271,8 +278,18 @@ def test_shell_block_runs(block: Any, tmp_path: Path, request: pytest.FixtureReq
             subprocess.run(
                 [str(VENV_BIN / "rock"), "admin", "stop"], env=env, capture_output=True, timeout=120
             )
-    assert done.returncode == 0, (
-        f"{block.id} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{block.id} failed ({done.returncode}):\n{done.stdout[-6000:]}"
+    if block.output is not None:
+        _check_output(block, done.stdout, {"8080": port})
+
+
+def _check_output(block: Any, printed: str, replace: dict[str, str] | None = None) -> None:
+    shown = block.output
+    for old, new in (replace or {}).items():
+        shown = shown.replace(old, new)
+    expected = shown.rstrip("\n").splitlines()
+    assert docs.matches(expected, printed.rstrip("\n").splitlines()), (
+        f"{block.id} printed\n{printed}\nwhere the ```text block below it shows\n{block.output}"
     )
 
 
