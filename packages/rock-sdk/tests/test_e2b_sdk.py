@@ -155,3 +155,76 @@ def test_e2b_sdk_pause_snapshots_metrics_and_refusals_on_rock(
     # killed mid-stream: the waiting command ends, with what happened, instead of hanging.
     assert out["mid_stream"]["stdout"] == "started\n" and out["mid_stream"]["exit"] != 0
     assert out["after_kill"].startswith(f"SandboxNotRunningException: The sandbox {sid} ")
+
+
+def _rock(server: Any, key: str, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``rock sandbox COMMAND --base-url <admin> ARGS...`` with ``ROCK_API_KEY=key``."""
+    env = {**os.environ, "ROCK_API_KEY": key}
+    env.pop("ROCK_BASE_URL", None)
+    rock = str(ROOT / ".venv" / "bin" / "rock")
+    return subprocess.run(
+        [rock, "sandbox", command, "--base-url", server.url, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _ids(listing: str) -> set[str]:
+    return {s["sandbox_id"] for s in json.loads(listing)["items"]}
+
+
+def test_sandboxes_made_by_rock_and_by_e2b_are_the_same_sandboxes_per_key(
+    e2b_python: str, keyed_admin: Any
+) -> None:
+    tag = uuid.uuid4().hex[:8]
+    rock_made = f"e2b-vis-{tag}"
+    base = "/apis/envs/sandbox/v1"
+    with httpx.Client(
+        base_url=keyed_admin.url, timeout=120, trust_env=False, headers={"X-API-Key": KEY_A}
+    ) as http:
+        started = http.post(
+            f"{base}/start",
+            json={"image": "python:3.11", "sandbox_id": rock_made, "metadata": {"suite": tag}},
+        )
+        assert started.json()["status"] == "Success", started.text
+        wrote = http.post(
+            f"{base}/write_file",
+            json={"sandbox_id": rock_made, "path": "/tmp/from-rock.txt", "content": "rock"},
+        )
+        assert wrote.json()["status"] == "Success", wrote.text
+    out = e2b(e2b_python, keyed_admin, KEY_A, rock_made, tag, script="visibility.py")
+    assert out["listed"] == [rock_made] and out["ran"] == "rock"
+    e2b_made = out["e2b_made"]
+    # rock's CLI, with the same key, lists it and runs a command in it; another key sees neither.
+    listed = _rock(keyed_admin, KEY_A, "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {rock_made, e2b_made} <= _ids(listed.stdout)
+    ran = _rock(keyed_admin, KEY_A, "exec", e2b_made, "--", "cat", "/tmp/from-e2b.txt")
+    assert (ran.returncode, ran.stdout) == (0, "written by e2b"), ran.stderr
+    other = _rock(keyed_admin, KEY_B, "list", "--json")
+    assert not {rock_made, e2b_made} & _ids(other.stdout)
+    other_e2b = e2b(e2b_python, keyed_admin, KEY_B, rock_made, tag, script="visibility.py")
+    assert other_e2b["listed"] == []
+    assert other_e2b["ran"].startswith("SandboxNotFoundException")
+    # The data plane takes the sandbox's own token, no API key: a wrong one, or another
+    # sandbox's, is refused the same way.
+    rpc = f"{keyed_admin.url}/e2b/envd/process.Process/List"
+    headers = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
+    with httpx.Client(timeout=30, trust_env=False) as http:
+        good = http.post(
+            rpc,
+            content=b"{}",
+            headers={**headers, "E2b-Sandbox-Id": e2b_made, "X-Access-Token": out["token"]},
+        )
+        assert good.status_code == 200, good.text
+        assert good.json() == {}, good.text  # no command runs there
+        for sandbox_id, token in ((e2b_made, "wrong"), (rock_made, out["token"]), (e2b_made, "")):
+            bad = http.post(
+                rpc,
+                content=b"{}",
+                headers={**headers, "E2b-Sandbox-Id": sandbox_id, "X-Access-Token": token},
+            )
+            assert bad.status_code == 401, bad.text
+            assert "unknown sandbox or wrong access token" in bad.json()["message"]
