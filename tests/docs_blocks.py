@@ -7,7 +7,7 @@ comment right above it (blank lines between are allowed) says otherwise::
     <!-- docs-test: skip (needs a real Nomad agent) -->
     <!-- docs-test: sandbox; session main -->
 
-Tokens, separated by ``;``:
+Tokens, separated by ``;``; any may end with a note in parentheses, for the reader:
 
 ``skip (REASON)``
     not run; the reason is required and says why (a real Nomad agent, AWS, a benchmark).
@@ -25,6 +25,13 @@ Tokens, separated by ``;``:
     Python: top-level ``await`` works (no sandbox made).
 ``admin``
     ``ROCK_BASE_URL`` names a real ``rock admin serve`` on a free port, shared by every such block.
+``admin-plugin``
+    Python: the block is a plugin module with a ``rock_admin_routes`` hook; a real admin serves it
+    (as the plugin ``docs-example``) and each of its routes, called with ``{}``, must be served
+    and answered without a server error.
+``disable NAMES``
+    with ``admin-plugin``: the admin blocks these plugins (``ROCK_DISABLE_PLUGINS``), e.g. one
+    that serves the same path.
 ``plugin rock-foo``
     the throwaway distribution rock-foo that docs/plugins.md describes is importable (its
     ``pyproject.toml`` and ``plugin.py`` blocks, a ``FooRuntime``); a ``$ pip install rock-foo``
@@ -52,7 +59,18 @@ SHELL = {"sh", "bash", "shell"}
 CONSOLE = {"console"}
 #: Languages whose blocks are not code to run (a fence must name one of these or a runnable one).
 INERT = {"text", "toml", "json", "mermaid", "ini", "yaml", "hcl"}
-TOKENS = {"skip", "sandbox", "session", "listen", "offline", "async", "admin", "plugin"}
+TOKENS = {
+    "skip",
+    "sandbox",
+    "session",
+    "listen",
+    "offline",
+    "async",
+    "admin",
+    "admin-plugin",
+    "disable",
+    "plugin",
+}
 
 _FENCE = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
 _MARKER = re.compile(r"^\s*<!--\s*docs-test:(?P<body>.*?)-->\s*$")
@@ -107,7 +125,9 @@ def parse_marker(body: str) -> tuple[dict[str, str], list[str]]:
                 problems.append("`skip` needs its reason in parentheses: skip (why)")
                 continue
             argument = reason.group(1).strip()
-        elif name in ("session", "listen", "plugin") and not argument:
+        else:
+            argument = re.sub(r"\s*\(.*\)$", "", argument, flags=re.S)  # a note, for the reader
+        if name in ("session", "listen", "plugin", "disable") and not argument:
             problems.append(f"`{name}` needs a name")
         tokens[name] = argument
     return tokens, problems

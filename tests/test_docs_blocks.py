@@ -11,6 +11,7 @@ fails here until it is fixed or marked ``<!-- docs-test: skip (why) -->``.
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.util
 import itertools
 import json
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tomllib
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -223,6 +225,9 @@ def test_every_admin_config_block_loads_with_the_admins_reader(tmp_path: Path) -
 def test_python_block_runs_and_prints_what_it_shows(
     block: Any, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    if "admin-plugin" in block.tokens:
+        _serve_plugin_block(block, tmp_path, request.getfixturevalue("docker_client"))
+        return
     env = _environment(block, request, home=tmp_path / "home")
     (tmp_path / "block.py").write_text(block.text)
     (tmp_path / "setup.json").write_text(json.dumps(block.tokens))
@@ -362,24 +367,31 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def docs_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> Iterator[str]:
-    """One real ``rock admin serve`` (state in a temporary folder) for every ``admin`` block.
+    """One real ``rock admin serve`` (state in a temporary folder) for every ``admin`` block."""
+    with _admin(tmp_path_factory.mktemp("docs-admin"), docker_client) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _admin(state: Path, docker_client: Any, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``rock admin serve`` on a free port with its state in ``state``, until the block ends.
 
     An admin leaves its sandboxes running when it stops (by design): those still there at the
     end are removed by their owner label."""
-    state = tmp_path_factory.mktemp("docs-admin")
+    from rock_core.testing import eventually
+
     port = _free_port()
-    env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state)}
-    env.pop("ROCK_BASE_URL", None)
+    environ = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state), **(env or {})}
+    environ.pop("ROCK_BASE_URL", None)
     with open(state / "admin.log", "ab") as log:
         process = subprocess.Popen(
             [str(VENV_BIN / "rock"), "admin", "serve", "--host", "127.0.0.1", "--port", str(port)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=environ,
             start_new_session=True,
         )
     url = f"http://127.0.0.1:{port}"
-    from rock_core.testing import eventually
 
     def healthy() -> bool:
         assert process.poll() is None, (state / "admin.log").read_text()[-3000:]
@@ -404,6 +416,45 @@ def docs_admin(tmp_path_factory: pytest.TempPathFactory, docker_client: Any) -> 
             all=True, sparse=True, filters={"label": f"rock.owner={owner}"}
         ):
             container.remove(force=True)
+
+
+def _serve_plugin_block(block: Any, tmp_path: Path, docker_client: Any) -> None:
+    """An ``admin-plugin`` block: installed as the plugin ``docs-example`` of an admin (with the
+    plugins of its ``disable`` token blocked), each route its ``rock_admin_routes`` returns is
+    called with ``{}``: the admin must serve it (no 404 or 405) and its handler answer (no 5xx)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "docs_example_plugin.py").write_text(block.text)
+    info = site / "docs_example-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: docs-example\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[rock]\ndocs-example = docs_example_plugin\n")
+    namespace: dict[str, Any] = {}
+    exec(compile(block.text, block.id, "exec"), namespace)  # noqa: S102 - the docs' own block
+    routes = namespace["rock_admin_routes"]()
+    assert routes, f"{block.id}: rock_admin_routes returned no route"
+    env = {
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
+        "ROCK_DISABLE_PLUGINS": block.tokens.get("disable", "0"),
+    }
+    (tmp_path / "state").mkdir()
+    with _admin(tmp_path / "state", docker_client, env) as url:
+        for route in routes:
+            path = re.sub(r"\{[^}]+\}", "x", route.path)
+            request = urllib.request.Request(
+                url + path,
+                data=None if route.method == "GET" else b"{}",
+                method=route.method,
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+                    status, body = answer.status, answer.read()
+            except urllib.error.HTTPError as exc:
+                status, body = exc.code, exc.read()
+            assert status not in (404, 405) and status < 500, (
+                f"{block.id}: {route.method} {path} answered {status}: {body[:500]!r}"
+            )
 
 
 @pytest.fixture(scope="module")
