@@ -130,7 +130,28 @@ def parse_marker(body: str) -> tuple[dict[str, str], list[str]]:
         if name in ("session", "listen", "plugin", "disable") and not argument:
             problems.append(f"`{name}` needs a name")
         tokens[name] = argument
+    needs = {"session", "listen", "offline"} & set(tokens)
+    if needs and "sandbox" not in tokens:
+        problems.append(f"{', '.join(sorted(needs))} only with `sandbox`")
+    if "disable" in tokens and "admin-plugin" not in tokens:
+        problems.append("disable only with `admin-plugin`")
     return tokens, problems
+
+
+def orphan_markers(path: Path) -> list[int]:
+    """Lines of ``path`` with a ``docs-test`` marker that no block below takes (prose between)."""
+    taken = {block.line for block in blocks_of(path) if block.marker is not None}
+    lines = path.read_text(encoding="utf-8").splitlines()
+    orphans = []
+    for number, line in enumerate(lines, start=1):
+        if not re.match(r"^\s*<!--\s*docs[-_ ]?tests?\b", line, re.I):
+            continue
+        below = number
+        while below < len(lines) and not lines[below].strip():
+            below += 1
+        if _MARKER.match(line) is None or below + 1 not in taken:
+            orphans.append(number)
+    return orphans
 
 
 def _split_tokens(body: str) -> list[str]:

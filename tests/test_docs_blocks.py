@@ -84,6 +84,12 @@ def test_every_marker_is_understood_and_every_skip_says_why():
     assert not wrong, wrong
     inert = [b.id for b in BLOCKS if b.marker is not None and b.lang in docs.INERT]
     assert not inert, f"markers on blocks that never run: {inert}"
+    orphans = {
+        str(path.relative_to(REPO)): lines
+        for path in docs.doc_files()
+        if (lines := docs.orphan_markers(path))
+    }
+    assert not orphans, f"docs-test markers (or misspelt ones) with no block right below: {orphans}"
 
 
 def test_every_python_block_compiles_and_top_level_await_says_what_it_runs_in():
@@ -136,6 +142,13 @@ def test_a_new_block_is_found_and_run_and_a_bad_marker_is_caught(tmp_path: Path)
     page.write_text("```sh\necho hi\n```\n\n```text\nhi\n```\n\nprose\n\n```text\nnot it\n```\n")
     shown, below, later = docs.blocks_of(page)
     assert (shown.output, below.output, later.output) == ("hi\n", None, None)
+    page.write_text(
+        "<!-- docs-test: sandbox -->\nprose\n\n```python\nx = 1\n```\n\n"
+        "<!-- docs_test: async -->\n```python\nx = 1\n```\n\n"
+        "<!-- docs-test: session main -->\n```python\nx = 1\n```\n"
+    )
+    assert docs.orphan_markers(page) == [1, 8]
+    assert list(docs.blocks_of(page))[2].problems == ["session only with `sandbox`"]
 
 
 def _rock_commands_named() -> set[str]:
