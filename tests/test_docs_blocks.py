@@ -197,6 +197,27 @@ def test_every_rock_command_and_option_the_docs_name_exists():
     assert not wrong, "\n".join(wrong)
 
 
+def test_the_files_and_make_targets_that_blocks_not_run_name_exist():
+    """A shell block that does not run still names real things: each repository path it names
+    (``packages/...``, ``scripts/...``) exists, and each ``make TARGET`` is a Makefile target."""
+    targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), re.M))
+    wrong = []
+    for block in BLOCKS:
+        if block.lang not in docs.SHELL | docs.CONSOLE or block.runs:
+            continue
+        for line in block.text.splitlines():
+            command = line.split("#")[0].removeprefix("$ ")
+            for word in command.split():
+                word = re.sub(r"\[.*\]$", "", word.strip("'\""))
+                path = re.match(r"^(?:\./)?((?:packages|scripts|deploy|docs|tests)/\S+)", word)
+                if path and not (REPO / path.group(1)).exists():
+                    wrong.append(f"{block.id}: no {path.group(1)}")
+            make = re.match(r"^\s*make\s+([\w-]+)", command)
+            if make and make.group(1) not in targets:
+                wrong.append(f"{block.id}: the Makefile has no target {make.group(1)}")
+    assert not wrong, wrong
+
+
 def test_every_toml_block_parses():
     broken = {}
     for block in BLOCKS:
