@@ -249,3 +249,30 @@ async def test_an_agent_past_its_run_timeout_is_killed_and_its_session_ended(
 async def test_model_service_config_names_unknown_keys() -> None:
     with pytest.raises(ValueError, match="unknown keys \\['enabeld'\\]"):
         ModelServiceConfig.from_dict({"enabeld": True})
+
+
+def test_agents_bench_prints_its_figures() -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from rock.cli import main; main()",
+            "bench",
+            "agents",
+            "-n",
+            "2",
+            "-k",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)["figures"]
+    assert figures["model_calls"] == 10
+    assert figures["call_ms"]["p50"] > 0 and figures["bare_call_ms"]["p50"] > 0
+    assert figures["service_rss_mb"]["max"] > 0

@@ -8,6 +8,7 @@ import click
 
 from rock.bench import (
     _cli_admin,
+    _cli_agents,
     _cli_engine,
     _cli_fork,
     _cli_pause,
@@ -48,5 +49,6 @@ for _command in (
     _cli_admin.ha,
     _cli_scale.scale,
     _cli_scale.orphans,
+    _cli_agents.agents,
 ):
     bench.add_command(_command)

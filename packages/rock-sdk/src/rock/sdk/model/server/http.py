@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import ssl
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Optional, Union
@@ -64,6 +63,16 @@ class Response:
         self.headers = {"Content-Type": content_type, **(headers or {})}
 
 
+class Takeover(Response):
+    """A 200 head, then ``run(reader, writer)`` owns the connection (rock's duplex channel)."""
+
+    def __init__(
+        self, run: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+    ) -> None:
+        super().__init__(200, b"", "application/x-ndjson")
+        self.run = run
+
+
 def json_response(data: Any, status: int = 200) -> Response:
     return Response(status, json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
@@ -91,6 +100,13 @@ async def serve(handler: Handler, host: str, port: int) -> asyncio.base_events.S
                     response = await handler(request)
                 except Exception as exc:  # the handler's bug: answer, keep serving
                     response = error_response(500, f"internal error: {exc!r}", "internal_error")
+                if isinstance(response, Takeover):
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                        b"Connection: close\r\n\r\n"
+                    )
+                    await response.run(reader, writer)
+                    break
                 keep = request.headers.get("connection", "").lower() != "close"
                 await _write_response(writer, response, keep)
                 if not keep:
@@ -241,7 +257,11 @@ async def request(
     host = parts.hostname or "127.0.0.1"
     port = parts.port or (443 if secure else 80)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    context = ssl.create_default_context() if secure else None
+    context = None
+    if secure:  # imported here: ssl costs the local-mode service memory it never uses
+        import ssl
+
+        context = ssl.create_default_context()
 
     async def start() -> UpstreamResponse:
         reader, writer = await asyncio.open_connection(host, port, ssl=context, limit=2**20)

@@ -9,6 +9,8 @@ Routes (ROCK's): ``GET /health``, ``POST /v1/chat/completions``, ``POST /v1/agen
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import time
@@ -127,6 +129,12 @@ class App:
         if name == "wake" and request.method == "POST":
             backend.wake()
             return http.json_response({"ok": True})
+        if name == "channel" and request.method == "GET":
+            try:
+                first = int(request.query.get("index", "1"))
+            except ValueError:
+                return http.error_response(400, "index must be a number")
+            return http.Takeover(lambda r, w: channel(backend, first, r, w))
         if name == "trajectory" and request.method == "GET":
             return http.json_response(backend.trajectory())
         return http.error_response(404, f"no route {request.method} {request.path}")
@@ -138,14 +146,57 @@ class App:
             response = body["response"]
         except (ValueError, KeyError, TypeError):
             return http.error_response(400, 'the body must be {"index": n, "response": ...}')
-        import json
-
         text = response if isinstance(response, str) else json.dumps(response, ensure_ascii=False)
         try:
             fresh = backend.answer(index, text)
         except ValueError as exc:
             return http.error_response(400, str(exc))
         return http.json_response({"index": index, "answered": fresh})
+
+
+async def channel(
+    backend: LocalBackend,
+    first: int,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
+    """rock's duplex channel (``GET /v1/rock/channel?index=n``): after the 200 head, the service
+    writes one JSON line per call from ``n`` on (``{"index", "request_text"}``), then
+    ``{"index", "session_end": true, "reason"}``; the trainer writes ``{"answer": n, "response":
+    text}`` or ``{"end": reason}`` lines, unacknowledged (a bad one gets an ``{"error"}`` line).
+    One connection per sandbox, no request per call."""
+
+    async def push() -> None:
+        index = first
+        while True:
+            found = await backend.next(index, 3600.0)
+            if found is None:
+                continue
+            found.pop("request", None)  # the text says it all, parsed once by the trainer
+            writer.write(json.dumps(found, ensure_ascii=False).encode("utf-8") + b"\n")
+            await writer.drain()
+            if found.get("session_end"):
+                return
+            index += 1
+
+    pusher = asyncio.get_running_loop().create_task(push())
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            try:
+                message = json.loads(line)
+                if "answer" in message:
+                    backend.answer(int(message["answer"]), str(message["response"]))
+                elif "end" in message:
+                    backend.end_session(str(message["end"] or "ended by the trainer"))
+            except (ValueError, KeyError, TypeError) as exc:
+                writer.write(json.dumps({"error": str(exc)}).encode("utf-8") + b"\n")
+    finally:
+        pusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await pusher
 
 
 def make_backend(kind: str, config: cfg.ModelServiceConfig) -> Backend:

@@ -1,6 +1,7 @@
 """A small real agent, for tests and ``rock bench agents``: it asks its model "which command
 next?", runs the command it is told in a shell, tells the model the output, and stops when told
-``done`` (or after ``--max-steps``). Standard library only; RockAgent installs it from this file.
+``done`` (or after ``--max-steps``). With ``ROCK_AGENT_TIMINGS`` set to a file, it appends the
+milliseconds of each model call there (``rock bench agents``). Standard library only; RockAgent installs it from this file.
 
     python3 shell_agent.py "the task" [--base-url http://127.0.0.1:8080/v1] [--max-steps 50]
 
@@ -16,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -42,9 +44,14 @@ def main() -> int:
         {"role": "system", "content": "Answer with one shell command, or 'done'."},
         {"role": "user", "content": args.task},
     ]
+    timings = os.environ.get("ROCK_AGENT_TIMINGS")  # a file: each call's milliseconds
     for step in range(args.max_steps):
         try:
+            began = time.perf_counter()
             command = ask(args.base_url, messages, args.model).strip()
+            if timings:
+                with open(timings, "a") as f:
+                    f.write("%.3f\n" % ((time.perf_counter() - began) * 1000))
         except urllib.error.HTTPError as exc:
             print(f"agent: the model answered {exc.code}; stopping", flush=True)
             return 3

@@ -28,6 +28,7 @@ import json
 import os
 import shlex
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from string import Template
 from typing import TYPE_CHECKING, Any
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import httpx
 
+from rock.sdk.sandbox.model_service._channel import Channel
 from rock_core.actions import Command
 
 if TYPE_CHECKING:
@@ -139,6 +141,14 @@ class ModelService:
         self.is_started = False
         self._base: str | None = None
         self._next_index = 1
+        self._channel: Channel | None = None
+        self._channel_lock = asyncio.Lock()
+        self._arrived: dict[int, ModelCall] = {}
+        self._end: ModelCall | None = None
+        self._broken: str | None = None
+        self._delivered = 0
+        self._sink: Callable[[ModelCall], None] | None = None
+        self._changed = asyncio.Event()
 
     @property
     def bin_dir(self) -> str:
@@ -209,14 +219,15 @@ class ModelService:
             f"export ROCK_MODEL_SERVICE_DATA_DIR={shlex.quote(c.data_dir)} && "
             f"{c.stop_cmd} && {self._start_command()}"
         )
+        await self._reset_channel()
         await self._sh("start", script, 60)
         self.is_started = True
-        self._next_index = 1
 
     async def stop(self) -> None:
         """Stop the service (skipped when it is not running)."""
         if not self.is_started:
             return
+        await self._reset_channel()
         await self._sh("stop", self.config.stop_cmd, 60)
         self.is_started = False
 
@@ -273,30 +284,97 @@ class ModelService:
             return ModelCall(sandbox_id, index, session_end=True, reason=data.get("reason"))
         return ModelCall(sandbox_id, index, data["request"], data["request_text"], service=self)
 
+    # The channel: calls pushed to the trainer as they are made (see _channel.py).
+
+    async def _ensure_channel(self) -> Channel:
+        async with self._channel_lock:
+            if self._channel is None or self._channel.closed:
+                if self._end is not None:
+                    raise ConnectionError(f"the session ended: {self._end.reason}")
+                self._broken = None
+                self._channel = await Channel.open(
+                    self._sandbox, self.config.port, self._delivered + 1, self._deliver
+                )
+            return self._channel
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        sandbox_id = self._sandbox.sandbox_id or ""
+        if "closed" in message:
+            if self._end is not None:
+                return
+            self._broken = str(message["closed"])
+            call = ModelCall(sandbox_id, self._delivered + 1, error=self._broken)
+        elif message.get("session_end"):
+            call = ModelCall(
+                sandbox_id, int(message["index"]), session_end=True, reason=message.get("reason")
+            )
+            self._end = call
+        else:
+            text = message["request_text"]
+            index = int(message["index"])
+            call = ModelCall(sandbox_id, index, json.loads(text), text, service=self)
+            self._delivered = index
+        if self._sink is not None:
+            self._sink(call)
+        elif not call.error and not call.session_end:
+            self._arrived[call.index] = call
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def listen(self, sink: Callable[[ModelCall], None]) -> None:
+        """(rock) Hand every call from now on to ``sink`` (what :class:`ModelCallHub` does)."""
+        self._sink = sink
+        await self._ensure_channel()
+
     async def next_call(self, index: int | None = None, timeout: float | None = None) -> ModelCall:
-        """The agent's next model call (or ``index``), or the session's end, whichever comes
-        first. :class:`TimeoutError` after ``timeout`` seconds (``None``: no limit)."""
+        """The agent's next model call (or call ``index``), or the session's end, whichever
+        comes first: pushed by the service the moment it is made. :class:`TimeoutError` after
+        ``timeout`` seconds (``None``: no limit); :class:`ModelServiceError` if the channel to
+        the service broke."""
         wanted = self._next_index if index is None else index
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        await self._ensure_channel()
         while True:
-            left = 20.0 if deadline is None else min(20.0, deadline - loop.time())
-            if left <= 0:
-                raise TimeoutError(f"no model call {wanted} within {timeout} s")
-            call = await self.poll_call(wanted, left)
+            call = self._arrived.pop(wanted, None)
             if call is not None:
-                if not call.session_end:
-                    self._next_index = wanted + 1
+                self._next_index = wanted + 1
                 return call
+            if self._end is not None and wanted >= self._end.index:
+                return self._end
+            if self._broken is not None:
+                raise ModelServiceError("channel", self._broken)
+            changed = self._changed
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"no model call {wanted} within {timeout} s")
+            try:
+                await asyncio.wait_for(changed.wait(), left)
+            except asyncio.TimeoutError:  # noqa: UP041 - distinct on Python 3.10
+                raise TimeoutError(f"no model call {wanted} within {timeout} s") from None
 
     async def answer(self, index: int, response: dict[str, Any] | str) -> None:
         """Answer call ``index`` (an OpenAI-shaped response, a dict or its JSON text)."""
         payload = response if isinstance(response, str) else json.dumps(response)
+        channel = self._channel
+        if channel is not None and not channel.closed:
+            await channel.send({"answer": index, "response": payload})
+            return
         await self._http("POST", "/v1/rock/answer", json={"index": index, "response": payload})
 
     async def end_session(self, reason: str = "ended by the trainer") -> None:
         """End the episode: the agent's waiting call and any later one fail (``SESSION_END``)."""
         await self._http("POST", "/v1/rock/end", json={"reason": reason})
+
+    async def _reset_channel(self) -> None:
+        if self._channel is not None:
+            await self._channel.aclose()
+        self._channel = None
+        self._arrived.clear()
+        self._end = None
+        self._broken = None
+        self._delivered = 0
+        self._next_index = 1
 
     async def trajectory(self) -> dict[str, Any]:
         """Every call so far: ``{"calls": [{index, request, response, status, start_time,
@@ -334,8 +412,8 @@ class ModelService:
 
 _FIND_PYTHON = (
     "p=$(command -v python3 || command -v python) || "
-    "{ echo 'no python3 in the sandbox image: the model service needs one (3.8+)'; exit 127; }; "
-    '"$p" -c "import sys; assert sys.version_info >= (3, 8), sys.version" && echo "$p"'
+    "{ echo 'no python3 in the sandbox image: the model service needs one (3.9+)'; exit 127; }; "
+    '"$p" -c "import sys; assert sys.version_info >= (3, 9), sys.version" && echo "$p"'
 )
 
 

@@ -1,10 +1,11 @@
 """One wait for the model calls of many sandboxes: :class:`ModelCallHub`.
 
-Each added :class:`~.base.ModelService` gets one held request at a time to its sandbox's
-service (``GET /v1/rock/next``, answered the moment the agent makes its call), and every call,
-of every sandbox, lands in one queue: the trainer awaits :meth:`ModelCallHub.next_call` and
-answers what comes, whichever sandbox it is from. A thousand agents in flight are a thousand
-idle held requests in one event loop, not a thousand polling loops.
+Each added :class:`~.base.ModelService` keeps one connection to its sandbox's service (rock's
+channel, :mod:`._channel`), on which the service pushes each call the moment the agent makes it,
+and every call, of every sandbox, lands in one queue: the trainer awaits
+:meth:`ModelCallHub.next_call` and answers what comes, whichever sandbox it is from. A thousand
+agents in flight are a thousand idle connections read by one event loop, not a thousand
+polling loops.
 """
 
 from __future__ import annotations
@@ -26,35 +27,18 @@ class ModelCallHub:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self.services: dict[str, ModelService] = {}
 
-    def add(self, service: ModelService, first_index: int = 1) -> None:
-        """Listen to ``service``'s calls from ``first_index`` on, until its session ends."""
+    def add(self, service: ModelService) -> None:
+        """Take ``service``'s calls (from its next one on) into this hub, until its session
+        ends."""
         key = service._sandbox.sandbox_id or str(id(service))
         self.services[key] = service
-        self._tasks[key] = asyncio.get_running_loop().create_task(
-            self._listen(key, service, first_index)
-        )
+        self._tasks[key] = asyncio.get_running_loop().create_task(self._attach(key, service))
 
-    async def _listen(self, key: str, service: ModelService, index: int) -> None:
-        failures = 0
-        while True:
-            try:
-                call = await service.poll_call(index, 20.0)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the service unreachable: tell the trainer after 3 tries
-                failures += 1
-                if failures >= 3:
-                    self._queue.put_nowait(ModelCall(key, index, error=repr(exc)))
-                    return
-                await asyncio.sleep(0.2 * failures)
-                continue
-            failures = 0
-            if call is None:
-                continue
-            self._queue.put_nowait(call)
-            if call.session_end:
-                return
-            index += 1
+    async def _attach(self, key: str, service: ModelService) -> None:
+        try:
+            await service.listen(self._queue.put_nowait)
+        except Exception as exc:  # the service unreachable: the trainer hears of it in order
+            self._queue.put_nowait(ModelCall(key, service._delivered + 1, error=repr(exc)))
 
     async def next_call(self, timeout: float | None = None) -> ModelCall:
         """The next call of any sandbox (or a sandbox's session end, or an error reaching it).
@@ -67,7 +51,7 @@ class ModelCallHub:
     @property
     def listening(self) -> int:
         """How many sandboxes' sessions are still open."""
-        return sum(1 for t in self._tasks.values() if not t.done())
+        return sum(1 for s in self.services.values() if s._end is None and s._broken is None)
 
     async def aclose(self) -> None:
         for task in self._tasks.values():
@@ -76,6 +60,8 @@ class ModelCallHub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        for service in self.services.values():
+            service._sink = None
 
     async def __aenter__(self) -> ModelCallHub:
         return self
