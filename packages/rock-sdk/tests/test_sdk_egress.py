@@ -15,6 +15,7 @@ connect waits 20 s: a denied connection must be refused, not left to hang), ``un
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import signal
 import socket
@@ -198,7 +199,8 @@ def world(tmp_path_factory: Any, docker_client: Any, admin_launcher: Any) -> Ite
     dns = DnsServer(gateway)
     state = tmp_path_factory.mktemp("rock-egress-admin")
     config = (
-        "[engine]\nreconcile_interval = 1.0\n"
+        "[admin]\nper_sandbox_metrics = true\n"
+        "[engine]\nreconcile_interval = 1.0\nstats_interval = 0.5\n"
         f'[plugins.docker]\negress_dns = "{gateway}"\negress_resolve_interval = 1.0\n'
     )
     admin = launch_admin(state, config=config)
@@ -487,5 +489,40 @@ async def test_rock_sandbox_egress_shows_and_replaces_the_policy(world: World):
             world.denied: "refused",
         }
         assert await asyncio.to_thread(cli, "--none") == f"{sandbox.sandbox_id}: no egress policy"
+    finally:
+        await sandbox.stop()
+
+
+async def test_refused_connections_are_counted_in_the_status_metrics_and_top(world: World):
+    import httpx
+
+    sandbox = await world.start(EgressPolicy.deny_all())
+    try:
+        targets = [world.denied] * 3 + ["169.254.169.254:80"]
+        assert set((await probe(sandbox, *targets)).values()) == {"refused"}
+
+        async def counted() -> int:
+            usage = (await sandbox.get_status()).usage or {}
+            return int(usage.get("egress_refused") or 0)
+
+        assert await eventually_async(
+            counted, until=lambda n: n >= 4, what="4 refusals", timeout=60
+        )
+        async with httpx.AsyncClient() as http:
+            text = (await http.get(f"{world.admin.url}/metrics")).text
+        line = f'rock_sandbox_egress_refused{{sandbox_id="{sandbox.sandbox_id}"}}'
+        assert any(
+            row.startswith(line) and float(row.split()[-1]) >= 4 for row in text.splitlines()
+        )
+        rock = str(Path(sys.executable).with_name("rock"))
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [rock, "sandbox", "top", "--json", "--base-url", world.admin.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        rows = {row["sandbox_id"]: row for row in json.loads(done.stdout)["items"]}
+        assert rows[sandbox.sandbox_id]["egress_refused"] >= 4
     finally:
         await sandbox.stop()

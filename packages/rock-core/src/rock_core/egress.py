@@ -25,6 +25,7 @@ __all__ = [
     "EgressPolicy",
     "EgressRule",
     "egress_policy",
+    "wider_than",
     "with_mirrors",
 ]
 
@@ -228,3 +229,80 @@ def with_mirrors(policy: EgressPolicy, mirrors: Iterable[str]) -> EgressPolicy:
         elif host not in domains:
             domains.append(host)
     return egress_policy(EgressPolicy(policy.default, tuple(rules), tuple(domains)))
+
+
+def _net(rule: EgressRule) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(rule.cidr)
+
+
+def _ports_of(rule: EgressRule) -> list[tuple[int, int]] | None:
+    """The rule's port ranges (``None``: every port)."""
+    if not rule.ports:
+        return None
+    spans = []
+    for port in rule.ports:
+        low, _, high = port.partition("-")
+        spans.append((int(low), int(high or low)))
+    return spans
+
+
+def _covers(outer: EgressRule, inner: EgressRule) -> bool:
+    """Whether every connection ``inner`` matches, ``outer`` matches too."""
+    if not _net(inner).subnet_of(_net(outer)):
+        return False
+    if outer.protocol != "any" and inner.protocol != outer.protocol:
+        return False
+    outer_ports, inner_ports = _ports_of(outer), _ports_of(inner)
+    if outer_ports is None:
+        return True
+    if inner_ports is None:
+        return False
+    return all(any(a <= lo and hi <= b for a, b in outer_ports) for lo, hi in inner_ports)
+
+
+def _overlaps(one: EgressRule, other: EgressRule) -> bool:
+    if not _net(one).overlaps(_net(other)):
+        return False
+    if "any" not in (one.protocol, other.protocol) and one.protocol != other.protocol:
+        return False
+    mine, theirs = _ports_of(one), _ports_of(other)
+    if mine is None or theirs is None:
+        return True
+    return any(lo <= b and a <= hi for lo, hi in mine for a, b in theirs)
+
+
+def _name_within(name: str, allowed: Iterable[str]) -> bool:
+    return any(name == a or name.endswith("." + a) for a in allowed)
+
+
+def wider_than(asked: EgressPolicy | None, widest: EgressPolicy) -> str | None:
+    """What of ``asked`` lets a sandbox connect where ``widest`` does not, in words (the rule
+    named: ``rules[1] (allow 10.0.0.0/8)``); ``None`` when it stays within it. No policy at all
+    allows everything. A widest policy that denies by default admits allow rules inside its own
+    allow rules and domains among (or under) its domains; one that allows by default admits
+    any policy that keeps denying what its deny rules deny."""
+    if asked is None:
+        return "no egress policy (everything allowed)"
+    if widest.default == "deny":
+        if asked.default != "deny":
+            return "default allow"
+        allows = [r for r in widest.rules if r.action == "allow"]
+        for i, rule in enumerate(asked.rules):
+            if rule.action == "allow" and not any(_covers(w, rule) for w in allows):
+                return f"rules[{i}] ({EgressPolicy('allow', (rule,)).describe().split('; ', 1)[1]})"
+        for i, name in enumerate(asked.domains):
+            if not _name_within(name, widest.domains):
+                return f"domains[{i}] ({name})"
+        return None
+    for denied in (r for r in widest.rules if r.action == "deny"):
+        for i, rule in enumerate(asked.rules):
+            if rule.action == "deny" and _covers(rule, denied):
+                break
+            if rule.action == "allow" and _overlaps(rule, denied):
+                shown = EgressPolicy("allow", (rule,)).describe().split("; ", 1)[1]
+                return f"rules[{i}] ({shown}) opens what the key denies"
+        else:
+            if asked.default != "deny":
+                shown = EgressPolicy("allow", (denied,)).describe().split("; ", 1)[1]
+                return f"default allow without the key's rule {shown}"
+    return None

@@ -375,6 +375,7 @@ class UnitStats:
     :param disk_bytes: bytes in its writable layer (measured less often than the rest).
     :param pids: processes (and threads) in it now.
     :param oom_kills: processes the kernel's OOM killer ended in it.
+    :param egress_refused: connections its egress policy refused (``None``: it has none).
     """
 
     cpu_seconds: float
@@ -386,6 +387,7 @@ class UnitStats:
     disk_bytes: int | None = None
     pids: int | None = None
     oom_kills: int = 0
+    egress_refused: int | None = None
 
 
 @attrs.frozen
@@ -409,6 +411,8 @@ class SandboxUsage:
     pids: int | None
     oom_kills: int
     warnings: tuple[str, ...] = attrs.field(default=(), converter=_strings)
+    #: Connections its egress policy refused so far (``None``: no policy, or not counted).
+    egress_refused: int | None = None
 
     @property
     def memory_percent(self) -> float | None:

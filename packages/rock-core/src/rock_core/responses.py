@@ -131,6 +131,7 @@ def usage_view(usage: SandboxUsage) -> dict[str, Any]:
         "disk_bytes": usage.disk_bytes,
         "pids": usage.pids,
         "oom_kills": usage.oom_kills,
+        "egress_refused": usage.egress_refused,
     }
 
 

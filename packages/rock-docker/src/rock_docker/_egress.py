@@ -8,10 +8,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import attrs
 import docker
 import docker.errors
 
 from rock_core.egress import EgressPolicy
+from rock_core.models import UnitStats
 from rock_core.runtime import UnitHandle
 from rock_docker._firewall import Firewall
 from rock_docker._options import DockerOptions
@@ -72,6 +74,19 @@ class EgressRules:
             lambda: self._firewall.sync(self._docker().api, policies, running),
             attempted="egress",
         )
+
+    def _with_refusals(self, samples: Mapping[str, UnitStats]) -> Mapping[str, UnitStats]:
+        """``samples`` with each policed unit's refused connections (one ``iptables-save``)."""
+        firewall = self._firewall_made
+        if firewall is None or not firewall.policed():
+            return samples
+        counts = firewall.refused()
+        return {
+            unit_id: attrs.evolve(stats, egress_refused=counts[unit_id[:16]])
+            if unit_id[:16] in counts
+            else stats
+            for unit_id, stats in samples.items()
+        }
 
     async def _forget_egress(self, handle: UnitHandle) -> None:
         """A stopped or removed container's rules go (its address may be given to another)."""

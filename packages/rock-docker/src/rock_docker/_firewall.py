@@ -46,6 +46,7 @@ log = logging.getLogger("rock.docker")
 _TAG = "rock-egress:"
 _JUMP = re.compile(r"^-A (DOCKER-USER|INPUT) (.*--comment \"?rock-egress:([0-9a-f]+)\"?.*)$")
 _CHAIN = re.compile(r"^:(ROCK-EGI?-([0-9a-f]+)) ")
+_COUNTERS = re.compile(r"^\[\d+:\d+\] ")
 _REFUSED = re.compile(r"^\[(\d+):\d+\] -A ROCK-EGI?-([0-9a-f]+) .*-j REJECT")
 
 
@@ -115,7 +116,12 @@ class Firewall:
         # unit key -> (address, bridge, policy, resolved addresses, when resolved)
         self._applied: dict[str, tuple[str, str, EgressPolicy, frozenset[str], float]] = {}
         self._available: bool | None = None
+        self._carried: dict[str, int] = {}  # unit key -> refusals counted before a rewrite
         self._seen: set[str] = set()  # unit keys with rules at the last sync (another run's)
+
+    def policed(self) -> bool:
+        """Whether any unit has rules (put by this runtime, or seen at a sync)."""
+        return bool(self._applied or self._seen)
 
     def knows(self, unit_id: str) -> bool:
         """Whether unit ``unit_id`` may have rules (put by this runtime, or seen at a sync)."""
@@ -180,7 +186,7 @@ class Firewall:
         address, bridge = self._where(api, unit_id)
         resolved = frozenset(resolve_all(policy.domains, self._dns))
         with self._lock:
-            self._write(unit_id[:16], address, bridge, policy, resolved, self._save())
+            self._write(unit_id[:16], address, bridge, policy, resolved, self._counted())
             self._applied[unit_id[:16]] = (address, bridge, policy, resolved, time.monotonic())
 
     def _write(
@@ -225,6 +231,7 @@ class Firewall:
         """Remove every rule of unit ``unit_id`` (none: nothing to do)."""
         with self._lock:
             self._applied.pop(unit_id[:16], None)
+            self._carried.pop(unit_id[:16], None)
             self._seen.discard(unit_id[:16])
             self._drop_keys({unit_id[:16]}, self._save())
 
@@ -271,7 +278,7 @@ class Firewall:
                 resolved = frozenset(resolve_all(policy.domains, self._dns))
                 with self._lock:
                     if resolved != known[3]:
-                        self._write(key, known[0], known[1], policy, resolved, self._save())
+                        self._write(key, known[0], known[1], policy, resolved, self._counted())
                     self._applied[key] = (known[0], known[1], policy, resolved, time.monotonic())
             except (RuntimeFailure, docker.errors.APIError) as exc:
                 log.warning("could not put back the egress rules of unit %s: %s", key, exc)
@@ -280,14 +287,28 @@ class Firewall:
             with self._lock:
                 for key in gone:
                     self._applied.pop(key, None)
+                    self._carried.pop(key, None)
                 self._drop_keys(gone, self._save())
 
-    def refused(self) -> dict[str, int]:
-        """Connections refused so far by each unit's rules (packets its REJECT rules answered,
-        since its rules were last written): ``{unit key: count}``."""
+    def _counted(self) -> list[str]:
+        """The filter table (as :meth:`_save`), the REJECT counters of the chains about to be
+        written again kept in :attr:`_carried` first (a rewrite zeroes them)."""
+        lines = self._save(counters=True)
+        for key, count in self._count(lines).items():
+            self._carried[key] = self._carried.get(key, 0) + count
+        return [_COUNTERS.sub("", line) for line in lines]
+
+    @staticmethod
+    def _count(lines: list[str]) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for line in self._save(counters=True):
+        for line in lines:
             match = _REFUSED.match(line)
             if match:
                 counts[match[2]] = counts.get(match[2], 0) + int(match[1])
         return counts
+
+    def refused(self) -> dict[str, int]:
+        """Connections refused so far by each unit's rules (packets its REJECT rules answered:
+        one per refused TCP connection, one per refused UDP datagram): ``{unit key: count}``."""
+        counts = self._count(self._save(counters=True))
+        return {key: count + self._carried.get(key, 0) for key, count in counts.items()}

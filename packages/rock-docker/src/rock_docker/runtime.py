@@ -385,7 +385,9 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
         each container's cgroup files read on this host (``_stats``); a container whose cgroup is
         not here (a remote daemon) is asked through the API (``stats``, one-shot)."""
         return await self._run(
-            lambda: sample_stats(self._docker().api, self._cgroups, _label_filter(labels)),
+            lambda: self._with_refusals(
+                sample_stats(self._docker().api, self._cgroups, _label_filter(labels))
+            ),
             attempted="stats",
         )
 

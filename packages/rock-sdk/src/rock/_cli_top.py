@@ -75,6 +75,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
         "NET I/O",
         "PIDS",
         "OOM",
+        "REFUSED",
         "WARNING",
     )
     table = []
@@ -93,6 +94,7 @@ def _table(rows: list[dict[str, Any]]) -> None:
                 else "-",
                 str(r["pids"]) if r.get("pids") is not None else "-",
                 str(r.get("oom_kills", "-")),
+                str(r["egress_refused"]) if r.get("egress_refused") is not None else "-",
                 "; ".join(r["warnings"]),
             )
         )

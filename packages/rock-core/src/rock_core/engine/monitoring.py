@@ -151,4 +151,5 @@ def usage_of(
         pids=unit.pids,
         oom_kills=unit.oom_kills,
         warnings=tuple(warnings),
+        egress_refused=unit.egress_refused,
     )

@@ -44,6 +44,9 @@ What an entry grants, each checked per key:
   fork's snapshot counts); a snapshot or fork past it is refused with code 4029 naming it.
 - ``allowed_cap_add`` (default none): the capabilities (``NET_RAW``, ``SYS_PTRACE``, ...) the
   key's starts may ask for in ``cap_add``, within the engine's own ``allowed_cap_add``.
+- ``max_egress`` (default any) and ``default_egress`` (default the admin's): the widest egress
+  policy the key's starts and updates may ask for, and the one its starts without a policy get
+  (:func:`rock_core.egress.wider_than`; a refusal names the rule).
 
 Without keys, whoever reaches the admin is its operator: every capability the engine allows, no
 quota, the warm pools.
@@ -61,6 +64,7 @@ from typing import Any
 import attrs
 
 from rock_core.converters import capability_names, structure_value
+from rock_core.egress import EgressPolicy, egress_policy
 from rock_core.errors import InvalidParameter
 from rock_core.models import (
     PRIORITY_NORMAL,
@@ -115,6 +119,15 @@ class ApiKey:
     operator: bool = False
     quota: Quota = attrs.field(factory=Quota)
     allowed_cap_add: tuple[str, ...] = ()
+    #: The widest egress policy its starts and updates may ask for (``None``: any), and the
+    #: one its starts without a policy get (``None``: the admin's ``default_egress``).
+    max_egress: EgressPolicy | None = None
+    default_egress: EgressPolicy | None = None
+
+
+def optional_egress(value: Any) -> EgressPolicy | None:
+    """An egress policy from its TOML table (``None`` stays ``None``), checked part by part."""
+    return None if value is None else egress_policy(value)
 
 
 def _is_tenant(value: Any) -> bool:
@@ -186,6 +199,9 @@ class ApiKeyEntry:
             _are_capabilities, "a list of capability names like ['NET_RAW'] (see capabilities(7))"
         ),
     )
+    # Any: a policy is read by rock_core.egress (each part named), not by the converter.
+    max_egress: Any = attrs.field(default=None, converter=optional_egress)
+    default_egress: Any = attrs.field(default=None, converter=optional_egress)
 
     def __attrs_post_init__(self) -> None:
         if (self.key is None) == (self.sha256 is None):
@@ -203,6 +219,8 @@ class ApiKeyEntry:
             max_priority=self.max_priority,
             operator=self.operator,
             allowed_cap_add=self.allowed_cap_add,
+            max_egress=self.max_egress,
+            default_egress=self.default_egress,
             quota=Quota(
                 max_sandboxes=self.max_sandboxes,
                 max_memory=self.max_memory,

@@ -39,6 +39,8 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     max_connections = 2048             # open connections (WebSockets and held requests count);
                                        # past it requests are answered HTTP 503
     max_concurrent_uploads = 8         # /upload bodies read at once; the rest wait their turn
+    default_egress = { default = "deny", rules = [{ action = "allow", cidr = "10.0.0.5" }] }
+                                       # the egress policy of starts without one (docs/security.md)
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
     runtime = "docker"
@@ -111,8 +113,9 @@ from typing import Any
 
 import attrs
 
-from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables
+from rock.admin.auth import ApiKey, ApiKeyEntry, api_key_tables, optional_egress
 from rock_core.converters import read_types, structure_fields
+from rock_core.egress import EgressPolicy
 from rock_core.engine.config import EngineConfig
 from rock_core.errors import InvalidParameter
 from rock_core.models import ByteSize, NonBlankStr, Port, PositiveFloat, PositiveInt
@@ -147,6 +150,7 @@ def _one_tenant_per_key(
 class AdminSettings:
     """Everything the admin server needs to run (see the module docstring for each key).
 
+    :param default_egress: the egress policy of starts that ask for none (``None``: none).
     :param engine: the engine's settings, with ``remove_on_close=False`` and a file store.
     """
 
@@ -176,6 +180,7 @@ class AdminSettings:
     header_timeout: float = 30.0
     max_connections: int = 2048
     max_concurrent_uploads: int = 8
+    default_egress: EgressPolicy | None = attrs.field(default=None, converter=optional_egress)
     engine: EngineConfig = attrs.field(factory=lambda: EngineConfig(remove_on_close=False))
 
     @property
@@ -233,6 +238,7 @@ _ADMIN_KEYS: Mapping[str, Any] = {
     "header_timeout": PositiveFloat,
     "max_connections": PositiveInt,
     "max_concurrent_uploads": PositiveInt,
+    "default_egress": dict[str, Any],
 }
 
 #: Not keys of [engine]: fixed for the admin (see the module docstring), or the [plugins] tables.

@@ -21,6 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from rock.admin.auth import TENANT_METADATA_KEY
+from rock.admin.egress import limited
 from rock.admin.envelope import BadInput, json_response
 from rock.admin.key_gate import scope_key, scope_tenant
 from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
@@ -288,6 +289,9 @@ def _start_request(
     _check_network(app, tenant, body)
     _check_priority(app, tenant, body)
     _check_capabilities(request, body)
+    egress = limited(app, request, body.egress)  # the default, within the key's widest
+    if egress != body.egress:
+        body = attrs.evolve(body, egress=egress)
     if tenant is None:
         return body
     metadata[TENANT_METADATA_KEY] = tenant

@@ -127,6 +127,7 @@ _USAGE_GAUGES = (
     ("network_tx_bytes", "Bytes sent since the sandbox started."),
     ("pids", "Processes and threads."),
     ("oom_kills", "Processes the OOM killer ended."),
+    ("egress_refused", "Connections the sandbox's egress policy refused."),
 )
 
 
@@ -148,6 +149,11 @@ def _usage_figures(manager: SandboxManager, *, per_sandbox: bool) -> Iterator[An
         "rock_sandboxes_near_memory_limit",
         "Running sandboxes whose memory is near their limit.",
         value=sum(1 for _, u in sampled if any(w.startswith("memory at") for w in u.warnings)),
+    )
+    yield GaugeMetricFamily(
+        "rock_sandboxes_egress_refused",
+        "Connections the running sandboxes' egress policies refused, summed.",
+        value=sum(u.egress_refused or 0 for _, u in sampled),
     )
     if not per_sandbox:
         return
