@@ -83,7 +83,8 @@ def test_archive_layout(pyz):
 
 # The env worker is not the rocklet: a separate python3 with the image's site-packages runs it,
 # and it imports the environment's runtime (rocklet/envs.py).
-ENV_WORKER_IMPORTS = {"gem", "numpy", "nltk", "reasoning_gym"}
+# Run as a script, it imports env_generators.py, which the rocklet writes beside it.
+ENV_WORKER_IMPORTS = {"gem", "numpy", "nltk", "reasoning_gym", "env_generators"}
 
 
 def test_only_standard_library_imports(pyz):

@@ -60,59 +60,99 @@ class LineReader:
 
 
 class EnvProcess:
-    """One env: its forked process and the socket to it."""
+    """An env's forked process and the socket to it; a shared one (``shared``) hosts several
+    envs, each named in a request by its key (``s``)."""
 
-    def __init__(self, key: str, sock: socket.socket, pid: int) -> None:
+    def __init__(self, key: str, sock: socket.socket, pid: int, *, shared: bool = False) -> None:
         self.key = key
         self.sock = sock
         self.reader = LineReader(sock)
         self.pid = pid
         self.env_id: str | None = None
-        self.lock = threading.Lock()
+        self.shared = shared
+        #: The keys of the envs it hosts.
+        self.envs: list[str] = []
         self.dead: str | None = None
-        #: A request was sent to the process and its answer is not read yet.
-        self.busy = False
+        # Requests are written as they come (one writer at a time) and answered in that order:
+        # each gets a ticket, and its answer is read by whoever holds it, when its turn comes.
+        self._send_lock = threading.Lock()
+        self._turn = threading.Condition()
+        self._sent = 0
+        self._read = 0
+        self._pending: dict[int, frozenset[str]] = {}
+
+    @property
+    def pending(self) -> frozenset[str]:
+        """The envs with a request sent to the process and its answer not read yet."""
+        return frozenset().union(*list(self._pending.values()))
+
+    @property
+    def busy(self) -> bool:
+        """A request was sent to the process and its answer is not read yet."""
+        return bool(self._pending)
 
     def describe(self) -> str:
+        if self.shared:
+            return "the env process of %s (pid %d)" % (", ".join(self.envs) or "no env", self.pid)
         return "env %s (%s, pid %d)" % (self.key, self.env_id or "not made yet", self.pid)
 
-    def send(self, request: dict[str, Any]) -> None:
-        """Write one request; a dead process raises ``env_died``."""
-        if self.dead is not None:
-            raise env_error("env_died", self.dead, env=self.key)
-        try:
-            self.sock.sendall(json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n")
-        except OSError:
-            raise self._died() from None
-        self.busy = True
+    def send(self, request: dict[str, Any], keys: frozenset[str] | None = None) -> int:
+        """Write one request (for the envs ``keys``, default its ``s``) and return its ticket
+        for :meth:`receive`; a dead process raises ``env_died``."""
+        data = json.dumps(request, separators=(",", ":")).encode("utf-8") + b"\n"
+        with self._send_lock:
+            if self.dead is not None:
+                raise env_error("env_died", self.dead, env=self.key)
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                raise self._died() from None
+            ticket = self._sent
+            self._sent += 1
+            self._pending[ticket] = (
+                keys if keys is not None else frozenset((str(request.get("s", "")),))
+            )
+            return ticket
 
-    def receive(self, deadline: float | None) -> dict[str, Any]:
-        """Read one answer: ``{"ok": ...}`` or ``{"error": ...}``; EOF or timeout raise."""
-        if self.dead is not None:
-            raise env_error("env_died", self.dead, env=self.key)
-        try:
-            line = self.reader.line(deadline)
-        except TimeoutError:
-            self.busy = False
-            self.kill()
-            self.dead = "%s did not answer in time and was ended" % self.describe()
-            raise env_error("timeout", self.dead, env=self.key) from None
-        self.busy = False
-        if line is None:
-            raise self._died()
+    def receive(self, ticket: int, deadline: float | None) -> dict[str, Any]:
+        """Read the answer of ``ticket``, after those sent before it: ``{"ok": ...}`` or
+        ``{"error": ...}``; EOF or the deadline (the process is then ended) raise."""
+        with self._turn:
+            try:
+                while self._read != ticket and self.dead is None:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise self._timed_out()
+                    self._turn.wait(left)
+                if self.dead is not None:
+                    raise env_error("env_died", self.dead, env=self.key)
+                try:
+                    line = self.reader.line(deadline)
+                except TimeoutError:
+                    raise self._timed_out() from None
+                self._read += 1
+                if line is None:
+                    raise self._died()
+            finally:
+                self._pending.pop(ticket, None)
+                self._turn.notify_all()
         answer: dict[str, Any] = json.loads(line)
         return answer
+
+    def _timed_out(self) -> EnvError:
+        self.kill()
+        self.dead = "%s did not answer in time and was ended" % self.describe()
+        return env_error("timeout", self.dead, env=self.key)
 
     def call(self, request: dict[str, Any], timeout: float | None) -> Any:
         """Send ``request`` and return its ``ok`` result (raises the env's error)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self.lock:
-            self.send(request)
-            answer = self.receive(deadline)
-        return result_of(answer, self)
+        return result_of(self.receive(self.send(request), deadline), self)
 
     def _died(self) -> EnvError:
         self.dead = "the process of %s has exited; make the env again" % self.describe()
+        if self.shared:
+            self.dead = "%s has exited; make the env again" % self.describe()
         self.close_socket()
         return env_error("env_died", self.dead, env=self.key)
 

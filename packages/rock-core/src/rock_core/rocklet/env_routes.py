@@ -3,9 +3,11 @@
 
 Routes (answers are bare JSON; failures are HTTP 511 ``EnvError`` with ``extra_info.kind``):
 
-``POST /env/make {env_id, kwargs?, pythonpath?, timeout?}`` → ``{env, env_id, pid}``
+``POST /env/make {env_id, kwargs?, pythonpath?, share?, timeout?}`` → ``{env, env_id, pid}``
     ``env`` is the handle of the new env in this sandbox (``e1``, ``e2``, ...). ``pythonpath``
     (default ``$ROCK_ENV_PYTHONPATH``) is where GEM is looked for first; one worker serves each.
+    ``share`` (default 0: a process of its own) puts the env in one of that many processes shared
+    by the envs made so, each env's generator states kept apart (see :mod:`.envs`).
 ``POST /env/reset {env, seed?, timeout?}`` → ``{observation, info}``
 ``POST /env/step {env, action, timeout?}`` → ``{observation, reward, terminated, truncated, info}``
     After the episode ended (terminated or truncated), a step fails with kind
@@ -14,10 +16,11 @@ Routes (answers are bare JSON; failures are HTTP 511 ``EnvError`` with ``extra_i
 ``POST /env/list {env?, pythonpath?}`` → ``{env_id: [...], busy?: [...]}``: the ids GEM has
     registered; asked of an ``env``, also ``busy``: the envs of this sandbox whose process has a
     request sent and not yet answered.
-``GET /env`` → ``{envs: [{env, env_id, pid, busy}], workers: [...]}``
+``GET /env`` → ``{envs: [{env, env_id, pid, busy, shared}], workers: [...]}``
 ``POST /env/batch {calls: [{env, op: "reset"|"step", seed?, action?}], timeout?}`` →
     ``{results: [{ok: ...} | {error: {kind, message}}]}``: the calls of one batch run
-    concurrently, one process per env (several calls to one env run in their order).
+    concurrently across processes, one message to each (the calls to one process, and several
+    calls to one env, run in their order).
 """
 
 from __future__ import annotations
@@ -68,7 +71,10 @@ def make(rocklet: Any, req: Any) -> Any:
     kwargs = body.get("kwargs") or {}
     if not isinstance(kwargs, dict):
         raise BadRequest("field 'kwargs' must be an object, got %s" % json.dumps(kwargs))
-    return rocklet.envs.make(env_id, kwargs, _timeout(body), _pythonpath(body))
+    share = body.get("share", 0)
+    if isinstance(share, bool) or not isinstance(share, int) or share < 0:
+        raise BadRequest("field 'share' must be a non-negative integer, got %s" % json.dumps(share))
+    return rocklet.envs.make(env_id, kwargs, _timeout(body), _pythonpath(body), share)
 
 
 def reset(rocklet: Any, req: Any) -> Any:

@@ -9,9 +9,11 @@ Standard library only at import; ``gem`` (package ``gem-llm``) is imported by :f
 
 Why a fork server: ``import gem`` pulls numpy and GEM's registry; importing it once and forking
 makes a new env cost a few milliseconds and lets every env share those pages (proportional set
-size). Why one process per env: GEM's ``reset(seed)`` seeds the process-global ``random`` and
-``numpy.random`` generators, and most games draw from them, so two envs in one process would
-change each other's trajectories.
+size). GEM's ``reset(seed)`` seeds the process-global ``random`` and ``numpy.random``
+generators, and most games draw from them; so an env has a process of its own, or shares one
+(the rocklet's ``share``) with its generator states kept apart: each env's states are put in
+place before its call and taken back when another env of the process is called, so a seed gives
+the same trajectory as alone, whatever the other envs of the process draw meanwhile.
 
 Control channel (``CONTROL_FD``, a unix stream socket from the rocklet): the server first
 writes one JSON line, ``{"ready": true, "gem": "0.1.0", "python": "3.11.2"}`` or ``{"ready":
@@ -19,9 +21,12 @@ false, "kind", "message"}``. Then each message from the rocklet is one byte ``b"
 one file descriptor (``SCM_RIGHTS``): a socket for a new env. The server forks; the child
 serves that socket until it closes.
 
-Env channel (one socket per env): newline-delimited JSON both ways. The child first writes
-``{"pid": N}``; then for each request ``{"op": "make"|"reset"|"step"|"list", ...}`` it answers
-``{"ok": result}`` or ``{"error": {"kind", "message", "traceback"}}``, in order.
+Env channel (one socket per process): newline-delimited JSON both ways. The child first writes
+``{"pid": N}``; then for each request ``{"op": "make"|"reset"|"step"|"close"|"list", "s": KEY,
+...}`` it answers ``{"ok": result}`` or ``{"error": {"kind", "message", "traceback"}}``, in
+order. ``s`` names the env in the process (default ``""``): a ``make`` adds it, a ``close`` drops
+it. ``{"op": "batch", "calls": [request, ...]}`` runs the calls in their order and answers
+``{"ok": [answer, ...]}``, one answer per call.
 
 Error kinds: ``unknown_env`` (the id is not registered; the message lists close matches),
 ``missing_dependency`` (a Python package the env needs is not installed), ``missing_data``
@@ -39,6 +44,11 @@ import random
 import socket
 import sys
 import traceback
+
+if __package__:
+    from .env_generators import NumpyGlobal, RandomGlobal
+else:  # run as a script: the rocklet writes env_generators.py beside it
+    from env_generators import NumpyGlobal, RandomGlobal  # type: ignore[import-not-found,no-redef]
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -306,17 +316,87 @@ class EnvSession:
         raise EnvFailure("bad_request", "unknown op %s" % json.dumps(op))
 
 
-def serve_env(gem: Any, conn: socket.socket) -> None:
-    """Serve one env's socket until the rocklet closes it (runs in the forked child)."""
-    rfile = conn.makefile("rb")
-    conn.sendall(dumps({"pid": os.getpid()}))
-    session = EnvSession(gem)
-    for line in rfile:
+class ProcessEnvs:
+    """The envs of one process, each with its own generator states (``random``, ``numpy``)."""
+
+    def __init__(self, gem: Any) -> None:
+        self.gem = gem
+        self.sessions: dict[str, EnvSession] = {}
+        self.states: dict[str, tuple[Any, Any]] = {}
+        #: The env whose states the process-global generators hold now.
+        self.owner: str | None = None
+        np = sys.modules.get("numpy")
+        self.numpy = NumpyGlobal(np) if np is not None else None
+        self.random = RandomGlobal()
+        self.entered: Any = None  # numpy's state as put at the owner's turn
+
+    def _switch(self, key: str) -> None:
+        """Put ``key``'s generator states in place (a new env's: fresh ones), keeping the
+        previous owner's."""
+        if self.owner == key:
+            return
+        numpy = self.numpy
+        if self.owner is not None and self.owner in self.sessions:
+            taken = numpy.take(self.entered) if numpy is not None else None
+            self.states[self.owner] = (self.random.take(), taken)
+        states = self.states.pop(key, None)
+        if states is None:
+            _reseed()
+            self.entered = numpy.take(None) if numpy is not None else None
+        else:
+            self.random.put(states[0])
+            if numpy is not None:
+                numpy.put(states[1])
+            self.entered = states[1]
+        self.owner = key
+
+    def handle(self, request: dict[str, Any]) -> Any:
+        """The answer to one request (raises :class:`EnvFailure`)."""
+        op = request.get("op")
+        key = request.get("s", "")
+        if not isinstance(key, str):
+            raise EnvFailure("bad_request", "s must be a string, got %s" % json.dumps(key))
+        if op == "list":
+            return {"env_id": sorted(_registry())}
+        if op == "close":
+            closed = self.sessions.pop(key, None) is not None
+            self.states.pop(key, None)
+            if self.owner == key:
+                self.owner = None
+            return {"closed": closed}
+        session = self.sessions.get(key)
+        if op == "make":
+            if session is None:
+                session = EnvSession(self.gem)
+            self._switch(key)
+            try:
+                result = session.handle(request)
+            except BaseException:
+                if key not in self.sessions and self.owner == key:
+                    self.owner = None
+                raise
+            self.sessions[key] = session
+            return result
+        if session is None:
+            if op in ("reset", "step"):
+                raise EnvFailure(
+                    "no_env", "no env %s was made in this process yet" % json.dumps(key)
+                )
+            raise EnvFailure("bad_request", "unknown op %s" % json.dumps(op))
+        self._switch(key)
+        return session.handle(request)
+
+    def answer(self, request: Any) -> bytes:
+        """One request's answer line (without its newline)."""
         try:
-            request = json.loads(line)
             if not isinstance(request, dict):
                 raise EnvFailure("bad_request", "a request must be a JSON object")
-            answer: dict[str, Any] = {"ok": session.handle(request)}
+            if request.get("op") == "batch":
+                calls = request.get("calls")
+                if not isinstance(calls, list):
+                    raise EnvFailure("bad_request", "calls must be a list")
+                return b'{"ok":[' + b",".join(self.answer(call) for call in calls) + b"]}"
+            answer: dict[str, Any] = {"ok": self.handle(request)}
         except EnvFailure as exc:
             answer = {"error": {"kind": exc.kind, "message": exc.message, "traceback": []}}
         except Exception as exc:  # noqa: BLE001 - the env's own failure, reported to the caller
@@ -328,9 +408,9 @@ def serve_env(gem: Any, conn: socket.socket) -> None:
                 }
             }
         try:
-            data = dumps(answer)
+            return dumps(answer)[:-1]
         except (TypeError, ValueError) as exc:
-            data = dumps(
+            return dumps(
                 {
                     "error": {
                         "kind": "env_error",
@@ -338,7 +418,25 @@ def serve_env(gem: Any, conn: socket.socket) -> None:
                         "traceback": [],
                     }
                 }
+            )[:-1]
+
+
+def serve_env(gem: Any, conn: socket.socket) -> None:
+    """Serve one process's socket until the rocklet closes it (runs in the forked child)."""
+    rfile = conn.makefile("rb")
+    conn.sendall(dumps({"pid": os.getpid()}))
+    envs = ProcessEnvs(gem)
+    for line in rfile:
+        try:
+            request = json.loads(line)
+        except ValueError as exc:
+            request = exc
+        if isinstance(request, ValueError):
+            data = dumps(
+                {"error": {"kind": "bad_request", "message": str(request), "traceback": []}}
             )
+        else:
+            data = envs.answer(request) + b"\n"
         conn.sendall(data)
 
 

@@ -1,11 +1,17 @@
-"""The rocklet's environment channel: GEM environments, each in a process of its own.
+"""The rocklet's environment channel: GEM environments, each in a process of its own or sharing
+one of a few.
 
 The rocklet never imports GEM. On the first ``/env/make`` it starts a worker, the image's
 ``python3`` (with its site-packages, unlike the rocklet's ``-I -S``) running
-:mod:`.env_worker`: a fork server that imports GEM once. Each env is a child forked from it,
-reached over a unix socket pair the rocklet made (one end handed over with ``SCM_RIGHTS``), so
-envs never share a process (GEM seeds the process-global generators) and a slow reset of one
-(Sokoban-hard: seconds) blocks only its own caller's connection thread.
+:mod:`.env_worker`: a fork server that imports GEM once. Each env process is a child forked from
+it, reached over a unix socket pair the rocklet made (one end handed over with ``SCM_RIGHTS``).
+
+By default an env has a process of its own, so a slow reset of one (Sokoban-hard: seconds)
+blocks only its own caller. A make with ``share=N`` puts the env in one of N shared processes
+(the one with the fewest envs; a new one while there are fewer than N): their envs take turns,
+and a batch costs one message per process rather than per env. Each env keeps its own generator
+states there (:class:`.env_worker.ProcessEnvs`), so its trajectory is what it would be alone; but
+a slow call holds up the other envs of its process, and a crash or timeout ends them all.
 
 Where GEM comes from: the worker's ``PYTHONPATH`` is ``$ROCK_ENV_PYTHONPATH`` (set by an env
 image, e.g. ``/opt/rock-gem/site``) before the image's own; the rocklet's environment is not
@@ -84,7 +90,12 @@ class EnvChannel:
         self._workers: dict[str, _Worker] = {}
         self._worker_lock = threading.Lock()
         self._script_written = False
+        #: env key -> its process (a shared process under each of its envs' keys).
         self._envs: dict[str, EnvProcess] = {}
+        self._env_ids: dict[str, str] = {}
+        #: pythonpath -> its shared processes.
+        self._shared: dict[str, list[EnvProcess]] = {}
+        self._share_lock = threading.Lock()
         self._gone: dict[str, str] = {}
         self._next = 0
         self._closed = False
@@ -96,12 +107,13 @@ class EnvChannel:
         path = os.path.join(self.state_dir, "env_worker.py")
         if not self._script_written:  # written once per channel: this rocklet's own version
             self._script_written = True
-            data = pkgutil.get_data(__package__ or "rocklet", "env_worker.py")
-            assert data is not None
-            tmp = path + ".tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            for name in ("env_generators.py", "env_worker.py"):  # the worker imports the first
+                data = pkgutil.get_data(__package__ or "rocklet", name)
+                assert data is not None
+                tmp = os.path.join(self.state_dir, name + ".tmp")
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, os.path.join(self.state_dir, name))
         return path
 
     def _start_worker(self, pythonpath: str) -> _Worker:
@@ -242,55 +254,122 @@ class EnvChannel:
         kwargs: dict[str, Any],
         timeout: float | None,
         pythonpath: str | None = None,
+        share: int = 0,
     ) -> dict[str, Any]:
-        """Fork a process and make ``env_id`` in it (GEM found on ``pythonpath`` first, default
-        the channel's)."""
-        sock, pid = self._fork(pythonpath)
+        """Make ``env_id`` in a process forked for it, or with ``share`` > 0 in one of that many
+        shared processes (GEM found on ``pythonpath`` first, default the channel's)."""
         with self._lock:
             self._next += 1
             key = "e%d" % self._next
+        if share > 0:
+            return self._make_shared(key, env_id, kwargs, timeout, pythonpath, share)
+        sock, pid = self._fork(pythonpath)
         env = EnvProcess(key, sock, pid)
+        env.envs.append(key)
         try:
-            env.call({"op": "make", "env_id": env_id, "kwargs": kwargs}, timeout)
+            env.call({"op": "make", "s": key, "env_id": env_id, "kwargs": kwargs}, timeout)
         except BaseException:
             env.kill()
             raise
         env.env_id = env_id
-        with self._lock:
-            if self._closed:
-                env.kill()
-                raise env_error("runtime", "the env channel is closed")
-            self._envs[key] = env
+        self._add(key, env_id, env)
         return {"env": key, "env_id": env_id, "pid": pid}
 
+    def _add(self, key: str, env_id: str, process: EnvProcess) -> None:
+        with self._lock:
+            if self._closed:
+                process.kill()
+                raise env_error("runtime", "the env channel is closed")
+            self._envs[key] = process
+            self._env_ids[key] = env_id
+
+    def _make_shared(
+        self,
+        key: str,
+        env_id: str,
+        kwargs: dict[str, Any],
+        timeout: float | None,
+        pythonpath: str | None,
+        share: int,
+    ) -> dict[str, Any]:
+        path = self.pythonpath if pythonpath is None else pythonpath
+        with self._share_lock:
+            live = [p for p in self._shared.get(path, []) if p.dead is None]
+            if len(live) < share:
+                sock, pid = self._fork(pythonpath)
+                live.append(EnvProcess("p%d" % pid, sock, pid, shared=True))
+            process = min(live, key=lambda p: len(p.envs))
+            process.envs.append(key)
+            self._shared[path] = live
+        try:
+            process.call({"op": "make", "s": key, "env_id": env_id, "kwargs": kwargs}, timeout)
+        except EnvError as exc:
+            if exc.extra_info.get("kind") in ("env_died", "timeout"):
+                self._forget(process)
+            else:
+                self._drop(process, key)
+            raise
+        except BaseException:
+            self._drop(process, key)
+            raise
+        self._add(key, env_id, process)
+        return {"env": key, "env_id": env_id, "pid": process.pid}
+
+    def _drop(self, process: EnvProcess, key: str) -> None:
+        """``key`` no longer in ``process``; a process left without envs is ended."""
+        with self._share_lock:
+            if key in process.envs:
+                process.envs.remove(key)
+            empty = not process.envs
+            if empty:
+                for processes in self._shared.values():
+                    if process in processes:
+                        processes.remove(process)
+        if empty:
+            process.kill()
+
     def close(self, key: str) -> dict[str, Any]:
-        """End the env's process; an env closed before is fine."""
+        """End the env (its process, unless other envs share it); an env closed before is fine."""
         with self._lock:
             env = self._envs.pop(key, None)
+            self._env_ids.pop(key, None)
             if env is not None:
                 self._gone[key] = "it was closed"
         if env is None:
             if key in self._gone:
                 return {"env": key, "closed": False}
             raise env_error("no_env", "no env %r in this sandbox" % key, env=key)
-        env.kill()
+        if env.shared and len(env.envs) > 1:
+            try:
+                env.call({"op": "close", "s": key}, 30.0)
+            except EnvError:
+                pass  # the process is gone or stuck: its envs learn it on their next call
+        self._drop(env, key)
         return {"env": key, "closed": True}
 
     def call(self, key: str, request: dict[str, Any], timeout: float | None) -> Any:
-        """One request to one env; an env whose process died is dropped from the table."""
+        """One request to one env; an env whose process died is dropped from the table (with the
+        other envs of its process)."""
         env = self.get(key)
         try:
-            return env.call(request, timeout)
+            return env.call(dict(request, s=key), timeout)
         except EnvError as exc:
             if exc.extra_info.get("kind") in ("env_died", "timeout"):
                 self._forget(env)
             raise
 
-    def _forget(self, env: EnvProcess) -> None:
+    def _forget(self, process: EnvProcess) -> None:
+        """Drop every env of a dead process."""
         with self._lock:
-            if self._envs.get(env.key) is env:
-                del self._envs[env.key]
-                self._gone[env.key] = env.dead or "its process ended"
+            for key in list(process.envs):
+                if self._envs.get(key) is process:
+                    del self._envs[key]
+                    self._env_ids.pop(key, None)
+                    self._gone[key] = process.dead or "its process ended"
+        with self._share_lock:
+            for processes in self._shared.values():
+                if process in processes:
+                    processes.remove(process)
 
     def list_ids(
         self, key: str | None, timeout: float | None, pythonpath: str | None = None
@@ -301,7 +380,7 @@ class EnvChannel:
             answer = self.call(key, {"op": "list"}, timeout)
             return dict(answer, busy=self.busy()) if isinstance(answer, dict) else answer
         sock, pid = self._fork(pythonpath)
-        env = EnvProcess("list", sock, pid)
+        env = EnvProcess("list", sock, pid)  # a short-lived process of its own
         try:
             return env.call({"op": "list"}, timeout)
         finally:
@@ -311,7 +390,7 @@ class EnvChannel:
         """Run ``calls`` (``{env, op, ...}``) concurrently across envs; one result per call."""
         deadline = None if timeout is None else time.monotonic() + timeout
         results: list[Any] = [None] * len(calls)
-        queues: dict[str, list[int]] = {}
+        by_process: dict[int, tuple[EnvProcess, list[int]]] = {}
         for i, call in enumerate(calls):
             key = call.get("env")
             try:
@@ -326,55 +405,53 @@ class EnvChannel:
                         "calls[%d].op must be 'reset' or 'step', got %s"
                         % (i, json.dumps(call.get("op"))),
                     )
-                self.get(key)
+                process = self.get(key)
             except EnvError as exc:
                 results[i] = _failure(exc)
                 continue
-            queues.setdefault(key, []).append(i)
-        envs = sorted(queues)
-        held: list[EnvProcess] = []
-        try:
-            for key in envs:  # in key order: two batches never wait on each other
-                env = self.get(key)
-                env.lock.acquire()
-                held.append(env)
-            rounds = max((len(q) for q in queues.values()), default=0)
-            for r in range(rounds):
-                sent: list[tuple[EnvProcess, int]] = []
-                for env in held:
-                    queue = queues[env.key]
-                    if r >= len(queue):
-                        continue
-                    i = queue[r]
-                    request = dict(calls[i])
-                    request.pop("env", None)
-                    try:
-                        env.send(request)
-                        sent.append((env, i))
-                    except EnvError as exc:
-                        results[i] = _failure(exc)
-                for env, i in sent:
-                    try:
-                        results[i] = {"ok": result_of(env.receive(deadline), env)}
-                    except EnvError as exc:
-                        results[i] = _failure(exc)
-        finally:
-            for env in held:
-                env.lock.release()
-                if env.dead is not None:
-                    self._forget(env)
+            by_process.setdefault(id(process), (process, []))[1].append(i)
+        sent: list[tuple[EnvProcess, list[int], int]] = []
+        for process, indexes in by_process.values():  # the calls of each env in their order
+            requests = [dict(calls[i], s=calls[i]["env"]) for i in indexes]
+            for request in requests:
+                request.pop("env", None)
+            try:
+                keys = frozenset(calls[i]["env"] for i in indexes)
+                ticket = process.send({"op": "batch", "calls": requests}, keys)
+                sent.append((process, indexes, ticket))
+            except EnvError as exc:
+                for i in indexes:
+                    results[i] = _failure(exc)
+        for process, indexes, ticket in sent:
+            try:
+                answers = result_of(process.receive(ticket, deadline), process)
+            except EnvError as exc:
+                for i in indexes:
+                    results[i] = _failure(exc)
+                continue
+            for i, answer in zip(indexes, answers):
+                results[i] = answer if "ok" in answer else {"error": _error_of(answer)}
+        for process, _indexes in by_process.values():
+            if process.dead is not None:
+                self._forget(process)
         return results
 
     def busy(self) -> list[str]:
-        """The envs whose process has a request sent and its answer not yet read."""
-        return sorted(e.key for e in list(self._envs.values()) if e.busy)
+        """The envs with a request sent to their process and its answer not yet read."""
+        return sorted(key for key, p in list(self._envs.items()) if key in p.pending)
 
     def describe(self) -> dict[str, Any]:
         """``GET /env``: the envs (``busy``: serving a request) and the worker."""
         return {
             "envs": [
-                {"env": e.key, "env_id": e.env_id, "pid": e.pid, "busy": e.busy}
-                for e in list(self._envs.values())
+                {
+                    "env": key,
+                    "env_id": self._env_ids.get(key),
+                    "pid": p.pid,
+                    "busy": key in p.pending,
+                    "shared": p.shared,
+                }
+                for key, p in list(self._envs.items())
             ],
             "workers": [
                 dict(
@@ -393,7 +470,7 @@ class EnvChannel:
         with self._lock:
             self._closed = True
             envs, self._envs = list(self._envs.values()), {}
-        for env in envs:
+        for env in {id(e): e for e in envs}.values():
             env.kill()
         for worker in list(self._workers.values()):
             worker.control.close()  # the server returns at EOF
@@ -405,6 +482,11 @@ class EnvChannel:
 
 def _failure(exc: EnvError) -> dict[str, Any]:
     return {"error": {"kind": exc.extra_info.get("kind", "env_error"), "message": exc.message}}
+
+
+def _error_of(answer: dict[str, Any]) -> dict[str, Any]:
+    err = answer.get("error") or {}
+    return {"kind": str(err.get("kind", "env_error")), "message": str(err.get("message", ""))}
 
 
 def _fd_bytes(fd: int) -> bytes:
