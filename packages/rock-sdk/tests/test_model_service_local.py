@@ -145,3 +145,27 @@ def test_start_twice_is_refused_and_stop_ends_the_service(local: Local) -> None:
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{local.url}/health", timeout=5)
     assert "not exist" in local.rock("stop").stdout
+
+
+def test_the_sandbox_side_imports_only_the_standard_library_of_python_3_9() -> None:
+    """``rock.sdk.model`` runs in the sandbox from a zipapp on the image's own python."""
+    import ast
+
+    import rock.sdk.model
+
+    root = Path(rock.sdk.model.__file__).parent
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), feature_version=(3, 9))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                ok = top in sys.stdlib_module_names or name.startswith("rock.sdk.model")
+                if not ok and top != "yaml":  # PyYAML: used when the image has it
+                    wrong.append(f"{path.relative_to(root)}: {name}")
+    assert wrong == []
