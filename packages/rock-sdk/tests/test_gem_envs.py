@@ -600,6 +600,8 @@ def test_rock_bench_gem_prints_its_figures(gem_image: str) -> None:
             "2",
             "--idle-envs",
             "2",
+            "--rounds",
+            "2",
         ],
         check=True,
         capture_output=True,
@@ -619,6 +621,10 @@ def test_rock_bench_gem_prints_its_figures(gem_image: str) -> None:
         figures["batched"]["env_steps_per_second"] > 0
         and figures["idle_memory"]["pss_per_env_mb"] > 0
     )
+    # its floor, GEM over pipes with a process per core, ran in the same run, taking turns
+    batched = figures["batched"]
+    assert len(batched["rounds_floor_env_steps_per_second"]) == 2
+    assert batched["floor_env_steps_per_second"] > 0 and batched["ratio_to_floor"] > 0
 
 
 # -- rl-rock 1.11's own client (ROCK's SDK) against rock's admin --------------------------------

@@ -25,7 +25,11 @@ class GemOptions:
     :param image: the env sandboxes' image (default ``$ROCK_ENVHUB_DEFAULT_DOCKER_IMAGE``, else
         :data:`rock_gem.provider.DEFAULT_IMAGE`); it needs ``python3`` 3.10 to 3.12. When its
         Python cannot import GEM, GEM's runtime is uploaded into each of its sandboxes once.
-    :param envs_per_sandbox: how many envs one sandbox hosts, each in its own process.
+    :param envs_per_sandbox: how many envs one sandbox hosts.
+    :param shared_processes: 0 (the default): each env has a process of its own; N: the envs of
+        a sandbox share N processes (one per core is GEM's own pace), each env's generator
+        states kept apart so that its trajectory is what it would be alone. A slow reset then
+        holds up the other envs of its process, and a crash or timeout ends them.
     :param memory: each sandbox's memory (``"4g"``).
     :param cpus: each sandbox's CPUs.
     :param timeout: seconds one make, reset or step may take (a Sokoban-hard reset takes seconds).
@@ -41,6 +45,7 @@ class GemOptions:
 
     image: str | None = checked(Optional[str], default=None)
     envs_per_sandbox: PositiveInt = checked(PositiveInt, default=32)
+    shared_processes: NonNegativeInt = checked(NonNegativeInt, default=0)
     memory: SizeStr = checked(SizeStr, default="4g")
     cpus: PositiveFloat = checked(PositiveFloat, default=2.0)
     timeout: PositiveFloat = checked(PositiveFloat, default=300.0)

@@ -82,9 +82,10 @@ class _Host:
     #: Where the env worker finds GEM when the image has none: the uploaded runtime.
     pythonpath: str | None = None
 
-    def worker_args(self) -> dict[str, Any]:
-        """What ``/env/make`` and ``/env/list`` need to reach this sandbox's GEM."""
-        return {"pythonpath": self.pythonpath} if self.pythonpath else {}
+    def worker_args(self, options: GemOptions | None = None) -> dict[str, Any]:
+        """What ``/env/make`` (given ``options``: its ``share``) and ``/env/list`` need."""
+        share = {"share": options.shared_processes} if options else {}
+        return {"pythonpath": self.pythonpath, **share} if self.pythonpath else share
 
 
 def unknown_env(env_id: str, known: frozenset[str] | set[str]) -> EnvFailed:
@@ -219,7 +220,7 @@ class GemProvider(EnvProvider):
             async with self.engine.call(host.sandbox_id):
                 made = await channel.post(
                     "make",
-                    {"env_id": env_id, "kwargs": dict(kwargs), **host.worker_args()},
+                    {"env_id": env_id, "kwargs": kwargs, **host.worker_args(self.options)},
                     self.timeout,
                 )
         except BaseException as exc:

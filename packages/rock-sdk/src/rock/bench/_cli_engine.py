@@ -105,6 +105,27 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
     help="[plugins.gem] warm_sandboxes of the embedded engine.",
 )
 @click.option(
+    "--shared-processes",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="[plugins.gem] shared_processes of the embedded engine (0: a process per env).",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Rounds of the batched figure, each followed by a round of its floor (the same load).",
+)
+@click.option(
+    "--floor-processes",
+    type=click.IntRange(min=0),
+    default=2,
+    show_default=True,
+    help="Processes of the floor, GEM over pipes (one per core of an env sandbox; 0: no floor).",
+)
+@click.option(
     "--image",
     default="rock-gem/python:3.11",
     show_default=True,
@@ -122,11 +143,15 @@ def gem(
     idle_envs: int,
     envs_per_sandbox: int | None,
     warm_sandboxes: int | None,
+    shared_processes: int,
+    rounds: int,
+    floor_processes: int,
     image: str,
     base_url: str | None,
 ) -> None:
     """GEM envs (game:Sokoban-v0-easy): step round trip, batched env-steps/s from one async
-    client, make → first observation, memory per idle env."""
+    client and, in the same run, its floor (GEM over pipes, one process per core), make → first
+    observation, memory per idle env."""
     from rock.bench.gem import run_gem_bench
 
     if base_url is None:
@@ -135,7 +160,11 @@ def gem(
 
         options = {
             k: v
-            for k, v in (("envs_per_sandbox", envs_per_sandbox), ("warm_sandboxes", warm_sandboxes))
+            for k, v in (
+                ("envs_per_sandbox", envs_per_sandbox),
+                ("warm_sandboxes", warm_sandboxes),
+                ("shared_processes", shared_processes),
+            )
             if v is not None
         }
         configure_embedded_driver(EngineConfig(plugin_options={"gem": {"image": image, **options}}))
@@ -160,6 +189,9 @@ def gem(
         idle_envs=idle_envs,
         base_url=base_url,
         say=say,
+        floor_image=image,
+        floor_processes=floor_processes,
+        rounds=rounds,
     )
     print_json(figures)
 

@@ -9,7 +9,12 @@
 - proportional set size (PSS) per idle env: the env processes and their fork server, read from
   ``/proc/<pid>/smaps_rollup`` inside the sandbox, divided by the envs;
 - for scale, GEM alone: the same step-and-reset loop over 32 envs in one process of an env
-  sandbox, no rock in between (one core).
+  sandbox, no rock in between (one core);
+- the floor of the batched figure, GEM over pipes with one process per core: the same envs,
+  actions and resets, in a sandbox of the same size and image, stepped by a main process that
+  sends each worker process (one per core, each holding its share of the envs) the round's
+  calls over a pipe and waits for all answers; ``batched.ratio_to_floor`` is rock's figure
+  over it, measured in the same run.
 
 Embedded by default; ``base_url`` measures through an admin (memory is then not measured).
 """
@@ -68,10 +73,17 @@ def step_round_trip(steps: int, base_url: str | None) -> dict[str, Any]:
 
 
 async def batched_throughput(
-    num_envs: int, groups: int, seconds: float, base_url: str | None
+    num_envs: int,
+    groups: int,
+    seconds: float,
+    base_url: str | None,
+    rounds: int = 1,
+    floor: Any = None,
 ) -> dict[str, Any]:
     """``num_envs`` envs in ``groups`` vector envs, each stepping its batches in a task of one
-    asyncio client for ``seconds``: a group waits only for its own slowest env (a reset)."""
+    asyncio client for ``seconds``: a group waits only for its own slowest env (a reset).
+    ``rounds`` times, each followed by a round of ``floor`` (an awaitable of env-steps/s,
+    ``None``: no floor), so that the two take turns under the same load."""
     import rock
 
     sizes = [num_envs // groups + (1 if g < num_envs % groups else 0) for g in range(groups)]
@@ -104,21 +116,40 @@ async def batched_throughput(
             counts["batches"] += 1
             ended = [live[k] for k, (a, b) in enumerate(zip(terminations, truncations)) if a or b]
 
+    rates: list[int] = []
+    floors: list[int] = []
+    total = 0.0
     try:
-        started = time.perf_counter()
-        await asyncio.gather(*(run(g, vec, started + seconds) for g, vec in enumerate(vecs)))
-        elapsed = time.perf_counter() - started
+        for _ in range(rounds):
+            steps = counts["steps"]
+            started = time.perf_counter()
+            await asyncio.gather(*(run(g, vec, started + seconds) for g, vec in enumerate(vecs)))
+            elapsed = time.perf_counter() - started
+            total += elapsed
+            rates.append(round((counts["steps"] - steps) / elapsed))
+            if floor is not None:
+                floors.append(await floor())
     finally:
         await asyncio.gather(*(vec.aclose() for vec in vecs))
-    return {
+    figures: dict[str, Any] = {
         "envs": num_envs,
         "groups": groups,
         "make_all_seconds": round(make_seconds, 3),
-        "env_steps_per_second": round(counts["steps"] / elapsed),
-        "batches_per_second": round(counts["batches"] / elapsed, 1),
+        "env_steps_per_second": round(statistics.median(rates)),
+        "batches_per_second": round(counts["batches"] / total, 1),
         "resets": counts["resets"],
-        "seconds": round(elapsed, 2),
+        "seconds": round(total, 2),
     }
+    if rounds > 1:
+        figures["rounds_env_steps_per_second"] = rates
+    if floors:
+        figures["floor_env_steps_per_second"] = round(statistics.median(floors))
+        figures["rounds_floor_env_steps_per_second"] = floors
+        # each round beside the floor's right after it (the same load), the median of those
+        figures["ratio_to_floor"] = round(
+            statistics.median(r / max(1, f) for r, f in zip(rates, floors)), 3
+        )
+    return figures
 
 
 def make_to_first_observation(count: int, base_url: str | None) -> dict[str, Any]:
@@ -171,6 +202,128 @@ while time.perf_counter() - started < 5:
             env.reset(seed=rng.randrange(1 << 30))
 print(steps / (time.perf_counter() - started))
 """
+
+
+#: The floor of the batched figure: GEM over pipes, one worker process per core (argv: envs,
+#: processes, seconds); prints env-steps/s. Each round every env takes a step, or a reset once
+#: its episode ended (resets take time, not steps), as rock's batches do.
+FLOOR = r"""
+import multiprocessing, random, sys, time, types
+try:
+    import reasoning_gym
+except ImportError:
+    sys.modules["reasoning_gym"] = types.SimpleNamespace(factory=types.SimpleNamespace(DATASETS={}))
+import logging
+import gem
+logging.getLogger().setLevel(logging.WARNING)
+ENV_ID = "game:Sokoban-v0-easy"
+num_envs, processes, seconds = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+
+def serve(conn, keys):
+    envs = {i: gem.make(ENV_ID) for i in keys}
+    while True:
+        calls = conn.recv()
+        if calls is None:
+            return
+        conn.send([(i, envs[i].reset(seed=arg) if op == "r" else envs[i].step(arg)) for i, op, arg in calls])
+
+ctx = multiprocessing.get_context("fork")
+pipes, workers = [], []
+for w in range(processes):
+    ours, theirs = ctx.Pipe()
+    worker = ctx.Process(target=serve, args=(theirs, range(w, num_envs, processes)), daemon=True)
+    worker.start()
+    pipes.append(ours)
+    workers.append(worker)
+rng = random.Random(1)
+def run(calls):
+    for w, conn in enumerate(pipes):
+        conn.send([c for c in calls if c[0] % processes == w])
+    return [answer for conn in pipes for answer in conn.recv()]
+run([(i, "r", 1000 + i) for i in range(num_envs)])
+ended, steps, started = set(), 0, time.perf_counter()
+while time.perf_counter() - started < seconds:
+    calls = [
+        (i, "r", rng.randrange(1 << 30)) if i in ended
+        else (i, "s", "\\boxed{%s}" % rng.choice(["up", "down", "left", "right"]))
+        for i in range(num_envs)
+    ]
+    steps += num_envs - len(ended)
+    stepped = {i for i, op, _ in calls if op == "s"}
+    ended = {i for i, answer in run(calls) if i in stepped and (answer[2] or answer[3])}
+elapsed = time.perf_counter() - started
+for conn in pipes:
+    conn.send(None)
+print(round(steps / elapsed))
+"""
+
+
+class PipesFloor:
+    """GEM over pipes with ``processes`` worker processes (:data:`FLOOR`), in a sandbox of
+    ``image`` (with GEM) and ``cpus`` started for it (through ``base_url`` when given): ``await
+    floor()`` runs it once for ``seconds`` and answers its env-steps/s."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        processes: int,
+        seconds: float,
+        image: str,
+        cpus: float,
+        base_url: str | None,
+    ) -> None:
+        from rock.sdk.sandbox.client import Sandbox
+        from rock.sdk.sandbox.config import SandboxConfig
+
+        config: dict[str, Any] = {"image": image, "memory": "4g", "cpus": cpus}
+        if base_url:
+            config["base_url"] = base_url
+        self.sandbox = Sandbox(SandboxConfig(experiment_id="bench-gem-floor", **config))
+        self.args = [str(num_envs), str(processes), str(seconds)]
+        self.image = image
+        self.timeout = seconds + 300
+
+    async def __aenter__(self) -> PipesFloor:
+        await self.sandbox.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.sandbox.stop()
+
+    async def __call__(self) -> int:
+        from rock_core.actions import Command
+
+        command = (
+            'PYTHONPATH="${ROCK_ENV_PYTHONPATH:-/tmp/rock-gem-runtime}" exec python3 -c "$0" "$@"'
+        )
+        result = await self.sandbox.execute(
+            Command(command=["sh", "-c", command, FLOOR, *self.args], timeout=self.timeout)
+        )
+        if result.exit_code != 0:
+            raise RuntimeError(
+                f"GEM over pipes failed in {self.image}: {result.stderr.strip()[-800:]}"
+            )
+        return int(str(result.stdout).strip().splitlines()[-1])
+
+
+async def batched_and_floor(
+    num_envs: int,
+    groups: int,
+    seconds: float,
+    base_url: str | None,
+    rounds: int,
+    floor_processes: int,
+    floor_image: str,
+    floor_cpus: float,
+) -> dict[str, Any]:
+    """:func:`batched_throughput` taking turns with its floor (``floor_processes`` 0: none)."""
+    if not floor_processes:
+        return await batched_throughput(num_envs, groups, seconds, base_url, rounds)
+    floor = PipesFloor(num_envs, floor_processes, seconds, floor_image, floor_cpus, base_url)
+    async with floor:
+        figures = await batched_throughput(num_envs, groups, seconds, base_url, rounds, floor)
+    figures["floor"] = f"GEM over pipes, {floor_processes} processes, {floor_image}"
+    return figures
 
 
 def idle_memory(count: int) -> dict[str, Any]:
@@ -250,15 +403,39 @@ def run_gem_bench(
     idle_envs: int,
     base_url: str | None,
     say: Any,
+    floor_image: str = "rock-gem/python:3.11",
+    floor_processes: int = 2,
+    floor_cpus: float = 2.0,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """Every figure; ``say`` reports progress."""
+    """Every figure; ``say`` reports progress. The batched figure's floor (GEM over pipes,
+    ``floor_processes`` processes in a sandbox of ``floor_image`` and ``floor_cpus``) runs right
+    after it (0 processes: no floor)."""
     figures: dict[str, Any] = {"env_id": ENV_ID, "through": base_url or "embedded"}
     say("make → first observation")
     figures["make_to_first_observation"] = make_to_first_observation(makes, base_url)
     say(f"step round trip ({steps} steps)")
     figures["step_round_trip"] = step_round_trip(steps, base_url)
-    say(f"{num_envs} envs in {groups} groups stepped as batches for {seconds:g} s")
-    figures["batched"] = asyncio.run(batched_throughput(num_envs, groups, seconds, base_url))
+    say(
+        f"{num_envs} envs in {groups} groups stepped as batches for {seconds:g} s, {rounds} times"
+        + (
+            f", each followed by GEM over pipes in {floor_processes} processes"
+            if floor_processes
+            else ""
+        )
+    )
+    figures["batched"] = asyncio.run(
+        batched_and_floor(
+            num_envs,
+            groups,
+            seconds,
+            base_url,
+            rounds,
+            floor_processes,
+            floor_image,
+            floor_cpus,
+        )
+    )
     if base_url is None and idle_envs:
         say(f"memory of {idle_envs} idle envs")
         figures["idle_memory"] = idle_memory(idle_envs)
