@@ -1,0 +1,66 @@
+"""The chains rock-docker writes for an egress policy (rock_docker/_firewall.py): what each
+rule becomes, in order, and that iptables itself accepts the whole (``iptables-restore
+--test``: checked, nothing changed on the host)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from rock_core.egress import EgressPolicy, EgressRule, egress_policy
+from rock_docker._firewall import _body, _reject, chain_names
+
+POLICY = egress_policy(
+    EgressPolicy(
+        "deny",
+        (
+            EgressRule.deny("10.0.0.9", [443], "tcp"),
+            EgressRule.allow("10.0.0.0/8", [443, "8000-8100"]),
+            EgressRule.allow("169.254.169.254", [80], "tcp"),
+            EgressRule.deny("192.0.2.0/24", protocol="udp"),
+        ),
+        ("pypi.org",),
+    )
+)
+
+
+def test_rules_become_lines_in_order_and_replies_pass_first():
+    forward, _local = chain_names("0123456789abcdef0123")
+    assert forward == "ROCK-EG-0123456789abcdef"
+    lines = _body(forward, POLICY, ["151.101.0.223"], ["192.0.2.53"])
+    assert lines == [
+        f"-A {forward} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
+        f"-A {forward} -d 10.0.0.9/32 -p tcp -m multiport --dports 443 -j REJECT --reject-with tcp-reset",
+        f"-A {forward} -d 10.0.0.0/8 -p tcp -m multiport --dports 443,8000:8100 -j RETURN",
+        f"-A {forward} -d 10.0.0.0/8 -p udp -m multiport --dports 443,8000:8100 -j RETURN",
+        f"-A {forward} -d 169.254.169.254/32 -p tcp -m multiport --dports 80 -j RETURN",
+        f"-A {forward} -d 192.0.2.0/24 -p udp -j REJECT --reject-with icmp-port-unreachable",
+        f"-A {forward} -d 151.101.0.223/32 -j RETURN",
+        f"-A {forward} -d 192.0.2.53/32 -p udp --dport 53 -j RETURN",
+        f"-A {forward} -d 192.0.2.53/32 -p tcp --dport 53 -j RETURN",
+    ]
+    assert _reject(forward, "") == [
+        f"-A {forward} -p tcp -j REJECT --reject-with tcp-reset",
+        f"-A {forward} -j REJECT --reject-with icmp-port-unreachable",
+    ]
+
+
+def test_iptables_accepts_the_chains_of_a_policy():
+    forward, local = chain_names("fedcba9876543210ffff")
+    text = [
+        "*filter",
+        f":{forward} - [0:0]",
+        f":{local} - [0:0]",
+        *_body(forward, POLICY, ["151.101.0.223"], ["192.0.2.53"]),
+        *_reject(forward, "-d 169.254.0.0/16"),
+        *_reject(forward, ""),
+        *_body(local, POLICY, [], []),
+        *_reject(local, ""),
+        "COMMIT",
+    ]
+    done = subprocess.run(
+        ["iptables-restore", "--test", "--noflush"],
+        input="\n".join(text) + "\n",
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
