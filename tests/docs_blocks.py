@@ -42,6 +42,16 @@ after a ``$ command`` in a console block are its output, and a ```text block rig
 Python or shell block (nothing but blank lines between) is that block's whole output (for a
 shell block, standard output and error together). ``...`` stands for any text, and a line
 that is only ``...`` for any number of lines.
+
+Where blocks run: each in a process of its own, with a temporary ``HOME`` and the workspace's
+venv first on ``PATH``. A Python block's ``test_*`` functions are called after it. A shell block
+runs under ``bash -euo pipefail`` in a temporary folder that looks like a clone (``.venv``,
+``packages``, ``scripts``, ... linked; ``docs`` copied), where ``uv run X`` is X (uv would sync
+the shared venv) and port 8080 is a free port, in the block and in the output it shows.
+
+Blocks that do not run are still checked where they can be: Python blocks compile, TOML blocks
+parse (and those with ``[admin]``, ``[engine]`` or ``[plugins.x]`` load with the admin's own
+reader), and every ``rock`` command and option the docs name, inline too, exists.
 """
 
 from __future__ import annotations
