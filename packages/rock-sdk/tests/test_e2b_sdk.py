@@ -84,7 +84,7 @@ def test_e2b_sdk_creates_runs_commands_and_files_in_a_rock_sandbox(
     assert out["bg_listed"] is True
     assert out["bg"] == {"exit": 0, "stdout": "done-bg\n"}
     assert out["killed"] is True and out["killed_exit"] != 0
-    assert "stdin" in out["stdin"] and "rock does not serve" in out["stdin"]
+    assert out["stdin"].startswith("NotFoundException: process with pid")  # it ended
     assert out["read_text"] == "hello text"
     assert out["read_bytes"] == list(b"\x00\x01bytes")
     assert out["list"] == ["a.txt", "b.bin", "c.txt", "d.txt"]
@@ -122,6 +122,8 @@ def test_e2b_async_sdk_runs_a_command_and_files_in_a_rock_sandbox(
         "seen": "one\n",
         "text": "async text",
         "listed": True,
+        "watched": [["made.txt", "create"]],
+        "stdin": "typed\n",
         "killed": True,
     }
 
@@ -149,7 +151,9 @@ def test_e2b_sdk_pause_snapshots_metrics_and_refusals_on_rock(
     assert out["read_dir"].startswith("InvalidArgumentException: path '/tmp'")
     assert out["list_file"] == ("InvalidArgumentException: path '/etc/hostname' is not a directory")
     assert out["read_missing"].startswith("FileNotFoundException: path '/no/such/file' not found")
-    assert "rock does not serve stdin" in out["stdin"]
+    assert out["stdin"] == "hello world\nend\n"
+    assert "was started without stdin: start it with stdin=True" in out["no_stdin"]
+    assert out["watched"] == [["new.txt", "create"], ["new.txt", "remove"]]
     assert "running them as another user is not served" in out["user"]
     assert out["kill_unknown_pid"] is False
     # killed mid-stream: the waiting command ends, with what happened, instead of hanging.
@@ -213,6 +217,8 @@ def test_sandboxes_made_by_rock_and_by_e2b_are_the_same_sandboxes_per_key(
     rpc = f"{keyed_admin.url}/e2b/envd/process.Process/List"
     headers = {"Content-Type": "application/json", "Connect-Protocol-Version": "1"}
     with httpx.Client(timeout=30, trust_env=False) as http:
+        # The control plane takes API keys as the admin's own routes do.
+        assert http.get(f"{keyed_admin.url}/e2b/v2/sandboxes").status_code == 401
         good = http.post(
             rpc,
             content=b"{}",

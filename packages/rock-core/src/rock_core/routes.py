@@ -81,6 +81,13 @@ class RouteRequest:
     :param quota: what the request's tenant may hold at once (``None``: no limit). A route that
         starts sandboxes for its caller passes it, with ``tenant``, to
         :meth:`~rock_core.engine.manager.SandboxManager.start_async`.
+    :param admit: the admin's own admission of a start by this request's key: given a
+        :class:`~rock_core.actions.SandboxStartRequest`, the one to start (the tenant in its
+        metadata, the key's default egress policy) or
+        :class:`~rock_core.errors.InvalidParameter` for what the key may not ask for (host
+        network, a priority, capabilities, a wider egress policy). A route that starts
+        sandboxes for its caller passes each start request through it, as the admin's
+        ``/start`` does. ``None`` outside an admin (no key to admit for).
     """
 
     method: str
@@ -93,6 +100,7 @@ class RouteRequest:
     tenant: str | None = None
     operator: bool = False
     quota: Quota | None = None
+    admit: Callable[[Any], Any] | None = None
 
     def json(self) -> Any:
         """The body as JSON (an empty body is ``{}``).

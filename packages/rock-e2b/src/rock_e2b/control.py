@@ -3,23 +3,25 @@
 ============================================  ================================================
 E2B                                           rock
 ============================================  ================================================
-``POST /sandboxes``, ``/v2/sandboxes``        a start (template -> image, ``timeout`` -> the
-                                              idle timeout, ``envVars``, ``metadata``), waited
+``POST /sandboxes``, ``/v2/sandboxes``        a start (template -> image, or the tenant's
+                                              snapshot of that name; ``timeout`` -> the idle
+                                              timeout; ``envVars``; ``metadata``), waited
                                               until running
 ``GET /sandboxes/{id}``                       the record (``running``; ``paused`` when paused or
                                               archived)
 ``GET /sandboxes``, ``/v2/sandboxes``         the tenant's sandboxes, ``metadata``/``state``
                                               filters
-``DELETE /sandboxes/{id}``                    delete
+``DELETE /sandboxes/{id}``                    stop, then delete
 ``POST /sandboxes/{id}/timeout``              restart the idle clock (never longer than the
                                               idle timeout set at creation: refused)
-``POST /sandboxes/{id}/pause``                pause (processes frozen, memory kept)
-``POST /sandboxes/{id}/resume``, ``connect``  resume a paused sandbox; connect answers the
-                                              data-plane token
+``POST /sandboxes/{id}/connect``, ``resume``  resume a paused sandbox; answers the data-plane
+                                              token
+pause, snapshots, fork, metrics               :mod:`rock_e2b.episodes`
 ============================================  ================================================
 
-Anything else of E2B's API (fork, snapshots, network updates, metrics, logs, templates,
-volumes, secrets) is answered with E2B's error shape, HTTP 501, saying it is not served.
+``allow_internet_access`` and ``network`` (create, ``PUT /sandboxes/{id}/network``) are rock's
+egress policy (:mod:`rock_e2b.network`). Logs and refreshes are answered with E2B's error shape, HTTP 501, saying they
+are not served; E2B's templates, volumes and secrets APIs are not served at all (HTTP 404).
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
 from typing import Any
 
+import attrs
+
 from rock_core.actions import SandboxStartRequest
-from rock_core.errors import QuotaExceeded, RockError
+from rock_core.errors import NotSupported, QuotaExceeded, RockError
 from rock_core.models import SandboxRecord
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse
 from rock_core.states import State
 from rock_e2b.access import TENANT_KEY, E2BError, access_token, error_response, owned_record
+from rock_e2b.network import egress_of
 
 __all__ = [
     "ENVD_VERSION",
@@ -122,6 +127,8 @@ def _listed(record: SandboxRecord) -> dict[str, Any]:
 def failed(exc: RockError) -> E2BError:
     if isinstance(exc, QuotaExceeded):
         return E2BError(429, exc.message)
+    if isinstance(exc, NotSupported):  # the runtime lacks what it takes
+        return E2BError(501, exc.message)
     return E2BError(400 if exc.code // 1000 == 4 else 500, exc.message)
 
 
@@ -151,17 +158,14 @@ async def create(request: RouteRequest) -> Any:
         raise E2BError(400, "metadata: keys starting with 'rock.' are reserved")
     timeout = body.get("timeout", _DEFAULT_TIMEOUT)
     metadata = {**metadata, TEMPLATE_KEY: template}
-    if request.tenant is not None:
-        metadata[TENANT_KEY] = request.tenant
     if not isinstance(timeout, int) or timeout < 0:
         raise E2BError(400, "timeout: a whole number of seconds is required")
     fields: dict[str, Any] = {"image": templates.image(template), "auto_clear_seconds": timeout}
     if template not in templates.table and await _is_snapshot(request, template):
         fields["snapshot"] = template
-    start = SandboxStartRequest(
-        **fields,
-        env=dict(env),
-        metadata=metadata,
+    egress = egress_of(body.get("network"), body.get("allow_internet_access"))
+    start = _admitted(
+        request, SandboxStartRequest(**fields, env=dict(env), metadata=metadata, egress=egress)
     )
     engine = request.engine
     try:
@@ -174,6 +178,34 @@ async def create(request: RouteRequest) -> Any:
         why = record.reason or record.state.value
         raise E2BError(400, f"template {template!r} (image {record.spec.image!r}): {why}")
     return RouteResponse(_sandbox(record), status=201)
+
+
+def _admitted(request: RouteRequest, start: SandboxStartRequest) -> SandboxStartRequest:
+    """``start`` as the admin admits it for the caller's key (its tenant, its default egress
+    policy; what it may not ask for refused), as the admin's own ``/start``."""
+    if request.admit is None:
+        if request.tenant is None:
+            return start
+        metadata = {**(start.metadata or {}), TENANT_KEY: request.tenant}
+        return attrs.evolve(start, metadata=metadata)
+    try:
+        admitted: SandboxStartRequest = request.admit(start)
+    except RockError as exc:
+        raise E2BError(400, exc.message) from None
+    return admitted
+
+
+async def update_network(request: RouteRequest) -> Any:
+    record = live_record(request)
+    body = body_of(request)
+    egress = egress_of(body, body.get("allow_internet_access"))
+    # The admin's check of what the key may ask for (its max_egress; none asked: its default).
+    asked = _admitted(request, SandboxStartRequest(image=record.spec.image, egress=egress))
+    try:
+        await request.engine.update_egress(record.sandbox_id, asked.egress)
+    except RockError as exc:
+        raise failed(exc) from None
+    return RouteResponse({}, status=200)
 
 
 def live_record(request: RouteRequest) -> SandboxRecord:
@@ -297,7 +329,7 @@ def routes() -> list[AdminRoute]:
         ("GET", f"{p}/snapshots", episodes.list_snapshots),
         ("DELETE", f"{p}/templates/{{template_id}}", episodes.delete_snapshot),
         ("GET", f"{sid}/metrics", episodes.metrics),
-        ("PUT", f"{sid}/network", _refuse("network updates")),
+        ("PUT", f"{sid}/network", update_network),
         ("GET", f"{sid}/logs", _refuse("logs")),
         ("POST", f"{sid}/refreshes", _refuse("refreshes")),
     ]

@@ -17,14 +17,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import attrs
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
 
+from rock_core.errors import BadRequestRockError, RockError, SandboxNotFound
 from rock_core.models import SandboxRecord
 from rock_core.routes import AdminRoute, RouteRequest, RouteResponse, RouteStream
 from rock_core.states import State
 from rock_e2b.access import E2BError, error_response, token_matches
 from rock_e2b.control import PREFIX as CONTROL_PREFIX
 
-__all__ = ["PREFIX", "Target", "current", "routes", "serve_asgi"]
+__all__ = ["PREFIX", "Target", "current", "rock_failure", "routes", "serve_asgi"]
 
 PREFIX = f"{CONTROL_PREFIX}/envd"
 
@@ -61,7 +64,18 @@ def target(request: RouteRequest) -> Target:
         raise E2BError(401, f"sandbox {sandbox_id!r}: unknown sandbox or wrong access token")
     if record.state is not State.RUNNING:
         raise E2BError(502, f"The sandbox {sandbox_id} was not found: it is {record.state.value}")
+    if record.paused:
+        raise E2BError(502, f"The sandbox {sandbox_id} is paused: Sandbox.connect resumes it")
     return Target(request.engine, record, dict(request.headers))
+
+
+def rock_failure(exc: RockError) -> ConnectError:
+    """A rock error met while serving a Connect call, as Connect's error saying it."""
+    if isinstance(exc, SandboxNotFound):
+        return ConnectError(Code.UNAVAILABLE, f"The sandbox was not found: {exc.message}")
+    if isinstance(exc, BadRequestRockError):
+        return ConnectError(Code.FAILED_PRECONDITION, exc.message)
+    return ConnectError(Code.UNAVAILABLE, exc.message)
 
 
 async def serve_asgi(app: Any, request: RouteRequest, path: str) -> RouteStream:
@@ -181,6 +195,8 @@ def routes() -> list[AdminRoute]:
                 return await handler(target(request), request)
             except E2BError as exc:
                 return error_response(exc)
+            except RockError as exc:  # the sandbox stopped or paused meanwhile
+                return error_response(E2BError(502, exc.message))
 
         return wrapped
 

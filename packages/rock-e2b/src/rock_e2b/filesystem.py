@@ -1,8 +1,8 @@
 """envd's ``filesystem.Filesystem`` on rock: each call runs coreutils' ``find``, ``mkdir``,
 ``mv`` or ``rm`` in the sandbox through its rocklet, as the rocklet's user.
 
-Not served, with Connect's ``unimplemented``: watching a directory (``WatchDir``,
-``CreateWatcher``, ``GetWatcherEvents``, ``RemoveWatcher``).
+Watching a directory (``WatchDir``, ``CreateWatcher``, ``GetWatcherEvents``,
+``RemoveWatcher``) lists it again and again: :mod:`rock_e2b.watching`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ from connectrpc.errors import ConnectError
 from protobuf.wkt.google.protobuf.timestamp_pb import Timestamp
 
 from rock_core.actions import Command
-from rock_e2b.dataplane import Target, current
+from rock_core.errors import RockError
+from rock_e2b import watching
+from rock_e2b.dataplane import Target, current, rock_failure
 from rock_e2b.envd.filesystem import filesystem_pb as pb
 from rock_e2b.envd.filesystem.filesystem_connect import FilesystemASGIApplication
 
@@ -40,8 +42,11 @@ _TYPES = {"f": pb.FileType.FILE, "d": pb.FileType.DIRECTORY, "l": pb.FileType.SY
 
 async def run(where: Target, argv: list[str]) -> tuple[int, str, str]:
     """Run ``argv`` in the sandbox: exit code, stdout, stderr."""
-    client = where.engine.rocklet(where.sandbox_id, f"e2b {argv[0]}")
-    answer = await client.execute(Command(command=argv, timeout=60))
+    try:
+        client = where.engine.rocklet(where.sandbox_id, f"e2b {argv[0]}")
+        answer = await client.execute(Command(command=argv, timeout=60))
+    except RockError as exc:
+        raise rock_failure(exc) from None
     return (-1 if answer.exit_code is None else answer.exit_code), answer.stdout, answer.stderr
 
 
@@ -128,16 +133,36 @@ class FilesystemService:
         return pb.RemoveResponse()
 
     def watch_dir(self, request: pb.WatchDirRequest, ctx: Any) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, "rock does not serve watching a directory")
+        _no_entries(request)
+        return watching.stream(current.get(), request.path, request.recursive)
 
-    async def create_watcher(self, request: Any, ctx: Any) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, "rock does not serve watching a directory")
+    async def create_watcher(
+        self, request: pb.CreateWatcherRequest, ctx: Any
+    ) -> pb.CreateWatcherResponse:
+        _no_entries(request)
+        watcher_id = await watching.create(current.get(), request.path, request.recursive)
+        return pb.CreateWatcherResponse(watcher_id=watcher_id)
 
-    async def get_watcher_events(self, request: Any, ctx: Any) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, "rock does not serve watching a directory")
+    async def get_watcher_events(
+        self, request: pb.GetWatcherEventsRequest, ctx: Any
+    ) -> pb.GetWatcherEventsResponse:
+        found = watching.events(current.get(), request.watcher_id)
+        return pb.GetWatcherEventsResponse(events=found)
 
-    async def remove_watcher(self, request: Any, ctx: Any) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, "rock does not serve watching a directory")
+    async def remove_watcher(
+        self, request: pb.RemoveWatcherRequest, ctx: Any
+    ) -> pb.RemoveWatcherResponse:
+        watching.remove(current.get(), request.watcher_id)
+        return pb.RemoveWatcherResponse()
+
+
+def _no_entries(request: Any) -> None:
+    if request.include_entry or request.allow_network_mounts:
+        raise ConnectError(
+            Code.UNIMPLEMENTED,
+            "rock's directory watching reports event names only (no include_entry, no "
+            "allow_network_mounts)",
+        )
 
 
 _app: FilesystemASGIApplication | None = None

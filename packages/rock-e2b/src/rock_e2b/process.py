@@ -3,9 +3,10 @@ run by a task of the admin's that outlives the RPC (E2B's background commands go
 stream closes), its events kept for the streams that read them (``Start``, ``Connect``).
 
 ``SendSignal`` signals the command's process group (the rocklet starts each in a session of its
-own) with ``kill`` run in the sandbox. Not served, with Connect's ``unimplemented`` and what is
-missing: stdin (``SendInput``, ``StreamInput``, ``CloseStdin``, ``stdin=True``), PTYs
-(``pty``, ``Update``), another user than the rocklet's (``user``).
+own) with ``kill`` run in the sandbox. A command started with ``stdin`` reads a pipe that
+``SendInput`` writes and ``CloseStdin`` ends (:mod:`rock_e2b.stdin`). Not served, with Connect's
+``unimplemented`` and what is missing: PTYs (``pty``, ``Update``), another user than the
+rocklet's (``user``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from protobuf import Oneof
 
 from rock_core.actions import Command
 from rock_core.errors import RockError
-from rock_e2b.dataplane import Target, current
+from rock_e2b import stdin
+from rock_e2b.dataplane import Target, current, rock_failure
 from rock_e2b.envd.process import process_pb as pb
 from rock_e2b.envd.process.process_connect import ProcessASGIApplication
 
@@ -39,32 +41,52 @@ METHODS = (
     "CloseStdin",
 )
 _KEEPALIVE = 30.0
+#: Output bytes kept per command for its streams (``Start``'s, ``Connect``'s).
+KEPT_OUTPUT = 16 * 1024 * 1024
 _tags = itertools.count(1)
 
 
 class Running:
-    """One command: its config, pid in the sandbox, and every event so far."""
+    """One command: its config, pid in the sandbox, and its events so far: the last
+    :data:`KEPT_OUTPUT` bytes of output at most (a stream that reads slower than the command
+    writes more than that misses the oldest)."""
 
     def __init__(self, config: pb.ProcessConfig, tag: str | None) -> None:
         self.config = config
         self.tag = tag
         self.pid = 0
         self.events: list[pb.ProcessEvent] = []
+        #: How many events were dropped from the front of :attr:`events`.
+        self.dropped = 0
+        self.kept = 0
         self.ended = False
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        #: The pipe the command reads its stdin from (``None``: stdin is ``/dev/null``).
+        self.pipe: str | None = None
+        self.writing = asyncio.Lock()
 
-    def add(self, event: pb.ProcessEvent) -> None:
+    def add(self, event: pb.ProcessEvent, size: int = 0) -> None:
         self.events.append(event)
+        self.kept += size
+        while self.kept > KEPT_OUTPUT and len(self.events) > 1:
+            self.kept -= _size(self.events.pop(0))
+            self.dropped += 1
         self.changed.set()
         self.changed = asyncio.Event()
+
+    @property
+    def next_index(self) -> int:
+        """The index the next event will have."""
+        return self.dropped + len(self.events)
 
     async def follow(self, start: int) -> AsyncIterator[pb.ProcessEvent]:
         """The events from index ``start`` on, until the end event; keepalives while quiet."""
         index = start
         while True:
-            while index < len(self.events):
-                event = self.events[index]
+            while index < self.next_index:
+                index = max(index, self.dropped)
+                event = self.events[index - self.dropped]
                 index += 1
                 yield event
                 if event.event is not None and event.event.field == "end":
@@ -75,6 +97,13 @@ class Running:
                 await asyncio.wait_for(self.changed.wait(), _KEEPALIVE)
             except TimeoutError:
                 yield pb.ProcessEvent(event=_oneof("keepalive", pb.ProcessEvent.KeepAlive()))
+
+
+def _size(event: pb.ProcessEvent) -> int:
+    if event.event is None or event.event.field != "data":
+        return 0
+    output = event.event.value.output
+    return 0 if output is None else len(output.value)
 
 
 def _oneof(field: str, value: Any) -> Any:
@@ -135,7 +164,7 @@ async def _run(
                     data = str(event.get("data", "")).encode()
                     stream = "stderr" if event.get("stream") == "stderr" else "stdout"
                     output = pb.ProcessEvent.DataEvent(output=_oneof(stream, data))
-                    proc.add(pb.ProcessEvent(event=_oneof("data", output)))
+                    proc.add(pb.ProcessEvent(event=_oneof("data", output)), len(data))
                 elif kind == "exit":
                     code = event.get("exit_code")
                     proc.add(_end(-1 if code is None else int(code)))
@@ -171,6 +200,15 @@ def _find(where: Target, selector: pb.ProcessSelector | None) -> Running:
     raise ConnectError(Code.NOT_FOUND, f"process with {shown} not found")
 
 
+def _pipe(proc: Running) -> str:
+    if proc.pipe is None:
+        raise ConnectError(
+            Code.FAILED_PRECONDITION,
+            f"process {proc.pid} was started without stdin: start it with stdin=True",
+        )
+    return proc.pipe
+
+
 def _unserved(what: str) -> ConnectError:
     return ConnectError(Code.UNIMPLEMENTED, f"rock does not serve {what} for E2B's commands")
 
@@ -189,25 +227,27 @@ class ProcessService:
         where = current.get()
         if request.pty is not None:
             raise _unserved("PTYs (pty)")
-        if request.stdin:
-            raise _unserved("stdin (stdin=True)")
         _user(where)
         config = request.process or pb.ProcessConfig()
         if not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd: a command is required")
+        proc = Running(config, request.tag)
+        argv = [config.cmd, *config.args]
+        if request.stdin:
+            proc.pipe = stdin.new_pipe()
+            argv = stdin.wrap(argv, proc.pipe)
         command = Command(
-            command=[config.cmd, *config.args],
+            command=argv,
             env=dict(config.envs) or None,
             cwd=config.cwd or None,
             timeout=None,
         )
-        proc = Running(config, request.tag)
         started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         proc.task = asyncio.get_running_loop().create_task(_run(where, proc, command, started))
         try:
             await started
         except RockError as exc:
-            raise ConnectError(Code.UNAVAILABLE, exc.message) from None
+            raise rock_failure(exc) from None
         async for event in proc.follow(0):
             yield pb.StartResponse(event=event)
 
@@ -218,32 +258,58 @@ class ProcessService:
         proc = _find(where, request.process)
         start = pb.ProcessEvent(event=_oneof("start", pb.ProcessEvent.StartEvent(pid=proc.pid)))
         yield pb.ConnectResponse(event=start)
-        async for event in proc.follow(len(proc.events)):
+        async for event in proc.follow(proc.next_index):
             yield pb.ConnectResponse(event=event)
 
     async def update(self, request: pb.UpdateRequest, ctx: Any) -> pb.UpdateResponse:
         raise _unserved("PTYs (Update)")
 
     async def stream_input(self, request: Any, ctx: Any) -> pb.StreamInputResponse:
-        raise _unserved("stdin (StreamInput)")
+        where = current.get()
+        proc: Running | None = None
+        async for message in request:
+            event = message.event
+            if event is None or event.field == "keepalive":
+                continue
+            if event.field == "start":
+                proc = _find(where, event.value.process)
+                continue
+            if proc is None:
+                raise ConnectError(Code.FAILED_PRECONDITION, "StreamInput: data before start")
+            given = event.value.input.input if event.value.input is not None else None
+            if given is not None and given.field == "pty":
+                raise _unserved("PTYs (pty input)")
+            async with proc.writing:
+                await stdin.send(where, _pipe(proc), given.value if given is not None else b"")
+        return pb.StreamInputResponse()
 
     async def send_input(self, request: pb.SendInputRequest, ctx: Any) -> pb.SendInputResponse:
-        raise _unserved("stdin (send_stdin)")
+        where = current.get()
+        proc = _find(where, request.process)
+        given = request.input.input if request.input is not None else None
+        if given is not None and given.field == "pty":
+            raise _unserved("PTYs (pty input)")
+        async with proc.writing:
+            await stdin.send(where, _pipe(proc), given.value if given is not None else b"")
+        return pb.SendInputResponse()
 
     async def close_stdin(self, request: pb.CloseStdinRequest, ctx: Any) -> pb.CloseStdinResponse:
-        raise _unserved("stdin (close_stdin)")
+        where = current.get()
+        proc = _find(where, request.process)
+        async with proc.writing:
+            await stdin.close(where, _pipe(proc))
+        return pb.CloseStdinResponse()
 
     async def send_signal(self, request: pb.SendSignalRequest, ctx: Any) -> pb.SendSignalResponse:
         where = current.get()
         proc = _find(where, request.process)
         signal = "KILL" if request.signal == pb.Signal.SIGKILL else "TERM"
-        client = where.engine.rocklet(where.sandbox_id, "e2b process.SendSignal")
-        answer = await client.execute(
-            Command(
-                command=["/bin/sh", "-c", f'kill -s {signal} -- "-$1"', "kill", str(proc.pid)],
-                timeout=10,
-            )
-        )
+        argv = ["/bin/sh", "-c", f'kill -s {signal} -- "-$1"', "kill", str(proc.pid)]
+        try:
+            client = where.engine.rocklet(where.sandbox_id, "e2b process.SendSignal")
+            answer = await client.execute(Command(command=argv, timeout=10))
+        except RockError as exc:
+            raise rock_failure(exc) from None
         if answer.exit_code != 0:
             raise ConnectError(
                 Code.NOT_FOUND, f"process {proc.pid}: {answer.stderr.strip() or 'not running'}"

@@ -13,6 +13,23 @@ async def main() -> None:
     await sbx.files.write("/tmp/async.txt", "async text")
     text = await sbx.files.read("/tmp/async.txt")
     names = [e.name for e in await sbx.files.list("/tmp")]
+    # watch_dir (async: envd's WatchDir stream, events to a callback)
+    await sbx.files.make_dir("/tmp/watched")
+    events: list = []
+    created = asyncio.Event()
+
+    def on_event(event) -> None:
+        events.append([event.name, event.type.value])
+        created.set()
+
+    handle = await sbx.files.watch_dir("/tmp/watched", on_event=on_event)
+    await sbx.files.write("/tmp/watched/made.txt", "x")
+    await asyncio.wait_for(created.wait(), 60)
+    await handle.stop()
+    reader = await sbx.commands.run("cat", background=True, stdin=True)
+    await sbx.commands.send_stdin(reader.pid, "typed\n")
+    await sbx.commands.close_stdin(reader.pid)
+    typed = (await reader.wait()).stdout
     killed = await sbx.kill()
     print(
         json.dumps(
@@ -22,6 +39,8 @@ async def main() -> None:
                 "seen": "".join(seen),
                 "text": text,
                 "listed": "async.txt" in names,
+                "watched": events,
+                "stdin": typed,
                 "killed": killed,
             }
         )

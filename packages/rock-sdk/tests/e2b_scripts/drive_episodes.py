@@ -4,6 +4,7 @@ bad input, and a sandbox killed mid-stream (argv: a tag for metadata). Prints on
 import json
 import sys
 import threading
+import time
 
 from e2b import CommandExitException, Sandbox, SandboxQuery
 
@@ -72,7 +73,34 @@ sbx.set_timeout(60)
 out["read_dir"] = refusal(lambda: sbx.files.read("/tmp"))
 out["list_file"] = refusal(lambda: sbx.files.list("/etc/hostname"))
 out["read_missing"] = refusal(lambda: sbx.files.read("/no/such/file"))
-out["stdin"] = refusal(lambda: sbx.commands.run("cat", stdin=True))
+# stdin: written in order, then closed, so the command reads its end.
+reader = sbx.commands.run("cat; echo end", background=True, stdin=True)
+sbx.commands.send_stdin(reader.pid, "hello ")
+sbx.commands.send_stdin(reader.pid, b"world\n")
+sbx.commands.close_stdin(reader.pid)
+out["stdin"] = reader.wait().stdout
+no_stdin = sbx.commands.run("sleep 30", background=True)
+out["no_stdin"] = refusal(lambda: sbx.commands.send_stdin(no_stdin.pid, "x"))
+sbx.commands.kill(no_stdin.pid)
+
+# watch_dir (sync: the watcher polled with get_new_events)
+sbx.files.make_dir("/tmp/watched")
+watcher = sbx.files.watch_dir("/tmp/watched")
+sbx.files.write("/tmp/watched/new.txt", "x")
+seen = []
+for _ in range(200):
+    seen += [(e.name, e.type.value) for e in watcher.get_new_events()]
+    if ("new.txt", "create") in seen:
+        break
+    time.sleep(0.05)
+sbx.files.remove("/tmp/watched/new.txt")
+for _ in range(200):
+    seen += [(e.name, e.type.value) for e in watcher.get_new_events()]
+    if ("new.txt", "remove") in seen:
+        break
+    time.sleep(0.05)
+watcher.stop()
+out["watched"] = seen
 out["user"] = refusal(lambda: sbx.commands.run("id", user="user"))
 out["kill_unknown_pid"] = sbx.commands.kill(999999)
 

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from rock.admin import lifecycle
-from rock.admin.envelope import failure, json_response, success
+from rock.admin.envelope import BadInput, failure, json_response, success
 from rock.admin.origin_guard import UnsupportedMediaType, require_json
 from rock.admin.reading import has_body, quota_of, tenant_of
 from rock.admin.routing import Route
@@ -57,6 +57,14 @@ async def _unless_disconnected(request: Request, call: Awaitable[Any]) -> Any:
     if "error" in outcome:
         raise outcome["error"]
     return outcome.get("value", _DISCONNECTED)
+
+
+def _admitted(app: AdminApp, request: Request, body: Any) -> Any:
+    """A plugin's start request as the admin's ``/start`` admits it for the request's key."""
+    try:
+        return lifecycle._start_request(app, request, body)
+    except BadInput as exc:
+        raise exc.error from None
 
 
 def check_plugin_routes(served: list[Route], routes: list[Any]) -> list[AdminRoute]:
@@ -105,6 +113,7 @@ def plugin_endpoint(app: AdminApp, route: AdminRoute) -> Callable[[Request], Awa
                 tenant=tenant_of(request),
                 operator=lifecycle.is_operator(request),
                 quota=quota_of(request),
+                admit=lambda body: _admitted(app, request, body),
             )
             answer = await _unless_disconnected(request, route.handler(call))
             if answer is _DISCONNECTED:
