@@ -155,6 +155,8 @@ def test_e2b_sdk_pause_snapshots_metrics_and_refusals_on_rock(
     assert "was started without stdin: start it with stdin=True" in out["no_stdin"]
     assert out["watched"] == [["new.txt", "create"], ["new.txt", "remove"]]
     assert "running them as another user is not served" in out["user"]
+    assert "acting as another user is not served" in out["file_user"]
+    assert "acting as another user is not served" in out["list_user"]
     assert out["kill_unknown_pid"] is False
     # killed mid-stream: the waiting command ends, with what happened, instead of hanging.
     assert out["mid_stream"]["stdout"] == "started\n" and out["mid_stream"]["exit"] != 0

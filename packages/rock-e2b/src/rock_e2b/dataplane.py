@@ -11,6 +11,7 @@ as it came; its answer streams back as the application sends it (:func:`serve_as
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextvars
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -39,10 +40,29 @@ class Target:
     engine: Any
     record: SandboxRecord
     headers: dict[str, str]
+    query: dict[str, str] = attrs.field(factory=dict)
 
     @property
     def sandbox_id(self) -> str:
         return self.record.sandbox_id
+
+    @property
+    def user(self) -> str | None:
+        """The user a call asks to act as (envd's ``Authorization: Basic <user>:``, or the
+        ``username`` of ``/files``); ``None``: the default."""
+        header = self.headers.get("authorization", "")
+        if header.lower().startswith("basic "):
+            try:
+                return base64.b64decode(header[6:]).decode().split(":", 1)[0] or None
+            except ValueError:
+                return None
+        return self.query.get("username") or None
+
+    def other_user(self) -> str | None:
+        """:attr:`user`, unless it is the rocklet's own (``root``): rock runs E2B's commands and
+        file calls as the sandbox's user, and serves no other."""
+        user = self.user
+        return None if user in (None, "root") else user
 
 
 #: The request's :class:`Target`, set around the Connect application's call.
@@ -66,7 +86,7 @@ def target(request: RouteRequest) -> Target:
         raise E2BError(502, f"The sandbox {sandbox_id} was not found: it is {record.state.value}")
     if record.paused:
         raise E2BError(502, f"The sandbox {sandbox_id} is paused: Sandbox.connect resumes it")
-    return Target(request.engine, record, dict(request.headers))
+    return Target(request.engine, record, dict(request.headers), dict(request.query))
 
 
 def rock_failure(exc: RockError) -> ConnectError:

@@ -31,7 +31,18 @@ def _error(path: str, exc: RockError) -> E2BError:
     return E2BError(500 if exc.code // 1000 == 5 else 400, f"path {path!r}: {text}")
 
 
+def _check_user(where: Target) -> None:
+    user = where.other_user()
+    if user is not None:
+        raise E2BError(
+            400,
+            f"username {user!r}: rock reads and writes a sandbox's files as its own user (root); "
+            "acting as another user is not served",
+        )
+
+
 async def read(where: Target, request: RouteRequest) -> Any:
+    _check_user(where)
     path = request.query.get("path", "")
     if not path:
         raise E2BError(400, "path: a file path is required")
@@ -73,6 +84,7 @@ def _parts(request: RouteRequest) -> list[tuple[str, bytes]]:
 
 
 async def write(where: Target, request: RouteRequest) -> Any:
+    _check_user(where)
     if any(k.startswith("x-metadata-") for k in request.headers):
         raise E2BError(400, "file metadata: rock does not keep E2B's file metadata")
     client = where.engine.rocklet(where.sandbox_id, "e2b files write")

@@ -42,6 +42,13 @@ _TYPES = {"f": pb.FileType.FILE, "d": pb.FileType.DIRECTORY, "l": pb.FileType.SY
 
 async def run(where: Target, argv: list[str]) -> tuple[int, str, str]:
     """Run ``argv`` in the sandbox: exit code, stdout, stderr."""
+    user = where.other_user()
+    if user is not None:
+        raise ConnectError(
+            Code.UNIMPLEMENTED,
+            f"user {user!r}: rock acts on a sandbox's files as its own user (root); acting as "
+            "another user is not served",
+        )
     try:
         client = where.engine.rocklet(where.sandbox_id, f"e2b {argv[0]}")
         answer = await client.execute(Command(command=argv, timeout=60))

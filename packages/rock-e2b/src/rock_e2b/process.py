@@ -12,7 +12,6 @@ rocklet's (``user``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import itertools
 from collections.abc import AsyncIterator
 from typing import Any
@@ -116,14 +115,8 @@ _running: dict[str, dict[int, Running]] = {}
 
 
 def _user(where: Target) -> None:
-    header = where.headers.get("authorization", "")
-    if not header.lower().startswith("basic "):
-        return
-    try:
-        user = base64.b64decode(header[6:]).decode().split(":", 1)[0]
-    except ValueError:
-        return
-    if user and user != "root":
+    user = where.other_user()
+    if user is not None:
         raise ConnectError(
             Code.UNIMPLEMENTED,
             f"user {user!r}: rock runs E2B's commands as the sandbox's own user (root); "

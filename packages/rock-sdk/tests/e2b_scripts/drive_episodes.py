@@ -102,6 +102,8 @@ for _ in range(200):
 watcher.stop()
 out["watched"] = seen
 out["user"] = refusal(lambda: sbx.commands.run("id", user="user"))
+out["file_user"] = refusal(lambda: sbx.files.read("/etc/hostname", user="user"))
+out["list_user"] = refusal(lambda: sbx.files.list("/tmp", user="user"))
 out["kill_unknown_pid"] = sbx.commands.kill(999999)
 
 # a sandbox killed mid-stream: the waiting command ends with an error, not a hang.
