@@ -9,6 +9,7 @@ import click
 from rock.bench import (
     _cli_admin,
     _cli_agents,
+    _cli_e2b,
     _cli_engine,
     _cli_fork,
     _cli_pause,
@@ -50,5 +51,6 @@ for _command in (
     _cli_scale.scale,
     _cli_scale.orphans,
     _cli_agents.agents,
+    _cli_e2b.e2b,
 ):
     bench.add_command(_command)
