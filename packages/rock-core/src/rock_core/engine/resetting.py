@@ -31,7 +31,7 @@ from collections.abc import Container
 import anyio
 import attrs
 
-from rock_core.engine import snapshots, spares, stopping
+from rock_core.engine import egress, snapshots, spares, stopping
 from rock_core.engine.admission import startup_timeout, with_defaults
 from rock_core.engine.bringup import _wait_for_rocklet, note_unit, open_ports
 from rock_core.engine.core import EngineCore
@@ -211,7 +211,13 @@ async def _swap_in(core: EngineCore, live: LiveSandbox, spare: spares.Spare) -> 
         core.removals.submit(spare.handle)
         return False
     client = RockletClient(core.http, *spare.status.rocklet_address, sandbox_id, token=token)
-    if not await client.is_alive(timeout=2.0):
+    try:
+        await egress.apply(core, live, handle)  # before the new unit is asked anything
+        alive = await client.is_alive(timeout=2.0)
+    except RockError as exc:
+        log.warning("could not put sandbox %s's egress policy on its spare: %s", sandbox_id, exc)
+        alive = False
+    if not alive:
         live.handle = None
         with anyio.CancelScope(shield=True):
             await core.runtime.remove(handle)  # its name is the next unit's
@@ -263,6 +269,7 @@ async def _bring_up_again(core: EngineCore, live: LiveSandbox) -> None:
             sandbox_id=sandbox_id,
             attempted="reset",
         )
+    await egress.apply(core, live, handle)  # before the new unit is asked anything
     client = RockletClient(
         core.http, *status.rocklet_address, sandbox_id, token=record.rocklet_token
     )
