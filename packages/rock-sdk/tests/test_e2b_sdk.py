@@ -203,6 +203,7 @@ def test_sandboxes_made_by_rock_and_by_e2b_are_the_same_sandboxes_per_key(
     out = e2b(e2b_python, keyed_admin, KEY_A, rock_made, tag, script="visibility.py")
     assert out["listed"] == [rock_made] and out["ran"] == "rock"
     e2b_made = out["e2b_made"]
+    assert out["pages"] == [[rock_made], [e2b_made]]  # a page at a time, oldest first
     # rock's CLI, with the same key, lists it and runs a command in it; another key sees neither.
     listed = _rock(keyed_admin, KEY_A, "list", "--json")
     assert listed.returncode == 0, listed.stderr

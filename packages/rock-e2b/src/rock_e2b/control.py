@@ -221,20 +221,34 @@ async def get(request: RouteRequest) -> Any:
 
 
 async def listing(request: RouteRequest) -> Any:
-    wanted = dict(urllib.parse.parse_qsl(request.query.get("metadata", "")))
-    states = {s for s in request.query.get("state", "").split(",") if s}
-    records = request.engine.list_records(states=[State.RUNNING, State.ARCHIVED])
-    answer = []
-    for record in records:
-        if request.tenant is not None and record.spec.metadata.get(TENANT_KEY) != request.tenant:
-            continue
+    """The caller's sandboxes that match ``metadata``, ``state`` and ``template``, by start
+    time (``order``: ``asc`` or ``desc``), ``limit`` at a time from ``nextToken`` (an offset;
+    the next one in the ``X-Next-Token`` header when more follow)."""
+    query = request.query
+    wanted = dict(urllib.parse.parse_qsl(query.get("metadata", "")))
+    states = {s for s in query.get("state", "").split(",") if s}
+    template = query.get("template")
+    try:
+        limit = max(1, min(int(query.get("limit", 100)), 1000))
+        offset = max(0, int(query.get("nextToken") or 0))
+    except ValueError:
+        raise E2BError(400, "limit and nextToken: whole numbers") from None
+    found = []
+    for record in request.engine.list_records(states=[State.RUNNING, State.ARCHIVED]):
         meta = record.spec.metadata
+        if request.tenant is not None and meta.get(TENANT_KEY) != request.tenant:
+            continue
         if any(meta.get(k) != v for k, v in wanted.items()):
             continue
         if states and _state(record) not in states:
             continue
-        answer.append(_listed(record))
-    return answer
+        if template and meta.get(TEMPLATE_KEY, record.spec.image) != template:
+            continue
+        found.append(record)
+    found.sort(key=lambda r: r.start_time or r.create_time, reverse=query.get("order") == "desc")
+    page = found[offset : offset + limit]
+    headers = {"X-Next-Token": str(offset + limit)} if offset + limit < len(found) else {}
+    return RouteResponse([_listed(r) for r in page], headers=headers)
 
 
 async def kill(request: RouteRequest) -> Any:

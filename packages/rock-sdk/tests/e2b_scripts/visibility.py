@@ -20,5 +20,9 @@ except Exception as exc:  # noqa: BLE001
 mine = Sandbox.create(template="python:3.11", timeout=120, metadata={"suite": tag, "by": "e2b"})
 mine.files.write("/tmp/from-e2b.txt", "written by e2b")
 out["e2b_made"] = mine.sandbox_id
+pager = Sandbox.list(query=SandboxQuery(metadata={"suite": tag}), limit=1)
+out["pages"] = []
+while pager.has_next:
+    out["pages"].append([s.sandbox_id for s in pager.next_items()])
 out["token"] = mine._envd_access_token
 print(json.dumps(out))
