@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+
 from rock_core.egress import EgressPolicy, EgressRule, egress_policy
 from rock_docker._firewall import _body, _reject, chain_names
 
@@ -64,3 +66,17 @@ def test_iptables_accepts_the_chains_of_a_policy():
         text=True,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_host_without_iptables_and_no_policy_is_not_swept_or_warned_about(
+    monkeypatch, caplog, anyio_backend
+):
+    from rock_docker.runtime import DockerRuntime
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    runtime = DockerRuntime(base_url="unix:///nonexistent/docker.sock")
+    await runtime.sync_egress({})  # neither iptables nor Docker asked
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+    await runtime.aclose()

@@ -70,6 +70,10 @@ class EgressRules:
             return bool(state.get("Running"))
 
         policies = {unit_id: policy for unit_id, (_handle, policy) in wanted.items()}
+        if not policies and not self._firewall.usable():
+            # No policy here, and a host where this process cannot use iptables has no rules of
+            # rock's to sweep either: nothing to do, and no warning every interval.
+            return
         await self._run(
             lambda: self._firewall.sync(self._docker().api, policies, running),
             attempted="egress",

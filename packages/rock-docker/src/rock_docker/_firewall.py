@@ -25,6 +25,7 @@ in worker threads).
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -118,6 +119,11 @@ class Firewall:
         self._available: bool | None = None
         self._carried: dict[str, int] = {}  # unit key -> refusals counted before a rewrite
         self._seen: set[str] = set()  # unit keys with rules at the last sync (another run's)
+
+    @staticmethod
+    def usable() -> bool:
+        """Whether this process can read and change the host's rules (iptables, as root)."""
+        return shutil.which("iptables-save") is not None and os.geteuid() == 0
 
     def policed(self) -> bool:
         """Whether any unit has rules (put by this runtime, or seen at a sync)."""
