@@ -80,3 +80,25 @@ async def test_a_host_without_iptables_and_no_policy_is_not_swept_or_warned_abou
     await runtime.sync_egress({})  # neither iptables nor Docker asked
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
     await runtime.aclose()
+
+
+def test_refusals_are_counted_per_unit_and_kept_across_a_rewrite_of_its_chains_only():
+    from rock_docker._firewall import Firewall
+
+    table = [
+        ":ROCK-EG-aaaa - [0:0]",
+        ":ROCK-EG-bbbb - [0:0]",
+        "[3:180] -A ROCK-EG-aaaa -p tcp -j REJECT --reject-with tcp-reset",
+        "[1:60] -A ROCK-EG-aaaa -j REJECT --reject-with icmp-port-unreachable",
+        "[5:300] -A ROCK-EGI-bbbb -p tcp -j REJECT --reject-with tcp-reset",
+        "[9:900] -A ROCK-EG-bbbb -d 10.0.0.0/8 -j RETURN",
+    ]
+    firewall = Firewall((), 30.0)
+    firewall._save = lambda counters=False: list(table)  # type: ignore[method-assign]
+    assert firewall.refused() == {"aaaa": 4, "bbbb": 5}
+    stripped = firewall._counted("aaaa")  # aaaa's chains are about to be written again
+    assert "-A ROCK-EG-aaaa -p tcp -j REJECT --reject-with tcp-reset" in stripped
+    table[2:4] = [
+        line.replace("[3:180]", "[0:0]").replace("[1:60]", "[0:0]") for line in table[2:4]
+    ]
+    assert firewall.refused() == {"aaaa": 4, "bbbb": 5}

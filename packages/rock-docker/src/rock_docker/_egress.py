@@ -62,12 +62,11 @@ class EgressRules:
     async def sync_egress(self, wanted: Mapping[str, tuple[UnitHandle, EgressPolicy]]) -> None:
         """Rules put back, domains followed, leftovers (of containers not running) removed."""
 
-        def running(key: str) -> bool:
-            try:
-                state = self._docker().api.inspect_container(key).get("State") or {}
-            except docker.errors.NotFound:
-                return False
-            return bool(state.get("Running"))
+        def running() -> set[str]:
+            # A paused container keeps its address, and its rules.
+            filters = {"status": ["running", "paused"]}
+            rows = self._docker().api.containers(quiet=True, filters=filters)
+            return {str(row["Id"]) for row in rows}
 
         policies = {unit_id: policy for unit_id, (_handle, policy) in wanted.items()}
         if not policies and not self._firewall.usable():

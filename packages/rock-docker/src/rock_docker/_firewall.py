@@ -192,7 +192,9 @@ class Firewall:
         address, bridge = self._where(api, unit_id)
         resolved = frozenset(resolve_all(policy.domains, self._dns))
         with self._lock:
-            self._write(unit_id[:16], address, bridge, policy, resolved, self._counted())
+            self._write(
+                unit_id[:16], address, bridge, policy, resolved, self._counted(unit_id[:16])
+            )
             self._applied[unit_id[:16]] = (address, bridge, policy, resolved, time.monotonic())
 
     def _write(
@@ -257,11 +259,12 @@ class Firewall:
         self,
         api: docker.APIClient,
         wanted: Mapping[str, EgressPolicy],
-        running: Callable[[str], bool],
+        running: Callable[[], set[str]],
     ) -> None:
         """Match the host's rules to ``wanted`` (``{unit_id: policy}``): rules put back where
         missing, domains resolved again when due (rules rewritten if an answer changed), and
-        the rules of units that no longer run removed (``running(key)`` asks Docker)."""
+        the rules of units that no longer run removed (``running()``: the ids of the running
+        containers, asked of Docker once, only when some rules belong to no unit of ``wanted``)."""
         saved = self._save()
         chains = {m[1] for line in saved if (m := _CHAIN.match(line))}
         jumped = {(chain, key) for chain, _spec, key in self._jumps(saved)}
@@ -284,11 +287,13 @@ class Firewall:
                 resolved = frozenset(resolve_all(policy.domains, self._dns))
                 with self._lock:
                     if resolved != known[3]:
-                        self._write(key, known[0], known[1], policy, resolved, self._counted())
+                        self._write(key, known[0], known[1], policy, resolved, self._counted(key))
                     self._applied[key] = (known[0], known[1], policy, resolved, time.monotonic())
             except (RuntimeFailure, docker.errors.APIError) as exc:
                 log.warning("could not put back the egress rules of unit %s: %s", key, exc)
-        gone = {key for key in keys - {u[:16] for u in wanted} if not running(key)}
+        others = keys - {u[:16] for u in wanted}
+        alive = {unit_id[:16] for unit_id in running()} if others else set()
+        gone = others - alive
         if gone:
             with self._lock:
                 for key in gone:
@@ -296,11 +301,12 @@ class Firewall:
                     self._carried.pop(key, None)
                 self._drop_keys(gone, self._save())
 
-    def _counted(self) -> list[str]:
-        """The filter table (as :meth:`_save`), the REJECT counters of the chains about to be
-        written again kept in :attr:`_carried` first (a rewrite zeroes them)."""
+    def _counted(self, key: str) -> list[str]:
+        """The filter table (as :meth:`_save`), the REJECT counters of unit ``key``'s chains,
+        about to be written again, kept in :attr:`_carried` first (a rewrite zeroes them)."""
         lines = self._save(counters=True)
-        for key, count in self._count(lines).items():
+        count = self._count(lines).get(key, 0)
+        if count:
             self._carried[key] = self._carried.get(key, 0) + count
         return [_COUNTERS.sub("", line) for line in lines]
 
