@@ -59,6 +59,7 @@ EXPECTED_ROUTES = {
     ("post", "upload"),
     ("get", "sandboxes"),
     ("post", "sandboxes/batch"),
+    ("post", "sandboxes/wait_any"),
     ("post", "interrupt_session"),
     ("post", "execute_stream"),
     ("post", "download"),

@@ -519,6 +519,7 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         # These name no sandbox: the checks below look for the other tenant's in the answer.
         ("GET", f"{p}/sandboxes"): {},
         ("POST", f"{p}/sandboxes/batch"): {"json": {"sandbox_ids": [sandbox_id]}},
+        ("POST", f"{p}/sandboxes/wait_any"): {"json": {"sandbox_ids": [sandbox_id]}},
         ("GET", f"{p}/warm_pools"): {},
         ("GET", "/admin/status"): {},
     }

@@ -13,6 +13,7 @@ from rock_core.actions._operation import Operation
 from rock_core.actions.responses import SandboxResponse
 from rock_core.models import (
     NonBlankStr,
+    NonNegativeFloat,
     NonNegativeInt,
     Phase,
     PortMapping,
@@ -32,11 +33,13 @@ __all__ = [
     "WarmupRequest",
     "SandboxIdRequest",
     "BatchSandboxStatusRequest",
+    "WaitAnyRequest",
     "SandboxStartResponse",
     "StateHistoryEntry",
     "SandboxStatusResponse",
     "IsAliveResponse",
     "BatchSandboxStatusResponse",
+    "WaitAnyResponse",
     "SandboxListResponse",
     "WarmPoolStatus",
     "WarmPoolsResponse",
@@ -141,6 +144,15 @@ class BatchSandboxStatusRequest:
     """``POST /sandboxes/batch``: the statuses of several sandboxes at once."""
 
     sandbox_ids: list[str]
+
+
+@attrs.frozen(kw_only=True)
+class WaitAnyRequest:
+    """(rock) ``POST /sandboxes/wait_any``: wait up to ``wait`` seconds until the start of any
+    of ``sandbox_ids`` has settled (one held request for many starting sandboxes)."""
+
+    sandbox_ids: list[str]
+    wait: NonNegativeFloat = constrained(NonNegativeFloat, default=0.0)
 
 
 @attrs.frozen(kw_only=True)
@@ -265,6 +277,16 @@ class BatchSandboxStatusResponse(SandboxResponse):
     """Result of ``POST /sandboxes/batch``: statuses of the live sandboxes among those asked."""
 
     statuses: list[SandboxStatusResponse] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class WaitAnyResponse(SandboxResponse):
+    """(rock) Result of ``POST /sandboxes/wait_any``: the statuses (``include_all_states``) of
+    the asked sandboxes whose start has settled (none when the wait ran out), and the asked ids
+    the caller has no sandbox of (``unknown``)."""
+
+    statuses: list[SandboxStatusResponse] = attrs.field(factory=list)
+    unknown: list[str] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

@@ -113,6 +113,7 @@ class EngineCore:
         self.rocklet_delivery: RockletDelivery | None = None
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
+        self._news: anyio.Event | None = None  # set at the next transition (see news())
         #: Set once the engine begins to close: no new work is given to its task group.
         self.closed = False
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
@@ -244,7 +245,21 @@ class EngineCore:
         if not self.save(new):
             return record
         self.plugins.notify_transition(new, event, old, new.state)
+        self.announce()
         return new
+
+    def news(self) -> anyio.Event:
+        """An event set at the next transition or settled start (a fresh one after each): what
+        a wait on many sandboxes at once waits on (:func:`rock_core.engine.starting.wait_any`)."""
+        if self._news is None:
+            self._news = anyio.Event()
+        return self._news
+
+    def announce(self) -> None:
+        """Wake whoever waits on :meth:`news`."""
+        news, self._news = self._news, None
+        if news is not None:
+            news.set()
 
     def save(self, record: SandboxRecord) -> bool:
         """Write ``record`` to the store and to its live sandbox (forgotten once deleted).

@@ -44,7 +44,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -304,6 +304,12 @@ class SandboxManager(EpisodeState):
         """Wait for the current start of ``sandbox_id`` to finish; return its running status
         (:func:`rock_core.engine.starting.wait_until_running`: what it raises)."""
         return await starting.wait_until_running(self._core, sandbox_id, timeout)
+
+    async def wait_any(self, sandbox_ids: Sequence[str], timeout: float) -> list[str]:
+        """The ids among ``sandbox_ids`` whose start has settled, as soon as one has, or ``[]``
+        after ``timeout`` seconds: one wait for many sandboxes
+        (:func:`rock_core.engine.starting.wait_any`)."""
+        return await starting.wait_any(self._core, sandbox_ids, timeout)
 
     @leader_only_call
     async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:

@@ -26,6 +26,7 @@ import logging
 import socket
 import time
 import uuid
+from collections.abc import Sequence
 
 import anyio
 import anyio.abc
@@ -67,6 +68,7 @@ __all__ = [
     "restart",
     "run_start",
     "start_async",
+    "wait_any",
     "wait_until_running",
 ]
 
@@ -284,12 +286,14 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
         live.start_done.set()
     if scope.cancelled_caught:
         live.settled.set()
+        core.announce()
         return
     if error is None:
         seconds = time.monotonic() - t0
         for observe in core.start_observers:
             observe(seconds)
         live.settled.set()
+        core.announce()
         return
     live.start_error = error
     with anyio.CancelScope(shield=True):
@@ -297,6 +301,7 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
             if live.record.state in LIVE_STATES:
                 await stop_locked(core, live, f"start failed: {error.message}", unexpected=True)
     live.settled.set()
+    core.announce()
 
 
 def _first_unfinished_phase(live: LiveSandbox) -> str:
@@ -342,6 +347,34 @@ async def wait_until_running(
             else error
         )
     raise not_running_error(record, "wait_until_running")
+
+
+#: How often :func:`wait_any` looks again without news (a start settled by a path that
+#: announces nothing: a recovery, an archive's restore).
+_WAIT_ANY_RECHECK = 0.25
+
+
+def _settled(core: EngineCore, sandbox_id: str) -> bool:
+    live = core.live.get(sandbox_id)
+    return live is None or live.settled.is_set() or live.record.state is State.RUNNING
+
+
+async def wait_any(core: EngineCore, sandbox_ids: Sequence[str], timeout: float) -> list[str]:
+    """:meth:`SandboxManager.wait_any <rock_core.engine.manager.SandboxManager.wait_any>`: the
+    ids among ``sandbox_ids`` whose current start has settled (running, failed, stopped, or not
+    held by this engine), as soon as there is one, or ``[]`` once ``timeout`` seconds passed.
+
+    One wait serves many sandboxes: it wakes at each transition of the engine
+    (:meth:`EngineCore.news`) and looks at every id, not one task per sandbox."""
+    ids = list(dict.fromkeys(sandbox_ids))
+    with anyio.move_on_after(timeout):
+        while True:
+            done = [sandbox_id for sandbox_id in ids if _settled(core, sandbox_id)]
+            if done:
+                return done
+            with anyio.move_on_after(_WAIT_ANY_RECHECK):
+                await core.news().wait()
+    return [sandbox_id for sandbox_id in ids if _settled(core, sandbox_id)]
 
 
 async def restart(core: EngineCore, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:

@@ -1,7 +1,8 @@
 """The admin's sandbox lifecycle routes: ``/start``, ``/start_async``, ``/get_status``,
 ``/is_alive``, the statistics (``/get_sandbox_statistics``, ``/sandboxes/{sandbox_id}/statistics``),
 ``/stop``, ``/delete``, ``/restart``, ``/sandboxes/{sandbox_id}/archive``,
-``/warmup/tasks``, ``/warm_pools``, ``/sandboxes`` and ``/sandboxes/batch``, and what the admin
+``/warmup/tasks``, ``/warm_pools``, ``/sandboxes``, ``/sandboxes/batch`` and
+``/sandboxes/wait_any``, and what the admin
 checks of a start request before the engine sees it (the reserved tenant key, ``network="host"``,
 the key's highest priority, the capabilities the key may add, an ``Idempotency-Key`` header).
 The engine gets the key's tenant (the sandbox's namespace) and quota with every start and
@@ -34,6 +35,8 @@ from rock_core.actions import (
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    WaitAnyRequest,
+    WaitAnyResponse,
     WarmPoolsResponse,
     WarmupRequest,
 )
@@ -69,6 +72,7 @@ __all__ = [
     "warm_pools",
     "list_sandboxes",
     "batch_status",
+    "wait_any",
     "is_operator",
 ]
 
@@ -250,15 +254,7 @@ async def batch_status(
     app: AdminApp, request: Request, body: BatchSandboxStatusRequest
 ) -> BatchSandboxStatusResponse:
     """``POST /sandboxes/batch``: statuses of the pending and running sandboxes among those asked."""
-    limit = app.settings.batch_max_count
-    if len(body.sandbox_ids) > limit:
-        raise BadInput(
-            InvalidParameter(
-                f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(body.sandbox_ids)}",
-                field="sandbox_ids",
-                value=len(body.sandbox_ids),
-            )
-        )
+    _check_count(app, body.sandbox_ids)
     records = []
     for sandbox_id in dict.fromkeys(body.sandbox_ids):
         try:
@@ -270,6 +266,37 @@ async def batch_status(
     return BatchSandboxStatusResponse(
         statuses=[status_response(s) for s in app.manager.statuses_of(records)]
     )
+
+
+async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> WaitAnyResponse:
+    """``POST /sandboxes/wait_any`` (rock): held until the start of any of the sandboxes asked
+    has settled (or ``wait`` seconds, at most :data:`~rock.admin.models.MAX_STATUS_WAIT`,
+    passed); then the statuses of all that have settled. One request waits for a client's many
+    starting sandboxes; another tenant's ids are answered as unknown ones are."""
+    _check_count(app, body.sandbox_ids)
+    asked = list(dict.fromkeys(body.sandbox_ids))
+    unknown = [sandbox_id for sandbox_id in asked if not app.owns(request, sandbox_id)]
+    mine = [sandbox_id for sandbox_id in asked if sandbox_id not in unknown]
+    settled = await app.manager.wait_any(mine, min(body.wait, MAX_STATUS_WAIT)) if mine else []
+    statuses = []
+    for sandbox_id in settled:
+        try:
+            statuses.append(status_response(await app.manager.get_status(sandbox_id, True)))
+        except SandboxNotFound:
+            unknown.append(sandbox_id)
+    return WaitAnyResponse(statuses=statuses, unknown=unknown)
+
+
+def _check_count(app: AdminApp, sandbox_ids: list[str]) -> None:
+    limit = app.settings.batch_max_count
+    if len(sandbox_ids) > limit:
+        raise BadInput(
+            InvalidParameter(
+                f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(sandbox_ids)}",
+                field="sandbox_ids",
+                value=len(sandbox_ids),
+            )
+        )
 
 
 def _start_request(

@@ -23,6 +23,8 @@ from rock_core.actions import (
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    WaitAnyRequest,
+    WaitAnyResponse,
     WarmPoolsResponse,
     WarmupRequest,
 )
@@ -223,6 +225,18 @@ def build_routes(app: AdminApp) -> list[Route]:
             result=BatchSandboxStatusResponse,
             failure="batch get status failed",
             summary="Statuses of the pending and running sandboxes among the ids asked (at most 2000).",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/sandboxes/wait_any",
+            name="wait_any",
+            activity=False,
+            handler=bound(lifecycle.wait_any),
+            body=WaitAnyRequest,
+            result=WaitAnyResponse,
+            failure="wait for sandboxes failed",
+            summary="(rock) Held until the start of any of the sandboxes asked settles (at most "
+            "wait seconds, 30 at most); the statuses of those settled.",
         ),
         *snapshot_routes(bound),
         *commit_routes(bound),

@@ -5,6 +5,8 @@ N environments, through ROCK's SDK (:class:`~rock.sdk.sandbox.client.Sandbox`):
 
 1. **start** N sandboxes at once, each held in its own task by ``async with Sandbox(config)``:
    the time until all run and the start rate (running sandboxes per second);
+   and the CPU this process (the trainer's: its SDK, and in embedded mode the engine too)
+   used meanwhile;
 2. **idle** for a few seconds: the engine's resident memory and CPU use (embedded: this
    process, where the engine runs; remote: the admin server's pid), and the host's memory per
    idle sandbox, two ways: the drop of ``MemAvailable`` (``/proc/meminfo``, the whole host:
@@ -223,6 +225,7 @@ async def _point(
     rss_before = rss_bytes(engine_pid)
     mem_before = proc_kib_bytes("/proc/meminfo", "MemAvailable")
     cpu_before = cpu_seconds(engine_pid)
+    client_cpu_before = cpu_seconds(os.getpid())
 
     # 1. Start all at once.
     say(f"starting {count} sandboxes ({settings.image}, {settings.memory}, {settings.cpus:g} cpus)")
@@ -257,8 +260,15 @@ async def _point(
                 "start_rate_per_second": round(len(starts) / starts[-1], 2) if starts else None,
                 "start_p50_seconds": round(percentile(starts, 50) or 0, 3) if starts else None,
                 "engine_cpu_seconds_during_starts": _delta(cpu_seconds(engine_pid), cpu_before),
+                "client_cpu_seconds_during_starts": _delta(
+                    cpu_seconds(os.getpid()), client_cpu_before
+                ),
             }
         )
+        if starts and figures["client_cpu_seconds_during_starts"] is not None:
+            figures["client_cpu_percent_during_starts"] = round(
+                100 * figures["client_cpu_seconds_during_starts"] / starts[-1], 1
+            )
 
         # 2. Idle: the engine's memory and CPU, the host's memory per sandbox.
         say(f"idle for {settings.idle_seconds:g}s: engine and host memory, engine CPU")
@@ -411,6 +421,8 @@ TABLE = (
     ("start_rate_per_second", "start rate (/s)"),
     ("start_p50_seconds", "start p50 (s)"),
     ("engine_cpu_seconds_during_starts", "engine CPU during starts (s)"),
+    ("client_cpu_seconds_during_starts", "trainer process CPU during starts (s)"),
+    ("client_cpu_percent_during_starts", "trainer process CPU during starts (% of a core)"),
     ("get_status_p50_ms", "get_status p50 (ms)"),
     ("get_status_p99_ms", "get_status p99 (ms)"),
     ("command_p50_ms", "command p50 (ms)"),

@@ -11,7 +11,7 @@ are :class:`~rock_core.errors.RockError`\\ s.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from rock_core.actions import (
@@ -25,6 +25,7 @@ from rock_core.actions import (
     SandboxStatusResponse,
     SnapshotInfo,
     UploadResponse,
+    WaitAnyResponse,
     WarmPoolStatus,
 )
 from rock_core.operations import Operation
@@ -56,6 +57,13 @@ class Driver(Protocol):
         self, sandbox_id: str, timeout: float | None = None
     ) -> SandboxStatusResponse:
         """Wait for the sandbox's current start to finish; raise the start's error if it failed."""
+        ...
+
+    async def wait_any(self, sandbox_ids: Sequence[str], timeout: float) -> WaitAnyResponse:
+        """(rock) Wait up to ``timeout`` seconds until the start of any of ``sandbox_ids`` has
+        settled; the statuses of all that have (``include_all_states``), and the ids unknown to
+        the engine (one wait for many sandboxes: :meth:`wait_until_running` of many concurrent
+        starts uses it through the admin)."""
         ...
 
     async def get_status(

@@ -37,7 +37,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -65,11 +65,12 @@ from rock_core.actions import (
     SandboxStatusResponse,
     SnapshotInfo,
     UploadResponse,
+    WaitAnyResponse,
     WarmPoolStatus,
 )
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
-from rock_core.errors import InvalidParameter, RockletUnreachable
+from rock_core.errors import InvalidParameter, RockletUnreachable, SandboxNotFound
 from rock_core.operations import Operation
 from rock_core.responses import rocklet_statistics, start_response, status_response
 from rock_core.rocklet_client import RockletClient, new_http_client
@@ -284,6 +285,25 @@ class EmbeddedDriver(DriverThread):
         return status_response(
             await self._call(self._manager_call, "wait_until_running", (sandbox_id, timeout), {})
         )
+
+    async def wait_any(self, sandbox_ids: Sequence[str], timeout: float) -> WaitAnyResponse:
+        """(rock) Wait up to ``timeout`` seconds until the start of any of ``sandbox_ids`` has
+        settled: the statuses of all that have, and the ids the engine has no sandbox of."""
+
+        async def on_engine() -> WaitAnyResponse:
+            settled = await self.manager.wait_any(sandbox_ids, timeout)
+            statuses, unknown = [], []
+            for sandbox_id in settled:
+                try:
+                    statuses.append(
+                        status_response(await self.manager.get_status(sandbox_id, True))
+                    )
+                except SandboxNotFound:
+                    unknown.append(sandbox_id)
+            return WaitAnyResponse(statuses=statuses, unknown=unknown)
+
+        answer: WaitAnyResponse = await self._call(on_engine)
+        return answer
 
     async def get_status(
         self, sandbox_id: str, include_all_states: bool = False

@@ -23,14 +23,12 @@ import contextlib
 import json
 import os
 import threading
-import time
 import urllib.parse
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-import anyio
 import httpx
 
 from rock.sdk._drivers.admin_urls import IDEMPOTENCY_HEADER, admin_urls
@@ -42,10 +40,9 @@ from rock.sdk._drivers.connect import (
     check_port,
     connect_websocket,
 )
-from rock.sdk._drivers.remote_commits import RemoteCommits
+from rock.sdk._drivers.remote_waits import RemoteWaits
 from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
-    MAX_HELD,
     command_timeout,
     error_from_envelope,
     remote_headers,
@@ -66,17 +63,12 @@ from rock_core.actions import (
 )
 from rock_core.converters import structure_wire, unstructure_wire
 from rock_core.errors import (
-    ImagePullFailed,
     InternalServerRockError,
     InvalidParameter,
-    SandboxNotFound,
-    StartupTimeout,
     error_for_code,
 )
-from rock_core.models import PhaseStatus
 from rock_core.operations import Operation
 from rock_core.rocklet_client import process_request
-from rock_core.states import LIVE_STATES, State
 
 #: A snapshot copies the sandbox's changed files: it may take longer than a plain call.
 _SNAPSHOT_TIMEOUT = httpx.Timeout(600.0, connect=10.0)
@@ -92,19 +84,11 @@ __all__ = [
 Req = TypeVar("Req")
 Resp = TypeVar("Resp")
 
-# wait_until_running asks the admin to hold get_status this long while the sandbox starts (rock's
-# ``wait``); an admin that answers sooner, still pending (ROCK's), is polled from _POLL_FIRST
-# seconds apart, growing to the cap.
-_STATUS_WAIT = 20.0
-_POLL_FIRST = 0.05
-_POLL_MAX = 1.0
-_POLL_GROWTH = 1.5
-
 # Sandboxes asked for per page when listing (within the admin's default batch_max_count).
 _LIST_PAGE_SIZE = 500
 
 
-class RemoteDriver(RemoteCommits):
+class RemoteDriver(RemoteWaits):
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
     :param base_url: the server, e.g. ``http://127.0.0.1:8080`` (``config.base_url`` or
@@ -189,70 +173,6 @@ class RemoteDriver(RemoteCommits):
         )
         return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
-    async def wait_until_running(
-        self, sandbox_id: str, timeout: float | None = None
-    ) -> SandboxStatusResponse:
-        """Ask ``get_status`` until the sandbox runs: rock's admin holds each answer until the
-        start settles (up to 20 s a request; at most 512 such requests at once per driver, the
-        rest poll); an admin that answers at once (ROCK's) is polled 0.05 s apart, growing to 1 s.
-
-        :raises InternalServerRockError: a start phase failed or timed out: ``"Failed to start
-            sandbox because {phase}: {message}"`` (:class:`~rock_core.errors.ImagePullFailed` for
-            the image pull).
-        :raises SandboxNotFound: the sandbox stopped (its reason in the message) or is unknown.
-        :raises StartupTimeout: ``timeout`` seconds passed first (the start goes on).
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay = _POLL_FIRST
-        while True:
-            wait = (
-                _STATUS_WAIT
-                if deadline is None
-                else min(_STATUS_WAIT, max(0.0, deadline - time.monotonic()))
-            )
-            with self._clients_lock:
-                if self._held >= MAX_HELD:
-                    wait = 0.0  # enough connections held open already: poll
-                elif wait > 0:
-                    self._held += 1
-            asked_at = time.monotonic()
-            try:
-                status = await self.get_status(sandbox_id, include_all_states=True, wait=wait)
-            finally:
-                if wait > 0:
-                    with self._clients_lock:
-                        self._held -= 1
-            held = wait > 0 and time.monotonic() - asked_at >= wait / 2  # the admin waited
-            if status.state is State.RUNNING:
-                return status
-            for name, phase in (status.status or {}).items():
-                if phase.status in (PhaseStatus.FAILED, PhaseStatus.TIMEOUT):
-                    message = f"Failed to start sandbox because {name}: {phase.message}"
-                    if phase.status is PhaseStatus.TIMEOUT:
-                        raise StartupTimeout(message, sandbox_id=sandbox_id, attempted="start")
-                    cls = ImagePullFailed if name == "image_pull" else InternalServerRockError
-                    raise cls(message, sandbox_id=sandbox_id, attempted="start")
-            if status.state is not None and status.state not in LIVE_STATES:
-                why = f": {status.reason}" if status.reason else ""
-                raise SandboxNotFound(
-                    f"sandbox {sandbox_id} is not running (it is {status.state.value}{why})",
-                    sandbox_id=sandbox_id,
-                    attempted="wait_until_running",
-                )
-            pause = 0.0 if held else delay
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise StartupTimeout(
-                        f"Failed to start sandbox within {timeout:g}s",
-                        sandbox_id=sandbox_id,
-                        attempted="start",
-                    )
-                pause = min(pause, remaining)
-            if pause > 0:
-                await anyio.sleep(pause)
-                delay = min(delay * _POLL_GROWTH, _POLL_MAX)
-
     async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
         """``POST /warmup/tasks`` with rock's ``size``: the admin keeps that many sandboxes ready."""
         body = {**unstructure_wire(request), "size": size}
@@ -316,19 +236,6 @@ class RemoteDriver(RemoteCommits):
             if not result.get("has_more") or not page_items:
                 return items
             page += 1
-
-    async def get_status(
-        self, sandbox_id: str, include_all_states: bool = False, *, wait: float = 0.0
-    ) -> SandboxStatusResponse:
-        """``GET /get_status`` (ROCK sends the flag as a Python bool string). With ``wait``
-        seconds, rock's admin answers once a start under way has settled or the time is up."""
-        params = {"sandbox_id": sandbox_id, "include_all_states": str(bool(include_all_states))}
-        if wait > 0:
-            params["wait"] = f"{wait:g}"
-        result = await self._call(
-            "GET", "/get_status", "get_status", sandbox_id, params=params, held=wait > 0
-        )
-        return structure_wire(result, SandboxStatusResponse, forbid_extra_keys=False)
 
     async def stop(self, sandbox_id: str) -> None:
         """``POST /stop``."""
