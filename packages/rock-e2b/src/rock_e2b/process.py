@@ -139,28 +139,27 @@ async def _run(
 ) -> None:
     engine, sandbox_id = where.engine, where.sandbox_id
     try:
-        async with engine.call(sandbox_id):
-            client = engine.rocklet(sandbox_id, "e2b process.Start")
-            async for event in client.execute_stream(command):
-                kind = event.get("type")
-                if kind == "start":
-                    proc.pid = int(event.get("pid") or 0)
-                    _running.setdefault(sandbox_id, {})[proc.pid] = proc
-                    proc.add(
-                        pb.ProcessEvent(
-                            event=_oneof("start", pb.ProcessEvent.StartEvent(pid=proc.pid))
-                        )
-                    )
-                    if not started.done():
-                        started.set_result(proc.pid)
-                elif kind == "output":
-                    data = str(event.get("data", "")).encode()
-                    stream = "stderr" if event.get("stream") == "stderr" else "stdout"
-                    output = pb.ProcessEvent.DataEvent(output=_oneof(stream, data))
-                    proc.add(pb.ProcessEvent(event=_oneof("data", output)), len(data))
-                elif kind == "exit":
-                    code = event.get("exit_code")
-                    proc.add(_end(-1 if code is None else int(code)))
+        # Like E2B's timeout, the idle timeout runs while a command does: starting one is
+        # activity, a command running for ever does not keep its sandbox.
+        client = engine.rocklet(sandbox_id, "e2b process.Start")
+        async for event in client.execute_stream(command):
+            kind = event.get("type")
+            if kind == "start":
+                proc.pid = int(event.get("pid") or 0)
+                _running.setdefault(sandbox_id, {})[proc.pid] = proc
+                proc.add(
+                    pb.ProcessEvent(event=_oneof("start", pb.ProcessEvent.StartEvent(pid=proc.pid)))
+                )
+                if not started.done():
+                    started.set_result(proc.pid)
+            elif kind == "output":
+                data = str(event.get("data", "")).encode()
+                stream = "stderr" if event.get("stream") == "stderr" else "stdout"
+                output = pb.ProcessEvent.DataEvent(output=_oneof(stream, data))
+                proc.add(pb.ProcessEvent(event=_oneof("data", output)), len(data))
+            elif kind == "exit":
+                code = event.get("exit_code")
+                proc.add(_end(-1 if code is None else int(code)))
     except RockError as exc:
         if not started.done():
             started.set_exception(exc)
@@ -172,8 +171,11 @@ async def _run(
         else:
             proc.add(_end(-1, f"{type(exc).__name__}: {exc}"))
     finally:
-        if not proc.events or proc.events[-1].event is None or proc.events[-1].event.field != "end":
-            if started.done() and not started.exception():
+        if not started.done():  # the stream ended (or was cancelled) before the start
+            started.set_exception(RuntimeError("the command's stream ended before it started"))
+        elif not started.cancelled() and started.exception() is None:
+            last = proc.events[-1].event if proc.events else None
+            if last is None or last.field != "end":
                 proc.add(_end(-1, "the command's stream ended without its exit"))
         proc.ended = True
         proc.changed.set()
