@@ -188,3 +188,28 @@ async def test_a_low_priority_start_is_never_starved_by_a_stream_of_urgent_ones(
             gate.set()
     # Nine levels at one a minute, and the tie goes to the urgent one: served in the tenth minute.
     assert order.index("patient") == 10, order
+
+
+async def test_a_slot_released_early_lets_the_next_start_in_and_is_not_released_twice():
+    queue = StartQueue(max_concurrency=1)
+    second_in = anyio.Event()
+    first_may_leave = anyio.Event()
+
+    async def first() -> None:
+        async with queue.slot("exp", "sb-1") as release:
+            release()  # its bounded part is done: the rest runs outside the count
+            release()
+            await first_may_leave.wait()
+
+    async def second() -> None:
+        async with queue.slot("exp", "sb-2"):
+            second_in.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(first)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(second)
+        with anyio.fail_after(10):
+            await second_in.wait()  # while the first is still in its block
+        first_may_leave.set()
+    assert queue.active == 0 and queue.depth == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import anyio
 import attrs
@@ -42,8 +43,15 @@ __all__ = ["became_ready", "bring_up", "note_unit", "open_ports"]
 log = logging.getLogger("rock.engine")
 
 
-async def bring_up(core: EngineCore, live: LiveSandbox, reuse: bool) -> None:
-    """Create (unless ``reuse``) and start the sandbox's unit, wait for its rocklet, make it running."""
+async def bring_up(
+    core: EngineCore,
+    live: LiveSandbox,
+    reuse: bool,
+    *,
+    on_started: Callable[[], None] | None = None,
+) -> None:
+    """Create (unless ``reuse``) and start the sandbox's unit, wait for its rocklet, make it
+    running; ``on_started`` is called once the runtime has started the unit, before the wait."""
     sandbox_id = live.record.sandbox_id
     spec = live.record.spec
     runtime = core.runtime
@@ -117,6 +125,8 @@ async def bring_up(core: EngineCore, live: LiveSandbox, reuse: bool) -> None:
     client = RockletClient(
         core.http, *status.rocklet_address, sandbox_id, token=live.record.rocklet_token
     )
+    if on_started is not None:
+        on_started()
     await _wait_for_rocklet(core, live, handle, client)
     await became_ready(core, live, client, status, "docker run success")
 

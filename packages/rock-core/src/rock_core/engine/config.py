@@ -139,7 +139,8 @@ class EngineConfig:
         (``postgresql://user@host:port/database``: rock-postgres), instead of SQLite; ``None``:
         SQLite (``store_path``). A URL no installed plugin serves, or a malformed one, stops
         the engine naming ``store`` (its password masked); so does a server it cannot reach.
-    :param max_concurrent_starts: starts running at once; the rest wait in the start queue, by
+    :param max_concurrent_starts: starts running at once (creating and starting their unit;
+        a started unit's rocklet boots outside the count); the rest wait in the start queue, by
         priority, fair across experiments within one.
     :param restart_backoff_seconds: the wait before a crashed sandbox's first restart (its
         ``restart_policy``), doubled for each restart after it, at most 30 s.

@@ -269,7 +269,7 @@ class WarmPool:
         token = secrets.token_urlsafe(32)
         handle: UnitHandle | None = None
         try:
-            async with self._queue.slot(QUEUE_KEY, name, PRIORITY_MIN):  # behind every real start
+            async with self._queue.slot(QUEUE_KEY, name, PRIORITY_MIN) as release:  # behind all
                 with anyio.fail_after(self._startup_timeout):
                     handle = await self._runtime.create(
                         spec, labels={**self._labels, LABEL_POOL_MEMBER: name}, rocklet_token=token
@@ -282,6 +282,7 @@ class WarmPool:
                             f"its unit is {status.state.value} (exit code {status.exit_code})"
                         )
                     client = RockletClient(self._http, *status.rocklet_address, name, token=token)
+                    release()  # the rocklet boots in the unit's own CPU share, outside the count
                     await _wait_alive(client)
         except (RockError, _MemberFailed, TimeoutError) as exc:
             message = (

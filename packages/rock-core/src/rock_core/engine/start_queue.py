@@ -168,9 +168,10 @@ class StartQueue:
     @contextlib.asynccontextmanager
     async def slot(
         self, key: str, item: str, priority: int = PRIORITY_NORMAL
-    ) -> AsyncIterator[None]:
+    ) -> AsyncIterator[Callable[[], None]]:
         """Wait for a slot for ``item`` under fairness ``key`` at ``priority``, hold it for the
-        block, release it.
+        block, release it. The block gets a function that releases it sooner (once the part
+        that needs bounding is done: a sandbox's rocklet boots in its own unit, outside the slot).
 
         Cancellation while waiting leaves the queue as if the request never came; a slot granted
         to a request cancelled before it could use it is passed on.
@@ -188,10 +189,18 @@ class StartQueue:
                 else:
                     self._forget(waiter)
                 raise
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._release()
+
         try:
-            yield
+            yield release
         finally:
-            self._release()
+            release()
 
     def _forget(self, waiter: _Waiter) -> None:
         band = self._bands[waiter.priority]

@@ -261,9 +261,11 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
                 if not claimed:
                     # The startup budget starts when the start leaves the queue: a burst waits,
                     # it does not time out for want of a slot.
-                    async with core.queue.slot(key, sandbox_id, spec.priority):
+                    async with core.queue.slot(key, sandbox_id, spec.priority) as release:
                         with anyio.fail_after(budget):
-                            await bring_up(core, live, reuse)
+                            # The slot bounds the runtime's work (create, start); the rocklet's
+                            # boot, in the unit's own CPU share, is waited for outside it.
+                            await bring_up(core, live, reuse, on_started=release)
             except TimeoutError:
                 error = StartupTimeout(
                     f"Failed to start sandbox within {budget:g}s",
