@@ -6,6 +6,7 @@ import subprocess
 from datetime import UTC, datetime
 
 from rock_core.models import UnitState
+from rock_core.rocklet_delivery import BOOT
 from rock_docker._container import NO_PYTHON_LOG_LINE, launch_command, status_from_inspect
 
 
@@ -18,8 +19,9 @@ def test_launch_command_explains_a_missing_python3(tmp_path):
 
 
 def test_launch_command_execs_python3_with_the_rocklet(tmp_path):
-    """With python3 present, the shell is replaced by ``python3 -I -S /rock/rocklet.pyz --host H --port P
-    --sandbox`` (the rocklet is the sandbox's agent: it may end the sandbox's other processes)."""
+    """With python3 present, the shell is replaced by ``python3 -I -S -c BOOT /rock/rocklet.pyz
+    --host H --port P --sandbox`` (the archive put on the path by ``-c``, without runpy's start;
+    the rocklet is the sandbox's agent: it may end the sandbox's other processes)."""
     fake = tmp_path / "python3"
     fake.write_text('#!/bin/sh\necho "$$ $*"\n')
     fake.chmod(0o755)
@@ -28,7 +30,7 @@ def test_launch_command_execs_python3_with_the_rocklet(tmp_path):
     assert result.returncode == 0
     assert (
         result.stdout.split(" ", 1)[1].strip()
-        == "-I -S /rock/rocklet.pyz --host 127.0.0.1 --port 4242 --sandbox"
+        == f"-I -S -c {BOOT} /rock/rocklet.pyz --host 127.0.0.1 --port 4242 --sandbox"
     )
 
 

@@ -129,10 +129,8 @@ async def test_container_settings(runtime, run_labels, docker_client):
     }
     assert "GREETING=hello rock" in config["Env"]
     assert config["Cmd"][:2] == ["/bin/sh", "-c"]
-    assert (
-        "exec python3 -I -S /rock/rocklet.pyz --listen-fd-from /rock-run/handoff.sock"
-        in config["Cmd"][2]
-    )
+    assert "exec python3 -I -S -c " in config["Cmd"][2]
+    assert "/rock/rocklet.pyz --listen-fd-from /rock-run/handoff.sock --sandbox" in config["Cmd"][2]
     assert not config["Entrypoint"]
     assert host["Memory"] == host["MemorySwap"] == 512 * MiB
     assert host["NanoCpus"] == 1_500_000_000

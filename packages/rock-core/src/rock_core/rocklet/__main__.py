@@ -174,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
             % (__version__, server.url, state_dir, auth)
         )
         sys.stderr.flush()
-        threading.Thread(target=rocklet.warm_up, daemon=True).start()
+        # Warm the endpoints up once the first answer (the engine's readiness probe) is out:
+        # importing them before would hold the GIL while the probe waits, in a sandbox's
+        # small CPU share.
+        server.after_first_answer.append(
+            lambda: threading.Thread(target=rocklet.warm_up, daemon=True).start()
+        )
         server.serve_forever()
     except SystemExit:
         pass

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import threading
 
 TYPE_CHECKING = False
@@ -200,6 +199,8 @@ class Rocklet:
 
     def remove_state(self) -> None:
         """Delete the state directory (process output included)."""
+        import shutil  # here: most of its imports are not needed to start
+
         shutil.rmtree(self.state_dir, ignore_errors=True)
 
     # -- ROCK's endpoints ---------------------------------------------------------------

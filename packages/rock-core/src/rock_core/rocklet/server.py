@@ -201,6 +201,9 @@ class RockletServer:
         self._unix = sock.family == socket.AF_UNIX
         self._sock = sock
         self._closing = False
+        #: Called once, after the first answer is sent (the engine's readiness probe): work
+        #: that can wait until the sandbox is known to run (warming the endpoints up).
+        self.after_first_answer: list[Callable[[], None]] = []
 
     @property
     def address(self) -> tuple[str, int]:
@@ -363,6 +366,11 @@ class RockletServer:
             except BadRequest:
                 keep_alive = False
         self._send(conn, response, keep_alive and response.after is None)
+        while self.after_first_answer:
+            try:
+                self.after_first_answer.pop()()  # one list, popped: each runs once, in one thread
+            except IndexError:
+                break
         if response.after is not None:
             response.after()
             return False
