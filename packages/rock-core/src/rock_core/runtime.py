@@ -148,6 +148,9 @@ class SnapshotImage:
     :param created: when it was made (seconds since the epoch).
     :param frozen_seconds: how long the unit was frozen for the copy (only on the answer of
         :meth:`Runtime.snapshot_image`; ``None`` in a listing).
+    :param changes: the runtime's own account of what the snapshot changed over its image, for
+        :meth:`Runtime.export_snapshot_image` (only on the answer of
+        :meth:`Runtime.snapshot_image` asked for ``changes``; opaque to the engine).
     """
 
     image_id: str
@@ -156,6 +159,7 @@ class SnapshotImage:
     size: int = 0
     created: float = 0.0
     frozen_seconds: float | None = None
+    changes: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 class Runtime(abc.ABC):
@@ -424,17 +428,45 @@ class Runtime(abc.ABC):
         return type(self).pause is not Runtime.pause and type(self).resume is not Runtime.resume
 
     async def snapshot_image(
-        self, handle: UnitHandle, *, labels: Mapping[str, str], strip_env: Sequence[str]
+        self,
+        handle: UnitHandle,
+        *,
+        labels: Mapping[str, str],
+        strip_env: Sequence[str],
+        changes: bool = False,
     ) -> SnapshotImage:
         """Keep the unit's files (running or stopped) as an image on its node, labelled with
         ``labels``, whose configuration holds none of the variables ``strip_env`` names (the
         rocklet's secret): its processes are not kept. A running unit may be frozen for the
-        copy only. Optional (capability ``snapshot_image``): the default raises
+        copy only. With ``changes``, the answer carries what :meth:`export_snapshot_image`
+        needs. Optional (capability ``snapshot_image``): the default raises
         :class:`NotSupported`."""
         raise NotSupported(
             f"runtime {self.name!r} cannot {_CAN['snapshot_image']} (capability snapshot_image)",
             sandbox_id=handle.sandbox_id,
             attempted="snapshot",
+        )
+
+    async def export_snapshot_image(self, image: SnapshotImage) -> AsyncIterator[bytes]:
+        """The files of ``image`` (a :meth:`snapshot_image` answer made with ``changes``) over
+        its base image, with its configuration, as a stream of bytes for the archive store
+        (the base image itself is not in it). Optional (with ``snapshot_image``): the default
+        raises :class:`NotSupported`."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot keep snapshots in the archive store",
+            attempted="snapshot",
+        )
+
+    async def import_snapshot_image(
+        self, data: AsyncIterable[bytes], *, labels: Mapping[str, str]
+    ) -> SnapshotImage:
+        """Make a snapshot image on this node again from a stream :meth:`export_snapshot_image`
+        made (its base image had as a start has it), labelled with ``labels`` over those it
+        was made with. Optional (with ``snapshot_image``): the default raises
+        :class:`NotSupported`."""
+        raise NotSupported(
+            f"runtime {self.name!r} cannot start from snapshots in the archive store",
+            attempted="start",
         )
 
     async def snapshot_images(self, labels: Mapping[str, str]) -> Sequence[SnapshotImage]:

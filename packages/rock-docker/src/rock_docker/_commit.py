@@ -29,6 +29,8 @@ import docker.errors
 
 from rock_core.errors import BadRequestRockError, RockError
 from rock_core.runtime import SnapshotImage, UnitHandle
+from rock_docker._snapshot import plan_changes
+from rock_docker._snapshot_transfer import CONFIG_KEYS, SnapshotTransfer
 
 __all__ = ["REPOSITORY", "SnapshotImages"]
 
@@ -58,17 +60,26 @@ def _snapshot_of(summary: Mapping[str, Any], reference: str | None = None) -> Sn
     )
 
 
-class SnapshotImages:
+class SnapshotImages(SnapshotTransfer):
     """:class:`~rock_docker.runtime.DockerRuntime`'s snapshots as images (capability
-    ``snapshot_image``); a mixin, its blocking calls run through the runtime's ``_run``."""
+    ``snapshot_image``), and to and from the archive store
+    (:class:`~rock_docker._snapshot_transfer.SnapshotTransfer`); a mixin, its blocking calls
+    run through the runtime's ``_run``."""
 
     _run: Callable[..., Any]
     _docker: Callable[[], docker.DockerClient]
 
     async def snapshot_image(
-        self, handle: UnitHandle, *, labels: Mapping[str, str], strip_env: Sequence[str]
+        self,
+        handle: UnitHandle,
+        *,
+        labels: Mapping[str, str],
+        strip_env: Sequence[str],
+        changes: bool = False,
     ) -> SnapshotImage:
-        """``docker commit`` (paused for the copy) under a new ``rock-snapshot`` tag."""
+        """``docker commit`` (paused for the copy) under a new ``rock-snapshot`` tag. With
+        ``changes``, ``docker diff`` lists the changes while the container is paused for the
+        commit, and the answer carries them (for :meth:`export_snapshot_image`)."""
         tag = secrets.token_hex(16)
 
         def commit() -> SnapshotImage:
@@ -95,13 +106,33 @@ class SnapshotImages:
                 "WorkingDir": base_config.get("WorkingDir") or "",
                 "User": base_config.get("User") or "",
             }
-            running = bool((info.get("State") or {}).get("Running"))
+            state = info.get("State") or {}
+            running = bool(state.get("Running"))
             t0 = time.monotonic()
-            made = api.commit(handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=True)
+            rows: list[Any] = []
+            if changes:
+                # Frozen for the list and the copy together: the list is the copy's.
+                freeze = running and not state.get("Paused")
+                if freeze:
+                    api.pause(handle.unit_id)
+                try:
+                    rows = api.diff(handle.unit_id) or []
+                    made = api.commit(
+                        handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
+                    )
+                finally:
+                    if freeze:
+                        api.unpause(handle.unit_id)
+            else:
+                made = api.commit(
+                    handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=True
+                )
             took = time.monotonic() - t0
             image = api.inspect_image(made["Id"])
-            summary = {**image, "Labels": (image.get("Config") or {}).get("Labels")}
+            made_config = image.get("Config") or {}
+            summary = {**image, "Labels": made_config.get("Labels")}
             snap = _snapshot_of(summary, f"{REPOSITORY}:{tag}")
+            kept = {k: made_config[k] for k in CONFIG_KEYS if made_config.get(k) is not None}
             return SnapshotImage(
                 image_id=snap.image_id,
                 reference=snap.reference,
@@ -109,6 +140,7 @@ class SnapshotImages:
                 size=snap.size,
                 created=snap.created,
                 frozen_seconds=took if running else 0.0,
+                changes=plan_changes(info, rows, kept) if changes else None,
             )
 
         result: SnapshotImage = await self._run(

@@ -60,6 +60,7 @@ __all__ = [
     "SnapshotReader",
     "ThreadedIterator",
     "batched",
+    "plan_changes",
     "plan_snapshot",
     "snapshot_frames",
     "upload_snapshot",
@@ -129,6 +130,8 @@ class SnapshotPlan:
     :param whole: paths archived with everything under them (added paths, changed files).
     :param entry_only: changed directories: only their own entry (owner, mode, times).
     :param deleted: paths of the image the sandbox deleted.
+    :param config: the image configuration a snapshot image of these changes has (``Env``,
+        ``Labels``, ``Cmd``, ...), carried in the header; empty for an archive.
     """
 
     image: str
@@ -136,9 +139,11 @@ class SnapshotPlan:
     whole: tuple[str, ...]
     entry_only: tuple[str, ...]
     deleted: tuple[str, ...]
+    config: Mapping[str, Any] = attrs.field(factory=dict)
 
     def header(self) -> dict[str, Any]:
-        return {"image": self.image, "image_id": self.image_id, "deleted": len(self.deleted)}
+        header = {"image": self.image, "image_id": self.image_id, "deleted": len(self.deleted)}
+        return {**header, "config": dict(self.config)} if self.config else header
 
 
 def _is_under(path: str, roots: Sequence[str]) -> bool:
@@ -160,9 +165,18 @@ def plan_snapshot(api: docker.APIClient, unit_id: str, *, sandbox_id: str) -> Sn
             sandbox_id=sandbox_id,
             attempted="snapshot",
         )
+    return plan_changes(doc, api.diff(unit_id) or [])
+
+
+def plan_changes(
+    doc: Mapping[str, Any],
+    rows: Sequence[Mapping[str, Any]],
+    config: Mapping[str, Any] | None = None,
+) -> SnapshotPlan:
+    """The plan of a container (``doc``: its inspection) whose changes Docker listed as ``rows``
+    (``GET /containers/{id}/changes``), at the moment they were listed."""
     mounts = [m.get("Destination") or "" for m in doc.get("Mounts") or []]
     skipped = [*(m for m in mounts if m), *_DOCKER_PATHS, RESTORE_DIR]
-    rows = api.diff(unit_id) or []
     added = {row["Path"] for row in rows if row["Kind"] == _ADDED}
     whole: list[str] = []
     entry_only: list[str] = []
@@ -179,13 +193,14 @@ def plan_snapshot(api: docker.APIClient, unit_id: str, *, sandbox_id: str) -> Sn
                 whole.append(path)  # what is under it is new too: one archive holds it all
         else:
             entry_only.append(path)  # told apart from changed files once its archive says
-    config = doc.get("Config") or {}
+    made_from = doc.get("Config") or {}
     return SnapshotPlan(
-        image=str(config.get("Image") or ""),
+        image=str(made_from.get("Image") or ""),
         image_id=str(doc.get("Image") or ""),
         whole=tuple(whole),
         entry_only=tuple(entry_only),
         deleted=tuple(deleted),
+        config=config or {},
     )
 
 

@@ -32,9 +32,16 @@ __all__ = ["fork", "reset", "snapshot", "snapshots"]
 @sandbox.command()
 @click.argument("sandbox_id")
 @click.option("--name", default=None, help="The snapshot's name [default: one is made up].")
+@click.option(
+    "--archive",
+    is_flag=True,
+    help="Keep it in the engine's archive store as well (other nodes, later days).",
+)
 @base_url_option
 @json_option
-def snapshot(sandbox_id: str, name: str | None, base_url: str | None, as_json: bool) -> None:
+def snapshot(
+    sandbox_id: str, name: str | None, archive: bool, base_url: str | None, as_json: bool
+) -> None:
     """Keep a sandbox's files (not its processes) as a snapshot; print its name."""
     target = resolve_target(base_url)
 
@@ -42,7 +49,7 @@ def snapshot(sandbox_id: str, name: str | None, base_url: str | None, as_json: b
         handle = target.sandbox()
         await handle.attach(sandbox_id)
         with spinner(f"Snapshotting {sandbox_id}..."):
-            made: SnapshotInfo = await handle.snapshot(name)
+            made: SnapshotInfo = await handle.snapshot(name, archive=archive)
         return made
 
     made = run(go)
@@ -51,7 +58,8 @@ def snapshot(sandbox_id: str, name: str | None, base_url: str | None, as_json: b
         return
     click.echo(made.name)
     frozen = "" if not made.frozen_seconds else f", frozen {made.frozen_seconds:.2f}s"
-    click.echo(f"{format_bytes(made.size)} over {made.source_image}{frozen}", err=True)
+    stored = ", kept in the archive store" if made.archived else ""
+    click.echo(f"{format_bytes(made.size)} over {made.source_image}{frozen}{stored}", err=True)
 
 
 @sandbox.command()

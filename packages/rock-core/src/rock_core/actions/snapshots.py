@@ -26,10 +26,11 @@ __all__ = [
 @attrs.frozen(kw_only=True)
 class SnapshotRequest:
     """``POST /sandboxes/{sandbox_id}/snapshot``: ``name`` (``None``: one is made up), unique
-    among the tenant's snapshots."""
+    among the tenant's snapshots; ``archive``: kept in the engine's archive store as well."""
 
     sandbox_id: NonBlankStr = sandbox_id_field()
     name: NonBlankStr | None = constrained(NonBlankStr, optional=True, default=None)
+    archive: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -43,7 +44,9 @@ class SnapshotNameRequest:
 class SnapshotInfo(SandboxResponse):
     """A snapshot: its ``name`` (what ``snapshot=`` of a start names), the sandbox it was made
     from, its ``size`` in bytes over its image, when it was made, the image it is kept as, and
-    (on the snapshot call's answer only) how long the sandbox was frozen for the copy."""
+    (on the snapshot call's answer only) how long the sandbox was frozen for the copy;
+    ``archived``: it is in the archive store as well (another node or a later day can start
+    from it)."""
 
     name: str
     sandbox_id: str
@@ -52,6 +55,7 @@ class SnapshotInfo(SandboxResponse):
     image: str
     source_image: str | None = None
     frozen_seconds: float | None = None
+    archived: bool = False
 
 
 @attrs.frozen(kw_only=True)

@@ -39,11 +39,14 @@ class EpisodeState:
         *,
         tenant: str | None = None,
         quota: Quota | None = None,
+        archive: bool = False,
     ) -> SnapshotInfo:
         """Keep a sandbox's files, not its processes, as a snapshot of its tenant (``tenant``:
-        the caller's; ``quota``: its ``max_snapshots``) (:func:`rock_core.engine.snapshots.snapshot`:
-        what it raises)."""
-        return await snapshots.snapshot(self._core, sandbox_id, name, tenant=tenant, quota=quota)
+        the caller's; ``quota``: its ``max_snapshots``; ``archive``: in the archive store as
+        well) (:func:`rock_core.engine.snapshots.snapshot`: what it raises)."""
+        return await snapshots.snapshot(
+            self._core, sandbox_id, name, tenant=tenant, quota=quota, archive=archive
+        )
 
     async def list_snapshots(self, tenant: str | None = None) -> list[SnapshotInfo]:
         """The snapshots of ``tenant`` (default: this engine's owner), oldest first."""

@@ -114,8 +114,7 @@ async def reset(
     image: str = record.spec.image
     target = f"image {image}"
     if snapshot is not None:
-        owner = record.spec.tenant or core.owner
-        image = await snapshots.snapshot_reference(core, owner, snapshot, "reset")
+        image = await snapshots.snapshot_reference(core, record.spec.tenant, snapshot, "reset")
         target = f"snapshot {snapshot}"
     async with live.lock:
         record = live.record

@@ -21,10 +21,11 @@ import secrets
 import weakref
 from datetime import UTC, datetime
 
+import anyio
 import attrs
 
 from rock_core.actions import SandboxStartRequest, SnapshotInfo
-from rock_core.engine import starting, stopping
+from rock_core.engine import snapshot_store, starting, stopping
 from rock_core.engine.core import EngineCore
 from rock_core.engine.starting import IDEMPOTENCY_METADATA_KEY
 from rock_core.errors import (
@@ -82,6 +83,7 @@ def _info(image: SnapshotImage) -> SnapshotInfo:
         image=image.reference,
         source_image=image.labels.get(LABEL_SOURCE_IMAGE) or None,
         frozen_seconds=image.frozen_seconds,
+        archived=image.labels.get(snapshot_store.LABEL_ARCHIVED) == "1",
     )
 
 
@@ -99,6 +101,25 @@ def _record_of(
 async def _find(core: EngineCore, tenant: str, name: str) -> SnapshotImage | None:
     found = await core.runtime.snapshot_images({**_scope(core, tenant), LABEL_NAME: name})
     return found[0] if found else None
+
+
+def _stored_as(core: EngineCore, tenant: str | None) -> str | None:
+    """The tenant a snapshot is kept under in the archive store: an API key's; ``None`` for
+    the engine's own (no keys: every engine sharing the store finds it)."""
+    return None if tenant in (None, core.owner) else tenant
+
+
+async def _find_or_fetch(
+    core: EngineCore, tenant: str | None, name: str, attempted: str
+) -> SnapshotImage | None:
+    """``tenant``'s snapshot (``None``: the engine's owner's) on the node, else the archive
+    store's made an image here (once)."""
+    owner = tenant or core.owner
+    found = await _find(core, owner, name)
+    if found is not None:
+        return found
+    labels = {**_scope(core, owner), LABEL_NAME: name}
+    return await snapshot_store.fetch(core, _stored_as(core, tenant), name, labels, attempted)
 
 
 def _name_taken(owner: str, name: str) -> InvalidParameter:
@@ -123,17 +144,23 @@ async def snapshot(
     *,
     tenant: str | None = None,
     quota: Quota | None = None,
+    archive: bool = False,
 ) -> SnapshotInfo:
     """Keep the files of ``sandbox_id`` (running or stopped, its unit kept) as the snapshot
     ``name`` (default ``snap-<12 hex>``) of the sandbox's tenant. ``tenant``: the caller's (a
-    sandbox of another tenant is not found); ``quota``: its ``max_snapshots``.
+    sandbox of another tenant is not found); ``quota``: its ``max_snapshots``; ``archive``:
+    kept in the archive store as well (:mod:`~rock_core.engine.snapshot_store`), the call
+    returning once it is stored.
 
     :raises NotSupported: the runtime lacks the capability ``snapshot_image``.
-    :raises InvalidParameter: a bad name, or one the tenant already uses.
+    :raises InvalidParameter: a bad name, or one the tenant already uses (on the node, or in
+        the archive store with ``archive``); ``archive`` without an archive store.
     :raises BadRequestRockError: the sandbox is neither running nor stopped with its unit.
     :raises QuotaExceeded: the tenant keeps ``max_snapshots`` snapshots already.
     """
     _require(core, "snapshot")
+    if archive:
+        snapshot_store.require_store(core, "snapshot")
     record = _record_of(core, sandbox_id, tenant, "snapshot")
     owner = record.spec.tenant or core.owner
     name = name or f"snap-{secrets.token_hex(6)}"
@@ -162,8 +189,17 @@ async def snapshot(
     making.add((owner, name))
     try:
         kept = await core.runtime.snapshot_images(_scope(core, owner))
-        if any(image.labels.get(LABEL_NAME) == name for image in kept):
+        if any(image.labels.get(LABEL_NAME) == name for image in kept) or (
+            archive and await snapshot_store.is_stored(core, _stored_as(core, owner), name)
+        ):
             raise _name_taken(owner, name)
+        if archive and any(image.reference == record.spec.image for image in kept):
+            raise BadRequestRockError(
+                f"archive: sandbox {sandbox_id} was started from a snapshot, whose image only this "
+                "node has; a snapshot of it cannot be kept in the archive store",
+                sandbox_id=sandbox_id,
+                attempted="snapshot",
+            )
         if quota is not None and quota.max_snapshots is not None:
             # The others being made now count too (each holds its name in ``making``).
             using = len(kept) + sum(1 for o, _ in making if o == owner) - 1
@@ -180,10 +216,22 @@ async def snapshot(
             LABEL_SANDBOX: sandbox_id,
             LABEL_SOURCE_IMAGE: record.spec.image,
         }
-        image = await core.runtime.snapshot_image(handle, labels=labels, strip_env=[TOKEN_ENV])
+        if archive:
+            labels[snapshot_store.LABEL_ARCHIVED] = "1"
+        image = await core.runtime.snapshot_image(
+            handle, labels=labels, strip_env=[TOKEN_ENV], changes=archive
+        )
+        info = _info(image)
+        if archive:
+            try:
+                await snapshot_store.keep(core, _stored_as(core, owner), image, info)
+            except BaseException:
+                with anyio.CancelScope(shield=True):  # made whole, or not at all
+                    await core.runtime.delete_snapshot_image(image.image_id)
+                raise
     finally:
         making.discard((owner, name))
-    return _info(image)
+    return info
 
 
 async def list_snapshots(core: EngineCore, tenant: str | None = None) -> list[SnapshotInfo]:
@@ -200,20 +248,25 @@ async def delete_snapshot(core: EngineCore, name: str, tenant: str | None = None
     :raises BadRequestRockError: sandboxes started from it still exist.
     """
     _require(core, "delete_snapshot")
-    image = await _find(core, tenant or core.owner, name)
-    if image is None:
+    owner = tenant or core.owner
+    image = await _find(core, owner, name)
+    if image is not None:
+        await core.runtime.delete_snapshot_image(image.image_id)
+    if not await snapshot_store.forget(core, _stored_as(core, owner), name) and image is None:
         raise _unknown(name, "delete_snapshot")
-    await core.runtime.delete_snapshot_image(image.image_id)
 
 
-async def snapshot_reference(core: EngineCore, tenant: str, name: str, attempted: str) -> str:
-    """The image reference of ``tenant``'s snapshot ``name`` (a reset's target).
+async def snapshot_reference(
+    core: EngineCore, tenant: str | None, name: str, attempted: str
+) -> str:
+    """The image reference of ``tenant``'s snapshot ``name`` (a reset's target; ``None``: the
+    engine's owner's), from the archive store if the node has none.
 
     :raises InvalidParameter: ``unknown snapshot``.
     :raises NotSupported: the runtime lacks the capability ``snapshot_image``.
     """
     _require(core, attempted)
-    image = await _find(core, tenant, name)
+    image = await _find_or_fetch(core, tenant, name, attempted)
     if image is None:
         raise _unknown(name, attempted)
     return image.reference
@@ -229,7 +282,7 @@ async def resolve_start(
     if request.snapshot is None:
         return request
     _require(core, "start")
-    image = await _find(core, tenant or core.owner, request.snapshot)
+    image = await _find_or_fetch(core, tenant, request.snapshot, "start")
     if image is None:
         raise _unknown(request.snapshot, "start")
     return attrs.evolve(request, image=NonBlankStr(image.reference), pull=PullPolicy.NEVER)

@@ -41,6 +41,7 @@ async def snapshot(app: AdminApp, request: Request, body: SnapshotRequest) -> Sn
         body.name,
         tenant=None if key is None else key.tenant,
         quota=None if key is None else key.quota,
+        archive=body.archive,
     )
 
 
@@ -94,7 +95,8 @@ def snapshot_routes(bound: Callable[[Callable[..., Awaitable[Any]]], Handler]) -
             failure="snapshot sandbox failed",
             summary="(rock) Keep a running or stopped sandbox's files (not its processes) as a snapshot.",
             description="The container is paused for the copy only (frozen_seconds); the snapshot belongs "
-            "to the key's tenant. Body: optional name (unique per tenant).",
+            "to the key's tenant. Body: optional name (unique per tenant); archive: true keeps it "
+            "in the engine's archive store as well, for other nodes and later days.",
         ),
         Route(
             method="GET",

@@ -87,8 +87,11 @@ class Driver(Protocol):
         """(rock) Every warm pool: target size, members ready and starting, claims, failures."""
         ...
 
-    async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
-        """(rock) Keep the sandbox's files (not its processes) as a snapshot of its tenant."""
+    async def snapshot(
+        self, sandbox_id: str, name: str | None = None, archive: bool = False
+    ) -> SnapshotInfo:
+        """(rock) Keep the sandbox's files (not its processes) as a snapshot of its tenant
+        (``archive``: in the engine's archive store as well)."""
         ...
 
     async def list_snapshots(self) -> list[SnapshotInfo]:

@@ -325,10 +325,12 @@ class EmbeddedDriver(DriverThread):
 
         return await self._call(on_engine)
 
-    async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
+    async def snapshot(
+        self, sandbox_id: str, name: str | None = None, archive: bool = False
+    ) -> SnapshotInfo:
         """(rock) Keep the sandbox's files as a snapshot of this engine's."""
         snap: SnapshotInfo = await self._call(
-            self._manager_call, "snapshot", (sandbox_id, name), {}
+            self._manager_call, "snapshot", (sandbox_id, name), {"archive": archive}
         )
         return snap
 

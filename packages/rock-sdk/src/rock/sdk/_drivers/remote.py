@@ -183,11 +183,16 @@ class RemoteDriver(RemoteWaits):
         result = await self._call("GET", "/warm_pools", "warm_pools", None)
         return structure_wire(result, WarmPoolsResponse, forbid_extra_keys=False).pools
 
-    async def snapshot(self, sandbox_id: str, name: str | None = None) -> SnapshotInfo:
+    async def snapshot(
+        self, sandbox_id: str, name: str | None = None, archive: bool = False
+    ) -> SnapshotInfo:
         """(rock) ``POST /sandboxes/{id}/snapshot``: keep the sandbox's files as a snapshot."""
+        body: dict[str, Any] = {"name": name} if name else {}
+        if archive:
+            body["archive"] = True
         return await self._posted(
             f"/sandboxes/{sandbox_id}/snapshot", "snapshot", sandbox_id, SnapshotInfo,
-            json={"name": name} if name else {}, timeout=_SNAPSHOT_TIMEOUT,
+            json=body, timeout=_SNAPSHOT_TIMEOUT,
         )  # fmt: skip
 
     async def list_snapshots(self) -> list[SnapshotInfo]:

@@ -22,16 +22,19 @@ if TYPE_CHECKING:
 class SandboxSnapshots(SandboxHandle):
     """:meth:`snapshot`, :meth:`fork`, :meth:`reset`, :meth:`snapshots`, :meth:`delete_snapshot`."""
 
-    async def snapshot(self, name: str | None = None) -> SnapshotInfo:
+    async def snapshot(self, name: str | None = None, *, archive: bool = False) -> SnapshotInfo:
         """Keep this sandbox's files as the snapshot ``name`` (default: one is made up).
 
         The sandbox may be running (its container is paused for the copy only: the answer's
         ``frozen_seconds``) or stopped with its container kept. Processes are not captured.
+        With ``archive``, the snapshot is kept in the engine's archive store as well (the call
+        returns once it is stored): another node sharing the store, or this one after the image
+        is gone, starts from it (``SandboxConfig(snapshot=name)``), made an image there once.
 
         :raises InvalidParameter: a bad name, or one the tenant already uses.
         :raises NotSupported: the runtime cannot (capability ``snapshot_image``; Nomad).
         """
-        return await self._get_driver().snapshot(self._require_id("snapshot"), name)
+        return await self._get_driver().snapshot(self._require_id("snapshot"), name, archive)
 
     async def fork(self, n: int) -> list[Sandbox]:
         """Snapshot this sandbox and start ``n`` sandboxes from it, with this sandbox's settings

@@ -1,0 +1,129 @@
+"""Snapshots kept in the archive store as well as on the node (issue #25 point 1), so that another
+node sharing the store, or this one on a later day, can start from them.
+
+A snapshot made with ``archive=True`` is written to the engine's archive store under the key
+:func:`store_key` (a digest of its tenant, the API key's, and its name: one segment no sandbox's archive can take,
+since sandbox ids have no ``@``), in two parts: ``rootfs``, the runtime's export of the
+snapshot (its files over its base image, the archive's rules: deletions, owners, modes,
+symlinks; never the base image), and ``snapshot``, a JSON note of what it is (name, source
+sandbox and image, size, creation time). A start, fork or reset naming a snapshot the node does
+not have looks in the store (:func:`fetch`): the snapshot is made into a local image again once
+(the runtime's import), and later uses find it on the node. Deleting a snapshot deletes it from
+both. The node's listing shows the node's snapshots.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import AsyncIterator, Mapping
+
+import anyio
+
+from rock_core.actions import SnapshotInfo
+from rock_core.engine.core import EngineCore
+from rock_core.errors import InvalidParameter
+from rock_core.runtime import SnapshotImage
+from rock_core.tenancy import scoped_name
+
+__all__ = ["LABEL_ARCHIVED", "fetch", "forget", "is_stored", "keep", "require_store", "store_key"]
+
+#: The label of a snapshot image that is also in the archive store.
+LABEL_ARCHIVED = "rock.snapshot.archived"
+_ROOTFS, _NOTE = "rootfs", "snapshot"
+_fetching: weakref.WeakKeyDictionary[EngineCore, dict[str, anyio.Lock]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def store_key(tenant: str | None, name: str) -> str:
+    """The archive store key of ``tenant``'s snapshot ``name`` (``None``: an engine without API
+    keys, whose callers are all its operator: such engines sharing a store share its names)."""
+    return f"snapshot@{scoped_name(tenant, name, length=32)}"
+
+
+def require_store(core: EngineCore, attempted: str) -> None:
+    """:raises InvalidParameter: (field ``archive``) the engine has no archive store."""
+    if core.archive_store is None:
+        raise InvalidParameter(
+            "archive: this engine has no archive store to keep snapshots in (set the engine's "
+            "archive_store, e.g. 'fs' or 's3')",
+            field="archive",
+            value=True,
+            attempted=attempted,
+        )
+
+
+async def _one(chunk: bytes) -> AsyncIterator[bytes]:
+    yield chunk
+
+
+async def _close(stream: AsyncIterator[bytes]) -> None:
+    """Close a stream that can be (an async generator), releasing what it holds."""
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def keep(
+    core: EngineCore, tenant: str | None, image: SnapshotImage, info: SnapshotInfo
+) -> None:
+    """Write the snapshot ``image`` (made with its changes) of ``tenant`` to the archive store:
+    its files first, then its note (what :func:`fetch` looks for)."""
+    store = core.archive_store
+    assert store is not None
+    key = store_key(tenant, info.name)
+    stream = await core.runtime.export_snapshot_image(image)
+    try:
+        await store.put(key, _ROOTFS, stream)
+    finally:
+        await _close(stream)
+    note = {
+        "name": info.name,
+        "tenant": tenant,
+        "sandbox_id": info.sandbox_id,
+        "source_image": info.source_image,
+        "size": info.size,
+        "created_at": info.created_at.isoformat(),
+        "runtime": core.runtime.name,
+    }
+    await store.put(key, _NOTE, _one(json.dumps(note).encode()))
+
+
+async def is_stored(core: EngineCore, tenant: str | None, name: str) -> bool:
+    """Whether the archive store (if any) holds ``tenant``'s snapshot ``name``."""
+    store = core.archive_store
+    return store is not None and await store.exists(store_key(tenant, name), _NOTE)
+
+
+async def fetch(
+    core: EngineCore, tenant: str | None, name: str, labels: Mapping[str, str], attempted: str
+) -> SnapshotImage | None:
+    """``tenant``'s snapshot ``name`` from the archive store, made a local image again with
+    ``labels`` (the engine's scope and the name); ``None`` when the store has none (or the
+    engine has no store). One at a time per snapshot: a second caller finds the first's."""
+    if not await is_stored(core, tenant, name):
+        return None
+    key = store_key(tenant, name)
+    lock = _fetching.setdefault(core, {}).setdefault(key, anyio.Lock())
+    async with lock:
+        found = await core.runtime.snapshot_images(labels)
+        if found:
+            return found[0]
+        assert core.archive_store is not None
+        stream = await core.archive_store.get(key, _ROOTFS)
+        try:
+            return await core.runtime.import_snapshot_image(
+                stream, labels={**labels, LABEL_ARCHIVED: "1"}
+            )
+        finally:
+            await _close(stream)
+
+
+async def forget(core: EngineCore, tenant: str | None, name: str) -> bool:
+    """Delete ``tenant``'s snapshot ``name`` from the archive store; whether it was there."""
+    if not await is_stored(core, tenant, name):
+        return False
+    assert core.archive_store is not None
+    await core.archive_store.delete(store_key(tenant, name))
+    return True
