@@ -116,5 +116,7 @@ except CommandExitException as exc:
     out["mid_stream"] = {"stdout": exc.stdout, "exit": exc.exit_code, "error": exc.error}
 out["after_kill"] = refusal(lambda: sbx.commands.run("true"))
 Sandbox.delete_snapshot(snap.snapshot_id)
-out["snapshot_deleted"] = [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
+out["snapshot_deleted"] = snap.snapshot_id not in [
+    s.snapshot_id for s in Sandbox.list_snapshots().next_items()
+]
 print(json.dumps(out))
