@@ -27,7 +27,7 @@ pytest_plugins = ["rock_core.testing.fixtures"]
 PLUGIN = """
 from rock_core import hookimpl
 from rock_core.errors import InvalidParameter
-from rock_core.routes import AdminRoute, RouteResponse
+from rock_core.routes import AdminRoute, RouteResponse, RouteStream
 
 SETTINGS = {}
 CALLS = []
@@ -64,6 +64,14 @@ async def broken(request):
     raise RuntimeError("plugin bug")
 
 
+async def streamed(request):
+    async def chunks():
+        for part in (b"one,", b"two,", b"three"):
+            yield part
+
+    return RouteStream(chunks(), status=207, headers={"x-parts": "3"}, media_type="text/x-parts")
+
+
 @hookimpl
 def rock_admin_routes():
     return [
@@ -72,6 +80,7 @@ def rock_admin_routes():
         AdminRoute("get", "/apis/v1/envs/wrapped", wrapped, envelope=True),
         AdminRoute("POST", "/apis/v1/envs/invalid", invalid),
         AdminRoute("GET", "/apis/v1/envs/broken", broken),
+        AdminRoute("GET", "/apis/v1/envs/streamed", streamed),
     ]
 """
 
@@ -127,6 +136,10 @@ def test_the_admin_configures_the_plugin_and_serves_its_routes(served: Any) -> N
         assert invalid.status_code == 400 and invalid.json()["detail"] == "env_id: unknown"
         broken = http.get("/apis/v1/envs/broken")
         assert (broken.status_code, broken.json()) == (500, {"detail": "RuntimeError: plugin bug"})
+        streamed = http.get("/apis/v1/envs/streamed")  # a RouteStream: bytes as they come
+        assert (streamed.status_code, streamed.content) == (207, b"one,two,three")
+        assert streamed.headers["content-type"].startswith("text/x-parts")
+        assert streamed.headers["x-parts"] == "3"
         paths = http.get("/openapi.json").json()["paths"]
         assert paths["/apis/v1/envs/echo/{name}"]["post"]["summary"] == "Echo what came"
         metrics = http.get("/metrics").text
