@@ -526,3 +526,15 @@ async def test_refused_connections_are_counted_in_the_status_metrics_and_top(wor
         assert rows[sandbox.sandbox_id]["egress_refused"] >= 4
     finally:
         await sandbox.stop()
+
+
+async def test_a_reset_sandbox_keeps_its_policy(world: World):
+    policy = EgressPolicy.deny_all([EgressRule.allow(world.gateway, [_port(world.allowed)], "tcp")])
+    sandbox = await world.start(policy)
+    try:
+        for _ in range(2):  # the first reset makes a new unit, the second takes its spare
+            await sandbox.reset()
+            seen = await probe(sandbox, world.allowed, world.denied)
+            assert seen == {world.allowed: "answered", world.denied: "refused"}
+    finally:
+        await sandbox.stop()
