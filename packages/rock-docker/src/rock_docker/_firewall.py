@@ -24,6 +24,7 @@ in worker threads).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import re
@@ -86,13 +87,21 @@ def _rule_lines(chain: str, rule: EgressRule) -> list[str]:
     return lines
 
 
+def _followed(addresses: Iterable[str]) -> set[str]:
+    """The addresses a policy's domains resolved to that may be opened: none in
+    :data:`~rock_core.egress.ALWAYS_REFUSED` (a DNS answer is not the operator's word; only a
+    rule naming the metadata address opens it)."""
+    refused = ipaddress.ip_network(ALWAYS_REFUSED)
+    return {a for a in addresses if ipaddress.ip_address(a) not in refused}
+
+
 def _body(
     chain: str, policy: EgressPolicy, addresses: Iterable[str], dns: Iterable[str]
 ) -> list[str]:
     lines = [f"-A {chain} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN"]
     for rule in policy.rules:
         lines.extend(_rule_lines(chain, rule))
-    for address in sorted(set(addresses)):
+    for address in sorted(_followed(addresses)):
         lines.append(f"-A {chain} -d {address}/32 -j RETURN")
     if policy.domains:
         for server in sorted(set(dns)):

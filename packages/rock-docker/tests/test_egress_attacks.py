@@ -1,0 +1,111 @@
+"""An egress policy's domains as an attacker would feed them: the allow-list follower takes the
+addresses a name resolves to from DNS answers it does not control, so a listed name that answers
+with the metadata address (link-local) must not open it; only a rule naming it does."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rock_core.egress import EgressPolicy, EgressRule
+from rock_docker._firewall import Firewall
+
+pytestmark = [pytest.mark.docker]
+
+PROBE = r"""
+import socket, sys
+s = socket.socket()
+s.settimeout(10)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except ConnectionRefusedError:
+    print("refused")
+except socket.timeout:
+    print("timeout")
+except OSError as exc:
+    print("error", exc.errno)
+"""
+
+
+class _Dns:
+    """Answers every ``A`` query with :attr:`address` (UDP, 127.0.0.1, a free port)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                data, peer = self.sock.recvfrom(512)
+            except OSError:
+                continue
+            offset = 12
+            while data[offset]:
+                offset += data[offset] + 1
+            question = data[12 : offset + 5]
+            answer = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 1, 4) + socket.inet_aton(self.address)
+            head = struct.pack(">HHHHHH", struct.unpack(">H", data[:2])[0], 0x8180, 1, 1, 0, 0)
+            self.sock.sendto(head + question + answer, peer)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.fixture
+def container(docker_client: Any, run_labels: Any) -> Iterator[Any]:
+    found = docker_client.containers.run(
+        "python:3.11", ["sleep", "300"], detach=True, labels=run_labels, network="bridge"
+    )
+    try:
+        yield found
+    finally:
+        found.remove(force=True)
+
+
+def _rules_of(unit_id: str) -> list[str]:
+    saved = subprocess.run(
+        ["iptables-save", "-t", "filter"], capture_output=True, text=True, check=True
+    ).stdout
+    return [line for line in saved.splitlines() if unit_id[:16] in line]
+
+
+def _probe(container: Any, host: str, port: int) -> str:
+    done = container.exec_run(["python3", "-c", PROBE, host, str(port)])
+    return str(done.output.decode().strip())
+
+
+def test_a_listed_domain_answering_the_metadata_address_does_not_open_it(
+    docker_client: Any, container: Any
+):
+    dns = _Dns("169.254.169.254")
+    firewall = Firewall((f"127.0.0.1:{dns.port}",), 30.0)
+    try:
+        firewall.apply(docker_client.api, container.id, EgressPolicy.deny_all(domains=["x.test"]))
+        assert not [r for r in _rules_of(container.id) if "169.254.169.254/32 -j RETURN" in r]
+        assert _probe(container, "169.254.169.254", 80) == "refused"
+        # A rule naming it still opens it (the operator's choice, not a DNS answer's).
+        named = EgressPolicy.deny_all(
+            [EgressRule.allow("169.254.169.254", [80], "tcp")], domains=["x.test"]
+        )
+        firewall.apply(docker_client.api, container.id, named)
+        assert [r for r in _rules_of(container.id) if "169.254.169.254/32 -p tcp" in r]
+    finally:
+        firewall.drop(container.id)
+        dns.close()
+    assert _rules_of(container.id) == []
