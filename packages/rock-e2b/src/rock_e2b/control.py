@@ -134,7 +134,10 @@ def failed(exc: RockError) -> E2BError:
 
 async def _is_snapshot(request: RouteRequest, name: str) -> bool:
     """Whether ``name`` is one of the caller's snapshots (E2B starts from a snapshot by naming
-    it as the template)."""
+    it as the template). A name with a tag or a registry path (``python:3.11``) is an image:
+    no snapshot is named so, and the runtime is not asked."""
+    if ":" in name or "/" in name:
+        return False
     try:
         found = await request.engine.list_snapshots(request.tenant)
     except RockError:  # a runtime without snapshots
