@@ -204,6 +204,60 @@ async def test_one_wait_serves_the_calls_of_many_sandboxes(
         await asyncio.gather(*(s.stop() for s in sandboxes))
 
 
+def build_wheel(dest: Path) -> Path:
+    """A wheel of the test agent (module ``shell_agent``, command ``shell-agent``)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    name = "rock_shell_agent-0.1-py3-none-any.whl"
+    info = "rock_shell_agent-0.1.dist-info"
+    files = {
+        "shell_agent.py": SHELL_AGENT.read_bytes(),
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: rock-shell-agent\nVersion: 0.1\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/entry_points.txt": b"[console_scripts]\nshell-agent = shell_agent:main\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    files[f"{info}/RECORD"] = ("\n".join([*record, f"{info}/RECORD,,"]) + "\n").encode()
+    with zipfile.ZipFile(dest / name, "w") as wheel:
+        for path, data in files.items():
+            wheel.writestr(path, data)
+    return dest / name
+
+
+async def test_an_agent_installed_from_a_local_wheel_runs_offline(
+    engine: Any, small: dict[str, Any], tmp_path: Path
+) -> None:
+    work = tmp_path / "wheelhouse"
+    work.mkdir()
+    wheel = build_wheel(work)
+    config = RockAgentConfig(
+        working_dir=str(work),
+        runtime_env_config={"pip": [f"${{working_dir}}/{wheel.name}"]},
+        run_cmd="shell-agent ${prompt}",
+        model_service_config={"enabled": True},
+        agent_run_timeout=120,
+        agent_run_check_interval=5,
+    )
+    async with Sandbox(SandboxConfig(**small)) as sandbox:
+        await sandbox.agent.install(config)
+        service = sandbox.agent.model_service
+
+        async def policy() -> None:
+            call = await service.next_call(timeout=60)
+            await call.answer(completion("done"))
+
+        trainer = asyncio.create_task(policy())
+        observation = await sandbox.agent.run("from a wheel")
+        await asyncio.wait_for(trainer, 60)
+        assert observation.exit_code == 0, observation
+        assert "done after 0 commands" in observation.output
+
+
 async def test_a_failed_install_step_is_named_with_its_output(
     engine: Any, small: dict[str, Any], agent_dir: Path
 ) -> None:

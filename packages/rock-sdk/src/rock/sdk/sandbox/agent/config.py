@@ -44,16 +44,25 @@ def _commands(value: Any) -> list[AgentBashCommand]:
 
 @attrs.define(kw_only=True)
 class RuntimeEnvConfig:
-    """ROCK's runtime settings. rock installs no runtime from the network: ``python`` is the
-    image's ``python3`` (``version``, when set, must match its ``major.minor``), ``node`` the
-    image's ``node``; ``pip`` entries (``${working_dir}`` replaced: a wheel uploaded with the
-    working directory) and ``custom_install_cmd`` then run in the sandbox."""
+    """ROCK's runtime settings (its python and node configs in one). rock installs no runtime
+    from the network: ``python`` is the image's ``python3`` (a ``version`` other than
+    ``"default"`` must match its ``major.minor``), ``node`` the image's ``node``. Then ``pip``
+    (a list of requirements, ``${working_dir}`` replaced, so a wheel uploaded with the working
+    directory installs offline; a string is a requirements file), with ``pip_index_url``, and
+    ``custom_install_cmd`` run in the sandbox with ``env`` exported, each within
+    ``install_timeout`` seconds. ``extra_symlink_*`` are accepted and unused (the image's
+    executables are on the PATH already)."""
 
     type: str = "python"
-    version: str | None = None
-    pip: list[str] = attrs.field(factory=list)
+    version: str = "default"
+    env: dict[str, str] = attrs.field(factory=dict)
+    install_timeout: int = 600
+    pip: list[str] | str | None = None
+    pip_index_url: str | None = None
     custom_install_cmd: str | None = None
     npm_registry: str | None = None
+    extra_symlink_dir: str | None = None
+    extra_symlink_executables: list[str] = attrs.field(factory=list)
 
 
 def _runtime(value: Any) -> RuntimeEnvConfig | None:

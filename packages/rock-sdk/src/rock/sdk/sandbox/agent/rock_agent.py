@@ -33,6 +33,11 @@ if TYPE_CHECKING:
 
 __all__ = ["AgentInstallError", "AgentRunResult", "RockAgent"]
 
+_FIND_PYTHON = (
+    "p=$(command -v python3 || command -v python) || { echo 'no python3 in the image'; exit 127; }"
+    '; "$p" -c \'import sys; print("%d.%d" % sys.version_info[:2])\' && echo "$p"'
+)
+
 
 class AgentInstallError(RuntimeError):
     """An install step failed: ``step`` names it, ``output`` is what it printed."""
@@ -139,42 +144,48 @@ class RockAgent:
         runtime = self.config.runtime_env_config
         if runtime is None:
             return
-        timeout = self.config.agent_install_timeout
+        timeout = runtime.install_timeout
+        exports = "".join(f"export {k}={shlex.quote(v)}; " for k, v in runtime.env.items())
         if runtime.type == "python":
-            find = "command -v python3 || command -v python"
             step = "runtime_env (python)"
-            where = (await self._step(step, AgentBashCommand(command=find))).strip()
-            if runtime.version:
-                check = f"{where} -c \"import sys; v='%d.%d' % sys.version_info[:2]; print(v)\""
-                have = (await self._step(step, AgentBashCommand(command=check))).strip()
-                if not runtime.version.startswith(have) and not have.startswith(runtime.version):
-                    raise AgentInstallError(
-                        step,
-                        f"python {runtime.version} was asked, the image has {have} (rock installs"
-                        " no runtime from the network: use an image that has it)",
-                    )
+            found = await self._step(step, AgentBashCommand(command=_FIND_PYTHON))
+            where = found.strip().splitlines()[-1]
+            have = found.strip().splitlines()[0]
+            if runtime.version not in ("default", "") and not have.startswith(runtime.version):
+                raise AgentInstallError(
+                    step,
+                    f"python {runtime.version} was asked, the image has {have} (rock installs no"
+                    " runtime from the network: use an image that has it)",
+                )
             self.bin_dir = str(Path(where).parent)
             if runtime.pip:
-                items = " ".join(shlex.quote(self.format(p)) for p in runtime.pip)
-                cmd = f"{where} -m pip install --no-input --disable-pip-version-check {items}"
+                if isinstance(runtime.pip, str):
+                    items = f"-r {shlex.quote(self.format(runtime.pip))}"
+                else:
+                    items = " ".join(shlex.quote(self.format(p)) for p in runtime.pip)
+                index = (
+                    f" --index-url {shlex.quote(runtime.pip_index_url)}"
+                    if runtime.pip_index_url
+                    else ""
+                )
+                cmd = f"{exports}{where} -m pip install --no-input --disable-pip-version-check{index} {items}"
                 await self._step(
                     "runtime_env (pip)", AgentBashCommand(command=cmd, timeout_seconds=timeout)
                 )
         elif runtime.type == "node":
-            out = await self._step(
-                "runtime_env (node)",
-                AgentBashCommand(
-                    command="command -v node || { echo 'no node in the image'; exit 127; }"
-                ),
-            )
+            find = "command -v node || { echo 'no node in the image'; exit 127; }"
+            out = await self._step("runtime_env (node)", AgentBashCommand(command=find))
             self.bin_dir = str(Path(out.strip()).parent)
         else:
             raise AgentInstallError("runtime_env", f"unknown runtime type {runtime.type!r}")
         if runtime.custom_install_cmd:
-            cmd = f"export PATH={shlex.quote(self.bin_dir)}:$PATH && {runtime.custom_install_cmd}"
+            path = f"export PATH={shlex.quote(self.bin_dir)}:$PATH; "
             await self._step(
                 "runtime_env (custom_install_cmd)",
-                AgentBashCommand(command=cmd, timeout_seconds=timeout),
+                AgentBashCommand(
+                    command=exports + path + self.format(runtime.custom_install_cmd),
+                    timeout_seconds=timeout,
+                ),
             )
 
     # -- run -------------------------------------------------------------------------------------

@@ -84,6 +84,12 @@ class ModelServiceConfig:
     replay_file: str | None = None
     install_dir: str = INSTALL_DIR
     data_dir: str = "/data/logs"
+    #: ROCK's, accepted and unused: rock runs the service with the image's ``python3``, and its
+    #: trainer's side needs no command in the sandbox.
+    runtime_env_config: dict[str, Any] | None = None
+    anti_call_llm_cmd: str | None = None
+    anti_call_llm_cmd_file: str | None = None
+    anti_call_llm_cmd_no_response: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> ModelServiceConfig:
