@@ -99,3 +99,26 @@ def test_snapshot_list_fork_and_delete_from_the_command_line(admin: Admin) -> No
 def test_fork_count_must_be_at_least_one(admin: Admin) -> None:
     done = admin.rock("sandbox", "fork", "any", "0")
     assert done.returncode == 2 and "COUNT" in done.stderr
+
+
+def test_create_starts_a_sandbox_from_a_snapshot_by_name(admin: Admin) -> None:
+    parent = admin.create()
+    name = f"start-{uuid.uuid4().hex[:10]}"
+    _ok(admin.rock("sandbox", "exec", parent, "--", "sh", "-c", "echo prepared > /task.txt"))
+    _ok(admin.rock("sandbox", "snapshot", parent, "--name", name))
+    _ok(admin.rock("sandbox", "stop", parent))
+    made = admin.rock("sandbox", "create", *SMALL, "--snapshot", name)
+    child = _ok(made).strip()
+    assert f"snapshot {name}" in made.stderr
+    assert _ok(admin.rock("sandbox", "exec", child, "--", "cat", "/task.txt")).strip() == "prepared"
+    _ok(admin.rock("sandbox", "stop", child))
+    for _ in range(100):  # its container may still be being removed
+        if admin.rock("sandbox", "snapshots", "--delete", name).returncode == 0:
+            break
+
+
+def test_create_from_an_unknown_snapshot_names_it(admin: Admin) -> None:
+    done = admin.rock("sandbox", "create", *SMALL, "--snapshot", "never-made")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "unknown snapshot 'never-made'" in done.stderr
+    assert done.stdout == ""

@@ -237,6 +237,12 @@ def _size(value: str | None, option: str) -> str | None:
 @click.option("--user-id", default=None, help="User label (X-User-Id).")
 @click.option("--experiment-id", default=None, help="Experiment label (X-Experiment-Id).")
 @click.option("--namespace", default=None, help="Namespace label (X-Namespace).")
+@click.option(
+    "--snapshot",
+    default=None,
+    metavar="NAME",
+    help="Start from this snapshot of yours (rock sandbox snapshots) instead of the bare image.",
+)
 def create(
     base_url: str | None,
     as_json: bool,
@@ -252,8 +258,12 @@ def create(
     user_id: str | None,
     experiment_id: str | None,
     namespace: str | None,
+    snapshot: str | None,
 ) -> None:
     """Start a sandbox on the admin server and wait until it runs; print its id.
+
+    --snapshot NAME starts it with the files of that snapshot (an unknown name is refused,
+    named, exit 1).
 
     Needs a server (--base-url, $ROCK_BASE_URL or `rock admin start`): a sandbox made in
     embedded mode would be removed as this command exits, so create refuses there (exit 1).
@@ -287,14 +297,17 @@ def create(
             user_id=user_id,
             experiment_id=experiment_id,
             namespace=namespace,
+            snapshot=snapshot,
             **extra,
         )
     except InvalidParameter as exc:  # the options contradict each other: a usage error
         fail(str(exc), EXIT_USAGE)
 
+    source = image if snapshot is None else f"snapshot {snapshot}"
+
     async def go() -> SandboxStatusResponse:
         handle = Sandbox(config)
-        with spinner(f"Starting a sandbox of {image}..."):
+        with spinner(f"Starting a sandbox of {source}..."):
             await handle.start()
         status: SandboxStatusResponse = await handle.get_status(include_all_states=True)
         return status
@@ -303,7 +316,7 @@ def create(
     if as_json:
         print_json(unstructure_wire(status))
     else:
-        click.echo(f"rock: sandbox {status.sandbox_id} is {state_of(status)} ({image})", err=True)
+        click.echo(f"rock: sandbox {status.sandbox_id} is {state_of(status)} ({source})", err=True)
         click.echo(status.sandbox_id)
 
 
