@@ -4,7 +4,7 @@ its blocking calls run through the runtime's ``_run``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,15 @@ class EgressRules:
             else stats
             for unit_id, stats in samples.items()
         }
+
+    async def _forget_egress_of(self, handles: Sequence[UnitHandle]) -> None:
+        """The rules of units handed to the reaper go now, in one change (their sandboxes are
+        ended; the reaper removes the containers without this process)."""
+        firewall = self._firewall_made
+        if firewall is not None:
+            keys = [h.unit_id for h in handles if firewall.knows(h.unit_id)]
+            if keys:
+                await self._run(lambda: firewall.drop_all(keys), attempted="egress")
 
     async def _forget_egress(self, handle: UnitHandle) -> None:
         """A stopped or removed container's rules go (its address may be given to another)."""

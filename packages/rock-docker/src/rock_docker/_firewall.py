@@ -14,6 +14,9 @@ comment ``rock-egress:<id>`` (``<id>``: the first 16 digits of the container's i
 - then link-local ``169.254.0.0/16`` refused, then the default; in ``ROCK-EGI`` everything
   left is refused (the host's own addresses are denied unless a rule names them).
 
+A domain's addresses come from DNS answers rock does not control: they open neither link-local
+addresses nor the host (``ROCK-EGI`` takes no domain's addresses); only a rule does.
+
 ``REJECT`` answers at once (a TCP reset, else ICMP port-unreachable): a refused connection
 fails in a millisecond, not after a timeout. Each change is one ``iptables-restore --noflush``
 (atomic: a chain declared there is flushed and refilled in the same commit). The rules live in
@@ -222,7 +225,9 @@ class Firewall:
         lines += _reject(forward, f"-d {ALWAYS_REFUSED}")
         if policy.default == "deny":
             lines += _reject(forward, "")
-        lines += _body(local, policy, resolved, dns)
+        # To the host itself, only rules and the resolvers: a listed domain's DNS answer naming
+        # the host (its gateway, its own address) opens nothing of it.
+        lines += _body(local, policy, (), dns)
         lines += _reject(local, "")
         jumps = {
             "DOCKER-USER": f"-s {address}/32 -i {bridge} ! -o {bridge} "
@@ -246,11 +251,17 @@ class Firewall:
 
     def drop(self, unit_id: str) -> None:
         """Remove every rule of unit ``unit_id`` (none: nothing to do)."""
+        self.drop_all([unit_id])
+
+    def drop_all(self, unit_ids: Iterable[str]) -> None:
+        """Remove every rule of the units ``unit_ids``, in one change."""
+        keys = {unit_id[:16] for unit_id in unit_ids}
         with self._lock:
-            self._applied.pop(unit_id[:16], None)
-            self._carried.pop(unit_id[:16], None)
-            self._seen.discard(unit_id[:16])
-            self._drop_keys({unit_id[:16]}, self._save())
+            for key in keys:
+                self._applied.pop(key, None)
+                self._carried.pop(key, None)
+                self._seen.discard(key)
+            self._drop_keys(keys, self._save())
 
     def _drop_keys(self, keys: set[str], saved: list[str]) -> None:
         lines = ["*filter"]

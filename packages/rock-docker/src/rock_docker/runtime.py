@@ -377,6 +377,7 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
         for handle in handles:
             self._networks.group_network_of(handle.unit_id)
             self._sockets.forget(handle)
+        await self._forget_egress_of(handles)
 
     # -- observation ----------------------------------------------------------------------------
 
