@@ -1,10 +1,12 @@
 """An egress policy's domains as an attacker would feed them: the allow-list follower takes the
 addresses a name resolves to from DNS answers it does not control, so a listed name that answers
-with the metadata address (link-local) must not open it; only a rule naming it does."""
+with the metadata address (link-local) or an address of the host itself (the bridge's gateway:
+the admin's port, the host's other services) must not open it; only a rule naming it does."""
 
 from __future__ import annotations
 
 import socket
+import socketserver
 import struct
 import subprocess
 import threading
@@ -109,3 +111,34 @@ def test_a_listed_domain_answering_the_metadata_address_does_not_open_it(
         firewall.drop(container.id)
         dns.close()
     assert _rules_of(container.id) == []
+
+
+class _Hello(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        self.request.sendall(b"hello\n")
+
+
+def test_a_listed_domain_answering_the_hosts_own_address_does_not_open_the_host(
+    docker_client: Any, container: Any
+):
+    bridge = docker_client.api.inspect_network("bridge")
+    gateway = str(bridge["IPAM"]["Config"][0]["Gateway"])
+    server = socketserver.ThreadingTCPServer((gateway, 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = int(server.server_address[1])
+    dns = _Dns(gateway)
+    firewall = Firewall((f"127.0.0.1:{dns.port}",), 30.0)
+    try:
+        firewall.apply(docker_client.api, container.id, EgressPolicy.deny_all(domains=["x.test"]))
+        assert _probe(container, gateway, port) == "refused"
+        # A rule naming the host's address opens it.
+        named = EgressPolicy.deny_all(
+            [EgressRule.allow(gateway, [port], "tcp")], domains=["x.test"]
+        )
+        firewall.apply(docker_client.api, container.id, named)
+        assert _probe(container, gateway, port) == "connected"
+    finally:
+        firewall.drop(container.id)
+        dns.close()
+        server.shutdown()
+        server.server_close()

@@ -299,22 +299,86 @@ async def test_a_sandbox_without_a_policy_reaches_the_host_as_before(world: Worl
         await sandbox.stop()
 
 
+#: A server saying ``hello`` on every address of its network namespace; prints its port.
+_OUTSIDE_SERVER = r"""
+import socketserver
+class Hello(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.sendall(b"hello\n")
+server = socketserver.ThreadingTCPServer(("0.0.0.0", 0), Hello)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def outside() -> Iterator[tuple[str, str, int]]:
+    """A host beyond this one, as the internet is to a sandbox (this machine has none): a network
+    namespace behind a veth pair, routed by the host, with two addresses and a ``hello`` server;
+    yields ``(first address, second address, port)``. Its packets cross ``FORWARD``, not the
+    host's ``INPUT``."""
+    tag = f"{abs(hash(Path.cwd())) % 10000:04d}{threading.get_native_id() % 1000:03d}"
+    ns, near, far = f"rock-out-{tag}", f"rko{tag}h", f"rko{tag}n"
+
+    def ip(*args: str, where: str | None = None) -> None:
+        prefix = ["ip", "netns", "exec", where] if where else []
+        subprocess.run([*prefix, "ip", *args], check=True, capture_output=True)
+
+    ip("netns", "add", ns)
+    server = None
+    try:
+        ip("link", "add", near, "type", "veth", "peer", "name", far)
+        ip("link", "set", far, "netns", ns)
+        ip("addr", "add", "198.18.7.1/29", "dev", near)
+        ip("link", "set", near, "up")
+        for address in ("198.18.7.2/29", "198.18.7.3/29"):
+            ip("addr", "add", address, "dev", far, where=ns)
+        ip("link", "set", far, "up", where=ns)
+        ip("link", "set", "lo", "up", where=ns)
+        ip("route", "add", "default", "via", "198.18.7.1", where=ns)
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", ns, sys.executable, "-c", _OUTSIDE_SERVER],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        yield "198.18.7.2", "198.18.7.3", port
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        subprocess.run(["ip", "link", "del", near], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
 async def test_a_domain_on_the_allow_list_connects_one_off_it_does_not_and_a_moved_name_is_followed(
-    world: World,
+    world: World, outside: tuple[str, str, int]
 ):
-    world.dns.answers.update({"allowed.test": world.gateway, "other.test": world.host})
-    allowed, other = f"allowed.test:{_port(world.allowed)}", f"other.test:{_port(world.elsewhere)}"
+    first, second, port = outside
+    world.dns.answers.update({"allowed.test": first, "other.test": world.host})
+    allowed, other = f"allowed.test:{port}", f"other.test:{_port(world.elsewhere)}"
     sandbox = await world.start(EgressPolicy.deny_all(domains=["allowed.test"]))
     try:
         assert (await probe(sandbox, allowed, other)) == {allowed: "answered", other: "refused"}
-        # The name moves to the host's address: the new address is allowed at the next
-        # resolution, the old one refused.
-        world.dns.answers["allowed.test"] = world.host
-        moved = f"allowed.test:{_port(world.elsewhere)}"
+        # The name moves: the new address is allowed at the next resolution, the old refused.
+        world.dns.answers["allowed.test"] = second
         await eventually_async(
-            lambda: probe(sandbox, moved, world.allowed),
-            until=lambda seen: seen == {moved: "answered", world.allowed: "refused"},
+            lambda: probe(sandbox, allowed, f"{first}:{port}"),
+            until=lambda seen: seen == {allowed: "answered", f"{first}:{port}": "refused"},
             what="the moved name followed",
+            timeout=60,
+            interval=0.5,
+        )
+        # A name answering the host's own address (the gateway) opens nothing of the host: a DNS
+        # answer is not the operator's word, only a rule is (the old address refused once the
+        # name is resolved again).
+        world.dns.answers["allowed.test"] = world.gateway
+        moved = f"allowed.test:{_port(world.allowed)}"
+        await eventually_async(
+            lambda: probe(sandbox, moved, f"{second}:{port}"),
+            until=lambda seen: seen == {moved: "refused", f"{second}:{port}": "refused"},
+            what="the name moved to the host, refused",
             timeout=60,
             interval=0.5,
         )
