@@ -5,6 +5,10 @@ between two listings: ``create`` (a new path), ``remove`` (a path gone), ``write
 modification time changed), ``chmod`` (mode changed). Changes that undo each other within one
 interval are not seen, and a rename shows as a remove and a create: rock's rocklet has no
 inotify to report them one by one.
+
+What one caller may make the admin do is bounded: at most :data:`MAX_WATCHERS` watchers and
+``WatchDir`` streams at once per sandbox, :data:`MAX_PATHS` paths in a watched tree, and
+:data:`MAX_UNREAD` events waiting for ``GetWatcherEvents`` (past it the watcher fails, saying so).
 """
 
 from __future__ import annotations
@@ -21,10 +25,26 @@ from connectrpc.errors import ConnectError
 from rock_e2b.dataplane import Target
 from rock_e2b.envd.filesystem import filesystem_pb as pb
 
-__all__ = ["INTERVAL", "Watcher", "create", "events", "remove", "stream"]
+__all__ = [
+    "INTERVAL",
+    "MAX_PATHS",
+    "MAX_UNREAD",
+    "MAX_WATCHERS",
+    "Watcher",
+    "create",
+    "events",
+    "remove",
+    "stream",
+]
 
 #: Seconds between two listings of a watched directory.
 INTERVAL = 0.25
+#: Watchers and ``WatchDir`` streams of one sandbox at once (each is a listing every INTERVAL).
+MAX_WATCHERS = 16
+#: Paths of one watched tree (a listing is held by the admin between two intervals).
+MAX_PATHS = 100_000
+#: Events a watcher keeps for ``GetWatcherEvents``.
+MAX_UNREAD = 10_000
 #: A watcher nobody asked for events for this long is dropped (its sandbox is left alone).
 _IDLE = 600.0
 _FORMAT = "%y\\t%s\\t%m\\t%T@\\t%P\\0"
@@ -50,6 +70,11 @@ async def listing(where: Target, path: str, recursive: bool) -> Listing:
         if line:
             kind, size, mode, mtime, name = line.split("\t", 4)
             found[name] = (kind, size, mode, mtime)
+    if len(found) > MAX_PATHS:
+        raise ConnectError(
+            Code.RESOURCE_EXHAUSTED,
+            f"path {path!r}: {len(found)} paths to watch, rock watches at most {MAX_PATHS}",
+        )
     return found
 
 
@@ -93,6 +118,12 @@ class Watcher:
                 now = await listing(self.where, self.path, self.recursive)
                 self.pending += changes(last, now)
                 last = now
+                if len(self.pending) > MAX_UNREAD:
+                    self.failure = (
+                        f"more than {MAX_UNREAD} events unread: GetWatcherEvents was not asked "
+                        "often enough"
+                    )
+                    return
         except ConnectError as exc:
             self.failure = exc.message
         except Exception as exc:  # the sandbox went away: said on the next GetWatcherEvents
@@ -106,10 +137,26 @@ class Watcher:
 
 
 _watchers: dict[tuple[str, str], Watcher] = {}
+#: ``WatchDir`` streams open, by sandbox id.
+_streams: dict[str, int] = {}
+
+
+def _check_room(where: Target) -> None:
+    """:raises ConnectError: the sandbox has :data:`MAX_WATCHERS` watchers and streams."""
+    sandbox_id = where.sandbox_id
+    used = sum(1 for key in _watchers if key[0] == sandbox_id) + _streams.get(sandbox_id, 0)
+    if used >= MAX_WATCHERS:
+        raise ConnectError(
+            Code.RESOURCE_EXHAUSTED,
+            f"sandbox {sandbox_id}: at most {MAX_WATCHERS} directory watchers at once; stop one "
+            "first",
+        )
 
 
 async def create(where: Target, path: str, recursive: bool) -> str:
+    _check_room(where)
     first = await listing(where, path, recursive)
+    _check_room(where)  # others made meanwhile
     watcher = Watcher(where, path, recursive, first)
     _watchers[watcher.key] = watcher
     return watcher.id
@@ -139,19 +186,30 @@ def remove(where: Target, watcher_id: str) -> None:
 
 async def stream(where: Target, path: str, recursive: bool) -> AsyncIterator[Any]:
     """``WatchDir``'s events: its start, then what changed, keepalives while nothing does."""
-    last = await listing(where, path, recursive)
-    yield pb.WatchDirResponse(event=_oneof("start", pb.WatchDirResponse.StartEvent()))
-    quiet = time.monotonic()
-    while True:
-        await asyncio.sleep(INTERVAL)
-        now = await listing(where, path, recursive)
-        for event in changes(last, now):
-            quiet = time.monotonic()
-            yield pb.WatchDirResponse(event=_oneof("filesystem", event))
-        last = now
-        if time.monotonic() - quiet > _KEEPALIVE:
-            quiet = time.monotonic()
-            yield pb.WatchDirResponse(event=_oneof("keepalive", pb.WatchDirResponse.KeepAlive()))
+    _check_room(where)
+    sandbox_id = where.sandbox_id
+    _streams[sandbox_id] = _streams.get(sandbox_id, 0) + 1
+    try:
+        last = await listing(where, path, recursive)
+        yield pb.WatchDirResponse(event=_oneof("start", pb.WatchDirResponse.StartEvent()))
+        quiet = time.monotonic()
+        while True:
+            await asyncio.sleep(INTERVAL)
+            now = await listing(where, path, recursive)
+            for event in changes(last, now):
+                quiet = time.monotonic()
+                yield pb.WatchDirResponse(event=_oneof("filesystem", event))
+            last = now
+            if time.monotonic() - quiet > _KEEPALIVE:
+                quiet = time.monotonic()
+                keepalive = pb.WatchDirResponse.KeepAlive()
+                yield pb.WatchDirResponse(event=_oneof("keepalive", keepalive))
+    finally:
+        left = _streams.get(sandbox_id, 1) - 1
+        if left > 0:
+            _streams[sandbox_id] = left
+        else:
+            _streams.pop(sandbox_id, None)
 
 
 def _oneof(field: str, value: Any) -> Any:
