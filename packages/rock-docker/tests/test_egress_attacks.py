@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from rock_core.egress import EgressPolicy, EgressRule
+from rock_core.errors import RuntimeFailure
 from rock_docker._firewall import Firewall
 
 pytestmark = [pytest.mark.docker]
@@ -142,3 +143,27 @@ def test_a_listed_domain_answering_the_hosts_own_address_does_not_open_the_host(
         dns.close()
         server.shutdown()
         server.server_close()
+
+
+def test_a_policy_on_a_container_with_an_ipv6_address_is_refused_not_left_open(
+    docker_client: Any, run_labels: Any
+):
+    # The rules are iptables' (IPv4): on a bridge with IPv6 (an operator's daemon.json "ipv6":
+    # true), the container's IPv6 traffic would pass untouched, so the policy cannot hold.
+    network = docker_client.networks.create(
+        f"rock-test-v6-{threading.get_native_id()}",
+        enable_ipv6=True,
+        ipam={"Config": [{"Subnet": "fd00:5e7:2::/64"}]},
+        labels=run_labels,
+    )
+    found = docker_client.containers.run(
+        "python:3.11", ["sleep", "300"], detach=True, labels=run_labels, network=network.name
+    )
+    firewall = Firewall((), 30.0)
+    try:
+        with pytest.raises(RuntimeFailure, match="IPv6"):
+            firewall.apply(docker_client.api, found.id, EgressPolicy.deny_all())
+        assert _rules_of(found.id) == []
+    finally:
+        found.remove(force=True)
+        network.remove()

@@ -176,6 +176,15 @@ class Firewall:
         """The container's address and its bridge's interface."""
         networks = api.inspect_container(unit_id)["NetworkSettings"].get("Networks") or {}
         for network in networks.values():
+            if network.get("GlobalIPv6Address"):
+                # The rules are iptables' (IPv4 only): IPv6 traffic would pass untouched.
+                raise RuntimeFailure(
+                    f"container {unit_id[:12]} has an IPv6 address "
+                    f"({network['GlobalIPv6Address']}): rock's egress policies hold IPv4 only, "
+                    "so none is put on a network with IPv6",
+                    attempted="egress",
+                )
+        for network in networks.values():
             address, network_id = network.get("IPAddress"), network.get("NetworkID")
             if address and network_id:
                 if network_id not in self._bridges:
