@@ -73,7 +73,12 @@ class _Dns:
 @pytest.fixture
 def container(docker_client: Any, run_labels: Any) -> Iterator[Any]:
     found = docker_client.containers.run(
-        "python:3.11", ["sleep", "300"], detach=True, labels=run_labels, network="bridge"
+        "python:3.11",
+        ["sleep", "300"],
+        detach=True,
+        labels=run_labels,
+        network="bridge",
+        cap_drop=["NET_RAW"],  # as rock's sandboxes (a policy refuses a container with it)
     )
     try:
         yield found
@@ -157,7 +162,12 @@ def test_a_policy_on_a_container_with_an_ipv6_address_is_refused_not_left_open(
         labels=run_labels,
     )
     found = docker_client.containers.run(
-        "python:3.11", ["sleep", "300"], detach=True, labels=run_labels, network=network.name
+        "python:3.11",
+        ["sleep", "300"],
+        detach=True,
+        labels=run_labels,
+        network=network.name,
+        cap_drop=["NET_RAW"],
     )
     firewall = Firewall((), 30.0)
     try:
@@ -167,3 +177,26 @@ def test_a_policy_on_a_container_with_an_ipv6_address_is_refused_not_left_open(
     finally:
         found.remove(force=True)
         network.remove()
+
+
+@pytest.mark.parametrize("capability", ["NET_RAW", "NET_ADMIN"])
+def test_a_policy_on_a_container_that_may_forge_its_source_address_is_refused(
+    docker_client: Any, run_labels: Any, capability: str
+):
+    # The rules match the container's address: with raw sockets (NET_RAW) or its own interfaces
+    # (NET_ADMIN) it sends from another address of its bridge, which no rule matches.
+    found = docker_client.containers.run(
+        "python:3.11",
+        ["sleep", "300"],
+        detach=True,
+        labels=run_labels,
+        network="bridge",
+        cap_add=[capability],
+    )
+    firewall = Firewall((), 30.0)
+    try:
+        with pytest.raises(RuntimeFailure, match=capability):
+            firewall.apply(docker_client.api, found.id, EgressPolicy.deny_all())
+        assert _rules_of(found.id) == []
+    finally:
+        found.remove(force=True)

@@ -113,6 +113,26 @@ def _body(
     return lines
 
 
+#: Capabilities that let a container send from an address not its own (raw packets, its own
+#: interfaces' addresses): the rules, keyed by its address, would not see those packets.
+_FORGING = ("NET_ADMIN", "NET_RAW")
+
+
+def _forging(host_config: Mapping[str, object]) -> list[str]:
+    """What of :data:`_FORGING` (or privileged) a container has, from its ``HostConfig``
+    (Docker's default set has ``NET_RAW`` unless dropped)."""
+
+    def names(field: str) -> set[str]:
+        value = host_config.get(field) or []
+        return {str(c).upper().removeprefix("CAP_") for c in value}  # type: ignore[attr-defined]
+
+    dropped, added = names("CapDrop"), names("CapAdd")
+    if host_config.get("Privileged") or "ALL" in added:
+        return ["privileged" if host_config.get("Privileged") else "ALL capabilities"]
+    kept = added | (set() if "ALL" in dropped else {"NET_RAW"} - dropped)
+    return sorted(kept & set(_FORGING))
+
+
 class Firewall:
     """The egress rules this runtime put on the host, and the domains it follows.
 
@@ -174,7 +194,16 @@ class Firewall:
 
     def _where(self, api: docker.APIClient, unit_id: str) -> tuple[str, str]:
         """The container's address and its bridge's interface."""
-        networks = api.inspect_container(unit_id)["NetworkSettings"].get("Networks") or {}
+        inspected = api.inspect_container(unit_id)
+        forging = _forging(inspected.get("HostConfig") or {})
+        if forging:
+            raise RuntimeFailure(
+                f"container {unit_id[:12]} has {', '.join(forging)}: it can send from another "
+                "address than its own, which no rule of an egress policy matches, so none is "
+                "put on it (start it without these capabilities)",
+                attempted="egress",
+            )
+        networks = inspected["NetworkSettings"].get("Networks") or {}
         for network in networks.values():
             if network.get("GlobalIPv6Address"):
                 # The rules are iptables' (IPv4 only): IPv6 traffic would pass untouched.
