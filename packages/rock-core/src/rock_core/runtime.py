@@ -447,22 +447,29 @@ class Runtime(abc.ABC):
             attempted="snapshot",
         )
 
-    async def export_snapshot_image(self, image: SnapshotImage) -> AsyncIterator[bytes]:
+    async def export_snapshot_image(
+        self, image: SnapshotImage, *, unit_labels: Mapping[str, str] | None = None
+    ) -> AsyncIterator[bytes]:
         """The files of ``image`` (a :meth:`snapshot_image` answer made with ``changes``) over
         its base image, with its configuration, as a stream of bytes for the archive store
-        (the base image itself is not in it). Optional (with ``snapshot_image``): the default
-        raises :class:`NotSupported`."""
+        (the base image itself is not in it). A unit the runtime makes for a while to read it
+        carries ``unit_labels`` (so that the engine's sweep finds one a dead process left).
+        Optional (with ``snapshot_image``): the default raises :class:`NotSupported`."""
         raise NotSupported(
             f"runtime {self.name!r} cannot keep snapshots in the archive store",
             attempted="snapshot",
         )
 
     async def import_snapshot_image(
-        self, data: AsyncIterable[bytes], *, labels: Mapping[str, str]
+        self,
+        data: AsyncIterable[bytes],
+        *,
+        labels: Mapping[str, str],
+        unit_labels: Mapping[str, str] | None = None,
     ) -> SnapshotImage:
         """Make a snapshot image on this node again from a stream :meth:`export_snapshot_image`
         made (its base image had as a start has it), labelled with ``labels`` over those it
-        was made with. Optional (with ``snapshot_image``): the default raises
+        was made with; a unit made for a while to build it carries ``unit_labels``. Optional (with ``snapshot_image``): the default raises
         :class:`NotSupported`."""
         raise NotSupported(
             f"runtime {self.name!r} cannot start from snapshots in the archive store",

@@ -12,8 +12,9 @@ even when the sandbox changed them since.
 Import makes the snapshot image again: a container of the base image (pulled if it is not on
 the node), the files put into it, the deletions done by running it once (a shell step, as a
 restored sandbox does them), then committed with the snapshot's configuration and a new
-``rock-snapshot`` tag. Its temporary containers are named ``rock-snapshot-io-<hex>`` and removed
-before the call returns.
+``rock-snapshot`` tag. Its temporary containers are named ``rock-snapshot-io-<hex>``, carry the
+engine's ``unit_labels`` and are removed before the call returns; those of an admin that died
+in the middle are removed by the next one's start-up sweep (by those labels).
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ class SnapshotTransfer:
     _run: Callable[..., Any]
     _docker: Callable[[], docker.DockerClient]
 
-    async def export_snapshot_image(self, image: SnapshotImage) -> AsyncIterator[bytes]:
+    async def export_snapshot_image(
+        self, image: SnapshotImage, *, unit_labels: Mapping[str, str] | None = None
+    ) -> AsyncIterator[bytes]:
         """The snapshot's files over its base image, in the archive's format (module docstring).
 
         :raises RockError: ``image`` was not made with its changes.
@@ -88,9 +91,11 @@ class SnapshotTransfer:
                 attempted="snapshot",
             )
 
-        return self._streamed(image.image_id, plan)
+        return self._streamed(image.image_id, plan, dict(unit_labels or {}))
 
-    async def _streamed(self, image_id: str, plan: SnapshotPlan) -> AsyncIterator[bytes]:
+    async def _streamed(
+        self, image_id: str, plan: SnapshotPlan, unit_labels: dict[str, str]
+    ) -> AsyncIterator[bytes]:
         """The export's frames, read in worker threads from a container of ``image_id`` made
         when the stream is first read and removed when it ends or is closed."""
 
@@ -100,6 +105,7 @@ class SnapshotTransfer:
                 command=["true"],
                 name=f"{TEMPORARY_PREFIX}{secrets.token_hex(8)}",
                 network_disabled=True,
+                labels=unit_labels,
             )
             return str(made["Id"])
 
@@ -119,7 +125,11 @@ class SnapshotTransfer:
                 )
 
     async def import_snapshot_image(
-        self, data: AsyncIterable[bytes], *, labels: Mapping[str, str]
+        self,
+        data: AsyncIterable[bytes],
+        *,
+        labels: Mapping[str, str],
+        unit_labels: Mapping[str, str] | None = None,
     ) -> SnapshotImage:
         """A ``rock-snapshot`` image made again from an export's bytes (module docstring),
         labelled with ``labels`` over the ones it was made with.
@@ -146,6 +156,7 @@ class SnapshotTransfer:
                 user="0",
                 name=f"{TEMPORARY_PREFIX}{secrets.token_hex(8)}",
                 network_disabled=True,
+                labels=dict(unit_labels or {}),
             )
             return str(made["Id"]), int(api.inspect_image(base).get("Size") or 0)
 

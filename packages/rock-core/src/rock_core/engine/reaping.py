@@ -6,7 +6,8 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
 - at engine start, in the background (:func:`background_sweep`): the units of owners whose
   process died (judged by :mod:`rock_core.engine.owners`), and the unclaimed warm-pool members
   and reset leftovers (old units a reset renamed out of the way and had not removed yet, no
-  record holding them) an earlier run of this owner left, through the engine's removal queue
+  record holding them) and snapshot transfer leftovers (the temporary units of a snapshot's
+  export or import) an earlier run of this owner left, through the engine's removal queue
   (:mod:`rock_core.engine.removals`: a few at a time, and none while a start is in flight);
 - on demand (:func:`reap_orphans`): the orphans alone, for ``rock`` and the admin;
 - in a cluster, by the leader after each reconcile (:func:`sweep_untracked`): units of the
@@ -31,6 +32,7 @@ from rock_core.engine.owners import owner_is_dead
 from rock_core.engine.pool import is_unclaimed_member
 from rock_core.engine.removals import END_TIMEOUT, end_processes
 from rock_core.engine.resetting import is_reset_leftover
+from rock_core.engine.snapshot_store import is_transfer_leftover
 from rock_core.errors import RockError
 from rock_core.models import SandboxRecord
 from rock_core.states import LIVE_STATES, Event, State
@@ -69,7 +71,11 @@ async def sweep(core: EngineCore, *, reap: bool) -> int:
         h
         for h in handles
         if h.labels.get(LABEL_OWNER, "") == owner
-        and (is_unclaimed_member(h, claimed) or is_reset_leftover(h, claimed))
+        and (
+            is_unclaimed_member(h, claimed)
+            or is_reset_leftover(h, claimed)
+            or is_transfer_leftover(h, claimed)
+        )
         and h.labels.get(LABEL_ENGINE_ID) != core.engine_id
     ]
     orphans = [

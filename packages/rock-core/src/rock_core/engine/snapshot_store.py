@@ -10,26 +10,42 @@ sandbox and image, size, creation time). A start, fork or reset naming a snapsho
 not have looks in the store (:func:`fetch`): the snapshot is made into a local image again once
 (the runtime's import), and later uses find it on the node. Deleting a snapshot deletes it from
 both. The node's listing shows the node's snapshots.
+
+A unit the runtime makes for a moment to export or import a snapshot carries the engine's labels
+and :data:`LABEL_TRANSFER`: one an admin that died in the middle left behind is removed by the
+next one's start-up sweep (:func:`is_transfer_leftover`, :mod:`~rock_core.engine.reaping`).
 """
 
 from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Container, Mapping
 
 import anyio
 
 from rock_core.actions import SnapshotInfo
 from rock_core.engine.core import EngineCore
 from rock_core.errors import InvalidParameter
-from rock_core.runtime import SnapshotImage
+from rock_core.runtime import SnapshotImage, UnitHandle
 from rock_core.tenancy import scoped_name
 
-__all__ = ["LABEL_ARCHIVED", "fetch", "forget", "is_stored", "keep", "require_store", "store_key"]
+__all__ = [
+    "LABEL_ARCHIVED",
+    "LABEL_TRANSFER",
+    "fetch",
+    "forget",
+    "is_stored",
+    "is_transfer_leftover",
+    "keep",
+    "require_store",
+    "store_key",
+]
 
 #: The label of a snapshot image that is also in the archive store.
 LABEL_ARCHIVED = "rock.snapshot.archived"
+#: The label of a unit made for a moment to export or import a snapshot.
+LABEL_TRANSFER = "rock.snapshot.transfer"
 _ROOTFS, _NOTE = "rootfs", "snapshot"
 _fetching: weakref.WeakKeyDictionary[EngineCore, dict[str, anyio.Lock]] = (
     weakref.WeakKeyDictionary()
@@ -40,6 +56,17 @@ def store_key(tenant: str | None, name: str) -> str:
     """The archive store key of ``tenant``'s snapshot ``name`` (``None``: an engine without API
     keys, whose callers are all its operator: such engines sharing a store share its names)."""
     return f"snapshot@{scoped_name(tenant, name, length=32)}"
+
+
+def _unit_labels(core: EngineCore) -> dict[str, str]:
+    return {**core.labels(None), LABEL_TRANSFER: "1"}
+
+
+def is_transfer_leftover(handle: UnitHandle, claimed: Container[str] = ()) -> bool:
+    """Whether ``handle`` (from :meth:`Runtime.list`) is a unit made to export or import a
+    snapshot (no sandbox's): one of another run of the engine was left by a process that
+    died in the middle."""
+    return handle.labels.get(LABEL_TRANSFER) == "1" and handle.unit_id not in claimed
 
 
 def require_store(core: EngineCore, attempted: str) -> None:
@@ -73,7 +100,7 @@ async def keep(
     store = core.archive_store
     assert store is not None
     key = store_key(tenant, info.name)
-    stream = await core.runtime.export_snapshot_image(image)
+    stream = await core.runtime.export_snapshot_image(image, unit_labels=_unit_labels(core))
     try:
         await store.put(key, _ROOTFS, stream)
     finally:
@@ -114,7 +141,7 @@ async def fetch(
         stream = await core.archive_store.get(key, _ROOTFS)
         try:
             return await core.runtime.import_snapshot_image(
-                stream, labels={**labels, LABEL_ARCHIVED: "1"}
+                stream, labels={**labels, LABEL_ARCHIVED: "1"}, unit_labels=_unit_labels(core)
             )
         finally:
             await _close(stream)
