@@ -122,3 +122,17 @@ def test_e2b_network_settings_become_rock_egress_policies() -> None:
         egress_of({"denyOut": ["example.com"]})
     with pytest.raises(access.E2BError, match="rock does not serve DNS servers"):
         egress_of({"dnsServers": ["8.8.8.8"]})
+
+
+def test_a_command_writing_tiny_chunks_keeps_a_bounded_number_of_events(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Each event costs the admin far more than its bytes: a command writing a byte at a time
+    # must not keep millions of them within KEPT_OUTPUT.
+    monkeypatch.setattr(process, "KEPT_EVENTS", 3)
+    proc = process.Running(pb.ProcessConfig(cmd="x"), None)
+    for chunk in (b"1", b"2", b"3", b"4", b"5"):
+        data = pb.ProcessEvent.DataEvent(output=process._oneof("stdout", chunk))
+        proc.add(pb.ProcessEvent(event=process._oneof("data", data)), len(chunk))
+    assert [e.event.value.output.value for e in proc.events] == [b"3", b"4", b"5"]
+    assert proc.next_index == 5

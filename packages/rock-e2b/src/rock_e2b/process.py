@@ -42,13 +42,16 @@ METHODS = (
 _KEEPALIVE = 30.0
 #: Output bytes kept per command for its streams (``Start``'s, ``Connect``'s).
 KEPT_OUTPUT = 16 * 1024 * 1024
+#: Events kept per command: each costs the admin far more than its bytes, so a command writing a
+#: byte at a time keeps this many at most (the oldest go first, as for KEPT_OUTPUT).
+KEPT_EVENTS = 65536
 _tags = itertools.count(1)
 
 
 class Running:
     """One command: its config, pid in the sandbox, and its events so far: the last
-    :data:`KEPT_OUTPUT` bytes of output at most (a stream that reads slower than the command
-    writes more than that misses the oldest)."""
+    :data:`KEPT_OUTPUT` bytes of output and :data:`KEPT_EVENTS` events at most (a stream that
+    reads slower than the command writes more than that misses the oldest)."""
 
     def __init__(self, config: pb.ProcessConfig, tag: str | None) -> None:
         self.config = config
@@ -68,9 +71,18 @@ class Running:
     def add(self, event: pb.ProcessEvent, size: int = 0) -> None:
         self.events.append(event)
         self.kept += size
-        while self.kept > KEPT_OUTPUT and len(self.events) > 1:
-            self.kept -= _size(self.events.pop(0))
-            self.dropped += 1
+        count = len(self.events)
+        if self.kept > KEPT_OUTPUT or count > KEPT_EVENTS:
+            # The oldest go in one cut (the list moves once, not once per event); past
+            # KEPT_EVENTS down to three quarters of it, so the next cut is that far off.
+            floor = KEPT_EVENTS * 3 // 4 if count > KEPT_EVENTS else count
+            cut, kept = 0, self.kept
+            while cut < count - 1 and (kept > KEPT_OUTPUT or count - cut > floor):
+                kept -= _size(self.events[cut])
+                cut += 1
+            del self.events[:cut]
+            self.kept = kept
+            self.dropped += cut
         self.changed.set()
         self.changed = asyncio.Event()
 
