@@ -12,10 +12,14 @@ naming ``max_snapshots``, until it deletes the first.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 from rock.actions import Command
@@ -176,3 +180,32 @@ async def test_a_reset_to_another_tenants_snapshot_is_an_unknown_snapshot(admin:
         for sandbox in (a, b):
             await sandbox.stop()
         await _delete_all(a)
+
+
+async def test_admin_status_shows_a_tenants_snapshots_and_its_max_snapshots(admin: Any) -> None:
+    parent = _sandbox(admin, KEY_S)
+    await parent.start()
+    try:
+        await parent.snapshot(name="counted")
+        async with httpx.AsyncClient(base_url=admin.url, headers={"X-API-Key": KEY_S}) as http:
+            answer = await http.get("/admin/status")
+        row = answer.json()["tenants"]["team-s"]
+        assert row["snapshots"] == 1 and row["quota"]["max_snapshots"] == 1
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [os.path.join(os.path.dirname(sys.executable), "rock"), "admin", "status"],
+            capture_output=True,
+            text=True,
+            env={
+                **os.environ,
+                "ROCK_ADMIN_STATE_DIR": str(admin.state_dir),
+                "ROCK_API_KEY": KEY_S,
+            },
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "tenant:    team-s: 1 sandboxes, " in done.stdout, done.stdout
+        assert ", 1 snapshots (max 1)" in done.stdout, done.stdout
+    finally:
+        await parent.stop()
+        await _delete_all(parent)

@@ -315,7 +315,13 @@ def test_a_start_past_a_quota_is_refused_naming_it_and_the_use(admin: Any) -> No
                 "sandboxes": 3,
                 "memory": 3 * 256 * 2**20,
                 "cpus": 1.5,
-                "quota": {"max_sandboxes": 3, "max_memory": 2**30, "max_cpus": 1.5},
+                "snapshots": 0,
+                "quota": {
+                    "max_sandboxes": 3,
+                    "max_memory": 2**30,
+                    "max_cpus": 1.5,
+                    "max_snapshots": None,
+                },
             }
             # Stopped sandboxes hold nothing: a slot is free again, and a restart needs one.
             stop(http, first)

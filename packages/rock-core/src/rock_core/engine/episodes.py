@@ -52,6 +52,10 @@ class EpisodeState:
         """The snapshots of ``tenant`` (default: this engine's owner), oldest first."""
         return await snapshots.list_snapshots(self._core, tenant)
 
+    async def snapshot_counts(self) -> dict[str, int]:
+        """How many snapshots each tenant keeps on the node (what ``max_snapshots`` counts)."""
+        return await snapshots.snapshot_counts(self._core)
+
     @leader_only_call
     async def delete_snapshot(self, name: str, *, tenant: str | None = None) -> None:
         """Delete a snapshot of ``tenant`` (:func:`rock_core.engine.snapshots.delete_snapshot`)."""

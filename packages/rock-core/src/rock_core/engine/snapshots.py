@@ -51,6 +51,7 @@ __all__ = [
     "list_snapshots",
     "resolve_start",
     "snapshot",
+    "snapshot_counts",
     "snapshot_reference",
 ]
 
@@ -239,6 +240,19 @@ async def list_snapshots(core: EngineCore, tenant: str | None = None) -> list[Sn
     _require(core, "snapshots")
     found = await core.runtime.snapshot_images(_scope(core, tenant or core.owner))
     return [_info(image) for image in found]
+
+
+async def snapshot_counts(core: EngineCore) -> dict[str, int]:
+    """How many snapshots each tenant keeps on the node (what ``max_snapshots`` counts); empty
+    on a runtime without the capability ``snapshot_image``."""
+    if not core.runtime.capabilities.snapshot_image:
+        return {}
+    counts: dict[str, int] = {}
+    found = await core.runtime.snapshot_images({LABEL_ENGINE: core.config.engine_label})
+    for image in found:
+        tenant = image.labels.get(LABEL_TENANT, "")
+        counts[tenant] = counts.get(tenant, 0) + 1
+    return counts
 
 
 async def delete_snapshot(core: EngineCore, name: str, tenant: str | None = None) -> None:

@@ -477,7 +477,7 @@ class AdminApp:
 
     async def _status(self, request: Request) -> Response:
         """``GET /admin/status``: what ``rock admin status`` shows, as JSON (:mod:`rock.admin.status`)."""
-        return json_response(admin_status(self, request))
+        return json_response(await admin_status(self, request))
 
     async def _openapi_json(self, _request: Request) -> Response:
         if self._openapi is None:

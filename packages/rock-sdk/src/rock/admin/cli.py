@@ -161,7 +161,8 @@ def status(config_file: str | None, as_json: bool) -> None:
 
 
 def _tenant_use(row: dict[str, Any]) -> str:
-    """A tenant's row of ``/admin/status`` in words: ``2 sandboxes (max 5), 1.00g memory, 1 cpus (max 4)``."""
+    """A tenant's row of ``/admin/status`` in words: ``2 sandboxes (max 5), 1.00g memory,
+    1 cpus (max 4), 3 snapshots (max 10)``."""
     quota = row.get("quota") or {}
 
     def part(value: Any, limit: Any, unit: str, show: Any) -> str:
@@ -178,5 +179,6 @@ def _tenant_use(row: dict[str, Any]) -> str:
                 lambda n: format_size(int(n)),
             ),
             part(row.get("cpus", 0), quota.get("max_cpus"), "cpus", lambda n: f"{float(n):g}"),
+            part(row.get("snapshots", 0), quota.get("max_snapshots"), "snapshots", str),
         ]
     )

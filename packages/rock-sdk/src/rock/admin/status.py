@@ -1,8 +1,9 @@
 """``GET /admin/status``: the admin's state as JSON, what ``rock admin status`` shows.
 
 ``version``; ``sandboxes`` by state; the ``start_queue`` (depth, active); ``tenants``: each
-tenant's use (its pending and running sandboxes, their memory in bytes and CPUs) with its quota
-(``max_sandboxes``, ``max_memory`` in bytes, ``max_cpus``; ``null``: none); ``warm_pools``.
+tenant's use (its pending and running sandboxes, their memory in bytes and CPUs, the snapshots
+it keeps on the node) with its quota (``max_sandboxes``, ``max_memory`` in bytes, ``max_cpus``,
+``max_snapshots``; ``null``: none); ``warm_pools``.
 
 An operator's key (or anyone, without keys) sees every tenant, each configured one even with no
 sandbox, and the warm pools; another key sees its own tenant's row and no pools (they are the
@@ -28,33 +29,41 @@ if TYPE_CHECKING:
 __all__ = ["admin_status"]
 
 
-def _row(usage: Usage, quota: Quota | None) -> dict[str, Any]:
+def _row(usage: Usage, snapshots: int, quota: Quota | None) -> dict[str, Any]:
     quota = quota or Quota()
     return {
         "sandboxes": usage.sandboxes,
         "memory": usage.memory,
         "cpus": usage.cpus,
+        "snapshots": snapshots,
         "quota": {
             "max_sandboxes": quota.max_sandboxes,
             "max_memory": quota.max_memory,
             "max_cpus": quota.max_cpus,
+            "max_snapshots": quota.max_snapshots,
         },
     }
 
 
-def admin_status(app: AdminApp, request: Request) -> dict[str, Any]:
+async def admin_status(app: AdminApp, request: Request) -> dict[str, Any]:
     """The ``/admin/status`` document for the request's key (see the module docstring)."""
     manager = app.manager
     by_state = manager.count_by_state()
     use = manager.usage_by_tenant()
+    kept = await manager.snapshot_counts()
     operator = is_operator(request)
     key = scope_key(request.scope)
     quotas = app.keys.quotas
     if operator:
-        tenants = {t: _row(use.get(t, Usage()), quotas.get(t)) for t in sorted({*quotas, *use})}
+        tenants = {
+            t: _row(use.get(t, Usage()), kept.get(t, 0), quotas.get(t))
+            for t in sorted({*quotas, *use})
+        }
     else:
         assert key is not None  # without keys, everyone is the operator
-        tenants = {key.tenant: _row(use.get(key.tenant, Usage()), key.quota)}
+        tenants = {
+            key.tenant: _row(use.get(key.tenant, Usage()), kept.get(key.tenant, 0), key.quota)
+        }
     return {
         "version": __version__,
         "sandboxes": {state.value: by_state.get(state, 0) for state in State},
