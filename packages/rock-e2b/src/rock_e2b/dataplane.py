@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import contextvars
 import urllib.parse
 from collections.abc import AsyncIterator
@@ -31,6 +32,10 @@ from rock_e2b.control import PREFIX as CONTROL_PREFIX
 __all__ = ["PREFIX", "Target", "current", "rock_failure", "routes", "serve_asgi"]
 
 PREFIX = f"{CONTROL_PREFIX}/envd"
+#: Messages of an answer waiting for its caller to read them.
+_QUEUED = 16
+#: Seconds an answer's message waits for room before the application is ended.
+_SEND_WAIT = 600.0
 
 
 @attrs.frozen
@@ -103,7 +108,9 @@ async def serve_asgi(app: Any, request: RouteRequest, path: str) -> RouteStream:
     as it sends it. The application runs in a task of its own (it outlives this handler: the
     admin reads the answer after the handler returns), cancelled when the answer ends or the
     client goes away."""
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    # Bounded: a caller that does not read holds the application back (a command's stream
+    # then misses its oldest output, process.KEPT_OUTPUT), not the admin's memory.
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=_QUEUED)
     sent = False
 
     async def receive() -> dict[str, Any]:
@@ -115,15 +122,18 @@ async def serve_asgi(app: Any, request: RouteRequest, path: str) -> RouteStream:
         raise AssertionError("unreachable")
 
     async def send(message: dict[str, Any]) -> None:
-        await queue.put(message)
+        # A caller gone without a word (its answer never read) ends the application in time.
+        await asyncio.wait_for(queue.put(message), _SEND_WAIT)
 
     async def run() -> None:
         try:
             await app(scope, receive, send)
         except Exception as exc:  # answered as a 500 if nothing was sent yet
-            await queue.put({"type": "rock.failed", "error": exc})
+            with contextlib.suppress(TimeoutError):
+                await send({"type": "rock.failed", "error": exc})
         finally:
-            await queue.put({"type": "rock.done"})
+            with contextlib.suppress(TimeoutError):
+                await send({"type": "rock.done"})
 
     scope = {
         "type": "http",
