@@ -35,6 +35,7 @@ PACKAGES = {
     "rock-gem": "rock_gem",
     "rock-nomad": "rock_nomad",
     "rock-postgres": "rock_postgres",
+    "rock-e2b": "rock_e2b",
 }
 PLUGINS = [
     "rock-docker",
@@ -43,6 +44,7 @@ PLUGINS = [
     "rock-gem",
     "rock-nomad",
     "rock-postgres",
+    "rock-e2b",
 ]
 
 #: Quoted words that are not names of the code, each with why.
@@ -57,6 +59,7 @@ NOT_NAMES = {
     "fs": "the fs archive store's name",
     "s3": "the s3 archive store's name",
     "nomad": "the nomad runtime's entry point",
+    "E2B": "a company and its API (rock-e2b serves it), not a class",
     "rock": "the entry-point group and the CLI",
     "testing": "rock-nomad's extra",
     "rocklet": "SandboxManager.rocklet, quoted beside call",
