@@ -26,11 +26,18 @@ import attrs
 
 from rock.sdk._drivers.admin_urls import admin_urls
 from rock_core.converters import READ_AS, checked, structure_value
-from rock_core.egress import EgressPolicy, egress_policy
+from rock_core.egress import EgressPolicy, EgressRule, egress_policy
 from rock_core.errors import InvalidParameter
 from rock_core.models import NonNegativeInt, PositiveFloat, PositiveInt, Priority, RestartPolicy
 
-__all__ = ["BaseConfig", "SandboxConfig", "SandboxGroupConfig", "InvalidConfig"]
+__all__ = [
+    "BaseConfig",
+    "SandboxConfig",
+    "SandboxGroupConfig",
+    "InvalidConfig",
+    "EgressPolicy",
+    "EgressRule",
+]
 
 
 class InvalidConfig(InvalidParameter, ValueError):
