@@ -20,10 +20,12 @@ start, so concurrent starts cannot both take the last slot (:func:`quota_refusal
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 
 import attrs
 
+from rock_core.errors import InvalidParameter
 from rock_core.models import SandboxRecord, SandboxSpec
 from rock_core.sizes import format_size
 from rock_core.states import LIVE_STATES
@@ -32,6 +34,7 @@ __all__ = [
     "Quota",
     "Usage",
     "archive_key",
+    "check_image_by_name",
     "group_network_id",
     "quota_refusal",
     "scoped_name",
@@ -164,3 +167,30 @@ def quota_refusal(
                 f"tenant {tenant!r}: {field} {show(limit)} reached (using {show(used)}, asked {show(more)})",
             )
     return None
+
+
+#: An image named by Docker's id (``sha256:<hex>``, or any unique prefix of the hex).
+_IMAGE_ID = re.compile(r"^(sha256:)?[0-9a-f]{1,64}$")
+#: rock's own repository of snapshot images (rock_docker._commit.REPOSITORY).
+_SNAPSHOT_REPOSITORY = "rock-snapshot"
+
+
+def check_image_by_name(image: str, tenant: str | None) -> None:
+    """A tenant's start names its image by name: never by Docker's image id (any unique prefix
+    of which Docker takes, so a key could start from an image only another tenant has, such as
+    its snapshot, and read its files), nor in rock's snapshot repository (its own snapshots are
+    started with ``snapshot=NAME``). Without keys (``tenant`` None) every caller is the operator.
+
+    :raises InvalidParameter: (field ``image``) ``image`` is such a reference.
+    """
+    if tenant is None:
+        return
+    ref = image.strip()
+    if _IMAGE_ID.match(ref) or ref.split(":", 1)[0] == _SNAPSHOT_REPOSITORY:
+        raise InvalidParameter(
+            f"image: {ref!r}: a tenant names the image it starts by name (not by its id, nor in "
+            f"rock's {_SNAPSHOT_REPOSITORY!r} repository; a snapshot of its own starts with "
+            "snapshot=NAME)",
+            field="image",
+            value=ref,
+        )

@@ -88,7 +88,7 @@ from rock_core.rocklet_client import RockletClient
 from rock_core.rocklet_delivery import RockletDelivery
 from rock_core.runtime import Runtime
 from rock_core.states import LIVE_STATES, State
-from rock_core.tenancy import Quota, Usage, usage_by_tenant
+from rock_core.tenancy import Quota, Usage, check_image_by_name, usage_by_tenant
 
 if TYPE_CHECKING:
     from rock_core.envs import Environment, EnvProvider
@@ -271,6 +271,8 @@ class SandboxManager(EpisodeState):
         :raises InvalidParameter: a bad field, a spec above the maximum, an unknown snapshot.
         :raises SandboxAlreadyExists: / :raises QuotaExceeded: (the tenant's ``quota``).
         """
+        if request.snapshot is None:
+            check_image_by_name(request.image, tenant)
         request = await snapshots.resolve_start(self._core, request, tenant)
         return await starting.start_async(
             self._core, request, user_id=user_id, experiment_id=experiment_id,
