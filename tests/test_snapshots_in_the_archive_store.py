@@ -115,7 +115,10 @@ async def test_another_node_starts_from_a_snapshot_it_only_finds_in_the_archive_
     assert snap.archived and snap.size >= 3 << 20
     await _shell(a, parent, "echo later > /work/after.txt")  # after the snapshot: not in it
 
-    assert name not in {s.name for s in await b.list_snapshots()}
+    # Node b lists it as one only the store has, until a start makes it an image there.
+    (listed_b,) = [s for s in await b.list_snapshots() if s.name == name]
+    assert listed_b.archived and not listed_b.on_node and listed_b.image == ""
+    assert listed_b.sandbox_id == parent and listed_b.size == snap.size
     child = str((await b.start(SandboxStartRequest(**SMALL, snapshot=name))).sandbox_id)
     assert await _shell(b, child, LOOK) == at_snapshot
     assert at_snapshot.splitlines()[1:] == [
@@ -130,6 +133,7 @@ async def test_another_node_starts_from_a_snapshot_it_only_finds_in_the_archive_
     # Made an image on node b once: a second start uses it, and node b now lists it.
     listed = [s for s in await b.list_snapshots() if s.name == name]
     assert len(listed) == 1 and listed[0].archived and listed[0].sandbox_id == parent
+    assert listed[0].on_node
     second = str((await b.start(SandboxStartRequest(**SMALL, snapshot=name))).sandbox_id)
     assert await _shell(b, second, "cat /work/task.txt") == "task"
     assert len([s for s in await b.list_snapshots() if s.name == name]) == 1

@@ -104,3 +104,32 @@ def test_a_snapshot_kept_in_the_archive_store_starts_sandboxes_after_its_image_i
         if admin.rock("sandbox", "snapshots", "--delete", name).returncode == 0:
             break
     assert not [p for p in admin.store.glob("snapshot@*") if p.is_dir()]
+
+
+def test_a_snapshot_only_in_the_archive_store_is_listed_and_can_be_deleted(
+    admin: Admin, docker_client: Any
+) -> None:
+    parent = _ok(admin.rock("sandbox", "create", *SMALL)).strip()
+    name = f"stored-{uuid.uuid4().hex[:10]}"
+    _ok(admin.rock("sandbox", "snapshot", parent, "--name", name, "--archive"))
+    _ok(admin.rock("sandbox", "stop", parent))
+    listed = json.loads(_ok(admin.rock("sandbox", "snapshots", "--json")))
+    (snap,) = [s for s in listed if s["name"] == name]
+    assert snap["on_node"] is True
+    # A later day: the node's image of the snapshot was pruned; the store still has it.
+    docker_client.images.remove(snap["image"], force=True)
+
+    listed = json.loads(_ok(admin.rock("sandbox", "snapshots", "--json")))
+    (stored,) = [s for s in listed if s["name"] == name]
+    assert stored["archived"] is True and stored["on_node"] is False
+    assert stored["sandbox_id"] == parent and stored["size"] == snap["size"]
+    assert stored["source_image"] == "python:3.11" and stored["image"] == ""
+    row = [line for line in _ok(admin.rock("sandbox", "snapshots")).splitlines() if name in line]
+    assert len(row) == 1 and "(archive store)" in row[0]
+
+    done = admin.rock("sandbox", "snapshots", "--delete", name)
+    assert _ok(done).strip() == f"snapshot {name} deleted"
+    assert name not in {
+        s["name"] for s in json.loads(_ok(admin.rock("sandbox", "snapshots", "--json")))
+    }
+    assert not [p for p in admin.store.glob("snapshot@*") if p.is_dir()]

@@ -15,11 +15,8 @@ that name the setting to fix.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import functools
-import io
-import itertools
 import logging
 import os
 import re
@@ -29,6 +26,7 @@ from typing import Any, ClassVar, Optional
 import anyio
 import anyio.to_thread
 
+from rock_archive_s3._part import _Part
 from rock_core.archive import ArchiveStore, check_archive_address
 from rock_core.converters import structure_value
 from rock_core.errors import InternalServerRockError, InvalidParameter, RockError, SandboxNotFound
@@ -342,6 +340,22 @@ class S3ArchiveStore(ArchiveStore):
             return False
         return True
 
+    async def names(self, prefix: str) -> list[str] | None:
+        client = await self._get_client()
+        base = f"{self.prefix}/" if self.prefix else ""
+
+        def listing() -> list[str]:
+            found: set[str] = set()
+            pages = client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=base + prefix, Delimiter="/"
+            )
+            for page in pages:
+                for common in page.get("CommonPrefixes", []):
+                    found.add(common["Prefix"][len(base) :].rstrip("/"))
+            return sorted(found)
+
+        return list(await self._call(prefix, None, "list", listing))
+
     async def delete(self, sandbox_id: str) -> None:
         check_archive_address(sandbox_id)
         client = await self._get_client()
@@ -554,44 +568,3 @@ async def _parts(data: AsyncIterable[bytes], size: int) -> AsyncGenerator[_Part,
                 del part
     if held:
         yield _Part(views)
-
-
-class _Part(io.RawIOBase):
-    """One part of a multipart upload as a readable, seekable file over the chunks it is made
-    of, for botocore to checksum, sign and send without joining them (a copy of each part in
-    flight; botocore would also glue a ``bytes`` body to the request's headers, another one)."""
-
-    def __init__(self, views: list[memoryview]) -> None:
-        super().__init__()
-        self._views = views
-        self._starts = list(itertools.accumulate((len(v) for v in views), initial=0))
-        self.size = self._starts[-1]
-        self._pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        if self._pos >= self.size:
-            return 0
-        index = bisect.bisect_right(self._starts, self._pos) - 1
-        offset = self._pos - self._starts[index]
-        piece = self._views[index][offset : offset + len(buffer)]
-        n = len(piece)
-        memoryview(buffer).cast("B")[:n] = piece
-        self._pos += n
-        return n
-
-    def __len__(self) -> int:
-        return self.size

@@ -107,6 +107,12 @@ class ArchiveStore(abc.ABC):
         flight then fails, or its part is visible once it returns); deleting what is not there
         is not an error."""
 
+    async def names(self, prefix: str) -> list[str] | None:
+        """The sandbox ids of the archives stored whose id starts with ``prefix`` (unfinished
+        writes aside), sorted; ``None`` (the default) when the store cannot list them. The
+        engine lists snapshots kept only in the store with it."""
+        return None
+
     async def aclose(self) -> None:
         """Release the store's clients and connections. Idempotent; the default holds nothing."""
 

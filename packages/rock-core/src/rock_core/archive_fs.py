@@ -168,6 +168,20 @@ class FilesystemArchiveStore(ArchiveStore):
 
         await self._io(remove, "delete", sandbox_id, None)
 
+    async def names(self, prefix: str) -> list[str] | None:
+        def listing() -> list[str]:
+            try:
+                entries = list(os.scandir(self.root))
+            except FileNotFoundError:
+                return []
+            return sorted(
+                e.name
+                for e in entries
+                if e.name.startswith(prefix) and not e.name.startswith(".") and e.is_dir()
+            )
+
+        return await self._io(listing, "list", prefix, None)
+
     # -- helpers -----------------------------------------------------------------------------
 
     async def _io(

@@ -86,7 +86,14 @@ def snapshots(delete: tuple[str, ...], base_url: str | None, as_json: bool) -> N
         print_json([unstructure_wire(s) for s in found])
         return
     rows: list[Any] = [
-        [s.name, s.sandbox_id, format_bytes(s.size), when(s.created_at), s.image] for s in found
+        [
+            s.name,
+            s.sandbox_id,
+            format_bytes(s.size),
+            when(s.created_at),
+            s.image if s.on_node else "(archive store)",
+        ]
+        for s in found
     ]
     print_table(["NAME", "SANDBOX", "SIZE", "CREATED", "IMAGE"], rows)
 

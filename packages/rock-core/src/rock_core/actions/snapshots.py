@@ -46,7 +46,8 @@ class SnapshotInfo(SandboxResponse):
     from, its ``size`` in bytes over its image, when it was made, the image it is kept as, and
     (on the snapshot call's answer only) how long the sandbox was frozen for the copy;
     ``archived``: it is in the archive store as well (another node or a later day can start
-    from it)."""
+    from it); ``on_node``: false for one only the archive store has (its ``image`` is then
+    empty: a start from it makes it an image on the node again)."""
 
     name: str
     sandbox_id: str
@@ -56,6 +57,7 @@ class SnapshotInfo(SandboxResponse):
     source_image: str | None = None
     frozen_seconds: float | None = None
     archived: bool = False
+    on_node: bool = True
 
 
 @attrs.frozen(kw_only=True)

@@ -9,7 +9,8 @@ symlinks; never the base image), and ``snapshot``, a JSON note of what it is (na
 sandbox and image, size, creation time). A start, fork or reset naming a snapshot the node does
 not have looks in the store (:func:`fetch`): the snapshot is made into a local image again once
 (the runtime's import), and later uses find it on the node. Deleting a snapshot deletes it from
-both. The node's listing shows the node's snapshots.
+both. The listing shows the node's snapshots and those of the tenant only the store has
+(:func:`stored`, ``on_node`` false: a store that can list its archives, ``ArchiveStore.names``).
 
 A unit the runtime makes for a moment to export or import a snapshot carries the engine's labels
 and :data:`LABEL_TRANSFER`: one an admin that died in the middle left behind is removed by the
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import AsyncIterator, Container, Mapping
+from datetime import datetime
 
 import anyio
 
@@ -40,6 +42,7 @@ __all__ = [
     "keep",
     "require_store",
     "store_key",
+    "stored",
 ]
 
 #: The label of a snapshot image that is also in the archive store.
@@ -145,6 +148,48 @@ async def fetch(
             )
         finally:
             await _close(stream)
+
+
+async def _note(core: EngineCore, key: str) -> dict[str, object] | None:
+    """The note of the snapshot stored under ``key`` (``None``: gone since it was listed)."""
+    assert core.archive_store is not None
+    if not await core.archive_store.exists(key, _NOTE):
+        return None
+    data = bytearray()
+    stream = await core.archive_store.get(key, _NOTE)
+    try:
+        async for chunk in stream:
+            data += chunk
+    finally:
+        await _close(stream)
+    note = json.loads(bytes(data))
+    return note if isinstance(note, dict) else None
+
+
+async def stored(core: EngineCore, tenant: str | None) -> list[SnapshotInfo]:
+    """``tenant``'s snapshots in the archive store (``archived``, ``on_node`` false, no image;
+    the caller drops those the node has), by their notes; empty without a store or with one
+    that cannot list its archives."""
+    store = core.archive_store
+    keys = None if store is None else await store.names("snapshot@")
+    found: list[SnapshotInfo] = []
+    for key in keys or []:
+        note = await _note(core, key)
+        if note is None or note.get("tenant") != tenant or not note.get("name"):
+            continue
+        found.append(
+            SnapshotInfo(
+                name=str(note["name"]),
+                sandbox_id=str(note.get("sandbox_id") or ""),
+                size=int(str(note.get("size") or 0)),
+                created_at=datetime.fromisoformat(str(note["created_at"])),
+                image="",
+                source_image=str(note["source_image"]) if note.get("source_image") else None,
+                archived=True,
+                on_node=False,
+            )
+        )
+    return found
 
 
 async def forget(core: EngineCore, tenant: str | None, name: str) -> bool:

@@ -236,10 +236,18 @@ async def snapshot(
 
 
 async def list_snapshots(core: EngineCore, tenant: str | None = None) -> list[SnapshotInfo]:
-    """The snapshots of ``tenant`` (default: the engine's owner), oldest first."""
+    """The snapshots of ``tenant`` (default: the engine's owner), oldest first: the node's,
+    and those only the archive store has (``on_node`` false)."""
     _require(core, "snapshots")
-    found = await core.runtime.snapshot_images(_scope(core, tenant or core.owner))
-    return [_info(image) for image in found]
+    owner = tenant or core.owner
+    found = [_info(image) for image in await core.runtime.snapshot_images(_scope(core, owner))]
+    here = {info.name for info in found}
+    only_stored = [
+        info
+        for info in await snapshot_store.stored(core, _stored_as(core, owner))
+        if info.name not in here
+    ]
+    return sorted([*found, *only_stored], key=lambda info: info.created_at)
 
 
 async def snapshot_counts(core: EngineCore) -> dict[str, int]:

@@ -37,6 +37,7 @@ import random
 import re
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -272,6 +273,23 @@ class ArchiveStoreConformance:
             )
             assert await store.exists(sandbox_id, "rootfs")
             assert await read_part(store, sandbox_id, "rootfs") == data
+
+    async def test_names_lists_the_archives_stored_under_a_prefix(
+        self, store: ArchiveStore, sandbox_ids: list[str]
+    ) -> None:
+        prefix = f"names{uuid.uuid4().hex[:8]}@"
+        ids = [f"{prefix}b", f"{prefix}a"]
+        sandbox_ids.extend(ids)
+        with anyio.fail_after(self.timeout):
+            for sandbox_id in ids:
+                await store.put(sandbox_id, "snapshot", chunks_of(b"{}"))
+            await store.put(self.new_id(sandbox_ids), "snapshot", chunks_of(b"{}"))
+            listed = await store.names(prefix)
+            if listed is None:  # optional: a store that cannot list says so
+                return
+            assert listed == sorted(ids)
+            await store.delete(ids[0])
+            assert await store.names(prefix) == [ids[1]]
 
     async def test_an_empty_stream_is_an_empty_part(
         self, store: ArchiveStore, sandbox_ids: list[str]
