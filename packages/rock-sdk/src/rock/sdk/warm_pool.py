@@ -60,7 +60,7 @@ async def warm_pool(
     driver = sandbox._get_driver()
     await driver.set_warm_pool(request, size)
     if request.snapshot is not None:  # the engine keys a snapshot's pool by its image, never pulled
-        snaps = {s.name: s.image for s in await driver.list_snapshots()}
+        snaps = {s.name: s.image for s in await driver.list_snapshots() if s.on_node}
         image = NonBlankStr(snaps.get(request.snapshot, request.image))
         request = attrs.evolve(request, image=image, pull=PullPolicy.NEVER)
     key = pool_key(spec_from_start_request(request))
