@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from rock.sdk._drivers import RemoteDriver, get_remote_driver, remote
+from rock.sdk._drivers import RemoteDriver, get_remote_driver, remote_waits
 from rock.sdk._drivers.remote import error_from_envelope, remote_headers
 from rock.sdk.sandbox.client import Sandbox, SandboxGroup
 from rock.sdk.sandbox.config import SandboxConfig, SandboxGroupConfig
@@ -286,7 +286,7 @@ async def test_an_admin_that_does_not_hold_get_status_is_polled(
     # only makes them longer). Only the remote engine's own: other tasks of the process (the
     # remote pass's admin and its clients) sleep through the same anyio.
     pauses: list[float] = []
-    sleep = remote.anyio.sleep
+    sleep = remote_waits.anyio.sleep
 
     async def recorded(seconds: float) -> None:
         frame = inspect.currentframe()
@@ -294,12 +294,12 @@ async def test_an_admin_that_does_not_hold_get_status_is_polled(
         if (
             seconds > 0
             and caller is not None
-            and caller.f_globals.get("__name__") == remote.__name__
+            and caller.f_globals.get("__name__") == remote_waits.__name__
         ):
             pauses.append(seconds)
         await sleep(seconds)
 
-    monkeypatch.setattr(remote.anyio, "sleep", recorded)
+    monkeypatch.setattr(remote_waits.anyio, "sleep", recorded)
     with _serving(answer) as url:
         engine = RemoteDriver(url)
         try:
