@@ -91,6 +91,20 @@ class EgressRules:
             for unit_id, stats in samples.items()
         }
 
+    async def _drop_stale_egress(self, handle: UnitHandle) -> None:
+        """Another unit's rules keyed by the address ``handle``'s container just got go, before
+        its rocklet is asked anything (policy or not): without, a container removed in the
+        background left its policy on whichever container got its address next. Nothing is
+        asked of the host when no other unit has rules (it is read once per process)."""
+        firewall = self._firewall
+        if firewall.clear_of_others(handle.unit_id):
+            return
+        await self._run(
+            lambda: firewall.drop_stale(self._docker().api, handle.unit_id),
+            attempted="egress",
+            sandbox_id=handle.sandbox_id,
+        )
+
     async def _forget_egress_of(self, handles: Sequence[UnitHandle]) -> None:
         """The rules of units handed to the reaper go now, in one change (their sandboxes are
         ended; the reaper removes the containers without this process)."""

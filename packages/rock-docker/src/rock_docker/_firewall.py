@@ -52,6 +52,7 @@ _TAG = "rock-egress:"
 _JUMP = re.compile(r"^-A (DOCKER-USER|INPUT) (.*--comment \"?rock-egress:([0-9a-f]+)\"?.*)$")
 _CHAIN = re.compile(r"^:(ROCK-EGI?-([0-9a-f]+)) ")
 _COUNTERS = re.compile(r"^\[\d+:\d+\] ")
+_SOURCE = re.compile(r"-s (\d+\.\d+\.\d+\.\d+)(?:/32)?\b")
 _REFUSED = re.compile(r"^\[(\d+):\d+\] -A ROCK-EGI?-([0-9a-f]+) .*-j REJECT")
 
 
@@ -151,6 +152,8 @@ class Firewall:
         self._available: bool | None = None
         self._carried: dict[str, int] = {}  # unit key -> refusals counted before a rewrite
         self._seen: set[str] = set()  # unit keys with rules at the last sync (another run's)
+        # unit key -> the address its jumps match (None: the host not read yet in this process)
+        self._addresses: dict[str, str] | None = None
 
     @staticmethod
     def usable() -> bool:
@@ -163,7 +166,41 @@ class Firewall:
 
     def knows(self, unit_id: str) -> bool:
         """Whether unit ``unit_id`` may have rules (put by this runtime, or seen at a sync)."""
-        return unit_id[:16] in self._applied or unit_id[:16] in self._seen
+        key = unit_id[:16]
+        return key in self._applied or key in self._seen or key in (self._addresses or {})
+
+    def clear_of_others(self, unit_id: str) -> bool:
+        """Whether no other unit is known to have rules on the host (no I/O): then a new
+        container's address cannot be in anyone's rules (:meth:`drop_stale`)."""
+        key = unit_id[:16]
+        return self._addresses is not None and not any(k != key for k in self._addresses)
+
+    def drop_stale(self, api: docker.APIClient, unit_id: str) -> None:
+        """Drop the rules of other units keyed by the address of the container ``unit_id``, just
+        started: a removed container's rules (removals run in the background; another process
+        put them) would otherwise hold the new container to the old one's policy. The host's
+        rules are read once per process; after that only an address in rock's rules is asked
+        of Docker."""
+        key = unit_id[:16]
+        with self._lock:
+            if self._addresses is None:
+                self._addresses = {}
+                if self.usable():
+                    self._remember(self._save())
+            if not any(k != key for k in self._addresses):
+                return
+        networks = api.inspect_container(unit_id)["NetworkSettings"].get("Networks") or {}
+        mine = {str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")}
+        stale = {k for k, address in self._addresses.items() if address in mine and k != key}
+        if stale:
+            log.info("dropping stale egress rules of %s (address now unit %s)", stale, key)
+            self.drop_all(stale)
+
+    def _remember(self, saved: list[str]) -> None:
+        """:attr:`_addresses` as the host's rules ``saved`` say."""
+        self._addresses = {
+            key: m[1] for _chain, spec, key in self._jumps(saved) if (m := _SOURCE.search(spec))
+        }
 
     # -- reading the host ---------------------------------------------------------------------
 
@@ -277,6 +314,8 @@ class Firewall:
         lines += [f"-I {chain} 1 {spec}" for chain, spec in jumps.items()]
         lines.append("COMMIT")
         self._iptables("iptables-restore", "--noflush", text="\n".join(lines) + "\n")
+        if self._addresses is not None:
+            self._addresses[key] = address
 
     @staticmethod
     def _jumps(saved: list[str]) -> list[tuple[str, str, str]]:
@@ -312,6 +351,8 @@ class Firewall:
             self._iptables(
                 "iptables-restore", "--noflush", text="\n".join([*lines, "COMMIT"]) + "\n"
             )
+        for key in keys:
+            (self._addresses or {}).pop(key, None)
 
     def sync(
         self,
@@ -328,6 +369,8 @@ class Firewall:
         jumped = {(chain, key) for chain, _spec, key in self._jumps(saved)}
         keys = {m[2] for line in saved if (m := _CHAIN.match(line))} | {k for _c, k in jumped}
         self._seen = set(keys)
+        with self._lock:
+            self._remember(saved)
         for unit_id, policy in wanted.items():
             key = unit_id[:16]
             forward, local = chain_names(key)

@@ -266,6 +266,7 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
                 raise
 
         await self._run(start, attempted="start", sandbox_id=handle.sandbox_id)
+        await self._drop_stale_egress(handle)
         return self._sockets.known_status(handle.unit_id)
 
     async def assign(self, handle: UnitHandle, sandbox_id: str) -> UnitHandle:
@@ -333,6 +334,8 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
                 if exc.status_code != 409 or "already in progress" not in explain(exc):
                     raise
 
+        # Its rules go before its address is free to be handed to another container.
+        await self._forget_egress(handle)
         # Cancelled (an engine closing), the call is abandoned, not awaited: dockerd finishes it
         # or the reaper redoes it; a close must not wait for a dockerd that is busy with exits.
         await self._run(
@@ -352,7 +355,6 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
                 sandbox_id=handle.sandbox_id,
             )
         self._sockets.forget(handle)
-        await self._forget_egress(handle)
 
     async def discard(self, handles: Sequence[UnitHandle]) -> None:
         """Hand the removal of ``handles`` to a reaper process and return at once.
@@ -365,6 +367,7 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
         if not handles:
             return
         ids = [handle.unit_id for handle in handles]
+        await self._forget_egress_of(handles)  # before their addresses are free
         try:
             await anyio.to_thread.run_sync(
                 lambda: spawn_reaper(ids, base_url=self.options.base_url)
@@ -377,7 +380,6 @@ class DockerRuntime(SnapshotImages, EgressRules, Runtime):
         for handle in handles:
             self._networks.group_network_of(handle.unit_id)
             self._sockets.forget(handle)
-        await self._forget_egress_of(handles)
 
     # -- observation ----------------------------------------------------------------------------
 
