@@ -172,8 +172,8 @@ class Firewall:
     def clear_of_others(self, unit_id: str) -> bool:
         """Whether no other unit is known to have rules on the host (no I/O): then a new
         container's address cannot be in anyone's rules (:meth:`drop_stale`)."""
-        key = unit_id[:16]
-        return self._addresses is not None and not any(k != key for k in self._addresses)
+        known = self._addresses  # read without the lock: a size and a lookup, no iteration
+        return known is not None and (not known or (len(known) == 1 and unit_id[:16] in known))
 
     def drop_stale(self, api: docker.APIClient, unit_id: str) -> None:
         """Drop the rules of other units keyed by the address of the container ``unit_id``, just
@@ -191,7 +191,9 @@ class Firewall:
                 return
         networks = api.inspect_container(unit_id)["NetworkSettings"].get("Networks") or {}
         mine = {str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")}
-        stale = {k for k, address in self._addresses.items() if address in mine and k != key}
+        with self._lock:
+            held = dict(self._addresses)
+        stale = {k for k, address in held.items() if address in mine and k != key}
         if stale:
             log.info("dropping stale egress rules of %s (address now unit %s)", stale, key)
             self.drop_all(stale)
