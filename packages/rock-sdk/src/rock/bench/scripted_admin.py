@@ -1,11 +1,15 @@
 """An admin server whose engine places sandboxes on a scripted in-memory runtime, for
-``rock bench admin --scripted``: the admin (routes, engine, store, metrics) at a number of
-sandboxes this machine could not run as containers.
+``rock bench admin --scripted`` and ``rock bench control-plane``: the admin (routes, engine,
+store, metrics) at a number of sandboxes this machine could not run as containers.
 
 Every sandbox's unit lives in the admin's memory (:class:`rock_core.testing.ScriptedRuntime`)
 and its rocklet calls go to one real rocklet in a thread of this process, so commands work but
 share that rocklet, and its work counts in the admin's CPU and memory. Nothing outlives the
-process: units, like the rocklet, end with it.
+process (units, like the rocklet, end with it) unless ``--units-file`` is given: then the units
+are written there at exit and read back at start, as containers outlive a restarted admin.
+
+``--start-seconds LO,HI`` makes every unit's start take a uniformly random LO..HI seconds (a
+container's start; default: none), waited without a process or CPU.
 
     python -m rock.bench.scripted_admin --host 127.0.0.1 --port 8080
 
@@ -15,10 +19,57 @@ Settings are read as ``rock admin serve`` reads them (``ROCK_ADMIN_STATE_DIR``, 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
+import json
+import random
+import signal
 import socket
 import sys
+from pathlib import Path
+from typing import Any
 
-__all__ = ["main"]
+__all__ = ["main", "parse_seconds"]
+
+
+def parse_seconds(text: str) -> tuple[float, float]:
+    """``"LO,HI"`` or ``"S"`` as ``(lo, hi)`` seconds."""
+    parts = [float(p) for p in text.split(",")]
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or not 0 <= parts[0] <= parts[1]:
+        raise ValueError(f"want LO,HI seconds with 0 <= LO <= HI, not {text!r}")
+    return parts[0], parts[1]
+
+
+def _runtime(address: tuple[str, int], start_seconds: tuple[float, float]) -> Any:
+    from rock_core.testing import ScriptedRuntime
+
+    class _SlowStarts(ScriptedRuntime):
+        async def start(self, handle: Any, *, on_phase: Any = None) -> None:
+            if start_seconds[1] > 0:
+                await asyncio.sleep(random.uniform(*start_seconds))
+            await super().start(handle, on_phase=on_phase)
+
+    return _SlowStarts(address)
+
+
+def _load_units(runtime: Any, path: Path) -> None:
+    from rock_core.models import UnitState
+    from rock_core.testing.scripted_runtime import _Unit
+
+    if not path.exists():
+        return
+    saved = json.loads(path.read_text())
+    for unit_id, (sandbox_id, labels, state) in saved.items():
+        runtime.units[unit_id] = _Unit(sandbox_id, labels, UnitState(state))
+    last = max((int(u.rsplit("-", 1)[1]) for u in saved), default=0)
+    runtime._ids = itertools.count(last + 1)
+
+
+def _save_units(runtime: Any, path: Path) -> None:
+    units = {u: [x.sandbox_id, x.labels, x.state.value] for u, x in runtime.units.items()}
+    path.write_text(json.dumps(units))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,11 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--host", default=None)
     parser.add_argument("--port", type=int, default=None)
+    parser.add_argument("--start-seconds", type=parse_seconds, default=(0.0, 0.0))
+    parser.add_argument("--units-file", type=Path, default=None)
     args = parser.parse_args(argv)
 
     from rock.admin import daemon
     from rock.admin.config import load_settings
-    from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+    from rock_core.testing import rocklet_in_thread
 
     settings = load_settings(None, host=args.host, port=args.port)
     # Hold the admin's port while the rocklet takes a free one, so that it cannot take that one.
@@ -41,7 +94,17 @@ def main(argv: list[str] | None = None) -> int:
         reserved.bind((settings.host, settings.port))
         with rocklet_in_thread() as address:
             reserved.close()
-            return daemon.serve(settings, runtime=ScriptedRuntime(address))
+            runtime = _runtime(address, args.start_seconds)
+            if args.units_file is not None:
+                _load_units(runtime, args.units_file)
+            # uvicorn raises the SIGTERM it caught again once it has shut down: let it end the
+            # process through the ``finally`` below, which keeps the units.
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            try:
+                return daemon.serve(settings, runtime=runtime)
+            finally:
+                if args.units_file is not None:
+                    _save_units(runtime, args.units_file)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,89 @@
+"""``rock bench control-plane`` (issue #28): the admin, engine, store and SDK at ROCK's scale on
+a runtime that simulates containers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import click
+
+from rock.bench._output import claim, print_json, say, write_results
+
+__all__ = ["control_plane"]
+
+
+@click.command("control-plane")
+@click.option(
+    "--sandboxes",
+    type=click.IntRange(min=1),
+    default=16000,
+    show_default=True,
+    help="Sandboxes started at once.",
+)
+@click.option(
+    "--clients",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Client processes sharing them (the SDK in each).",
+)
+@click.option(
+    "--start-seconds",
+    default="0.5,2",
+    show_default=True,
+    metavar="LO,HI",
+    help="Each simulated container's start takes a random time between LO and HI seconds.",
+)
+@click.option("--status-calls", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--list-calls", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="New folder for results.json.",
+)
+def control_plane(
+    sandboxes: int,
+    clients: int,
+    start_seconds: str,
+    status_calls: int,
+    list_calls: int,
+    output: Path | None,
+) -> None:
+    """Start --sandboxes at once through a real admin (over its socket) from --clients processes,
+    on a scripted runtime whose containers start in LO..HI seconds and run nothing.
+
+    Prints (JSON, stdout) the successes and start p50/p99, the admin's memory (and per sandbox),
+    get_status and listing latency with all of them, and an admin restart with their records
+    (seconds to stop and to answer, sandboxes still running), with the goals (all succeed,
+    p50 <= 5 s, admin <= 1 GiB); exits 1 if a start failed or a sandbox was lost in the restart.
+    """
+    from rock.bench.control_plane import ControlPlaneSettings, run_control_plane
+    from rock.bench.scripted_admin import parse_seconds
+
+    try:
+        latency = parse_seconds(start_seconds)
+    except ValueError as exc:
+        raise click.UsageError(f"--start-seconds: {exc}") from None
+    if output is not None:
+        claim(output)
+    settings = ControlPlaneSettings(
+        sandboxes=sandboxes,
+        clients=clients,
+        start_seconds=latency,
+        status_calls=status_calls,
+        list_calls=list_calls,
+    )
+    document = asyncio.run(run_control_plane(settings, say=say))
+    if output is not None:
+        click.echo(f"results: {write_results(output, document)}", err=True)
+    print_json(document)
+    figures = document["figures"]
+    missed = [goal for goal, met in figures["goals"].items() if not met]
+    if missed:
+        click.echo(f"goals missed: {', '.join(missed)}", err=True)
+    if figures["failed_starts"] or figures["running_after_restart"] != figures["started"]:
+        sys.exit(1)

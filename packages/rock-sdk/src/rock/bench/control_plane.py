@@ -1,0 +1,248 @@
+"""``rock bench control-plane``: rock's admin, engine, store and SDK at ROCK's scale (16,000
+concurrent creates), on a runtime that simulates containers.
+
+The admin is a real one over its socket (:mod:`rock.bench.scripted_admin`): the scripted runtime,
+whose units start in a uniformly random ``--start-seconds`` (a container's start, waited without
+a process) and whose every rocklet call goes to one real rocklet in the admin's process. Its
+start queue admits all of them at once (``ROCK_ENGINE_MAX_CONCURRENT_STARTS`` = the sandboxes, as
+a cluster's nodes start in parallel). Then:
+
+1. **start**: ``--clients`` client processes, each with its share of the sandboxes, start them all
+   at once through the SDK (``Sandbox(config).start()``, which waits until running) from one
+   agreed instant; each start's seconds are counted from that instant. Figures: successes, start
+   p50/p99, the time until all ran;
+2. **at N**: the admin's resident memory (``VmRSS``) and per sandbox beyond the idle admin's;
+   ``get_status`` p50/p99 (calls one after another over the sandboxes on one raw keep-alive
+   connection) and the whole listing's p50/p99 (``GET /sandboxes`` page after page, 500 a page);
+3. **admin restart**: SIGTERM, then a new admin on the same state (the scripted units are kept
+   in a file across it, as containers outlive an admin); the seconds to stop and until it
+   answers, and how many sandboxes the listing shows running afterwards.
+
+The admin and its state are removed at the end (the scripted units end with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+
+from rock.bench.admin import (
+    PREFIX,
+    BenchAdmin,
+    _free_port,
+    _get_status_latency,
+    _listing_latency,
+    rss_bytes,
+)
+from rock.bench.rollout import machine_info, percentile
+
+__all__ = ["ControlPlaneSettings", "GOAL_ADMIN_BYTES", "GOAL_P50_SECONDS", "run_control_plane"]
+
+GOAL_P50_SECONDS = 5.0
+GOAL_ADMIN_BYTES = 2**30
+
+
+@attrs.frozen(kw_only=True)
+class ControlPlaneSettings:
+    """What ``rock bench control-plane`` runs.
+
+    :param sandboxes: sandboxes started at once.
+    :param clients: client processes sharing them.
+    :param start_seconds: ``(lo, hi)``: each simulated unit's start takes a random time between.
+    :param status_calls: / ``list_calls``: ``get_status`` calls and whole listings timed at N.
+    :param startup_timeout: each start's limit once it leaves the admin's start queue.
+    """
+
+    sandboxes: int = 16000
+    clients: int = 8
+    start_seconds: tuple[float, float] = (0.5, 2.0)
+    status_calls: int = 1000
+    list_calls: int = 5
+    startup_timeout: float = 600.0
+
+
+async def _client_starts(url: str, ids: list[str], at: float, timeout: float) -> dict[str, Any]:
+    """Start ``ids`` at once at wall time ``at`` through the SDK; each one's seconds or error."""
+    from rock.sdk.sandbox.client import Sandbox
+    from rock.sdk.sandbox.config import SandboxConfig
+
+    sandboxes = [
+        Sandbox(
+            SandboxConfig(
+                base_url=url,
+                sandbox_id=sandbox_id,
+                image="scripted",
+                memory="128m",
+                cpus=0.1,
+                startup_timeout=timeout,
+                auto_clear_seconds=86400,
+                experiment_id="bench-control-plane",
+            )
+        )
+        for sandbox_id in ids
+    ]
+    await asyncio.sleep(max(0.0, at - time.time()))
+
+    async def one(sandbox: Any) -> float | str:
+        try:
+            await sandbox.start()
+        except Exception as exc:  # every failed start is counted and reported
+            return f"{type(exc).__name__}: {exc}"
+        return time.time() - at
+
+    results = await asyncio.gather(*(one(s) for s in sandboxes))
+    return dict(zip(ids, results, strict=True))
+
+
+def _client_main(argv: list[str]) -> int:
+    """``python -m rock.bench.control_plane URL AT TIMEOUT ID...``: one client process; prints
+    ``{sandbox_id: seconds or error}`` as JSON."""
+    url, at, timeout, *ids = argv
+    results = asyncio.run(_client_starts(url, ids, float(at), float(timeout)))
+    print(json.dumps(results))
+    return 0
+
+
+async def _start_all(
+    settings: ControlPlaneSettings, url: str, run: str, say: Callable[[str], None]
+) -> dict[str, Any]:
+    ids = [f"{run}-{n:05d}" for n in range(settings.sandboxes)]
+    shares = [ids[k :: settings.clients] for k in range(settings.clients)]
+    # Let every client import the SDK and build its sandboxes before the common instant.
+    at = time.time() + 3.0 + 0.0005 * settings.sandboxes
+    clients = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "rock.bench.control_plane",
+            url,
+            str(at),
+            str(settings.startup_timeout),
+            *share,
+            stdout=asyncio.subprocess.PIPE,
+            env={k: v for k, v in os.environ.items() if k != "ROCK_BASE_URL"},
+        )
+        for share in shares
+        if share
+    ]
+    say(f"{len(clients)} client processes start {settings.sandboxes} sandboxes at once")
+    outputs = await asyncio.gather(*(c.communicate() for c in clients))
+    results: dict[str, Any] = {}
+    for client, (out, _) in zip(clients, outputs, strict=True):
+        if client.returncode != 0:
+            raise RuntimeError(f"a client process exited {client.returncode}")
+        results.update(json.loads(out))
+    seconds = [v for v in results.values() if isinstance(v, float)]
+    errors = sorted({v for v in results.values() if isinstance(v, str)})
+    return {
+        "started": len(seconds),
+        "failed_starts": settings.sandboxes - len(seconds),
+        "start_errors": errors[:5],
+        "start_p50_seconds": round(percentile(seconds, 50) or 0, 3),
+        "start_p99_seconds": round(percentile(seconds, 99) or 0, 3),
+        "all_running_seconds": round(max(seconds, default=0), 3),
+        "ids": [i for i, v in results.items() if isinstance(v, float)],
+    }
+
+
+async def _running_count(url: str, prefix: str) -> int:
+    async with httpx.AsyncClient(base_url=url, timeout=600) as http:
+        running, page = 0, 1
+        while True:
+            response = await http.get(
+                f"{PREFIX}/sandboxes", params={"page": page, "page_size": 500}
+            )
+            result = response.json()["result"]
+            running += sum(
+                1
+                for item in result["items"]
+                if str(item.get("sandbox_id", "")).startswith(prefix)
+                and item.get("state") == "running"
+            )
+            if not result["has_more"] or not result["items"]:
+                return running
+            page += 1
+
+
+async def run_control_plane(
+    settings: ControlPlaneSettings, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """Run the bench (see the module docstring); return its document of figures."""
+    state_dir = Path(tempfile.mkdtemp(prefix="rock-bench-control-plane-"))
+    env = {
+        **os.environ,
+        "ROCK_ADMIN_STATE_DIR": str(state_dir),
+        "ROCK_ENGINE_MAX_CONCURRENT_STARTS": str(settings.sandboxes),
+    }
+    env.pop("ROCK_BASE_URL", None)
+    lo, hi = settings.start_seconds
+    command = [
+        sys.executable,
+        "-m",
+        "rock.bench.scripted_admin",
+        "--start-seconds",
+        f"{lo},{hi}",
+        "--units-file",
+        str(state_dir / "scripted-units.json"),
+    ]
+    admin = BenchAdmin(state_dir, _free_port(), env, command)
+    run = f"cp{os.getpid()}"
+    figures: dict[str, Any] = {"sandboxes": settings.sandboxes, "clients": settings.clients}
+    figures["unit_start_seconds"] = [lo, hi]
+    figures["host_load_before"] = [round(x, 2) for x in os.getloadavg()]
+    try:
+        say(f"starting an admin on a scripted runtime (unit starts {lo:g}..{hi:g} s)")
+        await admin.start()
+        idle = rss_bytes(admin.pid) or 0
+        figures["admin_rss_idle_mb"] = round(idle / 2**20, 1)
+        started = await _start_all(settings, admin.url, run, say)
+        ids = started.pop("ids")
+        figures.update(started)
+        say(
+            f"started {started['started']}/{settings.sandboxes}: p50 {started['start_p50_seconds']}s, "
+            f"p99 {started['start_p99_seconds']}s"
+        )
+        await asyncio.sleep(2)  # let the burst's garbage settle before reading memory
+        rss = rss_bytes(admin.pid) or 0
+        figures["admin_rss_mb"] = round(rss / 2**20, 1)
+        figures["admin_kib_per_sandbox"] = round((rss - idle) / 1024 / max(1, len(ids)), 1)
+        if ids:
+            say(f"with {len(ids)} sandboxes: get_status and listing latency")
+            figures.update(await _get_status_latency(admin.url, ids, settings.status_calls))
+            async with httpx.AsyncClient(base_url=admin.url, timeout=600) as http:
+                figures.update(await _listing_latency(http, settings.list_calls))
+        say(f"admin restart with {len(ids)} sandbox records")
+        stopped, answering = await admin.restart()
+        figures["admin_restart_stop_seconds"] = round(stopped, 3)
+        figures["admin_restart_answering_seconds"] = round(answering, 3)
+        figures["admin_rss_after_restart_mb"] = round((rss_bytes(admin.pid) or 0) / 2**20, 1)
+        figures["running_after_restart"] = await _running_count(admin.url, run)
+        say(
+            f"restart: stopped in {stopped:.1f}s, answering after {answering:.1f}s, "
+            f"{figures['running_after_restart']} running"
+        )
+    finally:
+        await admin.stop()
+        shutil.rmtree(state_dir, ignore_errors=True)
+    figures["goals"] = {
+        "all_succeed": figures.get("failed_starts") == 0,
+        "start_p50_le_5s": figures.get("start_p50_seconds", 1e9) <= GOAL_P50_SECONDS,
+        "admin_le_1gib": figures.get("admin_rss_mb", 1e9) * 2**20 <= GOAL_ADMIN_BYTES,
+    }
+    figures["host_load_after"] = [round(x, 2) for x in os.getloadavg()]
+    return {"figures": figures, "machine": machine_info()}
+
+
+if __name__ == "__main__":
+    sys.exit(_client_main(sys.argv[1:]))
