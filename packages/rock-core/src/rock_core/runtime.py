@@ -367,6 +367,10 @@ class Runtime(abc.ABC):
             f"runtime {self.name!r} cannot measure its units' resource use", attempted="stats"
         )
 
+    async def image_labels(self, image: str) -> Mapping[str, str] | None:
+        """The labels of ``image`` as the node has it (``None``: not there, or cannot tell)."""
+        return None
+
     @property
     def can_measure(self) -> bool:
         """Whether this runtime implements :meth:`stats`."""

@@ -148,6 +148,19 @@ class SnapshotImages(SnapshotTransfer):
         )
         return result
 
+    async def image_labels(self, image: str) -> Mapping[str, str] | None:
+        """The image's labels (one ``docker image inspect``; ``None``: no such image here)."""
+
+        def labels() -> dict[str, str] | None:
+            try:
+                found = self._docker().api.inspect_image(image)
+            except (docker.errors.NotFound, docker.errors.APIError):
+                return None  # not here, or a name Docker cannot parse (the pull says so)
+            return dict((found.get("Config") or {}).get("Labels") or {})
+
+        result: dict[str, str] | None = await self._run(labels, attempted="image_pull")
+        return result
+
     async def snapshot_images(self, labels: Mapping[str, str]) -> Sequence[SnapshotImage]:
         """The ``rock-snapshot`` images carrying every one of ``labels``."""
 

@@ -36,7 +36,14 @@ from rock_core.rocklet.server import TOKEN_ENV
 from rock_core.runtime import UnitHandle
 from rock_core.states import State
 
-__all__ = ["LABEL_SANDBOX", "LABEL_TENANT", "commit_status", "registry_of", "start_commit"]
+__all__ = [
+    "LABEL_SANDBOX",
+    "LABEL_TENANT",
+    "check_commit_tenant",
+    "commit_status",
+    "registry_of",
+    "start_commit",
+]
 
 log = logging.getLogger("rock.engine")
 
@@ -71,6 +78,27 @@ def registry_of(image_tag: str) -> str | None:
     if slash and ("." in first or ":" in first or first == "localhost"):
         return first
     return None
+
+
+async def check_commit_tenant(core: EngineCore, image: str, tenant: str | None) -> None:
+    """Under keys, a start naming a commit of another tenant (the image's
+    :data:`LABEL_TENANT`) is refused as an unknown image, not saying whose: it would start a
+    sandbox with that tenant's files. One look at the image's labels on the node (none when the
+    runtime cannot tell, or the image is not there: a pull brings no commit of this node's).
+
+    :raises InvalidParameter: (field ``image``) another tenant's commit.
+    """
+    if tenant is None:
+        return
+    labels = await core.runtime.image_labels(image)
+    owner = (labels or {}).get(LABEL_TENANT)
+    if owner and owner != tenant:
+        raise InvalidParameter(
+            f"image: {image!r}: no such image on this node (a sandbox starts from a base image "
+            "or a commit of its own tenant)",
+            field="image",
+            value=image,
+        )
 
 
 def _check_tag(core: EngineCore, image_tag: str) -> str | None:

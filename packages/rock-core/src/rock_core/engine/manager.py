@@ -55,6 +55,7 @@ from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.engine import (
     archiving,
     claims,
+    commits,
     egress,
     extensions,
     following,
@@ -273,6 +274,7 @@ class SandboxManager(EpisodeState):
         """
         if request.snapshot is None:
             check_image_by_name(request.image, tenant)
+            await commits.check_commit_tenant(self._core, request.image, tenant)
         request = await snapshots.resolve_start(self._core, request, tenant)
         return await starting.start_async(
             self._core, request, user_id=user_id, experiment_id=experiment_id,
