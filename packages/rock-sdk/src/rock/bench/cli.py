@@ -9,6 +9,7 @@ import click
 from rock.bench import (
     _cli_admin,
     _cli_agents,
+    _cli_claim,
     _cli_control_plane,
     _cli_e2b,
     _cli_egress,
@@ -56,5 +57,6 @@ for _command in (
     _cli_agents.agents,
     _cli_e2b.e2b,
     _cli_control_plane.control_plane,
+    _cli_claim.claim,
 ):
     bench.add_command(_command)
