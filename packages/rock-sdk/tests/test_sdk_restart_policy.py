@@ -80,6 +80,57 @@ async def test_a_killed_sandbox_comes_back_with_its_files_and_without_its_sessio
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
+async def test_a_poller_sees_a_crashed_sandbox_pending_until_it_runs_again_never_gone(
+    small: dict[str, Any], docker_client: Any
+) -> None:
+    """``get_status`` without ``include_all_states``, polled through the restart policy's
+    back-off: pending (ROCK's state) with the crash and the coming restart as the reason, then
+    running; never "not found". Once the policy gives up, stopped (not found) as before."""
+    sandbox = Sandbox(
+        SandboxConfig(**small, restart_policy="on-failure", max_restarts=1, auto_delete_seconds=600)
+    )
+    await sandbox.start()
+    try:
+        assert sandbox.sandbox_id is not None
+        _kill_container(docker_client, sandbox.sandbox_id)
+        seen: list[tuple[str, str | None]] = []
+
+        async def poll() -> Any:
+            status = await sandbox.get_status()  # raises if the sandbox seems gone
+            seen.append((status.state.value, status.reason))
+            return status
+
+        await eventually_async(
+            poll,
+            until=lambda status: status.restart_count >= 1 and status.state.value == "running",
+            what="restart 1 running",
+            timeout=120,
+            interval=0.05,
+        )
+        assert {state for state, _ in seen} <= {"running", "pending"}, seen
+        pending = [reason or "" for state, reason in seen if state == "pending"]
+        assert pending, seen  # the back-off (1 s) and the start were seen as pending
+        assert "restarting after a crash (restart 1 of 1" in pending[0], pending
+        assert "code 137" in pending[0], pending
+        # Its one restart is used up: the next kill leaves it stopped, not found without
+        # include_all_states, saying why.
+        _kill_container(docker_client, sandbox.sandbox_id)
+        status = await eventually_async(
+            lambda: sandbox.get_status(include_all_states=True),
+            until=lambda status: status.state.value == "stopped",
+            what="the sandbox stopped",
+            timeout=60,
+            interval=0.2,
+        )
+        assert "gave up after 1 restart" in (status.reason or "")
+        with pytest.raises(RockError, match="not found"):
+            await sandbox.get_status()
+    finally:
+        await sandbox.stop()
+        await sandbox.delete()
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 async def test_an_oom_killed_sandbox_comes_back_and_says_why(small: dict[str, Any]) -> None:
     """Inside the sandbox, its agent is made the OOM killer's first choice and memory runs out: the
     kernel kills the agent, the container ends OOM-killed, and the engine starts it again."""

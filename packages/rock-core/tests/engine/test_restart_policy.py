@@ -11,7 +11,7 @@ import pytest
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
-from rock_core.errors import SandboxNotFound
+from rock_core.errors import BadRequestRockError, SandboxNotFound
 from rock_core.models import RuntimeStatus, UnitState
 from rock_core.states import Event, State
 from rock_core.testing import ScriptedRuntime
@@ -114,3 +114,28 @@ async def test_a_stop_during_the_back_off_cancels_the_restart(runtime: ScriptedR
         assert record.auto_transition_state is State.DELETED  # its post-stop policy applies now
         with pytest.raises(SandboxNotFound, match="not running"):
             await engine.wait_until_running(sandbox_id, timeout=5)
+
+
+async def test_a_crashed_sandbox_waiting_to_restart_shows_as_pending_with_why_not_as_gone(
+    runtime: ScriptedRuntime,
+) -> None:
+    config = EngineConfig(timer_interval=3600, reconcile_interval=3600, restart_backoff_seconds=30)
+    async with SandboxManager(config, runtime=runtime) as engine:
+        sandbox_id = await _running(
+            engine, restart_policy="on-failure", max_restarts=2, auto_delete_seconds=600
+        )
+        await _crash(engine, runtime, sandbox_id, KILLED)
+        status = await engine.get_status(sandbox_id)  # no include_all_states: still found
+        assert status.state is State.PENDING
+        assert "restarting after a crash (restart 1 of 2" in (status.reason or "")
+        assert "code 137" in (status.reason or "")
+        [listed] = engine.statuses_of([engine.get_record(sandbox_id)])
+        assert listed.state is State.PENDING
+        with pytest.raises(BadRequestRockError, match="not running yet"):  # a call: wait for it
+            engine.rocklet(sandbox_id, "execute")
+        # Stopped by hand during the back-off: it is stopped, as before, and not coming back.
+        await engine.stop(sandbox_id)
+        with pytest.raises(SandboxNotFound, match="stopped"):
+            await engine.get_status(sandbox_id)
+        status = await engine.get_status(sandbox_id, include_all_states=True)
+        assert status.state is State.STOPPED

@@ -338,7 +338,13 @@ class EngineCore:
         return self.status(record, position)
 
     def status(self, record: SandboxRecord, position: int | None) -> SandboxStatus:
-        """``record``'s status with its queue ``position`` given (a listing walks the queue once)."""
+        """``record``'s status with its queue ``position`` given (a listing walks the queue once).
+        A sandbox that crashed and waits out its restart policy's back-off is shown pending, its
+        reason saying why (:mod:`rock_core.engine.crash_restarts`), not stopped: it is coming back."""
+        if record.state is State.STOPPED:
+            live = self.live.get(record.sandbox_id)
+            if live is not None and live.coming_back is not None:
+                record = attrs.evolve(record, state=State.PENDING, reason=live.coming_back)
         deadline = usage = None
         clear = record.spec.auto_clear_seconds
         if (

@@ -12,7 +12,9 @@ A crash that is restarted is recorded like any stop (``stop``, with the exit as 
 then ``restart`` after a back-off (``restart_backoff_seconds``, doubling per restart, at most
 30 s). The new start runs the ordinary start pipeline on the same unit when the runtime keeps
 files across a stop (Docker: the same container, files kept), else on a new unit from the same
-spec. Sessions and processes are gone either way. Each restart adds a note with its reason
+spec. Sessions and processes are gone either way. During the back-off the status shows the
+sandbox ``pending`` (not stopped, so ``get_status`` without ``include_all_states`` finds it),
+its reason saying it is restarting after a crash and why it crashed. Each restart adds a note with its reason
 (``notes`` in the status) and counts in ``restart_count``. A ``stop()`` or ``delete()`` during the
 back-off cancels the restart.
 """
@@ -88,6 +90,11 @@ async def crashed(core: EngineCore, live: LiveSandbox, reason: str) -> None:
     delay = min(MAX_BACKOFF_SECONDS, core.config.restart_backoff_seconds * 2**record.restart_count)
     log.warning("sandbox %s crashed (%s); restarting it in %gs", record.sandbox_id, reason, delay)
     live.settled = anyio.Event()  # a wait_until_running now waits for the restart
+    # Until it runs again (or the restart is cancelled), its status shows it pending, saying why.
+    live.coming_back = (
+        f"restarting after a crash (restart {record.restart_count + 1} of"
+        f" {record.spec.max_restarts}, after a {delay:g}s back-off): {reason}"
+    )
     scope = anyio.CancelScope()
     live.restart_scope = scope
     core.task_group().start_soon(_restart_later, core, live, reason, delay, scope)
@@ -111,6 +118,7 @@ async def _restart_later(
             )
         )
     if scope.cancelled_caught or live.removing or live.record.state is not State.STOPPED:
+        live.coming_back = None
         live.settled.set()
         return
     runtime = core.runtime
@@ -120,6 +128,7 @@ async def _restart_later(
         await remove_quietly(runtime, handle)  # a new unit comes from the spec
     async with live.lock:
         record = live.record
+        live.coming_back = None  # from here its record says pending (or what else it is)
         if record.state is not State.STOPPED:
             live.settled.set()
             return

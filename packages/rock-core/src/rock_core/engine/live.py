@@ -109,6 +109,8 @@ class LiveSandbox:
         None  # cancels a crash restart waiting out its back-off
     )
     usage: SandboxUsage | None = None  # its resource use, last sampled (engine/monitoring.py)
+    # While a crash restart waits out its back-off: why, as the status shows it (pending).
+    coming_back: str | None = None
 
     def begin_start(self, *, keep_settled: bool = False) -> None:
         """Reset the start's bookkeeping for a new start of this sandbox (a restart, a restore,
@@ -123,5 +125,6 @@ class LiveSandbox:
     def cancel_restart(self) -> None:
         """Cancel a restart after a crash waiting out its back-off (a ``stop()`` or ``delete()``
         meanwhile; :mod:`rock_core.engine.crash_restarts`)."""
+        self.coming_back = None
         if self.restart_scope is not None:
             self.restart_scope.cancel()

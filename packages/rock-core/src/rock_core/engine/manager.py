@@ -478,11 +478,14 @@ class SandboxManager(EpisodeState):
 
         Without ``include_all_states``, a sandbox that is stopped, archived or deleted is
         reported as not found (ROCK's backward-compatible behaviour); with it, every state is.
+        One that crashed and waits out its restart policy's back-off is pending, its reason
+        saying so (:mod:`rock_core.engine.crash_restarts`).
 
         :raises SandboxNotFound: unknown id (or not live, without ``include_all_states``).
         """
         record = self.get_record(sandbox_id)
-        if not include_all_states and record.state not in LIVE_STATES:
+        status = self.status_of(record)  # a crash restart's back-off shows as pending
+        if not include_all_states and status.state not in LIVE_STATES:
             raise SandboxNotFound(
                 f"Sandbox {sandbox_id} not found (it is {record.state.value}"
                 + (f": {record.reason}" if record.reason else "")
@@ -492,7 +495,7 @@ class SandboxManager(EpisodeState):
             )
         # A read is not activity (ROCK's get_status refreshes the idle timer): polling a
         # sandbox's status must not keep an idle sandbox, and the machine, busy for ever.
-        return self.status_of(record)
+        return status
 
     def list_records(
         self,
@@ -543,7 +546,8 @@ class SandboxManager(EpisodeState):
             return client
         if live is None or live.client is None or live.record.state is not State.RUNNING:
             record = live.record if live is not None else self.get_record(sandbox_id)
-            raise not_running_error(record, attempted)
+            # as its status shows it: a crash restart's back-off is "not running yet (pending)"
+            raise not_running_error(self._core.status_of(record).record, attempted)
         if live.record.paused:
             raise pausing.paused_error(live.record, attempted)
         if activity:
