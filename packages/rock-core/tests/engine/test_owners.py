@@ -48,3 +48,20 @@ def test_owners_of_other_hosts_or_kinds_are_never_judged() -> None:
     assert not owner_is_dead("proc:some-other-host:1:1")
     assert not owner_is_dead("admin:/var/lib/rock/rock.db")
     assert not owner_is_dead("proc:garbage")
+
+
+def test_an_admin_is_judged_by_its_folder_only_on_its_own_host(tmp_path) -> None:
+    from rock_core.engine.owners import admin_folder_gone, host_identity
+
+    here = host_identity()
+    gone = f"admin:{tmp_path / 'gone' / 'rock.db'}"
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    assert here.count("/") == 2 and socket.gethostname() in here
+    assert admin_folder_gone(gone, here)
+    assert not admin_folder_gone(f"admin:{kept / 'rock.db'}", here)
+    assert not admin_folder_gone(gone, "another-machine/another-host/1")  # a shared dockerd
+    assert not admin_folder_gone(gone, "")  # an old label: no host to trust
+    assert not admin_folder_gone(f"admin:{tmp_path / 'no' / 'tree' / 'rock.db'}", here)
+    assert not admin_folder_gone("admin:relative/rock.db", here)
+    assert not admin_folder_gone(f"cluster:{gone}", here)

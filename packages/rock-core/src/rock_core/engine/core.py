@@ -43,6 +43,7 @@ from rock_core.engine.live import (
     LiveSandbox,
     now,
 )
+from rock_core.engine.owners import LABEL_OWNER_HOST, host_identity
 from rock_core.engine.pool import WarmPool
 from rock_core.engine.removals import Removals
 from rock_core.engine.start_queue import StartQueue
@@ -220,6 +221,7 @@ class EngineCore:
             LABEL_ENGINE: self.config.engine_label,
             LABEL_OWNER: self.owner,
             LABEL_ENGINE_ID: self.engine_id,
+            LABEL_OWNER_HOST: host_identity(),  # judges an admin's folder (engine.owners)
         }
         if sandbox_id is not None:
             labels[LABEL_SANDBOX_ID] = sandbox_id

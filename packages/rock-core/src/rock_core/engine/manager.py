@@ -218,8 +218,10 @@ class SandboxManager(EpisodeState):
     async def __aexit__(self, *exc_info: Any) -> None:
         await self.aclose()
 
-    async def aclose(self) -> None:
-        """Stop background work; with ``remove_on_close``, remove this engine's sandboxes. Idempotent."""
+    async def aclose(self, *, remove_sandboxes: bool | None = None) -> None:
+        """Stop background work; with ``remove_on_close`` (or ``remove_sandboxes``, which wins
+        over it: ``rock admin stop --remove-sandboxes``), remove this engine's sandboxes.
+        Idempotent."""
         core = self._core
         if core.closed:
             return
@@ -231,7 +233,7 @@ class SandboxManager(EpisodeState):
                     await self._sweep_done.wait()
             await core.cancel_tasks()
         with anyio.CancelScope(shield=True):
-            if self.config.remove_on_close:
+            if self.config.remove_on_close if remove_sandboxes is None else remove_sandboxes:
                 await reaping.remove_all_owned(core)
             else:
                 await reaping.hand_over_removals(core)

@@ -4,7 +4,8 @@ Three sweeps, all by label (:data:`~rock_core.engine.live.LABEL_ENGINE`,
 :data:`~rock_core.engine.live.LABEL_OWNER`, :data:`~rock_core.engine.live.LABEL_ENGINE_ID`):
 
 - at engine start, in the background (:func:`background_sweep`): the units of owners whose
-  process died (judged by :mod:`rock_core.engine.owners`), and the unclaimed warm-pool members
+  process died, and those of an admin of this host whose state folder is gone (both judged by
+  :mod:`rock_core.engine.owners`), and the unclaimed warm-pool members
   and reset leftovers (old units a reset renamed out of the way and had not removed yet, no
   record holding them) and snapshot transfer leftovers (the temporary units of a snapshot's
   export or import) an earlier run of this owner left, through the engine's removal queue
@@ -28,7 +29,7 @@ import anyio
 
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_ENGINE, LABEL_ENGINE_ID, LABEL_OWNER, now
-from rock_core.engine.owners import owner_is_dead
+from rock_core.engine.owners import LABEL_OWNER_HOST, admin_folder_gone, owner_is_dead
 from rock_core.engine.pool import is_unclaimed_member
 from rock_core.engine.removals import END_TIMEOUT, end_processes
 from rock_core.engine.resetting import is_reset_leftover
@@ -51,7 +52,8 @@ log = logging.getLogger("rock.engine")
 
 
 async def reap_orphans(core: EngineCore) -> int:
-    """Remove units of the engine's kind whose owning process has died; return how many."""
+    """Remove units of the engine's kind whose owning process has died (or whose admin's state
+    folder is gone from this host); return how many."""
     return await sweep(core, reap=True)
 
 
@@ -83,12 +85,19 @@ async def sweep(core: EngineCore, *, reap: bool) -> int:
         for h in handles
         if reap
         and h.labels.get(LABEL_OWNER, "") != owner
-        and owner_is_dead(h.labels.get(LABEL_OWNER, ""))
+        and _owner_gone(h.labels.get(LABEL_OWNER, ""), h.labels.get(LABEL_OWNER_HOST, ""))
     ]
     if orphans:
-        log.info("removing %d sandbox(es) whose owner has died", len(orphans))
+        log.info(
+            "removing %d sandbox(es) whose owner has died or whose admin's folder is gone",
+            len(orphans),
+        )
     await core.removals.remove([*stale, *orphans])
     return len(orphans)
+
+
+def _owner_gone(owner: str, owner_host: str) -> bool:
+    return owner_is_dead(owner) or admin_folder_gone(owner, owner_host)
 
 
 async def sweep_untracked(core: EngineCore, suspects: set[str]) -> int:

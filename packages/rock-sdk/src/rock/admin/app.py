@@ -66,6 +66,7 @@ from rock.admin._openapi import openapi_document
 from rock.admin.auth import TENANT_METADATA_KEY, KeyRing, key_from_headers
 from rock.admin.body_limit import BodyLimit, BodyTooLarge, too_large_response
 from rock.admin.config import AdminSettings
+from rock.admin.daemon import take_removal_mark
 from rock.admin.envelope import JSON, BadInput, failure, json_response, success
 from rock.admin.key_gate import (
     OPEN_PATHS,
@@ -313,7 +314,13 @@ class AdminApp:
             finally:
                 await self.proxy.aclose()
                 await self.leader_forward.aclose()
-                log.info("rock admin shutting down; running sandboxes keep running")
+                if take_removal_mark(self.settings):
+                    log.info(
+                        "rock admin shutting down; removing its sandboxes (--remove-sandboxes)"
+                    )
+                    await manager.aclose(remove_sandboxes=True)
+                else:
+                    log.info("rock admin shutting down; running sandboxes keep running")
                 self._manager = None
                 self.metrics.attach(None)
 

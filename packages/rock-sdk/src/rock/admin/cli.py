@@ -113,14 +113,36 @@ def serve(
 @click.option(
     "--timeout", type=float, default=30.0, show_default=True, help="Seconds before SIGKILL."
 )
-def stop(config_file: str | None, timeout: float) -> None:
-    """Stop the background admin server; its sandboxes keep running."""
+@click.option(
+    "--remove-sandboxes",
+    is_flag=True,
+    help="Stop and remove the admin's sandboxes before it exits (default: they keep running "
+    "and the next `rock admin start` on the same state takes them back).",
+)
+def stop(config_file: str | None, timeout: float, remove_sandboxes: bool) -> None:
+    """Stop the background admin server; its sandboxes keep running unless --remove-sandboxes."""
     settings = _settings(config_file)
-    pid = daemon.stop(settings, timeout=timeout)
+    if remove_sandboxes and settings.engine.cluster is not None:
+        raise click.ClickException(
+            f"--remove-sandboxes: the sandboxes belong to cluster {settings.engine.cluster!r}, "
+            "whose other admins take them over; delete them through the API instead"
+        )
+    held = daemon.sandboxes_held(daemon.status(settings))
+    pid = daemon.stop(settings, timeout=timeout, remove_sandboxes=remove_sandboxes)
     if pid is None:
         click.echo("rock admin is not running")
+        return
+    count = "its sandboxes" if held is None else f"its {held} sandbox(es)"
+    if remove_sandboxes:
+        click.echo(f"rock admin stopped (pid {pid}); {count} were stopped and removed")
+    elif held == 0:
+        click.echo(f"rock admin stopped (pid {pid}); it had no sandboxes running")
     else:
-        click.echo(f"rock admin stopped (pid {pid}); its sandboxes keep running")
+        click.echo(
+            f"rock admin stopped (pid {pid}); {count} keep running: the next `rock admin "
+            "start` on this state takes them back, `rock admin stop --remove-sandboxes` "
+            "removes them at a stop"
+        )
 
 
 @admin.command()

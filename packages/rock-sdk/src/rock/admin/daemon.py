@@ -8,7 +8,10 @@ admin runs per state directory.
 
 A graceful stop is SIGTERM: uvicorn stops accepting connections, lets requests in flight finish
 (at most ``GRACEFUL_SECONDS``), then the engine closes without touching the sandboxes, which
-keep running and are listed again by the next admin on the same store.
+keep running and are listed again by the next admin on the same store. ``rock admin stop
+--remove-sandboxes`` first leaves a mark (``<state_dir>/admin.remove-sandboxes``, naming the
+admin's pid) that the admin reads as it closes: then it removes its sandboxes before it exits
+(:func:`take_removal_mark`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ __all__ = [
     "stop",
     "status",
     "read_pid_file",
+    "sandboxes_held",
+    "take_removal_mark",
     "GRACEFUL_SECONDS",
 ]
 
@@ -342,16 +347,51 @@ def start(
     )
 
 
-def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
+#: The states of a sandbox whose container runs (what keeps running after a stop).
+HOLDING_STATES = ("pending", "running", "archiving")
+
+
+def _removal_mark(settings: AdminSettings) -> Path:
+    return settings.state_dir / "admin.remove-sandboxes"
+
+
+def take_removal_mark(settings: AdminSettings) -> bool:
+    """Whether ``rock admin stop --remove-sandboxes`` asked this admin process to remove its
+    sandboxes as it closes (the mark names its pid); the mark is taken away either way."""
+    mark = _removal_mark(settings)
+    try:
+        asked = mark.read_text().strip() == str(os.getpid())
+    except OSError:
+        return False
+    with contextlib.suppress(OSError):
+        mark.unlink()
+    return asked
+
+
+def sandboxes_held(status: AdminStatus | None) -> int | None:
+    """How many sandboxes of a running admin hold a container (``None``: it did not say)."""
+    if status is None or status.sandboxes is None:
+        return None
+    return sum(int(status.sandboxes.get(state, 0)) for state in HOLDING_STATES)
+
+
+def stop(
+    settings: AdminSettings, *, timeout: float = 30.0, remove_sandboxes: bool = False
+) -> int | None:
     """Stop the running admin gracefully (SIGTERM; SIGKILL after ``timeout`` seconds).
 
-    Sandboxes keep running. Returns the pid that was stopped, or ``None`` if none ran.
+    Sandboxes keep running (the next admin on the same store takes them back), unless
+    ``remove_sandboxes``: then the admin stops and removes them before it exits (an admin
+    killed at ``timeout`` leaves the rest running). Returns the pid that was stopped, or
+    ``None`` if none ran.
     """
     data = read_pid_file(settings)
     if data is None:
         return None
     pid = int(data["pid"])
     start_time = str(data.get("proc_start", ""))
+    if remove_sandboxes:
+        _removal_mark(settings).write_text(str(pid))
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -368,6 +408,8 @@ def stop(settings: AdminSettings, *, timeout: float = 30.0) -> int | None:
     with contextlib.suppress(OSError, ValueError):
         if json.loads(settings.pid_file.read_text()).get("pid") == pid:
             settings.pid_file.unlink()
+    with contextlib.suppress(OSError):
+        _removal_mark(settings).unlink()  # a killed admin did not take it
     return pid
 
 
