@@ -135,8 +135,8 @@ def stop(config_file: str | None, timeout: float, remove_sandboxes: bool) -> Non
     count = "its sandboxes" if held is None else f"its {held} sandbox(es)"
     if remove_sandboxes:
         click.echo(f"rock admin stopped (pid {pid}); {count} were stopped and removed")
-    elif held == 0:
-        click.echo(f"rock admin stopped (pid {pid}); it had no sandboxes running")
+    elif not held:  # none, or the admin did not say how many (API keys, no ROCK_API_KEY)
+        click.echo(f"rock admin stopped (pid {pid}); its sandboxes keep running")
     else:
         click.echo(
             f"rock admin stopped (pid {pid}); {count} keep running: the next `rock admin "
