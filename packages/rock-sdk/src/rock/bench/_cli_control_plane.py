@@ -36,6 +36,12 @@ __all__ = ["control_plane"]
     metavar="LO,HI",
     help="Each simulated container's start takes a random time between LO and HI seconds.",
 )
+@click.option(
+    "--admin-max-connections",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The admin's max_connections (default: its own, 2048; past it: HTTP 503).",
+)
 @click.option("--status-calls", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--list-calls", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option(
@@ -49,6 +55,7 @@ def control_plane(
     sandboxes: int,
     clients: int,
     start_seconds: str,
+    admin_max_connections: int | None,
     status_calls: int,
     list_calls: int,
     output: Path | None,
@@ -76,6 +83,7 @@ def control_plane(
         start_seconds=latency,
         status_calls=status_calls,
         list_calls=list_calls,
+        admin_max_connections=admin_max_connections,
     )
     document = asyncio.run(run_control_plane(settings, say=say))
     if output is not None:

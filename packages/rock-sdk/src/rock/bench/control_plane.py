@@ -62,6 +62,8 @@ class ControlPlaneSettings:
     :param start_seconds: ``(lo, hi)``: each simulated unit's start takes a random time between.
     :param status_calls: / ``list_calls``: ``get_status`` calls and whole listings timed at N.
     :param startup_timeout: each start's limit once it leaves the admin's start queue.
+    :param admin_max_connections: the admin's ``max_connections`` (``None``: its default, 2048;
+        past it the admin answers HTTP 503, which the SDK does not retry).
     """
 
     sandboxes: int = 16000
@@ -70,6 +72,7 @@ class ControlPlaneSettings:
     status_calls: int = 1000
     list_calls: int = 5
     startup_timeout: float = 600.0
+    admin_max_connections: int | None = None
 
 
 async def _client_starts(url: str, ids: list[str], at: float, timeout: float) -> dict[str, Any]:
@@ -120,7 +123,7 @@ async def _start_all(
     ids = [f"{run}-{n:05d}" for n in range(settings.sandboxes)]
     shares = [ids[k :: settings.clients] for k in range(settings.clients)]
     # Let every client import the SDK and build its sandboxes before the common instant.
-    at = time.time() + 3.0 + 0.0005 * settings.sandboxes
+    at = time.time() + 3.0 + 0.3 * settings.clients + 0.0005 * settings.sandboxes
     clients = [
         await asyncio.create_subprocess_exec(
             sys.executable,
@@ -149,11 +152,15 @@ async def _start_all(
         "started": len(seconds),
         "failed_starts": settings.sandboxes - len(seconds),
         "start_errors": errors[:5],
-        "start_p50_seconds": round(percentile(seconds, 50) or 0, 3),
-        "start_p99_seconds": round(percentile(seconds, 99) or 0, 3),
-        "all_running_seconds": round(max(seconds, default=0), 3),
+        "start_p50_seconds": _round(percentile(seconds, 50)),
+        "start_p99_seconds": _round(percentile(seconds, 99)),
+        "all_running_seconds": _round(max(seconds, default=None)),
         "ids": [i for i, v in results.items() if isinstance(v, float)],
     }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 async def _running_count(url: str, prefix: str) -> int:
@@ -186,6 +193,8 @@ async def run_control_plane(
         "ROCK_ENGINE_MAX_CONCURRENT_STARTS": str(settings.sandboxes),
     }
     env.pop("ROCK_BASE_URL", None)
+    if settings.admin_max_connections is not None:
+        env["ROCK_ADMIN_MAX_CONNECTIONS"] = str(settings.admin_max_connections)
     lo, hi = settings.start_seconds
     command = [
         sys.executable,
@@ -200,6 +209,7 @@ async def run_control_plane(
     run = f"cp{os.getpid()}"
     figures: dict[str, Any] = {"sandboxes": settings.sandboxes, "clients": settings.clients}
     figures["unit_start_seconds"] = [lo, hi]
+    figures["admin_max_connections"] = settings.admin_max_connections or "default"
     figures["host_load_before"] = [round(x, 2) for x in os.getloadavg()]
     try:
         say(f"starting an admin on a scripted runtime (unit starts {lo:g}..{hi:g} s)")
@@ -209,6 +219,13 @@ async def run_control_plane(
         started = await _start_all(settings, admin.url, run, say)
         ids = started.pop("ids")
         figures.update(started)
+        # The floor: the simulated containers' own start times (uniform in lo..hi).
+        figures["floor_start_p50_seconds"] = round((lo + hi) / 2, 3)
+        figures["floor_start_p99_seconds"] = round(lo + 0.99 * (hi - lo), 3)
+        p50 = started["start_p50_seconds"]
+        figures["start_p50_over_floor"] = (
+            None if p50 is None else round(p50 / max(1e-9, figures["floor_start_p50_seconds"]), 2)
+        )
         say(
             f"started {started['started']}/{settings.sandboxes}: p50 {started['start_p50_seconds']}s, "
             f"p99 {started['start_p99_seconds']}s"
@@ -216,7 +233,7 @@ async def run_control_plane(
         await asyncio.sleep(2)  # let the burst's garbage settle before reading memory
         rss = rss_bytes(admin.pid) or 0
         figures["admin_rss_mb"] = round(rss / 2**20, 1)
-        figures["admin_kib_per_sandbox"] = round((rss - idle) / 1024 / max(1, len(ids)), 1)
+        figures["admin_kib_per_sandbox"] = round((rss - idle) / 1024 / len(ids), 1) if ids else None
         if ids:
             say(f"with {len(ids)} sandboxes: get_status and listing latency")
             figures.update(await _get_status_latency(admin.url, ids, settings.status_calls))
@@ -237,7 +254,7 @@ async def run_control_plane(
         shutil.rmtree(state_dir, ignore_errors=True)
     figures["goals"] = {
         "all_succeed": figures.get("failed_starts") == 0,
-        "start_p50_le_5s": figures.get("start_p50_seconds", 1e9) <= GOAL_P50_SECONDS,
+        "start_p50_le_5s": (figures.get("start_p50_seconds") or 1e9) <= GOAL_P50_SECONDS,
         "admin_le_1gib": figures.get("admin_rss_mb", 1e9) * 2**20 <= GOAL_ADMIN_BYTES,
     }
     figures["host_load_after"] = [round(x, 2) for x in os.getloadavg()]
