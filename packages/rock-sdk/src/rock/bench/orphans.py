@@ -132,7 +132,8 @@ class _SweepLog(logging.Handler):
         self.found: int | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.at is None and record.getMessage().endswith("whose owner has died"):
+        # the sweep's own line (rock_core.engine.reaping.sweep), by its format, not its wording's end
+        if self.at is None and str(record.msg).startswith("removing %d sandbox(es) whose owner"):
             self.at = time.monotonic()
             found = record.args[0] if isinstance(record.args, tuple) and record.args else None
             self.found = None if found is None else int(cast("int", found))
