@@ -24,6 +24,7 @@ PACKAGES = {
     "rock-archive-s3": "rock_archive_s3",
     "rock-gem": "rock_gem",
     "rock-postgres": "rock_postgres",
+    "rock-e2b": "rock_e2b",
 }
 
 
@@ -53,7 +54,7 @@ def wheels(tmp_path_factory) -> dict[str, Path]:
     return built
 
 
-def test_workspace_members_are_the_eight_packages():
+def test_workspace_members_are_the_nine_packages():
     found = {p.parent.name for p in (ROOT / "packages").glob("*/pyproject.toml")}
     assert found == set(PACKAGES)
     for dist, module in PACKAGES.items():
