@@ -81,9 +81,11 @@ def test_priorities_and_turns_hold_for_starts_sent_to_both_admins(
         waiting_low = [s for s in low if started(s) > sent_high]
         assert len(waiting_low) >= 6, "too few low starts were still waiting to judge"
         last_high = max(started(s) for s in high)
-        # Priorities: each urgent start ran before the low ones still waiting (one may have
-        # taken the slot as they came).
-        assert sum(started(s) < last_high for s in waiting_low) <= 1
+        # Priorities: each urgent start ran before the low ones still waiting. Two low ones may
+        # have been under way as the urgent ones came: one in the queue's slot, and one whose
+        # container had started and given its slot back while its rocklet boots (0b0b394), not
+        # yet running. Ignored priorities would let six or more through.
+        assert sum(started(s) < last_high for s in waiting_low) <= 2
         # Turns: 'other' (same priority as 'low') did not wait for all of 'low'.
         assert min(started(s) for s in other) < max(started(s) for s in low)
     finally:
