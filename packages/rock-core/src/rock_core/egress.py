@@ -47,7 +47,7 @@ def _cidr(value: Any) -> str:
         network = ipaddress.ip_network(str(value).strip(), strict=False)
     except ValueError:
         raise ValueError(
-            f"expected an IPv4 address or CIDR like '10.0.0.0/8', got {value!r}"
+            f"expected an IPv4 address or CIDR (A.B.C.D or A.B.C.D/N), got {value!r}"
         ) from None
     if network.version != 4:
         raise ValueError(f"only IPv4 is filtered (sandboxes have no IPv6), got {value!r}")
@@ -82,12 +82,12 @@ class EgressRule:
 
     @classmethod
     def allow(cls, cidr: str, ports: Iterable[int | str] = (), protocol: str = "any") -> EgressRule:
-        """``EgressRule.allow("10.0.0.5", [443])``."""
+        """``EgressRule.allow("A.B.C.D", [443])``."""
         return cls("allow", cidr, tuple(str(p) for p in ports), protocol)
 
     @classmethod
     def deny(cls, cidr: str, ports: Iterable[int | str] = (), protocol: str = "any") -> EgressRule:
-        """``EgressRule.deny("10.0.0.0/8")``."""
+        """``EgressRule.deny("A.B.C.D/N")``."""
         return cls("deny", cidr, tuple(str(p) for p in ports), protocol)
 
     def to_dict(self) -> dict[str, Any]:
@@ -126,7 +126,7 @@ class EgressPolicy:
         }
 
     def describe(self) -> str:
-        """In words, for a status: ``deny by default; allow 10.0.0.5/32 tcp 443; domains pypi.org``."""
+        """In words, for a status: ``deny by default; allow A.B.C.D/32 tcp 443; domains pypi.org``."""
         parts = [f"{self.default} by default"]
         for rule in self.rules:
             ports = f" {rule.protocol} {','.join(rule.ports)}" if rule.ports else ""
@@ -277,7 +277,7 @@ def _name_within(name: str, allowed: Iterable[str]) -> bool:
 
 def wider_than(asked: EgressPolicy | None, widest: EgressPolicy) -> str | None:
     """What of ``asked`` lets a sandbox connect where ``widest`` does not, in words (the rule
-    named: ``rules[1] (allow 10.0.0.0/8)``); ``None`` when it stays within it. No policy at all
+    named: ``rules[1] (allow A.B.C.D/N)``); ``None`` when it stays within it. No policy at all
     allows everything. A widest policy that denies by default admits allow rules inside its own
     allow rules and domains among (or under) its domains; one that allows by default admits
     any policy that keeps denying what its deny rules deny."""

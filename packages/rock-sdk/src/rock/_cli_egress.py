@@ -1,8 +1,8 @@
 """``rock sandbox egress ID`` (rock): show or replace a running sandbox's egress policy.
 
 Without options it prints the policy in force. ``--default deny`` (or ``allow``) with
-``--allow``/``--deny`` rules (``CIDR[:PORTS[:PROTOCOL]]``: ``10.0.0.5:443:tcp``,
-``172.17.0.1:8000-8100``, ``10.0.0.0/8``) and ``--domain`` names replaces it, in force on the
+``--allow``/``--deny`` rules (``CIDR[:PORTS[:PROTOCOL]]``: ``A.B.C.D:443:tcp``,
+``A.B.C.D:8000-8100``, ``A.B.C.D/N``) and ``--domain`` names replaces it, in force on the
 host before the command returns; ``--none`` removes it.
 """
 
@@ -22,7 +22,7 @@ __all__ = ["egress", "parse_rule"]
 
 
 def parse_rule(action: str, text: str) -> dict[str, Any]:
-    """``"10.0.0.5:443,8000-8100:tcp"`` as a rule's wire form."""
+    """``"A.B.C.D:443,8000-8100:tcp"`` as a rule's wire form."""
     cidr, _, rest = text.partition(":")
     ports, _, protocol = rest.partition(":")
     return {

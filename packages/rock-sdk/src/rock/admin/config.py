@@ -39,7 +39,7 @@ flags. The file is TOML (``--config FILE`` or ``$ROCK_CONFIG``)::
     max_connections = 2048             # open connections (WebSockets and held requests count);
                                        # past it requests are answered HTTP 503
     max_concurrent_uploads = 8         # /upload bodies read at once; the rest wait their turn
-    default_egress = { default = "deny", rules = [{ action = "allow", cidr = "10.0.0.5" }] }
+    default_egress = { default = "deny", rules = [{ action = "allow", cidr = "A.B.C.D" }] }
                                        # the egress policy of starts without one (docs/security.md)
 
     [engine]                            # rock_core.engine.config.EngineConfig, same names
