@@ -1,7 +1,7 @@
 """GEM envs and EnvHub are tenants' namespaces (issue #22 point 2), attacked through a real admin.
 
 One admin over a real socket with API keys of tenants ``a`` and ``b``, of ``c`` (a quota of one
-sandbox) and of an operator, env sandboxes on the local Docker engine from
+sandbox), of ``d`` (a default egress policy of its own) and of an operator, env sandboxes on the local Docker engine from
 ``rock-gem/python:3.11``, ``envs_per_sandbox = 4`` (so envs would share a sandbox if the
 provider let them). Each attack test is one tenant ``b`` makes on tenant ``a``.
 """
@@ -21,7 +21,15 @@ import pytest
 import rock
 
 ROOT = Path(__file__).resolve().parents[3]
-KEY_A, KEY_B, KEY_C, KEY_OPS = (f"key-{t}-" + uuid.uuid4().hex for t in ("a", "b", "c", "ops"))
+KEY_A, KEY_B, KEY_C, KEY_D, KEY_OPS = (
+    f"key-{t}-" + uuid.uuid4().hex for t in ("a", "b", "c", "d", "ops")
+)
+#: Tenant ``d``'s key's own default egress policy (its widest: nothing set).
+D_EGRESS = {
+    "default": "deny",
+    "rules": [{"action": "allow", "cidr": "10.1.2.3/32", "ports": ["443"], "protocol": "any"}],
+    "domains": [],
+}
 
 # These tests run an admin of their own: once is enough (the remote pass repeats them as they are).
 pytestmark = pytest.mark.skipif(
@@ -44,14 +52,16 @@ def keyed_admin(
     admin_launcher: Any,
     gem_image: str,
 ) -> Iterator[Any]:
-    """An admin with tenants ``a``, ``b``, ``c`` (one sandbox at most) and ``ops`` (an operator),
-    GEM envs four to a sandbox."""
+    """An admin with tenants ``a``, ``b``, ``c`` (one sandbox at most), ``d`` (its own default
+    egress policy) and ``ops`` (an operator), GEM envs four to a sandbox."""
     from rock.admin.auth import hash_key
 
     launch_admin, stop_admin = admin_launcher
     config = (
         f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, {{ tenant = "b", sha256 = "{hash_key(KEY_B)}" }},\n'
         f'  {{ tenant = "c", sha256 = "{hash_key(KEY_C)}", max_sandboxes = 1 }},\n'
+        f'  {{ tenant = "d", sha256 = "{hash_key(KEY_D)}", default_egress = {{ default = "deny", '
+        'rules = [{ action = "allow", cidr = "10.1.2.3", ports = [443] }] } },\n'
         f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", operator = true }}]\n'
         f'[plugins.gem]\nimage = "{gem_image}"\nenvs_per_sandbox = 4\n'
     )
@@ -329,6 +339,21 @@ def test_an_env_sandbox_counts_against_its_tenants_quota(keyed_admin: Any) -> No
         assert len(env_c.reset(seed=1)) == 2
     finally:
         env_c.close()
+
+
+def test_an_env_sandbox_gets_its_keys_default_egress_policy(keyed_admin: Any) -> None:
+    """An env sandbox passes the admin's admission as any start by the key does: a key's
+    default egress policy reaches it (a code env's sandbox is no way around the key's policy)."""
+    env_d = rock.make("game:GuessTheNumber-v0-easy", base_url=keyed_admin.url, api_key=KEY_D)
+    try:
+        with _hub(keyed_admin, KEY_D) as d:
+            status = d.get(
+                "/apis/envs/sandbox/v1/get_status", params={"sandbox_id": _sandbox_of(env_d)}
+            ).json()["result"]
+        assert status["egress"] == D_EGRESS
+        assert len(env_d.reset(seed=1)) == 2  # the env still works behind it
+    finally:
+        env_d.close()
 
 
 def test_a_gem_call_without_a_known_key_is_a_bad_request_saying_what_to_set(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -72,6 +72,7 @@ class _Host:
     tenant: str | None = None
     #: What the tenant may hold at once, as the make that starts the sandbox was given it.
     quota: Quota | None = None
+    admit: Callable[[Any], Any] | None = None  # the admin's admission of the key's starts
     slots: int = 1  # envs placed on it or being placed
     waiting: int = 0  # makes waiting for its start (the starter's not counted)
     sandbox_id: str | None = None
@@ -192,14 +193,16 @@ class GemProvider(EnvProvider):
         image: str | None = None,
         tenant: str | None = None,
         quota: Quota | None = None,
+        admit: Callable[[Any], Any] | None = None,
         **kwargs: Any,
     ) -> GemEnv:
         """Make ``env_id`` in a sandbox of ``tenant`` with room (started when none has);
         ``kwargs`` go to GEM's constructor (``max_turns=...``); ``image`` overrides the provider's.
 
         ``tenant`` is the admin's tenant asking (``None``: the engine's owner, embedded or on an
-        admin without keys): its EnvHub entries resolve ``env_id``, its sandboxes host the env,
-        and a sandbox started for it counts against its ``quota``.
+        admin without keys): its EnvHub entries resolve ``env_id``, its sandboxes host the env; a
+        sandbox started for it counts against its ``quota`` and passes ``admit``, the admin's
+        admission of the key's starts (``RouteRequest.admit``: default egress, what it may ask).
 
         :raises EnvFailed: the id is unknown (the message lists close matches), a dependency or
             offline data is missing, the image cannot run GEM.
@@ -213,7 +216,7 @@ class GemProvider(EnvProvider):
         known = self._known_ids.get((tenant, image))
         if known is not None and env_id not in known:
             raise unknown_env(env_id, known)  # no sandbox is started for an id GEM does not have
-        host = await self._place(image, tenant, quota)
+        host = await self._place(_Host(image, tenant, quota, admit))
         assert host.sandbox_id is not None
         try:
             channel = self.channel(host, "env/make")
@@ -266,10 +269,9 @@ class GemProvider(EnvProvider):
             )
         return gem_id, image or info.image, {**defaults, **kwargs}
 
-    async def _place(self, image: str, tenant: str | None, quota: Quota | None = None) -> _Host:
-        """A slot on a sandbox of ``tenant`` and ``image`` with room; the first make that finds
-        none starts one, and makes that come meanwhile join it."""
-        starting = False
+    async def _place(self, new: _Host) -> _Host:
+        """A slot on a sandbox of ``new``'s tenant and image with room; the first make that finds
+        none starts ``new``, and makes that come meanwhile join it."""
         async with self._lock:
             if not self._swept:
                 self._swept = True
@@ -279,18 +281,17 @@ class GemProvider(EnvProvider):
                 await self.engine.set_warm_pool(self.start_request(), self.warm_sandboxes)
             for host in self._hosts:
                 if (
-                    host.tenant == tenant
-                    and host.image == image
+                    host.tenant == new.tenant
+                    and host.image == new.image
                     and host.slots < self.envs_per_sandbox
                     and host.error is None
                 ):
                     host.slots += 1
                     break
             else:
-                host = _Host(image, tenant, quota)
+                host = new
                 self._hosts.append(host)
-                starting = True
-        if starting:
+        if host is new:
             await self._start_host(host)  # on failure or cancellation it leaves the host's list
         else:
             host.waiting += 1
@@ -321,8 +322,9 @@ class GemProvider(EnvProvider):
     async def _start_host(self, host: _Host) -> None:
         try:
             with anyio.fail_after(self.start_timeout):
+                request = self.start_request(host.image, None if host.admit else host.tenant)
                 started = await self.engine.start_async(
-                    self.start_request(host.image, host.tenant),
+                    host.admit(request) if host.admit else request,  # admit adds the tenant
                     tenant=host.tenant,
                     quota=host.quota,
                 )

@@ -166,19 +166,20 @@ async def _make(request: RouteRequest, body: dict[str, Any]) -> Any:
         raise EnvFailed(
             f"image must be a non-blank string, got {_shown(image)}", kind="bad_request"
         )
-    for reserved in ("tenant", "quota"):
+    for reserved in ("tenant", "quota", "admit"):
         if reserved in kwargs:
             raise EnvFailed(
                 f"kwargs.{reserved} is not a constructor argument: the API key says it",
                 kind="bad_request",
             )
     # The API key's tenant: its EnvHub entries name the env, its own sandboxes host it (within
-    # its quota), and only it may drive the env.
+    # its quota, admitted as the key's starts are), and only it may drive the env.
     env = await request.engine.make_env(
         env_id,
         **({"image": image} if image else {}),
         tenant=request.tenant,
         quota=request.quota,
+        admit=request.admit,
         **kwargs,
     )
     return {"sandbox_id": env.handle}
