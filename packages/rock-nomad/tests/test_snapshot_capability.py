@@ -13,7 +13,7 @@ from rock_core.actions import SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import NotSupported
-from rock_core.runtime import UnitHandle
+from rock_core.runtime import SnapshotImage, UnitHandle
 from rock_nomad.runtime import NomadRuntime
 
 pytestmark = pytest.mark.anyio
@@ -63,3 +63,15 @@ async def test_an_engine_on_nomad_refuses_snapshots_forks_and_starts_from_one(
         with pytest.raises(NotSupported) as caught:
             await call
         assert str(caught.value) == REFUSAL
+
+
+async def test_the_nomad_runtime_cannot_tell_a_sandbox_unchanged_since_a_snapshot() -> None:
+    runtime = NomadRuntime(address="http://127.0.0.1:1")
+    assert runtime.capabilities.snapshot_reuse is False
+    handle = UnitHandle(runtime="nomad", unit_id="job", sandbox_id="s")
+    with pytest.raises(NotSupported) as caught:
+        await runtime.snapshot_unchanged(handle, SnapshotImage(image_id="i", reference="r"))
+    assert str(caught.value) == (
+        "runtime 'nomad' cannot tell whether a sandbox's files changed since a snapshot of it"
+        " (capability snapshot_reuse)"
+    )

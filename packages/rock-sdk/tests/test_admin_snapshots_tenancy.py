@@ -5,8 +5,9 @@ Tenant ``team-a`` makes a snapshot; ``team-b`` cannot list it, start from it, de
 snapshot or fork ``team-a``'s sandbox: each answer is word for word what an unknown name or id
 gets. Both may use the same snapshot name, each for its own files. ``team-q`` (at most 2
 sandboxes) is refused a fork that would pass its quota, named, before any snapshot is made.
-``team-s`` (at most 1 snapshot) is refused a second snapshot, and a fork (its snapshot counts),
-naming ``max_snapshots``, until it deletes the first.
+``team-s`` (at most 1 snapshot) is refused a second snapshot, and a fork of a sandbox changed
+since (its snapshot counts), naming ``max_snapshots``, until it deletes the first; a fork of a
+sandbox unchanged since its snapshot makes none.
 """
 
 from __future__ import annotations
@@ -147,11 +148,14 @@ async def test_a_snapshot_or_fork_past_the_tenants_snapshot_limit_is_refused_nam
         with pytest.raises(RockError, match=refusal) as refused:
             await parent.snapshot(name="second")
         assert refused.value.code == 4029
+        await _sh(parent, "touch /after-first")  # changed: a fork needs a snapshot of its own
         with pytest.raises(RockError, match=refusal):
             await parent.fork(1)
         assert [s.name for s in await parent.snapshots()] == ["first"]
         await parent.delete_snapshot("first")
         forks = await parent.fork(1)  # room again: the fork's snapshot is the one kept
+        assert len(await parent.snapshots()) == 1
+        forks += await parent.fork(1)  # unchanged since that one: forked from it, none made
         assert len(await parent.snapshots()) == 1
     finally:
         for sandbox in (*forks, parent):

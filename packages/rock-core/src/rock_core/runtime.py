@@ -22,6 +22,7 @@ import anyio
 import attrs
 
 from rock_core.errors import NotSupported
+from rock_core.snapshot_image import SnapshotImage
 
 if TYPE_CHECKING:
     from typing import Self
@@ -74,6 +75,9 @@ class RuntimeCapabilities:
         (:meth:`Runtime.pause`, :meth:`Runtime.resume`): ``pause()`` of a sandbox.
     :param egress: it enforces a sandbox's egress policy on the host (:meth:`Runtime.set_egress`);
         the engine refuses a policy otherwise.
+    :param snapshot_reuse: it tells whether a unit's files are still those of a snapshot made of
+        it (:meth:`Runtime.snapshot_unchanged`): a fork of an unchanged sandbox starts from that
+        snapshot, with no new copy.
     """
 
     assign: bool
@@ -87,6 +91,7 @@ class RuntimeCapabilities:
     network_groups: bool = True
     pause: bool = False
     egress: bool = False
+    snapshot_reuse: bool = False
 
     def missing(self, capability: str, runtime: str) -> str:
         """Words for a refusal: ``"runtime 'nomad' cannot keep a sandbox's files across a stop"``."""
@@ -107,6 +112,7 @@ _CAN = {
     "network_groups": "put sandboxes in a network group",
     "pause": "pause sandboxes (freeze their processes, memory kept)",
     "egress": "enforce an egress policy (where a sandbox may connect)",
+    "snapshot_reuse": "tell whether a sandbox's files changed since a snapshot of it",
 }
 
 
@@ -135,31 +141,6 @@ class UnitHandle:
     #: The hardening the runtime applied, for the sandbox's status: ``{"pids_limit": 4096,
     #: "no_new_privileges": True, "capabilities": [...], "nofile_limit": ..., "network": ...}``.
     security: Mapping[str, Any] = attrs.field(factory=dict, eq=False, hash=False)
-
-
-@attrs.frozen
-class SnapshotImage:
-    """A snapshot of a unit's files kept by the runtime on its node (:meth:`Runtime.snapshot_image`).
-
-    :param image_id: the runtime's id of it (Docker: the image id).
-    :param reference: what a spec's ``image`` names to start a unit from it.
-    :param labels: the labels it was made with (tenant, name, source sandbox, created).
-    :param size: bytes it adds over its image (Docker: the committed layer).
-    :param created: when it was made (seconds since the epoch).
-    :param frozen_seconds: how long the unit was frozen for the copy (only on the answer of
-        :meth:`Runtime.snapshot_image`; ``None`` in a listing).
-    :param changes: the runtime's own account of what the snapshot changed over its image, for
-        :meth:`Runtime.export_snapshot_image` (only on the answer of
-        :meth:`Runtime.snapshot_image` asked for ``changes``; opaque to the engine).
-    """
-
-    image_id: str
-    reference: str
-    labels: Mapping[str, str] = attrs.field(factory=dict)
-    size: int = 0
-    created: float = 0.0
-    frozen_seconds: float | None = None
-    changes: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 class Runtime(abc.ABC):
@@ -213,6 +194,7 @@ class Runtime(abc.ABC):
             network_groups=self.network_groups,
             pause=self.can_pause,
             egress=type(self).set_egress is not Runtime.set_egress,
+            snapshot_reuse=type(self).snapshot_unchanged is not Runtime.snapshot_unchanged,
         )
 
     @abc.abstractmethod
@@ -479,6 +461,12 @@ class Runtime(abc.ABC):
             f"runtime {self.name!r} cannot start from snapshots in the archive store",
             attempted="start",
         )
+
+    async def snapshot_unchanged(self, handle: UnitHandle, image: SnapshotImage) -> bool:
+        """Whether the unit's files are still those ``image`` (a :meth:`snapshot_image` of this
+        very unit, as :meth:`snapshot_images` lists it) kept; ``False`` when it cannot tell.
+        Optional (capability ``snapshot_reuse``): the default raises :class:`NotSupported`."""
+        raise NotSupported(self.capabilities.missing("snapshot_reuse", self.name), attempted="fork")
 
     async def snapshot_images(self, labels: Mapping[str, str]) -> Sequence[SnapshotImage]:
         """The snapshots :meth:`snapshot_image` made whose labels include every item of ``labels``."""

@@ -5,8 +5,8 @@ added and changed files with their owners, modes, times and symlinks, and deleti
 image's files as whiteouts, so a container made from the snapshot sees exactly the sandbox's
 files. Bind mounts are not in it (the rocklet at ``/rock``, the socket folder at ``/rock-run``,
 Docker's ``/etc/hosts``); processes and memory are not either. A running container is paused
-by Docker for the copy only (``pause=True``); how long the commit call took is the upper bound of
-that freeze, reported as ``frozen_seconds``.
+for the copy only (and the mark that lets a later fork reuse the image while nothing changed:
+:mod:`rock_docker._snapshot_reuse`); how long the pause lasted is ``frozen_seconds``.
 
 The image's configuration is the base image's, not the sandbox's: Docker merges the committed
 container's environment and labels into whatever configuration the commit is given, and cannot
@@ -30,6 +30,7 @@ import docker.errors
 from rock_core.errors import BadRequestRockError, RockError
 from rock_core.runtime import SnapshotImage, UnitHandle
 from rock_docker._snapshot import plan_changes
+from rock_docker._snapshot_reuse import LABEL_MARK, freeze_mark, unchanged_since
 from rock_docker._snapshot_transfer import CONFIG_KEYS, SnapshotTransfer
 
 __all__ = ["REPOSITORY", "SnapshotImages"]
@@ -93,14 +94,15 @@ class SnapshotImages(SnapshotTransfer):
             env = [e for e in config.get("Env") or [] if e.split("=", 1)[0] not in stripped]
             env += [f"{name}=" for name in strip_env]
             own_labels = {k: "" for k in config.get("Labels") or {} if k not in base_labels}
+            image_labels = {
+                **own_labels,
+                **labels,
+                _BASE_SIZE: str(base.get("Size") or 0),
+                _CREATED: repr(time.time()),
+            }
             conf = {
                 "Env": env,
-                "Labels": {
-                    **own_labels,
-                    **labels,
-                    _BASE_SIZE: str(base.get("Size") or 0),
-                    _CREATED: repr(time.time()),
-                },
+                "Labels": image_labels,
                 "Cmd": base_config.get("Cmd"),
                 "Entrypoint": base_config.get("Entrypoint"),
                 "WorkingDir": base_config.get("WorkingDir") or "",
@@ -110,23 +112,21 @@ class SnapshotImages(SnapshotTransfer):
             running = bool(state.get("Running"))
             t0 = time.monotonic()
             rows: list[Any] = []
-            if changes:
-                # Frozen for the list and the copy together: the list is the copy's.
-                freeze = running and not state.get("Paused")
-                if freeze:
-                    api.pause(handle.unit_id)
-                try:
+            # Frozen for the mark, the list and the copy together: the list is the copy's.
+            freeze = running and not state.get("Paused")
+            if freeze:
+                api.pause(handle.unit_id)
+            try:
+                # No mark: set empty, or the one a snapshot's child inherited would stay.
+                image_labels[LABEL_MARK] = freeze_mark(api, handle.unit_id, running=running) or ""
+                if changes:
                     rows = api.diff(handle.unit_id) or []
-                    made = api.commit(
-                        handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
-                    )
-                finally:
-                    if freeze:
-                        api.unpause(handle.unit_id)
-            else:
                 made = api.commit(
-                    handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=True
+                    handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
                 )
+            finally:
+                if freeze:
+                    api.unpause(handle.unit_id)
             took = time.monotonic() - t0
             image = api.inspect_image(made["Id"])
             made_config = image.get("Config") or {}
@@ -145,6 +145,16 @@ class SnapshotImages(SnapshotTransfer):
 
         result: SnapshotImage = await self._run(
             commit, attempted="snapshot", sandbox_id=handle.sandbox_id
+        )
+        return result
+
+    async def snapshot_unchanged(self, handle: UnitHandle, image: SnapshotImage) -> bool:
+        """Whether the container's files are those ``image`` kept: nothing in its writable layer
+        changed since the commit's mark (:mod:`rock_docker._snapshot_reuse`)."""
+        result: bool = await self._run(
+            lambda: unchanged_since(self._docker().api, handle.unit_id, image.labels),
+            attempted="fork",
+            sandbox_id=handle.sandbox_id,
         )
         return result
 

@@ -9,8 +9,9 @@ secret of the engine (the rocklet's token is blanked in its configuration).
 
 A snapshot belongs to the tenant of the sandbox it was made from: :func:`list_snapshots`,
 :func:`delete_snapshot` and :func:`resolve_start` (a start's ``snapshot``) see only the caller's
-tenant's, and another tenant's name is an unknown snapshot. :func:`fork` makes a snapshot and
-accepts ``count`` starts from it, with the parent's settings and priority, through the start
+tenant's, and another tenant's name is an unknown snapshot. :func:`fork` makes a snapshot (or
+takes the sandbox's latest, when the runtime tells nothing changed since) and accepts ``count``
+starts from it, with the parent's settings and priority, through the start
 queue; the count is checked against the tenant's quota first, all of it at once.
 """
 
@@ -340,6 +341,25 @@ def _child_request(spec: SandboxSpec, image: str) -> SandboxStartRequest:
     )
 
 
+async def _unchanged_since_snapshot(
+    core: EngineCore, sandbox_id: str, owner: str
+) -> SnapshotInfo | None:
+    """The sandbox's latest snapshot on the node if the runtime tells its files have not changed
+    since (capability ``snapshot_reuse``): a fork starts from it, with no new copy."""
+    live = core.live.get(sandbox_id)
+    handle = live.handle if live is not None and not live.removing else None
+    if handle is None or not core.runtime.capabilities.snapshot_reuse:
+        return None
+    if live is None or live.record.state not in (State.RUNNING, State.STOPPED):
+        return None  # the snapshot refuses it, saying why
+    made = await core.runtime.snapshot_images({**_scope(core, owner), LABEL_SANDBOX: sandbox_id})
+    named = [image for image in made if image.labels.get(LABEL_NAME)]  # not ROCK's commits
+    if not named:
+        return None
+    latest = max(named, key=lambda image: image.created)
+    return _info(latest) if await core.runtime.snapshot_unchanged(handle, latest) else None
+
+
 async def fork(
     core: EngineCore,
     sandbox_id: str,
@@ -350,7 +370,9 @@ async def fork(
 ) -> tuple[SnapshotInfo, list[SandboxRecord]]:
     """Snapshot ``sandbox_id`` and accept ``count`` starts from the snapshot: sandboxes whose
     files equal the parent's at the call, with its settings and priority, through the start
-    queue. Returns the snapshot and the ``pending`` records. If a start is refused, those
+    queue. Returns the snapshot and the ``pending`` records. A sandbox whose files have not
+    changed since its latest snapshot (as the runtime tells: capability ``snapshot_reuse``)
+    is forked from that snapshot, with no new one. If a start is refused, those
     already accepted are stopped (the snapshot stays, listed).
 
     :raises InvalidParameter: ``count`` below 1.
@@ -375,7 +397,7 @@ async def fork(
             raise QuotaExceeded(
                 f"fork of {count}: {refusal[1]}", sandbox_id=sandbox_id, attempted="fork"
             )
-    snap = await snapshot(
+    snap = await _unchanged_since_snapshot(core, sandbox_id, owner) or await snapshot(
         core, sandbox_id, f"fork-{secrets.token_hex(6)}", tenant=tenant, quota=quota
     )
     request = _child_request(record.spec, snap.image)
