@@ -13,18 +13,60 @@ of :func:`bounded_http_protocol`:
   after the connection was made) with HTTP 408, whatever it trickled meanwhile. A kept-alive
   connection between requests is uvicorn's ``timeout_keep_alive``'s.
 
-The body is the routes' (:mod:`rock.admin.body_limit`); the number of connections is uvicorn's
-``limit_concurrency`` (HTTP 503 past it), set by :func:`rock.admin.daemon.serve`.
+The body is the routes' (:mod:`rock.admin.body_limit`). The number of connections and requests
+under way is bounded by uvicorn's ``limit_concurrency`` (``admin.max_connections``, set by
+:func:`rock.admin.daemon.serve`), checked here in uvicorn's place so that the HTTP 503 past it
+carries ``Retry-After`` (:data:`RETRY_AFTER_SECONDS`) and says which limit: the request never
+reached a route, so any call may be sent again (rock's SDK does, after that many seconds).
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from asyncio import TimerHandle, Transport
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["bounded_http_protocol"]
+__all__ = ["RETRY_AFTER_SECONDS", "bounded_http_protocol"]
+
+#: The ``Retry-After`` of the 503 past ``max_connections``: whole seconds (HTTP's form).
+RETRY_AFTER_SECONDS = 1
+_log = logging.getLogger("rock.admin")
+_refused = {"count": 0, "logged": 0.0}  # 503s past the limit since the last warning
+
+
+def _busy_app(limit: int) -> Any:
+    """The ASGI app answering a request past ``limit``: 503 with ``Retry-After``, then close."""
+    body = (
+        f"the admin has {limit} connections or requests under way (admin.max_connections): "
+        f"retry after {RETRY_AFTER_SECONDS}s"
+    ).encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+        (b"retry-after", str(RETRY_AFTER_SECONDS).encode()),
+        (b"connection", b"close"),
+    ]
+
+    async def busy(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    return busy
+
+
+def _count_refusal(limit: int) -> None:
+    """One warning a second at most, with how many were refused (uvicorn's was one a request)."""
+    _refused["count"] += 1
+    now = time.monotonic()
+    if now - _refused["logged"] >= 1.0:
+        _log.warning(
+            "%d requests answered 503 past admin.max_connections (%d)", _refused["count"], limit
+        )
+        _refused["count"], _refused["logged"] = 0, now
+
 
 # Pieces the head is fed in: a normal head (well under this) costs one extra slice.
 _PIECE = 8192
@@ -50,6 +92,10 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # uvicorn's check of limit_concurrency is done here instead (a 503 with Retry-After).
+        self._limit: int | None = self.limit_concurrency
+        self._busy = None if self._limit is None else _busy_app(self._limit)
+        self.limit_concurrency = None
         self._head_bytes: int | None = 0  # None: between a head's end and the next request's start
         self._head_timer: TimerHandle | None = None
 
@@ -88,7 +134,16 @@ class _BoundedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._head_bytes = None
         self._stop_head_timer()
-        super().on_headers_complete()
+        limit = self._limit
+        if limit is None or (len(self.connections) < limit and len(self.tasks) < limit):
+            super().on_headers_complete()
+            return
+        _count_refusal(limit)
+        app, self.app = self.app, self._busy  # this request's app (uvicorn reads self.app)
+        try:
+            super().on_headers_complete()
+        finally:
+            self.app = app
 
     def data_received(self, data: bytes) -> None:
         if self._head_bytes is None:

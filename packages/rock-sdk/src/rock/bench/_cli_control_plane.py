@@ -42,6 +42,12 @@ __all__ = ["control_plane"]
     default=None,
     help="The admin's max_connections (default: its own, 2048; past it: HTTP 503).",
 )
+@click.option(
+    "--admin-profile",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a cProfile of the admin (until its restart) to this file.",
+)
 @click.option("--status-calls", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--list-calls", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option(
@@ -56,6 +62,7 @@ def control_plane(
     clients: int,
     start_seconds: str,
     admin_max_connections: int | None,
+    admin_profile: Path | None,
     status_calls: int,
     list_calls: int,
     output: Path | None,
@@ -84,6 +91,7 @@ def control_plane(
         status_calls=status_calls,
         list_calls=list_calls,
         admin_max_connections=admin_max_connections,
+        admin_profile=admin_profile,
     )
     document = asyncio.run(run_control_plane(settings, say=say))
     if output is not None:

@@ -63,7 +63,8 @@ class ControlPlaneSettings:
     :param status_calls: / ``list_calls``: ``get_status`` calls and whole listings timed at N.
     :param startup_timeout: each start's limit once it leaves the admin's start queue.
     :param admin_max_connections: the admin's ``max_connections`` (``None``: its default, 2048;
-        past it the admin answers HTTP 503, which the SDK does not retry).
+        past it the admin answers HTTP 503 with ``Retry-After``, and the SDK sends it again).
+    :param admin_profile: write a cProfile of the first admin (until its restart) to this file.
     """
 
     sandboxes: int = 16000
@@ -73,6 +74,7 @@ class ControlPlaneSettings:
     list_calls: int = 5
     startup_timeout: float = 600.0
     admin_max_connections: int | None = None
+    admin_profile: Path | None = None
 
 
 async def _client_starts(url: str, ids: list[str], at: float, timeout: float) -> dict[str, Any]:
@@ -205,7 +207,8 @@ async def run_control_plane(
         "--units-file",
         str(state_dir / "scripted-units.json"),
     ]
-    admin = BenchAdmin(state_dir, _free_port(), env, command)
+    profiled = [] if settings.admin_profile is None else ["--profile", str(settings.admin_profile)]
+    admin = BenchAdmin(state_dir, _free_port(), env, command + profiled)
     run = f"cp{os.getpid()}"
     figures: dict[str, Any] = {"sandboxes": settings.sandboxes, "clients": settings.clients}
     figures["unit_start_seconds"] = [lo, hi]
@@ -240,6 +243,7 @@ async def run_control_plane(
             async with httpx.AsyncClient(base_url=admin.url, timeout=600) as http:
                 figures.update(await _listing_latency(http, settings.list_calls))
         say(f"admin restart with {len(ids)} sandbox records")
+        admin.command = command  # the new admin is not profiled (the file is the first's)
         stopped, answering = await admin.restart()
         figures["admin_restart_stop_seconds"] = round(stopped, 3)
         figures["admin_restart_answering_seconds"] = round(answering, 3)

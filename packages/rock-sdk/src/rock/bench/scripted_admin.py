@@ -9,7 +9,8 @@ process (units, like the rocklet, end with it) unless ``--units-file`` is given:
 are written there at exit and read back at start, as containers outlive a restarted admin.
 
 ``--start-seconds LO,HI`` makes every unit's start take a uniformly random LO..HI seconds (a
-container's start; default: none), waited without a process or CPU.
+container's start; default: none), waited without a process or CPU. ``--profile FILE`` writes a
+cProfile of the admin's event loop thread there at exit (``python -m pstats FILE``).
 
     python -m rock.bench.scripted_admin --host 127.0.0.1 --port 8080
 
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=None)
     parser.add_argument("--start-seconds", type=parse_seconds, default=(0.0, 0.0))
     parser.add_argument("--units-file", type=Path, default=None)
+    parser.add_argument("--profile", type=Path, default=None)
     args = parser.parse_args(argv)
 
     from rock.admin import daemon
@@ -100,9 +102,18 @@ def main(argv: list[str] | None = None) -> int:
             # uvicorn raises the SIGTERM it caught again once it has shut down: let it end the
             # process through the ``finally`` below, which keeps the units.
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+            profile = None
+            if args.profile is not None:
+                import cProfile
+
+                profile = cProfile.Profile()
+                profile.enable()
             try:
                 return daemon.serve(settings, runtime=runtime)
             finally:
+                if profile is not None:
+                    profile.disable()
+                    profile.dump_stats(args.profile)
                 if args.units_file is not None:
                     _save_units(runtime, args.units_file)
 

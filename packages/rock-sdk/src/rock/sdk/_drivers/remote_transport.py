@@ -7,6 +7,7 @@ URLs, a call moves on to the next admin when it never reached one, or when it is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import httpx
 
 from rock.sdk._drivers.admin_urls import KEYED_POSTS, safe_to_repeat
+from rock.sdk._drivers.remote_retry import Retrying, max_in_flight, retry_after
 from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
@@ -50,6 +52,16 @@ class _NotSent(Exception):
         self.error = error
 
 
+class _RoundFailed(Exception):
+    """No admin answered one round of a call: ``error`` (raised if it is not retried);
+    ``not_sent``: no admin accepted the connection; ``reset``: a connection failed after the
+    request was sent (not a timeout)."""
+
+    def __init__(self, error: RockError, *, not_sent: bool, reset: bool) -> None:
+        super().__init__(str(error))
+        self.error, self.not_sent, self.reset = error, not_sent, reset
+
+
 class RemoteTransport:
     """Requests to an admin server: the one of ``base_urls`` that answered last, else the next
     (see :meth:`_send`); :class:`RemoteDriver` sets the fields declared here in its ``__init__``."""
@@ -63,6 +75,7 @@ class RemoteTransport:
         asyncio.AbstractEventLoop, tuple[httpx.AsyncClient, Any]
     ]
     _clients_lock: threading.Lock
+    _answered = False  # an admin has answered this driver (a refusal is then retried)
 
     @property
     def base_url(self) -> str:
@@ -111,6 +124,17 @@ class RemoteTransport:
                 return http
         await closer.aclose()  # another task of this loop made one first
         return current[0]
+
+    def _in_flight_slots(self) -> asyncio.Semaphore:
+        """The running event loop's limit on quick calls under way
+        (:func:`~rock.sdk._drivers.remote_retry.max_in_flight`)."""
+        loop = asyncio.get_running_loop()
+        with self._clients_lock:
+            slots = self.__dict__.setdefault("_slots", weakref.WeakKeyDictionary())
+            semaphore: asyncio.Semaphore | None = slots.get(loop)
+            if semaphore is None:
+                semaphore = slots[loop] = asyncio.Semaphore(max_in_flight())
+            return semaphore
 
     async def aclose(self) -> None:
         """Close the connection pools of the running event loop (others close with their loops)."""
@@ -214,7 +238,46 @@ class RemoteTransport:
         held: bool = False,
         **kw: Any,
     ) -> httpx.Response:
-        """Send a call to the admin that answered last, then to the others in turn.
+        """Send a call to the admin that answered last, then to the others in turn
+        (:meth:`_send_round`); again after a pause while the admin is busy or unreachable, as
+        :mod:`rock.sdk._drivers.remote_retry` says, within the call's timeout."""
+        http = await self._http(held)
+        if timeout is not None:
+            kw["timeout"] = timeout
+        retrying = Retrying((timeout or DEFAULT_TIMEOUT).read)
+        kw["slots"] = None if held or timeout is not None else self._in_flight_slots()
+        repeatable = safe_to_repeat(method, route, kw.get("headers"))
+        while True:
+            try:
+                response = await self._send_round(http, method, route, attempted, sandbox_id, kw)
+            except _RoundFailed as failed:
+                retry = failed.not_sent and self._answered or failed.reset and repeatable
+                pause = retrying.pause() if retry else None
+                if pause is None:
+                    raise failed.error from failed.error.__cause__
+                await asyncio.sleep(pause)
+                continue
+            self._answered = True
+            if response.status_code == 503:
+                after = retry_after(response)
+                if after is not None or repeatable:
+                    pause = retrying.pause(after)
+                    if pause is not None:
+                        await response.aclose()
+                        await asyncio.sleep(pause)
+                        continue
+            return response
+
+    async def _send_round(
+        self,
+        http: httpx.AsyncClient,
+        method: str,
+        route: str,
+        attempted: str,
+        sandbox_id: str | None,
+        kw: dict[str, Any],
+    ) -> httpx.Response:
+        """One attempt at each admin in turn, from the one that answered last.
 
         A connection that could not be made (refused, connect timeout) moves on to the next
         admin whatever the call; a failure after the request may have reached one (a read
@@ -223,12 +286,12 @@ class RemoteTransport:
         ``Idempotency-Key``, the same in ``kw``'s headers), else it raises naming that URL.
         With one URL the errors are those of a single admin; with several, when all fail, the
         error lists each URL and its reason.
+
+        :raises _RoundFailed: no admin answered (why, and whether the call may be retried).
         """
-        http = await self._http(held)
-        if timeout is not None:
-            kw["timeout"] = timeout
         order = [self._preferred, *(url for url in self.base_urls if url != self._preferred)]
         failures: list[tuple[str, RockError]] = []
+        not_sent = True
         for url in order:
             try:
                 response = await self._send_to(url, http, method, route, attempted, sandbox_id, kw)
@@ -238,20 +301,26 @@ class RemoteTransport:
                 continue
             except (InternalServerRockError, CommandTimeout) as exc:
                 # It may have reached that admin: only a call safe to repeat moves on.
+                not_sent = False
+                reset = isinstance(exc, InternalServerRockError)  # a timeout is not repeated
                 if len(order) == 1 or not safe_to_repeat(method, route, kw.get("headers")):
-                    raise
+                    raise _RoundFailed(exc, not_sent=False, reset=reset) from None
                 failures.append((url, exc))
                 continue
             self._preferred = url
             return response
         if len(failures) == 1:
-            raise failures[0][1]
-        reasons = "; ".join(f"{url}: {error}" for url, error in failures)
-        raise InternalServerRockError(
-            f"no rock admin answered {attempted}: {reasons}",
-            sandbox_id=sandbox_id,
-            attempted=attempted,
-        ) from failures[-1][1]
+            error = failures[0][1]
+        else:
+            reasons = "; ".join(f"{url}: {error}" for url, error in failures)
+            error = InternalServerRockError(
+                f"no rock admin answered {attempted}: {reasons}",
+                sandbox_id=sandbox_id,
+                attempted=attempted,
+            )
+            error.__cause__ = failures[-1][1]
+        reset = not not_sent and all(isinstance(e, InternalServerRockError) for _, e in failures)
+        raise _RoundFailed(error, not_sent=not_sent, reset=reset)
 
     async def _send_to(
         self,
@@ -263,19 +332,25 @@ class RemoteTransport:
         sandbox_id: str | None,
         kw: dict[str, Any],
     ) -> httpx.Response:
-        """One request to the admin at ``url``; a connection never made raises :class:`_NotSent`."""
+        """One request to the admin at ``url``, within the quick calls' limit when ``kw``'s
+        ``slots`` is one; a connection never made raises :class:`_NotSent`."""
         target = url + API_PREFIX + route
+        kw = dict(kw)
+        slots: asyncio.Semaphore | None = kw.pop("slots", None)
         try:
-            try:
-                return await http.request(method, target, **kw)
-            except httpx.RemoteProtocolError:
-                # A pooled connection the server closed as we reused it (uvicorn drops idle
-                # keep-alive connections): safe to send again only when the call is idempotent.
-                # A start with an Idempotency-Key is: the admin answers the key's first start.
-                keyed = route in KEYED_POSTS and safe_to_repeat(method, route, kw.get("headers"))
-                if method != "GET" and route not in IDEMPOTENT_POSTS and not keyed:
-                    raise
-                return await http.request(method, target, **kw)
+            async with slots or contextlib.nullcontext():
+                try:
+                    return await http.request(method, target, **kw)
+                except httpx.RemoteProtocolError:
+                    # A pooled connection the server closed as we reused it (uvicorn drops idle
+                    # keep-alive connections): safe to send again only when the call is
+                    # idempotent. A start with an Idempotency-Key is: the admin answers the
+                    # key's first start.
+                    headers = kw.get("headers")
+                    keyed = route in KEYED_POSTS and safe_to_repeat(method, route, headers)
+                    if method != "GET" and route not in IDEMPOTENT_POSTS and not keyed:
+                        raise
+                    return await http.request(method, target, **kw)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise _NotSent(self._unreachable(exc, attempted, sandbox_id, url)) from exc
         except httpx.TimeoutException as exc:
