@@ -353,6 +353,12 @@ class Runtime(abc.ABC):
         """The labels of ``image`` as the node has it (``None``: not there, or cannot tell)."""
         return None
 
+    async def unit_image_labels(self, handle: UnitHandle) -> Mapping[str, str] | None:
+        """The labels of the image ``handle``'s unit was made from, found by what the unit holds
+        (Docker: the image id), not by a name that may name another image since (``None``:
+        cannot tell). The engine asks it of a tenant's new unit before starting it."""
+        return None
+
     @property
     def can_measure(self) -> bool:
         """Whether this runtime implements :meth:`stats`."""

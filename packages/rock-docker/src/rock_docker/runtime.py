@@ -72,6 +72,7 @@ from rock_docker._egress import EgressRules
 from rock_docker._engine_probe import EngineProbe
 from rock_docker._errors import DOCKER_ERRORS, explain, translate
 from rock_docker._events import EventWatch
+from rock_docker._images import UnitImages
 from rock_docker._networks import Networks
 from rock_docker._observation import handle_of, image_of, inspect_unit
 from rock_docker._options import DockerOptions
@@ -102,7 +103,7 @@ def _label_filter(labels: Mapping[str, str]) -> dict[str, list[str]]:
     return {"label": [f"{key}={value}" for key, value in labels.items()]}
 
 
-class DockerRuntime(SnapshotImages, EgressRules, Runtime):
+class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
     """Sandboxes as containers on a Docker engine (the one at ``base_url``, or ``DOCKER_HOST``).
 
     Built with the keyword arguments :class:`~rock_docker._options.DockerOptions` describes,

@@ -4,12 +4,15 @@
 store offer; :func:`check_quota` against its tenant's quota; :func:`with_defaults` is the spec
 the runtime gets (the engine's defaults where the request left a field unset),
 :func:`startup_timeout` the budget of its start, and :func:`waiting_phases` the phases of a
-start not begun. Used by every way into a running sandbox: a start
+start not begun; :func:`commit_refusal` is the refusal of another tenant's commit as an image
+(checked when a start is accepted, and again on the unit made for it). Used by every way into a running sandbox: a start
 (:mod:`~rock_core.engine.starting`), a warm pool (:mod:`~rock_core.engine.claims`), a restore
 (:mod:`~rock_core.engine.archiving`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import attrs
 
@@ -20,7 +23,35 @@ from rock_core.models import PHASE_DOCKER_RUN, PHASE_IMAGE_PULL, Phase, PhaseSta
 from rock_core.sizes import format_size
 from rock_core.tenancy import Quota, quota_refusal, tenant_usage, usage_of
 
-__all__ = ["check_quota", "startup_timeout", "validate", "waiting_phases", "with_defaults"]
+__all__ = [
+    "LABEL_COMMIT_TENANT",
+    "check_quota",
+    "commit_refusal",
+    "startup_timeout",
+    "validate",
+    "waiting_phases",
+    "with_defaults",
+]
+
+#: The label of a commit's image (:mod:`rock_core.engine.commits`): the tenant that made it.
+LABEL_COMMIT_TENANT = "rock.commit.tenant"
+
+
+def commit_refusal(
+    image: str, tenant: str | None, labels: Mapping[str, str] | None
+) -> InvalidParameter | None:
+    """The refusal of a start of ``tenant`` (``None``: no keys, the operator's) from ``image``,
+    whose ``labels`` (``None``: the runtime cannot tell) say it is another tenant's commit:
+    answered as an unknown image, not saying whose."""
+    owner = (labels or {}).get(LABEL_COMMIT_TENANT)
+    if tenant is None or not owner or owner == tenant:
+        return None
+    return InvalidParameter(
+        f"image: {image!r}: no such image on this node (a sandbox starts from a base image "
+        "or a commit of its own tenant)",
+        field="image",
+        value=image,
+    )
 
 
 def waiting_phases() -> dict[str, Phase]:

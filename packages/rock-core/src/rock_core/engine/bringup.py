@@ -20,7 +20,7 @@ import anyio
 import attrs
 
 from rock_core.engine import egress
-from rock_core.engine.admission import with_defaults
+from rock_core.engine.admission import commit_refusal, with_defaults
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LiveSandbox, describe_exit, new_rocklet_token, now
 from rock_core.errors import ImagePullFailed, InternalServerRockError, RockError
@@ -88,6 +88,7 @@ async def bring_up(
             live.record.phases[PHASE_IMAGE_PULL].status is PhaseStatus.RUNNING
         ):  # the runtime said nothing
             core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
+        await _check_unit_image(core, live, handle)  # before the record knows the unit
         live.handle = handle
         note_unit(core, live, handle)
     core.set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.RUNNING, "starting the container")
@@ -129,6 +130,28 @@ async def bring_up(
         on_started()
     await _wait_for_rocklet(core, live, handle, client)
     await became_ready(core, live, client, status, "docker run success")
+
+
+async def _check_unit_image(core: EngineCore, live: LiveSandbox, handle: UnitHandle) -> None:
+    """A tenant's unit is not made from another tenant's commit: the labels of the image the
+    unit holds (by its id), so a tag re-pointed since the start was accepted
+    (:func:`rock_core.engine.commits.check_commit_tenant`) is seen before the unit starts.
+    A refused unit is removed at once, never started (no restart can reuse it). Without keys
+    (the spec's tenant is the engine's owner) nothing is asked."""
+    spec = live.record.spec
+    if spec.tenant is None or spec.tenant == core.owner:
+        return
+    refusal = commit_refusal(spec.image, spec.tenant, await core.runtime.unit_image_labels(handle))
+    if refusal is not None:
+        core.set_phase(
+            live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, refusal.message
+        )
+        with anyio.CancelScope(shield=True):
+            try:
+                await core.runtime.remove(handle)
+            except RockError:
+                pass  # the stop finds it by its labels (the start left no handle)
+        raise refusal
 
 
 def _token_of(core: EngineCore, live: LiveSandbox) -> str:

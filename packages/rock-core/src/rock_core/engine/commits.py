@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 import attrs
 
 from rock_core.actions import CommitErrorCode, CommitPhase, CommitStatusResponse
+from rock_core.engine.admission import LABEL_COMMIT_TENANT, commit_refusal
 from rock_core.engine.core import EngineCore
 from rock_core.engine.snapshots import _record_of, _require
 from rock_core.errors import BadRequestRockError, InvalidParameter
@@ -48,7 +49,7 @@ __all__ = [
 log = logging.getLogger("rock.engine")
 
 LABEL_ENGINE = "rock.commit.engine"
-LABEL_TENANT = "rock.commit.tenant"
+LABEL_TENANT = LABEL_COMMIT_TENANT
 LABEL_SANDBOX = "rock.commit.sandbox"
 LABEL_TAG = "rock.commit.image_tag"
 
@@ -85,20 +86,16 @@ async def check_commit_tenant(core: EngineCore, image: str, tenant: str | None) 
     :data:`LABEL_TENANT`) is refused as an unknown image, not saying whose: it would start a
     sandbox with that tenant's files. One look at the image's labels on the node (none when the
     runtime cannot tell, or the image is not there: a pull brings no commit of this node's).
+    Checked again on the unit made for the start (:func:`rock_core.engine.bringup.bring_up`):
+    a tag moved in between is seen there.
 
     :raises InvalidParameter: (field ``image``) another tenant's commit.
     """
     if tenant is None:
         return
-    labels = await core.runtime.image_labels(image)
-    owner = (labels or {}).get(LABEL_TENANT)
-    if owner and owner != tenant:
-        raise InvalidParameter(
-            f"image: {image!r}: no such image on this node (a sandbox starts from a base image "
-            "or a commit of its own tenant)",
-            field="image",
-            value=image,
-        )
+    refusal = commit_refusal(image, tenant, await core.runtime.image_labels(image))
+    if refusal is not None:
+        raise refusal
 
 
 def _check_tag(core: EngineCore, image_tag: str) -> str | None:
