@@ -2,6 +2,10 @@
 
 It prints ``NOMAD_ADDR=<url>`` (and ``NOMAD_TOKEN=<secret>`` with ``--acl``) on its first
 lines, then serves; on a signal it removes every container it made and exits.
+
+``--simulate-tasks LO,HI``: its tasks run nothing and Docker is not used; each starts after a
+random LO..HI seconds and its ports are served by one real rocklet in this process (for
+``rock bench control-plane --runtime nomad``).
 """
 
 from __future__ import annotations
@@ -12,6 +16,19 @@ import sys
 import threading
 
 from rock_nomad.testing.server import StandInNomad
+
+
+def _seconds(text: str) -> tuple[float, float]:
+    """``"LO,HI"`` or ``"S"`` as ``(lo, hi)`` seconds."""
+    try:
+        parts = [float(p) for p in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want LO,HI seconds, not {text!r}") from None
+    if len(parts) == 1:
+        parts = parts * 2
+    if len(parts) != 2 or not 0 <= parts[0] <= parts[1]:
+        raise argparse.ArgumentTypeError(f"want LO,HI seconds with 0 <= LO <= HI, not {text!r}")
+    return parts[0], parts[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,6 +60,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--start-delay", type=float, default=0.0, help="seconds before each allocation's setup"
     )
+    parser.add_argument(
+        "--simulate-tasks",
+        type=_seconds,
+        default=None,
+        metavar="LO,HI",
+        help="tasks run nothing (no Docker): each starts after a random LO..HI seconds",
+    )
     args = parser.parse_args(argv)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -61,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         algorithm=args.algorithm,
         scheduler_delay=args.scheduler_delay,
         start_delay=args.start_delay,
+        simulate_tasks=args.simulate_tasks,
     )
     with nomad:
         print(f"NOMAD_ADDR={nomad.address}", flush=True)

@@ -33,20 +33,26 @@ class Placement(ClusterState):
     # -- placement ----------------------------------------------------------------------------
 
     def _used(self, node_id: str) -> tuple[int, int, int, set[int]]:
-        cpu = mem = disk = 0
-        ports: set[int] = set()
-        for alloc in self.allocs.values():
-            if alloc["NodeID"] != node_id:
-                continue
-            if not server_terminal(alloc):
-                cpu += alloc["Resources"]["CPU"]
-                mem += alloc["Resources"]["MemoryMB"]
-                disk += alloc["Resources"]["DiskMB"]
-            if not server_terminal(alloc) or alloc["ClientStatus"] not in TERMINAL_CLIENT:
-                ports.update(
-                    p["Value"] for p in alloc["AllocatedResources"]["Shared"]["Ports"] or []
-                )
-        return cpu, mem, disk, ports
+        """What the node's allocations hold: CPU, memory, disk and ports. Kept per node until
+        an allocation of the node is placed or changes (every change goes through
+        ``_update_alloc``): a placement reads every node's, which was a walk over every
+        allocation ever made per node and placement, quadratic in a burst of thousands."""
+        cached = self.node_usage.get(node_id)
+        if cached is None:
+            cpu = mem = disk = 0
+            ports: set[int] = set()
+            for alloc in self.node_allocs.get(node_id, ()):
+                if not server_terminal(alloc):
+                    cpu += alloc["Resources"]["CPU"]
+                    mem += alloc["Resources"]["MemoryMB"]
+                    disk += alloc["Resources"]["DiskMB"]
+                if not server_terminal(alloc) or alloc["ClientStatus"] not in TERMINAL_CLIENT:
+                    ports.update(
+                        p["Value"] for p in alloc["AllocatedResources"]["Shared"]["Ports"] or []
+                    )
+            cached = self.node_usage[node_id] = (cpu, mem, disk, frozenset(ports))
+        cpu, mem, disk, held = cached
+        return cpu, mem, disk, set(held)
 
     @staticmethod
     def _group_ask(group: dict[str, Any], spec: NodeSpec) -> tuple[int, int, int]:
@@ -320,6 +326,8 @@ class Placement(ClusterState):
             "ModifyTime": created,
         }
         self.allocs[alloc_id] = alloc
+        self.node_allocs.setdefault(node["ID"], []).append(alloc)
+        self.node_usage.pop(node["ID"], None)
         self.job_allocs.setdefault((job["Namespace"], job["ID"]), []).append(alloc)
         self.publish(
             "Allocation",

@@ -27,6 +27,7 @@ from rock_nomad.testing._variables import VariableStore
 
 if TYPE_CHECKING:
     from rock_nomad.testing._client import DockerClientSim
+    from rock_nomad.testing._simulated import SimulatedClient
 
 __all__ = ["ClusterState", "NodeSpec", "now_ns", "rfc3339", "server_terminal", "task_event"]
 
@@ -148,12 +149,16 @@ class ClusterState:
         self.allocs: dict[str, dict[str, Any]] = {}
         #: (namespace, job ID) → that job ID's allocations, oldest first (every version's)
         self.job_allocs: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        #: Each node's allocations, and what they hold (placement's ``_used``, dropped when one
+        #: of them is placed or changes).
+        self.node_allocs: dict[str, list[dict[str, Any]]] = {}
+        self.node_usage: dict[str, tuple[int, int, int, frozenset[int]]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         #: Nomad Variables by (namespace, path)
         self.variables = VariableStore(lambda: self.bump("vars"))
         self.node_specs: dict[str, NodeSpec] = {}
         self.changed = asyncio.Event()
-        self.client: DockerClientSim | None = None
+        self.client: DockerClientSim | SimulatedClient | None = None
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
         self._worker: asyncio.Task[None] | None = None
@@ -351,6 +356,7 @@ class ClusterState:
     def _update_alloc(self, alloc: dict[str, Any], **fields: Any) -> None:
         was_terminal = server_terminal(alloc)
         alloc.update(fields)
+        self.node_usage.pop(alloc["NodeID"], None)
         index = self.bump("allocs")
         alloc["ModifyIndex"] = index
         if "DesiredStatus" in fields:

@@ -51,6 +51,7 @@ from rock_nomad.testing._leftovers import (
     remove_leftovers,
     remove_network,
 )
+from rock_nomad.testing._simulated import SimulatedClient
 
 __all__ = ["StandInNomad", "owner_tag", "remove_leftovers"]
 
@@ -88,6 +89,9 @@ class StandInNomad:
     :param tls: ``(certificate, key)`` files: serve the API over HTTPS (:attr:`address` says
         ``https://``).
     :param tls_client_ca: a CA file: require a client certificate it signed (mutual TLS).
+    :param simulate_tasks: ``(lo, hi)`` seconds: tasks run nothing, without Docker; each starts
+        after a random ``lo..hi`` seconds and its ports are served by one real rocklet in this
+        process (:mod:`~rock_nomad.testing._simulated`), for control-plane benches.
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class StandInNomad:
         node_meta: dict[str, str] | None = None,
         tls: tuple[str, str] | None = None,
         tls_client_ca: str | None = None,
+        simulate_tasks: tuple[float, float] | None = None,
     ) -> None:
         if algorithm not in ("binpack", "spread"):
             raise ValueError(f"algorithm must be 'binpack' or 'spread', not {algorithm!r}")
@@ -143,6 +148,7 @@ class StandInNomad:
             )
         self.tls = tls
         self.tls_client_ca = tls_client_ca
+        self.simulate_tasks = simulate_tasks
         self._next_address = [int(p) for p in first_address.split(".")]
         self._cluster_args: dict[str, Any] = {
             "region": region,
@@ -154,7 +160,7 @@ class StandInNomad:
         self._docker = docker_client
         self._own_docker = docker_client is None
         self.cluster: Cluster | None = None
-        self.client: DockerClientSim | None = None
+        self.client: DockerClientSim | SimulatedClient | None = None
         self.work_dir: Path | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -190,8 +196,9 @@ class StandInNomad:
         """Remove a crashed stand-in's leftovers, then serve; returns ``self``."""
         if self._thread is not None:
             return self
-        self.docker.ping()
-        remove_leftovers(self.docker)
+        if self.simulate_tasks is None:
+            self.docker.ping()
+            remove_leftovers(self.docker)
         self.work_dir = Path(tempfile.mkdtemp(prefix=f"{WORK_DIR_PREFIX}{os.getpid()}-"))
         (self.work_dir / "owner").write_text(self.owner + "\n")
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -200,14 +207,15 @@ class StandInNomad:
         sock.listen(512)
         sock.setblocking(False)
         self.port = sock.getsockname()[1]
-        self._events = self.docker.events(
-            decode=True,
-            filters={
-                "type": "container",
-                "label": f"{LABEL_SERVER}={self.server_id}",
-                "event": ["die", "oom"],
-            },
-        )
+        if self.simulate_tasks is None:
+            self._events = self.docker.events(
+                decode=True,
+                filters={
+                    "type": "container",
+                    "label": f"{LABEL_SERVER}={self.server_id}",
+                    "event": ["die", "oom"],
+                },
+            )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._serve, args=(sock,), name="stand-in nomad", daemon=True
@@ -219,10 +227,11 @@ class StandInNomad:
             raise RuntimeError(
                 f"the stand-in Nomad server did not start: {self._failure}"
             ) from self._failure
-        self._events_thread = threading.Thread(
-            target=self._pump_events, name="stand-in docker events", daemon=True
-        )
-        self._events_thread.start()
+        if self._events is not None:
+            self._events_thread = threading.Thread(
+                target=self._pump_events, name="stand-in docker events", daemon=True
+            )
+            self._events_thread.start()
         atexit.register(self.close)  # a process that forgets close() still removes its containers
         return self
 
@@ -254,14 +263,22 @@ class StandInNomad:
         assert self.work_dir is not None
         self._stop = asyncio.Event()
         self.cluster = Cluster(**self._cluster_args)
-        self.client = DockerClientSim(
-            self.cluster,
-            self.docker,
-            server_id=self.server_id,
-            owner=self.owner,
-            work_dir=self.work_dir,
-            faults=self.faults,
-        )
+        if self.simulate_tasks is not None:
+            self.client = SimulatedClient(
+                self.cluster,
+                work_dir=self.work_dir,
+                start_seconds=self.simulate_tasks,
+                faults=self.faults,
+            )
+        else:
+            self.client = DockerClientSim(
+                self.cluster,
+                self.docker,
+                server_id=self.server_id,
+                owner=self.owner,
+                work_dir=self.work_dir,
+                faults=self.faults,
+            )
         self.cluster.client = self.client
         self.cluster.start()
         for _ in range(self._initial_nodes):
@@ -299,7 +316,8 @@ class StandInNomad:
             await serving
         finally:
             sock.close()
-            self.client.pool.shutdown(wait=False)
+            if isinstance(self.client, DockerClientSim):
+                self.client.pool.shutdown(wait=False)
 
     def _pump_events(self) -> None:
         try:
@@ -334,8 +352,9 @@ class StandInNomad:
             except Exception:  # noqa: BLE001
                 pass
         try:
-            self._remove_containers()
-            self._remove_networks()
+            if self.simulate_tasks is None:  # a simulated node makes nothing on Docker
+                self._remove_containers()
+                self._remove_networks()
         finally:
             if self.work_dir is not None:
                 remove_dir(self.work_dir)

@@ -48,6 +48,21 @@ __all__ = ["control_plane"]
     default=None,
     help="Write a cProfile of the admin (until its restart) to this file.",
 )
+@click.option(
+    "--runtime",
+    type=click.Choice(["scripted", "nomad"]),
+    default="scripted",
+    show_default=True,
+    help="scripted: rock's scripted runtime; nomad: rock's nomad runtime against a stand-in "
+    "Nomad whose --nodes simulated nodes run nothing (tasks start in LO..HI seconds).",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    help="With --runtime nomad: the stand-in Nomad's simulated nodes.",
+)
 @click.option("--status-calls", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--list-calls", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option(
@@ -63,12 +78,16 @@ def control_plane(
     start_seconds: str,
     admin_max_connections: int | None,
     admin_profile: Path | None,
+    runtime: str,
+    nodes: int,
     status_calls: int,
     list_calls: int,
     output: Path | None,
 ) -> None:
     """Start --sandboxes at once through a real admin (over its socket) from --clients processes,
-    on a scripted runtime whose containers start in LO..HI seconds and run nothing.
+    on a scripted runtime whose containers start in LO..HI seconds and run nothing (or, with
+    --runtime nomad, on rock's nomad runtime against a stand-in Nomad of --nodes simulated nodes
+    whose tasks start in LO..HI seconds and run nothing).
 
     Prints (JSON, stdout) the successes and start p50/p99, the admin's memory (and per sandbox),
     get_status and listing latency with all of them, and an admin restart with their records
@@ -90,6 +109,8 @@ def control_plane(
         start_seconds=latency,
         status_calls=status_calls,
         list_calls=list_calls,
+        runtime=runtime,
+        nodes=nodes,
         admin_max_connections=admin_max_connections,
         admin_profile=admin_profile,
     )

@@ -5,7 +5,9 @@ The admin is a real one over its socket (:mod:`rock.bench.scripted_admin`): the 
 whose units start in a uniformly random ``--start-seconds`` (a container's start, waited without
 a process) and whose every rocklet call goes to one real rocklet in the admin's process. Its
 start queue admits all of them at once (``ROCK_ENGINE_MAX_CONCURRENT_STARTS`` = the sandboxes, as
-a cluster's nodes start in parallel). Then:
+a cluster's nodes start in parallel). With ``--runtime nomad`` the admin is ``rock admin serve`` on
+rock's nomad runtime against a stand-in Nomad of ``--nodes`` simulated nodes whose tasks start
+in ``--start-seconds`` and run nothing (:mod:`rock.bench._control_plane_nomad`). Then:
 
 1. **start**: ``--clients`` client processes, each with its share of the sandboxes, start them all
    at once through the SDK (``Sandbox(config).start()``, which waits until running) from one
@@ -24,6 +26,7 @@ The admin and its state are removed at the end (the scripted units end with it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -74,6 +77,10 @@ class ControlPlaneSettings:
     list_calls: int = 5
     startup_timeout: float = 600.0
     admin_max_connections: int | None = None
+    #: ``"scripted"``, or ``"nomad"``: rock's nomad runtime against a stand-in Nomad of
+    #: ``nodes`` simulated nodes (:mod:`rock.bench._control_plane_nomad`).
+    runtime: str = "scripted"
+    nodes: int = 50
     admin_profile: Path | None = None
 
 
@@ -207,15 +214,27 @@ async def run_control_plane(
         "--units-file",
         str(state_dir / "scripted-units.json"),
     ]
+    stand_in = contextlib.ExitStack()
+    if settings.runtime == "nomad":
+        from rock.bench._control_plane_nomad import nomad_admin_command, simulated_nomad
+
+        say(f"starting a stand-in Nomad of {settings.nodes} simulated nodes")
+        address, _ = stand_in.enter_context(
+            simulated_nomad(settings.nodes, settings.sandboxes, settings.start_seconds)
+        )
+        command = nomad_admin_command(state_dir, address)
     profiled = [] if settings.admin_profile is None else ["--profile", str(settings.admin_profile)]
     admin = BenchAdmin(state_dir, _free_port(), env, command + profiled)
     run = f"cp{os.getpid()}"
     figures: dict[str, Any] = {"sandboxes": settings.sandboxes, "clients": settings.clients}
     figures["unit_start_seconds"] = [lo, hi]
+    figures["runtime"] = settings.runtime
+    if settings.runtime == "nomad":
+        figures["nomad_nodes"] = settings.nodes
     figures["admin_max_connections"] = settings.admin_max_connections or "default"
     figures["host_load_before"] = [round(x, 2) for x in os.getloadavg()]
     try:
-        say(f"starting an admin on a scripted runtime (unit starts {lo:g}..{hi:g} s)")
+        say(f"starting an admin on a {settings.runtime} runtime (unit starts {lo:g}..{hi:g} s)")
         await admin.start()
         idle = rss_bytes(admin.pid) or 0
         figures["admin_rss_idle_mb"] = round(idle / 2**20, 1)
@@ -255,6 +274,7 @@ async def run_control_plane(
         )
     finally:
         await admin.stop()
+        stand_in.close()
         shutil.rmtree(state_dir, ignore_errors=True)
     figures["goals"] = {
         "all_succeed": figures.get("failed_starts") == 0,

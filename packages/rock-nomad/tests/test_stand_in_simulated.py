@@ -1,0 +1,73 @@
+"""The stand-in Nomad with simulated tasks (``simulate_tasks``): allocations run after their
+start latency without Docker, their ports answer as a rocklet, and a stop ends them."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+
+from rock_nomad.testing import StandInNomad
+
+
+def _job(job_id: str) -> dict:
+    return {
+        "Job": {
+            "ID": job_id,
+            "Name": job_id,
+            "Type": "service",
+            "Datacenters": ["dc1"],
+            "TaskGroups": [
+                {
+                    "Name": "g",
+                    "Count": 1,
+                    "Networks": [
+                        {"Mode": "host", "DynamicPorts": [{"Label": "rocklet", "To": 22555}]}
+                    ],
+                    "Tasks": [
+                        {
+                            "Name": "t",
+                            "Driver": "docker",
+                            "Config": {"image": "not-pulled:anywhere"},
+                            "Resources": {"CPU": 100, "MemoryMB": 128},
+                        }
+                    ],
+                }
+            ],
+        }
+    }
+
+
+def _alloc(http: httpx.Client, job_id: str, status: str) -> dict:
+    for _ in range(200):
+        allocs = http.get(f"/v1/job/{job_id}/allocations").json()
+        if allocs and allocs[0]["ClientStatus"] == status:
+            return http.get(f"/v1/allocation/{allocs[0]['ID']}").json()
+        time.sleep(0.05)
+    raise AssertionError(f"{job_id}: no allocation became {status}: {allocs}")
+
+
+def test_a_simulated_task_runs_without_docker_and_its_port_answers_as_a_rocklet():
+    with (
+        StandInNomad(nodes=2, simulate_tasks=(0.1, 0.2)) as nomad,
+        httpx.Client(base_url=nomad.address, timeout=10) as http,
+    ):
+        assert http.post("/v1/jobs", json=_job("sim-1")).status_code == 200
+        alloc = _alloc(http, "sim-1", "running")
+        events = [e["Type"] for e in alloc["TaskStates"]["t"]["Events"]]
+        assert events == ["Received", "Task Setup", "Started"]
+        (port,) = alloc["AllocatedResources"]["Shared"]["Ports"]
+        rocklet = f"http://{port['HostIP']}:{port['Value']}"
+        assert httpx.get(f"{rocklet}/is_alive", timeout=10).status_code == 200
+
+        assert http.delete("/v1/job/sim-1").status_code == 200
+        done = _alloc(http, "sim-1", "complete")
+        events = [e["Type"] for e in done["TaskStates"]["t"]["Events"]]
+        assert events[-3:] == ["Killing", "Terminated", "Killed"]
+        try:
+            httpx.get(f"{rocklet}/is_alive", timeout=5)
+        except httpx.ConnectError:
+            pass
+        else:
+            raise AssertionError("the stopped task's port still answers")
+        assert nomad._docker is None  # the simulated nodes never opened a Docker client

@@ -1,0 +1,51 @@
+"""`rock bench control-plane --runtime nomad` as a user runs it: a real admin on rock's nomad
+runtime against a stand-in Nomad whose simulated nodes run nothing, client processes starting
+every sandbox at once through the SDK, the figures printed as JSON, and the sandboxes still
+running after the admin's restart."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROCK = Path(sys.executable).with_name("rock")
+
+
+def test_nomad_control_plane_bench_starts_every_sandbox_on_simulated_nodes(tmp_path):
+    done = subprocess.run(
+        [
+            str(ROCK),
+            "bench",
+            "control-plane",
+            "--runtime",
+            "nomad",
+            "--nodes",
+            "5",
+            "--sandboxes",
+            "50",
+            "--clients",
+            "2",
+            "--start-seconds",
+            "0.1,0.5",
+            "--status-calls",
+            "50",
+            "--list-calls",
+            "2",
+            "--output",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(done.stdout)["figures"]
+    assert figures["runtime"] == "nomad" and figures["nomad_nodes"] == 5
+    assert figures["started"] == 50 and figures["failed_starts"] == 0
+    assert 0 < figures["start_p50_seconds"] <= figures["start_p99_seconds"]
+    assert figures["listed"] == 50
+    assert figures["running_after_restart"] == 50
+    assert figures["goals"]["all_succeed"] is True
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["figures"] == figures
