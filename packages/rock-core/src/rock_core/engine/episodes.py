@@ -53,7 +53,8 @@ class EpisodeState:
         return await snapshots.list_snapshots(self._core, tenant)
 
     async def snapshot_counts(self) -> dict[str, int]:
-        """How many snapshots each tenant keeps on the node (what ``max_snapshots`` counts)."""
+        """How many snapshots each tenant keeps, on the node or only in the archive store (what
+        ``max_snapshots`` counts)."""
         return await snapshots.snapshot_counts(self._core)
 
     @leader_only_call

@@ -43,6 +43,7 @@ __all__ = [
     "require_store",
     "store_key",
     "stored",
+    "stored_names",
 ]
 
 #: The label of a snapshot image that is also in the archive store.
@@ -166,16 +167,32 @@ async def _note(core: EngineCore, key: str) -> dict[str, object] | None:
     return note if isinstance(note, dict) else None
 
 
+async def _notes(core: EngineCore) -> list[dict[str, object]]:
+    """The notes of every snapshot in the archive store; none without a store or with one that
+    cannot list its archives."""
+    store = core.archive_store
+    keys = None if store is None else await store.names("snapshot@")
+    notes = [await _note(core, key) for key in keys or []]
+    return [note for note in notes if note is not None and note.get("name")]
+
+
+async def stored_names(core: EngineCore) -> dict[str | None, set[str]]:
+    """The names of the snapshots in the archive store, by the tenant each is kept under
+    (``None``: an engine's own): what a tenant's ``max_snapshots`` counts besides its images."""
+    names: dict[str | None, set[str]] = {}
+    for note in await _notes(core):
+        tenant = note.get("tenant")
+        names.setdefault(None if tenant is None else str(tenant), set()).add(str(note["name"]))
+    return names
+
+
 async def stored(core: EngineCore, tenant: str | None) -> list[SnapshotInfo]:
     """``tenant``'s snapshots in the archive store (``archived``, ``on_node`` false, no image;
     the caller drops those the node has), by their notes; empty without a store or with one
     that cannot list its archives."""
-    store = core.archive_store
-    keys = None if store is None else await store.names("snapshot@")
     found: list[SnapshotInfo] = []
-    for key in keys or []:
-        note = await _note(core, key)
-        if note is None or note.get("tenant") != tenant or not note.get("name"):
+    for note in await _notes(core):
+        if note.get("tenant") != tenant:
             continue
         found.append(
             SnapshotInfo(

@@ -203,8 +203,11 @@ async def snapshot(
                 attempted="snapshot",
             )
         if quota is not None and quota.max_snapshots is not None:
-            # The others being made now count too (each holds its name in ``making``).
-            using = len(kept) + sum(1 for o, _ in making if o == owner) - 1
+            # The others being made now count too (each holds its name in ``making``), and
+            # those only the archive store holds (another node's, or whose image was removed).
+            names = {image.labels.get(LABEL_NAME) for image in kept}
+            names |= (await snapshot_store.stored_names(core)).get(_stored_as(core, owner), set())
+            using = len(names) + sum(1 for o, _ in making if o == owner) - 1
             if using + 1 > quota.max_snapshots:
                 raise QuotaExceeded(
                     f"snapshot: tenant {owner!r}: max_snapshots {quota.max_snapshots} reached "
@@ -252,16 +255,19 @@ async def list_snapshots(core: EngineCore, tenant: str | None = None) -> list[Sn
 
 
 async def snapshot_counts(core: EngineCore) -> dict[str, int]:
-    """How many snapshots each tenant keeps on the node (what ``max_snapshots`` counts); empty
-    on a runtime without the capability ``snapshot_image``."""
+    """How many snapshots each tenant keeps, on the node or only in the archive store (what
+    ``max_snapshots`` counts); empty on a runtime without the capability ``snapshot_image``."""
     if not core.runtime.capabilities.snapshot_image:
         return {}
-    counts: dict[str, int] = {}
+    names: dict[str, set[str]] = {}
     found = await core.runtime.snapshot_images({LABEL_ENGINE: core.config.engine_label})
     for image in found:
-        tenant = image.labels.get(LABEL_TENANT, "")
-        counts[tenant] = counts.get(tenant, 0) + 1
-    return counts
+        names.setdefault(image.labels.get(LABEL_TENANT, ""), set()).add(
+            image.labels.get(LABEL_NAME, "")
+        )
+    for tenant, stored in (await snapshot_store.stored_names(core)).items():
+        names.setdefault(tenant or core.owner, set()).update(stored)
+    return {tenant: len(kept) for tenant, kept in names.items()}
 
 
 async def delete_snapshot(core: EngineCore, name: str, tenant: str | None = None) -> None:
