@@ -3,6 +3,7 @@ file, and its schema version."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -109,3 +110,41 @@ def test_a_file_of_a_newer_schema_is_refused_naming_both_versions(tmp_path: Path
     assert message.startswith(f"store_path: the records at {path} have schema version 7")
     assert "knows versions up to 1" in message and "upgrade rock" in message
     assert _user_version(path) == 7  # left as it was
+
+
+@pytest.mark.anyio
+async def test_grouped_puts_are_committed_together_at_the_end_of_the_loops_turn(
+    tmp_path: Path,
+) -> None:
+    store = SqliteRecordStore(tmp_path / "rock.db")
+    store.group_commits = True  # as the admin sets it
+    other = SqliteRecordStore(tmp_path / "rock.db")
+    try:
+        for n in range(3):
+            store.put(sample_record(f"sb-{n}"))
+        assert store.get("sb-2") is not None  # this store reads its own writes at once
+        assert other.count() == 0  # not yet committed: the turn goes on
+        await asyncio.sleep(0)  # the turn ends: one commit for the three
+        assert other.count() == 3
+        store.put(sample_record("sb-3"))
+        store.commit()  # what the admin does before it answers
+        assert other.get("sb-3") is not None
+    finally:
+        other.close()
+        store.close()
+
+
+def test_closing_commits_what_a_group_has_pending(tmp_path: Path) -> None:
+    store = SqliteRecordStore(tmp_path / "rock.db")
+    store.group_commits = True
+
+    async def put_and_stop() -> None:
+        store.put(sample_record("sb-1"))
+        store.close()  # before the turn's end
+
+    asyncio.run(put_and_stop())
+    again = SqliteRecordStore(tmp_path / "rock.db")
+    try:
+        assert again.get("sb-1") is not None
+    finally:
+        again.close()

@@ -28,6 +28,7 @@ import pytest
 from rock.sdk._drivers.remote import RemoteDriver
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.states import State
 
 PREFIX = "/apis/envs/sandbox/v1"
@@ -224,3 +225,27 @@ async def test_a_call_made_while_the_admin_restarts_is_answered_once_it_is_back(
     finally:
         await restarted
     assert (await driver.list_sandboxes()) is not None
+
+
+def test_a_start_the_admin_answered_is_kept_when_it_is_killed_at_once(
+    admin: ScriptedAdmin,
+) -> None:
+    """The admin commits its records' writes together (one commit per turn of its event loop),
+    and before each answer: a start it answered is in its store even if it is killed then."""
+    sandbox_id = f"kept-{uuid.uuid4().hex[:8]}"
+    answer = httpx.post(
+        f"{admin.url}{PREFIX}/start_async",
+        json={"sandbox_id": sandbox_id, "image": "scripted", "memory": "128m"},
+        timeout=60,
+    ).json()
+    assert answer["status"] == "Success", answer
+    assert admin.process is not None
+    admin.process.kill()  # SIGKILL: no shutdown, no commit of its own
+    admin.process.wait()
+    admin.process = None
+    store = SqliteRecordStore(admin.state_dir / "rock.db")
+    try:
+        assert store.get(sandbox_id) is not None
+    finally:
+        store.close()
+    admin.start()  # for whatever runs next

@@ -59,7 +59,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import Route as StarletteRoute
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rock import __version__
 from rock.admin._openapi import openapi_document
@@ -89,6 +89,7 @@ from rock.admin.status import admin_status
 from rock_core.actions import IsAliveResponse
 from rock_core.converters import structure_wire
 from rock_core.engine.manager import SandboxManager
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import (
     InvalidParameter,
     RockError,
@@ -164,6 +165,7 @@ class AdminApp:
         self._given_manager = manager
         self._runtime = runtime
         self._manager = manager
+        self._commit: Callable[[], None] | None = None  # the store's, with group commits
         self.metrics = Metrics(per_sandbox=settings.per_sandbox_metrics)
         self.metrics.attach(manager)
         self.routes = build_routes(self)
@@ -247,8 +249,19 @@ class AdminApp:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """The ASGI entry point (so the instance itself can be served)."""
-        await self.asgi(scope, receive, send)
+        """The ASGI entry point (so the instance itself can be served). An HTTP answer starts
+        once the records written so far are committed (the store's group commits)."""
+        commit = self._commit
+        if commit is None or scope["type"] != "http":
+            await self.asgi(scope, receive, send)
+            return
+
+        async def committed_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                commit()
+            await send(message)
+
+        await self.asgi(scope, receive, committed_send)
 
     def _own_hosts(self) -> list[str]:
         """The host names that name this admin: ``allowed_hosts``, the name it is bound to and
@@ -302,6 +315,12 @@ class AdminApp:
         ) as manager:
             self._manager = manager
             self.metrics.attach(manager)
+            records = manager.store
+            if isinstance(records, SqliteRecordStore) and records.persistent:
+                # A start writes its record about eight times: commit each loop turn's writes
+                # together, and before every answer (__call__), so nothing answered is lost.
+                records.group_commits = True
+                self._commit = records.commit
             log.info(
                 "rock admin %s: engine ready (store %s%s), serving %s",
                 __version__,
@@ -322,6 +341,7 @@ class AdminApp:
                 else:
                     log.info("rock admin shutting down; running sandboxes keep running")
                 self._manager = None
+                self._commit = None
                 self.metrics.attach(None)
 
     # -- request handling ----------------------------------------------------------------

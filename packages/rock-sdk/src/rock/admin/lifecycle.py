@@ -276,7 +276,8 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
     _check_count(app, body.sandbox_ids)
     asked = list(dict.fromkeys(body.sandbox_ids))
     unknown = [sandbox_id for sandbox_id in asked if not app.owns(request, sandbox_id)]
-    mine = [sandbox_id for sandbox_id in asked if sandbox_id not in unknown]
+    others = set(unknown)
+    mine = [sandbox_id for sandbox_id in asked if sandbox_id not in others]
     settled = await app.manager.wait_any(mine, min(body.wait, MAX_STATUS_WAIT)) if mine else []
     statuses = []
     for sandbox_id in settled:
