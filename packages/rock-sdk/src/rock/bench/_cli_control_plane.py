@@ -46,7 +46,8 @@ __all__ = ["control_plane"]
     "--admin-profile",
     type=click.Path(path_type=Path),
     default=None,
-    help="Write a cProfile of the admin (until its restart) to this file.",
+    help="Write a cProfile of the admin (until its restart) to this file (FILE.restart: the "
+    "restarted admin's).",
 )
 @click.option(
     "--runtime",

@@ -67,7 +67,8 @@ class ControlPlaneSettings:
     :param startup_timeout: each start's limit once it leaves the admin's start queue.
     :param admin_max_connections: the admin's ``max_connections`` (``None``: its default, 2048;
         past it the admin answers HTTP 503 with ``Retry-After``, and the SDK sends it again).
-    :param admin_profile: write a cProfile of the first admin (until its restart) to this file.
+    :param admin_profile: write a cProfile of the first admin (until its restart) to this file,
+        and of the restarted one to this file's name plus ``.restart``.
     """
 
     sandboxes: int = 16000
@@ -262,7 +263,8 @@ async def run_control_plane(
             async with httpx.AsyncClient(base_url=admin.url, timeout=600) as http:
                 figures.update(await _listing_latency(http, settings.list_calls))
         say(f"admin restart with {len(ids)} sandbox records")
-        admin.command = command  # the new admin is not profiled (the file is the first's)
+        if settings.admin_profile is not None:  # the new admin's profile: FILE.restart
+            admin.command = [*command, "--profile", f"{settings.admin_profile}.restart"]
         stopped, answering = await admin.restart()
         figures["admin_restart_stop_seconds"] = round(stopped, 3)
         figures["admin_restart_answering_seconds"] = round(answering, 3)
