@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -40,6 +41,7 @@ from typing import Any
 import attrs
 import httpx
 
+from rock.bench._host import cpu_seconds
 from rock.bench.admin import (
     PREFIX,
     BenchAdmin,
@@ -120,10 +122,11 @@ async def _client_starts(url: str, ids: list[str], at: float, timeout: float) ->
 
 def _client_main(argv: list[str]) -> int:
     """``python -m rock.bench.control_plane URL AT TIMEOUT ID...``: one client process; prints
-    ``{sandbox_id: seconds or error}`` as JSON."""
+    ``{"results": {sandbox_id: seconds or error}, "cpu_seconds": its CPU time}`` as JSON."""
     url, at, timeout, *ids = argv
     results = asyncio.run(_client_starts(url, ids, float(at), float(timeout)))
-    print(json.dumps(results))
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"results": results, "cpu_seconds": usage.ru_utime + usage.ru_stime}))
     return 0
 
 
@@ -152,10 +155,13 @@ async def _start_all(
     say(f"{len(clients)} client processes start {settings.sandboxes} sandboxes at once")
     outputs = await asyncio.gather(*(c.communicate() for c in clients))
     results: dict[str, Any] = {}
+    cpu = 0.0
     for client, (out, _) in zip(clients, outputs, strict=True):
         if client.returncode != 0:
             raise RuntimeError(f"a client process exited {client.returncode}")
-        results.update(json.loads(out))
+        output = json.loads(out)
+        results.update(output["results"])
+        cpu += output["cpu_seconds"]
     seconds = [v for v in results.values() if isinstance(v, float)]
     errors = sorted({v for v in results.values() if isinstance(v, str)})
     return {
@@ -165,6 +171,8 @@ async def _start_all(
         "start_p50_seconds": _round(percentile(seconds, 50)),
         "start_p99_seconds": _round(percentile(seconds, 99)),
         "all_running_seconds": _round(max(seconds, default=None)),
+        "clients_cpu_seconds": round(cpu, 1),
+        "clients_cpu_ms_per_start": round(1000 * cpu / settings.sandboxes, 2),
         "ids": [i for i, v in results.items() if isinstance(v, float)],
     }
 
@@ -239,7 +247,13 @@ async def run_control_plane(
         await admin.start()
         idle = rss_bytes(admin.pid) or 0
         figures["admin_rss_idle_mb"] = round(idle / 2**20, 1)
+        admin_cpu = cpu_seconds(admin.pid) or 0.0
         started = await _start_all(settings, admin.url, run, say)
+        # The admin's CPU while they started (its whole process: on the scripted runtime, the
+        # one rocklet every sandbox shares runs in it too).
+        admin_cpu = (cpu_seconds(admin.pid) or 0.0) - admin_cpu
+        figures["admin_cpu_seconds_starting"] = round(admin_cpu, 1)
+        figures["admin_cpu_ms_per_start"] = round(1000 * admin_cpu / settings.sandboxes, 2)
         ids = started.pop("ids")
         figures.update(started)
         # The floor: the simulated containers' own start times (uniform in lo..hi).
