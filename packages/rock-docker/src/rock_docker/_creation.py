@@ -91,6 +91,9 @@ class ContainerMaker:
         # Held while the rocklet is built (the client stays usable meanwhile).
         self._rocklet_lock = threading.Lock()
         self._rocklet_source: Path | None = None
+        #: Images seen on the engine: a start with ``pull`` missing or never does not ask again
+        #: (one API call less per start); a create that meets one gone asks and creates again.
+        self._present: set[str] = set()
 
     async def create(
         self,
@@ -121,7 +124,7 @@ class ContainerMaker:
         group = spec.runtime_options.get("network_group")
         if group is not None:
             labels = {**labels, LABEL_NETWORK_GROUP: str(group), LABEL_GROUP_NETWORK: network}
-        await self.ensure_image(spec, on_phase)
+        remembered = await self.ensure_image(spec, on_phase)
 
         socket_dir = (
             self.sockets.new_dir()
@@ -161,6 +164,10 @@ class ContainerMaker:
                 container = api.create_container(
                     host_config=api.create_host_config(**host), **config.create
                 )
+            except docker.errors.ImageNotFound:
+                if not remembered:
+                    raise
+                raise _ImageGone from None
             except docker.errors.APIError as exc:
                 if retry and exc.status_code == 404 and "network" in explain(exc).lower():
                     # A group's network removed with its last member just now: make it again.
@@ -175,9 +182,16 @@ class ContainerMaker:
             return container["Id"], (*self.engine.notes, *config.notes), config.security
 
         try:
-            unit_id, notes, security = await self._run(
-                create_container, attempted=attempted, sandbox_id=sandbox_id
-            )
+            try:
+                unit_id, notes, security = await self._run(
+                    create_container, attempted=attempted, sandbox_id=sandbox_id
+                )
+            except _ImageGone:  # removed since it was seen: as its pull policy says, then again
+                self._present.discard(spec.image)
+                remembered = await self.ensure_image(spec, on_phase)
+                unit_id, notes, security = await self._run(
+                    create_container, attempted=attempted, sandbox_id=sandbox_id
+                )
         except BaseException:
             if socket_dir is not None:
                 shutil.rmtree(socket_dir, ignore_errors=True)
@@ -193,8 +207,9 @@ class ContainerMaker:
             security=security,
         )
 
-    async def ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> None:
-        """The ``image_pull`` phase: make sure the image is on the engine, per the pull policy."""
+    async def ensure_image(self, spec: SandboxSpec, on_phase: PhaseCallback | None) -> bool:
+        """The ``image_pull`` phase: make sure the image is on the engine, per the pull policy;
+        whether it was taken as there without asking (seen before: see ``create``)."""
         image, sandbox_id = spec.image, spec.sandbox_id
         started = _now()
 
@@ -205,6 +220,14 @@ class ContainerMaker:
                     PHASE_IMAGE_PULL, Phase(status, message, started_at=started, completed_at=done)
                 )
 
+        if spec.pull is not PullPolicy.ALWAYS and image in self._present:
+            report(
+                PhaseStatus.SUCCESS,
+                "skip image pull"
+                if spec.pull is PullPolicy.NEVER
+                else "use cached image, skip image pull",
+            )
+            return True
         report(PhaseStatus.RUNNING, f"looking for image {image}")
         try:
             present = await self._run(
@@ -219,11 +242,13 @@ class ContainerMaker:
                         attempted="image_pull",
                         sandbox_id=sandbox_id,
                     )
+                self._present.add(image)
                 report(PhaseStatus.SUCCESS, "skip image pull")
-                return
+                return False
             if present and spec.pull is PullPolicy.MISSING:
+                self._present.add(image)
                 report(PhaseStatus.SUCCESS, "use cached image, skip image pull")
-                return
+                return False
             report(PhaseStatus.RUNNING, f"pulling image {image}")
             auth = None
             if spec.registry_username:
@@ -241,7 +266,9 @@ class ContainerMaker:
         except RockError as exc:
             report(PhaseStatus.FAILED, exc.message)
             raise
+        self._present.add(image)
         report(PhaseStatus.SUCCESS, "image pulled")
+        return False
 
     def _prepare_rocklet(self) -> Path:
         """The directory holding this rock's ``rocklet.pyz``, built on first use (blocking).
@@ -258,6 +285,10 @@ class ContainerMaker:
                     delivery = prepare_rocklet(self.rocklet_dir)
                 self._rocklet_source = delivery.path.parent
             return self._rocklet_source
+
+
+class _ImageGone(Exception):
+    """A create met no image where one was remembered (removed since it was seen)."""
 
 
 def _is_storage_opt_refusal(exc: docker.errors.APIError) -> bool:
