@@ -18,35 +18,42 @@ next attempt would start after the call's own timeout (120 s for most calls) fro
 attempt: the last answer or error is then the call's.
 
 Calls that answer at once (a start, a status, a listing: every call without a timeout of its own
-and not held by the admin) are at most :func:`max_in_flight` at once per event loop (128, or
+and not held by the admin) are at most :func:`max_in_flight` at once per event loop (64, or
 ``ROCK_MAX_IN_FLIGHT``); the rest wait their turn in the driver, so that 16,000 starts from one
 process neither open 16,000 connections (the ephemeral ports of the host, the admin's
-``max_connections``) nor queue in httpx's pool, which scans its whole queue for every request.
-Commands (which carry their own timeout) share the pool's 1,000 connections as before, and
-requests the admin holds have their own pool.
+``max_connections``) nor queue in httpx's pool. They go over :class:`QuickPools`: pools of at
+most 8 connections each, the call to the one with the most free, because httpx's pool looks at
+every connection it holds for each connection on each request's start and end (its cost grows
+with the square of its size: 128 connections in one pool cost a trainer's process most of its
+CPU while 1,000 sandboxes started). Commands (which carry their own timeout) share one pool of
+1,000 connections as before, and requests the admin holds have their own.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import random
 import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 import httpx
 
-__all__ = ["Retrying", "max_in_flight"]
+__all__ = ["QuickPools", "Retrying", "max_in_flight"]
 
 _FIRST_DELAY = 0.1
 _MAX_DELAY = 2.0
 _JITTER = (1.0, 1.5)
 #: Retry-After above this is taken as this (a misconfigured proxy must not park a call for hours).
 _MAX_RETRY_AFTER = 30.0
-_IN_FLIGHT_DEFAULT = 128
+_IN_FLIGHT_DEFAULT = 64
+_PER_POOL = 8
 _IN_FLIGHT_ENV = "ROCK_MAX_IN_FLIGHT"
 
 
 def max_in_flight() -> int:
-    """Quick calls under way at once per event loop: ``ROCK_MAX_IN_FLIGHT``, default 128.
+    """Quick calls under way at once per event loop: ``ROCK_MAX_IN_FLIGHT``, default 64.
 
     :raises ValueError: the variable is set to something other than a positive integer."""
     text = os.environ.get(_IN_FLIGHT_ENV, "").strip()
@@ -87,3 +94,37 @@ class Retrying:
         if time.monotonic() + wait >= self._deadline:
             return None
         return wait
+
+
+class QuickPools:
+    """The quick calls of one event loop: at most ``size`` at once, over pools of at most 8
+    connections (``make(n)``: an ``httpx.AsyncClient`` of ``n`` connections), each call on the
+    pool with the most free, so that none queues in httpx."""
+
+    def __init__(self, make: Callable[[int], httpx.AsyncClient], size: int) -> None:
+        sizes = [min(_PER_POOL, size - start) for start in range(0, size, _PER_POOL)]
+        self._clients = [make(n) for n in sizes]
+        self._free = sizes
+        self._slots = asyncio.Semaphore(size)
+
+    @contextlib.asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """A client with a free connection, held for one call."""
+        async with self._slots:
+            index = self._free.index(max(self._free))
+            self._free[index] -= 1
+            try:
+                yield self._clients[index]
+            finally:
+                self._free[index] += 1
+
+    async def aclose(self) -> None:
+        for client in self._clients:
+            await client.aclose()
+
+    async def closed_with_loop(self) -> AsyncGenerator[None, None]:
+        """Suspended for the loop's lifetime (as ``close_with_loop``): closes the pools."""
+        try:
+            yield
+        finally:
+            await self.aclose()

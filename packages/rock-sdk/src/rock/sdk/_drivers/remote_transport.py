@@ -11,12 +11,12 @@ import contextlib
 import threading
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import httpx
 
 from rock.sdk._drivers.admin_urls import KEYED_POSTS, safe_to_repeat
-from rock.sdk._drivers.remote_retry import Retrying, max_in_flight, retry_after
+from rock.sdk._drivers.remote_retry import QuickPools, Retrying, max_in_flight, retry_after
 from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
@@ -87,21 +87,32 @@ class RemoteTransport:
         """:attr:`base_url`'s sandbox routes."""
         return self._preferred + API_PREFIX
 
-    def _new_client(self, held: bool = False) -> httpx.AsyncClient:
+    def _new_client(self, held: bool = False, connections: int | None = None) -> httpx.AsyncClient:
         # Held get_status requests get a pool of their own: httpx's pool scans its connections
         # for every queued request, so hundreds of held connections in the one pool made every
-        # other call of a busy trainer slow (its CPU, at 1,000 sandboxes starting).
-        limits = (
-            httpx.Limits(max_connections=MAX_HELD, max_keepalive_connections=32)
-            if held
-            else httpx.Limits(max_connections=1000, max_keepalive_connections=100)
-        )
+        # other call of a busy trainer slow (its CPU, at 1,000 sandboxes starting). Quick calls
+        # have small pools of ``connections`` each (QuickPools).
+        if connections is not None:
+            limits = httpx.Limits(
+                max_connections=connections, max_keepalive_connections=connections
+            )
+        elif held:
+            limits = httpx.Limits(max_connections=MAX_HELD, max_keepalive_connections=32)
+        else:
+            limits = httpx.Limits(max_connections=1000, max_keepalive_connections=100)
+        # Proxies from the environment apply to a remote server, never to this machine.
+        trust_env = not is_loopback(self.base_url)
+        # One TLS context for all of the driver's clients: httpx makes one per client otherwise,
+        # reading the CA bundle each time (0.1 s of CPU; a loop has about ten clients).
+        contexts = self.__dict__.setdefault("_tls", {})
+        if trust_env not in contexts:
+            contexts[trust_env] = httpx.create_ssl_context(trust_env=trust_env)
         return httpx.AsyncClient(
             headers=self.headers,
             timeout=DEFAULT_TIMEOUT,
             limits=limits,
-            # Proxies from the environment apply to a remote server, never to this machine.
-            trust_env=not is_loopback(self.base_url),
+            trust_env=trust_env,
+            verify=contexts[trust_env],
             transport=self._transport,
         )
 
@@ -125,22 +136,33 @@ class RemoteTransport:
         await closer.aclose()  # another task of this loop made one first
         return current[0]
 
-    def _in_flight_slots(self) -> asyncio.Semaphore:
-        """The running event loop's limit on quick calls under way
-        (:func:`~rock.sdk._drivers.remote_retry.max_in_flight`)."""
+    async def _quick(self) -> QuickPools:
+        """The running event loop's pools of quick calls, within
+        :func:`~rock.sdk._drivers.remote_retry.max_in_flight` (made on first use, closed with
+        the loop)."""
         loop = asyncio.get_running_loop()
         with self._clients_lock:
-            slots = self.__dict__.setdefault("_slots", weakref.WeakKeyDictionary())
-            semaphore: asyncio.Semaphore | None = slots.get(loop)
-            if semaphore is None:
-                semaphore = slots[loop] = asyncio.Semaphore(max_in_flight())
-            return semaphore
+            quick = self.__dict__.setdefault("_quick_pools", weakref.WeakKeyDictionary())
+            entry = quick.get(loop)
+        if entry is not None:
+            return cast(QuickPools, entry[0])
+        pools = QuickPools(lambda n: self._new_client(connections=n), max_in_flight())
+        closer = pools.closed_with_loop()
+        await closer.__anext__()
+        with self._clients_lock:
+            current = quick.get(loop)
+            if current is None:
+                quick[loop] = (pools, closer)
+                return pools
+        await closer.aclose()  # another task of this loop made them first
+        return cast(QuickPools, current[0])
 
     async def aclose(self) -> None:
         """Close the connection pools of the running event loop (others close with their loops)."""
         loop = asyncio.get_running_loop()
         with self._clients_lock:
             entries = [self._clients.pop(loop, None), self._held_clients.pop(loop, None)]
+            entries.append(self.__dict__.get("_quick_pools", {}).pop(loop, None))
         for entry in entries:
             if entry is not None:
                 await entry[1].aclose()
@@ -245,7 +267,7 @@ class RemoteTransport:
         if timeout is not None:
             kw["timeout"] = timeout
         retrying = Retrying((timeout or DEFAULT_TIMEOUT).read)
-        kw["slots"] = None if held or timeout is not None else self._in_flight_slots()
+        kw["quick"] = None if held or timeout is not None else await self._quick()
         repeatable = safe_to_repeat(method, route, kw.get("headers"))
         while True:
             try:
@@ -332,13 +354,13 @@ class RemoteTransport:
         sandbox_id: str | None,
         kw: dict[str, Any],
     ) -> httpx.Response:
-        """One request to the admin at ``url``, within the quick calls' limit when ``kw``'s
-        ``slots`` is one; a connection never made raises :class:`_NotSent`."""
+        """One request to the admin at ``url`` (``kw``'s ``quick``: over those pools, within
+        their limit, instead of ``http``); a connection never made raises :class:`_NotSent`."""
         target = url + API_PREFIX + route
         kw = dict(kw)
-        slots: asyncio.Semaphore | None = kw.pop("slots", None)
+        quick: QuickPools | None = kw.pop("quick", None)
         try:
-            async with slots or contextlib.nullcontext():
+            async with quick.client() if quick else contextlib.nullcontext(http) as http:
                 try:
                     return await http.request(method, target, **kw)
                 except httpx.RemoteProtocolError:
