@@ -42,6 +42,7 @@ from rock_core.engine.live import (
     LABEL_SANDBOX_ID,
     LiveSandbox,
     now,
+    restart_reason,
 )
 from rock_core.engine.owners import LABEL_OWNER_HOST, host_identity
 from rock_core.engine.pool import WarmPool
@@ -345,8 +346,11 @@ class EngineCore:
         reason saying why (:mod:`rock_core.engine.crash_restarts`), not stopped: it is coming back."""
         if record.state is State.STOPPED:
             live = self.live.get(record.sandbox_id)
-            if live is not None and live.coming_back is not None:
-                record = attrs.evolve(record, state=State.PENDING, reason=live.coming_back)
+            # The engine that holds it knows at once (a stop cancels the restart); another
+            # admin of a cluster reads the restart the record plans.
+            why = live.coming_back if live is not None else restart_reason(record)
+            if why is not None:
+                record = attrs.evolve(record, state=State.PENDING, reason=why)
         deadline = usage = None
         clear = record.spec.auto_clear_seconds
         if (

@@ -16,7 +16,11 @@ spec. Sessions and processes are gone either way. During the back-off the status
 sandbox ``pending`` (not stopped, so ``get_status`` without ``include_all_states`` finds it),
 its reason saying it is restarting after a crash and why it crashed. Each restart adds a note with its reason
 (``notes`` in the status) and counts in ``restart_count``. A ``stop()`` or ``delete()`` during the
-back-off cancels the restart.
+back-off cancels the restart. The record keeps the planned restart as its next step
+(``auto_transition_state`` ``pending`` at the back-off's end), so a follower of a cluster shows
+it pending too (:func:`rock_core.engine.live.restart_reason`), and an engine that ended during
+the back-off leaves it to the next one's recovery (:func:`resume`: the next leader, or this
+admin started again), which makes it after what is left of the back-off.
 """
 
 from __future__ import annotations
@@ -30,14 +34,14 @@ import attrs
 
 from rock_core.engine.admission import waiting_phases
 from rock_core.engine.core import EngineCore
-from rock_core.engine.live import LiveSandbox, now
+from rock_core.engine.live import LiveSandbox, now, restart_reason
 from rock_core.engine.removals import remove_quietly
 from rock_core.engine.starting import run_start
 from rock_core.engine.stopping import post_stop_plan
 from rock_core.models import RestartPolicy, RuntimeStatus, SandboxRecord, UnitState
 from rock_core.states import Event, State
 
-__all__ = ["MAX_BACKOFF_SECONDS", "crashed", "gave_up", "wants_restart"]
+__all__ = ["MAX_BACKOFF_SECONDS", "crashed", "gave_up", "resume", "wants_restart"]
 
 log = logging.getLogger("rock.engine")
 
@@ -75,26 +79,40 @@ def gave_up(record: SandboxRecord, reason: str) -> str:
 async def crashed(core: EngineCore, live: LiveSandbox, reason: str) -> None:
     """Record the crash as a stop (the unit kept) and start the sandbox again after the back-off.
     The sandbox's lock is held."""
+    count = live.record.restart_count
+    delay = min(MAX_BACKOFF_SECONDS, core.config.restart_backoff_seconds * 2**count)
+    at = now()
     record = core.apply(
         live.record,
         Event.STOP,
-        stop_time=now(),
+        stop_time=at,
         reason=reason,
-        auto_transition_state=None,
-        auto_transition_time=None,
+        # The planned restart, in the store: what the cluster's other admins and a next run see.
+        auto_transition_state=State.PENDING,
+        auto_transition_time=at + timedelta(seconds=delay),
     )
     core.forwards.close(record.sandbox_id)
     client, live.client = live.client, None
     if client is not None:
         await client.forget()
-    delay = min(MAX_BACKOFF_SECONDS, core.config.restart_backoff_seconds * 2**record.restart_count)
     log.warning("sandbox %s crashed (%s); restarting it in %gs", record.sandbox_id, reason, delay)
+    _plan(core, live, reason, delay)
+
+
+def resume(core: EngineCore, live: LiveSandbox) -> None:
+    """Make the restart a crash planned (its record: stopped, next step ``pending``) that the
+    engine which planned it did not (it ended during the back-off), after what is left of it."""
+    record = live.record
+    due = record.auto_transition_time
+    left = max(0.0, (due - now()).total_seconds()) if due is not None else 0.0
+    log.info("sandbox %s: its restart after a crash is made in %gs", record.sandbox_id, left)
+    _plan(core, live, record.reason or "crashed", left)
+
+
+def _plan(core: EngineCore, live: LiveSandbox, reason: str, delay: float) -> None:
     live.settled = anyio.Event()  # a wait_until_running now waits for the restart
     # Until it runs again (or the restart is cancelled), its status shows it pending, saying why.
-    live.coming_back = (
-        f"restarting after a crash (restart {record.restart_count + 1} of"
-        f" {record.spec.max_restarts}, after a {delay:g}s back-off): {reason}"
-    )
+    live.coming_back = restart_reason(live.record)
     scope = anyio.CancelScope()
     live.restart_scope = scope
     core.task_group().start_soon(_restart_later, core, live, reason, delay, scope)

@@ -46,6 +46,21 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def restart_reason(record: SandboxRecord) -> str | None:
+    """Why a crashed sandbox whose record plans its restart (stopped, its next step ``pending``
+    at the back-off's end: :mod:`rock_core.engine.crash_restarts`) is shown pending; ``None``
+    for any other record. From the record alone, so every admin of a cluster says the same."""
+    if record.state is not State.STOPPED or record.auto_transition_state is not State.PENDING:
+        return None
+    delay = 0.0
+    if record.auto_transition_time is not None and record.stop_time is not None:
+        delay = (record.auto_transition_time - record.stop_time).total_seconds()
+    return (
+        f"restarting after a crash (restart {record.restart_count + 1} of"
+        f" {record.spec.max_restarts}, after a {delay:g}s back-off): {record.reason}"
+    )
+
+
 def new_rocklet_token() -> str:
     """A fresh random secret for one sandbox's rocklet (256 bits)."""
     return secrets.token_urlsafe(32)

@@ -73,6 +73,9 @@ async def recover(core: EngineCore) -> int:
         live = LiveSandbox(record=record, handle=handle)
         live.start_done.set()
         core.live[record.sandbox_id] = live
+        if record.state is State.STOPPED and record.auto_transition_state is State.PENDING:
+            crash_restarts.resume(core, live)  # planned by a run that ended during its back-off
+            continue
         if record.state in (State.STOPPED, State.ARCHIVED):
             live.settled.set()
             continue
