@@ -13,7 +13,8 @@ fail, saying to run the script.
 - :func:`run_sql`: run one statement on a database (what tests do behind the store's back);
 - :class:`AdminProcess`: ``rock admin serve`` of a cluster on that database, in a process of
   its own (tests of several admins); :func:`two_admins`: two of them, serving, as (leader,
-  follower), ended and their containers removed after.
+  follower), ended and their containers removed after; :func:`cluster_admins`: the fixture of
+  two such admins on the module's database.
 
 Import the fixtures into a test module (``from rock_postgres.testing import postgres_url``).
 """
@@ -44,6 +45,7 @@ from rock_postgres.store import PostgresRecordStore
 
 __all__ = [
     "AdminProcess",
+    "cluster_admins",
     "two_admins",
     "database_url",
     "postgres_store",
@@ -230,3 +232,13 @@ def two_admins(
         ).stdout.split()
         if found:
             subprocess.run(["docker", "rm", "-f", *found], capture_output=True, check=False)
+
+
+@pytest.fixture
+def cluster_admins(
+    tmp_path: Path, postgres_url: str
+) -> Iterator[tuple[AdminProcess, AdminProcess]]:
+    """:func:`two_admins` of a cluster of their own on the module's database (import
+    :func:`postgres_url` with it), as (leader, follower)."""
+    with two_admins(tmp_path, postgres_url) as admins:
+        yield admins
