@@ -26,13 +26,15 @@ __all__ = ["fork"]
     help="Resets (against as many cold starts) and resumes of the parent.",
 )
 def fork(count: int, write_mib: int, image: str, memory: str, cpus: float, rounds: int) -> None:
-    """Snapshot a sandbox that wrote --write-mib MiB, fork it --count ways, and start --count
-    cold sandboxes of its image; then --count starts from a warm pool of the snapshot.
+    """Snapshot a sandbox that wrote --write-mib MiB and installed a package, fork it --count
+    ways (unchanged since the snapshot: the fork starts from it), and start --count cold
+    sandboxes of its image; fork it --count ways again after a change (a new snapshot); then
+    --count starts from a warm pool of the snapshot.
 
-    Prints the snapshot's time and the parent's freeze, both batches' time until all run (the
-    fork's split into its snapshot call and the starts after), the pool's p50, the p50s of
-    --rounds resets against cold starts and of resumes, and the disk figures as JSON (stdout);
-    exits 1 when the fork misses its goal (1.2x the cold starts).
+    Prints the snapshot's time and the parent's freeze, the batches' times until all run (each
+    fork's split into its call and the starts after), the pool's p50, the p50s of --rounds
+    resets against cold starts and of resumes, and the disk figures as JSON (stdout); exits 1
+    when a fork misses its goal (1.2x the cold starts).
     """
     from rock.bench.fork import GOAL_FORK_RATIO, run_fork_bench
 
@@ -49,9 +51,14 @@ def fork(count: int, write_mib: int, image: str, memory: str, cpus: float, round
     )
     print_json(document)
     figures = document["figures"]
-    if not figures["goal_met"]:
-        click.echo(
-            f"fork of {count}: {figures['fork_over_cold']}x the cold starts (goal: {GOAL_FORK_RATIO:g}x)",
-            err=True,
+    missed = [
+        f"fork of {count}{what}: {figures[key]}x the cold starts (goal: {GOAL_FORK_RATIO:g}x)"
+        for what, key, met in (
+            ("", "fork_over_cold", "goal_met"),
+            (" after a change", "fork_after_change_over_cold", "goal_met_after_change"),
         )
+        if not figures[met]
+    ]
+    if missed:
+        click.echo("\n".join(missed), err=True)
         sys.exit(1)
