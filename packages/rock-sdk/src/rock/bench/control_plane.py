@@ -222,6 +222,8 @@ async def run_control_plane(
         f"{lo},{hi}",
         "--units-file",
         str(state_dir / "scripted-units.json"),
+        "--rocklet",
+        "process",
     ]
     stand_in = contextlib.ExitStack()
     if settings.runtime == "nomad":

@@ -8,6 +8,10 @@ share that rocklet, and its work counts in the admin's CPU and memory. Nothing o
 process (units, like the rocklet, end with it) unless ``--units-file`` is given: then the units
 are written there at exit and read back at start, as containers outlive a restarted admin.
 
+``--rocklet process`` serves that rocklet from a process of its own instead (started and ended
+with the admin's): the admin's CPU and memory are then its own, and the rocklet (a thread per
+connection) does not take the admin's interpreter lock, as a sandbox's rocklet would not.
+
 ``--start-seconds LO,HI`` makes every unit's start take a uniformly random LO..HI seconds (a
 container's start; default: none), waited without a process or CPU. ``--profile FILE`` writes a
 cProfile of the admin's event loop thread there at exit (``python -m pstats FILE``).
@@ -21,12 +25,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
+import os
 import random
 import signal
 import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +82,35 @@ def _save_units(runtime: Any, path: Path) -> None:
     path.write_text(json.dumps(units))
 
 
+@contextlib.contextmanager
+def _rocklet_process() -> Iterator[tuple[str, int]]:
+    """A rocklet in a process of its own (``--serve-rocklet``); yield its ``(host, port)``."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rock.bench.scripted_admin", "--serve-rocklet"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        host, port = process.stdout.readline().split()
+        yield host, int(port)
+    finally:
+        process.terminate()
+        process.wait()
+
+
+def _serve_rocklet() -> int:
+    """Serve a rocklet, print ``host port``, and end with the process that started this one."""
+    from rock_core.testing import rocklet_in_thread
+
+    parent = os.getppid()
+    with rocklet_in_thread() as (host, port):
+        print(host, port, flush=True)
+        while os.getppid() == parent:  # the admin was killed: this one ends too
+            time.sleep(0.5)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Serve until SIGTERM or SIGINT; return the exit code."""
     parser = argparse.ArgumentParser(
@@ -83,7 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-seconds", type=parse_seconds, default=(0.0, 0.0))
     parser.add_argument("--units-file", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--rocklet", choices=["thread", "process"], default="thread")
+    parser.add_argument("--serve-rocklet", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.serve_rocklet:
+        return _serve_rocklet()
 
     from rock.admin import daemon
     from rock.admin.config import load_settings
@@ -94,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket() as reserved:
         reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         reserved.bind((settings.host, settings.port))
-        with rocklet_in_thread() as address:
+        with rocklet_in_thread() if args.rocklet == "thread" else _rocklet_process() as address:
             reserved.close()
             runtime = _runtime(address, args.start_seconds)
             if args.units_file is not None:
