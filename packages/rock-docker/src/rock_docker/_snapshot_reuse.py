@@ -80,18 +80,22 @@ def freeze_mark(api: docker.APIClient, unit_id: str, *, running: bool) -> str | 
 def _changed_at_or_after(upper: str, floor_ns: int) -> bool:
     """Whether an inode under ``upper`` has a ctime at or after ``floor_ns`` (rounded down to
     the filesystem's stamps); raises :class:`OSError` when it cannot read it all."""
+    fine_floor = floor_ns - floor_ns % _MILLI
+    fine = False  # a stamp with a part of a second: the filesystem keeps them
+    latest = os.lstat(upper).st_ctime_ns
     stack = [upper]
-    ctimes = [os.lstat(upper).st_ctime_ns]
     while stack:
         with os.scandir(stack.pop()) as entries:
             for entry in entries:
-                info = entry.stat(follow_symlinks=False)
-                ctimes.append(info.st_ctime_ns)
+                ctime = entry.stat(follow_symlinks=False).st_ctime_ns
+                if ctime >= fine_floor:
+                    return True  # changed, whatever the filesystem's stamps
+                fine = fine or bool(ctime % _SECOND)
+                latest = max(latest, ctime)
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(entry.path)
-    fine = any(ctime % _SECOND for ctime in ctimes)
-    floor = floor_ns - floor_ns % (_MILLI if fine else _SECOND)
-    return max(ctimes) >= floor
+    fine = fine or bool(latest % _SECOND)
+    return latest >= (fine_floor if fine else floor_ns - floor_ns % _SECOND)
 
 
 def unchanged_since(api: docker.APIClient, unit_id: str, labels: Mapping[str, str]) -> bool:
