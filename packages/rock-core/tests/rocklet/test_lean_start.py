@@ -1,0 +1,75 @@
+"""The rocklet's start imports only what listening and the readiness probe need: every module
+it imports costs CPU in each sandbox's small share while a thousand start at once. json (and
+re, which json imports) come with the warm-up, after the first answer."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+from rock_core.rocklet.server import TOKEN_ENV
+from rock_core.rocklet_delivery import launch_command, prepare_rocklet
+from rock_core.testing import eventually
+
+
+def _probe(port: int) -> bytes | None:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+            conn.sendall(b"GET /is_alive HTTP/1.1\r\nHost: r\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+            return answer
+    except OSError:
+        return None
+
+
+def _imported(stderr: str) -> list[str]:
+    """The modules ``-X importtime`` reports, in the order their imports finished."""
+    return [
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and not line.rstrip().endswith("| imported package")
+    ]
+
+
+def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json(
+    tmp_path: Path,
+) -> None:
+    delivery = prepare_rocklet(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    shell, flag, script = launch_command(str(delivery.path), host="127.0.0.1", port=port)
+    assert "exec python3 -I -S " in script
+    script = script.replace("exec python3 -I -S ", "exec python3 -X importtime -I -S ")
+    env = {**os.environ, TOKEN_ENV: "s3cret", "HOME": str(tmp_path)}
+    process = subprocess.Popen(
+        [shell, flag, script],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        answer = eventually(
+            lambda: _probe(port), until=lambda a: a, what="the rocklet answering", timeout=30
+        )
+        assert answer is not None
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ")
+        assert b"application/json" in head
+        import json
+
+        assert json.loads(body) == {"is_alive": True, "message": ""}
+    finally:
+        process.terminate()
+        _, stderr = process.communicate(timeout=10)
+    before, listening, _ = stderr.partition("listening on")
+    assert listening, stderr[-2000:]
+    started_with = _imported(before)
+    assert "socket" in started_with  # the report is there
+    assert "json" not in started_with and "re" not in started_with
