@@ -11,6 +11,7 @@ client's connection without passing it on.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import uuid
@@ -203,6 +204,9 @@ class LosingProxy:
         conn.shutdown(socket.SHUT_RDWR)  # the answer is lost
 
     def close(self) -> None:
+        # A close alone does not wake the thread blocked in accept(); a shutdown does.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(timeout=10)
 

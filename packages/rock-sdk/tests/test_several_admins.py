@@ -9,6 +9,7 @@ middle of its answer (a request that may have reached an admin).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -74,6 +75,9 @@ class DroppingServer:
                     conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
 
     def close(self) -> None:
+        # A close alone does not wake the thread blocked in accept(); a shutdown does.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(timeout=10)
 
