@@ -67,7 +67,7 @@ from rock_nomad._job import (
     secret_path,
     status_of,
 )
-from rock_nomad._observation import listed_state, task_logs
+from rock_nomad._observation import listed_state, running_ports, task_logs
 from rock_nomad._options import NomadOptions
 from rock_nomad._placement import BLOCK, follow, heard, placed, start_failure
 from rock_nomad._secrets import forget_secret, put_secret
@@ -111,6 +111,7 @@ class NomadRuntime(Runtime):
         self._created: dict[str, dict[str, Any]] = {}
         #: A running allocation's ports (they never change): alloc id -> Shared.Ports.
         self._ports: dict[str, list[dict[str, Any]]] = {}
+        self._ports_read = False  # the first listing reads every running allocation's ports
         #: Jobs this runtime deregistered (stop): their allocations end without an error.
         self._stopped: set[str] = set()
         #: Each known job's sandbox id and labels (``Name``, ``Meta``), for :meth:`watch`.
@@ -504,6 +505,9 @@ class NomadRuntime(Runtime):
         jobs = await self.api.get_json(
             "jobs", params={"prefix": self.options.job_prefix, "meta": True}, attempted="list"
         )
+        if not self._ports_read:  # a restarted admin's recovery inspects each one next
+            self._ports_read = True
+            self._ports.update(await running_ports(self.api, self.options.job_prefix))
         found: list[UnitHandle] = []
         wanted = dict(labels)
         for stub in jobs:

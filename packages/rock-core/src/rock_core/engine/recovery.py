@@ -37,6 +37,10 @@ log = logging.getLogger("rock.engine")
 
 #: Times a recovered sandbox's rocklet is asked whether it is alive before it is given up.
 ADOPT_TRIES = 3
+#: Sandboxes taken back at once (each asks its runtime and its rocklet): one after another,
+#: an admin on Nomad took 30 s to answer again with 300 sandboxes, and longer than its
+#: start-up is waited for with 5,000.
+RECOVER_AT_ONCE = 32
 
 
 async def recover(core: EngineCore) -> int:
@@ -62,6 +66,7 @@ async def recover(core: EngineCore) -> int:
         h.labels.get(LABEL_SANDBOX_ID, h.sandbox_id): h for h in units if not is_reset_leftover(h)
     }
     by_unit = {h.unit_id: h for h in units}
+    taken_back: list[tuple[LiveSandbox, bool]] = []
     for record in records:
         handle = by_unit.get(record.unit_id) if record.unit_id else None
         if handle is None:
@@ -91,6 +96,20 @@ async def recover(core: EngineCore) -> int:
         if cut_short and handle is None:  # before it made the unit: this leader starts it
             starting.resume(core, live)
             continue
+        taken_back.append((live, cut_short))
+    limiter = anyio.CapacityLimiter(RECOVER_AT_ONCE)
+    async with anyio.create_task_group() as group:
+        for live, cut_short in taken_back:
+            group.start_soon(_take_back, core, live, cut_short, limiter)
+    return len(records)
+
+
+async def _take_back(
+    core: EngineCore, live: LiveSandbox, cut_short: bool, limiter: anyio.CapacityLimiter
+) -> None:
+    """Adopt one recovered sandbox that was running or starting, or stop (or start again) it."""
+    record = live.record
+    async with limiter:
         seen: list[RuntimeStatus] = []
         reason = await adopt(core, live, seen)
         if cut_short and reason is not None and live.handle is not None:
@@ -103,10 +122,10 @@ async def recover(core: EngineCore) -> int:
             await remove_quietly(core.runtime, live.handle)
             live.handle = None
             starting.resume(core, live)
-            continue
+            return
         if reason is not None and archiving.is_restoring(live):
             await archiving.recover_restoring(core, live, reason)
-            continue
+            return
         live.settled.set()
         if reason is not None:
             async with live.lock:
@@ -115,7 +134,6 @@ async def recover(core: EngineCore) -> int:
                 else:
                     reason = crash_restarts.gave_up(live.record, reason)
                     await stop_locked(core, live, reason, unexpected=True)
-    return len(records)
 
 
 async def adopt(

@@ -270,11 +270,11 @@ class RockletClient(RockletConnections):
             return False
 
     async def forget(self) -> None:
-        """Close the engine's connection pool to this rocklet's unix socket (its sandbox
-        stopped), so that a long-running engine keeps no pool per sandbox it ever ran."""
+        """Close the engine's connection pool to this rocklet (its sandbox stopped), so that a
+        long-running engine keeps no pool per sandbox it ever ran."""
         transport = getattr(self.http, "rocklet_transport", None)
-        if isinstance(transport, RockletTransport) and self.host.startswith("/"):
-            await transport.forget(self.host)
+        if isinstance(transport, RockletTransport):
+            await transport.forget(self.host, None if self.host.startswith("/") else self.port)
 
     async def end_processes(self, timeout: float = 5.0) -> bool:
         """Ask the rocklet to kill every other process of its sandbox (``POST /end_processes``):

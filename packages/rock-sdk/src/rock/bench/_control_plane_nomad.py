@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     from rock.admin.config import load_settings
 
     settings = load_settings(args.config, host=args.host, port=args.port)
+    # uvicorn raises the SIGTERM it caught again once it has shut down: end through ``finally``.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     if args.profile is None:
         return daemon.serve(settings)
     import cProfile
