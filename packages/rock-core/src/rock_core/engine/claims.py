@@ -6,8 +6,9 @@ decides which pool a start belongs to and turns a member into the sandbox: the r
 member's unit id (and a runtime that can, Docker, renames the unit after the sandbox: shielded,
 so a stop arriving meanwhile finds the unit in the sandbox's handle rather than losing it
 halfway), the member's secret becomes the sandbox's, and one ``is_alive`` makes it running. A
-member that cannot be claimed is removed and the start
-goes the ordinary way.
+tenant's claim first checks the image the member's unit holds (another tenant's commit, made
+while the pool's tag named one, is refused as a start's new unit is). A member that cannot be
+claimed is removed and the start goes to the next member, or the ordinary way.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import attrs
 from rock_core.actions import SandboxStartRequest, WarmPoolStatus
 from rock_core.converters import spec_from_start_request
 from rock_core.engine import egress
-from rock_core.engine.admission import startup_timeout, validate, with_defaults
+from rock_core.engine.admission import commit_refusal, startup_timeout, validate, with_defaults
 from rock_core.engine.bringup import became_ready, note_unit
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_ENGINE_ID, LiveSandbox
@@ -181,9 +182,38 @@ async def claim_warm(core: EngineCore, live: LiveSandbox) -> bool:
     return False
 
 
+async def _holds_another_tenants_commit(
+    core: EngineCore, live: LiveSandbox, member: Member
+) -> bool:
+    """Whether ``member`` must not become a tenant's sandbox: its unit was made from another
+    tenant's commit (the pool's tag named one when the member was made), by the image the unit
+    holds, as :func:`rock_core.engine.bringup.bring_up` checks a tenant's new unit. Without keys
+    (the spec's tenant is the engine's owner) nothing is asked; a unit that cannot be looked at
+    is not handed out either."""
+    spec = live.record.spec
+    if spec.tenant is None or spec.tenant == core.owner:
+        return False
+    try:
+        labels = await core.runtime.unit_image_labels(member.handle)
+    except RockError as exc:
+        log.warning("could not look at pool member %s's image: %s", member.handle.sandbox_id, exc)
+        return True
+    return commit_refusal(spec.image, spec.tenant, labels) is not None
+
+
 async def _claim(core: EngineCore, live: LiveSandbox, pool: WarmPool, member: Member) -> bool:
     sandbox_id = live.record.sandbox_id
     runtime = core.runtime
+    if await _holds_another_tenants_commit(core, live, member):
+        log.warning(
+            "pool member %s of %s was made from another tenant's commit: removed, not claimed "
+            "for %s",
+            member.handle.sandbox_id,
+            pool.key,
+            sandbox_id,
+        )
+        core.task_group(while_closing=True).start_soon(remove_quietly, runtime, member.handle)
+        return False
     if runtime.can_assign:
         try:
             # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
