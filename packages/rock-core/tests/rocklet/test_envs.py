@@ -276,12 +276,18 @@ def test_batch_runs_calls_across_envs_and_reports_each(rocklet: RockletProcess) 
                 {"env": keys[1], "op": "step", "action": "x"},
                 {"env": "e999999", "op": "step", "action": "x"},
                 {"env": keys[2], "op": "jump"},
+                {"env": keys[2], "op": "step", "action": 5},  # refused by the env's process
+                {"env": keys[2], "op": "reset", "seed": 5},
             ],
         )["results"]
         assert answer[0] == answer[1] and "ok" in answer[0]
         assert answer[2] == answer[3] and answer[2]["ok"]["info"] == {"turn": 1}
         assert answer[4]["error"]["kind"] == "no_env"
         assert answer[5]["error"]["kind"] == "bad_request"
+        assert answer[6] == {
+            "error": {"kind": "bad_request", "message": "action must be a string, got 5"}
+        }
+        assert answer[7] == answer[0]
     finally:
         for key in keys:
             rocklet.ok("/env/close", env=key)

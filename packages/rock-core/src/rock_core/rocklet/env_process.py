@@ -117,6 +117,11 @@ class EnvProcess:
     def receive(self, ticket: int, deadline: float | None) -> dict[str, Any]:
         """Read the answer of ``ticket``, after those sent before it: ``{"ok": ...}`` or
         ``{"error": ...}``; EOF or the deadline (the process is then ended) raise."""
+        answer: dict[str, Any] = json.loads(self.receive_line(ticket, deadline))
+        return answer
+
+    def receive_line(self, ticket: int, deadline: float | None) -> bytes:
+        """:meth:`receive`'s answer line as it came (not read as JSON)."""
         with self._turn:
             try:
                 while self._read != ticket and self.dead is None:
@@ -136,8 +141,7 @@ class EnvProcess:
             finally:
                 self._pending.pop(ticket, None)
                 self._turn.notify_all()
-        answer: dict[str, Any] = json.loads(line)
-        return answer
+        return line
 
     def _timed_out(self) -> EnvError:
         self.kill()

@@ -26,7 +26,8 @@ Env channel (one socket per process): newline-delimited JSON both ways. The chil
 ...}`` it answers ``{"ok": result}`` or ``{"error": {"kind", "message", "traceback"}}``, in
 order. ``s`` names the env in the process (default ``""``): a ``make`` adds it, a ``close`` drops
 it. ``{"op": "batch", "calls": [request, ...]}`` runs the calls in their order and answers
-``{"ok": [answer, ...]}``, one answer per call.
+``{"ok": [answer, ...]}``, one answer per call; with ``"split": true`` the line is ``\x1d`` and
+the answers apart by ``\x1e`` instead (the rocklet passes them on without reading them).
 
 Error kinds: ``unknown_env`` (the id is not registered; the message lists close matches),
 ``missing_dependency`` (a Python package the env needs is not installed), ``missing_data``
@@ -56,6 +57,12 @@ if TYPE_CHECKING:
 
 # Seeds are what GEM accepts: non-negative integers numpy can take.
 _MAX_SEED = 2**32 - 1
+
+#: A split batch answer (``{"op": "batch", "split": true}``): ``SPLIT`` then each call's answer
+#: line, apart by ``SEPARATOR``. Neither byte occurs in an answer: :func:`dumps` writes ASCII
+#: JSON, where control characters only appear escaped.
+SPLIT = b"\x1d"
+SEPARATOR = b"\x1e"
 
 
 class EnvFailure(Exception):
@@ -395,7 +402,12 @@ class ProcessEnvs:
                 calls = request.get("calls")
                 if not isinstance(calls, list):
                     raise EnvFailure("bad_request", "calls must be a list")
-                return b'{"ok":[' + b",".join(self.answer(call) for call in calls) + b"]}"
+                answers = [self.answer(call) for call in calls]
+                if request.get(
+                    "split"
+                ):  # the answers apart, for the rocklet to pass on as they are
+                    return SPLIT + SEPARATOR.join(answers)
+                return b'{"ok":[' + b",".join(answers) + b"]}"
             answer: dict[str, Any] = {"ok": self.handle(request)}
         except EnvFailure as exc:
             answer = {"error": {"kind": exc.kind, "message": exc.message, "traceback": []}}

@@ -46,6 +46,11 @@ DEFAULT_TIMEOUT = 300.0
 START_TIMEOUT = 120.0
 _PYTHONPATH_ENV = "ROCK_ENV_PYTHONPATH"
 _PYTHON_ENV = "ROCK_ENV_PYTHON"
+#: A process's split batch answer (env_worker's ``SPLIT``, ``SEPARATOR``): each call's answer
+#: line is passed on as it came, never read as JSON here unless it is an error.
+_SPLIT = b"\x1d"
+_SEPARATOR = b"\x1e"
+_OK = b'{"ok":'
 
 
 class _Worker:
@@ -386,10 +391,12 @@ class EnvChannel:
         finally:
             env.kill()
 
-    def batch(self, calls: list[dict[str, Any]], timeout: float | None) -> list[dict[str, Any]]:
-        """Run ``calls`` (``{env, op, ...}``) concurrently across envs; one result per call."""
+    def batch(self, calls: list[dict[str, Any]], timeout: float | None) -> list[bytes]:
+        """Run ``calls`` (``{env, op, ...}``) concurrently across envs; one result per call, as
+        JSON text (``{"ok": ...}`` as the env's process wrote it, or ``{"error": {kind,
+        message}}``)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        results: list[Any] = [None] * len(calls)
+        results: list[bytes] = [b""] * len(calls)
         by_process: dict[int, tuple[EnvProcess, list[int]]] = {}
         for i, call in enumerate(calls):
             key = call.get("env")
@@ -407,7 +414,7 @@ class EnvChannel:
                     )
                 process = self.get(key)
             except EnvError as exc:
-                results[i] = _failure(exc)
+                results[i] = _json(_failure(exc))
                 continue
             by_process.setdefault(id(process), (process, []))[1].append(i)
         sent: list[tuple[EnvProcess, list[int], int]] = []
@@ -417,20 +424,29 @@ class EnvChannel:
                 request.pop("env", None)
             try:
                 keys = frozenset(calls[i]["env"] for i in indexes)
-                ticket = process.send({"op": "batch", "calls": requests}, keys)
+                ticket = process.send({"op": "batch", "calls": requests, "split": True}, keys)
                 sent.append((process, indexes, ticket))
             except EnvError as exc:
                 for i in indexes:
-                    results[i] = _failure(exc)
+                    results[i] = _json(_failure(exc))
         for process, indexes, ticket in sent:
             try:
-                answers = result_of(process.receive(ticket, deadline), process)
+                line = process.receive_line(ticket, deadline)
+                pieces = line[1:].split(_SEPARATOR) if line[:1] == _SPLIT else None
+                if pieces is None or len(pieces) != len(indexes):
+                    if not line.startswith(_OK):  # the batch's own error
+                        result_of(_error_line(line), process)
+                    raise env_error(
+                        "env_error",
+                        "%s answered a batch of %d calls with %r"
+                        % (process.describe(), len(indexes), line[:200]),
+                    )
             except EnvError as exc:
                 for i in indexes:
-                    results[i] = _failure(exc)
+                    results[i] = _json(_failure(exc))
                 continue
-            for i, answer in zip(indexes, answers):
-                results[i] = answer if "ok" in answer else {"error": _error_of(answer)}
+            for i, piece in zip(indexes, pieces):
+                results[i] = piece if piece.startswith(_OK) else _json(_error_line(piece))
         for process, _indexes in by_process.values():
             if process.dead is not None:
                 self._forget(process)
@@ -482,6 +498,21 @@ class EnvChannel:
 
 def _failure(exc: EnvError) -> dict[str, Any]:
     return {"error": {"kind": exc.extra_info.get("kind", "env_error"), "message": exc.message}}
+
+
+def _json(obj: Any) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("ascii")
+
+
+def _error_line(line: bytes) -> dict[str, Any]:
+    """``{"error": {kind, message}}`` of a process's answer line that is not ``ok``."""
+    try:
+        answer = json.loads(line)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        answer = {"error": {"kind": "env_error", "message": "unreadable answer %r" % line[:200]}}
+    return {"error": _error_of(answer)}
 
 
 def _error_of(answer: dict[str, Any]) -> dict[str, Any]:
