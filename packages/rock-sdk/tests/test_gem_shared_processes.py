@@ -100,3 +100,47 @@ def test_a_vector_env_of_shared_processes_steps_each_env_as_alone(
             assert got[i] == expected[seed][: len(got[i])] and len(got[i]) == len(expected[seed])
     finally:
         vec.close()
+
+
+def test_batches_asked_together_go_as_one_request_and_each_env_plays_as_alone(
+    shared_admin: Any, engine: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An async trainer steps the live envs while it resets the ended ones: the two batches
+    asked in one turn of its loop are one request to the admin (one message to the process)."""
+    import asyncio
+
+    from rock.sdk.envs._backend import backend_for
+
+    expected = {seed: _alone(seed, engine, monkeypatch) for seed in (5, 9)}
+    backend = backend_for(shared_admin.url)
+    sent: list[int] = []
+    send = backend._abatch
+
+    async def counted(calls: Any) -> list[Any]:
+        sent.append(len(calls))
+        return await send(calls)
+
+    monkeypatch.setattr(backend, "_abatch", counted)
+
+    async def play() -> list[list[Any]]:
+        vec = await rock.amake_vec(GAME, 2, seed=0, base_url=shared_admin.url)
+        try:
+            observations, infos = await vec.reset(seed=[5, 1], indices=[0, 1])
+            got: list[list[Any]] = [[(observations[0], infos[0])], []]
+            del sent[:]
+            for n, move in enumerate(MOVES):
+                if any(len(t) > 1 and (t[-1][2] or t[-1][3]) for t in got):
+                    break
+                # env 1 is reset (seed 9) beside env 0's first step, then they step side by side
+                one = vec.reset(seed=[9], indices=[1]) if n == 0 else vec.step({1: MOVES[n - 1]})
+                a, b = await asyncio.gather(vec.step({0: move}), one)
+                got[0].append(tuple(x[0] for x in a))
+                got[1].append((b[0][0], b[1][0]) if n == 0 else tuple(x[0] for x in b))
+            # each turn's two batches went as one request
+            assert sent == [2] * len(sent) and len(sent) > 5
+            return got
+        finally:
+            await vec.aclose()
+
+    got = asyncio.run(play())
+    assert got[0] == expected[5][: len(got[0])] and got[1] == expected[9][: len(got[1])]

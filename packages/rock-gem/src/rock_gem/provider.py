@@ -479,6 +479,10 @@ class GemProvider(EnvProvider):
                 if results[i].kind in ("env_died", "timeout", "no_env"):
                     await self.forget(env, end_process=False)
 
+        if len(by_host) == 1:  # one sandbox (a vector env's usual case): no task group
+            for sandbox_id, indexes in by_host.items():
+                await run(sandbox_id, indexes)
+            return results
         async with anyio.create_task_group() as tg:
             for sandbox_id, indexes in by_host.items():
                 tg.start_soon(run, sandbox_id, indexes)

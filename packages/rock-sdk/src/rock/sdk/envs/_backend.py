@@ -37,7 +37,23 @@ class Backend:
     """The calls an env makes; see :class:`EmbeddedBackend` and :class:`RemoteBackend`."""
 
     async def abatch(self, calls: Sequence[Call]) -> list[Any]:
-        """Run ``calls`` together; each result is the call's answer (ROCK's JSON shape) or its error."""
+        """Run ``calls`` together; each result is the call's answer (ROCK's JSON shape) or its error.
+
+        The batches asked in one turn of the caller's event loop go as one (a vector env's
+        steps and, beside them, the resets of its ended envs: one round trip, one message to
+        each env process). They were concurrent, so their order was never given; each env's
+        calls keep theirs."""
+        loop = asyncio.get_running_loop()
+        togethers = self.__dict__.get("_togethers")
+        if togethers is None:
+            togethers = self.__dict__.setdefault("_togethers", weakref.WeakKeyDictionary())
+        together = togethers.get(loop)
+        if together is None:
+            together = togethers.setdefault(loop, _Together(self._abatch))
+        return await together.add(loop, calls)
+
+    async def _abatch(self, calls: Sequence[Call]) -> list[Any]:
+        """Run ``calls`` now, as one batch."""
         raise NotImplementedError
 
     def batch(self, calls: Sequence[Call]) -> list[Any]:
@@ -51,6 +67,50 @@ class Backend:
     def call(self, op: str, handle: str | None, args: Mapping[str, Any]) -> Any:
         """:meth:`acall` for synchronous callers."""
         return _raise_or(self.batch([(op, handle, args)]))
+
+
+class _Together:
+    """The batches asked of one backend in one turn of one event loop, sent as one."""
+
+    def __init__(self, run: Any) -> None:
+        self.run = run
+        self.waiting: list[tuple[list[Call], asyncio.Future[list[Any]]]] | None = None
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def add(self, loop: asyncio.AbstractEventLoop, calls: Sequence[Call]) -> asyncio.Future[Any]:
+        future: asyncio.Future[list[Any]] = loop.create_future()
+        if self.waiting is None:
+            self.waiting = []
+            loop.call_soon(self._send, loop)  # after the other tasks ready in this turn
+        self.waiting.append((list(calls), future))
+        return future
+
+    def _send(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiting, self.waiting = self.waiting or [], None
+        task = loop.create_task(self._run(waiting))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _run(self, waiting: list[tuple[list[Call], asyncio.Future[list[Any]]]]) -> None:
+        calls = waiting[0][0] if len(waiting) == 1 else [c for part, _ in waiting for c in part]
+        try:
+            results = await self.run(calls)
+        except BaseException as exc:
+            for _, future in waiting:
+                if future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
+                    future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        at = 0
+        for part, future in waiting:
+            if not future.done():
+                future.set_result(results[at : at + len(part)])
+            at += len(part)
 
 
 def _raise_or(results: list[Any]) -> Any:
@@ -127,19 +187,26 @@ class EmbeddedBackend(Backend):
             for (i, _, op, _), answer in zip(items, answers):
                 results[i] = answer if isinstance(answer, BaseException) else _shape(op, answer)
 
+        singles: list[int] = []
+        for i, (op, handle, args) in enumerate(calls):
+            env = self._envs.get(handle or "") if op in ("reset", "step") else None
+            provider = getattr(env, "provider", None)
+            if env is not None and callable(getattr(provider, "batch", None)):
+                batched.setdefault(provider, []).append((i, env, op, dict(args)))
+            else:
+                singles.append(i)
+        if not singles and len(batched) == 1:  # a vector env's steps: no task group
+            for provider, items in batched.items():
+                await together(provider, items)
+            return results
         async with anyio.create_task_group() as tg:
-            for i, (op, handle, args) in enumerate(calls):
-                env = self._envs.get(handle or "") if op in ("reset", "step") else None
-                provider = getattr(env, "provider", None)
-                if env is not None and callable(getattr(provider, "batch", None)):
-                    batched.setdefault(provider, []).append((i, env, op, dict(args)))
-                else:
-                    tg.start_soon(single, i, op, handle, args)
+            for i in singles:
+                tg.start_soon(single, i, *calls[i])
             for provider, items in batched.items():
                 tg.start_soon(together, provider, items)
         return results
 
-    async def abatch(self, calls: Sequence[Call]) -> list[Any]:
+    async def _abatch(self, calls: Sequence[Call]) -> list[Any]:
         """(asyncio) Run ``calls`` on the engine's loop."""
         return await self.engine._call(self._run, list(calls))
 
@@ -312,7 +379,7 @@ class RemoteBackend(Backend):
         """(blocking) One ``POST .../batch`` for all of ``calls``."""
         return self._answer(self._post(f"{PREFIX}/batch", self._body(calls)))
 
-    async def abatch(self, calls: Sequence[Call]) -> list[Any]:
+    async def _abatch(self, calls: Sequence[Call]) -> list[Any]:
         """(asyncio) One ``POST .../batch`` for all of ``calls``."""
         return self._answer(await self._apost(f"{PREFIX}/batch", self._body(calls)))
 
