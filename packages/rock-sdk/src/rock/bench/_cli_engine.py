@@ -96,7 +96,9 @@ def sandbox(starts: int, echoes: int, image: str, memory: str, cpus: float) -> N
     "--envs-per-sandbox",
     type=click.IntRange(min=1),
     default=None,
-    help="[plugins.gem] envs_per_sandbox of the embedded engine.",
+    help="[plugins.gem] envs_per_sandbox of the embedded engine (default: with shared processes,"
+    " the batched figure's envs, so that they share one sandbox's processes as the floor's share"
+    " its workers; else the plugin's).",
 )
 @click.option(
     "--warm-sandboxes",
@@ -154,10 +156,13 @@ def gem(
     observation, memory per idle env."""
     from rock.bench.gem import run_gem_bench
 
+    options: dict[str, object] = {}
     if base_url is None:
         from rock.sdk import configure_embedded_driver, get_embedded_driver
         from rock_core.engine.config import EngineConfig
 
+        if envs_per_sandbox is None and shared_processes:
+            envs_per_sandbox = num_envs  # one sandbox, one process per core: the floor's shape
         options = {
             k: v
             for k, v in (
@@ -193,6 +198,8 @@ def gem(
         floor_processes=floor_processes,
         rounds=rounds,
     )
+    if options:
+        figures["gem_options"] = options
     print_json(figures)
 
 
