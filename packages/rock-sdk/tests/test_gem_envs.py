@@ -625,6 +625,8 @@ def test_rock_bench_gem_prints_its_figures(gem_image: str) -> None:
     batched = figures["batched"]
     assert len(batched["rounds_floor_env_steps_per_second"]) == 2
     assert batched["floor_env_steps_per_second"] > 0 and batched["ratio_to_floor"] > 0
+    # like the floor's, the envs share one sandbox's processes, one per core
+    assert figures["gem_options"] == {"envs_per_sandbox": 4, "shared_processes": 2}
 
 
 # -- rl-rock 1.11's own client (ROCK's SDK) against rock's admin --------------------------------
