@@ -4,6 +4,7 @@ allocations, and a task's output."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -11,33 +12,51 @@ from rock_core.errors import RockError
 from rock_core.models import UnitState
 from rock_nomad._api import NomadApi, NomadError
 
-__all__ = ["listed_state", "running_ports", "task_logs"]
+__all__ = ["FirstListing", "listed_state", "task_logs"]
 
 log = logging.getLogger("rock.nomad")
 
 
-async def running_ports(api: NomadApi, job_prefix: str) -> dict[str, list[dict[str, Any]]]:
-    """Every running sandbox allocation's ports (``AllocatedResources.Shared.Ports``, which
-    never change), by allocation id, in one call (``GET /v1/allocations?resources=true``): an
-    admin taking back thousands of sandboxes then asks Nomad once for each, not twice. A
-    failure gives none (each is then read on its own)."""
-    try:
-        allocs = await api.get_json(
-            "allocations", params={"resources": True, "task_states": False}, attempted="list"
-        )
-    except RockError as exc:
-        log.info("could not read the allocations' ports at once: %s", exc)
-        return {}
-    found: dict[str, list[dict[str, Any]]] = {}
-    for alloc in allocs or ():
-        if not str(alloc.get("JobID") or "").startswith(job_prefix):
-            continue
-        if alloc.get("ClientStatus") != "running" or alloc.get("DesiredStatus") != "run":
-            continue
-        ports = ((alloc.get("AllocatedResources") or {}).get("Shared") or {}).get("Ports")
-        if ports:
-            found[alloc["ID"]] = list(ports)
-    return found
+#: Seconds the first listing's word on a job's allocation stands for its first inspect.
+LISTING_FRESH = 60.0
+
+
+class FirstListing:
+    """What the runtime's first listing (an admin's start, before it takes its sandboxes back)
+    read of every sandbox allocation in one call (``GET /v1/allocations?resources=true``): the
+    running ones' ports, which never change, and each job's newest allocation, which the job's
+    first inspect within :data:`LISTING_FRESH` seconds takes as it is. An admin taking back
+    thousands of sandboxes then asks Nomad nothing for each (each one's rocklet is asked
+    whether it is alive all the same). A failure gives nothing (each is read on its own)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self._at = 0.0
+        self._newest: dict[str, dict[str, Any]] = {}
+
+    async def read(self, api: NomadApi, job_prefix: str, ports: dict[str, Any]) -> None:
+        self.done = True
+        try:
+            allocs = await api.get_json("allocations", params={"resources": True}, attempted="list")
+        except RockError as exc:
+            log.info("could not read the sandboxes' allocations at once: %s", exc)
+            return
+        self._at = time.monotonic()
+        for alloc in allocs or ():
+            job_id = str(alloc.get("JobID") or "")
+            if not job_id.startswith(job_prefix):
+                continue
+            known = self._newest.get(job_id)
+            if known is None or (known.get("CreateIndex") or 0) < (alloc.get("CreateIndex") or 0):
+                self._newest[job_id] = alloc
+            shared = (alloc.get("AllocatedResources") or {}).get("Shared") or {}
+            if alloc.get("ClientStatus") == "running" and shared.get("Ports"):
+                ports[alloc["ID"]] = list(shared["Ports"])
+
+    def take(self, job_id: str) -> dict[str, Any] | None:
+        """The job's newest allocation as listed, once, while the listing is fresh."""
+        alloc = self._newest.pop(job_id, None)
+        return alloc if time.monotonic() - self._at <= LISTING_FRESH else None
 
 
 async def task_logs(api: NomadApi, alloc_id: str, sandbox_id: str, tail: int | None) -> str:

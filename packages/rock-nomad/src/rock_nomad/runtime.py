@@ -67,7 +67,7 @@ from rock_nomad._job import (
     secret_path,
     status_of,
 )
-from rock_nomad._observation import listed_state, running_ports, task_logs
+from rock_nomad._observation import FirstListing, listed_state, task_logs
 from rock_nomad._options import NomadOptions
 from rock_nomad._placement import BLOCK, follow, heard, placed, start_failure
 from rock_nomad._secrets import forget_secret, put_secret
@@ -111,7 +111,7 @@ class NomadRuntime(Runtime):
         self._created: dict[str, dict[str, Any]] = {}
         #: A running allocation's ports (they never change): alloc id -> Shared.Ports.
         self._ports: dict[str, list[dict[str, Any]]] = {}
-        self._ports_read = False  # the first listing reads every running allocation's ports
+        self._listing = FirstListing()  # the first listing reads every sandbox allocation
         #: Jobs this runtime deregistered (stop): their allocations end without an error.
         self._stopped: set[str] = set()
         #: Each known job's sandbox id and labels (``Name``, ``Meta``), for :meth:`watch`.
@@ -447,7 +447,7 @@ class NomadRuntime(Runtime):
         job_id, sandbox_id = handle.unit_id, handle.sandbox_id
         if job_id in self._created:
             return RuntimeStatus(state=UnitState.CREATED)
-        heard = (
+        heard = self._listing.take(job_id) or (
             self._feed.latest.get(job_id)
             if self._feed is not None and self._feed.connected
             else None
@@ -505,9 +505,8 @@ class NomadRuntime(Runtime):
         jobs = await self.api.get_json(
             "jobs", params={"prefix": self.options.job_prefix, "meta": True}, attempted="list"
         )
-        if not self._ports_read:  # a restarted admin's recovery inspects each one next
-            self._ports_read = True
-            self._ports.update(await running_ports(self.api, self.options.job_prefix))
+        if not self._listing.done:  # a restarted admin's recovery inspects each one next
+            await self._listing.read(self.api, self.options.job_prefix, self._ports)
         found: list[UnitHandle] = []
         wanted = dict(labels)
         for stub in jobs:

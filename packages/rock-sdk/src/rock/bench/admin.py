@@ -153,6 +153,8 @@ class BenchAdmin:
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = state_dir / "bench-admin.log"
         self.process: subprocess.Popen[bytes] | None = None
+        #: Seconds :meth:`start` waits for ``/healthz`` (an admin takes its sandboxes back first).
+        self.start_timeout = 60.0
 
     @property
     def pid(self) -> int:
@@ -160,7 +162,7 @@ class BenchAdmin:
         return self.process.pid
 
     async def start(self) -> None:
-        """Start the process and wait until it answers ``/healthz`` (at most 60 s)."""
+        """Start the process and wait until it answers ``/healthz`` (at most ``start_timeout``)."""
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [*self.command, "--host", "127.0.0.1", "--port", str(self.port)],
@@ -169,7 +171,7 @@ class BenchAdmin:
                 env=self.env,
                 start_new_session=True,
             )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + self.start_timeout
         async with httpx.AsyncClient(timeout=1) as probe:
             while True:
                 with contextlib.suppress(httpx.HTTPError):

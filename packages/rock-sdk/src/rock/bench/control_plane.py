@@ -236,6 +236,7 @@ async def run_control_plane(
         command = nomad_admin_command(state_dir, address)
     profiled = [] if settings.admin_profile is None else ["--profile", str(settings.admin_profile)]
     admin = BenchAdmin(state_dir, _free_port(), env, command + profiled)
+    admin.start_timeout = 900.0  # a restarted admin answers once it took its sandboxes back
     run = f"cp{os.getpid()}"
     figures: dict[str, Any] = {"sandboxes": settings.sandboxes, "clients": settings.clients}
     figures["unit_start_seconds"] = [lo, hi]
