@@ -189,8 +189,12 @@ class ClusterState:
         namespace: str = "",
         filter_keys: list[str] | None = None,
     ) -> None:
-        """Record an event for ``/v1/event/stream`` (the object as it is now)."""
+        """Record an event for ``/v1/event/stream`` (the object as it is now; an allocation
+        without its job, as Nomad sends it: "remove job info to help keep size of alloc event
+        down", nomad/state/events.go)."""
         payload = {k: v for k, v in obj.items() if not k.startswith("_")}
+        if topic == "Allocation":
+            payload["Job"] = None
         event = {
             "Topic": topic,
             "Type": kind,
