@@ -101,7 +101,6 @@ async def batched_throughput(
         # What an async trainer does with autoreset disabled: the envs whose episode ended are
         # reset while the others take their next step (two batches in flight).
         rng = random.Random(g)
-        await vec.reset()
         ended: list[int] = []
         while time.perf_counter() < deadline:
             live = [i for i in range(vec.num_envs) if i not in ended]
@@ -121,6 +120,8 @@ async def batched_throughput(
     total = 0.0
     try:
         for _ in range(rounds):
+            # every env's first reset before the clock starts, as the floor's
+            await asyncio.gather(*(vec.reset() for vec in vecs))
             steps = counts["steps"]
             started = time.perf_counter()
             await asyncio.gather(*(run(g, vec, started + seconds) for g, vec in enumerate(vecs)))
