@@ -43,6 +43,7 @@ def test_nomad_control_plane_bench_starts_every_sandbox_on_simulated_nodes(tmp_p
     assert done.returncode == 0, done.stderr[-3000:]
     figures = json.loads(done.stdout)["figures"]
     assert figures["runtime"] == "nomad" and figures["nomad_nodes"] == 5
+    assert figures["stand_in_cpu_ms_per_start"] > 0 and figures["admin_cpu_ms_per_start"] > 0
     assert figures["started"] == 50 and figures["failed_starts"] == 0
     assert 0 < figures["start_p50_seconds"] <= figures["start_p99_seconds"]
     assert figures["listed"] == 50

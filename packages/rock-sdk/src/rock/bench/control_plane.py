@@ -226,11 +226,12 @@ async def run_control_plane(
         "process",
     ]
     stand_in = contextlib.ExitStack()
+    stand_in_pid: int | None = None
     if settings.runtime == "nomad":
         from rock.bench._control_plane_nomad import nomad_admin_command, simulated_nomad
 
         say(f"starting a stand-in Nomad of {settings.nodes} simulated nodes")
-        address, _ = stand_in.enter_context(
+        address, stand_in_pid = stand_in.enter_context(
             simulated_nomad(settings.nodes, settings.sandboxes, settings.start_seconds)
         )
         command = nomad_admin_command(state_dir, address)
@@ -251,12 +252,16 @@ async def run_control_plane(
         idle = rss_bytes(admin.pid) or 0
         figures["admin_rss_idle_mb"] = round(idle / 2**20, 1)
         admin_cpu = cpu_seconds(admin.pid) or 0.0
+        nomad_cpu = (cpu_seconds(stand_in_pid) or 0.0) if stand_in_pid else 0.0
         started = await _start_all(settings, admin.url, run, say)
         # The admin's CPU while they started (its whole process: on the scripted runtime, the
         # one rocklet every sandbox shares runs in it too).
         admin_cpu = (cpu_seconds(admin.pid) or 0.0) - admin_cpu
         figures["admin_cpu_seconds_starting"] = round(admin_cpu, 1)
         figures["admin_cpu_ms_per_start"] = round(1000 * admin_cpu / settings.sandboxes, 2)
+        if stand_in_pid:  # the stand-in Nomad's servers and nodes (and their shared rocklet)
+            nomad_cpu = (cpu_seconds(stand_in_pid) or 0.0) - nomad_cpu
+            figures["stand_in_cpu_ms_per_start"] = round(1000 * nomad_cpu / settings.sandboxes, 2)
         ids = started.pop("ids")
         figures.update(started)
         # The floor: the simulated containers' own start times (uniform in lo..hi).
