@@ -459,14 +459,8 @@ class GemProvider(EnvProvider):
                     answer = await channel.post("batch", {"calls": body}, self.timeout)
                 items = answer["results"]
             except (SandboxNotFound, RockletUnreachable) as exc:
-                items = [
-                    {
-                        "error": {
-                            "kind": "env_died",
-                            "message": f"the env's sandbox {sandbox_id} is gone: {exc}",
-                        }
-                    }
-                ] * len(indexes)
+                gone = f"the env's sandbox {sandbox_id} is gone: {exc}"
+                items = [{"error": {"kind": "env_died", "message": gone}}] * len(indexes)
             for i, item in zip(indexes, items):
                 env = calls[i][0]
                 if "ok" in item:
@@ -480,8 +474,7 @@ class GemProvider(EnvProvider):
                     await self.forget(env, end_process=False)
 
         if len(by_host) == 1:  # one sandbox (a vector env's usual case): no task group
-            for sandbox_id, indexes in by_host.items():
-                await run(sandbox_id, indexes)
+            await run(*next(iter(by_host.items())))
             return results
         async with anyio.create_task_group() as tg:
             for sandbox_id, indexes in by_host.items():
