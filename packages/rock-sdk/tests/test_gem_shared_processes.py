@@ -110,6 +110,7 @@ def test_batches_asked_together_go_as_one_request_and_each_env_plays_as_alone(
     import asyncio
 
     from rock.sdk.envs._backend import backend_for
+    from rock_core.errors import InvalidParameter
 
     expected = {seed: _alone(seed, engine, monkeypatch) for seed in (5, 9)}
     backend = backend_for(shared_admin.url)
@@ -138,6 +139,15 @@ def test_batches_asked_together_go_as_one_request_and_each_env_plays_as_alone(
                 got[1].append((b[0][0], b[1][0]) if n == 0 else tuple(x[0] for x in b))
             # each turn's two batches went as one request
             assert sent == [2] * len(sent) and len(sent) > 5
+            # a malformed batch asked beside a good one fails alone
+            handles = vec.handles
+            good, bad = await asyncio.gather(
+                backend.abatch([("step", handles[0], {"action": MOVES[0]})]),
+                backend.abatch([("reset", handles[1], {"seed": -1})]),
+                return_exceptions=True,
+            )
+            assert "observation" in good[0] and isinstance(bad, InvalidParameter)
+            assert "seed" in str(bad)
             return got
         finally:
             await vec.aclose()

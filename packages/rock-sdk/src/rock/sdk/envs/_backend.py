@@ -42,7 +42,9 @@ class Backend:
         The batches asked in one turn of the caller's event loop go as one (a vector env's
         steps and, beside them, the resets of its ended envs: one round trip, one message to
         each env process). They were concurrent, so their order was never given; each env's
-        calls keep theirs."""
+        calls keep theirs. Only resets and steps go together (makes and closes go as asked)."""
+        if any(op not in ("reset", "step") for op, _, _ in calls):
+            return await self._abatch(calls)
         loop = asyncio.get_running_loop()
         togethers = self.__dict__.get("_togethers")
         if togethers is None:
@@ -94,7 +96,14 @@ class _Together:
     async def _run(self, waiting: list[tuple[list[Call], asyncio.Future[list[Any]]]]) -> None:
         calls = waiting[0][0] if len(waiting) == 1 else [c for part, _ in waiting for c in part]
         try:
-            results = await self.run(calls)
+            try:
+                results = await self.run(calls)
+            except InvalidParameter:  # refused before any call ran: whose? each part alone
+                if len(waiting) == 1:
+                    raise
+                for part, future in waiting:
+                    await self._run([(part, future)])
+                return
         except BaseException as exc:
             for _, future in waiting:
                 if future.done():
