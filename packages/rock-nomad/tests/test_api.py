@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import anyio
 import pytest
 
 from rock_core.errors import RuntimeFailure
-from rock_nomad._api import NomadApi, Setting
+from rock_nomad._api import QUICK_CALLS, NomadApi, Setting
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Nomad-Index: 7\r\n\r\n[]"
 
@@ -23,8 +24,9 @@ class DroppingServer:
     """Answers the first ``answer_per_connection`` requests of each connection, then reads the
     next one and closes the connection without a word."""
 
-    def __init__(self, answer_per_connection: int) -> None:
+    def __init__(self, answer_per_connection: int, hold: float = 0.0) -> None:
         self.answer_per_connection = answer_per_connection
+        self.hold = hold  # seconds each answer waits (a busy Nomad)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.address = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
         self.received = 0
@@ -58,6 +60,8 @@ class DroppingServer:
                     self.received += 1
                 if served >= self.answer_per_connection:
                     return  # closed, no answer
+                if self.hold:
+                    time.sleep(self.hold)
                 conn.sendall(ANSWER)
                 served += 1
                 with self._lock:
@@ -71,8 +75,8 @@ class DroppingServer:
 def dropping() -> Iterator[type[DroppingServer]]:
     made: list[DroppingServer] = []
 
-    def make(answer_per_connection: int) -> DroppingServer:
-        server = DroppingServer(answer_per_connection)
+    def make(answer_per_connection: int, hold: float = 0.0) -> DroppingServer:
+        server = DroppingServer(answer_per_connection, hold)
         made.append(server)
         return server
 
@@ -81,7 +85,7 @@ def dropping() -> Iterator[type[DroppingServer]]:
         server.close()
 
 
-def _api(address: str) -> NomadApi:
+def _api(address: str, max_connections: int = 4) -> NomadApi:
     settings = {
         name: Setting(name, "set in the test")
         for name in ("address", "token", "namespace", "region")
@@ -94,7 +98,7 @@ def _api(address: str) -> NomadApi:
         verify=True,
         cert=None,
         timeout=5.0,
-        max_connections=4,
+        max_connections=max_connections,
         settings=settings,
     )
 
@@ -138,3 +142,28 @@ def test_a_server_that_drops_every_request_is_an_error_naming_the_address_after_
         and "plugins.nomad.address" in message
     )
     assert server.received == 2  # the request, and once more: no endless retries
+
+
+def test_a_burst_of_calls_is_answered_over_a_bounded_number_of_connections(dropping) -> None:
+    """5,000 starts at once once opened 512 connections to Nomad in one httpx pool, whose walk
+    over them on every call was most of the admin's CPU: quick calls now wait their turn, at
+    most QUICK_CALLS in flight over small pools."""
+    server = dropping(answer_per_connection=10_000, hold=0.01)
+
+    async def main() -> list[int]:
+        api = _api(server.address, max_connections=512)
+        codes: list[int] = []
+
+        async def one() -> None:
+            codes.append((await api.request("GET", "jobs", attempted="list")).status_code)
+
+        try:
+            async with anyio.create_task_group() as group:
+                for _ in range(300):
+                    group.start_soon(one)
+        finally:
+            await api.aclose()
+        return codes
+
+    assert anyio.run(main) == [200] * 300
+    assert server.connections <= QUICK_CALLS

@@ -29,9 +29,12 @@ __all__ = ["NomadApi", "NomadError", "Setting"]
 #: (Nomad adds up to wait/16 of jitter).
 _WAIT_MARGIN = 15.0
 #: Calls that are not blocking queries, in flight at once; the others wait their turn here.
-#: httpcore's pool walks all its connections for each idle one whenever a call comes or goes:
-#: 5,000 starts at once grew it to 512 connections, and that walk was 3/4 of the admin's CPU.
-QUICK_CALLS = 8
+#: They go over small pools of :data:`POOL_CONNECTIONS` each, the call to the one with the
+#: fewest in flight: httpcore's pool walks all its connections for each idle one whenever a
+#: call comes or goes, and one pool that 5,000 starts at once grew to 512 connections made that
+#: walk 3/4 of the admin's CPU.
+QUICK_CALLS = 64
+POOL_CONNECTIONS = 8
 
 
 class _QuietNomadRequests(logging.Filter):
@@ -112,22 +115,29 @@ class NomadApi:
         headers = {"User-Agent": "rock-nomad"}
         if token:
             headers["X-Nomad-Token"] = token
-        self._quick = anyio.Semaphore(min(max_connections, QUICK_CALLS))
-        self._http = httpx.AsyncClient(
-            base_url=self.address,
-            headers=headers,
-            verify=verify,
-            cert=cert,
-            timeout=timeout,
-            limits=httpx.Limits(
-                max_connections=max_connections,
-                max_keepalive_connections=min(max_connections, 2 * QUICK_CALLS),
-            ),
-            trust_env=False,
-        )
+        quick = min(max_connections, QUICK_CALLS)
+        self._quick = anyio.Semaphore(quick)
+
+        def client(connections: int, keep: int) -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                base_url=self.address,
+                headers=headers,
+                verify=verify,
+                cert=cert,
+                timeout=timeout,
+                limits=httpx.Limits(max_connections=connections, max_keepalive_connections=keep),
+                trust_env=False,
+            )
+
+        pools = -(-quick // POOL_CONNECTIONS)
+        self._pools = [client(POOL_CONNECTIONS, POOL_CONNECTIONS) for _ in range(pools)]
+        self._in_flight = [0] * pools
+        # Blocking queries (each holds a connection while Nomad waits) and the event stream.
+        self._http = client(max_connections, POOL_CONNECTIONS)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        for http in (*self._pools, self._http):
+            await http.aclose()
 
     def _params(self, params: Mapping[str, Any] | None, namespaced: bool) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -159,17 +169,20 @@ class NomadApi:
         :param not_found: a 404 raises :class:`SandboxNotFound` with these words (else a failure).
         :param wait: a blocking query's wait: the read timeout is stretched to cover it.
         """
-        if wait is None:
-            async with self._quick:
-                return await self._request(
-                    method, path, params, json, attempted, sandbox_id, not_found, wait, namespaced
-                )
-        return await self._request(
-            method, path, params, json, attempted, sandbox_id, not_found, wait, namespaced
-        )
+        args = (method, path, params, json, attempted, sandbox_id, not_found, wait, namespaced)
+        if wait is not None:
+            return await self._request(self._http, *args)
+        async with self._quick:
+            pool = min(range(len(self._pools)), key=self._in_flight.__getitem__)
+            self._in_flight[pool] += 1
+            try:
+                return await self._request(self._pools[pool], *args)
+            finally:
+                self._in_flight[pool] -= 1
 
     async def _request(
         self,
+        http: httpx.AsyncClient,
         method: str,
         path: str,
         params: Mapping[str, Any] | None,
@@ -186,7 +199,7 @@ class NomadApi:
         try:
             for attempt in range(2):
                 try:
-                    response = await self._http.request(
+                    response = await http.request(
                         method,
                         f"/v1/{path}",
                         params=self._params(params, namespaced),
