@@ -222,8 +222,6 @@ async def run_control_plane(
         f"{lo},{hi}",
         "--units-file",
         str(state_dir / "scripted-units.json"),
-        "--rocklet",
-        "process",
     ]
     stand_in = contextlib.ExitStack()
     stand_in_pid: int | None = None

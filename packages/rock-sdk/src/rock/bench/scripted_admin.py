@@ -9,11 +9,8 @@ process (units, like the rocklet, end with it) unless ``--units-file`` is given:
 are written there at exit and read back at start, as containers outlive a restarted admin.
 
 ``--rocklet process`` serves that rocklet from a process of its own instead (started and ended
-with the admin's), on :data:`ROCKLET_PORTS` ports, each unit reporting one of them: the admin's
-CPU and memory are then its own, the rocklet (a thread per connection) does not take the admin's
-interpreter lock, and the engine keeps a pool of connections per port (one per rocklet address,
-as with a rocklet per sandbox) instead of one pool for all, whose scans grow with the square of
-its connections.
+with the admin's): the admin's CPU and memory are then its own, and the rocklet (a thread per
+connection) does not take the admin's interpreter lock, as a sandbox's rocklet would not.
 
 ``--start-seconds LO,HI`` makes every unit's start take a uniformly random LO..HI seconds (a
 container's start; default: none), waited without a process or CPU. ``--profile FILE`` writes a
@@ -38,7 +35,6 @@ import socket
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,14 +52,7 @@ def parse_seconds(text: str) -> tuple[float, float]:
     return parts[0], parts[1]
 
 
-#: Ports the rocklet of ``--rocklet process`` listens on.
-ROCKLET_PORTS = 256
-
-
-def _runtime(address: tuple[str, int], start_seconds: tuple[float, float], ports: list[int]) -> Any:
-    import attrs
-
-    from rock_core.models import Port
+def _runtime(address: tuple[str, int], start_seconds: tuple[float, float]) -> Any:
     from rock_core.testing import ScriptedRuntime
 
     class _SlowStarts(ScriptedRuntime):
@@ -71,13 +60,6 @@ def _runtime(address: tuple[str, int], start_seconds: tuple[float, float], ports
             if start_seconds[1] > 0:
                 await asyncio.sleep(random.uniform(*start_seconds))
             await super().start(handle, on_phase=on_phase)
-
-        async def inspect(self, handle: Any) -> Any:
-            status = await super().inspect(handle)
-            if status.rocklet_port is None or len(ports) < 2:
-                return status
-            port = ports[zlib.crc32(handle.unit_id.encode()) % len(ports)]
-            return attrs.evolve(status, rocklet_port=Port(port))
 
     return _SlowStarts(address)
 
@@ -101,8 +83,8 @@ def _save_units(runtime: Any, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _rocklet_process() -> Iterator[tuple[str, list[int]]]:
-    """A rocklet in a process of its own (``--serve-rocklet``); yield its host and ports."""
+def _rocklet_process() -> Iterator[tuple[str, int]]:
+    """A rocklet in a process of its own (``--serve-rocklet``); yield its ``(host, port)``."""
     process = subprocess.Popen(
         [sys.executable, "-m", "rock.bench.scripted_admin", "--serve-rocklet"],
         stdout=subprocess.PIPE,
@@ -110,30 +92,20 @@ def _rocklet_process() -> Iterator[tuple[str, list[int]]]:
     )
     try:
         assert process.stdout is not None
-        host, ports = process.stdout.readline().split()
-        yield host, [int(port) for port in ports.split(",")]
+        host, port = process.stdout.readline().split()
+        yield host, int(port)
     finally:
         process.terminate()
         process.wait()
 
 
 def _serve_rocklet() -> int:
-    """Serve one rocklet on :data:`ROCKLET_PORTS` ports of 127.0.0.1, print ``host port,...``,
-    and end with the process that started this one."""
-    import tempfile
-    import threading
-
-    from rock_core.rocklet.api import Rocklet, build_router
-    from rock_core.rocklet.server import RockletServer
+    """Serve a rocklet, print ``host port``, and end with the process that started this one."""
+    from rock_core.testing import rocklet_in_thread
 
     parent = os.getppid()
-    with tempfile.TemporaryDirectory(prefix="rock-scripted-rocklet-") as state_dir:
-        router = build_router(Rocklet(state_dir))
-        servers = [RockletServer(router, "127.0.0.1", 0) for _ in range(ROCKLET_PORTS)]
-        for server in servers:
-            threading.Thread(target=server.serve_forever, daemon=True).start()
-        ports = ",".join(str(server.address[1]) for server in servers)
-        print("127.0.0.1", ports, flush=True)
+    with rocklet_in_thread() as (host, port):
+        print(host, port, flush=True)
         while os.getppid() == parent:  # the admin was killed: this one ends too
             time.sleep(0.5)
     return 0
@@ -164,11 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket() as reserved:
         reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         reserved.bind((settings.host, settings.port))
-        rocklet = rocklet_in_thread() if args.rocklet == "thread" else _rocklet_process()
-        with rocklet as (host, port_or_ports):
+        with rocklet_in_thread() if args.rocklet == "thread" else _rocklet_process() as address:
             reserved.close()
-            ports = port_or_ports if isinstance(port_or_ports, list) else [port_or_ports]
-            runtime = _runtime((host, ports[0]), args.start_seconds, ports)
+            runtime = _runtime(address, args.start_seconds)
             if args.units_file is not None:
                 _load_units(runtime, args.units_file)
             # uvicorn raises the SIGTERM it caught again once it has shut down: let it end the
