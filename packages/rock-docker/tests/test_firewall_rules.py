@@ -93,11 +93,27 @@ def test_refusals_are_counted_per_unit_and_kept_across_a_rewrite_of_its_chains_o
         "[5:300] -A ROCK-EGI-bbbb -p tcp -j REJECT --reject-with tcp-reset",
         "[9:900] -A ROCK-EG-bbbb -d 10.0.0.0/8 -j RETURN",
     ]
+    asked: list[tuple[str, ...]] = []
+
+    def listed(program: str, *args: str, text: str | None = None) -> str:
+        # `iptables -v -S <chain>`: that chain's rules, each with its counters after `-c`.
+        asked.append(args)
+        chain = args[-1]
+        out = []
+        for line in table:
+            counters, _, rule = line.partition("] ")
+            if rule.startswith(f"-A {chain} "):
+                packets = counters[1:].split(":")[0]
+                out.append(rule.replace(f"-A {chain} ", f"-A {chain} -c {packets} 0 ", 1))
+        return "".join(f"{line}\n" for line in out)
+
     firewall = Firewall((), 30.0)
     firewall._save = lambda counters=False: list(table)  # type: ignore[method-assign]
+    firewall._iptables = listed  # type: ignore[method-assign]
+    firewall._remember([line for line in table if line.startswith(":")])
     assert firewall.refused() == {"aaaa": 4, "bbbb": 5}
-    stripped = firewall._counted("aaaa")  # aaaa's chains are about to be written again
-    assert "-A ROCK-EG-aaaa -p tcp -j REJECT --reject-with tcp-reset" in stripped
+    firewall._counted("aaaa")  # aaaa's chains are about to be written again
+    assert {args[-1] for args in asked} == {"ROCK-EG-aaaa"}, "only its own chains are read"
     table[2:4] = [
         line.replace("[3:180]", "[0:0]").replace("[1:60]", "[0:0]") for line in table[2:4]
     ]

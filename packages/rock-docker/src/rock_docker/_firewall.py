@@ -19,7 +19,11 @@ addresses nor the host (``ROCK-EGI`` takes no domain's addresses); only a rule d
 
 ``REJECT`` answers at once (a TCP reset, else ICMP port-unreachable): a refused connection
 fails in a millisecond, not after a timeout. Each change is one ``iptables-restore --noflush``
-(atomic: a chain declared there is flushed and refilled in the same commit). The rules live in
+(atomic: a chain declared there is flushed and refilled in the same commit) of that unit's own
+chains and jumps only, so its cost does not grow with the number of sandboxes: the host's rules
+are read once per process (and at each sync), then known by this process's own writes; a
+change that meets the host otherwise (another process changed that unit's rules) reads it
+again and is made once more. The rules live in
 the host's kernel: nothing in the sandbox can lift them (it has no ``NET_ADMIN``; its own
 ``iptables`` acts on its own network namespace). Every method blocks (the runtime calls them
 in worker threads).
@@ -51,9 +55,9 @@ log = logging.getLogger("rock.docker")
 _TAG = "rock-egress:"
 _JUMP = re.compile(r"^-A (DOCKER-USER|INPUT) (.*--comment \"?rock-egress:([0-9a-f]+)\"?.*)$")
 _CHAIN = re.compile(r"^:(ROCK-EGI?-([0-9a-f]+)) ")
-_COUNTERS = re.compile(r"^\[\d+:\d+\] ")
 _SOURCE = re.compile(r"-s (\d+\.\d+\.\d+\.\d+)(?:/32)?\b")
 _REFUSED = re.compile(r"^\[(\d+):\d+\] -A ROCK-EGI?-([0-9a-f]+) .*-j REJECT")
+_REFUSED_LISTED = re.compile(r"^-A ROCK-EGI?-[0-9a-f]+ -c (\d+) \d+ .*-j REJECT")
 
 
 def chain_names(unit_id: str) -> tuple[str, str]:
@@ -154,6 +158,9 @@ class Firewall:
         self._seen: set[str] = set()  # unit keys with rules at the last sync (another run's)
         # unit key -> the address its jumps match (None: the host not read yet in this process)
         self._addresses: dict[str, str] | None = None
+        # unit key -> its jumps ((chain, spec) each) and its chains on the host, as last read or
+        # written by this process (meaningful once the host was read: _addresses not None)
+        self._held: dict[str, tuple[tuple[tuple[str, str], ...], frozenset[str]]] = {}
 
     @staticmethod
     def usable() -> bool:
@@ -183,25 +190,43 @@ class Firewall:
         of Docker."""
         key = unit_id[:16]
         with self._lock:
-            if self._addresses is None:
-                self._addresses = {}
-                if self.usable():
-                    self._remember(self._save())
-            if not any(k != key for k in self._addresses):
+            addresses = self._know_host()
+            if not any(k != key for k in addresses):
                 return
         networks = api.inspect_container(unit_id)["NetworkSettings"].get("Networks") or {}
         mine = {str(n["IPAddress"]) for n in networks.values() if n.get("IPAddress")}
         with self._lock:
-            held = dict(self._addresses)
+            held = dict(self._know_host())
         stale = {k for k, address in held.items() if address in mine and k != key}
         if stale:
             log.info("dropping stale egress rules of %s (address now unit %s)", stale, key)
             self.drop_all(stale)
 
+    def _know_host(self) -> dict[str, str]:
+        """:attr:`_addresses` (and :attr:`_held`), the host read first if this process has not
+        yet (once; the caller holds the lock)."""
+        if self._addresses is None:
+            self._addresses, self._held = {}, {}
+            if self.usable():
+                self._remember(self._save())
+        assert self._addresses is not None
+        return self._addresses
+
     def _remember(self, saved: list[str]) -> None:
-        """:attr:`_addresses` as the host's rules ``saved`` say."""
-        self._addresses = {
-            key: m[1] for _chain, spec, key in self._jumps(saved) if (m := _SOURCE.search(spec))
+        """:attr:`_addresses` and :attr:`_held` as the host's rules ``saved`` say."""
+        jumps = self._jumps(saved)
+        self._addresses = {key: m[1] for _chain, spec, key in jumps if (m := _SOURCE.search(spec))}
+        chains: dict[str, set[str]] = {}
+        for line in saved:
+            if m := _CHAIN.match(line):
+                chains.setdefault(m[2], set()).add(m[1])
+        keys = chains.keys() | {key for _chain, _spec, key in jumps}
+        self._held = {
+            key: (
+                tuple((chain, spec) for chain, spec, found in jumps if found == key),
+                frozenset(chains.get(key, ())),
+            )
+            for key in keys
         }
 
     # -- reading the host ---------------------------------------------------------------------
@@ -281,20 +306,34 @@ class Firewall:
         address, bridge = self._where(api, unit_id)
         resolved = frozenset(resolve_all(policy.domains, self._dns))
         with self._lock:
-            self._write(
-                unit_id[:16], address, bridge, policy, resolved, self._counted(unit_id[:16])
-            )
+            self._write(unit_id[:16], address, bridge, policy, resolved)
             self._applied[unit_id[:16]] = (address, bridge, policy, resolved, time.monotonic())
 
     def _write(
-        self,
-        key: str,
-        address: str,
-        bridge: str,
-        policy: EgressPolicy,
-        resolved: frozenset[str],
-        saved: list[str],
+        self, key: str, address: str, bridge: str, policy: EgressPolicy, resolved: frozenset[str]
     ) -> None:
+        """Unit ``key``'s chains written for ``policy`` and its jumps put for ``address`` on
+        ``bridge`` (its refusal count kept first): one commit of its own lines. The caller holds
+        the lock."""
+        self._know_host()
+        self._counted(key)
+        lines, jumps = self._lines(key, address, bridge, policy, resolved)
+        try:
+            self._iptables("iptables-restore", "--noflush", text=lines)
+        except RuntimeFailure:
+            # The host is not as this process knew it (another process changed this unit's
+            # rules): read it, and make the change again from what is there.
+            self._remember(self._save())
+            lines, jumps = self._lines(key, address, bridge, policy, resolved)
+            self._iptables("iptables-restore", "--noflush", text=lines)
+        self._held[key] = (jumps, frozenset(chain_names(key)))
+        if self._addresses is not None:
+            self._addresses[key] = address
+
+    def _lines(
+        self, key: str, address: str, bridge: str, policy: EgressPolicy, resolved: frozenset[str]
+    ) -> tuple[str, tuple[tuple[str, str], ...]]:
+        """The ``iptables-restore`` text of :meth:`_write`, and the jumps it puts."""
         forward, local = chain_names(key)
         dns = self._dns_addresses()
         lines = ["*filter", f":{forward} - [0:0]", f":{local} - [0:0]"]
@@ -312,12 +351,10 @@ class Firewall:
             "INPUT": f'-s {address}/32 -i {bridge} -m comment --comment "{_TAG}{key}" -j {local}',
         }
         # The unit's old jumps (another address, after a restart) go in the same commit.
-        lines += [f"-D {chain} {spec}" for chain, spec, found in self._jumps(saved) if found == key]
+        lines += [f"-D {chain} {spec}" for chain, spec in self._held.get(key, ((), ()))[0]]
         lines += [f"-I {chain} 1 {spec}" for chain, spec in jumps.items()]
         lines.append("COMMIT")
-        self._iptables("iptables-restore", "--noflush", text="\n".join(lines) + "\n")
-        if self._addresses is not None:
-            self._addresses[key] = address
+        return "\n".join(lines) + "\n", tuple(jumps.items())
 
     @staticmethod
     def _jumps(saved: list[str]) -> list[tuple[str, str, str]]:
@@ -340,21 +377,31 @@ class Firewall:
                 self._applied.pop(key, None)
                 self._carried.pop(key, None)
                 self._seen.discard(key)
-            self._drop_keys(keys, self._save())
+            self._drop_keys(keys)
 
-    def _drop_keys(self, keys: set[str], saved: list[str]) -> None:
+    def _drop_keys(self, keys: set[str]) -> None:
+        """The jumps and chains of units ``keys`` removed, in one commit of their own lines (as
+        this process knows them; the host read again if it differs). The caller holds the lock."""
+        self._know_host()
+        try:
+            self._remove(keys)
+        except RuntimeFailure:
+            self._remember(self._save())  # another process changed them: from what is there
+            self._remove(keys)
+        for key in keys:
+            (self._addresses or {}).pop(key, None)
+            self._held.pop(key, None)
+
+    def _remove(self, keys: set[str]) -> None:
         lines = ["*filter"]
-        for chain, spec, key in self._jumps(saved):
-            if key in keys:
-                lines.append(f"-D {chain} {spec}")
-        chains = [m[1] for line in saved if (m := _CHAIN.match(line)) and m[2] in keys]
+        held = [self._held[key] for key in sorted(keys) if key in self._held]
+        lines += [f"-D {chain} {spec}" for jumps, _chains in held for chain, spec in jumps]
+        chains = sorted(chain for _jumps, named in held for chain in named)
         lines += [f"-F {chain}" for chain in chains] + [f"-X {chain}" for chain in chains]
         if len(lines) > 1:
             self._iptables(
                 "iptables-restore", "--noflush", text="\n".join([*lines, "COMMIT"]) + "\n"
             )
-        for key in keys:
-            (self._addresses or {}).pop(key, None)
 
     def sync(
         self,
@@ -390,7 +437,7 @@ class Firewall:
                 resolved = frozenset(resolve_all(policy.domains, self._dns))
                 with self._lock:
                     if resolved != known[3]:
-                        self._write(key, known[0], known[1], policy, resolved, self._counted(key))
+                        self._write(key, known[0], known[1], policy, resolved)
                     self._applied[key] = (known[0], known[1], policy, resolved, time.monotonic())
             except (RuntimeFailure, docker.errors.APIError) as exc:
                 log.warning("could not put back the egress rules of unit %s: %s", key, exc)
@@ -402,16 +449,23 @@ class Firewall:
                 for key in gone:
                     self._applied.pop(key, None)
                     self._carried.pop(key, None)
-                self._drop_keys(gone, self._save())
+                self._drop_keys(gone)
 
-    def _counted(self, key: str) -> list[str]:
-        """The filter table (as :meth:`_save`), the REJECT counters of unit ``key``'s chains,
-        about to be written again, kept in :attr:`_carried` first (a rewrite zeroes them)."""
-        lines = self._save(counters=True)
-        count = self._count(lines).get(key, 0)
+    def _counted(self, key: str) -> None:
+        """The REJECT counters of unit ``key``'s chains, about to be written again, kept in
+        :attr:`_carried` (a rewrite zeroes them): its own chains listed, no other unit's (a
+        unit with no chains yet: nothing asked)."""
+        count = 0
+        for chain in sorted(self._held.get(key, ((), frozenset()))[1]):
+            try:
+                listed = self._iptables("iptables", "-w", "-t", "filter", "-v", "-S", chain)
+            except RuntimeFailure:
+                continue  # gone meanwhile: nothing to keep
+            count += sum(
+                int(m[1]) for line in listed.splitlines() if (m := _REFUSED_LISTED.match(line))
+            )
         if count:
             self._carried[key] = self._carried.get(key, 0) + count
-        return [_COUNTERS.sub("", line) for line in lines]
 
     @staticmethod
     def _count(lines: list[str]) -> dict[str, int]:
