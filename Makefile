@@ -5,8 +5,9 @@ PYTEST_ARGS ?=
 
 .PHONY: test rollout prepare
 
-## make test: run ruff and mypy (scripts/check.sh), then every test of every package and of tests/, then the SDK's suite again in
-## remote mode (through a real `rock admin` server) unless PYTEST_ARGS narrows the run
+## make test: run ruff and mypy (scripts/check.sh), then every test of every package and of tests/, then the SDK's tests that
+## go through the driver again in remote mode (through a real `rock admin` server; the others ran already, see
+## packages/rock-sdk/tests/conftest.py) unless PYTEST_ARGS narrows the run
 test: prepare
 	scripts/check.sh
 	scripts/pytest-to-the-end.sh $(PYTEST_ARGS)

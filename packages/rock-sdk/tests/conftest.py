@@ -9,6 +9,11 @@ test built on them, and every config made by a test that uses ``engine``) use a 
 server (``rock admin serve`` on a free port, state in a temporary directory) through
 ``SandboxConfig(base_url=...)``, and ``engine`` is its ``RemoteDriver``. The ``admin`` fixture
 starts that server for any test that asks for it (``ROCK_TEST_ADMIN_URL``: use a running one).
+The remote pass runs only the tests that the mode changes: a test that takes none of those
+fixtures (the CLI, benches, docs, pure unit tests, tests on an admin of their own), or one
+marked ``driver_independent`` (it runs both modes itself), ran already in the embedded pass and
+is deselected (:func:`runs_the_same_in_both_passes`; ``ROCK_TEST_EVERY_TEST_REMOTE=1`` keeps
+them all).
 
 Nomad mode: with ``ROCK_TEST_REMOTE=1 ROCK_TEST_RUNTIME=nomad`` that admin runs on the ``nomad``
 runtime against a 3-node stand-in Nomad server (rock-nomad's ``StandInNomad``; its tasks are real
@@ -76,8 +81,52 @@ DOCKER_ONLY_MODULES = {
 }
 
 
+#: The fixtures whose sandboxes take the remote pass's driver (the admin's); in Nomad mode the
+#: ``admin`` itself and ``containers`` change too (its runtime, the label that finds a sandbox).
+DRIVER_FIXTURES = frozenset(
+    {"engine", "small", "sandbox"} | ({"admin", "containers"} if RUNTIME == "nomad" else set())
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "driver_independent: runs the same in the embedded and the remote pass (it runs both modes "
+        "itself, or its point does not depend on the driver); the remote pass leaves it out",
+    )
+
+
+def runs_the_same_in_both_passes(item: pytest.Item) -> bool:
+    """Whether ``item`` would do exactly what it did in the embedded pass again in the remote pass.
+
+    The remote pass (``ROCK_TEST_REMOTE=1``) changes only what goes through :data:`DRIVER_FIXTURES`
+    (``small`` gains the admin's ``base_url``, ``engine`` is its ``RemoteDriver`` and sets
+    ``ROCK_BASE_URL`` for the test, ``sandbox`` and ``session`` are built on them) and what reads
+    :data:`REMOTE`. A test that uses none of them (the CLI, the benches, the docs, an admin of its
+    own, pure unit tests) or that is marked ``driver_independent`` (it runs both modes itself, as
+    ``test_sdk_egress`` and ``test_gem_envs`` do) ran already in the embedded pass, so the remote
+    pass deselects it. Every test that takes a sandbox through those fixtures runs in both passes.
+    A test that reads the mode another way imports :data:`REMOTE` from this conftest. In Nomad
+    mode the admin is the mode too: tests on ``admin`` or ``containers`` run, marked or not.
+    """
+    if RUNTIME != "nomad" and item.get_closest_marker("driver_independent") is not None:
+        return True  # (on Nomad, their admin runs on the other runtime: they run)
+    if DRIVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return False
+    return not hasattr(getattr(item, "module", None), "REMOTE")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Nomad mode: skip :data:`DOCKER_ONLY` tests and :data:`DOCKER_ONLY_MODULES`, saying why."""
+    """Remote pass: deselect the tests that run the same in both passes
+    (:func:`runs_the_same_in_both_passes`). Nomad mode: skip :data:`DOCKER_ONLY` tests and
+    :data:`DOCKER_ONLY_MODULES`, saying why."""
+    if REMOTE and not os.environ.get("ROCK_TEST_EVERY_TEST_REMOTE"):
+        keep, again = [], []
+        for item in items:
+            (again if runs_the_same_in_both_passes(item) else keep).append(item)
+        if again:
+            config.hook.pytest_deselected(items=again)
+            items[:] = keep
     if RUNTIME != "nomad":
         return
     for item in items:

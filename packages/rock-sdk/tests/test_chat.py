@@ -984,6 +984,7 @@ async def rock(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.driver_independent  # its sandbox is on the admin in both passes
 async def test_cli_chat_runs_and_replies(on_admin: tuple[str, Sandbox]) -> None:
     url, sandbox = on_admin
     done = await rock(url, sandbox.sandbox_id or "", "run `echo from the cli`")
@@ -995,6 +996,7 @@ async def test_cli_chat_runs_and_replies(on_admin: tuple[str, Sandbox]) -> None:
     )
 
 
+@pytest.mark.driver_independent  # its sandbox is on the admin in both passes
 async def test_cli_chat_needs_yes_for_destructive_actions(on_admin: tuple[str, Sandbox]) -> None:
     url, sandbox = on_admin
     sid = sandbox.sandbox_id or ""
@@ -1009,6 +1011,7 @@ async def test_cli_chat_needs_yes_for_destructive_actions(on_admin: tuple[str, S
     assert (await sh(sandbox, "test -e /tmp/cli-doomed.txt"))[0] == 1
 
 
+@pytest.mark.driver_independent  # its sandbox is on the admin in both passes
 async def test_cli_chat_json_dry_run_and_unknown(on_admin: tuple[str, Sandbox]) -> None:
     url, sandbox = on_admin
     sid = sandbox.sandbox_id or ""
@@ -1028,6 +1031,7 @@ async def test_cli_chat_json_dry_run_and_unknown(on_admin: tuple[str, Sandbox]) 
     assert done.returncode == 0 and done.stdout.startswith("Here is what I can do:")
 
 
+@pytest.mark.driver_independent  # its sandbox is on the admin in both passes
 async def test_cli_chat_errors(on_admin: tuple[str, Sandbox], free_port: Any) -> None:
     url, sandbox = on_admin
     done = await rock(url, "no-such-sandbox-chat", "status")
@@ -1050,6 +1054,7 @@ async def test_cli_chat_errors(on_admin: tuple[str, Sandbox], free_port: Any) ->
     assert done.returncode == 1 and f"{closed}/chat/completions" in done.stderr
 
 
+@pytest.mark.driver_independent  # its sandbox is on the admin in both passes
 async def test_cli_chat_steps_an_env_an_earlier_call_made(on_admin: tuple[str, Sandbox]) -> None:
     # Each `rock sandbox chat` is its own process; the admin keeps the env, named by its handle.
     url, sandbox = on_admin

@@ -70,7 +70,12 @@ def gem_image(docker_client: Any) -> str:
     return "rock-gem/python:3.11"
 
 
-@pytest.fixture(params=["embedded", "admin"])
+# Each test on `where` runs both modes itself, so the remote pass leaves it out (see conftest).
+@pytest.fixture(
+    params=[
+        pytest.param(mode, marks=pytest.mark.driver_independent) for mode in ("embedded", "admin")
+    ]
+)
 def where(
     request: pytest.FixtureRequest, gem_image: str, engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:

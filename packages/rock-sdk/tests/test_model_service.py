@@ -117,6 +117,7 @@ async def test_an_agent_installed_by_rock_agent_is_answered_call_by_call_and_rec
         await _episode(sandbox, agent_dir)
 
 
+@pytest.mark.driver_independent  # on the admin in both passes
 async def test_the_same_loop_runs_through_a_real_admin(
     engine: Any, admin: Any, agent_dir: Path
 ) -> None:

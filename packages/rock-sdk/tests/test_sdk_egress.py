@@ -508,6 +508,7 @@ async def test_the_swe_bench_case_pip_through_its_mirror_and_everything_else_den
         await sandbox.stop()
 
 
+@pytest.mark.driver_independent  # the module's other tests cover the admin
 async def test_an_embedded_sandboxs_policy_is_enforced_and_updated(engine: Any, world: World):
     sandbox = Sandbox(
         SandboxConfig(image="python:3.11", memory="256m", cpus=0.5, egress=EgressPolicy.deny_all())
