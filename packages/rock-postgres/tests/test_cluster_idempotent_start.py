@@ -6,6 +6,7 @@ leader (or is the leader), and the caller gets the one sandbox the first start m
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import threading
@@ -85,6 +86,9 @@ class LosingProxy:
         conn.shutdown(socket.SHUT_RDWR)  # the answer is lost
 
     def close(self) -> None:
+        # A close alone does not wake the thread blocked in accept(); a shutdown does.
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
         self._thread.join(timeout=10)
 
