@@ -216,8 +216,12 @@ async def run_rollout(
         async with limit:
             sandbox = await _episode(result.episode, settings, t0, result)
         # The next episode may start while this sandbox's container is being removed; the batch
-        # is complete only once every sandbox is gone.
-        await _wait_removed(sandbox, t0, result)
+        # is complete only once every sandbox is gone. A start that failed left no container to
+        # wait for (its record stays, stopped, with the failure).
+        if result.sandbox_id is not None:
+            await _wait_removed(sandbox, t0, result)
+        else:
+            result.removed_at = time.perf_counter() - t0
         if on_progress is not None:
             on_progress(result)
 
