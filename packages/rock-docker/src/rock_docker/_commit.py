@@ -20,8 +20,11 @@ Images are tagged ``rock-snapshot:<32 hex>`` and found by their labels (:data:`L
 from __future__ import annotations
 
 import secrets
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import docker
@@ -42,6 +45,27 @@ REPOSITORY = "rock-snapshot"
 #: The label holding the base image's size, so a listing can tell the snapshot's own bytes.
 _BASE_SIZE = "rock.snapshot.base_size"
 _CREATED = "rock.snapshot.created"
+
+# One freeze of a container at a time: two snapshots of one sandbox at once would otherwise
+# both pause it (the second refused, "already paused") and the first thaw the second's copy.
+_freezing = threading.Lock()
+_freeze_locks: dict[str, threading.Lock] = {}
+_freeze_users: Counter[str] = Counter()
+
+
+@contextmanager
+def _one_freeze_at_a_time(unit_id: str) -> Iterator[None]:
+    with _freezing:
+        lock = _freeze_locks.setdefault(unit_id, threading.Lock())
+        _freeze_users[unit_id] += 1
+    try:
+        with lock:
+            yield
+    finally:
+        with _freezing:
+            _freeze_users[unit_id] -= 1
+            if not _freeze_users[unit_id]:
+                del _freeze_users[unit_id], _freeze_locks[unit_id]
 
 
 def _snapshot_of(summary: Mapping[str, Any], reference: str | None = None) -> SnapshotImage:
@@ -114,19 +138,26 @@ class SnapshotImages(SnapshotTransfer):
             rows: list[Any] = []
             # Frozen for the mark, the list and the copy together: the list is the copy's.
             freeze = running and not state.get("Paused")
-            if freeze:
-                api.pause(handle.unit_id)
-            try:
-                # No mark: set empty, or the one a snapshot's child inherited would stay.
-                image_labels[LABEL_MARK] = freeze_mark(api, handle.unit_id, running=running) or ""
-                if changes:
-                    rows = api.diff(handle.unit_id) or []
-                made = api.commit(
-                    handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
-                )
-            finally:
+            with _one_freeze_at_a_time(handle.unit_id):
                 if freeze:
-                    api.unpause(handle.unit_id)
+                    try:
+                        api.pause(handle.unit_id)
+                    except docker.errors.APIError as exc:
+                        if exc.status_code != 409:  # 409: paused meanwhile, by its owner
+                            raise
+                        freeze = False
+                try:
+                    # No mark: set empty, or the one a snapshot's child inherited would stay.
+                    mark = freeze_mark(api, handle.unit_id, running=running)
+                    image_labels[LABEL_MARK] = mark or ""
+                    if changes:
+                        rows = api.diff(handle.unit_id) or []
+                    made = api.commit(
+                        handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
+                    )
+                finally:
+                    if freeze:
+                        api.unpause(handle.unit_id)
             took = time.monotonic() - t0
             image = api.inspect_image(made["Id"])
             made_config = image.get("Config") or {}

@@ -77,25 +77,52 @@ def freeze_mark(api: docker.APIClient, unit_id: str, *, running: bool) -> str | 
     return f"{unit_id} {wall} {boot}"
 
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Deeper than this the walk stops and answers "changed": it holds one descriptor per level.
+_MAX_DEPTH = 128
+
+
 def _changed_at_or_after(upper: str, floor_ns: int) -> bool:
     """Whether an inode under ``upper`` has a ctime at or after ``floor_ns`` (rounded down to
-    the filesystem's stamps); raises :class:`OSError` when it cannot read it all."""
+    the filesystem's stamps); raises :class:`OSError` when it cannot read it all.
+
+    The sandbox writes this tree while it is walked, so no path is followed: each directory is
+    opened relative to its parent's descriptor with ``O_NOFOLLOW`` (a directory swapped for a
+    symlink fails the open, and the answer is "changed"), and past :data:`_MAX_DEPTH` levels
+    the answer is "changed" as well."""
     fine_floor = floor_ns - floor_ns % _MILLI
-    fine = False  # a stamp with a part of a second: the filesystem keeps them
-    latest = os.lstat(upper).st_ctime_ns
-    stack = [upper]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
+    seen = {"fine": False, "latest": os.lstat(upper).st_ctime_ns}
+
+    def changed(fd: int, depth: int) -> bool:
+        with os.scandir(fd) as entries:
+            subdirs = []
             for entry in entries:
                 ctime = entry.stat(follow_symlinks=False).st_ctime_ns
                 if ctime >= fine_floor:
                     return True  # changed, whatever the filesystem's stamps
-                fine = fine or bool(ctime % _SECOND)
-                latest = max(latest, ctime)
+                seen["fine"] = seen["fine"] or bool(ctime % _SECOND)
+                seen["latest"] = max(seen["latest"], ctime)
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-    fine = fine or bool(latest % _SECOND)
-    return latest >= (fine_floor if fine else floor_ns - floor_ns % _SECOND)
+                    subdirs.append(entry.name)
+        for name in subdirs:
+            if depth >= _MAX_DEPTH:
+                return True
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            try:
+                if changed(child, depth + 1):
+                    return True
+            finally:
+                os.close(child)
+        return False
+
+    root = os.open(upper, _DIR_FLAGS)
+    try:
+        if changed(root, 0):
+            return True
+    finally:
+        os.close(root)
+    fine = seen["fine"] or bool(seen["latest"] % _SECOND)
+    return seen["latest"] >= (fine_floor if fine else floor_ns - floor_ns % _SECOND)
 
 
 def unchanged_since(api: docker.APIClient, unit_id: str, labels: Mapping[str, str]) -> bool:

@@ -161,6 +161,16 @@ class Removals:
         """Units waiting for their turn or for another attempt (not those being removed)."""
         return len(self._waiting) + len(self._retrying)
 
+    async def settled(self, timeout: float) -> bool:
+        """Wait until no removal waits, is tried again or is under way, at most ``timeout``
+        seconds; whether that happened."""
+        with anyio.move_on_after(timeout):
+            while self._waiting or self._retrying or self._limiter.borrowed_tokens:
+                with anyio.move_on_after(POLL):
+                    await self._ended.wait()
+            return True
+        return False
+
     def submit(
         self, handle: UnitHandle, *, then: Callable[[], Awaitable[None]] | None = None
     ) -> None:

@@ -63,6 +63,8 @@ LABEL_SANDBOX = "rock.snapshot.sandbox"
 LABEL_SOURCE_IMAGE = "rock.snapshot.source_image"
 
 _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
+#: Seconds a deletion refused for sandboxes still in use waits for removals under way.
+_REMOVALS_WAIT = 10.0
 _making: weakref.WeakKeyDictionary[EngineCore, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 
 
@@ -280,7 +282,14 @@ async def delete_snapshot(core: EngineCore, name: str, tenant: str | None = None
     owner = tenant or core.owner
     image = await _find(core, owner, name)
     if image is not None:
-        await core.runtime.delete_snapshot_image(image.image_id)
+        try:
+            await core.runtime.delete_snapshot_image(image.image_id)
+        except BadRequestRockError:
+            # Sandboxes started from it that were stopped may still be on their way out (their
+            # units leave in the background): once those are gone, the answer is the last word.
+            if not await core.removals.settled(_REMOVALS_WAIT):
+                raise
+            await core.runtime.delete_snapshot_image(image.image_id)
     if not await snapshot_store.forget(core, _stored_as(core, owner), name) and image is None:
         raise _unknown(name, "delete_snapshot")
 
