@@ -10,6 +10,8 @@ from __future__ import annotations
 import io
 import tarfile
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -61,3 +63,21 @@ def no_shell_image(docker_client):
         fileobj=context, custom_context=True, tag=NO_SHELL_IMAGE, rm=True, pull=False
     )
     return NO_SHELL_IMAGE
+
+
+@pytest.fixture
+def tag_and_a_commit(docker_client: Any) -> Iterator[tuple[str, str]]:
+    """A tag naming a base image (``python:3.11``), and tenant ``a``'s commit (its own tag): an
+    image labelled ``rock.commit.tenant=a``, as ``Sandbox.commit`` leaves one, holding /a-secret.
+    Both are removed after the test."""
+    run = uuid.uuid4().hex[:12]
+    tag, commit = f"rock-test/retagged:{run}", f"rock-test/a-commit:{run}"
+    docker_client.images.get(IMAGE).tag(tag)
+    dockerfile = f"FROM {IMAGE}\nLABEL rock.commit.tenant=a\nRUN echo a-secret > /a-secret\n"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=commit, rm=True)
+    yield tag, commit
+    for name in (tag, commit):
+        try:
+            docker_client.images.remove(name, force=True)
+        except Exception:  # noqa: BLE001 - gone already
+            pass

@@ -11,9 +11,6 @@ accepted (the tag is a base image then) and would claim that member.
 
 from __future__ import annotations
 
-import io
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -36,22 +33,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def images(docker_client: Any) -> Iterator[tuple[str, str]]:
-    """A tag naming a base image (``python:3.11``), and tenant ``a``'s commit (its own tag)."""
-    run = uuid.uuid4().hex[:12]
-    tag, commit = f"rock-test/pooled:{run}", f"rock-test/a-pool-commit:{run}"
-    docker_client.images.get(IMAGE).tag(tag)
-    dockerfile = f"FROM {IMAGE}\nLABEL rock.commit.tenant=a\nRUN echo a-secret > /a-secret\n"
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=commit, rm=True)
-    yield tag, commit
-    for name in (tag, commit):
-        try:
-            docker_client.images.remove(name, force=True)
-        except Exception:  # noqa: BLE001 - gone already
-            pass
 
 
 class _TagNamesACommitForTheFirstMember(DockerRuntime):
@@ -85,9 +66,9 @@ def _members(docker_client: Any, engine: SandboxManager) -> list[Any]:
 
 
 async def test_a_tenant_never_claims_a_pool_member_made_from_another_tenants_commit(
-    tmp_path: Any, run_labels: dict[str, str], docker_client: Any, images: tuple[str, str]
+    tmp_path: Any, run_labels: dict[str, str], docker_client: Any, tag_and_a_commit: tuple[str, str]
 ) -> None:
-    tag, commit = images
+    tag, commit = tag_and_a_commit
     config = EngineConfig(
         runtime_options={"socket_dir": str(tmp_path / "sockets")},
         engine_label=f"claim-race-{run_labels[RUN_LABEL][:8]}",

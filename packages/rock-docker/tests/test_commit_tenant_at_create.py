@@ -10,9 +10,6 @@ tenant ``b``'s start, which was accepted while the tag named a base image.
 
 from __future__ import annotations
 
-import io
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -26,7 +23,7 @@ from rock_core.states import State
 from rock_core.testing import unique_sandbox_id
 from rock_docker.runtime import DockerRuntime
 
-from .conftest import IMAGE, RUN_LABEL
+from .conftest import RUN_LABEL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -34,22 +31,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 @pytest.fixture(scope="module")
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-def images(docker_client: Any) -> Iterator[tuple[str, str]]:
-    """A tag naming a base image (``python:3.11``), and tenant ``a``'s commit (its own tag)."""
-    run = uuid.uuid4().hex[:12]
-    tag, commit = f"rock-test/retagged:{run}", f"rock-test/a-commit:{run}"
-    docker_client.images.get(IMAGE).tag(tag)
-    dockerfile = f"FROM {IMAGE}\nLABEL rock.commit.tenant=a\nRUN echo a-secret > /a-secret\n"
-    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=commit, rm=True)
-    yield tag, commit
-    for name in (tag, commit):
-        try:
-            docker_client.images.remove(name, force=True)
-        except Exception:  # noqa: BLE001 - gone already
-            pass
 
 
 class _TagMovesBeforeCreate(DockerRuntime):
@@ -68,9 +49,9 @@ class _TagMovesBeforeCreate(DockerRuntime):
 
 
 async def test_a_tag_repointed_at_another_tenants_commit_after_the_start_was_accepted_fails_it(
-    tmp_path: Any, run_labels: dict[str, str], docker_client: Any, images: tuple[str, str]
+    tmp_path: Any, run_labels: dict[str, str], docker_client: Any, tag_and_a_commit: tuple[str, str]
 ) -> None:
-    tag, commit = images
+    tag, commit = tag_and_a_commit
     config = EngineConfig(
         runtime_options={"socket_dir": str(tmp_path / "sockets")},
         engine_label=f"commit-race-{run_labels[RUN_LABEL][:8]}",
