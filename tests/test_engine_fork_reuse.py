@@ -5,14 +5,11 @@ the forks' files always equal the parent's at the call."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from rock_core.actions import Command, SandboxStartRequest
-from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
-from rock_core.errors import BadRequestRockError
-from rock_core.testing import eventually_async, eventually_empty
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -27,26 +24,8 @@ def anyio_backend():
 
 
 @pytest.fixture
-async def engine(docker_client):
-    async with SandboxManager(EngineConfig(timer_interval=0.2)) as manager:
-        yield manager
-        for snap in reversed(await manager.list_snapshots()):
-            for _ in range(300):
-                try:
-                    await manager.delete_snapshot(snap.name)
-                    break
-                except BadRequestRockError:
-                    await anyio.sleep(0.1)
-    assert (
-        eventually_empty(
-            lambda: docker_client.containers.list(
-                all=True,
-                filters={"label": f"rock.engine_id={manager.engine_id}"},
-                ignore_removed=True,
-            )
-        )
-        == []
-    )
+def engine(snapshot_engine):
+    return snapshot_engine
 
 
 async def _sh(engine: SandboxManager, sandbox_id: str, script: str) -> str:

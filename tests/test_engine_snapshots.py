@@ -6,14 +6,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import anyio
 import pytest
 
 from rock_core.actions import Command, SandboxStartRequest
-from rock_core.engine.config import EngineConfig
-from rock_core.engine.manager import SandboxManager
 from rock_core.errors import BadRequestRockError, InvalidParameter, SandboxNotFound
-from rock_core.testing import eventually_async, eventually_empty
+from rock_core.testing import eventually_async
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -26,26 +23,8 @@ def anyio_backend():
 
 
 @pytest.fixture
-async def engine(docker_client):
-    async with SandboxManager(EngineConfig(timer_interval=0.2)) as manager:
-        yield manager
-        for snap in reversed(await manager.list_snapshots()):  # those made over others first
-            for _ in range(300):
-                try:
-                    await manager.delete_snapshot(snap.name)
-                    break
-                except BadRequestRockError:
-                    await anyio.sleep(0.1)
-    assert (
-        eventually_empty(
-            lambda: docker_client.containers.list(
-                all=True,
-                filters={"label": f"rock.engine_id={manager.engine_id}"},
-                ignore_removed=True,
-            )
-        )
-        == []
-    )
+def engine(snapshot_engine):
+    return snapshot_engine
 
 
 async def test_a_forks_sandboxes_have_the_parents_settings_priority_and_identity(engine):
