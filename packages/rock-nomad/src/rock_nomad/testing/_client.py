@@ -28,6 +28,7 @@ import docker
 import docker.errors
 import httpx
 
+from rock_nomad.testing._alloc_tasks import AllocTasks
 from rock_nomad.testing._model import SECOND
 from rock_nomad.testing._state import NodeSpec, now_ns, rfc3339, task_event
 from rock_nomad.testing._task import (
@@ -79,7 +80,7 @@ class TaskRunner(TaskSetup, TaskContainer):
         if self.sim.faults.start_delay > 0:
             await self._sleep_or_kill(self.sim.faults.start_delay)
         if self.kill_requested.is_set():
-            return self._killed_before_start()
+            return self.report_killed()
         self.report("Task Setup", "Building Task Directory", Message="Building Task Directory")
         dirs = self._make_dirs()
         env = self._environment(dirs)
@@ -90,12 +91,12 @@ class TaskRunner(TaskSetup, TaskContainer):
         for template in self.task.get("Templates") or []:
             await self._render(template, dirs["task"], env)
         if self.kill_requested.is_set():
-            return self._killed_before_start()
+            return self.report_killed()
         config = self._config(env)
         image = config["image"]
         await self._ensure_image(image, config)
         if self.kill_requested.is_set():
-            return self._killed_before_start()
+            return self.report_killed()
         await self._create(config, env, dirs)
         attempts: list[int] = []
         while True:
@@ -143,7 +144,7 @@ class TaskRunner(TaskSetup, TaskContainer):
             )
             await self._sleep_or_kill(delay / SECOND)
             if self.kill_requested.is_set():
-                return self._killed_before_start()
+                return self.report_killed()
             attempts.append(now_ns())
             state = self.sim.cluster.allocs[self.alloc_id]["TaskStates"][self.name]
             state["Restarts"] = state.get("Restarts", 0) + 1
@@ -165,13 +166,6 @@ class TaskRunner(TaskSetup, TaskContainer):
             return max(delay, recent[0] + interval - now)
         return None
 
-    def _killed_before_start(self) -> None:
-        self.report(
-            "Killed",
-            "Task successfully killed",
-            state={"State": "dead", "Failed": False, "FinishedAt": rfc3339()},
-        )
-
     async def _sleep_or_kill(self, seconds: float) -> None:
         try:
             await asyncio.wait_for(self.kill_requested.wait(), seconds)
@@ -179,7 +173,7 @@ class TaskRunner(TaskSetup, TaskContainer):
             pass
 
 
-class DockerClientSim:
+class DockerClientSim(AllocTasks[TaskRunner]):
     """The client half of every simulated node: runs allocations' tasks on the local Docker."""
 
     def __init__(
@@ -192,6 +186,7 @@ class DockerClientSim:
         work_dir: Path,
         faults: Faults,
     ) -> None:
+        super().__init__()
         self.cluster = cluster
         self.docker = docker_client
         self.server_id = server_id
@@ -200,8 +195,6 @@ class DockerClientSim:
         self.faults = faults
         self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="stand-in-docker")
         self._http: httpx.AsyncClient | None = None
-        self.runners: dict[str, list[TaskRunner]] = {}
-        self.tasks: dict[str, list[asyncio.Task[None]]] = {}
         self.containers: dict[str, TaskContainer] = {}  # by container id
         #: (node name, network name) → the real Docker network made for it.
         self.networks: dict[tuple[str, str], str] = {}
@@ -256,11 +249,7 @@ class DockerClientSim:
     def run(self, alloc: dict[str, Any], node: dict[str, Any], spec: NodeSpec) -> None:
         group = next(g for g in alloc["Job"]["TaskGroups"] if g["Name"] == alloc["TaskGroup"])
         runners = [TaskRunner(self, alloc, task, node, spec) for task in group["Tasks"]]
-        self.runners[alloc["ID"]] = runners
-        loop = asyncio.get_running_loop()
-        self.tasks[alloc["ID"]] = [
-            loop.create_task(self._run_task(alloc["ID"], r), name=f"task {r.name}") for r in runners
-        ]
+        self._start(alloc["ID"], runners, "task")
 
     async def _run_task(self, alloc_id: str, runner: TaskRunner) -> None:
         await runner.run()
@@ -272,10 +261,6 @@ class DockerClientSim:
             for sibling in self.runners.get(alloc_id, []):
                 if sibling is not runner and not sibling.kill_requested.is_set():
                     sibling.kill_requested.set()
-
-    def kill(self, alloc_id: str) -> None:
-        for runner in self.runners.get(alloc_id, []):
-            runner.kill_requested.set()
 
     def forget(self, alloc_id: str) -> None:
         """The alloc's node is lost: its containers go, with no events (nobody is left to report)."""
@@ -313,20 +298,8 @@ class DockerClientSim:
                 event.get("Action") or event.get("status") or "", actor.get("Attributes") or {}
             )
 
-    def runner(self, alloc_id: str, task: str) -> TaskRunner | None:
-        return next((r for r in self.runners.get(alloc_id, []) if r.name == task), None)
-
     async def close(self) -> None:
-        for tasks in self.tasks.values():
-            for task in tasks:
-                task.cancel()
-        for tasks in list(self.tasks.values()):
-            for task in tasks:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                    pass
-        self.tasks.clear()
+        await self._end_tasks()
         http, self._http = self._http, None
         if http is not None:
             await http.aclose()

@@ -28,8 +28,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rock_nomad.testing._alloc_tasks import AllocTask, AllocTasks
 from rock_nomad.testing._model import SECOND
-from rock_nomad.testing._state import NodeSpec, rfc3339, task_event
+from rock_nomad.testing._state import NodeSpec, rfc3339
 
 if TYPE_CHECKING:
     from rock_nomad.testing._cluster import Cluster
@@ -65,7 +66,7 @@ class SharedRocklet:
         self._dir.cleanup()
 
 
-class SimulatedTask:
+class SimulatedTask(AllocTask["SimulatedClient"]):
     """One simulated task of one allocation (see the module docstring)."""
 
     def __init__(
@@ -75,31 +76,16 @@ class SimulatedTask:
         task: dict[str, Any],
         node: dict[str, Any],
     ) -> None:
-        self.sim = sim
-        self.alloc_id = alloc["ID"]
-        self.alloc = alloc
-        self.task = task
-        self.node = node
-        self.name = task["Name"]
-        self.kill_requested = asyncio.Event()
+        super().__init__(sim, alloc, task, node)
         self.listeners: list[socket.socket] = []
         self.exit_with: int | None = None
-
-    def report(self, kind: str, message: str, **fields: Any) -> None:
-        state_fields = fields.pop("state", {})
-        self.sim.cluster.client_update(
-            self.alloc_id,
-            task=self.name,
-            event=task_event(kind, message, Details=fields.pop("details", {}), **fields),
-            **state_fields,
-        )
 
     async def run(self) -> None:
         try:
             delay = self.sim.faults_delay() + random.uniform(*self.sim.start_seconds)
             self.report("Task Setup", "Building Task Directory", Message="Building Task Directory")
             if await self._killed_within(delay):
-                return self._killed()
+                return self.report_killed()
             try:
                 self._listen()
             except OSError as exc:
@@ -148,7 +134,7 @@ class SimulatedTask:
                 KillTimeout=timeout,
             )
             self.report("Terminated", "Exit Code: 0", ExitCode=0, details={"exit_code": "0"})
-            self._killed()
+            self.report_killed()
         finally:
             self._close()
 
@@ -158,13 +144,6 @@ class SimulatedTask:
         except TimeoutError:
             return False
         return True
-
-    def _killed(self) -> None:
-        self.report(
-            "Killed",
-            "Task successfully killed",
-            state={"State": "dead", "Failed": False, "FinishedAt": rfc3339()},
-        )
 
     def _listen(self) -> None:
         """A listening socket on each of the allocation's ports (its node's address)."""
@@ -203,7 +182,7 @@ class SimulatedTask:
         return b""
 
 
-class SimulatedClient:
+class SimulatedClient(AllocTasks[SimulatedTask]):
     """The client half of every simulated node when tasks run nothing (see the module docstring).
 
     :param start_seconds: ``(lo, hi)``: each task starts after a uniformly random time between.
@@ -217,12 +196,11 @@ class SimulatedClient:
         start_seconds: tuple[float, float],
         faults: Any,
     ) -> None:
+        super().__init__()
         self.cluster = cluster
         self.start_seconds = start_seconds
         self.faults = faults
         self.rocklet = SharedRocklet(work_dir)
-        self.runners: dict[str, list[SimulatedTask]] = {}
-        self.tasks: dict[str, list[asyncio.Task[None]]] = {}
         # Two sockets a task at most (its ports) and a connection or two each: lift the soft
         # limit of open files to the hard one, as a node's Docker daemon is not limited by ours.
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -235,12 +213,7 @@ class SimulatedClient:
     def run(self, alloc: dict[str, Any], node: dict[str, Any], spec: NodeSpec) -> None:
         group = next(g for g in alloc["Job"]["TaskGroups"] if g["Name"] == alloc["TaskGroup"])
         runners = [SimulatedTask(self, alloc, task, node) for task in group["Tasks"]]
-        self.runners[alloc["ID"]] = runners
-        loop = asyncio.get_running_loop()
-        self.tasks[alloc["ID"]] = [
-            loop.create_task(self._run_task(alloc["ID"], r), name=f"simulated task {r.name}")
-            for r in runners
-        ]
+        self._start(alloc["ID"], runners, "simulated task")
 
     async def _run_task(self, alloc_id: str, runner: SimulatedTask) -> None:
         try:
@@ -261,10 +234,6 @@ class SimulatedClient:
             self.tasks.pop(alloc_id, None)
             self.runners.pop(alloc_id, None)
 
-    def kill(self, alloc_id: str) -> None:
-        for runner in self.runners.get(alloc_id, []):
-            runner.kill_requested.set()
-
     def forget(self, alloc_id: str) -> None:
         """The alloc's node is lost: its tasks end with no events (nobody is left to report)."""
         for task in self.tasks.pop(alloc_id, []):
@@ -284,18 +253,6 @@ class SimulatedClient:
     def on_docker_event(self, event: dict[str, Any]) -> None:
         """No containers: Docker's events are none of a simulated node's business."""
 
-    def runner(self, alloc_id: str, task: str) -> SimulatedTask | None:
-        return next((r for r in self.runners.get(alloc_id, []) if r.name == task), None)
-
     async def close(self) -> None:
-        for tasks in self.tasks.values():
-            for task in tasks:
-                task.cancel()
-        for tasks in list(self.tasks.values()):
-            for task in tasks:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                    pass
-        self.tasks.clear()
+        await self._end_tasks()
         self.rocklet.close()

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import docker
 import docker.errors
 
-from rock_nomad.testing._state import NodeSpec, rfc3339, task_event
+from rock_nomad.testing._alloc_tasks import AllocTask
+from rock_nomad.testing._state import NodeSpec, rfc3339
 
 if TYPE_CHECKING:
     from rock_nomad.testing._client import DockerClientSim
@@ -123,7 +124,7 @@ class Faults:
     start_delay: float = 0.0
 
 
-class TaskBase:
+class TaskBase(AllocTask["DockerClientSim"]):
     """One task of one allocation on one node (see :class:`~rock_nomad.testing._client.TaskRunner`)."""
 
     def __init__(
@@ -134,15 +135,9 @@ class TaskBase:
         node: dict[str, Any],
         spec: NodeSpec,
     ) -> None:
-        self.sim = sim
-        self.alloc_id = alloc["ID"]
-        self.alloc = alloc
-        self.task = task
-        self.node = node
+        super().__init__(sim, alloc, task, node)
         self.spec = spec
-        self.name = task["Name"]
         self.container_id: str | None = None
-        self.kill_requested = asyncio.Event()
         self.exited: asyncio.Future[int] | None = None
         self.injected: tuple[str, int] | None = None
         self.oom_seen = False
@@ -151,16 +146,6 @@ class TaskBase:
         self.group = next(g for g in alloc["Job"]["TaskGroups"] if g["Name"] == alloc["TaskGroup"])
 
     # -- reporting -----------------------------------------------------------------------------
-
-    def report(self, kind: str, message: str, **fields: Any) -> None:
-        details = fields.pop("details", {})
-        state_fields = fields.pop("state", {})
-        self.sim.cluster.client_update(
-            self.alloc_id,
-            task=self.name,
-            event=task_event(kind, message, Details=details, **fields),
-            **state_fields,
-        )
 
     def fail(self, event: dict[str, Any]) -> None:
         self.sim.cluster.client_update(
