@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,6 +16,8 @@ from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import BadRequestRockError
 from rock_core.testing import eventually_empty
+
+ROCK = Path(sys.executable).with_name("rock")
 
 
 @pytest.fixture
@@ -38,3 +44,39 @@ async def snapshot_engine(docker_client: Any) -> AsyncIterator[SandboxManager]:
         )
         == []
     )
+
+
+@pytest.fixture
+def control_plane_bench(tmp_path: Path) -> Callable[..., dict[str, Any]]:
+    """Runs ``rock bench control-plane`` as a user does, with these options besides 2 clients,
+    starts of 0.1 to 0.5 s, 50 status and 2 list calls and an output folder in ``tmp_path``;
+    checks that it succeeded and wrote the figures it printed, and answers them."""
+
+    def run(*options: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [
+                str(ROCK),
+                "bench",
+                "control-plane",
+                *options,
+                "--clients",
+                "2",
+                "--start-seconds",
+                "0.1,0.5",
+                "--status-calls",
+                "50",
+                "--list-calls",
+                "2",
+                "--output",
+                str(tmp_path / "run"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        figures: dict[str, Any] = json.loads(done.stdout)["figures"]
+        assert json.loads((tmp_path / "run" / "results.json").read_text())["figures"] == figures
+        return figures
+
+    return run

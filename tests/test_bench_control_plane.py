@@ -4,7 +4,6 @@ sandboxes still running after the admin's restart."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,31 +11,8 @@ from pathlib import Path
 ROCK = Path(sys.executable).with_name("rock")
 
 
-def test_control_plane_bench_starts_every_sandbox_and_prints_its_figures(tmp_path):
-    done = subprocess.run(
-        [
-            str(ROCK),
-            "bench",
-            "control-plane",
-            "--sandboxes",
-            "200",
-            "--clients",
-            "2",
-            "--start-seconds",
-            "0.1,0.5",
-            "--status-calls",
-            "50",
-            "--list-calls",
-            "2",
-            "--output",
-            str(tmp_path / "run"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads(done.stdout)["figures"]
+def test_control_plane_bench_starts_every_sandbox_and_prints_its_figures(control_plane_bench):
+    figures = control_plane_bench("--sandboxes", "200")
     assert figures["started"] == 200 and figures["failed_starts"] == 0
     assert 0 < figures["start_p50_seconds"] <= figures["start_p99_seconds"]
     assert figures["admin_rss_mb"] > 0 and figures["admin_kib_per_sandbox"] is not None
@@ -46,7 +22,6 @@ def test_control_plane_bench_starts_every_sandbox_and_prints_its_figures(tmp_pat
     assert figures["running_after_restart"] == 200
     assert figures["admin_restart_answering_seconds"] > 0
     assert set(figures["goals"]) == {"all_succeed", "start_p50_le_5s", "admin_le_1gib"}
-    assert json.loads((tmp_path / "run" / "results.json").read_text())["figures"] == figures
 
 
 def test_control_plane_bench_refuses_a_bad_start_latency_before_starting_anything():
