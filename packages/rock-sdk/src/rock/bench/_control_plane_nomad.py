@@ -26,7 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["nomad_admin_command", "simulated_nomad"]
+__all__ = ["nomad_admin_command", "simulated_nomad", "stand_in_nomad"]
 
 #: What each bench sandbox asks (the SDK clients' SandboxConfig): 128 MB, 0.1 CPU, which the
 #: nomad runtime asks Nomad as 100 MHz (its default 1,000 MHz per CPU).
@@ -34,39 +34,45 @@ SANDBOX_MEMORY_MB = 128
 SANDBOX_MHZ = 100
 
 
-@contextlib.contextmanager
 def simulated_nomad(
     nodes: int, sandboxes: int, start_seconds: tuple[float, float]
-) -> Iterator[tuple[str, int]]:
+) -> contextlib.AbstractContextManager[tuple[str, int]]:
     """A stand-in Nomad of ``nodes`` simulated nodes with room for every sandbox (twice over:
     placement is not what is measured, only what it costs), in a process of its own:
     ``(address, pid)``. Stopped (SIGTERM) at the end."""
+    per_node = math.ceil(sandboxes / nodes) + 1
+    lo, hi = start_seconds
+    options = [
+        "--nodes",
+        str(nodes),
+        "--cpu",
+        str(max(4000, 2 * per_node * SANDBOX_MHZ)),
+        "--memory",
+        str(max(4096, 2 * per_node * SANDBOX_MEMORY_MB)),
+        "--algorithm",
+        "spread",
+        "--simulate-tasks",
+        f"{lo},{hi}",
+    ]
+    return stand_in_nomad(options, needed_by="--runtime nomad")
+
+
+@contextlib.contextmanager
+def stand_in_nomad(options: list[str], *, needed_by: str) -> Iterator[tuple[str, int]]:
+    """A stand-in Nomad server (``python -m rock_nomad.testing`` with ``options``) in a process of
+    its own: ``(address, pid)``. Stopped at the end (SIGTERM: it removes every container it
+    made, then exits). ``needed_by`` names what needs it when rock-nomad's testing extra is
+    missing."""
     try:
         import rock_nomad.testing  # noqa: F401 - only to fail early, with the fix
     except ImportError as exc:
         raise RuntimeError(
-            "--runtime nomad needs rock-nomad with its testing extra "
+            f"{needed_by} needs rock-nomad with its testing extra "
             f"(pip install 'rock-nomad[testing]'): {exc}"
         ) from exc
-    per_node = math.ceil(sandboxes / nodes) + 1
-    lo, hi = start_seconds
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rock_nomad.testing",
-            "--nodes",
-            str(nodes),
-            "--cpu",
-            str(max(4000, 2 * per_node * SANDBOX_MHZ)),
-            "--memory",
-            str(max(4096, 2 * per_node * SANDBOX_MEMORY_MB)),
-            "--algorithm",
-            "spread",
-            "--simulate-tasks",
-            f"{lo},{hi}",
-        ],
+        [sys.executable, "-m", "rock_nomad.testing", *options],
         stdout=subprocess.PIPE,
         stderr=log,
         start_new_session=True,

@@ -42,7 +42,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -52,6 +51,7 @@ from typing import Any
 import attrs
 import httpx
 
+from rock.bench._control_plane_nomad import stand_in_nomad
 from rock.bench._output import dumps
 from rock.bench.admin import PREFIX, _free_port, _rock_command, rss_bytes
 from rock.bench.rollout import percentile
@@ -98,17 +98,12 @@ def mhz_per_cpu(settings: ClusterBenchSettings) -> int:
     return max(1, round(1024 / settings.cpus))
 
 
-@contextlib.contextmanager
-def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
+def _stand_in(
+    settings: ClusterBenchSettings, memory_bytes: int
+) -> contextlib.AbstractContextManager[tuple[str, int]]:
     """A stand-in Nomad cluster with room for every sandbox (placement is not what is measured),
     in a process of its own (``python -m rock_nomad.testing``), so that its CPU is measured apart
     from the admin's and this process's: ``(address, pid)``."""
-    try:
-        import rock_nomad.testing  # noqa: F401 - only to fail early, with the fix
-    except ImportError as exc:
-        raise RuntimeError(
-            f"the nomad run needs rock-nomad with its testing extra (pip install 'rock-nomad[testing]'): {exc}"
-        ) from exc
     per_node = math.ceil(settings.sandboxes / settings.nodes) + 1
     node_memory = max(4096, per_node * math.ceil(memory_bytes / 2**20) * 2)
     # Each simulated core is mhz_per_cpu MHz: with cpu_hard_limit, Nomad's docker driver gives a
@@ -116,45 +111,19 @@ def _stand_in(settings: ClusterBenchSettings, memory_bytes: int) -> Any:
     # the same share of a real core as on Docker.
     cores = max(4, math.ceil(per_node * settings.cpus * 2))
     node_cpu = cores * mhz_per_cpu(settings)
-    log = tempfile.TemporaryFile()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rock_nomad.testing",
-            "--nodes",
-            str(settings.nodes),
-            "--cpu",
-            str(node_cpu),
-            "--cores",
-            str(cores),
-            "--memory",
-            str(node_memory),
-            "--algorithm",
-            "spread",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=log,
-        start_new_session=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().decode().strip()
-        if not line.startswith("NOMAD_ADDR="):
-            process.wait(10)
-            log.seek(0)
-            raise RuntimeError(
-                f"the stand-in Nomad server did not start: {log.read().decode(errors='replace')[-2000:]}"
-            )
-        yield line.partition("=")[2], process.pid
-    finally:
-        process.send_signal(signal.SIGTERM)  # it removes every container it made, then exits
-        try:
-            process.wait(120)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    options = [
+        "--nodes",
+        str(settings.nodes),
+        "--cpu",
+        str(node_cpu),
+        "--cores",
+        str(cores),
+        "--memory",
+        str(node_memory),
+        "--algorithm",
+        "spread",
+    ]
+    return stand_in_nomad(options, needed_by="the nomad run")
 
 
 @contextlib.asynccontextmanager
