@@ -207,8 +207,11 @@ async def test_one_process_keeps_its_quick_calls_within_its_limit(
         counting.cancel()
     try:
         assert {(await s.get_status()).state for s in sandboxes} == {State.RUNNING}
-        # 4 starts or reads at once, and the held waits (wait_any: at most 4 per event loop)
-        assert 1 <= most <= 4 + 4
+        # 4 starts or reads at once, and the held waits (wait_any: at most 4 per event loop);
+        # a kept-alive idle connection of either pool may still be counted while a new call
+        # opens another (the clean-clone CI once saw 11). Without the limit, the 120 starts at
+        # once open a connection each.
+        assert 1 <= most <= 2 * (4 + 4)
     finally:
         await asyncio.gather(*(s.stop() for s in sandboxes))
 
