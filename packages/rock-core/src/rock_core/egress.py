@@ -126,7 +126,7 @@ class EgressPolicy:
         }
 
     def describe(self) -> str:
-        """In words, for a status: ``deny by default; allow A.B.C.D/32 tcp 443; domains pypi.org``."""
+        """In words, for a status: ``deny by default; allow A.B.C.D/32 tcp 443; domains example.org``."""
         parts = [f"{self.default} by default"]
         for rule in self.rules:
             ports = f" {rule.protocol} {','.join(rule.ports)}" if rule.ports else ""

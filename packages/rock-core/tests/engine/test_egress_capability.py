@@ -40,7 +40,7 @@ async def test_a_malformed_policy_is_refused_naming_the_part():
     async with SandboxManager(EngineConfig(), runtime=NullRuntime()) as engine:
         bad = {
             "default": "deny",
-            "rules": [{"action": "allow", "cidr": "10.0.0.0/8", "ports": [0]}],
+            "rules": [{"action": "allow", "cidr": "198.51.100.0/24", "ports": [0]}],
         }
         with pytest.raises(InvalidParameter) as info:
             await engine.start_async(SandboxStartRequest(image="python:3.11", egress=bad))
@@ -48,9 +48,9 @@ async def test_a_malformed_policy_is_refused_naming_the_part():
         for wrong, field in [
             ({"default": "block"}, "egress.default"),
             ({"rules": [{"action": "allow", "cidr": "fd00::/8"}]}, "egress.rules[0].cidr"),
-            ({"rules": [{"action": "drop", "cidr": "10.0.0.1"}]}, "egress.rules[0].action"),
+            ({"rules": [{"action": "drop", "cidr": "198.51.100.1"}]}, "egress.rules[0].action"),
             ({"domains": ["not a name"]}, "egress.domains[0]"),
-            ({"domains": ["10.0.0.1"]}, "egress.domains[0]"),
+            ({"domains": ["198.51.100.1"]}, "egress.domains[0]"),
             ({"deny": []}, "egress"),
         ]:
             with pytest.raises(InvalidParameter) as info:
