@@ -10,6 +10,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 
 from rock_core.engine.store import SqliteRecordStore
@@ -131,6 +132,47 @@ async def test_grouped_puts_are_committed_together_at_the_end_of_the_loops_turn(
         assert other.get("sb-3") is not None
     finally:
         other.close()
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_a_record_saved_several_times_in_one_turn_is_written_once_as_last_saved(
+    tmp_path: Path,
+) -> None:
+    store = SqliteRecordStore(tmp_path / "rock.db")
+    store.group_commits = True
+    other = SqliteRecordStore(tmp_path / "rock.db")
+    try:
+        record = sample_record("sb-1")
+        written = store._db.total_changes
+        for n in range(3):  # as a start's phases are saved one after the other
+            store.put(attrs.evolve(record, notes=(f"phase {n}",)))
+        store.put(sample_record("sb-2"))
+        await asyncio.sleep(0)  # the turn ends
+        assert store._db.total_changes - written == 2  # one row write per record
+        got = other.get("sb-1")
+        assert got is not None and got.notes == ("phase 2",)
+        assert other.get("sb-2") is not None
+    finally:
+        other.close()
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_a_grouped_put_from_another_thread_is_not_undone_by_the_loops_earlier_one(
+    tmp_path: Path,
+) -> None:
+    store = SqliteRecordStore(tmp_path / "rock.db")
+    store.group_commits = True
+    try:
+        record = sample_record("sb-1")
+        store.put(attrs.evolve(record, notes=("on the loop",)))  # pending until the turn's end
+        await asyncio.to_thread(store.put, attrs.evolve(record, notes=("from a thread",)))
+        await asyncio.sleep(0)
+        store.commit()
+        got = store.get("sb-1")
+        assert got is not None and got.notes == ("from a thread",)
+    finally:
         store.close()
 
 

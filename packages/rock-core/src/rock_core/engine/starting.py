@@ -143,7 +143,10 @@ async def start_async(
             attempted="start",
         )
     if sandbox_id in core.live or (
-        (old := core.store.get(sandbox_id)) is not None and old.state is not State.DELETED
+        # An id made here (a new uuid4) is in no record: the store is not asked.
+        (spec.sandbox_id or digest)
+        and (old := core.store.get(sandbox_id)) is not None
+        and old.state is not State.DELETED
     ):
         raise SandboxAlreadyExists(
             f"Sandbox {sandbox_id} already exists", sandbox_id=sandbox_id, attempted="start"

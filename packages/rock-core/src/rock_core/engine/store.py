@@ -3,10 +3,11 @@ in a file (WAL), the engine's default (``store_path``; ``store`` unset).
 
 Every change to a record is written through at once, so a process killed with SIGKILL loses
 nothing it had acknowledged. An admin may group commits instead (:attr:`group_commits`): a put
-made on an event loop is committed with the others of the loop's turn, at its end, and the
-admin commits (:meth:`commit`) before it answers any request, so nothing acknowledged is lost
-still; a commit costs more than the write itself (50 to 100 us), and a start writes its record
-about eight times. Rows are never deleted by the lifecycle: a deleted sandbox keeps its
+made on an event loop is written and committed with the others of the loop's turn, at its end
+(a record put several times in the turn written once, as last put), and the admin commits
+(:meth:`commit`) before it answers any request, so nothing acknowledged is lost still; a commit
+costs more than the write itself (50 to 100 us), and a start saves its record about eight
+times, three of them in one turn. A read writes what is pending first, so it sees every put. Rows are never deleted by the lifecycle: a deleted sandbox keeps its
 row (state ``deleted``) for its history, as ROCK does; :meth:`SqliteRecordStore.purge_deleted` drops
 old ones.
 
@@ -56,6 +57,26 @@ CREATE INDEX IF NOT EXISTS sandbox_owner_state ON sandbox (owner, state);
 """
 
 
+_PUT = "INSERT OR REPLACE INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?)"
+
+
+def _row(record: SandboxRecord) -> tuple[str | None, ...]:
+    """The values of ``record``'s row, in the order of the columns of ``_PUT``."""
+    spec = record.spec
+    return (
+        record.sandbox_id,
+        record.state.value,
+        record.owner,
+        spec.user_id,
+        spec.experiment_id,
+        spec.namespace,
+        spec.cluster,
+        spec.image,
+        record.create_time.isoformat(),
+        json.dumps(unstructure_store(record), separators=(",", ":")),
+    )
+
+
 class SqliteRecordStore(RecordStore):
     """Sandbox records in SQLite.
 
@@ -84,6 +105,9 @@ class SqliteRecordStore(RecordStore):
         #: (the admin sets it, and calls :meth:`commit` before each answer); else at once.
         self.group_commits = False
         self._commit_soon = False  # a group is pending: a commit is scheduled on a loop
+        # Puts of the group not written yet, by id (the last put of each): written at the
+        # commit, or before any read or put made off the loop.
+        self._pending: dict[str, SandboxRecord] = {}
         self._closed = False
         self._db = sqlite3.connect(
             ":memory:" if self.path is None else str(self.path), check_same_thread=False
@@ -115,9 +139,12 @@ class SqliteRecordStore(RecordStore):
             if self._closed:
                 return
             self._closed = True
-            if self._db.in_transaction:
-                self._db.commit()
-            self._db.close()
+            try:
+                self._write_pending()
+                if self._db.in_transaction:
+                    self._db.commit()
+            finally:
+                self._db.close()
 
     def commit(self) -> None:
         """Commit the puts of a group made so far (nothing when none is pending)."""
@@ -125,8 +152,24 @@ class SqliteRecordStore(RecordStore):
             return
         with self._lock:
             self._commit_soon = False
-            if not self._closed and self._db.in_transaction:
+            if self._closed:
+                return
+            self._write_pending()
+            if self._db.in_transaction:
                 self._db.commit()
+
+    def _write_pending(self) -> None:
+        """Write the group's pending puts (not committed); under the lock. On a failure the
+        group's writes so far are rolled back, as a failed commit would lose them."""
+        if not self._pending:
+            return
+        rows = [_row(record) for record in self._pending.values()]
+        self._pending.clear()
+        try:
+            self._db.executemany(_PUT, rows)
+        except BaseException:
+            self._db.rollback()
+            raise
 
     def _loop_turn(self) -> asyncio.AbstractEventLoop | None:
         """The running loop whose turn's end commits a put now, or ``None``: commit at once."""
@@ -138,38 +181,30 @@ class SqliteRecordStore(RecordStore):
             return None
 
     def put(self, record: SandboxRecord) -> None:
-        """Insert or replace ``record``."""
-        spec = record.spec
-        row = (
-            record.sandbox_id,
-            record.state.value,
-            record.owner,
-            spec.user_id,
-            spec.experiment_id,
-            spec.namespace,
-            spec.cluster,
-            spec.image,
-            record.create_time.isoformat(),
-            json.dumps(unstructure_store(record), separators=(",", ":")),
-        )
+        """Insert or replace ``record`` (in a group: at the commit, see the module)."""
         loop = self._loop_turn()
+        if loop is not None:
+            with self._lock:
+                self._pending[record.sandbox_id] = record
+                if self._commit_soon:
+                    return
+                self._commit_soon = True
+            loop.call_soon(self.commit)
+            return
+        row = _row(record)
         with self._lock:
             try:
-                self._db.execute("INSERT OR REPLACE INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?)", row)
+                self._write_pending()  # first: an older put of this record must not win
+                self._db.execute(_PUT, row)
             except BaseException:
                 self._db.rollback()  # (a group's earlier puts with it: as a failed commit would)
                 raise
-            if loop is None:
-                self._db.commit()
-                return
-            if self._commit_soon:
-                return
-            self._commit_soon = True
-        loop.call_soon(self.commit)
+            self._db.commit()
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record of ``sandbox_id``, or ``None``."""
         with self._lock:
+            self._write_pending()
             row = self._db.execute(
                 "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
             ).fetchone()
@@ -197,6 +232,7 @@ class SqliteRecordStore(RecordStore):
             sql += " LIMIT ? OFFSET ?"
             args += [limit, offset]
         with self._lock:
+            self._write_pending()
             rows = self._db.execute(sql, args).fetchall()
         records = []
         for sandbox_id, data in rows:
@@ -212,11 +248,13 @@ class SqliteRecordStore(RecordStore):
         """How many records :meth:`list` would return without a limit."""
         where, args = self._where(states, filters)
         with self._lock:
+            self._write_pending()
             return int(self._db.execute(f"SELECT COUNT(*) FROM sandbox{where}", args).fetchone()[0])
 
     def count_by_state(self) -> dict[State, int]:
         """Number of records in each state (states with none are left out)."""
         with self._lock:
+            self._write_pending()
             rows = self._db.execute("SELECT state, COUNT(*) FROM sandbox GROUP BY state").fetchall()
         return {State(s): n for s, n in rows}
 
