@@ -73,3 +73,23 @@ def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json
     started_with = _imported(before)
     assert "socket" in started_with  # the report is there
     assert "json" not in started_with and "re" not in started_with
+
+
+def test_the_warm_up_after_the_first_answer_leaves_out_what_no_first_command_needs(
+    tmp_path: Path,
+) -> None:
+    """The warm-up runs in every sandbox while the others still start: shutil (with bz2 and
+    lzma, for archives the rocklet never makes) comes only with a call that uses it."""
+    delivery = prepare_rocklet(tmp_path)
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from rocklet.api import Rocklet; "
+        "Rocklet(sys.argv[2]).warm_up(); "
+        "print(' '.join(m for m in ('shutil', 'bz2', 'lzma', 'json') if m in sys.modules))"
+    )
+    found = subprocess.run(
+        ["python3", "-I", "-S", "-c", script, str(delivery.path), str(tmp_path / "state")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert found == ["json"]  # json is warmed up, as every answer but the probe's needs it

@@ -36,7 +36,6 @@ from __future__ import annotations
 import os
 import pwd
 import select
-import shutil
 import subprocess
 import threading
 import time
@@ -79,12 +78,22 @@ _ESCALATION = ((1.0, "intr"), (2.0, "kill"), (5.0, "abandon"))
 def _find_bash() -> str:
     if os.path.exists("/bin/bash"):
         return "/bin/bash"
-    found = shutil.which("bash")
+    found = _which("bash")
     if not found:
         raise SessionNotInitializedError(
             "bash is not installed in this sandbox: sessions need /bin/bash"
         )
     return found
+
+
+def _which(name: str) -> str | None:
+    """``shutil.which(name)``, without importing shutil (and its bz2 and lzma: milliseconds
+    of CPU in each sandbox's warm-up, while others are still starting)."""
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        path = os.path.join(folder or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    return None
 
 
 class BashSession:
@@ -137,7 +146,7 @@ class BashSession:
                     "remote_user %r does not exist in this sandbox" % self._user
                 ) from None
             os.chown(self._dir, pw.pw_uid, pw.pw_gid)
-            su = shutil.which("su") or "/bin/su"
+            su = _which("su") or "/bin/su"
             argv = [su, self._user, "-c", bash + " --noediting"]
         else:
             argv = [bash, "--noediting"]
@@ -317,6 +326,8 @@ class BashSession:
             if acquired:
                 self._lock.release()
         self.dead = True
+        import shutil  # here, not at start: shutil imports bz2 and lzma (see _which)
+
         shutil.rmtree(self._dir, ignore_errors=True)
 
     # -- internals ----------------------------------------------------------------------

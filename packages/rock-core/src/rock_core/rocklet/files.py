@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
 
 TYPE_CHECKING = False
@@ -369,6 +368,8 @@ def save_upload(reader: Any, content_type: str, scratch_dir: str) -> dict[str, A
             try:
                 os.replace(state["tmp"], target)
             except OSError:
+                import shutil  # here: shutil imports bz2 and lzma, which nothing else needs
+
                 shutil.move(state["tmp"], target)
             state["tmp"] = None
     finally:
