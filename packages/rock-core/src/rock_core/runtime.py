@@ -426,13 +426,15 @@ class Runtime(abc.ABC):
         labels: Mapping[str, str],
         strip_env: Sequence[str],
         changes: bool = False,
+        over: SnapshotImage | None = None,
     ) -> SnapshotImage:
         """Keep the unit's files (running or stopped) as an image on its node, labelled with
         ``labels``, whose configuration holds none of the variables ``strip_env`` names (the
         rocklet's secret): its processes are not kept. A running unit may be frozen for the
         copy only. With ``changes``, the answer carries what :meth:`export_snapshot_image`
-        needs. Optional (capability ``snapshot_image``): the default raises
-        :class:`NotSupported`."""
+        needs. ``over``: the sandbox's latest snapshot, which the runtime may build on (copying
+        only what changed since, when it was made of this very unit) or ignore. Optional
+        (capability ``snapshot_image``): the default raises :class:`NotSupported`."""
         raise NotSupported(
             f"runtime {self.name!r} cannot {_CAN['snapshot_image']} (capability snapshot_image)",
             sandbox_id=handle.sandbox_id,

@@ -6,7 +6,10 @@ image's files as whiteouts, so a container made from the snapshot sees exactly t
 files. Bind mounts are not in it (the rocklet at ``/rock``, the socket folder at ``/rock-run``,
 Docker's ``/etc/hosts``); processes and memory are not either. A running container is paused
 for the copy only (and the mark that lets a later fork reuse the image while nothing changed:
-:mod:`rock_docker._snapshot_reuse`); how long the pause lasted is ``frozen_seconds``.
+:mod:`rock_docker._snapshot_reuse`); how long the pause lasted is ``frozen_seconds``. When the
+sandbox's latest snapshot was made of this same container, the new one is that snapshot's image
+plus one layer of what changed since, made in the same pause (:mod:`rock_docker._snapshot_delta`;
+whatever it does not handle is a full commit).
 
 The image's configuration is the base image's, not the sandbox's: Docker merges the committed
 container's environment and labels into whatever configuration the commit is given, and cannot
@@ -19,6 +22,7 @@ Images are tagged ``rock-snapshot:<32 hex>`` and found by their labels (:data:`L
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -32,13 +36,16 @@ import docker.errors
 
 from rock_core.errors import BadRequestRockError, RockError
 from rock_core.runtime import SnapshotImage, UnitHandle
+from rock_docker._delta_layer import DeltaLayer
 from rock_docker._snapshot import plan_changes
+from rock_docker._snapshot_delta import load_delta, open_anonymous, plan_delta
 from rock_docker._snapshot_reuse import LABEL_MARK, freeze_mark, unchanged_since
 from rock_docker._snapshot_transfer import CONFIG_KEYS, SnapshotTransfer
 
 __all__ = ["REPOSITORY", "SnapshotImages"]
 
 T = TypeVar("T")
+log = logging.getLogger("rock.docker")
 
 #: The repository of every snapshot image.
 REPOSITORY = "rock-snapshot"
@@ -101,13 +108,17 @@ class SnapshotImages(SnapshotTransfer):
         labels: Mapping[str, str],
         strip_env: Sequence[str],
         changes: bool = False,
+        over: SnapshotImage | None = None,
     ) -> SnapshotImage:
         """``docker commit`` (paused for the copy) under a new ``rock-snapshot`` tag. With
         ``changes``, ``docker diff`` lists the changes while the container is paused for the
-        commit, and the answer carries them (for :meth:`export_snapshot_image`)."""
+        commit, and the answer carries them (for :meth:`export_snapshot_image`). With ``over``
+        (the sandbox's latest snapshot) and no ``changes``, the image is ``over`` plus one
+        layer of what changed since it when it was made of this same container
+        (:mod:`rock_docker._snapshot_delta`), else a full commit."""
         tag = secrets.token_hex(16)
 
-        def commit() -> SnapshotImage:
+        def commit(previous: SnapshotImage | None) -> SnapshotImage:
             api = self._docker().api
             info = api.inspect_container(handle.unit_id)
             config = info.get("Config") or {}
@@ -132,13 +143,18 @@ class SnapshotImages(SnapshotTransfer):
                 "WorkingDir": base_config.get("WorkingDir") or "",
                 "User": base_config.get("User") or "",
             }
+            plan, why = plan_delta(api, info, base, previous) if previous else (None, "")
+            if why:
+                log.info("snapshot of %s: a full commit: %s", handle.sandbox_id, why)
             state = info.get("State") or {}
             running = bool(state.get("Running"))
             t0 = time.monotonic()
             rows: list[Any] = []
+            delta: DeltaLayer | None = None
+            made_id = ""
             # Frozen for the mark, the list and the copy together: the list is the copy's.
             freeze = running and not state.get("Paused")
-            with _one_freeze_at_a_time(handle.unit_id):
+            with open_anonymous() as layer_file, _one_freeze_at_a_time(handle.unit_id):
                 if freeze:
                     try:
                         api.pause(handle.unit_id)
@@ -150,16 +166,37 @@ class SnapshotImages(SnapshotTransfer):
                     # No mark: set empty, or the one a snapshot's child inherited would stay.
                     mark = freeze_mark(api, handle.unit_id, running=running)
                     image_labels[LABEL_MARK] = mark or ""
-                    if changes:
-                        rows = api.diff(handle.unit_id) or []
-                    made = api.commit(
-                        handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
-                    )
+                    if plan is not None and mark:
+                        delta, why = plan.write_layer(layer_file)
+                        if delta is None:
+                            log.info("snapshot of %s: a full commit: %s", handle.sandbox_id, why)
+                    if delta is None:
+                        if changes:
+                            rows = api.diff(handle.unit_id) or []
+                        made = api.commit(
+                            handle.unit_id, repository=REPOSITORY, tag=tag, conf=conf, pause=False
+                        )
+                        made_id = made["Id"]
                 finally:
                     if freeze:
                         api.unpause(handle.unit_id)
-            took = time.monotonic() - t0
-            image = api.inspect_image(made["Id"])
+                took = time.monotonic() - t0
+                if delta is not None and plan is not None:
+                    try:
+                        made_id = load_delta(
+                            api,
+                            plan,
+                            delta,
+                            layer_file,
+                            env=env,
+                            # As the commit merges them: the container's, then the given ones.
+                            labels={**(config.get("Labels") or {}), **image_labels},
+                            reference=f"{REPOSITORY}:{tag}",
+                        )
+                    except (docker.errors.APIError, OSError) as exc:
+                        log.warning("snapshot of %s: load failed (%s)", handle.sandbox_id, exc)
+                        return commit(None)
+            image = api.inspect_image(made_id)
             made_config = image.get("Config") or {}
             summary = {**image, "Labels": made_config.get("Labels")}
             snap = _snapshot_of(summary, f"{REPOSITORY}:{tag}")
@@ -175,7 +212,9 @@ class SnapshotImages(SnapshotTransfer):
             )
 
         result: SnapshotImage = await self._run(
-            commit, attempted="snapshot", sandbox_id=handle.sandbox_id
+            lambda: commit(None if changes else over),
+            attempted="snapshot",
+            sandbox_id=handle.sandbox_id,
         )
         return result
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import docker
 
-__all__ = ["LABEL_MARK", "freeze_mark", "unchanged_since"]
+__all__ = ["LABEL_MARK", "freeze_mark", "mark_time", "unchanged_since"]
 
 #: The image label holding the mark: ``"<container id> <wall ns> <boot ns>"``.
 LABEL_MARK = "rock.snapshot.mark"
@@ -125,18 +125,28 @@ def _changed_at_or_after(upper: str, floor_ns: int) -> bool:
     return seen["latest"] >= (fine_floor if fine else floor_ns - floor_ns % _SECOND)
 
 
-def unchanged_since(api: docker.APIClient, unit_id: str, labels: Mapping[str, str]) -> bool:
-    """Whether the container's files are those of the image labelled ``labels`` (blocking)."""
+def mark_time(unit_id: str, labels: Mapping[str, str]) -> int | None:
+    """The wall time (ns) of the mark in ``labels`` if it names the container ``unit_id`` and
+    the host's clock has not stepped since, nor the host rebooted; else ``None``: every change
+    since the mark stamped a ctime at or after it (rounded down to the filesystem's stamps)."""
     try:
         marked_unit, wall_text, boot_text = labels.get(LABEL_MARK, "").split()
         wall, boot = int(wall_text), int(boot_text)
     except ValueError:
-        return False
+        return None
     if marked_unit != unit_id:
-        return False
+        return None
     now_wall = time.clock_gettime_ns(_REALTIME_COARSE)
     now_boot = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
     if now_boot < boot or abs((now_wall - wall) - (now_boot - boot)) > _STEP_NS:
+        return None
+    return wall
+
+
+def unchanged_since(api: docker.APIClient, unit_id: str, labels: Mapping[str, str]) -> bool:
+    """Whether the container's files are those of the image labelled ``labels`` (blocking)."""
+    wall = mark_time(unit_id, labels)
+    if wall is None:
         return False
     try:
         info = api.inspect_container(unit_id)

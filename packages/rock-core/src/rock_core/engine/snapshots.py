@@ -5,7 +5,9 @@
 runtime's node (Docker: ``docker commit``, the container paused for the copy only), labelled with
 its tenant, name, source sandbox and creation time. Processes are not captured: a sandbox started
 from a snapshot has the files, none of the processes, sessions or memory. The image carries no
-secret of the engine (the rocklet's token is blanked in its configuration).
+secret of the engine (the rocklet's token is blanked in its configuration). The runtime is given
+the sandbox's latest snapshot (``over``) and may build on it: Docker copies only what changed
+since, as one more layer over that snapshot's image (:mod:`rock_docker._snapshot_delta`).
 
 A snapshot belongs to the tenant of the sandbox it was made from: :func:`list_snapshots`,
 :func:`delete_snapshot` and :func:`resolve_start` (a start's ``snapshot``) see only the caller's
@@ -20,6 +22,7 @@ from __future__ import annotations
 import re
 import secrets
 import weakref
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import anyio
@@ -225,8 +228,10 @@ async def snapshot(
         }
         if archive:
             labels[snapshot_store.LABEL_ARCHIVED] = "1"
+        # The sandbox's latest snapshot: the runtime may copy only what changed since.
+        over = _latest_of(kept, sandbox_id) if not archive else None
         image = await core.runtime.snapshot_image(
-            handle, labels=labels, strip_env=[TOKEN_ENV], changes=archive
+            handle, labels=labels, strip_env=[TOKEN_ENV], changes=archive, over=over
         )
         info = _info(image)
         if archive:
@@ -368,11 +373,20 @@ async def _unchanged_since_snapshot(
     if live is None or live.record.state not in (State.RUNNING, State.STOPPED):
         return None  # the snapshot refuses it, saying why
     made = await core.runtime.snapshot_images({**_scope(core, owner), LABEL_SANDBOX: sandbox_id})
-    named = [image for image in made if image.labels.get(LABEL_NAME)]  # not ROCK's commits
-    if not named:
+    latest = _latest_of(made, sandbox_id)
+    if latest is None:
         return None
-    latest = max(named, key=lambda image: image.created)
     return _info(latest) if await core.runtime.snapshot_unchanged(handle, latest) else None
+
+
+def _latest_of(images: Sequence[SnapshotImage], sandbox_id: str) -> SnapshotImage | None:
+    """The latest snapshot of ``sandbox_id`` among ``images`` (not ROCK's commits)."""
+    named = [
+        image
+        for image in images
+        if image.labels.get(LABEL_NAME) and image.labels.get(LABEL_SANDBOX) == sandbox_id
+    ]
+    return max(named, key=lambda image: image.created) if named else None
 
 
 async def fork(
