@@ -60,6 +60,7 @@ EXPECTED_ROUTES = {
     ("get", "sandboxes"),
     ("post", "sandboxes/batch"),
     ("post", "sandboxes/wait_any"),
+    ("post", "sandboxes/start_batch"),
     ("post", "interrupt_session"),
     ("post", "execute_stream"),
     ("post", "download"),

@@ -526,6 +526,9 @@ def _requests_naming(sandbox_id: str) -> dict[tuple[str, str], dict[str, Any]]:
         ("GET", f"{p}/sandboxes"): {},
         ("POST", f"{p}/sandboxes/batch"): {"json": {"sandbox_ids": [sandbox_id]}},
         ("POST", f"{p}/sandboxes/wait_any"): {"json": {"sandbox_ids": [sandbox_id]}},
+        ("POST", f"{p}/sandboxes/start_batch"): {
+            "json": {"items": [{"request": {**SMALL, **sid}}]}
+        },
         ("GET", f"{p}/warm_pools"): {},
         ("GET", "/admin/status"): {},
     }
@@ -567,6 +570,10 @@ def test_every_route_answers_another_tenants_sandbox_as_unknown(
                     path,
                     body,
                 )
+                assert "is taken" in text and "team-a" not in text, (path, text)
+            elif path.endswith("/sandboxes/start_batch"):  # the same, for the item
+                [item] = envelope(answer)["result"]["items"]
+                assert item["sandbox"] is None and item["rock_code"] == 4009, (path, item)
                 assert "is taken" in text and "team-a" not in text, (path, text)
             elif path.endswith("/warmup/tasks"):
                 body = envelope(answer)

@@ -34,6 +34,10 @@ __all__ = [
     "SandboxIdRequest",
     "BatchSandboxStatusRequest",
     "WaitAnyRequest",
+    "StartBatchItem",
+    "StartBatchRequest",
+    "StartBatchOutcome",
+    "StartBatchResponse",
     "SandboxStartResponse",
     "StateHistoryEntry",
     "SandboxStatusResponse",
@@ -153,6 +157,49 @@ class WaitAnyRequest:
 
     sandbox_ids: list[str]
     wait: NonNegativeFloat = constrained(NonNegativeFloat, default=0.0)
+
+
+@attrs.frozen(kw_only=True)
+class StartBatchItem:
+    """(rock) One start of ``POST /sandboxes/start_batch``: the body ``/start_async`` takes
+    (``request``, read as that route reads it, so a bad field fails this item alone), and what
+    ``/start_async`` reads from its headers: the identity (``X-User-Id``, ...) and the
+    ``Idempotency-Key``."""
+
+    request: dict[str, Any]
+    user_id: str | None = None
+    experiment_id: str | None = None
+    namespace: str | None = None
+    cluster: str | None = None
+    idempotency_key: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StartBatchRequest:
+    """(rock) ``POST /sandboxes/start_batch``: accept many starts in one request, each as
+    ``/start_async`` would (each admitted for the caller's tenant, within its quota)."""
+
+    items: list[StartBatchItem]
+
+
+@attrs.frozen(kw_only=True)
+class StartBatchOutcome:
+    """(rock) One item's outcome, in the order asked: ``sandbox`` (what ``/start_async``
+    answers), or ``error`` with the ``message`` and codes (``code``, ``rock_code``) of the
+    ``Failed`` envelope ``/start_async`` would have answered."""
+
+    sandbox: SandboxStartResponse | None = None
+    message: str | None = None
+    error: str | None = None
+    code: int | None = None
+    rock_code: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class StartBatchResponse(SandboxResponse):
+    """(rock) Result of ``POST /sandboxes/start_batch``: one outcome per item, in order."""
+
+    items: list[StartBatchOutcome] = attrs.field(factory=list)
 
 
 @attrs.frozen(kw_only=True)

@@ -10,7 +10,8 @@ artifact, renders no template and pulls no image.
 Each of its allocation's ports is a real listening socket on its node's address and dynamic
 port, as Docker's port publishing would make it; every connection accepted there is served by
 one real rocklet in this process (no secret asked, so the sandbox's own, which a real task
-reads from its template, is not needed), each connection in a thread of its own. So a client of
+reads from its template, is not needed): the engine's readiness probes are answered in this
+process's event loop, any other connection in a thread of its own. So a client of
 the allocation (rock's engine) connects, probes and calls the rocklet where Nomad said it is.
 Commands run, but share that rocklet and its work counts in this process. The same mirror of a
 container as rock's scripted runtime (:mod:`rock_core.testing.scripted_runtime`).
@@ -23,11 +24,10 @@ import logging
 import random
 import resource
 import socket
-import tempfile
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rock_core.testing.loop_rocklet import LoopFirstRocklet
 from rock_nomad.testing._alloc_tasks import AllocTask, AllocTasks
 from rock_nomad.testing._model import SECOND
 from rock_nomad.testing._state import NodeSpec, rfc3339
@@ -40,30 +40,10 @@ log = logging.getLogger("rock_nomad.testing")
 __all__ = ["SharedRocklet", "SimulatedClient", "SimulatedTask"]
 
 
-class SharedRocklet:
-    """One real rocklet serving connections accepted elsewhere (every simulated task's ports)."""
-
-    def __init__(self, work_dir: Path) -> None:
-        from rock_core.rocklet.api import Rocklet, build_router
-        from rock_core.rocklet.server import RockletServer
-
-        self._dir = tempfile.TemporaryDirectory(prefix="rocklet-", dir=work_dir)
-        # Bound to a port of its own it never accepts on: connections come from the tasks' ports.
-        self.server = RockletServer(build_router(Rocklet(self._dir.name)), "127.0.0.1", 0)
-
-    def serve(self, conn: socket.socket) -> None:
-        """Serve ``conn`` (an accepted connection) in a daemon thread, as the rocklet serves its own."""
-        conn.setblocking(True)
-        threading.Thread(
-            target=self.server._serve_connection,  # noqa: SLF001 - the rocklet's own per-connection loop
-            args=(conn,),
-            name="simulated-task-rocklet",
-            daemon=True,
-        ).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self._dir.cleanup()
+class SharedRocklet(LoopFirstRocklet):
+    """One real rocklet serving connections accepted elsewhere (every simulated task's ports):
+    readiness probes answered in the stand-in's event loop, any other connection in a thread of
+    its own (:class:`rock_core.testing.loop_rocklet.LoopFirstRocklet`)."""
 
 
 class SimulatedTask(AllocTask["SimulatedClient"]):

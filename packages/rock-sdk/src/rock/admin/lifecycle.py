@@ -1,8 +1,8 @@
 """The admin's sandbox lifecycle routes: ``/start``, ``/start_async``, ``/get_status``,
 ``/is_alive``, the statistics (``/get_sandbox_statistics``, ``/sandboxes/{sandbox_id}/statistics``),
 ``/stop``, ``/delete``, ``/restart``, ``/sandboxes/{sandbox_id}/archive``,
-``/warmup/tasks``, ``/warm_pools``, ``/sandboxes``, ``/sandboxes/batch`` and
-``/sandboxes/wait_any``, and what the admin
+``/warmup/tasks``, ``/warm_pools``, ``/sandboxes``, ``/sandboxes/batch``,
+``/sandboxes/wait_any`` and ``/sandboxes/start_batch``, and what the admin
 checks of a start request before the engine sees it (the reserved tenant key, ``network="host"``,
 the key's highest priority, the capabilities the key may add, an ``Idempotency-Key`` header).
 The engine gets the key's tenant (the sandbox's namespace) and quota with every start and
@@ -26,6 +26,7 @@ from rock.admin.egress import limited
 from rock.admin.envelope import BadInput, json_response
 from rock.admin.key_gate import scope_key, scope_tenant
 from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
+from rock.admin.reading import unknown_keys
 from rock_core.actions import (
     BatchSandboxStatusRequest,
     BatchSandboxStatusResponse,
@@ -35,14 +36,24 @@ from rock_core.actions import (
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    StartBatchOutcome,
+    StartBatchRequest,
+    StartBatchResponse,
     WaitAnyRequest,
     WaitAnyResponse,
     WarmPoolsResponse,
     WarmupRequest,
 )
-from rock_core.converters import capability_names
+from rock_core.converters import capability_names, structure_wire
 from rock_core.engine.starting import idempotency_key_problem
-from rock_core.errors import Forbidden, InvalidParameter, RockError, SandboxNotFound
+from rock_core.errors import (
+    Forbidden,
+    InvalidParameter,
+    RockError,
+    SandboxAlreadyExists,
+    SandboxNotFound,
+    wire_code,
+)
 from rock_core.models import PRIORITY_NORMAL
 from rock_core.responses import (
     rocklet_statistics,
@@ -60,6 +71,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 __all__ = [
     "start",
     "start_async",
+    "start_batch",
     "get_status",
     "is_alive",
     "statistics",
@@ -102,6 +114,70 @@ async def start_async(
             **_identity(request),
             idempotency_key=_idempotency_key(request),
         )
+    )
+
+
+async def start_batch(
+    app: AdminApp, request: Request, body: StartBatchRequest
+) -> StartBatchResponse:
+    """``POST /sandboxes/start_batch`` (rock): accept each item's start as ``/start_async``
+    would, in order (each admitted for the caller's tenant, within its quota, as it comes); one
+    outcome per item: its sandbox, or the error ``/start_async`` would have answered (a refused
+    item leaves nothing behind). A client's many starts in one request."""
+    _check_count(app, body.items, "items")
+    outcomes = []
+    for item in body.items:
+        try:
+            outcomes.append(StartBatchOutcome(sandbox=await _start_item(app, request, item)))
+        except BadInput as exc:
+            outcomes.append(_outcome("invalid parameter", exc.error))
+        except RockError as exc:
+            outcomes.append(_outcome("start sandbox failed", exc))
+    return StartBatchResponse(items=outcomes)
+
+
+async def _start_item(app: AdminApp, request: Request, item: Any) -> SandboxStartResponse:
+    data = item.request
+    ignored = unknown_keys(data, SandboxStartRequest)
+    if ignored and not app.settings.strict_fields:
+        data = {k: v for k, v in data.items() if k not in ignored}
+    try:
+        body = structure_wire(data, SandboxStartRequest)
+        if item.idempotency_key is not None:
+            why = idempotency_key_problem(item.idempotency_key)
+            if why is not None:
+                raise InvalidParameter(
+                    f"invalid parameter: idempotency_key: {why}, got {item.idempotency_key!r}",
+                    field="idempotency_key",
+                    value=item.idempotency_key,
+                )
+    except InvalidParameter as exc:
+        raise BadInput(exc) from None
+    if body.sandbox_id is not None and not app.owns(request, body.sandbox_id):
+        raise SandboxAlreadyExists(  # the id is taken; whose is not said (as /start_async)
+            f"sandbox id {body.sandbox_id!r} is taken: choose another, or leave sandbox_id out",
+            sandbox_id=body.sandbox_id,
+            attempted="start_batch",
+        )
+    identity = _identity(request)  # the batch's headers, where the item names none
+    for name in identity:
+        identity[name] = getattr(item, name) or identity[name]
+    started = await app.manager.start_async(
+        _start_request(app, request, body),
+        **_tenancy(request),
+        **identity,
+        idempotency_key=item.idempotency_key,
+    )
+    return start_response(started)
+
+
+def _outcome(message: str, exc: RockError) -> StartBatchOutcome:
+    """A refused item's outcome: the ``Failed`` envelope ``/start_async`` would answer."""
+    return StartBatchOutcome(
+        message=message,
+        error=str(exc) or type(exc).__name__,
+        code=wire_code(exc.code),
+        rock_code=exc.code,
     )
 
 
@@ -288,13 +364,14 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
     return WaitAnyResponse(statuses=statuses, unknown=unknown)
 
 
-def _check_count(app: AdminApp, sandbox_ids: list[str]) -> None:
+def _check_count(app: AdminApp, sandbox_ids: list[Any], field: str = "sandbox_ids") -> None:
     limit = app.settings.batch_max_count
     if len(sandbox_ids) > limit:
+        what = "ids" if field == "sandbox_ids" else field
         raise BadInput(
             InvalidParameter(
-                f"invalid parameter: sandbox_ids: at most {limit} ids, got {len(sandbox_ids)}",
-                field="sandbox_ids",
+                f"invalid parameter: {field}: at most {limit} {what}, got {len(sandbox_ids)}",
+                field=field,
                 value=len(sandbox_ids),
             )
         )

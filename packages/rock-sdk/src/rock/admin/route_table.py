@@ -23,6 +23,8 @@ from rock_core.actions import (
     SandboxStartRequest,
     SandboxStartResponse,
     SandboxStatusResponse,
+    StartBatchRequest,
+    StartBatchResponse,
     WaitAnyRequest,
     WaitAnyResponse,
     WarmPoolsResponse,
@@ -237,6 +239,20 @@ def build_routes(app: AdminApp) -> list[Route]:
             failure="wait for sandboxes failed",
             summary="(rock) Held until the start of any of the sandboxes asked settles (at most "
             "wait seconds, 30 at most); the statuses of those settled.",
+        ),
+        Route(
+            method="POST",
+            path=f"{p}/sandboxes/start_batch",
+            name="start_batch",
+            leader=True,
+            handler=bound(lifecycle.start_batch),
+            body=StartBatchRequest,
+            result=StartBatchResponse,
+            failure="start sandboxes failed",
+            summary="(rock) Accept many starts at once, each as /start_async would (at most "
+            "batch_max_count); one outcome per item, in order: its sandbox or its error.",
+            description="Each item carries what /start_async reads from its headers: user_id, "
+            "experiment_id, namespace, cluster, idempotency_key.",
         ),
         *snapshot_routes(bound),
         *commit_routes(bound),

@@ -9,8 +9,11 @@ process (units, like the rocklet, end with it) unless ``--units-file`` is given:
 are written there at exit and read back at start, as containers outlive a restarted admin.
 
 ``--rocklet process`` serves that rocklet from a process of its own instead (started and ended
-with the admin's): the admin's CPU and memory are then its own, and the rocklet (a thread per
-connection) does not take the admin's interpreter lock, as a sandbox's rocklet would not.
+with the admin's, its pid in ``rocklet.pid`` beside ``--units-file``): the admin's CPU and memory
+are then its own, as a sandbox's rocklet's would be. That rocklet answers the engine's readiness
+probes in an event loop, and hands every other connection to the real rocklet's thread
+(:mod:`rock_core.testing.loop_rocklet`): 16,000 probes at once are 16,000 short answers, not
+16,000 threads.
 
 ``--start-seconds LO,HI`` makes every unit's start take a uniformly random LO..HI seconds (a
 container's start; default: none), waited without a process or CPU. ``--profile FILE`` writes a
@@ -34,7 +37,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,8 +85,9 @@ def _save_units(runtime: Any, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _rocklet_process() -> Iterator[tuple[str, int]]:
-    """A rocklet in a process of its own (``--serve-rocklet``); yield its ``(host, port)``."""
+def _rocklet_process(pid_file: Path | None) -> Iterator[tuple[str, int]]:
+    """A rocklet in a process of its own (``--serve-rocklet``), its pid written to ``pid_file``;
+    yield its ``(host, port)``."""
     process = subprocess.Popen(
         [sys.executable, "-m", "rock.bench.scripted_admin", "--serve-rocklet"],
         stdout=subprocess.PIPE,
@@ -93,6 +96,8 @@ def _rocklet_process() -> Iterator[tuple[str, int]]:
     try:
         assert process.stdout is not None
         host, port = process.stdout.readline().split()
+        if pid_file is not None:
+            pid_file.write_text(str(process.pid))
         yield host, int(port)
     finally:
         process.terminate()
@@ -100,14 +105,16 @@ def _rocklet_process() -> Iterator[tuple[str, int]]:
 
 
 def _serve_rocklet() -> int:
-    """Serve a rocklet, print ``host port``, and end with the process that started this one."""
-    from rock_core.testing import rocklet_in_thread
+    """Serve a rocklet whose readiness probes an event loop answers
+    (:class:`rock_core.testing.loop_rocklet.LoopFirstRocklet`), print ``host port``, and end with
+    the process that started this one."""
+    from rock_core.testing.loop_rocklet import serve_loop_first_rocklet
 
     parent = os.getppid()
-    with rocklet_in_thread() as (host, port):
-        print(host, port, flush=True)
-        while os.getppid() == parent:  # the admin was killed: this one ends too
-            time.sleep(0.5)
+    serve_loop_first_rocklet(
+        lambda address: print(*address, flush=True),
+        until=lambda: os.getppid() != parent,  # the admin was killed: this one ends too
+    )
     return 0
 
 
@@ -136,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     with socket.socket() as reserved:
         reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         reserved.bind((settings.host, settings.port))
-        with rocklet_in_thread() if args.rocklet == "thread" else _rocklet_process() as address:
+        pid_file = None if args.units_file is None else args.units_file.parent / "rocklet.pid"
+        rocklet = rocklet_in_thread() if args.rocklet == "thread" else _rocklet_process(pid_file)
+        with rocklet as address:
             reserved.close()
             runtime = _runtime(address, args.start_seconds)
             if args.units_file is not None:

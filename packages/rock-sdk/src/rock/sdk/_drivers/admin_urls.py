@@ -13,9 +13,12 @@ from rock_core.errors import InvalidParameter
 
 __all__ = ["IDEMPOTENCY_HEADER", "KEYED_POSTS", "SAFE_POSTS", "admin_urls", "safe_to_repeat"]
 
-# POST routes a second admin may be sent after the first may have received them: reads, and what
-# the transport already repeats as idempotent (stop, delete). A command, a write: never.
-SAFE_POSTS = frozenset({"/stop", "/delete", "/read_file", "/list_dir", "/stat"})
+# POST routes a second admin may be sent after the first may have received them: reads, what
+# the transport already repeats as idempotent (stop, delete), and the SDK's start batches (every
+# item carries its own Idempotency-Key). A command, a write: never.
+SAFE_POSTS = frozenset(
+    {"/stop", "/delete", "/read_file", "/list_dir", "/stat", "/sandboxes/start_batch"}
+)
 # POST routes safe to repeat when they carry an Idempotency-Key header: the admin answers a
 # second start with the key by the first one's sandbox.
 KEYED_POSTS = frozenset({"/start", "/start_async"})

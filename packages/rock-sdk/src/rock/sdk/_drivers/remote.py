@@ -24,14 +24,13 @@ import json
 import os
 import threading
 import urllib.parse
-import uuid
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
 
-from rock.sdk._drivers.admin_urls import IDEMPOTENCY_HEADER, admin_urls
+from rock.sdk._drivers.admin_urls import admin_urls
 from rock.sdk._drivers.connect import (
     PortConnection,
     Shell,
@@ -40,7 +39,7 @@ from rock.sdk._drivers.connect import (
     check_port,
     connect_websocket,
 )
-from rock.sdk._drivers.remote_waits import RemoteWaits
+from rock.sdk._drivers.remote_starts import RemoteStarts
 from rock.sdk._drivers.remote_wire import (
     API_PREFIX,
     command_timeout,
@@ -88,7 +87,7 @@ Resp = TypeVar("Resp")
 _LIST_PAGE_SIZE = 500
 
 
-class RemoteDriver(RemoteWaits):
+class RemoteDriver(RemoteStarts):
     """Sandboxes of a rock (or ROCK) admin server, through its HTTP API.
 
     :param base_url: the server, e.g. ``http://127.0.0.1:8080`` (``config.base_url`` or
@@ -135,43 +134,6 @@ class RemoteDriver(RemoteWaits):
         return f"RemoteDriver({urls!r})"
 
     # -- Driver: lifecycle -----------------------------------------------------------------------
-
-    async def start_async(
-        self,
-        request: SandboxStartRequest,
-        *,
-        user_id: str | None = None,
-        experiment_id: str | None = None,
-        namespace: str | None = None,
-        cluster: str | None = None,
-    ) -> SandboxStartResponse:
-        """``POST /start_async``: accept a start (``pending``); the identity goes in ROCK's headers.
-
-        Each start carries a fresh ``Idempotency-Key``, kept for its retries: the admin answers a
-        repeated key with the first start's sandbox, so a start whose connection failed after
-        it was sent moves on to the next admin URL without starting a second sandbox (a ROCK
-        admin ignores the header).
-        """
-        headers = {
-            name: value
-            for name, value in (
-                ("X-User-Id", user_id),
-                ("X-Experiment-Id", experiment_id),
-                ("X-Namespace", namespace),
-                ("X-Cluster", cluster),
-                (IDEMPOTENCY_HEADER, uuid.uuid4().hex),
-            )
-            if value
-        }
-        result = await self._call(
-            "POST",
-            "/start_async",
-            "start",
-            request.sandbox_id,
-            json=unstructure_wire(request),
-            headers=headers,
-        )
-        return structure_wire(result, SandboxStartResponse, forbid_extra_keys=False)
 
     async def set_warm_pool(self, request: SandboxStartRequest, size: int) -> None:
         """``POST /warmup/tasks`` with rock's ``size``: the admin keeps that many sandboxes ready."""
