@@ -3,7 +3,9 @@ ones (a TCP tunnel into the sandbox, a pseudo-terminal) that bypass the HTTP cli
 
 from __future__ import annotations
 
+import asyncio
 import json
+import socket
 import time
 from urllib.parse import urlencode
 
@@ -16,6 +18,22 @@ from rock_core.rocklet.terminal import UPGRADE as PTY_UPGRADE
 from rock_core.rocklet.tunnel import UPGRADE as TUNNEL_UPGRADE
 
 __all__ = ["RockletConnections"]
+
+_PROBE = b"GET /is_alive HTTP/1.1\r\nHost: rocklet\r\nConnection: close\r\n\r\n"
+
+
+def _family(host: str) -> int | None:
+    """The address family of ``host`` when it is a unix socket's path or an IP address, else
+    ``None`` (a name, to be resolved)."""
+    if host.startswith("/"):
+        return socket.AF_UNIX
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        return family
+    return None
 
 
 class RockletConnections:
@@ -33,14 +51,44 @@ class RockletConnections:
 
         For readiness polling, where most attempts fail (nothing listens yet, or Docker's proxy
         accepts and then drops the connection): such an attempt costs a connect and a read, a
-        small fraction of a pooled client's request.
+        small fraction of a pooled client's request. On asyncio, with an address (not a name),
+        the socket is the event loop's own (a third of anyio's ``connect_tcp`` in CPU, which
+        resolves, races address families and makes a task group for each connection).
         """
-        request = b"GET /is_alive HTTP/1.1\r\nHost: rocklet\r\nConnection: close\r\n\r\n"
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        family = _family(self.host) if loop is not None else None
+        if loop is None or family is None:
+            return await self._probe_streams(timeout)
+        try:
+            head = await asyncio.wait_for(self._probe_socket(loop, family), timeout)
+        except (TimeoutError, OSError):
+            return False
+        return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
+
+    async def _probe_socket(self, loop: asyncio.AbstractEventLoop, family: int) -> bytes:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setblocking(False)
+            where = self.host if family == socket.AF_UNIX else (self.host, self.port)
+            await loop.sock_connect(sock, where)
+            await loop.sock_sendall(sock, _PROBE)
+            head = b""
+            while b"\r\n" not in head and len(head) < 256:
+                more = await loop.sock_recv(sock, 256)
+                if not more:
+                    break
+                head += more
+            return head
+
+    async def _probe_streams(self, timeout: float) -> bool:
+        """:meth:`probe` through anyio's streams (another event loop, or a host name)."""
         try:
             with anyio.fail_after(timeout):
                 stream = await self.connect()
                 async with stream:
-                    await stream.send(request)
+                    await stream.send(_PROBE)
                     head = b""
                     while b"\r\n" not in head and len(head) < 256:
                         head += await stream.receive(256)
