@@ -179,6 +179,18 @@ async def test_forks_after_changes_copy_only_the_changes_and_equal_the_parent(
         assert _top_layer_bytes(docker_client, chain[-1]) < 2**20
     await engine.stop(parent)
 
+    # A sandbox started from the last of them (an image of five layers) does the same.
+    child = await engine.start(SandboxStartRequest(**SMALL, snapshot=chain[-1].name))
+    child_id = str(child.sandbox_id)
+    await _sh(engine, child_id, "echo child > /srv/child && sleep 1.1")
+    own = await engine.snapshot(child_id)
+    await _sh(engine, child_id, "rm /srv/keep /srv/child && echo again > /srv/new")
+    again = await _fork_matches(engine, child_id)
+    assert _layers(docker_client, again)[:-1] == _layers(docker_client, own)
+    assert _layers(docker_client, own)[:-1] == _layers(docker_client, chain[-1])
+    assert "/srv/keep" not in await _manifest(engine, child_id)
+    await engine.stop(child_id)
+
 
 async def test_a_change_the_delta_does_not_handle_falls_back_to_a_full_commit_as_right(
     engine, docker_client

@@ -10,8 +10,9 @@ built in the sandbox: ``pip install`` with no index); then, in the same run:
   queue), until all run, against the cold starts (issue #25's goal: <= 1.2x); the parent has
   not changed since its snapshot, so the fork starts from it (capability ``snapshot_reuse``);
 - the parent changes (one file written, as an episode's step), then a fork of ``count`` again:
-  this one takes a new snapshot (``docker commit`` of all the parent's changes) before its
-  starts, against the same cold starts and goal;
+  this one takes a new snapshot before its starts, against the same cold starts and goal; on
+  Docker an incremental one (the first snapshot's image plus one layer of the step, so the
+  200 MiB are not copied again: :mod:`rock_docker._snapshot_delta`);
   each fork split into the fork call (the snapshot, or the check that it is unchanged) and the
   starts after it, to show where the time goes;
 - ``count`` starts from a warm pool of the fork's snapshot (claims), their p50;
