@@ -202,9 +202,13 @@ class SqliteRecordStore(RecordStore):
             self._db.commit()
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
-        """The record of ``sandbox_id``, or ``None``."""
+        """The record of ``sandbox_id``, or ``None``. A put of it still pending in the group is
+        the answer; the group is not written for one read (a start reads twice, for its
+        idempotency key, and each written group's rows would cost a JSON document each)."""
         with self._lock:
-            self._write_pending()
+            pending = self._pending.get(sandbox_id)
+            if pending is not None:
+                return pending
             row = self._db.execute(
                 "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
             ).fetchone()
