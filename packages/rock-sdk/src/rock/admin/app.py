@@ -209,6 +209,9 @@ class AdminApp:
         self.keys = KeyRing(settings.api_keys)
         #: ``/upload`` bodies read at once (rock.admin.files.upload): the rest wait their turn.
         self.upload_slots = anyio.Semaphore(settings.max_concurrent_uploads)
+        #: ``/sandboxes/start_batch`` requests are served one after another, first come first
+        #: served (rock.admin.lifecycle.start_batch): the first batch is answered first.
+        self.start_batches = anyio.Lock()
         # A sandbox's own services (rock.admin.proxy, rock.admin.portforward): in front of the
         # body limit (proxied bodies stream, of any size), behind the key gate.
         access = SandboxAccess(lambda: self.manager, TENANT_METADATA_KEY)

@@ -3,7 +3,7 @@ so :mod:`rock.sdk._drivers.remote` stays one module's read.
 
 A trainer starts hundreds or thousands of sandboxes at once from one process (``asyncio.gather``
 of ``Sandbox.start()``). The starts asked in one turn of an event loop are sent together, as one
-``POST /sandboxes/start_batch`` (at most :data:`_BATCH_ITEMS` a request), as the GEM batches send
+``POST /sandboxes/start_batch`` (:data:`_BATCH_ITEMS` a request), as the GEM batches send
 an env's steps (:mod:`rock.sdk.envs._backend`): one request and one answer instead of one each,
 for the trainer's process and the admin's. Each item is still admitted for the caller's tenant,
 and each caller gets its own sandbox or its own error (the one ``/start_async`` would have
@@ -28,8 +28,9 @@ from rock_core.errors import InvalidParameter, NotSupported
 __all__ = ["RemoteStarts"]
 
 #: Starts in one ``/sandboxes/start_batch`` request (the admin's ``batch_max_count`` is 2,000
-#: by default); a larger turn's starts go as several requests at once.
-_BATCH_ITEMS = 500
+#: by default); a larger turn's starts go as several requests at once, which the admin serves
+#: in turn (the first answered first: smaller batches, earlier answers).
+_BATCH_ITEMS = 250
 
 _IDENTITY = (
     ("user_id", "X-User-Id"),

@@ -61,6 +61,7 @@ class _Gatherer:
         self._waits: dict[str, set[asyncio.Future[SandboxStatusResponse | None]]] = {}
         self._unsent: dict[str, None] = {}  # ids in no request in flight, in order
         self._asking = 0
+        self._flush_soon = False
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def settled(self, sandbox_id: str) -> SandboxStatusResponse | None:
@@ -83,6 +84,14 @@ class _Gatherer:
                 self._unsent.pop(sandbox_id, None)
 
     def _ask_more(self) -> None:
+        """Send the unsent ids at the end of this loop turn: the waits that begin in one turn
+        (a start batch's answer settles hundreds) go in one request, not one request each."""
+        if not self._flush_soon:
+            self._flush_soon = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_soon = False
         while self._unsent and self._asking < _MAX_GATHERED:
             ids = list(self._unsent)[:_GATHER_IDS]
             for sandbox_id in ids:
