@@ -384,7 +384,7 @@ async def _flood_stalled(sandbox: Sandbox, still_for: float = 2.0) -> int:
 async def test_websocket_back_pressure_a_client_that_does_not_read_holds_the_service(
     proxy_admin: Any, target: Sandbox
 ) -> None:
-    # The service sends 512 MiB (random: compression does not shrink it) as fast as it can; the
+    # The service sends 128 MiB (random: compression does not shrink it) as fast as it can; the
     # client reads none of it until the service is held (its count of sent MiB stops growing,
     # short of the flood). The proxy passes messages one at a time and waits for the client, so
     # the admin holds a few MiB at most, not the flood; then every message arrives.
@@ -392,9 +392,9 @@ async def test_websocket_back_pressure_a_client_that_does_not_read_holds_the_ser
     url = _ws_base(proxy_admin, target.sandbox_id) + f"/port/{WS_PORT}/"
     async with ws_connect(url, additional_headers=A, max_size=None, max_queue=1, proxy=None) as ws:
         before = _rss(pid)
-        await ws.send("flood 512")
+        await ws.send("flood 128")
         sent = await _flood_stalled(target)
-        assert sent < 512, "the whole flood left the service for a client that reads nothing"
+        assert sent < 128, "the whole flood left the service for a client that reads nothing"
         held = _rss(pid) - before
         assert held < 64 * 1024 * 1024, (
             f"the admin holds {held / 2**20:.0f} MiB of a client's unread messages"
@@ -403,7 +403,7 @@ async def test_websocket_back_pressure_a_client_that_does_not_read_holds_the_ser
         while (message := await ws.recv()) != "flood done":
             assert len(message) == 1 << 20
             count += 1
-        assert count == 512
+        assert count == 128
 
 
 async def _close_of(url: str, headers: dict[str, str]) -> tuple[int, str]:
