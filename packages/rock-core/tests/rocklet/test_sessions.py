@@ -340,14 +340,15 @@ def test_remote_user_runs_the_shell_as_that_user(rocklet):
         subprocess.run(["userdel", "-r", user], check=False, capture_output=True)
 
 
-def _process_running(pattern: str) -> bool:
-    """Whether a process whose command line contains ``pattern`` exists."""
+def _process_running(command_line: str) -> bool:
+    """Whether a process whose whole command line is ``command_line`` exists (whole: another
+    test's or a sandbox's ``sleep 1000`` is not this test's ``sleep 100``)."""
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if pattern.encode() in f.read().replace(b"\0", b" "):
+                if f.read().rstrip(b"\0").replace(b"\0", b" ") == command_line.encode():
                     return True
         except OSError:
             continue
@@ -355,7 +356,7 @@ def _process_running(pattern: str) -> bool:
 
 
 def _wait_for_process(pattern: str) -> None:
-    """Block until a process whose command line contains ``pattern`` exists."""
+    """Block until a process whose whole command line is ``pattern`` exists."""
     eventually(
         lambda: _process_running(pattern),
         what=f"a process running {pattern!r}",
