@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import anyio
 import pytest
 
 from rock_core.actions import SandboxStartRequest
@@ -97,3 +98,39 @@ async def test_reconcile_hands_the_running_sandboxes_policies_to_the_runtime(
     core: Any = engine._core
     await reconcile.egress.sync(core)
     assert policed.synced[-1] == {_unit(engine, with_policy.sandbox_id): POLICY}
+
+
+class SlowFirewall(PolicedRuntime):
+    """Takes its time as the host's firewall does, and puts back, as rock-docker's reconcile
+    does, the policy it is handed for a unit whose rules differ."""
+
+    async def set_egress(self, handle: UnitHandle, policy: EgressPolicy | None) -> None:
+        await anyio.sleep(0.1)
+        self.policies[handle.unit_id] = policy
+
+    async def sync_egress(self, wanted: Mapping[str, tuple[UnitHandle, EgressPolicy]]) -> None:
+        await anyio.sleep(0.2)
+        for unit, (_handle, policy) in wanted.items():
+            if self.policies.get(unit) != policy:
+                self.policies[unit] = policy
+
+
+async def test_a_reconcile_during_an_update_does_not_put_the_old_policy_back(
+    rocklet: tuple[str, int],
+):
+    firewall = SlowFirewall(rocklet)
+    config = EngineConfig(timer_interval=3600, reconcile_interval=3600)
+    opened = EgressPolicy.deny_all([*POLICY.rules, EgressRule.allow("10.0.0.6", [80], "tcp")])
+    async with SandboxManager(config, runtime=firewall) as engine:
+        started = await engine.start(
+            SandboxStartRequest(image="scripted:1", egress=POLICY.to_dict())
+        )
+        unit = _unit(engine, started.sandbox_id)
+        core: Any = engine._core
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(engine.update_egress, started.sandbox_id, opened.to_dict())
+            await anyio.sleep(0.01)  # the update is under way, its record not saved yet
+            tg.start_soon(reconcile.egress.sync, core)
+        assert engine.get_record(started.sandbox_id).spec.egress == opened
+        assert firewall.policies[unit] == opened
+        await engine.stop(started.sandbox_id)

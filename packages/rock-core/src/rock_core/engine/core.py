@@ -111,6 +111,9 @@ class EngineCore:
         self.removals = Removals(
             runtime, self.queue, self.live, remove_on_close=config.remove_on_close
         )
+        #: Held by an egress update and by the egress reconcile, one at a time: a reconcile
+        #: that read the policies before an update would put the old one back after it.
+        self.egress_changes = anyio.Lock()
         #: The rocklet the runtime brings into its units (made when the engine opens).
         self.rocklet_delivery: RockletDelivery | None = None
         #: Called with the seconds from request to running of every start (the admin's histogram).

@@ -6,7 +6,9 @@
   before its rocklet is asked anything (a start, a restart, a claimed warm-pool member): the
   sandbox's first command already runs under it. A policy that cannot be applied fails the start.
 - :func:`update_egress`: a running sandbox's policy replaced (the rules changed before the call
-  returns, then the record saved: a restart of the engine applies what the record says).
+  returns, then the record saved: a restart of the engine applies what the record says); never
+  at the same time as :func:`sync` (``EngineCore.egress_changes``), whose policies read before
+  the update would otherwise put the old rules back after it.
 - :func:`sync`: every reconcile interval, the runtime puts back what is missing of the running
   sandboxes' rules (an admin restart, a firewall flushed, dockerd restarted) and removes the
   rules of units that are gone.
@@ -78,8 +80,9 @@ async def update_egress(
         problem = refusal(core, spec)
         if problem is not None:
             raise BadRequestRockError(problem, sandbox_id=sandbox_id, attempted="update_egress")
-        await runtime.set_egress(live.handle, checked)
-        core.save(attrs.evolve(live.record, spec=spec))
+        async with core.egress_changes:  # never beside a reconcile (see sync)
+            await runtime.set_egress(live.handle, checked)
+            core.save(attrs.evolve(live.record, spec=spec))
         return live.record
 
 
@@ -88,14 +91,17 @@ async def sync(core: EngineCore) -> None:
     of units gone); a failure is logged and tried again at the next interval."""
     if not core.runtime.capabilities.egress:
         return
-    wanted = {
-        live.handle.unit_id: (live.handle, live.record.spec.egress)
-        for live in list(core.live.values())
-        if live.record.state is State.RUNNING
-        and live.handle is not None
-        and live.record.spec.egress is not None
-    }
-    try:
-        await core.runtime.sync_egress(wanted)
-    except RockError as exc:
-        log.warning("could not check the sandboxes' egress rules: %s", exc)
+    # One at a time with updates: policies read before an update, handed to the runtime after
+    # it, would put the old rules back (the runtime rewrites a unit's rules that differ).
+    async with core.egress_changes:
+        wanted = {
+            live.handle.unit_id: (live.handle, live.record.spec.egress)
+            for live in list(core.live.values())
+            if live.record.state is State.RUNNING
+            and live.handle is not None
+            and live.record.spec.egress is not None
+        }
+        try:
+            await core.runtime.sync_egress(wanted)
+        except RockError as exc:
+            log.warning("could not check the sandboxes' egress rules: %s", exc)
