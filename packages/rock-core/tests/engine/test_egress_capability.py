@@ -68,12 +68,12 @@ def test_a_host_network_sandbox_cannot_have_a_policy():
 
 
 def test_speedup_mirrors_are_allowed_when_the_policy_denies_by_default():
-    policy = EgressPolicy.deny_all([EgressRule.allow("10.1.2.3", [443])])
+    policy = EgressPolicy.deny_all([EgressRule.allow("198.51.100.3", [443])])
     opened = with_mirrors(
-        policy, ["http://10.9.8.7:3141/simple", "https://mirror.example.org/pypi"]
+        policy, ["http://198.51.100.7:3141/simple", "https://mirror.example.org/pypi"]
     )
-    assert EgressRule("allow", "10.9.8.7/32", ("3141",), "tcp") in opened.rules
-    bare = with_mirrors(policy, ["10.9.8.6"])
-    assert EgressRule("allow", "10.9.8.6/32", ("80", "443"), "tcp") in bare.rules
+    assert EgressRule("allow", "198.51.100.7/32", ("3141",), "tcp") in opened.rules
+    bare = with_mirrors(policy, ["198.51.100.6"])
+    assert EgressRule("allow", "198.51.100.6/32", ("80", "443"), "tcp") in bare.rules
     assert opened.domains == ("mirror.example.org",)
-    assert with_mirrors(EgressPolicy(default="allow"), ["http://10.9.8.7/"]) == EgressPolicy()
+    assert with_mirrors(EgressPolicy(default="allow"), ["http://198.51.100.7/"]) == EgressPolicy()
