@@ -148,3 +148,41 @@ def test_a_rocklet_started_with_sighup_ignored_still_hangs_the_terminal_up(
         )
     finally:
         rocklet.stop()
+
+
+def test_a_terminal_opened_while_the_rocklet_warms_up_starts_its_program(
+    pyz: Path, tmp_path: Path
+) -> None:
+    """The rocklet has threads (its warm-up imports the endpoints after the first answer): a
+    program on a terminal must start even when the terminal is opened in the middle of those
+    imports. A child forked from the threaded rocklet that ran Python before its exec could
+    wait forever on an import lock another thread held at the fork (seen in a sandbox's first
+    shell, about one start in three)."""
+    from .conftest import start_rocklet
+
+    for attempt in range(12):
+        (tmp_path / str(attempt)).mkdir()
+        rocklet = start_rocklet("pyz", pyz, tmp_path / str(attempt))
+        try:
+            assert rocklet.client.get("/is_alive").status_code == 200  # the warm-up starts
+            terminal = Terminal(rocklet, "command=echo+opened-%24((6*7))")
+            terminal.expect(b"opened-42", timeout=10)
+            assert terminal.wait_exit() == 0
+            terminal.sock.close()
+        finally:
+            rocklet.stop()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="switching to another user needs root")
+def test_a_terminal_runs_as_the_user_asked_for_in_its_home(rocklet: RockletProcess) -> None:
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    terminal = Terminal(
+        rocklet, "user=nobody&command=id+-u;id+-g;pwd;:+</dev/tty+%26%26+echo+ctty-ok"
+    )
+    assert terminal.wait_exit() == 0
+    lines = terminal.output.decode().split()
+    home = nobody.pw_dir if os.path.isdir(nobody.pw_dir) else "/"
+    assert lines[:3] == [str(nobody.pw_uid), str(nobody.pw_gid), home]
+    assert lines[3] == "ctty-ok"  # /dev/tty opens: the terminal is its controlling terminal

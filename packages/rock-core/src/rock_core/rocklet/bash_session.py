@@ -62,7 +62,7 @@ from .errors import (
     SessionExitedError,
     SessionNotInitializedError,
 )
-from .pty_shell import hang_up, kill_foreground, spawn_on_pty, write_all
+from .pty_shell import Child, hang_up, kill_foreground, spawn_on_pty, write_all
 
 __all__ = ["BashSession", "DEFAULT_PATH"]
 
@@ -123,7 +123,7 @@ class BashSession:
         self._pending = bytearray()  # output read past the last prompt
         self._fd = -1
         self._cmd_fd = -1
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: Child | None = None
         self._shell_pid = 0
         self._closing = False
         self.dead = False

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 from .errors import BadRequest
 from .http_messages import Request, Response
+from .pty_shell import exit_code, spawn_on_terminal
 
 __all__ = ["DATA", "EXIT", "RESIZE", "UPGRADE", "encode_frame", "open_pty", "FrameReader"]
 
@@ -180,7 +181,7 @@ class Terminal(Response):
                     break
             if status is None:
                 status = _wait(pid, client_gone.is_set())
-            conn.sendall(encode_frame(EXIT, exit_payload(_exit_code(status))))
+            conn.sendall(encode_frame(EXIT, exit_payload(exit_code(status))))
         except OSError:
             pass
         finally:
@@ -214,14 +215,6 @@ def _wait(pid: int, hang_up: bool) -> int:
         return os.waitpid(pid, 0)[1]
     except ChildProcessError:
         return 0
-
-
-def _exit_code(status: int) -> int:
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    if os.WIFEXITED(status):
-        return os.WEXITSTATUS(status)
-    return 1
 
 
 def _account(user: str) -> tuple[Any | None, str]:
@@ -266,41 +259,18 @@ def open_pty(request: Request) -> Terminal:
     if entry is not None:
         home = entry.pw_dir or "/"
         env.update(HOME=home, USER=entry.pw_name, LOGNAME=entry.pw_name, SHELL=shell)
-    # The window size is set before the fork: the program sees it from its first instruction,
+    # The window size is set before the program starts: it sees it from its first instruction,
     # and a resize the client sends later always comes after it.
     master, slave = os.openpty()
     _set_size(slave, rows, cols)
-    pid = os.fork()
-    if (
-        pid == 0
-    ):  # the child: a session on the terminal, become the user, then the program; never return
-        try:
-            import fcntl
-            import termios
-
-            from .pty_shell import default_signals
-
-            os.close(master)
-            os.setsid()
-            fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
-            default_signals()
-            for fd in (0, 1, 2):
-                os.dup2(slave, fd)
-            if slave > 2:
-                os.close(slave)
-            if entry is not None and user:
-                os.setgroups(os.getgrouplist(entry.pw_name, entry.pw_gid))
-                os.setgid(entry.pw_gid)
-                os.setuid(entry.pw_uid)
-            try:
-                os.chdir(home)
-            except OSError:
-                os.chdir("/")
-            os.execvpe(argv[0], argv, env)
-        except BaseException as exc:  # noqa: BLE001 - the child must never return into the server
-            try:
-                os.write(2, ("rocklet: cannot start %s: %s\r\n" % (argv[0], exc)).encode())
-            finally:
-                os._exit(127)
-    os.close(slave)
+    uid = gid = -1
+    if entry is not None and user:
+        uid, gid = entry.pw_uid, entry.pw_gid
+    try:
+        pid = spawn_on_terminal(argv, env, slave, home=home, uid=uid, gid=gid)
+    except OSError as exc:
+        os.close(master)
+        raise BadRequest("cannot start %s: %s" % (argv[0], exc)) from None
+    finally:
+        os.close(slave)
     return Terminal(pid, master)
