@@ -30,6 +30,7 @@ from rock_docker._errors import explain
 from rock_docker._images import image_present, pull_image
 from rock_docker._networks import Networks
 from rock_docker._options import DockerOptions
+from rock_docker._raw_api import create_container as create_lean
 from rock_docker._rocklet_sockets import RockletSockets, free_port
 
 __all__ = ["ContainerMaker", "RunInThread"]
@@ -161,8 +162,8 @@ class ContainerMaker:
                 host = dict(config.host)
                 if options.egress_dns and network not in ("host", "none"):
                     host["dns"] = [options.egress_dns.split(":")[0]]  # egress domains' resolver
-                container = api.create_container(
-                    host_config=api.create_host_config(**host), **config.create
+                container = create_lean(
+                    api, host_config=api.create_host_config(**host), **config.create
                 )
             except docker.errors.ImageNotFound:
                 if not remembered:

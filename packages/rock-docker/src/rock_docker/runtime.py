@@ -76,6 +76,7 @@ from rock_docker._images import UnitImages
 from rock_docker._networks import Networks
 from rock_docker._observation import handle_of, image_of, inspect_unit
 from rock_docker._options import DockerOptions
+from rock_docker._raw_api import close_client, start_container
 from rock_docker._rocklet_sockets import RockletSockets
 from rock_docker._snapshot import (
     APPLY_DELETIONS,
@@ -250,7 +251,7 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
             api = self._docker().api
             self._sockets.offer_listener(api, handle)
             try:
-                api.start(handle.unit_id)
+                start_container(api, handle.unit_id)
             except docker.errors.NotFound:
                 self._sockets.cancel(handle.unit_id)
                 raise
@@ -595,4 +596,4 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
             client, self._client, self._closed = self._client, None, True
         self._sockets.close()
         if client is not None:
-            await anyio.to_thread.run_sync(client.close)
+            await anyio.to_thread.run_sync(close_client, client)
