@@ -56,7 +56,9 @@ class RecordStore(abc.ABC):
 
     - **Write-through.** :meth:`put` returns once the record is durable as far as the store
       promises (:attr:`persistent`): a process killed right after loses nothing it was told was
-      written, and a second store opened on the same place reads it at once.
+      written, and a second store opened on the same place reads it at once. (With
+      :attr:`group_commits` set, a put on an event loop is durable at its turn's end, or at
+      :meth:`commit`.)
     - **One row per sandbox**, replaced whole by each :meth:`put`; rows are never deleted by the
       lifecycle (a deleted sandbox keeps its row in state ``deleted``), only by
       :meth:`purge_deleted`.
@@ -77,6 +79,15 @@ class RecordStore(abc.ABC):
 
     #: The version of the layout this class writes and reads; stored in the store.
     schema_version: ClassVar[int] = 1
+    #: Whether the store can group its commits (:attr:`group_commits`, :meth:`commit`).
+    can_group_commits: ClassVar[bool] = False
+    #: Set by the caller (the admin) on a store that :attr:`can_group_commits`: a put made on an
+    #: event loop is then written with the other puts of the loop's turn, at its end, in one
+    #: write (a record put several times in the turn written once, as last put), and the caller
+    #: calls :meth:`commit` before it tells anyone a put was made (the admin: before every
+    #: answer), so nothing acknowledged is lost still. A put made off a loop is written at once,
+    #: and never undone by an older pending one; a read sees every put.
+    group_commits: bool = False
 
     @property
     @abc.abstractmethod
@@ -99,6 +110,13 @@ class RecordStore(abc.ABC):
     @abc.abstractmethod
     def put(self, record: SandboxRecord) -> None:
         """Insert or replace ``record`` (keyed by its ``sandbox_id``), durably (write-through)."""
+
+    def commit(self) -> None:
+        """Write and commit the puts a group has pending (see :attr:`group_commits`); nothing
+        when none is (the default: every put is written through).
+
+        :raises StoreUnavailable: the store cannot be reached; the puts stay pending.
+        """
 
     @abc.abstractmethod
     def get(self, sandbox_id: str) -> SandboxRecord | None:
