@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import types
 import typing
@@ -75,6 +76,8 @@ _JSON = st.recursive(
 )
 
 
+# Strategies are built once per type (cached): the same strategies, not rebuilt for each example.
+@functools.cache
 def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     """A strategy producing valid values of the annotated type ``tp``."""
     if tp is Any:
@@ -114,6 +117,7 @@ def strategy_for(tp: Any) -> st.SearchStrategy[Any]:
     raise TypeError(f"no strategy for {tp!r}: teach strategy_for about it")
 
 
+@functools.cache
 def instances_of(cls: type) -> st.SearchStrategy[Any]:
     """Instances of the attrs class ``cls``; fields with defaults are sometimes left out."""
     hints = typing.get_type_hints(cls)
