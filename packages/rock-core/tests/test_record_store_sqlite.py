@@ -13,9 +13,12 @@ from typing import Any
 import attrs
 import pytest
 
-from rock_core.engine.store import SqliteRecordStore
+from rock_core.converters import structure_store, unstructure_store
+from rock_core.engine.store import SqliteRecordStore, record_document
 from rock_core.errors import InvalidParameter
+from rock_core.models import SandboxRecord
 from rock_core.records import RecordStore
+from rock_core.states import State
 from rock_core.testing import RecordStoreConformance, sample_record
 
 
@@ -190,3 +193,88 @@ def test_closing_commits_what_a_group_has_pending(tmp_path: Path) -> None:
         assert again.get("sb-1") is not None
     finally:
         again.close()
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        sample_record("sb-running"),
+        sample_record("sb-deleted", state=State.DELETED, owner=None),
+        attrs.evolve(
+            sample_record("sb-bare"),
+            phases={},
+            port_mapping={},
+            host_name=None,
+            security={},
+            notes=(),
+            rocklet_address=("10.0.0.2", 22555),
+            paused_time=sample_record().create_time,
+            auto_transition_state=State.DELETED,
+        ),
+    ],
+    ids=["running", "deleted", "sparse"],
+)
+def test_a_stored_record_is_the_document_the_store_converter_writes(
+    record: SandboxRecord,
+) -> None:
+    assert json.loads(record_document(record)) == unstructure_store(record)
+    again = attrs.evolve(record, reason="saved again")  # the same spec: its text is reused
+    assert json.loads(record_document(again)) == unstructure_store(again)
+
+
+def test_a_state_folder_written_by_the_previous_rock_loads(tmp_path: Path) -> None:
+    # The previous rock wrote each row's document with json.dumps(unstructure_store(record)).
+    path = tmp_path / "rock.db"
+    records = [sample_record(f"sb-{n}", state=state) for n, state in enumerate(State)]
+    db = sqlite3.connect(path)
+    db.executescript(_OLD_SCHEMA)
+    db.executemany(
+        "INSERT INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?)",
+        [
+            (
+                r.sandbox_id,
+                r.state.value,
+                r.owner,
+                r.spec.user_id,
+                r.spec.experiment_id,
+                r.spec.namespace,
+                r.spec.cluster,
+                r.spec.image,
+                r.create_time.isoformat(),
+                json.dumps(unstructure_store(r), separators=(",", ":")),
+            )
+            for r in records
+        ],
+    )
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    store = SqliteRecordStore(path)
+    try:
+        assert store.list() == sorted(records, key=lambda r: r.sandbox_id)
+        changed = attrs.evolve(records[0], reason="written by this rock")
+        store.put(changed)
+    finally:
+        store.close()
+    db = sqlite3.connect(path)
+    [[text]] = db.execute("SELECT record FROM sandbox WHERE sandbox_id = 'sb-0'").fetchall()
+    db.close()
+    assert structure_store(json.loads(text), SandboxRecord) == changed
+
+
+_OLD_SCHEMA = """
+CREATE TABLE sandbox (
+    sandbox_id    TEXT PRIMARY KEY,
+    state         TEXT NOT NULL,
+    owner         TEXT,
+    user_id       TEXT,
+    experiment_id TEXT,
+    namespace     TEXT,
+    cluster       TEXT,
+    image         TEXT NOT NULL,
+    create_time   TEXT NOT NULL,
+    record        TEXT NOT NULL
+);
+CREATE INDEX sandbox_state ON sandbox (state);
+CREATE INDEX sandbox_owner_state ON sandbox (owner, state);
+"""

@@ -15,8 +15,8 @@ The file records its schema version in SQLite's ``PRAGMA user_version`` (a file 
 before the version was kept reads 0 and is version 1); a newer version is refused.
 
 Queries used on the hot path (by id, by state) are indexed columns; the full record is a JSON
-blob written by rock-core's ``store`` converter, which skips unknown keys so an older rock reads
-a newer rock's file.
+blob (:func:`record_document`: what rock-core's ``store`` converter writes, made faster), read by
+that converter, which skips unknown keys so an older rock reads a newer rock's file.
 """
 
 from __future__ import annotations
@@ -27,17 +27,24 @@ import json
 import os
 import sqlite3
 import threading
+import types
+import typing
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
+import attrs
+
+from rock_core.converters import store as store_converter
 from rock_core.converters import structure_store, unstructure_store
-from rock_core.models import SandboxRecord
+from rock_core.models import SandboxRecord, SandboxSpec
 from rock_core.private_paths import private_file
 from rock_core.records import RecordStore, check_filters, newer_schema
 from rock_core.states import State
 
-__all__ = ["SqliteRecordStore"]
+__all__ = ["SqliteRecordStore", "record_document"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandbox (
@@ -60,6 +67,61 @@ CREATE INDEX IF NOT EXISTS sandbox_owner_state ON sandbox (owner, state);
 _PUT = "INSERT OR REPLACE INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?)"
 
 
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def _field_writer(kind: Any) -> Callable[[Any], Any] | None:
+    """How a record field of type ``kind`` becomes JSON-ready: ``None`` when it already is (a
+    ``str``, an ``int``), else the ``store`` converter's own hook for the type, called directly
+    (an optional's: its type's hook, called only on a value; ``None`` stays)."""
+    if kind in (str, int, bool, float):
+        return None
+    args = typing.get_args(kind)
+    if isinstance(kind, types.UnionType) and len(args) == 2 and type(None) in args:
+        return _field_writer(next(a for a in args if a is not type(None)))  # None: as it is
+    hook: Callable[[Any], Any] = store_converter.get_unstructure_hook(kind)
+    return hook
+
+
+attrs.resolve_types(SandboxRecord)
+_WRITERS = tuple(
+    (field.name, _field_writer(field.type))
+    for field in attrs.fields(SandboxRecord)
+    if field.name != "spec"
+)
+# The JSON text of each live spec, by the spec's identity: a record is saved about four times
+# per start, each time with the same (frozen) spec, its largest part. An entry goes with its spec.
+_spec_texts: dict[int, tuple[weakref.ref[SandboxSpec], str]] = {}
+
+
+def _spec_text(spec: SandboxSpec) -> str:
+    key = id(spec)
+    found = _spec_texts.get(key)
+    if found is not None and found[0]() is spec:
+        return found[1]
+    text = _encode(unstructure_store(spec))
+
+    def forget(ref: weakref.ref[SandboxSpec]) -> None:
+        entry = _spec_texts.get(key)
+        if entry is not None and entry[0] is ref:
+            _spec_texts.pop(key, None)
+
+    _spec_texts[key] = (weakref.ref(spec, forget), text)
+    return text
+
+
+def record_document(record: SandboxRecord) -> str:
+    """``record`` as the JSON document a store keeps: what ``json.dumps(unstructure_store(record))``
+    reads back as, made at a fraction of its cost (each field by its type's hook, called
+    directly; the spec's text made once per spec). Read with ``structure_store``."""
+    data = {
+        name: value if write is None or value is None else write(value)
+        for name, write in _WRITERS
+        for value in (getattr(record, name),)
+    }
+    return f'{_encode(data)[:-1]},"spec":{_spec_text(record.spec)}}}'
+
+
 def _row(record: SandboxRecord) -> tuple[str | None, ...]:
     """The values of ``record``'s row, in the order of the columns of ``_PUT``."""
     spec = record.spec
@@ -73,7 +135,7 @@ def _row(record: SandboxRecord) -> tuple[str | None, ...]:
         spec.cluster,
         spec.image,
         record.create_time.isoformat(),
-        json.dumps(unstructure_store(record), separators=(",", ":")),
+        record_document(record),
     )
 
 
@@ -90,6 +152,8 @@ class SqliteRecordStore(RecordStore):
     :raises InvalidParameter: naming ``store_path``: the file is a link or another user's, or
         its schema version is newer than this rock knows.
     """
+
+    can_group_commits = True
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = None if path is None else Path(path)

@@ -31,11 +31,16 @@ for a persistent store); listing in creation order with limit and offset; each f
 states, alone and together; an unknown filter refused; counts that match listings; counts by
 state; ``known`` records taken instead of stored ones; purging of deleted rows only, before the
 given time; unknown keys of a stored record skipped; concurrent writers and readers from threads
-losing nothing; ``close`` twice. The tests are synchronous, as the seam is.
+losing nothing; ``close`` twice; for a store that can group its commits
+(``can_group_commits``): a turn's puts read at once, written at its end or at ``commit()``, the
+last put of a record winning, a put from another thread never undone by an older pending one,
+listings and counts seeing the turn's puts, ``close`` writing what is pending. The tests are
+synchronous, as the seam is (a loop of their own where a test needs one).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -342,6 +347,97 @@ class RecordStoreConformance:
         assert failures == []
         assert store.get(record.sandbox_id) in versions
         assert store.count() == 1
+
+    # -- grouped commits (a store that can_group_commits) -------------------------------------
+
+    def _grouping(self, store: RecordStore) -> RecordStore | None:
+        """``store`` grouping its commits, and a second store on the same place (or ``None``)."""
+        if not store.can_group_commits:
+            pytest.skip(f"{type(store).__name__} does not group commits (can_group_commits)")
+        store.group_commits = True
+        return self.reopen(store)
+
+    def test_grouped_puts_are_read_at_once_and_written_together_at_the_turns_end(
+        self, store: RecordStore
+    ) -> None:
+        second = self._grouping(store)
+        records = [sample_record() for _ in range(3)]
+
+        async def turns() -> None:
+            for record in records:  # the phases of a start, saved one after the other
+                store.put(attrs.evolve(record, notes=("phase 1",)))
+                store.put(record)
+            assert [store.get(r.sandbox_id) for r in records] == records  # its own, at once
+            if second is not None:
+                assert second.get(records[0].sandbox_id) is None  # the turn goes on
+            await asyncio.sleep(0)  # the turn ends: the group is written
+            if second is not None:
+                assert [second.get(r.sandbox_id) for r in records] == records
+            later = attrs.evolve(records[0], state=State.STOPPED)
+            store.put(later)
+            store.commit()  # what the admin does before it answers
+            if second is not None:
+                assert second.get(later.sandbox_id) == later
+            assert store.count() == 3
+            assert store.count_by_state() == {State.RUNNING: 2, State.STOPPED: 1}
+
+        try:
+            asyncio.run(turns())
+        finally:
+            if second is not None:
+                second.close()
+
+    def test_a_listing_sees_the_puts_of_the_turn_so_far(self, store: RecordStore) -> None:
+        self._close(self._grouping(store))
+        record = sample_record()
+
+        async def turn() -> None:
+            store.put(record)
+            assert store.list() == [record]
+            assert store.count(states=[State.RUNNING]) == 1
+
+        asyncio.run(turn())
+
+    def test_a_grouped_put_from_another_thread_is_not_undone_by_the_loops_earlier_one(
+        self, store: RecordStore
+    ) -> None:
+        second = self._grouping(store)
+        record = sample_record()
+
+        async def turns() -> None:
+            store.put(attrs.evolve(record, reason="on the loop"))  # pending: the turn goes on
+            await asyncio.to_thread(store.put, attrs.evolve(record, reason="from a thread"))
+            await asyncio.sleep(0)
+            store.commit()
+
+        try:
+            asyncio.run(turns())
+            for reader in (store, second):
+                found = reader.get(record.sandbox_id) if reader is not None else None
+                assert reader is None or (found is not None and found.reason == "from a thread")
+        finally:
+            self._close(second)
+
+    def test_closing_writes_what_a_group_has_pending(self, store: RecordStore) -> None:
+        second = self._grouping(store)
+        if second is None:
+            return  # nothing outlives an in-memory store
+        record = sample_record()
+
+        async def put_and_close() -> None:
+            store.put(record)
+            store.close()  # before the turn's end
+
+        try:
+            asyncio.run(put_and_close())
+            assert second.get(record.sandbox_id) == record
+        finally:
+            second.close()
+
+    @staticmethod
+    def _close(store: RecordStore | None) -> None:
+        if store is not None:
+            store.close()
 
 
 def _field_value(record: SandboxRecord, field: str) -> str:
