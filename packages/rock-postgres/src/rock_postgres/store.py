@@ -9,14 +9,18 @@ connections, and blocks each caller until its query has answered, at most ``call
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import json
+import logging
 import os
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rock_core.converters import structure_store, unstructure_store
+from rock_core.converters import structure_store
+from rock_core.engine.store import record_document
 from rock_core.models import SandboxRecord
 from rock_core.records import RecordStore, StoreUnavailable, check_filters
 from rock_core.states import State
@@ -33,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["PUT", "PostgresRecordStore", "record_row"]
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Insert or replace a record: its values $1 ... $11 (:func:`record_row`).
 PUT = """
@@ -83,7 +89,7 @@ def record_row(record: SandboxRecord) -> tuple[Any, ...]:
         _column(spec.image),
         record.create_time,
         record.delete_time,
-        json.dumps(unstructure_store(record), separators=(",", ":")),
+        record_document(record),
     )
 
 
@@ -117,13 +123,27 @@ class PostgresRecordStore(RecordStore):
         the tables are of a newer schema than this rock knows.
     :raises StoreUnavailable: naming ``store``, the server and the reason, from :meth:`open`
         and any call, when the server cannot be reached or does not answer in time.
+
+    With :attr:`group_commits` (the admin sets it), the puts made in one turn of an event loop
+    are written at its end in one round trip (``executemany``, one transaction), and before
+    every answer (:meth:`commit`): a start saves its record about eight times, each a round
+    trip of its own otherwise, on the event loop.
     """
+
+    can_group_commits = True
 
     def __init__(self, url: str, **options: Any) -> None:
         self.target: Target = read_target(url)
         self.options = PostgresOptions.from_table(options)
         self._loop: LoopThread | None = None
         self._pool: asyncpg.Pool | None = None
+        self.group_commits = False
+        self._lock = threading.Lock()  # guards _pending and _commit_soon
+        # One write of records at a time: a put made off the loop waits for a group being
+        # written, so an older version of its record never lands after it.
+        self._writing = threading.Lock()
+        self._pending: dict[str, SandboxRecord] = {}  # the group's puts, last of each id
+        self._commit_soon = False  # a commit is scheduled at the end of a loop's turn
 
     @property
     def persistent(self) -> bool:
@@ -174,7 +194,13 @@ class PostgresRecordStore(RecordStore):
         return pool
 
     def close(self) -> None:
-        """Close the connections and the store's thread. Idempotent."""
+        """Commit what a group has pending, close the connections and the store's thread.
+        Idempotent."""
+        if self._pending and self._pool is not None:
+            try:
+                self.commit()
+            except Exception as exc:  # the server is gone: nothing more can be done
+                log.warning("%r: %d pending records not written: %s", self, len(self._pending), exc)
         pool, self._pool = self._pool, None
         loop, self._loop = self._loop, None
         if loop is None:
@@ -223,8 +249,55 @@ class PostgresRecordStore(RecordStore):
         )
 
     def put(self, record: SandboxRecord) -> None:
+        loop = self._loop_turn()
+        if loop is not None:
+            with self._lock:
+                self._pending[record.sandbox_id] = record
+                if self._commit_soon:
+                    return
+                self._commit_soon = True
+            loop.call_soon(self._commit_at_turn_end)
+            return
         row = record_row(record)
-        self.call(lambda pool: pool.execute(PUT, *row))
+        with self._writing:
+            with self._lock:  # an older put of it, pending, must not win
+                self._pending.pop(record.sandbox_id, None)
+            self.call(lambda pool: pool.execute(PUT, *row))
+
+    def _loop_turn(self) -> asyncio.AbstractEventLoop | None:
+        """The running loop whose turn's end writes a put now, or ``None``: write it at once."""
+        if not self.group_commits:
+            return None
+        try:
+            return asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+
+    def commit(self) -> None:
+        """Write the group's pending puts in one round trip (nothing when none is pending).
+
+        :raises StoreUnavailable: the server cannot be reached; the puts stay pending.
+        """
+        if not self._pending:
+            return
+        with self._writing:
+            with self._lock:
+                self._commit_soon = False
+                pending = dict(self._pending)  # kept there until written: what get() answers
+            if not pending:
+                return
+            rows = [record_row(record) for record in pending.values()]
+            self.call(lambda pool: pool.executemany(PUT, rows))
+            with self._lock:
+                for sandbox_id, record in pending.items():
+                    if self._pending.get(sandbox_id) is record:
+                        del self._pending[sandbox_id]
+
+    def _commit_at_turn_end(self) -> None:
+        try:
+            self.commit()
+        except Exception as exc:  # kept pending: the next commit (before an answer) tries again
+            log.warning("%r: writing %d records failed: %s", self, len(self._pending), exc)
 
     def leadership(self, name: str, holder: str, ttl: float, address: str | None = None) -> Lease:
         """The lease ``name`` in this database (:class:`rock_postgres.lease.Lease`), its table
@@ -236,6 +309,9 @@ class PostgresRecordStore(RecordStore):
         return lease
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
+        pending = self._pending.get(sandbox_id)
+        if pending is not None:  # put in this turn, not written yet
+            return pending
         data = self.call(
             lambda pool: pool.fetchval(
                 "SELECT record FROM rock_sandbox WHERE sandbox_id = $1", sandbox_id
@@ -263,6 +339,7 @@ class PostgresRecordStore(RecordStore):
         elif offset:
             sql += f" OFFSET ${len(args) + 1}"
             args.append(offset)
+        self.commit()
         rows = self.call(lambda pool: pool.fetch(sql, *args))
         records = []
         for sandbox_id, data in rows:
@@ -277,15 +354,18 @@ class PostgresRecordStore(RecordStore):
     ) -> int:
         where, args = _where(states, filters)
         sql = f"SELECT count(*) FROM rock_sandbox{where}"
+        self.commit()
         return int(self.call(lambda pool: pool.fetchval(sql, *args)))
 
     def count_by_state(self) -> dict[State, int]:
+        self.commit()
         rows = self.call(
             lambda pool: pool.fetch("SELECT state, count(*) FROM rock_sandbox GROUP BY state")
         )
         return {State(state): int(n) for state, n in rows}
 
     def purge_deleted(self, before: datetime) -> int:
+        self.commit()
         rows = self.call(
             lambda pool: pool.fetch(
                 "DELETE FROM rock_sandbox WHERE state = $1 AND delete_time < $2 "

@@ -89,7 +89,6 @@ from rock.admin.status import admin_status
 from rock_core.actions import IsAliveResponse
 from rock_core.converters import structure_wire
 from rock_core.engine.manager import SandboxManager
-from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import (
     InvalidParameter,
     RockError,
@@ -319,9 +318,10 @@ class AdminApp:
             self._manager = manager
             self.metrics.attach(manager)
             records = manager.store
-            if isinstance(records, SqliteRecordStore) and records.persistent:
+            if records.can_group_commits and records.persistent:
                 # A start writes its record about eight times: commit each loop turn's writes
-                # together, and before every answer (__call__), so nothing answered is lost.
+                # together, and before every answer (__call__), so nothing answered is lost
+                # (SQLite: one commit; PostgreSQL: one round trip on the event loop).
                 records.group_commits = True
                 self._commit = records.commit
             log.info(
