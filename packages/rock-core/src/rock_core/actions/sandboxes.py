@@ -153,10 +153,17 @@ class BatchSandboxStatusRequest:
 @attrs.frozen(kw_only=True)
 class WaitAnyRequest:
     """(rock) ``POST /sandboxes/wait_any``: wait up to ``wait`` seconds until the start of any
-    of ``sandbox_ids`` has settled (one held request for many starting sandboxes)."""
+    of ``sandbox_ids`` has settled (one held request for many starting sandboxes).
+
+    ``watch`` (optional): the ids are added to a watch the admin keeps, and the wait is for any
+    id of the watch; each settled id is answered once, then leaves it. ``""`` opens a watch (the
+    answer names it); a client then sends each id once, not at every ask. An answer naming
+    another watch than the one asked about means that one was lost (an admin restart, or unused
+    for minutes): send all the ids still waited for again."""
 
     sandbox_ids: list[str]
     wait: NonNegativeFloat = constrained(NonNegativeFloat, default=0.0)
+    watch: str | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -330,10 +337,11 @@ class BatchSandboxStatusResponse(SandboxResponse):
 class WaitAnyResponse(SandboxResponse):
     """(rock) Result of ``POST /sandboxes/wait_any``: the statuses (``include_all_states``) of
     the asked sandboxes whose start has settled (none when the wait ran out), and the asked ids
-    the caller has no sandbox of (``unknown``)."""
+    the caller has no sandbox of (``unknown``); with a ``watch`` asked, the watch's name."""
 
     statuses: list[SandboxStatusResponse] = attrs.field(factory=list)
     unknown: list[str] = attrs.field(factory=list)
+    watch: str | None = None
 
 
 @attrs.frozen(kw_only=True)

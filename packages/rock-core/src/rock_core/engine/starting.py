@@ -359,11 +359,6 @@ async def wait_until_running(
 _WAIT_ANY_RECHECK = 0.25
 
 
-def _settled(core: EngineCore, sandbox_id: str) -> bool:
-    live = core.live.get(sandbox_id)
-    return live is None or live.settled.is_set() or live.record.state is State.RUNNING
-
-
 async def wait_any(core: EngineCore, sandbox_ids: Sequence[str], timeout: float) -> list[str]:
     """:meth:`SandboxManager.wait_any <rock_core.engine.manager.SandboxManager.wait_any>`: the
     ids among ``sandbox_ids`` whose current start has settled (running, failed, stopped, or not
@@ -374,12 +369,25 @@ async def wait_any(core: EngineCore, sandbox_ids: Sequence[str], timeout: float)
     ids = list(dict.fromkeys(sandbox_ids))
     with anyio.move_on_after(timeout):
         while True:
-            done = [sandbox_id for sandbox_id in ids if _settled(core, sandbox_id)]
+            done = _settled_among(core, ids)
             if done:
                 return done
             with anyio.move_on_after(_WAIT_ANY_RECHECK):
                 await core.news().wait()
-    return [sandbox_id for sandbox_id in ids if _settled(core, sandbox_id)]
+    return _settled_among(core, ids)
+
+
+def _settled_among(core: EngineCore, ids: list[str]) -> list[str]:
+    """The ids whose current start has settled (running, failed, stopped, or not held by this
+    engine), in one pass: a held wait looks at a thousand at each transition of the engine."""
+    live_of = core.live.get
+    running = State.RUNNING
+    done = []
+    for sandbox_id in ids:
+        live = live_of(sandbox_id)
+        if live is None or live.record.state is running or live.settled.is_set():
+            done.append(sandbox_id)
+    return done
 
 
 async def restart(core: EngineCore, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:

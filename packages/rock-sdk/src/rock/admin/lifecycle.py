@@ -14,6 +14,9 @@ Each handler takes the :class:`~rock.admin.app.AdminApp` first; the app's route 
 
 from __future__ import annotations
 
+import secrets
+import time
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,7 +30,7 @@ from rock.admin.egress import limited
 from rock.admin.envelope import BadInput, json_response
 from rock.admin.key_gate import scope_key, scope_tenant
 from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
-from rock.admin.reading import unknown_keys
+from rock.admin.reading import tenant_of, unknown_keys
 from rock_core.actions import (
     BatchSandboxStatusRequest,
     BatchSandboxStatusResponse,
@@ -354,20 +357,74 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
     """``POST /sandboxes/wait_any`` (rock): held until the start of any of the sandboxes asked
     has settled (or ``wait`` seconds, at most :data:`~rock.admin.models.MAX_STATUS_WAIT`,
     passed); then the statuses of all that have settled. One request waits for a client's many
-    starting sandboxes; another tenant's ids are answered as unknown ones are."""
+    starting sandboxes; another tenant's ids are answered as unknown ones are.
+
+    With ``watch``, the ids join a watch the admin keeps (:class:`_Watch`) and the wait is for
+    any of its ids, so a client sends each id once: the cost of a waiting trainer grows with
+    its starts, not with the seconds they take."""
     _check_count(app, body.sandbox_ids)
     asked = list(dict.fromkeys(body.sandbox_ids))
     unknown = [sandbox_id for sandbox_id in asked if not app.owns(request, sandbox_id)]
     others = set(unknown)
     mine = [sandbox_id for sandbox_id in asked if sandbox_id not in others]
-    settled = await app.manager.wait_any(mine, min(body.wait, MAX_STATUS_WAIT)) if mine else []
+    wait = min(body.wait, MAX_STATUS_WAIT)
+    name = None
+    if body.watch is None:
+        settled = await app.manager.wait_any(mine, wait) if mine else []
+    else:
+        name, watch = _watch(app, request, body.watch)
+        watch.pending.update(dict.fromkeys(mine))
+        if len(watch.pending) > app.settings.batch_max_count:
+            del _WATCHES[app][name]
+            _check_count(app, list(watch.pending))
+        watch.asking += 1
+        try:
+            pending = list(watch.pending)
+            settled = await app.manager.wait_any(pending, wait) if pending else []
+        finally:
+            watch.asking -= 1
+            watch.used = time.monotonic()
+        for sandbox_id in settled:
+            watch.pending.pop(sandbox_id, None)
     statuses = []
     for sandbox_id in settled:
         try:
             statuses.append(status_response(await app.manager.get_status(sandbox_id, True)))
         except SandboxNotFound:
             unknown.append(sandbox_id)
-    return WaitAnyResponse(statuses=statuses, unknown=unknown)
+    return WaitAnyResponse(statuses=statuses, unknown=unknown, watch=name)
+
+
+#: A watch no request used for this long (and none holds) is forgotten: its client is gone.
+_WATCH_IDLE = 300.0
+
+
+@attrs.define(eq=False)
+class _Watch:
+    """The ids one client waits for with ``wait_any``, kept between its requests."""
+
+    tenant: str | None
+    pending: dict[str, None] = attrs.field(factory=dict)
+    used: float = attrs.field(factory=time.monotonic)
+    asking: int = 0
+
+
+_WATCHES: weakref.WeakKeyDictionary[AdminApp, dict[str, _Watch]] = weakref.WeakKeyDictionary()
+
+
+def _watch(app: AdminApp, request: Request, name: str) -> tuple[str, _Watch]:
+    """The watch ``name`` of the request's tenant, or a new one (``name`` is ``""``, unknown,
+    forgotten, or another tenant's); the watches long unused are forgotten meanwhile."""
+    watches = _WATCHES.setdefault(app, {})
+    now = time.monotonic()
+    for old in [k for k, w in watches.items() if not w.asking and now - w.used > _WATCH_IDLE]:
+        del watches[old]
+    tenant = tenant_of(request)
+    watch = watches.get(name) if name else None
+    if watch is None or watch.tenant != tenant:
+        name = secrets.token_urlsafe(16)
+        watch = watches[name] = _Watch(tenant)
+    return name, watch
 
 
 def _check_count(app: AdminApp, sandbox_ids: list[Any], field: str = "sandbox_ids") -> None:

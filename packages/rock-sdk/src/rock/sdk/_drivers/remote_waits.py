@@ -5,7 +5,9 @@ stays one module's read.
 A trainer starts hundreds of sandboxes at once from one process. Each start's wait does not
 hold a request of its own: the waits of one event loop are gathered by a :class:`_Gatherer`,
 which asks the admin's ``POST /sandboxes/wait_any`` for all of them in one held request (a few
-at most, :data:`_MAX_GATHERED`), and hands each answer to the waits it settles. An admin
+at most, :data:`_MAX_GATHERED`), and hands each answer to the waits it settles. Each id is sent
+once, into a watch the admin keeps, so a thousand starts cost the admin a thousand ids, not a
+thousand at every ask. An admin
 without that route (ROCK's, or an older rock) is asked ``GET /get_status?wait=`` per sandbox,
 as before.
 """
@@ -27,6 +29,7 @@ from rock_core.converters import structure_wire
 from rock_core.errors import (
     ImagePullFailed,
     InternalServerRockError,
+    InvalidParameter,
     NotSupported,
     SandboxNotFound,
     StartupTimeout,
@@ -47,20 +50,35 @@ _POLL_GROWTH = 1.5
 #: ``batch_max_count`` is 2,000 by default).
 _MAX_GATHERED = 4
 _GATHER_IDS = 1000
-#: A request answered sooner than this after it was sent asks again for its unsettled ids only
-#: once this long has passed: while thousands start, answers come at once (one settled, 999 not),
-#: and each re-ask costs the admin a read of 1,000 ids.
+#: A request answered sooner than this after it was sent asks again only once this long has
+#: passed: while thousands start, answers come at once, one settled each; waiting lets the
+#: next answer carry all that settled meanwhile.
 _REASK_AFTER = 0.2
 
 
+class _Lane:
+    """The ids one held ``wait_any`` request at a time asks about, and the admin's watch of
+    them (``token``: ``""`` until the admin named one; ``None``: an admin without watches,
+    asked about every id each time)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, None] = {}  # the ids this lane waits for
+        self.new: dict[str, None] = {}  # ids not sent to its watch yet
+        self.token: str | None = ""
+        self.asking = False
+
+
 class _Gatherer:
-    """The starting sandboxes one event loop waits for, asked of the admin together."""
+    """The starting sandboxes one event loop waits for, asked of the admin together: in at most
+    :data:`_MAX_GATHERED` lanes of up to :data:`_GATHER_IDS` ids, each one held request at a
+    time. A lane's ids go once into a watch the admin keeps (``wait_any``'s ``watch``), so an
+    ask costs the admin the ids that settled, not all those still starting."""
 
     def __init__(self, driver: RemoteWaits) -> None:
         self._driver = driver
         self._waits: dict[str, set[asyncio.Future[SandboxStatusResponse | None]]] = {}
-        self._unsent: dict[str, None] = {}  # ids in no request in flight, in order
-        self._asking = 0
+        self._unsent: dict[str, None] = {}  # ids in no lane, in order
+        self._lanes: list[_Lane] = []
         self._flush_soon = False
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -92,14 +110,30 @@ class _Gatherer:
 
     def _flush(self) -> None:
         self._flush_soon = False
-        while self._unsent and self._asking < _MAX_GATHERED:
-            ids = list(self._unsent)[:_GATHER_IDS]
-            for sandbox_id in ids:
-                del self._unsent[sandbox_id]
-            self._asking += 1
-            task = asyncio.get_running_loop().create_task(self._ask(ids))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        # New ids go where they are sent soonest: a lane not asking, a new lane, and only then
+        # a lane holding a request (sent once its answer comes).
+        for lane in self._lanes:
+            if not lane.asking:
+                self._fill(lane)
+        while self._unsent and len(self._lanes) < _MAX_GATHERED:
+            lane = _Lane()
+            self._lanes.append(lane)
+            self._fill(lane)
+        for lane in self._lanes:
+            self._fill(lane)
+        for lane in self._lanes:
+            if lane.new and not lane.asking:
+                lane.asking = True
+                task = asyncio.get_running_loop().create_task(self._run(lane))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+
+    def _fill(self, lane: _Lane) -> None:
+        while self._unsent and len(lane.ids) < _GATHER_IDS:
+            sandbox_id = next(iter(self._unsent))
+            del self._unsent[sandbox_id]
+            lane.ids[sandbox_id] = None
+            lane.new[sandbox_id] = None
 
     def _settle(self, sandbox_id: str, outcome: Any) -> None:
         for future in self._waits.pop(sandbox_id, ()):
@@ -110,39 +144,70 @@ class _Gatherer:
             else:
                 future.set_result(outcome)
 
-    async def _ask(self, ids: list[str]) -> None:
-        sent = time.monotonic()
+    async def _run(self, lane: _Lane) -> None:
+        """Ask for the lane's ids until none is waited for any more."""
         try:
-            answer = await self._driver.wait_any(ids, _STATUS_WAIT)
+            while True:
+                for sandbox_id in [i for i in lane.ids if i not in self._waits]:
+                    del lane.ids[sandbox_id]  # its waits ended (cancelled)
+                    lane.new.pop(sandbox_id, None)
+                if not lane.ids:
+                    return
+                if not await self._ask(lane):
+                    return
+        finally:
+            lane.asking = False
+            if lane in self._lanes and not lane.ids:
+                self._lanes.remove(lane)
+            self._ask_more()
+
+    async def _ask(self, lane: _Lane) -> bool:
+        """One request of ``lane``; whether to go on."""
+        sent = time.monotonic()
+        token = lane.token
+        ids = list(lane.ids if token is None else lane.new)
+        lane.new.clear()
+        try:
+            answer = await self._driver._wait_watched(ids, _STATUS_WAIT, token)
         except NotSupported:
             self._driver._wait_any_served = False
-            for sandbox_id in ids:
-                self._settle(sandbox_id, None)
+            self._end(lane, None)
+            return False
+        except InvalidParameter:
+            if token is None:
+                raise
+            lane.token = None  # an older rock admin refusing the field: ask about every id
+            return True
         except Exception as exc:  # the admin unreachable: every wait it served learns why
-            for sandbox_id in ids:
-                self._settle(sandbox_id, exc)
-        else:
-            for status in answer.statuses:
-                if status.sandbox_id is not None:
-                    self._settle(status.sandbox_id, status)
-            for sandbox_id in answer.unknown:
-                self._settle(
-                    sandbox_id,
-                    SandboxNotFound(
-                        f"sandbox {sandbox_id} not found",
-                        sandbox_id=sandbox_id,
-                        attempted="wait_until_running",
-                    ),
-                )
-            pause = _REASK_AFTER - (time.monotonic() - sent)
-            if pause > 0 and any(sandbox_id in self._waits for sandbox_id in ids):
-                await asyncio.sleep(pause)  # the unsettled ones: in no request meanwhile
-            for sandbox_id in ids:
-                if sandbox_id in self._waits and sandbox_id not in self._unsent:
-                    self._unsent[sandbox_id] = None  # not settled yet: in the next request
-        finally:
-            self._asking -= 1
-            self._ask_more()
+            self._end(lane, exc)
+            return False
+        if token and answer.watch != token:
+            lane.new.update(lane.ids)  # the watch was lost: send every id again
+        lane.token = answer.watch
+        for status in answer.statuses:
+            if status.sandbox_id is not None:
+                lane.ids.pop(status.sandbox_id, None)
+                self._settle(status.sandbox_id, status)
+        for sandbox_id in answer.unknown:
+            lane.ids.pop(sandbox_id, None)
+            self._settle(
+                sandbox_id,
+                SandboxNotFound(
+                    f"sandbox {sandbox_id} not found",
+                    sandbox_id=sandbox_id,
+                    attempted="wait_until_running",
+                ),
+            )
+        pause = _REASK_AFTER - (time.monotonic() - sent)
+        if pause > 0 and any(sandbox_id in self._waits for sandbox_id in lane.ids):
+            await asyncio.sleep(pause)  # settled ones gather meanwhile: one request for them
+        return True
+
+    def _end(self, lane: _Lane, outcome: Any) -> None:
+        ids, lane.ids = list(lane.ids), {}
+        lane.new.clear()
+        for sandbox_id in ids:
+            self._settle(sandbox_id, outcome)
 
 
 def _started(sandbox_id: str, status: SandboxStatusResponse) -> bool:
@@ -198,6 +263,18 @@ class RemoteWaits(RemoteCommits):
             None,
             json={"sandbox_ids": list(sandbox_ids), "wait": timeout},
             held=timeout > 0,
+        )
+        return structure_wire(result, WaitAnyResponse, forbid_extra_keys=False)
+
+    async def _wait_watched(
+        self, sandbox_ids: Sequence[str], timeout: float, watch: str | None
+    ) -> WaitAnyResponse:
+        """:meth:`wait_any` with the ids added to the admin's ``watch`` (``""``: a new one)."""
+        body: dict[str, Any] = {"sandbox_ids": list(sandbox_ids), "wait": timeout}
+        if watch is not None:
+            body["watch"] = watch
+        result = await self._call(
+            "POST", "/sandboxes/wait_any", "wait_any", None, json=body, held=timeout > 0
         )
         return structure_wire(result, WaitAnyResponse, forbid_extra_keys=False)
 
