@@ -15,13 +15,14 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 import anyio
 import attrs
 
 from rock_core.engine import egress
 from rock_core.engine.admission import commit_refusal, with_defaults
-from rock_core.engine.core import EngineCore
+from rock_core.engine.core import EngineCore, with_phases
 from rock_core.engine.live import LiveSandbox, describe_exit, new_rocklet_token, now
 from rock_core.errors import ImagePullFailed, InternalServerRockError, RockError
 from rock_core.models import (
@@ -60,14 +61,15 @@ async def bring_up(
         core.set_phase(sandbox_id, name, phase.status, phase.message)
 
     if reuse and live.handle is not None:
+        reused: dict[str, tuple[PhaseStatus, str]] = {}
         pulled = live.record.phases.get(PHASE_IMAGE_PULL)
         if pulled is None or pulled.status is not PhaseStatus.SUCCESS:  # a restore set it already
-            core.set_phase(
-                sandbox_id,
-                PHASE_IMAGE_PULL,
+            reused[PHASE_IMAGE_PULL] = (
                 PhaseStatus.SUCCESS,
                 "restart: reuse the existing container",
             )
+        reused[PHASE_DOCKER_RUN] = (PhaseStatus.RUNNING, "starting the container")
+        core.save(attrs.evolve(live.record, phases=with_phases(live.record.phases, reused)))
         handle = live.handle
     else:
         core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "")
@@ -84,14 +86,17 @@ async def bring_up(
         except RockError as exc:
             core.set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
             raise
-        if (
-            live.record.phases[PHASE_IMAGE_PULL].status is PhaseStatus.RUNNING
-        ):  # the runtime said nothing
-            core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
-        await _check_unit_image(core, live, handle)  # before the record knows the unit
+        # What the record learns now, written at once with the unit (one write, not three).
+        phases: dict[str, tuple[PhaseStatus, str]] = {}
+        if live.record.phases[PHASE_IMAGE_PULL].status is PhaseStatus.RUNNING:  # runtime: silent
+            phases[PHASE_IMAGE_PULL] = (PhaseStatus.SUCCESS, "image ready")
+        if _asks_unit_image(core, live):
+            if phases:
+                core.set_phase(sandbox_id, PHASE_IMAGE_PULL, *phases.pop(PHASE_IMAGE_PULL))
+            await _check_unit_image(core, live, handle)  # before the record knows the unit
         live.handle = handle
-        note_unit(core, live, handle)
-    core.set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.RUNNING, "starting the container")
+        phases[PHASE_DOCKER_RUN] = (PhaseStatus.RUNNING, "starting the container")
+        note_unit(core, live, handle, phases)
     try:
         # A runtime that places the unit on another host may pull the image only now.
         status = await runtime.start(handle, on_phase=on_phase) or await runtime.inspect(handle)
@@ -139,7 +144,7 @@ async def _check_unit_image(core: EngineCore, live: LiveSandbox, handle: UnitHan
     A refused unit is removed at once, never started (no restart can reuse it). Without keys
     (the spec's tenant is the engine's owner) nothing is asked."""
     spec = live.record.spec
-    if spec.tenant is None or spec.tenant == core.owner:
+    if spec.tenant is None or spec.tenant == core.owner:  # as _asks_unit_image
         return
     refusal = commit_refusal(spec.image, spec.tenant, await core.runtime.unit_image_labels(handle))
     if refusal is not None:
@@ -154,6 +159,12 @@ async def _check_unit_image(core: EngineCore, live: LiveSandbox, handle: UnitHan
         raise refusal
 
 
+def _asks_unit_image(core: EngineCore, live: LiveSandbox) -> bool:
+    """Whether :func:`_check_unit_image` asks the runtime anything (a tenant's sandbox)."""
+    tenant = live.record.spec.tenant
+    return tenant is not None and tenant != core.owner
+
+
 def _token_of(core: EngineCore, live: LiveSandbox) -> str:
     """The sandbox's rocklet secret (made now for a record that predates secrets)."""
     if live.record.rocklet_token is None:
@@ -162,16 +173,27 @@ def _token_of(core: EngineCore, live: LiveSandbox) -> str:
     return live.record.rocklet_token
 
 
-def note_unit(core: EngineCore, live: LiveSandbox, handle: UnitHandle) -> None:
-    """Record what the runtime said of a new unit: its id, notes, and the hardening it applied."""
-    notes = tuple(dict.fromkeys((*live.record.notes, *handle.notes)))
-    security = dict(handle.security) or dict(live.record.security)
+def note_unit(
+    core: EngineCore,
+    live: LiveSandbox,
+    handle: UnitHandle,
+    phases: dict[str, tuple[PhaseStatus, str]] | None = None,
+) -> None:
+    """Record what the runtime said of a new unit: its id, notes, and the hardening it applied;
+    with ``phases`` (name: status and message) set in the same write."""
+    record = live.record
+    notes = tuple(dict.fromkeys((*record.notes, *handle.notes)))
+    security = dict(handle.security) or dict(record.security)
     if (
-        notes != live.record.notes
-        or security != live.record.security
-        or handle.unit_id != live.record.unit_id
+        notes != record.notes
+        or security != record.security
+        or handle.unit_id != record.unit_id
+        or phases
     ):
-        core.save(attrs.evolve(live.record, notes=notes, security=security, unit_id=handle.unit_id))
+        changes: dict[str, Any] = {"notes": notes, "security": security, "unit_id": handle.unit_id}
+        if phases:
+            changes["phases"] = with_phases(record.phases, phases)
+        core.save(attrs.evolve(record, **changes))
 
 
 async def open_ports(
@@ -214,30 +236,32 @@ async def became_ready(
     """A started sandbox's rocklet answered: record its ports and make it running (unless it
     was stopped meanwhile)."""
     mapping = await open_ports(core, live, client, status)
-    record = attrs.evolve(
-        live.record, port_mapping=mapping, rocklet_address=(client.host, client.port)
-    )
+    found: dict[str, Any] = {
+        "port_mapping": mapping,
+        "rocklet_address": (client.host, client.port),
+    }
     if status.node_name or status.node_address:  # a runtime that places units names the node
-        record = attrs.evolve(
-            record,
-            host_name=status.node_name or record.host_name,
-            host_ip=status.node_address or record.host_ip,
-        )
-    core.save(record)
+        found["host_name"] = status.node_name or live.record.host_name
+        found["host_ip"] = status.node_address or live.record.host_ip
     live.client = client
     live.activity = time.time()
     async with live.lock:
-        if live.record.state is not State.PENDING:
-            core.forwards.close(live.record.sandbox_id)
+        record = live.record
+        if record.state is not State.PENDING:
+            if record.state is not State.DELETED:  # a restart prefers the same host ports
+                core.save(attrs.evolve(record, **found))
+            core.forwards.close(record.sandbox_id)
             return  # stopped meanwhile
-        core.set_phase(live.record.sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.SUCCESS, message)
+        # The ports, the phase and the transition to running: one record, one write.
         core.apply(
-            live.record,
+            record,
             Event.ALIVE,
             start_time=now(),
             auto_transition_state=None,
             auto_transition_time=None,
             reason=None,
+            phases=with_phases(record.phases, {PHASE_DOCKER_RUN: (PhaseStatus.SUCCESS, message)}),
+            **found,
         )
 
 

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from rock_core.plugins import Plugins
     from rock_core.records import RecordStore
 
-__all__ = ["Call", "EngineCore"]
+__all__ = ["Call", "EngineCore", "with_phases"]
 
 
 _NOT_OPEN = "the engine is not open: use `async with SandboxManager(...)`"
@@ -289,16 +289,7 @@ class EngineCore:
         live = self.live.get(sandbox_id)
         if live is None:
             return
-        phases = dict(live.record.phases)
-        old = phases.get(name)
-        at = now()
-        started = old.started_at if old is not None and old.started_at is not None else None
-        if status is PhaseStatus.RUNNING or (started is None and status is not PhaseStatus.WAITING):
-            started = started or at
-        completed = at if status in _FINISHED else None
-        phases[name] = Phase(
-            status=status, message=message, started_at=started, completed_at=completed
-        )
+        phases = with_phases(live.record.phases, {name: (status, message)})
         self.save(attrs.evolve(live.record, phases=phases))
 
     def get_record(self, sandbox_id: str) -> SandboxRecord:
@@ -449,6 +440,27 @@ class EngineCore:
         """The sandboxes a call is running in now."""
         with self._in_flight_lock:
             return list(self._in_flight)
+
+
+def with_phases(
+    phases: dict[str, Phase], changes: dict[str, tuple[PhaseStatus, str]]
+) -> dict[str, Phase]:
+    """``phases`` with each phase named in ``changes`` set to its ``(status, message)``, as
+    :meth:`EngineCore.set_phase` records one: started when it first runs (or finishes without
+    running), completed when it finishes. Several changes made at once are one record (one
+    write) instead of one each."""
+    phases = dict(phases)
+    at = now()
+    for name, (status, message) in changes.items():
+        old = phases.get(name)
+        started = old.started_at if old is not None and old.started_at is not None else None
+        if status is PhaseStatus.RUNNING or (started is None and status is not PhaseStatus.WAITING):
+            started = started or at
+        completed = at if status in _FINISHED else None
+        phases[name] = Phase(
+            status=status, message=message, started_at=started, completed_at=completed
+        )
+    return phases
 
 
 class Call:

@@ -27,6 +27,7 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -132,7 +133,6 @@ async def start_async(
         earlier = _keyed_start(core, spec, idempotency_key, digest)
         if earlier is not None:
             return earlier
-        spec = attrs.evolve(spec, metadata={**spec.metadata, IDEMPOTENCY_METADATA_KEY: digest})
     sandbox_id = NonBlankStr(spec.sandbox_id or digest or uuid.uuid4().hex)
     why = core.runtime.sandbox_id_problem(sandbox_id)
     if why is not None:
@@ -151,9 +151,13 @@ async def start_async(
         raise SandboxAlreadyExists(
             f"Sandbox {sandbox_id} already exists", sandbox_id=sandbox_id, attempted="start"
         )
+    # The spec the record keeps, made once (each change of a spec runs its every check again).
+    final: dict[str, Any] = {"sandbox_id": sandbox_id}
+    if digest is not None:
+        final["metadata"] = {**spec.metadata, IDEMPOTENCY_METADATA_KEY: digest}
     if spec.auto_clear_seconds is None:
-        spec = attrs.evolve(spec, auto_clear_seconds=core.config.default_auto_clear_seconds)
-    spec = attrs.evolve(spec, sandbox_id=sandbox_id)
+        final["auto_clear_seconds"] = core.config.default_auto_clear_seconds
+    spec = attrs.evolve(spec, **final)
     # No await from here until the record is live: the quota sees every start before this one.
     check_quota(core, spec, quota, attempted="start")
     record = SandboxRecord(
