@@ -4,6 +4,7 @@ file, and its schema version."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
@@ -217,9 +218,10 @@ def test_closing_commits_what_a_group_has_pending(tmp_path: Path) -> None:
 def test_a_stored_record_is_the_document_the_store_converter_writes(
     record: SandboxRecord,
 ) -> None:
-    assert json.loads(record_document(record)) == unstructure_store(record)
-    again = attrs.evolve(record, reason="saved again")  # the same spec: its text is reused
-    assert json.loads(record_document(again)) == unstructure_store(again)
+    stopped = attrs.evolve(record, state=State.STOPPED, reason="saved again", restart_count=0)
+    # the same spec, and fields of the last write taken again: each write reads back whole
+    for version in (record, stopped, record, stopped, attrs.evolve(stopped, notes=("n",))):
+        assert json.loads(record_document(version)) == unstructure_store(version)
 
 
 def test_a_state_folder_written_by_the_previous_rock_loads(tmp_path: Path) -> None:
@@ -278,3 +280,15 @@ CREATE TABLE sandbox (
 CREATE INDEX sandbox_state ON sandbox (state);
 CREATE INDEX sandbox_owner_state ON sandbox (owner, state);
 """
+
+
+def test_the_text_kept_for_a_records_next_write_goes_with_its_spec() -> None:
+    from rock_core.engine import store as store_module
+
+    record = sample_record()
+    record_document(record)
+    key = id(record.spec)
+    assert store_module._texts[key].ref() is record.spec
+    del record
+    gc.collect()
+    assert key not in store_module._texts  # nothing kept for a sandbox the engine let go

@@ -68,6 +68,19 @@ _PUT = "INSERT OR REPLACE INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?)"
 
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
+
+
+def _json(value: Any) -> str:
+    """``value`` (JSON-ready) as JSON text, as ``_encode`` writes it; short values at once."""
+    if value is None:
+        return "null"
+    kind = type(value)
+    if kind is str:
+        return _encode_str(value)
+    if kind is int:
+        return int.__repr__(value)
+    return _encode(value)
 
 
 def _field_writer(kind: Any) -> Callable[[Any], Any] | None:
@@ -84,42 +97,67 @@ def _field_writer(kind: Any) -> Callable[[Any], Any] | None:
 
 
 attrs.resolve_types(SandboxRecord)
-_WRITERS = tuple(
-    (field.name, _field_writer(field.type))
+#: Each field but the spec: its name, its writer and the start of its JSON text (``"name":``).
+_FIELDS = tuple(
+    (field.name, _field_writer(field.type), f"{_encode(field.name)}:")
     for field in attrs.fields(SandboxRecord)
     if field.name != "spec"
 )
-# The JSON text of each live spec, by the spec's identity: a record is saved about four times
-# per start, each time with the same (frozen) spec, its largest part. An entry goes with its spec.
-_spec_texts: dict[int, tuple[weakref.ref[SandboxSpec], str]] = {}
 
 
-def _spec_text(spec: SandboxSpec) -> str:
+class _Texts:
+    """The JSON text of a spec, and of each field of the last record written with it."""
+
+    __slots__ = ("fields", "ref", "spec")
+
+    def __init__(self, ref: weakref.ref[SandboxSpec], spec: str) -> None:
+        self.ref = ref
+        self.spec = spec
+        #: Per field: (the value last written, its text "name":value); compared by identity.
+        self.fields: list[tuple[object, str]] = [(_texts, "")] * len(_FIELDS)
+
+
+# By the spec's identity: a record is saved about four times per start, each time with the same
+# (frozen) spec, its largest part, and most other fields the same objects as the last time (a
+# record is evolved, never changed in place). An entry goes with its spec.
+_texts: dict[int, _Texts] = {}
+
+
+def _texts_of(spec: SandboxSpec) -> _Texts:
     key = id(spec)
-    found = _spec_texts.get(key)
-    if found is not None and found[0]() is spec:
-        return found[1]
-    text = _encode(unstructure_store(spec))
+    found = _texts.get(key)
+    if found is not None and found.ref() is spec:
+        return found
 
     def forget(ref: weakref.ref[SandboxSpec]) -> None:
-        entry = _spec_texts.get(key)
-        if entry is not None and entry[0] is ref:
-            _spec_texts.pop(key, None)
+        entry = _texts.get(key)
+        if entry is not None and entry.ref is ref:
+            _texts.pop(key, None)
 
-    _spec_texts[key] = (weakref.ref(spec, forget), text)
-    return text
+    made = _texts[key] = _Texts(weakref.ref(spec, forget), _encode(unstructure_store(spec)))
+    return made
 
 
 def record_document(record: SandboxRecord) -> str:
     """``record`` as the JSON document a store keeps: what ``json.dumps(unstructure_store(record))``
-    reads back as, made at a fraction of its cost (each field by its type's hook, called
-    directly; the spec's text made once per spec). Read with ``structure_store``."""
-    data = {
-        name: value if write is None or value is None else write(value)
-        for name, write in _WRITERS
-        for value in (getattr(record, name),)
-    }
-    return f'{_encode(data)[:-1]},"spec":{_spec_text(record.spec)}}}'
+    reads back as, made at a fraction of its cost: each field by its type's hook, called
+    directly, and only when the field is not the very object written last time with the same
+    spec (then its text is taken again; the spec's text is made once). Read with
+    ``structure_store``. Safe from several threads: a field's value and text are kept as one."""
+    texts = _texts_of(record.spec)
+    fields = texts.fields
+    parts = []
+    for index, (name, write, key) in enumerate(_FIELDS):
+        value = getattr(record, name)
+        last = fields[index]
+        if last[0] is value:
+            parts.append(last[1])
+            continue
+        text = key + _json(value if write is None or value is None else write(value))
+        fields[index] = (value, text)
+        parts.append(text)
+    parts.append(f'"spec":{texts.spec}')
+    return "{" + ",".join(parts) + "}"
 
 
 def _row(record: SandboxRecord) -> tuple[str | None, ...]:
