@@ -19,6 +19,7 @@ here imports a job.
 from __future__ import annotations
 
 import functools
+import heapq
 import threading
 import time
 import uuid
@@ -61,7 +62,7 @@ if TYPE_CHECKING:
     from rock_core.plugins import Plugins
     from rock_core.records import RecordStore
 
-__all__ = ["Call", "EngineCore", "with_phases"]
+__all__ = ["Call", "EngineCore", "next_deadline", "with_phases"]
 
 
 _NOT_OPEN = "the engine is not open: use `async with SandboxManager(...)`"
@@ -119,6 +120,10 @@ class EngineCore:
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
         self._news: anyio.Event | None = None  # set at the next transition (see news())
+        #: The timers' heap (engine/timers.py): ``(when, sandbox_id)``, a moment no later than
+        #: the sandbox's next deadline (idle stop, auto-delete, auto-archive), pushed at each
+        #: change of its record (:meth:`watch`); entries outdated since are checked and dropped.
+        self.deadlines: list[tuple[float, str]] = []
         #: Set once the engine begins to close: no new work is given to its task group.
         self.closed = False
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
@@ -282,7 +287,19 @@ class EngineCore:
             live.record = record  # also once deleted: whoever holds it (a waiting delete) sees it
         if record.state is State.DELETED:
             self.live.pop(record.sandbox_id, None)
+        elif live is not None:
+            self.watch(live)
         return True
+
+    def watch(self, live: LiveSandbox) -> None:
+        """Put the sandbox's next deadline in the timers' heap (:attr:`deadlines`), if it has
+        one: a running sandbox's idle stop (from its last activity; later activity only moves
+        it later, which the timers find when they get there), a stopped one's auto-delete or
+        auto-archive. A paused sandbox whose idle clock is held has none until it resumes (a
+        record change)."""
+        at = next_deadline(live, self.config.idle_counts_paused)
+        if at is not None:
+            heapq.heappush(self.deadlines, (at, live.record.sandbox_id))
 
     def set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
         """Record the phase ``name`` of a live sandbox's start as ``status`` (saved at once)."""
@@ -354,6 +371,8 @@ class EngineCore:
         ):
             live = self.live.get(record.sandbox_id)
             activity = live.activity if live is not None else time.time()
+            if live is not None and self.busy(record.sandbox_id):
+                activity = max(activity, time.time())  # a call in flight is activity until it ends
             deadline = datetime.fromtimestamp(activity + clear, UTC)
         if record.state is State.RUNNING:
             live = self.live.get(record.sandbox_id)
@@ -440,6 +459,24 @@ class EngineCore:
         """The sandboxes a call is running in now."""
         with self._in_flight_lock:
             return list(self._in_flight)
+
+
+def next_deadline(live: LiveSandbox, idle_counts_paused: bool) -> float | None:
+    """The moment (``time.time()``) the timers next look at ``live`` (see
+    :meth:`EngineCore.watch`), or ``None``: nothing of its record is due to happen by itself."""
+    record = live.record
+    if record.state is State.RUNNING:
+        clear = record.spec.auto_clear_seconds
+        if not clear or (record.paused and not idle_counts_paused):
+            return None
+        return live.activity + clear
+    if (
+        record.state is State.STOPPED
+        and record.auto_transition_state in (State.DELETED, State.ARCHIVED)
+        and record.auto_transition_time is not None
+    ):
+        return record.auto_transition_time.timestamp()
+    return None
 
 
 def with_phases(

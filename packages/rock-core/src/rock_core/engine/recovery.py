@@ -78,6 +78,7 @@ async def recover(core: EngineCore) -> int:
         live = LiveSandbox(record=record, handle=handle)
         live.start_done.set()
         core.live[record.sandbox_id] = live
+        core.watch(live)  # its deadlines (taken in without a write)
         if record.state is State.STOPPED and record.auto_transition_state is State.PENDING:
             crash_restarts.resume(core, live)  # planned by a run that ended during its back-off
             continue

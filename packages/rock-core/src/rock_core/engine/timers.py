@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import functools
+import heapq
 import logging
 import time
 from datetime import UTC, datetime
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 import anyio
 
 from rock_core.engine import archiving, following, pausing
-from rock_core.engine.core import EngineCore
+from rock_core.engine.core import EngineCore, next_deadline
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
 from rock_core.errors import NotSupported, RockError
@@ -49,7 +50,9 @@ async def run_timers(core: EngineCore, at: float | None = None) -> None:
     expired: list[str] = []
     due: list[str] = []
     archives: list[str] = []
-    for sandbox_id, live in list(core.live.items()):
+    looked = _due_ids(core, now_ts)
+    for sandbox_id in looked:
+        live = core.live[sandbox_id]
         record = live.record
         clear = record.spec.auto_clear_seconds
         if core.busy(sandbox_id):
@@ -81,6 +84,10 @@ async def run_timers(core: EngineCore, at: float | None = None) -> None:
             for i in expired
             if now_ts > core.live[i].activity + (core.live[i].record.spec.auto_clear_seconds or 0)
         ]
+    acted = {*expired, *due, *archives}
+    for sandbox_id in looked:  # not due after all (activity since, a call in flight): later
+        if sandbox_id not in acted and (again := core.live.get(sandbox_id)) is not None:
+            _watch_again(core, again, now_ts)
 
     async def auto_archive(sandbox_id: str) -> None:
         try:
@@ -101,6 +108,32 @@ async def run_timers(core: EngineCore, at: float | None = None) -> None:
             tg.start_soon(auto_delete, sandbox_id)
         for sandbox_id in archives:
             tg.start_soon(auto_archive, sandbox_id)
+    for sandbox_id in acted:  # a stop or delete that did not happen is tried again
+        if (again := core.live.get(sandbox_id)) is not None:
+            _watch_again(core, again, now_ts)
+
+
+def _due_ids(core: EngineCore, now_ts: float) -> list[str]:
+    """The live sandboxes whose entry in the timers' heap (:attr:`EngineCore.deadlines`) is
+    due by ``now_ts``, each once, taken out of the heap: the only ones a deadline may have
+    passed for (every deadline of a sandbox is in the heap from its record's last change, no
+    later than it falls)."""
+    heap = core.deadlines
+    ids: dict[str, None] = {}
+    while heap and heap[0][0] <= now_ts:
+        sandbox_id = heapq.heappop(heap)[1]
+        if sandbox_id in core.live:
+            ids[sandbox_id] = None
+    return list(ids)
+
+
+def _watch_again(core: EngineCore, live: LiveSandbox, now_ts: float) -> None:
+    """Put back a sandbox the timers looked at and left: at its deadline as it is now, or, if
+    that has passed (a stopped sandbox whose unit is being removed, or that holds no unit
+    yet), at the next look, as every look did before."""
+    at = next_deadline(live, core.config.idle_counts_paused)
+    if at is not None:
+        heapq.heappush(core.deadlines, (max(at, now_ts), live.record.sandbox_id))
 
 
 async def disk_loop(core: EngineCore) -> None:
