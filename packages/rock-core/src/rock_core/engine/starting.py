@@ -117,7 +117,8 @@ async def start_async(
     :func:`_keyed_start`.
     """
     tg = core.task_group()
-    spec = attrs.evolve(spec_from_start_request(request, **identity), tenant=tenant or core.owner)
+    spec = spec_from_start_request(request, **identity)
+    tenant = tenant or core.owner  # the spec gets it with the rest, below
     if IDEMPOTENCY_METADATA_KEY in spec.metadata:
         raise InvalidParameter(
             f"metadata: {IDEMPOTENCY_METADATA_KEY!r} is reserved for the engine",
@@ -129,8 +130,8 @@ async def start_async(
     digest = None
     if idempotency_key is not None:
         # No await from here until the record is live: a second start with this key finds it.
-        digest = idempotency_digest(spec.tenant or core.owner, idempotency_key)
-        earlier = _keyed_start(core, spec, idempotency_key, digest)
+        digest = idempotency_digest(tenant, idempotency_key)
+        earlier = _keyed_start(core, spec, tenant, idempotency_key, digest)
         if earlier is not None:
             return earlier
     sandbox_id = NonBlankStr(spec.sandbox_id or digest or uuid.uuid4().hex)
@@ -152,7 +153,7 @@ async def start_async(
             f"Sandbox {sandbox_id} already exists", sandbox_id=sandbox_id, attempted="start"
         )
     # The spec the record keeps, made once (each change of a spec runs its every check again).
-    final: dict[str, Any] = {"sandbox_id": sandbox_id}
+    final: dict[str, Any] = {"sandbox_id": sandbox_id, "tenant": tenant}
     if digest is not None:
         final["metadata"] = {**spec.metadata, IDEMPOTENCY_METADATA_KEY: digest}
     if spec.auto_clear_seconds is None:
@@ -179,7 +180,7 @@ async def start_async(
 
 
 def _keyed_start(
-    core: EngineCore, spec: SandboxSpec, key: str, digest: str
+    core: EngineCore, spec: SandboxSpec, tenant: str, key: str, digest: str
 ) -> SandboxRecord | None:
     """The record of the sandbox an earlier start with this idempotency key made, whatever its
     state (the start is not made again), or ``None``: this start is the first.
@@ -206,7 +207,7 @@ def _keyed_start(
         record = live.record if live is not None else core.store.get(sandbox_id)
         if (
             record is not None
-            and record.spec.tenant == spec.tenant
+            and record.spec.tenant == tenant
             and record.spec.metadata.get(IDEMPOTENCY_METADATA_KEY) == digest
         ):
             return record
@@ -263,8 +264,10 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
             # Stopped before this task ran: leave now, before a claim or a queue slot is taken.
             await anyio.lowlevel.checkpoint_if_cancelled()
             try:
-                with anyio.fail_after(budget):
-                    claimed = not reuse and await claims.claim_warm(core, live)
+                claimed = False
+                if not reuse and core.pools:  # no pool: no claim to bound
+                    with anyio.fail_after(budget):
+                        claimed = await claims.claim_warm(core, live)
                 if not claimed:
                     # The startup budget starts when the start leaves the queue: a burst waits,
                     # it does not time out for want of a slot.
