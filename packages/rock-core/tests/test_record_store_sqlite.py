@@ -292,3 +292,28 @@ def test_the_text_kept_for_a_records_next_write_goes_with_its_spec() -> None:
     del record
     gc.collect()
     assert key not in store_module._texts  # nothing kept for a sandbox the engine let go
+
+
+@pytest.mark.anyio
+async def test_a_commit_before_an_answer_does_not_split_the_next_turns_into_a_commit_per_start(
+    tmp_path: Path,
+) -> None:
+    store = SqliteRecordStore(tmp_path / "rock.db")
+    store.group_commits = True
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+
+    async def start(n: int) -> None:  # as the admin serves start_async, then the start goes on
+        record = sample_record(f"sb-{n}", state=State.PENDING)
+        store.put(record)
+        store.commit()  # before the answer
+        for phase in range(3):
+            await asyncio.sleep(0)
+            store.put(attrs.evolve(record, notes=(f"phase {phase}",)))
+
+    try:
+        await asyncio.gather(*(start(n) for n in range(20)))
+        await asyncio.sleep(0)
+        assert len(commits) <= 20 + 3 + 1  # one per answer, then about one per turn
+    finally:
+        store.close()

@@ -138,12 +138,15 @@ class PostgresRecordStore(RecordStore):
         self._loop: LoopThread | None = None
         self._pool: asyncpg.Pool | None = None
         self.group_commits = False
-        self._lock = threading.Lock()  # guards _pending and _commit_soon
+        self._lock = threading.Lock()  # guards _pending and _scheduled
         # One write of records at a time: a put made off the loop waits for a group being
         # written, so an older version of its record never lands after it.
         self._writing = threading.Lock()
         self._pending: dict[str, SandboxRecord] = {}  # the group's puts, last of each id
-        self._commit_soon = False  # a commit is scheduled at the end of a loop's turn
+        # A commit is scheduled at the end of a loop's turn: one at a time, so that a commit
+        # made before an answer does not make the next puts schedule one each (the turn-end
+        # commits of many tasks interleaved with their steps: a round trip each, not one per turn).
+        self._scheduled = False
 
     @property
     def persistent(self) -> bool:
@@ -253,9 +256,9 @@ class PostgresRecordStore(RecordStore):
         if loop is not None:
             with self._lock:
                 self._pending[record.sandbox_id] = record
-                if self._commit_soon:
+                if self._scheduled:
                     return
-                self._commit_soon = True
+                self._scheduled = True
             loop.call_soon(self._commit_at_turn_end)
             return
         row = record_row(record)
@@ -282,7 +285,6 @@ class PostgresRecordStore(RecordStore):
             return
         with self._writing:
             with self._lock:
-                self._commit_soon = False
                 pending = dict(self._pending)  # kept there until written: what get() answers
             if not pending:
                 return
@@ -294,6 +296,8 @@ class PostgresRecordStore(RecordStore):
                         del self._pending[sandbox_id]
 
     def _commit_at_turn_end(self) -> None:
+        with self._lock:
+            self._scheduled = False
         try:
             self.commit()
         except Exception as exc:  # kept pending: the next commit (before an answer) tries again

@@ -206,7 +206,11 @@ class SqliteRecordStore(RecordStore):
         #: Commit a put made on an event loop at the end of the loop's turn, with the others
         #: (the admin sets it, and calls :meth:`commit` before each answer); else at once.
         self.group_commits = False
-        self._commit_soon = False  # a group is pending: a commit is scheduled on a loop
+        self._dirty = False  # a group's puts are not all committed
+        # A commit is scheduled at the end of a loop's turn: one at a time, so that a commit
+        # made before an answer does not make the next puts schedule one each (the turn-end
+        # commits of many tasks interleaved with their steps: a write each, not one per turn).
+        self._scheduled = False
         # Puts of the group not written yet, by id (the last put of each): written at the
         # commit, or before any read or put made off the loop.
         self._pending: dict[str, SandboxRecord] = {}
@@ -250,15 +254,20 @@ class SqliteRecordStore(RecordStore):
 
     def commit(self) -> None:
         """Commit the puts of a group made so far (nothing when none is pending)."""
-        if not self._commit_soon:
+        if not self._dirty:
             return
         with self._lock:
-            self._commit_soon = False
+            self._dirty = False
             if self._closed:
                 return
             self._write_pending()
             if self._db.in_transaction:
                 self._db.commit()
+
+    def _commit_at_turn_end(self) -> None:
+        with self._lock:
+            self._scheduled = False
+        self.commit()
 
     def _write_pending(self) -> None:
         """Write the group's pending puts (not committed); under the lock. On a failure the
@@ -288,10 +297,11 @@ class SqliteRecordStore(RecordStore):
         if loop is not None:
             with self._lock:
                 self._pending[record.sandbox_id] = record
-                if self._commit_soon:
+                self._dirty = True
+                if self._scheduled:
                     return
-                self._commit_soon = True
-            loop.call_soon(self.commit)
+                self._scheduled = True
+            loop.call_soon(self._commit_at_turn_end)
             return
         row = _row(record)
         with self._lock:
