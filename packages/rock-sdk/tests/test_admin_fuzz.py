@@ -14,6 +14,7 @@ any container the admin made is removed at the end anyway (its ``rock.owner`` la
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import urllib.parse
@@ -54,6 +55,7 @@ def admin_url(
 # Strategies drawn from the document
 
 
+@functools.cache
 def _json_values() -> st.SearchStrategy[Any]:
     """Any JSON value (what a careless client might send instead of the documented body)."""
     scalars = (
@@ -102,7 +104,15 @@ _TYPES: dict[str, st.SearchStrategy[Any]] = {
 def from_schema(schema: Any) -> st.SearchStrategy[Any]:
     """Values valid under ``schema`` (the JSON Schema subset the admin's document uses: ``type``
     (one or several), ``enum``, ``anyOf``, objects with ``properties``/``required``/
-    ``additionalProperties``, arrays with ``items``; ``{}`` is any JSON value)."""
+    ``additionalProperties``, arrays with ``items``; ``{}`` is any JSON value).
+
+    Built once per schema (cached by its JSON text): the same strategy for every draw."""
+    return _from_schema_text(json.dumps(schema))
+
+
+@functools.cache
+def _from_schema_text(text: str) -> st.SearchStrategy[Any]:
+    schema = json.loads(text)
     if not isinstance(schema, dict) or not schema or set(schema) <= {"default", "description"}:
         return _json_values()
     if "enum" in schema:
