@@ -88,7 +88,7 @@ def idempotency_key_problem(key: str) -> str | None:
         return "a blank key"
     if len(key) > MAX_IDEMPOTENCY_KEY:
         return f"at most {MAX_IDEMPOTENCY_KEY} characters, got {len(key)}"
-    if not all(" " <= c <= "~" for c in key):
+    if not (key.isascii() and key.isprintable()):  # each character in " ".."~"
         return "printable ASCII characters only"
     return None
 
