@@ -346,9 +346,10 @@ def test_an_env_image_has_its_worker_started_with_the_rocklet(
 def test_an_env_past_its_timeout_is_ended_with_a_clear_error(rocklet: RockletProcess) -> None:
     key = rocklet.ok("/env/make", env_id="game:Coin-v0-easy")["env"]
     try:
-        # The stand-in's reset sleeps slow_reset seconds (its constructor resets too).
+        # The stand-in's reset sleeps slow_reset seconds (its constructor resets too, so the make
+        # takes that long): four times the reset's timeout below.
         slow = rocklet.ok(
-            "/env/make", env_id="game:Slow-v0", kwargs={"slow_reset": 5.0}, timeout=30
+            "/env/make", env_id="game:Slow-v0", kwargs={"slow_reset": 2.0}, timeout=30
         )["env"]
         err = env_error(rocklet, "/env/reset", env=slow, timeout=0.5)
         assert err["extra_info"]["kind"] == "timeout" and "did not answer in time" in err["message"]
