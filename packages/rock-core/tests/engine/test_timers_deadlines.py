@@ -110,3 +110,19 @@ async def test_a_restart_gives_a_stopped_sandbox_its_idle_deadline_again_before_
         assert _state(engine, sandbox_id) is State.STOPPED
         await engine.run_timers(at=second_stop + 601)
         assert _state(engine, sandbox_id) is State.DELETED
+
+
+async def test_a_sandbox_whose_record_changes_often_holds_one_timer_entry_not_one_per_change(
+    engine: SandboxManager,
+) -> None:
+    """The timers' heap grows with the sandboxes, not with their changes (an RL trainer restarts
+    or resets a sandbox thousands of times within its idle limit); its deadline still fires."""
+    with anyio.fail_after(HANG):
+        sandbox_id = await _running(engine, auto_clear_seconds=60, auto_delete_seconds=600)
+        for _ in range(20):
+            await engine.stop(sandbox_id)
+            await engine.restart(sandbox_id)
+            await engine.wait_until_running(sandbox_id)
+        assert len(engine._core.deadlines) <= 2
+        await engine.run_timers(at=time.time() + 61)
+        assert engine.get_record(sandbox_id).reason == "expired"

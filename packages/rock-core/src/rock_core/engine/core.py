@@ -124,6 +124,10 @@ class EngineCore:
         #: the sandbox's next deadline (idle stop, auto-delete, auto-archive), pushed at each
         #: change of its record (:meth:`watch`); entries outdated since are checked and dropped.
         self.deadlines: list[tuple[float, str]] = []
+        #: The earliest entry each sandbox has in :attr:`deadlines`: a later one is not pushed
+        #: (the earlier one finds it), so the heap holds about one entry per sandbox however
+        #: often its record changes (a reset per episode).
+        self.watched: dict[str, float] = {}
         #: Set once the engine begins to close: no new work is given to its task group.
         self.closed = False
         self._in_flight: dict[str, int] = {}  # calls running now, per sandbox (no idle stop)
@@ -291,15 +295,23 @@ class EngineCore:
             self.watch(live)
         return True
 
-    def watch(self, live: LiveSandbox) -> None:
+    def watch(self, live: LiveSandbox, not_before: float | None = None) -> None:
         """Put the sandbox's next deadline in the timers' heap (:attr:`deadlines`), if it has
         one: a running sandbox's idle stop (from its last activity; later activity only moves
         it later, which the timers find when they get there), a stopped one's auto-delete or
         auto-archive. A paused sandbox whose idle clock is held has none until it resumes (a
-        record change)."""
+        record change). ``not_before``: the entry is no earlier than that (the timers' next look)."""
         at = next_deadline(live, self.config.idle_counts_paused)
-        if at is not None:
-            heapq.heappush(self.deadlines, (at, live.record.sandbox_id))
+        if at is None:
+            return
+        if not_before is not None:
+            at = max(at, not_before)
+        sandbox_id = live.record.sandbox_id
+        held = self.watched.get(sandbox_id)
+        if held is not None and held <= at:
+            return  # an entry no later than this one is in the heap already
+        self.watched[sandbox_id] = at
+        heapq.heappush(self.deadlines, (at, sandbox_id))
 
     def set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
         """Record the phase ``name`` of a live sandbox's start as ``status`` (saved at once)."""

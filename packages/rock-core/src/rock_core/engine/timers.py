@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import anyio
 
 from rock_core.engine import archiving, following, pausing
-from rock_core.engine.core import EngineCore, next_deadline
+from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LABEL_OWNER, LiveSandbox
 from rock_core.engine.stopping import delete, stop, stop_locked
 from rock_core.errors import NotSupported, RockError
@@ -121,7 +121,9 @@ def _due_ids(core: EngineCore, now_ts: float) -> list[str]:
     heap = core.deadlines
     ids: dict[str, None] = {}
     while heap and heap[0][0] <= now_ts:
-        sandbox_id = heapq.heappop(heap)[1]
+        at, sandbox_id = heapq.heappop(heap)
+        if core.watched.get(sandbox_id) == at:
+            del core.watched[sandbox_id]  # its earliest entry: the next one may be pushed
         if sandbox_id in core.live:
             ids[sandbox_id] = None
     return list(ids)
@@ -131,9 +133,7 @@ def _watch_again(core: EngineCore, live: LiveSandbox, now_ts: float) -> None:
     """Put back a sandbox the timers looked at and left: at its deadline as it is now, or, if
     that has passed (a stopped sandbox whose unit is being removed, or that holds no unit
     yet), at the next look, as every look did before."""
-    at = next_deadline(live, core.config.idle_counts_paused)
-    if at is not None:
-        heapq.heappush(core.deadlines, (max(at, now_ts), live.record.sandbox_id))
+    core.watch(live, not_before=now_ts)
 
 
 async def disk_loop(core: EngineCore) -> None:
