@@ -96,6 +96,12 @@ def test_the_docker_floor_is_measured_in_the_same_run_and_leaves_nothing(docker_
     (point,) = json.loads(done.stdout)["points"]
     assert point["floor_start_rate_per_second"] > 0 and point["floor_removal_seconds"] > 0
     assert "docker floor: start rate (/s)" in done.stderr
+    # the goal's figure (issue #28: at least 0.9), and the admin's cost beside it
+    assert point["start_rate_to_floor"] == round(
+        point["start_rate_per_second"] / point["floor_start_rate_per_second"], 3
+    )
+    assert "start rate / docker floor" in done.stderr
+    assert point["engine_cpu_ms_per_start"] > 0 and "engine CPU per start (ms)" in done.stderr
     assert docker_client.containers.list(all=True, filters={"label": "rock.bench.floor"}) == []
     assert point["leftovers"] == 0
 

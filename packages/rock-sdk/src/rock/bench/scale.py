@@ -265,6 +265,12 @@ async def _point(
                 ),
             }
         )
+        engine_cpu = figures["engine_cpu_seconds_during_starts"]
+        if starts and engine_cpu is not None:
+            figures["engine_cpu_ms_per_start"] = round(1000 * engine_cpu / len(starts), 2)
+        floor = figures.get("floor_start_rate_per_second")
+        if floor and figures["start_rate_per_second"] is not None:
+            figures["start_rate_to_floor"] = round(figures["start_rate_per_second"] / floor, 3)
         if starts and figures["client_cpu_seconds_during_starts"] is not None:
             figures["client_cpu_percent_during_starts"] = round(
                 100 * figures["client_cpu_seconds_during_starts"] / starts[-1], 1
@@ -421,6 +427,7 @@ TABLE = (
     ("start_rate_per_second", "start rate (/s)"),
     ("start_p50_seconds", "start p50 (s)"),
     ("engine_cpu_seconds_during_starts", "engine CPU during starts (s)"),
+    ("engine_cpu_ms_per_start", "engine CPU per start (ms)"),
     ("client_cpu_seconds_during_starts", "trainer process CPU during starts (s)"),
     ("client_cpu_percent_during_starts", "trainer process CPU during starts (% of a core)"),
     ("get_status_p50_ms", "get_status p50 (ms)"),
@@ -450,6 +457,7 @@ TABLE = (
     ("commands_ok_after_admin_restart", "admin restart: commands answered"),
     ("floor_start_rate_per_second", "docker floor: start rate (/s)"),
     ("floor_removal_seconds", "docker floor: removal (s)"),
+    ("start_rate_to_floor", "start rate / docker floor"),
 )
 
 
