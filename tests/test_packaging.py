@@ -40,15 +40,20 @@ def _uv() -> str:
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("dist")
-    built = {}
-    for dist in PACKAGES:
-        # One build per package, as a user of that package alone would run it.
-        subprocess.run(
+    # One build per package, as a user of that package alone would run it; the builds run at
+    # the same time (each waits mostly on its own build environment).
+    builds = {
+        dist: subprocess.Popen(
             [_uv(), "build", "--package", dist, "--wheel", "--out-dir", str(out), "--quiet"],
             cwd=ROOT,
-            check=True,
             env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
         )
+        for dist in PACKAGES
+    }
+    failed = [dist for dist, build in builds.items() if build.wait(timeout=600) != 0]
+    assert not failed, f"uv build failed for {failed}"
+    built = {}
+    for dist in PACKAGES:
         (wheel,) = out.glob(f"{dist.replace('-', '_')}-*.whl")
         built[dist] = wheel
     return built
