@@ -43,15 +43,24 @@ def rocklet() -> Iterator[tuple[str, int]]:
 
 
 class _Reading(httpx.AsyncBaseTransport):
-    """An ASGI transport that keeps the body of every ``wait_any`` request."""
+    """An ASGI transport that keeps the body of every ``wait_any`` request; ``older``: the
+    admin is made to look like one from before watches (their field renamed on the way, so the
+    admin ignores it, or with ``strict_fields`` refuses it)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, older: bool = False) -> None:
         self._inner = httpx.ASGITransport(app=app)
         self.bodies: list[dict[str, Any]] = []
+        self._older = older
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.endswith("/sandboxes/wait_any"):
-            self.bodies.append(json.loads(await request.aread()))
+            body = json.loads(await request.aread())
+            self.bodies.append(body)
+            if self._older and "watch" in body:
+                body["watch_unknown_here"] = body.pop("watch")
+                request = httpx.Request(
+                    request.method, request.url, headers=request.headers, json=body
+                )
         response = await self._inner.handle_async_request(request)
         await response.aread()
         return response
@@ -59,15 +68,15 @@ class _Reading(httpx.AsyncBaseTransport):
 
 @contextlib.asynccontextmanager
 async def _admin(
-    tmp_path: Path, runtime: ScriptedRuntime
+    tmp_path: Path, runtime: ScriptedRuntime, *, older: bool = False, **settings: Any
 ) -> AsyncIterator[tuple[Any, RemoteDriver, _Reading]]:
     config = EngineConfig(
         timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "rock.db")
     )
     async with SandboxManager(config, runtime=runtime) as manager:
         try:
-            app = create_app(load_settings(None, state_dir=str(tmp_path)), manager)
-            transport = _Reading(app)
+            app = create_app(load_settings(None, state_dir=str(tmp_path), **settings), manager)
+            transport = _Reading(app, older=older)
             driver = RemoteDriver("http://127.0.0.1", transport=transport)
             try:
                 yield app, driver, transport
@@ -145,3 +154,19 @@ async def test_another_tenants_watch_is_not_theirs_to_read(
         assert lifecycle._watch(app, asking("t1"), name) == (name, watch)
         other_name, other = lifecycle._watch(app, asking("t2"), name)
         assert other_name != name and other is not watch and not other.pending
+
+
+@pytest.mark.parametrize("strict_fields", [False, True], ids=["ignoring", "strict"])
+async def test_an_admin_from_before_watches_is_asked_about_every_id_as_before(
+    tmp_path: Path, rocklet: tuple[str, int], strict_fields: bool
+) -> None:
+    runtime = ScriptedRuntime(rocklet)
+    async with _admin(tmp_path, runtime, older=True, strict_fields=strict_fields) as (
+        _app,
+        driver,
+        reading,
+    ):
+        ids = await _wait_one_by_one(driver, runtime, 4, lambda _index: None)
+    later = [body for body in reading.bodies if "watch" not in body]
+    assert later  # the watch was dropped after the admin showed it has none
+    assert set(later[0]["sandbox_ids"]) <= set(ids)

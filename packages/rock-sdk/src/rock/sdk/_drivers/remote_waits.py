@@ -27,9 +27,9 @@ from rock.sdk._drivers.remote_wire import MAX_HELD
 from rock_core.actions import SandboxStatusResponse, WaitAnyResponse
 from rock_core.converters import structure_wire
 from rock_core.errors import (
+    BadRequestRockError,
     ImagePullFailed,
     InternalServerRockError,
-    InvalidParameter,
     NotSupported,
     SandboxNotFound,
     StartupTimeout,
@@ -173,10 +173,12 @@ class _Gatherer:
             self._driver._wait_any_served = False
             self._end(lane, None)
             return False
-        except InvalidParameter:
+        except BadRequestRockError as exc:
             if token is None:
-                raise
-            lane.token = None  # an older rock admin refusing the field: ask about every id
+                self._end(lane, exc)
+                return False
+            lane.token = None  # an admin refusing the field (strict_fields): ask about every id
+            lane.new.update(lane.ids)
             return True
         except Exception as exc:  # the admin unreachable: every wait it served learns why
             self._end(lane, exc)
