@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import http.server as http_server
 import threading
+import uuid
 from pathlib import Path
 
 import anyio
@@ -664,3 +665,36 @@ async def test_a_docker_engine_that_never_answers_gives_an_error_that_says_what_
     message = str(caught.value)
     assert "did not answer in time during" in message
     assert "docker info" in message and "restart dockerd" in message
+
+
+async def test_discard_removes_the_network_of_a_group_it_ends(
+    runtime, run_labels, docker_client, http
+):
+    """A trainer that exits with a network group running (its engine discards the group's
+    containers) leaves no network behind: the reaper removes it once its last member is gone.
+    Left behind, each such network holds one of Docker's few address pools until none is left
+    for a new network."""
+    from rock_core.testing import eventually
+
+    group = "discarded-" + uuid.uuid4().hex[:8]
+    members = [
+        await create(runtime, run_labels, spec(runtime_options={"network_group": group}))
+        for _ in range(2)
+    ]
+    await started(runtime, members[0], http)
+    (network,) = {
+        name
+        for name in docker_client.containers.get(members[0].unit_id).attrs["NetworkSettings"][
+            "Networks"
+        ]
+    }
+    assert docker_client.networks.list(names=[network])
+    with anyio.fail_after(10):
+        await runtime.discard(members)
+
+    def network_gone() -> bool:
+        return not docker_client.networks.list(names=[network])
+
+    await anyio.to_thread.run_sync(
+        lambda: eventually(network_gone, what=f"network {network} removed", timeout=60)
+    )

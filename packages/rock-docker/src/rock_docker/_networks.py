@@ -15,7 +15,13 @@ import docker
 import docker.errors
 
 from rock_core.errors import InvalidParameter
-from rock_docker._container import LABEL_NETWORK, LABEL_NETWORK_GROUP
+from rock_core.runtime import UnitHandle
+from rock_docker._container import (
+    LABEL_GROUP_NETWORK,
+    LABEL_NETWORK,
+    LABEL_NETWORK_GROUP,
+    group_network_name,
+)
 
 __all__ = ["Networks"]
 
@@ -92,9 +98,14 @@ class Networks:
         """Unit ``unit_id`` joined its group's ``network`` (removed with the group's last unit)."""
         self._unit_groups[unit_id] = network
 
-    def group_network_of(self, unit_id: str) -> str | None:
-        """The group network unit ``unit_id`` joined through this runtime, forgotten now."""
-        return self._unit_groups.pop(unit_id, None)
+    def network_of(self, handle: UnitHandle) -> str | None:
+        """The network group's network unit ``handle`` joined (``None``: none), forgotten now."""
+        network = self._unit_groups.pop(handle.unit_id, None)
+        network = network or handle.labels.get(LABEL_GROUP_NETWORK)
+        group = handle.labels.get(LABEL_NETWORK_GROUP)
+        if network is None and group:
+            network = group_network_name(group)  # a container made before groups had tenants
+        return network
 
     def remove_if_unused(self, api: docker.APIClient, name: str) -> None:
         """Remove a group's network once no container is attached to it."""

@@ -6,9 +6,10 @@ once, which on a small host slows every one of them to a crawl and can leave som
 "Removal In Progress". So :meth:`DockerRuntime.discard <rock_docker.runtime.DockerRuntime.discard>`
 starts this program in a session of its own, writes the container ids to its standard input,
 and returns. The reaper removes them a few at a time (``docker rm -f -v``), retries what dockerd
-refuses for now (a removal already in progress, a busy mount), and exits when all are gone.
+refuses for now (a removal already in progress, a busy mount), then removes each network group's
+network it was handed that no container uses any more, and exits.
 
-Usage: ``python -m rock_docker.reaper [--base-url URL] [--concurrency N] < ids``.
+Usage: ``python -m rock_docker.reaper [--base-url URL] [--concurrency N] [--network NAME]... < ids``.
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ _TRIES = 5
 _PAUSE = 2.0
 
 
-def spawn_reaper(ids: Iterable[str], *, base_url: str | None) -> None:
-    """Start the reaper in a session of its own, hand it ``ids`` and return (blocking, briefly).
+def spawn_reaper(ids: Iterable[str], *, base_url: str | None, networks: Iterable[str] = ()) -> None:
+    """Start the reaper in a session of its own, hand it ``ids`` (and the group ``networks``
+    to remove once unused) and return (blocking, briefly).
 
     :raises OSError: the reaper could not be started.
     """
     command = [sys.executable, "-m", "rock_docker.reaper"]
     if base_url:
         command += ["--base-url", base_url]
+    for network in sorted(set(networks)):
+        command += ["--network", network]
     reaper = subprocess.Popen(
         command,
         stdin=subprocess.PIPE,
@@ -47,8 +51,16 @@ def spawn_reaper(ids: Iterable[str], *, base_url: str | None) -> None:
     reaper.stdin.close()
 
 
-def reap(ids: Iterable[str], *, base_url: str | None = None, concurrency: int = 8) -> list[str]:
-    """Remove each container of ``ids`` (a missing one is fine); return those that could not be."""
+def reap(
+    ids: Iterable[str],
+    *,
+    base_url: str | None = None,
+    concurrency: int = 8,
+    networks: Iterable[str] = (),
+) -> list[str]:
+    """Remove each container of ``ids`` (a missing one is fine), then each of ``networks`` no
+    container is attached to (one another engine's member still uses stays); return the
+    containers that could not be removed."""
     import docker
     import docker.errors
 
@@ -73,9 +85,20 @@ def reap(ids: Iterable[str], *, base_url: str | None = None, concurrency: int = 
                     time.sleep(_PAUSE)
         return unit_id
 
+    def remove_network(name: str) -> None:
+        try:
+            if client.api.inspect_network(name).get("Containers"):
+                return  # a member of the group still runs: its removal takes the network
+            client.api.remove_network(name)
+        except Exception:  # noqa: BLE001 - gone already, or joined meanwhile: it stays
+            pass
+
     try:
         with ThreadPoolExecutor(max(1, concurrency)) as pool:
-            return [unit_id for unit_id in pool.map(remove, ids) if unit_id is not None]
+            left = [unit_id for unit_id in pool.map(remove, ids) if unit_id is not None]
+        for name in networks:
+            remove_network(name)
+        return left
     finally:
         client.close()
 
@@ -85,17 +108,20 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     base_url = None
     concurrency = 8
+    networks: list[str] = []
     while args:
         flag = args.pop(0)
         if flag == "--base-url" and args:
             base_url = args.pop(0)
         elif flag == "--concurrency" and args:
             concurrency = int(args.pop(0))
+        elif flag == "--network" and args:
+            networks.append(args.pop(0))
         else:
             sys.stderr.write(f"rock_docker.reaper: unknown argument {flag!r}\n")
             return 2
     ids = [line.strip() for line in sys.stdin if line.strip()]
-    left = reap(ids, base_url=base_url, concurrency=concurrency)
+    left = reap(ids, base_url=base_url, concurrency=concurrency, networks=networks)
     for unit_id in left:
         sys.stderr.write(f"rock_docker.reaper: could not remove container {unit_id}\n")
     return 1 if left else 0

@@ -61,11 +61,8 @@ from rock_core.rocklet_delivery import default_rocklet_dir
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
 from rock_docker._commit import SnapshotImages
 from rock_docker._container import (
-    LABEL_GROUP_NETWORK,
-    LABEL_NETWORK_GROUP,
     NETWORKS,
     explain_start_failure,
-    group_network_name,
 )
 from rock_docker._creation import ContainerMaker
 from rock_docker._egress import EgressRules
@@ -343,12 +340,7 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
         await self._run(
             remove, attempted="remove", sandbox_id=handle.sandbox_id, abandon_on_cancel=True
         )
-        group = handle.labels.get(LABEL_NETWORK_GROUP)
-        network = self._networks.group_network_of(handle.unit_id) or handle.labels.get(
-            LABEL_GROUP_NETWORK
-        )
-        if network is None and group:
-            network = group_network_name(group)  # a container made before groups had tenants
+        network = self._networks.network_of(handle)
         if network is not None:
             unused = network
             await self._run(
@@ -364,15 +356,18 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
         The reaper (:mod:`rock_docker.reaper`, in a session of its own, so it outlives this
         process) removes them a few at a time and retries what dockerd refuses for now. Sending
         dockerd a thousand removals at once instead left it crawling on a 2-core host, with some
-        containers stuck in "Removal In Progress". Socket directories go at once; group networks
-        are left for a later removal of a member of their group."""
+        containers stuck in "Removal In Progress". Socket directories go at once; the networks
+        of their network groups go with the reaper once no container uses them (else a trainer
+        that exits with a group running leaves its network behind, and Docker runs out of
+        address pools for new ones)."""
         if not handles:
             return
         ids = [handle.unit_id for handle in handles]
+        networks = {n for n in map(self._networks.network_of, handles) if n is not None}
         await self._forget_egress_of(handles)  # before their addresses are free
         try:
             await anyio.to_thread.run_sync(
-                lambda: spawn_reaper(ids, base_url=self.options.base_url)
+                lambda: spawn_reaper(ids, base_url=self.options.base_url, networks=networks)
             )
         except OSError as exc:
             log.warning(
@@ -380,7 +375,6 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
             )
             await super().discard(handles)
         for handle in handles:
-            self._networks.group_network_of(handle.unit_id)
             self._sockets.forget(handle)
 
     # -- observation ----------------------------------------------------------------------------
