@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import json
+import operator
 import os
 import sqlite3
 import threading
@@ -105,8 +106,13 @@ _FIELDS = tuple(
 )
 
 
+_values = operator.attrgetter(*(name for name, _, _ in _FIELDS))
+_PARTS = len(_FIELDS) + 1
+
+
 class _Texts:
-    """The JSON text of a spec, and of each field of the last record written with it."""
+    """The JSON text of a spec (``"spec":{...}``), and of each field of the last record written
+    with it."""
 
     __slots__ = ("fields", "ref", "spec")
 
@@ -134,7 +140,9 @@ def _texts_of(spec: SandboxSpec) -> _Texts:
         if entry is not None and entry.ref is ref:
             _texts.pop(key, None)
 
-    made = _texts[key] = _Texts(weakref.ref(spec, forget), _encode(unstructure_store(spec)))
+    made = _texts[key] = _Texts(
+        weakref.ref(spec, forget), f'"spec":{_encode(unstructure_store(spec))}'
+    )
     return made
 
 
@@ -146,17 +154,17 @@ def record_document(record: SandboxRecord) -> str:
     ``structure_store``. Safe from several threads: a field's value and text are kept as one."""
     texts = _texts_of(record.spec)
     fields = texts.fields
-    parts = []
-    for index, (name, write, key) in enumerate(_FIELDS):
-        value = getattr(record, name)
+    parts = [texts.spec] * _PARTS  # the last one stays the spec's
+    for index, value in enumerate(_values(record)):
         last = fields[index]
         if last[0] is value:
-            parts.append(last[1])
-            continue
-        text = key + _json(value if write is None or value is None else write(value))
-        fields[index] = (value, text)
-        parts.append(text)
-    parts.append(f'"spec":{texts.spec}')
+            parts[index] = last[1]
+        else:
+            _, write, key = _FIELDS[index]
+            parts[index] = text = key + _json(
+                value if write is None or value is None else write(value)
+            )
+            fields[index] = (value, text)
     return "{" + ",".join(parts) + "}"
 
 
