@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import docker
 import docker.errors
 import pytest
 
@@ -149,3 +150,13 @@ def test_closing_the_client_closes_the_lean_connections():
     assert raw._idle
     close_client(client)
     assert not raw._idle
+
+
+def test_docker_py_still_has_the_proxy_settings_the_lean_create_applies(api):
+    """The lean create puts docker-py's proxy settings (``~/.docker/config.json``'s proxies) in
+    the container's environment as the SDK's create does, through the SDK's private
+    ``_proxy_configs`` (only ``_raw_api`` uses it). A docker-py without it is called the SDK's
+    way; this test names the release that dropped it."""
+    assert hasattr(api, "_proxy_configs") and hasattr(
+        api._proxy_configs, "inject_proxy_environment"
+    ), f"docker-py {docker.__version__} has no APIClient._proxy_configs.inject_proxy_environment"

@@ -102,10 +102,10 @@ class RawDocker:
         """The lean client for the engine ``api`` talks to; ``None`` when that is no unix socket
         (TCP, TLS, ssh: the SDK then makes every call)."""
         adapter = api.adapters.get("http+docker://")
-        if not isinstance(adapter, UnixHTTPAdapter):
-            return None
+        if not isinstance(adapter, UnixHTTPAdapter) or not hasattr(api, "_proxy_configs"):
+            return None  # (a docker-py without the proxy settings create applies: the SDK's way)
         timeout = api.timeout if isinstance(api.timeout, (int, float)) else None
-        return cls(adapter.socket_path, api._version, timeout)
+        return cls(adapter.socket_path, api.api_version, timeout)
 
     def close(self) -> None:
         with self._lock:
