@@ -170,3 +170,19 @@ async def test_an_admin_from_before_watches_is_asked_about_every_id_as_before(
     later = [body for body in reading.bodies if "watch" not in body]
     assert later  # the watch was dropped after the admin showed it has none
     assert set(later[0]["sandbox_ids"]) <= set(ids)
+
+
+async def test_a_tenant_opening_watches_without_end_keeps_a_bounded_number(
+    tmp_path: Path, rocklet: tuple[str, int]
+) -> None:
+    runtime = ScriptedRuntime(rocklet)
+    async with _admin(tmp_path, runtime) as (app, _driver, _reading):
+        request = Request({"type": "http", _TENANT_SCOPE_KEY: "greedy"})
+        other = Request({"type": "http", _TENANT_SCOPE_KEY: "calm"})
+        kept_name, kept = lifecycle._watch(app, other, "")
+        names = [lifecycle._watch(app, request, "")[0] for _ in range(3 * 256)]
+        watches = lifecycle._WATCHES[app]
+        greedy = [w for w in watches.values() if w.tenant == "greedy"]
+        assert len(greedy) == 256  # the least recently used went
+        assert names[-1] in watches and names[0] not in watches
+        assert watches[kept_name] is kept  # another tenant's watch stays

@@ -397,6 +397,10 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
 
 #: A watch no request used for this long (and none holds) is forgotten: its client is gone.
 _WATCH_IDLE = 300.0
+#: The watches one tenant keeps at most (an SDK process uses up to 4); past it, opening one
+#: forgets the tenant's least recently used watch no request holds: a tenant that opens watches
+#: without end cannot grow the admin's memory without end.
+_WATCHES_PER_TENANT = 256
 
 
 @attrs.define(eq=False)
@@ -422,6 +426,13 @@ def _watch(app: AdminApp, request: Request, name: str) -> tuple[str, _Watch]:
     tenant = tenant_of(request)
     watch = watches.get(name) if name else None
     if watch is None or watch.tenant != tenant:
+        theirs = [
+            (w.used, i, k)  # (the oldest first among equal times)
+            for i, (k, w) in enumerate(watches.items())
+            if w.tenant == tenant and not w.asking
+        ]
+        if len(theirs) >= _WATCHES_PER_TENANT:
+            del watches[min(theirs)[2]]
         name = secrets.token_urlsafe(16)
         watch = watches[name] = _Watch(tenant)
     return name, watch
