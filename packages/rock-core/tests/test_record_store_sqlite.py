@@ -208,7 +208,7 @@ def test_closing_commits_what_a_group_has_pending(tmp_path: Path) -> None:
             host_name=None,
             security={},
             notes=(),
-            rocklet_address=("10.0.0.2", 22555),
+            rocklet_address=("198.51.100.2", 22555),
             paused_time=sample_record().create_time,
             auto_transition_state=State.DELETED,
         ),
