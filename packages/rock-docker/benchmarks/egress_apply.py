@@ -1,8 +1,8 @@
 """What one egress policy apply (and its removal) costs with many other sandboxes' chains on
 the host: ``python egress_apply.py [--others 300] [--rounds 20]``, as root on a host with
 iptables. No containers: units are made-up ids on a made-up bridge (``rockbench0``) with
-addresses in 10.254.0.0/16, which no packet of this host matches; every chain made is removed
-at the end. Prints JSON: the times (ms, p50 and p95) of a first apply, a rewrite (another
+addresses in 198.18.0.0/15 (the range set aside for benchmarks), which no packet of this host
+matches; every chain made is removed at the end. Prints JSON: the times (ms, p50 and p95) of a first apply, a rewrite (another
 policy, as ``update_egress``) and a removal, with 0 and with ``--others`` other units' chains
 present."""
 
@@ -19,7 +19,9 @@ from rock_core.egress import EgressPolicy, EgressRule, egress_policy
 from rock_docker._firewall import Firewall
 
 POLICY = egress_policy(
-    EgressPolicy("deny", (EgressRule.allow("10.0.0.0/8", [443]), EgressRule.deny("192.0.2.0/24")))
+    EgressPolicy(
+        "deny", (EgressRule.allow("203.0.113.0/24", [443]), EgressRule.deny("192.0.2.0/24"))
+    )
 )
 OPENED = egress_policy(EgressPolicy("allow", (EgressRule.deny("192.0.2.0/24"),)))
 
@@ -29,7 +31,7 @@ class _NoContainers(Firewall):
 
     def _where(self, api: Any, unit_id: str) -> tuple[str, str]:
         number = int(unit_id[4:16], 16)
-        return f"10.254.{number // 250}.{number % 250 + 1}", "rockbench0"
+        return f"198.18.{number // 250}.{number % 250 + 1}", "rockbench0"
 
 
 def _unit(number: int) -> str:

@@ -22,7 +22,7 @@ from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
 
-POLICY = EgressPolicy.deny_all([EgressRule.allow("10.0.0.5", [443], "tcp")])
+POLICY = EgressPolicy.deny_all([EgressRule.allow("198.51.100.5", [443], "tcp")])
 
 
 class PolicedRuntime(ScriptedRuntime):
@@ -120,7 +120,7 @@ async def test_a_reconcile_during_an_update_does_not_put_the_old_policy_back(
 ):
     firewall = SlowFirewall(rocklet)
     config = EngineConfig(timer_interval=3600, reconcile_interval=3600)
-    opened = EgressPolicy.deny_all([*POLICY.rules, EgressRule.allow("10.0.0.6", [80], "tcp")])
+    opened = EgressPolicy.deny_all([*POLICY.rules, EgressRule.allow("198.51.100.6", [80], "tcp")])
     async with SandboxManager(config, runtime=firewall) as engine:
         started = await engine.start(
             SandboxStartRequest(image="scripted:1", egress=POLICY.to_dict())
