@@ -132,7 +132,7 @@ async def test_waits_go_on_when_the_admin_forgot_their_watch(
 
         def forget(index: int) -> None:
             if index == 2:  # as an admin restarted, or one that dropped a long-unused watch
-                lifecycle._WATCHES.get(app, {}).clear()
+                app.wait_watches.clear()
 
         ids = await _wait_one_by_one(driver, runtime, 5, forget)
     sent = [sandbox_id for body in reading.bodies for sandbox_id in body["sandbox_ids"]]
@@ -181,7 +181,7 @@ async def test_a_tenant_opening_watches_without_end_keeps_a_bounded_number(
         other = Request({"type": "http", _TENANT_SCOPE_KEY: "calm"})
         kept_name, kept = lifecycle._watch(app, other, "")
         names = [lifecycle._watch(app, request, "")[0] for _ in range(3 * 256)]
-        watches = lifecycle._WATCHES[app]
+        watches = app.wait_watches
         greedy = [w for w in watches.values() if w.tenant == "greedy"]
         assert len(greedy) == 256  # the least recently used went
         assert names[-1] in watches and names[0] not in watches

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import secrets
 import time
-import weakref
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -375,7 +374,7 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
         name, watch = _watch(app, request, body.watch)
         watch.pending.update(dict.fromkeys(mine))
         if len(watch.pending) > app.settings.batch_max_count:
-            del _WATCHES[app][name]
+            del app.wait_watches[name]
             _check_count(app, list(watch.pending))
         watch.asking += 1
         try:
@@ -413,13 +412,10 @@ class _Watch:
     asking: int = 0
 
 
-_WATCHES: weakref.WeakKeyDictionary[AdminApp, dict[str, _Watch]] = weakref.WeakKeyDictionary()
-
-
 def _watch(app: AdminApp, request: Request, name: str) -> tuple[str, _Watch]:
     """The watch ``name`` of the request's tenant, or a new one (``name`` is ``""``, unknown,
     forgotten, or another tenant's); the watches long unused are forgotten meanwhile."""
-    watches = _WATCHES.setdefault(app, {})
+    watches: dict[str, _Watch] = app.wait_watches
     now = time.monotonic()
     for old in [k for k, w in watches.items() if not w.asking and now - w.used > _WATCH_IDLE]:
         del watches[old]
