@@ -86,7 +86,8 @@ class RecordStore(abc.ABC):
     #: write (a record put several times in the turn written once, as last put), and the caller
     #: calls :meth:`commit` before it tells anyone a put was made (the admin: before every
     #: answer), so nothing acknowledged is lost still. A put made off a loop is written at once,
-    #: and never undone by an older pending one; a read sees every put.
+    #: and never undone by an older pending one; a read sees every put. A store hands its write
+    #: to :class:`rock_core.record_grouping.GroupedPuts`, which keeps all this.
     group_commits: bool = False
 
     @property

@@ -9,12 +9,10 @@ connections, and blocks each caller until its query has answered, at most ``call
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 import logging
 import os
-import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -22,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rock_core.converters import structure_store
 from rock_core.engine.store import record_document
 from rock_core.models import SandboxRecord
+from rock_core.record_grouping import GroupedPuts
 from rock_core.records import RecordStore, StoreUnavailable, check_filters
 from rock_core.states import State
 from rock_postgres import _schema
@@ -127,7 +126,8 @@ class PostgresRecordStore(RecordStore):
     With :attr:`group_commits` (the admin sets it), the puts made in one turn of an event loop
     are written at its end in one round trip (``executemany``, one transaction), and before
     every answer (:meth:`commit`): a start saves its record about eight times, each a round
-    trip of its own otherwise, on the event loop.
+    trip of its own otherwise, on the event loop (:class:`rock_core.record_grouping.GroupedPuts`
+    keeps them; a failed write keeps them pending for the next commit).
     """
 
     can_group_commits = True
@@ -138,15 +138,7 @@ class PostgresRecordStore(RecordStore):
         self._loop: LoopThread | None = None
         self._pool: asyncpg.Pool | None = None
         self.group_commits = False
-        self._lock = threading.Lock()  # guards _pending and _scheduled
-        # One write of records at a time: a put made off the loop waits for a group being
-        # written, so an older version of its record never lands after it.
-        self._writing = threading.Lock()
-        self._pending: dict[str, SandboxRecord] = {}  # the group's puts, last of each id
-        # A commit is scheduled at the end of a loop's turn: one at a time, so that a commit
-        # made before an answer does not make the next puts schedule one each (the turn-end
-        # commits of many tasks interleaved with their steps: a round trip each, not one per turn).
-        self._scheduled = False
+        self._puts = GroupedPuts(self._write, self)
 
     @property
     def persistent(self) -> bool:
@@ -199,11 +191,11 @@ class PostgresRecordStore(RecordStore):
     def close(self) -> None:
         """Commit what a group has pending, close the connections and the store's thread.
         Idempotent."""
-        if self._pending and self._pool is not None:
+        if self._puts and self._pool is not None:
             try:
                 self.commit()
             except Exception as exc:  # the server is gone: nothing more can be done
-                log.warning("%r: %d pending records not written: %s", self, len(self._pending), exc)
+                log.warning("%r: %d pending records not written: %s", self, len(self._puts), exc)
         pool, self._pool = self._pool, None
         loop, self._loop = self._loop, None
         if loop is None:
@@ -252,56 +244,24 @@ class PostgresRecordStore(RecordStore):
         )
 
     def put(self, record: SandboxRecord) -> None:
-        loop = self._loop_turn()
-        if loop is not None:
-            with self._lock:
-                self._pending[record.sandbox_id] = record
-                if self._scheduled:
-                    return
-                self._scheduled = True
-            loop.call_soon(self._commit_at_turn_end)
-            return
-        row = record_row(record)
-        with self._writing:
-            with self._lock:  # an older put of it, pending, must not win
-                self._pending.pop(record.sandbox_id, None)
-            self.call(lambda pool: pool.execute(PUT, *row))
-
-    def _loop_turn(self) -> asyncio.AbstractEventLoop | None:
-        """The running loop whose turn's end writes a put now, or ``None``: write it at once."""
-        if not self.group_commits:
-            return None
-        try:
-            return asyncio.get_running_loop()
-        except RuntimeError:
-            return None
+        self._puts.put(record, group=self.group_commits)
 
     def commit(self) -> None:
         """Write the group's pending puts in one round trip (nothing when none is pending).
 
         :raises StoreUnavailable: the server cannot be reached; the puts stay pending.
         """
-        if not self._pending:
-            return
-        with self._writing:
-            with self._lock:
-                pending = dict(self._pending)  # kept there until written: what get() answers
-            if not pending:
-                return
-            rows = [record_row(record) for record in pending.values()]
-            self.call(lambda pool: pool.executemany(PUT, rows))
-            with self._lock:
-                for sandbox_id, record in pending.items():
-                    if self._pending.get(sandbox_id) is record:
-                        del self._pending[sandbox_id]
+        self._puts.commit()
 
-    def _commit_at_turn_end(self) -> None:
-        with self._lock:
-            self._scheduled = False
-        try:
-            self.commit()
-        except Exception as exc:  # kept pending: the next commit (before an answer) tries again
-            log.warning("%r: writing %d records failed: %s", self, len(self._pending), exc)
+    def _write(self, records: builtins.list[SandboxRecord]) -> None:
+        """Write ``records``: one round trip, one transaction (the writer of
+        :class:`~rock_core.record_grouping.GroupedPuts`)."""
+        if len(records) == 1:
+            row = record_row(records[0])
+            self.call(lambda pool: pool.execute(PUT, *row))
+            return
+        rows = [record_row(record) for record in records]
+        self.call(lambda pool: pool.executemany(PUT, rows))
 
     def leadership(self, name: str, holder: str, ttl: float, address: str | None = None) -> Lease:
         """The lease ``name`` in this database (:class:`rock_postgres.lease.Lease`), its table
@@ -313,7 +273,7 @@ class PostgresRecordStore(RecordStore):
         return lease
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
-        pending = self._pending.get(sandbox_id)
+        pending = self._puts.pending(sandbox_id)
         if pending is not None:  # put in this turn, not written yet
             return pending
         data = self.call(

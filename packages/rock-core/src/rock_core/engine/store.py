@@ -2,14 +2,15 @@
 in a file (WAL), the engine's default (``store_path``; ``store`` unset).
 
 Every change to a record is written through at once, so a process killed with SIGKILL loses
-nothing it had acknowledged. An admin may group commits instead (:attr:`group_commits`): a put
-made on an event loop is written and committed with the others of the loop's turn, at its end
-(a record put several times in the turn written once, as last put), and the admin commits
-(:meth:`commit`) before it answers any request, so nothing acknowledged is lost still; a commit
-costs more than the write itself (50 to 100 us), and a start saves its record about eight
-times, three of them in one turn. A read writes what is pending first, so it sees every put. Rows are never deleted by the lifecycle: a deleted sandbox keeps its
-row (state ``deleted``) for its history, as ROCK does; :meth:`SqliteRecordStore.purge_deleted` drops
-old ones.
+nothing it had acknowledged. An admin may group commits instead (:attr:`group_commits`, kept by
+:class:`rock_core.record_grouping.GroupedPuts`): a put made on an event loop is written and
+committed with the others of the loop's turn, at its end (a record put several times in the turn
+written once, as last put), and the admin commits (:meth:`commit`) before it answers any
+request, so nothing acknowledged is lost still; a commit costs more than the write itself (50 to
+100 us), and a start saves its record about eight times, three of them in one turn. A read sees
+every put (a listing commits what is pending first). Rows are never deleted by the lifecycle: a
+deleted sandbox keeps its row (state ``deleted``) for its history, as ROCK does;
+:meth:`SqliteRecordStore.purge_deleted` drops old ones.
 
 The file records its schema version in SQLite's ``PRAGMA user_version`` (a file of a rock from
 before the version was kept reads 0 and is version 1); a newer version is refused.
@@ -21,7 +22,6 @@ that converter, which skips unknown keys so an older rock reads a newer rock's f
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 import operator
@@ -42,6 +42,7 @@ from rock_core.converters import store as store_converter
 from rock_core.converters import structure_store, unstructure_store
 from rock_core.models import SandboxRecord, SandboxSpec
 from rock_core.private_paths import private_file
+from rock_core.record_grouping import GroupedPuts
 from rock_core.records import RecordStore, check_filters, newer_schema
 from rock_core.states import State
 
@@ -210,18 +211,11 @@ class SqliteRecordStore(RecordStore):
             for journal in ("-wal", "-shm"):
                 if os.path.lexists(f"{self.path}{journal}"):
                     private_file(f"{self.path}{journal}", setting="store_path")
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the connection
         #: Commit a put made on an event loop at the end of the loop's turn, with the others
         #: (the admin sets it, and calls :meth:`commit` before each answer); else at once.
         self.group_commits = False
-        self._dirty = False  # a group's puts are not all committed
-        # A commit is scheduled at the end of a loop's turn: one at a time, so that a commit
-        # made before an answer does not make the next puts schedule one each (the turn-end
-        # commits of many tasks interleaved with their steps: a write each, not one per turn).
-        self._scheduled = False
-        # Puts of the group not written yet, by id (the last put of each): written at the
-        # commit, or before any read or put made off the loop.
-        self._pending: dict[str, SandboxRecord] = {}
+        self._puts = GroupedPuts(self._write, self)
         self._closed = False
         self._db = sqlite3.connect(
             ":memory:" if self.path is None else str(self.path), check_same_thread=False
@@ -249,86 +243,44 @@ class SqliteRecordStore(RecordStore):
 
     def close(self) -> None:
         """Close the database (committing what a group has pending). Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            try:
-                self._write_pending()
-                if self._db.in_transaction:
-                    self._db.commit()
-            finally:
-                self._db.close()
+        if self._closed:
+            return
+        try:
+            self._puts.commit()
+        finally:
+            with self._lock:
+                if not self._closed:
+                    self._closed = True
+                    self._db.close()
 
     def commit(self) -> None:
         """Commit the puts of a group made so far (nothing when none is pending)."""
-        if not self._dirty:
-            return
+        self._puts.commit()
+
+    def _write(self, records: builtins.list[SandboxRecord]) -> None:
+        """Write and commit ``records`` in one transaction, or none of them (the writer of
+        :class:`~rock_core.record_grouping.GroupedPuts`)."""
+        rows = [_row(record) for record in records]
         with self._lock:
-            self._dirty = False
-            if self._closed:
-                return
-            self._write_pending()
-            if self._db.in_transaction:
+            try:
+                self._db.executemany(_PUT, rows)
                 self._db.commit()
-
-    def _commit_at_turn_end(self) -> None:
-        with self._lock:
-            self._scheduled = False
-        self.commit()
-
-    def _write_pending(self) -> None:
-        """Write the group's pending puts (not committed); under the lock. On a failure the
-        group's writes so far are rolled back, as a failed commit would lose them."""
-        if not self._pending:
-            return
-        rows = [_row(record) for record in self._pending.values()]
-        self._pending.clear()
-        try:
-            self._db.executemany(_PUT, rows)
-        except BaseException:
-            self._db.rollback()
-            raise
-
-    def _loop_turn(self) -> asyncio.AbstractEventLoop | None:
-        """The running loop whose turn's end commits a put now, or ``None``: commit at once."""
-        if not self.group_commits:
-            return None
-        try:
-            return asyncio.get_running_loop()
-        except RuntimeError:
-            return None
+            except BaseException:
+                self._db.rollback()
+                raise
 
     def put(self, record: SandboxRecord) -> None:
         """Insert or replace ``record`` (in a group: at the commit, see the module)."""
-        loop = self._loop_turn()
-        if loop is not None:
-            with self._lock:
-                self._pending[record.sandbox_id] = record
-                self._dirty = True
-                if self._scheduled:
-                    return
-                self._scheduled = True
-            loop.call_soon(self._commit_at_turn_end)
-            return
-        row = _row(record)
-        with self._lock:
-            try:
-                self._write_pending()  # first: an older put of this record must not win
-                self._db.execute(_PUT, row)
-            except BaseException:
-                self._db.rollback()  # (a group's earlier puts with it: as a failed commit would)
-                raise
-            self._db.commit()
+        self._puts.put(record, group=self.group_commits)
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record of ``sandbox_id``, or ``None``. A put of it still pending in the group is
         the answer; the group is not written for one read (a start reads twice, for its
         idempotency key, and each written group's rows would cost a JSON document each)."""
+        pending = self._puts.pending(sandbox_id)
+        if pending is not None:
+            return pending
         with self._lock:
-            pending = self._pending.get(sandbox_id)
-            if pending is not None:
-                return pending
             row = self._db.execute(
                 "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
             ).fetchone()
@@ -355,8 +307,8 @@ class SqliteRecordStore(RecordStore):
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             args += [limit, offset]
+        self._puts.commit()
         with self._lock:
-            self._write_pending()
             rows = self._db.execute(sql, args).fetchall()
         records = []
         for sandbox_id, data in rows:
@@ -371,14 +323,14 @@ class SqliteRecordStore(RecordStore):
     ) -> int:
         """How many records :meth:`list` would return without a limit."""
         where, args = self._where(states, filters)
+        self._puts.commit()
         with self._lock:
-            self._write_pending()
             return int(self._db.execute(f"SELECT COUNT(*) FROM sandbox{where}", args).fetchone()[0])
 
     def count_by_state(self) -> dict[State, int]:
         """Number of records in each state (states with none are left out)."""
+        self._puts.commit()
         with self._lock:
-            self._write_pending()
             rows = self._db.execute("SELECT state, COUNT(*) FROM sandbox GROUP BY state").fetchall()
         return {State(s): n for s, n in rows}
 
