@@ -133,6 +133,12 @@ class PhaseStatus(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
+# Enum fields' converters: a member passes with one class check (``PhaseStatus(member)`` looks it
+# up again); anything else is read, or refused, by ``PhaseStatus(value)`` as before.
+def _phase_status(value: Any) -> PhaseStatus:
+    return value if value.__class__ is PhaseStatus else PhaseStatus(value)
+
+
 @attrs.frozen
 class Phase:
     """One step of starting or archiving a sandbox (``image_pull``, ``docker_run``, ...).
@@ -140,7 +146,7 @@ class Phase:
     ``message`` is for people: ``"Failed to pull image foo:bar: not found"``.
     """
 
-    status: PhaseStatus = attrs.field(converter=PhaseStatus)
+    status: PhaseStatus = attrs.field(converter=_phase_status)
     message: str = ""
     started_at: datetime | None = None
     completed_at: datetime | None = None
@@ -171,6 +177,18 @@ class RestartPolicy(str, enum.Enum):
     NEVER = "never"
     ON_FAILURE = "on-failure"
     ALWAYS = "always"
+
+
+def _pull_policy(value: Any) -> PullPolicy:
+    return value if value.__class__ is PullPolicy else PullPolicy(value)
+
+
+def _restart_policy(value: Any) -> RestartPolicy:
+    return value if value.__class__ is RestartPolicy else RestartPolicy(value)
+
+
+def _state(value: Any) -> State:
+    return value if value.__class__ is State else State(value)
 
 
 @attrs.frozen(kw_only=True)
@@ -206,7 +224,7 @@ class SandboxSpec:
     disk: PositiveInt | None = constrained(PositiveInt, optional=True, default=50 * GiB)
     num_gpus: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
     accelerator_type: str | None = None
-    pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=PullPolicy)
+    pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=_pull_policy)
     startup_timeout: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
     auto_clear_seconds: NonNegativeInt | None = constrained(
         NonNegativeInt, optional=True, default=None
@@ -231,7 +249,7 @@ class SandboxSpec:
     cap_add: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     priority: Priority = constrained(Priority, default=PRIORITY_NORMAL)
     restart_policy: RestartPolicy = attrs.field(
-        default=RestartPolicy.NEVER, converter=RestartPolicy
+        default=RestartPolicy.NEVER, converter=_restart_policy
     )
     max_restarts: NonNegativeInt = constrained(NonNegativeInt, default=3)
     tenant: str | None = None
@@ -269,7 +287,7 @@ class SandboxRecord:
     sandbox_id: NonBlankStr = constrained(NonBlankStr)
     spec: SandboxSpec
     create_time: datetime
-    state: State = attrs.field(default=State.PENDING, converter=State)
+    state: State = attrs.field(default=State.PENDING, converter=_state)
     phases: dict[str, Phase] = attrs.field(factory=dict)
     port_mapping: PortMapping = attrs.field(factory=dict)
     host_name: str | None = None
@@ -435,6 +453,10 @@ class UnitState(str, enum.Enum):
     MISSING = "missing"
 
 
+def _unit_state(value: Any) -> UnitState:
+    return value if value.__class__ is UnitState else UnitState(value)
+
+
 @attrs.frozen(kw_only=True)
 class RuntimeStatus:
     """What a runtime's ``inspect`` reports about a sandbox's unit.
@@ -448,7 +470,7 @@ class RuntimeStatus:
     ``host_name``/``host_ip``; ``None``: the engine's own host).
     """
 
-    state: UnitState = attrs.field(converter=UnitState)
+    state: UnitState = attrs.field(converter=_unit_state)
     exit_code: int | None = None
     oom_killed: bool = False
     rocklet_host: str | None = None

@@ -28,6 +28,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
+from typing import Any
 
 import attrs
 
@@ -153,6 +154,16 @@ def _utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+def _state(value: Any) -> State:
+    # A member passes with one class check (``State(member)`` looks it up again); anything else
+    # is read, or refused, by ``State(value)`` as before.
+    return value if value.__class__ is State else State(value)
+
+
+def _event(value: Any) -> Event:
+    return value if value.__class__ is Event else Event(value)
+
+
 def _history(entries: Iterable[StateChange]) -> tuple[StateChange, ...]:
     return tuple(entries)
 
@@ -164,9 +175,9 @@ class StateChange:
     ``timestamp`` must be timezone-aware and is kept in UTC (the instant is unchanged).
     """
 
-    from_state: State = attrs.field(converter=State)
-    to_state: State = attrs.field(converter=State)
-    event: Event = attrs.field(converter=Event)
+    from_state: State = attrs.field(converter=_state)
+    to_state: State = attrs.field(converter=_state)
+    event: Event = attrs.field(converter=_event)
     timestamp: datetime = attrs.field(converter=_utc)
 
 
@@ -178,7 +189,7 @@ class Lifecycle:
     the one it was called on never changes.
     """
 
-    state: State = attrs.field(default=State.PENDING, converter=State)
+    state: State = attrs.field(default=State.PENDING, converter=_state)
     history: tuple[StateChange, ...] = attrs.field(default=(), converter=_history)
 
     def apply(self, event: Event, *, at: datetime, sandbox_id: str | None = None) -> Lifecycle:

@@ -50,6 +50,26 @@ __all__ = [
 ]
 
 
+# Enum fields' converters: a member passes with one class check (``State(member)`` looks it up
+# again); anything else is read, or refused, by ``State(value)`` as before.
+def _state(value: Any) -> State:
+    return value if value.__class__ is State else State(value)
+
+
+def _optional_state(value: Any) -> State | None:
+    return None if value is None else _state(value)
+
+
+def _pull_policy(value: Any) -> PullPolicy:
+    return value if value.__class__ is PullPolicy else PullPolicy(value)
+
+
+def _optional_restart_policy(value: Any) -> RestartPolicy | None:
+    if value is None or value.__class__ is RestartPolicy:
+        return value
+    return RestartPolicy(value)
+
+
 @attrs.frozen(kw_only=True)
 class SandboxStartRequest:
     """The body of ``POST /start`` and ``/start_async``: ROCK's fields and defaults.
@@ -80,7 +100,7 @@ class SandboxStartRequest:
     auto_clear_time: NonNegativeInt | None = constrained(
         NonNegativeInt, optional=True, default=None
     )
-    pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=PullPolicy)
+    pull: PullPolicy = attrs.field(default=PullPolicy.MISSING, converter=_pull_policy)
     memory: SizeStr = constrained(SizeStr, default="8g")
     cpus: PositiveFloat = constrained(PositiveFloat, default=2)
     limit_cpus: PositiveFloat | None = constrained(PositiveFloat, optional=True, default=None)
@@ -110,7 +130,7 @@ class SandboxStartRequest:
     cap_add: list[str] | None = None
     priority: Priority | None = constrained(Priority, optional=True, default=None)
     restart_policy: RestartPolicy | None = attrs.field(
-        default=None, converter=attrs.converters.optional(RestartPolicy)
+        default=None, converter=_optional_restart_policy
     )
     max_restarts: NonNegativeInt | None = constrained(NonNegativeInt, optional=True, default=None)
     #: (rock) Start from this snapshot of the caller's (its files; ``image`` is then the snapshot's).
@@ -231,8 +251,8 @@ class StateHistoryEntry:
     the history of a server that knows more events than it does (ROCK's ``delete_running``).
     """
 
-    from_state: State = attrs.field(converter=State)
-    to_state: State = attrs.field(converter=State)
+    from_state: State = attrs.field(converter=_state)
+    to_state: State = attrs.field(converter=_state)
     event: str
     timestamp: datetime
 
@@ -274,7 +294,7 @@ class SandboxStatusResponse:
 
     sandbox_id: str | None = None
     status: dict[str, Phase] | None = None
-    state: State | None = attrs.field(default=None, converter=attrs.converters.optional(State))
+    state: State | None = attrs.field(default=None, converter=_optional_state)
     port_mapping: PortMapping | None = None
     host_name: str | None = None
     host_ip: str | None = None
