@@ -20,6 +20,10 @@ runtime against a 3-node stand-in Nomad server (rock-nomad's ``StandInNomad``; i
 containers on the local Docker engine): SDK -> admin -> Nomad API -> container -> rocklet. The
 ``containers`` fixture then finds a sandbox's containers by Nomad's job-name label, and the tests
 that check what only the Docker runtime does are skipped, each saying why (:data:`DOCKER_ONLY`).
+
+Without Docker: ``scripted_admin`` is the admin app over an engine on the scripted runtime
+(``scripted_runtime``, its steps held at gates; ``scripted_config``), reached in process through
+an ASGI transport, for the tests of the admin at many sandboxes and of its waits.
 """
 
 from __future__ import annotations
@@ -453,3 +457,91 @@ def rl_rock_python(tmp_path_factory: pytest.TempPathFactory) -> str:
 def no_python_env() -> dict[str, str]:
     """This process's environment without what points Python at this venv."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+
+
+# -- the admin app over an engine on the scripted runtime (no Docker) ----------------------------
+
+
+@pytest.fixture(scope="module")
+def scripted_rocklet() -> Iterator[tuple[str, int]]:
+    """One real rocklet in a thread, its address: the rocklet of every scripted unit."""
+    from rock_core.testing import rocklet_in_thread
+
+    with rocklet_in_thread() as address:
+        yield address
+
+
+@pytest.fixture
+def scripted_runtime(scripted_rocklet: tuple[str, int]) -> Any:
+    """A :class:`rock_core.testing.ScriptedRuntime` of the test's own (hold its steps at gates)."""
+    from rock_core.testing import ScriptedRuntime
+
+    return ScriptedRuntime(scripted_rocklet)
+
+
+@pytest.fixture
+def scripted_config(tmp_path: Path) -> Any:
+    """An engine's config for ``scripted_runtime``: its records in ``tmp_path``, its timers off."""
+    from rock_core.engine.config import EngineConfig
+
+    return EngineConfig(
+        timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "rock.db")
+    )
+
+
+@attrs.frozen
+class ScriptedAdmin:
+    """What ``scripted_admin`` yields: the admin app, its engine, the transport that reaches the
+    app, and a ``RemoteDriver`` and an ``httpx.AsyncClient`` over that transport."""
+
+    app: Any
+    manager: Any
+    transport: Any
+    driver: Any
+    http: Any
+
+    async def start(self, count: int) -> list[str]:
+        """Start ``count`` sandboxes through the driver (``start_async``); their ids."""
+        from rock_core.actions import SandboxStartRequest
+
+        ids = []
+        for _ in range(count):
+            started = await self.driver.start_async(SandboxStartRequest(image="scripted:1"))
+            assert started.sandbox_id is not None
+            ids.append(started.sandbox_id)
+        return ids
+
+
+@pytest.fixture
+def scripted_admin(tmp_path: Path, scripted_runtime: Any, scripted_config: Any) -> Any:
+    """``scripted_admin(transport=httpx.ASGITransport, engine={}, **settings)``: an async context
+    manager yielding a :class:`ScriptedAdmin`: the admin app (``settings`` as the admin reads
+    them, its state in ``tmp_path``) over an engine on ``scripted_runtime`` (``scripted_config``
+    with ``engine``'s fields), reached through ``transport(app)``. At the end the runtime's gates
+    open, so that no held step keeps the engine from closing."""
+    import httpx
+
+    from rock.admin.app import create_app
+    from rock.admin.config import load_settings
+    from rock.sdk._drivers.remote import RemoteDriver
+    from rock_core.engine.manager import SandboxManager
+
+    @contextlib.asynccontextmanager
+    async def admin(
+        transport: Any = None, *, engine: Mapping[str, Any] | None = None, **settings: Any
+    ) -> AsyncIterator[ScriptedAdmin]:
+        config = attrs.evolve(scripted_config, **(engine or {}))
+        async with SandboxManager(config, runtime=scripted_runtime) as manager:
+            try:
+                app = create_app(load_settings(None, state_dir=str(tmp_path), **settings), manager)
+                reach = (transport or (lambda app: httpx.ASGITransport(app=app)))(app)
+                driver = RemoteDriver("http://127.0.0.1", transport=reach)
+                async with (
+                    contextlib.aclosing(driver),
+                    httpx.AsyncClient(transport=reach, base_url="http://127.0.0.1") as http,
+                ):
+                    yield ScriptedAdmin(app, manager, reach, driver, http)
+            finally:
+                scripted_runtime.open_gates()
+
+    return admin

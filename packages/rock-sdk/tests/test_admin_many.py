@@ -1,59 +1,24 @@
 """The admin with many sandboxes: ``/metrics`` does not grow with them, and the listing shows
 each sandbox as ``get_status`` does (its queue place too) however many there are.
 
-The admin app over an engine on a scripted in-memory runtime (``rock_core.testing``), with a
-file store as ``rock admin serve`` has: sandboxes are cheap there, so the counts can differ
+The admin app over an engine on a scripted in-memory runtime (``rock_core.testing``; the
+``scripted_admin`` fixture), with a file store as ``rock admin serve`` has: sandboxes are cheap there, so the counts can differ
 tenfold without Docker. ``rock bench admin --scripted --sandboxes 1000`` times the same routes.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
-from rock.admin.app import PREFIX, create_app
-from rock.admin.config import load_settings
+from rock.admin.app import PREFIX
 from rock_core.actions import SandboxStartRequest
-from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
-
-
-@contextlib.asynccontextmanager
-async def _admin(
-    tmp_path: Path, runtime: ScriptedRuntime, **config: Any
-) -> AsyncIterator[tuple[SandboxManager, httpx.AsyncClient]]:
-    engine_config = EngineConfig(
-        timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "rock.db"), **config
-    )
-    async with SandboxManager(engine_config, runtime=runtime) as manager:
-        try:
-            app = create_app(load_settings(None, state_dir=str(tmp_path)), manager)
-            async with httpx.AsyncClient(
-                transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
-            ) as http:
-                yield manager, http
-        finally:
-            runtime.open_gates()
 
 
 async def _start(manager: SandboxManager, count: int, *, running: bool = True) -> list[str]:
@@ -71,10 +36,9 @@ async def _start(manager: SandboxManager, count: int, *, running: bool = True) -
     return ids
 
 
-async def test_metrics_body_does_not_grow_with_the_sandboxes(
-    tmp_path: Path, rocklet: tuple[str, int]
-) -> None:
-    async with _admin(tmp_path, ScriptedRuntime(rocklet)) as (manager, http):
+async def test_metrics_body_does_not_grow_with_the_sandboxes(scripted_admin: Any) -> None:
+    async with scripted_admin() as admin:
+        manager, http = admin.manager, admin.http
         sizes = {}
         started = 0
         for count in (5, 50):
@@ -94,11 +58,11 @@ async def test_metrics_body_does_not_grow_with_the_sandboxes(
 
 
 async def test_listing_many_pending_shows_each_queue_place(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    create = runtime.hold("create")
-    async with _admin(tmp_path, runtime, max_concurrent_starts=1) as (manager, http):
+    create = scripted_runtime.hold("create")
+    async with scripted_admin(engine={"max_concurrent_starts": 1}) as admin:
+        manager, http = admin.manager, admin.http
         ids = await _start(manager, 60, running=False)
         await create.arrivals(1)  # the first holds the only slot; 59 wait their turn
         page = (await http.get(f"{PREFIX}/sandboxes", params={"page_size": 100})).json()["result"]

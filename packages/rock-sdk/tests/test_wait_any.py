@@ -3,44 +3,28 @@
 A trainer starting hundreds of sandboxes from one process waits for all of them; each start's
 ``wait_until_running`` joins one held ``wait_any`` request of its event loop instead of holding a
 ``get_status`` of its own. The admin app over an engine on the scripted runtime
-(``rock_core.testing``), its starts held at a gate so the order of events is forced; the remote
-driver reaches it through an ASGI transport that counts the requests it sends.
+(``rock_core.testing``; the ``scripted_admin`` fixture), its starts held at a gate so the order of
+events is forced; the remote driver reaches it through an ASGI transport that counts the requests
+it sends.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx
 import pytest
 
-from rock.admin.app import create_app
-from rock.admin.config import load_settings
 from rock.sdk._drivers.embedded import EmbeddedDriver
-from rock.sdk._drivers.remote import RemoteDriver
 from rock_core.actions import SandboxStartRequest
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import SandboxNotFound
 from rock_core.states import State
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
 
 
 class _Counting(httpx.AsyncBaseTransport):
@@ -65,42 +49,13 @@ class _Counting(httpx.AsyncBaseTransport):
             self.in_flight[path] -= 1
 
 
-@contextlib.asynccontextmanager
-async def _admin(
-    tmp_path: Path, runtime: ScriptedRuntime
-) -> AsyncIterator[tuple[SandboxManager, RemoteDriver, _Counting]]:
-    config = EngineConfig(
-        timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "rock.db")
-    )
-    async with SandboxManager(config, runtime=runtime) as manager:
-        try:
-            app = create_app(load_settings(None, state_dir=str(tmp_path)), manager)
-            transport = _Counting(app)
-            driver = RemoteDriver("http://127.0.0.1", transport=transport)
-            try:
-                yield manager, driver, transport
-            finally:
-                await driver.aclose()
-        finally:
-            runtime.open_gates()
-
-
-async def _start(driver: RemoteDriver, count: int) -> list[str]:
-    ids = []
-    for _ in range(count):
-        started = await driver.start_async(SandboxStartRequest(image="scripted:1"))
-        assert started.sandbox_id is not None
-        ids.append(started.sandbox_id)
-    return ids
-
-
 async def test_many_starts_are_waited_for_with_a_few_held_requests_not_one_each(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    start = runtime.hold("start")
-    async with _admin(tmp_path, runtime) as (_manager, driver, counted):
-        ids = await _start(driver, 40)
+    start = scripted_runtime.hold("start")
+    async with scripted_admin(_Counting) as admin:
+        driver, counted = admin.driver, admin.transport
+        ids = await admin.start(40)
         statuses: dict[str, Any] = {}
 
         async def wait(sandbox_id: str) -> None:
@@ -120,12 +75,12 @@ async def test_many_starts_are_waited_for_with_a_few_held_requests_not_one_each(
 
 
 async def test_a_start_stopped_while_others_wait_fails_alone(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    start = runtime.hold("start")
-    async with _admin(tmp_path, runtime) as (manager, driver, _counted):
-        ids = await _start(driver, 3)
+    start = scripted_runtime.hold("start")
+    async with scripted_admin() as admin:
+        manager, driver = admin.manager, admin.driver
+        ids = await admin.start(3)
         outcomes: dict[str, Any] = {}
 
         async def wait(sandbox_id: str) -> None:
@@ -148,12 +103,12 @@ async def test_a_start_stopped_while_others_wait_fails_alone(
 
 
 async def test_wait_any_answers_the_settled_and_names_the_unknown(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    start = runtime.hold("start")
-    async with _admin(tmp_path, runtime) as (_manager, driver, _counted):
-        ids = await _start(driver, 2)
+    start = scripted_runtime.hold("start")
+    async with scripted_admin() as admin:
+        driver = admin.driver
+        ids = await admin.start(2)
         with anyio.fail_after(60):
             await start.arrivals(2)
             # Nothing settled yet: a wait of no time answers at once, empty.
@@ -175,13 +130,11 @@ async def test_wait_any_answers_the_settled_and_names_the_unknown(
 
 
 def test_the_embedded_engine_waits_for_any_of_many_starts(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_config: EngineConfig, scripted_runtime: ScriptedRuntime
 ) -> None:
-    config = EngineConfig(
-        timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "rock.db")
+    driver = EmbeddedDriver(
+        scripted_config, manager_factory=lambda c: SandboxManager(c, runtime=scripted_runtime)
     )
-    runtime = ScriptedRuntime(rocklet)
-    driver = EmbeddedDriver(config, manager_factory=lambda c: SandboxManager(c, runtime=runtime))
 
     async def main() -> None:
         ids = []

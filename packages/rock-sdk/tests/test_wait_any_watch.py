@@ -1,15 +1,13 @@
 """A trainer waiting for many starts sends each id to the admin once: its waits join a watch the
 admin keeps (``wait_any``'s ``watch``), so the admin's work grows with the starts, not with the
 seconds they take. The admin app over an engine on the scripted runtime, its starts held at a
-gate and released one at a time; the remote driver reaches it through an ASGI transport that
-reads the ids each request carries."""
+gate and released one at a time (the ``scripted_admin`` fixture); the remote driver reaches it
+through an ASGI transport that reads the ids each request carries."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,28 +16,11 @@ import pytest
 from starlette.requests import Request
 
 from rock.admin import lifecycle
-from rock.admin.app import create_app
-from rock.admin.config import load_settings
 from rock.admin.key_gate import _TENANT_SCOPE_KEY
-from rock.sdk._drivers.remote import RemoteDriver
-from rock_core.actions import SandboxStartRequest
-from rock_core.engine.config import EngineConfig
-from rock_core.engine.manager import SandboxManager
 from rock_core.states import State
-from rock_core.testing import ScriptedRuntime, rocklet_in_thread
+from rock_core.testing import ScriptedRuntime
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-def rocklet() -> Iterator[tuple[str, int]]:
-    with rocklet_in_thread() as address:
-        yield address
 
 
 class _Reading(httpx.AsyncBaseTransport):
@@ -66,33 +47,10 @@ class _Reading(httpx.AsyncBaseTransport):
         return response
 
 
-@contextlib.asynccontextmanager
-async def _admin(
-    tmp_path: Path, runtime: ScriptedRuntime, *, older: bool = False, **settings: Any
-) -> AsyncIterator[tuple[Any, RemoteDriver, _Reading]]:
-    config = EngineConfig(
-        timer_interval=3600, reconcile_interval=3600, store_path=str(tmp_path / "rock.db")
-    )
-    async with SandboxManager(config, runtime=runtime) as manager:
-        try:
-            app = create_app(load_settings(None, state_dir=str(tmp_path), **settings), manager)
-            transport = _Reading(app, older=older)
-            driver = RemoteDriver("http://127.0.0.1", transport=transport)
-            try:
-                yield app, driver, transport
-            finally:
-                await driver.aclose()
-        finally:
-            runtime.open_gates()
-
-
-async def _wait_one_by_one(driver: RemoteDriver, runtime: ScriptedRuntime, count: int, during):
+async def _wait_one_by_one(admin: Any, runtime: ScriptedRuntime, count: int, during):
     start = runtime.hold("start")
-    ids = []
-    for _ in range(count):
-        started = await driver.start_async(SandboxStartRequest(image="scripted:1"))
-        assert started.sandbox_id is not None
-        ids.append(started.sandbox_id)
+    driver = admin.driver
+    ids = await admin.start(count)
     statuses: dict[str, Any] = {}
 
     async def wait(sandbox_id: str) -> None:
@@ -114,37 +72,34 @@ async def _wait_one_by_one(driver: RemoteDriver, runtime: ScriptedRuntime, count
 
 
 async def test_each_waited_sandbox_is_sent_to_the_admin_once_however_long_the_starts_take(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    async with _admin(tmp_path, runtime) as (_app, driver, reading):
-        ids = await _wait_one_by_one(driver, runtime, 12, lambda _index: None)
+    async with scripted_admin(_Reading) as admin:
+        ids = await _wait_one_by_one(admin, scripted_runtime, 12, lambda _index: None)
+    reading = admin.transport
     sent = [sandbox_id for body in reading.bodies for sandbox_id in body["sandbox_ids"]]
     assert sorted(sent) == sorted(ids)  # each once, though many requests were answered
     assert len(reading.bodies) > len({body.get("watch") for body in reading.bodies})
 
 
 async def test_waits_go_on_when_the_admin_forgot_their_watch(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    async with _admin(tmp_path, runtime) as (app, driver, reading):
+    async with scripted_admin(_Reading) as admin:
 
         def forget(index: int) -> None:
             if index == 2:  # as an admin restarted, or one that dropped a long-unused watch
-                app.wait_watches.clear()
+                admin.app.wait_watches.clear()
 
-        ids = await _wait_one_by_one(driver, runtime, 5, forget)
-    sent = [sandbox_id for body in reading.bodies for sandbox_id in body["sandbox_ids"]]
+        ids = await _wait_one_by_one(admin, scripted_runtime, 5, forget)
+    sent = [sandbox_id for body in admin.transport.bodies for sandbox_id in body["sandbox_ids"]]
     assert set(sent) == set(ids)
     assert len(sent) > len(ids)  # the ids still waited for were sent again
 
 
-async def test_another_tenants_watch_is_not_theirs_to_read(
-    tmp_path: Path, rocklet: tuple[str, int]
-) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    async with _admin(tmp_path, runtime) as (app, _driver, _reading):
+async def test_another_tenants_watch_is_not_theirs_to_read(scripted_admin: Any) -> None:
+    async with scripted_admin() as admin:
+        app = admin.app
 
         def asking(tenant: str | None) -> Request:
             return Request({"type": "http", _TENANT_SCOPE_KEY: tenant})
@@ -158,25 +113,21 @@ async def test_another_tenants_watch_is_not_theirs_to_read(
 
 @pytest.mark.parametrize("strict_fields", [False, True], ids=["ignoring", "strict"])
 async def test_an_admin_from_before_watches_is_asked_about_every_id_as_before(
-    tmp_path: Path, rocklet: tuple[str, int], strict_fields: bool
+    scripted_admin: Any, scripted_runtime: ScriptedRuntime, strict_fields: bool
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    async with _admin(tmp_path, runtime, older=True, strict_fields=strict_fields) as (
-        _app,
-        driver,
-        reading,
-    ):
-        ids = await _wait_one_by_one(driver, runtime, 4, lambda _index: None)
-    later = [body for body in reading.bodies if "watch" not in body]
+    older = functools.partial(_Reading, older=True)
+    async with scripted_admin(older, strict_fields=strict_fields) as admin:
+        ids = await _wait_one_by_one(admin, scripted_runtime, 4, lambda _index: None)
+    later = [body for body in admin.transport.bodies if "watch" not in body]
     assert later  # the watch was dropped after the admin showed it has none
     assert set(later[0]["sandbox_ids"]) <= set(ids)
 
 
 async def test_a_tenant_opening_watches_without_end_keeps_a_bounded_number(
-    tmp_path: Path, rocklet: tuple[str, int]
+    scripted_admin: Any,
 ) -> None:
-    runtime = ScriptedRuntime(rocklet)
-    async with _admin(tmp_path, runtime) as (app, _driver, _reading):
+    async with scripted_admin() as admin:
+        app = admin.app
         request = Request({"type": "http", _TENANT_SCOPE_KEY: "greedy"})
         other = Request({"type": "http", _TENANT_SCOPE_KEY: "calm"})
         kept_name, kept = lifecycle._watch(app, other, "")
