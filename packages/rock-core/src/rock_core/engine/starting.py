@@ -26,7 +26,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import anyio
@@ -128,10 +128,19 @@ async def start_async(
         )
     validate(core, spec)
     digest = None
+    # The store's records of the ids looked at, each read once (no await until the record is
+    # live, so none changes meanwhile): a keyed start naming its id asks about it twice.
+    looked: dict[str, SandboxRecord | None] = {}
+
+    def stored(sandbox_id: str) -> SandboxRecord | None:
+        if sandbox_id not in looked:
+            looked[sandbox_id] = core.store.get(sandbox_id)
+        return looked[sandbox_id]
+
     if idempotency_key is not None:
         # No await from here until the record is live: a second start with this key finds it.
         digest = idempotency_digest(tenant, idempotency_key)
-        earlier = _keyed_start(core, spec, tenant, idempotency_key, digest)
+        earlier = _keyed_start(core, spec, tenant, idempotency_key, digest, stored)
         if earlier is not None:
             return earlier
     sandbox_id = NonBlankStr(spec.sandbox_id or digest or uuid.uuid4().hex)
@@ -146,7 +155,7 @@ async def start_async(
     if sandbox_id in core.live or (
         # An id made here (a new uuid4) is in no record: the store is not asked.
         (spec.sandbox_id or digest)
-        and (old := core.store.get(sandbox_id)) is not None
+        and (old := stored(sandbox_id)) is not None
         and old.state is not State.DELETED
     ):
         raise SandboxAlreadyExists(
@@ -180,7 +189,12 @@ async def start_async(
 
 
 def _keyed_start(
-    core: EngineCore, spec: SandboxSpec, tenant: str, key: str, digest: str
+    core: EngineCore,
+    spec: SandboxSpec,
+    tenant: str,
+    key: str,
+    digest: str,
+    stored: Callable[[str], SandboxRecord | None],
 ) -> SandboxRecord | None:
     """The record of the sandbox an earlier start with this idempotency key made, whatever its
     state (the start is not made again), or ``None``: this start is the first.
@@ -188,7 +202,7 @@ def _keyed_start(
     The sandbox's id is the one the request names, else ``digest`` (the tenant's and the key's).
     An earlier start is a sandbox of that id, of the same tenant, recorded with the same
     ``digest``; a sandbox of that id that is not is refused further on as before
-    (:class:`SandboxAlreadyExists`).
+    (:class:`SandboxAlreadyExists`). ``stored``: the store's record of an id (``None``: none).
 
     :raises InvalidParameter: the key (``idempotency_key_problem``), or a request naming a
         sandbox_id while the key already made the sandbox ``digest``.
@@ -204,7 +218,7 @@ def _keyed_start(
 
     def made_by_key(sandbox_id: str) -> SandboxRecord | None:
         live = core.live.get(sandbox_id)
-        record = live.record if live is not None else core.store.get(sandbox_id)
+        record = live.record if live is not None else stored(sandbox_id)
         if (
             record is not None
             and record.spec.tenant == tenant
