@@ -80,34 +80,43 @@ CHECKS = (
 )
 
 
+SUITES = ("TestMissingLooksExited", "TestNoMemoryLimit", "TestHidesAppPort")
+
+
 def test_each_broken_runtime_fails_the_check_for_its_flaw(tmp_path, docker_client):
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_broken.py").write_text(textwrap.dedent(BROKEN))
-    report = tmp_path / "report.xml"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"--junitxml={report}",
-            "-k",
-            " or ".join(CHECKS),
-            "test_broken.py",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    outcomes = {}
-    for case in ET.parse(report).getroot().iter("testcase"):
-        failed = case.find("failure") is not None or case.find("error") is not None
-        outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = (
-            "failed" if failed else "passed"
+    # One pytest per broken runtime, all at once (each with a folder of its own), the same checks.
+    runs = {
+        suite: subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                f"--basetemp={tmp_path / ('tmp-' + suite)}",
+                f"--junitxml={tmp_path / (suite + '.xml')}",
+                "-k",
+                " or ".join(CHECKS),
+                f"test_broken.py::{suite}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
+        for suite in SUITES
+    }
+    for run in runs.values():
+        run.wait(timeout=300)
+    outcomes = {}
+    for suite in SUITES:
+        for case in ET.parse(tmp_path / (suite + ".xml")).getroot().iter("testcase"):
+            failed = case.find("failure") is not None or case.find("error") is not None
+            outcomes[(case.get("classname").rsplit(".", 1)[-1], case.get("name"))] = (
+                "failed" if failed else "passed"
+            )
     assert outcomes == {
         ("TestMissingLooksExited", "test_stop_and_remove"): "failed",
         ("TestMissingLooksExited", "test_memory_limit_is_enforced"): "passed",
