@@ -748,3 +748,46 @@ def test_the_rocklet_secret_is_stored_but_never_shown() -> None:
     )
     assert "very-secret" not in repr(record)
     assert structure_store(unstructure_store(record), SandboxRecord) == record
+
+
+# ---------------------------------------------------------------------------------------------
+# The status's hand-written wire form (rock_core._status_wire) is the generated one's JSON
+
+
+@_SETTINGS
+@given(status=instances_of(SandboxStatusResponse))
+def test_a_status_answers_the_same_json_as_the_generated_form(
+    status: SandboxStatusResponse,
+) -> None:
+    from rock_core.converters import make_converter
+
+    generated = make_converter(forbid_extra_keys=True)  # without the hand-written hook
+    assert unstructure_wire(status) == generated.unstructure(status)
+    assert json.dumps(unstructure_wire(status)) == json.dumps(generated.unstructure(status))
+    many = actions.WaitAnyResponse(statuses=[status, status], unknown=["x"], watch="w")
+    assert unstructure_wire(many) == generated.unstructure(many)
+
+
+def test_a_status_with_values_beyond_plain_json_answers_the_generated_form() -> None:
+    from rock_core.converters import make_converter
+
+    generated = make_converter(forbid_extra_keys=True)
+    status = SandboxStatusResponse(
+        sandbox_id="s",
+        status={"image_pull": Phase(status=PhaseStatus.SUCCESS, started_at=T0)},
+        state=State.RUNNING,
+        port_mapping={22555: 40000},
+        metadata={"team": "rl"},
+        security={"capabilities": ("CHOWN",), "pull": PullPolicy.ALWAYS, "n": {"a": [T0]}},
+        usage={"sampled_at": T0, "cpu_percent": 1.5},
+        egress={"allow": [{"host": "example.org", "ports": (443,)}]},
+        notes=["a"],
+        warnings=["b"],
+        state_history=[
+            actions.StateHistoryEntry(
+                from_state=State.PENDING, to_state=State.RUNNING, event="alive", timestamp=T0
+            )
+        ],
+    )
+    assert unstructure_wire(status) == generated.unstructure(status)
+    assert_plain_json(unstructure_wire(status))
