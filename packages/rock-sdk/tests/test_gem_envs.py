@@ -153,11 +153,15 @@ def test_unknown_id_lists_close_matches(where: dict[str, Any]) -> None:
 def test_missing_offline_data_fails_fast_with_the_reason(
     where: dict[str, Any], env_id: str, kind: str, words: str
 ) -> None:
-    rock.make(
-        "game:GuessTheNumber-v0-easy", **where
-    ).close()  # the sandbox's start is not the point here
-    with pytest.raises(EnvFailed) as caught:
-        rock.make(env_id, **where)
+    # The sandbox's start is not the point here: an env made first and held open until after
+    # keeps its sandbox running, and the failing make joins it (closed, it would take its
+    # sandbox with it, and the failing make would start another).
+    warm = rock.make("game:GuessTheNumber-v0-easy", **where)
+    try:
+        with pytest.raises(EnvFailed) as caught:
+            rock.make(env_id, **where)
+    finally:
+        warm.close()
     assert caught.value.kind == kind and words in str(caught.value)
 
 
