@@ -88,19 +88,6 @@ async def start(engine, **fields):
     return started.sandbox_id
 
 
-async def start_all(engine, *each_fields):
-    """:func:`start` of one sandbox per ``fields`` dict, all at once; their ids in that order."""
-    ids = [None] * len(each_fields)
-
-    async def one(index, fields):
-        ids[index] = await start(engine, **fields)
-
-    async with anyio.create_task_group() as tg:
-        for index, fields in enumerate(each_fields):
-            tg.start_soon(one, index, fields)
-    return ids
-
-
 async def sh(engine, sandbox_id, script, timeout=60):
     return await engine.rocklet(sandbox_id).execute(
         Command(command=["sh", "-c", script], timeout=timeout)
@@ -136,7 +123,8 @@ def bridge_address(docker_client, sandbox_id):
 async def test_a_sandbox_cannot_connect_to_another_by_its_address_or_through_the_host(
     engine, docker_client
 ):
-    a, b = await start_all(engine, {}, {})
+    a = await start(engine)
+    b = await start(engine)
     await sh(engine, b, "nohup python3 -m http.server 8080 >/dev/null 2>&1 &")
     b_ip, gateway, network = bridge_address(docker_client, b)
     a_ip, a_gateway, a_network = bridge_address(docker_client, a)
@@ -172,9 +160,9 @@ async def test_a_sandbox_cannot_connect_to_another_by_its_address_or_through_the
 async def test_sandboxes_of_one_network_group_reach_each_other_and_no_one_else(
     engine, docker_client
 ):
-    server, client, outsider = await start_all(
-        engine, {"network_group": "pair-1"}, {"network_group": "pair-1"}, {}
-    )
+    server = await start(engine, network_group="pair-1")
+    client = await start(engine, network_group="pair-1")
+    outsider = await start(engine)
     await sh(engine, server, "nohup python3 -m http.server 8080 >/dev/null 2>&1 &")
     ip, _, network = bridge_address(docker_client, server)
     group_network = f"rock-group-{group_network_id(engine.get_record(server).spec)}"
@@ -217,7 +205,8 @@ EOF""",
 
 
 async def test_a_rocklet_refuses_callers_without_its_own_secret(engine):
-    a, b = await start_all(engine, {}, {})
+    a = await start(engine)
+    b = await start(engine)
     record_a, record_b = engine.get_record(a), engine.get_record(b)
     assert (
         record_a.rocklet_token
@@ -248,7 +237,8 @@ async def test_a_sandbox_that_knows_its_own_secret_gains_nothing_over_another(
     engine, docker_client
 ):
     """A reads its own secret (its init process's environment), then tries it on B's rocklet."""
-    a, b = await start_all(engine, {}, {})
+    a = await start(engine)
+    b = await start(engine)
     own = await sh(engine, a, f"tr '\\0' '\\n' < /proc/1/environ | sed -n 's/^{TOKEN_ENV}=//p'")
     secret = own.stdout.strip()
     assert secret == engine.get_record(a).rocklet_token  # it can, inside its own sandbox
@@ -307,7 +297,8 @@ async def test_a_capability_is_added_only_when_asked_and_allowed(engine):
 
 
 async def test_a_fork_bomb_exhausts_only_its_own_sandbox(engine, docker_client):
-    bombed, neighbour = await start_all(engine, {"pids_limit": 256}, {})
+    bombed = await start(engine, pids_limit=256)
+    neighbour = await start(engine)
 
     async def echo_seconds() -> float:
         t0 = time.perf_counter()
