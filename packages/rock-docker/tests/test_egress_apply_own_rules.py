@@ -3,8 +3,9 @@ host, without reading every other sandbox's rules (what made applies slower as t
 filled: the whole filter table read, and parsed, at each one), and still leave nothing behind
 when another process changed the same rules, or left a chain of its own.
 
-Real iptables on this host; the units are made up (ids, addresses in 10.254.0.0/16 on a bridge
-``rockh0`` no packet of this host crosses), so no container is needed for the rules themselves.
+Real iptables on this host; the units are made up (ids, addresses in 198.18.0.0/15, the range
+set aside for benchmarks, on a bridge ``rockh0`` no packet of this host crosses), so no container
+is needed for the rules themselves.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ pytestmark = pytest.mark.docker
 
 OPEN = egress_policy(EgressPolicy("allow", ()))
 CLOSED = egress_policy(
-    EgressPolicy("deny", (EgressRule.allow("10.0.0.0/8", [443]), EgressRule.deny("192.0.2.0/24")))
+    EgressPolicy(
+        "deny", (EgressRule.allow("203.0.113.0/24", [443]), EgressRule.deny("192.0.2.0/24"))
+    )
 )
 
 
@@ -67,20 +70,20 @@ def test_an_apply_and_a_removal_change_only_their_own_rules_and_read_no_others(
 ) -> None:
     a, b, c, _ = units
     firewall = _MadeUp()
-    firewall.where = {a: "10.254.7.1", b: "10.254.7.2", c: "10.254.7.3"}
+    firewall.where = {a: "198.18.7.1", b: "198.18.7.2", c: "198.18.7.3"}
     firewall.apply(None, a, CLOSED)
     read_once = firewall.saves  # the host is read once per process
     firewall.apply(None, b, OPEN)
     firewall.apply(None, c, CLOSED)
     firewall.apply(None, a, OPEN)  # rewritten
-    firewall.where[a] = "10.254.7.9"  # a restart gave a another address
+    firewall.where[a] = "198.18.7.9"  # a restart gave a another address
     firewall.apply(None, a, CLOSED)
     firewall.drop(b)
     assert firewall.saves == read_once, "an apply or a removal read the whole table again"
 
     assert _host(b) == [], "b's rules outlived its removal"
     jumps = _jumps(a)
-    assert len(jumps) == 2 and all("10.254.7.9/32" in line for line in jumps), jumps
+    assert len(jumps) == 2 and all("198.18.7.9/32" in line for line in jumps), jumps
     forward, local = chain_names(a)
     assert {f":{forward} - [0:0]", f":{local} - [0:0]"} <= set(_host(a))
     assert any("REJECT" in line for line in _host(a)), "a's second policy denies by default"
@@ -95,8 +98,8 @@ def test_rules_another_process_changed_or_left_are_still_replaced_and_swept(
 ) -> None:
     a, b, _, orphan = units
     mine, other = _MadeUp(), _MadeUp()
-    mine.where = {a: "10.254.8.1", b: "10.254.8.2"}
-    other.where = {a: "10.254.8.5"}
+    mine.where = {a: "198.18.8.1", b: "198.18.8.2"}
+    other.where = {a: "198.18.8.5"}
     mine.apply(None, a, CLOSED)
     mine.apply(None, b, CLOSED)
     other.drop(b)  # another process removed b's rules, and moved a's jumps
@@ -104,7 +107,7 @@ def test_rules_another_process_changed_or_left_are_still_replaced_and_swept(
 
     mine.apply(None, a, OPEN)  # its jumps are not where this process put them
     jumps = _jumps(a)
-    assert len(jumps) == 2 and all("10.254.8.1/32" in line for line in jumps), jumps
+    assert len(jumps) == 2 and all("198.18.8.1/32" in line for line in jumps), jumps
     mine.drop(b)  # already gone: nothing to do, no error
     assert _host(b) == []
 
