@@ -40,7 +40,7 @@ def one_address_network(docker_client: Any, run_labels: Any) -> Any:
     """A bridge with room for one container: the next container gets the last one's address."""
     network = docker_client.networks.create(
         f"rock-test-one-{threading.get_native_id()}",
-        ipam={"Config": [{"Subnet": "10.251.78.0/30"}]},
+        ipam={"Config": [{"Subnet": "198.18.78.0/30"}]},
         labels=run_labels,
     )
     try:

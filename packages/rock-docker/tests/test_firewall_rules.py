@@ -15,12 +15,12 @@ POLICY = egress_policy(
     EgressPolicy(
         "deny",
         (
-            EgressRule.deny("10.0.0.9", [443], "tcp"),
-            EgressRule.allow("10.0.0.0/8", [443, "8000-8100"]),
+            EgressRule.deny("198.51.100.9", [443], "tcp"),
+            EgressRule.allow("203.0.113.0/24", [443, "8000-8100"]),
             EgressRule.allow("169.254.169.254", [80], "tcp"),
             EgressRule.deny("192.0.2.0/24", protocol="udp"),
         ),
-        ("pypi.org",),
+        ("packages.example.org",),
     )
 )
 
@@ -28,15 +28,15 @@ POLICY = egress_policy(
 def test_rules_become_lines_in_order_and_replies_pass_first():
     forward, _local = chain_names("0123456789abcdef0123")
     assert forward == "ROCK-EG-0123456789abcdef"
-    lines = _body(forward, POLICY, ["151.101.0.223"], ["192.0.2.53"])
+    lines = _body(forward, POLICY, ["203.0.113.223"], ["192.0.2.53"])
     assert lines == [
         f"-A {forward} -m conntrack --ctstate RELATED,ESTABLISHED -j RETURN",
-        f"-A {forward} -d 10.0.0.9/32 -p tcp -m multiport --dports 443 -j REJECT --reject-with tcp-reset",
-        f"-A {forward} -d 10.0.0.0/8 -p tcp -m multiport --dports 443,8000:8100 -j RETURN",
-        f"-A {forward} -d 10.0.0.0/8 -p udp -m multiport --dports 443,8000:8100 -j RETURN",
+        f"-A {forward} -d 198.51.100.9/32 -p tcp -m multiport --dports 443 -j REJECT --reject-with tcp-reset",
+        f"-A {forward} -d 203.0.113.0/24 -p tcp -m multiport --dports 443,8000:8100 -j RETURN",
+        f"-A {forward} -d 203.0.113.0/24 -p udp -m multiport --dports 443,8000:8100 -j RETURN",
         f"-A {forward} -d 169.254.169.254/32 -p tcp -m multiport --dports 80 -j RETURN",
         f"-A {forward} -d 192.0.2.0/24 -p udp -j REJECT --reject-with icmp-port-unreachable",
-        f"-A {forward} -d 151.101.0.223/32 -j RETURN",
+        f"-A {forward} -d 203.0.113.223/32 -j RETURN",
         f"-A {forward} -d 192.0.2.53/32 -p udp --dport 53 -j RETURN",
         f"-A {forward} -d 192.0.2.53/32 -p tcp --dport 53 -j RETURN",
     ]
@@ -52,7 +52,7 @@ def test_iptables_accepts_the_chains_of_a_policy():
         "*filter",
         f":{forward} - [0:0]",
         f":{local} - [0:0]",
-        *_body(forward, POLICY, ["151.101.0.223"], ["192.0.2.53"]),
+        *_body(forward, POLICY, ["203.0.113.223"], ["192.0.2.53"]),
         *_reject(forward, "-d 169.254.0.0/16"),
         *_reject(forward, ""),
         *_body(local, POLICY, [], []),
@@ -91,7 +91,7 @@ def test_refusals_are_counted_per_unit_and_kept_across_a_rewrite_of_its_chains_o
         "[3:180] -A ROCK-EG-aaaa -p tcp -j REJECT --reject-with tcp-reset",
         "[1:60] -A ROCK-EG-aaaa -j REJECT --reject-with icmp-port-unreachable",
         "[5:300] -A ROCK-EGI-bbbb -p tcp -j REJECT --reject-with tcp-reset",
-        "[9:900] -A ROCK-EG-bbbb -d 10.0.0.0/8 -j RETURN",
+        "[9:900] -A ROCK-EG-bbbb -d 203.0.113.0/24 -j RETURN",
     ]
     asked: list[tuple[str, ...]] = []
 

@@ -109,19 +109,22 @@ def test_e2b_network_settings_become_rock_egress_policies() -> None:
     assert egress_of(None) is None and egress_of({}) is None
     assert egress_of(None, False) == {"default": "deny", "rules": [], "domains": []}
     assert egress_of(
-        {"denyOut": ["0.0.0.0/0", "10.1.2.3"], "allowOut": ["1.1.1.1", "pypi.org"]}
+        {
+            "denyOut": ["0.0.0.0/0", "198.51.100.3"],
+            "allowOut": ["203.0.113.1", "packages.example.org"],
+        }
     ) == {
         "default": "deny",
         "rules": [
-            {"action": "allow", "cidr": "1.1.1.1/32"},
-            {"action": "deny", "cidr": "10.1.2.3/32"},
+            {"action": "allow", "cidr": "203.0.113.1/32"},
+            {"action": "deny", "cidr": "198.51.100.3/32"},
         ],
-        "domains": ["pypi.org"],
+        "domains": ["packages.example.org"],
     }
     with pytest.raises(access.E2BError, match="rock denies addresses and CIDRs, not domain"):
         egress_of({"denyOut": ["example.com"]})
     with pytest.raises(access.E2BError, match="rock does not serve DNS servers"):
-        egress_of({"dnsServers": ["8.8.8.8"]})
+        egress_of({"dnsServers": ["203.0.113.53"]})
 
 
 def test_a_command_writing_tiny_chunks_keeps_a_bounded_number_of_events(
