@@ -90,20 +90,72 @@ def test_embedded_scale_holds_measures_and_leaves_nothing(tmp_path, docker_clien
     )  # progress, then the table
 
 
-def test_the_docker_floor_is_measured_in_the_same_run_and_leaves_nothing(docker_client):
+def test_the_docker_floor_is_measured_before_and_after_and_leaves_nothing(docker_client):
     done = scale("--count", "2", "--docker-floor")
     assert done.returncode == 0, done.stderr
-    (point,) = json.loads(done.stdout)["points"]
-    assert point["floor_start_rate_per_second"] > 0 and point["floor_removal_seconds"] > 0
-    assert "docker floor: start rate (/s)" in done.stderr
-    # the goal's figure (issue #28: at least 0.9), and the admin's cost beside it
-    assert point["start_rate_to_floor"] == round(
-        point["start_rate_per_second"] / point["floor_start_rate_per_second"], 3
+    document = json.loads(done.stdout)
+    (point,) = document["points"]
+    before, after = (
+        point["floor_before_start_rate_per_second"],
+        point["floor_after_start_rate_per_second"],
     )
-    assert "start rate / docker floor" in done.stderr
+    assert before > 0 and after > 0 and point["floor_removal_seconds"] > 0
+    # rock's rate against the mean of the two floors (issue #28's goal: at least 0.9), their
+    # spread, and the ratio against each floor alone
+    assert point["floor_start_rate_per_second"] == round((before + after) / 2, 2)
+    assert point["floor_start_rate_spread"] == round(
+        abs(before - after) / ((before + after) / 2), 3
+    )
+    rate = point["start_rate_per_second"]
+    assert point["start_rate_to_floor"] == round(rate / point["floor_start_rate_per_second"], 3)
+    assert point["start_rate_to_floor_range"] == [
+        round(rate / max(before, after), 3),
+        round(rate / min(before, after), 3),
+    ]
+    assert "floor_before_" in document["floor_method"]
+    for row in ("docker floor before", "docker floor after", "spread", "start rate / docker floor"):
+        assert row in done.stderr, row
+    assert "docker floor: " in done.stderr and "before," in done.stderr  # the floors as said
+    # the host's load at each phase, before the first floor to after the last
+    assert list(point["host_loadavg"]) == [
+        "before_floor",
+        "before_starts",
+        "after_starts",
+        "before_teardown",
+        "after_teardown",
+        "after_floor",
+    ]
+    assert all(len(load) == 4 for load in point["host_loadavg"].values())
     assert point["engine_cpu_ms_per_start"] > 0 and "engine CPU per start (ms)" in done.stderr
     assert docker_client.containers.list(all=True, filters={"label": "rock.bench.floor"}) == []
     assert point["leftovers"] == 0
+
+
+def test_a_floor_that_moved_during_the_point_is_called_out_and_averaged():
+    from rock.bench._docker_floor import floor_figures, floor_ratios
+
+    said: list[str] = []
+    figures = floor_figures(
+        {"start_rate_per_second": 5.33, "removal_seconds": 10.0},
+        {"start_rate_per_second": 8.03, "removal_seconds": 12.0},
+        said.append,
+    )
+    assert (figures["floor_start_rate_per_second"], figures["floor_removal_seconds"]) == (6.68, 11)
+    assert figures["floor_start_rate_spread"] == 0.404
+    assert "5.33/s before, 8.03/s after, mean 6.68/s, spread 40%" in said[-1]
+    assert "the host moved" in said[-1]
+    ratios = floor_ratios(6.0, figures)
+    assert ratios == {
+        "start_rate_to_floor": 0.898,
+        "start_rate_to_floor_before": 1.126,
+        "start_rate_to_floor_range": [0.747, 1.126],
+    }
+    # no floor after (rock's containers were left): the before floor alone, and said so
+    figures = floor_figures(
+        {"start_rate_per_second": 5.0, "removal_seconds": 1.0}, None, said.append
+    )
+    assert figures["floor_start_rate_spread"] is None and "before only" in said[-1]
+    assert floor_ratios(4.0, figures)["start_rate_to_floor_range"] == [0.8, 0.8]
 
 
 def test_remote_scale_goes_through_a_real_admin(tmp_path, docker_client):

@@ -63,8 +63,10 @@ __all__ = ["orphans", "scale"]
 @click.option(
     "--docker-floor",
     is_flag=True,
-    help="Before each point, start and remove as many plain containers straight through Docker's API "
-    "(same image, limits and network): Docker's own start rate and removal time, in the same run.",
+    help="Before each point and again after its teardown, start and remove as many plain containers "
+    "straight through Docker's API (same image, limits and network): Docker's own start rate and "
+    "removal time in the same run; rock's rate is divided by the mean of the two, and their spread "
+    "shows when the host moved.",
 )
 @click.option(
     "--output",

@@ -1,6 +1,11 @@
 """The floor of ``rock bench scale --docker-floor``: plain containers started and removed
 straight through Docker's API (the sandboxes' image, limits and network), so rock's start rate and
-cleanup can be read against Docker's own, measured in the same run."""
+cleanup can be read against Docker's own, measured in the same run.
+
+The floor is measured twice at each point, before rock's starts and after rock's teardown, and
+rock's rate is divided by the mean of the two: on a shared machine the floor alone moved by up to
+50 % between runs minutes apart, and the two floors' spread shows when the host moved during the
+point (see :data:`FLOOR_METHOD`)."""
 
 from __future__ import annotations
 
@@ -15,10 +20,24 @@ from rock.bench._host import docker
 if TYPE_CHECKING:
     from rock.bench.scale import ScaleSettings
 
-__all__ = ["FLOOR_CONCURRENCY", "docker_floor"]
+__all__ = ["FLOOR_CONCURRENCY", "FLOOR_METHOD", "docker_floor", "floor_figures", "floor_ratios"]
 
 FLOOR_CONCURRENCY = 8
 _FLOOR_LABEL = "rock.bench.floor"
+# A spread of the two floors above this is called out: the host moved during the point.
+SPREAD_WARNING = 0.1
+
+FLOOR_METHOD = (
+    "floor_before_*: Docker's own start rate and removal time (plain containers, the sandboxes' image, "
+    "limits and network, 8 at a time through Docker's API) measured before rock's starts; floor_after_*: "
+    "the same, measured after rock's teardown (skipped when rock's containers were not all gone); "
+    "floor_start_rate_per_second and floor_removal_seconds: the mean of the two (the before figure alone "
+    "when there is no after); floor_start_rate_spread: (max - min) / mean of the two start rates, the "
+    "share by which the host's pace moved during the point; start_rate_to_floor: rock's start rate / "
+    "floor_start_rate_per_second (the goal's figure); start_rate_to_floor_before: rock's rate / the "
+    "before floor alone (what runs before session 39 reported); start_rate_to_floor_range: rock's rate "
+    "/ the higher and / the lower of the two floors"
+)
 
 
 def _isolated_network() -> str:
@@ -46,10 +65,13 @@ def _isolated_network() -> str:
     return names[0]
 
 
-def docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]) -> dict[str, Any]:
+def docker_floor(
+    settings: ScaleSettings, count: int, say: Callable[[str], None], phase: str = "before"
+) -> dict[str, float]:
     """Start ``count`` plain containers (the sandboxes' image, memory, CPUs and network; a shell
     that sleeps) through Docker's API, :data:`FLOOR_CONCURRENCY` at a time, then remove them
-    the same way; the start rate and the removal seconds (blocking)."""
+    the same way; ``{"start_rate_per_second", "removal_seconds"}`` (blocking). ``phase`` only
+    names the run in what is said ("before" or "after" rock's point)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import docker
@@ -59,7 +81,8 @@ def docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]
     network = _isolated_network()
     label = f"{_FLOOR_LABEL}={uuid.uuid4().hex[:8]}"
     say(
-        f"docker floor: starting {count} plain containers on {network} ({FLOOR_CONCURRENCY} at a time)"
+        f"docker floor ({phase}): starting {count} plain containers on {network} "
+        f"({FLOOR_CONCURRENCY} at a time)"
     )
 
     def start(_: int) -> str:
@@ -85,19 +108,19 @@ def docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]
     def remove(container_id: str) -> None:
         api.remove_container(container_id, force=True, v=True)
 
-    figures: dict[str, Any] = {}
+    figures: dict[str, float] = {}
     ids: list[str] = []
     try:
         t = time.perf_counter()
         with ThreadPoolExecutor(FLOOR_CONCURRENCY) as pool:
             ids = list(pool.map(start, range(count)))
         took = time.perf_counter() - t
-        figures["floor_start_rate_per_second"] = round(count / took, 2)
-        say(f"docker floor: {count} started in {took:.1f}s; removing them")
+        figures["start_rate_per_second"] = round(count / took, 2)
+        say(f"docker floor ({phase}): {count} started in {took:.1f}s; removing them")
         t = time.perf_counter()
         with ThreadPoolExecutor(FLOOR_CONCURRENCY) as pool:
             list(pool.map(remove, ids))
-        figures["floor_removal_seconds"] = round(time.perf_counter() - t, 3)
+        figures["removal_seconds"] = round(time.perf_counter() - t, 3)
         ids = []
     finally:
         for container_id in api.containers(all=True, quiet=True, filters={"label": label}):
@@ -105,3 +128,54 @@ def docker_floor(settings: ScaleSettings, count: int, say: Callable[[str], None]
                 remove(container_id["Id"])
         client.close()
     return figures
+
+
+def floor_figures(
+    before: dict[str, float], after: dict[str, float] | None, say: Callable[[str], None]
+) -> dict[str, Any]:
+    """The point's floor figures from its two floor runs (:data:`FLOOR_METHOD`); says both
+    floors, their mean and spread, and calls the spread out when the host moved."""
+    runs = [before] if after is None else [before, after]
+    rates = [run["start_rate_per_second"] for run in runs]
+    mean = sum(rates) / len(rates)
+    figures: dict[str, Any] = {
+        "floor_before_start_rate_per_second": before["start_rate_per_second"],
+        "floor_after_start_rate_per_second": None
+        if after is None
+        else after["start_rate_per_second"],
+        "floor_start_rate_per_second": round(mean, 2),
+        "floor_start_rate_spread": round((max(rates) - min(rates)) / mean, 3) if after else None,
+        "floor_before_removal_seconds": before["removal_seconds"],
+        "floor_after_removal_seconds": None if after is None else after["removal_seconds"],
+        "floor_removal_seconds": round(sum(run["removal_seconds"] for run in runs) / len(runs), 3),
+    }
+    if after is None:
+        say(f"docker floor: {rates[0]:g}/s before only (no floor after: the ratio uses that alone)")
+        return figures
+    spread = figures["floor_start_rate_spread"]
+    moved = " (the host moved during the point)" if spread > SPREAD_WARNING else ""
+    say(
+        f"docker floor: {rates[0]:g}/s before, {rates[1]:g}/s after, mean {mean:.2f}/s, "
+        f"spread {100 * spread:.0f}%{moved}"
+    )
+    return figures
+
+
+def floor_ratios(rate: float | None, figures: dict[str, Any]) -> dict[str, Any]:
+    """rock's start rate against the floors of :func:`floor_figures` (:data:`FLOOR_METHOD`)."""
+    mean = figures.get("floor_start_rate_per_second")
+    if not rate or not mean:
+        return {}
+    floors = [
+        f
+        for f in (
+            figures["floor_before_start_rate_per_second"],
+            figures["floor_after_start_rate_per_second"],
+        )
+        if f
+    ]
+    return {
+        "start_rate_to_floor": round(rate / mean, 3),
+        "start_rate_to_floor_before": round(rate / floors[0], 3),
+        "start_rate_to_floor_range": [round(rate / max(floors), 3), round(rate / min(floors), 3)],
+    }

@@ -26,10 +26,16 @@ N environments, through ROCK's SDK (:class:`~rock.sdk.sandbox.client.Sandbox`):
    container is removed), the time until ``docker ps -a`` shows no container of the point
    (rock's ``rock.sandbox_id`` label and the point's name prefix), and the leftovers.
 
-With ``--docker-floor``, each point begins with the floor: as many plain containers started
-straight through Docker's API (the same image, limits and network, 8 at a time) and removed the
-same way, so rock's start rate and cleanup time can be read against Docker's own, measured in the
-same run on the same machine.
+With ``--docker-floor``, each point begins and ends with the floor: as many plain containers
+started straight through Docker's API (the same image, limits and network, 8 at a time) and removed
+the same way, before rock's starts and again after rock's teardown, so rock's start rate and
+cleanup time can be read against Docker's own, measured in the same run on the same machine; rock's
+rate is divided by the mean of the two floors, and their spread shows when the host's pace moved
+during the point (:data:`rock.bench._docker_floor.FLOOR_METHOD`).
+
+Each point also records the host's load (``/proc/loadavg``) at the start of each phase
+(``host_loadavg``; the 1-minute figure also as ``host_load_1m_*``): the 1-minute average lags,
+so it says how busy the host was around a phase, not within it.
 
 Embedded mode uses the process-wide engine (a new one per point: closing it is part of the
 teardown). ``--remote`` starts one ``rock admin serve`` for the whole run
@@ -49,7 +55,7 @@ from typing import Any
 
 import attrs
 
-from rock.bench._docker_floor import docker_floor
+from rock.bench._docker_floor import FLOOR_METHOD, docker_floor, floor_figures, floor_ratios
 from rock.bench._host import cgroup_procs_file, containers, cpu_seconds, host_memory, mb, wait_gone
 from rock.bench.admin import BenchAdmin, list_cli_seconds, proc_kib_bytes, rss_bytes, running_admin
 from rock.bench.rollout import machine_info, percentile
@@ -79,9 +85,10 @@ class ScaleSettings:
     :param idle_seconds: the idle window in which the engine's CPU use is measured.
     :param startup_timeout: each start's limit (from when it leaves the engine's start queue).
     :param gone_timeout: how long the teardown may take before what is left counts as leftovers.
-    :param docker_floor: before each point, start as many plain containers straight through
-        Docker's API (same image, limits and network, 8 at a time) and remove them 8 at a time:
-        the floor rock's start rate and cleanup are compared with, measured in the same run.
+    :param docker_floor: before each point and again after its teardown, start as many plain
+        containers straight through Docker's API (same image, limits and network, 8 at a time) and
+        remove them 8 at a time: the floor rock's start rate and cleanup are compared with (the
+        mean of the two), measured in the same run.
     """
 
     counts: tuple[int, ...]
@@ -122,6 +129,32 @@ def _latency(name: str, seconds: list[float]) -> dict[str, Any]:
 
 
 # -- one point -----------------------------------------------------------------------------------
+
+# The phases at whose start the host's load is recorded, in order.
+LOAD_PHASES = (
+    "before_floor",
+    "before_starts",
+    "after_starts",
+    "before_teardown",
+    "after_teardown",
+    "after_floor",
+)
+
+
+def host_loadavg() -> list[Any]:
+    """``/proc/loadavg``'s 1-, 5- and 15-minute averages and its runnable/total tasks."""
+    try:
+        with open("/proc/loadavg") as file:
+            fields = file.read().split()
+    except OSError:
+        return []
+    return [float(fields[0]), float(fields[1]), float(fields[2]), fields[3]]
+
+
+def _note_load(figures: dict[str, Any], phase: str) -> None:
+    load = host_loadavg()
+    figures.setdefault("host_loadavg", {})[phase] = load
+    figures[f"host_load_1m_{phase}"] = load[0] if load else None
 
 
 @attrs.define
@@ -213,8 +246,10 @@ async def _point(
     from rock_core.actions import Command
 
     figures: dict[str, Any] = {"count": count, "mode": "remote" if url else "embedded"}
+    floor_before: dict[str, float] | None = None
     if settings.docker_floor:
-        figures.update(await asyncio.to_thread(docker_floor, settings, count, say))
+        _note_load(figures, "before_floor")
+        floor_before = await asyncio.to_thread(docker_floor, settings, count, say, "before")
     if url is None:
         t = time.perf_counter()
         await asyncio.to_thread(get_embedded_driver().start)
@@ -226,6 +261,7 @@ async def _point(
     mem_before = proc_kib_bytes("/proc/meminfo", "MemAvailable")
     cpu_before = cpu_seconds(engine_pid)
     client_cpu_before = cpu_seconds(os.getpid())
+    _note_load(figures, "before_starts")
 
     # 1. Start all at once.
     say(f"starting {count} sandboxes ({settings.image}, {settings.memory}, {settings.cpus:g} cpus)")
@@ -241,6 +277,7 @@ async def _point(
     try:
         await holds.settled.wait()
         reporter.cancel()
+        _note_load(figures, "after_starts")
         starts = sorted(holds.start_seconds.values())
         running = list(holds.running.values())
         say(
@@ -268,9 +305,6 @@ async def _point(
         engine_cpu = figures["engine_cpu_seconds_during_starts"]
         if starts and engine_cpu is not None:
             figures["engine_cpu_ms_per_start"] = round(1000 * engine_cpu / len(starts), 2)
-        floor = figures.get("floor_start_rate_per_second")
-        if floor and figures["start_rate_per_second"] is not None:
-            figures["start_rate_to_floor"] = round(figures["start_rate_per_second"] / floor, 3)
         if starts and figures["client_cpu_seconds_during_starts"] is not None:
             figures["client_cpu_percent_during_starts"] = round(
                 100 * figures["client_cpu_seconds_during_starts"] / starts[-1], 1
@@ -360,6 +394,7 @@ async def _point(
             f"teardown: leaving {count} `async with` blocks"
             + ("" if url else ", then closing the engine")
         )
+        _note_load(figures, "before_teardown")
         teardown_started = time.perf_counter()
         holds.release.set()
         await asyncio.gather(*tasks)
@@ -390,7 +425,31 @@ async def _point(
         if left == 0
         else f"N={count}: {left} CONTAINERS LEFT after {gone:.0f}s"
     )
+    _note_load(figures, "after_teardown")
+    if floor_before is not None:
+        await _floor_after(settings, count, figures, floor_before, left, say)
     return figures
+
+
+async def _floor_after(
+    settings: ScaleSettings,
+    count: int,
+    figures: dict[str, Any],
+    before: dict[str, float],
+    left: int,
+    say: Callable[[str], None],
+) -> None:
+    """The second floor run (after rock's teardown), the floors' mean and spread, and rock's
+    start rate against them; no second run when rock's containers are not all gone (Docker
+    would not be measured as before, or does not answer at all)."""
+    after = None
+    if left == 0:
+        after = await asyncio.to_thread(docker_floor, settings, count, say, "after")
+        _note_load(figures, "after_floor")
+    else:
+        say(f"docker floor (after): skipped, {left} of rock's containers are left")
+    figures.update(floor_figures(before, after, say))
+    figures.update(floor_ratios(figures.get("start_rate_per_second"), figures))
 
 
 def _delta(after: float | None, before: float | None) -> float | None:
@@ -405,6 +464,7 @@ async def run_scale(
     document: dict[str, Any] = {
         "points": points,
         "memory_method": MEMORY_METHOD,
+        **({"floor_method": FLOOR_METHOD} if settings.docker_floor else {}),
         "settings": {**attrs.asdict(settings), "counts": list(settings.counts)},
         "machine": machine_info(),
     }
@@ -455,15 +515,25 @@ TABLE = (
     ("admin_start_seconds", "admin restart: answering after (s)"),
     ("lost_in_admin_restart", "admin restart: sandboxes lost"),
     ("commands_ok_after_admin_restart", "admin restart: commands answered"),
-    ("floor_start_rate_per_second", "docker floor: start rate (/s)"),
-    ("floor_removal_seconds", "docker floor: removal (s)"),
-    ("start_rate_to_floor", "start rate / docker floor"),
+    ("floor_before_start_rate_per_second", "docker floor before: start rate (/s)"),
+    ("floor_after_start_rate_per_second", "docker floor after: start rate (/s)"),
+    ("floor_start_rate_per_second", "docker floor: start rate, mean (/s)"),
+    ("floor_start_rate_spread", "docker floor: spread (max-min)/mean"),
+    ("floor_removal_seconds", "docker floor: removal, mean (s)"),
+    ("start_rate_to_floor", "start rate / docker floor (mean)"),
+    ("start_rate_to_floor_range", "start rate / docker floor (range)"),
+    *(
+        (f"host_load_1m_{phase}", f"host load 1m: {phase.replace('_', ' ')}")
+        for phase in LOAD_PHASES
+    ),
 )
 
 
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, list):
+        return " to ".join(map(_cell, value))
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
