@@ -185,12 +185,44 @@ def _unknown(env_id: str) -> EnvFailure:
     )
 
 
-def make_env(gem: Any, env_id: str, kwargs: dict[str, Any]) -> Any:
-    """``gem.make(env_id, **kwargs)`` with its failures sorted into kinds."""
+#: GEM envs whose constructor ends by starting an episode (``self.reset()``) nobody sees (rock's
+#: make answers no observation): Sokoban's unseeded room, retried until solvable (seconds for
+#: ``-hard``, up to a minute for ``-random``). See :class:`EnvSession`.
+FIRST_RESET_DEFERRED = frozenset({"gem.envs.game_env.sokoban:SokobanEnv"})
+
+
+def _deferred_class(env_id: str) -> Any:
+    """The class of ``env_id`` when its constructor's episode is deferred, else ``None``."""
+    entry_point = getattr(_registry()[env_id], "entry_point", None)
+    if entry_point not in FIRST_RESET_DEFERRED:
+        return None
+    import importlib
+
+    module, _, name = str(entry_point).partition(":")
+    cls = getattr(importlib.import_module(module), name)
+    return cls if "reset" in vars(cls) else None
+
+
+def _construct(gem: Any, env_id: str, kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """``(env, deferred)``: ``gem.make``, with a deferred class's own reset skipped meanwhile."""
+    cls = _deferred_class(env_id)
+    if cls is None:
+        return gem.make(env_id, **kwargs), False
+    reset = vars(cls)["reset"]
+    cls.reset = lambda self, seed=None: ("", {})
+    try:
+        return gem.make(env_id, **kwargs), True
+    finally:
+        cls.reset = reset
+
+
+def make_env(gem: Any, env_id: str, kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    """``(env, deferred)``: ``gem.make(env_id, **kwargs)`` with its failures sorted into kinds;
+    ``deferred``: the env's first episode is not started yet (:data:`FIRST_RESET_DEFERRED`)."""
     if env_id not in _registry():
         raise _unknown(env_id)
     try:
-        return gem.make(env_id, **kwargs)
+        return _construct(gem, env_id, kwargs)
     except EnvFailure:
         raise
     except ImportError as exc:
@@ -245,8 +277,21 @@ def dumps(obj: Any) -> bytes:
     )
 
 
+def _seed_error(seed: Any) -> EnvFailure | None:
+    if seed is None or (type(seed) is int and 0 <= seed <= _MAX_SEED):
+        return None
+    return EnvFailure(
+        "bad_request",
+        "seed must be an integer from 0 to %d or null, got %s" % (_MAX_SEED, json.dumps(seed)),
+    )
+
+
 class EnvSession:
-    """One env in this process: make, reset, step, and the episode's end."""
+    """One env in this process: make, reset, step, and the episode's end.
+
+    An env of :data:`FIRST_RESET_DEFERRED` starts its first episode at its first reset, or at a
+    step before any reset (then with the ``seed`` its make's kwargs gave, else unseeded).
+    """
 
     def __init__(self, gem: Any) -> None:
         self.gem = gem
@@ -254,6 +299,8 @@ class EnvSession:
         self.env_id: str | None = None
         self.ended: tuple[bool, bool] | None = None
         self.turn = 0
+        #: ``(seed,)`` while the env's first episode is deferred.
+        self.first: tuple[int | None] | None = None
 
     def handle(self, request: dict[str, Any]) -> Any:
         """The answer to one request (raises :class:`EnvFailure`)."""
@@ -269,7 +316,9 @@ class EnvSession:
                 raise EnvFailure(
                     "bad_request", "kwargs must be an object, got %s" % json.dumps(kwargs)
                 )
-            self.env = make_env(self.gem, env_id, kwargs)
+            seed = kwargs.get("seed")
+            self.env, deferred = make_env(self.gem, env_id, kwargs)
+            self.first = ((None if _seed_error(seed) else seed),) if deferred else None
             self.env_id = env_id
             self.ended = None
             self.turn = 0
@@ -280,15 +329,11 @@ class EnvSession:
             raise EnvFailure("no_env", "no env was made in this process yet")
         if op == "reset":
             seed = request.get("seed")
-            if seed is not None and (
-                isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= _MAX_SEED
-            ):
-                raise EnvFailure(
-                    "bad_request",
-                    "seed must be an integer from 0 to %d or null, got %s"
-                    % (_MAX_SEED, json.dumps(seed)),
-                )
+            error = _seed_error(seed)
+            if error is not None:
+                raise error
             observation, info = self.env.reset(seed=seed)
+            self.first = None
             self.ended = None
             self.turn = 0
             return {"observation": observation, "info": info}
@@ -309,6 +354,9 @@ class EnvSession:
                         json.dumps(self.ended[1]),
                     ),
                 )
+            if self.first is not None:  # the deferred first episode
+                self.env.reset(seed=self.first[0])
+                self.first = None
             observation, reward, terminated, truncated, info = self.env.step(action)
             self.turn += 1
             if terminated or truncated:
