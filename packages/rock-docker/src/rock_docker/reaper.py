@@ -5,7 +5,8 @@ remove them one by one, some ten a second; nor may it flood dockerd with a thous
 once, which on a small host slows every one of them to a crawl and can leave some stuck in
 "Removal In Progress". So :meth:`DockerRuntime.discard <rock_docker.runtime.DockerRuntime.discard>`
 starts this program in a session of its own, writes the container ids to its standard input,
-and returns. The reaper removes them a few at a time (``docker rm -f -v``), retries what dockerd
+and returns. The reaper removes them a few at a time (``docker rm -f -v``, each after its
+container left its networks one at a time: :mod:`rock_docker._network_leave`), retries what dockerd
 refuses for now (a removal already in progress, a busy mount), then removes each network group's
 network it was handed that no container uses any more, and exits.
 
@@ -64,13 +65,26 @@ def reap(
     import docker
     import docker.errors
 
+    from rock_docker._network_leave import leave_network
+
     client = (
         docker.DockerClient(base_url=base_url, timeout=120)
         if base_url
         else docker.from_env(timeout=120)
     )
 
+    def leave(unit_id: str) -> None:
+        # One network leave at a time before the removals in parallel (Docker 20.10's deadlock).
+        try:
+            attached = client.api.inspect_container(unit_id)["NetworkSettings"]["Networks"] or {}
+            for name in attached:
+                if name not in ("host", "none"):
+                    leave_network(client.api, unit_id, name)
+        except Exception:  # noqa: BLE001 - gone, or dockerd did not answer: the removal says
+            pass
+
     def remove(unit_id: str) -> str | None:
+        leave(unit_id)
         for attempt in range(_TRIES):
             try:
                 client.api.remove_container(unit_id, v=True, force=True)

@@ -70,6 +70,7 @@ from rock_docker._engine_probe import EngineProbe
 from rock_docker._errors import DOCKER_ERRORS, explain, translate
 from rock_docker._events import EventWatch
 from rock_docker._images import UnitImages
+from rock_docker._network_leave import leave_network
 from rock_docker._networks import Networks
 from rock_docker._observation import handle_of, image_of, inspect_unit
 from rock_docker._options import DockerOptions
@@ -322,11 +323,15 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
 
     async def remove(self, handle: UnitHandle) -> None:
         """``docker rm -f -v``: the container and its anonymous volumes; a missing container is
-        fine. A group's network goes with its last member."""
+        fine. A group's network goes with its last member. The container leaves its network
+        first, one leave at a time (:mod:`rock_docker._network_leave`: Docker 20.10's deadlock)."""
+        network = self._networks.network_of(handle)
 
         def remove() -> None:
+            api = self._docker().api
+            leave_network(api, handle.unit_id, network or self._networks.choose_isolated(api))
             try:
-                self._docker().api.remove_container(handle.unit_id, v=True, force=True)
+                api.remove_container(handle.unit_id, v=True, force=True)
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as exc:
@@ -340,7 +345,6 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
         await self._run(
             remove, attempted="remove", sandbox_id=handle.sandbox_id, abandon_on_cancel=True
         )
-        network = self._networks.network_of(handle)
         if network is not None:
             unused = network
             await self._run(
