@@ -10,6 +10,7 @@ point (see :data:`FLOOR_METHOD`)."""
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -29,7 +30,8 @@ SPREAD_WARNING = 0.1
 
 FLOOR_METHOD = (
     "floor_before_*: Docker's own start rate and removal time (plain containers, the sandboxes' image, "
-    "limits and network, 8 at a time through Docker's API) measured before rock's starts; floor_after_*: "
+    "limits and network, 8 at a time through Docker's API; each removal after the container left its "
+    "network, one leave at a time, as rock's removals do) measured before rock's starts; floor_after_*: "
     "the same, measured after rock's teardown (skipped when rock's containers were not all gone); "
     "floor_start_rate_per_second and floor_removal_seconds: the mean of the two (the before figure alone "
     "when there is no after); floor_start_rate_spread: (max - min) / mean of the two start rates, the "
@@ -105,7 +107,13 @@ def docker_floor(
         api.start(container_id)
         return container_id
 
+    leave = threading.Lock()
+
     def remove(container_id: str) -> None:
+        # As rock's removals do (rock_docker._network_leave): leave the network one container at
+        # a time, then remove; Docker 20.10 can deadlock when many leave one network at once.
+        with leave, contextlib.suppress(docker.errors.APIError):
+            api.disconnect_container_from_network(container_id, network, force=True)
         api.remove_container(container_id, force=True, v=True)
 
     figures: dict[str, float] = {}
