@@ -13,6 +13,7 @@ import os
 import random
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,12 @@ NUMPY_ONLY_GAMES = [
     "game:FifteenPuzzle-v0-hard",
 ]
 #: Seeds whose first room is quick to make, where seed 42's is not: Sokoban-v0-hard's room for
-#: seed 42 takes about 13 s of CPU to generate (the slow reset that
-#: test_a_slow_reset_does_not_hold_up_other_envs needs), seed 1's about 1 s.
+#: seed 42 takes about 13 s of CPU to generate, seed 1's about 1 s.
 QUICK_SEEDS = {"game:Sokoban-v0-hard": 1}
+#: A Sokoban-v0-hard seed whose room takes seconds to generate (1.5-3.5 s here, as loaded as
+#: the tests run; seed 42's 10-25 s), a reset hundreds of times a step's time: the slow reset
+#: test_a_slow_reset_does_not_hold_up_other_envs needs.
+SLOW_SEED = 7
 #: A well-formed action of each game (gem.md §2); any is fine for one step.
 ACTIONS = {
     "GuessTheNumber": "\\boxed{3}",
@@ -74,6 +78,29 @@ def gem_image(docker_client: Any) -> str:
     return "rock-gem/python:3.11"
 
 
+#: One env per mode held open while the tests on `where` run, so that their makes join its
+#: running sandbox instead of each starting one (and stopping it at close): a start proves
+#: nothing there. Closed before any other test (they count, kill or race sandboxes).
+_WARM: dict[str, Any] = {}
+
+
+def _close_warm() -> None:
+    while _WARM:
+        _WARM.popitem()[1].close()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _warm_closed_at_the_end() -> Iterator[None]:
+    yield
+    _close_warm()
+
+
+@pytest.fixture(autouse=True)
+def _warm_only_for_where(request: pytest.FixtureRequest) -> None:
+    if "where" not in request.fixturenames:
+        _close_warm()
+
+
 # Each test on `where` runs both modes itself, so the remote pass leaves it out (see conftest).
 @pytest.fixture(
     params=[
@@ -85,9 +112,10 @@ def where(
 ) -> dict[str, Any]:
     """``make``'s keyword for the mode: nothing (embedded) or the admin's ``base_url``."""
     monkeypatch.delenv("ROCK_BASE_URL", raising=False)
-    if request.param == "admin":
-        return {"base_url": request.getfixturevalue("admin").url}
-    return {}
+    where = {"base_url": request.getfixturevalue("admin").url} if request.param == "admin" else {}
+    if request.param not in _WARM:
+        _WARM[request.param] = rock.make("game:GuessTheNumber-v0-easy", **where)
+    return where
 
 
 def play_sokoban_demo(where: dict[str, Any], seed: int = 42) -> list[tuple[str, Any]]:
@@ -245,6 +273,23 @@ def test_every_numpy_only_game_makes_resets_and_steps(gem_image: str, engine: An
             env.close()
 
 
+def test_a_sokoban_seed_given_at_make_starts_the_room_reset_would(
+    gem_image: str, engine: Any
+) -> None:
+    """make(seed=s) then step plays the room reset(seed=s) starts: GEM's Sokoban generates no
+    room at make in rock (its first reset or step does), so a seed at make is that room's."""
+    seeded = rock.make("game:Sokoban-v0-easy", seed=1)
+    plain = rock.make("game:Sokoban-v0-easy")
+    try:
+        moves = ["\\boxed{up}", "\\boxed{left}", "\\boxed{down}"]
+        played = [seeded.step(move) for move in moves]
+        plain.reset(seed=1)
+        assert played == [plain.step(move) for move in moves]
+    finally:
+        seeded.close()
+        plain.close()
+
+
 @embedded_only
 def test_a_dead_env_process_is_a_clear_error_and_its_sandbox_is_stopped(
     gem_image: str, engine: Any, containers: Any
@@ -342,7 +387,7 @@ def test_a_slow_reset_does_not_hold_up_other_envs(gem_image: str, engine: Any) -
         fast = await rock.amake("game:Sokoban-v0-easy")
         try:
             assert slow.sandbox_id.split(".")[0] == fast.sandbox_id.split(".")[0]  # one sandbox
-            reset = asyncio.create_task(slow.reset(seed=42))  # seconds (gem.md: 9.6 s)
+            reset = asyncio.create_task(slow.reset(seed=SLOW_SEED))  # seconds
             await eventually_async(
                 lambda: _busy(fast, slow.sandbox_id), what="the slow reset reaching its env"
             )

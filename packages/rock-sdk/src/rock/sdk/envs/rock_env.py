@@ -53,6 +53,8 @@ class RockEnv(_EnvBase):
     :param image: the sandbox's image (default: the ``gem`` provider's, see rock-gem).
     :param api_key: for an admin with keys (default ``$ROCK_API_KEY``).
     :param kwargs: GEM's constructor arguments (``max_turns=5``); ROCK's ``make`` takes none.
+        GEM's Sokoban generates no room at make: its first :meth:`reset` does, or a :meth:`step`
+        before any reset (with ``seed=S`` given here: the room ``reset(seed=S)`` gives).
 
     :raises EnvFailed: the id is unknown (the message lists close matches), a package or
         offline data it needs is missing (``kind`` says which).
