@@ -1,9 +1,13 @@
-"""A small async client of Nomad's HTTP API (httpx), with Nomad's errors turned into rock's.
+"""A small async client of Nomad's HTTP API, with Nomad's errors turned into rock's.
 
-Every call is a coroutine on the event loop (no worker threads): httpx's async client speaks
-HTTP/1.1 with a pool of kept-alive connections. Blocking queries (``index``/``wait``) hold a
-connection each while they wait, so the pool is sized for one per sandbox being started. A
-request that meets a kept-alive connection the server closed as it was reused is sent once more
+Every call is a coroutine on the event loop (no worker threads), over HTTP/1.1 with kept-alive
+connections. Over plain HTTP the quick calls (every start's Variable write and job
+registration among them) and the event stream go over rock-core's lean client
+(:mod:`rock_core.lean_http`): httpx's URL parsing, request building and pool cost more of the
+admin's CPU per start than the rest of the runtime did. Blocking queries, and every call over
+TLS, use httpx. Blocking queries (``index``/``wait``) hold a connection each while they wait,
+so their pool is sized for one per sandbox being started. A request that meets a kept-alive
+connection the server closed as it was reused is sent once more
 on a fresh connection (:data:`_DROPPED`).
 
 Errors name the setting to fix: a refused token names ``plugins.nomad.token``, an unreachable
@@ -13,17 +17,26 @@ address ``plugins.nomad.address``, an unknown region or namespace their settings
 from __future__ import annotations
 
 import contextlib
+import json as jsonlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import anyio
 import httpx
 
 from rock_core.errors import RuntimeFailure, SandboxNotFound
+from rock_core.lean_http import LeanHttpClient, LeanHttpError, LeanResponse, LeanStream
 
-__all__ = ["NomadApi", "NomadError", "Setting"]
+__all__ = ["Answer", "NomadApi", "NomadError", "Setting"]
+
+#: An answer of Nomad: httpx's, or the lean client's (the same ``status_code``, ``headers``,
+#: ``text`` and ``json()``).
+Answer = httpx.Response | LeanResponse
+#: What a path keeps unquoted (RFC 3986's pchar and ``/``).
+_PATH_SAFE = "/:@!$&'()*+,;=-._~"
 
 #: How much longer than its ``wait`` a blocking query may take before the client gives up
 #: (Nomad adds up to wait/16 of jitter).
@@ -129,13 +142,24 @@ class NomadApi:
                 trust_env=False,
             )
 
-        pools = -(-quick // POOL_CONNECTIONS)
+        #: Plain HTTP: the quick calls go over rock-core's lean client (httpx's request
+        #: building and pool were most of a start's CPU); over TLS, over small httpx pools.
+        self._lean: LeanHttpClient | None = None
+        if self.address.startswith("http://"):
+            self._lean = LeanHttpClient(
+                self.address, headers=headers, timeout=timeout, max_connections=quick
+            )
+            pools = 0
+        else:
+            pools = -(-quick // POOL_CONNECTIONS)
         self._pools = [client(POOL_CONNECTIONS, POOL_CONNECTIONS) for _ in range(pools)]
         self._in_flight = [0] * pools
         # Blocking queries (each holds a connection while Nomad waits) and the event stream.
         self._http = client(max_connections, POOL_CONNECTIONS)
 
     async def aclose(self) -> None:
+        if self._lean is not None:
+            await self._lean.aclose()
         for http in (*self._pools, self._http):
             await http.aclose()
 
@@ -163,12 +187,16 @@ class NomadApi:
         not_found: str | None = None,
         wait: float | None = None,
         namespaced: bool = True,
-    ) -> httpx.Response:
+    ) -> Answer:
         """One call; Nomad's errors become rock's (see the module docstring).
 
         :param not_found: a 404 raises :class:`SandboxNotFound` with these words (else a failure).
         :param wait: a blocking query's wait: the read timeout is stretched to cover it.
         """
+        if wait is None and self._lean is not None:
+            return await self._lean_request(
+                method, path, params, json, attempted, sandbox_id, not_found, namespaced
+            )
         args = (method, path, params, json, attempted, sandbox_id, not_found, wait, namespaced)
         if wait is not None:
             return await self._request(self._http, *args)
@@ -179,6 +207,60 @@ class NomadApi:
                 return await self._request(self._pools[pool], *args)
             finally:
                 self._in_flight[pool] -= 1
+
+    async def _lean_request(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        json: Any,
+        attempted: str,
+        sandbox_id: str | None,
+        not_found: str | None,
+        namespaced: bool,
+    ) -> Answer:
+        """A quick call over the lean client (plain HTTP): the same request and errors."""
+        assert self._lean is not None
+        query = urlencode(self._params(params, namespaced))
+        target = f"/v1/{quote(path, safe=_PATH_SAFE)}" + (f"?{query}" if query else "")
+        body = None if json is None else jsonlib.dumps(json).encode()
+        try:
+            response = await self._lean.request(method, target, body=body)
+        except LeanHttpError as exc:
+            kind = (
+                "ReadTimeout" if exc.timed_out else "ReadError" if exc.dropped else "ConnectError"
+            )
+            raise RuntimeFailure(
+                f"cannot reach the Nomad API at {self.address} ({kind}: {exc}); "
+                f"check {self.settings['address']}",
+                sandbox_id=sandbox_id,
+                attempted=attempted,
+            ) from exc
+        return self._judge(response, method, path, attempted, sandbox_id, not_found)
+
+    def _judge(
+        self,
+        response: Answer,
+        method: str,
+        path: str,
+        attempted: str,
+        sandbox_id: str | None,
+        not_found: str | None,
+    ) -> Answer:
+        """The answer when it is a success; else Nomad's error as rock's."""
+        if response.status_code < 300:
+            return response
+        text = response.text.strip()
+        status = response.status_code
+        if status == 404 and not_found is not None and text != "404 page not found":
+            raise SandboxNotFound(not_found, sandbox_id=sandbox_id, attempted=attempted)
+        raise NomadError(
+            self._explain(status, text, method, path),
+            status=status,
+            text=text,
+            sandbox_id=sandbox_id,
+            attempted=attempted,
+        )
 
     async def _request(
         self,
@@ -192,7 +274,7 @@ class NomadApi:
         not_found: str | None,
         wait: float | None,
         namespaced: bool,
-    ) -> httpx.Response:
+    ) -> Answer:
         timeout = httpx.Timeout(
             self.timeout if wait is None else wait + _WAIT_MARGIN, connect=self.timeout
         )
@@ -225,19 +307,7 @@ class NomadApi:
                 sandbox_id=sandbox_id,
                 attempted=attempted,
             ) from exc
-        if response.status_code < 300:
-            return response
-        text = response.text.strip()
-        status = response.status_code
-        if status == 404 and not_found is not None and text != "404 page not found":
-            raise SandboxNotFound(not_found, sandbox_id=sandbox_id, attempted=attempted)
-        raise NomadError(
-            self._explain(status, text, method, path),
-            status=status,
-            text=text,
-            sandbox_id=sandbox_id,
-            attempted=attempted,
-        )
+        return self._judge(response, method, path, attempted, sandbox_id, not_found)
 
     def _transport_hint(self, exc: httpx.TransportError) -> str:
         """The settings to check for a call that got no answer: the TLS ones when the TLS
@@ -282,9 +352,28 @@ class NomadApi:
     @contextlib.asynccontextmanager
     async def stream(
         self, path: str, params: list[tuple[str, str]]
-    ) -> AsyncIterator[httpx.Response]:
+    ) -> AsyncIterator[httpx.Response | LeanStream]:
         """A streamed GET (the event stream): the response, its body read as it comes."""
         query = list(self._params(None, True).items()) + params
+        if self._lean is not None:
+            target = f"/v1/{quote(path, safe=_PATH_SAFE)}?{urlencode(query)}"
+            try:
+                async with self._lean.stream("GET", target, timeout=self.timeout) as answer:
+                    if answer.status_code >= 300:
+                        text = (await answer.aread()).decode(errors="replace").strip()
+                        raise NomadError(
+                            self._explain(answer.status_code, text, "GET", path),
+                            status=answer.status_code,
+                            text=text,
+                            attempted="events",
+                        )
+                    yield answer
+            except LeanHttpError as exc:
+                raise RuntimeFailure(
+                    f"the event stream of the Nomad API at {self.address} broke ({exc})",
+                    attempted="events",
+                ) from exc
+            return
         timeout = httpx.Timeout(None, connect=self.timeout)
         try:
             async with self._http.stream(

@@ -146,11 +146,11 @@ class EventFeed:
                     ("topic", "Job:*"),
                     ("index", str(self._index + 1)),
                 ]
-                async with self._api.stream("event/stream", params) as response:
+                async with self._api.stream("event/stream", params) as events:
                     self._connected.set()
                     self._attempted.set()
                     delay = 0.5
-                    async for line in response.aiter_lines():
+                    async for line in events.aiter_lines():
                         if line.strip():
                             self._frame(line)
                 log.info("Nomad's event stream ended; reconnecting")
