@@ -78,9 +78,9 @@ def gem_image(docker_client: Any) -> str:
     return "rock-gem/python:3.11"
 
 
-#: One env per mode held open while the tests on `where` run, so that their makes join its
-#: running sandbox instead of each starting one (and stopping it at close): a start proves
-#: nothing there. Closed before any other test (they count, kill or race sandboxes).
+#: One env per mode held open while the tests on `where` (or `gem_api`) run, so that their makes
+#: join its running sandbox instead of each starting one (and stopping it at close): a start
+#: proves nothing there. Closed before any other test (they count, kill or race sandboxes).
 _WARM: dict[str, Any] = {}
 
 
@@ -97,7 +97,7 @@ def _warm_closed_at_the_end() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _warm_only_for_where(request: pytest.FixtureRequest) -> None:
-    if "where" not in request.fixturenames:
+    if not {"where", "gem_api"} & set(request.fixturenames):
         _close_warm()
 
 
@@ -423,7 +423,9 @@ async def _busy(lister: Any, handle: str) -> bool:
 
 
 @pytest.fixture
-def gem_api(admin: Any, gem_image: str) -> httpx.Client:
+def gem_api(admin: Any, gem_image: str) -> Iterator[httpx.Client]:
+    if "admin" not in _WARM:  # see _WARM
+        _WARM["admin"] = rock.make("game:GuessTheNumber-v0-easy", base_url=admin.url)
     with httpx.Client(base_url=admin.url + "/apis/v1/envs/gem", timeout=300) as client:
         yield client
 
