@@ -791,3 +791,69 @@ def test_a_status_with_values_beyond_plain_json_answers_the_generated_form() -> 
     )
     assert unstructure_wire(status) == generated.unstructure(status)
     assert_plain_json(unstructure_wire(status))
+
+
+# -- rock_core._evolve: attrs.evolve for the hot path ----------------------------------------
+
+
+@pytest.mark.parametrize("cls", [SandboxRecord, SandboxSpec], ids=lambda c: c.__name__)
+@_SETTINGS
+@given(data=st.data())
+def test_a_quick_evolve_makes_what_attrs_evolve_makes(cls: type, data: st.DataObject) -> None:
+    """Any instance, changed in any of its fields to another instance's values (given as the
+    stored form, so each converter has work): the same instance as attrs.evolve, or the same
+    refusal."""
+    from rock_core._evolve import evolve
+
+    old, other = data.draw(instances_of(cls)), data.draw(instances_of(cls))
+    names = data.draw(st.sets(st.sampled_from([f.name for f in attrs.fields(cls)])))
+    changes = {name: getattr(other, name) for name in names}
+    if "state_history" in changes:  # a converter's work: plain lists instead of tuples
+        changes["state_history"] = list(changes["state_history"])
+    if "notes" in changes:
+        changes["notes"] = list(changes["notes"])
+    try:
+        expected = attrs.evolve(old, **changes)
+    except Exception as exc:  # noqa: BLE001 - the same refusal, whatever it is
+        with pytest.raises(type(exc)) as refused:
+            evolve(old, **changes)
+        assert str(refused.value) == str(exc)
+        return
+    made = evolve(old, **changes)
+    assert made == expected
+    assert type(made) is cls
+    assert [type(getattr(made, f.name)) for f in attrs.fields(cls)] == [
+        type(getattr(expected, f.name)) for f in attrs.fields(cls)
+    ]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"sandbox_id": " "},
+        {"state": "no-such-state"},
+        {"notes": 5},
+        {"no_such_field": 1},
+    ],
+    ids=["blank id", "unknown state", "notes not strings", "unknown field"],
+)
+def test_a_quick_evolve_refuses_what_attrs_evolve_refuses(changes: dict[str, Any]) -> None:
+    from rock_core._evolve import evolve
+
+    record = SandboxRecord(
+        sandbox_id="s1", spec=SandboxSpec(image="python:3.11"), create_time=datetime.now(UTC)
+    )
+    with pytest.raises(Exception) as expected:  # noqa: PT011 - compared with evolve's below
+        attrs.evolve(record, **changes)
+    with pytest.raises(type(expected.value)):
+        evolve(record, **changes)
+
+
+def test_a_quick_evolve_checks_fields_against_each_other() -> None:
+    """SandboxSpec's check across fields (__attrs_post_init__) runs on a changed copy."""
+    from rock_core._evolve import evolve
+
+    spec = SandboxSpec(image="python:3.11", auto_archive_seconds=60)
+    with pytest.raises(InvalidParameter, match="cannot both be set"):
+        evolve(spec, auto_delete_seconds=60)
+    assert evolve(spec, auto_archive_seconds=None, auto_delete_seconds=60).auto_delete_seconds == 60

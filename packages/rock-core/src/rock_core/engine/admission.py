@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-import attrs
-
+from rock_core._evolve import evolve
 from rock_core.engine import egress
 from rock_core.engine.core import EngineCore
 from rock_core.errors import InvalidParameter, QuotaExceeded
@@ -67,7 +66,7 @@ def with_defaults(core: EngineCore, spec: SandboxSpec) -> SandboxSpec:
     unit-shaping field unset. (The record keeps the request's ``None``, so the warm pool a
     client names by its request is the pool its starts are served from.)"""
     if spec.pids_limit is None:
-        spec = attrs.evolve(spec, pids_limit=core.config.default_pids_limit)
+        spec = evolve(spec, pids_limit=core.config.default_pids_limit)
     return spec
 
 

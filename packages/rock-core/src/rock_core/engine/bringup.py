@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import attrs
 
+from rock_core._evolve import evolve
 from rock_core.engine import egress
 from rock_core.engine.admission import commit_refusal, with_defaults
 from rock_core.engine.core import EngineCore, with_phases
@@ -193,7 +194,7 @@ def note_unit(
         changes: dict[str, Any] = {"notes": notes, "security": security, "unit_id": handle.unit_id}
         if phases:
             changes["phases"] = with_phases(record.phases, phases)
-        core.save(attrs.evolve(record, **changes))
+        core.save(evolve(record, **changes))
 
 
 async def open_ports(

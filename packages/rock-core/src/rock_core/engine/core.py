@@ -32,6 +32,7 @@ import anyio.abc
 import attrs
 import httpx
 
+from rock_core._evolve import evolve
 from rock_core.engine import fencing
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.forwarding import PortForwards
@@ -254,9 +255,7 @@ class EngineCore:
         lifecycle = current.apply(event, at=now(), sandbox_id=record.sandbox_id)
         if lifecycle is current:
             return record
-        new = attrs.evolve(
-            record, state=lifecycle.state, state_history=lifecycle.history, **changes
-        )
+        new = evolve(record, state=lifecycle.state, state_history=lifecycle.history, **changes)
         if not self.save(new):
             return record
         self.plugins.notify_transition(new, event, old, new.state)
@@ -319,7 +318,7 @@ class EngineCore:
         if live is None:
             return
         phases = with_phases(live.record.phases, {name: (status, message)})
-        self.save(attrs.evolve(live.record, phases=phases))
+        self.save(evolve(live.record, phases=phases))
 
     def get_record(self, sandbox_id: str) -> SandboxRecord:
         """The current record of ``sandbox_id`` (any state).

@@ -32,8 +32,8 @@ from typing import Any
 import anyio
 import anyio.abc
 import anyio.lowlevel
-import attrs
 
+from rock_core._evolve import evolve
 from rock_core.actions import SandboxStartRequest
 from rock_core.converters import spec_from_start_request
 from rock_core.engine import archiving, claims
@@ -167,7 +167,7 @@ async def start_async(
         final["metadata"] = {**spec.metadata, IDEMPOTENCY_METADATA_KEY: digest}
     if spec.auto_clear_seconds is None:
         final["auto_clear_seconds"] = core.config.default_auto_clear_seconds
-    spec = attrs.evolve(spec, **final)
+    spec = evolve(spec, **final)
     # No await from here until the record is live: the quota sees every start before this one.
     check_quota(core, spec, quota, attempted="start")
     record = SandboxRecord(
