@@ -7,6 +7,7 @@ import asyncio
 import json
 import socket
 import time
+import typing
 from urllib.parse import urlencode
 
 import anyio
@@ -36,6 +37,33 @@ def _family(host: str) -> int | None:
     return None
 
 
+class _Probe(asyncio.Protocol):
+    """One readiness probe on its connection: sends :data:`_PROBE` once connected, and sets
+    ``done`` to the answer's head (up to its first line, or 256 bytes) or to what came before
+    the connection closed (nothing: refused, or a proxy that accepted and dropped it)."""
+
+    __slots__ = ("done", "head", "transport")
+
+    def __init__(self, done: asyncio.Future[bytes]) -> None:
+        self.done = done
+        self.head = b""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        typing.cast(asyncio.WriteTransport, transport).write(_PROBE)  # uvloop's: no subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.head += data
+        if (b"\r\n" in self.head or len(self.head) >= 256) and not self.done.done():
+            self.done.set_result(self.head)
+
+    def eof_received(self) -> bool:
+        return False  # close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.done.set_result(self.head)
+
+
 class RockletConnections:
     """The raw connections of :class:`~rock_core.rocklet_client.RockletClient` (its base)."""
 
@@ -52,8 +80,11 @@ class RockletConnections:
         For readiness polling, where most attempts fail (nothing listens yet, or Docker's proxy
         accepts and then drops the connection): such an attempt costs a connect and a read, a
         small fraction of a pooled client's request. On asyncio, with an address (not a name),
-        the socket is the event loop's own (a third of anyio's ``connect_tcp`` in CPU, which
-        resolves, races address families and makes a task group for each connection).
+        the connection is the event loop's own transport and a small protocol (:class:`_Probe`):
+        the connect, the write, the read and the close stay in the loop's own code (uvloop's C),
+        about 45 us of CPU a probe against 80 us through ``loop.sock_*`` and 0.45 ms through
+        anyio's ``connect_tcp`` (which resolves, races address families and makes a task group
+        for each connection).
         """
         try:
             loop = asyncio.get_running_loop()
@@ -69,18 +100,20 @@ class RockletConnections:
         return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
 
     async def _probe_socket(self, loop: asyncio.AbstractEventLoop, family: int) -> bytes:
-        with socket.socket(family, socket.SOCK_STREAM) as sock:
-            sock.setblocking(False)
-            where = self.host if family == socket.AF_UNIX else (self.host, self.port)
-            await loop.sock_connect(sock, where)
-            await loop.sock_sendall(sock, _PROBE)
-            head = b""
-            while b"\r\n" not in head and len(head) < 256:
-                more = await loop.sock_recv(sock, 256)
-                if not more:
-                    break
-                head += more
-            return head
+        """The first line of the rocklet's answer to the probe (or what came before the
+        connection closed), on a connection of the loop's own."""
+        done: asyncio.Future[bytes] = loop.create_future()
+        transport: asyncio.BaseTransport
+        if family == socket.AF_UNIX:
+            transport, _ = await loop.create_unix_connection(lambda: _Probe(done), self.host)
+        else:
+            transport, _ = await loop.create_connection(
+                lambda: _Probe(done), self.host, self.port, family=family
+            )
+        try:
+            return await done
+        finally:  # also when the probe's time is up
+            transport.close()
 
     async def _probe_streams(self, timeout: float) -> bool:
         """:meth:`probe` through anyio's streams (another event loop, or a host name)."""
