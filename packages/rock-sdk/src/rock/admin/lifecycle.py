@@ -71,6 +71,11 @@ if TYPE_CHECKING:
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
+#: How long a ``/sandboxes/start_batch`` takes items in before it lets the event loop run the
+#: rest (once after each item, the records of one item each were written and committed one loop
+#: turn at a time: about 30 us of a commit's cost per start more than grouped).
+_BATCH_TURN = 0.002
+
 __all__ = [
     "start",
     "start_async",
@@ -132,9 +137,12 @@ async def start_batch(
     # One batch at a time, in the order they came: taken in turns, a thousand clients' batches
     # would all be answered at the end of the burst; this way the first is answered first.
     async with app.start_batches:
-        for at, item in enumerate(body.items):
-            if at:  # the starts already accepted go on meanwhile, and other requests are read
+        turn = time.monotonic()
+        for item in body.items:
+            if time.monotonic() - turn >= _BATCH_TURN:
+                # The starts already accepted go on meanwhile, and other requests are read.
                 await anyio.lowlevel.checkpoint()
+                turn = time.monotonic()
             try:
                 outcomes.append(StartBatchOutcome(sandbox=await _start_item(app, request, item)))
             except BadInput as exc:
