@@ -52,7 +52,9 @@ class _Probe(asyncio.Protocol):
         typing.cast(asyncio.WriteTransport, transport).write(_PROBE)  # uvloop's: no subclass
 
     def data_received(self, data: bytes) -> None:
-        self.head += data
+        if self.done.done():  # the head is read: nothing more is kept until the close
+            return
+        self.head += data[:256]
         if (b"\r\n" in self.head or len(self.head) >= 256) and not self.done.done():
             self.done.set_result(self.head)
 
