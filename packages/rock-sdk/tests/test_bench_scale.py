@@ -127,6 +127,17 @@ def test_the_docker_floor_is_measured_before_and_after_and_leaves_nothing(docker
     ]
     assert all(len(load) == 4 for load in point["host_loadavg"].values())
     assert point["engine_cpu_ms_per_start"] > 0 and "engine CPU per start (ms)" in done.stderr
+    # The whole machine's CPU per start, rock's and each floor's, and rock's over their mean.
+    for key in (
+        "machine_cpu_ms_per_start",
+        "floor_before_machine_cpu_ms_per_start",
+        "floor_after_machine_cpu_ms_per_start",
+    ):
+        assert point[key] > 0, key
+    assert point["machine_cpu_per_start_to_floor"] == round(
+        point["machine_cpu_ms_per_start"] / point["floor_machine_cpu_ms_per_start"], 3
+    )
+    assert "machine CPU per start / docker floor" in done.stderr
     assert docker_client.containers.list(all=True, filters={"label": "rock.bench.floor"}) == []
     assert point["leftovers"] == 0
 
@@ -156,6 +167,15 @@ def test_a_floor_that_moved_during_the_point_is_called_out_and_averaged():
     )
     assert figures["floor_start_rate_spread"] is None and "before only" in said[-1]
     assert floor_ratios(4.0, figures)["start_rate_to_floor_range"] == [0.8, 0.8]
+    # the machine's CPU per start: each floor's, their mean, and rock's over that mean
+    figures = floor_figures(
+        {"start_rate_per_second": 7.0, "removal_seconds": 1.0, "machine_cpu_ms_per_start": 240.0},
+        {"start_rate_per_second": 8.0, "removal_seconds": 1.0, "machine_cpu_ms_per_start": 260.0},
+        said.append,
+    )
+    assert figures["floor_machine_cpu_ms_per_start"] == 250.0
+    figures["machine_cpu_ms_per_start"] = 300.0
+    assert floor_ratios(6.0, figures)["machine_cpu_per_start_to_floor"] == 1.2
 
 
 def test_remote_scale_goes_through_a_real_admin(tmp_path, docker_client):

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rock.bench._host import docker
+from rock.bench._host import docker, machine_busy_seconds
 
 if TYPE_CHECKING:
     from rock.bench.scale import ScaleSettings
@@ -38,7 +38,11 @@ FLOOR_METHOD = (
     "share by which the host's pace moved during the point; start_rate_to_floor: rock's start rate / "
     "floor_start_rate_per_second (the goal's figure); start_rate_to_floor_before: rock's rate / the "
     "before floor alone (what runs before session 39 reported); start_rate_to_floor_range: rock's rate "
-    "/ the higher and / the lower of the two floors"
+    "/ the higher and / the lower of the two floors; machine_cpu_ms_per_start (rock's, and each "
+    "floor's): the whole machine's busy CPU (/proc/stat: every core, process and the kernel) from the "
+    "first start to the last one running, per start; floor_machine_cpu_ms_per_start: the mean of the "
+    "floors'; machine_cpu_per_start_to_floor: rock's / that mean (on a machine the starts keep busy, "
+    "the start rate's ratio is about its inverse)"
 )
 
 
@@ -120,10 +124,14 @@ def docker_floor(
     ids: list[str] = []
     try:
         t = time.perf_counter()
+        busy = machine_busy_seconds()
         with ThreadPoolExecutor(FLOOR_CONCURRENCY) as pool:
             ids = list(pool.map(start, range(count)))
         took = time.perf_counter() - t
+        busy_after = machine_busy_seconds()
         figures["start_rate_per_second"] = round(count / took, 2)
+        if busy is not None and busy_after is not None:
+            figures["machine_cpu_ms_per_start"] = round(1000 * (busy_after - busy) / count, 1)
         say(f"docker floor ({phase}): {count} started in {took:.1f}s; removing them")
         t = time.perf_counter()
         with ThreadPoolExecutor(FLOOR_CONCURRENCY) as pool:
@@ -157,6 +165,10 @@ def floor_figures(
         "floor_after_removal_seconds": None if after is None else after["removal_seconds"],
         "floor_removal_seconds": round(sum(run["removal_seconds"] for run in runs) / len(runs), 3),
     }
+    cpus = [run["machine_cpu_ms_per_start"] for run in runs if "machine_cpu_ms_per_start" in run]
+    figures["floor_before_machine_cpu_ms_per_start"] = before.get("machine_cpu_ms_per_start")
+    figures["floor_after_machine_cpu_ms_per_start"] = (after or {}).get("machine_cpu_ms_per_start")
+    figures["floor_machine_cpu_ms_per_start"] = round(sum(cpus) / len(cpus), 1) if cpus else None
     if after is None:
         say(f"docker floor: {rates[0]:g}/s before only (no floor after: the ratio uses that alone)")
         return figures
@@ -182,7 +194,14 @@ def floor_ratios(rate: float | None, figures: dict[str, Any]) -> dict[str, Any]:
         )
         if f
     ]
-    return {
+    ratios: dict[str, Any] = {}
+    rock_cpu, floor_cpu = (
+        figures.get("machine_cpu_ms_per_start"),
+        figures.get("floor_machine_cpu_ms_per_start"),
+    )
+    if rock_cpu and floor_cpu:
+        ratios["machine_cpu_per_start_to_floor"] = round(rock_cpu / floor_cpu, 3)
+    return ratios | {
         "start_rate_to_floor": round(rate / mean, 3),
         "start_rate_to_floor_before": round(rate / floors[0], 3),
         "start_rate_to_floor_range": [round(rate / max(floors), 3), round(rate / min(floors), 3)],

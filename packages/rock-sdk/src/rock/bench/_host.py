@@ -22,6 +22,7 @@ __all__ = [
     "cpu_seconds",
     "docker",
     "host_memory",
+    "machine_busy_seconds",
     "mb",
     "wait_gone",
     "with_processes",
@@ -41,6 +42,17 @@ def cpu_seconds(pid: int) -> float | None:
         return None
     # After the command name: state is field 3, utime 14 and stime 15.
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (every core, every process and
+    the kernel; ``/proc/stat``'s first line less idle and iowait), ``None`` if unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            values = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def docker(*args: str, timeout: float = 120) -> str:

@@ -56,7 +56,15 @@ from typing import Any
 import attrs
 
 from rock.bench._docker_floor import FLOOR_METHOD, docker_floor, floor_figures, floor_ratios
-from rock.bench._host import cgroup_procs_file, containers, cpu_seconds, host_memory, mb, wait_gone
+from rock.bench._host import (
+    cgroup_procs_file,
+    containers,
+    cpu_seconds,
+    host_memory,
+    machine_busy_seconds,
+    mb,
+    wait_gone,
+)
 from rock.bench.admin import BenchAdmin, list_cli_seconds, proc_kib_bytes, rss_bytes, running_admin
 from rock.bench.rollout import machine_info, percentile
 
@@ -266,6 +274,7 @@ async def _point(
     # 1. Start all at once.
     say(f"starting {count} sandboxes ({settings.image}, {settings.memory}, {settings.cpus:g} cpus)")
     holds = _Holds(count)
+    machine_before = machine_busy_seconds()
     t0 = time.perf_counter()
     tasks = [
         asyncio.create_task(_hold(n, settings.sandbox_config(f"{prefix}{n:04d}", url), holds, t0))
@@ -276,6 +285,7 @@ async def _point(
     procs_files: list[str] = []
     try:
         await holds.settled.wait()
+        machine_cpu = _delta(machine_busy_seconds(), machine_before)
         reporter.cancel()
         _note_load(figures, "after_starts")
         starts = sorted(holds.start_seconds.values())
@@ -302,6 +312,8 @@ async def _point(
                 ),
             }
         )
+        if starts and machine_cpu is not None:
+            figures["machine_cpu_ms_per_start"] = round(1000 * machine_cpu / len(starts), 1)
         engine_cpu = figures["engine_cpu_seconds_during_starts"]
         if starts and engine_cpu is not None:
             figures["engine_cpu_ms_per_start"] = round(1000 * engine_cpu / len(starts), 2)
@@ -488,6 +500,7 @@ TABLE = (
     ("start_p50_seconds", "start p50 (s)"),
     ("engine_cpu_seconds_during_starts", "engine CPU during starts (s)"),
     ("engine_cpu_ms_per_start", "engine CPU per start (ms)"),
+    ("machine_cpu_ms_per_start", "machine CPU per start (ms)"),
     ("client_cpu_seconds_during_starts", "trainer process CPU during starts (s)"),
     ("client_cpu_percent_during_starts", "trainer process CPU during starts (% of a core)"),
     ("get_status_p50_ms", "get_status p50 (ms)"),
@@ -520,6 +533,8 @@ TABLE = (
     ("floor_start_rate_per_second", "docker floor: start rate, mean (/s)"),
     ("floor_start_rate_spread", "docker floor: spread (max-min)/mean"),
     ("floor_removal_seconds", "docker floor: removal, mean (s)"),
+    ("floor_machine_cpu_ms_per_start", "docker floor: machine CPU per start, mean (ms)"),
+    ("machine_cpu_per_start_to_floor", "machine CPU per start / docker floor"),
     ("start_rate_to_floor", "start rate / docker floor (mean)"),
     ("start_rate_to_floor_range", "start rate / docker floor (range)"),
     *(
