@@ -857,3 +857,178 @@ def test_a_quick_evolve_checks_fields_against_each_other() -> None:
     with pytest.raises(InvalidParameter, match="cannot both be set"):
         evolve(spec, auto_delete_seconds=60)
     assert evolve(spec, auto_archive_seconds=None, auto_delete_seconds=60).auto_delete_seconds == 60
+
+
+# -- rock_core._start_wire: a start's body read, and its spec made, checking each value once --
+
+#: Values of every kind a field may be sent, good for some fields and bad for others.
+_ODD_VALUES = st.sampled_from(
+    [
+        None, "", "  ", " x ", "x", "0", "8g", " 512m ", "0.5b", "-1", "7", "1e3", "nan", "true",
+        "never", "missing", "on-failure", "NET_RAW", "host", 0, 1, -1, 5, 9, 10, 2**53 + 1, 2**70,
+        10**400, 0.0, 0.5, 2.0, 3.0, -2.5, float("inf"), float("nan"), True, False, [], ["x"],
+        ["NET_RAW", 1], ("x",), {}, {"a": "b"}, {"a": 1}, {1: "a"}, {"default": "deny"},
+    ]
+)  # fmt: skip
+
+
+@st.composite
+def _bodies(draw: st.DrawFn, cls: type, base: st.SearchStrategy[Any]) -> Any:
+    """``cls``'s wire form (from ``base``, or an instance of ``cls``), with some keys left out,
+    some set to odd values and maybe an unknown key; now and then no object at all."""
+    if draw(st.integers(0, 20)) == 0:
+        return draw(_ODD_VALUES)
+    body = unstructure_wire(draw(base))
+    names = [f.name for f in attrs.fields(cls)]
+    for name in draw(st.sets(st.sampled_from(names), max_size=2)):
+        del body[name]
+    for name in draw(st.sets(st.sampled_from(names), max_size=3)):
+        body[name] = draw(_ODD_VALUES)
+    if draw(st.integers(0, 5)) == 0:
+        body[draw(st.sampled_from(["x", "Image", "size", ""]))] = draw(_ODD_VALUES)
+    return body
+
+
+@functools.cache
+def _generated_converter() -> Any:
+    from rock_core.converters import make_converter
+
+    return make_converter(forbid_extra_keys=True)  # without the hand-written hooks
+
+
+def _generated_read(body: Any, cls: type) -> Any:
+    """``cls`` read by the wire converter's generated hooks alone (no hand-written hook), its
+    refusal as structure_wire words it."""
+    from rock_core._converter_errors import BAD_DATA, invalid_error, problems_of
+
+    try:
+        return _generated_converter().structure(body, cls)
+    except BAD_DATA as exc:
+        raise invalid_error(problems_of(exc, "")) from exc
+
+
+def _same_outcome(new: Any, old: Any) -> None:
+    """Both calls (no-argument callables) make the same instance, with the same types in every
+    field, or raise the same refusal (type, message, field, value)."""
+    try:
+        expected = old()
+    except Exception as exc:  # noqa: BLE001 - the same refusal, whatever it is
+        with pytest.raises(type(exc)) as refused:
+            new()
+        assert str(refused.value) == str(exc)
+        if isinstance(exc, InvalidParameter):
+            assert isinstance(refused.value, InvalidParameter)
+            assert refused.value.field == exc.field
+            assert repr(refused.value.value) == repr(exc.value)
+        return
+    made = new()
+    assert made == expected
+    assert type(made) is type(expected)
+    assert [type(getattr(made, f.name)) for f in attrs.fields(type(made))] == [
+        type(getattr(expected, f.name)) for f in attrs.fields(type(expected))
+    ]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(body=_bodies(SandboxStartRequest, instances_of(SandboxStartRequest)))
+def test_a_start_body_is_read_as_the_generated_hook_reads_it_or_refused_alike(body: Any) -> None:
+    """/start, /start_async and each start_batch item: any body, good or bad, gives the same
+    request as the converter's generated hook, or the same refusal naming the same field."""
+    _same_outcome(
+        lambda: structure_wire(body, SandboxStartRequest),
+        lambda: _generated_read(body, SandboxStartRequest),
+    )
+
+
+@st.composite
+def _batch_bodies(draw: st.DrawFn) -> Any:
+    """A start_batch body: items as ``_bodies`` makes them (some with a start request's body),
+    maybe an unknown key; now and then no object at all."""
+    if draw(st.integers(0, 10)) == 0:
+        return draw(_ODD_VALUES)
+    item = instances_of(actions.StartBatchItem)
+    with_request = st.builds(
+        lambda i, r: attrs.evolve(i, request=unstructure_wire(r)),
+        item,
+        instances_of(SandboxStartRequest),
+    )
+    items = draw(st.lists(_bodies(actions.StartBatchItem, item | with_request), max_size=3))
+    body: dict[str, Any] = {"items": items}
+    if draw(st.integers(0, 5)) == 0:
+        body["x"] = draw(_ODD_VALUES)
+    return body
+
+
+@_SETTINGS
+@given(body=_batch_bodies())
+def test_a_start_batch_is_read_as_the_generated_hook_reads_it_or_refused_alike(body: Any) -> None:
+    _same_outcome(
+        lambda: structure_wire(body, actions.StartBatchRequest),
+        lambda: _generated_read(body, actions.StartBatchRequest),
+    )
+
+
+def test_the_usual_bodies_are_read_by_hand() -> None:
+    """What the SDKs send (every field, most of them null) takes the hand-written pass; a
+    warmup (a subclass of the start request) keeps the generated hook's, and its ``size``."""
+    from rock_core._start_wire import read_quickly
+
+    sdk = unstructure_wire(SandboxStartRequest(image="python:3.11", memory="128m", cpus=0.1))
+    assert read_quickly(SandboxStartRequest, sdk) == structure_wire(sdk, SandboxStartRequest)
+    assert read_quickly(SandboxStartRequest, {"image": " rock "}) == SandboxStartRequest(
+        image="rock"
+    )
+    item = {"request": sdk, "idempotency_key": "k", "user_id": None}
+    assert read_quickly(actions.StartBatchItem, item) == actions.StartBatchItem(
+        request=sdk, idempotency_key="k"
+    )
+    assert read_quickly(SandboxStartRequest, {**sdk, "cpus": "2"}) is None  # the generated hook's
+    warmup = structure_wire({"image": "python:3.11", "size": 2}, actions.WarmupRequest)
+    assert warmup.size == 2
+
+
+_IDENTITIES = st.fixed_dictionaries(
+    {}, optional={k: st.none() | st.text(max_size=5) for k in ("user_id", "namespace", "cluster")}
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    request=instances_of(SandboxStartRequest)
+    | instances_of(SandboxStartRequest).map(
+        lambda r: attrs.evolve(r, cap_add=["net_raw"], egress=None, network=None)
+    )
+    | instances_of(SandboxStartRequest).map(
+        lambda r: attrs.evolve(
+            r, cap_add=None, egress={"default": "deny"}, network="bridge", network_group="g"
+        )
+    ),
+    identity=_IDENTITIES,
+)
+def test_a_spec_is_made_from_a_request_as_its_init_makes_it(
+    request: SandboxStartRequest, identity: dict[str, Any]
+) -> None:
+    """spec_from_start_request, which sets the spec's checked values without checking them
+    again: the same spec as ``SandboxSpec(...)`` made, or the same refusal."""
+    from unittest import mock
+
+    from rock_core import _start_spec
+
+    def by_init() -> SandboxSpec:
+        with mock.patch.object(_start_spec, "_make_spec", None):
+            return spec_from_start_request(request, **identity)
+
+    _same_outcome(lambda: spec_from_start_request(request, **identity), by_init)
+
+
+def test_a_quickly_made_spec_has_the_defaults_and_the_cross_field_check() -> None:
+    from rock_core._start_wire import trusted_maker
+
+    make = trusted_maker(SandboxSpec)
+    assert make is not None
+    assert make(image="python:3.11") == SandboxSpec(image="python:3.11")
+    assert make(image="i").env is not make(image="i").env  # a fresh dict each
+    with pytest.raises(InvalidParameter, match="cannot both be set"):
+        make(image="i", auto_archive_seconds=1, auto_delete_seconds=2)
+    with pytest.raises(TypeError):
+        make()  # the image is required

@@ -41,6 +41,7 @@ from rock_core._converter_errors import (
 )
 from rock_core._converter_hooks import make_converter
 from rock_core._start_spec import NETWORK_MODES, capability_names, spec_from_start_request
+from rock_core._start_wire import register_start_request_hook
 from rock_core._status_wire import register_status_hook
 from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.sizes import describe_value
@@ -71,6 +72,8 @@ T = TypeVar("T")
 wire = make_converter(forbid_extra_keys=True)
 # The status (one per start, per get_status, per listed sandbox): the same JSON, by hand.
 register_status_hook(wire)
+# The start request (one per start): its usual body read in one pass, each value checked once.
+register_start_request_hook(wire)
 #: HTTP JSON read by a client from a server that may be newer: unknown keys skipped.
 wire_lenient = make_converter(forbid_extra_keys=False)
 #: The engine's stored JSON blobs: unknown keys skipped (forward compatibility).

@@ -30,6 +30,7 @@ from rock.admin.envelope import BadInput, json_response
 from rock.admin.key_gate import scope_key, scope_tenant
 from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock.admin.reading import tenant_of, unknown_keys
+from rock_core._evolve import evolve
 from rock_core.actions import (
     BatchSandboxStatusRequest,
     BatchSandboxStatusResponse,
@@ -136,6 +137,7 @@ async def start_batch(
     outcomes = []
     # One batch at a time, in the order they came: taken in turns, a thousand clients' batches
     # would all be answered at the end of the burst; this way the first is answered first.
+    headers = _identity(request)  # the batch's, where an item names none (read once)
     async with app.start_batches:
         turn = time.monotonic()
         for item in body.items:
@@ -144,7 +146,8 @@ async def start_batch(
                 await anyio.lowlevel.checkpoint()
                 turn = time.monotonic()
             try:
-                outcomes.append(StartBatchOutcome(sandbox=await _start_item(app, request, item)))
+                started = await _start_item(app, request, item, headers)
+                outcomes.append(StartBatchOutcome(sandbox=started))
             except BadInput as exc:
                 outcomes.append(_outcome("invalid parameter", exc.error))
             except RockError as exc:
@@ -152,7 +155,9 @@ async def start_batch(
     return StartBatchResponse(items=outcomes)
 
 
-async def _start_item(app: AdminApp, request: Request, item: Any) -> SandboxStartResponse:
+async def _start_item(
+    app: AdminApp, request: Request, item: Any, headers: dict[str, Any]
+) -> SandboxStartResponse:
     data = item.request
     ignored = unknown_keys(data, SandboxStartRequest)
     if ignored and not app.settings.strict_fields:
@@ -175,9 +180,7 @@ async def _start_item(app: AdminApp, request: Request, item: Any) -> SandboxStar
             sandbox_id=body.sandbox_id,
             attempted="start_batch",
         )
-    identity = _identity(request)  # the batch's headers, where the item names none
-    for name in identity:
-        identity[name] = getattr(item, name) or identity[name]
+    identity = {name: getattr(item, name) or value for name, value in headers.items()}
     started = await app.manager.start_async(
         _start_request(app, request, body),
         **_tenancy(request),
@@ -473,12 +476,13 @@ def _start_request(
     _check_priority(app, tenant, body)
     _check_capabilities(request, body)
     egress = limited(app, request, body.egress)  # the default, within the key's widest
+    changes: dict[str, Any] = {}
     if egress != body.egress:
-        body = attrs.evolve(body, egress=egress)
-    if tenant is None:
-        return body
-    metadata[TENANT_METADATA_KEY] = tenant
-    return attrs.evolve(body, metadata=metadata)
+        changes["egress"] = egress
+    if tenant is not None:
+        metadata[TENANT_METADATA_KEY] = tenant
+        changes["metadata"] = metadata
+    return evolve(body, **changes) if changes else body
 
 
 def _check_priority(app: AdminApp, tenant: str | None, body: SandboxStartRequest) -> None:

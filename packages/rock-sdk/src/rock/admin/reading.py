@@ -4,6 +4,7 @@ and the ``Warning`` header that names those it ignored."""
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -36,8 +37,13 @@ def unknown_keys(data: Any, cls: type) -> list[str]:
     """The top-level keys of ``data`` that name no field of ``cls`` (an attrs class)."""
     if not isinstance(data, dict) or not attrs.has(cls):
         return []
-    names = {f.name for f in attrs.fields(cls)}
+    names = _field_names(cls)
     return sorted(str(key) for key in data if key not in names)
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in attrs.fields(cls))  # (each body's model asks, every time)
 
 
 def has_body(request: Request) -> bool:
