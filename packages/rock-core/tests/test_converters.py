@@ -940,6 +940,20 @@ def test_a_start_body_is_read_as_the_generated_hook_reads_it_or_refused_alike(bo
     )
 
 
+@pytest.mark.parametrize("cls", [SandboxStartRequest, actions.StartBatchItem])
+def test_every_field_set_to_every_odd_value_is_read_or_refused_alike(cls: type) -> None:
+    """Each field of an SDK's body (and of a start_batch item) in turn set to each odd value:
+    the same request, or the same refusal, as the generated hook's."""
+    sdk = unstructure_wire(SandboxStartRequest(image="python:3.11", memory="128m", cpus=0.1))
+    base = sdk if cls is SandboxStartRequest else {"request": sdk, "idempotency_key": "k"}
+    for field in attrs.fields(cls):
+        for value in [*_ODD_VALUES.elements, "8G", " 1.5k ", "2Gi", 2**53, -(2**53) - 1]:  # type: ignore[attr-defined]
+            body = {**base, field.name: value}
+            _same_outcome(lambda: structure_wire(body, cls), lambda: _generated_read(body, cls))  # noqa: B023
+        absent = {k: v for k, v in base.items() if k != field.name}
+        _same_outcome(lambda: structure_wire(absent, cls), lambda: _generated_read(absent, cls))  # noqa: B023
+
+
 @st.composite
 def _batch_bodies(draw: st.DrawFn) -> Any:
     """A start_batch body: items as ``_bodies`` makes them (some with a start request's body),

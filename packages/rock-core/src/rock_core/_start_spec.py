@@ -10,18 +10,18 @@ from collections.abc import Callable
 from typing import Any
 
 from rock_core._converter_errors import invalid_error
-from rock_core._start_wire import trusted_maker
+from rock_core._start_wire import size_in_bytes, trusted_maker
 from rock_core.actions import SandboxStartRequest
 from rock_core.egress import egress_policy
 from rock_core.errors import InvalidParameter
 from rock_core.models import NonNegativeInt, SandboxSpec
-from rock_core.sizes import cpus_to_float, describe_value, size_to_bytes
+from rock_core.sizes import cpus_to_float, describe_value
 
 __all__ = ["spec_from_start_request", "NETWORK_MODES", "CAPABILITIES", "capability_names"]
 
 
 def _positive_size(value: str) -> int:
-    n = size_to_bytes(value)
+    n = size_in_bytes(value)
     if n <= 0:
         raise ValueError(f"invalid size {describe_value(value)} (must be greater than zero)")
     return n

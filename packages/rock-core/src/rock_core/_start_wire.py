@@ -44,7 +44,13 @@ from rock_core.models import (
 )
 from rock_core.sizes import size_to_bytes
 
-__all__ = ["QUICK_CLASSES", "read_quickly", "register_start_request_hook", "trusted_maker"]
+__all__ = [
+    "QUICK_CLASSES",
+    "read_quickly",
+    "register_start_request_hook",
+    "size_in_bytes",
+    "trusted_maker",
+]
 
 T = TypeVar("T")
 
@@ -85,10 +91,30 @@ def _positive_float(value: Any) -> Any:
     return _NO
 
 
+def size_in_bytes(value: Any) -> int:
+    """:func:`~rock_core.sizes.size_to_bytes`, remembering the sizes a few texts denote (the
+    same few, ``"8g"``, ``"50G"``, come with every start).
+
+    :raises ValueError: as ``size_to_bytes``.
+    """
+    if value.__class__ is str:
+        known = _SIZES.get(value)
+        if known is not None:
+            return known
+        known = size_to_bytes(value)
+        if len(_SIZES) < 256:
+            _SIZES[value] = known
+        return known
+    return size_to_bytes(value)
+
+
+_SIZES: dict[str, int] = {}
+
+
 def _size(value: Any) -> Any:
     if value.__class__ is str:
         try:
-            size_to_bytes(value)
+            size_in_bytes(value)
         except ValueError:
             return _NO
         return value
@@ -187,27 +213,14 @@ def trusted_maker(cls: type) -> Callable[..., Any] | None:
         if not field.init or field.alias != name or name.startswith("_"):
             return None
         namespace[f"_set_{name}"] = getattr(cls, name).__set__
-        default = field.default
-        if default is attrs.NOTHING:
+        default = _default_code(field, namespace)
+        if default is None:
+            return None
+        if not default:
             params.append(name)
-        elif isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-            if default.takes_self or field.converter is not None:
-                return None
-            namespace[f"_make_{name}"] = default.factory
-            params.append(f"{name}=_NOTHING")
-            body.append(f"    if {name} is _NOTHING:\n        {name} = _make_{name}()\n")
         else:
-            converter = field.converter
-            if isinstance(converter, attrs.Converter):
-                return None
-            if converter is not None:
-                default = converter(default)
-                try:
-                    hash(default)  # one value for every instance: none that may change
-                except TypeError:
-                    return None
-            namespace[f"_default_{name}"] = default
-            params.append(f"{name}=_default_{name}")
+            params.append(f"{name}=_NOTHING")
+            body.append(f"    if {name} is _NOTHING:\n        {default}\n")
         body.append(f"    _set_{name}(new, {name})\n")
     post_init = getattr(cls, "__attrs_post_init__", None)
     if post_init is not None:
@@ -219,34 +232,83 @@ def trusted_maker(cls: type) -> Callable[..., Any] | None:
     return made
 
 
-@attrs.frozen
-class _Quick:
-    """How :func:`read_quickly` reads a class: each field's reader (and whether ``None`` is a
-    value of it), the fields without a default, and its :func:`trusted_maker`."""
+def _default_code(field: Any, namespace: dict[str, Any]) -> str | None:
+    """The line setting ``field``'s value (the variable of its name) to its default as
+    ``__init__`` gives it, its names put in ``namespace``; ``""``: a required field; ``None``: a
+    default :func:`trusted_maker` cannot give (computed from the instance, a factory's with a
+    converter, a converted one that may change)."""
+    name, default = field.name, field.default
+    if default is attrs.NOTHING:
+        return ""
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        if default.takes_self or field.converter is not None:
+            return None
+        namespace[f"_make_{name}"] = default.factory
+        return f"{name} = _make_{name}()"
+    converter = field.converter
+    if isinstance(converter, attrs.Converter):
+        return None
+    if converter is not None:
+        default = converter(default)
+        try:
+            hash(default)  # one value for every instance: none that may change
+        except TypeError:
+            return None
+    namespace[f"_default_{name}"] = default
+    return f"{name} = _default_{name}"
 
-    readers: dict[str, tuple[Callable[[Any], Any] | None, bool]]
-    required: frozenset[str]
-    make: Callable[..., Any]
 
-
-def _quick_of(cls: type) -> _Quick | None:
-    if cls not in _quick:
-        make = trusted_maker(cls)
-        if make is None:
-            _quick[cls] = None
+def _quick_reader(cls: type) -> Callable[[Any], Any] | None:
+    """The function :func:`read_quickly` calls for ``cls`` (a ``dict`` in, an instance or
+    ``None`` out), one generated line or few a field; ``None``: a class :func:`trusted_maker`
+    cannot make."""
+    if trusted_maker(cls) is None:
+        return None
+    hints = typing.get_type_hints(cls)
+    fields = attrs.fields(cls)
+    namespace: dict[str, Any] = {
+        "_new": object.__new__,
+        "_cls": cls,
+        "_NOTHING": attrs.NOTHING,
+        "_NO": _NO,
+        "_names": frozenset(f.name for f in fields),
+    }
+    body = ["    if not data.keys() <= _names:\n        return None\n", "    get = data.get\n"]
+    body.append("    new = _new(_cls)\n")
+    for field in fields:
+        name = field.name
+        namespace[f"_set_{name}"] = getattr(cls, name).__set__
+        reader, optional = _reader_of(hints[name])
+        default = _default_code(field, namespace)
+        assert default is not None  # (trusted_maker made the same checks)
+        body.append(f"    {name} = get({name!r}, _NOTHING)\n    if {name} is _NOTHING:\n")
+        body.append(f"        {default or 'return None'}\n")
+        if optional:
+            body.append(f"    elif {name} is None:\n        pass\n")
+        if reader is None:
+            body.append("    else:\n        return None\n")
         else:
-            hints = typing.get_type_hints(cls)
-            fields = attrs.fields(cls)
-            _quick[cls] = _Quick(
-                readers={f.name: _reader_of(hints[f.name]) for f in fields},
-                required=frozenset(f.name for f in fields if f.default is attrs.NOTHING),
-                make=make,
-            )
+            namespace[f"_read_{name}"] = reader
+            body.append(f"    else:\n        {name} = _read_{name}({name})\n")
+            body.append(f"        if {name} is _NO:\n            return None\n")
+        body.append(f"    _set_{name}(new, {name})\n")
+    post_init = getattr(cls, "__attrs_post_init__", None)
+    if post_init is not None:
+        namespace["_post_init"] = post_init
+        body.append("    _post_init(new)\n")
+    body.append("    return new\n")
+    exec(f"def read(data):\n{''.join(body)}", namespace)
+    read: Callable[[Any], Any] = namespace["read"]
+    return read
+
+
+def _quick_of(cls: type) -> Callable[[Any], Any] | None:
+    if cls not in _quick:
+        _quick[cls] = _quick_reader(cls)
     return _quick[cls]
 
 
-_quick: dict[type, _Quick | None] = {}
-_UNKNOWN: tuple[None, bool] = (None, False)
+_quick: dict[type, Callable[[Any], Any] | None] = {}
 
 
 def read_quickly(cls: type[T], data: Any) -> T | None:
@@ -254,25 +316,10 @@ def read_quickly(cls: type[T], data: Any) -> T | None:
     ``dict`` of ``cls``'s fields, each value of the JSON type its field expects): what the wire
     converter's generated hook makes of it. ``None``: a body not in that form, for the generated
     hook to read (or refuse)."""
-    quick = _quick_of(cls)
-    if quick is None or data.__class__ is not dict:
+    read = _quick[cls] if cls in _quick else _quick_of(cls)
+    if read is None or data.__class__ is not dict:
         return None
-    readers = quick.readers
-    values: dict[str, Any] = {}
-    for key, value in data.items():
-        reader, optional = readers.get(key, _UNKNOWN)
-        if value is None and optional:
-            values[key] = None
-            continue
-        if reader is None:
-            return None
-        read = reader(value)
-        if read is _NO:
-            return None
-        values[key] = read
-    if not quick.required.issubset(values):
-        return None
-    made: T = quick.make(**values)
+    made: T | None = read(data)
     return made
 
 
