@@ -70,7 +70,9 @@ async def test_an_old_container_left_by_an_admin_that_died_mid_reset_is_removed_
     )
 
     def exists(container_id: str) -> bool:
-        return bool(docker_client.containers.list(all=True, filters={"id": container_id}))
+        # The low-level listing: docker-py's containers.list() inspects each container it listed,
+        # and fails with NotFound when one is removed in between (here, the very removal awaited).
+        return bool(docker_client.api.containers(all=True, filters={"id": container_id}))
 
     async with SandboxManager(config) as second:
         try:
