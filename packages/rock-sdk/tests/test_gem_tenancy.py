@@ -27,7 +27,7 @@ KEY_A, KEY_B, KEY_C, KEY_D, KEY_OPS = (
 #: Tenant ``d``'s key's own default egress policy (its widest: nothing set).
 D_EGRESS = {
     "default": "deny",
-    "rules": [{"action": "allow", "cidr": "10.1.2.3/32", "ports": ["443"], "protocol": "any"}],
+    "rules": [{"action": "allow", "cidr": "198.51.100.3/32", "ports": ["443"], "protocol": "any"}],
     "domains": [],
 }
 
@@ -61,7 +61,7 @@ def keyed_admin(
         f'[admin]\napi_keys = [{{ tenant = "a", sha256 = "{hash_key(KEY_A)}" }}, {{ tenant = "b", sha256 = "{hash_key(KEY_B)}" }},\n'
         f'  {{ tenant = "c", sha256 = "{hash_key(KEY_C)}", max_sandboxes = 1 }},\n'
         f'  {{ tenant = "d", sha256 = "{hash_key(KEY_D)}", default_egress = {{ default = "deny", '
-        'rules = [{ action = "allow", cidr = "10.1.2.3", ports = [443] }] } },\n'
+        'rules = [{ action = "allow", cidr = "198.51.100.3", ports = [443] }] } },\n'
         f'  {{ tenant = "ops", sha256 = "{hash_key(KEY_OPS)}", operator = true }}]\n'
         f'[plugins.gem]\nimage = "{gem_image}"\nenvs_per_sandbox = 4\n'
     )

@@ -19,10 +19,13 @@ pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
 KEY_A = "egress-tenant-a-key-0001"
 KEY_B = "egress-tenant-b-key-0002"
-WIDEST = {"default": "deny", "rules": [{"action": "allow", "cidr": "10.0.0.0/8", "ports": [443]}]}
+WIDEST = {
+    "default": "deny",
+    "rules": [{"action": "allow", "cidr": "198.18.0.0/15", "ports": [443]}],
+}
 KEY_DEFAULT = {
     "default": "deny",
-    "rules": [{"action": "allow", "cidr": "10.1.2.3", "ports": [443]}],
+    "rules": [{"action": "allow", "cidr": "198.18.1.3", "ports": [443]}],
 }
 
 
@@ -65,14 +68,17 @@ def _sandbox(admin: Any, key: str, egress: Any = None) -> Sandbox:
 
 
 async def test_a_start_wider_than_its_key_allows_is_refused_naming_the_rule_and_tenant(keyed):
-    wide = EgressPolicy.deny_all([EgressRule.allow("10.0.0.0/8")])  # every port, not only 443
+    wide = EgressPolicy.deny_all([EgressRule.allow("198.18.0.0/15")])  # every port, not only 443
     with pytest.raises(RockError) as info:
         await _sandbox(keyed, KEY_A, wide).start()
     message = str(info.value)
     assert (
-        "egress: rules[0] (allow 10.0.0.0/8) is wider than tenant 'team-a' may ask for" in message
+        "egress: rules[0] (allow 198.18.0.0/15) is wider than tenant 'team-a' may ask for"
+        in message
     )
-    assert "max_egress on its api_keys entry: deny by default; allow 10.0.0.0/8 any 443" in message
+    assert (
+        "max_egress on its api_keys entry: deny by default; allow 198.18.0.0/15 any 443" in message
+    )
     with pytest.raises(RockError, match="egress: default allow is wider than tenant 'team-a'"):
         await _sandbox(keyed, KEY_A, EgressPolicy(default="allow")).start()
 
@@ -87,13 +93,13 @@ async def test_starts_without_a_policy_get_the_keys_default_or_the_admins_and_st
         assert (await a.get_status()).egress == {
             "default": "deny",
             "rules": [
-                {"action": "allow", "cidr": "10.1.2.3/32", "ports": ["443"], "protocol": "any"}
+                {"action": "allow", "cidr": "198.18.1.3/32", "ports": ["443"], "protocol": "any"}
             ],
             "domains": [],
         }
         assert (await b.get_status()).egress == {"default": "deny", "rules": [], "domains": []}
         # An update within the key's widest goes; a wider one is refused naming the rule.
-        narrow = EgressPolicy.deny_all([EgressRule.allow("10.9.0.0/16", [443])])
+        narrow = EgressPolicy.deny_all([EgressRule.allow("198.19.0.0/16", [443])])
         assert (await a.update_egress(narrow)).egress == narrow.to_dict()
         with pytest.raises(RockError, match=r"rules\[0\] \(allow 192.0.2.0/24\) is wider than"):
             await a.update_egress(EgressPolicy.deny_all(["192.0.2.0/24"]))
