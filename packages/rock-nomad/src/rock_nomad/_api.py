@@ -349,6 +349,18 @@ class NomadApi:
             return f"{said}; is {self.settings['address']} a Nomad API?"
         return said
 
+    async def _refuse_stream(self, answer: httpx.Response | LeanStream, path: str) -> None:
+        """Raise :class:`NomadError` when the event stream's answer is an error status (either
+        client's answer: both have ``status_code`` and ``aread``)."""
+        if answer.status_code >= 300:
+            text = (await answer.aread()).decode(errors="replace").strip()
+            raise NomadError(
+                self._explain(answer.status_code, text, "GET", path),
+                status=answer.status_code,
+                text=text,
+                attempted="events",
+            )
+
     @contextlib.asynccontextmanager
     async def stream(
         self, path: str, params: list[tuple[str, str]]
@@ -359,14 +371,7 @@ class NomadApi:
             target = f"/v1/{quote(path, safe=_PATH_SAFE)}?{urlencode(query)}"
             try:
                 async with self._lean.stream("GET", target, timeout=self.timeout) as answer:
-                    if answer.status_code >= 300:
-                        text = (await answer.aread()).decode(errors="replace").strip()
-                        raise NomadError(
-                            self._explain(answer.status_code, text, "GET", path),
-                            status=answer.status_code,
-                            text=text,
-                            attempted="events",
-                        )
+                    await self._refuse_stream(answer, path)
                     yield answer
             except LeanHttpError as exc:
                 raise RuntimeFailure(
@@ -379,14 +384,7 @@ class NomadApi:
             async with self._http.stream(
                 "GET", f"/v1/{path}", params=query, timeout=timeout
             ) as response:
-                if response.status_code >= 300:
-                    text = (await response.aread()).decode(errors="replace").strip()
-                    raise NomadError(
-                        self._explain(response.status_code, text, "GET", path),
-                        status=response.status_code,
-                        text=text,
-                        attempted="events",
-                    )
+                await self._refuse_stream(response, path)
                 yield response
         except httpx.TransportError as exc:
             raise RuntimeFailure(
