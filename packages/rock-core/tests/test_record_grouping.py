@@ -129,3 +129,59 @@ def test_a_put_off_the_loop_is_written_at_once_without_the_older_pending_one() -
     assert [[r.sandbox_id for r in group] for group in writes.made] == [["sb-1"], ["sb-2"]]
     puts.put(record, group=False)  # not grouping: at once, on a loop or not
     assert writes.made[-1] == [record]
+
+
+def test_a_put_of_progress_waits_for_its_records_next_put_and_is_read_meanwhile() -> None:
+    writes = _Writes()
+    puts = GroupedPuts(writes, "store")
+    record = sample_record("sb-1")
+    pending = attrs.evolve(record, reason="pending")
+    progress = attrs.evolve(record, reason="unit made")
+
+    async def turns() -> None:
+        puts.put(pending, group=True)
+        await asyncio.sleep(0)  # written at its turn's end
+        puts.put(progress, group=True, progress=True)
+        await asyncio.sleep(0)  # no write of its own
+        puts.commit()  # an answer: not written either
+        assert puts.pending("sb-1") is progress
+        assert len(puts) == 1
+        puts.put(record, group=True)  # the next put: written, replacing it
+        await asyncio.sleep(0)
+
+    asyncio.run(turns())
+    assert [[r.reason for r in made] for made in writes.made] == [["pending"], [record.reason]]
+    assert len(puts) == 0
+
+
+def test_a_put_of_progress_over_a_pending_put_is_written_at_the_turns_end() -> None:
+    writes = _Writes()
+    puts = GroupedPuts(writes, "store")
+    first, progress = sample_record("sb-1"), sample_record("sb-2")
+
+    async def turn() -> None:
+        puts.put(attrs.evolve(first, reason="pending"), group=True)
+        puts.put(attrs.evolve(first, reason="unit made"), group=True, progress=True)
+        puts.put(attrs.evolve(progress, reason="progress only"), group=True, progress=True)
+        await asyncio.sleep(0)
+
+    asyncio.run(turn())
+    # The pending record must still be written: as its latest put. The other waits.
+    assert [[r.reason for r in made] for made in writes.made] == [["unit made"]]
+    assert puts.pending("sb-2") is not None
+    puts.flush()  # a listing's, or the close's: everything
+    assert [[r.reason for r in made] for made in writes.made][-1] == ["progress only"]
+    assert len(puts) == 0
+
+
+def test_a_put_of_progress_off_a_loop_or_ungrouped_is_written_at_once() -> None:
+    writes = _Writes()
+    puts = GroupedPuts(writes, "store")
+    puts.put(sample_record("sb-1"), group=True, progress=True)  # no loop runs here
+
+    async def turn() -> None:
+        puts.put(sample_record("sb-2"), group=False, progress=True)
+
+    asyncio.run(turn())
+    assert [[r.sandbox_id for r in made] for made in writes.made] == [["sb-1"], ["sb-2"]]
+    assert len(puts) == 0

@@ -10,8 +10,11 @@ After the SIGTERM the 4 are listed running again, answer commands, and keep thei
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +126,77 @@ def test_kill_9_while_sandboxes_run_and_start_loses_nothing(
         for server in (first, second):
             if server is not None:
                 stop_admin(server, docker_client)
+
+
+def _stored(state_dir: Path, sandbox_id: str) -> dict[str, Any] | None:
+    """The record of ``sandbox_id`` in the admin's store file (what a restart reads)."""
+    with contextlib.closing(sqlite3.connect(state_dir / "rock.db")) as db:
+        row = db.execute(
+            "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
+        ).fetchone()
+    return None if row is None else json.loads(row[0])
+
+
+def test_kill_9_at_any_point_of_a_start_leaves_no_sandbox_unaccounted_for(
+    tmp_path: Path, docker_client: Any, admin_launcher: Any
+) -> None:
+    """A start's steps within pending (the image looked at, the container made, started) are
+    kept in the admin's memory only until the sandbox runs: a crash at any of them still leaves
+    every sandbox running or stopped with a reason after a restart, and no container that no
+    sandbox holds."""
+    launch_admin, stop_admin = admin_launcher
+    owner = f"admin:{tmp_path / 'rock.db'}"
+    admins = [launch_admin(tmp_path)]
+
+    def containers(sandbox_id: str) -> list[Any]:
+        return docker_client.containers.list(
+            all=True, filters={"label": f"rock.sandbox_id={sandbox_id}"}, ignore_removed=True
+        )
+
+    def answered(client: httpx.Client, sandbox_id: str) -> bool:
+        return True
+
+    def made(client: httpx.Client, sandbox_id: str) -> bool:
+        return bool(containers(sandbox_id))
+
+    def started_not_ready(client: httpx.Client, sandbox_id: str) -> bool:
+        running = [c for c in containers(sandbox_id) if c.status == "running"]
+        return bool(running) and _status(client, sandbox_id)["state"] == "pending"
+
+    started: list[str] = []
+    try:
+        for point in (answered, made, started_not_ready):
+            with httpx.Client(base_url=admins[-1].url, timeout=60) as client:
+                sandbox_id = _result(client.post(PREFIX + "/start_async", json=SMALL))["sandbox_id"]
+                started.append(sandbox_id)
+                eventually(
+                    lambda: point(client, sandbox_id),  # noqa: B023 - called in this iteration
+                    what=f"sandbox {sandbox_id} at {point.__name__}",
+                    timeout=120,
+                    interval=0.02,
+                )
+            admins[-1].process.send_signal(signal.SIGKILL)
+            admins[-1].process.wait()
+            stored = _stored(tmp_path, sandbox_id)
+            assert stored is not None and stored["state"] in ("pending", "running"), stored
+            admins.append(launch_admin(tmp_path))
+            with httpx.Client(base_url=admins[-1].url, timeout=60) as client:
+                for earlier in started:
+                    status = _status(client, earlier)
+                    assert status["state"] == "running" or (
+                        status["state"] in ("stopped", "deleted") and status["reason"]
+                    ), (point.__name__, status)
+                known = {s for s in started if _status(client, s)["state"] != "deleted"}
+                left = docker_client.containers.list(
+                    all=True, sparse=True, filters={"label": f"rock.owner={owner}"}
+                )
+                assert {c.attrs["Labels"]["rock.sandbox_id"] for c in left} <= known, point.__name__
+        with httpx.Client(base_url=admins[-1].url, timeout=60) as client:
+            for sandbox_id in started:
+                _result(client.post(PREFIX + "/stop", json={"sandbox_id": sandbox_id}))
+    finally:
+        for server in admins:
+            stop_admin(server, docker_client)
 
 
 def _web_page(port: int, timeout: float = 30.0) -> str:

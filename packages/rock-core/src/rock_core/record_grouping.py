@@ -9,8 +9,15 @@ A store keeps one, and calls it from each of its calls:
   at the end of the loop's turn; else it is written at once (an older pending put of the same
   record dropped first, so it never lands after it);
 - :meth:`~GroupedPuts.pending` first in ``get``: a pending put is the answer;
-- :meth:`~GroupedPuts.commit` in the store's ``commit``, ``close``, and before any listing or
-  count, so these see every put.
+- :meth:`~GroupedPuts.commit` in the store's ``commit``;
+- :meth:`~GroupedPuts.flush` in its ``close``, and before any listing or count, so these see
+  every put, progress too.
+
+A put of progress (:meth:`~GroupedPuts.put` with ``progress``, the store's ``put_progress``: a
+step of a start within ``pending`` that a restart finds again without it) is kept pending and
+schedules no write: a commit leaves it pending, and it is written by the write of a later put of
+its record (which replaces it), or by a flush. A put of progress over a record's pending put that
+is not progress replaces it as one that is not (the earlier one must still be written).
 
 The store's ``write(records)`` writes the records durably, in one transaction (one SQLite commit;
 one PostgreSQL round trip), or raises and writes none. Writes are made one at a time. A pending
@@ -41,7 +48,7 @@ class GroupedPuts:
     :param store: the store, named in the warning of a write at a turn's end that failed.
     """
 
-    __slots__ = ("_lock", "_pending", "_scheduled", "_store", "_write", "_writing")
+    __slots__ = ("_lock", "_pending", "_progress", "_scheduled", "_store", "_write", "_writing")
 
     def __init__(self, write: Callable[[list[SandboxRecord]], None], store: object) -> None:
         self._write = write
@@ -52,6 +59,9 @@ class GroupedPuts:
         self._writing = threading.Lock()
         #: The group's puts not written yet, by id (the last put of each).
         self._pending: dict[str, SandboxRecord] = {}
+        #: The ids among them whose pending put is progress only (written by a flush, or with
+        #: their record's next put that is not).
+        self._progress: set[str] = set()
         # A write is scheduled at the end of a loop's turn: one at a time, so that a commit made
         # before an answer does not make the next puts schedule one each (the turn-end writes of
         # many tasks interleaved with their steps: one write per put, not one per turn).
@@ -61,14 +71,21 @@ class GroupedPuts:
         """How many records are pending."""
         return len(self._pending)
 
-    def put(self, record: SandboxRecord, *, group: bool) -> None:
+    def put(self, record: SandboxRecord, *, group: bool, progress: bool = False) -> None:
         """Keep ``record`` for the write at the end of the running loop's turn when ``group``
         (the store's :attr:`~rock_core.records.RecordStore.group_commits`) and a loop runs in
-        this thread; else write it now."""
+        this thread; else write it now. ``progress``: kept pending without a write of its own
+        (see the module), when grouped."""
         loop = _running_loop() if group else None
         if loop is not None:
+            sandbox_id = record.sandbox_id
             with self._lock:
-                self._pending[record.sandbox_id] = record
+                if progress and (sandbox_id not in self._pending or sandbox_id in self._progress):
+                    self._pending[sandbox_id] = record
+                    self._progress.add(sandbox_id)
+                    return
+                self._pending[sandbox_id] = record
+                self._progress.discard(sandbox_id)
                 if self._scheduled:
                     return
                 self._scheduled = True
@@ -78,6 +95,7 @@ class GroupedPuts:
             if self._pending:
                 with self._lock:  # an older put of it, pending, must not win
                     self._pending.pop(record.sandbox_id, None)
+                    self._progress.discard(record.sandbox_id)
             self._write([record])
 
     def pending(self, sandbox_id: str) -> SandboxRecord | None:
@@ -85,15 +103,30 @@ class GroupedPuts:
         return self._pending.get(sandbox_id)
 
     def commit(self) -> None:
-        """Write the pending puts in one write (nothing when none is pending).
+        """Write the pending puts but those of progress in one write (nothing when none is
+        pending).
 
         :raises Exception: what the store's write raised; the puts stay pending.
         """
-        if not self._pending:
-            return
+        if len(self._pending) > len(self._progress):
+            self._commit(everything=False)
+
+    def flush(self) -> None:
+        """Write every pending put, those of progress too, in one write.
+
+        :raises Exception: what the store's write raised; the puts stay pending.
+        """
+        if self._pending:
+            self._commit(everything=True)
+
+    def _commit(self, *, everything: bool) -> None:
         with self._writing:
-            with self._lock:
-                pending = dict(self._pending)  # kept there until written: what reads find
+            with self._lock:  # kept there until written: what reads find
+                if everything or not self._progress:
+                    pending = dict(self._pending)
+                else:
+                    progress = self._progress
+                    pending = {i: r for i, r in self._pending.items() if i not in progress}
             if not pending:
                 return
             self._write(list(pending.values()))
@@ -101,6 +134,7 @@ class GroupedPuts:
                 for sandbox_id, record in pending.items():
                     if self._pending.get(sandbox_id) is record:  # not put again meanwhile
                         del self._pending[sandbox_id]
+                        self._progress.discard(sandbox_id)
 
     def _commit_at_turn_end(self) -> None:
         with self._lock:

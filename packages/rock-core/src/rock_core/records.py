@@ -112,6 +112,15 @@ class RecordStore(abc.ABC):
     def put(self, record: SandboxRecord) -> None:
         """Insert or replace ``record`` (keyed by its ``sandbox_id``), durably (write-through)."""
 
+    def put_progress(self, record: SandboxRecord) -> None:
+        """:meth:`put` of a step of a start within ``pending`` that a restart finds again
+        without it (the rows of progress: the image being pulled, the unit made and starting,
+        which recovery finds by its labels). A store that groups its commits may keep it only
+        in memory (a read here sees it) until a later put of the record, a listing or a count,
+        or :meth:`close` writes it: a crash may lose it, never a put that is not progress.
+        The default: :meth:`put`."""
+        self.put(record)
+
     def commit(self) -> None:
         """Write and commit the puts a group has pending (see :attr:`group_commits`); nothing
         when none is (the default: every put is written through).

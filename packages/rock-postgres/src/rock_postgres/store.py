@@ -193,7 +193,7 @@ class PostgresRecordStore(RecordStore):
         Idempotent."""
         if self._puts and self._pool is not None:
             try:
-                self.commit()
+                self._puts.flush()  # progress too
             except Exception as exc:  # the server is gone: nothing more can be done
                 log.warning("%r: %d pending records not written: %s", self, len(self._puts), exc)
         pool, self._pool = self._pool, None
@@ -245,6 +245,9 @@ class PostgresRecordStore(RecordStore):
 
     def put(self, record: SandboxRecord) -> None:
         self._puts.put(record, group=self.group_commits)
+
+    def put_progress(self, record: SandboxRecord) -> None:
+        self._puts.put(record, group=self.group_commits, progress=True)
 
     def commit(self) -> None:
         """Write the group's pending puts in one round trip (nothing when none is pending).
@@ -303,7 +306,7 @@ class PostgresRecordStore(RecordStore):
         elif offset:
             sql += f" OFFSET ${len(args) + 1}"
             args.append(offset)
-        self.commit()
+        self._puts.flush()  # a read sees every put, progress too
         rows = self.call(lambda pool: pool.fetch(sql, *args))
         records = []
         for sandbox_id, data in rows:
@@ -318,18 +321,18 @@ class PostgresRecordStore(RecordStore):
     ) -> int:
         where, args = _where(states, filters)
         sql = f"SELECT count(*) FROM rock_sandbox{where}"
-        self.commit()
+        self._puts.flush()
         return int(self.call(lambda pool: pool.fetchval(sql, *args)))
 
     def count_by_state(self) -> dict[State, int]:
-        self.commit()
+        self._puts.flush()  # a read sees every put, progress too
         rows = self.call(
             lambda pool: pool.fetch("SELECT state, count(*) FROM rock_sandbox GROUP BY state")
         )
         return {State(state): int(n) for state, n in rows}
 
     def purge_deleted(self, before: datetime) -> int:
-        self.commit()
+        self._puts.flush()  # a read sees every put, progress too
         rows = self.call(
             lambda pool: pool.fetch(
                 "DELETE FROM rock_sandbox WHERE state = $1 AND delete_time < $2 "

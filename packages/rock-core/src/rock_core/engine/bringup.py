@@ -57,11 +57,16 @@ async def bring_up(
     sandbox_id = live.record.sandbox_id
     spec = live.record.spec
     runtime = core.runtime
+    # A fresh unit's steps within pending are progress (RecordStore.put_progress): a restart
+    # that finds the record pending finds its unit by its labels, with or without them. A
+    # reused unit's (a restart, a restore) are written as any other.
+    handle = live.handle if reuse else None
+    fresh = handle is None
 
     def on_phase(name: str, phase: Phase) -> None:
-        core.set_phase(sandbox_id, name, phase.status, phase.message)
+        core.set_phase(sandbox_id, name, phase.status, phase.message, progress=fresh)
 
-    if reuse and live.handle is not None:
+    if handle is not None:
         reused: dict[str, tuple[PhaseStatus, str]] = {}
         pulled = live.record.phases.get(PHASE_IMAGE_PULL)
         if pulled is None or pulled.status is not PhaseStatus.SUCCESS:  # a restore set it already
@@ -71,9 +76,8 @@ async def bring_up(
             )
         reused[PHASE_DOCKER_RUN] = (PhaseStatus.RUNNING, "starting the container")
         core.save(attrs.evolve(live.record, phases=with_phases(live.record.phases, reused)))
-        handle = live.handle
     else:
-        core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "")
+        core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.RUNNING, "", progress=True)
         try:
             handle = await runtime.create(
                 with_defaults(core, spec),
@@ -93,11 +97,14 @@ async def bring_up(
             phases[PHASE_IMAGE_PULL] = (PhaseStatus.SUCCESS, "image ready")
         if _asks_unit_image(core, live):
             if phases:
-                core.set_phase(sandbox_id, PHASE_IMAGE_PULL, *phases.pop(PHASE_IMAGE_PULL))
+                pull_status, pull_message = phases.pop(PHASE_IMAGE_PULL)
+                core.set_phase(
+                    sandbox_id, PHASE_IMAGE_PULL, pull_status, pull_message, progress=True
+                )
             await _check_unit_image(core, live, handle)  # before the record knows the unit
         live.handle = handle
         phases[PHASE_DOCKER_RUN] = (PhaseStatus.RUNNING, "starting the container")
-        note_unit(core, live, handle, phases)
+        note_unit(core, live, handle, phases, progress=True)
     try:
         # A runtime that places the unit on another host may pull the image only now.
         status = await runtime.start(handle, on_phase=on_phase) or await runtime.inspect(handle)
@@ -111,7 +118,9 @@ async def bring_up(
         core.set_phase(sandbox_id, PHASE_DOCKER_RUN, PhaseStatus.FAILED, exc.message)
         raise
     if live.record.phases[PHASE_IMAGE_PULL].status is not PhaseStatus.SUCCESS:
-        core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready")
+        core.set_phase(
+            sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, "image ready", progress=fresh
+        )
     if status.rocklet_address is None:
         message = (
             describe_exit(status)
@@ -179,9 +188,13 @@ def note_unit(
     live: LiveSandbox,
     handle: UnitHandle,
     phases: dict[str, tuple[PhaseStatus, str]] | None = None,
+    *,
+    progress: bool = False,
 ) -> None:
     """Record what the runtime said of a new unit: its id, notes, and the hardening it applied;
-    with ``phases`` (name: status and message) set in the same write."""
+    with ``phases`` (name: status and message) set in the same write. ``progress``: a fresh
+    unit, found again by its labels (:meth:`EngineCore.save`'s); never a claimed warm-pool
+    unit, which keeps its pool's name and labels and is found only by the id written here."""
     record = live.record
     notes = tuple(dict.fromkeys((*record.notes, *handle.notes)))
     security = dict(handle.security) or dict(record.security)
@@ -194,7 +207,7 @@ def note_unit(
         changes: dict[str, Any] = {"notes": notes, "security": security, "unit_id": handle.unit_id}
         if phases:
             changes["phases"] = with_phases(record.phases, phases)
-        core.save(evolve(record, **changes))
+        core.save(evolve(record, **changes), progress=progress)
 
 
 async def open_ports(

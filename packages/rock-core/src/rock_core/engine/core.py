@@ -275,14 +275,20 @@ class EngineCore:
         if news is not None:
             news.set()
 
-    def save(self, record: SandboxRecord) -> bool:
+    def save(self, record: SandboxRecord, *, progress: bool = False) -> bool:
         """Write ``record`` to the store and to its live sandbox (forgotten once deleted).
 
         Work of a leader (:mod:`~rock_core.engine.fencing`) writes under its lease: once the
-        lease is gone nothing is written, here or in the store; false then."""
+        lease is gone nothing is written, here or in the store; false then. ``progress``: a
+        step of a fresh start within ``pending`` that recovery finds again by the unit's labels
+        (:meth:`RecordStore.put_progress <rock_core.records.RecordStore.put_progress>`); under
+        a lease it is written as any other."""
         fence = fencing.current()
         if fence is None:
-            self.store.put(record)
+            if progress and self.lease is None:  # a cluster's records: every step written
+                self.store.put_progress(record)
+            else:
+                self.store.put(record)
         elif not fence.write(record):
             return False
         live = self.live.get(record.sandbox_id)
@@ -312,13 +318,22 @@ class EngineCore:
         self.watched[sandbox_id] = at
         heapq.heappush(self.deadlines, (at, sandbox_id))
 
-    def set_phase(self, sandbox_id: str, name: str, status: PhaseStatus, message: str = "") -> None:
-        """Record the phase ``name`` of a live sandbox's start as ``status`` (saved at once)."""
+    def set_phase(
+        self,
+        sandbox_id: str,
+        name: str,
+        status: PhaseStatus,
+        message: str = "",
+        *,
+        progress: bool = False,
+    ) -> None:
+        """Record the phase ``name`` of a live sandbox's start as ``status`` (saved at once;
+        ``progress``: as :meth:`save`'s)."""
         live = self.live.get(sandbox_id)
         if live is None:
             return
         phases = with_phases(live.record.phases, {name: (status, message)})
-        self.save(evolve(live.record, phases=phases))
+        self.save(evolve(live.record, phases=phases), progress=progress)
 
     def get_record(self, sandbox_id: str) -> SandboxRecord:
         """The current record of ``sandbox_id`` (any state).

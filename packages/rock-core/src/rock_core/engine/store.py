@@ -246,7 +246,7 @@ class SqliteRecordStore(RecordStore):
         if self._closed:
             return
         try:
-            self._puts.commit()
+            self._puts.flush()
         finally:
             with self._lock:
                 if not self._closed:
@@ -272,6 +272,11 @@ class SqliteRecordStore(RecordStore):
     def put(self, record: SandboxRecord) -> None:
         """Insert or replace ``record`` (in a group: at the commit, see the module)."""
         self._puts.put(record, group=self.group_commits)
+
+    def put_progress(self, record: SandboxRecord) -> None:
+        """:meth:`put` of progress (:meth:`RecordStore.put_progress`): in a group, written
+        with the record's next put, a listing or count, or the close."""
+        self._puts.put(record, group=self.group_commits, progress=True)
 
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record of ``sandbox_id``, or ``None``. A put of it still pending in the group is
@@ -307,7 +312,7 @@ class SqliteRecordStore(RecordStore):
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             args += [limit, offset]
-        self._puts.commit()
+        self._puts.flush()
         with self._lock:
             rows = self._db.execute(sql, args).fetchall()
         records = []
@@ -323,13 +328,13 @@ class SqliteRecordStore(RecordStore):
     ) -> int:
         """How many records :meth:`list` would return without a limit."""
         where, args = self._where(states, filters)
-        self._puts.commit()
+        self._puts.flush()
         with self._lock:
             return int(self._db.execute(f"SELECT COUNT(*) FROM sandbox{where}", args).fetchone()[0])
 
     def count_by_state(self) -> dict[State, int]:
         """Number of records in each state (states with none are left out)."""
-        self._puts.commit()
+        self._puts.flush()
         with self._lock:
             rows = self._db.execute("SELECT state, COUNT(*) FROM sandbox GROUP BY state").fetchall()
         return {State(s): n for s, n in rows}

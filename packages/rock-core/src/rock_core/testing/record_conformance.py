@@ -434,6 +434,63 @@ class RecordStoreConformance:
         finally:
             second.close()
 
+    def test_progress_is_read_at_once_and_written_with_the_records_next_put(
+        self, store: RecordStore
+    ) -> None:
+        second = self._grouping(store)
+        record = sample_record()
+        pending = attrs.evolve(record, state=State.PENDING, unit_id=None)
+        progress = attrs.evolve(pending, unit_id="unit-1")
+
+        async def turns() -> None:
+            store.put(pending)
+            store.commit()  # the start is answered: its pending record is written
+            await asyncio.sleep(0)
+            store.put_progress(progress)  # the unit made: kept in memory only
+            await asyncio.sleep(0)
+            store.commit()  # an answer: progress still not written
+            assert store.get(record.sandbox_id) == progress
+            if second is not None:
+                assert second.get(record.sandbox_id) == pending  # what a crash would leave
+            store.put(record)  # running: written, the progress with it
+            store.commit()
+            if second is not None:
+                assert second.get(record.sandbox_id) == record
+
+        try:
+            asyncio.run(turns())
+        finally:
+            self._close(second)
+
+    def test_progress_is_written_by_a_listing_a_count_and_the_close(
+        self, store: RecordStore
+    ) -> None:
+        second = self._grouping(store)
+        records = [attrs.evolve(sample_record(), state=State.PENDING) for _ in range(3)]
+
+        async def turns() -> None:
+            for record in records:
+                store.put_progress(record)
+            listed = store.list()  # in creation order: equal times, then by id
+            assert listed == sorted(records, key=lambda r: r.sandbox_id)
+            store.put_progress(attrs.evolve(records[1], unit_id="unit-2"))
+            assert store.count(states=[State.PENDING]) == 3
+            if second is not None:
+                assert second.get(records[1].sandbox_id) == attrs.evolve(
+                    records[1], unit_id="unit-2"
+                )
+            store.put_progress(attrs.evolve(records[2], unit_id="unit-3"))
+            store.close()  # before the turn's end
+
+        try:
+            asyncio.run(turns())
+            if second is not None:
+                assert second.get(records[2].sandbox_id) == attrs.evolve(
+                    records[2], unit_id="unit-3"
+                )
+        finally:
+            self._close(second)
+
     @staticmethod
     def _close(store: RecordStore | None) -> None:
         if store is not None:
