@@ -68,11 +68,62 @@ def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json
     finally:
         process.terminate()
         _, stderr = process.communicate(timeout=10)
-    before, listening, _ = stderr.partition("listening on")
+    before, listening, after = stderr.partition("listening on")
     assert listening, stderr[-2000:]
     started_with = _imported(before)
-    assert "socket" in started_with  # the report is there
-    assert "json" not in started_with and "re" not in started_with
+    assert "_socket" in started_with  # the report is there
+    # Neither the server nor socket, signal and threading (with their enum and functools).
+    for heavy in ("json", "re", "socket", "signal", "threading", "enum", "rocklet.server"):
+        assert heavy not in started_with
+    # Answering the probe loaded nothing either: that waits for the first real request.
+    assert "rocklet.server" not in _imported(after)
+
+
+def test_a_command_after_probes_loads_the_server_and_keeps_every_check(tmp_path: Path) -> None:
+    """Probes are answered by the front; the first real request (unauthorised first) loads the
+    server, which answers it with every check; probes on a kept connection go on working."""
+    delivery = prepare_rocklet(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    shell, flag, script = launch_command(str(delivery.path), host="127.0.0.1", port=port)
+    script = script.replace("exec python3 -I -S ", "exec python3 -X importtime -I -S ")
+    env = {**os.environ, TOKEN_ENV: "s3cret", "HOME": str(tmp_path)}
+    process = subprocess.Popen(
+        [shell, flag, script],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        eventually(
+            lambda: _probe(port), until=lambda a: a, what="the rocklet answering", timeout=30
+        )
+        import httpx
+
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            for _ in range(3):  # a kept connection
+                assert http.get("/is_alive").json() == {"is_alive": True, "message": ""}
+            assert http.post("/execute", json={"command": "echo no"}).status_code == 401
+            assert http.post("/warm_up").status_code == 401
+            answer = http.post(
+                "/execute",
+                json={"command": "echo $ROCK_ROCKLET_TOKEN-x", "shell": True},
+                headers={"x-rock-rocklet-token": "s3cret"},
+            ).json()
+            assert answer["stdout"] == "-x\n"  # the secret is not inherited
+            assert http.post("/warm_up", headers={"x-rock-rocklet-token": "s3cret"}).json() == {
+                "warm": True
+            }
+            assert http.get("/is_alive").json() == {"is_alive": True, "message": ""}
+    finally:
+        process.terminate()
+        assert process.wait(timeout=20) == 0
+        _, stderr = process.communicate(timeout=10)
+    _, _, after = stderr.partition("listening on")
+    assert "rocklet.server" in _imported(after)
 
 
 def test_the_warm_up_after_the_first_answer_leaves_out_what_no_first_command_needs(

@@ -284,6 +284,7 @@ class WarmPool:
                     client = RockletClient(self._http, *status.rocklet_address, name, token=token)
                     release()  # the rocklet boots in the unit's own CPU share, outside the count
                     await _wait_alive(client)
+                    await client.warm_up()  # loaded before a claim, not by its first command
         except (RockError, _MemberFailed, TimeoutError) as exc:
             message = (
                 exc.message

@@ -10,10 +10,9 @@ Arguments are parsed by hand: :mod:`argparse` would cost milliseconds of start-u
 
 from __future__ import annotations
 
-import os
-import signal
+import _signal  # type: ignore[import-not-found]  # signal's own, without its enums
+import posix
 import sys
-import threading
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings anyway
@@ -84,6 +83,20 @@ def _parse(argv: list[str]) -> dict[str, Any]:
     return opts
 
 
+def _take_token(name: str) -> str | None:
+    """The secret in ``$name``, taken out of the environment (commands must not inherit it)."""
+    os = sys.modules.get("os")
+    if os is not None:  # os.environ is made: it is what commands get
+        return os.environ.pop(name, "") or None
+    # Before os is imported (its module costs a start milliseconds): from the environment it
+    # will copy, and from the process's own.
+    key = name.encode()
+    value = posix.environ.pop(key, b"")
+    if key in posix.environ or value:
+        posix.unsetenv(key)
+    return value.decode(sys.getfilesystemencoding(), "surrogateescape") or None
+
+
 def _serve_as_init() -> None:
     """When started as PID 1 (a container's entry point), stay PID 1 as a tiny init.
 
@@ -92,75 +105,132 @@ def _serve_as_init() -> None:
     termination signals to it, reaps every child, and exits with the rocklet's status. Returns
     only in the child. Runs before any thread exists, so the fork is safe.
     """
-    if os.getpid() != 1:
+    if posix.getpid() != 1:
         return
-    child = os.fork()
+    child = posix.fork()
     if child == 0:
         return
 
     def forward(signum: int, frame: object) -> None:
         try:
-            os.kill(child, signum)
+            posix.kill(child, signum)
         except OSError:
             pass
 
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
+    for sig in (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT):
+        _signal.signal(sig, forward)
     while True:
         try:
-            pid, status = os.wait()
+            pid, status = posix.wait()
         except ChildProcessError:
-            os._exit(0)
+            posix._exit(0)
         if pid == child:
-            if os.WIFEXITED(status):
-                os._exit(os.WEXITSTATUS(status))
-            os._exit(128 + (os.WTERMSIG(status) if os.WIFSIGNALED(status) else 0))
+            if posix.WIFEXITED(status):
+                posix._exit(posix.WEXITSTATUS(status))
+            posix._exit(128 + (posix.WTERMSIG(status) if posix.WIFSIGNALED(status) else 0))
+
+
+def _listen(opts: dict[str, Any]) -> Any:
+    """The listening ``_socket.socket`` the options name (handed over, unix or TCP)."""
+    import _socket
+
+    if opts["listen_fd_from"] is not None:
+        from .handoff import receive_listener
+
+        return receive_listener(opts["listen_fd_from"])
+    if opts["unix"] is not None:
+        path = opts["unix"]
+        try:
+            posix.unlink(path)  # left by an earlier run of this container
+        except FileNotFoundError:
+            pass
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            posix.chmod(path, 0o666)  # its directory is what guards it
+            sock.listen(1024)
+        except OSError:
+            sock.close()
+            raise
+        return sock
+    host = opts["host"]
+    sock = _socket.socket(_socket.AF_INET6 if ":" in host else _socket.AF_INET, _socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+        sock.bind((host, opts["port"]))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _make_state_dir(path: str) -> None:
+    try:
+        posix.mkdir(path, 0o711)
+    except FileExistsError:
+        pass
+    except FileNotFoundError:  # a --state-dir whose parents are missing
+        import os
+
+        os.makedirs(path, mode=0o711, exist_ok=True)
+
+
+def _is_writable_dir(path: str) -> bool:
+    try:
+        is_dir = posix.stat(path).st_mode & 0o170000 == 0o040000
+    except OSError:
+        return False
+    return is_dir and posix.access(path, posix.W_OK)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the rocklet until SIGTERM/SIGINT; the exit status."""
+    """Run the rocklet until SIGTERM/SIGINT; the exit status.
+
+    Until its first real request the rocklet is its front (:mod:`.front`): it listens and
+    answers the readiness probe with the interpreter's own modules; the server, the endpoints
+    and their imports are loaded at that request (the endpoints warmed up after its answer),
+    or at ``POST /warm_up`` (how a warm pool readies its members before a claim).
+    """
     opts = _parse(sys.argv[1:] if argv is None else argv)
-    from .server import TOKEN_ENV
+    from .front import TOKEN_ENV, Front
 
     # Out of the environment before anything starts: commands must not inherit the secret.
-    token = os.environ.pop(TOKEN_ENV, "") or None
+    token = _take_token(TOKEN_ENV)
     if token is None and not opts["no_auth"]:
         sys.stderr.write(
             "rocklet: no secret in $%s; pass --no-auth to serve every caller\n" % TOKEN_ENV
         )
         return 2
     _serve_as_init()
-    from .api import Rocklet, build_router
-    from .server import RockletServer
 
     def stop(signum: int, frame: object) -> None:
         raise SystemExit(0)
 
     # Installed first: a SIGTERM during start-up must still clean up what was created.
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    _signal.signal(_signal.SIGTERM, stop)
+    _signal.signal(_signal.SIGINT, stop)
 
     own_state = opts["state_dir"] is None
     if own_state:
-        base = os.environ.get("TMPDIR") or "/tmp"
-        if opts["sandbox"] and os.path.isdir("/run") and os.access("/run", os.W_OK):
+        environ = sys.modules["os"].environ if "os" in sys.modules else None
+        if environ is not None:
+            base = environ.get("TMPDIR") or "/tmp"
+        else:
+            base = (posix.environ.get(b"TMPDIR") or b"/tmp").decode(
+                sys.getfilesystemencoding(), "surrogateescape"
+            )
+        if opts["sandbox"] and _is_writable_dir("/run"):
             base = "/run"  # rock's own files, where a user's `ls /tmp` does not meet them
-        state_dir = os.path.join(base, "rocklet-%d-%s" % (os.getpid(), os.urandom(3).hex()))
+        state_dir = "%s/rocklet-%d-%s" % (base.rstrip("/"), posix.getpid(), posix.urandom(3).hex())
     else:
         state_dir = opts["state_dir"]
-    rocklet = Rocklet(state_dir, owns_process=True, sandbox_agent=opts["sandbox"])
-    server = None
+    rocklets: list[Any] = []  # the full rocklet, once loaded
+    front = None
     try:
-        os.makedirs(state_dir, mode=0o711, exist_ok=True)
+        _make_state_dir(state_dir)
         try:
-            handed = None
-            if opts["listen_fd_from"] is not None:
-                from .handoff import receive_listener
-
-                handed = receive_listener(opts["listen_fd_from"])
-            server = RockletServer(
-                build_router(rocklet), opts["host"], opts["port"], opts["unix"], token, handed
-            )
+            listener = _listen(opts)
         except OSError as exc:
             if opts["listen_fd_from"] is not None:
                 where = "the socket handed over on %s" % opts["listen_fd_from"]
@@ -168,28 +238,67 @@ def main(argv: list[str] | None = None) -> int:
                 where = opts["unix"] or "%s:%s" % (opts["host"], opts["port"])
             sys.stderr.write("rocklet: cannot listen on %s: %s\n" % (where, exc))
             return 1
+        unix = listener.family == 1  # AF_UNIX
+
+        def load() -> Any:
+            import threading
+
+            from .api import Rocklet, build_router
+            from .server import RockletServer
+
+            rocklet = Rocklet(state_dir, owns_process=True, sandbox_agent=opts["sandbox"])
+            rocklets.append(rocklet)
+            server = RockletServer.for_connections(build_router(rocklet), token, unix=unix)
+            # The endpoints are warmed up once the first full answer is out: importing them
+            # before would hold the GIL while that request waits, in a sandbox's small share.
+            server.after_first_answer.append(
+                lambda: threading.Thread(target=rocklet.warm_up, daemon=True).start()
+            )
+            return server
+
+        front = Front(listener, load)
+        if unix:
+            where = "unix:%s" % (opts["unix"] or listener.getsockname() or "(a socket handed in)")
+        else:
+            where = "http://%s:%d" % listener.getsockname()[:2]
         auth = "secret required" if token else "no secret: every caller is served"
         sys.stderr.write(
-            "rocklet %s listening on %s (state in %s; %s)\n"
-            % (__version__, server.url, state_dir, auth)
+            "rocklet %s listening on %s (state in %s; %s)\n" % (__version__, where, state_dir, auth)
         )
         sys.stderr.flush()
-        # Warm the endpoints up once the first answer (the engine's readiness probe) is out:
-        # importing them before would hold the GIL while the probe waits, in a sandbox's
-        # small CPU share.
-        server.after_first_answer.append(
-            lambda: threading.Thread(target=rocklet.warm_up, daemon=True).start()
-        )
-        server.serve_forever()
+        if b"ROCK_ENV_PRESTART" in posix.environ:
+            # An env image: GEM's worker is made ready before the first env, as soon as the
+            # sandbox is known to run.
+            def prestart() -> None:
+                front.full()
+                rocklets[0].warm_up()
+
+            front.after_first_answer.append(lambda: _start_thread(prestart))
+        front.serve_forever()
     except SystemExit:
         pass
     finally:
-        if server is not None:
-            server.shutdown()
-        rocklet.shutdown()
+        if front is not None:
+            front.shutdown()
+        for rocklet in rocklets:
+            rocklet.shutdown()
         if own_state:
-            rocklet.remove_state()
+            if rocklets:
+                rocklets[0].remove_state()
+            else:
+                try:
+                    posix.rmdir(state_dir)  # nothing ran: it is empty
+                except OSError:
+                    import shutil
+
+                    shutil.rmtree(state_dir, ignore_errors=True)
     return 0
+
+
+def _start_thread(target: Any) -> None:
+    import _thread
+
+    _thread.start_new_thread(target, ())
 
 
 if __name__ == "__main__":

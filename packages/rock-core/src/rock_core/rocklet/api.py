@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
     from typing import Any
 
 from .errors import BadRequest
+from .front import PROBE_BODY
 from .http_messages import Request, Response
 from .server import Router
 
@@ -112,8 +113,8 @@ def _path(body: dict[str, Any]) -> str:
     return path
 
 
-#: ``GET /is_alive``'s answer, as json would write it.
-_ALIVE = b'{"is_alive":true,"message":""}'
+#: ``GET /is_alive``'s answer, as json would write it (and the front sends it).
+_ALIVE = PROBE_BODY
 
 
 def _ndjson(events: Any) -> Any:
@@ -240,6 +241,13 @@ class Rocklet:
         from .processes import end_other_processes
 
         return {"killed": end_other_processes()}
+
+    def warm(self, req: Request) -> Any:
+        """``POST /warm_up`` (rock addition): warm the endpoints up (:meth:`warm_up`) and answer
+        ``{"warm": true}`` once they are: how a warm pool readies a member before any claim, as
+        the rocklet itself loads them only at its first real request."""
+        self.warm_up()
+        return {"warm": True}
 
     def get_statistics(self, req: Request) -> Any:
         """``GET /get_statistics``: cpu, mem, disk (percent), net (bytes) and raw figures."""
@@ -509,6 +517,7 @@ def build_router(rocklet: Rocklet) -> Router:
         ("GET", "/processes/{id}/output", rocklet.process_output),
         ("POST", "/processes/{id}/kill", rocklet.kill_process),
         ("POST", "/end_processes", rocklet.end_processes),
+        ("POST", "/warm_up", rocklet.warm),
     ]
     for method, path, handler in routes:
         router.add(method, path, handler)

@@ -7,20 +7,26 @@ socket once on a *handoff* socket in a read-only mount; the rocklet connects the
 receives it as a file descriptor (``SCM_RIGHTS``), then serves on it
 (``--listen-fd-from PATH``). The engine's side is :mod:`rock_core.rocklet_handoff`.
 
-Standard library only, Python 3.8+ (``socket.recv_fds`` is 3.9): ``recvmsg`` with an ``array``.
+Standard library only, Python 3.8+ (``socket.recv_fds`` is 3.9), and built on the interpreter's
+``_socket`` rather than :mod:`socket` (whose enums cost milliseconds of a sandbox's start; see
+:mod:`.front`): ``recvmsg`` and the descriptor read from its ancillary data.
 """
 
 from __future__ import annotations
 
-import array
-import os
-import socket
+import _socket
+import posix
+import sys
 
 __all__ = ["receive_listener"]
 
+_INT = 4  # a C int, as SCM_RIGHTS carries descriptors
 
-def receive_listener(path: str, timeout: float = 60.0) -> socket.socket:
-    """Connect to the handoff socket at ``path`` and return the listening socket sent there.
+
+def receive_listener(path: str, timeout: float = 60.0) -> _socket.socket:
+    """Connect to the handoff socket at ``path`` and return the listening socket sent there
+    (a ``_socket.socket``: :class:`socket.socket` is its subclass, and
+    ``socket.socket(fileno=listener.detach())`` makes one of it).
 
     The descriptor is made non-inheritable at once: commands the rocklet runs must never hold
     its listening socket.
@@ -28,25 +34,28 @@ def receive_listener(path: str, timeout: float = 60.0) -> socket.socket:
     :raises OSError: nothing listens at ``path``, the engine closed the connection, or what it
         sent was not one socket.
     """
-    itemsize = array.array("i").itemsize
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         conn.settimeout(timeout)
         conn.connect(path)
-        flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
-        _, ancillary, _, _ = conn.recvmsg(1, socket.CMSG_LEN(itemsize), flags)
-    fds = array.array("i")
+        flags = getattr(_socket, "MSG_CMSG_CLOEXEC", 0)
+        _, ancillary, _, _ = conn.recvmsg(1, _socket.CMSG_LEN(_INT), flags)
+    finally:
+        conn.close()
+    fds = []
     for level, kind, data in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(data[: len(data) - len(data) % itemsize])
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            for at in range(0, len(data) - len(data) % _INT, _INT):
+                fds.append(int.from_bytes(data[at : at + _INT], sys.byteorder, signed=True))
     if len(fds) != 1:
         for fd in fds:
-            os.close(fd)
+            posix.close(fd)
         raise OSError(
             "the engine sent %d descriptors on %s, not one listening socket" % (len(fds), path)
         )
-    os.set_inheritable(fds[0], False)
-    listener = socket.socket(fileno=fds[0])  # family and type are read from the descriptor
-    if listener.type != socket.SOCK_STREAM:
+    posix.set_inheritable(fds[0], False)
+    listener = _socket.socket(fileno=fds[0])  # family and type are read from the descriptor
+    if listener.type != _socket.SOCK_STREAM:
         listener.close()
         raise OSError("the descriptor sent on %s is not a stream socket" % path)
     return listener

@@ -42,6 +42,7 @@ if TYPE_CHECKING:  # typing costs milliseconds at start; annotations are strings
 from _operator import _compare_digest
 
 from .errors import BadRequest
+from .front import TOKEN_ENV
 from .http_messages import (
     MAX_LINE,
     BodyReader,
@@ -57,9 +58,6 @@ __all__ = ["Route", "Router", "RockletServer", "TOKEN_HEADER", "TOKEN_ENV"]
 
 #: The request header that carries a sandbox's rocklet secret (lower case, as headers are kept).
 TOKEN_HEADER = "x-rock-rocklet-token"
-#: The environment variable a runtime hands the secret to the rocklet in; the rocklet removes it
-#: from its own environment at start, so the sandbox's commands do not inherit it.
-TOKEN_ENV = "ROCK_ROCKLET_TOKEN"
 # The one request answered without the secret: it reveals nothing but "up".
 _OPEN = ("GET", "/is_alive")
 
@@ -199,17 +197,41 @@ class RockletServer:
             sock.bind((host, port))
             sock.listen(1024)
         self._unix = sock.family == socket.AF_UNIX
-        self._sock = sock
+        self._sock: socket.socket | None = sock
         self._closing = False
         #: Called once, after the first answer is sent (the engine's readiness probe): work
         #: that can wait until the sandbox is known to run (warming the endpoints up).
         self.after_first_answer: list[Callable[[], None]] = []
+
+    @classmethod
+    def for_connections(
+        cls, router: Router, token: str | None = None, *, unix: bool = False
+    ) -> RockletServer:
+        """A server without a listener: :meth:`serve_connection` serves connections accepted
+        elsewhere (the rocklet's front, :mod:`.front`); ``unix``: they come from a unix socket."""
+        server = cls.__new__(cls)
+        server.router = router
+        server.unix_path = None
+        server._token = token.encode("utf-8") if token else None
+        server._unix = unix
+        server._sock = None
+        server._closing = False
+        server.after_first_answer = []
+        return server
+
+    def serve_connection(self, conn: Any) -> None:
+        """Serve the accepted connection ``conn`` (a socket, or the interpreter's ``_socket``
+        one) until it closes, in the calling thread."""
+        if not isinstance(conn, socket.socket):
+            conn = socket.socket(fileno=conn.detach())
+        self._serve_connection(conn)
 
     @property
     def address(self) -> tuple[str, int]:
         """The bound ``(host, port)`` (the real port when 0 was asked for); ``(path, 0)`` on a unix socket."""
         if self._unix:
             return str(self.unix_path), 0
+        assert self._sock is not None, "a server without a listener has no address"
         addr = self._sock.getsockname()
         return addr[0], addr[1]
 
@@ -226,6 +248,9 @@ class RockletServer:
         the main thread: a main thread blocked in ``accept()`` would never see it. So the main
         thread waits in ``select`` on the listening socket and a signal wake-up socket.
         """
+        listener = self._sock
+        if listener is None:
+            raise ValueError("a server made for_connections has no listener to serve")
         wake_r, wake_w = socket.socketpair()
         wake_r.setblocking(False)
         wake_w.setblocking(False)
@@ -236,7 +261,7 @@ class RockletServer:
         try:
             while not self._closing:
                 try:
-                    ready, _, _ = select.select([self._sock, wake_r], [], [])
+                    ready, _, _ = select.select([listener, wake_r], [], [])
                 except (OSError, ValueError):
                     if self._closing:
                         return
@@ -246,10 +271,10 @@ class RockletServer:
                         wake_r.recv(512)  # the handler runs as soon as this thread runs bytecode
                     except OSError:
                         pass
-                if self._sock not in ready:
+                if listener not in ready:
                     continue
                 try:
-                    conn, _ = self._sock.accept()
+                    conn, _ = listener.accept()
                 except OSError:
                     if self._closing:
                         return
@@ -265,6 +290,8 @@ class RockletServer:
     def shutdown(self) -> None:
         """Stop accepting connections (connections in progress finish on their own)."""
         self._closing = True
+        if self._sock is None:
+            return
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:

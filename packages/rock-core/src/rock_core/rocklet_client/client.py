@@ -269,6 +269,12 @@ class RockletClient(RockletConnections):
         except (RockError, ValueError, AttributeError):
             return False
 
+    async def warm_up(self, timeout: float = 60.0) -> None:
+        """Have the rocklet load and warm up its endpoints now (``POST /warm_up``), which it
+        otherwise does at its first request: a warm pool's member is ready for a first command
+        at once when claimed. Raises like any call when the rocklet does not answer."""
+        await self._request("POST", "/warm_up", "warm_up", timeout=timeout, limit=SMALL_ANSWER)
+
     async def forget(self) -> None:
         """Close the engine's connection pool to this rocklet (its sandbox stopped), so that a
         long-running engine keeps no pool per sandbox it ever ran."""
