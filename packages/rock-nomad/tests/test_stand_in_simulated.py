@@ -71,3 +71,33 @@ def test_a_simulated_task_runs_without_docker_and_its_port_answers_as_a_rocklet(
         else:
             raise AssertionError("the stopped task's port still answers")
         assert nomad._docker is None  # the simulated nodes never opened a Docker client
+
+
+def test_a_node_made_ineligible_between_placements_takes_no_more_until_eligible_again():
+    # Placement remembers which nodes a kind of job may run on until the node table changes:
+    # a node turned ineligible (or eligible again) after jobs of the same kind were placed
+    # counts at the very next placement.
+    with (
+        StandInNomad(nodes=2, simulate_tasks=(30, 30), algorithm="spread") as nomad,
+        httpx.Client(base_url=nomad.address, timeout=10) as http,
+    ):
+        first, other = (n["ID"] for n in nomad.nodes())
+        for i in range(2):  # spread: one on each node
+            assert http.post("/v1/jobs", json=_job(f"before-{i}")).status_code == 200
+        assert {_alloc(http, f"before-{i}", "pending")["NodeID"] for i in range(2)} == {
+            first,
+            other,
+        }
+        ineligible = {"NodeID": first, "Eligibility": "ineligible"}
+        assert http.post(f"/v1/node/{first}/eligibility", json=ineligible).status_code == 200
+        for i in range(3):
+            assert http.post("/v1/jobs", json=_job(f"while-{i}")).status_code == 200
+            placed = _alloc(http, f"while-{i}", "pending")
+            assert placed["NodeID"] == other
+            assert placed["Metrics"]["NodesEvaluated"] == 1
+        eligible = {"NodeID": first, "Eligibility": "eligible"}
+        assert http.post(f"/v1/node/{first}/eligibility", json=eligible).status_code == 200
+        assert http.post("/v1/jobs", json=_job("after")).status_code == 200
+        placed = _alloc(http, "after", "pending")
+        assert placed["NodeID"] == first  # the emptier node, eligible again
+        assert placed["Metrics"]["NodesEvaluated"] == 2

@@ -6,7 +6,6 @@ a forced evaluation, an allocation stopped, a job's summary."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from rock_nomad.testing._model import (
@@ -22,6 +21,7 @@ from rock_nomad.testing._state import (
     JOB_TRACKED_VERSIONS,
     STOPPED_DESCRIPTION,
     NodeSpec,
+    json_copy,
     now_ns,
 )
 
@@ -148,8 +148,8 @@ class Cluster(Scheduler, NodeTable):
             self._track_version(key, job)
             job_modify_index = index
         self.publish("Job", "JobDeregistered", job, key=job_id, namespace=namespace)
-        for ev in self.evals.values():
-            if ev["JobID"] == job_id and ev["Namespace"] == namespace and ev["Status"] == "blocked":
+        for ev in self._evals_of(namespace, job_id):
+            if ev["Status"] == "blocked":
                 self._update_eval(ev, Status="canceled", StatusDescription="job deregistered")
         eval_id, eval_index = "", 0
         if not job.get("Periodic") and not job.get("ParameterizedJob"):
@@ -172,7 +172,7 @@ class Cluster(Scheduler, NodeTable):
         """Keep ``job`` as its version: an unchanged re-registration replaces the version it
         repeats, a change or a stop adds one; the newest 6 are kept (Nomad's JobTrackedVersions)."""
         kept = [v for v in self.job_versions.get(key, []) if v["Version"] != job["Version"]]
-        versions = sorted([copy.deepcopy(job), *kept], key=lambda v: v["Version"], reverse=True)
+        versions = sorted([json_copy(job), *kept], key=lambda v: v["Version"], reverse=True)
         self.job_versions[key] = versions[:JOB_TRACKED_VERSIONS]
 
     def versions(self, namespace: str, job_id: str) -> list[dict[str, Any]]:

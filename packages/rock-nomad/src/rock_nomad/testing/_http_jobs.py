@@ -87,11 +87,7 @@ class JobRoutes(ApiEnvelope):
     async def job_evaluations(self, request: Request, params: dict[str, str]) -> Response:
         index = await self._block(request, lambda: self.cluster.tables["evals"])
         ns = self._namespace(request)
-        evals = [
-            e
-            for e in self.cluster.evals.values()
-            if e["JobID"] == params["id"] and e["Namespace"] == ns
-        ]
+        evals = self.cluster._evals_of(ns, params["id"])
         evals.sort(key=lambda e: e["CreateIndex"], reverse=True)
         return json_response(evals, index=index, pretty=self._pretty(request))
 

@@ -4,7 +4,6 @@ the allocation placed there."""
 
 from __future__ import annotations
 
-import copy
 import fnmatch
 import socket
 import uuid
@@ -19,6 +18,7 @@ from rock_nomad.testing._state import (
     ZERO_TIME,
     ClusterState,
     NodeSpec,
+    json_copy,
     now_ns,
     server_terminal,
     task_event,
@@ -32,11 +32,12 @@ class Placement(ClusterState):
 
     # -- placement ----------------------------------------------------------------------------
 
-    def _used(self, node_id: str) -> tuple[int, int, int, set[int]]:
+    def _used(self, node_id: str) -> tuple[int, int, int, frozenset[int]]:
         """What the node's allocations hold: CPU, memory, disk and ports. Kept per node until
         an allocation of the node is placed or changes (every change goes through
         ``_update_alloc``): a placement reads every node's, which was a walk over every
-        allocation ever made per node and placement, quadratic in a burst of thousands."""
+        allocation ever made per node and placement, quadratic in a burst of thousands. The
+        ports are the cache's own (a placement that picks more copies them)."""
         cached = self.node_usage.get(node_id)
         if cached is None:
             cpu = mem = disk = 0
@@ -51,8 +52,7 @@ class Placement(ClusterState):
                         p["Value"] for p in alloc["AllocatedResources"]["Shared"]["Ports"] or []
                     )
             cached = self.node_usage[node_id] = (cpu, mem, disk, frozenset(ports))
-        cpu, mem, disk, held = cached
-        return cpu, mem, disk, set(held)
+        return cached
 
     @staticmethod
     def _group_ask(group: dict[str, Any], spec: NodeSpec) -> tuple[int, int, int]:
@@ -86,44 +86,21 @@ class Placement(ClusterState):
             "AllocationTime": 0,
             "CoalescedFailures": 0,
         }
-        drivers = {t["Driver"] for t in group["Tasks"]}
-        constraints = (job.get("Constraints") or []) + (group.get("Constraints") or [])
-        for task in group["Tasks"]:
-            constraints += task.get("Constraints") or []
+        counts, feasible = self._feasible(job, group)
+        metric["NodesInPool"] = counts["NodesInPool"]
+        metric["NodesAvailable"] = dict(counts["NodesAvailable"])
+        metric["NodesEvaluated"] = counts["NodesEvaluated"]
+        metric["NodesFiltered"] = counts["NodesFiltered"]
+        if counts["ConstraintFiltered"] is not None:
+            metric["ConstraintFiltered"] = dict(counts["ConstraintFiltered"])
+        same_ask = None
+        if not any(task["Resources"].get("Cores") for task in group["Tasks"]):
+            same_ask = self._group_ask(group, NodeSpec("", ""))  # no node's cores needed
         candidates = []
-        for node in self.nodes.values():
-            if node["NodePool"] != job.get("NodePool", "default") and job.get("NodePool") not in (
-                "all",
-                None,
-            ):
-                continue
-            metric["NodesInPool"] += 1
-            if node["Status"] != "ready" or node["SchedulingEligibility"] != "eligible":
-                continue
-            if not any(fnmatch.fnmatchcase(node["Datacenter"], dc) for dc in job["Datacenters"]):
-                continue
-            metric["NodesAvailable"][node["Datacenter"]] = (
-                metric["NodesAvailable"].get(node["Datacenter"], 0) + 1
-            )
-            metric["NodesEvaluated"] += 1
-            missing = [d for d in drivers if d not in node["Drivers"]]
-            if missing:
-                _count(metric, "ConstraintFiltered", "missing drivers")
-                metric["NodesFiltered"] += 1
-                continue
-            failed = next((c for c in constraints if not _constraint_holds(c, node)), None)
-            if failed is not None:
-                _count(
-                    metric,
-                    "ConstraintFiltered",
-                    f"{failed.get('LTarget', '')} {failed.get('Operand', '=')} "
-                    f"{failed.get('RTarget', '')}".strip(),
-                )
-                metric["NodesFiltered"] += 1
-                continue
+        for node in feasible:
             spec = self.node_specs[node["ID"]]
             used_cpu, used_mem, used_disk, used_ports = self._used(node["ID"])
-            ask_cpu, ask_mem, ask_disk = self._group_ask(group, spec)
+            ask_cpu, ask_mem, ask_disk = same_ask or self._group_ask(group, spec)
             exhausted = None
             if used_cpu + ask_cpu > spec.cpu_mhz:
                 exhausted = "cpu"
@@ -153,6 +130,65 @@ class Placement(ClusterState):
         ]
         return node, metric
 
+    def _feasible(
+        self, job: dict[str, Any], group: dict[str, Any]
+    ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        """The nodes a group may run on (its job's pool and datacenters, ready and eligible,
+        with its drivers, meeting its constraints), in node order, and the metric's counts of
+        that filtering. Kept until the node table changes, for each pool, datacenters, drivers
+        and constraints asked (Nomad's scheduler likewise remembers which node classes a job
+        is eligible on, instead of checking every node for each placement)."""
+        drivers = sorted({t["Driver"] for t in group["Tasks"]})
+        constraints = (job.get("Constraints") or []) + (group.get("Constraints") or [])
+        for task in group["Tasks"]:
+            constraints += task.get("Constraints") or []
+        pool = job.get("NodePool")
+        key = (pool, tuple(job["Datacenters"]), tuple(drivers), repr(constraints))
+        if self._feasibility_index != self.tables["nodes"]:
+            self._feasibility.clear()
+            self._feasibility_index = self.tables["nodes"]
+        known = self._feasibility.get(key)
+        if known is not None:
+            return known
+        counts: dict[str, Any] = {
+            "NodesInPool": 0,
+            "NodesAvailable": {},
+            "NodesEvaluated": 0,
+            "NodesFiltered": 0,
+            "ConstraintFiltered": None,
+        }
+        feasible = []
+        for node in self.nodes.values():
+            if pool not in ("all", None) and node["NodePool"] != pool:
+                continue
+            counts["NodesInPool"] += 1
+            if node["Status"] != "ready" or node["SchedulingEligibility"] != "eligible":
+                continue
+            if not any(fnmatch.fnmatchcase(node["Datacenter"], dc) for dc in job["Datacenters"]):
+                continue
+            counts["NodesAvailable"][node["Datacenter"]] = (
+                counts["NodesAvailable"].get(node["Datacenter"], 0) + 1
+            )
+            counts["NodesEvaluated"] += 1
+            missing = [d for d in drivers if d not in node["Drivers"]]
+            if missing:
+                _count(counts, "ConstraintFiltered", "missing drivers")
+                counts["NodesFiltered"] += 1
+                continue
+            failed = next((c for c in constraints if not _constraint_holds(c, node)), None)
+            if failed is not None:
+                _count(
+                    counts,
+                    "ConstraintFiltered",
+                    f"{failed.get('LTarget', '')} {failed.get('Operand', '=')} "
+                    f"{failed.get('RTarget', '')}".strip(),
+                )
+                counts["NodesFiltered"] += 1
+                continue
+            feasible.append(node)
+        self._feasibility[key] = (counts, feasible)
+        return counts, feasible
+
     def _pick_port(self, node: dict[str, Any], used: set[int]) -> int:
         spec = self.node_specs[node["ID"]]
         for _ in range(200):
@@ -175,11 +211,11 @@ class Placement(ClusterState):
         previous: dict[str, Any] | None,
     ) -> dict[str, Any]:
         spec = self.node_specs[node["ID"]]
-        _, _, _, used_ports = self._used(node["ID"])
+        used_ports = set(self._used(node["ID"])[3])
         shared_networks = []
         ports = []
         for net in group.get("Networks") or []:
-            net = copy.deepcopy(net)
+            net = json_copy(net)
             net["IP"] = spec.address
             for port in net.get("ReservedPorts") or []:
                 ports.append(
@@ -259,7 +295,7 @@ class Placement(ClusterState):
             "NodeID": node["ID"],
             "NodeName": node["Name"],
             "JobID": job["ID"],
-            "Job": copy.deepcopy(job),
+            "Job": json_copy(job),
             "TaskGroup": group["Name"],
             "Resources": {
                 "CPU": total_cpu,

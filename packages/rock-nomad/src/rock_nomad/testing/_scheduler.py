@@ -5,7 +5,6 @@ updates of its allocations (which may reschedule a failed one)."""
 from __future__ import annotations
 
 import asyncio
-import copy
 import time
 from typing import Any
 
@@ -13,6 +12,7 @@ from rock_nomad.testing._placement import Placement, slot_of
 from rock_nomad.testing._state import (
     NOT_NEEDED_DESCRIPTION,
     TERMINAL_CLIENT,
+    json_copy,
     log,
     now_ns,
     server_terminal,
@@ -117,7 +117,7 @@ class Scheduler(Placement):
                         freed = True
                         to_place.append((slot, None))
                     else:  # an in-place update: the kept carries the new job version
-                        self._update_alloc(kept, Job=copy.deepcopy(job))
+                        self._update_alloc(kept, Job=json_copy(job))
             metrics = None
             placed = 0
             for slot, previous in to_place:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rock_nomad.testing._model import (
     SECOND,
+    json_copy,
 )
 from rock_nomad.testing._variables import VariableStore
 
@@ -29,7 +30,15 @@ if TYPE_CHECKING:
     from rock_nomad.testing._client import DockerClientSim
     from rock_nomad.testing._simulated import SimulatedClient
 
-__all__ = ["ClusterState", "NodeSpec", "now_ns", "rfc3339", "server_terminal", "task_event"]
+__all__ = [
+    "ClusterState",
+    "NodeSpec",
+    "json_copy",
+    "now_ns",
+    "rfc3339",
+    "server_terminal",
+    "task_event",
+]
 
 log = logging.getLogger("rock_nomad.testing")
 
@@ -39,6 +48,8 @@ LOST_DESCRIPTION = "alloc is lost since its node is down"
 NOT_NEEDED_DESCRIPTION = "alloc not needed due to job update"
 RESCHEDULED_DESCRIPTION = "alloc was rescheduled because it failed"
 STOPPED_DESCRIPTION = "alloc was stopped by the client's request"  # POST /v1/allocation/:id/stop
+#: An allocation's fields that placement's count of a node's use reads.
+_USAGE_FIELDS = frozenset({"NodeID", "Resources", "AllocatedResources"})
 #: How many versions of a job Nomad keeps (its ``JobTrackedVersions``, the server's default).
 JOB_TRACKED_VERSIONS = 6
 
@@ -146,6 +157,11 @@ class ClusterState:
         #: (namespace, job ID) → its versions as registered, newest first (Nomad keeps 6)
         self.job_versions: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.evals: dict[str, dict[str, Any]] = {}
+        #: (namespace, job ID) → that job's evaluations, oldest first; the blocked ones by ID
+        #: (in the order they were made): a job's status and a freed node's retries read
+        #: these, not every evaluation ever made.
+        self.job_evals: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.blocked_evals: dict[str, dict[str, Any]] = {}
         self.allocs: dict[str, dict[str, Any]] = {}
         #: (namespace, job ID) → that job ID's allocations, oldest first (every version's)
         self.job_allocs: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -153,6 +169,10 @@ class ClusterState:
         #: of them is placed or changes).
         self.node_allocs: dict[str, list[dict[str, Any]]] = {}
         self.node_usage: dict[str, tuple[int, int, int, frozenset[int]]] = {}
+        #: Placement's feasible nodes for each kind of ask, while the node table is as it was
+        #: at ``_feasibility_index``.
+        self._feasibility: dict[tuple[Any, ...], tuple[dict[str, Any], list[Any]]] = {}
+        self._feasibility_index = 0
         self.nodes: dict[str, dict[str, Any]] = {}
         #: Nomad Variables by (namespace, path)
         self.variables = VariableStore(lambda: self.bump("vars"))
@@ -242,9 +262,7 @@ class ClusterState:
             job["ModifyIndex"] = self.bump("jobs")
 
     def _evals_of(self, namespace: str, job_id: str) -> list[dict[str, Any]]:
-        return [
-            e for e in self.evals.values() if e["JobID"] == job_id and e["Namespace"] == namespace
-        ]
+        return list(self.job_evals.get((namespace, job_id), ()))
 
     def allocs_of(
         self, namespace: str, job_id: str, *, all_versions: bool = False
@@ -314,6 +332,9 @@ class ClusterState:
             "ModifyTime": created,
         }
         self.evals[ev["ID"]] = ev
+        self.job_evals.setdefault((ev["Namespace"], ev["JobID"]), []).append(ev)
+        if status == "blocked":
+            self.blocked_evals[ev["ID"]] = ev
         self.publish(
             "Evaluation",
             "EvaluationUpdated",
@@ -333,6 +354,10 @@ class ClusterState:
 
     def _update_eval(self, ev: dict[str, Any], **fields: Any) -> None:
         ev.update(fields)
+        if ev["Status"] == "blocked":
+            self.blocked_evals[ev["ID"]] = ev
+        else:
+            self.blocked_evals.pop(ev["ID"], None)
         ev["ModifyIndex"] = self.bump("evals")
         ev["ModifyTime"] = now_ns()
         self.publish(
@@ -351,16 +376,23 @@ class ClusterState:
 
     def _capacity_changed(self) -> None:
         """Room was freed or added: blocked evaluations try again."""
-        for ev in self.evals.values():
-            if ev["Status"] == "blocked":
-                self._enqueue(ev["ID"])
+        for eval_id in list(self.blocked_evals):
+            self._enqueue(eval_id)
 
     # -- allocation updates ---------------------------------------------------------------------
 
     def _update_alloc(self, alloc: dict[str, Any], **fields: Any) -> None:
         was_terminal = server_terminal(alloc)
+        was_done = alloc["ClientStatus"] in TERMINAL_CLIENT
         alloc.update(fields)
-        self.node_usage.pop(alloc["NodeID"], None)
+        if (
+            was_terminal != server_terminal(alloc)
+            or was_done != (alloc["ClientStatus"] in TERMINAL_CLIENT)
+            or not _USAGE_FIELDS.isdisjoint(fields)
+        ):
+            # What the node's allocations hold changed (placement's ``_used``): a task's
+            # progress (pending, running) leaves it as it is.
+            self.node_usage.pop(alloc["NodeID"], None)
         index = self.bump("allocs")
         alloc["ModifyIndex"] = index
         if "DesiredStatus" in fields:
