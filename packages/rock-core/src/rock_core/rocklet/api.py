@@ -197,6 +197,14 @@ class Rocklet:
             "ROCK_ENV_PRESTART"
         ):  # an env image: GEM's worker ready before the first env
             self.envs.prestart()
+        if self.owns_process and not getattr(self, "_said_warm", False):
+            # The sandbox's log says when (a warm pool's member: before it can be claimed).
+            import sys
+
+            self._said_warm = True
+
+            sys.stderr.write("rocklet: endpoints warmed up\n")
+            sys.stderr.flush()
 
     def shutdown(self) -> None:
         """Close every session, kill background processes, remove the state directory."""
