@@ -18,14 +18,23 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from rock_nomad._api import NomadApi
 
-__all__ = ["EventFeed", "JobWatch"]
+__all__ = ["EventFeed", "JobWatch", "Queue", "Wanted"]
 
 log = logging.getLogger("rock.nomad")
+
+#: A subscriber's queue of ``(topic, type, object)``.
+Queue = asyncio.Queue[tuple[str, str, dict[str, Any]]]
+#: Whether a subscriber wants an event: ``wanted(topic, type, object)``.
+Wanted = Callable[[str, str, dict[str, Any]], bool]
+
+
+def _everything(topic: str, kind: str, obj: dict[str, Any]) -> bool:
+    return True
 
 
 class JobWatch:
@@ -35,7 +44,8 @@ class JobWatch:
         self.job_id = job_id
         self.evals: dict[str, dict[str, Any]] = {}
         self.allocs: dict[str, dict[str, Any]] = {}
-        self._changed = asyncio.Event()
+        self._changed = False
+        self._waiter: asyncio.Future[bool] | None = None
 
     def update(self, kind: str, obj: dict[str, Any]) -> None:
         table = self.evals if kind == "Evaluation" else self.allocs
@@ -43,17 +53,32 @@ class JobWatch:
         if known is not None and (known.get("ModifyIndex") or 0) > (obj.get("ModifyIndex") or 0):
             return  # an older state than one already seen (a direct read raced the stream)
         table[obj["ID"]] = obj
-        self._changed.set()
+        self._changed = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     async def changed(self, timeout: float) -> bool:
-        """Wait until something new is told of the job, or ``timeout`` seconds; whether it was."""
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            return False
-        finally:
-            self._changed.clear()
-        return True
+        """Wait until something new is told of the job, or ``timeout`` seconds; whether it was.
+
+        One future and one timer (no task, as ``asyncio.wait_for`` makes each time): a start
+        waits here four or five times."""
+        if not self._changed:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(timeout, _time_up, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        told, self._changed = self._changed, False
+        return told
+
+
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 class EventFeed:
@@ -70,16 +95,19 @@ class EventFeed:
         #: The newest allocation the stream told of, for each job :meth:`track` names.
         self.latest: dict[str, dict[str, Any]] = {}
         self._tracked: set[str] = set()
-        self._subscribers: set[asyncio.Queue[tuple[str, str, dict[str, Any]]]] = set()
+        #: Each subscriber's queue, and which events it wants.
+        self._subscribers: dict[Queue, Wanted] = {}
 
-    def subscribe(self) -> asyncio.Queue[tuple[str, str, dict[str, Any]]]:
-        """A queue of every ``(topic, type, object)`` the stream tells from now on (Allocation, Job)."""
-        queue: asyncio.Queue[tuple[str, str, dict[str, Any]]] = asyncio.Queue()
-        self._subscribers.add(queue)
+    def subscribe(self, wanted: Wanted | None = None) -> Queue:
+        """A queue of every ``(topic, type, object)`` the stream tells from now on (Allocation,
+        Job), or only of those ``wanted(topic, type, object)`` is true of: a burst of starts
+        tells five or six events each, which would wake a subscriber that wants none of them."""
+        queue: Queue = asyncio.Queue()
+        self._subscribers[queue] = wanted or _everything
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[tuple[str, str, dict[str, Any]]]) -> None:
-        self._subscribers.discard(queue)
+    def unsubscribe(self, queue: Queue) -> None:
+        self._subscribers.pop(queue, None)
 
     @property
     def connected(self) -> bool:
@@ -184,8 +212,11 @@ class EventFeed:
             payload = (event.get("Payload") or {}).get(topic)
             if not isinstance(payload, dict):
                 continue
-            for queue in self._subscribers:
-                queue.put_nowait((str(topic), str(event.get("Type") or ""), payload))
+            if self._subscribers:
+                told = (str(topic), str(event.get("Type") or ""), payload)
+                for queue, wanted in self._subscribers.items():
+                    if wanted(*told):
+                        queue.put_nowait(told)
             if topic == "Job":
                 continue
             job_id = payload.get("JobID") or ""

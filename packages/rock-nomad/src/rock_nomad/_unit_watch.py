@@ -4,6 +4,7 @@ ends) or vanish (their job purged), as Nomad's event stream tells it (:class:`Ev
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 from rock_core.errors import SandboxNotFound
 from rock_core.models import RuntimeStatus, UnitState
@@ -34,7 +35,7 @@ async def watch_units(
     :param known: the runtime's book of its jobs (read, and kept up to date here).
     :param stopped: the jobs the runtime stopped itself (their end is no error).
     """
-    queue = feed.subscribe()
+    queue = feed.subscribe(_stops_or_vanishes)
     try:
         await feed.ready()
         while True:
@@ -75,6 +76,16 @@ async def watch_units(
             )
     finally:
         feed.unsubscribe(queue)
+
+
+def _stops_or_vanishes(topic: str, kind: str, obj: dict[str, Any]) -> bool:
+    """The events :func:`watch_units` reads: an allocation that is no longer pending or running
+    as wanted, a job deregistered (not each start's five or six events)."""
+    if topic == "Allocation":
+        return not (
+            obj.get("ClientStatus") in ("pending", "running") and obj.get("DesiredStatus") == "run"
+        )
+    return topic == "Job" and kind == "JobDeregistered"
 
 
 async def _known_job(

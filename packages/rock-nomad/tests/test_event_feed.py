@@ -1,0 +1,63 @@
+"""The event stream's parts a start and the runtime's watch stand on: a job's watch wakes its
+start when the stream tells of the job, and a subscriber hears only the events it wants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from rock_nomad._events import EventFeed, JobWatch
+
+
+def test_a_watch_returns_news_told_before_or_while_it_waits_and_silence_as_none():
+    async def scenario() -> list[bool]:
+        watch = JobWatch("rock-a")
+        said: list[bool] = [await watch.changed(0.01)]  # nothing told: silence
+        watch.update("Evaluation", {"ID": "e1", "ModifyIndex": 5})
+        said.append(await watch.changed(30))  # told before: at once
+        said.append(await watch.changed(0.01))  # and only once
+        waiting = asyncio.ensure_future(watch.changed(30))
+        await asyncio.sleep(0)
+        watch.update("Allocation", {"ID": "a1", "ModifyIndex": 6})
+        said.append(await waiting)  # told while waiting: wakes it
+        watch.update("Allocation", {"ID": "a1", "ModifyIndex": 4})  # older than what it knows
+        said.append(await watch.changed(0.01))
+        assert watch.allocs["a1"]["ModifyIndex"] == 6
+        return said
+
+    assert asyncio.run(scenario()) == [False, True, False, True, False]
+
+
+def test_a_subscriber_hears_only_the_events_it_wants():
+    async def scenario() -> tuple[list[str], list[str]]:
+        feed = EventFeed(api=None)  # type: ignore[arg-type] # frames are fed by hand
+        every = feed.subscribe()
+        ends = feed.subscribe(lambda topic, kind, obj: obj.get("ClientStatus") == "complete")
+        frame = {
+            "Index": 9,
+            "Events": [
+                {"Topic": "Job", "Type": "JobRegistered", "Payload": {"Job": {"ID": "j"}}},
+                {
+                    "Topic": "Allocation",
+                    "Type": "AllocationUpdated",
+                    "Payload": {
+                        "Allocation": {"ID": "a1", "JobID": "j", "ClientStatus": "running"}
+                    },
+                },
+                {
+                    "Topic": "Allocation",
+                    "Type": "AllocationUpdated",
+                    "Payload": {
+                        "Allocation": {"ID": "a2", "JobID": "j", "ClientStatus": "complete"}
+                    },
+                },
+            ],
+        }
+        feed._frame(json.dumps(frame))
+        heard_all = [every.get_nowait()[1] for _ in range(every.qsize())]
+        heard_ends = [ends.get_nowait()[2]["ID"] for _ in range(ends.qsize())]
+        return heard_all, heard_ends
+
+    heard_all, heard_ends = asyncio.run(scenario())
+    assert heard_all == ["JobRegistered", "AllocationUpdated", "AllocationUpdated"]
+    assert heard_ends == ["a2"]
