@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -220,7 +219,6 @@ class JobRoutes(ApiEnvelope):
         async def frames() -> AsyncIterator[str]:
             last = start
             while not cluster.closing:
-                changed = cluster.changed
                 fresh = []
                 for entry in reversed(cluster.events):
                     if entry[0] <= last:
@@ -233,12 +231,14 @@ class JobRoutes(ApiEnvelope):
                     for index, topic, key, event_ns, filter_keys, text in fresh:
                         if wanted(topic, key, event_ns, filter_keys):
                             by_index.setdefault(index, []).append(text)
-                    for index, batch in by_index.items():
-                        yield '{"Index":%d,"Events":[%s]}\n' % (index, ",".join(batch))
+                    if by_index:
+                        # Every frame there is now, in one write: one line each, as ever.
+                        yield "".join(
+                            '{"Index":%d,"Events":[%s]}\n' % (index, ",".join(batch))
+                            for index, batch in by_index.items()
+                        )
                     continue
-                try:
-                    await asyncio.wait_for(changed.wait(), 10)
-                except TimeoutError:
+                if not await cluster.next_change(10):
                     yield "{}\n"
 
         return StreamingResponse(

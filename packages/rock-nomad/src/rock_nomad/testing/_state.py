@@ -64,6 +64,11 @@ def rfc3339(ns: int | None = None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
 
 
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
 def server_terminal(alloc: dict[str, Any]) -> bool:
     """Nomad's "terminal" for an alloc: the server wants it stopped or the client finished it."""
     return alloc["DesiredStatus"] in ("stop", "evict") or alloc["ClientStatus"] in TERMINAL_CLIENT
@@ -178,6 +183,7 @@ class ClusterState:
         self.variables = VariableStore(lambda: self.bump("vars"))
         self.node_specs: dict[str, NodeSpec] = {}
         self.changed = asyncio.Event()
+        self._change_waiters: list[asyncio.Future[bool]] = []
         self.client: DockerClientSim | SimulatedClient | None = None
         self._queue: asyncio.Queue[str] = asyncio.Queue()
         self._queued: set[str] = set()
@@ -197,7 +203,24 @@ class ClusterState:
             self.tables[table] = self.index
         old, self.changed = self.changed, asyncio.Event()
         old.set()
+        waiters, self._change_waiters = self._change_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
         return self.index
+
+    async def next_change(self, timeout: float) -> bool:
+        """Wait for the next write, at most ``timeout`` seconds; whether one came. One future
+        and one timer (the event stream waits here after each batch of frames it sends; a task
+        per wait, as ``asyncio.wait_for`` makes, cost more than the frames)."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._change_waiters.append(waiter)
+        timer = loop.call_later(timeout, _time_up, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
 
     def publish(
         self,
