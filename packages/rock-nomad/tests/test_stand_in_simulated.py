@@ -3,6 +3,7 @@ start latency without Docker, their ports answer as a rocklet, and a stop ends t
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -101,3 +102,27 @@ def test_a_node_made_ineligible_between_placements_takes_no_more_until_eligible_
         placed = _alloc(http, "after", "pending")
         assert placed["NodeID"] == first  # the emptier node, eligible again
         assert placed["Metrics"]["NodesEvaluated"] == 2
+
+
+def test_an_allocation_event_carries_the_allocation_as_read_less_its_job():
+    # Nomad's allocation events carry the allocation without its job; the stand-in encodes
+    # what placement gave it once, and each event the rest: the event is the whole of it.
+    with (
+        StandInNomad(nodes=1, simulate_tasks=(0.1, 0.2)) as nomad,
+        httpx.Client(base_url=nomad.address, timeout=10) as http,
+    ):
+        assert http.post("/v1/jobs", json=_job("told")).status_code == 200
+        alloc = _alloc(http, "told", "running")
+        told = []
+        topics = [("topic", "Allocation:*"), ("index", "1")]
+        with http.stream("GET", "/v1/event/stream", params=topics) as stream:
+            for line in stream.iter_lines():
+                frame = json.loads(line) if line.strip() else {}
+                for event in frame.get("Events") or []:
+                    told.append(event["Payload"]["Allocation"])
+                if told and told[-1]["ModifyIndex"] == alloc["ModifyIndex"]:
+                    break
+        assert [a["ClientStatus"] for a in told] == ["pending", "pending", "running"]
+        assert told[-1] == {**alloc, "Job": None}
+        assert all(a["AllocatedResources"] == alloc["AllocatedResources"] for a in told)
+        assert all(a["Metrics"] == alloc["Metrics"] for a in told)

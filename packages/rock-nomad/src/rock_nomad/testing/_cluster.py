@@ -49,7 +49,8 @@ class Cluster(Scheduler, NodeTable):
         if ns not in self.namespaces:
             raise NomadError(500, f'job "{job["ID"]}" is in nonexistent namespace "{ns}"')
         try:
-            job = canonicalize_job(job, ns)
+            # The body is this request's own, parsed from its JSON: filled in as it is.
+            job = canonicalize_job(job, ns, copy=False)
             errors = validate_job(job)
         except (TypeError, AttributeError, KeyError, ValueError) as exc:
             # A field of the wrong JSON type: Nomad's decoder refuses the body.

@@ -156,9 +156,11 @@ def json_copy(obj: Any) -> Any:
     return pickle.loads(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))  # noqa: S301 - our own bytes
 
 
-def canonicalize_job(job: dict[str, Any], namespace: str) -> dict[str, Any]:
-    """``job`` with Nomad's defaults filled in (a new object; ``job`` is not changed)."""
-    job = json_copy(job)
+def canonicalize_job(job: dict[str, Any], namespace: str, *, copy: bool = True) -> dict[str, Any]:
+    """``job`` with Nomad's defaults filled in (a new object, ``job`` unchanged; with ``copy``
+    false, ``job`` itself, for a caller whose ``job`` is its own: a request's parsed body)."""
+    if copy:
+        job = json_copy(job)
     job["Namespace"] = namespace
     _default(job, "Name", job.get("ID"))
     _default(job, "Region", "global")

@@ -295,7 +295,7 @@ class Placement(ClusterState):
             "NodeID": node["ID"],
             "NodeName": node["Name"],
             "JobID": job["ID"],
-            "Job": json_copy(job),
+            "Job": self.as_registered(job),
             "TaskGroup": group["Name"],
             "Resources": {
                 "CPU": total_cpu,

@@ -48,6 +48,16 @@ LOST_DESCRIPTION = "alloc is lost since its node is down"
 NOT_NEEDED_DESCRIPTION = "alloc not needed due to job update"
 RESCHEDULED_DESCRIPTION = "alloc was rescheduled because it failed"
 STOPPED_DESCRIPTION = "alloc was stopped by the client's request"  # POST /v1/allocation/:id/stop
+#: An allocation's fields set at its placement and never changed (its events encode them once).
+ALLOC_FIXED = frozenset(
+    {"Resources", "SharedResources", "TaskResources", "AllocatedResources", "Metrics"}
+)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
+
+
 #: An allocation's fields that placement's count of a node's use reads.
 _USAGE_FIELDS = frozenset({"NodeID", "Resources", "AllocatedResources"})
 #: How many versions of a job Nomad keeps (its ``JobTrackedVersions``, the server's default).
@@ -235,28 +245,35 @@ class ClusterState:
         """Record an event for ``/v1/event/stream`` (the object as it is now; an allocation
         without its job, as Nomad sends it: "remove job info to help keep size of alloc event
         down", nomad/state/events.go)."""
-        payload = {k: v for k, v in obj.items() if not k.startswith("_")}
-        if topic == "Allocation":
-            payload["Job"] = None
-        event = {
+        event: dict[str, Any] = {
             "Topic": topic,
             "Type": kind,
             "Key": key,
             "Namespace": namespace,
             "FilterKeys": filter_keys,
             "Index": self.index,
-            "Payload": {topic: payload},
         }
-        self.events.append(
-            (
-                self.index,
-                topic,
-                key,
-                namespace,
-                filter_keys or [],
-                json.dumps(event, separators=(",", ":")),
+        if topic == "Allocation":
+            # What an allocation is given at placement (its resources and the placement's
+            # metrics, half its JSON) is encoded once; each event encodes the rest.
+            fixed = obj.get("_fixed_json")
+            if fixed is None:
+                fixed = obj["_fixed_json"] = _dumps({k: obj[k] for k in ALLOC_FIXED if k in obj})
+            payload = {
+                k: v for k, v in obj.items() if not k.startswith("_") and k not in ALLOC_FIXED
+            }
+            payload["Job"] = None
+            rest = _dumps(payload)
+            text = '%s,"Payload":{"Allocation":%s%s%s}}' % (
+                _dumps(event)[:-1],
+                fixed[:-1],
+                "," if len(fixed) > 2 and len(rest) > 2 else "",
+                rest[1:],
             )
-        )
+        else:
+            event["Payload"] = {topic: {k: v for k, v in obj.items() if not k.startswith("_")}}
+            text = _dumps(event)
+        self.events.append((self.index, topic, key, namespace, filter_keys or [], text))
 
     def job_status(self, namespace: str, job_id: str) -> str:
         job = self.jobs[(namespace, job_id)]
@@ -283,6 +300,18 @@ class ClusterState:
         if status != job["Status"]:
             job["Status"] = status
             job["ModifyIndex"] = self.bump("jobs")
+
+    def as_registered(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The job as its current version was kept (not to be changed), while nothing changed
+        it since (an allocation's copy of its job: most placements of a burst share it);
+        else a copy of it as it is now."""
+        for version in self.job_versions.get((job["Namespace"], job["ID"]), ()):
+            if (
+                version["Version"] == job["Version"]
+                and version["ModifyIndex"] == job["ModifyIndex"]
+            ):
+                return version
+        return json_copy(job)
 
     def _evals_of(self, namespace: str, job_id: str) -> list[dict[str, Any]]:
         return list(self.job_evals.get((namespace, job_id), ()))
@@ -416,6 +445,8 @@ class ClusterState:
             # What the node's allocations hold changed (placement's ``_used``): a task's
             # progress (pending, running) leaves it as it is.
             self.node_usage.pop(alloc["NodeID"], None)
+        if not ALLOC_FIXED.isdisjoint(fields):
+            alloc.pop("_fixed_json", None)
         index = self.bump("allocs")
         alloc["ModifyIndex"] = index
         if "DesiredStatus" in fields:
