@@ -59,9 +59,9 @@ class GroupedPuts:
         self._writing = threading.Lock()
         #: The group's puts not written yet, by id (the last put of each).
         self._pending: dict[str, SandboxRecord] = {}
-        #: The ids among them whose pending put is progress only (written by a flush, or with
-        #: their record's next put that is not).
-        self._progress: set[str] = set()
+        #: The puts of progress not written yet, by id (written by a flush, or replaced by
+        #: their record's next put that is not): an id is in one of the two at most.
+        self._progress: dict[str, SandboxRecord] = {}
         # A write is scheduled at the end of a loop's turn: one at a time, so that a commit made
         # before an answer does not make the next puts schedule one each (the turn-end writes of
         # many tasks interleaved with their steps: one write per put, not one per turn).
@@ -69,7 +69,7 @@ class GroupedPuts:
 
     def __len__(self) -> int:
         """How many records are pending."""
-        return len(self._pending)
+        return len(self._pending) + len(self._progress)
 
     def put(self, record: SandboxRecord, *, group: bool, progress: bool = False) -> None:
         """Keep ``record`` for the write at the end of the running loop's turn when ``group``
@@ -80,27 +80,28 @@ class GroupedPuts:
         if loop is not None:
             sandbox_id = record.sandbox_id
             with self._lock:
-                if progress and (sandbox_id not in self._pending or sandbox_id in self._progress):
-                    self._pending[sandbox_id] = record
-                    self._progress.add(sandbox_id)
+                if progress and sandbox_id not in self._pending:
+                    self._progress[sandbox_id] = record
                     return
                 self._pending[sandbox_id] = record
-                self._progress.discard(sandbox_id)
+                if self._progress:
+                    self._progress.pop(sandbox_id, None)
                 if self._scheduled:
                     return
                 self._scheduled = True
             loop.call_soon(self._commit_at_turn_end)
             return
         with self._writing:
-            if self._pending:
+            if self._pending or self._progress:
                 with self._lock:  # an older put of it, pending, must not win
                     self._pending.pop(record.sandbox_id, None)
-                    self._progress.discard(record.sandbox_id)
+                    self._progress.pop(record.sandbox_id, None)
             self._write([record])
 
     def pending(self, sandbox_id: str) -> SandboxRecord | None:
         """The pending put of ``sandbox_id``, or ``None``."""
-        return self._pending.get(sandbox_id)
+        found = self._pending.get(sandbox_id)
+        return self._progress.get(sandbox_id) if found is None and self._progress else found
 
     def commit(self) -> None:
         """Write the pending puts but those of progress in one write (nothing when none is
@@ -108,7 +109,7 @@ class GroupedPuts:
 
         :raises Exception: what the store's write raised; the puts stay pending.
         """
-        if len(self._pending) > len(self._progress):
+        if self._pending:
             self._commit(everything=False)
 
     def flush(self) -> None:
@@ -116,25 +117,25 @@ class GroupedPuts:
 
         :raises Exception: what the store's write raised; the puts stay pending.
         """
-        if self._pending:
+        if self._pending or self._progress:
             self._commit(everything=True)
 
     def _commit(self, *, everything: bool) -> None:
         with self._writing:
             with self._lock:  # kept there until written: what reads find
-                if everything or not self._progress:
-                    pending = dict(self._pending)
-                else:
-                    progress = self._progress
-                    pending = {i: r for i, r in self._pending.items() if i not in progress}
+                pending = dict(self._pending)
+                if everything:
+                    pending.update(self._progress)  # no id is in both
             if not pending:
                 return
             self._write(list(pending.values()))
             with self._lock:
                 for sandbox_id, record in pending.items():
-                    if self._pending.get(sandbox_id) is record:  # not put again meanwhile
+                    # Not put again meanwhile (a put of progress over one pending is kept there).
+                    if self._pending.get(sandbox_id) is record:
                         del self._pending[sandbox_id]
-                        self._progress.discard(sandbox_id)
+                    elif self._progress.get(sandbox_id) is record:
+                        del self._progress[sandbox_id]
 
     def _commit_at_turn_end(self) -> None:
         with self._lock:
