@@ -40,6 +40,10 @@ rock's extras
     ``POST /processes/{id}/kill {signal?: 15|"TERM", group?: true, wait?: S}``
     ``POST /download {path}`` (or ``GET /download?path=``) → the file's raw bytes.
     ``POST /list_dir {path}`` → ``{path, entries: [{name, type, size, mode, mtime, target?}]}``.
+    ``POST /warm_up`` → ``{warm: true}``
+        Load and warm up the endpoints now (a fresh rocklet answers ``GET /is_alive`` from its
+        lean front, :mod:`.front`, and loads the rest at its first real request); a warm pool
+        sends it before a member can be claimed.
     ``POST /env/{make,reset,step,close,list,batch}``, ``GET /env``
         GEM environments, each in a process of its own forked from a worker ``python3`` with
         the image's site-packages; see :mod:`.envs`.
