@@ -22,6 +22,11 @@ __all__ = ["RockletConnections"]
 
 _PROBE = b"GET /is_alive HTTP/1.1\r\nHost: rocklet\r\nConnection: close\r\n\r\n"
 
+#: ``asyncio.timeout`` (Python 3.11 on), else ``None``.
+_deadline: typing.Callable[[float], typing.AsyncContextManager[object]] | None = getattr(
+    asyncio, "timeout", None
+)
+
 
 def _family(host: str) -> int | None:
     """The address family of ``host`` when it is a unix socket's path or an IP address, else
@@ -96,7 +101,11 @@ class RockletConnections:
         if loop is None or family is None:
             return await self._probe_streams(timeout)
         try:
-            head = await asyncio.wait_for(self._probe_socket(loop, family), timeout)
+            if _deadline is None:  # Python 3.10
+                head = await asyncio.wait_for(self._probe_socket(loop, family), timeout)
+            else:  # a deadline on this task: no task of the probe's own, as wait_for makes
+                async with _deadline(timeout):
+                    head = await self._probe_socket(loop, family)
         except (TimeoutError, OSError):
             return False
         return head.split(b"\r\n", 1)[0].split(b" ")[1:2] == [b"200"]
