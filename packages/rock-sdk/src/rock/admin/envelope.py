@@ -28,11 +28,13 @@ NDJSON = "application/x-ndjson"
 BYTES = "application/octet-stream"
 
 
+# One encoder for every answer (json.dumps with separators makes one per call).
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def json_response(data: Any, status_code: int = 200) -> Response:
     """``data`` as compact JSON."""
-    return Response(
-        json.dumps(data, separators=(",", ":")).encode(), status_code=status_code, media_type=JSON
-    )
+    return Response(_compact(data).encode(), status_code=status_code, media_type=JSON)
 
 
 def success(result: Any) -> Response:
