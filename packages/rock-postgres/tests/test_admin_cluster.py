@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rock_core.ports import listen_port
 from rock_core.testing import eventually
 from rock_postgres.testing import postgres_url, run_sql  # noqa: F401
 
@@ -38,9 +38,7 @@ class _Admin:
         )
         exe = shutil.which("rock", path=os.path.dirname(sys.executable))
         command = [exe] if exe else [sys.executable, "-m", "rock.cli"]
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = listen_port()
         environ = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(folder)}
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(

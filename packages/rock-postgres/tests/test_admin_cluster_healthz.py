@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
+from rock_core.ports import listen_port
 from rock_core.testing import eventually
 from rock_postgres.testing import postgres_url  # noqa: F401
 
@@ -33,9 +33,7 @@ class _Admin:
         (folder / "admin.toml").write_text(config)
         exe = shutil.which("rock", path=os.path.dirname(sys.executable))
         command = [exe] if exe else [sys.executable, "-m", "rock.cli"]
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = listen_port()
         self.url = f"http://127.0.0.1:{port}"
         environ = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(folder)}
         with open(self.log, "ab") as log:

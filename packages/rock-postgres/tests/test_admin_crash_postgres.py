@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from rock_core.ports import listen_port
 from rock_core.states import State
 from rock_postgres.store import PostgresRecordStore
 from rock_postgres.testing import postgres_url  # noqa: F401
@@ -25,17 +25,11 @@ from rock_postgres.testing import postgres_url  # noqa: F401
 PREFIX = "/apis/envs/sandbox/v1"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def test_every_start_the_admin_answered_is_in_postgresql_after_a_kill_9(
     tmp_path: Path,
     postgres_url: str,  # noqa: F811 - the fixture
 ) -> None:
-    port = _free_port()
+    port = listen_port()
     url = f"http://127.0.0.1:{port}"
     environ = {
         **os.environ,

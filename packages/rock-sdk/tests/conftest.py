@@ -32,7 +32,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -51,6 +50,7 @@ from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.engine.manager import LABEL_OWNER, process_owner
 from rock_core.errors import SessionNotFound
+from rock_core.ports import listen_port
 from rock_core.testing import eventually, eventually_empty
 
 IMAGE = "python:3.11"
@@ -179,12 +179,6 @@ class AdminServer:
             return "(no log)"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _rock_command() -> list[str]:
     exe = shutil.which("rock", path=os.path.dirname(sys.executable)) or shutil.which("rock")
     return [exe] if exe else [sys.executable, "-m", "rock.cli"]
@@ -211,7 +205,7 @@ def launch_admin(
     ``state_dir/admin.log``, where ``rock admin start`` puts it and ``rock log`` reads it.
     Waits until ``/healthz`` answers; fails the test with the server's log when it does not.
     """
-    port = port or _free_port()
+    port = port or listen_port()
     args = [*_rock_command(), "admin", "serve", "--host", "127.0.0.1", "--port", str(port)]
     if config is not None:
         (state_dir / "admin.toml").write_text(config)
@@ -271,7 +265,7 @@ def admin_launcher() -> Any:
 @pytest.fixture(scope="session")
 def free_port() -> Any:
     """``free_port()``: a TCP port on 127.0.0.1 that nothing listens on right now."""
-    return _free_port
+    return listen_port
 
 
 @pytest.fixture(scope="session")

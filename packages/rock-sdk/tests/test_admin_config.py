@@ -16,6 +16,7 @@ import pytest
 from rock.admin import daemon
 from rock.admin.config import MiB, load_settings
 from rock_core.errors import InvalidParameter
+from rock_core.ports import listen_port
 from rock_core.sizes import GiB
 
 ROCK = Path(sys.executable).with_name("rock")
@@ -394,16 +395,13 @@ def test_an_unknown_plugin_table_is_one_line_naming_it_not_a_traceback(tmp_path:
 def test_an_admin_serving_in_the_foreground_is_said_to_log_to_its_terminal(
     tmp_path: Path,
 ) -> None:
-    import socket
     import time
 
     import httpx
 
     env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(tmp_path)}
     env.pop("ROCK_CONFIG", None)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = listen_port()
     served = subprocess.Popen(
         [str(ROCK), "admin", "serve", "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

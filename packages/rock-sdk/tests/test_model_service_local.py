@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from rock_core.ports import listen_port
 
 
 class Local:
     def __init__(self, tmp: Path) -> None:
-        self.port = _free_port()
+        self.port = listen_port()
         self.data = tmp / "data"
         self.env = {
             **os.environ,

@@ -7,7 +7,6 @@ Then ``--replay-file`` answers from what was recorded, with the upstream gone.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -20,11 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from rock_core.ports import listen_port
 
 
 class Upstream:
@@ -147,7 +142,7 @@ class Service:
 
 
 def start_service(tmp_path: Path, *args: str) -> Service:
-    port = _free_port()
+    port = listen_port()
     log = tmp_path / f"service-{port}.log"
     process = subprocess.Popen(
         [

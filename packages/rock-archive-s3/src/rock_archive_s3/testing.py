@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,18 +27,14 @@ import urllib.request
 from types import TracebackType
 from typing import Any
 
+from rock_core.ports import listen_port
+
 __all__ = ["MotoServer"]
 
 _POLICY = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MotoServer:
@@ -67,7 +62,7 @@ class MotoServer:
         if self._process is not None:
             return self
         for attempt in range(3):  # the free port may be taken before moto binds it
-            self.port = _free_port()
+            self.port = listen_port()
             self._log = tempfile.TemporaryFile()
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],

@@ -17,6 +17,7 @@ import docker.errors
 
 from rock_core.errors import ImagePullFailed, InvalidParameter, RockError
 from rock_core.models import PHASE_IMAGE_PULL, Phase, PhaseStatus, PullPolicy, SandboxSpec
+from rock_core.ports import listen_port
 from rock_core.rocklet_delivery import RockletDelivery, prepare_rocklet
 from rock_core.runtime import PhaseCallback, UnitHandle
 from rock_docker._container import (
@@ -31,7 +32,7 @@ from rock_docker._images import image_present, pull_image
 from rock_docker._networks import Networks
 from rock_docker._options import DockerOptions
 from rock_docker._raw_api import create_container as create_lean
-from rock_docker._rocklet_sockets import RockletSockets, free_port
+from rock_docker._rocklet_sockets import RockletSockets
 
 __all__ = ["ContainerMaker", "RunInThread"]
 
@@ -148,7 +149,7 @@ class ContainerMaker:
                 network=target,
                 disk_unsupported=disk_unsupported,
                 host_cpus=host_cpus,
-                host_rocklet_port=free_port(options.publish_host) if network == "host" else None,
+                host_rocklet_port=listen_port(options.publish_host) if network == "host" else None,
                 socket_dir=str(socket_dir) if socket_dir is not None else None,
                 publish_ports=options.publish_ports,
                 stop_timeout=options.stop_timeout,

@@ -9,7 +9,6 @@ except where it says).
 from __future__ import annotations
 
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from rock_docker._container import (
     SOCKET_NAME,
 )
 
-__all__ = ["RockletSockets", "free_port"]
+__all__ = ["RockletSockets"]
 
 
 class RockletSockets:
@@ -133,10 +132,3 @@ def _make_handoff_dir(unit_dir: Path) -> None:
     handoff = unit_dir / HANDOFF_DIR
     handoff.mkdir(exist_ok=True)
     handoff.chmod(0o755)
-
-
-def free_port(host: str) -> int:
-    """A TCP port free on ``host`` right now (for the rocklet of a container on the host network)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
+from rock_core.ports import listen_port
 from rock_postgres.store import PostgresRecordStore
 
 __all__ = [
@@ -148,9 +148,7 @@ class AdminProcess:
         config.write_text(f'[engine]\nstore = "{store}"\ncluster = "{cluster}"\n{extra}')
         exe = shutil.which("rock", path=os.path.dirname(sys.executable))
         command = [exe] if exe else [sys.executable, "-m", "rock.cli"]
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.port = listen_port()
         #: Where clients reach it.
         self.url = f"http://127.0.0.1:{self.port}"
         environ = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(folder)}

@@ -32,7 +32,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +45,7 @@ import attrs
 import httpx
 
 from rock.bench.rollout import percentile
+from rock_core.ports import listen_port
 
 __all__ = [
     "AdminBenchSettings",
@@ -110,12 +110,6 @@ def proc_kib_bytes(path: str, key: str) -> int | None:
 def rss_bytes(pid: int) -> int | None:
     """``VmRSS`` of process ``pid`` in bytes (``None`` if it cannot be read)."""
     return proc_kib_bytes(f"/proc/{pid}/status", "VmRSS")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rock_command() -> list[str]:
@@ -224,7 +218,7 @@ async def running_admin(
         if scripted
         else [*_rock_command(), "admin", "serve"]
     )
-    admin = BenchAdmin(state_dir, _free_port(), env, command)
+    admin = BenchAdmin(state_dir, listen_port(), env, command)
     try:
         await admin.start()
         yield admin

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import attrs
 import httpx
 
 from rock.bench.rollout import machine_info
+from rock_core.ports import listen_port
 
 __all__ = ["ArchiveSettings", "run_archive"]
 
@@ -97,12 +97,6 @@ class _PeakRss:
         self._thread.join()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def _moto(say: Callable[[str], None]) -> Iterator[dict[str, Any]]:
     """moto's S3 server on 127.0.0.1 (no authentication), a bucket in it: the ``s3`` store's table."""
@@ -113,7 +107,7 @@ def _moto(say: Callable[[str], None]) -> Iterator[dict[str, Any]]:
             "the s3 store's benchmark starts moto's S3 server: pip install 'rock-archive-s3[testing]' "
             "(or pass --store-option endpoint=... for a running S3, or --store fs)"
         ) from None
-    port = _free_port()
+    port = listen_port()
     log = tempfile.TemporaryFile()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],

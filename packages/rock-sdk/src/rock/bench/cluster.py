@@ -53,8 +53,9 @@ import httpx
 
 from rock.bench._control_plane_nomad import stand_in_nomad
 from rock.bench._output import dumps
-from rock.bench.admin import PREFIX, _free_port, _rock_command, rss_bytes
+from rock.bench.admin import PREFIX, _rock_command, rss_bytes
 from rock.bench.rollout import percentile
+from rock_core.ports import listen_port
 
 __all__ = ["ClusterBenchSettings", "dumps", "run_cluster_bench", "table"]
 
@@ -131,7 +132,7 @@ async def _admin(config: str) -> AsyncIterator[tuple[str, int, Path]]:
     """``rock admin serve`` with ``config`` (TOML) on a free port; ``(url, pid, log)``."""
     state_dir = Path(tempfile.mkdtemp(prefix="rock-bench-cluster-"))
     (state_dir / "admin.toml").write_text(config)
-    port = _free_port()
+    port = listen_port()
     env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state_dir)}
     env.pop("ROCK_BASE_URL", None)
     log_path = state_dir / "admin.log"

@@ -47,12 +47,12 @@ from rock.bench._host import cpu_seconds
 from rock.bench.admin import (
     PREFIX,
     BenchAdmin,
-    _free_port,
     _get_status_latency,
     _listing_latency,
     rss_bytes,
 )
 from rock.bench.rollout import machine_info, percentile
+from rock_core.ports import listen_port
 
 __all__ = ["ControlPlaneSettings", "GOAL_ADMIN_BYTES", "GOAL_P50_SECONDS", "run_control_plane"]
 
@@ -249,7 +249,7 @@ async def run_control_plane(
         )
         command = nomad_admin_command(state_dir, address)
     profiled = [] if settings.admin_profile is None else ["--profile", str(settings.admin_profile)]
-    admin = BenchAdmin(state_dir, _free_port(), env, command + profiled)
+    admin = BenchAdmin(state_dir, listen_port(), env, command + profiled)
     admin.start_timeout = 900.0  # a restarted admin answers once it took its sandboxes back
     run = f"cp{os.getpid()}"
     figures: dict[str, Any] = {"sandboxes": settings.sandboxes, "clients": settings.clients}

@@ -56,8 +56,9 @@ import httpx
 
 from rock.bench._host import cpu_seconds
 from rock.bench._postgres import fresh_database, postgres_server
-from rock.bench.admin import BenchAdmin, _free_port, _rock_command
+from rock.bench.admin import BenchAdmin, _rock_command
 from rock.bench.rollout import percentile
+from rock_core.ports import listen_port
 
 __all__ = ["HaBenchSettings", "rows", "run_ha_bench"]
 
@@ -115,7 +116,7 @@ def _admins(folder: Path, database: str) -> list[BenchAdmin]:
         env = {**os.environ, "ROCK_ADMIN_STATE_DIR": str(state)}
         env.pop("ROCK_BASE_URL", None)
         command = [*_rock_command(), "admin", "serve", "--config", str(config)]
-        admins.append(BenchAdmin(state, _free_port(), env, command))
+        admins.append(BenchAdmin(state, listen_port(), env, command))
     return admins
 
 
