@@ -126,3 +126,25 @@ def test_an_allocation_event_carries_the_allocation_as_read_less_its_job():
         assert told[-1] == {**alloc, "Job": None}
         assert all(a["AllocatedResources"] == alloc["AllocatedResources"] for a in told)
         assert all(a["Metrics"] == alloc["Metrics"] for a in told)
+
+
+def test_a_node_holds_what_each_placement_took_until_one_is_purged():
+    # A node's use is counted on as allocations are placed (not walked again each time): the
+    # third job that does not fit is refused for memory, and placed once room is freed.
+    with (
+        StandInNomad(nodes=1, node_memory=300, simulate_tasks=(30, 30)) as nomad,
+        httpx.Client(base_url=nomad.address, timeout=10) as http,
+    ):
+        for job_id in ("first", "second"):
+            assert http.post("/v1/jobs", json=_job(job_id)).status_code == 200
+            _alloc(http, job_id, "pending")
+        out = http.post("/v1/jobs", json=_job("third")).json()
+        ev = http.get(f"/v1/evaluation/{out['EvalID']}").json()
+        for _ in range(200):
+            if ev["Status"] == "complete":
+                break
+            time.sleep(0.05)
+            ev = http.get(f"/v1/evaluation/{out['EvalID']}").json()
+        assert ev["FailedTGAllocs"]["g"]["DimensionExhausted"] == {"memory": 1}
+        assert http.delete("/v1/job/first", params={"purge": "true"}).status_code == 200
+        assert _alloc(http, "third", "pending")["ClientStatus"] == "pending"

@@ -96,6 +96,11 @@ class Placement(ClusterState):
         same_ask = None
         if not any(task["Resources"].get("Cores") for task in group["Tasks"]):
             same_ask = self._group_ask(group, NodeSpec("", ""))  # no node's cores needed
+        reserved = {
+            p["Value"]
+            for net in group.get("Networks") or []
+            for p in net.get("ReservedPorts") or []
+        }
         candidates = []
         for node in feasible:
             spec = self.node_specs[node["ID"]]
@@ -108,10 +113,8 @@ class Placement(ClusterState):
                 exhausted = "memory"
             elif used_disk + ask_disk > spec.disk_mb:
                 exhausted = "disk"
-            else:
-                for net in group.get("Networks") or []:
-                    if any(p["Value"] in used_ports for p in net.get("ReservedPorts") or []):
-                        exhausted = "network: reserved port collision"
+            elif reserved and not reserved.isdisjoint(used_ports):
+                exhausted = "network: reserved port collision"
             if exhausted:
                 metric["NodesExhausted"] += 1
                 _count(metric, "DimensionExhausted", exhausted)
@@ -363,7 +366,14 @@ class Placement(ClusterState):
         }
         self.allocs[alloc_id] = alloc
         self.node_allocs.setdefault(node["ID"], []).append(alloc)
-        self.node_usage.pop(node["ID"], None)
+        held = self.node_usage.get(node["ID"])
+        if held is not None:  # what ``_used`` would count again, walking the node's allocations
+            self.node_usage[node["ID"]] = (
+                held[0] + total_cpu,
+                held[1] + total_mem,
+                held[2] + disk,
+                held[3].union(p["Value"] for p in ports),
+            )
         self.job_allocs.setdefault((job["Namespace"], job["ID"]), []).append(alloc)
         self.publish(
             "Allocation",
