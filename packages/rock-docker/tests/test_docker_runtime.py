@@ -453,7 +453,11 @@ async def test_registry_credentials_are_sent_to_the_registry(runtime, run_labels
     """``registry_username``/``password`` reach the registry; its refusal is the pull's reason."""
     handler = type("Registry", (_Registry,), {"seen": []})
     server = http_server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever,
+        args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+        daemon=True,
+    ).start()
     try:
         image = f"127.0.0.1:{server.server_port}/private/app:1"
         the_spec = spec(image=image, registry_username="trainer", registry_password="s3cret")

@@ -130,7 +130,11 @@ def test_a_listed_domain_answering_the_hosts_own_address_does_not_open_the_host(
     bridge = docker_client.api.inspect_network("bridge")
     gateway = str(bridge["IPAM"]["Config"][0]["Gateway"])
     server = socketserver.ThreadingTCPServer((gateway, 0), _Hello)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever,
+        args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+        daemon=True,
+    ).start()
     port = int(server.server_address[1])
     dns = _Dns(gateway)
     firewall = Firewall((f"127.0.0.1:{dns.port}",), 30.0)

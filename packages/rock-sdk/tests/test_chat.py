@@ -71,7 +71,11 @@ class Mirror:
         self.server.lock = threading.Lock()  # type: ignore[attr-defined]
         self.server.paths = []  # type: ignore[attr-defined]
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever,
+            args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+            daemon=True,
+        )
         self.thread.start()
 
     def served(self, part: str, agent: str = "") -> list[str]:
@@ -769,7 +773,11 @@ class OpenAIStub:
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.server.serve_forever,
+            args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+            daemon=True,
+        ).start()
 
     def config(self, **kwargs: Any) -> ChatConfig:
         """A chat config that asks this stub."""

@@ -431,7 +431,11 @@ async def test_llm_errors_name_the_url(free_port: Any) -> None:
     assert f"{closed}/chat/completions" in str(caught.value)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Broken)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+        daemon=True,
+    )
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -23,7 +23,11 @@ def test_e2b_network_settings_are_rock_egress_policies_enforced_from_inside(
     gateway = docker_client.api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
     server = socketserver.ThreadingTCPServer((gateway, 0), _Hello)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever,
+        args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+        daemon=True,
+    ).start()
     try:
         port = str(server.server_address[1])
         out = e2b(e2b_python, keyed_admin, KEY_A, gateway, port, script="drive_network.py")

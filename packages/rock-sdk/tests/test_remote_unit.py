@@ -199,7 +199,11 @@ def plain_http_server() -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+        daemon=True,
+    )
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
@@ -259,7 +263,11 @@ def _serving(answer: Callable[[str], tuple[int, bytes]]) -> Iterator[str]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever,
+        args=(0.05,),  # shutdown() waits one poll: a twentieth of a second, not half
+        daemon=True,
+    ).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
