@@ -11,7 +11,6 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import anyio
 import httpx
@@ -35,11 +34,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture
-def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, AdminProcess]]:
-    """The cluster's (leader, follower), both serving, reconciling every second."""
+@pytest.fixture(scope="module")
+def admins(
+    tmp_path_factory: pytest.TempPathFactory, postgres_url: str
+) -> Iterator[tuple[AdminProcess, AdminProcess]]:
+    """The cluster's (leader, follower), both serving, reconciling every second; shared by the
+    module's tests (none stops, kills or reconfigures an admin; each uses sandboxes of its own)."""
     extra = "reconcile_interval = 1.0\n"
-    with two_admins(tmp_path, postgres_url, cluster=CLUSTER, extra=extra) as admins:
+    folder = tmp_path_factory.mktemp("cluster-serving")
+    with two_admins(folder, postgres_url, cluster=CLUSTER, extra=extra) as admins:
         yield admins
 
 
