@@ -19,6 +19,8 @@ def test_control_plane_bench_starts_every_sandbox_and_prints_its_figures(control
     assert figures["admin_cpu_ms_per_start"] > 0 and figures["clients_cpu_ms_per_start"] > 0
     # The sandboxes' simulated rocklet runs in a process of its own, counted apart.
     assert figures["simulated_rocklet_cpu_ms_per_start"] > 0
+    # The share of the cores the hypervisor took while they started (0 on bare metal).
+    assert 0 <= figures["host_steal_percent_starting"] <= 100
     assert figures["get_status_p50_ms"] > 0 and figures["list_p50_ms"] > 0
     assert figures["listed"] == 200
     assert figures["running_after_restart"] == 200

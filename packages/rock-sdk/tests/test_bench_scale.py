@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from rock.bench._host import machine_steal_seconds, steal_percent
+
 # Each run makes its own engine or admin, so the remote pass of `make test` would only repeat it.
 pytestmark = [
     pytest.mark.docker,
@@ -138,6 +140,15 @@ def test_the_docker_floor_is_measured_before_and_after_and_leaves_nothing(docker
         point["machine_cpu_ms_per_start"] / point["floor_machine_cpu_ms_per_start"], 3
     )
     assert "machine CPU per start / docker floor" in done.stderr
+    # The hypervisor's share of the cores while rock's and each floor's starts ran (0 on bare
+    # metal): a run with much stolen is slower than its code.
+    for key in (
+        "host_steal_percent_starting",
+        "floor_before_host_steal_percent",
+        "floor_after_host_steal_percent",
+    ):
+        assert 0 <= point[key] <= 100, key
+    assert "stolen by the hypervisor during starts (%)" in done.stderr
     assert docker_client.containers.list(all=True, filters={"label": "rock.bench.floor"}) == []
     assert point["leftovers"] == 0
 
@@ -218,3 +229,12 @@ def test_a_docker_that_stops_answering_in_the_teardown_is_reported_not_a_crash(m
     gone, left, ended = asyncio.run(_host.wait_gone("p-", 0.0, 60, said.append, [], expected=5))
     assert (left, ended) == (3, None) and gone > 0
     assert "Docker does not answer" in said[-1] and "3 counted as left" in said[-1]
+
+
+def test_the_stolen_share_is_of_every_cores_time_over_the_wall_time():
+    """``steal_percent``: seconds stolen from all cores over wall seconds times the cores."""
+    cores = os.cpu_count() or 1
+    assert steal_percent(10.0, 10.0 + cores * 0.5, 2.0) == 25.0
+    assert steal_percent(None, 3.0, 2.0) is None and steal_percent(1.0, 3.0, 0) is None
+    stolen = machine_steal_seconds()
+    assert stolen is not None and stolen >= 0

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rock.bench._host import docker, machine_busy_seconds
+from rock.bench._host import docker, machine_busy_seconds, machine_steal_seconds, steal_percent
 
 if TYPE_CHECKING:
     from rock.bench.scale import ScaleSettings
@@ -124,12 +124,15 @@ def docker_floor(
     ids: list[str] = []
     try:
         t = time.perf_counter()
-        busy = machine_busy_seconds()
+        busy, steal = machine_busy_seconds(), machine_steal_seconds()
         with ThreadPoolExecutor(FLOOR_CONCURRENCY) as pool:
             ids = list(pool.map(start, range(count)))
         took = time.perf_counter() - t
         busy_after = machine_busy_seconds()
         figures["start_rate_per_second"] = round(count / took, 2)
+        stolen = steal_percent(steal, machine_steal_seconds(), took)
+        if stolen is not None:
+            figures["host_steal_percent"] = stolen
         if busy is not None and busy_after is not None:
             figures["machine_cpu_ms_per_start"] = round(1000 * (busy_after - busy) / count, 1)
         say(f"docker floor ({phase}): {count} started in {took:.1f}s; removing them")
@@ -169,6 +172,8 @@ def floor_figures(
     figures["floor_before_machine_cpu_ms_per_start"] = before.get("machine_cpu_ms_per_start")
     figures["floor_after_machine_cpu_ms_per_start"] = (after or {}).get("machine_cpu_ms_per_start")
     figures["floor_machine_cpu_ms_per_start"] = round(sum(cpus) / len(cpus), 1) if cpus else None
+    figures["floor_before_host_steal_percent"] = before.get("host_steal_percent")
+    figures["floor_after_host_steal_percent"] = (after or {}).get("host_steal_percent")
     if after is None:
         say(f"docker floor: {rates[0]:g}/s before only (no floor after: the ratio uses that alone)")
         return figures

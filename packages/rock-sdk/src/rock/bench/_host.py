@@ -23,7 +23,9 @@ __all__ = [
     "docker",
     "host_memory",
     "machine_busy_seconds",
+    "machine_steal_seconds",
     "mb",
+    "steal_percent",
     "wait_gone",
     "with_processes",
 ]
@@ -44,15 +46,42 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_busy_seconds() -> float | None:
-    """CPU seconds the whole machine has spent busy since boot (every core, every process and
-    the kernel; ``/proc/stat``'s first line less idle and iowait), ``None`` if unreadable."""
+def _machine_times() -> list[int] | None:
+    """``/proc/stat``'s first line: user, nice, system, idle, iowait, irq, softirq, steal."""
     try:
         with open("/proc/stat", encoding="ascii") as f:
             values = [int(v) for v in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
-    return (sum(values) - values[3] - values[4]) / os.sysconf("SC_CLK_TCK")
+    return values if len(values) == 8 else None
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds the whole machine has spent busy since boot (every core, every process and
+    the kernel; ``/proc/stat``'s first line less idle, iowait and steal), ``None`` if unreadable.
+
+    Steal is time a virtual machine's cores were ready but the hypervisor ran something else:
+    no process here used it, so it is not counted (see :func:`machine_steal_seconds`)."""
+    values = _machine_times()
+    if values is None:
+        return None
+    return (sum(values) - values[3] - values[4] - values[7]) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_steal_seconds() -> float | None:
+    """CPU seconds since boot the hypervisor took from this virtual machine's cores (``steal``;
+    0 on bare metal), ``None`` if unreadable. A bench prints the share stolen while it measured
+    (:func:`steal_percent`): where it is high, every figure of the run is slower than the code."""
+    values = _machine_times()
+    return None if values is None else values[7] / os.sysconf("SC_CLK_TCK")
+
+
+def steal_percent(before: float | None, after: float | None, wall_seconds: float) -> float | None:
+    """The share (percent) of all cores' time over ``wall_seconds`` that was stolen between two
+    :func:`machine_steal_seconds` readings; ``None`` if either is missing."""
+    if before is None or after is None or wall_seconds <= 0:
+        return None
+    return round(100 * (after - before) / (wall_seconds * (os.cpu_count() or 1)), 1)
 
 
 def docker(*args: str, timeout: float = 120) -> str:

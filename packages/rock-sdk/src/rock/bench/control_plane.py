@@ -43,7 +43,7 @@ from typing import Any
 import attrs
 import httpx
 
-from rock.bench._host import cpu_seconds
+from rock.bench._host import cpu_seconds, machine_steal_seconds, steal_percent
 from rock.bench.admin import (
     PREFIX,
     BenchAdmin,
@@ -268,7 +268,13 @@ async def run_control_plane(
         nomad_cpu = (cpu_seconds(stand_in_pid) or 0.0) if stand_in_pid else 0.0
         rocklet_pid = _rocklet_pid(state_dir)
         rocklet_cpu = (cpu_seconds(rocklet_pid) or 0.0) if rocklet_pid else 0.0
+        steal_before, wall_before = machine_steal_seconds(), time.monotonic()
         started = await _start_all(settings, admin.url, run, say)
+        # The hypervisor's share of the cores while they started: with a high one every figure
+        # below is slower than the code (a noisy virtual machine), whatever the load says.
+        figures["host_steal_percent_starting"] = steal_percent(
+            steal_before, machine_steal_seconds(), time.monotonic() - wall_before
+        )
         # The admin's CPU while they started: its own process only (the readiness probes it
         # makes included; the simulated rocklet that answers them is in another process).
         admin_cpu = (cpu_seconds(admin.pid) or 0.0) - admin_cpu

@@ -62,7 +62,9 @@ from rock.bench._host import (
     cpu_seconds,
     host_memory,
     machine_busy_seconds,
+    machine_steal_seconds,
     mb,
+    steal_percent,
     wait_gone,
 )
 from rock.bench.admin import BenchAdmin, list_cli_seconds, proc_kib_bytes, rss_bytes, running_admin
@@ -274,7 +276,7 @@ async def _point(
     # 1. Start all at once.
     say(f"starting {count} sandboxes ({settings.image}, {settings.memory}, {settings.cpus:g} cpus)")
     holds = _Holds(count)
-    machine_before = machine_busy_seconds()
+    machine_before, steal_before = machine_busy_seconds(), machine_steal_seconds()
     t0 = time.perf_counter()
     tasks = [
         asyncio.create_task(_hold(n, settings.sandbox_config(f"{prefix}{n:04d}", url), holds, t0))
@@ -286,6 +288,7 @@ async def _point(
     try:
         await holds.settled.wait()
         machine_cpu = _delta(machine_busy_seconds(), machine_before)
+        stolen = steal_percent(steal_before, machine_steal_seconds(), time.perf_counter() - t0)
         reporter.cancel()
         _note_load(figures, "after_starts")
         starts = sorted(holds.start_seconds.values())
@@ -314,6 +317,7 @@ async def _point(
         )
         if starts and machine_cpu is not None:
             figures["machine_cpu_ms_per_start"] = round(1000 * machine_cpu / len(starts), 1)
+        figures["host_steal_percent_starting"] = stolen
         engine_cpu = figures["engine_cpu_seconds_during_starts"]
         if starts and engine_cpu is not None:
             figures["engine_cpu_ms_per_start"] = round(1000 * engine_cpu / len(starts), 2)
@@ -501,6 +505,7 @@ TABLE = (
     ("engine_cpu_seconds_during_starts", "engine CPU during starts (s)"),
     ("engine_cpu_ms_per_start", "engine CPU per start (ms)"),
     ("machine_cpu_ms_per_start", "machine CPU per start (ms)"),
+    ("host_steal_percent_starting", "cores' time stolen by the hypervisor during starts (%)"),
     ("client_cpu_seconds_during_starts", "trainer process CPU during starts (s)"),
     ("client_cpu_percent_during_starts", "trainer process CPU during starts (% of a core)"),
     ("get_status_p50_ms", "get_status p50 (ms)"),
@@ -534,6 +539,8 @@ TABLE = (
     ("floor_start_rate_spread", "docker floor: spread (max-min)/mean"),
     ("floor_removal_seconds", "docker floor: removal, mean (s)"),
     ("floor_machine_cpu_ms_per_start", "docker floor: machine CPU per start, mean (ms)"),
+    ("floor_before_host_steal_percent", "docker floor before: stolen by the hypervisor (%)"),
+    ("floor_after_host_steal_percent", "docker floor after: stolen by the hypervisor (%)"),
     ("machine_cpu_per_start_to_floor", "machine CPU per start / docker floor"),
     ("start_rate_to_floor", "start rate / docker floor (mean)"),
     ("start_rate_to_floor_range", "start rate / docker floor (range)"),
