@@ -9,6 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from rock_core.ports import listen_port
 from rock_core.rocklet.server import TOKEN_ENV
 from rock_core.rocklet_delivery import launch_command, prepare_rocklet
 from rock_core.testing import eventually
@@ -35,13 +36,11 @@ def _imported(stderr: str) -> list[str]:
     ]
 
 
-def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json(
-    tmp_path: Path,
-) -> None:
+def _launch(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """The rocklet as a runtime launches it (with the secret), ``-X importtime`` reporting on
+    its stderr; and its port on 127.0.0.1."""
     delivery = prepare_rocklet(tmp_path)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = listen_port()
     shell, flag, script = launch_command(str(delivery.path), host="127.0.0.1", port=port)
     assert "exec python3 -I -S " in script
     script = script.replace("exec python3 -I -S ", "exec python3 -X importtime -I -S ")
@@ -54,6 +53,13 @@ def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json
         stderr=subprocess.PIPE,
         text=True,
     )
+    return process, port
+
+
+def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json(
+    tmp_path: Path,
+) -> None:
+    process, port = _launch(tmp_path)
     try:
         answer = eventually(
             lambda: _probe(port), until=lambda a: a, what="the rocklet answering", timeout=30
@@ -82,21 +88,7 @@ def test_the_rocklet_listens_before_it_imports_json_and_its_probe_answer_is_json
 def test_a_command_after_probes_loads_the_server_and_keeps_every_check(tmp_path: Path) -> None:
     """Probes are answered by the front; the first real request (unauthorised first) loads the
     server, which answers it with every check; probes on a kept connection go on working."""
-    delivery = prepare_rocklet(tmp_path)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    shell, flag, script = launch_command(str(delivery.path), host="127.0.0.1", port=port)
-    script = script.replace("exec python3 -I -S ", "exec python3 -X importtime -I -S ")
-    env = {**os.environ, TOKEN_ENV: "s3cret", "HOME": str(tmp_path)}
-    process = subprocess.Popen(
-        [shell, flag, script],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process, port = _launch(tmp_path)
     try:
         eventually(
             lambda: _probe(port), until=lambda a: a, what="the rocklet answering", timeout=30
