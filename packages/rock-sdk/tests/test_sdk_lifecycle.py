@@ -57,8 +57,15 @@ async def test_start_session_echo_stop(engine: Any, small: dict[str, Any], conta
     assert containers.gone(
         sandbox.sandbox_id
     )  # the default lifecycle removes it at once (ROCK's --rm)
-    alive = await sandbox.is_alive()
-    assert not alive.is_alive and "deleted" in alive.message
+    # Its record turns deleted once the runtime's removal has returned, a moment after Docker
+    # stops listing the container (stopped, not alive, until then).
+    alive = await eventually_async(
+        sandbox.is_alive,
+        until=lambda answer: "deleted" in answer.message,
+        what="is_alive saying the sandbox is deleted",
+        timeout=10,
+    )
+    assert not alive.is_alive
     await sandbox.stop()  # stopping again is not an error
 
 
