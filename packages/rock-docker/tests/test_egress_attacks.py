@@ -17,6 +17,7 @@ import pytest
 
 from rock_core.egress import EgressPolicy, EgressRule
 from rock_core.errors import RuntimeFailure
+from rock_core.testing.fixtures import bridge_gateway
 from rock_docker._firewall import Firewall
 
 pytestmark = [pytest.mark.docker]
@@ -127,8 +128,7 @@ class _Hello(socketserver.BaseRequestHandler):
 def test_a_listed_domain_answering_the_hosts_own_address_does_not_open_the_host(
     docker_client: Any, container: Any
 ):
-    bridge = docker_client.api.inspect_network("bridge")
-    gateway = str(bridge["IPAM"]["Config"][0]["Gateway"])
+    gateway = bridge_gateway(docker_client)
     server = socketserver.ThreadingTCPServer((gateway, 0), _Hello)
     threading.Thread(
         target=server.serve_forever,

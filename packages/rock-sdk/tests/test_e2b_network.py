@@ -8,6 +8,8 @@ import socketserver
 import threading
 from typing import Any
 
+from rock_core.testing.fixtures import bridge_gateway
+
 from .test_e2b_sdk import KEY_A, e2b, e2b_python, keyed_admin  # noqa: F401 - fixtures
 
 
@@ -20,7 +22,7 @@ def test_e2b_network_settings_are_rock_egress_policies_enforced_from_inside(
     e2b_python: str, keyed_admin: Any, docker_client: Any
 ) -> None:
     # The bridge's gateway: a host address, refused to sandboxes unless a rule names it.
-    gateway = docker_client.api.inspect_network("bridge")["IPAM"]["Config"][0]["Gateway"]
+    gateway = bridge_gateway(docker_client)
     server = socketserver.ThreadingTCPServer((gateway, 0), _Hello)
     server.daemon_threads = True
     threading.Thread(

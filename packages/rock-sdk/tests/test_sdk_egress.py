@@ -8,8 +8,9 @@ no rule.
 and to the host's own address (this machine has no internet), and a DNS server the test starts
 on the gateway's port 53, which the admin gives its sandboxes (``egress_dns``). The probe run
 inside the sandbox prints, per ``host:port``, ``answered``, ``refused``, ``timeout`` (its
-connect waits 20 s: a denied connection must be refused, not left to hang), ``unresolved`` or
-``error``.
+connect waits 20 s: a denied connection must be refused, not left to hang), ``unresolved``,
+``error`` or ``silent`` (it connected, and what it read, in hex, did not say ``hello``: a failure
+prints those bytes, ``-`` when the server closed without a word).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.actions import Command
 from rock_core.egress import EgressPolicy, EgressRule
 from rock_core.testing import eventually_async
+from rock_core.testing.fixtures import bridge_gateway
 
 pytestmark = [pytest.mark.docker, pytest.mark.anyio]
 
@@ -47,7 +49,16 @@ for target in sys.argv[1:]:
     s.settimeout(20)
     try:
         s.connect((host, int(port)))
-        print(target, "answered" if s.recv(16).startswith(b"hello") else "silent")
+        got = b""
+        while not got.endswith(b"\n") and len(got) < 64:
+            chunk = s.recv(64)
+            if not chunk:
+                break
+            got += chunk
+        if got.startswith(b"hello"):
+            print(target, "answered")
+        else:
+            print(target, "silent", got.hex() or "-")
     except ConnectionRefusedError:
         print(target, "refused")
     except socket.timeout:
@@ -62,12 +73,13 @@ for target in sys.argv[1:]:
 
 
 def parse_probe(output: str) -> dict[str, str]:
-    """``{target: outcome}`` from the probe's output."""
+    """``{target: outcome}`` from the probe's output (an outcome with details keeps them:
+    ``"error 113"``, ``"silent -"``)."""
     found = {}
     for line in output.splitlines():
         parts = line.split()
         if len(parts) >= 2:
-            found[parts[0]] = parts[1]
+            found[parts[0]] = " ".join(parts[1:])
     return found
 
 
@@ -160,15 +172,15 @@ def _gateway(docker_client: Any) -> str:
     bridge: rock's dockerd runs with ``icc: false``)."""
     options = docker_client.api.inspect_network("bridge")
     assert (options.get("Options") or {}).get("com.docker.network.bridge.enable_icc") == "false"
-    return str(options["IPAM"]["Config"][0]["Gateway"])
+    return bridge_gateway(docker_client)
 
 
 def _host_address(docker_client: Any) -> str:
     """An address of the host that is no Docker network's gateway (its own, e.g. eth0's)."""
     gateways = {
-        config.get("Gateway")
+        bridge_gateway(docker_client, network["Id"])
         for network in docker_client.api.networks()
-        for config in (network.get("IPAM") or {}).get("Config") or []
+        if network.get("Driver") == "bridge"
     }
     found = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
     return next(a for a in found if "." in a and a not in gateways and not a.startswith("127."))

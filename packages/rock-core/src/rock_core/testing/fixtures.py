@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -45,6 +46,7 @@ __all__ = [
     "eventually_empty",
     "upper_echo_server",
     "Units",
+    "bridge_gateway",
     "docker_client",
     "phase_log",
     "plugin_site",
@@ -294,6 +296,26 @@ class Units:
         """Remove every unit carrying :attr:`labels` (those of failed tests too)."""
         for handle in await self.runtime.list(self.labels):
             await self.runtime.remove(handle)
+
+
+def bridge_gateway(docker_client: Any, network: str = "bridge") -> str:
+    """The host's address on Docker network ``network`` (its gateway, as a container on it sees
+    the host). Docker leaves ``Gateway`` out of the network's IPAM config when its bridge
+    interface already had an address as the engine started (a dockerd restarted on the same
+    host): then it is read from that interface."""
+    found = docker_client.api.inspect_network(network)
+    for config in (found.get("IPAM") or {}).get("Config") or []:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+    device = (found.get("Options") or {}).get("com.docker.network.bridge.name") or (
+        "br-" + str(found["Id"])[:12]
+    )
+    shown = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", device], capture_output=True, text=True
+    ).stdout.split()
+    if "inet" not in shown:
+        pytest.fail(f"Docker network {network!r} has no gateway, and interface {device} no address")
+    return shown[shown.index("inet") + 1].split("/")[0]
 
 
 # ---------------------------------------------------------------------------------------------
