@@ -15,6 +15,7 @@ client connects. The forward lives as long as the sandbox runs and the engine ho
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 from collections.abc import Iterable, Mapping
@@ -32,6 +33,16 @@ __all__ = ["PortForwards", "raise_open_files_limit"]
 log = logging.getLogger("rock.engine.forwarding")
 
 _CHUNK = 65536
+#: The listen backlog (anyio's own for ``create_tcp_listener``; the kernel caps it).
+_BACKLOG = 65536
+
+
+def _ip_family(host: str) -> socket.AddressFamily | None:
+    """``AF_INET`` or ``AF_INET6`` for an IP address, ``None`` for a host name."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return None
 
 
 class PortForwards:
@@ -128,12 +139,32 @@ class PortForwards:
 
     async def _listen(self, port: int) -> anyio.abc.SocketListener:
         try:
-            multi = await anyio.create_tcp_listener(local_host=self.host, local_port=port)
+            return await self._listen_on(port)
         except OSError:
             if port == 0:
                 raise
             log.info("host port %s is taken; forwarding from a new one", port)
-            multi = await anyio.create_tcp_listener(local_host=self.host, local_port=0)
+            return await self._listen_on(0)
+
+    async def _listen_on(self, port: int) -> anyio.abc.SocketListener:
+        """A listener on ``self.host``: an IP address is bound here, in the loop's thread
+        (``anyio.create_tcp_listener`` resolves even an address through ``getaddrinfo`` in a
+        worker thread: two thread hops a sandbox, every start); a host name, or an anyio
+        without ``SocketListener.from_socket``, goes through anyio."""
+        family = _ip_family(self.host)
+        from_socket = getattr(anyio.abc.SocketListener, "from_socket", None)
+        if family is not None and from_socket is not None:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((self.host, port))
+                sock.listen(_BACKLOG)
+                sock.setblocking(False)
+                return cast(anyio.abc.SocketListener, await from_socket(sock))
+            except BaseException:
+                sock.close()
+                raise
+        multi = await anyio.create_tcp_listener(local_host=self.host, local_port=port)
         # One address: one listener, a SocketListener (anyio types it as the Listener it extends).
         return cast(anyio.abc.SocketListener, multi.listeners[0])
 
