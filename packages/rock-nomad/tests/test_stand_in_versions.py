@@ -41,3 +41,21 @@ def test_diffs_are_refused_not_left_out(stand_in_nomad: StandInNomad) -> None:
         bad = http.get(f"/v1/job/{job_id}/versions", params={"diffs": "maybe"})
         assert bad.status_code == 500 and 'Failed to parse value of "diffs"' in bad.text
         assert http.get(f"/v1/job/{job_id}/versions", params={"diffs": "false"}).status_code == 200
+
+
+def test_a_kept_version_stays_as_it_was_when_the_job_is_stopped(
+    stand_in_nomad: StandInNomad,
+) -> None:
+    """A stop changes the job in place (``Stop``, its indexes, a new ``Version``): the version
+    kept before it is not changed with it, though it shares the job's groups and tasks."""
+    job_id = new_job_id("versions")
+    with httpx.Client(base_url=stand_in_nomad.address) as http:
+        job = sandbox_job(job_id, "rock-test/python:3.11", count=0)
+        assert http.post("/v1/jobs", json={"Job": job}).status_code == 200
+        registered = http.get(f"/v1/job/{job_id}").json()
+        assert http.delete(f"/v1/job/{job_id}").status_code == 200
+        versions = http.get(f"/v1/job/{job_id}/versions").json()["Versions"]
+        assert [(v["Version"], v["Stop"]) for v in versions] == [(1, True), (0, False)]
+        first = versions[1]
+        assert first["JobModifyIndex"] == registered["JobModifyIndex"]
+        assert first["TaskGroups"] == registered["TaskGroups"]
