@@ -61,3 +61,51 @@ def test_a_subscriber_hears_only_the_events_it_wants():
     heard_all, heard_ends = asyncio.run(scenario())
     assert heard_all == ["JobRegistered", "AllocationUpdated", "AllocationUpdated"]
     assert heard_ends == ["a2"]
+
+
+def _nomad_line(index: int, *events: tuple[str, str, dict[str, object]]) -> str:
+    """A frame as Nomad writes it: compact, each event's Topic and Type first."""
+    return json.dumps(
+        {
+            "Index": index,
+            "Events": [
+                {"Topic": topic, "Type": kind, "Key": obj["ID"], "Payload": {topic: obj}}
+                for topic, kind, obj in events
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+def test_frames_of_job_registrations_only_are_not_decoded_while_no_one_wants_them():
+    job = {"ID": "rock-j", "TaskGroups": [{"Name": "sandbox"}]}
+    registered = _nomad_line(20, ("Job", "JobRegistered", job))
+    # A "Topic" key inside the job: not told apart from an event's, so the frame is decoded.
+    odd = _nomad_line(20, ("Job", "JobRegistered", {**job, "Meta": {"Topic": "Job"}}))
+    mixed = _nomad_line(
+        21,
+        ("Job", "JobRegistered", job),
+        ("Evaluation", "EvaluationUpdated", {"ID": "e1", "JobID": "rock-j", "Status": "pending"}),
+    )
+    stopped = _nomad_line(22, ("Job", "JobDeregistered", job))
+
+    async def scenario() -> tuple[list[str], list[str], int, int, dict[str, object]]:
+        feed = EventFeed(api=None)  # type: ignore[arg-type] # frames are fed by hand
+        watch_like = feed.subscribe(lambda t, k, o: k == "JobDeregistered", registrations=False)
+        with feed.watch("rock-j") as watch:
+            for line in (registered, odd, mixed, stopped):
+                feed._frame(line)
+            evals = dict(watch.evals)
+        skipped_alone, index_alone = feed.skipped, feed._index
+        heard = [watch_like.get_nowait()[1] for _ in range(watch_like.qsize())]
+        every = feed.subscribe()  # wants registrations too: no frame is skipped any more
+        feed._frame(_nomad_line(23, ("Job", "JobRegistered", job)))
+        told = [every.get_nowait()[1] for _ in range(every.qsize())]
+        assert (feed.skipped, feed._index) == (1, 23)
+        return heard, told, skipped_alone, index_alone, evals
+
+    heard, told, skipped, index, evals = asyncio.run(scenario())
+    assert skipped == 1 and index == 22  # the registration's frame alone, its index kept
+    assert heard == ["JobDeregistered"]
+    assert told == ["JobRegistered"]
+    assert list(evals) == ["e1"]  # a frame with another event in it is decoded

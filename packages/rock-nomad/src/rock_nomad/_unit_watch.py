@@ -35,7 +35,7 @@ async def watch_units(
     :param known: the runtime's book of its jobs (read, and kept up to date here).
     :param stopped: the jobs the runtime stopped itself (their end is no error).
     """
-    queue = feed.subscribe(_stops_or_vanishes)
+    queue = feed.subscribe(_stops_or_vanishes, registrations=False)
     try:
         await feed.ready()
         while True:
