@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from rock_nomad.testing._model import NomadError, parse_bool, parse_duration
+from rock_nomad.testing._model import NomadError, compact_json, parse_bool, parse_duration
 
 if TYPE_CHECKING:
     from rock_nomad.testing._cluster import Cluster
@@ -46,7 +46,7 @@ def json_response(
     headers: dict[str, str] | None = None,
     status: int = 200,
 ) -> Response:
-    body = json.dumps(data, indent=4 if pretty else None, separators=None if pretty else (",", ":"))
+    body = json.dumps(data, indent=4) if pretty else compact_json(data)
     out = {"X-Nomad-KnownLeader": "true", "X-Nomad-LastContact": "0"}
     if index is not None:
         out["X-Nomad-Index"] = str(index)

@@ -7,6 +7,7 @@ the driver's own (snake_case).
 
 from __future__ import annotations
 
+import json
 import pickle
 import re
 from typing import Any
@@ -147,6 +148,12 @@ def _canonical_network(net: dict[str, Any]) -> dict[str, Any]:
         ports = out.get(key)
         out[key] = [_canonical_port(p) for p in ports] if ports else None
     return out
+
+
+#: Compact JSON, as Nomad writes it. One encoder for every answer and event (``json.dumps``
+#: with options makes one per call), without the check for cycles: what it encodes is the
+#: stand-in's own JSON values, never circular. About a third less CPU than ``json.dumps``.
+compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
 
 
 def json_copy(obj: Any) -> Any:

@@ -11,7 +11,6 @@ dicts), so the HTTP layer serves them as they are.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from rock_nomad.testing._model import (
     SECOND,
+    compact_json,
     json_copy,
 )
 from rock_nomad.testing._variables import VariableStore
@@ -54,8 +54,7 @@ ALLOC_FIXED = frozenset(
 )
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+_dumps = compact_json
 
 
 #: An allocation's fields that placement's count of a node's use reads.
