@@ -149,6 +149,20 @@ def test_the_docker_floor_is_measured_before_and_after_and_leaves_nothing(docker
     ):
         assert 0 <= point[key] <= 100, key
     assert "stolen by the hypervisor during starts (%)" in done.stderr
+    # Where the machine's CPU went while each phase started its containers, per start: Docker's
+    # daemons and shims spent some for rock's starts and the floor's alike, the admin only for
+    # rock's; every group's figure for rock and the floors' mean, and each floor's whole split.
+    from rock.bench._cpu_split import GROUPS
+
+    for group in GROUPS:
+        assert f"cpu_ms_per_start_{group}" in point and f"floor_cpu_ms_per_start_{group}" in point
+        assert f"CPU per start: {group} (ms)" in done.stderr, group
+    for prefix in ("cpu_ms_per_start_", "floor_cpu_ms_per_start_"):
+        assert point[f"{prefix}dockerd"] > 0 and point[f"{prefix}shim_runc"] > 0, prefix
+    assert point["cpu_ms_per_start_admin"] > 0
+    assert (
+        set(point["floor_before_cpu_split"]) == set(point["floor_after_cpu_split"]) == set(GROUPS)
+    )
     assert docker_client.containers.list(all=True, filters={"label": "rock.bench.floor"}) == []
     assert point["leftovers"] == 0
 
@@ -238,3 +252,63 @@ def test_the_stolen_share_is_of_every_cores_time_over_the_wall_time():
     assert steal_percent(None, 3.0, 2.0) is None and steal_percent(1.0, 3.0, 0) is None
     stolen = machine_steal_seconds()
     assert stolen is not None and stolen >= 0
+
+
+def test_the_cpu_split_counts_each_process_once_by_group_and_leaves_the_rest_unattributed():
+    from rock.bench._cpu_split import cpu_split
+
+    def snapshot(
+        processes: dict[tuple[int, int], tuple[str, float, int]], containers: float, machine: float
+    ) -> dict[str, Any]:
+        return {"processes": processes, "containers": containers, "machine": machine}
+
+    before = snapshot(
+        {
+            (10, 1): ("dockerd", 5.0, 1),
+            (20, 1): ("shim_runc", 1.0, 1),
+            (21, 7): ("other", 0.5, 20),  # a child of the shim that ends before the second look
+            (30, 1): ("admin", 2.0, 1),
+            (40, 1): ("client", 1.0, 1),
+        },
+        containers=3.0,
+        machine=100.0,
+    )
+    after = snapshot(
+        {
+            (10, 1): ("dockerd", 6.0, 1),  # +1.0
+            # +0.9 of its own and runc's, plus the 0.5 the ended child had before the first look,
+            # which its reaping brought into the shim's count
+            (20, 1): ("shim_runc", 2.4, 1),
+            (22, 9): ("shim_runc", 0.3, 1),  # a new shim: all of it
+            (30, 1): ("admin", 2.2, 1),  # +0.2
+            (40, 1): ("client", 1.1, 1),  # +0.1
+            (50, 3): ("other", 0.4, 1),  # new
+        },
+        containers=5.0,  # +2.0
+        machine=106.0,  # +6.0
+    )
+    split = cpu_split(before, after, 10)
+    assert split["dockerd"] == 100.0
+    assert split["shim_runc"] == 120.0  # (0.9 + 0.3) / 10 starts
+    assert split["containers"] == 200.0
+    assert split["admin"] == 20.0 and split["client"] == 10.0
+    assert split["other"] == 40.0 and split["containerd"] == 0.0
+    assert split["unattributed"] == 600.0 - 100 - 120 - 200 - 20 - 10 - 40
+    # Embedded, the engine is the bench's own process: its CPU is the admin's, not twice.
+    embedded = cpu_split(before, after, 10, embedded=True)
+    assert embedded["admin"] == 30.0 and embedded["client"] == 0
+    assert cpu_split(before, after, 0) == {}
+
+
+def test_the_cpu_snapshot_finds_this_process_as_the_client_and_its_work():
+    import time
+
+    from rock.bench._cpu_split import cpu_snapshot, cpu_split
+
+    before = cpu_snapshot(admin_pid=None)
+    end = time.process_time() + 0.3
+    while time.process_time() < end:
+        pass
+    split = cpu_split(before, cpu_snapshot(admin_pid=None), 1)
+    assert split["client"] >= 250  # ms: the busy loop above, counted once
+    assert split["admin"] == 0

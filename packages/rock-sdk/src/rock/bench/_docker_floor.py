@@ -10,12 +10,14 @@ point (see :data:`FLOOR_METHOD`)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from rock.bench._cpu_split import cpu_snapshot, cpu_split, floor_split_mean, split_line
 from rock.bench._host import docker, machine_busy_seconds, machine_steal_seconds, steal_percent
 
 if TYPE_CHECKING:
@@ -72,12 +74,17 @@ def _isolated_network() -> str:
 
 
 def docker_floor(
-    settings: ScaleSettings, count: int, say: Callable[[str], None], phase: str = "before"
-) -> dict[str, float]:
+    settings: ScaleSettings,
+    count: int,
+    say: Callable[[str], None],
+    phase: str = "before",
+    admin_pid: int | None = None,
+) -> dict[str, Any]:
     """Start ``count`` plain containers (the sandboxes' image, memory, CPUs and network; a shell
     that sleeps) through Docker's API, :data:`FLOOR_CONCURRENCY` at a time, then remove them
     the same way; ``{"start_rate_per_second", "removal_seconds"}`` (blocking). ``phase`` only
-    names the run in what is said ("before" or "after" rock's point)."""
+    names the run in what is said ("before" or "after" rock's point); ``admin_pid``: the
+    engine's process, counted apart in the CPU split (``cpu_split``, :mod:`rock.bench._cpu_split`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     import docker
@@ -86,6 +93,8 @@ def docker_floor(
     api = client.api
     network = _isolated_network()
     label = f"{_FLOOR_LABEL}={uuid.uuid4().hex[:8]}"
+    if admin_pid == os.getpid():  # an embedded engine: idle here, and this process is the client
+        admin_pid = None
     say(
         f"docker floor ({phase}): starting {count} plain containers on {network} "
         f"({FLOOR_CONCURRENCY} at a time)"
@@ -120,15 +129,18 @@ def docker_floor(
             api.disconnect_container_from_network(container_id, network, force=True)
         api.remove_container(container_id, force=True, v=True)
 
-    figures: dict[str, float] = {}
+    figures: dict[str, Any] = {}
     ids: list[str] = []
     try:
+        snapshot = cpu_snapshot(admin_pid)
         t = time.perf_counter()
         busy, steal = machine_busy_seconds(), machine_steal_seconds()
         with ThreadPoolExecutor(FLOOR_CONCURRENCY) as pool:
             ids = list(pool.map(start, range(count)))
         took = time.perf_counter() - t
         busy_after = machine_busy_seconds()
+        figures["cpu_split"] = cpu_split(snapshot, cpu_snapshot(admin_pid), count)
+        say(f"docker floor ({phase}): CPU per start (ms): {split_line(figures['cpu_split'])}")
         figures["start_rate_per_second"] = round(count / took, 2)
         stolen = steal_percent(steal, machine_steal_seconds(), took)
         if stolen is not None:
@@ -150,7 +162,7 @@ def docker_floor(
 
 
 def floor_figures(
-    before: dict[str, float], after: dict[str, float] | None, say: Callable[[str], None]
+    before: dict[str, Any], after: dict[str, Any] | None, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """The point's floor figures from its two floor runs (:data:`FLOOR_METHOD`); says both
     floors, their mean and spread, and calls the spread out when the host moved."""
@@ -172,6 +184,9 @@ def floor_figures(
     figures["floor_before_machine_cpu_ms_per_start"] = before.get("machine_cpu_ms_per_start")
     figures["floor_after_machine_cpu_ms_per_start"] = (after or {}).get("machine_cpu_ms_per_start")
     figures["floor_machine_cpu_ms_per_start"] = round(sum(cpus) / len(cpus), 1) if cpus else None
+    figures.update(floor_split_mean(runs))
+    figures["floor_before_cpu_split"] = before.get("cpu_split")
+    figures["floor_after_cpu_split"] = (after or {}).get("cpu_split")
     figures["floor_before_host_steal_percent"] = before.get("host_steal_percent")
     figures["floor_after_host_steal_percent"] = (after or {}).get("host_steal_percent")
     if after is None:

@@ -55,6 +55,7 @@ from typing import Any
 
 import attrs
 
+from rock.bench._cpu_split import CPU_SPLIT_ROWS, flat, measured, split_line
 from rock.bench._docker_floor import FLOOR_METHOD, docker_floor, floor_figures, floor_ratios
 from rock.bench._host import (
     cgroup_procs_file,
@@ -256,10 +257,12 @@ async def _point(
     from rock_core.actions import Command
 
     figures: dict[str, Any] = {"count": count, "mode": "remote" if url else "embedded"}
-    floor_before: dict[str, float] | None = None
+    floor_before: dict[str, Any] | None = None
     if settings.docker_floor:
         _note_load(figures, "before_floor")
-        floor_before = await asyncio.to_thread(docker_floor, settings, count, say, "before")
+        floor_before = await asyncio.to_thread(
+            docker_floor, settings, count, say, "before", engine_pid
+        )
     if url is None:
         t = time.perf_counter()
         await asyncio.to_thread(get_embedded_driver().start)
@@ -276,6 +279,7 @@ async def _point(
     # 1. Start all at once.
     say(f"starting {count} sandboxes ({settings.image}, {settings.memory}, {settings.cpus:g} cpus)")
     holds = _Holds(count)
+    split = measured(engine_pid, lambda: len(holds.start_seconds), embedded=url is None)
     machine_before, steal_before = machine_busy_seconds(), machine_steal_seconds()
     t0 = time.perf_counter()
     tasks = [
@@ -289,7 +293,9 @@ async def _point(
         await holds.settled.wait()
         machine_cpu = _delta(machine_busy_seconds(), machine_before)
         stolen = steal_percent(steal_before, machine_steal_seconds(), time.perf_counter() - t0)
+        figures.update(flat("cpu_ms_per_start_", cpu_split := split()))
         reporter.cancel()
+        say(f"CPU per start (ms): {split_line(cpu_split)}")
         _note_load(figures, "after_starts")
         starts = sorted(holds.start_seconds.values())
         running = list(holds.running.values())
@@ -451,7 +457,7 @@ async def _floor_after(
     settings: ScaleSettings,
     count: int,
     figures: dict[str, Any],
-    before: dict[str, float],
+    before: dict[str, Any],
     left: int,
     say: Callable[[str], None],
 ) -> None:
@@ -460,7 +466,9 @@ async def _floor_after(
     would not be measured as before, or does not answer at all)."""
     after = None
     if left == 0:
-        after = await asyncio.to_thread(docker_floor, settings, count, say, "after")
+        after = await asyncio.to_thread(
+            docker_floor, settings, count, say, "after", figures.get("engine_pid")
+        )
         _note_load(figures, "after_floor")
     else:
         say(f"docker floor (after): skipped, {left} of rock's containers are left")
@@ -544,6 +552,7 @@ TABLE = (
     ("machine_cpu_per_start_to_floor", "machine CPU per start / docker floor"),
     ("start_rate_to_floor", "start rate / docker floor (mean)"),
     ("start_rate_to_floor_range", "start rate / docker floor (range)"),
+    *CPU_SPLIT_ROWS,
     *(
         (f"host_load_1m_{phase}", f"host load 1m: {phase.replace('_', ' ')}")
         for phase in LOAD_PHASES
