@@ -159,7 +159,10 @@ async def adopt(
         core.http, *status.rocklet_address, record.sandbox_id, token=record.rocklet_token
     )
     for _ in range(0 if record.paused else ADOPT_TRIES):  # a paused one cannot answer
-        if await client.is_alive(timeout=5.0):
+        # The start's readiness probe (one GET /is_alive on a fresh connection of the loop's
+        # own), not a pooled request: a restart adopts thousands at once, and the HTTP client's
+        # pool costs several times the probe (its bookkeeping grows with its connections).
+        if await client.probe(timeout=5.0):
             break
         await anyio.sleep(1.0)
     else:

@@ -116,7 +116,7 @@ async def start_async(
     (``user_id``, ``experiment_id``, ``namespace``, ``cluster``). ``idempotency_key``: see
     :func:`_keyed_start`.
     """
-    tg = core.task_group()
+    core.task_group()  # raises unless the engine is open, before anything is recorded
     spec = spec_from_start_request(request, **identity)
     tenant = tenant or core.owner  # the spec gets it with the rest, below
     if IDEMPOTENCY_METADATA_KEY in spec.metadata:
@@ -184,7 +184,7 @@ async def start_async(
     )
     live = core.live[sandbox_id] = LiveSandbox(record=record)
     core.save(record)
-    _hand_to_task(tg, core, live, reuse=False)
+    _hand_to_task(core, live, reuse=False)
     return record
 
 
@@ -245,17 +245,25 @@ def resume(core: EngineCore, live: LiveSandbox) -> None:
     """Start a recovered ``pending`` sandbox whose start was cut short before its unit was made
     (a cluster's leader that ended): from the queue, as if just accepted."""
     live.begin_start()
-    _hand_to_task(core.task_group(), core, live, reuse=False)
+    _hand_to_task(core, live, reuse=False)
 
 
 def _hand_to_task(
-    tg: anyio.abc.TaskGroup, core: EngineCore, live: LiveSandbox, reuse: bool
+    core: EngineCore, live: LiveSandbox, reuse: bool, *, while_closing: bool = False
 ) -> None:
-    """Run :func:`run_start` in ``tg``, its cancel scope made now: a stop arriving before the
-    task's first step finds the scope, cancels it and waits for the task (which then takes
-    nothing), instead of stopping a record the task would then bring up."""
+    """Run :func:`run_start` in a task of the engine's (:meth:`EngineCore.start_soon`), its
+    cancel scope made now: a stop arriving before the task's first step finds the scope,
+    cancels it and waits for the task (which then takes nothing), instead of stopping a record
+    the task would then bring up."""
     live.start_scope = anyio.CancelScope()
-    tg.start_soon(run_start, core, live.record.sandbox_id, time.monotonic(), reuse)
+    core.start_soon(
+        run_start,
+        core,
+        live.record.sandbox_id,
+        time.monotonic(),
+        reuse,
+        while_closing=while_closing,
+    )
 
 
 async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -> None:
@@ -456,5 +464,5 @@ async def restart(core: EngineCore, sandbox_id: str, quota: Quota | None = None)
             phases=waiting_phases(),
         )
         live.begin_start()
-        _hand_to_task(core.task_group(while_closing=True), core, live, reuse=True)
+        _hand_to_task(core, live, reuse=True, while_closing=True)
     return live.record
