@@ -160,6 +160,8 @@ def test_the_docker_floor_is_measured_before_and_after_and_leaves_nothing(docker
     for prefix in ("cpu_ms_per_start_", "floor_cpu_ms_per_start_"):
         assert point[f"{prefix}dockerd"] > 0 and point[f"{prefix}shim_runc"] > 0, prefix
     assert point["cpu_ms_per_start_admin"] > 0
+    assert point["own_cpu_per_start_to_floor"] > 0
+    assert "docker floor, other work left out" in done.stderr
     assert (
         set(point["floor_before_cpu_split"]) == set(point["floor_after_cpu_split"]) == set(GROUPS)
     )
@@ -201,6 +203,9 @@ def test_a_floor_that_moved_during_the_point_is_called_out_and_averaged():
     assert figures["floor_machine_cpu_ms_per_start"] == 250.0
     figures["machine_cpu_ms_per_start"] = 300.0
     assert floor_ratios(6.0, figures)["machine_cpu_per_start_to_floor"] == 1.2
+    # and without the CPU of other work on the host, on either side
+    figures |= {"cpu_ms_per_start_other": 60.0, "floor_cpu_ms_per_start_other": 10.0}
+    assert floor_ratios(6.0, figures)["own_cpu_per_start_to_floor"] == 1.0
 
 
 def test_remote_scale_goes_through_a_real_admin(tmp_path, docker_client):

@@ -44,7 +44,12 @@ FLOOR_METHOD = (
     "floor's): the whole machine's busy CPU (/proc/stat: every core, process and the kernel) from the "
     "first start to the last one running, per start; floor_machine_cpu_ms_per_start: the mean of the "
     "floors'; machine_cpu_per_start_to_floor: rock's / that mean (on a machine the starts keep busy, "
-    "the start rate's ratio is about its inverse)"
+    "the start rate's ratio is about its inverse); cpu_ms_per_start_<group> and "
+    "floor_cpu_ms_per_start_<group> (the floors' mean; floor_before_cpu_split and "
+    "floor_after_cpu_split each floor's): that CPU split by process group (rock.bench._cpu_split); "
+    "own_cpu_per_start_to_floor: machine_cpu_per_start_to_floor without the group 'other' "
+    "(processes that are not Docker's, the containers', the engine's or the bench's: other work "
+    "on the host) on either side"
 )
 
 
@@ -221,6 +226,14 @@ def floor_ratios(rate: float | None, figures: dict[str, Any]) -> dict[str, Any]:
     )
     if rock_cpu and floor_cpu:
         ratios["machine_cpu_per_start_to_floor"] = round(rock_cpu / floor_cpu, 3)
+        # The same without the CPU of processes that are neither Docker's, the containers', the
+        # engine's nor the bench's (other work on a shared host moves the whole machine's figure).
+        rock_other = figures.get("cpu_ms_per_start_other")
+        floor_other = figures.get("floor_cpu_ms_per_start_other")
+        if rock_other is not None and floor_other is not None and floor_cpu > floor_other:
+            ratios["own_cpu_per_start_to_floor"] = round(
+                (rock_cpu - rock_other) / (floor_cpu - floor_other), 3
+            )
     return ratios | {
         "start_rate_to_floor": round(rate / mean, 3),
         "start_rate_to_floor_before": round(rate / floors[0], 3),

@@ -550,6 +550,7 @@ TABLE = (
     ("floor_before_host_steal_percent", "docker floor before: stolen by the hypervisor (%)"),
     ("floor_after_host_steal_percent", "docker floor after: stolen by the hypervisor (%)"),
     ("machine_cpu_per_start_to_floor", "machine CPU per start / docker floor"),
+    ("own_cpu_per_start_to_floor", "machine CPU per start / docker floor, other work left out"),
     ("start_rate_to_floor", "start rate / docker floor (mean)"),
     ("start_rate_to_floor_range", "start rate / docker floor (range)"),
     *CPU_SPLIT_ROWS,
