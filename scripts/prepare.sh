@@ -19,13 +19,19 @@ say "syncing the uv workspace into .venv ($("$uv" --version))"
 "$ROCK_REPO/scripts/ensure-postgres.sh"
 # E2B's Python SDK, in a virtual environment of its own, for rock-e2b's tests (issue #29).
 "$ROCK_REPO/scripts/ensure-e2b-sdk.sh"
-# HAProxy (Debian's package, some 5 MB) for tests/test_deploy_ha_end_to_end.py: deploy/ha's two
-# admins behind it, end to end. Without it those tests skip, saying so.
-if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ] && is_root && is_debian; then
-    say "installing Debian's haproxy package (apt-get)"
+# HAProxy and nginx (Debian's haproxy and nginx-light packages, some 5 MB together) for
+# tests/test_deploy_ha_end_to_end.py: deploy/ha's two admins behind each balancer, end to end.
+# The tests run their own balancer processes on their own configuration. Without them those
+# tests skip, saying so.
+balancers=""
+if ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then balancers="haproxy"; fi
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then balancers="$balancers nginx-light"; fi
+if [ -n "$balancers" ] && is_root && is_debian; then
+    say "installing Debian's$balancers package(s) (apt-get)"
     apt_get() { DEBIAN_FRONTEND=noninteractive apt-get "$@" </dev/null >&2; }
-    apt_get install -y -qq --no-install-recommends haproxy \
-        || { apt_get update -qq && apt_get install -y -qq --no-install-recommends haproxy; } \
-        || say "could not install haproxy: deploy/ha's HAProxy tests will skip"
+    # shellcheck disable=SC2086 # the list splits into package names
+    apt_get install -y -qq --no-install-recommends $balancers \
+        || { apt_get update -qq && apt_get install -y -qq --no-install-recommends $balancers; } \
+        || say "could not install$balancers: deploy/ha's tests of them will skip"
 fi
 "$ROCK_REPO/scripts/ensure-test-images.sh"

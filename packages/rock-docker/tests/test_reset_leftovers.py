@@ -9,6 +9,7 @@ remove it, and still take back the sandbox's own container.
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 import anyio
 import pytest
@@ -19,6 +20,7 @@ from rock_core.engine.manager import SandboxManager
 from rock_core.engine.resetting import RESET_PREFIX
 from rock_core.states import State
 from rock_core.testing import eventually_async, unique_sandbox_id
+from rock_docker._container import ROCKLET_SOCKET_LABEL
 
 from .conftest import IMAGE, RUN_LABEL
 
@@ -42,8 +44,12 @@ def _config(tmp_path, run_labels) -> EngineConfig:
 
 def _leave_a_renamed_old_container(docker_client, unit_id: str, run_labels) -> str:
     """The old container as the dying admin's reset left it: renamed ``rock-reset-*``, running,
-    with the sandbox's labels (made here from the sandbox's own, as Docker's rename keeps them)."""
+    with the sandbox's labels (made here from the sandbox's own, as Docker's rename keeps them),
+    its rocklet socket a folder of its own, as the old unit's was (the new unit of a reset gets
+    a new folder; the leftover's removal takes its own away, never the running unit's)."""
     labels = {**docker_client.api.inspect_container(unit_id)["Config"]["Labels"], **run_labels}
+    own = Path(labels[ROCKLET_SOCKET_LABEL])
+    labels[ROCKLET_SOCKET_LABEL] = str(own.parent.parent / f"old{secrets.token_hex(4)}" / own.name)
     left = docker_client.containers.run(
         IMAGE,
         ["sleep", "600"],
