@@ -27,7 +27,8 @@
 #
 # Settings (environment): NETWORK (rock-sandboxes), BRIDGE (rock-sbx0), SUBNET (a free /16
 # by default, chosen by Docker), ADMIN_CIDR (unset: any address may reach the rocklets),
-# BLOCKED (the private ranges sandboxes may not reach), RESOLVERS (DNS servers they may ask
+# BLOCKED (the ranges sandboxes may not reach; default: every non-global range but
+# loopback, derived with python3), RESOLVERS (DNS servers they may ask
 # there; default: the node's own, from resolv.conf), LOCAL_DNS (1: let sandboxes ask a
 # resolver on the node itself).
 set -eu
@@ -36,7 +37,20 @@ NETWORK=${NETWORK:-rock-sandboxes}
 BRIDGE=${BRIDGE:-rock-sbx0}
 SUBNET=${SUBNET:-}
 ADMIN_CIDR=${ADMIN_CIDR:-}
-BLOCKED=${BLOCKED:-"10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10 169.254.0.0/16"}
+# By default every range the standard library does not call global (private, shared, link-local,
+# reserved), loopback left out, derived from Python's own tables so the list follows them.
+if [ -z "${BLOCKED:-}" ]; then
+    if ! command -v python3 >/dev/null 2>&1; then
+        echo "client-setup.sh: BLOCKED is not set and python3, which derives it, is missing:" \
+            "set BLOCKED to the CIDR ranges sandboxes may not reach, space-separated" >&2
+        exit 2
+    fi
+    BLOCKED=$(python3 -c '
+import ipaddress
+slices = (ipaddress.IPv4Network((i << 16, 16)) for i in range(1 << 16))
+kept = [n for n in slices if not n.is_global and not n.is_loopback]
+print(" ".join(str(n) for n in ipaddress.collapse_addresses(kept)))')
+fi
 LOCAL_DNS=${LOCAL_DNS:-0}
 # The node's resolvers outside loopback (systemd-resolved's upstreams when it is in use).
 RESOLVERS=${RESOLVERS:-$(cat /run/systemd/resolve/resolv.conf /etc/resolv.conf 2>/dev/null \
