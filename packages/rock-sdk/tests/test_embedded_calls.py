@@ -15,6 +15,7 @@ import pytest
 from rock.sdk._drivers.embedded import EmbeddedDriver
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
+from rock_core.errors import InternalServerRockError
 from rock_core.testing import ScriptedRuntime
 
 
@@ -96,3 +97,39 @@ def test_a_call_in_flight_is_cancelled_when_the_engine_closes_before_its_manager
     asyncio.run(main())
     assert cancelled_with_the_manager_closed == [False]
     assert closed == [True]
+
+
+def test_a_call_handed_over_as_the_engines_loop_ends_fails_instead_of_waiting_forever(
+    scripted_config: EngineConfig, scripted_runtime: ScriptedRuntime
+) -> None:
+    # The window: the caller saw the engine running, and hands its call over after the engine's
+    # loop took its last turn but before the loop is closed. The call is queued on a loop that
+    # never runs again. Made here by stopping the engine and handing the call to a loop that
+    # never runs, as the engine's thread ends.
+    driver = _driver(scripted_config, scripted_runtime)
+    driver.start()
+    portal = driver._portal
+    driver.close()
+    idle = asyncio.new_event_loop()  # never run: the loop after its last turn
+    driver._portal, driver._engine_loop = portal, idle
+    driver._loop_ended = False  # the engine's thread has not yet seen its loop end
+
+    async def answer() -> str:
+        return "answered"
+
+    async def main() -> None:
+        call = asyncio.create_task(driver._call(answer))
+        await asyncio.sleep(0.05)  # handed over, and waiting
+        assert not call.done()
+        ending = threading.Thread(target=driver._fail_handoffs)  # the engine's thread ends
+        ending.start()
+        ending.join()
+        with pytest.raises(InternalServerRockError, match="embedded engine is closed"):
+            await asyncio.wait_for(call, timeout=10)
+
+    try:
+        asyncio.run(main())
+    finally:
+        driver._portal = None
+        idle.close()
+    assert driver._handoffs == {}

@@ -127,6 +127,8 @@ class EmbeddedDriver(DriverThread):
         self._stop: anyio.Event | None = None
         self._tg: anyio.abc.TaskGroup | None = None  # the engine loop's own tasks (streams' pumps)
         self._closed = False
+        self._handoffs = {}
+        self._loop_ended = False
         self._addresses = AddressBook()
         self._local_ports = LocalPorts()
         self._loop_clients: weakref.WeakKeyDictionary[

@@ -6,6 +6,7 @@ of :class:`~rock.sdk._drivers.embedded.EmbeddedDriver`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
@@ -59,6 +60,10 @@ class DriverThread:
     #: The engine's loop and the callers' calls running on it (set with ``_portal``).
     _engine_loop: asyncio.AbstractEventLoop
     _calls: set[asyncio.Task[Any]]
+    #: Calls handed to the engine's loop and not yet answered (see :meth:`_fail_handoffs`).
+    _handoffs: dict[concurrent.futures.Future[Any], Any]
+    #: Set once the engine's loop has run for the last time.
+    _loop_ended: bool
     _manager: SandboxManager | None
     _thread: threading.Thread | None
     _thread_id: int | None
@@ -127,7 +132,24 @@ class DriverThread:
         finally:
             self._portal = None
             self._manager = None
+            self._fail_handoffs()
             ready.set()
+
+    def _fail_handoffs(self) -> None:
+        """(the engine's thread, its loop gone) Fail the calls handed over that it never took.
+
+        A call handed over between the loop's last turn and its close is queued on a loop that
+        never runs again; its caller would wait forever. Every such call fails with
+        :func:`closed_error` instead, and its coroutine is closed unrun.
+        """
+        self._loop_ended = True
+        for future, call in list(self._handoffs.items()):
+            self._handoffs.pop(future, None)
+            if future.done():
+                continue
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                future.set_exception(closed_error())
+                call.close()
 
     async def _serve(self, ready: threading.Event) -> None:
         self._thread_id = threading.get_ident()
@@ -144,6 +166,7 @@ class DriverThread:
                 self._tg = tg
                 self._engine_loop = asyncio.get_running_loop()
                 self._calls = set()
+                self._loop_ended = False
                 self._portal = portal
                 ready.set()
                 await self._stop.wait()
@@ -212,7 +235,14 @@ class DriverThread:
         except RuntimeError as exc:  # the engine's loop is closed
             call.close()
             raise closed_error() from exc
-        return await asyncio.wrap_future(future, loop=loop)
+        handoffs = self._handoffs
+        handoffs[future] = call
+        if self._loop_ended:  # it ended while this call was handed over: nothing will take it
+            self._fail_handoffs()
+        try:
+            return await asyncio.wrap_future(future, loop=loop)
+        finally:
+            handoffs.pop(future, None)
 
     async def _on_engine(self, func: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
         """(engine loop) ``func(*args)``, cancelled if the engine stops while it runs."""
