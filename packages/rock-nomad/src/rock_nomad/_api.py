@@ -26,11 +26,12 @@ from urllib.parse import quote, urlencode
 
 import anyio
 import httpx
+import orjson
 
 from rock_core.errors import RuntimeFailure, SandboxNotFound
 from rock_core.lean_http import LeanHttpClient, LeanHttpError, LeanResponse, LeanStream
 
-__all__ = ["Answer", "NomadApi", "NomadError", "Setting"]
+__all__ = ["Answer", "NomadApi", "NomadError", "Setting", "decode_json", "encode_json"]
 
 #: An answer of Nomad: httpx's, or the lean client's (the same ``status_code``, ``headers``,
 #: ``text`` and ``json()``).
@@ -48,6 +49,21 @@ _WAIT_MARGIN = 15.0
 #: walk 3/4 of the admin's CPU.
 QUICK_CALLS = 64
 POOL_CONNECTIONS = 8
+
+
+def encode_json(value: Any) -> bytes:
+    """A request's JSON body: orjson (a start's job, 3 KB, in a tenth of ``json.dumps``'s
+    CPU); a value orjson does not take (a key that is no string, a number past 64 bits) as
+    ``json.dumps`` writes it."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return jsonlib.dumps(value).encode()
+
+
+def decode_json(response: Answer) -> Any:
+    """An answer's body as JSON, decoded by orjson (a third of ``json.loads``'s CPU)."""
+    return orjson.loads(response.content)
 
 
 class _QuietNomadRequests(logging.Filter):
@@ -223,7 +239,7 @@ class NomadApi:
         assert self._lean is not None
         query = urlencode(self._params(params, namespaced))
         target = f"/v1/{quote(path, safe=_PATH_SAFE)}" + (f"?{query}" if query else "")
-        body = None if json is None else jsonlib.dumps(json).encode()
+        body = None if json is None else encode_json(json)
         try:
             response = await self._lean.request(method, target, body=body)
         except LeanHttpError as exc:
@@ -394,7 +410,7 @@ class NomadApi:
 
     async def get_json(self, path: str, **kw: Any) -> Any:
         response = await self.request("GET", path, **kw)
-        return response.json()
+        return decode_json(response)
 
     async def blocking(self, path: str, index: int, wait: float, **kw: Any) -> tuple[Any, int]:
         """A blocking read: ``(body, X-Nomad-Index)``, once the object's index passes ``index``
@@ -409,4 +425,4 @@ class NomadApi:
             new_index = int(response.headers.get("X-Nomad-Index") or 0)
         except ValueError:
             new_index = 0
-        return response.json(), new_index
+        return decode_json(response), new_index

