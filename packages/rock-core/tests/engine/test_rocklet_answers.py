@@ -126,9 +126,13 @@ def hostile() -> Iterator[tuple[str, int]]:
     server.server_close()
 
 
-@pytest.fixture
-async def client(hostile: tuple[str, int]) -> AsyncIterator[RockletClient]:
-    async with new_http_client(max_answer=CAP) as http:
+@pytest.fixture(params=[False, True], ids=["httpx", "lean"])
+async def client(
+    hostile: tuple[str, int], request: pytest.FixtureRequest
+) -> AsyncIterator[RockletClient]:
+    """Over httpx (the engine's and the admin's client) and over the lean path (the embedded
+    SDK's, ``new_http_client(lean=True)``): the same caps on either."""
+    async with new_http_client(max_answer=CAP, lean=request.param) as http:
         yield RockletClient(http, hostile[0], hostile[1], "sbx-hostile", token="t")
 
 

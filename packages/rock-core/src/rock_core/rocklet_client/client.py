@@ -68,6 +68,7 @@ from rock_core.operations import Operation
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.rocklet_client.answers import TooLarge, capped_lines, read_capped, rock_error
 from rock_core.rocklet_client.connections import RockletConnections
+from rock_core.rocklet_client.lean import Answer, Dropped, Encoded, Timeout, request_bytes
 from rock_core.rocklet_client.transport import (
     DEFAULT_MAX_ANSWER,
     SMALL_ANSWER,
@@ -84,6 +85,8 @@ Resp = TypeVar("Resp")
 # Headroom over a command's own timeout before the HTTP call itself gives up: the rocklet
 # answers a timed-out command with an error, and that answer should win.
 _TIMEOUT_MARGIN = 30.0
+# A call's bound when it gives none of its own (the shared client's ``httpx.Timeout(30.0)``).
+_DEFAULT_SECONDS = 30.0
 
 
 def process_request(
@@ -130,11 +133,17 @@ class RockletClient(RockletConnections):
         self.token = token
         self._headers = {TOKEN_HEADER: token} if token else {}
         if host.startswith("/"):  # a unix socket: RuntimeStatus.rocklet_address gives (path, 0)
-            self.base_url = f"http://{uds_host(host)}"
+            self._host_header = uds_host(host)
+            self.base_url = f"http://{self._host_header}"
             self.where = f"unix:{host}"
         else:
+            self._host_header = f"{host}:{port}"
             self.base_url = f"http://{host}:{port}"
             self.where = self.base_url
+        # The lean path's fixed headers, as httpx sends them (rock's own, the secret).
+        self._lean_head = f"Host: {self._host_header}\r\nAccept: */*\r\n" + (
+            "Accept-Encoding: identity\r\n" + (f"{TOKEN_HEADER}: {token}\r\n" if token else "")
+        )
         self.sandbox_id = sandbox_id
         #: The largest answer read from this rocklet (the engine's ``max_rocklet_answer``).
         self.max_answer: int = getattr(http, "max_answer", DEFAULT_MAX_ANSWER)
@@ -154,12 +163,27 @@ class RockletClient(RockletConnections):
         timeout: float | None | str = "default",
         limit: int | None = None,
         **kw: Any,
-    ) -> httpx.Response:
+    ) -> httpx.Response | Answer:
         """Send a request and read its answer whole, at most ``limit`` bytes (default
-        :attr:`max_answer`); the answer comes back as a read :class:`httpx.Response`."""
+        :attr:`max_answer`); the answer comes back as a read :class:`httpx.Response`, or an
+        :class:`~rock_core.rocklet_client.lean.Answer` over a lean client's pools."""
+        cap = self.max_answer if limit is None else limit
+        lean = getattr(self.http, "lean", None)
+        if lean is not None and not kw:  # the same request bytes as httpx's, the same errors
+            data = request_bytes(method, path, self._lean_head, json_body)
+            seconds = _DEFAULT_SECONDS if timeout == "default" else timeout
+            try:
+                answer: Answer = await lean.exchange(
+                    self.host, self.port, data, cap, None if seconds is None else float(seconds)
+                )
+            except (TooLarge, Encoded, Timeout, Dropped, OSError) as exc:
+                raise self._failure(exc, attempted, limit) from (
+                    None if isinstance(exc, TooLarge) else exc
+                )
+            self._raise_for_status(answer, attempted)
+            return answer
         if timeout != "default":
             kw["timeout"] = httpx.Timeout(None if timeout is None else float(timeout), connect=5.0)
-        cap = self.max_answer if limit is None else limit
         try:
             request = self.http.build_request(
                 method, self.base_url + path, json=json_body, headers=self._headers, **kw
@@ -175,28 +199,27 @@ class RockletClient(RockletConnections):
                 request=request,
                 headers={"content-type": streamed.headers.get("content-type", "application/json")},
             )
-        except TooLarge as exc:
-            raise self._too_large(attempted, exc.limit, limit is not None) from None
-        except httpx.DecodingError as exc:
-            raise InternalServerRockError(
-                f"the rocklet of sandbox {self.sandbox_id} answered {attempted} with an encoded body: {exc}",
-                sandbox_id=self.sandbox_id,
-                attempted=attempted,
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise CommandTimeout(
-                f"the rocklet of sandbox {self.sandbox_id} did not answer {attempted} in time",
-                sandbox_id=self.sandbox_id,
-                attempted=attempted,
-            ) from exc
-        except httpx.TransportError as exc:
-            raise RockletUnreachable(
-                f"the rocklet of sandbox {self.sandbox_id} at {self.where} is unreachable: {exc!r}",
-                sandbox_id=self.sandbox_id,
-                attempted=attempted,
-            ) from exc
+        except (TooLarge, httpx.DecodingError, httpx.TimeoutException, httpx.TransportError) as exc:
+            raise self._failure(exc, attempted, limit) from (
+                None if isinstance(exc, TooLarge) else exc
+            )
         self._raise_for_status(response, attempted)
         return response
+
+    def _failure(self, exc: Exception, attempted: str, limit: int | None) -> RockError:
+        """The rock error of a call that got no whole answer (httpx's failures or the lean
+        path's: too large, encoded, timed out, unreachable)."""
+        if isinstance(exc, TooLarge):
+            return self._too_large(attempted, exc.limit, limit is not None)
+        kw: dict[str, Any] = {"sandbox_id": self.sandbox_id, "attempted": attempted}
+        who = f"the rocklet of sandbox {self.sandbox_id}"
+        if isinstance(exc, (httpx.DecodingError, Encoded)):
+            return InternalServerRockError(
+                f"{who} answered {attempted} with an encoded body: {exc}", **kw
+            )
+        if isinstance(exc, (httpx.TimeoutException, Timeout)):
+            return CommandTimeout(f"{who} did not answer {attempted} in time", **kw)
+        return RockletUnreachable(f"{who} at {self.where} is unreachable: {exc!r}", **kw)
 
     def _too_large(self, attempted: str, limit: int, asked: bool) -> InternalServerRockError:
         """The error of an answer past its cap: which cap, and what to do instead."""
@@ -216,7 +239,7 @@ class RockletClient(RockletConnections):
             attempted=attempted,
         )
 
-    def _raise_for_status(self, response: httpx.Response, attempted: str) -> None:
+    def _raise_for_status(self, response: httpx.Response | Answer, attempted: str) -> None:
         if response.status_code < 400:
             return
         try:
@@ -278,6 +301,9 @@ class RockletClient(RockletConnections):
     async def forget(self) -> None:
         """Close the engine's connection pool to this rocklet (its sandbox stopped), so that a
         long-running engine keeps no pool per sandbox it ever ran."""
+        lean = getattr(self.http, "lean", None)
+        if lean is not None:
+            lean.forget(self.host, self.port)
         transport = getattr(self.http, "rocklet_transport", None)
         if isinstance(transport, RockletTransport):
             await transport.forget(self.host, None if self.host.startswith("/") else self.port)

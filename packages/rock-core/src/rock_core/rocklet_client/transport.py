@@ -9,6 +9,8 @@ from typing import Any
 
 import httpx
 
+from rock_core.rocklet_client.lean import LeanPools
+
 __all__ = ["DEFAULT_MAX_ANSWER", "RockletHttp", "RockletTransport", "new_http_client", "uds_host"]
 
 
@@ -84,26 +86,40 @@ SMALL_ANSWER = 65536
 
 class RockletHttp(httpx.AsyncClient):
     """The engine's HTTP client of rocklets, with the cap on each answer it reads (``max_answer``)
-    and the transport it was given (``rocklet_transport``: httpx keeps its own private)."""
+    and the transport it was given (``rocklet_transport``: httpx keeps its own private).
 
-    def __init__(self, *, max_answer: int = DEFAULT_MAX_ANSWER, **kwargs: Any) -> None:
+    ``lean``: the catalog's calls (:meth:`RockletClient.call
+    <rock_core.rocklet_client.client.RockletClient.call>`) go over :class:`LeanPools` instead of
+    httpx (asyncio only: a client made in an asyncio loop, used in that loop)."""
+
+    def __init__(
+        self, *, max_answer: int = DEFAULT_MAX_ANSWER, lean: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.max_answer = max_answer
         self.rocklet_transport: httpx.AsyncBaseTransport | None = kwargs.get("transport")
+        self.lean: LeanPools | None = LeanPools() if lean else None
+
+    async def aclose(self) -> None:
+        if self.lean is not None:
+            self.lean.close()
+        await super().aclose()
 
 
 def new_http_client(
-    max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER
+    max_connections: int = 1000, max_answer: int = DEFAULT_MAX_ANSWER, *, lean: bool = False
 ) -> httpx.AsyncClient:
     """The pooled client an engine shares across all its sandboxes' rocklets; no answer is read
     past ``max_answer`` bytes.
 
     Rocklets listen on 127.0.0.1 (or a unix socket) only, so proxies from the environment never
     apply. Answers come unencoded (``Accept-Encoding: identity``): a compressed one could unpack
-    far beyond its cap.
+    far beyond its cap. ``lean``: the catalog's calls skip httpx (:class:`RockletHttp`); only
+    for a client made and used in one asyncio loop (the embedded SDK's, one per caller loop).
     """
     return RockletHttp(
         max_answer=max_answer,
+        lean=lean,
         timeout=httpx.Timeout(30.0, connect=5.0),
         transport=RockletTransport(max_connections),
         trust_env=False,

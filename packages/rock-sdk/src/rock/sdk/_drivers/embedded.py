@@ -189,7 +189,7 @@ class EmbeddedDriver(DriverThread):
             entry = self._loop_clients.get(loop)
         if entry is not None:
             return entry[0]
-        http = new_http_client()
+        http = new_http_client(lean=True)  # this loop is asyncio: the lean calls (RockletHttp)
         closer = _close_with_loop(http)
         await closer.__anext__()  # now the loop finalizes it at shutdown
         with self._loop_clients_lock:
