@@ -136,3 +136,28 @@ def test_the_warm_up_after_the_first_answer_leaves_out_what_no_first_command_nee
         check=True,
     ).stdout.split()
     assert found == ["json"]  # json is warmed up, as every answer but the probe's needs it
+
+
+def test_the_endpoints_warm_up_only_once_no_request_started_or_ended_for_a_while() -> None:
+    """A rollout's short, busy sandbox never pays for sessions, processes and statistics it
+    does not use: the warm-up waits until the server's activity stands still for a period."""
+    from rock_core.rocklet.__main__ import warm_when_idle
+
+    class Server:
+        reads = 0
+
+        @property
+        def activity(self) -> int:
+            self.reads += 1
+            return min(self.reads, 6)  # requests start and end for the first six looks
+
+    warmed_at: list[int] = []
+    server = Server()
+
+    class Rocklet:
+        def warm_up(self) -> None:
+            warmed_at.append(server.reads)
+
+    warm_when_idle(server, Rocklet(), idle=0.001)
+    assert len(warmed_at) == 1
+    assert warmed_at[0] >= 7  # not before the activity stood still for a whole period

@@ -249,10 +249,16 @@ def main(argv: list[str] | None = None) -> int:
             rocklet = Rocklet(state_dir, owns_process=True, sandbox_agent=opts["sandbox"])
             rocklets.append(rocklet)
             server = RockletServer.for_connections(build_router(rocklet), token, unix=unix)
-            # The endpoints are warmed up once the first full answer is out: importing them
-            # before would hold the GIL while that request waits, in a sandbox's small share.
+            # The endpoints are warmed up once the first full answer is out and the rocklet is
+            # idle: importing them before would hold the GIL while that request waits, in a
+            # sandbox's small share, and a short busy sandbox (an RL rollout's) never needs
+            # sessions, processes or statistics. An env image's warm-up starts GEM's worker:
+            # at once, as its first env waits for it.
+            idle = 0.0 if b"ROCK_ENV_PRESTART" in posix.environ else IDLE_BEFORE_WARM_UP
             server.after_first_answer.append(
-                lambda: threading.Thread(target=rocklet.warm_up, daemon=True).start()
+                lambda: threading.Thread(
+                    target=warm_when_idle, args=(server, rocklet, idle), daemon=True
+                ).start()
             )
             return server
 
@@ -293,6 +299,23 @@ def main(argv: list[str] | None = None) -> int:
 
                     shutil.rmtree(state_dir, ignore_errors=True)
     return 0
+
+
+#: Seconds without a request starting or ending before the endpoints are warmed up.
+IDLE_BEFORE_WARM_UP = 0.5
+
+
+def warm_when_idle(server: Any, rocklet: Any, idle: float = IDLE_BEFORE_WARM_UP) -> None:
+    """Warm ``rocklet``'s endpoints up (:meth:`.api.Rocklet.warm_up`) once ``server`` saw no
+    request start or end for ``idle`` seconds (0: at once): between a user's calls, not amid a
+    rollout's."""
+    import time
+
+    seen = -1
+    while idle and seen != server.activity:
+        seen = server.activity
+        time.sleep(idle)
+    rocklet.warm_up()
 
 
 def _start_thread(target: Any) -> None:

@@ -202,6 +202,8 @@ class RockletServer:
         #: Called once, after the first answer is sent (the engine's readiness probe): work
         #: that can wait until the sandbox is known to run (warming the endpoints up).
         self.after_first_answer: list[Callable[[], None]] = []
+        #: Counts each request's start and end (:func:`.__main__.warm_when_idle` watches it).
+        self.activity = 0
 
     @classmethod
     def for_connections(
@@ -217,6 +219,7 @@ class RockletServer:
         server._sock = None
         server._closing = False
         server.after_first_answer = []
+        server.activity = 0
         return server
 
     def serve_connection(self, conn: Any) -> None:
@@ -326,6 +329,7 @@ class RockletServer:
             line = rfile.readline(MAX_LINE + 1)
         if not line:
             return False
+        self.activity += 1  # not exact across threads: enough to tell idle from busy
         try:
             method, target, version = line.decode("latin-1").rstrip("\r\n").split(" ")
         except ValueError:
@@ -393,6 +397,7 @@ class RockletServer:
             except BadRequest:
                 keep_alive = False
         self._send(conn, response, keep_alive and response.after is None)
+        self.activity += 1
         while self.after_first_answer:
             try:
                 self.after_first_answer.pop()()  # one list, popped: each runs once, in one thread
