@@ -361,7 +361,7 @@ def test_the_check_sees_a_renamed_path_or_name(cited, renamed, check):
 
 #: What rock-core may import besides the standard library and itself (its ``testing`` kit,
 #: shipped under the extra of that name, also pytest and, in its docker_client fixture, docker).
-CORE_DEPENDENCIES = {"attrs", "cattrs", "pluggy", "anyio", "httpx"}
+CORE_DEPENDENCIES = {"attrs", "cattrs", "pluggy", "anyio", "httpx", "orjson"}
 
 
 def _imports(file: Path) -> set[str]:
@@ -392,8 +392,8 @@ def _sources(package: str) -> list[Path]:
 
 
 def test_rock_core_imports_only_its_dependencies():
-    """rock-core imports attrs, cattrs, pluggy, anyio, httpx and the standard library, never a
-    plugin or rock-sdk (the rocklet, standard library only, is checked in its zipapp by
+    """rock-core imports attrs, cattrs, pluggy, anyio, httpx, orjson and the standard library,
+    never a plugin or rock-sdk (the rocklet, standard library only, is checked in its zipapp by
     packages/rock-core/tests/rocklet/test_zipapp.py)."""
     allowed = set(sys.stdlib_module_names) | CORE_DEPENDENCIES | {"rock_core"}
     wrong = {}

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 
 from rock_core.converters import store as store_converter
 from rock_core.converters import structure_store, unstructure_store
@@ -77,8 +78,19 @@ _PUT = (
 )
 
 
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode_slowly = json.JSONEncoder(separators=(",", ":")).encode
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
+_ORJSON = orjson.OPT_NON_STR_KEYS
+
+
+def _encode(value: Any) -> str:
+    """``value`` (JSON-ready) as compact JSON text: orjson's (a twentieth of the standard
+    library's cost; UTF-8 where ``json`` escapes, which every reader reads alike), or the
+    standard library's for what orjson refuses (an integer beyond 64 bits)."""
+    try:
+        return orjson.dumps(value, option=_ORJSON).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return _encode_slowly(value)
 
 
 def _json(value: Any) -> str:

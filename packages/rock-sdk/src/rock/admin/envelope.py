@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import orjson
 from starlette.responses import Response
 
 from rock_core.converters import unstructure_wire
@@ -28,13 +29,22 @@ NDJSON = "application/x-ndjson"
 BYTES = "application/octet-stream"
 
 
-# One encoder for every answer (json.dumps with separators makes one per call).
+# The standard library's encoder, for what orjson refuses (json.dumps with separators makes one
+# encoder per call).
 _compact = json.JSONEncoder(separators=(",", ":")).encode
+_ORJSON = orjson.OPT_NON_STR_KEYS
 
 
 def json_response(data: Any, status_code: int = 200) -> Response:
-    """``data`` as compact JSON."""
-    return Response(_compact(data).encode(), status_code=status_code, media_type=JSON)
+    """``data`` as compact JSON: orjson's (UTF-8 where ``json`` escapes; a start batch's answer
+    at a fraction of the standard library's cost), or the standard library's for what orjson
+    refuses (an integer beyond 64 bits; a type neither knows raises the standard library's
+    ``TypeError``)."""
+    try:
+        body = orjson.dumps(data, option=_ORJSON)
+    except TypeError:  # orjson.JSONEncodeError
+        body = _compact(data).encode()
+    return Response(body, status_code=status_code, media_type=JSON)
 
 
 def success(result: Any) -> Response:
