@@ -83,3 +83,32 @@ def test_forwards_of_an_ip_address_resolve_nothing_and_carry_connections(
             tg.cancel_scope.cancel()
 
     anyio.run(main)
+
+
+def test_forwards_that_carry_nothing_hold_no_task_and_closing_cuts_what_they_carry() -> None:
+    """On asyncio the loop watches a sandbox's listening sockets itself: opening forwards starts
+    no task (anyio's listeners took a task group and a task per port, every start); a
+    connection is a task once accepted, and closing the sandbox's forwards cuts it."""
+
+    async def main() -> None:
+        echo = await anyio.create_tcp_listener(local_host="127.0.0.1")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(echo.serve, _echo)
+            await anyio.wait_all_tasks_blocked()
+            forwards = PortForwards(tg)
+            client: Any = _EchoRocklet(echo.extra(anyio.abc.SocketAttribute.local_port))
+            tasks = len(asyncio.all_tasks())
+            mappings = [await forwards.open(f"sb-{i}", client, [8080, 9000]) for i in range(5)]
+            assert len(asyncio.all_tasks()) == tasks
+            async with await anyio.connect_tcp("127.0.0.1", mappings[0][Port(8080)]) as stream:
+                await stream.send(b"ping")
+                assert await stream.receive() == b"ping"
+                forwards.close("sb-0")
+                with anyio.fail_after(5):
+                    with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
+                        await stream.receive()
+            assert await _round_trip(mappings[1][Port(9000)]) == b"ping"  # the others still carry
+            forwards.close_all()
+            tg.cancel_scope.cancel()
+
+    anyio.run(main)

@@ -11,10 +11,17 @@ to ``127.0.0.1:N`` inside the sandbox for any other port. That is what ``port_ma
 Why: publishing a port costs the Docker engine a ``docker-proxy`` process (about 1.5 MB each)
 and its packet-filter rules at every start, where a listening socket here costs nothing until a
 client connects. The forward lives as long as the sandbox runs and the engine holds it.
+
+On an asyncio loop, a sandbox's listening sockets are watched by the loop itself
+(``loop.add_reader``): no task waits on them, and a connection becomes a task only once it is
+accepted. anyio's listeners cost a task group, a task per port and their cancel scope per
+sandbox: about 0.4 ms of CPU at each start and as much at each close (measured with 2,000
+sandboxes of 2 ports), where the sockets themselves cost some 35 us.
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import logging
 import socket
@@ -37,12 +44,82 @@ _CHUNK = 65536
 _BACKLOG = 65536
 
 
+#: How long a listening socket is left unwatched after an accept failed (out of files, say),
+#: so that a failing accept does not spin the loop.
+_ACCEPT_PAUSE = 0.5
+
+
 def _ip_family(host: str) -> socket.AddressFamily | None:
     """``AF_INET`` or ``AF_INET6`` for an IP address, ``None`` for a host name."""
     try:
         return socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError:
         return None
+
+
+class _Watched:
+    """One sandbox's forwards on an asyncio loop: its listening sockets, watched by the loop,
+    and the cancel scopes of the connections they carry. ``cancel`` closes it all."""
+
+    __slots__ = ("carrying", "client", "loop", "sockets", "tg")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        tg: anyio.abc.TaskGroup,
+        sockets: list[tuple[Port, socket.socket]],
+        client: list[RockletClient],
+    ) -> None:
+        self.loop = loop
+        self.tg = tg
+        self.sockets = sockets
+        self.client = client
+        self.carrying: set[anyio.CancelScope] = set()
+        for port, sock in sockets:
+            self.watch(port, sock)
+
+    def watch(self, port: Port, sock: socket.socket) -> None:
+        fd = sock.fileno()
+        if fd != -1:  # not closed meanwhile (by its number: a socket's repr costs more)
+            self.loop.add_reader(fd, self._accept, port, sock)
+
+    def _accept(self, port: Port, sock: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("forwarded port %s stops accepting for a moment: %s", port, exc)
+                self.loop.remove_reader(sock.fileno())
+                self.loop.call_later(_ACCEPT_PAUSE, self.watch, port, sock)
+                return
+            self.tg.start_soon(self._carry, conn, port)
+
+    async def _carry(self, conn: socket.socket, port: Port) -> None:
+        with anyio.CancelScope() as scope:
+            if not self.sockets:  # closed before this connection's turn came
+                conn.close()
+                return
+            self.carrying.add(scope)
+            try:
+                try:
+                    stream = await anyio.abc.SocketStream.from_socket(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                await _carry(stream, self.client[0], port)
+            finally:
+                self.carrying.discard(scope)
+
+    def cancel(self) -> None:
+        """Stop listening and cut the connections carried (idempotent)."""
+        sockets, self.sockets = self.sockets, []
+        for _, sock in sockets:
+            self.loop.remove_reader(sock.fileno())
+            sock.close()
+        for scope in list(self.carrying):
+            scope.cancel()
 
 
 class PortForwards:
@@ -58,7 +135,7 @@ class PortForwards:
     ) -> None:
         self._tg = task_group
         self.host = host
-        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._scopes: dict[str, anyio.CancelScope | _Watched] = {}
         self._mappings: dict[str, dict[Port, Port]] = {}
         self._clients: dict[str, list[RockletClient]] = {}  # the rocklet each carries to
 
@@ -95,6 +172,9 @@ class PortForwards:
             raise RuntimeError("PortForwards.open before serve_in: the engine is not open")
         self.close(sandbox_id)
         preferred = dict(preferred or {})
+        family = _ip_family(self.host)
+        if family is not None and _on_asyncio():
+            return self._open_watched(sandbox_id, client, ports, preferred, family)
         listeners: list[tuple[Port, anyio.abc.SocketListener]] = []
         try:
             for port in ports:
@@ -114,6 +194,41 @@ class PortForwards:
         cell = self._clients[sandbox_id] = [client]
         self._tg.start_soon(self._serve, scope, listeners, cell, name=f"forwards of {sandbox_id}")
         return dict(mapping)
+
+    def _open_watched(
+        self,
+        sandbox_id: str,
+        client: RockletClient,
+        ports: Iterable[int],
+        preferred: Mapping[Port, Port],
+        family: socket.AddressFamily,
+    ) -> dict[Port, Port]:
+        """:meth:`open`'s work on an asyncio loop: sockets bound here, watched by the loop."""
+        assert self._tg is not None
+        sockets: list[tuple[Port, socket.socket]] = []
+        try:
+            for port in ports:
+                sockets.append((Port(port), self._bound(family, preferred.get(Port(port), 0))))
+        except BaseException:
+            for _, sock in sockets:
+                sock.close()
+            raise
+        mapping = {port: Port(sock.getsockname()[1]) for port, sock in sockets}
+        cell = self._clients[sandbox_id] = [client]
+        self._scopes[sandbox_id] = _Watched(asyncio.get_running_loop(), self._tg, sockets, cell)
+        self._mappings[sandbox_id] = mapping
+        return dict(mapping)
+
+    def _bound(self, family: socket.AddressFamily, port: int) -> socket.socket:
+        """A socket listening on ``self.host`` (an IP address): on ``port``, or a port the
+        system chooses when that one is taken."""
+        try:
+            return _bind(family, self.host, port)
+        except OSError:
+            if port == 0:
+                raise
+            log.info("host port %s is taken; forwarding from a new one", port)
+            return _bind(family, self.host, 0)
 
     def retarget(self, sandbox_id: str, client: RockletClient) -> dict[Port, Port]:
         """Carry the new connections of ``sandbox_id``'s forwards to ``client`` from now on (a
@@ -154,12 +269,8 @@ class PortForwards:
         family = _ip_family(self.host)
         from_socket = getattr(anyio.abc.SocketListener, "from_socket", None)
         if family is not None and from_socket is not None:
-            sock = socket.socket(family, socket.SOCK_STREAM)
+            sock = _bind(family, self.host, port)
             try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((self.host, port))
-                sock.listen(_BACKLOG)
-                sock.setblocking(False)
                 return cast(anyio.abc.SocketListener, await from_socket(sock))
             except BaseException:
                 sock.close()
@@ -192,6 +303,30 @@ class PortForwards:
         for _, listener in listeners:  # cancelled before the first accept: still open
             with anyio.CancelScope(shield=True):
                 await listener.aclose()
+
+
+def _bind(family: socket.AddressFamily, host: str, port: int) -> socket.socket:
+    """A non-blocking socket listening on ``host`` (an IP address) and ``port`` (0: any)."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _on_asyncio() -> bool:
+    """Whether the running loop is asyncio's (whose ``add_reader`` watches the listening
+    sockets) and anyio can wrap an accepted socket (``SocketStream.from_socket``, anyio 4.10)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # trio's
+        return False
+    return hasattr(anyio.abc.SocketStream, "from_socket")
 
 
 async def _carry(stream: anyio.abc.SocketStream, client: RockletClient, port: Port) -> None:
