@@ -164,7 +164,8 @@ class AdminApp:
         self._given_manager = manager
         self._runtime = runtime
         self._manager = manager
-        self._commit: Callable[[], None] | None = None  # the store's, with group commits
+        # The store's commit_async, with group commits.
+        self._commit: Callable[[], Awaitable[None]] | None = None
         self.metrics = Metrics(per_sandbox=settings.per_sandbox_metrics)
         self.metrics.attach(manager)
         self.routes = build_routes(self)
@@ -263,7 +264,7 @@ class AdminApp:
 
         async def committed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                commit()
+                await commit()
             await send(message)
 
         await self.asgi(scope, receive, committed_send)
@@ -324,9 +325,10 @@ class AdminApp:
             if records.can_group_commits and records.persistent:
                 # A start writes its record about eight times: commit each loop turn's writes
                 # together, and before every answer (__call__), so nothing answered is lost
-                # (SQLite: one commit; PostgreSQL: one round trip on the event loop).
+                # (SQLite: one statement, awaited while its writer thread makes it; PostgreSQL:
+                # one round trip on the event loop).
                 records.group_commits = True
-                self._commit = records.commit
+                self._commit = records.commit_async
             log.info(
                 "rock admin %s: engine ready (store %s%s), serving %s",
                 __version__,
