@@ -35,10 +35,12 @@ __all__ = [
 _ROCKLET_PORT = "22555/tcp"
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """User plus system CPU seconds process ``pid`` has used (``None`` if unreadable)."""
+def cpu_seconds(pid: int, *, main_thread: bool = False) -> float | None:
+    """User plus system CPU seconds process ``pid`` has used (``None`` if unreadable);
+    ``main_thread``: its main thread's only (an admin's event loop, without its other threads)."""
+    path = f"/proc/{pid}/task/{pid}/stat" if main_thread else f"/proc/{pid}/stat"
     try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+        with open(path, encoding="ascii", errors="replace") as f:
             fields = f.read().rsplit(")", 1)[-1].split()
     except OSError:
         return None
