@@ -97,8 +97,9 @@ def test_forwards_that_carry_nothing_hold_no_task_and_closing_cuts_what_they_car
             await anyio.wait_all_tasks_blocked()
             forwards = PortForwards(tg)
             client: Any = _EchoRocklet(echo.extra(anyio.abc.SocketAttribute.local_port))
-            tasks = len(asyncio.all_tasks())
-            mappings = [await forwards.open(f"sb-{i}", client, [8080, 9000]) for i in range(5)]
+            mappings = [await forwards.open("sb-0", client, [8080, 9000])]
+            tasks = len(asyncio.all_tasks())  # and the one that closes them all at the end
+            mappings += [await forwards.open(f"sb-{i}", client, [8080, 9000]) for i in (1, 2, 3)]
             assert len(asyncio.all_tasks()) == tasks
             async with await anyio.connect_tcp("127.0.0.1", mappings[0][Port(8080)]) as stream:
                 await stream.send(b"ping")
@@ -108,7 +109,16 @@ def test_forwards_that_carry_nothing_hold_no_task_and_closing_cuts_what_they_car
                     with pytest.raises((anyio.EndOfStream, anyio.BrokenResourceError, OSError)):
                         await stream.receive()
             assert await _round_trip(mappings[1][Port(9000)]) == b"ping"  # the others still carry
-            forwards.close_all()
+            # The task group's end (the engine's close) closes every forward it served.
+            async with anyio.create_task_group() as inner:
+                forwards.serve_in(inner)
+                ended = await forwards.open("sb-inner", client, [8080])
+                assert await _round_trip(ended[Port(8080)]) == b"ping"
+                inner.cancel_scope.cancel()
+            with pytest.raises(OSError):
+                await _round_trip(ended[Port(8080)])
+            with pytest.raises(OSError):
+                await _round_trip(mappings[1][Port(9000)])
             tg.cancel_scope.cancel()
 
     anyio.run(main)

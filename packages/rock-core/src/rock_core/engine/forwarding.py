@@ -138,6 +138,7 @@ class PortForwards:
         self._scopes: dict[str, anyio.CancelScope | _Watched] = {}
         self._mappings: dict[str, dict[Port, Port]] = {}
         self._clients: dict[str, list[RockletClient]] = {}  # the rocklet each carries to
+        self._closer: anyio.abc.TaskGroup | None = None  # the group whose end closes them all
 
     def __len__(self) -> int:
         return len(self._scopes)
@@ -205,6 +206,10 @@ class PortForwards:
     ) -> dict[Port, Port]:
         """:meth:`open`'s work on an asyncio loop: sockets bound here, watched by the loop."""
         assert self._tg is not None
+        if self._closer is not self._tg:
+            # No task holds a watched socket: one task of the group closes them when it ends.
+            self._closer = self._tg
+            self._tg.start_soon(self._close_at_end, name="port forwards' close")
         sockets: list[tuple[Port, socket.socket]] = []
         try:
             for port in ports:
@@ -218,6 +223,12 @@ class PortForwards:
         self._scopes[sandbox_id] = _Watched(asyncio.get_running_loop(), self._tg, sockets, cell)
         self._mappings[sandbox_id] = mapping
         return dict(mapping)
+
+    async def _close_at_end(self) -> None:
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.close_all()
 
     def _bound(self, family: socket.AddressFamily, port: int) -> socket.socket:
         """A socket listening on ``self.host`` (an IP address): on ``port``, or a port the
