@@ -21,7 +21,7 @@ from rock_core.errors import InvalidParameter
 from rock_core.models import SandboxRecord
 from rock_core.records import RecordStore
 from rock_core.states import State
-from rock_core.testing import RecordStoreConformance, sample_record
+from rock_core.testing import RecordStoreConformance, eventually_async, sample_record
 
 
 def _add_unknown_key(store: RecordStore, sandbox_id: str, path: Sequence[str], value: Any) -> None:
@@ -397,5 +397,37 @@ async def test_a_failed_write_of_the_writer_thread_is_raised_and_its_puts_writte
         await store.commit_async()
         assert other.get("sb-1") is not None
     finally:
+        other.close()
+        store.close()
+
+
+@pytest.mark.anyio
+async def test_turns_that_end_while_a_write_is_under_way_join_the_next_write(
+    tmp_path: Path,
+) -> None:
+    store = SqliteRecordStore(tmp_path / "rock.db")
+    store.group_commits = True
+    other = SqliteRecordStore(tmp_path / "rock.db")
+    gate = threading.Event()
+    write_rows = store._write_rows
+
+    def held(text: str | None, rows: list[tuple[str | None, ...]]) -> None:
+        gate.wait()
+        write_rows(text, rows)
+
+    store._write_rows = held  # type: ignore[method-assign]
+    try:
+        store.put(sample_record("sb-0"))
+        await asyncio.sleep(0)  # the turn ends: its group is handed over (and held)
+        for n in (1, 2, 3):
+            store.put(sample_record(f"sb-{n}"))
+            await asyncio.sleep(0)  # a turn ends while the write is under way: nothing queued
+        assert store._puts._groups == 1
+        gate.set()
+        for n in range(4):
+            await eventually_async(lambda n=n: other.get(f"sb-{n}"), what=f"sb-{n} written")
+        assert store._puts._groups == 2  # the three turns' puts in one write
+    finally:
+        gate.set()
         other.close()
         store.close()

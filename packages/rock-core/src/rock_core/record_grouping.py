@@ -27,13 +27,17 @@ made during a write (from another thread's loop) is pending for the next one.
 
 A store may also hand over ``write_soon(records)``: the same write, made in a thread of the
 store's own after every write handed over before it, its future done once written (SQLite's:
-its C code runs without the GIL, on another core than the event loop's). Then every write goes
-through it, in the order handed over: a turn's end hands its group over and does not wait;
-:meth:`~GroupedPuts.commit_async` (the admin's, before each answer) awaits every write handed
-over so far; :meth:`~GroupedPuts.commit`, :meth:`~GroupedPuts.flush` and a put off a loop block
-until theirs is written. A put being written stays pending (reads find it) and is not handed
-over again; a failed write leaves its puts pending for the next commit, and a commit that waited
-for it raises its error.
+its C code runs without the GIL, on another core than the event loop's). Then a group's writes
+go through it, in the order handed over, one under way at a time: a turn's end hands its group
+over and does not wait, or, while a write is under way, leaves it for the turn after that write
+(the puts of the turns meanwhile join it: writes never queue up);
+:meth:`~GroupedPuts.commit_async` (the admin's, before each answer) awaits the write under way
+and then one carrying its puts; :meth:`~GroupedPuts.commit` and :meth:`~GroupedPuts.flush`
+block until theirs is written. A put that is not grouped (write-through: the admin's store
+while its engine opens and recovers) is written at once on its own thread with ``write``,
+after every write handed over. A put being written stays pending (reads find it) and is not
+handed over again; a failed write leaves its puts pending for the next commit, and a commit
+that waited for it raises its error.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ class GroupedPuts:
     __slots__ = (
         "_error",
         "_failures",
+        "_groups",
         "_last",
         "_lock",
         "_pending",
@@ -91,6 +96,8 @@ class GroupedPuts:
         self._written: dict[str, SandboxRecord] = {}
         self._failures = 0
         self._error: BaseException | None = None
+        #: Groups handed over so far (each: every pending put not being written then).
+        self._groups = 0
         self._store = store
         # Guards _pending, _progress, _scheduled and, with write_soon, what it hands over
         # (reentrant: a write that ended at once settles in the thread that handed it over).
@@ -133,14 +140,17 @@ class GroupedPuts:
             loop.call_soon(self._commit_at_turn_end)
             return
         if self._write_soon is not None:
-            with (
-                self._lock
-            ):  # an older put of it, pending, must not win; one handed over lands first
-                self._pending.pop(record.sandbox_id, None)
-                self._progress.pop(record.sandbox_id, None)
-                failures = self._failures
-                future = self._hand_over([record])
-            self._wait(future, failures)
+            # Written at once on the caller's thread (a thread round trip per put would slow
+            # a write-through store, as the admin's is while it recovers), after every write
+            # handed over; an older put of it, pending, must not win.
+            with self._writing:
+                with self._lock:
+                    self._pending.pop(record.sandbox_id, None)
+                    self._progress.pop(record.sandbox_id, None)
+                    last = self._last
+                if last is not None:
+                    concurrent.futures.wait([last])
+                self._write([record])
             return
         with self._writing:
             if self._pending or self._progress:
@@ -175,12 +185,27 @@ class GroupedPuts:
         if self._write_soon is None:
             self.commit()
             return
-        last, failures = self._hand_over_pending(everything=False)
-        if last is not None:
+        with self._lock:
+            failures = self._failures
+            mark = self._groups
+        while True:
+            # One write under way at a time (see _commit_at_turn_end): wait for it; a group
+            # handed over since this call began carries its puts (all that were unwritten),
+            # else hand over what is unwritten now and wait for that.
+            with self._lock:
+                last = self._last
+                if last is None or last.done():
+                    if not self._hand_over_unwritten(everything=False):
+                        break
+                    last = self._last
+                covers = self._groups > mark
+            assert last is not None
             # Its failure (settled first, in the store's thread) is counted, and raised below.
             waited = asyncio.wrap_future(last)
             waited.add_done_callback(_retrieved)
             await asyncio.wait([waited])
+            if covers:
+                break
         self._check(failures)
 
     def flush(self) -> None:
@@ -203,13 +228,25 @@ class GroupedPuts:
         of failed writes before it (a later count: one of them failed)."""
         with self._lock:
             failures = self._failures
-            written = self._written
-            group = [r for i, r in self._pending.items() if written.get(i) is not r]
-            if everything:
-                group.extend(r for i, r in self._progress.items() if written.get(i) is not r)
-            if group:
-                self._hand_over(group)
+            self._hand_over_unwritten(everything=everything)
             return self._last, failures
+
+    def _hand_over_unwritten(self, *, everything: bool) -> bool:
+        """Hand over, as one group, every pending put (those of progress too when
+        ``everything``) not being written; whether there was any (``self._lock`` held)."""
+        group = self._unwritten(everything=everything)
+        if group:
+            self._groups += 1
+            self._hand_over(group)
+        return bool(group)
+
+    def _unwritten(self, *, everything: bool) -> list[SandboxRecord]:
+        """The pending puts (those of progress too when ``everything``) not being written."""
+        written = self._written
+        group = [r for i, r in self._pending.items() if written.get(i) is not r]
+        if everything:
+            group.extend(r for i, r in self._progress.items() if written.get(i) is not r)
+        return group
 
     def _hand_over(self, records: list[SandboxRecord]) -> concurrent.futures.Future[None]:
         """Hand ``records`` over to the store's thread (``self._lock`` held: the order handed
@@ -274,13 +311,38 @@ class GroupedPuts:
     def _commit_at_turn_end(self) -> None:
         with self._lock:
             self._scheduled = False
-        if self._write_soon is not None:  # handed over; a failure is logged as it ends
-            self._hand_over_pending(everything=False)
+        if self._write_soon is not None:  # a failure is logged as the write ends
+            self._hand_over_when_idle()
             return
         try:
             self.commit()
         except Exception as exc:  # kept pending: the next commit (before an answer) tries again
             log.warning("%r: writing %d records failed: %s", self._store, len(self._pending), exc)
+
+    def _hand_over_when_idle(self) -> None:
+        """A turn's end with ``write_soon``: hand the pending puts over unless a write is under
+        way; then once it has ended (one turn-end hand-over waits at a time, and the puts made
+        meanwhile join it). Writes do not queue up behind each other: each carries what
+        gathered while the last was made (a record put again meanwhile, once), and an answer
+        waits for one write at most before its own."""
+        with self._lock:
+            last = self._last
+            if last is None or last.done():
+                self._hand_over_unwritten(everything=False)
+                return
+            if self._scheduled:
+                return
+            self._scheduled = True  # the puts meanwhile schedule nothing more
+            loop = asyncio.get_running_loop()
+        last.add_done_callback(lambda _done: self._again_at_turn_end(loop))
+
+    def _again_at_turn_end(self, loop: asyncio.AbstractEventLoop) -> None:
+        """(In the store's thread, as a write ends.) The turn-end hand-over that waited."""
+        try:
+            loop.call_soon_threadsafe(self._commit_at_turn_end)
+        except RuntimeError:  # the loop is closed: the next put, commit or flush writes them
+            with self._lock:
+                self._scheduled = False
 
 
 #: A store's write made in its own thread: the future is done once the records are written.

@@ -17,8 +17,9 @@ A file's rows are written by a thread of the store's own, on a connection of its
 on the caller's thread and handed over as one JSON array, which one upsert statement unpacks
 (``json_each``), so SQLite's work, which runs without the GIL, leaves the event loop's core; a
 read meanwhile goes on on the store's own connection (WAL). The admin awaits the write before it
-answers (:meth:`SqliteRecordStore.commit_async`); a put off a loop, a listing, a count and the
-close wait for it. An in-memory store writes on the caller's thread, as before.
+answers (:meth:`SqliteRecordStore.commit_async`); a listing, a count and the close wait for
+it. A put that is not grouped, and an in-memory store's every put, is written on the caller's
+thread, as before.
 
 The file records its schema version in SQLite's ``PRAGMA user_version`` (a file of a rock from
 before the version was kept reads 0 and is version 1); a newer version is refused.
