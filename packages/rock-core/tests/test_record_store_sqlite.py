@@ -7,7 +7,6 @@ import asyncio
 import gc
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from rock_core.errors import InvalidParameter
 from rock_core.models import SandboxRecord
 from rock_core.records import RecordStore
 from rock_core.states import State
-from rock_core.testing import RecordStoreConformance, eventually_async, sample_record
+from rock_core.testing import RecordStoreConformance, sample_record
 
 
 def _add_unknown_key(store: RecordStore, sandbox_id: str, path: Sequence[str], value: Any) -> None:
@@ -31,26 +30,6 @@ def _add_unknown_key(store: RecordStore, sandbox_id: str, path: Sequence[str], v
             "UPDATE sandbox SET record = json_set(record, ?, json(?)) WHERE sandbox_id = ?",
             ("$." + ".".join(path), json.dumps(value), sandbox_id),
         )
-
-
-def _count_writes(store: SqliteRecordStore) -> list[int]:
-    """The rows of each write the store's writer thread makes (a file's), as it makes them."""
-    writes: list[int] = []
-    write_rows = store._write_rows
-
-    def counted(text: str | None, rows: list[tuple[str | None, ...]]) -> None:
-        writes.append(len(rows))
-        write_rows(text, rows)
-
-    store._write_rows = counted  # type: ignore[method-assign]
-    return writes
-
-
-async def _handed_over_written(store: SqliteRecordStore) -> None:
-    """Wait until the writes handed to the store's writer thread are made (nothing handed over)."""
-    last = store._puts._last
-    if last is not None:
-        await asyncio.wrap_future(last)
 
 
 class TestSqliteInMemory(RecordStoreConformance):
@@ -151,7 +130,6 @@ async def test_grouped_puts_are_committed_together_at_the_end_of_the_loops_turn(
         assert store.get("sb-2") is not None  # this store reads its own writes at once
         assert other.count() == 0  # not yet committed: the turn goes on
         await asyncio.sleep(0)  # the turn ends: one commit for the three
-        await _handed_over_written(store)
         assert other.count() == 3
         store.put(sample_record("sb-3"))
         store.commit()  # what the admin does before it answers
@@ -170,13 +148,12 @@ async def test_a_record_saved_several_times_in_one_turn_is_written_once_as_last_
     other = SqliteRecordStore(tmp_path / "rock.db")
     try:
         record = sample_record("sb-1")
-        writes = _count_writes(store)
+        written = store._db.total_changes
         for n in range(3):  # as a start's phases are saved one after the other
             store.put(attrs.evolve(record, notes=(f"phase {n}",)))
         store.put(sample_record("sb-2"))
         await asyncio.sleep(0)  # the turn ends
-        await _handed_over_written(store)
-        assert writes == [2]  # one write, one row per record
+        assert store._db.total_changes - written == 2  # one row write per record
         got = other.get("sb-1")
         assert got is not None and got.notes == ("phase 2",)
         assert other.get("sb-2") is not None
@@ -323,7 +300,8 @@ async def test_a_commit_before_an_answer_does_not_split_the_next_turns_into_a_co
 ) -> None:
     store = SqliteRecordStore(tmp_path / "rock.db")
     store.group_commits = True
-    commits = _count_writes(store)  # a write is one transaction
+    commits: list[str] = []
+    store._db.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
 
     async def start(n: int) -> None:  # as the admin serves start_async, then the start goes on
         record = sample_record(f"sb-{n}", state=State.PENDING)
@@ -336,98 +314,6 @@ async def test_a_commit_before_an_answer_does_not_split_the_next_turns_into_a_co
     try:
         await asyncio.gather(*(start(n) for n in range(20)))
         await asyncio.sleep(0)
-        await _handed_over_written(store)
-        assert 20 <= len(commits) <= 20 + 3 + 1  # one per answer, then about one per turn
+        assert len(commits) <= 20 + 3 + 1  # one per answer, then about one per turn
     finally:
-        store.close()
-
-
-@pytest.mark.anyio
-async def test_an_awaited_commit_returns_only_once_the_writer_thread_wrote_the_group(
-    tmp_path: Path,
-) -> None:
-    store = SqliteRecordStore(tmp_path / "rock.db")
-    store.group_commits = True
-    other = SqliteRecordStore(tmp_path / "rock.db")
-    gate = threading.Event()
-    write_rows = store._write_rows
-
-    def held(text: str | None, rows: list[tuple[str | None, ...]]) -> None:
-        gate.wait()
-        write_rows(text, rows)
-
-    store._write_rows = held  # type: ignore[method-assign]
-    try:
-        store.put(sample_record("sb-1"))
-        commit = asyncio.ensure_future(store.commit_async())  # what the admin awaits to answer
-        for _ in range(20):
-            await asyncio.sleep(0)  # the loop goes on meanwhile
-        assert not commit.done()
-        assert store.get("sb-1") is not None  # pending: still read
-        gate.set()
-        await commit
-        assert other.get("sb-1") is not None  # written before the answer
-    finally:
-        gate.set()
-        other.close()
-        store.close()
-
-
-@pytest.mark.anyio
-async def test_a_failed_write_of_the_writer_thread_is_raised_and_its_puts_written_next_time(
-    tmp_path: Path,
-) -> None:
-    store = SqliteRecordStore(tmp_path / "rock.db")
-    store.group_commits = True
-    other = SqliteRecordStore(tmp_path / "rock.db")
-    write_rows = store._write_rows
-    failures = [sqlite3.OperationalError("disk I/O error")]
-
-    def failing_once(text: str | None, rows: list[tuple[str | None, ...]]) -> None:
-        if failures:
-            raise failures.pop()
-        write_rows(text, rows)
-
-    store._write_rows = failing_once  # type: ignore[method-assign]
-    try:
-        store.put(sample_record("sb-1"))
-        with pytest.raises(sqlite3.OperationalError, match="disk I/O error"):
-            await store.commit_async()
-        assert store.get("sb-1") is not None  # kept pending (or written again at the turn's end)
-        await store.commit_async()
-        assert other.get("sb-1") is not None
-    finally:
-        other.close()
-        store.close()
-
-
-@pytest.mark.anyio
-async def test_turns_that_end_while_a_write_is_under_way_join_the_next_write(
-    tmp_path: Path,
-) -> None:
-    store = SqliteRecordStore(tmp_path / "rock.db")
-    store.group_commits = True
-    other = SqliteRecordStore(tmp_path / "rock.db")
-    gate = threading.Event()
-    write_rows = store._write_rows
-
-    def held(text: str | None, rows: list[tuple[str | None, ...]]) -> None:
-        gate.wait()
-        write_rows(text, rows)
-
-    store._write_rows = held  # type: ignore[method-assign]
-    try:
-        store.put(sample_record("sb-0"))
-        await asyncio.sleep(0)  # the turn ends: its group is handed over (and held)
-        for n in (1, 2, 3):
-            store.put(sample_record(f"sb-{n}"))
-            await asyncio.sleep(0)  # a turn ends while the write is under way: nothing queued
-        assert store._puts._groups == 1
-        gate.set()
-        for n in range(4):
-            await eventually_async(lambda n=n: other.get(f"sb-{n}"), what=f"sb-{n} written")
-        assert store._puts._groups == 2  # the three turns' puts in one write
-    finally:
-        gate.set()
-        other.close()
         store.close()

@@ -128,14 +128,6 @@ class RecordStore(abc.ABC):
         :raises StoreUnavailable: the store cannot be reached; the puts stay pending.
         """
 
-    async def commit_async(self) -> None:
-        """:meth:`commit` on an event loop: a store that writes in a thread of its own awaits
-        it instead of blocking the loop (SQLite's file store); the default calls :meth:`commit`.
-
-        :raises StoreUnavailable: the store cannot be reached; the puts stay pending.
-        """
-        self.commit()
-
     @abc.abstractmethod
     def get(self, sandbox_id: str) -> SandboxRecord | None:
         """The record of ``sandbox_id``, or ``None``."""

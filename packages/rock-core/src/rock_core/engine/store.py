@@ -12,15 +12,6 @@ every put (a listing commits what is pending first). Rows are never deleted by t
 deleted sandbox keeps its row (state ``deleted``) for its history, as ROCK does;
 :meth:`SqliteRecordStore.purge_deleted` drops old ones.
 
-A file's rows are written by a thread of the store's own, on a connection of its own
-(``write_soon`` of :class:`~rock_core.record_grouping.GroupedPuts`): the rows of a write are made
-on the caller's thread and handed over as one JSON array, which one upsert statement unpacks
-(``json_each``), so SQLite's work, which runs without the GIL, leaves the event loop's core; a
-read meanwhile goes on on the store's own connection (WAL). The admin awaits the write before it
-answers (:meth:`SqliteRecordStore.commit_async`); a listing, a count and the close wait for
-it. A put that is not grouped, and an in-memory store's every put, is written on the caller's
-thread, as before.
-
 The file records its schema version in SQLite's ``PRAGMA user_version`` (a file of a rock from
 before the version was kept reads 0 and is version 1); a newer version is refused.
 
@@ -32,7 +23,6 @@ that converter, which skips unknown keys so an older rock reads a newer rock's f
 from __future__ import annotations
 
 import builtins
-import concurrent.futures
 import json
 import operator
 import os
@@ -85,16 +75,6 @@ _PUT = (
     "experiment_id = excluded.experiment_id, namespace = excluded.namespace, "
     "cluster = excluded.cluster, image = excluded.image, create_time = excluded.create_time, "
     "record = excluded.record"
-)
-
-
-# The same upsert of many rows at once, from one JSON array of the rows (one parameter): one
-# step of SQLite's, run without the GIL, where executemany takes the GIL back for every row.
-_PUT_ROWS = (
-    "INSERT INTO sandbox SELECT "
-    + ", ".join(f"value ->> {i}" for i in range(10))
-    + " FROM json_each(?) WHERE true"
-    + _PUT[_PUT.index(" ON CONFLICT") :]
 )
 
 
@@ -255,13 +235,7 @@ class SqliteRecordStore(RecordStore):
         #: Commit a put made on an event loop at the end of the loop's turn, with the others
         #: (the admin sets it, and calls :meth:`commit` before each answer); else at once.
         self.group_commits = False
-        # A file's rows are written by a thread of the store's, on a connection of its own
-        # (WAL: reads go on meanwhile), made at the first write: SQLite's work off the loop.
-        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
-        self._writer_db: sqlite3.Connection | None = None  # the writer thread's
-        self._puts = GroupedPuts(
-            self._write, self, write_soon=None if self.path is None else self._write_soon
-        )
+        self._puts = GroupedPuts(self._write, self)
         self._closed = False
         self._db = sqlite3.connect(
             ":memory:" if self.path is None else str(self.path), check_same_thread=False
@@ -294,23 +268,14 @@ class SqliteRecordStore(RecordStore):
         try:
             self._puts.flush()
         finally:
-            writer = None
             with self._lock:
                 if not self._closed:
                     self._closed = True
                     self._db.close()
-                    writer, self._writer = self._writer, None
-            if writer is not None:
-                writer.submit(self._close_writer)
-                writer.shutdown(wait=True)
 
     def commit(self) -> None:
         """Commit the puts of a group made so far (nothing when none is pending)."""
         self._puts.commit()
-
-    async def commit_async(self) -> None:
-        """:meth:`commit`, awaited: a file's writes are made in the store's writer thread."""
-        await self._puts.commit_async()
 
     def _write(self, records: builtins.list[SandboxRecord]) -> None:
         """Write and commit ``records`` in one transaction, or none of them (the writer of
@@ -323,45 +288,6 @@ class SqliteRecordStore(RecordStore):
             except BaseException:
                 self._db.rollback()
                 raise
-
-    def _write_soon(self, records: builtins.list[SandboxRecord]) -> concurrent.futures.Future[None]:
-        """Write ``records`` in the store's writer thread, after every write handed over before
-        (``write_soon`` of :class:`~rock_core.record_grouping.GroupedPuts`): their rows made
-        here, as one JSON array, written by one statement (one transaction) there."""
-        rows = [_row(record) for record in records]
-        text = orjson.dumps(rows).decode()
-        if self._writer is None:
-            self._writer = concurrent.futures.ThreadPoolExecutor(1, "rock-record-writer")
-        # SQLite's JSON functions end a text at a NUL: a row holding one (or a backslash and
-        # "u0000") is written by executemany instead.
-        if "\\u0000" in text:
-            return self._writer.submit(self._write_rows, None, rows)
-        return self._writer.submit(self._write_rows, text, rows)
-
-    def _write_rows(self, text: str | None, rows: builtins.list[tuple[str | None, ...]]) -> None:
-        """In the writer thread: ``rows`` upserted and committed in one transaction, from
-        their JSON array ``text`` when there is one."""
-        db = self._writer_db
-        if db is None:
-            assert self.path is not None
-            db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA synchronous=NORMAL")
-            self._writer_db = db
-        if text is not None:
-            db.execute(_PUT_ROWS, (text,))
-            return
-        db.execute("BEGIN")
-        try:
-            db.executemany(_PUT, rows)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-
-    def _close_writer(self) -> None:
-        if self._writer_db is not None:
-            self._writer_db.close()
-            self._writer_db = None
 
     def put(self, record: SandboxRecord) -> None:
         """Insert or replace ``record`` (in a group: at the commit, see the module)."""

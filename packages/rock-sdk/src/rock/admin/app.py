@@ -164,8 +164,7 @@ class AdminApp:
         self._given_manager = manager
         self._runtime = runtime
         self._manager = manager
-        # The store's commit_async, with group commits.
-        self._commit: Callable[[], Awaitable[None]] | None = None
+        self._commit: Callable[[], None] | None = None  # the store's, with group commits
         self.metrics = Metrics(per_sandbox=settings.per_sandbox_metrics)
         self.metrics.attach(manager)
         self.routes = build_routes(self)
@@ -264,7 +263,7 @@ class AdminApp:
 
         async def committed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                await commit()
+                commit()
             await send(message)
 
         await self.asgi(scope, receive, committed_send)
@@ -325,10 +324,9 @@ class AdminApp:
             if records.can_group_commits and records.persistent:
                 # A start writes its record about eight times: commit each loop turn's writes
                 # together, and before every answer (__call__), so nothing answered is lost
-                # (SQLite: one statement, awaited while its writer thread makes it; PostgreSQL:
-                # one round trip on the event loop).
+                # (SQLite: one commit; PostgreSQL: one round trip on the event loop).
                 records.group_commits = True
-                self._commit = records.commit_async
+                self._commit = records.commit
             log.info(
                 "rock admin %s: engine ready (store %s%s), serving %s",
                 __version__,
