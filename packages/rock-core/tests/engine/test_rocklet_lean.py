@@ -34,7 +34,7 @@ from rock_core.errors import (
 from rock_core.rocklet.api import Rocklet, build_router
 from rock_core.rocklet.server import RockletServer
 from rock_core.rocklet_client import RockletClient, new_http_client
-from rock_core.rocklet_client.lean import LeanPools
+from rock_core.rocklet_client.lean import Dropped, LeanPools
 
 pytestmark = pytest.mark.anyio
 
@@ -149,3 +149,41 @@ async def test_a_rocklet_gone_is_unreachable_naming_the_sandbox_and_where(
             await client.execute(Command(command="true"))
         thread.join(5)
         listener.close()
+
+
+async def test_a_rocklet_that_ends_its_connections_leaves_no_pool_behind() -> None:
+    # A sandbox removed ends its rocklet's kept connections: the caller's pools must not keep an
+    # entry for each sandbox it ever ran (a trainer runs them by the million).
+    pools = LeanPools()
+    answered = threading.Event()
+    with tempfile.TemporaryDirectory(prefix="rock-lean-") as tmp:
+        path = str(Path(tmp) / "once.sock")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen(1)
+
+        def answer_then_go() -> None:
+            conn, _ = listener.accept()
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+            answered.wait(5)
+            conn.close()  # the sandbox is removed
+
+        thread = threading.Thread(target=answer_then_go, daemon=True)
+        thread.start()
+        request = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        answer = await pools.exchange(path, 0, request, 1024, 5.0)
+        assert answer.status_code == 200
+        assert len(pools._pools) == 1  # the connection is kept for the next call
+        answered.set()
+        for _ in range(500):
+            if not pools._pools:
+                break
+            await asyncio.sleep(0.01)
+        assert pools._pools == {}
+        thread.join(5)
+        listener.close()
+        # a rocklet that is not there at all leaves nothing either
+        with pytest.raises(Dropped, match="cannot connect"):
+            await pools.exchange(path, 0, request, 1024, 5.0)
+        assert pools._pools == {}

@@ -21,7 +21,10 @@ idle connection the rocklet closed is not reused. asyncio only: the caller check
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from rock_core.rocklet_client.answers import TooLarge
@@ -98,6 +101,8 @@ class _Connection(asyncio.Protocol):
         self.chunk_at = 0  # a chunked answer: where its next chunk's size line begins
         self.pieces: list[bytes] = []  # ... and its chunks so far, ``received`` bytes in all
         self.received = 0
+        #: Called with this connection once it has ended (its pool lets go of it).
+        self.lost: Callable[[_Connection], None] | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------
 
@@ -120,6 +125,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._ended()
+        if self.lost is not None:
+            self.lost(self)
 
     # -- one exchange ----------------------------------------------------------------------
 
@@ -257,16 +264,22 @@ class _Connection(asyncio.Protocol):
 
 
 class _Pool:
-    __slots__ = ("idle", "slots")
+    __slots__ = ("idle", "slots", "users")
 
     def __init__(self) -> None:
         self.idle: list[_Connection] = []
         self.slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self.users = 0  # exchanges under way or waiting for a slot
 
 
 class LeanPools:
     """Kept-alive connections to rocklets, one pool per address (a unix socket's path, or
-    ``(host, port)``), on the event loop that uses them."""
+    ``(host, port)``), on the event loop that uses them.
+
+    A pool is dropped once no exchange uses it and it keeps no connection: a sandbox removed
+    ends its rocklet's connections, so a trainer that runs sandboxes by the million does not
+    keep a pool for each.
+    """
 
     def __init__(self) -> None:
         self._pools: dict[tuple[str, int], _Pool] = {}
@@ -286,6 +299,17 @@ class LeanPools:
         pool = self._pools.get(key)
         if pool is None:
             pool = self._pools[key] = _Pool()
+        pool.users += 1
+        try:
+            return await self._exchange(key, pool, data, cap, timeout)
+        finally:
+            pool.users -= 1
+            self._let_go(key, pool)
+
+    async def _exchange(
+        self, key: tuple[str, int], pool: _Pool, data: bytes, cap: int, timeout: float | None
+    ) -> Answer:
+        host, port = key
         loop = asyncio.get_running_loop()
         async with pool.slots:
             connection = None
@@ -296,6 +320,7 @@ class LeanPools:
                 connection = None
             if connection is None:
                 connection = await self._connect(loop, host, port)
+                connection.lost = functools.partial(self._lost, key, pool)
             waiter: asyncio.Future[None] = loop.create_future()
             timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
             try:
@@ -329,6 +354,17 @@ class LeanPools:
         except OSError as exc:
             raise Dropped(f"cannot connect: {exc.strerror or exc!r}") from exc
         return connection
+
+    def _lost(self, key: tuple[str, int], pool: _Pool, connection: _Connection) -> None:
+        """A connection of ``pool`` ended: out of its idle list, and the pool let go of."""
+        with contextlib.suppress(ValueError):
+            pool.idle.remove(connection)
+        self._let_go(key, pool)
+
+    def _let_go(self, key: tuple[str, int], pool: _Pool) -> None:
+        """Drop ``pool`` when nothing uses it and it keeps no connection."""
+        if not pool.users and not pool.idle and self._pools.get(key) is pool:
+            del self._pools[key]
 
     def forget(self, host: str, port: int) -> None:
         """Close the kept connections to ``host`` (``port`` 0 for a unix socket); harmless if none."""
