@@ -40,3 +40,12 @@ def test_a_port_is_found_for_an_ipv6_host_too() -> None:
     port = listen_port("::1")
     with socket.socket(socket.AF_INET6) as server:
         server.bind(("::1", port))
+
+
+def test_a_port_handed_out_lately_is_not_handed_out_again_before_its_server_binds() -> None:
+    # Two servers started together are each told a port before either binds: the same draw must
+    # not give both the same one (two cluster admins once shared a port, and one failed to bind).
+    first = listen_port(rng=random.Random(11))
+    second = listen_port(rng=random.Random(11))  # the same first try: the port just handed out
+    assert first != second
+    assert 10_000 <= second < _ephemeral_low()

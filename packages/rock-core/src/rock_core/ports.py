@@ -6,13 +6,17 @@ from. Between the close and the server's own bind, any connection made on the ma
 on a busy host (a bench opening thousands of connections, a test suite next to it) the server then
 fails with "address already in use". :func:`listen_port` picks from the ports just below that range,
 which the kernel never gives to an outgoing connection, so only another server choosing the same
-port at the same moment can take it.
+port at the same moment can take it. Within one process, a port handed out recently is not handed
+out again (two servers started together, each told its port before either binds, drew the same
+one once: the second failed with "address already in use").
 """
 
 from __future__ import annotations
 
+import collections
 import random
 import socket
+import threading
 from pathlib import Path
 
 __all__ = ["listen_port"]
@@ -20,6 +24,9 @@ __all__ = ["listen_port"]
 _EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST = 10_000  # below this, ports of well-known services crowd
 _TRIES = 64
+#: Ports handed out lately by this process, not handed out again while they are here.
+_RECENT: collections.deque[int] = collections.deque(maxlen=1024)
+_RECENT_LOCK = threading.Lock()
 
 
 def _ephemeral_low() -> int:
@@ -54,8 +61,11 @@ def listen_port(host: str = "127.0.0.1", *, rng: random.Random | None = None) ->
     if top > _LOWEST:
         for _ in range(_TRIES):
             port = draw.randint(_LOWEST, top)
-            if _bindable(host, port):
-                return port
+            with _RECENT_LOCK:
+                if port in _RECENT or not _bindable(host, port):
+                    continue
+                _RECENT.append(port)
+            return port
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family) as sock:
         sock.bind((host, 0))
