@@ -71,10 +71,10 @@ def test_workspace_members_are_the_nine_packages():
         assert (base / "tests").is_dir()
 
 
-def test_rock_core_depends_only_on_its_five_libraries():
+def test_rock_core_depends_only_on_its_six_libraries():
     meta = tomllib.loads((ROOT / "packages/rock-core/pyproject.toml").read_text())["project"]
     names = {dep.split(">")[0].split("=")[0].split("<")[0].strip() for dep in meta["dependencies"]}
-    assert names == {"attrs", "cattrs", "pluggy", "anyio", "httpx"}
+    assert names == {"attrs", "cattrs", "pluggy", "anyio", "httpx", "orjson"}
 
 
 def test_every_dependency_is_pinned_without_addresses():
