@@ -17,8 +17,10 @@ def test_control_plane_bench_starts_every_sandbox_and_prints_its_figures(control
     assert 0 < figures["start_p50_seconds"] <= figures["start_p99_seconds"]
     assert figures["admin_rss_mb"] > 0 and figures["admin_kib_per_sandbox"] is not None
     assert figures["admin_cpu_ms_per_start"] > 0 and figures["clients_cpu_ms_per_start"] > 0
-    # The event loop's share of it (the main thread's): the store's writer thread is not in it.
-    assert 0 < figures["admin_loop_cpu_ms_per_start"] <= figures["admin_cpu_ms_per_start"]
+    # The event loop's share of it (the main thread's), within one clock tick (10 ms over the
+    # 200 starts): the kernel scales a thread's and its process's times apart.
+    tick = 1000 * 0.01 / 200
+    assert 0 < figures["admin_loop_cpu_ms_per_start"] <= figures["admin_cpu_ms_per_start"] + tick
     # The clients' CPU from the common instant on leaves out each process's own start.
     assert 0 < figures["clients_cpu_ms_per_start_starting"] < figures["clients_cpu_ms_per_start"]
     # The sandboxes' simulated rocklet runs in a process of its own, counted apart.

@@ -298,12 +298,13 @@ async def run_control_plane(
         )
         # The admin's CPU while they started: its own process only (the readiness probes it
         # makes included; the simulated rocklet that answers them is in another process).
+        # And its main thread's alone: the event loop, which every request waits for (other
+        # threads run beside it, on the other core). Read before the process's, as it was read
+        # after it at the start, so the thread is never counted over a longer span.
+        loop_cpu = (cpu_seconds(admin.pid, main_thread=True) or 0.0) - loop_cpu
         admin_cpu = (cpu_seconds(admin.pid) or 0.0) - admin_cpu
         figures["admin_cpu_seconds_starting"] = round(admin_cpu, 1)
         figures["admin_cpu_ms_per_start"] = round(1000 * admin_cpu / settings.sandboxes, 2)
-        # Its main thread's alone: the event loop, which every request waits for (the store's
-        # writer thread and the like run beside it, on the other core).
-        loop_cpu = (cpu_seconds(admin.pid, main_thread=True) or 0.0) - loop_cpu
         figures["admin_loop_cpu_ms_per_start"] = round(1000 * loop_cpu / settings.sandboxes, 2)
         if rocklet_pid:  # the scripted runtime's one simulated rocklet (not the admin's CPU)
             rocklet_cpu = (cpu_seconds(rocklet_pid) or 0.0) - rocklet_cpu
