@@ -62,10 +62,10 @@ class DroppingServer:
                     return  # closed, no answer
                 if self.hold:
                     time.sleep(self.hold)
-                conn.sendall(ANSWER)
                 served += 1
-                with self._lock:
+                with self._lock:  # counted before it is sent: the client may look at once
                     self.answered += 1
+                conn.sendall(ANSWER)
 
     def close(self) -> None:
         self.listener.close()
