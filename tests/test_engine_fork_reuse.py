@@ -5,6 +5,7 @@ the forks' files always equal the parent's at the call."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 from rock_core.actions import Command, SandboxStartRequest
@@ -56,6 +57,21 @@ async def test_a_fork_of_an_unchanged_sandbox_starts_from_its_snapshot_with_its_
         assert await _sh(engine, child.sandbox_id, SHOW.format("/work/task")) == "prepared"
         assert await _sh(engine, child.sandbox_id, SHOW.format("/etc/issue")) == "gone"
         await engine.stop(child.sandbox_id)
+    await engine.stop(parent)
+
+
+async def test_a_sandbox_left_idle_after_its_snapshot_still_forks_from_it(engine):
+    """The rocklet warms its endpoints up once it has been idle for a while: that warm-up must
+    not touch the sandbox's files, or a fork after a pause would take a new snapshot (CI: a
+    tenant at its snapshot limit was refused such a fork)."""
+    parent = str((await engine.start(SandboxStartRequest(**SMALL))).sandbox_id)
+    await _sh(engine, parent, "true")  # a command: the rocklet's full endpoints are loaded
+    snap = await engine.snapshot(parent)  # at once: the warm-up has not run yet
+    await anyio.sleep(2)  # idle: the warm-up runs now
+    forked, (child,) = await engine.fork(parent, 1)
+    assert forked.name == snap.name
+    assert len(await engine.list_snapshots()) == 1
+    await engine.stop(child.sandbox_id)
     await engine.stop(parent)
 
 

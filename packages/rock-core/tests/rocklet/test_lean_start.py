@@ -161,3 +161,21 @@ def test_the_endpoints_warm_up_only_once_no_request_started_or_ended_for_a_while
     warm_when_idle(server, Rocklet(), idle=0.001)
     assert len(warmed_at) == 1
     assert warmed_at[0] >= 7  # not before the activity stood still for a whole period
+
+
+def test_the_warm_up_writes_nothing_to_the_sandbox_s_files(tmp_path: Path) -> None:
+    """An idle sandbox's files stay as they were (a fork unchanged since a snapshot reuses it):
+    the warm-up, which runs once the rocklet is idle, makes no directory; the first session
+    makes its scratch root, traversable but not listable, as before."""
+    from rock_core.rocklet.api import Rocklet
+
+    state = tmp_path / "state"
+    state.mkdir()
+    rocklet = Rocklet(str(state))
+    rocklet.warm_up()
+    assert list(state.iterdir()) == []
+    rocklet.sessions.create("first")
+    try:
+        assert (state / "sessions").stat().st_mode & 0o777 == 0o711
+    finally:
+        rocklet.shutdown()

@@ -156,11 +156,8 @@ class Rocklet:
                 if self._sessions is None:
                     from .sessions import SessionManager
 
-                    root = os.path.join(self.state_dir, "sessions")
-                    os.makedirs(root, exist_ok=True)
-                    # Traversable but not listable: a remote_user shell reaches its own dir only.
-                    os.chmod(root, 0o711)
-                    self._sessions = SessionManager(root)
+                    # Makes its scratch root with its first session: nothing written before.
+                    self._sessions = SessionManager(os.path.join(self.state_dir, "sessions"))
         return self._sessions
 
     @property

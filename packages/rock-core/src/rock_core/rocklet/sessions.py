@@ -23,13 +23,18 @@ __all__ = ["BashSession", "SessionManager", "DEFAULT_PATH"]
 
 
 class SessionManager:
-    """The named sessions of one rocklet."""
+    """The named sessions of one rocklet.
+
+    The scratch root is made with the first session, not before: a rocklet that only warms up
+    writes nothing to the sandbox's files (a fork of a sandbox unchanged since its last snapshot
+    reuses that snapshot only while its files stay as they were)."""
 
     def __init__(self, scratch_root: str) -> None:
         self._root = scratch_root
         self._sessions: dict[str, BashSession | None] = {}
         self._lock = threading.Lock()
         self._counter = 0
+        self._root_made = False
 
     def create(
         self,
@@ -48,6 +53,15 @@ class SessionManager:
             self._sessions[name] = None  # reserved while the shell starts
             self._counter += 1
             scratch = os.path.join(self._root, "s%d" % self._counter)
+            if not self._root_made:
+                try:
+                    os.makedirs(self._root, exist_ok=True)
+                    # Traversable, not listable: a remote_user shell reaches its own dir only.
+                    os.chmod(self._root, 0o711)
+                except BaseException:
+                    self._sessions.pop(name, None)
+                    raise
+                self._root_made = True
         try:
             session = BashSession(name, scratch, _session_env(env_enable, env), remote_user)
             output = session.start(startup_source, startup_timeout)
