@@ -29,6 +29,12 @@ def test_control_plane_bench_starts_every_sandbox_and_prints_its_figures(control
     assert 0 <= figures["host_steal_percent_starting"] <= 100
     assert figures["get_status_p50_ms"] > 0 and figures["list_p50_ms"] > 0
     assert figures["listed"] == 200
+    # Where a start's time went, from the records: accepted from the common instant on, then
+    # at least the simulated unit's start (0.1 s here; the records keep microseconds).
+    assert 0 <= figures["accepted_p50_seconds"] <= figures["accepted_p99_seconds"]
+    assert figures["accepted_p99_seconds"] < figures["start_p99_seconds"]
+    assert 0.1 <= figures["accepted_to_running_p50_seconds"] <= figures["start_p99_seconds"]
+    assert figures["accepted_to_running_p50_seconds"] <= figures["accepted_to_running_p99_seconds"]
     assert figures["running_after_restart"] == 200
     assert figures["admin_restart_answering_seconds"] > 0
     assert set(figures["goals"]) == {"all_succeed", "start_p50_le_5s", "admin_le_1gib"}
