@@ -61,11 +61,16 @@ KEEP_ALIVE_SECONDS = 75
 #: after 100 collections of the middle generation instead of 10: each walks every object of
 #: every sandbox held (about 90 ms with 4,000); with Python's thresholds a burst of 4,000 starts
 #: made 4 of them, 5% of the admin's CPU, and more the more sandboxes it held. The youngest
-#: generation collected after 50,000 new objects instead of 700: most of a request's objects
-#: are freed by then, so fewer survive into the middle generation, whose collections walk them
-#: again (in ``rock bench control-plane`` at 4,000, the first admin's collections took 411 ms
-#: with 700: 1,402 young, 128 middle, 3 full; 184 ms with 50,000: 177, 16, 2).
-GC_THRESHOLDS = (50000, 10, 100)
+#: generation collected after 200,000 new objects instead of 700, the middle one after 50 of
+#: those: a young collection walks every object made since the last one that still lives (more
+#: than the count says, as the count goes down for old objects freed, such as the records a
+#: start replaces), and a middle one walks them all again; so the fewer, the less walking of a
+#: burst's sandboxes. In ``rock bench control-plane`` at 4,000: 411 ms of collections with 700,
+#: 184 ms with 50,000. At 16,000 (two pairs, the collections during the burst): 0.92 and 1.13 s
+#: with (50,000, 10, 100), 0.56 and 0.52 s with these, p50 within the runs' noise; accepting
+#: 16,000 starts on the engine alone: 170 -> 152-157 us of CPU each. The cyclic garbage a
+#: collection finds waits longer: at most some 200,000 objects' worth, tens of MB.
+GC_THRESHOLDS = (200000, 50, 100)
 
 log = logging.getLogger("rock.admin")
 
