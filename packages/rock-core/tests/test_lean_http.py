@@ -5,6 +5,7 @@ server dropped as it was reused, timeouts, and a burst over a bounded number of 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
@@ -35,7 +36,8 @@ class Server:
         self.connections = 0
         self.received: list[tuple[str, str, dict[str, str], bytes]] = []
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while True:
@@ -80,6 +82,12 @@ class Server:
                     return  # an answer without a length (or cut short) ends with its connection
 
     def close(self) -> None:
+        # Woken and joined before its socket is closed: a thread still in accept() on a closed
+        # socket's number could take a connection from whatever socket next gets that number
+        # (a later test's rocklet was once answered by this server's handler).
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self._acceptor.join(5)
         self.listener.close()
 
 
@@ -351,3 +359,101 @@ def test_a_stream_cut_in_the_middle_of_a_chunk_is_an_error(serve) -> None:
 
     with pytest.raises(LeanHttpError, match="ended early"):
         asyncio.run(main())
+
+
+def test_an_answer_past_the_cap_is_refused_naming_its_size_and_not_sent_again(serve) -> None:
+    """Nomad's client reads at most ``max_answer`` bytes of an answer (a stand-in, or a real
+    Nomad, must not make rock buffer without bound): one that says it is larger is refused
+    unread, naming its size; one that turns out larger (chunked, or until the end) as it
+    comes. Either way the request is not sent again (it had an answer)."""
+    answers = {
+        "/declared": b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n" + b"x" * 5000,
+        "/chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"400\r\n"
+        + b"x" * 1024
+        + b"\r\n"
+        + b"400\r\n"
+        + b"x" * 1024
+        + b"\r\n0\r\n\r\n",
+        "/until-end": b"HTTP/1.1 200 OK\r\n\r\n" + b"x" * 5000,
+        "/fits": b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n" + b"x" * 1000,
+    }
+    server = serve(lambda method, target, *_: answers[target])
+
+    async def main() -> dict[str, object]:
+        client = LeanHttpClient(server.address, timeout=5.0, max_connections=2, max_answer=1000)
+        out: dict[str, object] = {}
+        try:
+            for target in answers:
+                try:
+                    out[target] = len((await client.request("GET", target)).content)
+                except LeanHttpError as exc:
+                    out[target] = (exc.too_large, exc.dropped, str(exc))
+            return out
+        finally:
+            await client.aclose()
+
+    out = asyncio.run(main())
+    assert out["/declared"] == (
+        True,
+        False,
+        "an answer of 5000 bytes, more than the 1000 bytes read (max_answer)",
+    )
+    assert out["/chunked"] == (True, False, "an answer, more than the 1000 bytes read (max_answer)")
+    assert out["/until-end"] == out["/chunked"]
+    assert out["/fits"] == 1000
+    assert [target for _, target, _, _ in server.received] == list(answers)
+
+
+def test_the_default_cap_is_nomads_largest_listing_with_room() -> None:
+    from rock_core.lean_http import MAX_ANSWER
+
+    client = LeanHttpClient("http://192.0.2.1:4646", timeout=1.0, max_connections=1)
+    # 5,000 allocations with resources and task states at about 10 KB each, five times over.
+    assert client.max_answer == MAX_ANSWER >= 5 * 5_000 * 10_000
+
+
+def test_a_streamed_error_answer_past_the_cap_is_refused(serve) -> None:
+    server = serve(lambda *_: b"HTTP/1.1 500 X\r\nContent-Length: 3000\r\n\r\n" + b"e" * 3000)
+
+    async def main() -> None:
+        client = LeanHttpClient(server.address, timeout=5.0, max_connections=1, max_answer=1000)
+        try:
+            async with client.stream("GET", "/v1/event/stream") as events:
+                await events.aread()
+        finally:
+            await client.aclose()
+
+    with pytest.raises(LeanHttpError, match="more than 1000 bytes") as caught:
+        asyncio.run(main())
+    assert caught.value.too_large
+
+
+def test_a_streamed_line_past_the_cap_is_refused(serve) -> None:
+    """An event stream is read as it comes, without a bound on its length; but one line (an
+    event) longer than the cap is refused rather than held."""
+    pieces = [b"%x\r\n%s\r\n" % (500, b"y" * 500) for _ in range(6)]
+    server = serve(
+        lambda *_: (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"4\r\nok\r\n\r\n"
+            + b"".join(pieces)
+            + b"0\r\n\r\n"
+        )
+    )
+
+    async def main() -> list[str]:
+        client = LeanHttpClient(server.address, timeout=5.0, max_connections=1, max_answer=1000)
+        lines: list[str] = []
+        try:
+            async with client.stream("GET", "/v1/event/stream") as events:
+                async for line in events.aiter_lines():
+                    lines.append(line)
+        except LeanHttpError as exc:
+            assert exc.too_large and "longer than 1000 bytes" in str(exc)
+            return lines
+        finally:
+            await client.aclose()
+        raise AssertionError("no error")
+
+    assert asyncio.run(main()) == ["ok"]

@@ -167,3 +167,39 @@ def test_a_burst_of_calls_is_answered_over_a_bounded_number_of_connections(dropp
 
     assert anyio.run(main) == [200] * 300
     assert server.connections <= QUICK_CALLS
+
+
+def test_an_answer_past_the_lean_clients_cap_is_a_failure_naming_its_size() -> None:
+    """A stand-in or a real Nomad must not make rock buffer without bound: an answer that says it
+    is larger than the lean client's cap (rock_core.lean_http.MAX_ANSWER) is refused unread."""
+    from rock_core.lean_http import MAX_ANSWER
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    size = MAX_ANSWER + 1
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n[" % size)
+            conn.recv(1)  # until the client closes
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+
+    async def main() -> None:
+        api = _api("http://127.0.0.1:%d" % listener.getsockname()[1])
+        try:
+            await api.request("GET", "allocations", attempted="list")
+        finally:
+            await api.aclose()
+
+    try:
+        with pytest.raises(RuntimeFailure) as caught:
+            anyio.run(main)
+    finally:
+        thread.join(5)
+        listener.close()
+    message = caught.value.message
+    assert f"answered GET /v1/allocations with an answer of {size} bytes" in message
+    assert f"more than the {MAX_ANSWER} bytes" in message

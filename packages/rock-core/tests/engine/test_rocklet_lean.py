@@ -8,6 +8,7 @@ paths)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import tempfile
 import threading
@@ -34,6 +35,7 @@ from rock_core.errors import (
 from rock_core.rocklet.api import Rocklet, build_router
 from rock_core.rocklet.server import RockletServer
 from rock_core.rocklet_client import RockletClient, new_http_client
+from rock_core.rocklet_client.answers import TooLarge
 from rock_core.rocklet_client.lean import Dropped, LeanPools
 
 pytestmark = pytest.mark.anyio
@@ -187,3 +189,91 @@ async def test_a_rocklet_that_ends_its_connections_leaves_no_pool_behind() -> No
         with pytest.raises(Dropped, match="cannot connect"):
             await pools.exchange(path, 0, request, 1024, 5.0)
         assert pools._pools == {}
+
+
+def _one_answer_server(where: str, answer: bytes) -> tuple[socket.socket, list[bytes]]:
+    """A server on ``where`` (a unix socket's path, or ``tcp``: loopback) that reads each
+    request of each connection and gives ``answer`` (or, when empty, closes unanswered)."""
+    if where == "tcp":
+        listener = socket.create_server(("127.0.0.1", 0))
+    else:
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(where)
+        listener.listen(8)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                request = conn.recv(65536)
+                received.append(request)
+                if answer:
+                    with contextlib.suppress(OSError):
+                        conn.sendall(answer)
+                        conn.recv(1)  # until the client closes
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener, received
+
+
+def _stop(listener: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        listener.shutdown(socket.SHUT_RDWR)
+    listener.close()
+
+
+@pytest.mark.parametrize("where", ["unix", "tcp"])
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 4096\r\n\r\n" + b"x" * 4096,
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n"
+        + b"x" * 2048
+        + b"\r\n"
+        + b"800\r\n"
+        + b"x" * 2048
+        + b"\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1000\r\n" + b"x" * 10,
+        b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + b"x" * 4096,
+    ],
+    ids=["declared", "chunked", "one-large-chunk", "until-end"],
+)
+async def test_an_answer_past_the_cap_is_too_large_over_a_unix_socket_and_tcp(
+    where: str, answer: bytes
+) -> None:
+    pools = LeanPools()
+    with tempfile.TemporaryDirectory(prefix="rock-lean-") as tmp:
+        path = str(Path(tmp) / "cap.sock") if where == "unix" else "tcp"
+        listener, received = _one_answer_server(path, answer)
+        host, port = (path, 0) if where == "unix" else listener.getsockname()[:2]
+        request = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
+        try:
+            with pytest.raises(TooLarge) as caught:
+                await pools.exchange(host, port, request, 1000, 5.0)
+            assert caught.value.limit == 1000
+            assert len(received) == 1
+        finally:
+            pools.close()
+            _stop(listener)
+
+
+async def test_a_request_whose_connection_ends_unanswered_is_never_sent_twice() -> None:
+    # Nomad's client sends such a request once more (it may never have been read); a rocklet
+    # call is not safe to repeat (a command would run twice), so it fails at once.
+    pools = LeanPools()
+    with tempfile.TemporaryDirectory(prefix="rock-lean-") as tmp:
+        path = str(Path(tmp) / "drop.sock")
+        listener, received = _one_answer_server(path, b"")
+        try:
+            with pytest.raises(Dropped, match="without an answer") as caught:
+                await pools.exchange(path, 0, b"POST /execute HTTP/1.1\r\n\r\n", 1000, 5.0)
+            assert caught.value.unanswered
+            # (sent again, it would have been read before the call failed: it was closed unanswered)
+            assert len(received) == 1
+        finally:
+            pools.close()
+            _stop(listener)

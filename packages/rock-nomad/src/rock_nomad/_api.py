@@ -243,6 +243,13 @@ class NomadApi:
         try:
             response = await self._lean.request(method, target, body=body)
         except LeanHttpError as exc:
+            if exc.too_large:
+                raise RuntimeFailure(
+                    f"the Nomad API at {self.address} answered {method} /v1/{path} with {exc}; "
+                    "rock reads no larger answer",
+                    sandbox_id=sandbox_id,
+                    attempted=attempted,
+                ) from exc
             kind = (
                 "ReadTimeout" if exc.timed_out else "ReadError" if exc.dropped else "ConnectError"
             )

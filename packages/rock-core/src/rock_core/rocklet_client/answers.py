@@ -19,16 +19,9 @@ from rock_core.errors import (
     SessionAlreadyExists,
     SessionNotFound,
 )
+from rock_core.http1 import TooLarge
 
 __all__ = ["TooLarge", "capped_lines", "read_capped", "rock_error"]
-
-
-class TooLarge(Exception):
-    """An answer passed its cap (``limit`` bytes)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(limit)
-        self.limit = limit
 
 
 async def read_capped(response: httpx.Response, limit: int) -> bytes:
