@@ -6,6 +6,7 @@ sent such a request again."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -33,7 +34,8 @@ class DroppingServer:
         self.answered = 0
         self.connections = 0
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def _accept(self) -> None:
         while True:
@@ -68,6 +70,11 @@ class DroppingServer:
                 conn.sendall(ANSWER)
 
     def close(self) -> None:
+        # Woken and joined before its socket is closed: a thread left in accept() on a closed
+        # socket's number could take a later test's connection.
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self._acceptor.join(5)
         self.listener.close()
 
 

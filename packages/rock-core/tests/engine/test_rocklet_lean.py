@@ -191,7 +191,9 @@ async def test_a_rocklet_that_ends_its_connections_leaves_no_pool_behind() -> No
         assert pools._pools == {}
 
 
-def _one_answer_server(where: str, answer: bytes) -> tuple[socket.socket, list[bytes]]:
+def _one_answer_server(
+    where: str, answer: bytes
+) -> tuple[socket.socket, list[bytes], threading.Thread]:
     """A server on ``where`` (a unix socket's path, or ``tcp``: loopback) that reads each
     request of each connection and gives ``answer`` (or, when empty, closes unanswered)."""
     if where == "tcp":
@@ -216,13 +218,17 @@ def _one_answer_server(where: str, answer: bytes) -> tuple[socket.socket, list[b
                         conn.sendall(answer)
                         conn.recv(1)  # until the client closes
 
-    threading.Thread(target=serve, daemon=True).start()
-    return listener, received
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, received, thread
 
 
-def _stop(listener: socket.socket) -> None:
+def _stop(listener: socket.socket, thread: threading.Thread) -> None:
+    # Woken and joined before its socket is closed: a thread in accept() on a closed socket's
+    # number could take a later test's connection.
     with contextlib.suppress(OSError):
         listener.shutdown(socket.SHUT_RDWR)
+    thread.join(5)
     listener.close()
 
 
@@ -248,7 +254,7 @@ async def test_an_answer_past_the_cap_is_too_large_over_a_unix_socket_and_tcp(
     pools = LeanPools()
     with tempfile.TemporaryDirectory(prefix="rock-lean-") as tmp:
         path = str(Path(tmp) / "cap.sock") if where == "unix" else "tcp"
-        listener, received = _one_answer_server(path, answer)
+        listener, received, thread = _one_answer_server(path, answer)
         host, port = (path, 0) if where == "unix" else listener.getsockname()[:2]
         request = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
         try:
@@ -258,7 +264,7 @@ async def test_an_answer_past_the_cap_is_too_large_over_a_unix_socket_and_tcp(
             assert len(received) == 1
         finally:
             pools.close()
-            _stop(listener)
+            _stop(listener, thread)
 
 
 async def test_a_request_whose_connection_ends_unanswered_is_never_sent_twice() -> None:
@@ -267,7 +273,7 @@ async def test_a_request_whose_connection_ends_unanswered_is_never_sent_twice() 
     pools = LeanPools()
     with tempfile.TemporaryDirectory(prefix="rock-lean-") as tmp:
         path = str(Path(tmp) / "drop.sock")
-        listener, received = _one_answer_server(path, b"")
+        listener, received, thread = _one_answer_server(path, b"")
         try:
             with pytest.raises(Dropped, match="without an answer") as caught:
                 await pools.exchange(path, 0, b"POST /execute HTTP/1.1\r\n\r\n", 1000, 5.0)
@@ -276,4 +282,4 @@ async def test_a_request_whose_connection_ends_unanswered_is_never_sent_twice() 
             assert len(received) == 1
         finally:
             pools.close()
-            _stop(listener)
+            _stop(listener, thread)
