@@ -14,7 +14,7 @@ from rock_core.engine.manager import SandboxManager
 from rock_core.errors import BadRequestRockError, SandboxNotFound
 from rock_core.models import RuntimeStatus, UnitState
 from rock_core.states import Event, State
-from rock_core.testing import ScriptedRuntime
+from rock_core.testing import ScriptedRuntime, eventually_async
 
 pytestmark = pytest.mark.anyio
 
@@ -108,8 +108,13 @@ async def test_a_stop_during_the_back_off_cancels_the_restart(runtime: ScriptedR
         await _crash(engine, runtime, sandbox_id, KILLED)
         assert engine.get_record(sandbox_id).state is State.STOPPED  # waiting out its back-off
         await engine.stop(sandbox_id)
-        await anyio.wait_all_tasks_blocked()
-        record = engine.get_record(sandbox_id)
+        # The restart's task may not have begun its back-off yet: it learns of the stop at its
+        # first step, and then its post-stop policy applies.
+        record = await eventually_async(
+            lambda: engine.get_record(sandbox_id),
+            until=lambda r: r.auto_transition_state is not State.PENDING,
+            what="the cancelled restart's post-stop plan",
+        )
         assert record.state is State.STOPPED and record.restart_count == 0
         assert record.auto_transition_state is State.DELETED  # its post-stop policy applies now
         with pytest.raises(SandboxNotFound, match="not running"):

@@ -29,6 +29,7 @@ __all__ = [
     "new_rocklet_token",
     "not_running_error",
     "now",
+    "transition_lock",
 ]
 
 #: The sandbox a unit holds.
@@ -97,6 +98,15 @@ def not_running_error(record: SandboxRecord, attempted: str) -> RockError:
     )
 
 
+def transition_lock() -> anyio.Lock:
+    """A sandbox's transition lock: taken without a turn of the event loop when no one holds
+    it (anyio's ``fast_acquire``; a cancelled caller still raises at once, and a held lock is
+    waited for in turn). Every start takes it to turn running: the default lock's extra turn
+    cost a burst of 16,000 starts about 4 % of its p50 (four alternating pairs of ``rock bench
+    control-plane``: 6.43 -> 6.15 s on average)."""
+    return anyio.Lock(fast_acquire=True)
+
+
 @attrs.define
 class LiveSandbox:
     """What the engine holds in memory for a sandbox that is not deleted.
@@ -109,7 +119,7 @@ class LiveSandbox:
     """
 
     record: SandboxRecord
-    lock: anyio.Lock = attrs.field(factory=anyio.Lock)
+    lock: anyio.Lock = attrs.field(factory=transition_lock)
     handle: UnitHandle | None = None
     client: RockletClient | None = None
     activity: float = attrs.field(factory=time.time)  # last call, for the idle timer
