@@ -51,6 +51,7 @@ from rock.bench._host import cpu_seconds, machine_steal_seconds, steal_percent
 from rock.bench.admin import (
     PREFIX,
     BenchAdmin,
+    _envelope_result,
     _get_status_latency,
     _listing_latency,
     rss_bytes,
@@ -222,9 +223,10 @@ async def _start_phases(http: httpx.AsyncClient, ids: list[str], at: float) -> d
     to_running: list[float] = []
     page = 1
     while True:
-        answer = (
-            await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 1000})
-        ).json()["result"]
+        answer = _envelope_result(
+            await http.get(f"{PREFIX}/sandboxes", params={"page": page, "page_size": 1000}),
+            "list_sandboxes",
+        )
         for item in answer["items"]:
             if item["sandbox_id"] not in wanted or not item.get("start_time"):
                 continue
