@@ -15,9 +15,10 @@ close`` honoured, else the next request is peeked at the same way), and any othe
 handed, unread, to the real rocklet's connection loop in a thread of its own. So a probe costs
 no thread, and commands, files and sessions still run.
 
-:func:`serve_loop_first_rocklet` serves one on a port of its own, in this process's main thread
-(``python -m rock.bench.scripted_admin --serve-rocklet``: a process apart from the admin's, so
-its CPU is not the admin's).
+:func:`serve_loop_first_rocklet` serves one on a port of its own, or on a unix socket as
+rock-docker's sandboxes are reached by default, in this process's main thread (``python -m
+rock.bench.scripted_admin --serve-rocklet``: a process apart from the admin's, so its CPU is not
+the admin's).
 """
 
 from __future__ import annotations
@@ -128,18 +129,26 @@ class LoopFirstRocklet:
 
 
 def serve_loop_first_rocklet(
-    on_listening: Callable[[tuple[str, int]], None], until: Callable[[], bool]
+    on_listening: Callable[[tuple[str, int]], None],
+    until: Callable[[], bool],
+    *,
+    unix_path: str | None = None,
 ) -> None:
-    """Serve a :class:`LoopFirstRocklet` on a free port of 127.0.0.1 in this thread's new event
-    loop; call ``on_listening((host, port))`` once it listens, and end once ``until()`` is true
-    (asked every half second)."""
+    """Serve a :class:`LoopFirstRocklet` on a free port of 127.0.0.1 (or on the unix socket
+    ``unix_path``, which must not exist) in this thread's new event loop; call
+    ``on_listening((host, port))`` (``(unix_path, 0)``) once it listens, and end once
+    ``until()`` is true (asked every half second)."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         rocklet = LoopFirstRocklet()
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", 0))
+        if unix_path is None:
+            listener = socket.socket()
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", 0))
+        else:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(unix_path)
         listener.listen(4096)
         listener.setblocking(False)
 
@@ -151,11 +160,12 @@ def serve_loop_first_rocklet(
                     return
                 except OSError:
                     return
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if unix_path is None:
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 rocklet.serve(conn, loop)
 
         loop.add_reader(listener.fileno(), accept)
-        on_listening(listener.getsockname()[:2])
+        on_listening(listener.getsockname()[:2] if unix_path is None else (unix_path, 0))
         try:
             while not until():  # noqa: ASYNC110 - a condition no event tells
                 await asyncio.sleep(0.5)

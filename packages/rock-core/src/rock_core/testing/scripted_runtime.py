@@ -127,7 +127,9 @@ class _Unit:
 
 
 class ScriptedRuntime(Runtime):
-    """A runtime holding its units in memory, each served by the rocklet at ``rocklet_address``.
+    """A runtime holding its units in memory, each served by the rocklet at ``rocklet_address``:
+    ``(host, port)``, or ``(path, 0)`` for a rocklet on the unix socket ``path`` (reached as
+    rock-docker's sandboxes are by default, through :attr:`RuntimeStatus.rocklet_socket`).
 
     It declares ``assign`` (warm pools), ``keeps_files_across_stop`` and ``snapshot``; a stopped
     unit exits with code 0. A unit's snapshot is :data:`SNAPSHOT_SIZE` bytes that name its
@@ -220,6 +222,8 @@ class ScriptedRuntime(Runtime):
                 state=unit.state, exit_code=0 if unit.state is UnitState.EXITED else None
             )
         host, port = self.rocklet_address
+        if host.startswith("/"):
+            return RuntimeStatus(state=UnitState.RUNNING, rocklet_socket=host)
         return RuntimeStatus(state=UnitState.RUNNING, rocklet_host=host, rocklet_port=Port(port))
 
     async def list(self, labels: Mapping[str, str]) -> Sequence[UnitHandle]:

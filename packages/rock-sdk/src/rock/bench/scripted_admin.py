@@ -10,7 +10,10 @@ are written there at exit and read back at start, as containers outlive a restar
 
 ``--rocklet process`` serves that rocklet from a process of its own instead (started and ended
 with the admin's, its pid in ``rocklet.pid`` beside ``--units-file``): the admin's CPU and memory
-are then its own, as a sandbox's rocklet's would be. That rocklet answers the engine's readiness
+are then its own, as a sandbox's rocklet's would be. It listens on a unix socket in a private
+temporary folder, as rock-docker's sandboxes are reached by default (a readiness probe over
+loopback TCP costs the admin about twice the CPU of one over a unix socket, most of it the
+kernel's). That rocklet answers the engine's readiness
 probes in an event loop, and hands every other connection to the real rocklet's thread
 (:mod:`rock_core.testing.loop_rocklet`): 16,000 probes at once are 16,000 short answers, not
 16,000 threads.
@@ -37,6 +40,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -86,34 +90,38 @@ def _save_units(runtime: Any, path: Path) -> None:
 
 @contextlib.contextmanager
 def _rocklet_process(pid_file: Path | None) -> Iterator[tuple[str, int]]:
-    """A rocklet in a process of its own (``--serve-rocklet``), its pid written to ``pid_file``;
-    yield its ``(host, port)``."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rock.bench.scripted_admin", "--serve-rocklet"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        host, port = process.stdout.readline().split()
-        if pid_file is not None:
-            pid_file.write_text(str(process.pid))
-        yield host, int(port)
-    finally:
-        process.terminate()
-        process.wait()
+    """A rocklet in a process of its own (``--serve-rocklet``) on a unix socket in a private
+    temporary folder, its pid written to ``pid_file``; yield its ``(path, 0)``."""
+    with tempfile.TemporaryDirectory(prefix="rock-scripted-rocklet-") as folder:
+        path = str(Path(folder) / "rocklet.sock")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "rock.bench.scripted_admin", "--serve-rocklet", path],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stdout is not None
+            host, port = process.stdout.readline().split()
+            if pid_file is not None:
+                pid_file.write_text(str(process.pid))
+            yield host, int(port)
+        finally:
+            process.terminate()
+            process.wait()
 
 
-def _serve_rocklet() -> int:
+def _serve_rocklet(unix_path: str | None) -> int:
     """Serve a rocklet whose readiness probes an event loop answers
-    (:class:`rock_core.testing.loop_rocklet.LoopFirstRocklet`), print ``host port``, and end with
-    the process that started this one."""
+    (:class:`rock_core.testing.loop_rocklet.LoopFirstRocklet`) on ``unix_path`` (``None``: a
+    port of 127.0.0.1), print ``host port`` (``path 0``), and end with the process that started
+    this one."""
     from rock_core.testing.loop_rocklet import serve_loop_first_rocklet
 
     parent = os.getppid()
     serve_loop_first_rocklet(
         lambda address: print(*address, flush=True),
         until=lambda: os.getppid() != parent,  # the admin was killed: this one ends too
+        unix_path=unix_path,
     )
     return 0
 
@@ -129,10 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--units-file", type=Path, default=None)
     parser.add_argument("--profile", type=Path, default=None)
     parser.add_argument("--rocklet", choices=["thread", "process"], default="thread")
-    parser.add_argument("--serve-rocklet", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument(  # a unix socket's path, or "" for a port
+        "--serve-rocklet", nargs="?", const="", default=None, help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
-    if args.serve_rocklet:
-        return _serve_rocklet()
+    if args.serve_rocklet is not None:
+        return _serve_rocklet(args.serve_rocklet or None)
 
     from rock.admin import daemon
     from rock.admin.config import load_settings
