@@ -35,6 +35,7 @@ import attrs
 from rock_core.engine.admission import check_quota, with_defaults
 from rock_core.engine.bringup import bring_up
 from rock_core.engine.core import EngineCore
+from rock_core.engine.lazy_event import LazyEvent
 from rock_core.engine.live import LiveSandbox, new_rocklet_token, now
 from rock_core.engine.removals import remove_quietly
 from rock_core.errors import (
@@ -170,7 +171,7 @@ async def archive(core: EngineCore, sandbox_id: str) -> None:
             auto_transition_state=None,
             auto_transition_time=None,
         )
-        live.archive_done = anyio.Event()
+        live.archive_done = LazyEvent()
     core.task_group().start_soon(run_archive, core, live, store, before)
 
 
@@ -519,7 +520,7 @@ async def recover_archiving(core: EngineCore, live: LiveSandbox) -> None:
             )
         except RockError as exc:
             log.warning("could not look for the archive of sandbox %s: %s", sandbox_id, exc)
-    live.archive_done = anyio.Event()
+    live.archive_done = LazyEvent()
     if whole:
         await _archived(core, live)
     elif store is not None:

@@ -34,6 +34,7 @@ import attrs
 
 from rock_core.engine.admission import waiting_phases
 from rock_core.engine.core import EngineCore
+from rock_core.engine.lazy_event import LazyEvent
 from rock_core.engine.live import LiveSandbox, now, restart_reason
 from rock_core.engine.removals import remove_quietly
 from rock_core.engine.starting import run_start
@@ -110,7 +111,7 @@ def resume(core: EngineCore, live: LiveSandbox) -> None:
 
 
 def _plan(core: EngineCore, live: LiveSandbox, reason: str, delay: float) -> None:
-    live.settled = anyio.Event()  # a wait_until_running now waits for the restart
+    live.settled = LazyEvent()  # a wait_until_running now waits for the restart
     # Until it runs again (or the restart is cancelled), its status shows it pending, saying why.
     live.coming_back = restart_reason(live.record)
     scope = anyio.CancelScope()

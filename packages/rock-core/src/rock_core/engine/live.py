@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import anyio
 import attrs
 
+from rock_core.engine.lazy_event import LazyEvent
 from rock_core.errors import BadRequestRockError, RockError, SandboxNotFound
 from rock_core.models import RuntimeStatus, SandboxRecord, SandboxUsage, UnitState
 from rock_core.rocklet_client import RockletClient
@@ -123,13 +124,13 @@ class LiveSandbox:
     handle: UnitHandle | None = None
     client: RockletClient | None = None
     activity: float = attrs.field(factory=time.time)  # last call, for the idle timer
-    settled: anyio.Event = attrs.field(factory=anyio.Event)  # the current start finished
-    start_done: anyio.Event = attrs.field(factory=anyio.Event)  # its task has returned
+    settled: LazyEvent = attrs.field(factory=LazyEvent)  # the current start finished
+    start_done: LazyEvent = attrs.field(factory=LazyEvent)  # its task has returned
     start_error: RockError | None = None
     start_scope: anyio.CancelScope | None = None
     removing: bool = False  # the unit is being removed in the background; then deleted
     archive_scope: anyio.CancelScope | None = None  # cancels the archive under way
-    archive_done: anyio.Event = attrs.field(factory=anyio.Event)  # the last archive has settled
+    archive_done: LazyEvent = attrs.field(factory=LazyEvent)  # the last archive has settled
     restart_scope: anyio.CancelScope | None = (
         None  # cancels a crash restart waiting out its back-off
     )
@@ -142,8 +143,8 @@ class LiveSandbox:
         a restart after a crash): not done, no error, active now, and (unless ``keep_settled``:
         the caller made a fresh one already, which waiters may hold) not settled."""
         if not keep_settled:
-            self.settled = anyio.Event()
-        self.start_done = anyio.Event()
+            self.settled = LazyEvent()
+        self.start_done = LazyEvent()
         self.start_error = None
         self.activity = time.time()
 

@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable
 
 import anyio
 
+from rock_core.engine.lazy_event import LazyEvent
 from rock_core.models import PRIORITY_NORMAL
 
 __all__ = ["DEFAULT_AGING_SECONDS", "StartQueue"]
@@ -119,7 +120,7 @@ class StartQueue:
         self._clock = clock
         self._active = 0
         self._bands: dict[int, _Band] = {}
-        self._freed = anyio.Event()
+        self._freed = LazyEvent()
 
     @property
     def active(self) -> int:
@@ -220,4 +221,4 @@ class StartQueue:
         else:
             self._active -= 1
             self._freed.set()
-            self._freed = anyio.Event()
+            self._freed = LazyEvent()
