@@ -105,7 +105,7 @@ async def test_another_tenants_watch_is_not_theirs_to_read(scripted_admin: Any) 
             return Request({"type": "http", _TENANT_SCOPE_KEY: tenant})
 
         name, watch = lifecycle._watch(app, asking("t1"), "")
-        watch.pending["sb-1"] = None
+        watch.settles.add(["sb-1"])
         assert lifecycle._watch(app, asking("t1"), name) == (name, watch)
         other_name, other = lifecycle._watch(app, asking("t2"), name)
         assert other_name != name and other is not watch and not other.pending

@@ -51,6 +51,7 @@ from rock_core.engine.live import (
 from rock_core.engine.owners import LABEL_OWNER_HOST, host_identity
 from rock_core.engine.pool import WarmPool
 from rock_core.engine.removals import Removals
+from rock_core.engine.settle_waits import Changes
 from rock_core.engine.start_queue import StartQueue
 from rock_core.errors import InvalidParameter, SandboxNotFound
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxStatus
@@ -124,7 +125,8 @@ class EngineCore:
         self.rocklet_delivery: RockletDelivery | None = None
         #: Called with the seconds from request to running of every start (the admin's histogram).
         self.start_observers: list[Callable[[float], None]] = []
-        self._news: anyio.Event | None = None  # set at the next transition (see news())
+        #: The sandboxes that changed, for waits on many (engine/settle_waits.py).
+        self.changes = Changes()
         #: The timers' heap (engine/timers.py): ``(when, sandbox_id)``, a moment no later than
         #: the sandbox's next deadline (idle stop, auto-delete, auto-archive), pushed at each
         #: change of its record (:meth:`watch`); entries outdated since are checked and dropped.
@@ -302,21 +304,8 @@ class EngineCore:
         if not self.save(new):
             return record
         self.plugins.notify_transition(new, event, old, new.state)
-        self.announce()
+        self.changes.note(new.sandbox_id)  # wakes the waits on many sandboxes
         return new
-
-    def news(self) -> anyio.Event:
-        """An event set at the next transition or settled start (a fresh one after each): what
-        a wait on many sandboxes at once waits on (:func:`rock_core.engine.starting.wait_any`)."""
-        if self._news is None:
-            self._news = anyio.Event()
-        return self._news
-
-    def announce(self) -> None:
-        """Wake whoever waits on :meth:`news`."""
-        news, self._news = self._news, None
-        if news is not None:
-            news.set()
 
     def save(self, record: SandboxRecord, *, progress: bool = False) -> bool:
         """Write ``record`` to the store and to its live sandbox (forgotten once deleted).

@@ -83,6 +83,7 @@ from rock_core.engine.live import (
     not_running_error,
 )
 from rock_core.engine.owners import process_owner
+from rock_core.engine.settle_waits import SettleWatch
 from rock_core.errors import SandboxNotFound
 from rock_core.models import RuntimeStatus, SandboxRecord, SandboxStatus, SandboxUsage
 from rock_core.rocklet_client import RockletClient
@@ -311,11 +312,13 @@ class SandboxManager(EpisodeState):
         (:func:`rock_core.engine.starting.wait_until_running`: what it raises)."""
         return await starting.wait_until_running(self._core, sandbox_id, timeout)
 
-    async def wait_any(self, sandbox_ids: Sequence[str], timeout: float) -> list[str]:
+    async def wait_any(
+        self, sandbox_ids: Sequence[str], timeout: float, *, watch: SettleWatch | None = None
+    ) -> list[str]:
         """The ids among ``sandbox_ids`` whose start has settled, as soon as one has, or ``[]``
-        after ``timeout`` seconds: one wait for many sandboxes
-        (:func:`rock_core.engine.starting.wait_any`)."""
-        return await starting.wait_any(self._core, sandbox_ids, timeout)
+        after ``timeout`` seconds: one wait for many sandboxes; ``watch``: also its ids, kept
+        between calls (:func:`rock_core.engine.starting.wait_any`)."""
+        return await starting.wait_any(self._core, sandbox_ids, timeout, watch=watch)
 
     @leader_only_call
     async def restart(self, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:

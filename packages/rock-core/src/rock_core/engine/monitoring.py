@@ -101,7 +101,7 @@ async def _starts_settle(core: EngineCore) -> None:
     with anyio.move_on_after(MAX_DEFER):
         while starts_in_flight(core.queue, core.live):
             with anyio.move_on_after(_DEFER_LOOK):  # a start settling announces itself
-                await core.news().wait()
+                await core.changes.next().wait()
 
 
 async def sample(core: EngineCore, sampler: Sampler) -> int:

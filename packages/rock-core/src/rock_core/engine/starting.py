@@ -41,6 +41,7 @@ from rock_core.engine.admission import check_quota, startup_timeout, validate, w
 from rock_core.engine.bringup import bring_up
 from rock_core.engine.core import EngineCore
 from rock_core.engine.live import LiveSandbox, new_rocklet_token, not_running_error, now
+from rock_core.engine.settle_waits import SettleWatch
 from rock_core.engine.stopping import stop_locked
 from rock_core.errors import (
     BadRequestRockError,
@@ -320,14 +321,14 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
         live.start_done.set()
     if scope.cancelled_caught:
         live.settled.set()
-        core.announce()
+        core.changes.note(sandbox_id)
         return
     if error is None:
         seconds = time.monotonic() - t0
         for observe in core.start_observers:
             observe(seconds)
         live.settled.set()
-        core.announce()
+        core.changes.note(sandbox_id)
         return
     live.start_error = error
     with anyio.CancelScope(shield=True):
@@ -335,7 +336,7 @@ async def run_start(core: EngineCore, sandbox_id: str, t0: float, reuse: bool) -
             if live.record.state in LIVE_STATES:
                 await stop_locked(core, live, f"start failed: {error.message}", unexpected=True)
     live.settled.set()
-    core.announce()
+    core.changes.note(sandbox_id)
 
 
 def _first_unfinished_phase(live: LiveSandbox) -> str:
@@ -383,40 +384,25 @@ async def wait_until_running(
     raise not_running_error(record, "wait_until_running")
 
 
-#: How often :func:`wait_any` looks again without news (a start settled by a path that
-#: announces nothing: a recovery, an archive's restore).
-_WAIT_ANY_RECHECK = 0.25
-
-
-async def wait_any(core: EngineCore, sandbox_ids: Sequence[str], timeout: float) -> list[str]:
+async def wait_any(
+    core: EngineCore,
+    sandbox_ids: Sequence[str],
+    timeout: float,
+    *,
+    watch: SettleWatch | None = None,
+) -> list[str]:
     """:meth:`SandboxManager.wait_any <rock_core.engine.manager.SandboxManager.wait_any>`: the
     ids among ``sandbox_ids`` whose current start has settled (running, failed, stopped, or not
     held by this engine), as soon as there is one, or ``[]`` once ``timeout`` seconds passed.
 
-    One wait serves many sandboxes: it wakes at each transition of the engine
-    (:meth:`EngineCore.news`) and looks at every id, not one task per sandbox."""
-    ids = list(dict.fromkeys(sandbox_ids))
-    with anyio.move_on_after(timeout):
-        while True:
-            done = _settled_among(core, ids)
-            if done:
-                return done
-            with anyio.move_on_after(_WAIT_ANY_RECHECK):
-                await core.news().wait()
-    return _settled_among(core, ids)
-
-
-def _settled_among(core: EngineCore, ids: list[str]) -> list[str]:
-    """The ids whose current start has settled (running, failed, stopped, or not held by this
-    engine), in one pass: a held wait looks at a thousand at each transition of the engine."""
-    live_of = core.live.get
-    running = State.RUNNING
-    done = []
-    for sandbox_id in ids:
-        live = live_of(sandbox_id)
-        if live is None or live.record.state is running or live.settled.is_set():
-            done.append(sandbox_id)
-    return done
+    One wait serves many sandboxes: it wakes at each change of the engine and looks at the ids
+    that changed, not at every id (:class:`~rock_core.engine.settle_waits.SettleWatch`).
+    ``watch``: the ids are added to it, the wait is for any of its ids, and those answered leave
+    it (a waiter's ids kept between its calls: each is sent once)."""
+    if watch is None:
+        watch = SettleWatch()
+    watch.add(sandbox_ids)
+    return await watch.wait(core.live, core.changes, timeout)
 
 
 async def restart(core: EngineCore, sandbox_id: str, quota: Quota | None = None) -> SandboxRecord:

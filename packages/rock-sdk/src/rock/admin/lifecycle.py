@@ -49,6 +49,7 @@ from rock_core.actions import (
     WarmupRequest,
 )
 from rock_core.converters import capability_names, structure_wire
+from rock_core.engine.settle_waits import SettleWatch
 from rock_core.engine.starting import idempotency_key_problem
 from rock_core.errors import (
     Forbidden,
@@ -383,19 +384,20 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
         settled = await app.manager.wait_any(mine, wait) if mine else []
     else:
         name, watch = _watch(app, request, body.watch)
-        watch.pending.update(dict.fromkeys(mine))
+        watch.settles.add(mine)
         if len(watch.pending) > app.settings.batch_max_count:
             del app.wait_watches[name]
             _check_count(app, list(watch.pending))
         watch.asking += 1
         try:
-            pending = list(watch.pending)
-            settled = await app.manager.wait_any(pending, wait) if pending else []
+            # The engine's watch looks at the ids that changed since its last look, not at each
+            # id at each request (those answered leave it).
+            settled = (
+                await app.manager.wait_any((), wait, watch=watch.settles) if watch.pending else []
+            )
         finally:
             watch.asking -= 1
             watch.used = time.monotonic()
-        for sandbox_id in settled:
-            watch.pending.pop(sandbox_id, None)
     statuses = []
     for sandbox_id in settled:
         try:
@@ -415,12 +417,19 @@ _WATCHES_PER_TENANT = 256
 
 @attrs.define(eq=False)
 class _Watch:
-    """The ids one client waits for with ``wait_any``, kept between its requests."""
+    """The ids one client waits for with ``wait_any``, kept between its requests (in the
+    engine's :class:`~rock_core.engine.settle_waits.SettleWatch`, which also keeps how far it
+    has looked)."""
 
     tenant: str | None
-    pending: dict[str, None] = attrs.field(factory=dict)
+    settles: SettleWatch = attrs.field(factory=SettleWatch)
     used: float = attrs.field(factory=time.monotonic)
     asking: int = 0
+
+    @property
+    def pending(self) -> dict[str, None]:
+        """The ids waited for, not yet answered."""
+        return self.settles.pending
 
 
 def _watch(app: AdminApp, request: Request, name: str) -> tuple[str, _Watch]:
