@@ -89,16 +89,6 @@ class RecordStore(abc.ABC):
     #: and never undone by an older pending one; a read sees every put. A store hands its write
     #: to :class:`rock_core.record_grouping.GroupedPuts`, which keeps all this.
     group_commits: bool = False
-    #: Set by the caller (the admin), with :attr:`group_commits`, on a store that
-    #: :attr:`can_write_in_background`: a loop's puts are then written by a thread of the
-    #: store's, off the event loop, and the caller awaits :meth:`committed` (not
-    #: :meth:`commit`) before it tells anyone a put was made.
-    background_writes: bool = False
-
-    @property
-    def can_write_in_background(self) -> bool:
-        """Whether :attr:`background_writes` may be set (the default: no)."""
-        return False
 
     @property
     @abc.abstractmethod
@@ -137,15 +127,6 @@ class RecordStore(abc.ABC):
 
         :raises StoreUnavailable: the store cannot be reached; the puts stay pending.
         """
-
-    async def committed(self) -> None:
-        """Return once every put made so far is durable: with :attr:`background_writes`, once
-        the store's writer has written them (the event loop runs meanwhile); the default:
-        :meth:`commit`.
-
-        :raises StoreUnavailable: the store cannot be reached; the puts stay pending.
-        """
-        self.commit()
 
     @abc.abstractmethod
     def get(self, sandbox_id: str) -> SandboxRecord | None:

@@ -23,7 +23,6 @@ that converter, which skips unknown keys so an older rock reads a newer rock's f
 from __future__ import annotations
 
 import builtins
-import functools
 import json
 import operator
 import os
@@ -70,23 +69,13 @@ CREATE INDEX IF NOT EXISTS sandbox_owner_state ON sandbox (owner, state);
 
 # An upsert, not INSERT OR REPLACE: a record's row is changed in place (REPLACE deletes it and
 # inserts it again, in the table and each index), about a tenth less of SQLite's time a put.
-_UPSERT = (
-    " ON CONFLICT (sandbox_id) DO UPDATE SET "
+_PUT = (
+    "INSERT INTO sandbox VALUES (?,?,?,?,?,?,?,?,?,?) ON CONFLICT (sandbox_id) DO UPDATE SET "
     "state = excluded.state, owner = excluded.owner, user_id = excluded.user_id, "
     "experiment_id = excluded.experiment_id, namespace = excluded.namespace, "
     "cluster = excluded.cluster, image = excluded.image, create_time = excluded.create_time, "
     "record = excluded.record"
 )
-#: Rows written by one statement at most: SQLite runs a statement without the GIL, so a writer
-#: thread needs it back once a statement, not once a row (executemany's way), and waits less
-#: for the event loop's thread, which holds it.
-_ROWS_A_STATEMENT = 64
-
-
-@functools.lru_cache(maxsize=_ROWS_A_STATEMENT)
-def _put(rows: int) -> str:
-    """The upsert of ``rows`` rows in one statement."""
-    return "INSERT INTO sandbox VALUES " + ",".join(["(?,?,?,?,?,?,?,?,?,?)"] * rows) + _UPSERT
 
 
 _encode_slowly = json.JSONEncoder(separators=(",", ":")).encode
@@ -200,13 +189,8 @@ def record_document(record: SandboxRecord) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def _rows(records: list[SandboxRecord]) -> list[tuple[str | None, ...]]:
-    """The rows of ``records`` (:func:`_row`)."""
-    return [_row(record) for record in records]
-
-
 def _row(record: SandboxRecord) -> tuple[str | None, ...]:
-    """The values of ``record``'s row, in the order of the table's columns."""
+    """The values of ``record``'s row, in the order of the columns of ``_PUT``."""
     spec = record.spec
     return (
         record.sandbox_id,
@@ -261,10 +245,6 @@ class SqliteRecordStore(RecordStore):
             # NORMAL in WAL mode survives a process crash (not a power cut) without an fsync per commit.
             self._db.execute("PRAGMA synchronous=NORMAL")
         self._check_schema()
-        # Reads: the same connection, or one of their own while a writer thread writes
-        # (background_writes), so that a read never waits for a write (WAL: readers see the
-        # last commit while a write goes on).
-        self._reader, self._read_lock = self._db, self._lock
 
     def _check_schema(self) -> None:
         """Make the table (a new database) or check the version of the one there."""
@@ -277,42 +257,6 @@ class SqliteRecordStore(RecordStore):
             self._db.execute(f"PRAGMA user_version = {int(self.schema_version)}")
 
     @property
-    def can_write_in_background(self) -> bool:
-        """A file's store can (:attr:`background_writes`); one in memory cannot (its one
-        connection is the database)."""
-        return self.path is not None
-
-    @property
-    def background_writes(self) -> bool:
-        """With :attr:`group_commits`: a loop's puts are written by a thread of the store's,
-        beside the event loop (SQLite's statements and commit release the GIL), and
-        :meth:`committed` awaits them (:meth:`GroupedPuts.write_in_background
-        <rock_core.record_grouping.GroupedPuts.write_in_background>`). Reads then have a
-        connection of their own, so a read never waits for a write. Set once, by the admin.
-
-        :raises ValueError: set on a store in memory, or unset once set.
-        """
-        return self._puts.in_background
-
-    @background_writes.setter
-    def background_writes(self, value: bool) -> None:
-        if value == self._puts.in_background:
-            return
-        if not value or not self.can_write_in_background:
-            raise ValueError(
-                "background_writes: set once, on a SQLite file's store, "
-                f"got {value!r} on {self.path or 'a store in memory'}"
-            )
-        reader = sqlite3.connect(str(self.path), check_same_thread=False)
-        reader.execute("PRAGMA query_only=1")
-        self._reader, self._read_lock = reader, threading.Lock()
-        self._puts.write_in_background(_rows, self._write_rows)
-
-    async def committed(self) -> None:
-        """Return once every put made so far is durable (see :attr:`background_writes`)."""
-        await self._puts.committed()
-
-    @property
     def persistent(self) -> bool:
         """Whether the records outlive this process (a database file, not memory)."""
         return self.path is not None
@@ -322,15 +266,12 @@ class SqliteRecordStore(RecordStore):
         if self._closed:
             return
         try:
-            self._puts.stop()
             self._puts.flush()
         finally:
             with self._lock:
                 if not self._closed:
                     self._closed = True
                     self._db.close()
-                    if self._reader is not self._db:
-                        self._reader.close()
 
     def commit(self) -> None:
         """Commit the puts of a group made so far (nothing when none is pending)."""
@@ -339,15 +280,10 @@ class SqliteRecordStore(RecordStore):
     def _write(self, records: builtins.list[SandboxRecord]) -> None:
         """Write and commit ``records`` in one transaction, or none of them (the writer of
         :class:`~rock_core.record_grouping.GroupedPuts`)."""
-        self._write_rows(_rows(records))
-
-    def _write_rows(self, rows: builtins.list[tuple[str | None, ...]]) -> None:
-        """Write and commit ``rows`` (:func:`_rows`) in one transaction, or none of them."""
+        rows = [_row(record) for record in records]
         with self._lock:
             try:
-                for start in range(0, len(rows), _ROWS_A_STATEMENT):
-                    chunk = rows[start : start + _ROWS_A_STATEMENT]
-                    self._db.execute(_put(len(chunk)), [v for row in chunk for v in row])
+                self._db.executemany(_PUT, rows)
                 self._db.commit()
             except BaseException:
                 self._db.rollback()
@@ -369,8 +305,8 @@ class SqliteRecordStore(RecordStore):
         pending = self._puts.pending(sandbox_id)
         if pending is not None:
             return pending
-        with self._read_lock:
-            row = self._reader.execute(
+        with self._lock:
+            row = self._db.execute(
                 "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
             ).fetchone()
         return None if row is None else structure_store(json.loads(row[0]), SandboxRecord)
@@ -397,8 +333,8 @@ class SqliteRecordStore(RecordStore):
             sql += " LIMIT ? OFFSET ?"
             args += [limit, offset]
         self._puts.flush()
-        with self._read_lock:
-            rows = self._reader.execute(sql, args).fetchall()
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
         records = []
         for sandbox_id, data in rows:
             record = known(sandbox_id) if known is not None else None
@@ -413,17 +349,14 @@ class SqliteRecordStore(RecordStore):
         """How many records :meth:`list` would return without a limit."""
         where, args = self._where(states, filters)
         self._puts.flush()
-        with self._read_lock:
-            found = self._reader.execute(f"SELECT COUNT(*) FROM sandbox{where}", args)
-            return int(found.fetchone()[0])
+        with self._lock:
+            return int(self._db.execute(f"SELECT COUNT(*) FROM sandbox{where}", args).fetchone()[0])
 
     def count_by_state(self) -> dict[State, int]:
         """Number of records in each state (states with none are left out)."""
         self._puts.flush()
-        with self._read_lock:
-            rows = self._reader.execute(
-                "SELECT state, COUNT(*) FROM sandbox GROUP BY state"
-            ).fetchall()
+        with self._lock:
+            rows = self._db.execute("SELECT state, COUNT(*) FROM sandbox GROUP BY state").fetchall()
         return {State(s): n for s, n in rows}
 
     def purge_deleted(self, before: datetime) -> int:

@@ -164,7 +164,7 @@ class AdminApp:
         self._given_manager = manager
         self._runtime = runtime
         self._manager = manager
-        self._commit: Callable[[], Awaitable[None]] | None = None  # the store's, with group commits
+        self._commit: Callable[[], None] | None = None  # the store's, with group commits
         self.metrics = Metrics(per_sandbox=settings.per_sandbox_metrics)
         self.metrics.attach(manager)
         self.routes = build_routes(self)
@@ -263,7 +263,7 @@ class AdminApp:
 
         async def committed_send(message: Message) -> None:
             if message["type"] == "http.response.start":
-                await commit()
+                commit()
             await send(message)
 
         await self.asgi(scope, receive, committed_send)
@@ -326,10 +326,7 @@ class AdminApp:
                 # together, and before every answer (__call__), so nothing answered is lost
                 # (SQLite: one commit; PostgreSQL: one round trip on the event loop).
                 records.group_commits = True
-                # SQLite's statements and commits in a thread of the store's, beside the loop:
-                # about a tenth of the loop's time in a burst of starts (answers wait for them).
-                records.background_writes = records.can_write_in_background
-                self._commit = records.committed
+                self._commit = records.commit
             log.info(
                 "rock admin %s: engine ready (store %s%s), serving %s",
                 __version__,
