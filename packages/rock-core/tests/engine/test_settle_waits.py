@@ -149,3 +149,53 @@ async def test_the_engine_notes_a_start_settling_and_a_stop_during_a_start(
                 assert list(watch.pending) == [ids[2]]
         finally:
             runtime.open_gates()
+
+
+class _CountingScopes:
+    """``anyio`` for settle_waits, counting the cancel scopes a wait makes."""
+
+    def __init__(self) -> None:
+        self.made = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(anyio, name)
+
+    def CancelScope(self, **kwargs: float) -> anyio.CancelScope:  # noqa: N802 - anyio's name
+        self.made += 1
+        return anyio.CancelScope(**kwargs)
+
+    def move_on_after(self, delay: float) -> object:
+        self.made += 1
+        return anyio.move_on_after(delay)
+
+
+async def test_a_held_wait_makes_one_cancel_scope_for_its_many_wake_ups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counting = _CountingScopes()
+    monkeypatch.setattr(settle_waits, "anyio", counting)
+    core = _Core(["a", "b"])
+    watch = SettleWatch()
+    watch.add(["a", "b"])
+    answers: list[list[str]] = []
+
+    async def waiter() -> None:
+        answers.append(await watch.wait(core.live, core.changes, 3600))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(waiter)
+        for _ in range(5):  # five changes of other sandboxes: five wake-ups
+            await anyio.wait_all_tasks_blocked()
+            core.changes.note("other")
+        await anyio.wait_all_tasks_blocked()
+        _settle(core, "b")
+    assert answers == [["b"]]
+    assert counting.made == 1
+
+
+async def test_a_wait_whose_time_runs_out_answers_nothing() -> None:
+    core = _Core(["a"])
+    watch = SettleWatch()
+    watch.add(["a"])
+    assert await watch.wait(core.live, core.changes, 0.05) == []
+    assert list(watch.pending) == ["a"]

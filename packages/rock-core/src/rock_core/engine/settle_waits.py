@@ -115,15 +115,24 @@ class SettleWatch:
         self, live: Mapping[str, LiveSandbox], changes: Changes, timeout: float
     ) -> list[str]:
         """The ids waited for that have settled (:meth:`look`), as soon as there is one, or
-        ``[]`` once ``timeout`` seconds passed."""
-        with anyio.move_on_after(timeout):
-            while True:
-                done = self.look(live, changes)
-                if done:
-                    return done
-                with anyio.move_on_after(FULL_LOOK):
+        ``[]`` once ``timeout`` seconds passed.
+
+        One cancel scope serves every wake-up until the next full look is due (or the time is
+        up), not one per wake-up: a held wait wakes at every change of the engine."""
+        end = anyio.current_time() + timeout
+        while True:
+            done = self.look(live, changes)
+            if done:
+                return done
+            at = anyio.current_time()
+            if at >= end:
+                return []
+            with anyio.CancelScope(deadline=min(end, at + FULL_LOOK)):
+                while True:
                     await changes.next().wait()
-        return self.look(live, changes)
+                    done = self.look(live, changes)
+                    if done:
+                        return done
 
 
 def settled_among(live: Mapping[str, LiveSandbox], sandbox_ids: Iterable[str]) -> list[str]:
