@@ -288,10 +288,10 @@ def test_the_text_kept_for_a_records_next_write_goes_with_its_spec() -> None:
     record = sample_record()
     record_document(record)
     key = id(record.spec)
-    assert store_module._texts[key].ref() is record.spec
+    assert store_module._spec_texts[key].ref() is record.spec
     del record
     gc.collect()
-    assert key not in store_module._texts  # nothing kept for a sandbox the engine let go
+    assert key not in store_module._spec_texts  # nothing kept for a sandbox the engine let go
 
 
 @pytest.mark.anyio
@@ -317,3 +317,19 @@ async def test_a_commit_before_an_answer_does_not_split_the_next_turns_into_a_co
         assert len(commits) <= 20 + 3 + 1  # one per answer, then about one per turn
     finally:
         store.close()
+
+
+def test_a_field_written_by_hand_that_differs_from_the_converter_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The record fields whose JSON text the store makes by hand (phases, state history, times)
+    are checked against the ``store`` converter's form when the module loads: one that differs
+    (a field added to Phase, a changed hook) is refused, not written differently."""
+    from rock_core.engine import store as store_module
+
+    store_module._check_by_hand()  # as loaded: the same
+    monkeypatch.setitem(
+        store_module._BY_HAND, "phases", lambda phases: '{"image_pull":{"status":"success"}}'
+    )
+    with pytest.raises(TypeError, match="'phases' made by hand"):
+        store_module._check_by_hand()
