@@ -333,3 +333,33 @@ def test_a_field_written_by_hand_that_differs_from_the_converter_is_refused(
     )
     with pytest.raises(TypeError, match="'phases' made by hand"):
         store_module._check_by_hand()
+
+
+def test_the_logs_checkpoints_are_made_by_the_checkpointer_not_by_a_commit(
+    tmp_path: Path,
+) -> None:
+    """A commit never copies the write-ahead log into the database file (that waits for the
+    disk, on the engine's loop): the store's checkpointer thread does, on a connection of its
+    own (rock_core.engine.wal_checkpoints)."""
+    from rock_core.engine.wal_checkpoints import Checkpointer
+    from rock_core.testing.waiting import eventually
+
+    path = tmp_path / "rock.db"
+    store = SqliteRecordStore(path)
+    try:
+        assert store._checkpoints is not None
+        store._checkpoints.stop()  # this test makes the checkpoints itself
+        before = path.stat().st_size
+        big = "x" * 4000
+        for n in range(1500):  # about 6 MB of pages: past SQLite's own threshold (1,000)
+            store.put(attrs.evolve(sample_record(f"sb-{n}"), reason=big))
+        assert path.stat().st_size == before  # everything is still in the log
+        checkpoints = Checkpointer(path, interval=0.01)
+        try:
+            eventually(lambda: checkpoints.made >= 1)
+        finally:
+            checkpoints.stop()
+        assert path.stat().st_size > before + 1_000_000  # copied into the database file
+        assert len(store.list()) == 1500
+    finally:
+        store.close()

@@ -41,6 +41,7 @@ import orjson
 
 from rock_core.converters import store as store_converter
 from rock_core.converters import structure_store, unstructure_store
+from rock_core.engine.wal_checkpoints import Checkpointer
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxSpec
 from rock_core.private_paths import private_file
 from rock_core.record_grouping import GroupedPuts
@@ -306,11 +307,17 @@ class SqliteRecordStore(RecordStore):
         self._db = sqlite3.connect(
             ":memory:" if self.path is None else str(self.path), check_same_thread=False
         )
+        self._checkpoints: Checkpointer | None = None
         if self.path is not None:
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL in WAL mode survives a process crash (not a power cut) without an fsync per commit.
             self._db.execute("PRAGMA synchronous=NORMAL")
         self._check_schema()
+        if self.path is not None:
+            # The log's checkpoints (and their sync to disk) in a thread, not in a commit on
+            # the engine's loop (rock_core.engine.wal_checkpoints).
+            self._db.execute("PRAGMA wal_autocheckpoint=0")
+            self._checkpoints = Checkpointer(self.path)
 
     def _check_schema(self) -> None:
         """Make the table (a new database) or check the version of the one there."""
@@ -334,10 +341,12 @@ class SqliteRecordStore(RecordStore):
         try:
             self._puts.flush()
         finally:
+            if self._checkpoints is not None:
+                self._checkpoints.stop()
             with self._lock:
                 if not self._closed:
                     self._closed = True
-                    self._db.close()
+                    self._db.close()  # the last connection: SQLite checkpoints the whole log
 
     def commit(self) -> None:
         """Commit the puts of a group made so far (nothing when none is pending)."""
