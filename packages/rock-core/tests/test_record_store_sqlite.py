@@ -363,3 +363,24 @@ def test_the_logs_checkpoints_are_made_by_the_checkpointer_not_by_a_commit(
         assert len(store.list()) == 1500
     finally:
         store.close()
+
+
+def test_one_index_serves_the_queries_by_state_and_owner(tmp_path: Path) -> None:
+    """A put changes one index (state, owner), not two: the indexes an older rock made are
+    dropped when the file is opened, and the engine's queries still search by index."""
+    path = tmp_path / "rock.db"
+    with sqlite3.connect(path) as db:
+        db.executescript(_OLD_SCHEMA)
+    store = SqliteRecordStore(path)
+    try:
+        indexes = store._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL"
+        ).fetchall()
+        assert indexes == [("sandbox_state_owner",)]
+        plan = store._db.execute(
+            "EXPLAIN QUERY PLAN SELECT sandbox_id FROM sandbox WHERE state IN (?, ?) AND owner = ?",
+            ("running", "stopped", "engine-a"),
+        ).fetchall()
+        assert "USING INDEX sandbox_state_owner" in plan[0][3]
+    finally:
+        store.close()
