@@ -4,13 +4,10 @@ told apart from it (no timeout, no start error)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anyio
 import pytest
 
 from rock_core.actions import SandboxStartRequest
-from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.errors import RockError, StartupTimeout
 from rock_core.models import PhaseStatus
@@ -21,16 +18,6 @@ pytestmark = pytest.mark.anyio
 
 # A guard against a test hanging (the engine regressed): it fails the test; nothing waits for it.
 HANG = 30
-
-
-@pytest.fixture
-async def engine(runtime: ScriptedRuntime) -> AsyncIterator[SandboxManager]:
-    config = EngineConfig(timer_interval=3600, reconcile_interval=3600)
-    async with SandboxManager(config, runtime=runtime) as engine:
-        try:
-            yield engine
-        finally:
-            runtime.open_gates()  # a failed test must not leave the engine's clean-up held
 
 
 async def test_a_start_held_past_its_budget_fails_as_a_timeout(

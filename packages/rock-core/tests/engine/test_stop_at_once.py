@@ -7,13 +7,10 @@ let the task create (or claim) a unit for a sandbox nobody wants any more.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anyio
 import pytest
 
 from rock_core.actions import SandboxStartRequest
-from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import SandboxManager
 from rock_core.states import State
 from rock_core.testing import ScriptedRuntime
@@ -24,16 +21,6 @@ pytestmark = pytest.mark.anyio
 HANG = 30
 
 REQUEST = SandboxStartRequest(image="scripted:1")
-
-
-@pytest.fixture
-async def engine(runtime: ScriptedRuntime) -> AsyncIterator[SandboxManager]:
-    config = EngineConfig(timer_interval=3600, reconcile_interval=3600)
-    async with SandboxManager(config, runtime=runtime) as engine:
-        try:
-            yield engine
-        finally:
-            runtime.open_gates()  # a failed test must not leave the engine's clean-up held
 
 
 def _units_of(runtime: ScriptedRuntime, sandbox_id: str) -> list[str]:
