@@ -7,15 +7,18 @@ nothing it had acknowledged. An admin may group commits instead (:attr:`group_co
 committed with the others of the loop's turn, at its end (a record put several times in the turn
 written once, as last put), and the admin commits (:meth:`commit`) before it answers any
 request, so nothing acknowledged is lost still; a commit costs more than the write itself (50 to
-100 us), and a start saves its record about eight times, three of them in one turn. A read sees
-every put (a listing commits what is pending first). Rows are never deleted by the lifecycle: a
+100 us). A start puts its record four times: ``pending`` and ``running`` are written, the two
+steps between are puts of progress (:meth:`put_progress`), kept in memory until the next write.
+A read sees every put (a listing commits what is pending first). A file's log is checkpointed by
+a thread of its own, never inside a commit (:mod:`rock_core.engine.wal_checkpoints`). Rows are never deleted by the lifecycle: a
 deleted sandbox keeps its row (state ``deleted``) for its history, as ROCK does;
 :meth:`SqliteRecordStore.purge_deleted` drops old ones.
 
 The file records its schema version in SQLite's ``PRAGMA user_version`` (a file of a rock from
 before the version was kept reads 0 and is version 1); a newer version is refused.
 
-Queries used on the hot path (by id, by state) are indexed columns; the full record is a JSON
+Queries used on the hot path (by id; by state, and owner) are indexed columns (one index, state
+and owner, serves both); the full record is a JSON
 blob (:func:`record_document`: what rock-core's ``store`` converter writes, made faster), read by
 that converter, which skips unknown keys so an older rock reads a newer rock's file.
 """
