@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -18,10 +22,17 @@ from rock_core.testing import eventually
 from .conftest import RockletProcess
 
 
+class Reachable(Protocol):
+    """Where a rocklet listens on 127.0.0.1, and its secret."""
+
+    port: int
+    token: str
+
+
 class Terminal:
     """The client side of ``GET /pty`` for tests: frames over a socket."""
 
-    def __init__(self, rocklet: RockletProcess, query: str, token: str | None = "ok") -> None:
+    def __init__(self, rocklet: Reachable, query: str, token: str | None = "ok") -> None:
         self.sock = socket.create_connection(("127.0.0.1", rocklet.port), timeout=20)
         auth = f"{TOKEN_HEADER}: {rocklet.token}\r\n" if token == "ok" else ""
         self.sock.sendall(
@@ -189,3 +200,120 @@ def test_a_terminal_runs_as_the_user_asked_for_in_its_home(rocklet: RockletProce
     home = nobody.pw_dir if os.path.isdir(nobody.pw_dir) else "/"
     assert lines[:3] == [str(nobody.pw_uid), str(nobody.pw_gid), home]
     assert lines[3] == "ctty-ok"  # /dev/tty opens: the terminal is its controlling terminal
+
+
+class InProcessRocklet:
+    """A rocklet server in the test's own process (its route table, on 127.0.0.1): the test
+    sees its descriptors, threads and system calls."""
+
+    def __init__(self, state: Path) -> None:
+        from rock_core.rocklet.api import Rocklet, build_router
+        from rock_core.rocklet.server import RockletServer
+
+        self.token = "in-process-secret"
+        self.server = RockletServer(
+            build_router(Rocklet(str(state))), "127.0.0.1", 0, token=self.token
+        )
+        self.port = self.server.address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+
+@pytest.fixture
+def in_process(tmp_path: Path) -> Iterator[InProcessRocklet]:
+    rocklet = InProcessRocklet(tmp_path / "state")
+    yield rocklet
+    rocklet.server.shutdown()
+    rocklet.thread.join(10)
+
+
+def _terminals() -> set[int]:
+    """This process's descriptors on a terminal's master side (``/dev/ptmx``)."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/self/fd/{name}") == "/dev/ptmx":
+                found.add(int(name))
+    return found
+
+
+def _end_of_a_terminal(rocklet: InProcessRocklet) -> tuple[Terminal, int, list[threading.Thread]]:
+    """Open a terminal running ``cat``, end it (Ctrl-D), read its exit frame and the end of the
+    connection; the terminal, its master's descriptor number and the server's threads then."""
+    threads = set(threading.enumerate())
+    before = _terminals()
+    term = Terminal(rocklet, "command=cat")
+    assert term.head.startswith(b"HTTP/1.1 101 "), term.head
+    masters = [fd for fd in _terminals() if fd not in before]
+    assert len(masters) == 1, masters
+    term.send(b"\x04")  # Ctrl-D at the start of a line: cat reads the end of its input
+    assert term.wait_exit() == 0
+    while term.sock.recv(65536):
+        pass  # the rocklet is done with the connection
+    return term, masters[0], [t for t in threading.enumerate() if t not in threads]
+
+
+def _the_connection_ends(term: Terminal, threads: list[threading.Thread]) -> None:
+    term.sock.close()
+    eventually(
+        lambda: not any(thread.is_alive() for thread in threads),
+        what="the connection's threads to end",
+    )
+
+
+def test_keystrokes_sent_after_the_end_never_reach_what_reuses_the_terminals_number(
+    in_process: InProcessRocklet, tmp_path: Path
+) -> None:
+    """The client keeps typing after the exit frame. Before, the end closed the terminal while
+    the thread carrying the client's frames still waited for more: the terminal's descriptor
+    number was free for the next file or connection the rocklet opened (here: the test's file,
+    as the rocklet's process is the test's), and the late keystrokes were written into it."""
+    term, master, threads = _end_of_a_terminal(in_process)
+    landing = tmp_path / "landing"
+    fds = [os.open(landing, os.O_RDWR | os.O_CREAT)]
+    while fds[-1] < master:  # the lowest free numbers: the terminal's, if it was let go
+        fds.append(os.dup(fds[0]))
+    try:
+        with contextlib.suppress(OSError):  # the rocklet may have closed the connection
+            term.send(b"echo typed-after-the-end\r")
+            term.resize(50, 100)
+        _the_connection_ends(term, threads)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert landing.read_bytes() == b""
+
+
+@pytest.mark.parametrize("end", ["the program exits", "the client goes away"])
+def test_the_programs_group_is_signalled_only_before_it_is_reaped(
+    in_process: InProcessRocklet, monkeypatch: pytest.MonkeyPatch, end: str
+) -> None:
+    """Once reaped, a program's number may be a new process's (and its group's): a hang-up sent
+    then could reach an unrelated program. Before, the end of a terminal signalled the group
+    after reaping it (and the client's thread, when the client went away, at any time)."""
+    calls: list[tuple[str, int]] = []
+    real_waitpid, real_killpg = os.waitpid, os.killpg
+
+    def waitpid(pid: int, options: int) -> tuple[int, int]:
+        done, status = real_waitpid(pid, options)
+        if done:
+            calls.append(("reaped", done))
+        return done, status
+
+    def killpg(pgid: int, sig: int) -> None:
+        calls.append(("signalled", pgid))
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(os, "waitpid", waitpid)
+    monkeypatch.setattr(os, "killpg", killpg)
+    threads = set(threading.enumerate())
+    if end == "the program exits":
+        term, _, _ = _end_of_a_terminal(in_process)
+    else:
+        term = Terminal(in_process, "command=echo+ready;+sleep+600")
+        term.expect(b"ready")
+    _the_connection_ends(term, [t for t in threading.enumerate() if t not in threads])
+    reaped = [pid for what, pid in calls if what == "reaped"]
+    assert len(reaped) == 1, calls
+    after = calls[calls.index(("reaped", reaped[0])) :]
+    assert ("signalled", reaped[0]) not in after, calls

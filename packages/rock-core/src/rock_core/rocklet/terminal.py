@@ -49,6 +49,9 @@ EXIT = b"x"
 _HEADER = struct.Struct(">cI")
 _MAX_FRAME = 1 << 20
 _CHUNK = 65536
+# Seconds the end of a terminal waits for its client's thread (which closes the terminal
+# itself if it is still running then).
+_JOIN = 5.0
 
 
 def encode_frame(kind: bytes, payload: bytes = b"") -> bytes:
@@ -120,32 +123,49 @@ class Terminal(Response):
 
     def splice(self, conn: socket.socket, rfile: Any) -> None:
         """Carry frames between the client and the terminal until the program ends (or the
-        client goes away: then the terminal is hung up)."""
+        client goes away: then the terminal is hung up).
+
+        A thread of its own writes what the client sends into the terminal. The terminal's
+        descriptor is closed by whichever of the two threads finishes last, never while the
+        other may still use it: a number closed early is soon the next file, connection or
+        terminal the rocklet opens, and a late keystroke would land there. Only this thread
+        signals the program's process group, and only while the program is not yet reaped: once
+        reaped, its number may be another process's.
+        """
         master, pid = self.master, self.pid
+        os.set_blocking(master, False)  # a write waits in poll, where the end can stop it
+        ending = threading.Event()  # set at the end: the client's bytes go nowhere any more
         client_gone = threading.Event()
+        holders = [2]  # this thread and the client's: the last one out closes the terminal
+        lock = threading.Lock()
+
+        def release() -> None:
+            with lock:
+                holders[0] -= 1
+                last = holders[0] == 0
+            if last:
+                os.close(master)
 
         def from_client() -> None:
             reader = FrameReader()
             try:
-                while True:
+                while not ending.is_set():
                     data = rfile.read1(_CHUNK)
                     if not data:
                         break
                     for kind, payload in reader.feed(data):
+                        if ending.is_set():
+                            break
                         if kind == DATA:
-                            view = memoryview(payload)
-                            while view:
-                                view = view[os.write(master, view) :]
+                            _write(master, payload, ending)
                         elif kind == RESIZE and len(payload) == 4:
                             rows, cols = struct.unpack(">HH", payload)
                             _set_size(master, rows, cols)
             except (OSError, ValueError):
                 pass
-            client_gone.set()
-            try:
-                os.killpg(pid, signal.SIGHUP)  # the terminal was closed
-            except OSError:
-                pass
+            finally:
+                client_gone.set()  # the terminal was closed: the loop below hangs it up
+                release()
 
         thread = threading.Thread(target=from_client, daemon=True)
         thread.start()
@@ -154,67 +174,102 @@ class Terminal(Response):
             while True:
                 ready, _, _ = select.select([master], [], [], 0.2)
                 if ready:
-                    try:
-                        data = os.read(master, _CHUNK)
-                    except OSError:  # EIO: every holder of the terminal's other end closed it
-                        data = b""
+                    data = _read(master)
+                    if data is None:
+                        continue
                     if data:
                         conn.sendall(encode_frame(DATA, data))
                         continue
+                    break  # every holder of the terminal's other end closed it
+                if _ended(pid):
+                    # The program ended; what it wrote is already readable. Programs it left
+                    # in the background may hold the terminal: do not wait for them.
+                    while select.select([master], [], [], 0)[0]:
+                        data = _read(master)
+                        if not data:
+                            break
+                        conn.sendall(encode_frame(DATA, data))
                     break
-                if status is None:
-                    done, status_raw = os.waitpid(pid, os.WNOHANG)
-                    if done:
-                        status = status_raw
-                        # The program ended; what it wrote is already readable. Programs it
-                        # left in the background may hold the terminal: do not wait for them.
-                        while select.select([master], [], [], 0)[0]:
-                            try:
-                                data = os.read(master, _CHUNK)
-                            except OSError:
-                                data = b""
-                            if not data:
-                                break
-                            conn.sendall(encode_frame(DATA, data))
-                        break
                 if client_gone.is_set():
                     break
-            if status is None:
-                status = _wait(pid, client_gone.is_set())
+            # A program that closed the terminal may run on: until it ends or the client goes.
+            while not _ended(pid) and not client_gone.wait(0.2):
+                pass
+            status = _reap(pid, client_gone.is_set())
             conn.sendall(encode_frame(EXIT, exit_payload(exit_code(status))))
         except OSError:
             pass
         finally:
-            try:
-                os.killpg(pid, signal.SIGHUP)
-            except OSError:
-                pass
+            ending.set()
             if status is None:
-                _wait(pid, True)
-            os.close(master)
+                _reap(pid, True)
             try:
-                conn.shutdown(socket.SHUT_WR)
+                # Both ways: the client's thread, waiting for its next bytes, wakes with none.
+                conn.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-        thread.join(1.0)
+            thread.join(_JOIN)
+            release()
 
 
-def _wait(pid: int, hang_up: bool) -> int:
-    """Reap ``pid``: at once if it has ended; after SIGHUP (then SIGKILL) when ``hang_up``."""
-    for sig in (signal.SIGHUP, signal.SIGKILL) if hang_up else ():
-        for _ in range(20):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                return status
-            try:
-                os.killpg(pid, sig)
-            except OSError:
-                pass
-            threading.Event().wait(0.05)
+def _read(fd: int) -> bytes | None:
+    """What the terminal ``fd`` has: ``b""`` at its end, ``None`` when nothing is there now."""
+    try:
+        return os.read(fd, _CHUNK)
+    except BlockingIOError:
+        return None
+    except OSError:  # EIO: every holder of the terminal's other end closed it
+        return b""
+
+
+def _write(fd: int, payload: bytes, ending: threading.Event) -> None:
+    """Write ``payload`` to the terminal ``fd`` (non-blocking), waiting while it is full;
+    give up when ``ending`` is set."""
+    view = memoryview(payload)
+    poller = None
+    while view and not ending.is_set():
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:
+            if poller is None:
+                poller = select.poll()
+                poller.register(fd, select.POLLOUT)
+            poller.poll(200)
+
+
+def _ended(pid: int, block: bool = False) -> bool:
+    """Whether ``pid`` has ended (``block``: wait until it has), leaving it unreaped: until it is
+    reaped its number, and its process group's, cannot be another process's."""
+    flags = os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
+    try:
+        return os.waitid(os.P_PID, pid, flags) is not None
+    except ChildProcessError:
+        return True
+
+
+def _reap(pid: int, hang_up: bool) -> int:
+    """Reap ``pid`` and return its wait status: when it ends; ``hang_up``: SIGHUP to its process
+    group first (then SIGKILL). Its group gets SIGHUP before the reaping in any case, for the
+    programs it left in the background, as when a terminal closes."""
+    for sig in [signal.SIGHUP] * 20 + [signal.SIGKILL] * 20 if hang_up else []:
+        if _ended(pid):
+            break
+        _hang_up(pid, sig)
+        threading.Event().wait(0.05)
+    _ended(pid, block=True)
+    _hang_up(pid, signal.SIGHUP)
     try:
         return os.waitpid(pid, 0)[1]
     except ChildProcessError:
         return 0
+
+
+def _hang_up(pid: int, sig: int) -> None:
+    """``sig`` to the process group of ``pid``, which must not be reaped yet."""
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass
 
 
 def _account(user: str) -> tuple[Any | None, str]:
