@@ -8,6 +8,7 @@ credentials, network modes, and the errors a user sees.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.server as http_server
 import threading
 import uuid
@@ -649,13 +650,15 @@ async def test_a_docker_engine_that_never_answers_gives_an_error_that_says_what_
     accepted: list[socket.socket] = []
 
     def accept() -> None:
-        while True:
-            try:
-                accepted.append(listener.accept()[0])  # read nothing, answer nothing
-            except OSError:
-                return
+        with listener:  # closed by this thread, once it no longer accepts (see below)
+            while True:
+                try:
+                    accepted.append(listener.accept()[0])  # read nothing, answer nothing
+                except OSError:
+                    return  # shut down
 
-    threading.Thread(target=accept, daemon=True).start()
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
     runtime = DockerRuntime(base_url=f"unix://{path}", api_timeout=1.0)
     spec = SandboxSpec(image=IMAGE, sandbox_id=unique_sandbox_id())
     try:
@@ -663,7 +666,12 @@ async def test_a_docker_engine_that_never_answers_gives_an_error_that_says_what_
             await runtime.create(spec, labels={}, rocklet_token="t")
     finally:
         await runtime.aclose()
-        listener.close()
+        # Not closed here while the thread may be about to call accept() on its number: a
+        # listener opened meanwhile would get that number and its connections (a CI flake of
+        # session 44). A shutdown wakes accept(); the thread then closes it.
+        with contextlib.suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        acceptor.join(10)
         for conn in accepted:
             conn.close()
     message = str(caught.value)

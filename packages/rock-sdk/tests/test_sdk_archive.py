@@ -205,6 +205,7 @@ class Relay:
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
         self._listener: socket.socket | None = None
+        self._acceptor: threading.Thread | None = None
         self.port = 0
         self.up()
 
@@ -219,23 +220,28 @@ class Relay:
         listener.listen(64)
         self.port = listener.getsockname()[1]
         self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        self._acceptor = threading.Thread(target=self._accept, args=(listener,), daemon=True)
+        self._acceptor.start()
 
     def down(self) -> None:
         listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
+        if listener is not None and self._acceptor is not None:
+            # The thread that accepts closes the listener on its way out, no other: a number
+            # closed while a thread is about to call accept() on it is soon another server's
+            # listener, whose connections that thread would take (a CI flake of session 44).
+            listener.shutdown(socket.SHUT_RDWR)  # wakes accept(); a close alone does not
+            self._acceptor.join(10)
 
     def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+        with listener:  # closed by this thread, once it no longer accepts (see down)
+            while True:
+                try:
+                    client, _ = listener.accept()
+                except OSError:
+                    return  # shut down
+                upstream = socket.create_connection(self.target)
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pipe(source: socket.socket, sink: socket.socket) -> None:

@@ -52,33 +52,38 @@ class DroppingServer:
         self._thread.start()
 
     def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                return  # closed
-            with conn:
-                head = b""
-                while b"\r\n\r\n" not in head:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        break
-                    head += chunk
-                if head:
-                    lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
-                    self.requests.append(lines[0])
-                    self.keys += [
-                        line.split(":", 1)[1].strip()
-                        for line in lines[1:]
-                        if line.lower().startswith("idempotency-key:")
-                    ]
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
+        with self._sock:  # closed by this thread, once it no longer accepts (see close)
+            while True:
+                try:
+                    conn, _ = self._sock.accept()
+                except OSError:
+                    return  # shut down
+                with conn:
+                    self._drop(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            head += chunk
+        if head:
+            lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+            self.requests.append(lines[0])
+            self.keys += [
+                line.split(":", 1)[1].strip()
+                for line in lines[1:]
+                if line.lower().startswith("idempotency-key:")
+            ]
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
 
     def close(self) -> None:
-        # A close alone does not wake the thread blocked in accept(); a shutdown does.
+        # The thread that accepts closes the socket on its way out, no other: a number closed
+        # while a thread is about to call accept() on it is soon another test server's listener,
+        # whose connections that thread would take (a CI flake of session 44).
         with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        self._sock.close()
+            self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); a close alone does not
         self._thread.join(timeout=10)
 
 
