@@ -39,6 +39,7 @@ class _Reading(httpx.AsyncBaseTransport):
             self.bodies.append(body)
             if self._older and "watch" in body:
                 body["watch_unknown_here"] = body.pop("watch")
+                body.pop("brief", None)  # newer than watches
                 request = httpx.Request(
                     request.method, request.url, headers=request.headers, json=body
                 )

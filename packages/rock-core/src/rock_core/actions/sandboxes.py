@@ -179,11 +179,17 @@ class WaitAnyRequest:
     id of the watch; each settled id is answered once, then leaves it. ``""`` opens a watch (the
     answer names it); a client then sends each id once, not at every ask. An answer naming
     another watch than the one asked about means that one was lost (an admin restart, or unused
-    for minutes): send all the ids still waited for again."""
+    for minutes): send all the ids still waited for again.
+
+    ``brief`` (optional): a sandbox whose start settled ``running`` is answered by what a start's
+    wait needs, not its whole status: ``sandbox_id``, ``state``, ``is_alive``, ``host_name`` and
+    ``host_ip`` (the other fields are absent; ``get_status`` has them). Any other outcome (a
+    failed or stopped start) is answered in full, with its phases and reason."""
 
     sandbox_ids: list[str]
     wait: NonNegativeFloat = constrained(NonNegativeFloat, default=0.0)
     watch: str | None = None
+    brief: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -356,8 +362,9 @@ class BatchSandboxStatusResponse(SandboxResponse):
 @attrs.frozen(kw_only=True)
 class WaitAnyResponse(SandboxResponse):
     """(rock) Result of ``POST /sandboxes/wait_any``: the statuses (``include_all_states``) of
-    the asked sandboxes whose start has settled (none when the wait ran out), and the asked ids
-    the caller has no sandbox of (``unknown``); with a ``watch`` asked, the watch's name."""
+    the asked sandboxes whose start has settled (none when the wait ran out; with ``brief``, a
+    running one's in brief), and the asked ids the caller has no sandbox of (``unknown``); with
+    a ``watch`` asked, the watch's name."""
 
     statuses: list[SandboxStatusResponse] = attrs.field(factory=list)
     unknown: list[str] = attrs.field(factory=list)

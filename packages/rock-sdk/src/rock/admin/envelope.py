@@ -21,7 +21,16 @@ from starlette.responses import Response
 from rock_core.converters import unstructure_wire
 from rock_core.errors import InvalidParameter, RockError, wire_code
 
-__all__ = ["JSON", "NDJSON", "BYTES", "json_response", "success", "failure", "BadInput"]
+__all__ = [
+    "JSON",
+    "NDJSON",
+    "BYTES",
+    "json_response",
+    "success",
+    "success_plain",
+    "failure",
+    "BadInput",
+]
 
 #: The media types the admin answers with.
 JSON = "application/json"
@@ -52,6 +61,11 @@ def success(result: Any) -> Response:
     return json_response(
         {"status": "Success", "message": None, "error": None, "result": unstructure_wire(result)}
     )
+
+
+def success_plain(result: dict[str, Any]) -> Response:
+    """:func:`success` of a result already in its wire form (plain JSON values)."""
+    return json_response({"status": "Success", "message": None, "error": None, "result": result})
 
 
 def failure(message: str, exc: BaseException) -> Response:

@@ -26,7 +26,7 @@ from starlette.responses import Response
 
 from rock.admin.auth import TENANT_METADATA_KEY
 from rock.admin.egress import limited
-from rock.admin.envelope import BadInput, json_response
+from rock.admin.envelope import BadInput, json_response, success_plain
 from rock.admin.key_gate import scope_key, scope_tenant
 from rock.admin.models import MAX_STATUS_WAIT, GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
 from rock.admin.reading import tenant_of, unknown_keys
@@ -48,7 +48,7 @@ from rock_core.actions import (
     WarmPoolsResponse,
     WarmupRequest,
 )
-from rock_core.converters import capability_names, structure_wire
+from rock_core.converters import capability_names, structure_wire, unstructure_wire
 from rock_core.engine.settle_waits import SettleWatch
 from rock_core.engine.starting import idempotency_key_problem
 from rock_core.errors import (
@@ -66,7 +66,7 @@ from rock_core.responses import (
     statistics_response,
     status_response,
 )
-from rock_core.states import LIVE_STATES
+from rock_core.states import LIVE_STATES, State
 
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
@@ -364,7 +364,9 @@ async def batch_status(
     )
 
 
-async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> WaitAnyResponse:
+async def wait_any(
+    app: AdminApp, request: Request, body: WaitAnyRequest
+) -> WaitAnyResponse | Response:
     """``POST /sandboxes/wait_any`` (rock): held until the start of any of the sandboxes asked
     has settled (or ``wait`` seconds, at most :data:`~rock.admin.models.MAX_STATUS_WAIT`,
     passed); then the statuses of all that have settled. One request waits for a client's many
@@ -398,6 +400,8 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
         finally:
             watch.asking -= 1
             watch.used = time.monotonic()
+    if body.brief:
+        return await _brief_answer(app, settled, unknown, name)
     statuses = []
     for sandbox_id in settled:
         try:
@@ -405,6 +409,36 @@ async def wait_any(app: AdminApp, request: Request, body: WaitAnyRequest) -> Wai
         except SandboxNotFound:
             unknown.append(sandbox_id)
     return WaitAnyResponse(statuses=statuses, unknown=unknown, watch=name)
+
+
+async def _brief_answer(
+    app: AdminApp, settled: list[str], unknown: list[str], watch: str | None
+) -> Response:
+    """``wait_any``'s answer with ``brief``: a running sandbox by its id, state and address
+    (what a start's wait reads), any other outcome as its whole status. At 16,000 starts the
+    whole statuses were about 7 % of the admin's loop (the status, then its wire form) and the
+    larger part of a waiting client's CPU (reading them back)."""
+    statuses: list[dict[str, Any]] = []
+    for sandbox_id in settled:
+        try:
+            status = await app.manager.get_status(sandbox_id, True)
+        except SandboxNotFound:
+            unknown.append(sandbox_id)
+            continue
+        record = status.record
+        if record.state is State.RUNNING:
+            statuses.append(
+                {
+                    "sandbox_id": record.sandbox_id,
+                    "state": State.RUNNING.value,
+                    "is_alive": not record.paused,
+                    "host_name": record.host_name,
+                    "host_ip": record.host_ip,
+                }
+            )
+        else:
+            statuses.append(unstructure_wire(status_response(status)))
+    return success_plain({"statuses": statuses, "unknown": unknown, "watch": watch})
 
 
 #: A watch no request used for this long (and none holds) is forgotten: its client is gone.

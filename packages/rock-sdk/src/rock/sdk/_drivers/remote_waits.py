@@ -174,6 +174,10 @@ class _Gatherer:
             self._end(lane, None)
             return False
         except BadRequestRockError as exc:
+            if self._driver._wait_brief:
+                self._driver._wait_brief = False  # an older admin refusing the field: ask again
+                lane.new.update(dict.fromkeys(ids))
+                return True
             if token is None:
                 self._end(lane, exc)
                 return False
@@ -242,6 +246,7 @@ class RemoteWaits(RemoteCommits):
 
     _held: int
     _wait_any_served: bool = True  # until the admin answers that it has no such route
+    _wait_brief: bool = True  # until the admin refuses the field (an older rock, strict_fields)
 
     def _gatherer(self) -> _Gatherer:
         loop = asyncio.get_running_loop()
@@ -271,10 +276,14 @@ class RemoteWaits(RemoteCommits):
     async def _wait_watched(
         self, sandbox_ids: Sequence[str], timeout: float, watch: str | None
     ) -> WaitAnyResponse:
-        """:meth:`wait_any` with the ids added to the admin's ``watch`` (``""``: a new one)."""
+        """:meth:`wait_any` with the ids added to the admin's ``watch`` (``""``: a new one),
+        answered ``brief`` (a running sandbox by its id, state and address: all a start's wait
+        reads) unless this admin refused the field."""
         body: dict[str, Any] = {"sandbox_ids": list(sandbox_ids), "wait": timeout}
         if watch is not None:
             body["watch"] = watch
+        if self._wait_brief:
+            body["brief"] = True
         result = await self._call(
             "POST", "/sandboxes/wait_any", "wait_any", None, json=body, held=timeout > 0
         )
@@ -287,7 +296,9 @@ class RemoteWaits(RemoteCommits):
         other waits, in one held ``wait_any`` request; else (or with an admin that lacks it)
         with ``get_status`` held until the start settles (up to 20 s a request; at most 512
         such requests at once per driver, the rest poll); an admin that answers at once (ROCK's)
-        is polled 0.05 s apart, growing to 1 s.
+        is polled 0.05 s apart, growing to 1 s. The status is the one the wait saw; waited
+        together, a running sandbox's is brief (``sandbox_id``, ``state``, ``is_alive``,
+        ``host_name``, ``host_ip``): ``get_status`` has the rest.
 
         :raises InternalServerRockError: a start phase failed or timed out: ``"Failed to start
             sandbox because {phase}: {message}"`` (:class:`~rock_core.errors.ImagePullFailed` for
