@@ -1,6 +1,7 @@
 """The stand-in's HTTP API: Nomad's ``/v1`` routes, envelopes, errors and blocking queries.
 
-One ASGI app (starlette) routes every request itself, so that Nomad's own answers for unknown
+One ASGI app (:meth:`~rock_nomad.testing._http_envelope.ApiEnvelope.asgi`, on starlette's
+requests and responses) routes every request itself, so that Nomad's own answers for unknown
 paths (``404 page not found``) and wrong methods (405 ``Invalid method``) come out as Nomad
 gives them. Errors are plain text; successes are JSON with ``X-Nomad-Index``,
 ``X-Nomad-KnownLeader`` and ``X-Nomad-LastContact``.
@@ -10,9 +11,6 @@ from __future__ import annotations
 
 import re
 from typing import TYPE_CHECKING
-
-from starlette.applications import Starlette
-from starlette.routing import Route
 
 if TYPE_CHECKING:
     from rock_nomad.testing.server import StandInNomad
@@ -99,12 +97,9 @@ class Api(JobRoutes, ClusterRoutes, VariableRoutes):
             ),
         ]
         self.routes = [(re.compile(rf"/v1/{pattern}"), methods) for pattern, methods in table]
-        self.app = Starlette(
-            routes=[
-                Route(
-                    "/{path:path}",
-                    self.dispatch,
-                    methods=["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"],
-                )
-            ]
-        )
+        self.routes_by_segment = {}
+        for route in self.routes:
+            # Every pattern's first segment is literal: a path can only match the routes of its own.
+            segment = route[0].pattern[len("/v1/") :].partition("/")[0]
+            self.routes_by_segment.setdefault(segment, []).append(route)
+        self.app = self.asgi

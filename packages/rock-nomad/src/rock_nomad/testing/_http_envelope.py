@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from rock_nomad.testing._model import NomadError, compact_json, parse_bool, parse_duration
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_WAIT",
+    "METHODS",
     "NOMAD_VERSION",
     "ApiEnvelope",
     "Handler",
@@ -37,6 +40,10 @@ MAX_WAIT = 300.0
 NOMAD_VERSION = "1.10.5"
 
 Handler = Callable[[Request, dict[str, str]], Awaitable[Response]]
+#: The methods the API's routes take (starlette's router answered any other with 405).
+METHODS = ("GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS")
+
+log = logging.getLogger("rock_nomad.testing")
 
 
 def json_response(
@@ -144,6 +151,10 @@ class ApiEnvelope:
 
     #: The routes, each a path pattern and its handlers by method (made by ``Api``).
     routes: list[tuple[re.Pattern[str], dict[str, tuple[Handler, str]]]]
+    #: The routes by the first segment of the paths they match (after ``/v1/``), in order.
+    routes_by_segment: dict[
+        str | None, list[tuple[re.Pattern[str], dict[str, tuple[Handler, str]]]]
+    ]
 
     def __init__(self, stand_in: StandInNomad) -> None:
         self.s = stand_in
@@ -157,9 +168,40 @@ class ApiEnvelope:
 
     # -- envelope --------------------------------------------------------------------------------
 
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The ASGI app uvicorn serves: each HTTP request to :meth:`dispatch`, its answer sent.
+
+        Only what a framework's stack would add and the stand-in needs: a method no route has
+        is refused with 405 as starlette's router refused it, and a handler's unexpected error
+        answers 500 ``Internal Server Error`` (and is logged) as starlette's error middleware
+        answered it. Starlette's stack (its app, two middlewares, router and route) had cost
+        as much CPU as the handlers of a start's requests."""
+        if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1000})
+            return
+        request = Request(scope, receive)
+        if scope["method"] not in METHODS:
+            response: Response = text_response(405, "Method Not Allowed")
+            response.headers["Allow"] = ", ".join(METHODS)
+        else:
+            try:
+                response = await self.dispatch(request)
+            except Exception:
+                log.exception("stand-in Nomad API: %s %s failed", scope["method"], scope["path"])
+                response = text_response(500, "Internal Server Error")
+        await response(scope, receive, send)
+
     async def dispatch(self, request: Request) -> Response:
-        path = request.url.path
-        for pattern, methods in self.routes:
+        """Route ``request`` (the first route whose pattern matches its whole path, among those
+        of its first segment after ``/v1/``) and answer it, or answer Nomad's 404 or 405."""
+        # The path as starlette's ``request.url.path`` gives it (the few characters its URL
+        # would take for a query, a fragment or a backslash kept escaped), without a URL.
+        path: str = request.scope["path"]
+        if "?" in path or "#" in path or "\\" in path:
+            path = path.replace("?", "%3F").replace("#", "%23").replace("\\", "%5C")
+        first = path[4:].partition("/")[0] if path.startswith("/v1/") else None
+        for pattern, methods in self.routes_by_segment.get(first, ()):
             match = pattern.fullmatch(path)
             if match is None:
                 continue

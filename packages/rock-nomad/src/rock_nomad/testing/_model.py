@@ -145,7 +145,7 @@ def _canonical_network(net: dict[str, Any]) -> dict[str, Any]:
     for key in ("Device", "CIDR", "IP", "Hostname"):
         _default(out, key, "")
     _default(out, "MBits", 0)
-    _default(out, "DNS", None)
+    out.setdefault("DNS", None)
     for key in ("ReservedPorts", "DynamicPorts"):
         ports = out.get(key)
         out[key] = [_canonical_port(p) for p in ports] if ports else None
@@ -201,13 +201,13 @@ def canonicalize_job(job: dict[str, Any], namespace: str, *, copy: bool = True) 
         "Migrate",
         "UI",
     ):
-        _default(job, key, None)
+        job.setdefault(key, None)  # as _default(..., None): null if absent
     job_type = job["Type"] if job["Type"] in RESTART_DEFAULTS else "service"
     job_reschedule = job.get("Reschedule")
     for group in job.get("TaskGroups") or []:
         _default(group, "Count", 1)
         for key in ("Constraints", "Affinities", "Spreads", "Meta", "Services", "Volumes"):
-            _default(group, key, None)
+            group.setdefault(key, None)  # as _default(..., None): null if absent
         group["RestartPolicy"] = _merge(RESTART_DEFAULTS[job_type], group.get("RestartPolicy"))
         reschedule = _merge(RESCHEDULE_DEFAULTS[job_type], job_reschedule)
         group["ReschedulePolicy"] = _merge(reschedule, group.get("ReschedulePolicy"))
@@ -231,7 +231,7 @@ def canonicalize_job(job: dict[str, Any], namespace: str, *, copy: bool = True) 
                 "Constraints",
                 "Lifecycle",
             ):
-                _default(task, key, None)
+                task.setdefault(key, None)  # as _default(..., None): null if absent
             resources = dict(task.get("Resources") or {})
             cores = int(resources.get("Cores") or 0)
             _default(resources, "Cores", 0)
@@ -242,8 +242,8 @@ def canonicalize_job(job: dict[str, Any], namespace: str, *, copy: bool = True) 
             _default(resources, "MemoryMB", 300)
             _default(resources, "MemoryMaxMB", 0)
             _default(resources, "DiskMB", 0)
-            _default(resources, "Networks", None)
-            _default(resources, "Devices", None)
+            resources.setdefault("Networks", None)
+            resources.setdefault("Devices", None)
             task["Resources"] = resources
             _default(task, "KillTimeout", 5 * SECOND)
             _default(task, "KillSignal", "")

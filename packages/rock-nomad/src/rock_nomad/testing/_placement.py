@@ -101,10 +101,20 @@ class Placement(ClusterState):
             for net in group.get("Networks") or []
             for p in net.get("ReservedPorts") or []
         }
-        candidates = []
+        # The best node so far (the first of the best, as ``max``/``min`` of a list of them
+        # would pick): a placement reads every feasible node, 50 of them in a bench.
+        best: dict[str, Any] | None = None
+        best_util = 0.0
+        binpack = self.algorithm == "binpack"
+        usage = self.node_usage
+        specs = self.node_specs
         for node in feasible:
-            spec = self.node_specs[node["ID"]]
-            used_cpu, used_mem, used_disk, used_ports = self._used(node["ID"])
+            node_id = node["ID"]
+            spec = specs[node_id]
+            used = usage.get(node_id)
+            if used is None:
+                used = self._used(node_id)
+            used_cpu, used_mem, used_disk, used_ports = used
             ask_cpu, ask_mem, ask_disk = same_ask or self._group_ask(group, spec)
             exhausted = None
             if used_cpu + ask_cpu > spec.cpu_mhz:
@@ -120,14 +130,12 @@ class Placement(ClusterState):
                 _count(metric, "DimensionExhausted", exhausted)
                 continue
             util = ((used_cpu + ask_cpu) / spec.cpu_mhz + (used_mem + ask_mem) / spec.memory_mb) / 2
-            candidates.append((util, node))
-        if not candidates:
+            if best is None or (util > best_util if binpack else util < best_util):
+                best, best_util = node, util
+        if best is None:
             return None, metric
-        if self.algorithm == "binpack":
-            util, node = max(candidates, key=lambda c: c[0])
-        else:
-            util, node = min(candidates, key=lambda c: c[0])
-        score = util if self.algorithm == "binpack" else 1 - util
+        node, util = best, best_util
+        score = util if binpack else 1 - util
         metric["ScoreMetaData"] = [
             {"NodeID": node["ID"], "Scores": {self.algorithm: score}, "NormScore": score}
         ]

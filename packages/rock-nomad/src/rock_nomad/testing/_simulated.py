@@ -37,13 +37,50 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rock_nomad.testing")
 
-__all__ = ["SharedRocklet", "SimulatedClient", "SimulatedTask"]
+__all__ = ["KillRequest", "SharedRocklet", "SimulatedClient", "SimulatedTask"]
 
 
 class SharedRocklet(LoopFirstRocklet):
     """One real rocklet serving connections accepted elsewhere (every simulated task's ports):
     readiness probes answered in the stand-in's event loop, any other connection in a thread of
     its own (:class:`rock_core.testing.loop_rocklet.LoopFirstRocklet`)."""
+
+
+def _time_up(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
+class KillRequest(asyncio.Event):
+    """A task's kill request (an :class:`asyncio.Event`) that can also be waited for at most
+    some seconds with one future and one timer (:meth:`within`): ``asyncio.wait_for`` makes a
+    task per wait, each simulated start's wait for its start time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._within: list[asyncio.Future[bool]] = []
+
+    def set(self) -> None:
+        super().set()
+        waiters, self._within = self._within, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(True)
+
+    async def within(self, seconds: float) -> bool:
+        """Wait until the kill is requested, at most ``seconds``: whether it was."""
+        if self.is_set():
+            return True
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[bool] = loop.create_future()
+        self._within.append(waiter)
+        timer = loop.call_later(seconds, _time_up, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            if waiter in self._within:
+                self._within.remove(waiter)
 
 
 class SimulatedTask(AllocTask["SimulatedClient"]):
@@ -57,6 +94,7 @@ class SimulatedTask(AllocTask["SimulatedClient"]):
         node: dict[str, Any],
     ) -> None:
         super().__init__(sim, alloc, task, node)
+        self.kill_requested: KillRequest = KillRequest()
         self.listeners: list[socket.socket] = []
         self.exit_with: int | None = None
 
@@ -119,11 +157,7 @@ class SimulatedTask(AllocTask["SimulatedClient"]):
             self._close()
 
     async def _killed_within(self, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(self.kill_requested.wait(), seconds)
-        except TimeoutError:
-            return False
-        return True
+        return await self.kill_requested.within(seconds)
 
     def _listen(self) -> None:
         """A listening socket on each of the allocation's ports (its node's address)."""

@@ -56,6 +56,13 @@ ALLOC_FIXED = frozenset(
 
 _dumps = compact_json
 
+#: An allocation's private fields (the stand-in's own, never answered): the JSON of its
+#: :data:`ALLOC_FIXED` fields and when its tasks finished. No other field of an allocation
+#: starts with ``_`` (the stand-in makes every one; a caller's job is under ``Job``).
+ALLOC_PRIVATE = ("_fixed_json", "_finished_ns")
+#: What an allocation's event leaves out of its object (its job is sent as ``null``).
+_ALLOC_EVENT_LEFT_OUT = (*sorted(ALLOC_FIXED), *ALLOC_PRIVATE)
+
 
 #: An allocation's fields that placement's count of a node's use reads.
 _USAGE_FIELDS = frozenset({"NodeID", "Resources", "AllocatedResources"})
@@ -191,7 +198,7 @@ class ClusterState:
         #: Nomad Variables by (namespace, path)
         self.variables = VariableStore(lambda: self.bump("vars"))
         self.node_specs: dict[str, NodeSpec] = {}
-        self.changed = asyncio.Event()
+        self._changed: asyncio.Event | None = None
         self._change_waiters: list[asyncio.Future[bool]] = []
         self.client: DockerClientSim | SimulatedClient | None = None
         self._queue: asyncio.Queue[str] = asyncio.Queue()
@@ -206,12 +213,21 @@ class ClusterState:
 
     # -- indexes and notification ---------------------------------------------------------
 
+    @property
+    def changed(self) -> asyncio.Event:
+        """Set at the next write (a new event after each; made when first asked for: most
+        writes of a burst have nobody waiting on it)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        return self._changed
+
     def bump(self, *tables: str) -> int:
         self.index += 1
         for table in tables:
             self.tables[table] = self.index
-        old, self.changed = self.changed, asyncio.Event()
-        old.set()
+        old, self._changed = self._changed, None
+        if old is not None:
+            old.set()
         waiters, self._change_waiters = self._change_waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -258,9 +274,9 @@ class ClusterState:
             fixed = obj.get("_fixed_json")
             if fixed is None:
                 fixed = obj["_fixed_json"] = _dumps({k: obj[k] for k in ALLOC_FIXED if k in obj})
-            payload = {
-                k: v for k, v in obj.items() if not k.startswith("_") and k not in ALLOC_FIXED
-            }
+            payload = obj.copy()  # in its order, less what is left out (a copy and 7 pops:
+            for left_out in _ALLOC_EVENT_LEFT_OUT:  # a tenth of a filter of its 40 keys)
+                payload.pop(left_out, None)
             payload["Job"] = None
             rest = _dumps(payload)
             text = '%s,"Payload":{"Allocation":%s%s%s}}' % (
@@ -269,6 +285,9 @@ class ClusterState:
                 "," if len(fixed) > 2 and len(rest) > 2 else "",
                 rest[1:],
             )
+        elif topic == "Evaluation":  # the stand-in's own, with no private fields
+            event["Payload"] = {topic: obj}
+            text = _dumps(event)
         else:
             event["Payload"] = {topic: {k: v for k, v in obj.items() if not k.startswith("_")}}
             text = _dumps(event)

@@ -295,6 +295,8 @@ class StandInNomad:
             log_level="warning",
             lifespan="off",
             access_log=False,
+            interface="asgi3",
+            proxy_headers=False,  # no proxy before it: nothing to read from X-Forwarded-*
             timeout_graceful_shutdown=1,
             server_header=False,
             date_header=True,
