@@ -15,7 +15,7 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from rock.admin import lifecycle
+from rock.admin import start_waits
 from rock.admin.key_gate import _TENANT_SCOPE_KEY
 from rock_core.states import State
 from rock_core.testing import ScriptedRuntime
@@ -105,10 +105,10 @@ async def test_another_tenants_watch_is_not_theirs_to_read(scripted_admin: Any) 
         def asking(tenant: str | None) -> Request:
             return Request({"type": "http", _TENANT_SCOPE_KEY: tenant})
 
-        name, watch = lifecycle._watch(app, asking("t1"), "")
+        name, watch = start_waits._watch(app, asking("t1"), "")
         watch.settles.add(["sb-1"])
-        assert lifecycle._watch(app, asking("t1"), name) == (name, watch)
-        other_name, other = lifecycle._watch(app, asking("t2"), name)
+        assert start_waits._watch(app, asking("t1"), name) == (name, watch)
+        other_name, other = start_waits._watch(app, asking("t2"), name)
         assert other_name != name and other is not watch and not other.pending
 
 
@@ -131,8 +131,8 @@ async def test_a_tenant_opening_watches_without_end_keeps_a_bounded_number(
         app = admin.app
         request = Request({"type": "http", _TENANT_SCOPE_KEY: "greedy"})
         other = Request({"type": "http", _TENANT_SCOPE_KEY: "calm"})
-        kept_name, kept = lifecycle._watch(app, other, "")
-        names = [lifecycle._watch(app, request, "")[0] for _ in range(3 * 256)]
+        kept_name, kept = start_waits._watch(app, other, "")
+        names = [start_waits._watch(app, request, "")[0] for _ in range(3 * 256)]
         watches = app.wait_watches
         greedy = [w for w in watches.values() if w.tenant == "greedy"]
         assert len(greedy) == 256  # the least recently used went

@@ -211,7 +211,7 @@ class AdminApp:
         #: ``/sandboxes/start_batch`` requests are served one after another, first come first
         #: served (rock.admin.lifecycle.start_batch): the first batch is answered first.
         self.start_batches = anyio.Lock()
-        #: ``/sandboxes/wait_any``'s watches by name (rock.admin.lifecycle's ``_Watch``): the
+        #: ``/sandboxes/wait_any``'s watches by name (rock.admin.start_waits' ``_Watch``): the
         #: ids each waiting client sent once, kept between its requests.
         self.wait_watches: dict[str, Any] = {}
         # A sandbox's own services (rock.admin.proxy, rock.admin.portforward): in front of the

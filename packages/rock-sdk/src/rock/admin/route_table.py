@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rock.admin import lifecycle, pausing
+from rock.admin import lifecycle, pausing, start_waits
 from rock.admin.commits import commit_routes
 from rock.admin.egress import egress_routes
 from rock.admin.models import GetStatusQuery, ListSandboxesQuery, SandboxIdQuery
@@ -233,7 +233,7 @@ def build_routes(app: AdminApp) -> list[Route]:
             path=f"{p}/sandboxes/wait_any",
             name="wait_any",
             activity=False,
-            handler=bound(lifecycle.wait_any),
+            handler=bound(start_waits.wait_any),
             body=WaitAnyRequest,
             result=WaitAnyResponse,
             failure="wait for sandboxes failed",
