@@ -15,7 +15,8 @@ import attrs
 import pytest
 
 from rock_core.converters import structure_store, unstructure_store
-from rock_core.engine.store import SqliteRecordStore, record_document
+from rock_core.engine.record_documents import record_document
+from rock_core.engine.store import SqliteRecordStore
 from rock_core.errors import InvalidParameter
 from rock_core.models import SandboxRecord
 from rock_core.records import RecordStore
@@ -283,15 +284,15 @@ CREATE INDEX sandbox_owner_state ON sandbox (owner, state);
 
 
 def test_the_text_kept_for_a_records_next_write_goes_with_its_spec() -> None:
-    from rock_core.engine import store as store_module
+    from rock_core.engine import record_documents
 
     record = sample_record()
     record_document(record)
     key = id(record.spec)
-    assert store_module._spec_texts[key].ref() is record.spec
+    assert record_documents._spec_jsons[key].ref() is record.spec
     del record
     gc.collect()
-    assert key not in store_module._spec_texts  # nothing kept for a sandbox the engine let go
+    assert key not in record_documents._spec_jsons  # nothing kept for a sandbox the engine let go
 
 
 @pytest.mark.anyio
@@ -319,20 +320,33 @@ async def test_a_commit_before_an_answer_does_not_split_the_next_turns_into_a_co
         store.close()
 
 
-def test_a_field_written_by_hand_that_differs_from_the_converter_is_refused(
+def test_a_document_that_differs_from_the_converters_form_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The record fields whose JSON text the store makes by hand (phases, state history, times)
-    are checked against the ``store`` converter's form when the module loads: one that differs
-    (a field added to Phase, a changed hook) is refused, not written differently."""
-    from rock_core.engine import store as store_module
+    """The store's documents are checked against the ``store`` converter's form when the module
+    loads, on a record with every field set: one that differs (a field added to Phase, a type
+    orjson writes otherwise, a changed hook) is refused, not written differently."""
+    from rock_core.engine import record_documents
 
-    store_module._check_by_hand()  # as loaded: the same
-    monkeypatch.setitem(
-        store_module._BY_HAND, "phases", lambda phases: '{"image_pull":{"status":"success"}}'
+    record_documents._check()  # as loaded: the same
+    monkeypatch.setattr(record_documents, "_phases", lambda phases: {name: {} for name in phases})
+    with pytest.raises(TypeError, match="differs from the store converter's form"):
+        record_documents._check()
+
+
+def test_a_value_orjson_refuses_is_written_the_converters_way() -> None:
+    record = attrs.evolve(
+        sample_record("sb-big"),
+        security={"huge": 1 << 70, "set_like": ("a", "b")},  # beyond orjson's 64 bits
     )
-    with pytest.raises(TypeError, match="'phases' made by hand"):
-        store_module._check_by_hand()
+    assert json.loads(record_document(record)) == unstructure_store(record)
+
+
+def test_every_field_of_a_record_is_set_in_the_check_at_import() -> None:
+    from rock_core.engine import record_documents
+
+    record = record_documents._every_field_set()
+    assert all(getattr(record, f.name) is not None for f in attrs.fields(type(record)))
 
 
 def test_the_logs_checkpoints_are_made_by_the_checkpointer_not_by_a_commit(

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from rock_core.converters import structure_store
-from rock_core.engine.store import record_document
+from rock_core.engine.record_documents import record_document
 from rock_core.models import SandboxRecord
 from rock_core.record_grouping import GroupedPuts
 from rock_core.records import RecordStore, StoreUnavailable, check_filters

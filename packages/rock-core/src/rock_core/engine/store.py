@@ -19,7 +19,8 @@ before the version was kept reads 0 and is version 1); a newer version is refuse
 
 Queries used on the hot path (by id; by state, and owner) are indexed columns (one index, state
 and owner, serves both); the full record is a JSON
-blob (:func:`record_document`: what rock-core's ``store`` converter writes, made faster), read by
+blob (:func:`~rock_core.engine.record_documents.record_document`: what rock-core's ``store``
+converter writes, made faster), read by
 that converter, which skips unknown keys so an older rock reads a newer rock's file.
 """
 
@@ -27,31 +28,23 @@ from __future__ import annotations
 
 import builtins
 import json
-import operator
 import os
 import sqlite3
 import threading
-import types
-import typing
-import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-import attrs
-import orjson
-
-from rock_core.converters import store as store_converter
-from rock_core.converters import structure_store, unstructure_store
+from rock_core.converters import structure_store
+from rock_core.engine.record_documents import record_document
 from rock_core.engine.wal_checkpoints import Checkpointer
-from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxSpec
+from rock_core.models import SandboxRecord
 from rock_core.private_paths import private_file
 from rock_core.record_grouping import GroupedPuts
 from rock_core.records import RecordStore, check_filters, newer_schema
-from rock_core.states import Event, State, StateChange
+from rock_core.states import State
 
-__all__ = ["SqliteRecordStore", "record_document"]
+__all__ = ["SqliteRecordStore"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sandbox (
@@ -84,183 +77,6 @@ _PUT = (
     "cluster = excluded.cluster, image = excluded.image, create_time = excluded.create_time, "
     "record = excluded.record"
 )
-
-
-_encode_slowly = json.JSONEncoder(separators=(",", ":")).encode
-_encode_str: Callable[[str], str] = json.encoder.encode_basestring_ascii
-_ORJSON = orjson.OPT_NON_STR_KEYS
-
-
-def _encode(value: Any) -> str:
-    """``value`` (JSON-ready) as compact JSON text: orjson's (a twentieth of the standard
-    library's cost; UTF-8 where ``json`` escapes, which every reader reads alike), or the
-    standard library's for what orjson refuses (an integer beyond 64 bits)."""
-    try:
-        return orjson.dumps(value, option=_ORJSON).decode()
-    except TypeError:  # orjson.JSONEncodeError
-        return _encode_slowly(value)
-
-
-def _json(value: Any) -> str:
-    """``value`` (JSON-ready) as JSON text, as ``_encode`` writes it; short values at once."""
-    if value is None:
-        return "null"
-    kind = type(value)
-    if kind is str:
-        return _encode_str(value)
-    if kind is int:
-        return int.__repr__(value)
-    return _encode(value)
-
-
-def _field_writer(kind: Any) -> Callable[[Any], Any] | None:
-    """How a record field of type ``kind`` becomes JSON-ready: ``None`` when it already is (a
-    ``str``, an ``int``), else the ``store`` converter's own hook for the type, called directly
-    (an optional's: its type's hook, called only on a value; ``None`` stays)."""
-    if kind in (str, int, bool, float):
-        return None
-    args = typing.get_args(kind)
-    if isinstance(kind, types.UnionType) and len(args) == 2 and type(None) in args:
-        return _field_writer(next(a for a in args if a is not type(None)))  # None: as it is
-    hook: Callable[[Any], Any] = store_converter.get_unstructure_hook(kind)
-    return hook
-
-
-def _datetime_text(value: datetime) -> str:
-    """A datetime's JSON text, as the ``store`` converter writes it (ISO 8601 needs no escape)."""
-    return f'"{value.isoformat()}"'
-
-
-def _optional_datetime_text(value: datetime | None) -> str:
-    return "null" if value is None else f'"{value.isoformat()}"'
-
-
-def _phase_text(phase: Phase) -> str:
-    return (
-        f'{{"status":"{phase.status.value}","message":{_encode_str(phase.message)},'
-        f'"started_at":{_optional_datetime_text(phase.started_at)},'
-        f'"completed_at":{_optional_datetime_text(phase.completed_at)}}}'
-    )
-
-
-def _phases_text(phases: dict[str, Phase]) -> str:
-    """A record's phases as JSON text, a phase's by hand (a third of the converter's cost: a
-    start writes them twice, the largest changed field with its state history)."""
-    return (
-        "{" + ",".join(f"{_encode_str(name)}:{_phase_text(p)}" for name, p in phases.items()) + "}"
-    )
-
-
-def _history_text(history: tuple[StateChange, ...]) -> str:
-    """A record's state history as JSON text, an entry's by hand (see :func:`_phases_text`)."""
-    return (
-        "["
-        + ",".join(
-            f'{{"from_state":"{c.from_state.value}","to_state":"{c.to_state.value}",'
-            f'"event":"{c.event.value}","timestamp":"{c.timestamp.isoformat()}"}}'
-            for c in history
-        )
-        + "]"
-    )
-
-
-attrs.resolve_types(SandboxRecord)
-#: Fields whose JSON text is made by hand: the text function of each (checked at import
-#: against the ``store`` converter's form, below).
-_BY_HAND: dict[str, Callable[[Any], str]] = {
-    "create_time": _datetime_text,
-    "phases": _phases_text,
-    "state_history": _history_text,
-    **{
-        field.name: _optional_datetime_text
-        for field in attrs.fields(SandboxRecord)
-        if field.type == datetime | None
-    },
-}
-
-
-def _text_of(kind: Any) -> Callable[[Any], str]:
-    """How a field of type ``kind`` becomes JSON text (``"null"`` for ``None``): its writer
-    (:func:`_field_writer`), then :func:`_json`."""
-    write = _field_writer(kind)
-    if write is None:
-        return _json
-    return lambda value: "null" if value is None else _json(write(value))
-
-
-#: Each field but the spec: its name, its text function and the start of its text (``"name":``).
-_FIELDS = tuple(
-    (field.name, _BY_HAND.get(field.name) or _text_of(field.type), f"{_encode(field.name)}:")
-    for field in attrs.fields(SandboxRecord)
-    if field.name != "spec"
-)
-
-
-def _check_by_hand() -> None:
-    """Refuse to load when a field made by hand reads back unlike the converter's form (a field
-    added to :class:`Phase` or :class:`StateChange`, a changed hook)."""
-    now = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    samples: dict[str, Any] = {
-        "create_time": now,
-        "start_time": now,
-        "phases": {"image_pull": Phase(PhaseStatus.SUCCESS, 'a "quoted" \\ message', now, None)},
-        "state_history": (StateChange(State.PENDING, State.RUNNING, next(iter(Event)), now),),
-    }
-    for name, text in _BY_HAND.items():
-        value = samples.get(name, now)
-        if json.loads(text(value)) != store_converter.unstructure(
-            value, attrs.fields_dict(SandboxRecord)[name].type
-        ):
-            raise TypeError(f"the record field {name!r} made by hand differs from the converter's")
-
-
-_check_by_hand()
-
-
-_values = operator.attrgetter(*(name for name, _, _ in _FIELDS))
-
-
-class _SpecText:
-    """The JSON text of a spec (``"spec":{...}``), made once, and a weak reference to the spec."""
-
-    __slots__ = ("ref", "text")
-
-    def __init__(self, ref: weakref.ref[SandboxSpec], text: str) -> None:
-        self.ref = ref
-        self.text = text
-
-
-# By the spec's identity: a record is saved at least twice per start (pending, then running),
-# each time with the same (frozen) spec, its largest part. An entry goes with its spec. The other
-# fields are made anew each time: a memo of each field's last text cost 3.5 KB a live sandbox
-# (56 MB at 16,000) to save a few microseconds of the cheap fields a start does not change.
-_spec_texts: dict[int, _SpecText] = {}
-
-
-def _spec_text(spec: SandboxSpec) -> str:
-    key = id(spec)
-    found = _spec_texts.get(key)
-    if found is not None and found.ref() is spec:
-        return found.text
-
-    def forget(ref: weakref.ref[SandboxSpec]) -> None:
-        entry = _spec_texts.get(key)
-        if entry is not None and entry.ref is ref:
-            _spec_texts.pop(key, None)
-
-    text = f'"spec":{_encode(unstructure_store(spec))}'
-    _spec_texts[key] = _SpecText(weakref.ref(spec, forget), text)
-    return text
-
-
-def record_document(record: SandboxRecord) -> str:
-    """``record`` as the JSON document a store keeps: what ``json.dumps(unstructure_store(record))``
-    reads back as, made at a fraction of its cost: each field by its type's text function (the
-    converter's hook called directly, or by hand), the spec's text made once a spec. Read with
-    ``structure_store``. Safe from several threads."""
-    parts = [key + text_of(value) for (_, text_of, key), value in zip(_FIELDS, _values(record))]
-    parts.append(_spec_text(record.spec))
-    return "{" + ",".join(parts) + "}"
 
 
 def _row(record: SandboxRecord) -> tuple[str | None, ...]:
