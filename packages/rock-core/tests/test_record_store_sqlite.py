@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import math
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import attrs
+import orjson
 import pytest
 
 from rock_core.converters import structure_store, unstructure_store
@@ -398,3 +400,15 @@ def test_one_index_serves_the_queries_by_state_and_owner(tmp_path: Path) -> None
         assert "USING INDEX sandbox_state_owner" in plan[0][3]
     finally:
         store.close()
+
+
+def test_a_document_orjson_refuses_to_read_is_read_the_standard_librarys_way() -> None:
+    from rock_core.engine.record_documents import read_document
+
+    record = attrs.evolve(sample_record("sb-nan"), security={"weight": float("nan")})
+    older = json.dumps(unstructure_store(record))  # an older rock's writer: NaN, not JSON
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(older)
+    read = read_document(older)
+    assert math.isnan(read.security["weight"])
+    assert attrs.evolve(read, security={}) == attrs.evolve(record, security={})

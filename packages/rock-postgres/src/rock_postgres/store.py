@@ -10,15 +10,13 @@ connections, and blocks each caller until its query has answered, at most ``call
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rock_core.converters import structure_store
-from rock_core.engine.record_documents import record_document
+from rock_core.engine.record_documents import read_document, record_document
 from rock_core.models import SandboxRecord
 from rock_core.record_grouping import GroupedPuts
 from rock_core.records import RecordStore, StoreUnavailable, check_filters
@@ -284,7 +282,7 @@ class PostgresRecordStore(RecordStore):
                 "SELECT record FROM rock_sandbox WHERE sandbox_id = $1", sandbox_id
             )
         )
-        return None if data is None else structure_store(json.loads(data), SandboxRecord)
+        return None if data is None else read_document(data)
 
     def list(
         self,
@@ -311,9 +309,7 @@ class PostgresRecordStore(RecordStore):
         records = []
         for sandbox_id, data in rows:
             record = known(sandbox_id) if known is not None else None
-            records.append(
-                record if record is not None else structure_store(json.loads(data), SandboxRecord)
-            )
+            records.append(record if record is not None else read_document(data))
         return records
 
     def count(

@@ -27,11 +27,11 @@ import attrs
 import orjson
 
 from rock_core._constrained import NonBlankStr
-from rock_core.converters import unstructure_store
+from rock_core.converters import structure_store, unstructure_store
 from rock_core.models import Phase, PhaseStatus, SandboxRecord, SandboxSpec
 from rock_core.states import Event, State, StateChange
 
-__all__ = ["record_document"]
+__all__ = ["record_document", "read_document"]
 
 _ORJSON = orjson.OPT_NON_STR_KEYS
 _encode_slowly = json.JSONEncoder(separators=(",", ":")).encode
@@ -121,6 +121,17 @@ def record_document(record: SandboxRecord) -> str:
         return orjson.dumps(document, option=_ORJSON).decode()
     except TypeError:  # a value orjson does not write: the converter's way
         return _encode(unstructure_store(record)).decode()
+
+
+def read_document(text: str | bytes) -> SandboxRecord:
+    """The record a store's document holds (:func:`record_document`'s, or an older rock's
+    ``json.dumps``): parsed by orjson (a third of the standard library's time), or by the
+    standard library for what orjson refuses (``NaN``, a lone surrogate an older writer left)."""
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        data = json.loads(text)
+    return structure_store(data, SandboxRecord)
 
 
 def _every_field_set() -> SandboxRecord:

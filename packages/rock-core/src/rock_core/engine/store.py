@@ -27,7 +27,6 @@ that converter, which skips unknown keys so an older rock reads a newer rock's f
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import sqlite3
 import threading
@@ -35,8 +34,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 
-from rock_core.converters import structure_store
-from rock_core.engine.record_documents import record_document
+from rock_core.engine.record_documents import read_document, record_document
 from rock_core.engine.wal_checkpoints import Checkpointer
 from rock_core.models import SandboxRecord
 from rock_core.private_paths import private_file
@@ -207,7 +205,7 @@ class SqliteRecordStore(RecordStore):
             row = self._db.execute(
                 "SELECT record FROM sandbox WHERE sandbox_id = ?", (sandbox_id,)
             ).fetchone()
-        return None if row is None else structure_store(json.loads(row[0]), SandboxRecord)
+        return None if row is None else read_document(row[0])
 
     def list(
         self,
@@ -236,9 +234,7 @@ class SqliteRecordStore(RecordStore):
         records = []
         for sandbox_id, data in rows:
             record = known(sandbox_id) if known is not None else None
-            records.append(
-                record if record is not None else structure_store(json.loads(data), SandboxRecord)
-            )
+            records.append(record if record is not None else read_document(data))
         return records
 
     def count(
