@@ -81,7 +81,9 @@ def _spec_json(spec: SandboxSpec) -> orjson.Fragment:
         if entry is not None and entry.ref is ref:
             _spec_jsons.pop(key, None)
 
-    fragment = orjson.Fragment(_encode(unstructure_store(spec)))
+    # Kept as str: orjson's bytes keep the capacity of its buffer (16 KB a spec, measured),
+    # their text only what it holds.
+    fragment = orjson.Fragment(_encode(unstructure_store(spec)).decode())
     _spec_jsons[key] = _SpecJson(weakref.ref(spec, forget), fragment)
     return fragment
 
