@@ -28,6 +28,41 @@ def test_a_watch_returns_news_told_before_or_while_it_waits_and_silence_as_none(
     assert asyncio.run(scenario()) == [False, True, False, True, False]
 
 
+def test_a_watch_waiting_until_a_state_is_woken_by_that_state_only_and_polls_after_silence():
+    async def scenario() -> tuple[list[bool], list[int], float, float]:
+        loop = asyncio.get_running_loop()
+        watch = JobWatch("rock-a")
+        woken: list[int] = []
+
+        def running() -> bool:
+            woken.append(len(watch.allocs))
+            alloc = watch.allocs.get("a1")
+            return alloc is not None and alloc.get("ClientStatus") == "running"
+
+        waiting = asyncio.ensure_future(watch.changed(30, running))
+        await asyncio.sleep(0)
+        watch.update("Evaluation", {"ID": "e1", "Status": "complete", "ModifyIndex": 1})
+        watch.update("Allocation", {"ID": "a1", "ClientStatus": "pending", "ModifyIndex": 2})
+        await asyncio.sleep(0)
+        said = [waiting.done()]  # news of the job, but not the state waited for: still waiting
+        watch.update("Allocation", {"ID": "a1", "ClientStatus": "running", "ModifyIndex": 3})
+        said.append(await waiting)
+        said.append(await watch.changed(30, running))  # true already: at once
+        # Silence is counted from the last news, not from the start of the wait.
+        begun = loop.time()
+        waiting = asyncio.ensure_future(watch.changed(0.2, lambda: False))
+        await asyncio.sleep(0.15)
+        watch.update("Allocation", {"ID": "a2", "ClientStatus": "pending", "ModifyIndex": 4})
+        news = loop.time()
+        said.append(await waiting)  # silence: the caller reads Nomad itself
+        return said, woken, news - begun, loop.time() - news
+
+    said, woken, before, after = asyncio.run(scenario())
+    assert said == [False, True, True, False]
+    assert woken == [0, 0, 1, 1, 1]  # asked at the start, at each news, at the next start
+    assert before >= 0.15 and after >= 0.19
+
+
 def test_a_subscriber_hears_only_the_events_it_wants():
     async def scenario() -> tuple[list[str], list[str]]:
         feed = EventFeed(api=None)  # type: ignore[arg-type] # frames are fed by hand

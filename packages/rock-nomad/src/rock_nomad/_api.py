@@ -144,6 +144,8 @@ class NomadApi:
         headers = {"User-Agent": "rock-nomad"}
         if token:
             headers["X-Nomad-Token"] = token
+        #: The query of a call without parameters (a start's two), by ``namespaced``.
+        self._bare_query = {n: urlencode(self._params(None, n)) for n in (False, True)}
         quick = min(max_connections, QUICK_CALLS)
         self._quick = anyio.Semaphore(quick)
 
@@ -237,7 +239,11 @@ class NomadApi:
     ) -> Answer:
         """A quick call over the lean client (plain HTTP): the same request and errors."""
         assert self._lean is not None
-        query = urlencode(self._params(params, namespaced))
+        query = (
+            self._bare_query[namespaced]
+            if not params
+            else urlencode(self._params(params, namespaced))
+        )
         target = f"/v1/{quote(path, safe=_PATH_SAFE)}" + (f"?{query}" if query else "")
         body = None if json is None else encode_json(json)
         try:

@@ -6,7 +6,7 @@ queries."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rock_core.errors import ImagePullFailed, RuntimeFailure
@@ -20,10 +20,25 @@ __all__ = ["BLOCK", "follow", "heard", "placed", "start_failure"]
 BLOCK = 30.0
 
 
-async def heard(watch: JobWatch, poll: float) -> bool:
-    """Wait for news of the watched job; ``False`` when none came within ``poll`` seconds
-    (then the caller reads Nomad itself). ``poll`` 0: no stream, read at once (blocking)."""
-    return poll > 0 and await watch.changed(poll)
+async def heard(watch: JobWatch, poll: float, until: Callable[[], bool] | None = None) -> bool:
+    """Wait for news of the watched job (with ``until``: for news that makes it true);
+    ``False`` when none came within ``poll`` seconds (then the caller reads Nomad itself).
+    ``poll`` 0: no stream, read at once (blocking)."""
+    return poll > 0 and await watch.changed(poll, until)
+
+
+def _deciding(evaluation: Mapping[str, Any] | None) -> bool:
+    """Whether the scheduler is still at an evaluation (not told yet: it is)."""
+    return (
+        evaluation is None
+        or evaluation.get("Status") in ("pending", "blocked")
+        and not evaluation.get("FailedTGAllocs")
+    )
+
+
+def _pending(alloc: Mapping[str, Any]) -> bool:
+    """Whether an allocation's client is still getting its task going, as wanted."""
+    return alloc.get("ClientStatus") == "pending" and alloc.get("DesiredStatus") == "run"
 
 
 async def placed(
@@ -34,14 +49,14 @@ async def placed(
     :raises RuntimeFailure: nothing fits: Nomad's reason (``FailedTGAllocs``).
     """
     index = 1
+
+    def decided() -> bool:  # the stream's news that ends the wait; other news does not wake it
+        return not _deciding(watch.evals.get(eval_id))
+
     while True:
         evaluation = watch.evals.get(eval_id)
-        if (
-            evaluation is None
-            or evaluation.get("Status") in ("pending", "blocked")
-            and not evaluation.get("FailedTGAllocs")
-        ):
-            if not await heard(watch, poll):
+        if _deciding(evaluation):
+            if not await heard(watch, poll, decided):
                 # No stream, or no news for a while: ask Nomad (blocking only without a stream).
                 read, index = await api.blocking(
                     f"evaluation/{eval_id}",
@@ -53,6 +68,7 @@ async def placed(
                 )
                 watch.update("Evaluation", read)
             continue
+        assert evaluation is not None
         status = evaluation.get("Status")
         if evaluation.get("FailedTGAllocs"):
             raise RuntimeFailure(
@@ -92,11 +108,16 @@ async def follow(
     """Follow an allocation until its client is done pulling and starting: ``running``, or ended."""
     alloc_id = alloc["ID"]
     index = 1
+
+    def moved() -> bool:  # the stream's news that ends the wait; other news does not wake it
+        told = watch.allocs.get(alloc_id)
+        return told is not None and not _pending(told)
+
     while True:
         current = watch.allocs.get(alloc_id) or alloc
-        if current.get("ClientStatus") != "pending" or current.get("DesiredStatus") != "run":
+        if not _pending(current):
             return dict(current)
-        if not await heard(watch, poll):
+        if not await heard(watch, poll, moved):
             read, index = await api.blocking(
                 f"allocation/{alloc_id}",
                 index if poll == 0 else 0,

@@ -396,13 +396,19 @@ class NomadRuntime(Runtime):
             alloc = latest_alloc(allocs)
             if alloc is None:
                 return
+            alloc_id = alloc["ID"]
+
+            def ended() -> bool:  # the news the wait is for: no other wakes it
+                told = watch.allocs.get(alloc_id)
+                return told is not None and told.get("ClientStatus") not in ("pending", "running")
+
             with anyio.move_on_after(max(timeout, 0) + self.options.kill_timeout + 10):
                 index = 1
                 while True:
-                    current = watch.allocs.get(alloc["ID"]) or alloc
+                    current = watch.allocs.get(alloc_id) or alloc
                     if current.get("ClientStatus") not in ("pending", "running"):
                         return
-                    if not await heard(watch, poll):
+                    if not await heard(watch, poll, ended):
                         read, index = await self.api.blocking(
                             f"allocation/{alloc['ID']}",
                             index if poll == 0 else 0,
