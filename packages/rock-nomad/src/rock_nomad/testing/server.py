@@ -259,6 +259,7 @@ class StandInNomad:
         import uvicorn
 
         from rock_nomad.testing._http import Api
+        from rock_nomad.testing._http_writes import coalescing_http_protocol
 
         assert self.work_dir is not None
         self._stop = asyncio.Event()
@@ -296,6 +297,7 @@ class StandInNomad:
             lifespan="off",
             access_log=False,
             interface="asgi3",
+            http=coalescing_http_protocol(),  # an answer in one write (_http_writes)
             proxy_headers=False,  # no proxy before it: nothing to read from X-Forwarded-*
             timeout_graceful_shutdown=1,
             server_header=False,
