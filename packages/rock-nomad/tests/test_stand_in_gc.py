@@ -53,7 +53,7 @@ def test_tune_gc_freezes_what_exists_and_sets_the_admins_thresholds() -> None:
     before = gc.get_threshold()
     try:
         stand_in_main.tune_gc()
-        assert gc.get_threshold() == stand_in_main.GC_THRESHOLDS == (50000, 10, 100)
+        assert gc.get_threshold() == stand_in_main.GC_THRESHOLDS == (1_000_000, 50, 100)
         assert gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
