@@ -144,3 +144,37 @@ def test_frames_of_job_registrations_only_are_not_decoded_while_no_one_wants_the
     assert heard == ["JobDeregistered"]
     assert told == ["JobRegistered"]
     assert list(evals) == ["e1"]  # a frame with another event in it is decoded
+
+
+def test_a_watched_or_tracked_allocation_is_kept_with_only_what_the_runtime_reads():
+    ports = [{"Label": "rocklet", "Value": 23456, "To": 22555, "HostIP": "192.0.2.7"}]
+    alloc = {
+        "ID": "a1",
+        "JobID": "rock-j",
+        "EvalID": "e1",
+        "NodeName": "node-1",
+        "ClientStatus": "running",
+        "DesiredStatus": "run",
+        "TaskStates": {"rocklet": {"State": "running", "Events": [{"Type": "Started"}]}},
+        "CreateIndex": 8,
+        "ModifyIndex": 12,
+        "AllocatedResources": {"Shared": {"Ports": ports, "Networks": [{"Mode": "host"}]}},
+        "Metrics": {"NodesEvaluated": 50, "ScoreMetaData": [{"NodeID": "n"}]},
+        "Resources": {"CPU": 100, "MemoryMB": 128},
+    }
+
+    async def scenario() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
+        feed = EventFeed(api=None)  # type: ignore[arg-type] # frames are fed by hand
+        everything = feed.subscribe()
+        feed.track("rock-j")
+        with feed.watch("rock-j") as watch:
+            feed._frame(_nomad_line(12, ("Allocation", "AllocationUpdated", alloc)))
+            held = watch.allocs["a1"]
+        return held, feed.latest["rock-j"], everything.get_nowait()[2]
+
+    held, latest, told = asyncio.run(scenario())
+    kept = {
+        k: v for k, v in alloc.items() if k not in ("AllocatedResources", "Metrics", "Resources")
+    }
+    assert held == latest == {**kept, "AllocatedResources": {"Shared": {"Ports": ports}}}
+    assert told == alloc  # a subscriber hears the whole allocation

@@ -25,7 +25,7 @@ import orjson
 
 from rock_nomad._api import NomadApi
 
-__all__ = ["EventFeed", "JobWatch", "Queue", "Wanted"]
+__all__ = ["EventFeed", "JobWatch", "Queue", "Wanted", "slim_alloc"]
 
 log = logging.getLogger("rock.nomad")
 
@@ -62,6 +62,41 @@ def registrations_only(line: str) -> int | None:
         return None
     found = _FRAME_INDEX.match(line)
     return int(found.group(1)) if found else None
+
+
+#: What the runtime reads of an allocation (:func:`slim_alloc`): its state, node, task
+#: events and ports.
+_ALLOC_KEYS = (
+    "ID",
+    "JobID",
+    "EvalID",
+    "NodeID",
+    "NodeName",
+    "ClientStatus",
+    "ClientDescription",
+    "DesiredStatus",
+    "DesiredDescription",
+    "TaskStates",
+    "CreateIndex",
+    "ModifyIndex",
+    "CreateTime",
+    "ModifyTime",
+)
+
+
+def slim_alloc(alloc: dict[str, Any]) -> dict[str, Any]:
+    """An allocation as the stream tells it, with only what the runtime reads of it kept (the
+    keys of :data:`_ALLOC_KEYS` and ``AllocatedResources.Shared.Ports``).
+
+    A start holds its allocation while it waits and the runtime keeps every started job's
+    newest one (:attr:`EventFeed.latest`): whole, each is some 40 dicts and lists (Nomad's
+    resources, metrics, networks; more on a real cluster), which the garbage collector walks
+    again and again while thousands of sandboxes start and run."""
+    slim = {key: alloc[key] for key in _ALLOC_KEYS if key in alloc}
+    shared = (alloc.get("AllocatedResources") or {}).get("Shared") or {}
+    if "Ports" in shared:
+        slim["AllocatedResources"] = {"Shared": {"Ports": shared["Ports"]}}
+    return slim
 
 
 class JobWatch:
@@ -293,9 +328,12 @@ class EventFeed:
                 continue
             job_id = payload.get("JobID") or ""
             watch = self._watches.get(job_id)
+            tracked = job_id in self._tracked
+            if topic == "Allocation" and (watch is not None or tracked):
+                payload = slim_alloc(payload)
             if watch is not None:
                 watch.update(topic, payload)
-            if topic == "Allocation" and job_id in self._tracked:
+            if topic == "Allocation" and tracked:
                 known = self.latest.get(job_id)
                 if known is None or (
                     known.get("CreateIndex") or 0,
