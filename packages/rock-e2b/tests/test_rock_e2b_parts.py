@@ -139,3 +139,38 @@ def test_a_command_writing_tiny_chunks_keeps_a_bounded_number_of_events(
         proc.add(pb.ProcessEvent(event=process._oneof("data", data)), len(chunk))
     assert [e.event.value.output.value for e in proc.events] == [b"3", b"4", b"5"]
     assert proc.next_index == 5
+
+
+def test_a_commands_stdin_pipe_ends_only_when_closed(tmp_path) -> None:
+    """The stdin wrapper, run by the local shell as a sandbox's would: a write that comes
+    before anything else is read, the command sees no end of input between writes, and reads
+    the end once closed. The shell opens the pipe before the holder is forked, so the holder's
+    write end exists before the command opens it (it opened it itself in the background before:
+    a first write could then be the pipe's only writer, and the command ended after it)."""
+    import base64
+    import subprocess
+
+    from rock_e2b import stdin
+
+    pipe = str(tmp_path / "in")
+    command = subprocess.Popen(
+        stdin.wrap(["cat"], pipe), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+    def run(script: str, *args: str) -> None:
+        subprocess.run(["/bin/sh", "-c", script, "sh", *args], check=True, timeout=30)
+
+    try:
+        for _ in range(100):  # the wrapper makes the pipe
+            if (tmp_path / "in").exists():
+                break
+            subprocess.run(["sleep", "0.02"])
+        for text in ("first\n", "second\n"):
+            run(stdin._SEND, pipe, base64.b64encode(text.encode()).decode())
+            assert command.poll() is None  # still reading
+        run(stdin._CLOSE, pipe)
+        out, err = command.communicate(timeout=30)
+    finally:
+        command.kill()
+    assert (out, command.returncode) == (b"first\nsecond\n", 0), err
+    assert not (tmp_path / "in").exists()

@@ -19,10 +19,16 @@ from rock_e2b.dataplane import Target
 
 __all__ = ["close", "new_pipe", "send", "wrap"]
 
-#: Runs ``"$@"`` with stdin from the pipe ``$1`` (made here), held open until ``close``.
+#: Runs ``"$@"`` with stdin from the pipe ``$1`` (made here), held open until ``close``. The
+#: shell opens the pipe read-write first (no wait for a reader) and the holder inherits that
+#: end when it is forked, before the command opens the pipe: the holder once opened it itself,
+#: in the background, and a ``send`` that came first was the only writer, so the command read
+#: the end of its input after the first write and was gone before ``close_stdin``.
 _WRAPPER = """f=$1; shift
 mkfifo -m 600 "$f" || exit 127
-sh -c 'echo $$ > "$1.pid"; exec sleep 2147483647' holder "$f" > "$f" 2>/dev/null &
+exec 3<>"$f"
+sh -c 'echo $$ > "$1.pid"; exec sleep 2147483647' holder "$f" >&3 3>&- 2>/dev/null &
+exec 3>&-
 "$@" < "$f"; code=$?
 [ -s "$f.pid" ] && kill "$(cat "$f.pid")" 2>/dev/null
 rm -f "$f" "$f.pid"; exit $code"""
