@@ -48,7 +48,10 @@ class LineReader:
                 return line
             if deadline is not None:
                 left = deadline - time.monotonic()
-                if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+                # poll, not select: past 1,024 descriptors select refuses the socket's number
+                poller = select.poll()
+                poller.register(self.sock, select.POLLIN)
+                if left <= 0 or not poller.poll(max(1, int(left * 1000))):
                     raise TimeoutError()
             try:
                 chunk = self.sock.recv(1 << 16)
