@@ -317,30 +317,3 @@ def test_the_programs_group_is_signalled_only_before_it_is_reaped(
     assert len(reaped) == 1, calls
     after = calls[calls.index(("reaped", reaped[0])) :]
     assert ("signalled", reaped[0]) not in after, calls
-
-
-def test_a_terminal_whose_number_is_past_1024_runs(in_process: InProcessRocklet) -> None:
-    """A rocklet holding more than 1,024 descriptors (a sandbox's many files and connections)
-    gives its next terminal a number ``select`` refuses: the terminal still carries frames."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < 1200:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1200, hard), hard))
-    held: list[int] = []
-    try:
-        while True:
-            fd = os.open("/dev/null", os.O_RDONLY)
-            held.append(fd)
-            if fd > 1030:
-                break
-        os.close(held.pop())  # the terminal's master takes a number past 1024
-        term = Terminal(in_process, "command=echo+past-select")
-        assert term.head.startswith(b"HTTP/1.1 101 "), term.head
-        term.expect(b"past-select")
-        assert term.wait_exit() == 0
-        term.sock.close()
-    finally:
-        for fd in held:
-            os.close(fd)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
