@@ -6,7 +6,7 @@ once, which on a small host slows every one of them to a crawl and can leave som
 "Removal In Progress". So :meth:`DockerRuntime.discard <rock_docker.runtime.DockerRuntime.discard>`
 starts this program in a session of its own, writes the container ids to its standard input,
 and returns. The reaper removes them a few at a time (``docker rm -f -v``, each after its
-container left its networks one at a time: :mod:`rock_docker._network_leave`), retries what dockerd
+container was stopped, so left its networks, one at a time: :mod:`rock_docker._network_leave`), retries what dockerd
 refuses for now (a removal already in progress, a busy mount), then removes each network group's
 network it was handed that no container uses any more, and exits.
 
@@ -65,7 +65,7 @@ def reap(
     import docker
     import docker.errors
 
-    from rock_docker._network_leave import leave_network
+    from rock_docker._network_leave import leave_networks
 
     client = (
         docker.DockerClient(base_url=base_url, timeout=120)
@@ -74,13 +74,11 @@ def reap(
     )
 
     def leave(unit_id: str) -> None:
-        # One network leave at a time before the removals in parallel (Docker 20.10's deadlock).
+        # One container's exit (its network leave) at a time, then the removals in parallel
+        # (Docker 20.10's deadlock).
         try:
-            attached = client.api.inspect_container(unit_id)["NetworkSettings"]["Networks"] or {}
-            for name in attached:
-                if name not in ("host", "none"):
-                    leave_network(client.api, unit_id, name)
-        except Exception:  # noqa: BLE001 - gone, or dockerd did not answer: the removal says
+            leave_networks(client.api, unit_id)
+        except Exception:  # noqa: BLE001 - dockerd did not answer: the removal says
             pass
 
     def remove(unit_id: str) -> str | None:

@@ -70,7 +70,7 @@ from rock_docker._engine_probe import EngineProbe
 from rock_docker._errors import DOCKER_ERRORS, explain, translate
 from rock_docker._events import EventWatch
 from rock_docker._images import UnitImages
-from rock_docker._network_leave import leave_network
+from rock_docker._network_leave import leave_networks
 from rock_docker._networks import Networks
 from rock_docker._observation import handle_of, image_of, inspect_unit
 from rock_docker._options import DockerOptions
@@ -323,13 +323,14 @@ class DockerRuntime(SnapshotImages, EgressRules, UnitImages, Runtime):
 
     async def remove(self, handle: UnitHandle) -> None:
         """``docker rm -f -v``: the container and its anonymous volumes; a missing container is
-        fine. A group's network goes with its last member. The container leaves its network
-        first, one leave at a time (:mod:`rock_docker._network_leave`: Docker 20.10's deadlock)."""
+        fine. A group's network goes with its last member. The container is stopped first, one
+        at a time, so it leaves its networks alone (:mod:`rock_docker._network_leave`: Docker
+        20.10's deadlock)."""
         network = self._networks.network_of(handle)
 
         def remove() -> None:
             api = self._docker().api
-            leave_network(api, handle.unit_id, network or self._networks.choose_isolated(api))
+            leave_networks(api, handle.unit_id)
             try:
                 api.remove_container(handle.unit_id, v=True, force=True)
             except docker.errors.NotFound:

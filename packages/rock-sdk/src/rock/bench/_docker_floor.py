@@ -128,10 +128,12 @@ def docker_floor(
     leave = threading.Lock()
 
     def remove(container_id: str) -> None:
-        # As rock's removals do (rock_docker._network_leave): leave the network one container at
-        # a time, then remove; Docker 20.10 can deadlock when many leave one network at once.
+        # As rock's removals do (rock_docker._network_leave): stop one container at a time, so
+        # its networks are left alone, then remove; Docker 20.10 can deadlock when many leave
+        # one network at once.
         with leave, contextlib.suppress(docker.errors.APIError):
-            api.disconnect_container_from_network(container_id, network, force=True)
+            api.stop(container_id, timeout=0)
+            api.inspect_container(container_id)  # waits for dockerd's release of its networks
         api.remove_container(container_id, force=True, v=True)
 
     figures: dict[str, Any] = {}
