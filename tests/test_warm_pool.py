@@ -17,7 +17,7 @@ from rock_core.converters import spec_from_start_request
 from rock_core.engine.config import EngineConfig
 from rock_core.engine.manager import LABEL_ENGINE_ID, LABEL_SANDBOX_ID, SandboxManager
 from rock_core.engine.pool import LABEL_POOL, LABEL_POOL_MEMBER, pool_key
-from rock_core.errors import InvalidParameter, SandboxAlreadyExists
+from rock_core.errors import InvalidParameter
 from rock_core.rocklet.server import TOKEN_HEADER
 from rock_core.states import State
 from rock_core.testing import eventually_async, eventually_empty
@@ -87,7 +87,11 @@ async def test_a_start_of_the_kind_claims_a_member_and_the_pool_refills(pooled, 
     status = await pooled.start(SandboxStartRequest(**KIND, sandbox_id="claimed-1"))
     assert status.state is State.RUNNING
     assert status.phases["docker_run"].message.startswith("claimed from warm pool")
-    container = docker_client.containers.get("claimed-1")
+    # Renamed after the sandbox once it runs, in the background (not on the claim's path).
+    (container,) = await eventually_async(
+        lambda: docker_client.containers.list(filters={"name": "^/claimed-1$"}),
+        what="the claimed member renamed after its sandbox",
+    )
     assert container.id in before, "the sandbox is one of the members, renamed"
     assert set(status.port_mapping) >= {22555, 8080}
     result = await pooled.rocklet("claimed-1").execute(
@@ -174,7 +178,11 @@ async def test_a_member_that_does_not_answer_is_removed_and_the_start_goes_the_o
         container.pause()
     status = await pooled.start(SandboxStartRequest(**KIND, sandbox_id="after-a-frozen-member"))
     assert status.state is State.RUNNING
-    container = docker_client.containers.get("after-a-frozen-member")
+    # A refill or an ordinary start serves it; a refill's member is renamed once it runs.
+    (container,) = await eventually_async(
+        lambda: docker_client.containers.list(filters={"name": "^/after-a-frozen-member$"}),
+        what="a container named after the sandbox",
+    )
     assert container.status == "running" and container.id not in frozen
     assert (
         await pooled.rocklet("after-a-frozen-member").execute(Command(command=["true"]))
@@ -222,14 +230,15 @@ async def _cut_at(entered, released, cut):
 async def test_stopping_starts_while_they_claim_leaves_no_container(
     pooled, docker_client, monkeypatch
 ):
-    """A stop at any moment of a claim (before, during or after the rename) removes the unit."""
+    """A stop at any moment of a claim (at its member's first answer, or before or after the
+    rename that follows the start) removes the unit."""
     from rock_core.rocklet_client import RockletClient
 
     started = await pooled.start_async(SandboxStartRequest(**KIND))
     await pooled.stop(started.sandbox_id)  # at once: before the start task has run
     runtime = pooled.runtime
-    # Each claim held at a gate it passes: in the rename (before and after Docker's), then at
-    # the claimed member's first answer; the stop comes while it waits there.
+    # Each claim held at a gate it passes: in the rename after the start (before and after
+    # Docker's), then at the claimed member's first answer; the stop comes while it waits there.
     cuts = [
         (runtime, "assign", False, lambda *args: True),
         (runtime, "assign", True, lambda *args: True),
@@ -250,14 +259,33 @@ async def test_stopping_starts_while_they_claim_leaves_no_container(
     )
 
 
-async def test_claiming_under_a_taken_name_fails_like_an_ordinary_start(pooled, docker_client):
+async def test_a_claim_under_a_taken_name_runs_under_its_pool_name(pooled, docker_client, caplog):
+    """The claimed member is renamed after its sandbox once the sandbox runs; when another
+    container holds that name, the sandbox runs on under its pool member's name, the other
+    container untouched, and the engine still knows, stops and removes it by its unit."""
     squatter = docker_client.containers.create(
         IMAGE, name="taken-name", labels={"rock.test": "squatter"}
     )
     try:
-        with pytest.raises(SandboxAlreadyExists) as failure:
-            await pooled.start(SandboxStartRequest(**KIND, sandbox_id="taken-name"))
-        assert "taken-name" in str(failure.value)
+        status = await pooled.start(SandboxStartRequest(**KIND, sandbox_id="taken-name"))
+        assert status.state is State.RUNNING
+        result = await pooled.rocklet("taken-name").execute(Command(command=["true"]))
+        assert result.exit_code == 0
+        await eventually_async(
+            lambda: "keeps its pool name" in caplog.text, what="the failed rename logged"
+        )
+        assert docker_client.containers.get("taken-name").id == squatter.id
+        unit_id = pooled.get_record("taken-name").unit_id
+        assert docker_client.containers.get(unit_id).name.startswith("rock-pool-")
+        await pooled.stop("taken-name")
+        await eventually_async(
+            lambda: (
+                not docker_client.containers.list(
+                    all=True, filters={"id": unit_id}, ignore_removed=True
+                )
+            ),
+            what="the claimed unit removed at its stop",
+        )
         assert docker_client.containers.get("taken-name").id == squatter.id
     finally:
         squatter.remove(force=True)

@@ -70,13 +70,15 @@ async def test_a_stop_racing_a_warm_pool_claim_removes_the_claimed_unit(
         remove = runtime.hold("remove")
         sandbox_id = (await engine.start_async(REQUEST)).sandbox_id
         assert sandbox_id is not None
-        await assign.arrivals(1)  # the claim is renaming the member to the sandbox
+        # The sandbox runs before its unit is renamed after it (off the claim's path).
+        await assign.arrivals(1)
+        assert engine.get_record(sandbox_id).state is State.RUNNING
         async with anyio.create_task_group() as tg:
             tg.start_soon(engine.stop, sandbox_id)
-            await anyio.wait_all_tasks_blocked()  # the stop waits for the claim's shielded step
-            assert engine.get_record(sandbox_id).state is State.PENDING
+            await anyio.wait_all_tasks_blocked()  # the stop waits for the rename (its lock)
+            assert engine.get_record(sandbox_id).state is State.RUNNING
             assign.release(sandbox_id)
-        # The stop found the unit the claim had just taken over, and removes it.
+        # The stop found the unit the claim had taken over (renamed), and removes it.
         assert engine.get_record(sandbox_id).state in (State.STOPPED, State.DELETED)
         assert await remove.arrivals(1) == [sandbox_id]
         remove.open()

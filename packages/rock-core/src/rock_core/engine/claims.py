@@ -3,9 +3,9 @@ waiting for them (:func:`wait_warm`), and serving a start from one (:func:`claim
 
 A pool itself (:class:`~rock_core.engine.pool.WarmPool`) makes and holds members; this module
 decides which pool a start belongs to and turns a member into the sandbox: the record notes the
-member's unit id (and a runtime that can, Docker, renames the unit after the sandbox: shielded,
-so a stop arriving meanwhile finds the unit in the sandbox's handle rather than losing it
-halfway), the member's secret becomes the sandbox's, and one ``is_alive`` makes it running. A
+member's unit id, the member's secret becomes the sandbox's, and one ``is_alive`` makes it
+running. A runtime that can (Docker) renames the unit after the sandbox once it runs, in the
+background under the sandbox's lock, so the rename is not part of the claim's wait. A
 tenant's claim first checks the image the member's unit holds (another tenant's commit, made
 while the pool's tag named one, is refused as a start's new unit is). A member that cannot be
 claimed is removed and the start goes to the next member, or the ordinary way.
@@ -31,6 +31,7 @@ from rock_core.engine.removals import remove_quietly
 from rock_core.errors import InvalidParameter, RockError, StartupTimeout
 from rock_core.models import PHASE_IMAGE_PULL, PhaseStatus, PullPolicy
 from rock_core.rocklet_client import RockletClient
+from rock_core.runtime import UnitHandle
 
 __all__ = ["claim_warm", "remove_members", "set_warm_pool", "wait_warm", "warm_pools", "warmup"]
 
@@ -214,23 +215,10 @@ async def _claim(core: EngineCore, live: LiveSandbox, pool: WarmPool, member: Me
         )
         core.task_group(while_closing=True).start_soon(remove_quietly, runtime, member.handle)
         return False
-    if runtime.can_assign:
-        try:
-            # Shielded: a stop arriving now must find the unit in live.handle, not lose it halfway.
-            with anyio.CancelScope(shield=True):
-                handle = await runtime.assign(member.handle, sandbox_id)
-        except RockError as exc:
-            log.warning(
-                "could not claim pool member %s for %s: %s",
-                member.handle.sandbox_id,
-                sandbox_id,
-                exc,
-            )
-            core.task_group(while_closing=True).start_soon(remove_quietly, runtime, member.handle)
-            return False
-    else:
-        # The unit keeps its name and labels (a Nomad job's id is fixed); the record says whose it is.
-        handle = attrs.evolve(member.handle, sandbox_id=sandbox_id)
+    # The unit keeps its pool name until the sandbox runs: a runtime that renames claimed units
+    # (Docker) does it afterwards (_assign_later), off the claim's path; the record says whose
+    # unit it is either way.
+    handle = attrs.evolve(member.handle, sandbox_id=sandbox_id)
     live.handle = handle
     assert member.status.rocklet_address is not None
     # The member's secret was made for it alone and never handed out: it becomes the sandbox's.
@@ -257,4 +245,29 @@ async def _claim(core: EngineCore, live: LiveSandbox, pool: WarmPool, member: Me
     core.set_phase(sandbox_id, PHASE_IMAGE_PULL, PhaseStatus.SUCCESS, message)
     note_unit(core, live, attrs.evolve(handle, security=member.handle.security))
     await became_ready(core, live, client, member.status, f"claimed from warm pool {pool.key}")
+    if runtime.can_assign:
+        core.start_soon(_assign_later, core, live, handle)
     return True
+
+
+async def _assign_later(core: EngineCore, live: LiveSandbox, handle: UnitHandle) -> None:
+    """Name a claimed member's unit after its sandbox (``docker rename``), once the sandbox runs.
+
+    Off the claim's path: with dockerd busy with the pool's refill, a rename took 11 ms of a
+    15 ms claim. Until it is done, and if it fails, the unit goes by its pool name, which the
+    engine handles as on a runtime that cannot rename (it finds a unit's sandbox by unit id). A
+    sandbox stopped meanwhile is not renamed: its unit is on its way out."""
+    sandbox_id = handle.sandbox_id
+    # Shielded throughout: an engine closing right after the claim (its sandboxes kept running)
+    # waits for the rename rather than leaving a sandbox under a pool member's name.
+    with anyio.CancelScope(shield=True):
+        async with live.lock:
+            if live.handle is None or live.handle.unit_id != handle.unit_id:
+                return
+            try:
+                renamed = await core.runtime.assign(handle, sandbox_id)
+            except RockError as exc:
+                log.warning("claimed unit of sandbox %s keeps its pool name: %s", sandbox_id, exc)
+                return
+            if live.handle is not None and live.handle.unit_id == handle.unit_id:
+                live.handle = attrs.evolve(live.handle, sandbox_id=renamed.sandbox_id)
