@@ -6,19 +6,15 @@ leader (or is the leader), and the caller gets the one sandbox the first start m
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
+from rock_core.testing.faulty_http import LosingProxy
 from rock_postgres.testing import AdminProcess, postgres_url, two_admins  # noqa: F401
 
 pytestmark = pytest.mark.anyio
@@ -36,63 +32,6 @@ def admins(tmp_path: Path, postgres_url: str) -> Iterator[tuple[AdminProcess, Ad
     """The cluster's (leader, follower), both serving, in a cluster of its own."""
     with two_admins(tmp_path, postgres_url) as admins:
         yield admins
-
-
-class LosingProxy:
-    """Forwards each request to ``target`` (a real admin), reads its answer, and closes the
-    client's connection without passing it on. ``keys`` holds each request's Idempotency-Key
-    and ``answers`` the admin's answers."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.keys: list[str | None] = []
-        self.answers: list[dict[str, Any]] = []
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        # The socket is closed by this thread, once it no longer accepts (see close).
-        with self._sock, httpx.Client(base_url=self.target, timeout=180) as upstream:
-            while True:
-                try:
-                    conn, _ = self._sock.accept()
-                except OSError:
-                    return  # shut down
-                with conn:
-                    self._forward(conn, upstream)
-
-    def _forward(self, conn: socket.socket, upstream: httpx.Client) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        head, body = data.split(b"\r\n\r\n", 1)
-        request_line, *lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = request_line.split(" ", 2)
-        headers = {
-            name.strip().lower(): value.strip()
-            for name, value in (line.split(":", 1) for line in lines)
-        }
-        while len(body) < int(headers.get("content-length", "0")):
-            body += conn.recv(65536)
-        self.keys.append(headers.get("idempotency-key"))
-        passed = {
-            k: v for k, v in headers.items() if k not in ("host", "content-length", "connection")
-        }
-        self.answers.append(upstream.request(method, path, content=body, headers=passed).json())
-        conn.shutdown(socket.SHUT_RDWR)  # the answer is lost
-
-    def close(self) -> None:
-        # The thread that accepts closes the socket on its way out, no other: a number closed
-        # while a thread is about to call accept() on it is soon another test server's listener,
-        # whose connections that thread would take (a CI flake of session 44).
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); a close alone does not
-        self._thread.join(timeout=10)
 
 
 def _containers(sandbox_id: str) -> list[str]:
@@ -124,7 +63,8 @@ async def test_a_start_whose_answer_is_lost_makes_one_sandbox_in_the_cluster(
         # The first admin took the start (through the proxy), the answer was lost, and the
         # second admin answered the same sandbox for the same key.
         assert proxy.answers and {a["result"]["sandbox_id"] for a in proxy.answers} == {sandbox_id}
-        assert len(set(proxy.keys)) == 1 and proxy.keys[0]
+        keys = {r.headers.get("idempotency-key") for r in proxy.seen}
+        assert len(keys) == 1 and None not in keys
         assert len(_containers(sandbox_id)) == 1
         assert (await sandbox.arun("echo one")).output.strip() == "one"
         await sandbox.stop()

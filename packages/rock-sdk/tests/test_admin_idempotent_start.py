@@ -11,9 +11,6 @@ client's connection without passing it on.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +23,7 @@ from rock.sdk._drivers.remote import RemoteDriver
 from rock.sdk.sandbox.client import Sandbox
 from rock.sdk.sandbox.config import SandboxConfig
 from rock_core.actions import SandboxStartRequest
+from rock_core.testing.faulty_http import LosingProxy
 
 from .conftest import SMALL, containers_of, unique_id
 
@@ -155,64 +153,6 @@ def test_a_bad_idempotency_key_is_refused_naming_the_header(
 # -- the SDK: a start whose answer was lost moves on to the next admin ----------------------------
 
 
-class LosingProxy:
-    """Forwards each request to ``target`` (a real admin), reads its answer, and closes the
-    client's connection without passing the answer on: the start was taken, its answer lost.
-    ``seen`` holds each request's headers (lower-case names) and ``answers`` the admin's."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.seen: list[dict[str, str]] = []
-        self.answers: list[dict[str, Any]] = []
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        # The socket is closed by this thread, once it no longer accepts (see close).
-        with self._sock, httpx.Client(base_url=self.target, timeout=180) as upstream:
-            while True:
-                try:
-                    conn, _ = self._sock.accept()
-                except OSError:
-                    return  # shut down
-                with conn:
-                    self._forward(conn, upstream)
-
-    def _forward(self, conn: socket.socket, upstream: httpx.Client) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = conn.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        head, body = data.split(b"\r\n\r\n", 1)
-        request_line, *lines = head.decode("latin-1").split("\r\n")
-        method, path, _ = request_line.split(" ", 2)
-        headers = {
-            name.strip().lower(): value.strip()
-            for name, value in (line.split(":", 1) for line in lines)
-        }
-        while len(body) < int(headers.get("content-length", "0")):
-            body += conn.recv(65536)
-        self.seen.append(headers)
-        passed = {
-            k: v for k, v in headers.items() if k not in ("host", "content-length", "connection")
-        }
-        answer = upstream.request(method, path, content=body, headers=passed)
-        self.answers.append(answer.json())
-        conn.shutdown(socket.SHUT_RDWR)  # the answer is lost
-
-    def close(self) -> None:
-        # The thread that accepts closes the socket on its way out, no other: a number closed
-        # while a thread is about to call accept() on it is soon another test server's listener,
-        # whose connections that thread would take (a CI flake of session 44).
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); a close alone does not
-        self._thread.join(timeout=10)
-
-
 @pytest.fixture
 def losing(admin: Any) -> Iterator[LosingProxy]:
     proxy = LosingProxy(admin.url)
@@ -230,7 +170,7 @@ async def test_a_start_whose_answer_is_lost_moves_on_and_makes_one_sandbox(
         # The admin took the start through the proxy; the SDK sent it again, with the same key,
         # and the second URL (the same admin) answered the first start's sandbox.
         assert losing.seen, "the start went through the proxy first"
-        assert len({headers["idempotency-key"] for headers in losing.seen}) == 1
+        assert len({r.headers["idempotency-key"] for r in losing.seen}) == 1
         assert {answer["result"]["sandbox_id"] for answer in losing.answers} == {sandbox.sandbox_id}
         assert sandbox._get_driver().base_url == admin.url
         assert len(containers_of(docker_client, sandbox.sandbox_id)) == 1

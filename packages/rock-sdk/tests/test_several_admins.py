@@ -9,11 +9,9 @@ middle of its answer (a request that may have reached an admin).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +24,7 @@ from rock_core.actions import Command
 from rock_core.actions.commands import EXECUTE
 from rock_core.errors import InternalServerRockError, InvalidParameter
 from rock_core.states import State
+from rock_core.testing.faulty_http import DroppingServer
 
 from .conftest import SMALL, _rock_command, unique_id
 
@@ -37,54 +36,6 @@ def _closed_url() -> str:
         sock.bind(("127.0.0.1", 0))
         port = int(sock.getsockname()[1])
     return f"http://127.0.0.1:{port}"  # nothing listens there once the socket is closed
-
-
-class DroppingServer:
-    """Accepts connections on 127.0.0.1, reads each request's head, starts an answer and drops
-    the connection mid-answer. ``requests`` holds each request line it read."""
-
-    def __init__(self) -> None:
-        self.requests: list[str] = []
-        self.keys: list[str] = []  # the Idempotency-Key of each request carrying one
-        self._sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        with self._sock:  # closed by this thread, once it no longer accepts (see close)
-            while True:
-                try:
-                    conn, _ = self._sock.accept()
-                except OSError:
-                    return  # shut down
-                with conn:
-                    self._drop(conn)
-
-    def _drop(self, conn: socket.socket) -> None:
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = conn.recv(65536)
-            if not chunk:
-                break
-            head += chunk
-        if head:
-            lines = head.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
-            self.requests.append(lines[0])
-            self.keys += [
-                line.split(":", 1)[1].strip()
-                for line in lines[1:]
-                if line.lower().startswith("idempotency-key:")
-            ]
-            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n{")
-
-    def close(self) -> None:
-        # The thread that accepts closes the socket on its way out, no other: a number closed
-        # while a thread is about to call accept() on it is soon another test server's listener,
-        # whose connections that thread would take (a CI flake of session 44).
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept(); a close alone does not
-        self._thread.join(timeout=10)
 
 
 @pytest.fixture
@@ -171,7 +122,7 @@ async def test_a_dead_admin_first_start_commands_and_status_go_through_the_live_
         assert status.state is State.RUNNING and reader.base_url == admin.url
         # (The transport sends a GET twice to one admin that drops it, as before several URLs.)
         assert dropping.requests and all(
-            line.startswith("GET /apis/envs/sandbox/v1/get_status?") for line in dropping.requests
+            r.line.startswith("GET /apis/envs/sandbox/v1/get_status?") for r in dropping.requests
         )
     finally:
         await sandbox.stop()
@@ -190,10 +141,9 @@ async def test_a_start_that_may_have_reached_an_admin_moves_on_with_its_key(
     )
     await sandbox.start()
     try:
-        assert {line.split(" ", 2)[1] for line in dropping.requests} == {
-            "/apis/envs/sandbox/v1/start_async"
-        }
-        assert len(set(dropping.keys)) == 1 and dropping.keys[0]  # one start, one key
+        assert {r.path for r in dropping.requests} == {"/apis/envs/sandbox/v1/start_async"}
+        keys = {r.headers.get("idempotency-key") for r in dropping.requests}
+        assert len(keys) == 1 and None not in keys  # one start, one key
         assert (await sandbox.get_status()).state is State.RUNNING
         # A command that may have reached an admin is not repeated: it raises naming that URL.
         dropping.requests.clear()
@@ -203,8 +153,8 @@ async def test_a_start_that_may_have_reached_an_admin_moves_on_with_its_key(
         ) as info:
             await runner.call(sandbox_id, EXECUTE, Command(command=["echo", "once"]))
         assert "no rock admin answered" not in str(info.value)
-        assert [line.split(" ", 2)[:2] for line in dropping.requests] == [
-            ["POST", "/apis/envs/sandbox/v1/execute"]
+        assert [(r.method, r.path) for r in dropping.requests] == [
+            ("POST", "/apis/envs/sandbox/v1/execute")
         ]
     finally:
         await sandbox.stop()

@@ -19,6 +19,9 @@
 - :mod:`rock_core.testing.plugin_site`: :class:`PluginSite` installs throwaway plugin
   distributions (a module and a ``rock`` entry point) into a folder, to load in-process or in a
   subprocess; :class:`NullRuntime` is a runtime that holds nothing, for such plugins to register.
+- :mod:`rock_core.testing.faulty_http`: HTTP servers that fail their client on purpose
+  (:class:`~rock_core.testing.faulty_http.DroppingServer` drops a connection mid-answer,
+  :class:`~rock_core.testing.faulty_http.LosingProxy` forwards a request and loses the answer).
 - :mod:`rock_core.testing.scripted_runtime`: :class:`ScriptedRuntime`, a runtime in memory whose
   calls a test holds at a :class:`Gate` and lets through, with one real rocklet
   (:func:`rocklet_in_thread`): the engine's races, forced in order without Docker or sleeps.
