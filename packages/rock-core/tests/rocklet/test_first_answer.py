@@ -89,3 +89,44 @@ def test_the_full_server_answers_a_probe_with_the_fronts_bytes() -> None:
     finally:
         server.shutdown()
         thread.join(10)
+
+
+def test_the_front_whose_descriptors_are_past_1024_still_answers() -> None:
+    """A front holding more than 1,024 descriptors gets numbers ``select`` refuses for its
+    listener and wake-up pipe: its accept loop still answers the probe (it waits with poll)."""
+    import os
+    import resource
+    import socket
+
+    from rock_core.rocklet.front import Front, probe_answer
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1200, hard), hard))
+    held: list[int] = []
+    listener = None
+    front = thread = None
+    try:
+        while not held or held[-1] <= 1030:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+        listener = socket.create_server(("127.0.0.1", 0))
+        assert listener.fileno() > 1024
+        front = Front(listener, load=lambda: None)
+        thread = threading.Thread(target=front.serve_forever, daemon=True)
+        thread.start()
+        with socket.create_connection(listener.getsockname(), timeout=10) as conn:
+            conn.sendall(b"GET /is_alive HTTP/1.1\r\nHost: r\r\nConnection: close\r\n\r\n")
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        assert answer == probe_answer(False)
+    finally:
+        if front is not None:
+            front.shutdown()
+        if thread is not None:
+            thread.join(10)
+        if listener is not None:
+            listener.close()
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

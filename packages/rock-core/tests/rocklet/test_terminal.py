@@ -317,3 +317,39 @@ def test_the_programs_group_is_signalled_only_before_it_is_reaped(
     assert len(reaped) == 1, calls
     after = calls[calls.index(("reaped", reaped[0])) :]
     assert ("signalled", reaped[0]) not in after, calls
+
+
+def test_a_rocklet_whose_descriptors_are_past_1024_serves_a_terminal(tmp_path: Path) -> None:
+    """A rocklet holding more than 1,024 descriptors (a sandbox's many files and connections)
+    gets numbers ``select`` refuses for what it opens next: its listener and wake-up socket
+    (the accept loop) and a new terminal. It still accepts, and the terminal carries its
+    program's output and exit code."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(1200, hard), hard))
+    held: list[int] = []
+    rocklet = None
+    try:
+        while not held or held[-1] <= 1030:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+        rocklet = InProcessRocklet(tmp_path / "state")  # its own numbers are past 1,030
+        assert _fds_opened_after(held[-1]), "the rocklet's listener is numbered past 1,030"
+        term = Terminal(rocklet, "command=echo+past-select")
+        assert term.head.startswith(b"HTTP/1.1 101 "), term.head
+        term.expect(b"past-select")
+        assert term.wait_exit() == 0
+        term.sock.close()
+    finally:
+        if rocklet is not None:
+            rocklet.server.shutdown()
+            rocklet.thread.join(10)
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def _fds_opened_after(last: int) -> set[int]:
+    """This process's descriptors numbered above ``last``."""
+    return {int(name) for name in os.listdir("/proc/self/fd") if int(name) > last}

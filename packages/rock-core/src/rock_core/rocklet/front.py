@@ -152,6 +152,11 @@ class Front:
         except ValueError:  # not the main thread: signals are not ours to watch
             old_wakeup = None
         listener = self.listener
+        # poll, not select: select refuses a descriptor numbered past 1,024.
+        poller = select.poll()
+        listener_fd = listener.fileno()
+        poller.register(listener_fd, select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
         self._main = _thread.get_ident()
         self._wake_w = wake_w
         try:
@@ -166,14 +171,14 @@ class Front:
                             sys.stderr.write("rocklet: could not load its server\n")
                             traceback.print_exc()
                 try:
-                    ready, _, _ = select.select([listener, wake_r], [], [])
-                except (OSError, ValueError):
+                    ready = {fd for fd, _ in poller.poll()}
+                except OSError:
                     if self._closing:
                         return
                     continue
                 if wake_r in ready and not self._loaded.locked():
                     _drain(wake_r)  # a signal's: its handler runs once this thread runs bytecode
-                if listener not in ready:
+                if listener_fd not in ready:
                     continue
                 try:
                     fd, _ = listener._accept()

@@ -249,7 +249,7 @@ class RockletServer:
 
         The kernel may deliver SIGTERM to any thread, and Python runs signal handlers only in
         the main thread: a main thread blocked in ``accept()`` would never see it. So the main
-        thread waits in ``select`` on the listening socket and a signal wake-up socket.
+        thread waits in ``poll`` on the listening socket and a signal wake-up socket.
         """
         listener = self._sock
         if listener is None:
@@ -261,20 +261,26 @@ class RockletServer:
             old_wakeup = signal.set_wakeup_fd(wake_w.fileno())
         except ValueError:  # not the main thread: signals are not ours to watch
             old_wakeup = None
+        # poll, not select: select refuses a descriptor numbered past 1,024, which a rocklet
+        # holding many files and connections hands out (this loop would then never accept).
+        poller = select.poll()
+        listener_fd, wake_fd = listener.fileno(), wake_r.fileno()
+        poller.register(listener_fd, select.POLLIN)
+        poller.register(wake_fd, select.POLLIN)
         try:
             while not self._closing:
                 try:
-                    ready, _, _ = select.select([listener, wake_r], [], [])
-                except (OSError, ValueError):
+                    ready = {fd for fd, _ in poller.poll()}
+                except OSError:
                     if self._closing:
                         return
                     continue
-                if wake_r in ready:
+                if wake_fd in ready:
                     try:
                         wake_r.recv(512)  # the handler runs as soon as this thread runs bytecode
                     except OSError:
                         pass
-                if listener not in ready:
+                if listener_fd not in ready:
                     continue
                 try:
                     conn, _ = listener.accept()

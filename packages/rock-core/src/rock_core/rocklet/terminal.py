@@ -172,8 +172,7 @@ class Terminal(Response):
         status: int | None = None
         try:
             while True:
-                ready, _, _ = select.select([master], [], [], 0.2)
-                if ready:
+                if _readable(master, 0.2):
                     data = _read(master)
                     if data is None:
                         continue
@@ -184,7 +183,7 @@ class Terminal(Response):
                 if _ended(pid):
                     # The program ended; what it wrote is already readable. Programs it left
                     # in the background may hold the terminal: do not wait for them.
-                    while select.select([master], [], [], 0)[0]:
+                    while _readable(master, 0):
                         data = _read(master)
                         if not data:
                             break
@@ -210,6 +209,15 @@ class Terminal(Response):
                 pass
             thread.join(_JOIN)
             release()
+
+
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether the terminal ``fd`` has something to read (or its end) within ``timeout``
+    seconds. ``poll``, not ``select``: a rocklet holding more than 1,024 descriptors gives a
+    new terminal a number ``select`` refuses."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(int(timeout * 1000)))
 
 
 def _read(fd: int) -> bytes | None:
