@@ -695,6 +695,11 @@ def test_admin_status_is_json(http: httpx.Client, running: str) -> None:
     status = http.get("/admin/status").json()
     assert status["sandboxes"]["running"] >= 1 and set(status["start_queue"]) == {"depth", "active"}
     assert isinstance(status["warm_pools"], list) and status["version"]
+    # The served admin tuned its collector (rock.admin.daemon.GC_THRESHOLDS) and froze what it
+    # made to start; its resident memory is read from /proc.
+    process = status["process"]
+    assert process["gc_thresholds"] == [1_000_000, 50, 100], process
+    assert process["gc_frozen"] > 10_000 and process["rss_bytes"] > 20 * 2**20, process
 
 
 # ---------------------------------------------------------------------------------------------
@@ -712,6 +717,7 @@ def test_admin_daemon_stop_keeps_sandboxes_and_restart_finds_them(
         and str(admin_pid(admin)) in shown.stdout
         and "running 1" in shown.stdout
     )
+    assert "gc thresholds 1000000/50/100" in shown.stdout, shown.stdout
 
     again = admin_cli(admin, "start", "--port", str(free_port()), "--config", str(config))
     assert again.returncode == 1 and "already runs" in again.stderr

@@ -253,6 +253,7 @@ def test_warm_pools_are_managed_by_the_operator_only(
         mine = http_b.get("/admin/status").json()["tenants"]
         assert list(mine) == ["team-b"] and mine["team-b"]["sandboxes"] == 1, mine
         assert http_b.get("/admin/status").json()["warm_pools"] == []
+        assert "process" not in http_b.get("/admin/status").json()  # the operator's
         stop(http_b, claimed)
     finally:
         ok(http_ops, "POST", "warmup/tasks", json={**kind, "size": 0})

@@ -165,6 +165,8 @@ def status(config_file: str | None, as_json: bool) -> None:
             f"  log:       {found.log_file or 'its terminal (rock admin serve): no log file'}"
         )
         click.echo(f"  store:     {found.store_path}")
+        if found.process:
+            click.echo(f"  process:   {_process_line(found.process)}")
         if found.sandboxes is None:
             click.echo(f"  sandboxes: unknown ({found.unanswered})")
         else:
@@ -180,6 +182,15 @@ def status(config_file: str | None, as_json: bool) -> None:
             )
     if found is None:
         sys.exit(3)
+
+
+def _process_line(process: dict[str, Any]) -> str:
+    """The admin process's memory and collector settings in words: ``0.19g resident, gc
+    thresholds 1000000/50/100, 412345 objects frozen``."""
+    rss = process.get("rss_bytes")
+    memory = f"{format_size(int(rss))} resident" if rss is not None else "memory unknown"
+    thresholds = "/".join(str(n) for n in process.get("gc_thresholds") or [])
+    return f"{memory}, gc thresholds {thresholds}, {process.get('gc_frozen', 0)} objects frozen"
 
 
 def _tenant_use(row: dict[str, Any]) -> str:

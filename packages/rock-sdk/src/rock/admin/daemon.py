@@ -139,6 +139,9 @@ class AdminStatus:
     tenants: dict[str, dict[str, Any]] | None = None
     #: Why ``sandboxes`` is unknown, and what to do (``None``: the server answered).
     unanswered: str | None = None
+    #: The admin process: ``pid``, ``rss_bytes``, ``gc_thresholds``, ``gc_frozen``
+    #: (:func:`rock.admin.status.process_status`; ``None``: not answered).
+    process: dict[str, Any] | None = None
 
 
 def read_pid_file(settings: AdminSettings) -> dict[str, Any] | None:
@@ -485,4 +488,5 @@ def status(settings: AdminSettings) -> AdminStatus | None:
         warm_pools=pools,
         tenants=dict(answer.get("tenants") or {}) if answer is not None else None,
         unanswered=unanswered,
+        process=dict(answer.get("process") or {}) if answer is not None else None,
     )

@@ -3,15 +3,20 @@
 ``version``; ``sandboxes`` by state; the ``start_queue`` (depth, active); ``tenants``: each
 tenant's use (its pending and running sandboxes, their memory in bytes and CPUs, the snapshots
 it keeps on the node) with its quota (``max_sandboxes``, ``max_memory`` in bytes, ``max_cpus``,
-``max_snapshots``; ``null``: none); ``warm_pools``.
+``max_snapshots``; ``null``: none); ``warm_pools``; ``process``: the admin process itself (its
+``pid``, ``rss_bytes``, its resident memory, ``null`` without ``/proc``, and its garbage
+collector's ``gc_thresholds`` and ``gc_frozen`` objects, which a served admin tunes).
 
 An operator's key (or anyone, without keys) sees every tenant, each configured one even with no
 sandbox, and the warm pools; another key sees its own tenant's row and no pools (they are the
-operator's). Counts by state and the queue are totals, as ``/metrics`` shows every key.
+operator's) and no ``process``. Counts by state and the queue are totals, as ``/metrics`` shows
+every key.
 """
 
 from __future__ import annotations
 
+import gc
+import os
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -26,7 +31,7 @@ from rock_core.tenancy import Quota, Usage
 if TYPE_CHECKING:
     from rock.admin.app import AdminApp
 
-__all__ = ["admin_status"]
+__all__ = ["admin_status", "process_status"]
 
 
 def _row(usage: Usage, snapshots: int, quota: Quota | None) -> dict[str, Any]:
@@ -42,6 +47,26 @@ def _row(usage: Usage, snapshots: int, quota: Quota | None) -> dict[str, Any]:
             "max_cpus": quota.max_cpus,
             "max_snapshots": quota.max_snapshots,
         },
+    }
+
+
+def _resident_bytes() -> int | None:
+    """This process's resident memory (``/proc/self/statm``), ``None`` where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            pages = int(statm.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_status() -> dict[str, Any]:
+    """The ``process`` block: this admin process's pid, memory and collector settings."""
+    return {
+        "pid": os.getpid(),
+        "rss_bytes": _resident_bytes(),
+        "gc_thresholds": list(gc.get_threshold()),
+        "gc_frozen": gc.get_freeze_count(),
     }
 
 
@@ -64,10 +89,13 @@ async def admin_status(app: AdminApp, request: Request) -> dict[str, Any]:
         tenants = {
             key.tenant: _row(use.get(key.tenant, Usage()), kept.get(key.tenant, 0), key.quota)
         }
-    return {
+    status = {
         "version": __version__,
         "sandboxes": {state.value: by_state.get(state, 0) for state in State},
         "start_queue": {"depth": manager.queue.depth, "active": manager.queue.active},
         "tenants": tenants,
         "warm_pools": [unstructure_wire(pool) for pool in manager.warm_pools()] if operator else [],
     }
+    if operator:
+        status["process"] = process_status()
+    return status
