@@ -185,10 +185,10 @@ def status(config_file: str | None, as_json: bool) -> None:
 
 
 def _process_line(process: dict[str, Any]) -> str:
-    """The admin process's memory and collector settings in words: ``0.19g resident, gc
-    thresholds 1000000/50/100, 412345 objects frozen``."""
+    """The admin process's memory and collector settings in words: ``68.9 MiB resident, gc
+    thresholds 1000000/50/100, 69389 objects frozen``."""
     rss = process.get("rss_bytes")
-    memory = f"{format_size(int(rss))} resident" if rss is not None else "memory unknown"
+    memory = f"{int(rss) / 2**20:.1f} MiB resident" if rss is not None else "memory unknown"
     thresholds = "/".join(str(n) for n in process.get("gc_thresholds") or [])
     return f"{memory}, gc thresholds {thresholds}, {process.get('gc_frozen', 0)} objects frozen"
 
