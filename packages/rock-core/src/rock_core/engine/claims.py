@@ -246,7 +246,9 @@ async def _claim(core: EngineCore, live: LiveSandbox, pool: WarmPool, member: Me
     note_unit(core, live, attrs.evolve(handle, security=member.handle.security))
     await became_ready(core, live, client, member.status, f"claimed from warm pool {pool.key}")
     if runtime.can_assign:
-        core.start_soon(_assign_later, core, live, handle)
+        # while_closing: a claim that finishes as the engine closes still gets its rename (a
+        # kept sandbox must not be left under a pool name), not an error after it runs.
+        core.start_soon(_assign_later, core, live, handle, while_closing=True)
     return True
 
 

@@ -93,7 +93,9 @@ class OneAtATimeServer:
                     conn, _ = self._sock.accept()
                 except OSError:
                     return  # shut down
-                with conn, contextlib.suppress(OSError):
+                # A broken connection or an answer that is not JSON ends this connection,
+                # not the server.
+                with conn, contextlib.suppress(OSError, ValueError):
                     self.handle(conn)
 
     def close(self) -> None:
